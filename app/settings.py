@@ -1,0 +1,291 @@
+"""Settings read from the environment.
+
+Every variable is documented in README.md's configuration table. Names come from the seeds where they
+exist (seed 000 §10: ``JOB_PROCESSOR_POLL_INTERVAL``, ``MAX_CONCURRENT_JOBS``, ``JOB_RETRY_INTERVALS``,
+``DB_POOL_SIZE``; seed 004: ``WORKER_VISIBILITY_TIMEOUT_SECS``; seed 002: ``JOB_WORKER_LOG_LEVEL``) and
+from the issues otherwise. A bad value stops start-up with :class:`SettingsError`, whose message names the
+variable and what it expects (issue 2).
+"""
+
+from __future__ import annotations
+
+import functools
+import secrets
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+KIB = 1024
+MIB = 1024 * 1024
+
+ALERT_KINDS = ("failed", "pipeline_failed", "approval_needed", "admin_action", "rescued")
+
+
+class SettingsError(Exception):
+    """A configuration value is missing or malformed; the message is meant for a person."""
+
+
+def _csv_floats(value: Any) -> Any:
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        if not parts:
+            raise ValueError("expected comma-separated seconds, e.g. 10,30,60")
+        try:
+            return [float(p) for p in parts]
+        except ValueError:
+            raise ValueError(f"expected comma-separated seconds, e.g. 10,30,60; got {value!r}") from None
+    return value
+
+
+def _csv_words(value: Any) -> Any:
+    if isinstance(value, str):
+        return [p.strip() for p in value.split(",") if p.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """All of Jobdesk's configuration; one instance per process (:func:`get_settings`)."""
+
+    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore", frozen=True)
+
+    # --- database -------------------------------------------------------------------------------
+    database_url: str | None = None
+    """``postgresql://`` or ``postgresql+asyncpg://`` URL. Unset: an embedded PostgreSQL under
+    ``JOBDESK_DATA_DIR/pgdata`` is started (issue 2)."""
+    db_pool_size: int = Field(20, ge=1, le=1000)
+    """Connections in the web/processor pool (seed 000 §10). The worker's own claim, lease and listen
+    connections are separate and never taken by processors (case C15)."""
+    db_pool_timeout_secs: float = Field(5.0, gt=0, le=300)
+    """How long a request waits for a pooled connection before it gets a 503 (case C15)."""
+    db_statement_timeout_ms: int = Field(15_000, ge=0)
+    """``statement_timeout`` on web connections; 0 disables it (case C18)."""
+    db_idle_in_transaction_timeout_ms: int = Field(30_000, ge=0)
+    """``idle_in_transaction_session_timeout`` on web connections (case C18)."""
+
+    # --- worker ---------------------------------------------------------------------------------
+    worker_enabled: bool = True
+    """Run a worker inside ``jobdesk serve`` (issue 2)."""
+    max_concurrent_jobs: int = Field(10, ge=1, le=10_000)
+    """Jobs one worker process runs at once (seed 000 §10)."""
+    job_processor_poll_interval: float = Field(1.0, gt=0, le=3600)
+    """Seconds between polls when no NOTIFY arrives; only the fallback (issue 2)."""
+    job_retry_intervals: Annotated[list[float], NoDecode] = Field(
+        default_factory=lambda: [10, 30, 60, 120, 240, 240, 240, 240, 240, 240]
+    )
+    """Seconds to wait before retry 1, 2, … (seed 000 §6); the last value repeats."""
+    job_retry_jitter: float = Field(0.3, ge=0, le=1)
+    """Fraction of random spread applied to each retry delay: 0.3 is ±30 % (seed 004)."""
+    worker_visibility_timeout_secs: float = Field(300, gt=0, le=7 * 24 * 3600)
+    """Lease length in seconds: a running job whose lease is not renewed for this long is rescued."""
+    worker_heartbeat_secs: float | None = Field(None, gt=0)
+    """Seconds between lease renewals; default a third of the visibility timeout (issue 4)."""
+    worker_sweep_interval_secs: float = Field(10, gt=0, le=3600)
+    """Seconds between rescue sweeps of expired leases (issue 3 §8)."""
+    worker_shutdown_grace_secs: float = Field(30, ge=0, le=24 * 3600)
+    """Seconds a stopping worker lets running jobs finish before putting them back (issue 4 §7)."""
+    job_default_timeout_secs: float = Field(3600, gt=0)
+    """Per-attempt time limit for job types that set none (issue 4 §6)."""
+    job_cancel_grace_secs: float = Field(3, ge=0, le=3600)
+    """Seconds a processor gets to stop by itself after a cancel before its task is cancelled."""
+    job_retention_days: float = Field(30, gt=0)
+    """Finished jobs older than this are deleted, with their events and files (issue 3 §9)."""
+    job_max_input_bytes: int = Field(1 * MIB, ge=1 * KIB)
+    """Largest accepted ``input_data`` (JSON-encoded size); larger gets 413 (issue 3 §10)."""
+    job_worker_log_level: str | None = None
+    """``DEBUG`` also logs every poll, claim, lease renewal and retry decision (seed 002)."""
+
+    # --- web ------------------------------------------------------------------------------------
+    jobdesk_data_dir: Path = Path(".jobdesk")
+    """Embedded database, uploaded files and the generated secret key live here."""
+    jobdesk_base_url: str = "http://127.0.0.1:8000"
+    """Public address, used in alert links and to decide whether cookies are ``Secure``."""
+    secret_key: str | None = None
+    """Signs CSRF tokens. Unset: generated once and kept in ``JOBDESK_DATA_DIR/secret_key``."""
+    upload_max_bytes: int = Field(25 * MIB, ge=1 * KIB)
+    """Largest accepted upload; larger gets 413 (issue 6)."""
+    session_max_age_days: float = Field(14, gt=0)
+    """A sign-in lasts this long."""
+    metrics_token: str | None = None
+    """Bearer token that may read ``/metrics`` without an admin session (issue 10)."""
+    log_level: str = "INFO"
+
+    # --- alerts (issue 8) ------------------------------------------------------------------------
+    slack_webhook_url: str | None = None
+    telegram_bot_token: str | None = None
+    telegram_chat_id: str | None = None
+    telegram_api_base: str = "https://api.telegram.org"
+    alert_webhook_url: str | None = None
+    alert_on: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["failed", "pipeline_failed", "approval_needed", "admin_action"]
+    )
+    alert_throttle_secs: float = Field(300, ge=0)
+
+    # --- email (issue 9) -------------------------------------------------------------------------
+    smtp_host: str | None = None
+    smtp_port: int = Field(25, ge=1, le=65535)
+    smtp_username: str | None = None
+    smtp_password: str | None = None
+    smtp_starttls: bool = False
+    smtp_from: str = "jobdesk@localhost"
+
+    # --- validators -------------------------------------------------------------------------------
+    @field_validator("job_retry_intervals", mode="before")
+    @classmethod
+    def _parse_intervals(cls, value: Any) -> Any:
+        return _csv_floats(value)
+
+    @field_validator("job_retry_intervals")
+    @classmethod
+    def _check_intervals(cls, value: list[float]) -> list[float]:
+        if not value:
+            raise ValueError("expected at least one interval")
+        if any(v < 0 or v > 30 * 24 * 3600 for v in value):
+            raise ValueError("each interval must be between 0 and 2592000 seconds (30 days)")
+        return value
+
+    @field_validator("alert_on", mode="before")
+    @classmethod
+    def _parse_alert_on(cls, value: Any) -> Any:
+        return _csv_words(value)
+
+    @field_validator("alert_on")
+    @classmethod
+    def _check_alert_on(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(ALERT_KINDS))
+        if unknown:
+            raise ValueError(f"unknown kind(s) {', '.join(unknown)}; choose from {', '.join(ALERT_KINDS)}")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is None or value.strip() == "":
+            return None
+        return normalize_database_url(value)
+
+    @field_validator("log_level", "job_worker_log_level")
+    @classmethod
+    def _check_level(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        level = value.upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError("expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return level
+
+    @field_validator("jobdesk_base_url")
+    @classmethod
+    def _check_base_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("expected an http:// or https:// address")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _check_heartbeat(self) -> Settings:
+        if (
+            self.worker_heartbeat_secs is not None
+            and self.worker_heartbeat_secs >= self.worker_visibility_timeout_secs
+        ):
+            raise ValueError("WORKER_HEARTBEAT_SECS must be shorter than WORKER_VISIBILITY_TIMEOUT_SECS")
+        return self
+
+    # --- derived ----------------------------------------------------------------------------------
+    @property
+    def heartbeat_secs(self) -> float:
+        """Seconds between lease renewals: a third of the lease unless set (issue 4 §4)."""
+        return self.worker_heartbeat_secs or self.worker_visibility_timeout_secs / 3
+
+    @property
+    def default_max_attempts(self) -> int:
+        """Retry schedule length + 1: the first run plus one retry per interval (issue 3 §5)."""
+        return len(self.job_retry_intervals) + 1
+
+    @property
+    def data_dir(self) -> Path:
+        return self.jobdesk_data_dir.expanduser().resolve()
+
+    @property
+    def files_dir(self) -> Path:
+        return self.data_dir / "files"
+
+    @property
+    def cookies_secure(self) -> bool:
+        return self.jobdesk_base_url.startswith("https://")
+
+    def resolved_secret_key(self) -> str:
+        """``SECRET_KEY``, or a key generated once and kept in the data directory (mode 0600)."""
+        if self.secret_key:
+            return self.secret_key
+        path = self.data_dir / "secret_key"
+        if path.exists():
+            return path.read_text().strip()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_urlsafe(48)
+        path.touch(mode=0o600)
+        path.write_text(key)
+        return key
+
+
+def normalize_database_url(url: str) -> str:
+    """Return ``url`` with the ``postgresql+asyncpg`` scheme.
+
+    Accepts ``postgres://``, ``postgresql://`` and ``postgresql+asyncpg://`` (issue 2 §4).
+
+    Raises:
+        ValueError: the URL is not a PostgreSQL URL, or has no database name.
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    url = url.strip()
+    for prefix in ("postgres://", "postgresql://", "postgresql+asyncpg://"):
+        if url.startswith(prefix):
+            rest = url[len(prefix) :]
+            break
+    else:
+        raise ValueError(
+            "expected a postgresql:// URL, e.g. postgresql://user:password@localhost:5432/jobdesk"
+        )
+    normalized = "postgresql+asyncpg://" + rest
+    try:
+        parsed = make_url(normalized)
+    except ArgumentError as exc:
+        raise ValueError(f"could not parse the URL: {exc}") from None
+    if not parsed.database:
+        raise ValueError("the URL names no database, e.g. postgresql://localhost:5432/jobdesk")
+    return normalized
+
+
+ENV_NAMES = {name: name.upper() for name in Settings.model_fields}
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings from the environment (and ``overrides``, used by tests).
+
+    Raises:
+        SettingsError: one line per bad variable, naming it and what it expects.
+    """
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err["loc"] else ""
+            name = ENV_NAMES.get(field, field.upper()) or "configuration"
+            msg = err["msg"].removeprefix("Value error, ")
+            given = err.get("input")
+            shown = (
+                f" (got {given!r})"
+                if isinstance(given, str | int | float) and not isinstance(given, bool)
+                else ""
+            )
+            lines.append(f"{name}: {msg}{shown}")
+        raise SettingsError("Invalid configuration:\n  " + "\n  ".join(lines)) from None
+
+
+@functools.lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment."""
+    return load_settings()

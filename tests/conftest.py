@@ -1,0 +1,188 @@
+"""Shared fixtures: a real PostgreSQL for every test.
+
+The server is ``TEST_DATABASE_URL`` when set (``.ci/run`` points it at the machine's PostgreSQL 15),
+otherwise an embedded PostgreSQL that this test session owns. Migrations run once into a template
+database; each test that asks for ``db_url`` gets its own ``CREATE DATABASE … TEMPLATE`` copy, so tests
+see each other's committed rows across connections exactly as workers do (issue 2 §11), and never
+share state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+# Settings are cached per process: fix the environment before anything imports the app.
+os.environ.setdefault("LOG_LEVEL", "WARNING")
+os.environ.pop("DATABASE_URL", None)
+for _name in (
+    "SLACK_WEBHOOK_URL",
+    "TELEGRAM_BOT_TOKEN",
+    "TELEGRAM_CHAT_ID",
+    "ALERT_WEBHOOK_URL",
+    "SMTP_HOST",
+):
+    os.environ.pop(_name, None)
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from app.db import asyncpg_dsn, run_migrations  # noqa: E402
+from app.settings import Settings, load_settings, normalize_database_url  # noqa: E402
+
+ARTIFACTS = ROOT / "tests" / "artifacts"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--long", action="store_true", help="run the long variants of timing-heavy tests")
+
+
+@pytest.fixture(scope="session")
+def long_run(request: pytest.FixtureRequest) -> bool:
+    """True with ``--long``: timing-heavy tests use the cases' full durations instead of CI's short ones."""
+    return bool(request.config.getoption("--long"))
+
+
+# --- the server ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> Iterator[str]:
+    """asyncpg URL of a server where tests may create and drop databases."""
+    url = os.environ.get("TEST_DATABASE_URL")
+    if url:
+        yield normalize_database_url(url)
+        return
+    from pg_owned import OwnedPostgres
+
+    with OwnedPostgres(Path(tempfile.mkdtemp(prefix="jobdesk-testpg-"))) as server:
+        yield server.url
+
+
+def _admin_dsn(url: str, database: str = "postgres") -> str:
+    from sqlalchemy.engine import make_url
+
+    return asyncpg_dsn(make_url(url).set(database=database).render_as_string(hide_password=False))
+
+
+def _db_url(server_url: str, database: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(server_url).set(database=database).render_as_string(hide_password=False)
+
+
+_counter = itertools.count()
+_PREFIX = f"jobdesk_t{os.getpid()}"
+
+
+async def _create_db(server_url: str, name: str, template: str | None = None) -> None:
+    conn = await asyncpg.connect(_admin_dsn(server_url))
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        if template:
+            await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        else:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+
+
+async def _drop_db(server_url: str, name: str) -> None:
+    conn = await asyncpg.connect(_admin_dsn(server_url))
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server_url: str) -> Iterator[str]:
+    """Name of a database migrated to head, the template every test database is copied from."""
+    name = f"{_PREFIX}_template"
+    asyncio.run(_create_db(pg_server_url, name))
+    asyncio.run(run_migrations(_db_url(pg_server_url, name)))
+    yield name
+    asyncio.run(_drop_db(pg_server_url, name))
+
+
+@pytest.fixture
+async def fresh_db_url(pg_server_url: str) -> AsyncIterator[str]:
+    """URL of a new, empty database (no schema), dropped afterwards; for migration tests."""
+    name = f"{_PREFIX}_{next(_counter)}"
+    await _create_db(pg_server_url, name)
+    yield _db_url(pg_server_url, name)
+    await _drop_db(pg_server_url, name)
+
+
+@pytest.fixture
+async def db_url(pg_server_url: str, template_db: str) -> AsyncIterator[str]:
+    """URL of this test's own migrated database, dropped afterwards."""
+    name = f"{_PREFIX}_{next(_counter)}"
+    await _create_db(pg_server_url, name, template=template_db)
+    yield _db_url(pg_server_url, name)
+    await _drop_db(pg_server_url, name)
+
+
+# --- application objects ---------------------------------------------------------------------------
+
+TEST_SETTINGS: dict[str, Any] = {
+    "job_retry_intervals": [0.05, 0.05, 0.05],
+    "job_retry_jitter": 0.0,
+    "job_processor_poll_interval": 0.5,
+    "worker_visibility_timeout_secs": 5,
+    "worker_sweep_interval_secs": 0.5,
+    "worker_shutdown_grace_secs": 5,
+    "job_cancel_grace_secs": 0.5,
+    "db_pool_size": 10,
+    "secret_key": "test-secret-key-for-csrf-signing-0123456789",
+    "log_level": "WARNING",
+}
+
+
+@pytest.fixture
+def make_settings(db_url: str, tmp_path: Path) -> Any:
+    """``make_settings(**overrides)`` → Settings for this test's database, with short test timings."""
+
+    def _make(**overrides: Any) -> Settings:
+        values = {**TEST_SETTINGS, "database_url": db_url, "jobdesk_data_dir": tmp_path / "data", **overrides}
+        return load_settings(**values)
+
+    return _make
+
+
+@pytest.fixture
+def settings(make_settings: Any) -> Settings:
+    return make_settings()
+
+
+@pytest.fixture
+async def engine(settings: Settings) -> AsyncIterator[Any]:
+    """A pooled async engine on this test's database."""
+    from app.db import create_engine
+
+    eng = create_engine(settings.database_url or "", pool_size=5)
+    yield eng
+    await eng.dispose()
+
+
+@pytest.fixture
+async def pg(db_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A raw asyncpg connection on this test's database, for assertions and for tampering with rows."""
+    conn = await asyncpg.connect(asyncpg_dsn(db_url))
+    yield conn
+    await conn.close()
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
