@@ -14,7 +14,7 @@ import secrets
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 KIB = 1024
