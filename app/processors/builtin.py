@@ -1,0 +1,78 @@
+"""Diagnostic job types, always registered (issue 3 §12): used by tests, benchmarks and smoke checks,
+and shown in the catalogue only to admins (issue 6 §1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ConfigDict, Field
+
+from app.processors import Input, JobContext, PermanentError, processor
+
+
+class AnyInput(Input):
+    """Any JSON object."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+@processor(
+    "noop",
+    title="Do nothing",
+    description="Finishes at once and returns its input unchanged. For testing and benchmarks.",
+    input=AnyInput,
+    diagnostic=True,
+    group="Diagnostics",
+)
+async def noop(ctx: JobContext[AnyInput]) -> dict[str, Any]:
+    return ctx.job["input_data"]
+
+
+class SleepInput(Input):
+    seconds: float = Field(1.0, ge=0, le=3600, title="Seconds", description="How long to wait (0 to 3600).")
+
+
+@processor(
+    "sleep",
+    title="Wait a while",
+    description="Waits the given number of seconds, then finishes. Stops at once when cancelled.",
+    input=SleepInput,
+    diagnostic=True,
+    group="Diagnostics",
+)
+async def sleep(ctx: JobContext[SleepInput]) -> dict[str, Any]:
+    total = ctx.input.seconds
+    step = max(0.5, total / 20)
+    waited = 0.0
+    while waited < total:
+        chunk = min(step, total - waited)
+        await ctx.sleep(chunk)
+        waited += chunk
+        await ctx.report_progress(
+            waited / total if total else 1.0, f"Waited {waited:.1f} of {total:g} seconds"
+        )
+    return {"slept_seconds": total}
+
+
+class FailInput(Input):
+    times: int = Field(
+        1_000_000, ge=0, title="Fail how many times", description="Fail this many attempts, then succeed."
+    )
+    permanent: bool = Field(False, title="Fail permanently", description="Fail without retrying.")
+    message: str = Field("Deliberate failure", max_length=10_000, title="Error message")
+
+
+@processor(
+    "fail",
+    title="Fail on purpose",
+    description="Fails its first attempts with the given message, then succeeds. For testing retries and alerts.",
+    input=FailInput,
+    diagnostic=True,
+    group="Diagnostics",
+)
+async def fail(ctx: JobContext[FailInput]) -> dict[str, Any]:
+    if ctx.attempt <= ctx.input.times:
+        if ctx.input.permanent:
+            raise PermanentError(ctx.input.message)
+        raise RuntimeError(ctx.input.message)
+    return {"ok": True}

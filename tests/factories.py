@@ -1,0 +1,44 @@
+"""Test helpers: users and jobs made directly in a test database (River's testfactory style)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+_seq = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class TestUser:
+    __test__ = False
+    id: int
+    email: str
+    is_admin: bool = False
+
+
+async def make_user(pg: asyncpg.Connection, *, admin: bool = False, email: str | None = None) -> TestUser:
+    """Insert a user (password hash is a placeholder: these users sign in through tokens or sessions
+    made by the test itself)."""
+    email = email or f"user{next(_seq)}@example.com"
+    uid = await pg.fetchval(
+        "INSERT INTO users (email, password_hash, is_admin) VALUES ($1, 'x', $2) RETURNING id", email, admin
+    )
+    return TestUser(id=uid, email=email, is_admin=admin)
+
+
+async def job_row(pg: asyncpg.Connection, job_id: Any) -> dict[str, Any]:
+    row = await pg.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
+    assert row is not None, f"no job {job_id}"
+    return dict(row)
+
+
+async def events(pg: asyncpg.Connection, job_id: Any) -> list[dict[str, Any]]:
+    rows = await pg.fetch("SELECT * FROM job_events WHERE job_id = $1 ORDER BY id", job_id)
+    return [dict(r) for r in rows]
+
+
+async def event_kinds(pg: asyncpg.Connection, job_id: Any) -> list[str]:
+    return [e["kind"] for e in await events(pg, job_id)]
