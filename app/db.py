@@ -271,3 +271,40 @@ async def run_migrations(url: str, revision: str = "head") -> None:
 async def downgrade(url: str, revision: str) -> None:
     """Revert migrations down to ``revision`` (``"base"`` removes everything)."""
     await asyncio.to_thread(_downgrade_sync, url, revision)
+
+
+# --- error classification -------------------------------------------------------------------------
+
+_TRANSIENT_SQLSTATES = ("08", "57P", "53300", "40001", "40P01")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` means "the database is (briefly) unavailable; try again": a dropped or refused
+    connection, an admin/crash shutdown, too many connections, a pool timeout, a serialization failure or
+    deadlock. Used by the worker to retry acknowledgements instead of losing them (issue 4 §11)."""
+    import asyncpg
+    from sqlalchemy import exc as sa_exc
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, sa_exc.DBAPIError) and current.connection_invalidated:
+            return True
+        if isinstance(current, sa_exc.TimeoutError | sa_exc.DisconnectionError | sa_exc.InterfaceError):
+            return True
+        if isinstance(
+            current,
+            OSError
+            | TimeoutError
+            | asyncpg.exceptions.ConnectionDoesNotExistError
+            | asyncpg.exceptions.InterfaceError
+            | asyncpg.exceptions.PostgresConnectionError
+            | asyncpg.exceptions.CannotConnectNowError,
+        ):
+            return True
+        sqlstate = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)
+        if isinstance(sqlstate, str) and sqlstate.startswith(_TRANSIENT_SQLSTATES):
+            return True
+        current = current.__cause__ or current.__context__ or getattr(current, "orig", None)
+    return False

@@ -93,6 +93,8 @@ class Settings(BaseSettings):
     """Finished jobs older than this are deleted, with their events and files (issue 3 §9)."""
     job_max_input_bytes: int = Field(1 * MIB, ge=1 * KIB)
     """Largest accepted ``input_data`` (JSON-encoded size); larger gets 413 (issue 3 §10)."""
+    jobdesk_processor_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Extra Python modules (comma-separated) that register your own job types and pipeline templates."""
     job_worker_log_level: str | None = None
     """``DEBUG`` also logs every poll, claim, lease renewal and retry decision (seed 002)."""
 
@@ -145,9 +147,9 @@ class Settings(BaseSettings):
             raise ValueError("each interval must be between 0 and 2592000 seconds (30 days)")
         return value
 
-    @field_validator("alert_on", mode="before")
+    @field_validator("alert_on", "jobdesk_processor_modules", mode="before")
     @classmethod
-    def _parse_alert_on(cls, value: Any) -> Any:
+    def _parse_words(cls, value: Any) -> Any:
         return _csv_words(value)
 
     @field_validator("alert_on")

@@ -215,7 +215,9 @@ class Enqueued:
     created: bool
 
 
-def prepare(job: NewJob, settings: Settings, *, field_prefix: str = "") -> dict[str, Any]:
+def prepare(
+    job: NewJob, settings: Settings, *, field_prefix: str = "", skip_schema: bool = False
+) -> dict[str, Any]:
     """Validate ``job`` and return the insert parameters.
 
     Checks (issue 3 §2, §10; cases C05, C12, C13): the type is registered; ``input_data`` has no NUL, fits
@@ -232,7 +234,9 @@ def prepare(job: NewJob, settings: Settings, *, field_prefix: str = "") -> dict[
         known = ", ".join(sorted(registry.names())) or "none"
         raise BadInput.field(f"{p}type", f"unknown job type {job.type[:100]!r}; known types: {known}")
     check_input(job.input_data, settings.job_max_input_bytes, field=f"{p}input_data")
-    normalized = spec.validate_input(job.input_data, field_prefix=f"{p}input_data")
+    normalized = (
+        job.input_data if skip_schema else spec.validate_input(job.input_data, field_prefix=f"{p}input_data")
+    )
     input_text = json_text(normalized)
     max_attempts = (
         job.max_attempts
@@ -289,7 +293,7 @@ INSERT_JOB = _sql(
         INSERT INTO job_events (job_id, pipeline_id, kind, to_status, actor, data)
         SELECT id, pipeline_id, 'enqueued', 'queued', :actor, CAST(CAST(:event_data AS text) AS jsonb) FROM ins
     ), notify AS (
-        SELECT pg_notify('{JOBS_CHANNEL}', '') FROM ins WHERE run_at <= now() AND pending_parents = 0 LIMIT 1
+        SELECT pg_notify('{JOBS_CHANNEL}', '') FROM ins WHERE pending_parents = 0 LIMIT 1
     )
     SELECT ins.*, (SELECT count(*) FROM notify) AS notified FROM ins
     """
@@ -302,7 +306,8 @@ GET_BY_IDEMPOTENCY_KEY = _sql(
 async def enqueue(
     db: AsyncConnection | AsyncSession, job: NewJob, settings: Settings, *, actor: str | None = None
 ) -> Enqueued:
-    """Insert one job (status ``queued``) with its ``enqueued`` event; NOTIFY idle workers on commit.
+    """Insert one job (status ``queued``) with its ``enqueued`` event; NOTIFY idle workers on commit
+    (also for a job due later, so that they shorten their sleep to its ``run_at``).
 
     An ``idempotency_key`` is unique per owner: a repeat returns the existing row untouched with
     ``created=False``, and concurrent repeats create exactly one row (``INSERT … ON CONFLICT``).
@@ -416,7 +421,7 @@ INSERT_MANY = _sql(
         INSERT INTO job_events (job_id, pipeline_id, kind, to_status, actor)
         SELECT id, pipeline_id, 'enqueued', 'queued', COALESCE(:actor, 'user:' || user_id) FROM ins
     ), notify AS (
-        SELECT pg_notify('{JOBS_CHANNEL}', '') FROM ins WHERE run_at <= now() AND pending_parents = 0 LIMIT 1
+        SELECT pg_notify('{JOBS_CHANNEL}', '') FROM ins WHERE pending_parents = 0 LIMIT 1
     )
     SELECT ins.id, (SELECT count(*) FROM notify) AS notified FROM ins
     """
@@ -431,11 +436,13 @@ async def enqueue_many(
     actor: str | None = None,
     pending: dict[uuid.UUID, int] | None = None,
     edges: Sequence[tuple[uuid.UUID, uuid.UUID]] = (),
+    skip_schema: bool = False,
 ) -> list[uuid.UUID]:
     """Insert many jobs in one statement (bulk enqueue, issue 3 §2); all are validated first, so a bad
     one rejects the whole batch (all or nothing). Returns the ids actually inserted (idempotent repeats
     are skipped). ``pending`` and ``edges`` are used by pipelines, whose jobs depend on each other
-    (:mod:`app.pipelines` validates the graph); plain callers leave them empty.
+    (:mod:`app.pipelines` validates the graph and the inputs, and passes ``skip_schema``); plain callers
+    leave them empty.
 
     Raises:
         BadInput: with the index of the bad job in the field path (``jobs[3].input_data.seconds``).
@@ -444,7 +451,9 @@ async def enqueue_many(
     conn = await _conn(db)
     if not jobs:
         return []
-    prepared = [prepare(j, settings, field_prefix=f"jobs[{i}].") for i, j in enumerate(jobs)]
+    prepared = [
+        prepare(j, settings, field_prefix=f"jobs[{i}].", skip_schema=skip_schema) for i, j in enumerate(jobs)
+    ]
     pending = pending or {}
     params = {
         "ids": [p["id"] for p in prepared],
@@ -500,7 +509,11 @@ _CLAIM_UPDATE = f"""
         SELECT id, pipeline_id, 'claimed', 'queued', 'in_progress', :actor, jsonb_build_object('attempt', attempts)
         FROM claimed
     )
-    SELECT * FROM claimed ORDER BY priority DESC, run_at, id
+    SELECT claimed.*, (
+        SELECT jsonb_object_agg(COALESCE(p.step_key, p.id::text), p.result_data)
+        FROM job_dependencies d JOIN jobs p ON p.id = d.depends_on WHERE d.job_id = claimed.id
+    ) AS parents
+    FROM claimed ORDER BY priority DESC, run_at, id
 """
 
 CLAIM = _sql(
@@ -715,7 +728,8 @@ class Outcome:
     ``kind``: ``completed`` (``result`` = JSON text of result_data), ``failed`` (``error``; retried after
     ``delay`` seconds while attempts remain unless ``permanent``), ``cancelled`` (the worker stopped it
     after a cancel request), or ``released`` (shutdown: back to ``queued`` without counting the attempt).
-    ``next_jobs`` are jobs a processor created (issue 5 §2), inserted only if the completion wins.
+    ``next_jobs`` (:class:`app.processors.NextJob`) are jobs a processor asked for (issue 5 §2), created by
+    :func:`app.pipelines.insert_next_jobs` only if the completion wins.
     """
 
     job_id: uuid.UUID
@@ -725,9 +739,7 @@ class Outcome:
     permanent: bool = False
     delay: float = 0.0
     message: str | None = None
-    next_jobs: list[NewJob] = field(default_factory=list)
-    edges: list[tuple[uuid.UUID, uuid.UUID]] = field(default_factory=list)
-    pending: dict[uuid.UUID, int] = field(default_factory=dict)
+    next_jobs: list[Any] = field(default_factory=list)
     pipeline_id: uuid.UUID | None = None
 
 
@@ -855,6 +867,7 @@ async def finish(
         by_kind.setdefault(o.kind, []).append(o)
     changed: list[RowMapping] = []
     cancel_instead: list[uuid.UUID] = []
+    extra_pipelines: set[uuid.UUID] = set()
 
     done = by_kind.get("completed", [])
     if done:
@@ -873,12 +886,16 @@ async def finish(
             .mappings()
             .all()
         )
-        won = {r["id"] for r in rows}
+        won = {r["id"]: r for r in rows}
         changed.extend(rows)
         cancel_instead.extend(o.job_id for o in done if o.job_id not in won)
-        winners = [o for o in done if o.job_id in won and o.next_jobs]
-        for o in winners:
-            await _insert_next_jobs(conn, o, settings)
+        for o in done:
+            if o.job_id in won and o.next_jobs:
+                from app import pipelines
+
+                extra_pipelines.add(
+                    await pipelines.insert_next_jobs(conn, won[o.job_id], o.next_jobs, settings)
+                )
 
     failed = by_kind.get("failed", [])
     if failed:
@@ -943,20 +960,8 @@ async def finish(
     for r in changed:
         report.status[r["id"]] = r["status"]
     report.lost = {o.job_id for o in outcomes} - set(report.status)
-    report.notify = await _consequences(conn, changed, actor) or report.notify
+    report.notify = await _consequences(conn, changed, actor, extra_pipelines) or report.notify
     return report
-
-
-async def _insert_next_jobs(conn: AsyncConnection, outcome: Outcome, settings: Settings) -> None:
-    """Insert the jobs a processor returned, with their dependency edges (issue 5 §2)."""
-    await enqueue_many(
-        conn,
-        outcome.next_jobs,
-        settings,
-        actor=f"job:{outcome.job_id}",
-        pending=outcome.pending,
-        edges=outcome.edges,
-    )
 
 
 # --- consequences: dependents, pipelines, alerts ---------------------------------------------------
@@ -1013,14 +1018,19 @@ CASCADE_CANCEL = _sql(
 
 
 async def _consequences(
-    conn: AsyncConnection, changed: Sequence[RowMapping | dict[str, Any]], actor: str
+    conn: AsyncConnection,
+    changed: Sequence[RowMapping | dict[str, Any]],
+    actor: str,
+    extra_pipelines: set[uuid.UUID] | None = None,
 ) -> bool:
     """Release or cancel dependents, derive pipeline statuses and record alerts for ``changed`` rows
     (each with ``id``, ``status``, ``pipeline_id``). Returns whether a NOTIFY was sent."""
     notified = False
     completed = [r["id"] for r in changed if r["status"] == Status.COMPLETED]
     dead = [r["id"] for r in changed if r["status"] in (Status.FAILED, Status.CANCELLED)]
-    pipelines = {r["pipeline_id"] for r in changed if r.get("pipeline_id") is not None}
+    pipelines = {r["pipeline_id"] for r in changed if r.get("pipeline_id") is not None} | (
+        extra_pipelines or set()
+    )
     if completed:
         released = (await conn.execute(RELEASE_DEPENDENTS, {"ids": completed})).all()
         if any(r[1] == 0 and r[2] for r in released):
@@ -1684,3 +1694,79 @@ async def stuck_dependents(conn: AsyncConnection) -> list[uuid.UUID]:
     """Jobs waiting on a dependency that is failed, cancelled or missing — must always be empty
     (case C08's invariant query)."""
     return list((await conn.execute(STUCK_DEPENDENTS)).scalars())
+
+
+# --- worker registry (issue 4 §8) ------------------------------------------------------------------
+
+REGISTER_WORKER = _sql(
+    """
+    INSERT INTO workers (id, hostname, pid, concurrency, version, listener_connected)
+    VALUES (:id, :hostname, :pid, :concurrency, :version, false)
+    ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), stopping = false
+    """
+)
+TOUCH_WORKER = _sql(
+    """
+    UPDATE workers SET last_seen_at = now(), running = :running, stopping = :stopping,
+        listener_connected = :listener_connected
+    WHERE id = :id
+    """
+)
+RECORD_THROUGHPUT = _sql(
+    """
+    INSERT INTO throughput_samples (minute, worker_id, completed, failed)
+    VALUES (date_trunc('minute', now()), :id, :completed, :failed)
+    ON CONFLICT (minute, worker_id) DO UPDATE
+    SET completed = throughput_samples.completed + EXCLUDED.completed,
+        failed = throughput_samples.failed + EXCLUDED.failed
+    """
+)
+UNREGISTER_WORKER = _sql("DELETE FROM workers WHERE id = :id")
+FORGET_OLD = _sql(
+    """
+    WITH w AS (DELETE FROM workers WHERE last_seen_at < now() - interval '1 day' RETURNING 1),
+         t AS (DELETE FROM throughput_samples WHERE minute < now() - interval '1 day' RETURNING 1),
+         l AS (DELETE FROM login_attempts WHERE at < now() - interval '1 day' RETURNING 1),
+         s AS (DELETE FROM web_sessions WHERE expires_at < now() RETURNING 1)
+    SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM t), (SELECT count(*) FROM l), (SELECT count(*) FROM s)
+    """
+)
+
+
+async def register_worker(
+    conn: AsyncConnection, *, worker_id: str, hostname: str, pid: int, concurrency: int, version: str
+) -> None:
+    """Insert this worker's row, listed by the admin health page while it is seen recently."""
+    await conn.execute(
+        REGISTER_WORKER,
+        {"id": worker_id, "hostname": hostname, "pid": pid, "concurrency": concurrency, "version": version},
+    )
+
+
+async def touch_worker(
+    conn: AsyncConnection,
+    worker_id: str,
+    *,
+    running: int,
+    stopping: bool,
+    listener_connected: bool,
+    completed: int = 0,
+    failed: int = 0,
+) -> None:
+    """Refresh the worker's row (its heartbeat) and add finished counts to this minute's sample."""
+    await conn.execute(
+        TOUCH_WORKER,
+        {"id": worker_id, "running": running, "stopping": stopping, "listener_connected": listener_connected},
+    )
+    if completed or failed:
+        await conn.execute(RECORD_THROUGHPUT, {"id": worker_id, "completed": completed, "failed": failed})
+
+
+async def unregister_worker(conn: AsyncConnection, worker_id: str) -> None:
+    await conn.execute(UNREGISTER_WORKER, {"id": worker_id})
+
+
+async def forget_old(conn: AsyncConnection) -> None:
+    """Housekeeping: workers and throughput samples unseen for a day, old sign-in attempts, expired
+    sessions."""
+    await conn.execute(FORGET_OLD)

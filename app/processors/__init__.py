@@ -137,7 +137,8 @@ class JobContext(Generic[InputT]):
     ``pipeline_id``, ``step_key``, ``input_data``…), ``input`` (the validated input model), ``attempt``
     (1-based), ``log`` (a structlog logger bound to the job), ``parents`` (``{step key or job id:
     result_data}`` of the jobs this one depends on), ``settings``, ``db`` (the app's pooled engine, for
-    processors that use the database), ``files`` (:class:`app.files.JobFiles`: read inputs, save outputs).
+    processors that use the database), ``files`` (:class:`app.files.JobFiles`: read inputs, save outputs),
+    ``worker_id`` (the worker running it).
     """
 
     def __init__(
@@ -152,8 +153,10 @@ class JobContext(Generic[InputT]):
         parents: dict[str, Any],
         cancel_event: asyncio.Event,
         progress: Callable[[float | None, str | None], Awaitable[None]],
+        worker_id: str = "",
     ) -> None:
         self.job = job
+        self.worker_id = worker_id
         self.input = input
         self.log = log
         self.settings = settings
@@ -283,7 +286,7 @@ class Registry:
             return
         with self._lock:
             if not self._loaded:
-                for module in PROCESSOR_MODULES:
+                for module in [*PROCESSOR_MODULES, *_extra_modules()]:
                     importlib.import_module(module)
                 self._loaded = True
 
@@ -298,6 +301,13 @@ class Registry:
     def all(self) -> list[ProcessorSpec]:
         self._load()
         return list(self._specs.values())
+
+
+def _extra_modules() -> list[str]:
+    """``JOBDESK_PROCESSOR_MODULES``: modules with your own job types, loaded without editing Jobdesk."""
+    import os
+
+    return [m.strip() for m in os.environ.get("JOBDESK_PROCESSOR_MODULES", "").split(",") if m.strip()]
 
 
 registry = Registry()

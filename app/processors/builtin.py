@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from app.processors import Input, JobContext, PermanentError, processor
+from app.processors import CpuContext, Input, JobContext, PermanentError, processor
 
 
 class AnyInput(Input):
@@ -76,3 +76,32 @@ async def fail(ctx: JobContext[FailInput]) -> dict[str, Any]:
             raise PermanentError(ctx.input.message)
         raise RuntimeError(ctx.input.message)
     return {"ok": True}
+
+
+class CpuInput(Input):
+    seconds: float = Field(1.0, ge=0, le=600, title="Seconds", description="How long to keep one CPU busy.")
+
+
+def _burn(ctx: CpuContext) -> dict[str, Any]:
+    import hashlib
+    import time
+
+    deadline = time.monotonic() + ctx.input.seconds
+    rounds = 0
+    digest = b"jobdesk"
+    while time.monotonic() < deadline:
+        for _ in range(1000):
+            digest = hashlib.sha256(digest).digest()
+        rounds += 1000
+    return {"rounds": rounds, "digest": digest.hex()[:16]}
+
+
+processor(
+    "cpu",
+    title="Keep a CPU busy",
+    description="Hashes in a loop for the given seconds, in its own process. For testing CPU-bound work.",
+    input=CpuInput,
+    cpu_bound=True,
+    diagnostic=True,
+    group="Diagnostics",
+)(_burn)

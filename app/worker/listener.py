@@ -1,0 +1,134 @@
+"""LISTEN/NOTIFY for the worker, with reconnection (issue 4 §3; case C11).
+
+One dedicated asyncpg connection LISTENs on the jobs channel (enqueue, due retries, released dependents)
+and the cancel channel. The connection's loss is noticed two ways: asyncpg's termination callback (the
+server closed it: restart, ``pg_terminate_backend``) and a periodic liveness query with a timeout (a
+half-open TCP connection that never reports its death). Either way the listener reconnects with
+exponential backoff and jitter — never a busy spin on a dead database — runs LISTEN again and then asks
+the claim loop to poll once at once, picking up jobs enqueued during the gap. State is visible in logs,
+in ``workers.listener_connected`` and in the ``jobdesk_listener_connected`` metric.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+import structlog
+
+from app import metrics
+from app.jobs.queue import CANCEL_CHANNEL, JOBS_CHANNEL
+
+LIVENESS_INTERVAL_SECS = 5.0
+LIVENESS_TIMEOUT_SECS = 3.0
+BACKOFF_START_SECS = 0.2
+BACKOFF_MAX_SECS = 10.0
+
+
+class Listener:
+    """Keeps one LISTEN connection alive. ``on_jobs()`` is called for each jobs-channel notification and
+    after every (re)connect; ``on_cancel(job_id)`` for each cancel notification."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        on_jobs: Callable[[], None],
+        on_cancel: Callable[[str], None],
+        log: Any,
+        liveness_interval: float = LIVENESS_INTERVAL_SECS,
+    ) -> None:
+        self.dsn = dsn
+        self.on_jobs = on_jobs
+        self.on_cancel = on_cancel
+        self.log = log or structlog.get_logger("jobdesk.listener")
+        self.liveness_interval = liveness_interval
+        self.connected = False
+        self.reconnects = 0
+        self.enabled = True
+        """Tests switch this off to show that without re-LISTEN a lost listener is never restored."""
+        self._lost = asyncio.Event()
+        self._conn: asyncpg.Connection | None = None
+
+    def _notified(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
+        if channel == CANCEL_CHANNEL:
+            self.on_cancel(payload)
+        else:
+            self.on_jobs()
+
+    def _terminated(self, _conn: Any) -> None:
+        self._lost.set()
+
+    async def _connect(self) -> asyncpg.Connection:
+        conn = await asyncpg.connect(
+            self.dsn, timeout=10, server_settings={"application_name": "jobdesk-listener"}
+        )
+        conn.add_termination_listener(self._terminated)
+        await conn.add_listener(JOBS_CHANNEL, self._notified)
+        await conn.add_listener(CANCEL_CHANNEL, self._notified)
+        return conn
+
+    async def run(self) -> None:
+        """Run until cancelled."""
+        delay = BACKOFF_START_SECS
+        first = True
+        while True:
+            if not first and not self.enabled:
+                await asyncio.sleep(3600)  # negative control: never re-LISTEN
+                continue
+            try:
+                self._lost.clear()
+                self._conn = await self._connect()
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+                self._set_connected(False)
+                wait = delay * (1 + random.random() * 0.2)
+                self.log.warning(
+                    "listener could not connect; retrying", error=str(exc)[:200], retry_in_secs=round(wait, 2)
+                )
+                await asyncio.sleep(wait)
+                delay = min(delay * 2, BACKOFF_MAX_SECS)
+                continue
+            delay = BACKOFF_START_SECS
+            if not first:
+                self.reconnects += 1
+            self.log.info("listener connected", reconnects=self.reconnects)
+            first = False
+            self._set_connected(True)
+            self.on_jobs()  # poll once at once: jobs may have been enqueued while we were away
+            try:
+                await self._watch()
+            finally:
+                self._set_connected(False)
+                await self._close()
+            self.log.warning("listener connection lost; reconnecting")
+
+    async def _watch(self) -> None:
+        """Return when the connection is lost (termination callback or failed liveness check)."""
+        assert self._conn is not None
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lost.wait(), timeout=self.liveness_interval)
+            if self._lost.is_set():
+                return
+            try:
+                await self._conn.fetchval("SELECT 1", timeout=LIVENESS_TIMEOUT_SECS)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+                self.log.warning("listener liveness check failed", error=str(exc)[:200] or type(exc).__name__)
+                return
+
+    async def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.terminate()
+
+    def _set_connected(self, value: bool) -> None:
+        self.connected = value
+        metrics.LISTENER_CONNECTED.set(1 if value else 0)
+
+    async def aclose(self) -> None:
+        await self._close()
+        self._set_connected(False)

@@ -1,0 +1,164 @@
+"""Job types used only by tests. Imported directly by in-process tests, and loaded into worker
+subprocesses with ``JOBDESK_PROCESSOR_MODULES=support_processors`` (the tests folder is on their path).
+
+``test.effect`` appends one row per run to ``side_effects`` — the "exactly once" probe of the cases:
+a processor that appends one row per run leaves exactly one row when it ran exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from pydantic import Field
+from sqlalchemy import text
+
+from app.processors import Input, JobContext, NextJob, Result, processor
+
+SIDE_EFFECTS_DDL = """
+CREATE TABLE IF NOT EXISTS side_effects (
+    id bigserial PRIMARY KEY, job_id uuid NOT NULL, attempt int NOT NULL, worker text NOT NULL,
+    pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+
+class EffectInput(Input):
+    seconds: float = Field(0.0, ge=0)
+    cooperative: bool = True
+
+
+async def _record(ctx: JobContext[Any]) -> None:
+    assert ctx.db is not None
+    async with ctx.db.begin() as conn:
+        await conn.execute(
+            text("INSERT INTO side_effects (job_id, attempt, worker, pid) VALUES (:j, :a, :w, :p)"),
+            {"j": ctx.job["id"], "a": ctx.attempt, "w": ctx.worker_id, "p": os.getpid()},
+        )
+
+
+@processor(
+    "test.effect",
+    title="Side effect",
+    description="Waits, then appends one row to side_effects.",
+    input=EffectInput,
+    diagnostic=True,
+)
+async def effect(ctx: JobContext[EffectInput]) -> dict[str, Any]:
+    if ctx.input.cooperative:
+        await ctx.sleep(ctx.input.seconds)
+    else:
+        await asyncio.sleep(ctx.input.seconds)
+    await _record(ctx)
+    return {"ok": True}
+
+
+class SecondsInput(Input):
+    seconds: float = Field(1.0, ge=0)
+
+
+@processor(
+    "test.stubborn",
+    title="Stubborn",
+    description="Ignores cancellation, then succeeds.",
+    input=SecondsInput,
+    diagnostic=True,
+)
+async def stubborn(ctx: JobContext[SecondsInput]) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ctx.input.seconds
+    while loop.time() < deadline:
+        try:
+            await asyncio.sleep(min(0.05, max(0.0, deadline - loop.time())))
+        except asyncio.CancelledError:
+            continue  # swallows the cancellation: the worst kind of processor
+    return {"ignored_cancel": True}
+
+
+@processor(
+    "test.hang",
+    title="Hang",
+    description="Sleeps past its 0.5 s timeout.",
+    input=SecondsInput,
+    timeout=0.5,
+    diagnostic=True,
+)
+async def hang(ctx: JobContext[SecondsInput]) -> dict[str, Any]:
+    await asyncio.sleep(ctx.input.seconds)
+    return {}
+
+
+@processor(
+    "test.pgsleep",
+    title="Hold a connection",
+    description="pg_sleep on the app pool, then a side effect.",
+    input=SecondsInput,
+    diagnostic=True,
+)
+async def pgsleep(ctx: JobContext[SecondsInput]) -> dict[str, Any]:
+    assert ctx.db is not None
+    async with ctx.db.connect() as conn:
+        await conn.execute(text("SELECT pg_sleep(:s)"), {"s": ctx.input.seconds})
+    await _record(ctx)
+    return {}
+
+
+class FanoutInput(Input):
+    n: int = Field(3, ge=0, le=100)
+    bad: str = ""
+
+
+@processor(
+    "test.fanout",
+    title="Fan out",
+    description="Creates n noop children and one fan-in job.",
+    input=FanoutInput,
+    diagnostic=True,
+)
+async def fanout(ctx: JobContext[FanoutInput]) -> Result:
+    children = [NextJob(type="noop", input_data={"i": i}, key=f"child-{i}") for i in range(ctx.input.n)]
+    if ctx.input.bad == "cycle":
+        children.append(NextJob(type="noop", key="x", depends_on=["y"]))
+        children.append(NextJob(type="noop", key="y", depends_on=["x"]))
+    if ctx.input.bad == "unknown":
+        children.append(NextJob(type="noop", key="z", depends_on=["00000000-0000-0000-0000-000000000000"]))
+    fan_in = NextJob(
+        type="test.collect",
+        key="collect",
+        depends_on=[c.key for c in children if c.key and c.key.startswith("child")],
+    )
+    return Result(data={"children": ctx.input.n}, next_jobs=[*children, fan_in])
+
+
+@processor("test.collect", title="Collect", description="Returns its parents' results.", diagnostic=True)
+async def collect(ctx: JobContext[Any]) -> dict[str, Any]:
+    return {"parents": sorted(ctx.parents)}
+
+
+class HugeErrorInput(Input):
+    mode: str = "big"
+
+
+@processor(
+    "test.huge_error",
+    title="Huge error",
+    description="Raises a 5 MB message or a 10 000-frame traceback.",
+    input=HugeErrorInput,
+    diagnostic=True,
+)
+async def huge_error(ctx: JobContext[HugeErrorInput]) -> dict[str, Any]:
+    if ctx.input.mode == "big":
+        raise RuntimeError("E" * (5 * 1024 * 1024))
+    import sys
+
+    def down(n: int) -> int:
+        return n if n == 0 else down(n - 1) + 1
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(12_000)
+    try:
+        down(10_000)
+        raise RecursionError("went 10 000 frames deep <script>alert(4)</script>")
+    finally:
+        sys.setrecursionlimit(old)
