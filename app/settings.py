@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     database_url: str | None = None
     """``postgresql://`` or ``postgresql+asyncpg://`` URL. Unset: an embedded PostgreSQL under
     ``JOBDESK_DATA_DIR/pgdata`` is started (issue 2)."""
+    database_listen_url: str | None = None
+    """Where the worker's LISTEN connection goes, if not ``DATABASE_URL`` — e.g. the server itself when
+    ``DATABASE_URL`` points at PgBouncer in transaction mode, which cannot LISTEN."""
     db_pool_size: int = Field(20, ge=1, le=1000)
     """Connections in the web/processor pool (seed 000 §10). The worker's own claim, lease and listen
     connections are separate and never taken by processors (case C15)."""
@@ -160,7 +163,7 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown kind(s) {', '.join(unknown)}; choose from {', '.join(ALERT_KINDS)}")
         return value
 
-    @field_validator("database_url")
+    @field_validator("database_url", "database_listen_url")
     @classmethod
     def _check_url(cls, value: str | None) -> str | None:
         if value is None or value.strip() == "":

@@ -186,7 +186,9 @@ class Worker:
             ),
         )
         self.listener = Listener(
-            self.url.replace("postgresql+asyncpg://", "postgresql://", 1),
+            (self.settings.database_listen_url or self.url).replace(
+                "postgresql+asyncpg://", "postgresql://", 1
+            ),
             on_jobs=self.wake,
             on_cancel=self._on_cancel_notify,
             log=self.log,
@@ -248,6 +250,7 @@ class Worker:
         self.stop()
         for job in list(self.running.values()):  # no leases, no completer: stop now, the sweep rescues them
             job.stop_reason = "lost"
+            job.cancel_event.set()
             if job.task is not None:
                 job.task.cancel()
 
@@ -382,20 +385,11 @@ class Worker:
                 result = await self._call(spec, job, model)
             outcome = await self._success(job, result)
         except JobCancelled:
-            outcome = Outcome(
-                row["id"], "cancelled", message="stopped by the processor after a cancel request"
-            )
+            outcome = self._stopped(job, "stopped by the processor after a cancel request")
         except asyncio.CancelledError:
-            if job.stop_reason == "cancel":
-                outcome = Outcome(row["id"], "cancelled", message="stopped after a cancel request")
-            elif job.stop_reason == "shutdown":
-                outcome = Outcome(
-                    row["id"], "released", message="released: the worker shut down before the job finished"
-                )
-            elif job.stop_reason == "lost":
-                outcome = None
-            else:
+            if job.stop_reason is None:
                 raise
+            outcome = self._stopped(job, "stopped after a cancel request")
         except TimeoutError as exc:
             if timer is not None and timer.expired():
                 outcome = self._failure(job, spec, f"timed out after {timeout:g} s", permanent=False)
@@ -423,6 +417,17 @@ class Worker:
         outcome.pipeline_id = row["pipeline_id"]
         job.duration = duration
         self._outcomes.put_nowait(outcome)
+
+    def _stopped(self, job: RunningJob, cancel_message: str) -> Outcome | None:
+        """The outcome of a job stopped early: why it was asked to stop decides (cancel request →
+        ``cancelled``; shutdown past the grace → ``released``; lease lost → nothing to record)."""
+        if job.stop_reason == "shutdown":
+            return Outcome(
+                job.row["id"], "released", message="released: the worker shut down before the job finished"
+            )
+        if job.stop_reason == "lost":
+            return None
+        return Outcome(job.row["id"], "cancelled", message=cancel_message)
 
     async def _call(self, spec: ProcessorSpec, job: RunningJob, model: Any) -> Any:
         row = job.row
@@ -568,6 +573,7 @@ class Worker:
             job = self.running.get(job_id)
             if job is not None:
                 job.log.warning("lease lost; stopping the job")
+                job.stop_reason = "lost"
                 job.cancel_event.set()
                 self._force_stop(job, "lost")
 
@@ -583,6 +589,7 @@ class Worker:
             if pending:
                 self.log.warning("grace period over; releasing unfinished jobs", count=len(pending))
                 for job in list(self.running.values()):
+                    job.stop_reason = job.stop_reason or "shutdown"
                     job.cancel_event.set()
                     self._force_stop(job, "shutdown")
                 await asyncio.wait(pending, timeout=10)
