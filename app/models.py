@@ -132,9 +132,11 @@ class Pipeline(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     __table_args__ = (
         CheckConstraint(_in("status", PIPELINE_STATUSES), name="status_known"),
+        # A pipeline turns "failed" as soon as a step fails, while independent steps may still finish;
+        # finished_at is set once no step is live (app.jobs.queue.derive_pipeline_status).
         CheckConstraint(
-            "(finished_at IS NOT NULL) = (status IN ('completed', 'failed', 'cancelled'))",
-            name="finished_iff_terminal",
+            "finished_at IS NULL OR status IN ('completed', 'failed', 'cancelled')",
+            name="finished_only_when_terminal",
         ),
         Index("ix_pipelines_user_id_id", "user_id", text("id DESC")),
         Index("ix_pipelines_finished_at", "finished_at", postgresql_where=text("finished_at IS NOT NULL")),

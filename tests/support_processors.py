@@ -162,3 +162,31 @@ async def huge_error(ctx: JobContext[HugeErrorInput]) -> dict[str, Any]:
         raise RecursionError("went 10 000 frames deep <script>alert(4)</script>")
     finally:
         sys.setrecursionlimit(old)
+
+
+FLAGS_DDL = (
+    "CREATE TABLE IF NOT EXISTS test_flags (name text PRIMARY KEY, fixed boolean NOT NULL DEFAULT false)"
+)
+
+
+class FlagInput(Input):
+    flag: str = "downstream"
+
+
+@processor(
+    "test.until_fixed",
+    title="Until fixed",
+    description="Fails until test_flags says the fault is fixed.",
+    input=FlagInput,
+    diagnostic=True,
+)
+async def until_fixed(ctx: JobContext[FlagInput]) -> dict[str, Any]:
+    assert ctx.db is not None
+    async with ctx.db.connect() as conn:
+        fixed = (
+            await conn.execute(text("SELECT fixed FROM test_flags WHERE name = :n"), {"n": ctx.input.flag})
+        ).scalar()
+    if not fixed:
+        raise RuntimeError(f"{ctx.input.flag} is down")
+    await _record(ctx)
+    return {"fixed": True}

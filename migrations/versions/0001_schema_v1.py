@@ -191,8 +191,8 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
         sa.CheckConstraint(
-            "(finished_at IS NOT NULL) = (status IN ('completed', 'failed', 'cancelled'))",
-            name=op.f("ck_pipelines_finished_iff_terminal"),
+            "finished_at IS NULL OR status IN ('completed', 'failed', 'cancelled')",
+            name=op.f("ck_pipelines_finished_only_when_terminal"),
         ),
         sa.CheckConstraint(
             "status IN ('running', 'waiting_approval', 'completed', 'failed', 'cancelled')",
