@@ -1,0 +1,8 @@
+"""Standalone worker: ``python worker.py`` does the same as ``jobdesk worker`` (issue 2 §6)."""
+
+import sys
+
+from app.cli import main
+
+if __name__ == "__main__":
+    main(["worker", *sys.argv[1:]], prog_name="worker.py")
