@@ -120,7 +120,9 @@ def configure_logging(settings: Settings, *, stream: TextIO | None = None, json:
         renderer = structlog.processors.JSONRenderer()
         exc_processors: list[Processor] = [structlog.processors.format_exc_info]
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=out is None and sys.stdout.isatty())
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=out is None and sys.stdout.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
         exc_processors = []
 
     processors: list[Processor] = [_add_logger_name]

@@ -101,6 +101,7 @@ SECURITY_HEADERS = (
 CSRF_EXCLUDE = ["^/api/", "^/healthz", "^/readyz", "^/metrics", "^/static/"]
 
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_MISSING_RE = re.compile(r"^Missing required (\w+) parameter '([^']+)'")
 
 
 class StartupRefused(DatabaseUnavailable):
@@ -226,6 +227,9 @@ def _classify(exc: Exception, settings: Settings) -> tuple[int, str, dict[str, s
             if isinstance(item, dict):
                 key = str(item.get("key") or item.get("source") or "request")
                 errors[key] = str(item.get("message", "invalid value"))
+        missing = _MISSING_RE.match(exc.detail or "")
+        if missing and not errors:
+            errors[missing.group(2)] = f"a {missing.group(1)} parameter is required"
         summary = "; ".join(f"{k}: {v}" for k, v in errors.items()) or exc.detail
         return 422, f"Invalid request: {summary}", errors, {}
     if isinstance(exc, NotFoundException):

@@ -20,10 +20,16 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jinja2 import pass_context
 from litestar import Request
-from litestar.contrib.jinja import JinjaTemplateEngine
+from litestar.di import NamedDependency
+from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Template
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import format_bytes
+
+#: Annotation for the request's database session (advanced-alchemy, committed on 2xx/3xx responses,
+#: rolled back otherwise): ``async def handler(self, db_session: DbSession) -> …``.
+DbSession = NamedDependency[AsyncSession]
 
 
 def is_htmx(request: Request[Any, Any, Any]) -> bool:

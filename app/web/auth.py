@@ -9,13 +9,12 @@ from typing import Annotated, Any
 
 from litestar import Controller, Request, get, post
 from litestar.enums import RequestEncodingType
-from litestar.params import Body, Parameter
+from litestar.params import Body, QueryParameter
 from litestar.response import Redirect, Template
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import SESSION_COOKIE, create_session, delete_session, safe_next, sign_in
 from app.errors import RateLimited, Unauthorized
-from app.web import current_user, render
+from app.web import DbSession, current_user, render
 
 
 @dataclass
@@ -38,7 +37,7 @@ class AuthController(Controller):
 
     @get("/login", name="auth.login")
     async def login_page(
-        self, request: Request[Any, Any, Any], next_path: Annotated[str, Parameter(query="next")] = "/"
+        self, request: Request[Any, Any, Any], next_path: Annotated[str, QueryParameter(name="next")] = "/"
     ) -> Template | Redirect:
         """The sign-in form; a signed-in visitor goes straight on to ``next``."""
         target = safe_next(next_path)
@@ -51,7 +50,7 @@ class AuthController(Controller):
         self,
         request: Request[Any, Any, Any],
         data: Annotated[LoginForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
-        db_session: AsyncSession,
+        db_session: DbSession,
     ) -> Template | Redirect:
         """Check the password; on success start a session and go to ``next`` (a local path only).
 
@@ -95,7 +94,7 @@ class AuthController(Controller):
         return response
 
     @post("/logout", name="auth.logout", status_code=303)
-    async def logout(self, request: Request[Any, Any, Any], db_session: AsyncSession) -> Redirect:
+    async def logout(self, request: Request[Any, Any, Any], db_session: DbSession) -> Redirect:
         """Delete the session row (so the old cookie stops working anywhere) and clear the cookie."""
         token = request.cookies.get(SESSION_COOKIE)
         if token:

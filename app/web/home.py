@@ -8,10 +8,9 @@ from typing import Any
 
 from litestar import Controller, Request, get
 from litestar.response import Redirect, Template
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import any_user_exists, login_url
-from app.web import current_user, render
+from app.web import DbSession, current_user, render
 
 FIRST_ADMIN_COMMAND = "jobdesk create-user you@example.com --admin"
 
@@ -22,7 +21,7 @@ class HomeController(Controller):
     include_in_schema = False
 
     @get("/", name="home")
-    async def home(self, request: Request[Any, Any, Any], db_session: AsyncSession) -> Template | Redirect:
+    async def home(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template | Redirect:
         """Signed in: the "Start a job" page. Signed out: the sign-in page — unless no user exists yet,
         in which case the page says exactly how to create the first administrator."""
         if current_user(request) is None:
