@@ -108,10 +108,10 @@ def format_ago(value: datetime | None, now: datetime | None = None) -> str:
         return "just now" if not future else "in a few seconds"
     if secs < 90 * 60:
         text = f"{max(1, round(secs / 60))} min"
-    elif secs < 36 * 3600:
+    elif secs < 22 * 3600:
         text = f"{round(secs / 3600)} h"
     else:
-        days = round(secs / 86400)
+        days = max(1, round(secs / 86400))
         text = f"{days} day" if days == 1 else f"{days} days"
     return f"in {text}" if future else f"{text} ago"
 
