@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 import pytest
 from litestar import Request, get, post
+from litestar.params import FromQuery
 from litestar.testing import AsyncTestClient
 from webkit import add_token, add_user, app_client, login
 
@@ -226,7 +227,7 @@ def api_bad() -> str:
 
 
 @get("/api/typed", sync_to_thread=False)
-def api_typed(count: int) -> dict[str, int]:
+def api_typed(count: FromQuery[int]) -> dict[str, int]:
     return {"count": count}
 
 
@@ -279,3 +280,17 @@ async def test_request_body_limit_is_upload_max_bytes(make_settings: Any, db_url
         r = await c.post("/api/upload-test", content=b"x" * 2049, headers=auth)
         assert r.status_code == 413
         assert r.json() == {"detail": "The request is too large: the limit is 2 KiB."}
+
+
+def test_no_handler_mixes_safe_and_state_changing_methods(make_settings: Any) -> None:
+    """Case C21: a state-changing handler never answers GET (GET on it gets 405). Holds for every
+    route registered in create_app, including those added later."""
+    app = create_app(make_settings(worker_enabled=False))
+    safe = {"GET", "HEAD", "OPTIONS"}
+    checked = 0
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", []):
+            methods = set(handler.http_methods)
+            assert methods <= safe or not (methods & {"GET", "HEAD"}), (route.path, methods)
+            checked += 1
+    assert checked >= 6

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -74,3 +81,56 @@ async def login(
         data={"email": email, "password": password, "next": next_path, "_csrf_token": csrf_from(page.text)},
         follow_redirects=False,
     )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def running_server(db_url: str, data_dir: Path, **env: str) -> Iterator[str]:
+    """``jobdesk serve`` in a subprocess on a free loopback port; yields its base URL.
+
+    ``env`` adds environment variables (``WORKER_ENABLED`` defaults to ``false``). The server gets
+    SIGTERM on exit; its output is in ``data_dir/serve.log``.
+    """
+    port = free_port()
+    jobdesk = Path(sys.executable).parent / "jobdesk"
+    cmd = [str(jobdesk)] if jobdesk.exists() else [sys.executable, "-m", "app.cli"]
+    full_env = {k: v for k, v in os.environ.items() if k not in {"TEST_DATABASE_URL"}}
+    full_env.update(
+        DATABASE_URL=db_url,
+        SECRET_KEY="browser-test-secret-key-0123456789abcdef",
+        JOBDESK_DATA_DIR=str(data_dir),
+        WORKER_ENABLED="false",
+        LOG_LEVEL="INFO",
+    )
+    full_env.update(env)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log = (data_dir / "serve.log").open("w")
+    proc = subprocess.Popen(
+        [*cmd, "serve", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=data_dir
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(base + "/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"jobdesk serve did not start: {(data_dir / 'serve.log').read_text()}"
+                    ) from None
+                time.sleep(0.2)
+        yield base
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
