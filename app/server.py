@@ -481,6 +481,8 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             exclude=CSRF_EXCLUDE,
             cookie_samesite="lax",
             cookie_secure=settings.cookies_secure,
+            # Pages carry the token (hidden field, <body hx-headers>); no script needs to read the cookie.
+            cookie_httponly=True,
         ),
         template_config=TemplateConfig(
             directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=register_filters

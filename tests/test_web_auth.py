@@ -69,6 +69,20 @@ async def test_wrong_password_shows_a_clear_message_next_to_the_form(
     assert await pg.fetchval("SELECT count(*) FROM web_sessions") == 0
 
 
+async def test_what_the_visitor_typed_is_escaped(client: AsyncTestClient) -> None:
+    payload = '"><script>alert(1)</script>'
+    r = await login(client, payload, "whatever-password", next_path='/x"><svg onload=alert(2)>')
+    assert r.status_code == 401
+    assert "<script>alert(1)" not in r.text and "<svg onload" not in r.text
+    assert "&#34;&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in r.text
+
+
+async def test_csrf_cookie_is_http_only_and_lax(client: AsyncTestClient) -> None:
+    r = await client.get("/login")
+    cookie = r.headers["set-cookie"]
+    assert cookie.startswith("csrftoken=") and "HttpOnly" in cookie and "SameSite=lax" in cookie
+
+
 async def test_empty_form_is_a_400_with_a_message(client: AsyncTestClient) -> None:
     page = await client.get("/login")
     r = await client.post("/login", data={"_csrf_token": csrf_from(page.text)})
@@ -246,6 +260,21 @@ async def test_bearer_token_works_on_the_api(
     row = await pg.fetchrow("SELECT token_hash, prefix, last_used_at FROM api_tokens")
     assert row["token_hash"] != token and token not in row["token_hash"]
     assert token.startswith(row["prefix"]) and row["last_used_at"] is not None
+
+
+async def test_token_last_used_at_is_written_at_most_once_a_minute(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    user = await add_user(db_url, "ann@example.com")
+    token = await add_token(db_url, user.id)
+    auth = {"Authorization": f"Bearer {token}"}
+    await client.get("/api/me", headers=auth)
+    first = await pg.fetchval("SELECT last_used_at FROM api_tokens")
+    await client.get("/api/me", headers=auth)
+    assert await pg.fetchval("SELECT last_used_at FROM api_tokens") == first  # no write within the minute
+    await pg.execute("UPDATE api_tokens SET last_used_at = last_used_at - interval '61 seconds'")
+    await client.get("/api/me", headers=auth)
+    assert await pg.fetchval("SELECT last_used_at FROM api_tokens") > first
 
 
 async def test_api_ignores_the_session_cookie(client: AsyncTestClient, db_url: str) -> None:
