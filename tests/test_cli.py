@@ -298,11 +298,12 @@ def test_serve_on_the_embedded_database_stops_it_on_exit(tmp_path: Path) -> None
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM, err
+    output = f"exit {proc.returncode}\n--- stdout\n{out[-3000:]}\n--- stderr\n{err[-3000:]}"
+    assert proc.returncode == 128 + signal.SIGTERM, output
     deadline = time.monotonic() + 15
     while (pgdata / "postmaster.pid").exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     if (pgdata / "postmaster.pid").exists():  # do not leave it behind, then fail
         os.kill(int((pgdata / "postmaster.pid").read_text().split()[0]), signal.SIGTERM)
-        raise AssertionError("the embedded PostgreSQL is still running after serve exited")
-    assert "Traceback" not in out + err
+        raise AssertionError("the embedded PostgreSQL is still running after serve exited\n" + output)
+    assert "Traceback" not in out + err, output
