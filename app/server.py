@@ -58,7 +58,6 @@ from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import __version__
 from app.auth import API_PREFIX, AuthenticationMiddleware, LoginRequired, login_url
@@ -92,11 +91,11 @@ SCHEMA_CSP = (
     "img-src 'self' data:; object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'"
 )
 SECURITY_HEADERS = (
-    (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"same-origin"),
-    (b"x-frame-options", b"DENY"),
-    (b"cross-origin-opener-policy", b"same-origin"),
-    (b"permissions-policy", b"camera=(), microphone=(), geolocation=()"),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "same-origin"),
+    ("x-frame-options", "DENY"),
+    ("cross-origin-opener-policy", "same-origin"),
+    ("permissions-policy", "camera=(), microphone=(), geolocation=()"),
 )
 CSRF_EXCLUDE = ["^/api/", "^/healthz", "^/readyz", "^/metrics", "^/static/"]
 
@@ -164,7 +163,7 @@ async def security_headers(message: Message, scope: Scope) -> None:
     )
     headers["content-security-policy"] = SCHEMA_CSP if path.startswith("/schema") else CSP
     for key, value in SECURITY_HEADERS:
-        headers[key.decode()] = value.decode()
+        headers[key] = value
     headers["x-request-id"] = request_id_for(scope)
     if not path.startswith("/static/") and "cache-control" not in headers:
         headers["cache-control"] = "no-store"
@@ -498,8 +497,3 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
     app.state.worker = None
     app.state.worker_task = None
     return app
-
-
-def engine_of(app: Litestar) -> AsyncEngine:
-    """The running app's web engine (after start-up)."""
-    return app.state.engine
