@@ -5,6 +5,7 @@ loaded with eval off and carrying the CSRF token from <body>, no horizontal scro
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,53 @@ def test_sign_in_and_out_in_chromium(db_url: str, tmp_path: Path, artifacts_dir:
             browser.close()
     # the only console error is the wrong password's 401; no CSP violation, no script error
     assert problems == ["Failed to load resource: the server responded with a status of 401 (Unauthorized)"]
+
+
+def test_polling_pauses_while_the_tab_is_hidden(db_url: str, tmp_path: Path) -> None:
+    """static/app.js: an `hx-trigger="every …"` poll sends nothing while document.hidden, and polls once
+    right away when the tab is shown again (case C17, issue 6 §3)."""
+    from playwright.sync_api import sync_playwright
+
+    with running_server(db_url, tmp_path / "data") as base, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            polls: list[float] = []
+            page.on(
+                "request",
+                lambda req: polls.append(time.monotonic()) if req.url.endswith("/healthz") else None,
+            )
+            page.goto(base + "/login")
+            page.evaluate(
+                """() => {
+                    const el = document.createElement('div');
+                    el.setAttribute('hx-get', '/healthz');
+                    el.setAttribute('hx-trigger', 'every 200ms');
+                    el.setAttribute('hx-swap', 'none');
+                    document.body.appendChild(el);
+                    htmx.process(el);
+                }"""
+            )
+            page.wait_for_timeout(1000)
+            assert len(polls) >= 3  # polling runs while visible
+
+            page.evaluate(
+                "() => { Object.defineProperty(document, 'hidden', {value: true, configurable: true});"
+                " document.dispatchEvent(new Event('visibilitychange')); }"
+            )
+            page.wait_for_timeout(300)
+            hidden_at = len(polls)
+            page.wait_for_timeout(1200)
+            assert len(polls) == hidden_at  # nothing sent while hidden
+
+            shown = time.monotonic()
+            page.evaluate(
+                "() => { Object.defineProperty(document, 'hidden', {value: false, configurable: true});"
+                " document.dispatchEvent(new Event('visibilitychange')); }"
+            )
+            page.wait_for_timeout(150)  # shorter than the poll interval: the refresh comes from app.js
+            assert any(t >= shown for t in polls)
+            page.wait_for_timeout(800)
+            assert len([t for t in polls if t >= shown]) >= 3  # and polling resumed
+        finally:
+            browser.close()
