@@ -1,0 +1,35 @@
+# Two commands for a fresh machine (README.md):
+#   make run    — the app at http://127.0.0.1:8000 on an embedded PostgreSQL (no DATABASE_URL needed)
+#   make test   — ruff, then the whole pytest suite
+# Both create .venv when it is missing and reinstall only when pyproject.toml changed (a stamp file).
+
+PYTHON ?= python3
+VENV   := .venv
+STAMP  := $(VENV)/.installed-stamp
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+
+.PHONY: run test lint venv clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "Jobdesk needs Python 3.11 or newer; $(PYTHON) is $$($(PYTHON) -V 2>&1). Set PYTHON=python3.11 (or newer)."; exit 1; }
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/jobdesk serve --host $(HOST) --port $(PORT)
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,499 @@
+"""Accounts: passwords, API tokens, browser sessions, sign-in rate limiting, and the request middleware
+and guards built on them (issue 2 §7, issue 7 §7).
+
+Rules:
+
+* Passwords are hashed with argon2id (argon2-cffi's defaults); emails are stored lower-cased.
+* API tokens are random; only their SHA-256 is stored, with a short display prefix. The plaintext is
+  returned once, by :func:`create_token`.
+* A browser session is a random token in an HttpOnly, SameSite=Lax cookie (``Secure`` when
+  ``JOBDESK_BASE_URL`` is https); the ``web_sessions`` row holds its SHA-256, so deleting the row signs
+  the browser out server-side.
+* Paths under ``/api/`` authenticate ONLY with ``Authorization: Bearer <token>`` (never the cookie, so
+  the API needs no CSRF token); every other path ONLY with the session cookie.
+* Sign-in is rate-limited per email and per client address over ``login_attempts``.
+* Disabled users (``is_active = false``) can neither sign in nor use their tokens or sessions.
+
+Functions that take ``db`` accept an ``AsyncConnection`` or an ``AsyncSession`` and never commit: the
+caller owns the transaction (docs/style: "transactions are owned by callers").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from litestar.enums import ScopeType
+from litestar.middleware import ASGIMiddleware
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+
+from app.errors import BadInput, Conflict, Forbidden, NotFound, RateLimited, Unauthorized
+
+if TYPE_CHECKING:
+    from litestar.connection import ASGIConnection
+    from litestar.handlers.base import BaseRouteHandler
+    from litestar.types import ASGIApp, Receive, Scope, Send
+
+Db = AsyncConnection | AsyncSession
+
+SESSION_COOKIE = "jobdesk_session"
+TOKEN_PREFIX = "jd_"
+API_PREFIX = "/api/"
+
+#: Sign-in limits (issue 7 §7): failures counted over this window …
+LOGIN_WINDOW = timedelta(minutes=15)
+#: … at most this many per email …
+LOGIN_MAX_FAILURES_PER_EMAIL = 5
+#: … and this many per client address.
+LOGIN_MAX_FAILURES_PER_IP = 20
+
+#: ``api_tokens.last_used_at`` is written at most this often per token, so API traffic does not
+#: turn every request into a write.
+TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
+
+MIN_PASSWORD_LENGTH = 8
+_EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+$")
+
+_hasher = PasswordHasher()
+# Verified against when the email is unknown, so a wrong email costs as much time as a wrong password.
+_DUMMY_HASH = _hasher.hash("jobdesk-dummy-password")
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentUser:
+    """The signed-in person of a request (``request.user``); ``None`` there means anonymous.
+
+    ``timezone`` is an IANA name (e.g. ``Europe/Berlin``) used to show times.
+    """
+
+    id: int
+    email: str
+    is_admin: bool
+    timezone: str = "UTC"
+
+
+# --- passwords ----------------------------------------------------------------------------------------
+
+
+def hash_password(password: str) -> str:
+    """argon2id hash (PHC string) of ``password``. CPU-heavy (~50 ms): call it off the event loop."""
+    return _hasher.hash(password)
+
+
+def verify_password(password_hash: str, password: str) -> bool:
+    """Whether ``password`` matches ``password_hash``; a malformed hash counts as no match."""
+    try:
+        return _hasher.verify(password_hash, password)
+    except (VerificationError, InvalidHashError):
+        return False
+
+
+def generate_password() -> str:
+    """A random password for ``jobdesk create-user`` without ``--password-stdin`` (16 URL-safe chars)."""
+    return secrets.token_urlsafe(12)
+
+
+def normalize_email(email: str) -> str:
+    """``email`` stripped and lower-cased.
+
+    Raises:
+        BadInput: (field ``email``) empty, longer than 254 characters, or not ``something@domain``.
+    """
+    value = (email or "").strip().lower()
+    if not value:
+        raise BadInput.field("email", "Enter an email address.")
+    if len(value) > 254 or not _EMAIL_RE.match(value):
+        raise BadInput.field("email", "Enter an email address like you@example.com.")
+    return value
+
+
+def check_password_rules(password: str) -> None:
+    """Raises:
+    BadInput: (field ``password``) shorter than :data:`MIN_PASSWORD_LENGTH` characters.
+    """
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise BadInput.field("password", f"Use at least {MIN_PASSWORD_LENGTH} characters.")
+
+
+def _sha256(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+# --- users --------------------------------------------------------------------------------------------
+
+
+async def create_user(db: Db, email: str, password: str, *, is_admin: bool = False) -> CurrentUser:
+    """Insert a user; return it.
+
+    Raises:
+        BadInput: malformed email or too-short password.
+        Conflict: a user with this email (compared lower-cased) exists.
+    """
+    email = normalize_email(email)
+    check_password_rules(password)
+    password_hash = await asyncio.to_thread(hash_password, password)
+    row = (
+        await db.execute(
+            text(
+                "INSERT INTO users (email, password_hash, is_admin) VALUES (:email, :hash, :admin) "
+                "ON CONFLICT (email) DO NOTHING RETURNING id, email, is_admin, timezone"
+            ),
+            {"email": email, "hash": password_hash, "admin": is_admin},
+        )
+    ).first()
+    if row is None:
+        raise Conflict(f"A user with the email {email} already exists.")
+    return CurrentUser(row.id, row.email, row.is_admin, row.timezone)
+
+
+async def get_user_by_email(db: Db, email: str) -> CurrentUser:
+    """The active or disabled user with this email.
+
+    Raises:
+        NotFound: no such user.
+    """
+    row = (
+        await db.execute(
+            text("SELECT id, email, is_admin, timezone FROM users WHERE email = :email"),
+            {"email": (email or "").strip().lower()},
+        )
+    ).first()
+    if row is None:
+        raise NotFound(f"No user with the email {email.strip().lower()}.")
+    return CurrentUser(row.id, row.email, row.is_admin, row.timezone)
+
+
+async def any_user_exists(db: Db) -> bool:
+    """Whether at least one user exists (the home page's first-run hint, issue 2 §7)."""
+    return bool((await db.execute(text("SELECT EXISTS (SELECT 1 FROM users)"))).scalar())
+
+
+# --- API tokens ----------------------------------------------------------------------------------------
+
+
+async def create_token(db: Db, user_id: int, name: str = "") -> tuple[str, int]:
+    """Create an API token for ``user_id``; return ``(plaintext, token_id)``.
+
+    The plaintext (``jd_`` + 43 URL-safe chars) is not stored and cannot be shown again; the row keeps
+    its SHA-256 and a display prefix (the first 10 characters).
+    """
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token_id = (
+        await db.execute(
+            text(
+                "INSERT INTO api_tokens (user_id, name, prefix, token_hash) "
+                "VALUES (:user_id, :name, :prefix, :hash) RETURNING id"
+            ),
+            {"user_id": user_id, "name": name, "prefix": token[:10], "hash": _sha256(token)},
+        )
+    ).scalar_one()
+    return token, token_id
+
+
+async def revoke_token(db: Db, token_id: int, *, user_id: int | None = None) -> None:
+    """Revoke a token (its owner's, when ``user_id`` is given).
+
+    Raises:
+        NotFound: no such live token (or not this user's).
+    """
+    result = await db.execute(
+        text(
+            "UPDATE api_tokens SET revoked_at = now() WHERE id = :id AND revoked_at IS NULL "
+            "AND (CAST(:user_id AS integer) IS NULL OR user_id = :user_id)"
+        ),
+        {"id": token_id, "user_id": user_id},
+    )
+    if result.rowcount == 0:
+        raise NotFound("No such API token.")
+
+
+_TOKEN_USER = text(
+    "SELECT t.id AS token_id, t.last_used_at, u.id, u.email, u.is_admin, u.timezone "
+    "FROM api_tokens t JOIN users u ON u.id = t.user_id "
+    "WHERE t.token_hash = :hash AND t.revoked_at IS NULL AND u.is_active"
+)
+_TOKEN_TOUCH = text(
+    "UPDATE api_tokens SET last_used_at = now() WHERE id = :id "
+    "AND (last_used_at IS NULL OR last_used_at < now() - make_interval(secs => :secs))"
+)
+
+
+async def user_for_token(engine: AsyncEngine, token: str) -> CurrentUser | None:
+    """The active user owning the live API token ``token``, or ``None``.
+
+    One indexed lookup (``api_tokens.token_hash`` is unique); ``last_used_at`` is updated at most once
+    per :data:`TOKEN_TOUCH_INTERVAL` in a separate short transaction.
+    """
+    if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
+        return None
+    async with engine.connect() as conn:
+        row = (await conn.execute(_TOKEN_USER, {"hash": _sha256(token)})).first()
+    if row is None:
+        return None
+    now = datetime.now(UTC)
+    if row.last_used_at is None or now - row.last_used_at >= TOKEN_TOUCH_INTERVAL:
+        async with engine.begin() as conn:
+            await conn.execute(
+                _TOKEN_TOUCH, {"id": row.token_id, "secs": TOKEN_TOUCH_INTERVAL.total_seconds()}
+            )
+    return CurrentUser(row.id, row.email, row.is_admin, row.timezone)
+
+
+# --- browser sessions ------------------------------------------------------------------------------------
+
+
+async def create_session(
+    db: Db, user_id: int, *, max_age: timedelta, ip: str | None = None, user_agent: str | None = None
+) -> str:
+    """Create a ``web_sessions`` row lasting ``max_age``; return the cookie value (random, 43 chars)."""
+    token = secrets.token_urlsafe(32)
+    await db.execute(
+        text(
+            "INSERT INTO web_sessions (id_hash, user_id, expires_at, ip, user_agent) "
+            "VALUES (:hash, :user_id, now() + make_interval(secs => :secs), :ip, :ua)"
+        ),
+        {
+            "hash": _sha256(token),
+            "user_id": user_id,
+            "secs": max_age.total_seconds(),
+            "ip": ip,
+            "ua": (user_agent or "")[:500] or None,
+        },
+    )
+    return token
+
+
+async def delete_session(db: Db, token: str) -> None:
+    """Delete the session whose cookie value is ``token`` (sign-out); unknown tokens are ignored."""
+    await db.execute(text("DELETE FROM web_sessions WHERE id_hash = :hash"), {"hash": _sha256(token)})
+
+
+_SESSION_USER = text(
+    "SELECT u.id, u.email, u.is_admin, u.timezone "
+    "FROM web_sessions s JOIN users u ON u.id = s.user_id "
+    "WHERE s.id_hash = :hash AND s.expires_at > now() AND u.is_active"
+)
+
+
+async def user_for_session(engine: AsyncEngine, token: str) -> CurrentUser | None:
+    """The active user of the unexpired session ``token``, or ``None``. One primary-key lookup."""
+    if not token or len(token) > 200:
+        return None
+    async with engine.connect() as conn:
+        row = (await conn.execute(_SESSION_USER, {"hash": _sha256(token)})).first()
+    return None if row is None else CurrentUser(row.id, row.email, row.is_admin, row.timezone)
+
+
+async def prune_auth_rows(db: Db, *, attempts_older_than: timedelta = timedelta(days=1)) -> int:
+    """Delete expired sessions and old sign-in attempts; return the number of rows removed.
+
+    Meant for the periodic pruner (issue 3 §9); nothing else deletes these rows.
+    """
+    a = await db.execute(text("DELETE FROM web_sessions WHERE expires_at <= now()"))
+    b = await db.execute(
+        text("DELETE FROM login_attempts WHERE at < now() - make_interval(secs => :secs)"),
+        {"secs": attempts_older_than.total_seconds()},
+    )
+    return (a.rowcount or 0) + (b.rowcount or 0)
+
+
+# --- sign-in ---------------------------------------------------------------------------------------------
+
+# Newest failures first, served by ix_login_attempts_email_at / ix_login_attempts_ip_at.
+_RECENT_FAILURES = {
+    column: text(
+        f"SELECT at FROM login_attempts WHERE {column} = :value AND NOT ok "
+        "AND at > now() - make_interval(secs => :secs) ORDER BY at DESC LIMIT :limit"
+    )
+    for column in ("email", "ip")
+}
+
+
+async def _wait_seconds(db: Db, column: str, value: str, limit: int) -> float:
+    """Seconds until fewer than ``limit`` failures for ``column = value`` remain in the window (0: allowed)."""
+    rows = (
+        await db.execute(
+            _RECENT_FAILURES[column],
+            {"value": value, "secs": LOGIN_WINDOW.total_seconds(), "limit": limit},
+        )
+    ).all()
+    if len(rows) < limit:
+        return 0.0
+    oldest_counted = rows[-1].at
+    return max(0.0, (oldest_counted + LOGIN_WINDOW - datetime.now(UTC)).total_seconds())
+
+
+async def check_rate_limit(db: Db, email: str, ip: str) -> None:
+    """Raises:
+    RateLimited: ``email`` had :data:`LOGIN_MAX_FAILURES_PER_EMAIL` failures, or ``ip`` had
+        :data:`LOGIN_MAX_FAILURES_PER_IP`, within :data:`LOGIN_WINDOW`; the message says how many
+        minutes to wait (issue 7 §7).
+    """
+    wait = max(
+        await _wait_seconds(db, "email", email, LOGIN_MAX_FAILURES_PER_EMAIL),
+        await _wait_seconds(db, "ip", ip, LOGIN_MAX_FAILURES_PER_IP),
+    )
+    if wait > 0:
+        minutes = max(1, math.ceil(wait / 60))
+        unit = "minute" if minutes == 1 else "minutes"
+        raise RateLimited(f"Too many failed sign-in attempts. Try again in {minutes} {unit}.")
+
+
+async def sign_in(engine: AsyncEngine, email: str, password: str, ip: str) -> CurrentUser:
+    """Check ``email``/``password`` and record the attempt; return the user.
+
+    Runs in its own committed transaction, so a failed attempt is recorded although the request then
+    answers with an error. A rate-limited attempt is not recorded (it would extend the lock-out) and
+    costs no password hashing.
+
+    Raises:
+        RateLimited: too many recent failures for this email or address.
+        Unauthorized: unknown email, wrong password or disabled account — one message for all three,
+            so accounts cannot be probed.
+    """
+    email = (email or "").strip().lower()[:254]
+    async with engine.begin() as conn:
+        await check_rate_limit(conn, email, ip)
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT id, email, password_hash, is_admin, is_active, timezone FROM users "
+                    "WHERE email = :email"
+                ),
+                {"email": email},
+            )
+        ).first()
+        stored = row.password_hash if row is not None else _DUMMY_HASH
+        ok = await asyncio.to_thread(verify_password, stored, password or "")
+        ok = ok and row is not None and row.is_active
+        await conn.execute(
+            text("INSERT INTO login_attempts (email, ip, ok) VALUES (:email, :ip, :ok)"),
+            {"email": email, "ip": ip, "ok": ok},
+        )
+        if ok and _hasher.check_needs_rehash(stored):
+            new_hash = await asyncio.to_thread(hash_password, password)
+            await conn.execute(
+                text("UPDATE users SET password_hash = :h WHERE id = :id"), {"h": new_hash, "id": row.id}
+            )
+    if not ok:
+        raise Unauthorized("Wrong email or password.")
+    return CurrentUser(row.id, row.email, row.is_admin, row.timezone)
+
+
+# --- middleware and guards --------------------------------------------------------------------------------
+
+
+def _bearer(scope: Scope) -> str | None:
+    for key, value in scope["headers"]:
+        if key == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+    return None
+
+
+def _cookie(scope: Scope, name: str) -> str | None:
+    prefix = name + "="
+    for key, value in scope["headers"]:
+        if key == b"cookie":
+            for part in value.decode("latin-1").split(";"):
+                part = part.strip()
+                if part.startswith(prefix):
+                    return part[len(prefix) :]
+    return None
+
+
+class AuthenticationMiddleware(ASGIMiddleware):
+    """Sets ``scope["user"]`` (``request.user``) to a :class:`CurrentUser` or ``None`` (anonymous).
+
+    ``/api/…`` requests: only ``Authorization: Bearer <token>``; other requests: only the session cookie
+    (issue 7 §7: "API calls with a Bearer token are exempt from CSRF and never use the session cookie").
+    Never rejects a request itself: the guards below do. Static files and health probes are skipped.
+    At most one indexed query per request.
+    """
+
+    scopes = (ScopeType.HTTP,)
+    skip_prefixes = ("/static/", "/healthz", "/readyz", "/schema")
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        scope["user"] = None
+        scope["auth"] = None
+        path = scope["path"]
+        if not path.startswith(self.skip_prefixes):
+            engine: AsyncEngine = scope["litestar_app"].state.engine
+            if path.startswith(API_PREFIX):
+                token = _bearer(scope)
+                if token:
+                    scope["user"] = await user_for_token(engine, token)
+                    scope["auth"] = "token"
+            else:
+                cookie = _cookie(scope, SESSION_COOKIE)
+                if cookie:
+                    scope["user"] = await user_for_session(engine, cookie)
+                    scope["auth"] = "session"
+        await next_app(scope, receive, send)
+
+
+class LoginRequired(Unauthorized):
+    """401 raised by :func:`requires_user`. Pages turn it into a redirect to ``/login?next=…``; the API
+    into JSON ``{"detail": …}``; htmx requests into an ``HX-Redirect``."""
+
+    def __init__(self, detail: str, *, next_path: str = "/") -> None:
+        super().__init__(detail)
+        self.next_path = next_path
+
+
+def login_url(next_path: str = "/") -> str:
+    """``/login`` with ``next`` set to a local path (anything else is dropped)."""
+    next_path = safe_next(next_path)
+    return "/login" if next_path == "/" else "/login?next=" + quote(next_path, safe="/")
+
+
+def safe_next(value: str | None) -> str:
+    """``value`` when it is a local path (``/…`` but not ``//…`` or ``/\\…``), else ``/``: keeps the
+    sign-in redirect from sending people to another site."""
+    if not value or not value.startswith("/") or value.startswith(("//", "/\\")):
+        return "/"
+    if any(ch in value for ch in "\r\n\t") or len(value) > 2000:
+        return "/"
+    return value
+
+
+def requires_user(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """Guard: a signed-in user is required.
+
+    Raises:
+        LoginRequired: anonymous (API: 401 JSON; pages: redirect to the sign-in page).
+    """
+    if connection.scope.get("user") is None:
+        if connection.scope["path"].startswith(API_PREFIX):
+            raise LoginRequired(
+                "Missing or invalid API token: send the header 'Authorization: Bearer <token>' "
+                "(create one with `jobdesk create-token EMAIL`)."
+            )
+        next_path = connection.scope["path"]
+        qs = connection.scope.get("query_string", b"")
+        if qs:
+            next_path += "?" + qs.decode("latin-1")
+        raise LoginRequired("Please sign in.", next_path=next_path)
+
+
+def requires_admin(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+    """Guard: a signed-in admin is required.
+
+    Raises:
+        LoginRequired: anonymous.
+        Forbidden: signed in but not an admin (403).
+    """
+    requires_user(connection, handler)
+    if not connection.scope["user"].is_admin:
+        raise Forbidden("This page is for administrators only.")

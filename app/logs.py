@@ -1,0 +1,156 @@
+"""Logging: structlog for Jobdesk's own events, with the standard library's records (uvicorn, Alembic,
+SQLAlchemy) rendered the same way.
+
+Output goes to standard output: one JSON object per line when it is not a terminal (containers, CI,
+log shippers), a readable coloured line otherwise. Values bound with ``structlog.contextvars`` (the
+web layer binds ``request_id``, the worker ``job_id`` and ``worker_id``) appear on every line logged in
+that context.
+
+The chain is kept short because the worker logs on its hot path: level filtering happens before any
+processor runs (``make_filtering_bound_logger``), there are no call-site or stack processors, and each
+line is one ``write`` + ``flush``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, TextIO
+
+import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+from app.settings import Settings
+
+LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "CRITICAL": 50}
+
+#: Loggers whose names start with this follow ``JOB_WORKER_LOG_LEVEL`` when it is set (seed 002).
+WORKER_LOGGER_PREFIX = "jobdesk.worker"
+
+
+class _LineLogger:
+    """structlog output: writes one rendered line to ``sys.stdout`` as it is at write time.
+
+    Looking ``sys.stdout`` up on each line (rather than once) keeps loggers cached before a stream swap
+    (pytest's capture, a daemon redirect) writing to the live stream instead of a closed one.
+    """
+
+    __slots__ = ("name", "_stream")
+
+    def __init__(self, name: str | None = None, stream: TextIO | None = None) -> None:
+        self.name = name
+        self._stream = stream
+
+    def msg(self, message: str) -> None:
+        out = self._stream or sys.stdout
+        out.write(message + "\n")
+        out.flush()
+
+    log = debug = info = warn = warning = error = critical = exception = fatal = msg
+
+
+class _LineLoggerFactory:
+    def __init__(self, stream: TextIO | None) -> None:
+        self._stream = stream
+
+    def __call__(self, *args: Any) -> _LineLogger:
+        name = args[0] if args and isinstance(args[0], str) else None
+        return _LineLogger(name, self._stream)
+
+
+class _LineHandler(logging.Handler):
+    """Standard-library handler writing formatted records to ``sys.stdout`` (looked up per record)."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        super().__init__()
+        self._stream = stream
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            out = self._stream or sys.stdout
+            out.write(self.format(record) + "\n")
+            out.flush()
+        except Exception:  # a logging failure must never take the caller down
+            self.handleError(record)
+
+
+def _add_logger_name(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+    name = getattr(logger, "name", None)
+    if name and "logger" not in event_dict:
+        event_dict["logger"] = name
+    return event_dict
+
+
+def _per_logger_level(base: int, worker: int) -> Processor:
+    """Drop events below ``base`` unless they come from a worker logger (then ``worker`` applies)."""
+
+    def _filter(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        level = LEVELS.get(method_name.upper(), 20)
+        name = getattr(logger, "name", None) or ""
+        threshold = worker if name.startswith(WORKER_LOGGER_PREFIX) else base
+        if level < threshold:
+            raise structlog.DropEvent
+        return event_dict
+
+    return _filter
+
+
+def configure_logging(settings: Settings, *, stream: TextIO | None = None, json: bool | None = None) -> None:
+    """Configure structlog and the standard library's root logger for this process.
+
+    ``LOG_LEVEL`` sets the level; ``JOB_WORKER_LOG_LEVEL`` (seed 002), when set, applies to loggers named
+    ``jobdesk.worker…`` instead. ``json`` defaults to "standard output is not a terminal". ``stream``
+    (tests) replaces standard output. Safe to call more than once; the last call wins, except for
+    loggers already cached by an earlier configuration.
+    """
+    out = stream
+    if json is None:
+        json = not (out or sys.stdout).isatty()
+    base = LEVELS[settings.log_level]
+    worker = LEVELS.get(settings.job_worker_log_level or "", base)
+    lowest = min(base, worker)
+
+    shared: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: Processor
+    if json:
+        renderer = structlog.processors.JSONRenderer()
+        exc_processors: list[Processor] = [structlog.processors.format_exc_info]
+    else:
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=out is None and sys.stdout.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
+        exc_processors = []
+
+    processors: list[Processor] = [_add_logger_name]
+    if worker != base:
+        processors.append(_per_logger_level(base, worker))
+    processors += [*shared, *exc_processors, renderer]
+
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(lowest),
+        logger_factory=_LineLoggerFactory(out),
+        cache_logger_on_first_use=True,
+    )
+
+    # Standard-library records (uvicorn, Alembic, SQLAlchemy warnings) through the same renderer.
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared, *exc_processors],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = _LineHandler(out)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if isinstance(old, _LineHandler):
+            root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(base)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        lg = logging.getLogger(name)
+        lg.handlers.clear()
+        lg.propagate = True

@@ -1,0 +1,499 @@
+"""The Litestar application: :func:`create_app`.
+
+Start-up (the lifespan, in this order):
+
+1. resolve the database (``DATABASE_URL`` or the embedded PostgreSQL, issue 2 §4) and create the web
+   engine with its pool limits and per-connection timeouts (cases C15, C18);
+2. check the connection, then the schema: behind → apply the migrations when ``auto_migrate`` (what
+   ``jobdesk serve`` does by default) or refuse to start, saying to run ``jobdesk migrate`` (issue 2 §5);
+3. advanced-alchemy's plugin provides ``db_session: AsyncSession`` to handlers, committing on 2xx/3xx
+   responses and rolling back otherwise;
+4. when ``WORKER_ENABLED``, start the in-app worker (:class:`app.worker.runner.Worker`); on shutdown it
+   is stopped, and awaited, before the engine is disposed.
+
+Every response carries the security headers of issue 7 §7 (a strict Content Security Policy without
+inline scripts; ``/schema`` alone gets the relaxed policy its Swagger page needs), ``X-Request-ID`` and
+``Cache-Control: no-store`` (except static files). Errors become JSON ``{"detail": …}`` under ``/api/``,
+a small fragment for htmx, and a page otherwise — never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import inspect
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import structlog
+from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig, SQLAlchemyPlugin
+from litestar import Litestar, MediaType, Request, Response
+from litestar.config.app import AppConfig
+from litestar.config.csrf import CSRFConfig
+from litestar.datastructures import CacheControlHeader, MutableScopeHeaders
+from litestar.enums import ScopeType
+from litestar.exceptions import (
+    HTTPException,
+    MethodNotAllowedException,
+    NotAuthorizedException,
+    NotFoundException,
+    PermissionDeniedException,
+    ValidationException,
+)
+from litestar.middleware import ASGIMiddleware
+from litestar.openapi.config import OpenAPIConfig
+from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
+from litestar.plugins import InitPluginProtocol
+from litestar.plugins.htmx import HTMXPlugin
+from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.response import Redirect, Template
+from litestar.static_files import create_static_files_router
+from litestar.template.config import TemplateConfig
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from sqlalchemy import exc as sa_exc
+
+from app import __version__
+from app.auth import API_PREFIX, AuthenticationMiddleware, LoginRequired, login_url
+from app.db import (
+    DatabaseUnavailable,
+    check_connection,
+    create_engine,
+    describe_url,
+    head_revision,
+    migration_status,
+    resolve_database_url,
+    run_migrations,
+)
+from app.errors import AppError, BadInput, format_bytes
+from app.settings import Settings, get_settings
+from app.web import current_user, is_htmx, register_filters
+
+log = structlog.get_logger("jobdesk.web")
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES_DIR = ROOT / "templates"
+STATIC_DIR = ROOT / "static"
+
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'"
+)
+#: ``/schema`` only: Litestar's Swagger page boots from an inline script (with the spec inline).
+SCHEMA_CSP = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = (
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "same-origin"),
+    ("x-frame-options", "DENY"),
+    ("cross-origin-opener-policy", "same-origin"),
+    ("permissions-policy", "camera=(), microphone=(), geolocation=()"),
+)
+CSRF_EXCLUDE = ["^/api/", "^/healthz", "^/readyz", "^/metrics", "^/static/"]
+
+_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_MISSING_RE = re.compile(r"^Missing required (\w+) parameter '([^']+)'")
+
+
+class StartupRefused(DatabaseUnavailable):
+    """The server will not start; the message says why and what to run (e.g. ``jobdesk migrate``)."""
+
+
+# --- request context and security headers -------------------------------------------------------------------
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def request_id_for(scope: Scope) -> str:
+    """The request's id: set by :class:`RequestContextMiddleware`, else the client's valid
+    ``X-Request-ID``, else a new random one (stored on the scope so every caller agrees)."""
+    state = scope.setdefault("state", {})
+    rid = state.get("request_id")
+    if rid is None:
+        given = _header(scope, b"x-request-id")
+        rid = given if given and _REQUEST_ID_RE.match(given) else uuid.uuid4().hex
+        state["request_id"] = rid
+        state.setdefault("started", time.perf_counter())
+    return rid
+
+
+class RequestContextMiddleware(ASGIMiddleware):
+    """``request.state.request_id`` from ``X-Request-ID`` (or generated), bound into structlog's
+    context vars for every line logged while serving the request (issue 10's log correlation)."""
+
+    scopes = (ScopeType.HTTP,)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        rid = request_id_for(scope)
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(request_id=rid)
+        await next_app(scope, receive, send)
+
+
+async def security_headers(message: Message, scope: Scope) -> None:
+    """``before_send`` hook: security headers, ``X-Request-ID`` and ``Cache-Control`` on every HTTP
+    response — including those for paths no route matched, which skip route middleware — and one
+    access-log line per response (``status``, ``ms`` since the request arrived)."""
+    if message["type"] != "http.response.start" or scope["type"] != ScopeType.HTTP:
+        return
+    headers = MutableScopeHeaders.from_message(message)
+    path = scope["path"]
+    started = scope.get("state", {}).get("started")
+    quiet = path.startswith(("/static/", "/healthz", "/readyz"))
+    (log.debug if quiet else log.info)(
+        "request",
+        method=scope["method"],
+        path=path,
+        status=message["status"],
+        ms=round((time.perf_counter() - started) * 1000, 1) if started else None,
+        request_id=request_id_for(scope),
+    )
+    headers["content-security-policy"] = SCHEMA_CSP if path.startswith("/schema") else CSP
+    for key, value in SECURITY_HEADERS:
+        headers[key] = value
+    headers["x-request-id"] = request_id_for(scope)
+    if not path.startswith("/static/") and "cache-control" not in headers:
+        headers["cache-control"] = "no-store"
+
+
+# --- errors -------------------------------------------------------------------------------------------------
+
+CSRF_MESSAGE = (
+    "This form has expired or was sent from another site, so nothing was changed. "
+    "Reload the page and try again."
+)
+BUSY_MESSAGE = (
+    "The server is busy right now (every database connection is in use). Please try again in a moment."
+)
+DB_DOWN_MESSAGE = "The database cannot be reached right now. Please try again in a moment."
+SLOW_MESSAGE = "The database took too long to answer. Please try again in a moment."
+
+_DISCONNECT_TYPES: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.InvalidCatalogNameError,
+    DatabaseUnavailable,
+)
+
+
+def _database_trouble(exc: BaseException) -> str | None:
+    """A readable 503 message when ``exc`` means the database is busy, down or too slow; else None."""
+    if isinstance(exc, sa_exc.TimeoutError):
+        return BUSY_MESSAGE
+    if isinstance(exc, DatabaseUnavailable | ConnectionError | TimeoutError):
+        return DB_DOWN_MESSAGE
+    if isinstance(exc, sa_exc.DBAPIError):
+        if exc.connection_invalidated:
+            return DB_DOWN_MESSAGE
+        orig = exc.orig
+        cause = getattr(orig, "__cause__", None) or orig
+        for candidate in (orig, cause):
+            if isinstance(candidate, asyncpg.QueryCanceledError):
+                return SLOW_MESSAGE
+            if isinstance(candidate, _DISCONNECT_TYPES):
+                return DB_DOWN_MESSAGE
+        if isinstance(exc, sa_exc.InterfaceError):
+            return DB_DOWN_MESSAGE
+    if isinstance(exc, _DISCONNECT_TYPES):
+        return DB_DOWN_MESSAGE
+    return None
+
+
+def _classify(exc: Exception, settings: Settings) -> tuple[int, str, dict[str, str], dict[str, str]]:
+    """``(status, detail, field errors, extra headers)`` for any exception."""
+    if isinstance(exc, AppError):
+        errors = exc.errors if isinstance(exc, BadInput) else dict(exc.extra.get("errors") or {})
+        return exc.status_code, exc.detail, errors, {}
+    if isinstance(exc, ValidationException):
+        errors: dict[str, str] = {}
+        for item in exc.extra if isinstance(exc.extra, list) else []:
+            if isinstance(item, dict):
+                key = str(item.get("key") or item.get("source") or "request")
+                errors[key] = str(item.get("message", "invalid value"))
+        missing = _MISSING_RE.match(exc.detail or "")
+        if missing and not errors:
+            errors[missing.group(2)] = f"a {missing.group(1)} parameter is required"
+        summary = "; ".join(f"{k}: {v}" for k, v in errors.items()) or exc.detail
+        return 422, f"Invalid request: {summary}", errors, {}
+    if isinstance(exc, NotFoundException):
+        return 404, "There is nothing at this address.", {}, {}
+    if isinstance(exc, PermissionDeniedException) and exc.detail == "CSRF token verification failed":
+        return 403, CSRF_MESSAGE, {}, {}
+    if isinstance(exc, MethodNotAllowedException):
+        return 405, "This address does not accept that kind of request.", {}, dict(exc.headers or {})
+    if isinstance(exc, HTTPException):
+        if exc.status_code == 413:
+            limit = format_bytes(settings.upload_max_bytes)
+            return 413, f"The request is too large: the limit is {limit}.", {}, {}
+        if isinstance(exc, NotAuthorizedException):
+            return 401, exc.detail or "Please sign in.", {}, {}
+        return exc.status_code, exc.detail, {}, dict(exc.headers or {})
+    trouble = _database_trouble(exc)
+    if trouble is not None:
+        return 503, trouble, {}, {"Retry-After": "5"}
+    return 500, "Something went wrong on our side. The error has been logged.", {}, {}
+
+
+def make_exception_handler(
+    settings: Settings,
+) -> Callable[[Request[Any, Any, Any], Exception], Response[Any]]:
+    """The one exception handler: JSON for ``/api/``, a fragment for htmx, a page otherwise."""
+
+    def handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+        status, detail, errors, headers = _classify(exc, settings)
+        rid = request_id_for(request.scope)
+        if status == 500:
+            log.error("unhandled error", exc_info=exc, path=request.scope["path"], request_id=rid)
+        elif status == 503:
+            log.warning("database trouble", error=f"{type(exc).__name__}: {exc}"[:500], request_id=rid)
+        path = request.scope["path"]
+
+        if path.startswith((API_PREFIX, "/schema")):
+            body: dict[str, Any] = {"detail": detail}
+            if errors:
+                body["errors"] = errors
+            if status == 401:
+                headers.setdefault("WWW-Authenticate", "Bearer")
+            return Response(body, status_code=status, media_type=MediaType.JSON, headers=headers)
+
+        if isinstance(exc, LoginRequired):
+            if is_htmx(request):
+                back = request.headers.get("hx-current-url") or "/"
+                back_path = re.sub(r"^https?://[^/]+", "", back)
+                return Response("", status_code=401, headers={"HX-Redirect": login_url(back_path)})
+            next_path = exc.next_path if request.method == "GET" else "/"
+            return Redirect(login_url(next_path), status_code=303)
+
+        if is_htmx(request):
+            fragment = (
+                f'<div class="notice notice-error" role="alert">{html.escape(detail)}'
+                + (f" <small>(reference {html.escape(rid)})</small>" if status >= 500 else "")
+                + "</div>"
+            )
+            return Response(fragment, status_code=status, media_type=MediaType.HTML, headers=headers)
+
+        template = "404.html" if status == 404 else "error.html"
+        return Template(
+            template_name=template,
+            context={
+                "user": current_user(request),
+                "status": status,
+                "title": _TITLES.get(status, "Something went wrong"),
+                "detail": detail,
+                "errors": errors,
+                "request_id": rid,
+            },
+            status_code=status,
+            headers=headers,
+        )
+
+    return handler
+
+
+_TITLES = {
+    400: "That request could not be understood",
+    401: "Please sign in",
+    403: "Not allowed",
+    404: "Page not found",
+    405: "Not allowed here",
+    409: "That cannot be done right now",
+    413: "Too large",
+    422: "Please check what you entered",
+    429: "Too many attempts",
+    500: "Something went wrong",
+    503: "Temporarily unavailable",
+}
+
+
+# --- lifespan -----------------------------------------------------------------------------------------------
+
+
+class _AfterPlugins(InitPluginProtocol):
+    """Appends a lifespan after the plugins listed before it (so it starts later and stops sooner)."""
+
+    def __init__(self, lifespan: Callable[[Litestar], AbstractAsyncContextManager[None]]) -> None:
+        self._lifespan = lifespan
+
+    def on_app_init(self, app_config: AppConfig) -> AppConfig:
+        app_config.lifespan.append(self._lifespan)
+        return app_config
+
+
+def _database_lifespan(
+    settings: Settings, sa_config: SQLAlchemyAsyncConfig, *, auto_migrate: bool
+) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        url = await asyncio.to_thread(resolve_database_url, settings)
+        engine = create_engine(
+            url,
+            pool_size=settings.db_pool_size,
+            pool_timeout=settings.db_pool_timeout_secs,
+            application_name="jobdesk-web",
+            statement_timeout_ms=settings.db_statement_timeout_ms,
+            idle_in_transaction_timeout_ms=settings.db_idle_in_transaction_timeout_ms,
+        )
+        sa_config.engine_instance = engine
+        app.state.engine = engine
+        app.state.database_url = url
+        try:
+            await check_connection(engine)
+            current, message = await migration_status(engine)
+            if not current:
+                if not auto_migrate:
+                    raise StartupRefused(f"Refusing to start: {message}.")
+                log.info("applying migrations", database=describe_url(url), reason=message)
+                await run_migrations(url)
+                current, message = await migration_status(engine)
+                if not current:
+                    raise StartupRefused(f"Refusing to start: {message}.")
+            app.state.head_revision = head_revision()
+            log.info("database ready", database=describe_url(url), schema=app.state.head_revision)
+            yield
+        finally:
+            await engine.dispose()
+
+    return lifespan
+
+
+def _worker_lifespan(settings: Settings) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        app.state.worker = None
+        app.state.worker_task = None
+        if not settings.worker_enabled:
+            yield
+            return
+        # The in-app worker (issue 4) lives in app.worker.runner, written alongside this module:
+        # ``Worker(settings, database_url, app_engine=engine)``, ``await run()``, ``stop()``. Until that
+        # module exists on this branch, the server runs without a worker and says so in its log.
+        try:
+            from app.worker.runner import Worker  # type: ignore[import-not-found]
+        except ModuleNotFoundError as exc:
+            if exc.name not in ("app.worker", "app.worker.runner"):
+                raise
+            log.warning("in-app worker unavailable: app.worker.runner is missing; jobs will not run")
+            yield
+            return
+        worker = Worker(settings, app.state.database_url, app_engine=app.state.engine)
+        task = asyncio.create_task(worker.run(), name="jobdesk-in-app-worker")
+        task.add_done_callback(_report_worker_exit)
+        app.state.worker = worker
+        app.state.worker_task = task
+        try:
+            yield
+        finally:
+            stopped = worker.stop()
+            if inspect.isawaitable(stopped):
+                await stopped
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            except Exception:
+                log.exception("the in-app worker failed while stopping")
+
+    return lifespan
+
+
+def _report_worker_exit(task: asyncio.Task[Any]) -> None:
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.error("the in-app worker stopped with an error", exc_info=exc)
+
+
+# --- the app ------------------------------------------------------------------------------------------------
+
+
+def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) -> Litestar:
+    """The Jobdesk web application.
+
+    ``settings`` defaults to :func:`app.settings.get_settings` (the environment). ``auto_migrate``: apply
+    pending migrations at start-up (``jobdesk serve`` passes ``True`` unless ``--no-migrate``); otherwise
+    a database whose schema is behind makes start-up fail with :class:`StartupRefused`, whose message
+    says to run ``jobdesk migrate``. Connection failures raise :class:`app.db.DatabaseUnavailable`.
+
+    ``app.state`` gets ``settings``, ``engine``, ``database_url``, ``worker`` and ``worker_task`` (both
+    ``None`` without an in-app worker), once the lifespan has started.
+    """
+    from app.web.api import AccountApiController
+    from app.web.auth import AuthController
+    from app.web.health import HealthController
+    from app.web.home import HomeController
+
+    settings = settings or get_settings()
+    sa_config = SQLAlchemyAsyncConfig(
+        # The engine is created in the lifespan (the embedded database may have to start first) and
+        # handed to this config there, before advanced-alchemy's own lifespan reads it.
+        before_send_handler="autocommit_include_redirects",
+        session_dependency_key="db_session",
+    )
+    static = create_static_files_router(
+        path="/static",
+        directories=[STATIC_DIR],
+        name="static",
+        include_in_schema=False,
+        cache_control=CacheControlHeader(max_age=300),
+    )
+    openapi = OpenAPIConfig(
+        title="Jobdesk API",
+        version=__version__,
+        path="/schema",
+        render_plugins=[
+            SwaggerRenderPlugin(
+                path="/",
+                js_url="/static/vendor/swagger-ui-bundle.js",
+                css_url="/static/vendor/swagger-ui.css",
+                standalone_preset_js_url="/static/vendor/swagger-ui-standalone-preset.js",
+                favicon="<link rel='icon' type='image/svg+xml' href='/static/favicon.svg'>",
+            )
+        ],
+        components=Components(security_schemes={"BearerToken": SecurityScheme(type="http", scheme="bearer")}),
+        security=[{"BearerToken": []}],
+    )
+    app = Litestar(
+        route_handlers=[HomeController, AuthController, HealthController, AccountApiController, static],
+        lifespan=[_database_lifespan(settings, sa_config, auto_migrate=auto_migrate)],
+        plugins=[SQLAlchemyPlugin(config=sa_config), HTMXPlugin(), _AfterPlugins(_worker_lifespan(settings))],
+        middleware=[RequestContextMiddleware(), AuthenticationMiddleware()],
+        before_send=[security_headers],
+        csrf_config=CSRFConfig(
+            secret=settings.resolved_secret_key(),
+            exclude=CSRF_EXCLUDE,
+            cookie_samesite="lax",
+            cookie_secure=settings.cookies_secure,
+            # Pages carry the token (hidden field, <body hx-headers>); no script needs to read the cookie.
+            cookie_httponly=True,
+        ),
+        template_config=TemplateConfig(
+            directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=register_filters
+        ),
+        openapi_config=openapi,
+        exception_handlers={Exception: make_exception_handler(settings)},
+        request_max_body_size=settings.upload_max_bytes,
+        logging_config=None,
+        debug=False,
+    )
+    app.state.settings = settings
+    app.state.engine = None
+    app.state.worker = None
+    app.state.worker_task = None
+    return app

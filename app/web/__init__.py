@@ -1,0 +1,157 @@
+"""Web layer helpers shared by every controller: :func:`render` and the Jinja filters.
+
+Controllers live one per page area in this package (``auth.py``, ``home.py``, …; style §5) and return
+``render(...)``. Templates mirror them under ``templates/``: ``area/page.html`` plus ``area/_fragment.html``.
+
+Filters available in every template (registered by :func:`register_filters`):
+
+* ``localtime`` — a datetime in the signed-in user's time zone, e.g. ``29 Nov 2026, 20:25 CET``;
+* ``isotime`` — ISO 8601 in UTC, for ``<time datetime=…>``;
+* ``ago`` — relative to now: ``just now``, ``2 min ago``, ``in 3 h``, ``5 days ago``;
+* ``duration`` — seconds as ``850 ms``, ``42 s``, ``3 min 5 s``, ``2 h 10 min``;
+* ``filesize`` — bytes as ``512 bytes``, ``1.5 KiB``, ``25 MiB``.
+"""
+
+import functools
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from jinja2 import pass_context
+from litestar import Request
+from litestar.di import NamedDependency
+from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.response import Template
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.errors import format_bytes
+
+#: Annotation for the request's database session (advanced-alchemy, committed on 2xx/3xx responses,
+#: rolled back otherwise): ``async def handler(self, db_session: DbSession) -> …``.
+DbSession = NamedDependency[AsyncSession]
+
+
+def is_htmx(request: Request[Any, Any, Any]) -> bool:
+    """Whether the request was sent by htmx (``HX-Request: true``) and is not a boosted navigation."""
+    headers = request.headers
+    return headers.get("hx-request") == "true" and headers.get("hx-boosted") != "true"
+
+
+def current_user(request: Request[Any, Any, Any]) -> Any:
+    """``request.user`` or ``None`` — also safe on responses to paths no route matched (no middleware)."""
+    return request.scope.get("user")
+
+
+def render(
+    request: Request[Any, Any, Any],
+    template: str,
+    context: Mapping[str, Any] | None = None,
+    *,
+    fragment: str | None = None,
+    status_code: int = 200,
+    headers: Mapping[str, str] | None = None,
+) -> Template:
+    """Render ``template`` (a full page), or ``fragment`` instead when htmx asked for it.
+
+    The context always has ``user`` (a :class:`app.auth.CurrentUser` or ``None``); Litestar adds
+    ``request``, ``csrf_input`` and ``csrf_token()``. When a fragment is given the response carries
+    ``Vary: HX-Request`` so caches keep the two apart.
+    """
+    ctx = {"user": current_user(request), **(context or {})}
+    name = fragment if fragment and is_htmx(request) else template
+    hdrs = dict(headers or {})
+    if fragment:
+        hdrs["Vary"] = "HX-Request"
+    return Template(template_name=name, context=ctx, status_code=status_code, headers=hdrs)
+
+
+# --- filters ------------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=256)
+def zone(name: str | None) -> ZoneInfo:
+    """``ZoneInfo(name)``; UTC for an empty or unknown name."""
+    try:
+        return ZoneInfo(name or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")
+
+
+def _user_zone(ctx: Mapping[str, Any]) -> ZoneInfo:
+    user = ctx.get("user")
+    return zone(getattr(user, "timezone", None))
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def format_localtime(value: datetime | None, tz: ZoneInfo, *, seconds: bool = False) -> str:
+    """``29 Nov 2026, 20:25 CET`` (with ``:05`` seconds when asked); ``""`` for ``None``."""
+    if value is None:
+        return ""
+    local = _aware(value).astimezone(tz)
+    clock = "%H:%M:%S" if seconds else "%H:%M"
+    return f"{local.day} {local.strftime('%b %Y, ' + clock + ' %Z')}"
+
+
+def format_ago(value: datetime | None, now: datetime | None = None) -> str:
+    """``just now`` / ``2 min ago`` / ``in 3 h`` / ``5 days ago`` relative to ``now`` (default: now)."""
+    if value is None:
+        return ""
+    now = now or datetime.now(UTC)
+    delta = (now - _aware(value)).total_seconds()
+    future = delta < 0
+    secs = abs(delta)
+    if secs < 45:
+        return "just now" if not future else "in a few seconds"
+    if secs < 90 * 60:
+        text = f"{max(1, round(secs / 60))} min"
+    elif secs < 22 * 3600:
+        text = f"{round(secs / 3600)} h"
+    else:
+        days = max(1, round(secs / 86400))
+        text = f"{days} day" if days == 1 else f"{days} days"
+    return f"in {text}" if future else f"{text} ago"
+
+
+def format_duration(value: float | timedelta | None) -> str:
+    """Seconds (or a timedelta) as ``850 ms`` / ``42 s`` / ``3 min 5 s`` / ``2 h 10 min``; ``""`` for None."""
+    if value is None:
+        return ""
+    secs = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if secs < 1:
+        return f"{round(secs * 1000)} ms"
+    if secs < 60:
+        return f"{secs:.0f} s" if secs >= 10 else f"{secs:.1f} s".replace(".0 s", " s")
+    minutes, s = divmod(round(secs), 60)
+    if minutes < 60:
+        return f"{minutes} min {s} s" if s else f"{minutes} min"
+    hours, m = divmod(minutes, 60)
+    return f"{hours} h {m} min" if m else f"{hours} h"
+
+
+def format_filesize(value: int | None) -> str:
+    """Bytes in words: ``512 bytes``, ``1.5 KiB``, ``25 MiB``; ``""`` for ``None``."""
+    return "" if value is None else format_bytes(int(value))
+
+
+@pass_context
+def _localtime_filter(ctx: Mapping[str, Any], value: datetime | None, seconds: bool = False) -> str:
+    return format_localtime(value, _user_zone(ctx), seconds=seconds)
+
+
+def _isotime_filter(value: datetime | None) -> str:
+    return "" if value is None else _aware(value).astimezone(UTC).isoformat(timespec="seconds")
+
+
+def register_filters(engine: JinjaTemplateEngine) -> None:
+    """Install the filters above on the Jinja environment (``TemplateConfig(engine_callback=…)``)."""
+    engine.engine.filters.update(
+        localtime=_localtime_filter,
+        isotime=_isotime_filter,
+        ago=format_ago,
+        duration=format_duration,
+        filesize=format_filesize,
+    )

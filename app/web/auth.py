@@ -1,0 +1,104 @@
+"""Sign-in and sign-out pages: ``GET/POST /login``, ``POST /logout`` (issue 2 §7, issue 7 §7).
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Annotated, Any
+
+from litestar import Controller, Request, get, post
+from litestar.enums import RequestEncodingType
+from litestar.params import Body, QueryParameter
+from litestar.response import Redirect, Template
+
+from app.auth import SESSION_COOKIE, create_session, delete_session, safe_next, sign_in
+from app.errors import RateLimited, Unauthorized
+from app.web import DbSession, current_user, render
+
+
+@dataclass
+class LoginForm:
+    """The sign-in form's fields; missing ones count as empty so the page can say what is wrong."""
+
+    email: str = ""
+    password: str = ""
+    next: str = "/"
+
+
+def _client_ip(request: Request[Any, Any, Any]) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+class AuthController(Controller):
+    """``/login`` and ``/logout``. Both POSTs need the CSRF token like every other form."""
+
+    include_in_schema = False
+
+    @get("/login", name="auth.login")
+    async def login_page(
+        self, request: Request[Any, Any, Any], next_path: Annotated[str, QueryParameter(name="next")] = "/"
+    ) -> Template | Redirect:
+        """The sign-in form; a signed-in visitor goes straight on to ``next``."""
+        target = safe_next(next_path)
+        if current_user(request) is not None:
+            return Redirect(target, status_code=303)
+        return render(request, "login.html", {"next": target, "email": "", "error": None})
+
+    @post("/login", name="auth.login_submit", status_code=303)
+    async def login_submit(
+        self,
+        request: Request[Any, Any, Any],
+        data: Annotated[LoginForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
+        db_session: DbSession,
+    ) -> Template | Redirect:
+        """Check the password; on success start a session and go to ``next`` (a local path only).
+
+        A wrong password re-shows the form with the message next to it (401); too many failures give
+        429 with the minutes to wait (issue 7 §7).
+        """
+        settings = request.app.state.settings
+        target = safe_next(data.next)
+        email = data.email.strip()
+        if not email or not data.password:
+            return render(
+                request,
+                "login.html",
+                {"next": target, "email": email, "error": "Enter your email and your password."},
+                status_code=400,
+            )
+        ip = _client_ip(request)
+        try:
+            user = await sign_in(request.app.state.engine, email, data.password, ip)
+        except (Unauthorized, RateLimited) as exc:
+            return render(
+                request,
+                "login.html",
+                {"next": target, "email": email, "error": exc.detail},
+                status_code=exc.status_code,
+            )
+        max_age = timedelta(days=settings.session_max_age_days)
+        token = await create_session(
+            db_session, user.id, max_age=max_age, ip=ip, user_agent=request.headers.get("user-agent")
+        )
+        response = Redirect(target, status_code=303)
+        response.set_cookie(
+            SESSION_COOKIE,
+            token,
+            max_age=int(max_age.total_seconds()),
+            path="/",
+            httponly=True,
+            samesite="lax",
+            secure=settings.cookies_secure,
+        )
+        return response
+
+    @post("/logout", name="auth.logout", status_code=303)
+    async def logout(self, request: Request[Any, Any, Any], db_session: DbSession) -> Redirect:
+        """Delete the session row (so the old cookie stops working anywhere) and clear the cookie."""
+        token = request.cookies.get(SESSION_COOKIE)
+        if token:
+            await delete_session(db_session, token)
+        response = Redirect("/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/")
+        return response

@@ -1,0 +1,67 @@
+/* Jobdesk's browser behaviour. Loaded with `defer` after htmx; no inline scripts anywhere (strict CSP,
+   htmx.config.allowEval = false — issue 6 §7).
+
+   1. Polling pauses while the tab is hidden: a request triggered by an `hx-trigger="every …"` poll is
+      cancelled while document.hidden, and every poller refreshes once when the tab is shown again.
+   2. Server errors (5xx) and network failures of htmx requests show a short message in #app-alert
+      instead of failing silently; the next successful request hides it. (4xx responses are swapped in
+      place: the server sends a small message fragment.) */
+(function () {
+  "use strict";
+
+  function isPoller(elt) {
+    var trigger = elt && elt.getAttribute && elt.getAttribute("hx-trigger");
+    return !!trigger && /(^|[\s,])every\s/.test(trigger);
+  }
+
+  document.addEventListener("htmx:beforeRequest", function (evt) {
+    if (document.hidden && isPoller(evt.detail.elt)) {
+      evt.preventDefault();
+    }
+  });
+
+  document.addEventListener("visibilitychange", function () {
+    if (document.hidden || typeof htmx === "undefined") {
+      return;
+    }
+    document.querySelectorAll("[hx-trigger*='every']").forEach(function (elt) {
+      var url = elt.getAttribute("hx-get");
+      if (isPoller(elt) && url) {
+        htmx.ajax("GET", url, { source: elt });
+      }
+    });
+  });
+
+  function alertBox() {
+    return document.getElementById("app-alert");
+  }
+
+  function showAlert(text) {
+    var box = alertBox();
+    if (box) {
+      box.textContent = text;
+      box.hidden = false;
+    }
+  }
+
+  document.addEventListener("htmx:responseError", function (evt) {
+    var status = evt.detail.xhr ? evt.detail.xhr.status : 0;
+    if (status === 503) {
+      showAlert("The server is busy or cannot reach its database. This page will catch up when it is back.");
+    } else if (status >= 500) {
+      showAlert("Something went wrong on the server (error " + status + "). Try again in a moment.");
+    }
+  });
+
+  document.addEventListener("htmx:sendError", function () {
+    showAlert("Cannot reach the server. Check your connection; this page will catch up when it is back.");
+  });
+
+  document.addEventListener("htmx:afterRequest", function (evt) {
+    var box = alertBox();
+    if (box && !box.hidden && evt.detail.successful) {
+      box.hidden = true;
+      box.textContent = "";
+    }
+  });
+})();
