@@ -8,7 +8,7 @@ Delivery (channels, throttling, retries) reads the outbox elsewhere.
 What alerts (issue 8 §2, case C22): a standalone job reaching ``failed`` after its last attempt or a
 permanent error (``failed``); a pipeline turning failed — one alert naming the failed step, instead of a
 job alert plus one per cancelled step (``pipeline_failed``); a job rescued from a lost worker with no
-attempts left (``rescued``); a step waiting for approval (``approval_needed``); admin actions taken in
+attempts left (``failed``, marked ``worker_lost``); a step waiting for approval (``approval_needed``); admin actions taken in
 the browser (``admin_action``). Attempts that will be retried never alert.
 """
 
@@ -89,9 +89,16 @@ async def record_job_failures(conn: AsyncConnection, rows: Sequence[Any]) -> Non
 
 
 async def record_rescue_failures(conn: AsyncConnection, rows: Sequence[Any]) -> None:
-    """One ``rescued`` alert per job the sweep failed because its worker was lost on the last attempt
-    (case C03); pipeline jobs also alert through their pipeline."""
-    await _insert(conn, [("rescued", f"rescued:{r['type']}", _job_payload(r)) for r in rows])
+    """One ``failed`` alert (marked ``worker_lost``) per standalone job the sweep failed because its
+    worker was lost on the last attempt (case C03); pipeline jobs alert through their pipeline."""
+    await _insert(
+        conn,
+        [
+            ("failed", f"failed:{r['type']}:worker lost", {**_job_payload(r), "worker_lost": True})
+            for r in rows
+            if r.get("pipeline_id") is None
+        ],
+    )
 
 
 async def record_approvals(conn: AsyncConnection, rows: Sequence[Any]) -> None:

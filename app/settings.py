@@ -20,7 +20,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 KIB = 1024
 MIB = 1024 * 1024
 
-ALERT_KINDS = ("failed", "pipeline_failed", "approval_needed", "admin_action", "rescued")
+ALERT_KINDS = ("failed", "pipeline_failed", "approval_needed", "admin_action")
 
 
 class SettingsError(Exception):

@@ -600,7 +600,7 @@ async def test_rescue_on_the_last_attempt_fails_the_job_with_one_alert(engine, s
     async with engine.begin() as conn:
         await queue.rescue_expired(conn)
     assert (await job_row(pg, job))["status"] == "failed"
-    assert await pg.fetchval("SELECT array_agg(kind) FROM alert_outbox") == ["rescued"]
+    assert await pg.fetchval("SELECT array_agg(kind) FROM alert_outbox") == ["failed"]
 
 
 async def test_rescue_leaves_a_renewed_lease_alone(engine, settings, owner, pg) -> None:

@@ -301,7 +301,8 @@ async def test_a_job_longer_than_its_lease_runs_exactly_once(
         assert second["lease_expires_at"] > lease_1  # the deadline moved forward while it ran
         assert "rescued" not in await event_kinds(pg, job)
     else:
-        assert effects >= 2 and owners == 2, "without renewal the job should have been rescued and run again"
+        claims = await pg.fetchval("SELECT count(*) FROM job_events WHERE job_id = $1 AND kind = 'claimed'", job)
+        assert effects >= 2 and claims >= 2, "without renewal the job should have been rescued and run again"
 
 
 async def test_internal_operations_are_not_starved_by_processors_holding_the_pool(

@@ -132,7 +132,7 @@ async def test_a_killed_worker_on_the_last_attempt_fails_the_job_with_one_alert(
         row = await wait_status(pg, job, {"failed"}, timeout=15)
         await asyncio.sleep(1)
     assert row["error_message"].startswith("lease expired: worker lost")
-    assert await pg.fetchval("SELECT array_agg(kind) FROM alert_outbox") == ["rescued"]
+    assert await pg.fetchval("SELECT array_agg(kind) FROM alert_outbox") == ["failed"]
 
 
 # --- C04: graceful shutdown -----------------------------------------------------------------------------

@@ -1725,10 +1725,8 @@ UNREGISTER_WORKER = _sql("DELETE FROM workers WHERE id = :id")
 FORGET_OLD = _sql(
     """
     WITH w AS (DELETE FROM workers WHERE last_seen_at < now() - interval '1 day' RETURNING 1),
-         t AS (DELETE FROM throughput_samples WHERE minute < now() - interval '1 day' RETURNING 1),
-         l AS (DELETE FROM login_attempts WHERE at < now() - interval '1 day' RETURNING 1),
-         s AS (DELETE FROM web_sessions WHERE expires_at < now() RETURNING 1)
-    SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM t), (SELECT count(*) FROM l), (SELECT count(*) FROM s)
+         t AS (DELETE FROM throughput_samples WHERE minute < now() - interval '1 day' RETURNING 1)
+    SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM t)
     """
 )
 
@@ -1767,6 +1765,5 @@ async def unregister_worker(conn: AsyncConnection, worker_id: str) -> None:
 
 
 async def forget_old(conn: AsyncConnection) -> None:
-    """Housekeeping: workers and throughput samples unseen for a day, old sign-in attempts, expired
-    sessions."""
+    """Housekeeping: worker rows and throughput samples older than a day."""
     await conn.execute(FORGET_OLD)

@@ -16,7 +16,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from app import metrics
+from app import auth, metrics
 from app.db import is_transient
 from app.jobs import queue
 from app.jobs.backoff import retry_delay
@@ -130,7 +130,8 @@ async def sweep_loop(worker: Worker) -> None:
 
 
 async def _maintenance(worker: Worker) -> None:
-    """Retention (issue 3 §9) in small batches, then upkeep of the worker and session tables."""
+    """Retention (issue 3 §9) in small batches, then upkeep: old worker rows, expired sessions, old
+    sign-in attempts."""
     assert worker.engine is not None
     for _ in range(20):  # at most 20 batches per pass; the rest waits for the next pass
         async with worker.engine.begin() as conn:
@@ -144,3 +145,4 @@ async def _maintenance(worker: Worker) -> None:
             break
     async with worker.engine.begin() as conn:
         await queue.forget_old(conn)
+        await auth.prune_auth_rows(conn)
