@@ -45,21 +45,25 @@ async def record(
     conn = await db.connection() if isinstance(db, AsyncSession) else db
     ids = [str(i) for i in target_ids]
     return (
-        await conn.execute(
-            INSERT,
-            {
-                "user_id": getattr(user, "id", None),
-                "email": getattr(user, "email", "system"),
-                "action": action,
-                "target_type": target_type,
-                "target_ids": json_text(ids[:MAX_IDS]) if ids else None,
-                "count": len(ids) if count is None else count,
-                "outcome": outcome,
-                "detail": json_text(detail) if detail else None,
-                "ip": ip,
-            },
+        (
+            await conn.execute(
+                INSERT,
+                {
+                    "user_id": getattr(user, "id", None),
+                    "email": getattr(user, "email", "system"),
+                    "action": action,
+                    "target_type": target_type,
+                    "target_ids": json_text(ids[:MAX_IDS]) if ids else None,
+                    "count": len(ids) if count is None else count,
+                    "outcome": outcome,
+                    "detail": json_text(detail) if detail else None,
+                    "ip": ip,
+                },
+            )
         )
-    ).mappings().one()
+        .mappings()
+        .one()
+    )
 
 
 LIST = text(
@@ -69,7 +73,11 @@ LIST = text(
     ORDER BY id DESC LIMIT :limit
     """
 )
-async def entries(db: AsyncConnection | AsyncSession, *, before: int | None = None, limit: int = 50) -> list[RowMapping]:
+
+
+async def entries(
+    db: AsyncConnection | AsyncSession, *, before: int | None = None, limit: int = 50
+) -> list[RowMapping]:
     """Newest first, keyset-paginated by ``before`` (an entry id)."""
     conn = await db.connection() if isinstance(db, AsyncSession) else db
     return list((await conn.execute(LIST, {"before": before, "limit": limit})).mappings().all())

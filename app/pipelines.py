@@ -674,11 +674,21 @@ UNFINISHED_STEPS = text(
 )
 
 
+COUNT_STOPPED = text(
+    """
+    SELECT count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+           count(*) FILTER (WHERE status = 'in_progress' AND NOT is_active) AS cancelling
+    FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))
+    """
+)
+
+
 async def cancel(
     db: AsyncConnection | AsyncSession, pipeline_id: Any, principal: Principal
-) -> dict[str, Any]:
+) -> dict[str, int]:
     """Cancel every unfinished step (``POST /api/pipelines/{id}/cancel``): waiting steps at once, running
-    steps by cancel request. Returns ``{"cancelled": n, "cancelling": n}``.
+    steps by cancel request. Returns ``{"cancelled": n, "cancelling": n}`` over the steps that were
+    unfinished (cascades included).
 
     Raises:
         NotFound: unknown or another user's pipeline.
@@ -687,14 +697,14 @@ async def cancel(
 
     conn = await queue._conn(db)
     p = await get(conn, pipeline_id, principal)
-    counts = {"cancelled": 0, "cancelling": 0}
-    for job_id in (await conn.execute(UNFINISHED_STEPS, {"id": p["id"]})).scalars():
+    unfinished = list((await conn.execute(UNFINISHED_STEPS, {"id": p["id"]})).scalars())
+    for job_id in unfinished:
         try:
-            row = await queue.cancel(conn, job_id, principal, reason="the whole pipeline was cancelled")
+            await queue.cancel(conn, job_id, principal, reason="the whole pipeline was cancelled")
         except Conflict:
             continue  # finished meanwhile, already cancelled by a cascade, or already being cancelled
-        counts["cancelling" if row["status"] == "in_progress" else "cancelled"] += 1
-    return counts
+    counts = (await conn.execute(COUNT_STOPPED, {"ids": unfinished})).mappings().one()
+    return {"cancelled": counts["cancelled"], "cancelling": counts["cancelling"]}
 
 
 def describe_model(model: type[BaseModel]) -> dict[str, Any]:

@@ -434,7 +434,12 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
     ``app.state`` gets ``settings``, ``engine``, ``database_url``, ``worker`` and ``worker_task`` (both
     ``None`` without an in-app worker), once the lifespan has started.
     """
-    from app.web.api import AccountApiController
+    from app.web.api import (
+        AccountApiController,
+        JobsApiController,
+        JobTypesApiController,
+        PipelinesApiController,
+    )
     from app.web.auth import AuthController
     from app.web.health import HealthController
     from app.web.home import HomeController
@@ -470,7 +475,16 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
         security=[{"BearerToken": []}],
     )
     app = Litestar(
-        route_handlers=[HomeController, AuthController, HealthController, AccountApiController, static],
+        route_handlers=[
+            HomeController,
+            AuthController,
+            HealthController,
+            AccountApiController,
+            JobsApiController,
+            PipelinesApiController,
+            JobTypesApiController,
+            static,
+        ],
         lifespan=[_database_lifespan(settings, sa_config, auto_migrate=auto_migrate)],
         plugins=[SQLAlchemyPlugin(config=sa_config), HTMXPlugin(), _AfterPlugins(_worker_lifespan(settings))],
         middleware=[RequestContextMiddleware(), AuthenticationMiddleware()],

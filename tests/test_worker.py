@@ -301,7 +301,9 @@ async def test_a_job_longer_than_its_lease_runs_exactly_once(
         assert second["lease_expires_at"] > lease_1  # the deadline moved forward while it ran
         assert "rescued" not in await event_kinds(pg, job)
     else:
-        claims = await pg.fetchval("SELECT count(*) FROM job_events WHERE job_id = $1 AND kind = 'claimed'", job)
+        claims = await pg.fetchval(
+            "SELECT count(*) FROM job_events WHERE job_id = $1 AND kind = 'claimed'", job
+        )
         assert effects >= 2 and claims >= 2, "without renewal the job should have been rescued and run again"
 
 
