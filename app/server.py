@@ -436,6 +436,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
     """
     from app.web.api import (
         AccountApiController,
+        ControlsApiController,
         JobsApiController,
         JobTypesApiController,
         PipelinesApiController,
@@ -483,6 +484,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             JobsApiController,
             PipelinesApiController,
             JobTypesApiController,
+            ControlsApiController,
             static,
         ],
         lifespan=[_database_lifespan(settings, sa_config, auto_migrate=auto_migrate)],

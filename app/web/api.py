@@ -14,12 +14,12 @@ from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from litestar import Controller, Request, Response, get, post
+from litestar import Controller, Request, Response, delete, get, post, put
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from sqlalchemy import text
 
-from app import pipelines
-from app.auth import requires_user
+from app import controls, pipelines
+from app.auth import requires_admin, requires_user
 from app.errors import BadInput
 from app.jobs import queue
 from app.jobs.queue import NewJob
@@ -505,3 +505,118 @@ class JobTypesApiController(Controller):
             for t in pipelines.all_templates()
             if admin or not t.diagnostic
         ]
+
+
+# --- operator controls (issue 11 §6): admins only ------------------------------------------------------
+
+
+@dataclass
+class LimitsBody:
+    """``max_running``: at most this many running at once across all workers; ``max_per_minute``: at most
+    this many starts per minute. ``null`` removes a limit."""
+
+    max_running: int | None = None
+    max_per_minute: int | None = None
+
+
+@dataclass
+class ScheduleCreate:
+    """A periodic job (``type``) or pipeline (``template``): ``cron`` has five fields (minute hour day month
+    weekday) and is read in ``timezone``; ``catch_up`` back-fills times missed while no worker ran."""
+
+    cron: str
+    timezone: str = "UTC"
+    type: str | None = None
+    template: str | None = None
+    input_data: dict[str, Any] = field(default_factory=dict)
+    enabled: bool = True
+    catch_up: bool = False
+    name: str | None = None
+
+
+def _client_ip(request: Request[Any, Any, Any]) -> str | None:
+    return request.client.host if request.client else None
+
+
+class ControlsApiController(Controller):
+    """``/api/job-types/{type}/pause|resume|limits`` and ``/api/schedules`` (admins)."""
+
+    path = "/api"
+    guards = [requires_admin]
+    tags = ["operator controls"]
+
+    @post("/job-types/{job_type:str}/pause", name="api.job_types.pause", status_code=200)
+    async def pause(
+        self, request: Request[Any, Any, Any], db_session: DbSession, job_type: FromPath[str]
+    ) -> dict[str, Any]:
+        """Pause a job type (``*`` = all): it keeps accepting jobs but none is claimed until resumed."""
+        return dict(
+            await controls.set_paused(db_session, job_type, True, request.user, ip=_client_ip(request))
+        )
+
+    @post("/job-types/{job_type:str}/resume", name="api.job_types.resume", status_code=200)
+    async def resume(
+        self, request: Request[Any, Any, Any], db_session: DbSession, job_type: FromPath[str]
+    ) -> dict[str, Any]:
+        """Resume a paused job type (``*`` = the pause of all types)."""
+        return dict(
+            await controls.set_paused(db_session, job_type, False, request.user, ip=_client_ip(request))
+        )
+
+    @put("/job-types/{job_type:str}/limits", name="api.job_types.limits", status_code=200)
+    async def limits(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        job_type: FromPath[str],
+        data: JSONBody[LimitsBody],
+    ) -> dict[str, Any]:
+        """Set or remove a job type's concurrency and rate limits; enforced in the claim by every worker."""
+        row = await controls.set_limits(
+            db_session,
+            job_type,
+            max_running=data.max_running,
+            max_per_minute=data.max_per_minute,
+            admin=request.user,
+            ip=_client_ip(request),
+        )
+        return dict(row)
+
+    @get("/job-types/controls", name="api.job_types.controls")
+    async def list_controls(self, db_session: DbSession) -> list[dict[str, Any]]:
+        """Every paused or limited type."""
+        return [dict(r) for r in (await controls.controls(db_session)).values()]
+
+    @get("/schedules", name="api.schedules.list")
+    async def list_schedules(self, db_session: DbSession) -> list[dict[str, Any]]:
+        """Every schedule with its next and last fire time and last job or pipeline."""
+        return [dict(r) for r in await controls.list_schedules(db_session)]
+
+    @post("/schedules", name="api.schedules.create", status_code=201)
+    async def create_schedule(
+        self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[ScheduleCreate]
+    ) -> dict[str, Any]:
+        """Create a schedule; its jobs belong to you. 422 naming the field for a bad cron expression, time
+        zone, type, template or input."""
+        row = await controls.create_schedule(
+            db_session,
+            cron=data.cron,
+            timezone=data.timezone,
+            job_type=data.type,
+            template=data.template,
+            input_data=data.input_data,
+            enabled=data.enabled,
+            catch_up=data.catch_up,
+            name=data.name,
+            owner=request.user,
+            settings=_settings(request),
+            ip=_client_ip(request),
+        )
+        return dict(row)
+
+    @delete("/schedules/{schedule_id:str}", name="api.schedules.delete", status_code=204)
+    async def delete_schedule(
+        self, request: Request[Any, Any, Any], db_session: DbSession, schedule_id: FromPath[str]
+    ) -> None:
+        """Delete a schedule; jobs it already created stay."""
+        await controls.delete_schedule(db_session, schedule_id, request.user, ip=_client_ip(request))

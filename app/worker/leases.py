@@ -7,7 +7,8 @@
   refreshes the worker's row. Renewal continues during a graceful shutdown until every outcome is
   recorded (case C04).
 * :func:`sweep_loop` — every ``WORKER_SWEEP_INTERVAL_SECS`` rescues jobs whose lease expired (one process
-  at a time, by advisory lock); every few minutes deletes finished jobs past retention and does upkeep.
+  at a time, by advisory lock) and fires due schedules (issue 11, :func:`app.controls.fire_due`); every
+  minute deletes finished jobs past retention and does upkeep.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from app import auth, metrics
+from app import auth, controls, metrics
 from app.db import is_transient
 from app.jobs import queue
 from app.jobs.backoff import retry_delay
@@ -115,6 +116,13 @@ async def sweep_loop(worker: Worker) -> None:
                     "rescued jobs whose lease expired",
                     count=len(rescued),
                     jobs={str(r["id"]): r["status"] for r in rescued[:20]},
+                )
+                worker.wake()
+            async with worker.engine.begin() as conn:
+                fired = await controls.fire_due(conn, settings)
+            if fired:
+                worker.log.info(
+                    "schedules fired", count=len(fired), schedules=sorted({f["schedule"] for f in fired})
                 )
                 worker.wake()
             if time.monotonic() - last_maintenance >= MAINTENANCE_INTERVAL_SECS:

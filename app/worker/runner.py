@@ -174,6 +174,11 @@ class Worker:
             )
             self._owned_app_engine = True
         queue_started = time.monotonic()
+        from app import controls
+
+        await self._retrying(
+            "sync schedules", lambda conn: controls.sync_code_schedules(conn, self.settings, self.log)
+        )
         await self._retrying(
             "register",
             lambda conn: queue.register_worker(
@@ -315,18 +320,21 @@ class Worker:
             await asyncio.wait_for(self._wake.wait(), timeout=seconds)
 
     async def _claim(self, free: int) -> tuple[list[Any], float | None]:
+        """Claim up to ``free`` jobs: first those of types with a concurrency or rate limit (each within its
+        allowance, so a flood of other jobs cannot starve them), then any other due job. Returns the rows
+        and, when fewer than ``free`` were due, the seconds until the next scheduled ``run_at``."""
         assert self.engine is not None
+        rows: list[Any] = []
         async with self.engine.begin() as conn:
-            rows = await queue.claim(conn, self.id, free, self.lease_secs)
-        if len(rows) < free:
-            async with self.engine.begin() as conn:
-                for control in await queue.limited_types(conn):
-                    room = free - len(rows)
-                    if room <= 0:
-                        break
-                    rows.extend(
-                        await queue.claim_limited(conn, self.id, control["type"], room, self.lease_secs)
+            for control in await queue.limited_types(conn):
+                if len(rows) >= free:
+                    break
+                rows.extend(
+                    await queue.claim_limited(
+                        conn, self.id, control["type"], free - len(rows), self.lease_secs
                     )
+                )
+            rows.extend(await queue.claim(conn, self.id, free - len(rows), self.lease_secs))
         next_due = None
         if len(rows) < free:
             async with self.engine.connect() as conn:
