@@ -189,6 +189,11 @@ async def send_email(ctx: JobContext[EmailInput]) -> dict[str, Any]:
             f"{_code_text(exc.code, exc.message)}"
         ) from None
     except aiosmtplib.SMTPSenderRefused as exc:
+        if exc.code == 530:
+            raise PermanentError(
+                f"The mail server {server} requires a login: set SMTP_USERNAME and SMTP_PASSWORD "
+                f"({_code_text(exc.code, exc.message)})."
+            ) from None
         if 400 <= exc.code < 500:
             raise TemporaryMailError(
                 f"The mail server {server} asked to try later: {_code_text(exc.code, exc.message)}"
@@ -204,6 +209,11 @@ async def send_email(ctx: JobContext[EmailInput]) -> dict[str, Any]:
     ) as exc:
         raise TemporaryMailError(f"Could not reach the mail server {server}: {exc}") from None
     except aiosmtplib.SMTPResponseException as exc:
+        if exc.code == 530:
+            raise PermanentError(
+                f"The mail server {server} requires a login: set SMTP_USERNAME and SMTP_PASSWORD "
+                f"({_code_text(exc.code, exc.message)})."
+            ) from None
         if exc.code >= 500:
             raise PermanentError(
                 f"The mail server {server} refused the message: {_code_text(exc.code, exc.message)}"
@@ -211,12 +221,19 @@ async def send_email(ctx: JobContext[EmailInput]) -> dict[str, Any]:
         raise TemporaryMailError(
             f"The mail server {server} answered {_code_text(exc.code, exc.message)}"
         ) from None
-    except aiosmtplib.SMTPNotSupported as exc:
-        raise PermanentError(
-            f"The mail server {server} cannot do what the settings ask: {exc}. "
-            "Check SMTP_STARTTLS, SMTP_PORT and SMTP_USERNAME."
-        ) from None
-    except (aiosmtplib.SMTPException, OSError) as exc:
+    except aiosmtplib.SMTPException as exc:
+        text = str(exc)
+        if (
+            isinstance(exc, aiosmtplib.SMTPNotSupported)
+            or "not supported" in text
+            or "authentication method" in text
+        ):
+            raise PermanentError(
+                f"The mail server {server} cannot do what the settings ask: {text} "
+                "Check SMTP_STARTTLS, SMTP_PORT, SMTP_USERNAME and SMTP_PASSWORD."
+            ) from None
+        raise TemporaryMailError(f"Sending through {server} failed: {exc}") from None
+    except OSError as exc:
         raise TemporaryMailError(f"Sending through {server} failed: {exc}") from None
     await ctx.report_progress(1.0, f"Handed to the mail server {server}")
     result: dict[str, Any] = {
