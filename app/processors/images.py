@@ -353,7 +353,7 @@ def make_contact_sheet(ctx: CpuContext) -> Result:
         col, row = i % columns, i // columns
         x = pad + col * (cell + pad)
         y = pad + title_h + row * (cell + label_h + pad)
-        sheet.paste(img, (x + (cell - img.width) // 2, y + (cell - img.height) // 2))
+        sheet.paste(img, (x + (cell - img.width) // 2, y + cell - img.height))  # on the label line
         draw.text((x, y + cell + 4), _fit(label, label_font, draw, cell), fill=(60, 60, 60), font=label_font)
         if not members:
             tile_path = out_dir / f"tile-{i + 1:02d}.jpg"
