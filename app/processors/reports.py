@@ -51,7 +51,7 @@ INTEGER = re.compile(r"^[+-]?\d+$")
 DECIMAL = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 DECIMAL_COMMA = re.compile(r"^[+-]?\d+,\d+$")
 YES_NO = {"yes", "no", "true", "false", "y", "n"}
-MARKUP_START = re.compile(r"^\s*<(!doctype|html|\?xml|[a-z][\w:-]*[\s/>])", re.IGNORECASE)
+MARKUP_START = re.compile(r"^<(!doctype\s+html|html[\s>]|\?xml\s)", re.IGNORECASE)
 
 Encoding = Literal["auto", "utf-8", "utf-8-sig", "utf-16", "cp1252", "latin-1"]
 Delimiter = Literal["auto", "comma", "semicolon", "tab", "pipe"]
@@ -121,7 +121,8 @@ def decode(raw: bytes, encoding: str) -> tuple[str, str]:
     if "\x00" in text:
         raise not_csv("it contains binary data, not text")
     head = text.lstrip()[:200]
-    if MARKUP_START.match(head):
+    first_line = head.split("\n", 1)[0].strip()
+    if MARKUP_START.match(head) or (first_line.startswith("<") and first_line.endswith(">")):
         raise not_csv("it looks like a web page or an XML document")
     if head[:1] in ("{", "["):
         try:
@@ -281,9 +282,9 @@ def detect_type(values: list[str], decimal_comma: bool) -> str:
     with a leading zero (postcodes, ids) are text."""
     if not values:
         return "empty"
-    if all(INTEGER.match(v) for v in values) and not any(
-        len(v.lstrip("+-")) > 1 and v.lstrip("+-").startswith("0") for v in values
-    ):
+    if any(len(v.lstrip("+-")) > 1 and v.lstrip("+-")[0] == "0" and v.lstrip("+-")[1].isdigit() for v in values):
+        return "text"  # 02134: a code (postcode, id), not a number
+    if all(INTEGER.match(v) for v in values):
         return "whole number"
     if all(DECIMAL.match(v) for v in values):
         return "decimal number"
@@ -304,7 +305,7 @@ def _num(v: str) -> float:
 def _round(x: float) -> float | int:
     if math.isfinite(x) and x == int(x) and abs(x) < 1e15:
         return int(x)
-    return float(f"{x:.6g}")
+    return float(f"{x:.7g}")
 
 
 def histogram(numbers: list[float], whole: bool, bins: int = 10) -> list[dict[str, Any]]:
@@ -505,7 +506,7 @@ table { border-collapse: collapse; } td, th { text-align: left; padding: 2px 12p
 th { font-weight: 600; color: #444; } .type { color: #2f6f9f; font-weight: 600; }
 .note { background: #fff7e6; border: 1px solid #f0d9a8; padding: 8px 12px; border-radius: 6px; }
 svg { max-width: 100%; height: auto; } .overview { overflow-x: auto; }
-code { background: #f2f2f0; padding: 0 4px; border-radius: 3px; word-break: break-all; }
+code { background: #f2f2f0; padding: 0 4px; border-radius: 3px; overflow-wrap: anywhere; }
 </style>
 </head>
 <body>
