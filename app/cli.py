@@ -268,7 +268,8 @@ def demo(email: str, samples: Path | None, wait_secs: int) -> None:
         width = max(len(i.label) for i in run.items)
         click.echo(f"Submitted as {run.user_email}:")
         for item in run.items:
-            click.echo(f"  {item.label.ljust(width)}  {item.url}")
+            label = item.label[:1].upper() + item.label[1:]
+            click.echo(f"  {label.ljust(width)}  {item.url}")
         click.echo(
             "Two jobs fail on purpose, to show how a failure reads. The CSV review pipeline stops at "
             "its first step until an admin approves the columns it found"
