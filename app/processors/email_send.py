@@ -28,7 +28,7 @@ import aiosmtplib
 from pydantic import Field, field_validator
 
 from app.processors import Input, JobContext, LongText, PermanentError, processor
-from app.processors.http_request import invalid
+from app.processors.support import invalid
 
 ADDRESS = re.compile(
     r"^(?:(?P<name>[^<>\r\n\"]*?)\s*<(?P<addr>[^<>\s@]+@[A-Za-z0-9.-]+)>|(?P<bare>[^<>\s@\"]+@[A-Za-z0-9.-]+))$"
@@ -164,6 +164,7 @@ async def send_email(ctx: JobContext[EmailInput]) -> dict[str, Any]:
     message = build_message(inp, s.smtp_from, ctx.job["id"])
     recipients = [address_of(a) for a in [*inp.to, *inp.cc]]
     server = f"{host}:{port}"
+    implicit_tls = port == 465 and not starttls
     await ctx.report_progress(0.2, f"Connecting to the mail server {server}")
     try:
         refused, answer = await aiosmtplib.send(
@@ -174,8 +175,8 @@ async def send_email(ctx: JobContext[EmailInput]) -> dict[str, Any]:
             port=port,
             username=username or None,
             password=password or None,
-            start_tls=starttls if not (port == 465 and not starttls) else False,
-            use_tls=port == 465 and not starttls,
+            start_tls=False if implicit_tls else starttls,
+            use_tls=implicit_tls,
             timeout=SEND_TIMEOUT_SECS,
         )
     except aiosmtplib.SMTPRecipientsRefused as exc:

@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 
 import httpx
 from pydantic import Field, ValidationInfo, field_validator
-from pydantic_core import PydanticCustomError
 
 from app.processors import Input, JobContext, LongText, PermanentError, processor
+from app.processors.support import invalid
 
 BODY_KEEP_CHARS = 20_000
 """Characters of the answer's body kept in ``result_data``."""
@@ -35,16 +35,11 @@ TEXT_TYPES = re.compile(r"^(text/|application/([\w.+-]*\+)?(json|xml|javascript|
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
-def invalid(message: str) -> PydanticCustomError:
-    """A validation error whose message is ``message`` as written (no "Value error," prefix)."""
-    return PydanticCustomError("invalid", "{reason}", {"reason": message})
-
-
 def parse_headers(text: str) -> dict[str, str]:
     """``Name: value`` lines → a dict (blank lines ignored).
 
     Raises:
-        PydanticCustomError: a line without a colon, or a name with characters HTTP does not allow.
+        pydantic_core.PydanticCustomError: a line without a colon, or a name with characters HTTP does not allow.
     """
     headers: dict[str, str] = {}
     for number, raw in enumerate(text.splitlines(), start=1):

@@ -1,9 +1,10 @@
 """Pictures (issue 9 §2–3): ``images.thumbnail`` (resized variants of one upload), ``images.batch`` (the
-fan-out step of the "Photo batch" pipeline) and ``images.contact_sheet`` (its fan-in: one sheet of all
-thumbnails and a zip of them), with Pillow.
+fan-out step of the "Photo batch" pipeline, :mod:`app.processors.templates`) and
+``images.contact_sheet`` (its fan-in: one sheet of all thumbnails and a zip of them), with Pillow.
 
 The Pillow work is CPU-bound and runs in a separate process (``cpu_bound=True``; the functions are
-module-level so the worker can start them by name). A file that is not a picture, or whose image data is
+module-level so the worker can start them by name; this module imports nothing heavy, as each such
+process imports it anew). A file that is not a picture, or whose image data is
 damaged, is a permanent failure that says which and why — retrying cannot repair a file.
 """
 
@@ -16,7 +17,6 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from app.pipelines import Template, TemplateStep, template
 from app.processors import (
     CpuContext,
     FileId,
@@ -29,8 +29,7 @@ from app.processors import (
     Result,
     processor,
 )
-from app.processors.http_request import invalid
-from app.processors.support import describe_bytes, stored_file
+from app.processors.support import describe_bytes, invalid, stored_file
 
 READABLE = {
     "JPEG": "JPEG",
@@ -402,7 +401,7 @@ processor(
 )(make_contact_sheet)
 
 
-# --- images.batch and the Photo batch template ------------------------------------------------------
+# --- images.batch: the fan-out step of the Photo batch pipeline ------------------------------------------------------
 
 
 class PhotoBatchInput(Input):
@@ -472,24 +471,3 @@ async def plan_photo_batch(ctx: JobContext[PhotoBatchInput]) -> Result:
     return Result(
         data={"pictures": len(names), "names": names, "steps": [*keys, "sheet"]}, next_jobs=[*thumbs, sheet]
     )
-
-
-def _photo_batch_step(values: dict[str, Any]) -> dict[str, Any]:
-    return dict(values)
-
-
-PHOTO_BATCH = template(
-    Template(
-        name="photo_batch",
-        title="Photo batch",
-        description="Upload several pictures: each gets thumbnails in parallel, then one contact sheet "
-        "and a zip of all thumbnails.",
-        input_model=PhotoBatchInput,
-        group="Pictures",
-        steps=(
-            TemplateStep(
-                "plan", "images.batch", _photo_batch_step, title="Plan one thumbnail job per picture"
-            ),
-        ),
-    )
-)

@@ -1,6 +1,7 @@
 """CSV reports (issue 9 §2–3): ``report.csv_check`` (find the layout and the columns),
 ``report.csv_summary`` (per-column summary, charts and one self-contained HTML report to download) and
-``report.csv_report`` (the "report" step of the "CSV report with review" pipeline).
+``report.csv_report`` (the "report" step of the "CSV report with review" pipeline,
+:mod:`app.processors.templates`).
 
 Reading a CSV (:func:`read_table`): the encoding is UTF-8 (with or without BOM), UTF-16 (with BOM),
 Windows-1252 or Latin-1 — tried in that order unless chosen; the delimiter is found with
@@ -32,7 +33,6 @@ from typing import Any, Literal
 from markupsafe import Markup, escape
 from pydantic import Field
 
-from app.pipelines import Template, TemplateStep, template
 from app.processors import CpuContext, FileId, Input, OutputFile, PermanentError, Result, processor
 from app.processors.images import safe_stem
 from app.processors.support import describe_bytes, stored_file
@@ -282,7 +282,9 @@ def detect_type(values: list[str], decimal_comma: bool) -> str:
     with a leading zero (postcodes, ids) are text."""
     if not values:
         return "empty"
-    if any(len(v.lstrip("+-")) > 1 and v.lstrip("+-")[0] == "0" and v.lstrip("+-")[1].isdigit() for v in values):
+    if any(
+        len(v.lstrip("+-")) > 1 and v.lstrip("+-")[0] == "0" and v.lstrip("+-")[1].isdigit() for v in values
+    ):
         return "text"  # 02134: a code (postcode, id), not a number
     if all(INTEGER.match(v) for v in values):
         return "whole number"
@@ -728,67 +730,3 @@ processor(
     group="Pipeline steps",
     diagnostic=True,
 )(report_from_summary)
-
-
-# --- the "CSV report with review" template -----------------------------------------------------------
-
-
-class CsvReviewInput(Input):
-    """Input of the "CSV report with review" pipeline."""
-
-    file: FileId = Field(
-        title="CSV file", description="A .csv file, for example exported from a spreadsheet."
-    )
-    encoding: Encoding = Field(
-        "auto", title="Text encoding", description="Leave on auto unless letters come out wrong."
-    )
-    delimiter: Delimiter = Field("auto", title="Separator")
-    title: str = Field("", max_length=150, title="Report title")
-    top: int = Field(5, ge=1, le=20, title="Most common values shown")
-
-
-def _check_step(v: dict[str, Any]) -> dict[str, Any]:
-    return {"file": v["file"], "encoding": v["encoding"], "delimiter": v["delimiter"]}
-
-
-def _summary_step(v: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "file": v["file"],
-        "encoding": {"$ref": "check.encoding"},
-        "delimiter": {"$ref": "check.delimiter"},
-        "header": {"$ref": "check.header"},
-        "title": v["title"],
-        "top": v["top"],
-        "build_report": False,
-    }
-
-
-CSV_REVIEW = template(
-    Template(
-        name="csv_report_review",
-        title="CSV report with review",
-        description="Checks a CSV file's columns; once an admin approves them, summarises the file and "
-        "builds the HTML report.",
-        input_model=CsvReviewInput,
-        group="Reports",
-        steps=(
-            TemplateStep(
-                "check",
-                "report.csv_check",
-                _check_step,
-                requires_approval=True,
-                title="Check the columns (an admin approves)",
-            ),
-            TemplateStep(
-                "summary", "report.csv_summary", _summary_step, ("check",), title="Summarise every column"
-            ),
-            TemplateStep(
-                "report",
-                "report.csv_report",
-                {"from_step": "summary"},
-                ("summary",),
-                title="Build the report",
-            ),
-        ),
-    )
-)

@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from pydantic_core import PydanticCustomError
 
 from app.errors import BadInput
 from app.processors import Input, PermanentError
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+# This module is imported by CPU-bound processors in their own processes: keep its imports light
+# (no SQLAlchemy at import time).
+
+
+def invalid(message: str) -> PydanticCustomError:
+    """A validation error whose message is ``message`` as written (no "Value error," prefix)."""
+    return PydanticCustomError("invalid", "{reason}", {"reason": message})
 
 
 def stored_file(files_dir: Path, file_id: uuid.UUID | str, what: str = "file") -> Path:
@@ -62,8 +72,8 @@ def file_ids_in(model: type[Input], data: dict[str, Any]) -> dict[str, list[uuid
     return out
 
 
-OWNED_FILES = text("SELECT id FROM files WHERE id = ANY(CAST(:ids AS uuid[])) AND user_id = :user_id")
-ANY_FILES = text("SELECT id FROM files WHERE id = ANY(CAST(:ids AS uuid[]))")
+OWNED_FILES = "SELECT id FROM files WHERE id = ANY(CAST(:ids AS uuid[])) AND user_id = :user_id"
+ANY_FILES = "SELECT id FROM files WHERE id = ANY(CAST(:ids AS uuid[]))"
 
 
 async def check_files_owned(
@@ -78,14 +88,16 @@ async def check_files_owned(
     Raises:
         BadInput: ``input_data.<field>`` (or ``input_data.<field>[i]``) → "no such file; upload it first".
     """
+    from sqlalchemy import text
+
     wanted = file_ids_in(model, data)
     all_ids = sorted({i for ids in wanted.values() for i in ids}, key=str)
     if not all_ids:
         return
     if getattr(principal, "is_admin", False):
-        rows = await conn.execute(ANY_FILES, {"ids": all_ids})
+        rows = await conn.execute(text(ANY_FILES), {"ids": all_ids})
     else:
-        rows = await conn.execute(OWNED_FILES, {"ids": all_ids, "user_id": principal.id})
+        rows = await conn.execute(text(OWNED_FILES), {"ids": all_ids, "user_id": principal.id})
     known = set(rows.scalars())
     errors: dict[str, str] = {}
     for name, ids in wanted.items():
