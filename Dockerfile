@@ -19,6 +19,7 @@ COPY app ./app
 COPY migrations ./migrations
 COPY templates ./templates
 COPY static ./static
+COPY examples ./examples
 COPY worker.py ./
 RUN pip install --no-deps -e . \
     && useradd --system --create-home --home-dir /home/jobdesk jobdesk \

@@ -1,5 +1,5 @@
 """The ``jobdesk`` command (issue 2 §6): ``serve``, ``worker``, ``migrate``, ``create-user``,
-``create-token``.
+``create-token``; ``demo`` (issue 9 §4).
 
 Every failure a person can cause or fix (bad settings, no database, schema behind, unknown user,
 duplicate email) ends with one ``Error: …`` line on standard error and exit status 1 — no traceback.
@@ -13,6 +13,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -233,6 +234,59 @@ def create_token_cmd(email: str, name: str) -> None:
     owner, token = _run(lambda: _with_engine(settings, body, need_schema=True))
     click.echo(f"Created an API token for {owner}. It is shown once; store it now:")
     click.echo(token)
+
+
+@main.command()
+@click.option("--email", required=True, help="The existing user who will own the demo jobs.")
+@click.option(
+    "--samples",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder with the sample files (default: the examples folder of this Jobdesk).",
+)
+@click.option(
+    "--wait",
+    "wait_secs",
+    default=120,
+    show_default=True,
+    type=click.IntRange(0, 3600),
+    help="Without SMTP_HOST: seconds to keep the local mail server up for the email job.",
+)
+def demo(email: str, samples: Path | None, wait_secs: int) -> None:
+    """Submit, as the user EMAIL, one job of each built-in type and one run of each example pipeline,
+    using the sample files, and print the page of each.
+
+    Without SMTP_HOST the email job is delivered to a local mail server that this command runs until
+    the job has finished (at most --wait seconds); the message is saved under JOBDESK_DATA_DIR/demo-mail.
+    """
+    from app import demo as demo_mod
+
+    settings = _settings()
+
+    async def body(engine: AsyncEngine, url: str) -> None:
+        run = await demo_mod.submit(engine, settings, email, samples_dir=samples)
+        width = max(len(i.label) for i in run.items)
+        click.echo(f"Submitted as {run.user_email}:")
+        for item in run.items:
+            label = item.label[:1].upper() + item.label[1:]
+            click.echo(f"  {label.ljust(width)}  {item.url}")
+        click.echo(
+            "Two jobs fail on purpose, to show how a failure reads. The CSV review pipeline stops at "
+            "its first step until an admin approves the columns it found"
+            + (" (you are an admin: approve it on its page)." if run.user_is_admin else ".")
+        )
+        if not await demo_mod.live_workers(engine, settings):
+            click.echo(
+                "No worker is running right now: the jobs wait until `jobdesk serve` (or `jobdesk worker`) runs."
+            )
+        if run.sink is not None:
+            click.echo(
+                f"No SMTP_HOST is set: the email goes to a local mail server on 127.0.0.1:{run.sink.port}, "
+                f"kept up until the email job is done (at most {wait_secs} s)…"
+            )
+            await demo_mod.wait_for_email(engine, settings, run, wait_secs, click.echo)
+
+    _run(lambda: _with_engine(settings, body, need_schema=True))
 
 
 if __name__ == "__main__":  # pragma: no cover

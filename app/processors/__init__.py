@@ -46,6 +46,11 @@ if TYPE_CHECKING:
 
 PROCESSOR_MODULES: list[str] = [
     "app.processors.builtin",
+    "app.processors.http_request",
+    "app.processors.email_send",
+    "app.processors.images",
+    "app.processors.reports",
+    "app.processors.templates",
 ]
 """Modules that register job types when imported. Add one line per new module."""
 

@@ -1,0 +1,338 @@
+"""``jobdesk demo --email EMAIL`` (issue 9 §4): submit, as an existing user, one job of each built-in type
+and one run of each pipeline template, using the sample files in ``examples/``.
+
+Everything goes through the same checks as the API: files are stored with :class:`app.files.FileStore`
+and must be the user's (:func:`app.processors.support.check_files_owned`), jobs are created with
+:func:`app.jobs.queue.enqueue`, pipelines with :func:`app.pipelines.create_from_template` — all in one
+transaction, so a problem leaves nothing half-created.
+
+Email: with ``SMTP_HOST`` set, the email job goes through that server like any other. Without it the
+demo starts a small mail server (aiosmtpd) on 127.0.0.1, tells the email job where it is through
+``JOBDESK_DATA_DIR/demo-mail/<job id>.json`` (read by ``email.send`` for that job only; see
+:mod:`app.processors.email_send`), and keeps running until that job has finished (at most ``wait``
+seconds), saving the delivered message as an ``.eml`` file next to it. So the worker must share the
+data folder — true for ``make run`` / ``jobdesk serve`` on the same machine; elsewhere the email job
+fails with "Email is not set up", which is the truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app import pipelines
+from app.errors import AppError
+from app.files import FileStore
+from app.jobs import queue
+from app.jobs.queue import NewJob, new_id
+from app.processors import registry
+from app.processors.email_send import DEMO_DIR
+from app.processors.support import check_files_owned
+from app.settings import Settings
+
+SAMPLES = {
+    "rocket": "images/rocket.jpg",
+    "chelsea": "images/chelsea.jpg",
+    "coffee": "images/coffee.jpg",
+    "horse": "images/horse.png",
+    "penguins": "csv/penguins.csv",
+    "statecrime": "csv/statecrime.csv",
+    "danish": "csv/danish-money.csv",
+    "damaged": "broken/damaged-photo.jpg",
+    "not_csv": "broken/picture-not-table.csv",
+}
+"""Sample files the demo uploads, relative to the samples folder (``examples/``)."""
+
+
+def default_samples_dir() -> Path:
+    """``examples/`` next to the ``app`` package (a checkout, or the Docker image)."""
+    return Path(__file__).resolve().parent.parent / "examples"
+
+
+class DemoError(AppError):
+    """A problem the person running the demo can fix (unknown user, missing samples…)."""
+
+
+@dataclass
+class Submitted:
+    """One job or pipeline the demo created: what it is, its page, and the end state to expect."""
+
+    kind: str  # "job" | "pipeline"
+    id: uuid.UUID
+    type: str
+    label: str
+    expect: str
+    url: str
+
+
+@dataclass
+class DemoRun:
+    """What :func:`submit` created."""
+
+    user_email: str
+    user_is_admin: bool
+    items: list[Submitted] = field(default_factory=list)
+    email_job: uuid.UUID | None = None
+    sink: MailSink | None = None
+
+
+class MailSink:
+    """A loopback SMTP server (aiosmtpd) that saves every message it receives as an ``.eml`` file in
+    ``folder``. Start with :meth:`start` (port 0 = any free port), stop with :meth:`stop`."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.received: list[Path] = []
+        self.port = 0
+        self._server: asyncio.base_events.Server | None = None
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # aiosmtpd hook
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"{datetime.now():%Y%m%d-%H%M%S}-{len(self.received) + 1}.eml"
+        path.write_bytes(envelope.original_content or envelope.content)
+        self.received.append(path)
+        return "250 Message accepted for delivery"
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        from aiosmtpd.smtp import SMTP
+
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: SMTP(self, hostname="jobdesk-demo"), host, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+
+USER_ROW = text("SELECT id, email, is_admin, is_active FROM users WHERE email = :email")
+LIVE_WORKERS = text(
+    "SELECT count(*) FROM workers WHERE NOT stopping AND last_seen_at > now() - make_interval(secs => :secs)"
+)
+JOB_STATE = text("SELECT status, error_message, result_data FROM jobs WHERE id = :id")
+
+
+def _samples(folder: Path) -> dict[str, Path]:
+    paths = {key: folder / rel for key, rel in SAMPLES.items()}
+    missing = [str(p) for p in paths.values() if not p.is_file()]
+    if missing:
+        raise DemoError(
+            f"The sample files are missing from {folder}: {', '.join(missing)}. "
+            "Run the demo from a Jobdesk checkout, or point --samples at its examples folder."
+        )
+    return paths
+
+
+async def submit(
+    engine: AsyncEngine,
+    settings: Settings,
+    email: str,
+    *,
+    samples_dir: Path | None = None,
+) -> DemoRun:
+    """Upload the samples and create the demo's jobs and pipelines as the user ``email``, all in one
+    transaction. Without ``SMTP_HOST`` a :class:`MailSink` is started for the email job (the caller
+    waits with :func:`wait_for_email` and stops it).
+
+    Raises:
+        DemoError: unknown or disabled user; sample files missing.
+        BadInput / TooLarge: a job or pipeline the checks refuse (as the API would).
+    """
+    paths = _samples(samples_dir or default_samples_dir())
+    async with engine.connect() as conn:
+        user = (await conn.execute(USER_ROW, {"email": (email or "").strip().lower()})).mappings().first()
+    if user is None:
+        raise DemoError(
+            f"No user with the email {email.strip().lower()}. Create one first: "
+            f"jobdesk create-user {email.strip().lower()}"
+        )
+    if not user["is_active"]:
+        raise DemoError(f"The user {user['email']} is disabled; the demo needs an active account.")
+    principal = _Principal(user["id"], user["is_admin"])
+    run = DemoRun(user["email"], user["is_admin"])
+    base = settings.jobdesk_base_url
+    store = FileStore(settings.files_dir)
+    stored: list[uuid.UUID] = []
+    note_path: Path | None = None
+    try:
+        if not settings.smtp_host:
+            run.sink = MailSink(settings.data_dir / DEMO_DIR)
+            port = await run.sink.start()
+            run.email_job = new_id()
+            note_path = settings.data_dir / DEMO_DIR / f"{run.email_job}.json"
+            note_path.parent.mkdir(parents=True, exist_ok=True)
+            note_path.write_text(
+                json.dumps({"host": "127.0.0.1", "port": port, "started_by": "jobdesk demo"})
+            )
+        async with engine.begin() as conn:
+            ids: dict[str, str] = {}
+            for key, path in paths.items():
+                row = await store.save(conn, user_id=user["id"], name=path.name, source=path)
+                stored.append(row["id"])
+                ids[key] = str(row["id"])
+
+            async def job(type_: str, input_data: dict[str, Any], label: str, expect: str, **kw: Any) -> None:
+                spec = registry.get(type_)
+                assert spec is not None, type_
+                await check_files_owned(conn, spec.input_model, input_data, principal)
+                new = NewJob(
+                    type=type_, input_data=input_data, user_id=user["id"], title=f"Demo: {label}", **kw
+                )
+                row = (await queue.enqueue(conn, new, settings, actor=f"user:{user['id']}")).job
+                run.items.append(
+                    Submitted("job", row["id"], type_, label, expect, f"{base}/jobs/{row['id']}")
+                )
+
+            async def pipeline(name: str, input_data: dict[str, Any], label: str, expect: str) -> None:
+                tpl = pipelines.get_template(name)
+                assert tpl is not None, name
+                await check_files_owned(conn, tpl.input_model, input_data, principal)
+                row = await pipelines.create_from_template(
+                    conn, name, input_data, user_id=user["id"], settings=settings
+                )
+                run.items.append(
+                    Submitted("pipeline", row["id"], name, label, expect, f"{base}/pipelines/{row['id']}")
+                )
+
+            await job(
+                "http.request",
+                {"method": "GET", "url": f"{base}/healthz", "timeout": 10},
+                "web request to Jobdesk's own health check",
+                "completed",
+            )
+            await job(
+                "email.send",
+                {
+                    "to": [user["email"]],
+                    "subject": "Hello from the Jobdesk demo",
+                    "body": "This email was sent by an email.send job that `jobdesk demo` started.\n\n"
+                    f"Your jobs: {base}/jobs\n",
+                },
+                f"email to {user['email']}",
+                "completed",
+                **({"id": run.email_job} if run.email_job else {}),
+            )
+            await job(
+                "images.thumbnail",
+                {"image": ids["rocket"], "sizes": [160, 480], "format": "WEBP", "name": "rocket.jpg"},
+                "thumbnails of rocket.jpg",
+                "completed",
+            )
+            await job(
+                "images.contact_sheet",
+                {
+                    "images": [ids["chelsea"], ids["coffee"], ids["horse"]],
+                    "columns": 3,
+                    "title": "Three samples",
+                },
+                "contact sheet of three sample pictures",
+                "completed",
+            )
+            await job("report.csv_check", {"file": ids["danish"]}, "check of danish-money.csv", "completed")
+            await job(
+                "report.csv_summary",
+                {"file": ids["penguins"], "title": "Palmer penguins"},
+                "summary report of penguins.csv",
+                "completed",
+            )
+            await job(
+                "images.thumbnail",
+                {"image": ids["damaged"], "name": "damaged-photo.jpg"},
+                "thumbnails of a damaged photo (fails on purpose)",
+                "failed",
+            )
+            await job(
+                "report.csv_summary",
+                {"file": ids["not_csv"], "title": "Not a table"},
+                "summary of a picture named .csv (fails on purpose)",
+                "failed",
+            )
+            await pipeline(
+                "photo_batch",
+                {
+                    "images": [ids["rocket"], ids["chelsea"], ids["coffee"], ids["horse"]],
+                    "title": "Sample photos",
+                },
+                "Photo batch of four sample pictures",
+                "completed",
+            )
+            await pipeline(
+                "csv_report_review",
+                {"file": ids["statecrime"], "title": "US state crime 2009"},
+                "CSV report with review of statecrime.csv (waits for an admin's approval)",
+                "waiting_approval",
+            )
+    except BaseException:
+        store.remove(stored)
+        if note_path is not None:
+            note_path.unlink(missing_ok=True)
+        if run.sink is not None:
+            await run.sink.stop()
+        raise
+    return run
+
+
+async def live_workers(engine: AsyncEngine, settings: Settings) -> int:
+    """Workers seen recently (within two lease renewals plus 10 s)."""
+    async with engine.connect() as conn:
+        return int(
+            (await conn.execute(LIVE_WORKERS, {"secs": 2 * settings.heartbeat_secs + 10})).scalar() or 0
+        )
+
+
+async def wait_for_email(
+    engine: AsyncEngine,
+    settings: Settings,
+    run: DemoRun,
+    wait_secs: float,
+    say: Callable[[str], None],
+) -> str:
+    """Keep the local mail server up until the email job has finished or ``wait_secs`` passed, then stop
+    it and remove the job's note. Returns the job's final status (or its status at the deadline)."""
+    assert run.sink is not None and run.email_job is not None
+    note = settings.data_dir / DEMO_DIR / f"{run.email_job}.json"
+    status = "queued"
+    try:
+        deadline = time.monotonic() + wait_secs
+        while True:
+            async with engine.connect() as conn:
+                row = (await conn.execute(JOB_STATE, {"id": run.email_job})).mappings().first()
+            status = row["status"] if row else "missing"
+            if status in ("completed", "failed", "cancelled", "missing"):
+                break
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.5)
+        if status == "completed" and run.sink.received:
+            say(f"The email was delivered to the local mail server and saved as {run.sink.received[-1]}.")
+        elif status == "failed" and row is not None:
+            say(f"The email job failed: {(row['error_message'] or '').splitlines()[0]}")
+        elif status not in ("completed",):
+            say(
+                f"The email job had not run after {wait_secs:g} s (status: {status}); the local mail server "
+                "has stopped, so it will fail with 'Email is not set up' when it runs. Set SMTP_HOST to "
+                "send real email."
+            )
+    finally:
+        note.unlink(missing_ok=True)
+        await run.sink.stop()
+    return status
+
+
+class _Principal:
+    def __init__(self, id: int, is_admin: bool) -> None:
+        self.id = id
+        self.is_admin = is_admin

@@ -1,0 +1,108 @@
+"""The built-in pipeline templates (issue 9 §3): "Photo batch" and "CSV report with review".
+
+Kept apart from the processor modules because those are imported anew by every CPU-bound job's process,
+and :mod:`app.pipelines` (SQLAlchemy and the queue) would make each of them half a second slower.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from app.pipelines import Template, TemplateStep, template
+from app.processors import FileId, Input
+from app.processors.images import PhotoBatchInput
+from app.processors.reports import Delimiter, Encoding
+
+# --- Photo batch ------------------------------------------------------------------------------------
+
+
+def _photo_batch_step(values: dict[str, Any]) -> dict[str, Any]:
+    return dict(values)
+
+
+PHOTO_BATCH = template(
+    Template(
+        name="photo_batch",
+        title="Photo batch",
+        description="Upload several pictures: each gets thumbnails in parallel, then one contact sheet "
+        "and a zip of all thumbnails.",
+        input_model=PhotoBatchInput,
+        group="Pictures",
+        steps=(
+            TemplateStep(
+                "plan", "images.batch", _photo_batch_step, title="Plan one thumbnail job per picture"
+            ),
+        ),
+    )
+)
+"""One static step, ``plan`` (``images.batch``); it creates ``thumb-1``… (``images.thumbnail``, in
+parallel) and ``sheet`` (``images.contact_sheet``, after all of them) when it completes."""
+
+
+# --- CSV report with review -------------------------------------------------------------------------
+
+
+class CsvReviewInput(Input):
+    """Input of the "CSV report with review" pipeline."""
+
+    file: FileId = Field(
+        title="CSV file", description="A .csv file, for example exported from a spreadsheet."
+    )
+    encoding: Encoding = Field(
+        "auto", title="Text encoding", description="Leave on auto unless letters come out wrong."
+    )
+    delimiter: Delimiter = Field("auto", title="Separator")
+    title: str = Field("", max_length=150, title="Report title")
+    top: int = Field(5, ge=1, le=20, title="Most common values shown")
+
+
+def _check_step(v: dict[str, Any]) -> dict[str, Any]:
+    return {"file": v["file"], "encoding": v["encoding"], "delimiter": v["delimiter"]}
+
+
+def _summary_step(v: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "file": v["file"],
+        "encoding": {"$ref": "check.encoding"},
+        "delimiter": {"$ref": "check.delimiter"},
+        "header": {"$ref": "check.header"},
+        "title": v["title"],
+        "top": v["top"],
+        "build_report": False,
+    }
+
+
+CSV_REVIEW = template(
+    Template(
+        name="csv_report_review",
+        title="CSV report with review",
+        description="Checks a CSV file's columns; once an admin approves them, summarises the file and "
+        "builds the HTML report.",
+        input_model=CsvReviewInput,
+        group="Reports",
+        steps=(
+            TemplateStep(
+                "check",
+                "report.csv_check",
+                _check_step,
+                requires_approval=True,
+                title="Check the columns (an admin approves)",
+            ),
+            TemplateStep(
+                "summary", "report.csv_summary", _summary_step, ("check",), title="Summarise every column"
+            ),
+            TemplateStep(
+                "report",
+                "report.csv_report",
+                {"from_step": "summary"},
+                ("summary",),
+                title="Build the report",
+            ),
+        ),
+    )
+)
+"""``check`` runs and waits for an admin's approval (its result lists the columns found); then
+``summary`` reads the file the way the check found it (``$ref`` to the check's result) and ``report``
+turns the summary into the HTML report. A rejection cancels ``summary`` and ``report``."""

@@ -1,0 +1,265 @@
+"""``http.request`` against a real HTTP server on 127.0.0.1 (issue 9 §2): answers, 4xx permanent,
+5xx/429/timeouts/refused connections retried, truncated bodies, redirects, input validation — called
+directly with a real JobContext, and end to end through a worker and the JSON API."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from procs import as_dict, enqueue, job_context
+from webkit import add_token, add_user, app_client
+from workers import running_worker, wait_status
+
+from app.errors import BadInput
+from app.processors import PermanentError, registry
+from app.processors.http_request import BODY_KEEP_CHARS, TemporaryHttpError
+
+
+class Handler(BaseHTTPRequestHandler):
+    hits: dict[str, int] = {}
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(
+        self, status: int, body: bytes = b"", ctype: str = "text/plain; charset=utf-8", **headers: str
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in headers.items():
+            self.send_header(k.replace("_", "-"), v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        path = self.path.split("?")[0]
+        Handler.hits[path] = Handler.hits.get(path, 0) + 1
+        n = Handler.hits[path]
+        if path == "/ok":
+            self._send(200, json.dumps({"hello": "wörld"}).encode(), "application/json", X_Trace="abc")
+        elif path == "/missing":
+            self._send(404, b"no such page here")
+        elif path == "/boom":
+            self._send(503, b"down for maintenance")
+        elif path == "/flaky":
+            self._send(503, b"warming up") if n == 1 else self._send(200, b"fine now")
+        elif path == "/limited":
+            self._send(429, b"slow down")
+        elif path == "/slow":
+            time.sleep(2)
+            self._send(200, b"late")
+        elif path == "/big":
+            self._send(200, b"x" * (2 * 1024 * 1024))
+        elif path == "/binary":
+            self._send(200, b"\x89PNG\r\n\x1a\n" + bytes(100), "image/png")
+        elif path == "/redirect":
+            self._send(302, b"", Location="/ok")
+        elif path == "/loop":
+            self._send(302, b"", Location="/loop")
+        elif path == "/to-ftp":
+            self._send(302, b"", Location="ftp://127.0.0.1/file")
+        else:
+            self._send(404, b"unknown")
+
+    do_HEAD = do_GET
+
+    def _echo(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length).decode()
+        out = {"method": self.command, "headers": dict(self.headers.items()), "body": body}
+        self._send(201 if self.path == "/create" else 200, json.dumps(out).encode(), "application/json")
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = _echo
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+async def call(settings: Any, **input_data: Any) -> tuple[dict[str, Any], list[Any]]:
+    spec = registry.get("http.request")
+    ctx, progress = job_context("http.request", input_data, settings)
+    result = await spec.func(ctx)
+    return result, progress.reports
+
+
+async def test_get_records_status_headers_body_and_progress(server, settings) -> None:
+    result, reports = await call(settings, url=f"{server}/ok")
+    assert result["status"] == 200 and result["ok"] is True and result["reason"] == "OK"
+    assert json.loads(result["body"]) == {"hello": "wörld"}
+    assert result["headers"]["X-Trace"] == "abc" and result["content_type"] == "application/json"
+    assert result["body_truncated"] is False and "note" not in result
+    assert reports[0][1] == "Sending GET to 127.0.0.1" and reports[-1] == (1.0, "127.0.0.1 answered 200 OK")
+
+
+async def test_post_sends_the_json_body_and_headers(server, settings) -> None:
+    result, _ = await call(
+        settings,
+        method="POST",
+        url=f"{server}/create",
+        headers="Authorization: Bearer abc123\n\nX-Custom:  spaced value ",
+        body_type="json",
+        body='{"event": "signup", "id": 7}',
+    )
+    echo = json.loads(result["body"])
+    assert result["status"] == 201 and echo["method"] == "POST"
+    assert json.loads(echo["body"]) == {"event": "signup", "id": 7}
+    assert echo["headers"]["Authorization"] == "Bearer abc123"
+    assert echo["headers"]["X-Custom"] == "spaced value"
+    assert echo["headers"]["Content-Type"] == "application/json"
+    text_result, _ = await call(
+        settings, method="PUT", url=f"{server}/put", body_type="text", body="plain words"
+    )
+    echo = json.loads(text_result["body"])
+    assert echo["body"] == "plain words" and echo["headers"]["Content-Type"].startswith("text/plain")
+
+
+async def test_a_4xx_answer_is_a_permanent_failure_that_says_so(server, settings) -> None:
+    with pytest.raises(PermanentError) as err:
+        await call(settings, url=f"{server}/missing")
+    assert "refused the request with 404 Not Found" in str(err.value)
+    assert "no such page here" in str(err.value)
+
+
+@pytest.mark.parametrize(("path", "needle"), [("/boom", "503 Service Unavailable"), ("/limited", "429")])
+async def test_5xx_and_429_are_retried(server, settings, path, needle) -> None:
+    with pytest.raises(TemporaryHttpError) as err:
+        await call(settings, url=f"{server}{path}")
+    assert needle in str(err.value) and "tried again" in str(err.value)
+    assert not isinstance(err.value, PermanentError)
+
+
+async def test_a_timeout_is_retried(server, settings) -> None:
+    started = time.monotonic()
+    with pytest.raises(TemporaryHttpError) as err:
+        await call(settings, url=f"{server}/slow", timeout=0.5)
+    assert "within 0.5 seconds" in str(err.value)
+    assert time.monotonic() - started < 1.9  # gave up at the limit, not when the server answered
+
+
+async def test_a_refused_connection_is_retried(settings) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    with pytest.raises(TemporaryHttpError) as err:
+        await call(settings, url=f"http://127.0.0.1:{port}/")
+    assert "Could not connect to 127.0.0.1" in str(err.value)
+
+
+async def test_a_big_body_is_truncated_and_the_result_says_so(server, settings) -> None:
+    result, _ = await call(settings, url=f"{server}/big")
+    assert len(result["body"]) == BODY_KEEP_CHARS and result["body_truncated"] is True
+    assert result["note"].startswith("The answer was at least") and "first 20000 characters" in result["note"]
+
+
+async def test_binary_bodies_are_not_shown(server, settings) -> None:
+    result, _ = await call(settings, url=f"{server}/binary")
+    assert result["body"] == "(image/png content, 108 bytes, not shown)"
+
+
+async def test_redirects_are_followed_but_loops_and_non_web_targets_are_permanent(server, settings) -> None:
+    result, _ = await call(settings, url=f"{server}/redirect")
+    assert result["status"] == 200 and result["url"].endswith("/ok")
+    assert result["redirected_from"] == [f"{server}/redirect"]
+    with pytest.raises(PermanentError, match="redirected more than 5 times"):
+        await call(settings, url=f"{server}/loop")
+    with pytest.raises(PermanentError, match="not http or https"):
+        await call(settings, url=f"{server}/to-ftp")
+
+
+async def test_head_requests_have_no_body(server, settings) -> None:
+    result, _ = await call(settings, method="HEAD", url=f"{server}/ok")
+    assert result["status"] == 200 and result["body"] == "" and result["body_bytes"] == 0
+
+
+@pytest.mark.parametrize(
+    ("input_data", "field", "needle"),
+    [
+        ({"url": "ftp://example.com/x"}, "input_data.url", "only http:// and https:// addresses"),
+        ({"url": "file:///etc/passwd"}, "input_data.url", "(this one has file://)"),
+        ({"url": "example.com/hook"}, "input_data.url", "(this one has no scheme)"),
+        ({"url": "http:///path"}, "input_data.url", "names no host"),
+        ({"url": "https://x.test", "headers": "Authorization Bearer"}, "input_data.headers", "line 1 is not"),
+        (
+            {"url": "https://x.test", "headers": "Bad Name: v"},
+            "input_data.headers",
+            "not a valid header name",
+        ),
+        (
+            {"url": "https://x.test", "method": "POST", "body_type": "json", "body": "{nope"},
+            "input_data.body",
+            "is not valid JSON",
+        ),
+        (
+            {"url": "https://x.test", "body_type": "text", "body": "hi"},
+            "input_data.body",
+            "a GET request cannot",
+        ),
+        ({"url": "https://x.test", "method": "POST", "body": "hi"}, "input_data.body", "choose JSON or text"),
+        ({"url": "https://x.test", "timeout": 0}, "input_data.timeout", "greater than 0"),
+        ({"url": "https://x.test", "method": "TRACE"}, "input_data.method", "'GET'"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_field(input_data, field, needle) -> None:
+    spec = registry.get("http.request")
+    with pytest.raises(BadInput) as err:
+        spec.validate_input(input_data)
+    assert field in err.value.errors, err.value.errors
+    assert needle in err.value.errors[field], err.value.errors[field]
+
+
+async def test_the_api_refuses_a_non_web_address_with_422(make_settings, db_url) -> None:
+    settings = make_settings(worker_enabled=False)
+    user = await add_user(db_url, "web@example.com")
+    headers = {"Authorization": f"Bearer {await add_token(db_url, user.id)}"}
+    async with app_client(settings) as client:
+        resp = await client.post(
+            "/api/jobs",
+            json={"type": "http.request", "input_data": {"url": "gopher://x.test/"}},
+            headers=headers,
+        )
+        assert resp.status_code == 422, resp.text
+        assert "only http:// and https://" in resp.json()["errors"]["input_data.url"]
+        ok = await client.post(
+            "/api/jobs",
+            json={"type": "http.request", "input_data": {"url": "https://x.test/"}},
+            headers=headers,
+        )
+        assert ok.status_code == 201 and ok.json()["input_data"]["method"] == "GET"
+
+
+async def test_through_a_worker_5xx_retries_then_succeeds_and_4xx_fails_at_once(
+    server, settings, engine, pg
+) -> None:
+    user = await add_user(settings.database_url, "worker@example.com")
+    Handler.hits.pop("/flaky", None)
+    flaky = await enqueue(engine, settings, user.id, "http.request", {"url": f"{server}/flaky"})
+    missing = await enqueue(engine, settings, user.id, "http.request", {"url": f"{server}/missing"})
+    down = await enqueue(engine, settings, user.id, "http.request", {"url": f"{server}/boom"})
+    async with running_worker(settings):
+        done = await wait_status(pg, flaky, {"completed"})
+        failed = await wait_status(pg, missing, {"failed"})
+        exhausted = await wait_status(pg, down, {"failed"})
+    assert done["attempts"] == 2 and as_dict(done["result_data"])["body"] == "fine now"
+    assert failed["attempts"] == 1 and "404 Not Found" in failed["error_message"]
+    assert exhausted["attempts"] == exhausted["max_attempts"] == settings.default_max_attempts
+    assert "503 Service Unavailable" in exhausted["error_message"]
+    kinds = [
+        r["kind"] for r in await pg.fetch("SELECT kind FROM job_events WHERE job_id = $1 ORDER BY id", down)
+    ]
+    assert kinds.count("retry_scheduled") == settings.default_max_attempts - 1
