@@ -2,7 +2,7 @@
 and one run of each pipeline template, using the sample files in ``examples/``.
 
 Everything goes through the same checks as the API: files are stored with :class:`app.files.FileStore`
-and must be the user's (:func:`app.processors.support.check_files_owned`), jobs are created with
+and must be the user's (:func:`app.jobs.queue.check_file_owners`), jobs are created with
 :func:`app.jobs.queue.enqueue`, pipelines with :func:`app.pipelines.create_from_template` — all in one
 transaction, so a problem leaves nothing half-created.
 
@@ -37,7 +37,6 @@ from app.jobs import queue
 from app.jobs.queue import NewJob, new_id
 from app.processors import registry
 from app.processors.email_send import DEMO_DIR
-from app.processors.support import check_files_owned
 from app.settings import Settings
 
 SAMPLES = {
@@ -161,7 +160,6 @@ async def submit(
         )
     if not user["is_active"]:
         raise DemoError(f"The user {user['email']} is disabled; the demo needs an active account.")
-    principal = _Principal(user["id"], user["is_admin"])
     run = DemoRun(user["email"], user["is_admin"])
     base = settings.jobdesk_base_url
     store = FileStore(settings.files_dir)
@@ -187,7 +185,6 @@ async def submit(
             async def job(type_: str, input_data: dict[str, Any], label: str, expect: str, **kw: Any) -> None:
                 spec = registry.get(type_)
                 assert spec is not None, type_
-                await check_files_owned(conn, spec.input_model, input_data, principal)
                 new = NewJob(
                     type=type_, input_data=input_data, user_id=user["id"], title=f"Demo: {label}", **kw
                 )
@@ -199,7 +196,6 @@ async def submit(
             async def pipeline(name: str, input_data: dict[str, Any], label: str, expect: str) -> None:
                 tpl = pipelines.get_template(name)
                 assert tpl is not None, name
-                await check_files_owned(conn, tpl.input_model, input_data, principal)
                 row = await pipelines.create_from_template(
                     conn, name, input_data, user_id=user["id"], settings=settings
                 )
@@ -331,8 +327,3 @@ async def wait_for_email(
         await run.sink.stop()
     return status
 
-
-class _Principal:
-    def __init__(self, id: int, is_admin: bool) -> None:
-        self.id = id
-        self.is_admin = is_admin

@@ -40,6 +40,7 @@ from app.jobs import queue
 from app.jobs.payload import check_input, json_text
 from app.jobs.queue import NewJob, Principal, new_id
 from app.processors import EmptyInput, Input, NextJob, registry, validation_error
+from app.processors.support import file_refs
 from app.settings import Settings
 
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -429,6 +430,8 @@ async def create_from_template(
     if not isinstance(input_data, dict):
         raise BadInput.field("input_data", "must be a JSON object")
     values, steps = tpl.build(input_data)
+    conn = await queue._conn(db)
+    await queue.check_file_owners(conn, [(user_id, path, fid) for path, fid in file_refs(tpl.input_model, values)])
     return await create(
         db,
         name=tpl.title,

@@ -64,3 +64,9 @@ def test_any_policy_and_attempt_gives_a_finite_delay_within_its_cap(
     delay = retry_delay(policy, attempt, rand=lambda: rand)
     assert math.isfinite(delay)
     assert 0.0 <= delay <= policy.effective_cap <= MAX_DELAY_SECS
+
+
+def test_a_tiny_cap_and_a_huge_base_do_not_underflow() -> None:
+    # Found by hypothesis: cap / base underflowed to 0 and math.log2 raised.
+    policy = RetryPolicy(base=9.0e10, cap=2.2e-313, jitter=0.3)
+    assert 0.0 <= retry_delay(policy, 5) <= 2.2e-313

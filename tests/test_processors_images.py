@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -14,11 +15,13 @@ from procs import EXAMPLES, as_dict, cpu_context, enqueue, put_file, upload
 from webkit import add_token, add_user, app_client
 from workers import running_worker, wait_status, wait_until
 
+from app import pipelines
 from app.errors import BadInput
 from app.files import FileStore
+from app.jobs import queue
+from app.jobs.queue import NewJob
 from app.processors import PermanentError, registry
 from app.processors.images import make_contact_sheet, make_thumbnails
-from app.processors.support import check_files_owned
 
 SAMPLES = {
     "rocket.jpg": (640, 427, "JPEG"),
@@ -218,26 +221,38 @@ async def test_thumbnail_job_through_a_worker_stores_files_owned_by_the_user(set
     assert "Traceback" not in failed["error_message"]
 
 
-async def test_a_submission_may_only_name_the_submitters_files(settings, engine) -> None:
+async def test_a_submission_may_only_name_the_submitters_files(settings, engine, pg) -> None:
+    """Case C20 for files: a job (and a template's input) may only name files of its owner — an admin's
+    job too — and another user's file gets the same answer as an unknown id. Checked at submission,
+    because CPU-bound processors only get a path."""
     owner = await add_user(settings.database_url, "owner@example.com")
     other = await add_user(settings.database_url, "other@example.com")
     admin = await add_user(settings.database_url, "boss@example.com", admin=True)
     fid = await upload(engine, settings, owner.id, path=EXAMPLES / "images" / "horse.png")
-    spec = registry.get("images.contact_sheet")
-    data = {"images": [fid, "0191e0c1-0000-7000-8000-000000000009"]}
-    async with engine.connect() as conn:
+    unknown = "0191e0c1-0000-7000-8000-000000000009"
+
+    async def submit(user: Any, type_: str, data: dict[str, Any]) -> None:
+        async with engine.begin() as conn:
+            await queue.enqueue(conn, NewJob(type=type_, input_data=data, user_id=user.id), settings)
+
+    for user in (other, admin):
         with pytest.raises(BadInput) as err:
-            await check_files_owned(conn, spec.input_model, data, other)
+            await submit(user, "images.contact_sheet", {"images": [fid, unknown]})
         assert set(err.value.errors) == {"input_data.images[0]", "input_data.images[1]"}
-        with pytest.raises(BadInput) as err:
-            await check_files_owned(conn, spec.input_model, data, owner)
-        assert set(err.value.errors) == {"input_data.images[1]"} and "upload it first" in err.value.detail
-        await check_files_owned(conn, spec.input_model, {"images": [fid]}, owner)
-        await check_files_owned(conn, spec.input_model, {"images": [fid]}, admin)
-        await check_files_owned(conn, registry.get("images.thumbnail").input_model, {"image": fid}, owner)
-        with pytest.raises(BadInput) as err:
-            await check_files_owned(conn, registry.get("images.thumbnail").input_model, {"image": fid}, other)
-        assert set(err.value.errors) == {"input_data.image"}
+        assert err.value.errors["input_data.images[0]"].replace(str(fid), "X") == err.value.errors["input_data.images[1]"].replace(unknown, "X")
+    with pytest.raises(BadInput) as err:
+        await submit(owner, "images.contact_sheet", {"images": [fid, unknown]})
+    assert set(err.value.errors) == {"input_data.images[1]"} and "upload it first" in err.value.detail
+    with pytest.raises(BadInput) as err:
+        await submit(other, "images.thumbnail", {"image": fid})
+    assert set(err.value.errors) == {"input_data.image"}
+    with pytest.raises(BadInput) as err:
+        async with engine.begin() as conn:
+            await pipelines.create_from_template(conn, "photo_batch", {"images": [fid]}, user_id=other.id, settings=settings)
+    assert "input_data.images[0]" in err.value.errors
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
+    await submit(owner, "images.contact_sheet", {"images": [fid]})
+    await submit(owner, "images.thumbnail", {"image": fid})
 
 
 # --- the Photo batch template through the JSON API ------------------------------------------------------
@@ -339,14 +354,9 @@ async def test_photo_batch_refuses_pictures_that_are_not_the_users(make_settings
             json={"template": "photo_batch", "input_data": {"images": [fid]}},
             headers=headers,
         )
-        assert resp.status_code == 201
-        pid = resp.json()["id"]
-        async with running_worker(settings):
-            await wait_until(
-                lambda: pg.fetchval("SELECT status = 'failed' FROM pipelines WHERE id = $1::uuid", pid),
-                timeout=60,
-                what="the plan step to refuse the file",
-            )
-    plan = await pg.fetchrow("SELECT * FROM jobs WHERE pipeline_id = $1::uuid", pid)
-    assert plan["attempts"] == 1 and f"File {fid} does not exist or is not yours" in plan["error_message"]
-    assert await pg.fetchval("SELECT count(*) FROM jobs WHERE pipeline_id = $1::uuid", pid) == 1
+        # Refused at submission (case C20): the same answer as for a file that does not exist.
+        assert resp.status_code == 422, resp.text
+        assert "input_data.images[0]" in resp.json()["errors"]
+        assert "no such file" in resp.json()["detail"]
+    assert await pg.fetchval("SELECT count(*) FROM pipelines") == 0
+

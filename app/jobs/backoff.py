@@ -76,7 +76,8 @@ def retry_delay(policy: RetryPolicy, attempt: int, rand: Callable[[], float] = r
             raw = 0.0
         else:
             # Bound the exponent before computing: past log2(cap/base)+1 the result is the cap anyway.
-            limit = math.log2(cap / base) + 1 if cap > 0 else 0
+            ratio = cap / base  # may underflow to 0 for a tiny cap and a huge base
+            limit = math.log2(ratio) + 1 if ratio > 0 else 0
             exponent = n - 1
             raw = cap if exponent >= limit else base * (2.0**exponent)
     else:

@@ -34,6 +34,7 @@ from app.errors import BadInput, Conflict, Forbidden, NotFound
 from app.jobs.payload import cap_text, check_input, json_text
 from app.jobs.states import Actor, Status, sources
 from app.processors import registry
+from app.processors.support import file_refs
 from app.settings import Settings
 
 JOBS_CHANNEL = "jobdesk_jobs"
@@ -238,6 +239,7 @@ def prepare(
         job.input_data if skip_schema else spec.validate_input(job.input_data, field_prefix=f"{p}input_data")
     )
     input_text = json_text(normalized)
+    files = file_refs(spec.input_model, normalized, f"{p}input_data")
     max_attempts = (
         job.max_attempts
         if job.max_attempts is not None
@@ -276,7 +278,33 @@ def prepare(
         "step_key": job.step_key,
         "requires_approval": job.requires_approval,
         "created_by_job": job.created_by_job,
+        "files": files,
     }
+
+
+FILE_OWNERS = _sql("SELECT id, user_id FROM files WHERE id = ANY(CAST(:ids AS uuid[]))")
+
+
+async def check_file_owners(conn: AsyncConnection, refs: Sequence[tuple[int, str, uuid.UUID]]) -> None:
+    """Every file id a job's input names must be a file of the job's owner — admins' jobs included: a
+    job only reads its owner's files. ``refs`` is ``[(owner user id, field path, file id)]``. Another
+    user's file gets the same answer as an unknown id (case C20).
+
+    Raises:
+        BadInput: ``input_data.<field>`` (or ``…[i]``) → "no such file (<id>); upload it first".
+    """
+    if not refs:
+        return
+    wanted = sorted({fid for _, _, fid in refs}, key=str)
+    owners = {r[0]: r[1] for r in (await conn.execute(FILE_OWNERS, {"ids": wanted})).all()}
+    errors = {path: f"no such file ({fid}); upload it first" for uid, path, fid in refs if owners.get(fid) != uid}
+    if errors:
+        first, message = next(iter(errors.items()))
+        raise BadInput(f"{first}: {message}", errors=errors)
+
+
+async def _check_files(conn: AsyncConnection, prepared: Sequence[dict[str, Any]]) -> None:
+    await check_file_owners(conn, [(p["user_id"], path, fid) for p in prepared for path, fid in p["files"]])
 
 
 INSERT_JOB = _sql(
@@ -319,6 +347,8 @@ async def enqueue(
     """
     conn = await _conn(db)
     params = prepare(job, settings)
+    await _check_files(conn, [params])
+    del params["files"]
     pending = 0
     if job.depends_on:
         pending = await _lock_parents(conn, job.user_id, list(job.depends_on), owner_is_admin=False)
@@ -454,6 +484,7 @@ async def enqueue_many(
     prepared = [
         prepare(j, settings, field_prefix=f"jobs[{i}].", skip_schema=skip_schema) for i, j in enumerate(jobs)
     ]
+    await _check_files(conn, prepared)
     pending = pending or {}
     params = {
         "ids": [p["id"] for p in prepared],

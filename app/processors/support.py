@@ -6,17 +6,14 @@ Not a processor module: it registers nothing.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic_core import PydanticCustomError
 
-from app.errors import BadInput
 from app.processors import Input, PermanentError
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection
 
 # This module is imported by CPU-bound processors in their own processes: keep its imports light
 # (no SQLAlchemy at import time).
@@ -41,6 +38,7 @@ def stored_file(files_dir: Path, file_id: uuid.UUID | str, what: str = "file") -
     return path
 
 
+@functools.lru_cache(maxsize=512)
 def file_fields(model: type[Input]) -> dict[str, str]:
     """The input fields of ``model`` that hold uploaded file ids: ``{field name: "file" | "files"}``,
     read from the ``widget`` hint that :data:`app.processors.FileId` / ``FileIds`` put in the schema."""
@@ -72,44 +70,18 @@ def file_ids_in(model: type[Input], data: dict[str, Any]) -> dict[str, list[uuid
     return out
 
 
-OWNED_FILES = "SELECT id FROM files WHERE id = ANY(CAST(:ids AS uuid[])) AND user_id = :user_id"
-ANY_FILES = "SELECT id FROM files WHERE id = ANY(CAST(:ids AS uuid[]))"
-
-
-async def check_files_owned(
-    conn: AsyncConnection, model: type[Input], data: dict[str, Any], principal: Any
-) -> None:
-    """Refuse input that names files the submitter may not read (case C20: another user's file is the
-    same "no such file" as an unknown id; admins may use any file).
-
-    CPU-bound processors get only a path (:meth:`app.processors.CpuContext.input_path`) and cannot
-    check the owner themselves, so this check belongs where jobs are submitted.
-
-    Raises:
-        BadInput: ``input_data.<field>`` (or ``input_data.<field>[i]``) → "no such file; upload it first".
-    """
-    from sqlalchemy import text
-
-    wanted = file_ids_in(model, data)
-    all_ids = sorted({i for ids in wanted.values() for i in ids}, key=str)
-    if not all_ids:
-        return
-    if getattr(principal, "is_admin", False):
-        rows = await conn.execute(text(ANY_FILES), {"ids": all_ids})
-    else:
-        rows = await conn.execute(text(OWNED_FILES), {"ids": all_ids, "user_id": principal.id})
-    known = set(rows.scalars())
-    errors: dict[str, str] = {}
-    for name, ids in wanted.items():
-        for i, fid in enumerate(ids):
-            if fid not in known:
-                path = (
-                    f"input_data.{name}" if file_fields(model)[name] == "file" else f"input_data.{name}[{i}]"
-                )
-                errors[path] = f"no such file ({fid}); upload it first"
-    if errors:
-        first, message = next(iter(errors.items()))
-        raise BadInput(f"{first}: {message}", errors=errors)
+def file_refs(model: type[Input], data: dict[str, Any], prefix: str = "input_data") -> list[tuple[str, uuid.UUID]]:
+    """``[(field path, file id)]`` for every file id in ``data``: ``input_data.image`` for a single-file
+    field, ``input_data.images[2]`` for an item of a list. :func:`app.jobs.queue.check_file_owners`
+    checks them against the job's owner when the job is submitted (case C20), because CPU-bound
+    processors only get a path and cannot check the owner themselves."""
+    refs: list[tuple[str, uuid.UUID]] = []
+    for name, ids in file_ids_in(model, data).items():
+        if file_fields(model)[name] == "file":
+            refs.extend((f"{prefix}.{name}", i) for i in ids)
+        else:
+            refs.extend((f"{prefix}.{name}[{n}]", i) for n, i in enumerate(ids))
+    return refs
 
 
 MAGIC: list[tuple[bytes, str]] = [
