@@ -614,7 +614,7 @@ def describe(
             f"…and {n} more like this: {sample.headline}",
             tuple(facts),
             error=first_line,
-            note=f"Alerts like this are grouped: at most one message per {p.get('window_secs', '?')} s.",
+            note=f"Alerts like this are grouped: at most one message every {_span(p.get('window_secs'))}.",
             url=url,
         )
     if kind == "test":
@@ -627,6 +627,16 @@ def describe(
             url=f"{base}/admin/alerts",
         )
     return Message(kind, "ℹ️", f"Jobdesk alert ({kind})", (when,), error=_one_line(json_text(p), 1000))
+
+
+def _span(secs: Any) -> str:
+    try:
+        value = float(secs)
+    except (TypeError, ValueError):
+        return "few minutes"
+    if value < 120:
+        return f"{value:g} s"
+    return f"{value / 60:.4g} min" if value < 7200 else f"{value / 3600:.4g} h"
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -911,7 +921,7 @@ INSERT_WINDOW = text(
 SET_PAYLOAD = text("UPDATE alert_outbox SET payload = CAST(:payload AS jsonb) WHERE id = :id")
 GROUP_INTO = text(
     """
-    UPDATE alert_outbox SET status = 'suppressed', payload = payload || jsonb_build_object('grouped_into', :sid)
+    UPDATE alert_outbox SET status = 'suppressed', payload = payload || jsonb_build_object('grouped_into', CAST(:sid AS bigint))
     WHERE id = ANY(CAST(:ids AS bigint[]))
     """
 )

@@ -88,8 +88,18 @@ class AlertsAdminController(Controller):
             detail={"channel": channel, "status_code": attempt.status_code, "error": attempt.error},
         )
         result = {"label": overview[channel]["label"], "attempt": attempt}
-        if is_htmx(request):
-            return render(request, "admin/_alert_test_result.html", {"result": result})
+        if is_htmx(request):  # the result in place, and the deliveries list refreshed out of band
+            await db_session.flush()
+            return render(
+                request,
+                "admin/_alert_test_result.html",
+                {
+                    "result": result,
+                    "refresh_deliveries": True,
+                    "deliveries": await alerts.recent_deliveries(db_session, limit=50),
+                    "kind_words": KIND_WORDS,
+                },
+            )
         ctx = await _context(request, db_session)
         ctx["results"] = {channel: result}
         return render(request, "admin/alerts.html", ctx)
