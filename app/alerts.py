@@ -908,9 +908,12 @@ OPEN_WINDOW = text(
     WHERE fingerprint = :fp AND kind = 'summary' AND status = 'pending' AND attempts = 0
       AND next_attempt_at > clock_timestamp()
     ORDER BY id DESC LIMIT 1
-    FOR UPDATE
+    FOR UPDATE SKIP LOCKED
     """
 )
+"""The open grouping window of a fingerprint. Only the holder of the fingerprint's advisory lock looks
+for it, so a lock held by someone else means another claim took the row because its window is over
+(it is due): skipping it is right, and waiting for it could deadlock with that claim."""
 INSERT_WINDOW = text(
     """
     INSERT INTO alert_outbox (kind, fingerprint, payload, next_attempt_at)
@@ -1311,7 +1314,7 @@ class Deliverer:
 
     async def run(self) -> None:
         """Run until cancelled. Database blips are logged and waited out; only a bug ends the loop."""
-        last_prune = 0.0
+        last_prune = time.monotonic() - RETENTION_EVERY_SECS + 60.0  # first pass a minute after start
         error_delay = POLL_SECS
         async with new_client() as client:
             while True:
