@@ -717,6 +717,9 @@ async def test_c22_one_alert_per_final_failure_and_a_flood_grouped_across_worker
             assert 2 <= len(outage) <= 5, (channel, len(outage))
             leads = [t for t in outage if "more like this" not in t]
             assert len(leads) + sum(_summary_counts(outage)) == 500, channel
+            print(
+                f"C22 flood, {channel}: {len(outage)} messages ({len(leads)} first + summaries {_summary_counts(outage)})"
+            )
         assert receiver.got("slack", status=429) and receiver.got("telegram", status=429)
         assert (
             await pg.fetchval(
