@@ -434,6 +434,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
     ``app.state`` gets ``settings``, ``engine``, ``database_url``, ``worker`` and ``worker_task`` (both
     ``None`` without an in-app worker), once the lifespan has started.
     """
+    from app.web.alerts import AlertsAdminController
     from app.web.api import (
         AccountApiController,
         ControlsApiController,
@@ -485,6 +486,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             PipelinesApiController,
             JobTypesApiController,
             ControlsApiController,
+            AlertsAdminController,
             static,
         ],
         lifespan=[_database_lifespan(settings, sa_config, auto_migrate=auto_migrate)],

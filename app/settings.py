@@ -118,14 +118,21 @@ class Settings(BaseSettings):
 
     # --- alerts (issue 8) ------------------------------------------------------------------------
     slack_webhook_url: str | None = None
+    """Slack incoming-webhook address; set → alerts go to Slack."""
     telegram_bot_token: str | None = None
+    """Telegram bot token; needs ``TELEGRAM_CHAT_ID`` too (one without the other stops start-up)."""
     telegram_chat_id: str | None = None
     telegram_api_base: str = "https://api.telegram.org"
+    """Telegram Bot API address (tests point it at a local server)."""
     alert_webhook_url: str | None = None
+    """Any address that accepts a JSON POST per alert (:func:`app.alerts.webhook_body`)."""
     alert_on: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["failed", "pipeline_failed", "approval_needed", "admin_action"]
     )
-    alert_throttle_secs: float = Field(300, ge=0)
+    """Kinds that are sent; the others are recorded but marked ``suppressed``."""
+    alert_throttle_secs: float = Field(300, ge=0, le=7 * 24 * 3600)
+    """Grouping window: at most one message per kind of failure in this many seconds, then one
+    "…and N more like this" summary; 0 sends every alert on its own (issue 8 §4, case C22)."""
 
     # --- email (issue 9) -------------------------------------------------------------------------
     smtp_host: str | None = None
@@ -180,12 +187,38 @@ class Settings(BaseSettings):
             raise ValueError("expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
         return level
 
+    @field_validator("slack_webhook_url", "alert_webhook_url", "telegram_bot_token", "telegram_chat_id")
+    @classmethod
+    def _blank_is_unset(cls, value: str | None) -> str | None:
+        return value.strip() or None if value is not None else None
+
+    @field_validator("slack_webhook_url", "alert_webhook_url", "telegram_api_base")
+    @classmethod
+    def _check_alert_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("expected an http:// or https:// address")
+        return value
+
     @field_validator("jobdesk_base_url")
     @classmethod
     def _check_base_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
             raise ValueError("expected an http:// or https:// address")
         return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _check_telegram(self) -> Settings:
+        if bool(self.telegram_bot_token) != bool(self.telegram_chat_id):
+            missing = "TELEGRAM_CHAT_ID" if self.telegram_bot_token else "TELEGRAM_BOT_TOKEN"
+            raise ValueError(
+                f"Telegram alerts need both TELEGRAM_BOT_TOKEN and TELEGRAM_CHAT_ID; {missing} is not set"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_heartbeat(self) -> Settings:

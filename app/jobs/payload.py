@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from app.errors import BadInput, TooLarge, format_bytes
@@ -135,9 +136,13 @@ def result_json(result: Any) -> str:
     return text
 
 
+_MARKER = re.compile(r"…\[truncated, (\d+) bytes\]$")
+
+
 def cap_text(text: str | None, limit: int = ERROR_CAP_BYTES) -> str | None:
     """``text`` without NUL characters and at most ``limit`` UTF-8 bytes plus a marker
-    ``…[truncated, N bytes]`` (N = the original size in bytes). ``None`` stays ``None``."""
+    ``…[truncated, N bytes]`` (N = the original size in bytes). ``None`` stays ``None``. Capping an
+    already capped text keeps the first marker's N (the worker and the queue both cap an error)."""
     if text is None:
         return None
     if NUL in text:
@@ -147,5 +152,12 @@ def cap_text(text: str | None, limit: int = ERROR_CAP_BYTES) -> str | None:
     raw = text.encode("utf-8", errors="replace")
     if len(raw) <= limit:
         return text
+    original = len(raw)
+    found = _MARKER.search(text[-64:])
+    if found:
+        original = int(found.group(1))
+        raw = raw[: len(raw) - len(found.group(0).encode())]
+        if len(raw) <= limit:
+            return text
     head = raw[:limit].decode("utf-8", errors="ignore")
-    return f"{head}…[truncated, {len(raw)} bytes]"
+    return f"{head}…[truncated, {original} bytes]"

@@ -11,9 +11,9 @@ Shape (River's producer/executor/completer split, without threads):
 * **completer** — collects outcomes and records each batch in one transaction (issue 10: batched
   transitions), retrying the same batch while the database is unreachable so an outcome is never lost
   to a blip (issue 4 §11).
-* **side tasks** (:mod:`app.worker.leases`, :mod:`app.worker.listener`) — lease renewal and cancel
-  checks, the rescue sweep and upkeep, and LISTEN. They are supervised: if one dies of a bug, the worker
-  stops loudly instead of running on without it.
+* **side tasks** (:mod:`app.worker.leases`, :mod:`app.worker.listener`, :func:`app.alerts.delivery_loop`)
+  — lease renewal and cancel checks, the rescue sweep and upkeep, LISTEN, and alert delivery. They are
+  supervised: if one dies of a bug, the worker stops loudly instead of running on without it.
 
 Internal operations use the worker's own small engine (claim, finish, leases, sweep) and a dedicated LISTEN
 connection, so processors that use the database through ``ctx.db`` can never starve them (case C15).
@@ -159,6 +159,7 @@ class Worker:
 
     async def run(self) -> None:
         """Run until :meth:`stop` (then drain and return) or until a side task dies (then raise)."""
+        from app import alerts
         from app.worker import leases
         from app.worker.listener import Listener
 
@@ -202,6 +203,8 @@ class Worker:
             "listener": asyncio.create_task(self.listener.run(), name=f"{self.id}:listener"),
             "leases": asyncio.create_task(leases.lease_loop(self), name=f"{self.id}:leases"),
             "sweep": asyncio.create_task(leases.sweep_loop(self), name=f"{self.id}:sweep"),
+            # Alert delivery (issue 8): its own task on the processors' pool, never on the job path.
+            "alerts": asyncio.create_task(alerts.delivery_loop(self), name=f"{self.id}:alerts"),
         }
         for name, task in self._side.items():
             task.add_done_callback(lambda t, n=name: self._side_done(n, t))
