@@ -65,3 +65,25 @@
     }
   });
 })();
+
+/* 3. A form marked data-submit-once disables its submit button once sent, so a double click starts one
+      job, not two (the server also de-duplicates a repeated job form). */
+(function () {
+  "use strict";
+  document.addEventListener("submit", function (evt) {
+    var form = evt.target;
+    if (!(form instanceof HTMLFormElement) || !form.hasAttribute("data-submit-once") || evt.defaultPrevented) {
+      return;
+    }
+    form.querySelectorAll("button[type=submit]").forEach(function (button) {
+      button.setAttribute("aria-busy", "true");
+      window.setTimeout(function () { button.disabled = true; }, 0);
+    });
+  });
+  window.addEventListener("pageshow", function () {
+    document.querySelectorAll("form[data-submit-once] button[type=submit]").forEach(function (button) {
+      button.disabled = false;
+      button.removeAttribute("aria-busy");
+    });
+  });
+})();
