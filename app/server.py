@@ -97,8 +97,6 @@ SECURITY_HEADERS = (
     ("cross-origin-opener-policy", "same-origin"),
     ("permissions-policy", "camera=(), microphone=(), geolocation=()"),
 )
-FORM_OVERHEAD_BYTES = 64 * 1024
-"""Room for multipart headers and the CSRF token above an upload and its form's input."""
 CSRF_EXCLUDE = ["^/api/", "^/healthz", "^/readyz", "^/metrics", "^/static/"]
 
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -511,9 +509,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
         ),
         openapi_config=openapi,
         exception_handlers={Exception: make_exception_handler(settings)},
-        # An upload of UPLOAD_MAX_BYTES plus the form's other fields fits; the file itself is checked
-        # against UPLOAD_MAX_BYTES (a 413 naming the limit, next to its form field; issue 6 §6).
-        request_max_body_size=settings.upload_max_bytes + settings.job_max_input_bytes + FORM_OVERHEAD_BYTES,
+        request_max_body_size=settings.upload_max_bytes,
         logging_config=None,
         debug=False,
     )

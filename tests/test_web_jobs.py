@@ -222,6 +222,7 @@ async def test_run_at_errors_and_a_scheduled_job(
     await sign_in_as(client, db_url, "ann@example.com")
     token = await csrf(client)
     cases = [
+        ({"_title": "x" * 201}, "Must be at most 200 characters without NUL."),
         ({"_run_at_date": "2030-01-01"}, "Choose a time as well as a date"),
         ({"_run_at_time": "09:30"}, "Choose a date as well as a time"),
         ({"_run_at_date": "2020-01-01", "_run_at_time": "09:30"}, "That moment has already passed"),
@@ -235,6 +236,10 @@ async def test_run_at_errors_and_a_scheduled_job(
             "/jobs/new/test.form", data=form_body(token, name="Ann", **fields), follow_redirects=False
         )
         assert r.status_code == 422 and message in r.text
+        if "_title" in fields:
+            assert f'<small id="e-_title" class="field-error">{message}</small>' in r.text
+            assert 'value="' + "x" * 201 + '"' in r.text
+            continue
         assert '<details class="run-at" open>' in r.text and 'id="run-at-error"' in r.text
     r = await client.post(
         "/jobs/new/test.form",
@@ -272,6 +277,7 @@ async def test_a_good_form_with_every_kind_of_field_enqueues_the_job_and_redirec
         remind_at="2026-12-24T18:00",
         daily_at="07:15",
         tags="red\n\n blue \n",
+        _title="Christmas cards",
     )
     files = [
         ("document", ("report <1>.pdf", b"%PDF-1.4 hello", "application/pdf")),
@@ -280,8 +286,8 @@ async def test_a_good_form_with_every_kind_of_field_enqueues_the_job_and_redirec
     ]
     r = await client.post("/jobs/new/test.form", data=data, files=files, follow_redirects=False)
     assert r.status_code == 303, r.text
-    job = await pg.fetchrow("SELECT id, input_data FROM jobs")
-    assert r.headers["location"] == f"/jobs/{job['id']}"
+    job = await pg.fetchrow("SELECT id, input_data, title FROM jobs")
+    assert r.headers["location"] == f"/jobs/{job['id']}" and job["title"] == "Christmas cards"
     got = json.loads(job["input_data"])
     document = got.pop("document")
     attachments = got.pop("attachments")
@@ -311,34 +317,32 @@ async def test_a_good_form_with_every_kind_of_field_enqueues_the_job_and_redirec
     page = main_html((await client.get(r.headers["location"])).text)
     assert f'<a href="/files/{document}" download>report 1.pdf</a>' in page
     assert "24 Dec 2026, 18:00 CET" in page and "Dark blue" in page and "<dd>Yes</dd>" in page
+    assert "<h1>Christmas cards</h1>" in page and "<p>Every field · Job</p>" in page
+    listed = main_html((await client.get("/jobs")).text)
+    assert (
+        f'<a href="/jobs/{job["id"]}">Christmas cards</a> <small class="muted">Every field</small>' in listed
+    )
 
 
-async def test_a_too_large_upload_gets_413_next_to_its_field_and_a_huge_body_gets_413_in_words(
+async def test_a_too_large_upload_gets_413_with_the_limit_in_words_and_nothing_is_stored(
     client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
 ) -> None:
+    """The request body limit is UPLOAD_MAX_BYTES: a larger upload is refused before it is read (the
+    browser says so next to the field before sending, static/app.js; see test_browser_ui)."""
     await sign_in_as(client, db_url, "ann@example.com")
     token = await csrf(client)
-    r = await client.post(
-        "/jobs/new/test.form",
-        data=form_body(token, name="Ann"),
-        files=[("document", ("big.bin", b"x" * 5000, "application/octet-stream"))],
-        follow_redirects=False,
-    )
-    assert r.status_code == 413
-    assert (
-        '<small id="e-document" class="field-error">This file is 4.9 KiB; the largest file you can upload is 4 KiB.</small>'
-        in r.text
-    )
-    assert 'value="Ann"' in r.text
+    form = (await client.get("/jobs/new/test.form")).text
+    assert 'name="document" data-max-bytes="4096">' in form
+    for size in (5000, 3_000_000):
+        r = await client.post(
+            "/jobs/new/test.form",
+            data=form_body(token, name="Ann"),
+            files=[("document", ("big.bin", b"x" * size, "application/octet-stream"))],
+            follow_redirects=False,
+        )
+        assert r.status_code == 413
+        assert "<h1>Too large</h1>" in r.text and "The request is too large: the limit is 4 KiB." in r.text
     assert await pg.fetchval("SELECT count(*) FROM files") == 0
-    # a request body far above the limit is refused before it is read, with the limit in words
-    r = await client.post(
-        "/jobs/new/test.form",
-        data=form_body(token, name="Ann"),
-        files=[("document", ("huge.bin", b"x" * 3_000_000, "application/octet-stream"))],
-        follow_redirects=False,
-    )
-    assert r.status_code == 413 and "the limit is 4 KiB" in r.text
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
 
 
@@ -1056,7 +1060,7 @@ async def test_api_upload_and_downloads_with_safe_headers(
     r = await client.post(
         "/api/files", files={"file": ("big.bin", b"x" * 5000, "application/octet-stream")}, headers=h
     )
-    assert r.status_code == 413 and r.json()["detail"] == "The file is 4.9 KiB; the limit is 4 KiB."
+    assert r.status_code == 413 and r.json()["detail"] == "The request is too large: the limit is 4 KiB."
     r = await client.post("/api/files", files={"file": ("empty.txt", b"", "text/plain")}, headers=h)
     assert r.status_code == 422 and r.json()["errors"]["file"].startswith("This file is empty")
     r = await client.post("/api/files", files={"other": ("a.txt", b"a", "text/plain")}, headers=h)

@@ -61,6 +61,8 @@ FORM_ERROR = "_form"
 """Key of an error that belongs to no single field (shown above the form)."""
 RUN_AT = "_run_at"
 """Key of the job form's "Run at" errors (issue 11 §1)."""
+TITLE = "_title"
+"""Key of the job form's optional name (the job's ``title``)."""
 
 _INT_RE = re.compile(r"^[+-]?\d{1,30}$")
 
@@ -624,6 +626,8 @@ def errors_from_bad_input(exc: BadInput, fields: list[FormField]) -> dict[str, s
             errors.setdefault(m.group(1), text)
         elif path == "run_at":
             errors.setdefault(RUN_AT, text)
+        elif path == "title":
+            errors.setdefault(TITLE, text)
         else:
             errors.setdefault(FORM_ERROR, text if path in (FORM_ERROR, "input_data") else f"{path}: {text}")
     return errors

@@ -474,6 +474,7 @@ def form_context(
     form_key: str,
     run_at: dict[str, str] | None = None,
     resubmit_of: Any = None,
+    job_title: str = "",
 ) -> dict[str, Any]:
     user = request.user
     return {
@@ -486,6 +487,8 @@ def form_context(
         "errors": errors,
         "form_error": errors.get(forms.FORM_ERROR),
         "run_at_error": errors.get(forms.RUN_AT),
+        "title_error": errors.get(forms.TITLE),
+        "job_title": job_title,
         "error_count": len(errors),
         "action": f"/jobs/new/{spec.type}",
         "form_key": form_key,
@@ -541,11 +544,12 @@ class JobsController(Controller):
         fields = forms.form_fields(spec.input_model)
         source = None
         resubmit_of = None
+        title = ""
         if from_job:
             old = await queue.get_job(db_session, from_job, user)
             if old["type"] != spec.type:
                 raise NotFound(f"No job with id {old['id']}.")
-            source, resubmit_of = old["input_data"], old["id"]
+            source, resubmit_of, title = old["input_data"], old["id"], old["title"] or ""
         values = await forms.initial_values(
             fields, source, zone(user.timezone), await db_session.connection(), file_store(request), user
         )
@@ -557,6 +561,7 @@ class JobsController(Controller):
             errors={},
             form_key=str(uuid.uuid4()),
             resubmit_of=resubmit_of,
+            job_title=title,
         )
         return render(request, "jobs/new.html", ctx)
 
@@ -592,13 +597,14 @@ class JobsController(Controller):
         for name, message in forms.validate(spec.input_model, parsed.data).items():
             errors.setdefault(name, message)
         key = _form_key(form.get("_form_key"))
+        title = str(form.get(forms.TITLE) or "").strip()
         too_large = parsed.too_large
         job = None
         if not errors:
             try:
                 async with db_session.begin_nested():
                     job = await enqueue_from_form(
-                        db_session, spec, parsed.data, user, settings, run_at, key, request_id(request)
+                        db_session, spec, parsed.data, user, settings, run_at, key, request_id(request), title
                     )
             except BadInput as exc:
                 errors = forms.errors_from_bad_input(exc, fields)
@@ -616,6 +622,7 @@ class JobsController(Controller):
                 errors=errors,
                 form_key=key,
                 run_at=run_at_raw,
+                job_title=title,
             )
             return render(request, "jobs/new.html", ctx, status_code=413 if too_large else 422)
         if parsed.used_files:
@@ -749,6 +756,7 @@ async def enqueue_from_form(
     run_at: Any,
     form_key: str,
     req_id: str | None,
+    title: str = "",
 ) -> Mapping[str, Any]:
     """Enqueue the form's job. The form's one-time key makes a double click create one job; the same
     key with different input (the browser's back button, then a change) creates a new one.
@@ -763,11 +771,16 @@ async def enqueue_from_form(
         run_at=run_at,
         idempotency_key=f"form:{form_key}",
         request_id=req_id,
+        title=title or None,
     )
     result = await queue.enqueue(db, new, settings)
     if result.created:
         return result.job
-    same = result.job["type"] == spec.type and result.job["input_data"] == spec.validate_input(data)
+    same = (
+        result.job["type"] == spec.type
+        and result.job["input_data"] == spec.validate_input(data)
+        and (result.job["title"] or "") == (title or "")
+    )
     if same:
         return result.job
     new.idempotency_key = None

@@ -173,7 +173,8 @@ def result_items(result: Any) -> list[dict[str, Any]]:
     """A result object's top-level fields as readable items (empty for a non-object result)."""
     if not isinstance(result, dict):
         return []
-    return [display_item(str(k), v) for k, v in list(result.items())[:100]]
+    items = [display_item(str(k), v) for k, v in list(result.items())[:100]]
+    return sorted(items, key=lambda it: it["kind"] == "json")  # nested data after the plain fields
 
 
 def input_items(
