@@ -207,6 +207,7 @@ def test_pipeline_steps_advance_cancel_in_place_and_my_jobs_on_a_phone(
     assert "100%" in page.locator("#pipeline-status .status-head").inner_text()
     assert page.evaluate("window.__sameDocument === true")
     page.screenshot(path=str(artifacts_dir / "ui-pipeline-done.png"), full_page=True)
+    pipeline_url = page.url
 
     # cancel a running job: confirmation, then the outcome in place
     page.goto(base + "/jobs/new/test.form")
@@ -245,8 +246,12 @@ def test_pipeline_steps_advance_cancel_in_place_and_my_jobs_on_a_phone(
     for url in ("/", "/jobs/new/test.form", "/pipelines/new/test.steps"):
         phone.goto(base + url)
         assert no_horizontal_scroll(phone), url
-    phone.goto(base + page.url.removeprefix(base))
+    phone.goto(page.url)  # the cancelled job
     assert no_horizontal_scroll(phone)
+    phone.screenshot(path=str(artifacts_dir / "ui-job-cancelled-375.png"), full_page=True)
+    phone.goto(pipeline_url)
+    assert no_horizontal_scroll(phone)
+    phone.screenshot(path=str(artifacts_dir / "ui-pipeline-done-375.png"), full_page=True)
     page.goto(base + "/jobs")
     page.screenshot(path=str(artifacts_dir / "ui-my-jobs.png"), full_page=True)
     # the XSS jobs' pages, fragments and list never ran a script

@@ -1024,6 +1024,39 @@ class TagAudit(HTMLParser):
         self.inline_scripts += int(tag == "script" and "src" not in names)
 
 
+async def test_negative_controls_the_escaping_and_ownership_checks_catch_a_leak(
+    client: AsyncTestClient, db_url: str, engine: AsyncEngine, settings: Settings, monkeypatch: Any
+) -> None:
+    """The checks above fail when their mechanism is switched off: with autoescape off the payload
+    reaches the page and TagAudit sees its handler; without the owner check another user's job is shown."""
+    from app.web import jobs as web_jobs
+
+    ann = await add_user(db_url, "ann@example.com")
+    jid = await enqueue(engine, settings, ann.id, title="<img src=x onerror=alert(1)>")
+    await sign_in_as(client, db_url, "bob@example.com")
+    assert (await client.get(f"/jobs/{jid}/status", headers=HX)).status_code == 404
+
+    async def no_owner_check(db: Any, job_id: Any, user: Any, query: Any = web_jobs.JOB_STATUS) -> Any:
+        return (await db.execute(query, {"id": web_jobs.parse_uuid(job_id)})).mappings().one()
+
+    monkeypatch.setattr(web_jobs, "load_status_row", no_owner_check)
+    leaked = await client.get(f"/jobs/{jid}/status", headers=HX)
+    assert leaked.status_code == 200  # the 404 above comes from the owner check
+
+    await switch_to(client, "ann@example.com")
+    env = client.app.template_engine.engine
+    env.autoescape = False
+    env.cache.clear()
+    try:
+        html = (await client.get("/jobs")).text
+    finally:
+        env.autoescape = True
+        env.cache.clear()
+    tags = TagAudit()
+    tags.feed(html)
+    assert "<img src=x onerror=alert(1)>" in html and tags.handlers == ["onerror"]
+
+
 # --- files (issue 6 §6) -----------------------------------------------------------------------------------
 
 
@@ -1217,6 +1250,9 @@ async def test_every_query_of_every_page_and_poll_uses_an_index_on_a_big_table(
             r = await client.get(url)
             assert r.status_code == 200, url
             assert captured, url
+            if url.startswith("/jobs?") or url == "/jobs":
+                for statement, _ in captured:  # case C13: lists never load input, result or error text
+                    assert not re.search(r"input_data|result_data|error_message", statement), statement
             for statement, params in captured:
                 problems += [
                     f"{url}: {p}: {statement[:120]}" for p in await _explain(engine, statement, params, None)
@@ -1224,6 +1260,9 @@ async def test_every_query_of_every_page_and_poll_uses_an_index_on_a_big_table(
         for url, limit_rows in polls:
             captured.clear()
             assert (await client.get(url, headers=HX)).status_code in (200, 286), url
+            if "/cell" in url:
+                for statement, _ in captured:
+                    assert not re.search(r"input_data|result_data|error_message\b", statement), statement
             for statement, params in captured:
                 problems += [
                     f"{url}: {p}: {statement[:120]}"

@@ -63,6 +63,14 @@ JOB_STATUS = text(
     FROM jobs WHERE id = :id
     """
 )
+#: One My jobs status cell: the live columns only (case C13).
+JOB_CELL = text(
+    """
+    SELECT id, user_id, type, title, status, is_active, pending_parents, run_at, attempts, max_attempts,
+           progress, progress_message, created_at, updated_at
+    FROM jobs WHERE id = :id
+    """
+)
 #: A finished job's outcome, loaded once when its page or final fragment is rendered.
 JOB_OUTCOME = text("SELECT result_data, error_message FROM jobs WHERE id = :id")
 JOB_EVENTS = text(
@@ -185,14 +193,16 @@ def timezone_names() -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-async def load_status_row(db: AsyncSession, job_id: Any, user: Any) -> Mapping[str, Any]:
-    """The job's live columns (:data:`JOB_STATUS`).
+async def load_status_row(
+    db: AsyncSession, job_id: Any, user: Any, query: Any = JOB_STATUS
+) -> Mapping[str, Any]:
+    """The job's live columns (:data:`JOB_STATUS`, or ``query``).
 
     Raises:
         NotFound: unknown, malformed or another user's id — one answer for all (case C20).
     """
     jid = parse_uuid(job_id)
-    row = (await db.execute(JOB_STATUS, {"id": jid})).mappings().first()
+    row = (await db.execute(query, {"id": jid})).mappings().first()
     if row is None or (not user.is_admin and row["user_id"] != user.id):
         raise NotFound(f"No job with id {jid}.")
     return row
@@ -675,7 +685,7 @@ class JobsController(Controller):
         v: Annotated[str | None, QueryParameter()] = None,
     ) -> Template | Response[Any]:
         """One My jobs status cell: 204 while unchanged, 286 with the final cell once finished."""
-        row = await load_status_row(db_session, job_id, request.user)
+        row = await load_status_row(db_session, job_id, request.user, JOB_CELL)
         state = views.job_state(row)
         if not state["terminal"] and v == state["version"]:
             return Response(content=b"", status_code=204)
