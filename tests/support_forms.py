@@ -40,6 +40,7 @@ class EveryFieldInput(Input):
     document: FileId | None = Field(None, title="Document")
     attachments: FileIds = Field(default_factory=list, title="Attachments")
     tags: list[str] = Field(default_factory=list, title="Tags", max_length=5)
+    extra: dict[str, int] = Field(default_factory=dict, title="Extra settings", description="Advanced.")
     pause: float = Field(
         0.0, ge=0, le=60, title="Pause (seconds)", description="Wait this long before answering."
     )

@@ -271,18 +271,33 @@ async def test_job_types_hide_diagnostic_types_from_non_admins(api, db_url) -> N
 # --- fuzz: no input gets a 500 ------------------------------------------------------------------------
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
     max_leaves=10,
 )
 job_bodies = st.fixed_dictionaries(
     {},
     optional={
         "type": st.sampled_from(["noop", "sleep", "fail", "nope", ""]) | json_values,
-        "input_data": json_values | st.fixed_dictionaries({}, optional={"seconds": json_values, "times": json_values}),
+        "input_data": json_values
+        | st.fixed_dictionaries({}, optional={"seconds": json_values, "times": json_values}),
         "priority": json_values,
-        "run_at": st.sampled_from(["2030-01-01T00:00:00Z", "2030-01-01T00:00:00", "yesterday", "9999-12-31T23:59:59+14:00",
-                                   "0001-01-01T00:00:00Z"]) | json_values,
+        "run_at": st.sampled_from(
+            [
+                "2030-01-01T00:00:00Z",
+                "2030-01-01T00:00:00",
+                "yesterday",
+                "9999-12-31T23:59:59+14:00",
+                "0001-01-01T00:00:00Z",
+            ]
+        )
+        | json_values,
         "max_attempts": st.integers() | json_values,
         "idempotency_key": st.text(max_size=300) | json_values,
         "title": json_values,
@@ -296,13 +311,19 @@ pipeline_bodies = st.fixed_dictionaries(
         "input_data": json_values,
         "name": st.text(max_size=10) | json_values,
         "steps": st.lists(
-            st.fixed_dictionaries({}, optional={"key": st.sampled_from(["a", "b", "c", ""]) | json_values,
-                                                "type": st.sampled_from(["noop", "sleep", "x"]) | json_values,
-                                                "depends_on": st.lists(st.sampled_from(["a", "b", "c", "z"]), max_size=3) | json_values,
-                                                "input_data": json_values,
-                                                "requires_approval": json_values}),
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "key": st.sampled_from(["a", "b", "c", ""]) | json_values,
+                    "type": st.sampled_from(["noop", "sleep", "x"]) | json_values,
+                    "depends_on": st.lists(st.sampled_from(["a", "b", "c", "z"]), max_size=3) | json_values,
+                    "input_data": json_values,
+                    "requires_approval": json_values,
+                },
+            ),
             max_size=4,
-        ) | json_values,
+        )
+        | json_values,
     },
 )
 

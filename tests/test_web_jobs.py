@@ -151,6 +151,7 @@ async def test_form_has_one_control_per_field_named_after_it_with_labels_help_de
         "document": r'<input type="file" id="f-document" name="document"',
         "attachments": r'<input type="file" id="f-attachments" name="attachments" multiple',
         "tags": r'<textarea id="f-tags" name="tags"',
+        "extra": r'<textarea id="f-extra" name="extra"[^>]*class="mono"',
     }
     for name, pattern in controls.items():
         assert re.search(pattern, form), name
@@ -192,6 +193,8 @@ BAD_VALUES = [
     ("remind_at", "tomorrow", "Enter a date and a time."),
     ("daily_at", "25:00", "Enter a time, like 09:30."),
     ("tags", "a\nb\nc\nd\ne\nf", "Give at most 5 items."),
+    ("extra", "{oops", "This must be valid JSON."),
+    ("extra", '{"a": "many"}', "a: Enter a whole number, like 42."),
 ]
 
 
@@ -211,7 +214,7 @@ async def test_a_bad_value_is_shown_next_to_its_field_with_the_input_kept(
     assert re.search(rf'id="f-{field}" name="{field}"[^>]*aria-invalid="true"', html)
     assert f'<a href="#f-{field}">' in html  # the summary links to the field
     assert ">keep me &lt;b&gt;</textarea>" in html  # what was typed is kept (escaped)
-    if field not in ("tags", "size", "colour"):
+    if field not in ("tags", "size", "colour", "extra"):
         assert f'value="{value}"' in html or value == ""
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
 
@@ -277,6 +280,7 @@ async def test_a_good_form_with_every_kind_of_field_enqueues_the_job_and_redirec
         remind_at="2026-12-24T18:00",
         daily_at="07:15",
         tags="red\n\n blue \n",
+        extra='{"speed": 3}',
         _title="Christmas cards",
     )
     files = [
@@ -304,6 +308,7 @@ async def test_a_good_form_with_every_kind_of_field_enqueues_the_job_and_redirec
         "remind_at": "2026-12-24T18:00:00+01:00",  # read in the user's time zone
         "daily_at": "07:15:00",
         "tags": ["red", "blue"],
+        "extra": {"speed": 3},
         "pause": 0.0,
     }
     stored = {str(r["id"]): r for r in await pg.fetch("SELECT * FROM files")}

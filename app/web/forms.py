@@ -114,6 +114,15 @@ class ParsedForm:
     too_large: bool = False
 
 
+@dataclass(frozen=True)
+class _OwnerOnly:
+    """A principal that may read only its own files: a job's input files must belong to the job's
+    owner (its processor reads them as that owner), even when an admin fills in the form."""
+
+    id: int
+    is_admin: bool = False
+
+
 # --- schema → fields ---------------------------------------------------------------------------------
 
 
@@ -320,6 +329,7 @@ async def initial_values(
     ``source`` (an earlier job's stored ``input_data``). Files named in ``source`` are shown when the
     user may still read them (others are silently dropped)."""
     values: dict[str, Any] = {}
+    owner = _OwnerOnly(principal.id)
     for f in fields:
         raw = source.get(f.name) if source is not None and f.name in source else f.default
         if f.kind in ("file", "files"):
@@ -327,7 +337,7 @@ async def initial_values(
             infos = []
             for fid in ids:
                 try:
-                    row = await store.get(conn, fid, principal)
+                    row = await store.get(conn, fid, owner)
                 except NotFound:
                     continue
                 infos.append(file_info(row))
@@ -432,9 +442,11 @@ async def parse_form(
 
     Empty optional controls are left out, so the schema default applies. Uploads are stored in the
     caller's transaction, owned by ``principal``; a file kept from an earlier, re-rendered submission
-    (``_keep.<field>``) is reused when ``principal`` may read it.
+    (``_keep.<field>``) is reused when it belongs to ``principal`` (admins included: a job may only use
+    its owner's files).
     """
     out = ParsedForm()
+    owner = _OwnerOnly(principal.id)
     for f in fields:
         name = f.name
         if f.kind in ("file", "files"):
@@ -443,7 +455,7 @@ async def parse_form(
                 if not isinstance(kept, str) or not kept:
                     continue
                 try:
-                    row = await store.get(conn, kept, principal)
+                    row = await store.get(conn, kept, owner)
                 except NotFound:
                     continue
                 infos.append(file_info(row))
@@ -593,7 +605,7 @@ def friendly_message(error: Any) -> str:
 
 def validate(model: type[BaseModel], data: dict[str, Any]) -> dict[str, str]:
     """Per-field plain-words errors of ``data`` against ``model`` (empty when valid). An item of a list
-    is named by its position (``Line 3: …``)."""
+    is named by its position (``Line 3: …``), an entry of an object by its key (``speed: …``)."""
     try:
         model.model_validate(data)
     except ValidationError as exc:
@@ -604,6 +616,8 @@ def validate(model: type[BaseModel], data: dict[str, Any]) -> dict[str, str]:
             message = friendly_message(err)
             if len(loc) > 1 and isinstance(loc[1], int):
                 message = f"Line {loc[1] + 1}: {message}"
+            elif len(loc) > 1:
+                message = f"{loc[1]}: {message}"
             errors.setdefault(name, message)
         return errors
     return {}
