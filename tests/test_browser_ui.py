@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -218,6 +219,26 @@ def test_pipeline_steps_advance_cancel_in_place_and_my_jobs_on_a_phone(
     page.wait_for_url(re.compile(r".*/jobs/[0-9a-f-]{36}$"))
     page.locator("#job-status .status", has_text="Running").wait_for(timeout=20_000)
     page.evaluate("window.__sameDocument = true")
+    # the poll pauses while the tab is hidden and asks at once when it is shown again (static/app.js)
+    polls: list[float] = []
+    page.on("request", lambda req: polls.append(time.monotonic()) if "/status?v=" in req.url else None)
+    page.wait_for_timeout(2500)
+    assert polls, "the status part polls while visible"
+    page.evaluate(
+        "() => { Object.defineProperty(document, 'hidden', {value: true, configurable: true});"
+        " document.dispatchEvent(new Event('visibilitychange')); }"
+    )
+    page.wait_for_timeout(300)
+    hidden_count = len(polls)
+    page.wait_for_timeout(2500)
+    assert len(polls) == hidden_count, "no poll while hidden"
+    shown = time.monotonic()
+    page.evaluate(
+        "() => { Object.defineProperty(document, 'hidden', {value: false, configurable: true});"
+        " document.dispatchEvent(new Event('visibilitychange')); }"
+    )
+    page.wait_for_timeout(400)
+    assert any(t >= shown for t in polls), "a poll right after the tab is shown"
     page.click("#act-cancel")
     page.locator("#job-status .notice", has_text="Stopping the job").wait_for(timeout=10_000)
     page.locator("#job-status .status-head .status", has_text="Cancelled").wait_for(timeout=20_000)

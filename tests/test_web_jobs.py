@@ -322,7 +322,7 @@ async def test_a_good_form_with_every_kind_of_field_enqueues_the_job_and_redirec
     page = main_html((await client.get(r.headers["location"])).text)
     assert f'<a href="/files/{document}" download>report 1.pdf</a>' in page
     assert "24 Dec 2026, 18:00 CET" in page and "Dark blue" in page and "<dd>Yes</dd>" in page
-    assert "<h1>Christmas cards</h1>" in page and "<p>Every field · Job</p>" in page
+    assert "<h1>Christmas cards</h1>" in page and "<p>Every field</p>" in page
     listed = main_html((await client.get("/jobs")).text)
     assert (
         f'<a href="/jobs/{job["id"]}">Christmas cards</a> <small class="muted">Every field</small>' in listed
