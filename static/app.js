@@ -153,3 +153,13 @@
     }
   }, true);
 })();
+
+/* 5. A form shown again with errors moves keyboard and screen-reader focus to its list of problems,
+      whose links lead to each field. */
+(function () {
+  "use strict";
+  var summary = document.getElementById("form-errors");
+  if (summary) {
+    summary.focus();
+  }
+})();

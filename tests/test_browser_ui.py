@@ -138,6 +138,7 @@ def test_forms_errors_and_a_job_that_finishes_without_a_reload(
     assert page.get_attribute("#f-copies", "aria-invalid") == "true"
     assert page.input_value("#f-name") == "Ann" and page.input_value("#f-notes") == "Please <b>hurry</b>"
     assert page.locator("#form-errors a[href='#f-copies']").count() == 1
+    assert page.evaluate("document.activeElement.id") == "form-errors"  # focus moves to the problems
     assert page.locator("label:has-text('Use notes.txt') input").is_checked()  # the upload is kept
     page.screenshot(path=str(artifacts_dir / "ui-form-error.png"), full_page=True)
 
