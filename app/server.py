@@ -443,8 +443,11 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
         PipelinesApiController,
     )
     from app.web.auth import AuthController
+    from app.web.files import FilesApiController, FilesController
     from app.web.health import HealthController
     from app.web.home import HomeController
+    from app.web.jobs import JobsController
+    from app.web.pipelines import PipelinesController
 
     settings = settings or get_settings()
     sa_config = SQLAlchemyAsyncConfig(
@@ -487,6 +490,10 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             JobTypesApiController,
             ControlsApiController,
             AlertsAdminController,
+            JobsController,
+            PipelinesController,
+            FilesController,
+            FilesApiController,
             static,
         ],
         lifespan=[_database_lifespan(settings, sa_config, auto_migrate=auto_migrate)],

@@ -65,3 +65,101 @@
     }
   });
 })();
+
+/* 3. A form marked data-submit-once disables its submit button once sent, so a double click starts one
+      job, not two (the server also de-duplicates a repeated job form). */
+(function () {
+  "use strict";
+  document.addEventListener("submit", function (evt) {
+    var form = evt.target;
+    if (!(form instanceof HTMLFormElement) || !form.hasAttribute("data-submit-once") || evt.defaultPrevented) {
+      return;
+    }
+    form.querySelectorAll("button[type=submit]").forEach(function (button) {
+      button.setAttribute("aria-busy", "true");
+      window.setTimeout(function () { button.disabled = true; }, 0);
+    });
+  });
+  window.addEventListener("pageshow", function () {
+    document.querySelectorAll("form[data-submit-once] button[type=submit]").forEach(function (button) {
+      button.disabled = false;
+      button.removeAttribute("aria-busy");
+    });
+  });
+})();
+
+/* 4. File inputs with data-max-bytes (UPLOAD_MAX_BYTES) say at once, next to the field, when a chosen
+      file is too large, and keep such a form from being sent: the server would refuse the whole request
+      with 413 before reading it, and what was typed would be lost. */
+(function () {
+  "use strict";
+
+  function words(n) {
+    var units = ["bytes", "KiB", "MiB", "GiB"];
+    var value = n;
+    for (var i = 0; i < units.length; i++) {
+      if (value < 1024 || i === units.length - 1) {
+        if (i === 0) { return Math.floor(value) + " bytes"; }
+        return (Math.round(value * 10) / 10).toString() + " " + units[i];
+      }
+      value = value / 1024;
+    }
+    return n + " bytes";
+  }
+
+  function check(input) {
+    var limit = parseInt(input.getAttribute("data-max-bytes"), 10);
+    var box = document.getElementById("client-error-" + input.id);
+    var problem = null;
+    Array.prototype.forEach.call(input.files || [], function (file) {
+      if (!problem && limit && file.size > limit) {
+        problem = "This file is " + words(file.size) + "; the largest file you can upload is " + words(limit) + ".";
+      }
+    });
+    if (problem) {
+      if (!box) {
+        box = document.createElement("small");
+        box.id = "client-error-" + input.id;
+        box.className = "field-error";
+        input.insertAdjacentElement("afterend", box);
+      }
+      box.textContent = problem;
+      input.setAttribute("aria-invalid", "true");
+      input.setAttribute("aria-describedby", ((input.getAttribute("aria-describedby") || "") + " " + box.id).trim());
+    } else if (box) {
+      box.remove();
+      input.removeAttribute("aria-invalid");
+    }
+    return !problem;
+  }
+
+  document.addEventListener("change", function (evt) {
+    var input = evt.target;
+    if (input instanceof HTMLInputElement && input.type === "file" && input.hasAttribute("data-max-bytes")) {
+      check(input);
+    }
+  });
+
+  document.addEventListener("submit", function (evt) {
+    var form = evt.target;
+    if (!(form instanceof HTMLFormElement)) { return; }
+    var bad = null;
+    form.querySelectorAll("input[type=file][data-max-bytes]").forEach(function (input) {
+      if (!check(input) && !bad) { bad = input; }
+    });
+    if (bad) {
+      evt.preventDefault();
+      bad.focus();
+    }
+  }, true);
+})();
+
+/* 5. A form shown again with errors moves keyboard and screen-reader focus to its list of problems,
+      whose links lead to each field. */
+(function () {
+  "use strict";
+  var summary = document.getElementById("form-errors");
+  if (summary) {
+    summary.focus();
+  }
+})();

@@ -1,0 +1,127 @@
+"""Files: uploads through the API and downloads (issue 6 §6).
+
+* ``POST /api/files`` (multipart, field ``file``; Bearer token) → 201 ``{id, name, size, content_type}``;
+  the id goes into a job's input (a ``FileId`` field). Above ``UPLOAD_MAX_BYTES`` → 413 naming the limit
+  in words; an empty file or no ``file`` part → 422.
+* ``GET /files/{id}`` (browser session) and ``GET /api/files/{id}`` (Bearer) download a file: the owner
+  and admins only; anyone else gets the same 404 as for an unknown id (case C20). Always
+  ``Content-Disposition: attachment`` with a safe file name, so an uploaded HTML file is never shown as a
+  page of this site; ``X-Content-Type-Options: nosniff`` comes with every response.
+
+Uploads through the job and pipeline forms are stored by :mod:`app.web.forms`; a file is removed by
+retention together with the job that used or produced it.
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from litestar import Controller, Request, get, post
+from litestar.params import FromPath
+from litestar.response import File
+
+from app.auth import requires_user
+from app.errors import BadInput, NotFound, TooLarge, format_bytes
+from app.web import DbSession
+from app.web.forms import store_upload
+from app.web.jobs import file_store, settings_of
+
+
+@dataclass
+class UploadedFile:
+    """A stored upload: put ``id`` into a job's input."""
+
+    id: str
+    name: str
+    size: int
+    content_type: str
+
+
+def content_disposition(name: str) -> str:
+    """``attachment; filename="ascii"; filename*=UTF-8''percent-encoded`` (RFC 6266): the ASCII
+    fallback has no quotes, backslashes or control characters."""
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+    ascii_name = "".join(ch for ch in ascii_name if ch.isprintable() and ch not in '"\\;') or "download"
+    return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name, safe='')}"
+
+
+async def download(request: Request[Any, Any, Any], db: Any, file_id: str) -> File:
+    """The file's bytes as an attachment, if ``request.user`` may read it.
+
+    Raises:
+        NotFound: unknown, malformed or another user's id; or its bytes are gone.
+    """
+    store = file_store(request)
+    row = await store.get(await db.connection(), file_id, request.user)
+    path = store.path(row["id"])
+    if not path.is_file():
+        raise NotFound("This file's contents are no longer available.")
+    return File(
+        path=path,
+        filename=row["name"],
+        media_type=row["content_type"] or "application/octet-stream",
+        content_disposition_type="attachment",
+        headers={
+            "content-disposition": content_disposition(row["name"]),
+            "x-content-type-options": "nosniff",
+        },
+    )
+
+
+class FilesController(Controller):
+    """``GET /files/{id}``: downloads for signed-in people."""
+
+    path = "/files"
+    guards = [requires_user]
+    include_in_schema = False
+
+    @get("/{file_id:str}", name="files.download")
+    async def download_file(
+        self, request: Request[Any, Any, Any], db_session: DbSession, file_id: FromPath[str]
+    ) -> File:
+        """Download (owner or admin); 404 otherwise."""
+        return await download(request, db_session, file_id)
+
+
+class FilesApiController(Controller):
+    """``/api/files``: upload and download with a Bearer token."""
+
+    path = "/api/files"
+    guards = [requires_user]
+    tags = ["files"]
+
+    @post("/", name="api.files.upload", status_code=201)
+    async def upload(self, request: Request[Any, Any, Any], db_session: DbSession) -> UploadedFile:
+        """Upload one file (multipart form field ``file``); returns its id for a job's input. 413 above
+        ``UPLOAD_MAX_BYTES`` (the limit in words), 422 without a file or for an empty one."""
+        settings = settings_of(request)
+        form = await request.form()
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str) or not getattr(upload, "filename", ""):
+            raise BadInput.field("file", "send the file as multipart/form-data in a part named 'file'")
+        row, problem, size = await store_upload(
+            upload,
+            await db_session.connection(),
+            file_store(request),
+            user_id=request.user.id,
+            max_bytes=settings.upload_max_bytes,
+        )
+        if row is None:
+            if size > settings.upload_max_bytes:
+                raise TooLarge(
+                    f"The file is {format_bytes(size)}; the limit is {format_bytes(settings.upload_max_bytes)}."
+                )
+            raise BadInput.field("file", problem or "the file could not be stored")
+        return UploadedFile(
+            id=str(row["id"]), name=row["name"], size=row["size"], content_type=row["content_type"]
+        )
+
+    @get("/{file_id:str}", name="api.files.download")
+    async def download_file(
+        self, request: Request[Any, Any, Any], db_session: DbSession, file_id: FromPath[str]
+    ) -> File:
+        """Download a file you own (admins: any file); 404 otherwise."""
+        return await download(request, db_session, file_id)

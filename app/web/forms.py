@@ -1,0 +1,684 @@
+"""Web forms generated from a job type's or pipeline template's pydantic input schema (issue 6 §2).
+
+People who are not engineers never type JSON: each schema field becomes one form control whose ``name``
+is the field's name, with the label (``title``), help text (``description``), default and required mark
+taken from the schema. The kinds (``FormField.kind``):
+
+==========  ======================================================  ====================================
+kind        schema type                                             control
+==========  ======================================================  ====================================
+text        ``str``                                                 ``<input type=text>``
+textarea    :data:`app.processors.LongText`                         ``<textarea>``
+integer     ``int``                                                 ``<input type=number step=1>``
+decimal     ``float`` / ``Decimal``                                 ``<input type=text inputmode=decimal>``
+boolean     ``bool``                                                checkbox (yes/no)
+choice      ``Literal[...]`` / ``Enum``                             ``<select>``
+date        ``datetime.date``                                       ``<input type=date>``
+datetime    ``datetime.datetime`` (in the user's time zone)         ``<input type=datetime-local>``
+time        ``datetime.time``                                       ``<input type=time>``
+file        :data:`app.processors.FileId`                           file picker (stored, id in the input)
+files       :data:`app.processors.FileIds`                          multiple file picker
+list        ``list[str]``                                           ``<textarea>``, one item per line
+json        anything else (nested models, dicts)                    ``<textarea>`` holding JSON (fallback)
+==========  ======================================================  ====================================
+
+Reserved control names start with ``_`` (pydantic field names cannot): ``_csrf_token``, ``_run_at_*``,
+``_keep.<field>`` (an already uploaded file kept across a re-rendered form), ``_form_key``.
+
+Parsing turns the submitted strings into schema values and friendly per-field messages; the authority
+is still :func:`app.jobs.queue.prepare` / :func:`app.pipelines.create_from_template`, whose
+:class:`~app.errors.BadInput` paths (``input_data.seconds``) are mapped back to fields by
+:func:`errors_from_bad_input`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import os
+import re
+import shutil
+import tempfile
+import types
+import typing
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import annotated_types
+from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticUndefined
+
+from app.errors import BadInput, NotFound, format_bytes
+from app.files import FileStore
+
+FORM_ERROR = "_form"
+"""Key of an error that belongs to no single field (shown above the form)."""
+RUN_AT = "_run_at"
+"""Key of the job form's "Run at" errors (issue 11 §1)."""
+TITLE = "_title"
+"""Key of the job form's optional name (the job's ``title``)."""
+
+_INT_RE = re.compile(r"^[+-]?\d{1,30}$")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One option of a ``choice`` field: ``value`` as submitted, ``label`` as shown."""
+
+    value: str
+    label: str
+
+
+@dataclass(frozen=True)
+class FormField:
+    """One control of a generated form.
+
+    ``default`` is the schema default as a Python value (``None`` when required or defaulting to
+    ``None``); ``attrs`` are HTML hints (``min``, ``max``, ``step``, ``maxlength``) — the server checks
+    again; ``python_type`` is the unwrapped annotation (e.g. ``Decimal`` vs ``float`` for ``decimal``).
+    """
+
+    name: str
+    kind: str
+    label: str
+    help: str | None
+    required: bool
+    default: Any = None
+    choices: tuple[Choice, ...] = ()
+    attrs: dict[str, str] = field(default_factory=dict)
+    python_type: Any = None
+    choice_values: tuple[Any, ...] = ()
+
+
+@dataclass
+class ParsedForm:
+    """The outcome of :func:`parse_form`.
+
+    ``data``: the input for the schema (only fields that were given; defaults fill the rest);
+    ``values``: what to show again in each control (strings; ``bool`` for checkboxes; a list of file
+    infos ``{"id","name","size"}`` for file fields); ``errors``: field name → message;
+    ``new_files``: ids stored by this request; ``too_large``: an upload was above ``UPLOAD_MAX_BYTES``.
+    """
+
+    data: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    new_files: list[uuid.UUID] = field(default_factory=list)
+    used_files: list[uuid.UUID] = field(default_factory=list)
+    too_large: bool = False
+
+
+@dataclass(frozen=True)
+class _OwnerOnly:
+    """A principal that may read only its own files: a job's input files must belong to the job's
+    owner (its processor reads them as that owner), even when an admin fills in the form."""
+
+    id: int
+    is_admin: bool = False
+
+
+# --- schema → fields ---------------------------------------------------------------------------------
+
+
+def humanize(name: str) -> str:
+    """``max_items`` → ``Max items``."""
+    words = re.sub(r"[_\-]+", " ", name).strip()
+    return (words[:1].upper() + words[1:]) if words else name
+
+
+def _unwrap(annotation: Any) -> tuple[Any, bool]:
+    """``(inner type, optional)``: strips ``Annotated`` and ``X | None``."""
+    optional = False
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+            continue
+        if origin in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(args) < len(typing.get_args(annotation)):
+                optional = True
+            if len(args) == 1:
+                annotation = args[0]
+                continue
+        return annotation, optional
+
+
+def _widget(schema: Any) -> str | None:
+    if isinstance(schema, dict):
+        if isinstance(schema.get("widget"), str):
+            return schema["widget"]
+        for key in ("anyOf", "oneOf", "allOf"):
+            for sub in schema.get(key) or []:
+                found = _widget(sub)
+                if found:
+                    return found
+    return None
+
+
+def _is_subclass(tp: Any, base: type) -> bool:
+    return isinstance(tp, type) and issubclass(tp, base)
+
+
+def _kind(tp: Any, widget: str | None) -> tuple[str, tuple[Any, ...]]:
+    """The control kind for an unwrapped type, and the allowed values of a choice."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return "choice", typing.get_args(tp)
+    if _is_subclass(tp, enum.Enum):
+        return "choice", tuple(m.value for m in tp)
+    if tp is bool:
+        return "boolean", ()
+    if _is_subclass(tp, int) and not _is_subclass(tp, enum.Enum):
+        return "integer", ()
+    if tp is float or _is_subclass(tp, Decimal):
+        return "decimal", ()
+    if tp is str:
+        return ("textarea" if widget == "textarea" else "text"), ()
+    if tp is datetime:
+        return "datetime", ()
+    if tp is date:
+        return "date", ()
+    if tp is time:
+        return "time", ()
+    if tp is uuid.UUID:
+        return ("file" if widget == "file" else "text"), ()
+    if origin in (list, tuple, set, frozenset):
+        args = typing.get_args(tp)
+        inner = _unwrap(args[0])[0] if args else Any
+        if inner is uuid.UUID and widget == "files":
+            return "files", ()
+        if inner is str:
+            return "list", ()
+    return "json", ()
+
+
+def _constraints(metadata: list[Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for m in metadata:
+        for attr in ("ge", "gt", "le", "lt", "min_length", "max_length", "multiple_of"):
+            value = getattr(m, attr, None)
+            if value is not None:
+                out[attr] = value
+        if isinstance(m, annotated_types.Interval):
+            for attr in ("ge", "gt", "le", "lt"):
+                if getattr(m, attr) is not None:
+                    out[attr] = getattr(m, attr)
+    return out
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _attrs(kind: str, c: dict[str, Any]) -> dict[str, str]:
+    attrs: dict[str, str] = {}
+    if kind == "integer":
+        attrs["step"] = "1"
+        if "ge" in c:
+            attrs["min"] = _num(c["ge"])
+        elif "gt" in c:
+            attrs["min"] = _num(int(c["gt"]) + 1)
+        if "le" in c:
+            attrs["max"] = _num(c["le"])
+        elif "lt" in c:
+            attrs["max"] = _num(int(c["lt"]) - 1)
+    if kind in ("text", "textarea") and "max_length" in c:
+        attrs["maxlength"] = str(c["max_length"])
+    return attrs
+
+
+def form_fields(model: type[BaseModel]) -> list[FormField]:
+    """The controls for ``model``'s fields, in declaration order."""
+    schema = model.model_json_schema()
+    props = schema.get("properties") or {}
+    fields: list[FormField] = []
+    for name, info in model.model_fields.items():
+        prop = props.get(info.alias or name) or {}
+        widget = _widget(prop)
+        if widget is None and isinstance(info.json_schema_extra, dict):
+            w = info.json_schema_extra.get("widget")
+            widget = w if isinstance(w, str) else None
+        tp, _optional = _unwrap(info.annotation)
+        kind, values = _kind(tp, widget)
+        required = info.is_required()
+        default = None
+        if not required:
+            default = info.get_default(call_default_factory=True)
+            if default is PydanticUndefined:
+                default = None
+        choices = ()
+        if kind == "choice":
+            if _is_subclass(tp, enum.Enum):
+                choices = tuple(Choice(str(m.value), humanize(m.name.lower())) for m in tp)
+            else:
+                choices = tuple(Choice(str(v), str(v)) for v in values)
+        label = info.title or humanize(name)
+        fields.append(
+            FormField(
+                name=name,
+                kind=kind,
+                label=label,
+                help=info.description,
+                required=required,
+                default=default,
+                choices=choices,
+                attrs=_attrs(kind, _constraints(list(info.metadata))),
+                python_type=tp,
+                choice_values=tuple(values),
+            )
+        )
+    return fields
+
+
+# --- values shown in controls -----------------------------------------------------------------------
+
+
+def _local(dt: datetime, tz: ZoneInfo) -> datetime:
+    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).astimezone(tz)
+
+
+def display_value(f: FormField, value: Any, tz: ZoneInfo) -> Any:
+    """A Python or JSON value of ``f`` as the control shows it (str, or bool for checkboxes).
+    File fields are handled by :func:`initial_values` (they need the file rows)."""
+    if value is None:
+        return False if f.kind == "boolean" else ""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    try:
+        if f.kind == "boolean":
+            return bool(value)
+        if f.kind == "datetime":
+            dt = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+            return _local(dt, tz).strftime("%Y-%m-%dT%H:%M")
+        if f.kind == "date":
+            return value.isoformat() if isinstance(value, date) else str(value)
+        if f.kind == "time":
+            t = value if isinstance(value, time) else time.fromisoformat(str(value))
+            return t.strftime("%H:%M:%S" if t.second else "%H:%M")
+        if f.kind == "list":
+            return "\n".join(str(v) for v in value) if isinstance(value, list | tuple) else str(value)
+        if f.kind == "json":
+            if isinstance(value, BaseModel):
+                value = value.model_dump(mode="json")
+            return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+        if f.kind == "decimal" and isinstance(value, float):
+            return _num(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return str(value)
+
+
+async def initial_values(
+    fields: list[FormField],
+    source: dict[str, Any] | None,
+    tz: ZoneInfo,
+    conn: Any,
+    store: FileStore,
+    principal: Any,
+) -> dict[str, Any]:
+    """What each control shows first: the schema defaults, or — for "Edit and resubmit" — the values of
+    ``source`` (an earlier job's stored ``input_data``). Files named in ``source`` are shown when the
+    user may still read them (others are silently dropped)."""
+    values: dict[str, Any] = {}
+    owner = _OwnerOnly(principal.id)
+    for f in fields:
+        raw = source.get(f.name) if source is not None and f.name in source else f.default
+        if f.kind in ("file", "files"):
+            ids = raw if isinstance(raw, list) else ([raw] if raw else [])
+            infos = []
+            for fid in ids:
+                try:
+                    row = await store.get(conn, fid, owner)
+                except NotFound:
+                    continue
+                infos.append(file_info(row))
+            values[f.name] = infos
+        else:
+            values[f.name] = display_value(f, raw, tz)
+    return values
+
+
+def file_info(row: Any) -> dict[str, Any]:
+    """``{"id", "name", "size"}`` of a file row, for showing a kept upload."""
+    return {"id": str(row["id"]), "name": row["name"], "size": row["size"]}
+
+
+# --- parsing submitted values ----------------------------------------------------------------------
+
+
+def _is_upload(value: Any) -> bool:
+    return hasattr(value, "filename") and hasattr(value, "file") and bool(getattr(value, "filename", ""))
+
+
+def _copy_upload(src: Any, directory: Path, limit: int) -> tuple[Path | None, int]:
+    """Copy an upload to a temporary file in ``directory``; ``(None, size)`` when above ``limit``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    src.seek(0, os.SEEK_END)
+    size = src.tell()
+    src.seek(0)
+    if size > limit:
+        return None, size
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".upload-")
+    with os.fdopen(fd, "wb") as out:
+        shutil.copyfileobj(src, out, 1 << 20)
+    return Path(tmp), size
+
+
+async def store_upload(
+    upload: Any, conn: Any, store: FileStore, *, user_id: int, max_bytes: int
+) -> tuple[Any | None, str | None, int]:
+    """Store one uploaded file (an ``UploadFile``) owned by ``user_id`` in the caller's transaction.
+
+    Returns ``(row, None, size)`` on success, or ``(None, message, size)`` when the file is empty or
+    larger than ``max_bytes`` (``UPLOAD_MAX_BYTES``; the message names the limit in words).
+    """
+    path, size = await asyncio.to_thread(_copy_upload, upload.file, store.dir, max_bytes)
+    if path is None:
+        return (
+            None,
+            f"This file is {format_bytes(size)}; the largest file you can upload is {format_bytes(max_bytes)}.",
+            size,
+        )
+    if size == 0:
+        path.unlink(missing_ok=True)
+        return None, "This file is empty. Choose a file with something in it.", 0
+    try:
+        row = await store.save(
+            conn,
+            user_id=user_id,
+            name=upload.filename,
+            source=path,
+            move=True,
+            content_type=getattr(upload, "content_type", None),
+        )
+    finally:
+        path.unlink(missing_ok=True)
+    return row, None, size
+
+
+def _parse_decimal(raw: str) -> Decimal | None:
+    text = raw.strip().replace(" ", "").replace("\u00a0", "")
+    if text.count(",") == 1 and "." not in text:
+        text = text.replace(",", ".")
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        return None
+    return value if value.is_finite() else None
+
+
+def parse_local_datetime(raw: str, tz: ZoneInfo) -> datetime | None:
+    """``2026-12-01T09:30`` (as ``<input type=datetime-local>`` sends it) in ``tz``, made aware;
+    ``None`` when it is not a date and time."""
+    try:
+        dt = datetime.fromisoformat(raw.strip())
+    except ValueError:
+        return None
+    if not 1970 <= dt.year <= 9000:
+        return None
+    return dt.replace(tzinfo=tz) if dt.tzinfo is None else dt
+
+
+async def parse_form(
+    fields: list[FormField],
+    form: Any,
+    *,
+    tz: ZoneInfo,
+    conn: Any,
+    store: FileStore,
+    principal: Any,
+    max_upload_bytes: int,
+) -> ParsedForm:
+    """Turn the submitted form (a ``FormMultiDict``) into schema input, storing uploads.
+
+    Empty optional controls are left out, so the schema default applies. Uploads are stored in the
+    caller's transaction, owned by ``principal``; a file kept from an earlier, re-rendered submission
+    (``_keep.<field>``) is reused when it belongs to ``principal`` (admins included: a job may only use
+    its owner's files).
+    """
+    out = ParsedForm()
+    owner = _OwnerOnly(principal.id)
+    for f in fields:
+        name = f.name
+        if f.kind in ("file", "files"):
+            infos: list[dict[str, Any]] = []
+            for kept in form.getall(f"_keep.{name}", []):
+                if not isinstance(kept, str) or not kept:
+                    continue
+                try:
+                    row = await store.get(conn, kept, owner)
+                except NotFound:
+                    continue
+                infos.append(file_info(row))
+            problem = None
+            for upload in [u for u in form.getall(name, []) if _is_upload(u)]:
+                row, problem_here, _ = await store_upload(
+                    upload, conn, store, user_id=principal.id, max_bytes=max_upload_bytes
+                )
+                if row is None:
+                    problem = problem or problem_here
+                    if problem_here and "largest" in problem_here:
+                        out.too_large = True
+                    continue
+                out.new_files.append(row["id"])
+                infos.append(file_info(row))
+            if f.kind == "file" and len(infos) > 1:
+                infos = infos[-1:]  # a new upload replaces the kept one
+            out.values[name] = infos
+            out.used_files.extend(uuid.UUID(i["id"]) for i in infos)
+            if problem:
+                out.errors[name] = problem
+            elif infos:
+                out.data[name] = infos[0]["id"] if f.kind == "file" else [i["id"] for i in infos]
+            elif f.required:
+                out.errors[name] = "Choose a file." if f.kind == "file" else "Choose at least one file."
+            continue
+
+        if f.kind == "boolean":
+            raw_value = form.get(name)
+            checked = raw_value is not None and str(raw_value).lower() not in ("", "0", "false", "off", "no")
+            out.values[name] = checked
+            out.data[name] = checked
+            continue
+
+        raw = form.get(name)
+        raw = raw if isinstance(raw, str) else ""
+        if f.kind in ("textarea", "list", "json"):
+            raw = raw.replace("\r\n", "\n")
+        out.values[name] = raw
+        if raw.strip() == "":
+            if f.required:
+                out.errors[name] = "Choose one of the options." if f.kind == "choice" else "Fill this in."
+            continue
+        value, problem = _convert(f, raw, tz)
+        if problem:
+            out.errors[name] = problem
+        else:
+            out.data[name] = value
+    return out
+
+
+def _convert(f: FormField, raw: str, tz: ZoneInfo) -> tuple[Any, str | None]:
+    """``(value for the schema, None)`` or ``(None, message)``."""
+    text = raw.strip()
+    if f.kind in ("text", "textarea"):
+        return raw, None
+    if f.kind == "integer":
+        cleaned = text.replace(" ", "").replace("\u00a0", "")
+        if not _INT_RE.match(cleaned):
+            return None, "Enter a whole number, like 42."
+        return int(cleaned), None
+    if f.kind == "decimal":
+        value = _parse_decimal(text)
+        if value is None:
+            return None, "Enter a number, like 2.5."
+        return (str(value) if _is_subclass(f.python_type, Decimal) else float(value)), None
+    if f.kind == "choice":
+        for v in f.choice_values:
+            if str(v) == text:
+                return v, None
+        return None, "Choose one of the options."
+    if f.kind == "date":
+        try:
+            d = date.fromisoformat(text)
+        except ValueError:
+            return None, "Enter a date, like 2026-12-31."
+        return d.isoformat(), None
+    if f.kind == "time":
+        try:
+            t = time.fromisoformat(text)
+        except ValueError:
+            return None, "Enter a time, like 09:30."
+        return t.isoformat(), None
+    if f.kind == "datetime":
+        dt = parse_local_datetime(text, tz)
+        if dt is None:
+            return None, "Enter a date and a time."
+        return dt.isoformat(), None
+    if f.kind == "list":
+        return [line.strip() for line in raw.split("\n") if line.strip()], None
+    if f.kind == "json":
+        try:
+            return json.loads(raw), None
+        except ValueError:
+            return None, "This must be valid JSON."
+    return raw, None
+
+
+# --- validation messages ------------------------------------------------------------------------------
+
+
+def friendly_message(error: Any) -> str:
+    """A pydantic error (one item of ``ValidationError.errors()``) in plain words."""
+    kind = error.get("type", "")
+    ctx = error.get("ctx") or {}
+    if kind == "missing":
+        return "Fill this in."
+    if kind in ("greater_than_equal",):
+        return f"Must be at least {_num(ctx.get('ge'))}."
+    if kind == "greater_than":
+        return f"Must be more than {_num(ctx.get('gt'))}."
+    if kind == "less_than_equal":
+        return f"Must be at most {_num(ctx.get('le'))}."
+    if kind == "less_than":
+        return f"Must be less than {_num(ctx.get('lt'))}."
+    if kind == "string_too_short":
+        n = ctx.get("min_length")
+        return f"Enter at least {n} character{'s' if n != 1 else ''}."
+    if kind == "string_too_long":
+        return f"Use at most {ctx.get('max_length')} characters."
+    if kind == "too_short":
+        n = ctx.get("min_length")
+        return f"Give at least {n} item{'s' if n != 1 else ''}."
+    if kind == "too_long":
+        n = ctx.get("max_length")
+        return f"Give at most {n} item{'s' if n != 1 else ''}."
+    if kind.startswith("int_"):
+        return "Enter a whole number, like 42."
+    if kind.startswith(("float_", "decimal_")):
+        return "Enter a number, like 2.5."
+    if kind in ("literal_error", "enum"):
+        return "Choose one of the options."
+    if kind.startswith("datetime"):
+        return "Enter a date and a time."
+    if kind.startswith("date"):
+        return "Enter a date, like 2026-12-31."
+    if kind.startswith("time"):
+        return "Enter a time, like 09:30."
+    if kind == "string_pattern_mismatch":
+        return "This is not in the expected form."
+    if kind == "multiple_of":
+        return f"Must be a multiple of {_num(ctx.get('multiple_of'))}."
+    message = str(error.get("msg") or "This value is not valid.")
+    message = message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
+
+
+def validate(model: type[BaseModel], data: dict[str, Any]) -> dict[str, str]:
+    """Per-field plain-words errors of ``data`` against ``model`` (empty when valid). An item of a list
+    is named by its position (``Line 3: …``), an entry of an object by its key (``speed: …``)."""
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        errors: dict[str, str] = {}
+        for err in exc.errors():
+            loc = err.get("loc") or ()
+            name = str(loc[0]) if loc else FORM_ERROR
+            message = friendly_message(err)
+            if len(loc) > 1 and isinstance(loc[1], int):
+                message = f"Line {loc[1] + 1}: {message}"
+            elif len(loc) > 1:
+                message = f"{loc[1]}: {message}"
+            errors.setdefault(name, message)
+        return errors
+    return {}
+
+
+_PATH_FIELD = re.compile(r"^input_data\.([^.\[]+)")
+
+
+def errors_from_bad_input(exc: BadInput, fields: list[FormField]) -> dict[str, str]:
+    """Map a :class:`BadInput`'s paths onto form controls: ``input_data.<field>…`` → that field,
+    ``run_at`` → the "Run at" controls, anything else → the form as a whole."""
+    names = {f.name for f in fields}
+    errors: dict[str, str] = {}
+    items = exc.errors or {FORM_ERROR: exc.detail}
+    for path, message in items.items():
+        text = str(message)
+        text = text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+        m = _PATH_FIELD.match(path)
+        if m and m.group(1) in names:
+            errors.setdefault(m.group(1), text)
+        elif path == "run_at":
+            errors.setdefault(RUN_AT, text)
+        elif path == "title":
+            errors.setdefault(TITLE, text)
+        else:
+            errors.setdefault(FORM_ERROR, text if path in (FORM_ERROR, "input_data") else f"{path}: {text}")
+    return errors
+
+
+# --- "Run at" (issue 11 §1) -----------------------------------------------------------------------------
+
+
+def parse_run_at(
+    date_raw: str | None, time_raw: str | None, tz_name: str | None, *, now: datetime | None = None
+) -> tuple[datetime | None, str | None]:
+    """The job form's optional "Run at": ``(aware datetime | None, error message | None)``.
+
+    Both empty → run now. A date without a time (or the reverse), an unknown time zone, or a moment
+    more than a minute in the past is an error.
+    """
+    d = (date_raw or "").strip()
+    t = (time_raw or "").strip()
+    if not d and not t:
+        return None, None
+    if not d:
+        return None, "Choose a date as well as a time, or leave both empty to start now."
+    if not t:
+        return None, "Choose a time as well as a date, or leave both empty to start now."
+    try:
+        tz = ZoneInfo((tz_name or "UTC").strip() or "UTC")
+    except (ValueError, KeyError, OSError):
+        return None, "Choose a time zone from the list."
+    try:
+        day = date.fromisoformat(d)
+        clock = time.fromisoformat(t)
+    except ValueError:
+        return None, "Enter a date like 2026-12-31 and a time like 09:30."
+    if not 1970 <= day.year <= 9000:
+        return None, "Choose a date between 1970 and 9000."
+    when = datetime.combine(day, clock).replace(tzinfo=tz)
+    now = now or datetime.now(UTC)
+    if when < now - timedelta(minutes=1):
+        return None, "That moment has already passed. Choose a later time, or leave both empty to start now."
+    return when, None
