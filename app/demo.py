@@ -326,4 +326,3 @@ async def wait_for_email(
         note.unlink(missing_ok=True)
         await run.sink.stop()
     return status
-

@@ -372,7 +372,11 @@ class StoredFile(Base):
     size: Mapped[int] = mapped_column(BigInteger, nullable=False)
     sha256: Mapped[str] = mapped_column(Text, nullable=False)
     created_at: Mapped[datetime] = _now()
-    __table_args__ = (Index("ix_files_job_id", "job_id", postgresql_where=text("job_id IS NOT NULL")),)
+    __table_args__ = (
+        Index("ix_files_job_id", "job_id", postgresql_where=text("job_id IS NOT NULL")),
+        # Retention of files no job holds (issue 6 §6).
+        Index("ix_files_unattached", "created_at", postgresql_where=text("job_id IS NULL")),
+    )
 
 
 class Schedule(Base):

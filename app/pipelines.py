@@ -431,7 +431,9 @@ async def create_from_template(
         raise BadInput.field("input_data", "must be a JSON object")
     values, steps = tpl.build(input_data)
     conn = await queue._conn(db)
-    await queue.check_file_owners(conn, [(user_id, path, fid) for path, fid in file_refs(tpl.input_model, values)])
+    await queue.check_file_owners(
+        conn, [(user_id, path, fid) for path, fid in file_refs(tpl.input_model, values)]
+    )
     return await create(
         db,
         name=tpl.title,

@@ -90,6 +90,9 @@ SCHEMA_CSP = (
     "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
     "img-src 'self' data:; object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'"
 )
+#: Downloads (``/files/{id}``): opened by mistake in a browser, a stored HTML file runs no script and
+#: belongs to no origin (issue 6 §6; case C19).
+FILES_CSP = "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 SECURITY_HEADERS = (
     ("x-content-type-options", "nosniff"),
     ("referrer-policy", "same-origin"),
@@ -161,7 +164,12 @@ async def security_headers(message: Message, scope: Scope) -> None:
         ms=round((time.perf_counter() - started) * 1000, 1) if started else None,
         request_id=request_id_for(scope),
     )
-    headers["content-security-policy"] = SCHEMA_CSP if path.startswith("/schema") else CSP
+    if path.startswith("/schema"):
+        headers["content-security-policy"] = SCHEMA_CSP
+    elif path.startswith("/files/"):
+        headers["content-security-policy"] = FILES_CSP
+    else:
+        headers["content-security-policy"] = CSP
     for key, value in SECURITY_HEADERS:
         headers[key] = value
     headers["x-request-id"] = request_id_for(scope)

@@ -54,8 +54,7 @@ def test_the_example_module_loads_through_the_setting() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert (
-        out.stdout.strip()
-        == "Count words Examples 60 2 | Most common words of a web page ['fetch', 'count']"
+        out.stdout.strip() == "Count words Examples 60 2 | Most common words of a web page ['fetch', 'count']"
     )
 
 

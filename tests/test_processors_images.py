@@ -239,7 +239,9 @@ async def test_a_submission_may_only_name_the_submitters_files(settings, engine,
         with pytest.raises(BadInput) as err:
             await submit(user, "images.contact_sheet", {"images": [fid, unknown]})
         assert set(err.value.errors) == {"input_data.images[0]", "input_data.images[1]"}
-        assert err.value.errors["input_data.images[0]"].replace(str(fid), "X") == err.value.errors["input_data.images[1]"].replace(unknown, "X")
+        assert err.value.errors["input_data.images[0]"].replace(str(fid), "X") == err.value.errors[
+            "input_data.images[1]"
+        ].replace(unknown, "X")
     with pytest.raises(BadInput) as err:
         await submit(owner, "images.contact_sheet", {"images": [fid, unknown]})
     assert set(err.value.errors) == {"input_data.images[1]"} and "upload it first" in err.value.detail
@@ -248,7 +250,9 @@ async def test_a_submission_may_only_name_the_submitters_files(settings, engine,
     assert set(err.value.errors) == {"input_data.image"}
     with pytest.raises(BadInput) as err:
         async with engine.begin() as conn:
-            await pipelines.create_from_template(conn, "photo_batch", {"images": [fid]}, user_id=other.id, settings=settings)
+            await pipelines.create_from_template(
+                conn, "photo_batch", {"images": [fid]}, user_id=other.id, settings=settings
+            )
     assert "input_data.images[0]" in err.value.errors
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
     await submit(owner, "images.contact_sheet", {"images": [fid]})
@@ -359,4 +363,3 @@ async def test_photo_batch_refuses_pictures_that_are_not_the_users(make_settings
         assert "input_data.images[0]" in resp.json()["errors"]
         assert "no such file" in resp.json()["detail"]
     assert await pg.fetchval("SELECT count(*) FROM pipelines") == 0
-

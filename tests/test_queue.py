@@ -658,3 +658,41 @@ async def test_prune_deletes_old_finished_jobs_with_their_events_only(engine, se
     remaining = {r["id"] for r in await pg.fetch("SELECT id FROM jobs")}
     assert remaining == {recent, waiting}
     assert await pg.fetchval("SELECT count(*) FROM job_events WHERE job_id = $1", old) == 0
+
+
+async def test_retention_deletes_the_files_of_deleted_jobs_and_old_unused_uploads(
+    engine, settings, owner, pg, tmp_path
+) -> None:
+    """Issue 6 §6 / issue 3 §9: uploads a job used go with the job; files a pipeline's steps produced go
+    with the pipeline; uploads no job ever used go after the retention period; recent ones stay."""
+    from app.files import FileStore
+
+    store = FileStore(tmp_path / "files")
+
+    async def upload(name: str) -> Any:
+        async with engine.begin() as conn:
+            return (await store.save(conn, user_id=owner.id, name=name, data=b"x"))["id"]
+
+    used, unused_old, unused_new = await upload("used.csv"), await upload("old.csv"), await upload("new.csv")
+    async with engine.begin() as conn:
+        job = (
+            await queue.enqueue(
+                conn,
+                NewJob(type="report.csv_check", input_data={"file": str(used)}, user_id=owner.id),
+                settings,
+            )
+        ).job["id"]
+    assert await pg.fetchval("SELECT job_id FROM files WHERE id = $1", used) == job  # linked at submission
+    [claimed] = await claim(engine)
+    assert claimed["id"] == job
+    await finish(engine, settings, [done(job)])
+    await pg.execute("UPDATE jobs SET completed_at = now() - interval '40 days' WHERE id = $1", job)
+    await pg.execute(
+        "UPDATE files SET created_at = now() - interval '40 days' WHERE id IN ($1, $2)", used, unused_old
+    )
+    async with engine.begin() as conn:
+        pruned = await queue.prune(conn, 30)
+    store.remove(pruned["files"])
+    assert pruned["jobs"] == 1 and set(pruned["files"]) == {used, unused_old}
+    assert {r["id"] for r in await pg.fetch("SELECT id FROM files")} == {unused_new}
+    assert not store.path(used).exists() and store.path(unused_new).exists()

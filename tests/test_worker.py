@@ -384,3 +384,17 @@ async def test_a_side_task_that_dies_stops_the_worker_loudly(engine, settings, o
     worker = Worker(settings, settings.database_url or "")
     with pytest.raises(RuntimeError, match="side task died"):
         await asyncio.wait_for(worker.run(), 20)
+
+
+async def test_cpu_bound_processors_report_progress_from_their_process(engine, settings, owner, pg) -> None:
+    async with running_worker(settings):
+        job = await enqueue(engine, settings, owner, "cpu", {"seconds": 3})
+        row = await wait_until(
+            lambda: pg.fetchrow(
+                "SELECT progress, progress_message FROM jobs WHERE id = $1 AND progress > 0", job
+            ),
+            timeout=10,
+            what="a progress report from the child process",
+        )
+        assert 0 < row["progress"] < 1 and row["progress_message"].endswith("rounds")
+        await wait_status(pg, job, {"completed"}, timeout=20)

@@ -297,10 +297,29 @@ async def check_file_owners(conn: AsyncConnection, refs: Sequence[tuple[int, str
         return
     wanted = sorted({fid for _, _, fid in refs}, key=str)
     owners = {r[0]: r[1] for r in (await conn.execute(FILE_OWNERS, {"ids": wanted})).all()}
-    errors = {path: f"no such file ({fid}); upload it first" for uid, path, fid in refs if owners.get(fid) != uid}
+    errors = {
+        path: f"no such file ({fid}); upload it first" for uid, path, fid in refs if owners.get(fid) != uid
+    }
     if errors:
         first, message = next(iter(errors.items()))
         raise BadInput(f"{first}: {message}", errors=errors)
+
+
+LINK_FILES = _sql(
+    """
+    UPDATE files f SET job_id = l.job_id
+    FROM (SELECT DISTINCT ON (file_id) * FROM unnest(CAST(:jobs AS uuid[]), CAST(:files AS uuid[])) AS t(job_id, file_id)
+          ORDER BY file_id, job_id) l
+    WHERE f.id = l.file_id AND f.job_id IS NULL
+    """
+)
+
+
+async def _link_files(conn: AsyncConnection, pairs: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> None:
+    """Attach each still-unattached upload to the first new job that names it, so retention deletes it
+    with that job (issue 6 §6); uploads no job ever used are deleted by :func:`prune` after retention."""
+    if pairs:
+        await conn.execute(LINK_FILES, {"jobs": [j for j, _ in pairs], "files": [f for _, f in pairs]})
 
 
 async def _check_files(conn: AsyncConnection, prepared: Sequence[dict[str, Any]]) -> None:
@@ -348,7 +367,7 @@ async def enqueue(
     conn = await _conn(db)
     params = prepare(job, settings)
     await _check_files(conn, [params])
-    del params["files"]
+    file_refs_ = params.pop("files")
     pending = 0
     if job.depends_on:
         pending = await _lock_parents(conn, job.user_id, list(job.depends_on), owner_is_admin=False)
@@ -379,6 +398,7 @@ async def enqueue(
         await _insert_edges(conn, [(job.id, d) for d in job.depends_on])
         if pending == 0:
             await notify_jobs(conn)
+    await _link_files(conn, [(job.id, fid) for _, fid in file_refs_])
     return Enqueued(job=row, created=True)
 
 
@@ -505,6 +525,8 @@ async def enqueue_many(
         "actor": actor,
     }
     inserted = [r[0] for r in (await conn.execute(INSERT_MANY, params)).all()]
+    created = set(inserted)
+    await _link_files(conn, [(p["id"], fid) for p in prepared if p["id"] in created for _, fid in p["files"]])
     if edges:
         await _insert_edges(conn, list(edges))
     return inserted
@@ -1680,25 +1702,32 @@ PRUNE_PIPELINES = _sql(
     DELETE FROM pipelines WHERE id IN (SELECT id FROM doomed) RETURNING id
     """
 )
-FILES_OF_JOBS = _sql("SELECT id FROM files WHERE job_id = ANY(CAST(:ids AS uuid[]))")
+PRUNE_ORPHAN_FILES = _sql(
+    """
+    DELETE FROM files WHERE id IN (
+        SELECT id FROM files WHERE job_id IS NULL AND created_at < now() - make_interval(days => :days)
+        ORDER BY created_at LIMIT :batch
+    )
+    RETURNING id
+    """
+)
 
 
 async def prune(conn: AsyncConnection, retention_days: float, *, batch: int = PRUNE_BATCH) -> dict[str, Any]:
     """Delete one small batch of finished jobs older than ``retention_days`` (issue 3 §9).
 
     Standalone jobs go individually (with their events, by cascade); a pipeline's jobs go only with the
-    whole pipeline, once it has finished — never from under a running one. Returns
-    ``{"jobs": n, "pipelines": n, "files": [file ids whose job was deleted]}``; the caller removes those
-    files' bytes after commit (:mod:`app.files`).
+    whole pipeline, once it has finished — never from under a running one. Files then left without a
+    job and older than the retention (those of deleted jobs, and uploads no job ever used) are deleted
+    too. Returns ``{"jobs": n, "pipelines": n, "files": [deleted file ids]}``; the caller removes those
+    files' bytes after commit (:meth:`app.files.FileStore.remove`).
     """
     days = float(retention_days)
     job_ids = list((await conn.execute(PRUNE_JOBS, {"days": days, "batch": batch})).scalars())
     pipeline_ids = list(
         (await conn.execute(PRUNE_PIPELINES, {"days": days, "batch": max(1, batch // 10)})).scalars()
     )
-    file_ids: list[uuid.UUID] = []
-    if job_ids:
-        file_ids = list((await conn.execute(FILES_OF_JOBS, {"ids": job_ids})).scalars())
+    file_ids = list((await conn.execute(PRUNE_ORPHAN_FILES, {"days": days, "batch": batch})).scalars())
     return {"jobs": len(job_ids), "pipelines": len(pipeline_ids), "files": file_ids}
 
 

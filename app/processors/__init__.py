@@ -80,6 +80,20 @@ FileIds = Annotated[list[uuid.UUID], Field(json_schema_extra={"widget": "files"}
 """Several uploaded files' ids: rendered as a multiple file picker."""
 
 
+def widget_of(schema: Any) -> str | None:
+    """The ``widget`` hint (``"textarea"``, ``"file"``, ``"files"``) of a field's JSON schema, also when it
+    is nested in ``anyOf``/``oneOf``/``allOf`` (an optional ``FileId | None`` field)."""
+    if isinstance(schema, dict):
+        if isinstance(schema.get("widget"), str):
+            return schema["widget"]
+        for key in ("anyOf", "oneOf", "allOf"):
+            for sub in schema.get(key) or []:
+                found = widget_of(sub)
+                if found:
+                    return found
+    return None
+
+
 # --- results ------------------------------------------------------------------------------------
 
 
@@ -216,6 +230,30 @@ class CpuContext:
 
     def input_path(self, file_id: uuid.UUID | str) -> Path:
         return self.files_dir / str(file_id)
+
+    def report_progress(self, fraction: float | None, message: str | None = None) -> None:
+        """Report progress (``fraction`` in 0..1) to the job page from the processor's process; sent to
+        the worker at most every 0.2 s (later reports replace earlier ones)."""
+        import time
+
+        global _cpu_progress_at
+        if _cpu_progress is None:
+            return
+        now = time.monotonic()
+        if fraction is not None and fraction < 1 and now - _cpu_progress_at < 0.2:
+            return
+        _cpu_progress_at = now
+        _cpu_progress(fraction, message)
+
+
+_cpu_progress: Callable[[float | None, str | None], None] | None = None
+_cpu_progress_at = 0.0
+
+
+def _set_cpu_progress(send: Callable[[float | None, str | None], None] | None) -> None:
+    """Set by :mod:`app.worker.cpu` in a CPU-bound job's process."""
+    global _cpu_progress
+    _cpu_progress = send
 
 
 # --- registry -----------------------------------------------------------------------------------

@@ -89,10 +89,15 @@ def _burn(ctx: CpuContext) -> dict[str, Any]:
     deadline = time.monotonic() + ctx.input.seconds
     rounds = 0
     digest = b"jobdesk"
+    started = time.monotonic()
     while time.monotonic() < deadline:
         for _ in range(1000):
             digest = hashlib.sha256(digest).digest()
         rounds += 1000
+        elapsed = time.monotonic() - started
+        ctx.report_progress(
+            min(1.0, elapsed / ctx.input.seconds) if ctx.input.seconds else 1.0, f"{rounds:,} rounds"
+        )
     return {"rounds": rounds, "digest": digest.hex()[:16]}
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic_core import PydanticCustomError
 
-from app.processors import Input, PermanentError
+from app.processors import Input, PermanentError, widget_of
 
 # This module is imported by CPU-bound processors in their own processes: keep its imports light
 # (no SQLAlchemy at import time).
@@ -45,7 +45,7 @@ def file_fields(model: type[Input]) -> dict[str, str]:
     schema = model.model_json_schema()
     found: dict[str, str] = {}
     for name, prop in (schema.get("properties") or {}).items():
-        widget = prop.get("widget")
+        widget = widget_of(prop)
         if widget in ("file", "files"):
             found[name] = widget
     return found
@@ -70,7 +70,9 @@ def file_ids_in(model: type[Input], data: dict[str, Any]) -> dict[str, list[uuid
     return out
 
 
-def file_refs(model: type[Input], data: dict[str, Any], prefix: str = "input_data") -> list[tuple[str, uuid.UUID]]:
+def file_refs(
+    model: type[Input], data: dict[str, Any], prefix: str = "input_data"
+) -> list[tuple[str, uuid.UUID]]:
     """``[(field path, file id)]`` for every file id in ``data``: ``input_data.image`` for a single-file
     field, ``input_data.images[2]`` for an item of a list. :func:`app.jobs.queue.check_file_owners`
     checks them against the job's owner when the job is submitted (case C20), because CPU-bound

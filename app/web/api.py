@@ -333,6 +333,7 @@ def pipeline_json(view: dict[str, Any]) -> dict[str, Any]:
         "status": view["status"],
         "progress": view["progress"],
         "current": view["current"],
+        "layers": [[step["key"] for step in layer] for layer in view["layers"]],
         "user_id": view["user_id"],
         "created_at": view["created_at"],
         "finished_at": view["finished_at"],

@@ -56,6 +56,7 @@ from pydantic_core import PydanticUndefined
 
 from app.errors import BadInput, NotFound, format_bytes
 from app.files import FileStore
+from app.processors import widget_of
 
 FORM_ERROR = "_form"
 """Key of an error that belongs to no single field (shown above the form)."""
@@ -110,7 +111,6 @@ class ParsedForm:
     values: dict[str, Any] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     new_files: list[uuid.UUID] = field(default_factory=list)
-    used_files: list[uuid.UUID] = field(default_factory=list)
     too_large: bool = False
 
 
@@ -148,18 +148,6 @@ def _unwrap(annotation: Any) -> tuple[Any, bool]:
                 annotation = args[0]
                 continue
         return annotation, optional
-
-
-def _widget(schema: Any) -> str | None:
-    if isinstance(schema, dict):
-        if isinstance(schema.get("widget"), str):
-            return schema["widget"]
-        for key in ("anyOf", "oneOf", "allOf"):
-            for sub in schema.get(key) or []:
-                found = _widget(sub)
-                if found:
-                    return found
-    return None
 
 
 def _is_subclass(tp: Any, base: type) -> bool:
@@ -243,7 +231,7 @@ def form_fields(model: type[BaseModel]) -> list[FormField]:
     fields: list[FormField] = []
     for name, info in model.model_fields.items():
         prop = props.get(info.alias or name) or {}
-        widget = _widget(prop)
+        widget = widget_of(prop)
         if widget is None and isinstance(info.json_schema_extra, dict):
             w = info.json_schema_extra.get("widget")
             widget = w if isinstance(w, str) else None
@@ -474,7 +462,6 @@ async def parse_form(
             if f.kind == "file" and len(infos) > 1:
                 infos = infos[-1:]  # a new upload replaces the kept one
             out.values[name] = infos
-            out.used_files.extend(uuid.UUID(i["id"]) for i in infos)
             if problem:
                 out.errors[name] = problem
             elif infos:

@@ -82,14 +82,6 @@ JOB_EVENTS = text(
 USER_EMAILS = text("SELECT id, email FROM users WHERE id = ANY(CAST(:ids AS int[]))")
 PIPELINE_NAME = text("SELECT id, name, user_id FROM pipelines WHERE id = :id")
 FILES_BY_ID = text("SELECT id, name, size, user_id FROM files WHERE id = ANY(CAST(:ids AS uuid[]))")
-#: Uploads a new job uses are removed by retention together with it (issue 6 §6).
-LINK_FILES = text(
-    """
-    UPDATE files SET job_id = :job_id
-    WHERE id = ANY(CAST(:ids AS uuid[])) AND user_id = :user_id AND job_id IS NULL
-    """
-)
-
 _LIST_JOB_COLUMNS = (
     "id, type, title, status, is_active, pending_parents, run_at, attempts, max_attempts, progress, "
     "progress_message, created_at, updated_at, started_at, completed_at"
@@ -635,10 +627,6 @@ class JobsController(Controller):
                 job_title=title,
             )
             return render(request, "jobs/new.html", ctx, status_code=413 if too_large else 422)
-        if parsed.used_files:
-            await db_session.execute(
-                LINK_FILES, {"job_id": job["id"], "ids": parsed.used_files, "user_id": user.id}
-            )
         return Redirect(f"/jobs/{job['id']}", status_code=303)
 
     @get("/{job_id:str}", name="jobs.detail")

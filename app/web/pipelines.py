@@ -60,17 +60,6 @@ PIPELINE_EVENTS = text(
     """
 )
 PIPELINE_INPUT = text("SELECT user_id, template, input_data FROM pipelines WHERE id = :id")
-#: Uploads used by a new pipeline go with the first step whose input names them (issue 6 §6).
-LINK_FILES = text(
-    """
-    UPDATE files f SET job_id = (
-        SELECT j.id FROM jobs j WHERE j.pipeline_id = :pipeline_id AND strpos(j.input_data::text, f.id::text) > 0
-        ORDER BY j.id LIMIT 1
-    )
-    WHERE f.id = ANY(CAST(:ids AS uuid[])) AND f.user_id = :user_id AND f.job_id IS NULL
-    """
-)
-
 CONFIRM_CANCEL = "Cancel this pipeline? Steps that have not finished will not run."
 
 
@@ -310,10 +299,6 @@ class PipelinesController(Controller):
                 await db_session.commit()  # keep the uploads: the re-shown form refers to them
             ctx = form_context(request, tpl=tpl, fields=fields, values=parsed.values, errors=errors)
             return render(request, "jobs/new.html", ctx, status_code=413 if too_large else 422)
-        if parsed.used_files:
-            await db_session.execute(
-                LINK_FILES, {"pipeline_id": row["id"], "ids": parsed.used_files, "user_id": user.id}
-            )
         return Redirect(f"/pipelines/{row['id']}", status_code=303)
 
     @get("/{pipeline_id:str}", name="pipelines.detail")

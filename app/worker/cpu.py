@@ -14,12 +14,15 @@ import importlib
 import multiprocessing
 import os
 import traceback
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.processors import CpuContext, PermanentError
 
 _ctx = multiprocessing.get_context("forkserver")
-_ctx.set_forkserver_preload(["app.processors", "app.processors.builtin"])
+_ctx.set_forkserver_preload(
+    ["app.processors", "app.processors.builtin", "app.processors.images", "app.processors.reports"]
+)
 # Children import the processor's own module; make the parent's import path theirs (tests, plug-ins).
 _slots: asyncio.Semaphore | None = None
 
@@ -34,6 +37,9 @@ class ProcessFailure(Exception):
 
 
 def _child(conn: Any, module: str, qualname: str, ctx: CpuContext) -> None:
+    import app.processors as processors
+
+    processors._set_cpu_progress(lambda fraction, message: conn.send(("progress", fraction, message)))
     try:
         target: Any = importlib.import_module(module)
         for part in qualname.split("."):
@@ -62,8 +68,13 @@ def _semaphore() -> asyncio.Semaphore:
     return _slots
 
 
-async def run_in_process(func: Any, ctx: CpuContext) -> Any:
-    """Run ``func(ctx)`` in a child process and return its result.
+async def run_in_process(
+    func: Any,
+    ctx: CpuContext,
+    on_progress: Callable[[float | None, str | None], Awaitable[None]] | None = None,
+) -> Any:
+    """Run ``func(ctx)`` in a child process and return its result; ``on_progress`` receives the
+    processor's :meth:`CpuContext.report_progress` calls.
 
     Cancelling the awaiting task kills the child (used for cancel requests and timeouts).
 
@@ -78,13 +89,24 @@ async def run_in_process(func: Any, ctx: CpuContext) -> Any:
         proc = _ctx.Process(target=_child, args=(child, func.__module__, func.__qualname__, ctx), daemon=True)
         await loop.run_in_executor(None, proc.start)
         child.close()
-        ready: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(parent.fileno(), lambda: ready.done() or ready.set_result(None))
+        readable = asyncio.Event()
+        loop.add_reader(parent.fileno(), readable.set)
         message: Any = None
         try:
-            await ready
-            with contextlib.suppress(EOFError, OSError):
-                message = parent.recv()
+            while message is None:
+                await readable.wait()
+                readable.clear()
+                try:
+                    while parent.poll():
+                        item = parent.recv()
+                        if item[0] == "progress":
+                            if on_progress is not None:
+                                await on_progress(item[1], item[2])
+                            continue
+                        message = item
+                        break
+                except (EOFError, OSError):
+                    break  # the child died without a result
         except asyncio.CancelledError:
             proc.kill()
             raise

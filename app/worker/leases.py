@@ -149,7 +149,11 @@ async def _maintenance(worker: Worker) -> None:
             worker.log.info(
                 "retention: deleted finished jobs", jobs=pruned["jobs"], pipelines=pruned["pipelines"]
             )
-        if pruned["jobs"] < queue.PRUNE_BATCH and pruned["pipelines"] == 0:
+        if (
+            pruned["jobs"] < queue.PRUNE_BATCH
+            and pruned["pipelines"] == 0
+            and len(pruned["files"]) < queue.PRUNE_BATCH
+        ):
             break
     async with worker.engine.begin() as conn:
         await queue.forget_old(conn)

@@ -457,7 +457,7 @@ class Worker:
             )
             await self._progress(job, 0.0, "Working…")
             try:
-                return await run_in_process(spec.func, ctx)
+                return await run_in_process(spec.func, ctx, lambda f, m: self._progress(job, f, m))
             except ProcessFailure as exc:
                 raise _ProcessorError(str(exc), exc.traceback_text) from None
         ctx = JobContext(

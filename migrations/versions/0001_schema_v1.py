@@ -414,6 +414,9 @@ def upgrade() -> None:
     op.create_index(
         "ix_files_job_id", "files", ["job_id"], unique=False, postgresql_where=sa.text("job_id IS NOT NULL")
     )
+    op.create_index(
+        "ix_files_unattached", "files", ["created_at"], unique=False, postgresql_where=sa.text("job_id IS NULL")
+    )
     op.create_index(op.f("ix_files_user_id"), "files", ["user_id"], unique=False)
     op.create_table(
         "job_dependencies",
@@ -478,6 +481,7 @@ def downgrade() -> None:
     op.drop_index("ix_job_dependencies_depends_on", table_name="job_dependencies")
     op.drop_table("job_dependencies")
     op.drop_index(op.f("ix_files_user_id"), table_name="files")
+    op.drop_index("ix_files_unattached", table_name="files", postgresql_where=sa.text("job_id IS NULL"))
     op.drop_index("ix_files_job_id", table_name="files", postgresql_where=sa.text("job_id IS NOT NULL"))
     op.drop_table("files")
     op.drop_index(
