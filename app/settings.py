@@ -134,6 +134,13 @@ class Settings(BaseSettings):
     """Grouping window: at most one message per kind of failure in this many seconds, then one
     "…and N more like this" summary; 0 sends every alert on its own (issue 8 §4, case C22)."""
 
+    # --- http.request (issue 9) -------------------------------------------------------------------
+    http_request_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Hosts (names or addresses, comma-separated) that ``http.request`` jobs may reach although they are
+    loopback or private; the host of ``JOBDESK_BASE_URL`` is always allowed."""
+    http_request_allow_private: bool = False
+    """Let ``http.request`` jobs reach any loopback, private or link-local address (trusted users only)."""
+
     # --- email (issue 9) -------------------------------------------------------------------------
     smtp_host: str | None = None
     smtp_port: int = Field(25, ge=1, le=65535)
@@ -157,7 +164,7 @@ class Settings(BaseSettings):
             raise ValueError("each interval must be between 0 and 2592000 seconds (30 days)")
         return value
 
-    @field_validator("alert_on", "jobdesk_processor_modules", mode="before")
+    @field_validator("alert_on", "jobdesk_processor_modules", "http_request_allowed_hosts", mode="before")
     @classmethod
     def _parse_words(cls, value: Any) -> Any:
         return _csv_words(value)

@@ -67,6 +67,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(302, b"", Location="/loop")
         elif path == "/to-ftp":
             self._send(302, b"", Location="ftp://127.0.0.1/file")
+        elif path == "/to-private":
+            self._send(302, b"", Location=f"http://localhost:{self.server.server_address[1]}/ok")
         else:
             self._send(404, b"unknown")
 
@@ -263,3 +265,29 @@ async def test_through_a_worker_5xx_retries_then_succeeds_and_4xx_fails_at_once(
         r["kind"] for r in await pg.fetch("SELECT kind FROM job_events WHERE job_id = $1 ORDER BY id", down)
     ]
     assert kinds.count("retry_scheduled") == settings.default_max_attempts - 1
+
+
+@pytest.mark.parametrize("guard", [True, False], ids=["guard-on", "negative-control-off"])
+async def test_jobs_may_not_reach_local_or_private_addresses_unless_allowed(
+    server, make_settings, guard
+) -> None:
+    """Server-side request forgery: with Jobdesk at a public address, a job may not make the worker call
+    127.0.0.1 / localhost / 10.x — neither directly nor through a redirect — unless an admin allowed
+    the host. With the guard switched off (HTTP_REQUEST_ALLOW_PRIVATE), the same requests go through."""
+    settings = make_settings(
+        jobdesk_base_url="https://jobs.example.com", http_request_allow_private=not guard
+    )
+    port = server.rsplit(":", 1)[1]
+    for url in (f"{server}/ok", f"http://localhost:{port}/ok"):
+        if guard:
+            with pytest.raises(PermanentError, match="local or private address that jobs may not reach"):
+                await call(settings, url=url)
+        else:
+            assert (await call(settings, url=url))[0]["status"] == 200
+    allowed = make_settings(
+        jobdesk_base_url="https://jobs.example.com", http_request_allowed_hosts="127.0.0.1"
+    )
+    assert (await call(allowed, url=f"{server}/ok"))[0]["status"] == 200
+    if guard:
+        with pytest.raises(PermanentError, match="localhost is 127.0.0.1"):  # the redirect is checked too
+            await call(allowed, url=f"{server}/to-private")

@@ -5,15 +5,20 @@ with backoff; a 4xx answer is a permanent failure (the request itself is wrong, 
 help) — except 408 Request Timeout, 425 Too Early and 429 Too Many Requests, which say "try again later"
 and are retried. Redirects are followed (at most 5, http/https only).
 
-The worker can reach whatever its network reaches, loopback and private addresses included: run
-workers where that is acceptable.
+Server-side request forgery: people who may start jobs must not be able to make the worker call
+services that only it can reach. So an address that resolves to a loopback, private, link-local or
+otherwise non-public IP is refused (permanently, saying why) — checked for the first request and for
+every redirect — unless its host is the host of ``JOBDESK_BASE_URL`` or is listed in
+``HTTP_REQUEST_ALLOWED_HOSTS``, or ``HTTP_REQUEST_ALLOW_PRIVATE`` is set.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import re
+import socket
 import time
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -131,6 +136,36 @@ class TemporaryHttpError(Exception):
     """A failed attempt worth retrying: 5xx, 408/425/429, timeout, connection failure."""
 
 
+def _guard(settings: Any) -> Any:
+    """An httpx request hook that refuses hosts resolving to non-public addresses (see module doc)."""
+    allowed = {h.lower().strip("[]") for h in settings.http_request_allowed_hosts}
+    base_host = urlsplit(settings.jobdesk_base_url).hostname
+    if base_host:
+        allowed.add(base_host.lower())
+
+    async def check(request: httpx.Request) -> None:
+        if settings.http_request_allow_private:
+            return
+        host = (request.url.host or "").lower().strip("[]")
+        if host in allowed:
+            return
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                host, request.url.port or 443, type=socket.SOCK_STREAM
+            )
+        except OSError:
+            return  # unresolvable: the connection attempt fails and is retried as a connection error
+        for info in infos:
+            address = ipaddress.ip_address(info[4][0])
+            if not address.is_global:
+                raise PermanentError(
+                    f"{host} is {address}, a local or private address that jobs may not reach. An admin can allow "
+                    "it with HTTP_REQUEST_ALLOWED_HOSTS."
+                )
+
+    return check
+
+
 def _snippet(text: str, limit: int = 300) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit] + "…"
@@ -180,7 +215,10 @@ async def http_request(ctx: JobContext[HttpRequestInput]) -> dict[str, Any]:
     try:
         async with asyncio.timeout(inp.timeout):
             async with httpx.AsyncClient(
-                follow_redirects=True, max_redirects=MAX_REDIRECTS, timeout=httpx.Timeout(inp.timeout)
+                follow_redirects=True,
+                max_redirects=MAX_REDIRECTS,
+                timeout=httpx.Timeout(inp.timeout),
+                event_hooks={"request": [_guard(ctx.settings)]},
             ) as client:
                 async with client.stream(inp.method, inp.url, headers=headers, content=content) as resp:
                     await ctx.report_progress(0.6, f"{host} answered {resp.status_code}; reading the answer")
