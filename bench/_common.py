@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -104,6 +105,67 @@ async def make_users(conn: asyncpg.Connection, n: int, prefix: str = "bench") ->
         n,
     )
     return [r["id"] for r in rows]
+
+
+# --- worker processes ------------------------------------------------------------------------------
+
+
+def start_worker(
+    url: str, log_path: Path, concurrency: int, data_dir: Path, **extra: str
+) -> subprocess.Popen[bytes]:
+    """``python worker.py`` on database ``url``: ``LOG_LEVEL`` from ``BENCH_WORKER_LOG_LEVEL`` (default
+    INFO), output appended to ``log_path``, ``bench/`` on its path for ``bench_processors``."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("JOB", "WORKER", "MAX_CONCURRENT", "DB_"))
+    }
+    env.update(
+        DATABASE_URL=url,
+        MAX_CONCURRENT_JOBS=str(concurrency),
+        LOG_LEVEL=os.environ.get("BENCH_WORKER_LOG_LEVEL", "INFO"),
+        JOBDESK_DATA_DIR=str(data_dir),
+        PYTHONPATH=os.pathsep.join([str(ROOT / "bench"), str(ROOT)]),
+        JOBDESK_PROCESSOR_MODULES="bench_processors",
+    )
+    env.update(extra)
+    log = open(log_path, "ab")
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "worker.py")], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
+    )
+
+
+async def wait_ready(
+    conn: asyncpg.Connection,
+    procs: list[subprocess.Popen[bytes]],
+    timeout: float = 60,
+    listeners: bool = True,
+) -> None:
+    """Until every worker has registered and (``listeners``) has its LISTEN connection up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"a worker exited with {p.returncode} before it was ready")
+        workers = await conn.fetchval("SELECT count(*) FROM workers")
+        listening = await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = 'jobdesk-listener'"
+        )
+        if workers >= len(procs) and (listening >= len(procs) or not listeners):
+            return
+        await asyncio.sleep(0.1)
+    raise RuntimeError("workers did not become ready")
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
 
 
 # --- figures --------------------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -59,54 +58,6 @@ async def seed_noops(url: str, user_id: int, n: int) -> None:
         await engine.dispose()
 
 
-def start_worker(url: str, log_path: Path, concurrency: int, data_dir: Path) -> subprocess.Popen[bytes]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("JOB", "WORKER", "MAX_CONCURRENT", "DB_"))
-    }
-    env.update(
-        DATABASE_URL=url,
-        MAX_CONCURRENT_JOBS=str(concurrency),
-        LOG_LEVEL=os.environ.get("BENCH_WORKER_LOG_LEVEL", "INFO"),
-        JOBDESK_DATA_DIR=str(data_dir),
-    )
-    log = open(log_path, "ab")
-    return subprocess.Popen(
-        [sys.executable, str(c.ROOT / "worker.py")], env=env, cwd=c.ROOT, stdout=log, stderr=subprocess.STDOUT
-    )
-
-
-async def wait_ready(
-    conn: asyncpg.Connection, procs: list[subprocess.Popen[bytes]], timeout: float = 60
-) -> None:
-    """Until every worker has registered and has its LISTEN connection up."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for p in procs:
-            if p.poll() is not None:
-                raise RuntimeError(f"a worker exited with {p.returncode} before it was ready")
-        workers = await conn.fetchval("SELECT count(*) FROM workers")
-        listeners = await conn.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name = 'jobdesk-listener'"
-        )
-        if workers >= len(procs) and listeners >= len(procs):
-            return
-        await asyncio.sleep(0.1)
-    raise RuntimeError("workers did not become ready")
-
-
-def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(10)
-
-
 async def reset(conn: asyncpg.Connection) -> None:
     await conn.execute("TRUNCATE jobs, job_events, job_dependencies, workers, throughput_samples CASCADE")
     await conn.execute("DELETE FROM job_type_controls")
@@ -127,8 +78,8 @@ async def burn(
         await conn.execute("VACUUM ANALYZE jobs")
         await conn.execute("VACUUM ANALYZE job_events")
         log_path = work / f"worker-{workers}-{time.time_ns()}.log"
-        procs = [start_worker(url, log_path, concurrency, work / "data") for _ in range(workers)]
-        await wait_ready(conn, procs)
+        procs = [c.start_worker(url, log_path, concurrency, work / "data") for _ in range(workers)]
+        await c.wait_ready(conn, procs)
         await asyncio.sleep(0.5)
         rss_before = c.rss_mb(procs[0].pid)
         cpu_before = c.cpu_secs(procs[0].pid)
@@ -197,7 +148,7 @@ async def burn(
             "pg_cpu_pct": 100 * pg_used / secs,
         }
     finally:
-        stop(procs)
+        c.stop(procs)
         await conn.close()
 
 
