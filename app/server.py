@@ -443,6 +443,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
     from app.web.auth import AuthController
     from app.web.health import HealthController
     from app.web.home import HomeController
+    from app.web.ops import MetricsController
 
     settings = settings or get_settings()
     sa_config = SQLAlchemyAsyncConfig(
@@ -479,6 +480,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             HomeController,
             AuthController,
             HealthController,
+            MetricsController,
             AccountApiController,
             JobsApiController,
             PipelinesApiController,

@@ -538,11 +538,20 @@ async def enqueue_many(
 CLAIMABLE = """
     status = 'queued' AND is_active AND pending_parents = 0 AND run_at <= now()
 """
+# Written as an uncorrelated check of the '*' row (one InitPlan per claim) and a per-candidate lookup of the
+# type's own row kept as a SubPlan (``OFFSET 0`` stops PostgreSQL from turning it into an anti-join), not
+# as one correlated NOT EXISTS: the planner cannot estimate an anti-join against the small, rarely
+# analysed controls table (an empty table is assumed to hold ~500 rows), and with that misestimate it
+# read every due row and sorted them on each claim (or planned a parallel scan) instead of reading the
+# first few in claim order from ix_jobs_claim: a claim whose cost grew with the backlog (case C17; found
+# by the EXPLAIN tests on seeded tables in tests/test_ops.py). Same rows either way.
 NOT_CONTROLLED = """
+    AND NOT EXISTS (SELECT 1 FROM job_type_controls a WHERE a.type = '*' AND a.paused)
     AND NOT EXISTS (
         SELECT 1 FROM job_type_controls c
-        WHERE (c.type = jobs.type OR c.type = '*')
+        WHERE c.type = jobs.type
           AND (c.paused OR (c.type <> '*' AND (c.max_running IS NOT NULL OR c.max_per_minute IS NOT NULL)))
+        OFFSET 0
     )
 """
 
@@ -552,8 +561,7 @@ _CLAIM_UPDATE = f"""
         SET status = 'in_progress', attempts = j.attempts + 1, locked_by = :worker,
             lease_expires_at = now() + make_interval(secs => :lease), started_at = now(), updated_at = now(),
             progress = NULL, progress_message = NULL
-        FROM picked
-        WHERE j.id = picked.id AND j.status = 'queued'
+        WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = 'queued'  -- primary-key lookups
         RETURNING {", ".join("j." + c.strip() for c in CLAIM_COLUMNS.split(","))}
     ), ev AS (
         INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, data)
