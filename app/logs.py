@@ -90,8 +90,8 @@ def _json_renderer() -> Processor:
     def render(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
         try:
             return encode(event_dict).decode()
-        except (TypeError, ValueError, OverflowError):  # e.g. non-string keys msgspec refuses
-            return _json.dumps(event_dict, default=repr, ensure_ascii=False)
+        except (TypeError, ValueError, OverflowError):  # e.g. keys msgspec refuses (tuples): never raise
+            return _json.dumps(event_dict, default=repr, ensure_ascii=False, skipkeys=True)
 
     return render
 

@@ -570,3 +570,67 @@ async def test_ui_answers_quickly_while_processors_hold_the_pool_and_every_job_r
         assert slowest < pool_timeout + 2.0
     else:
         assert slowest > 1.5, "without a short pool timeout requests wait behind the processors"
+
+
+# --- the worker's hot path (issue 10 §1 changes) ----------------------------------------------------------
+
+
+async def test_hot_path_statements_run_on_asyncpg_inside_the_callers_transaction(
+    engine: Any, settings: Any, owner: TestUser, pg: asyncpg.Connection
+) -> None:
+    """The claim and finish statements run straight on the asyncpg connection (for speed) but still in
+    the caller's transaction: a claim rolled back with it leaves the job queued, with no event. Negative
+    control: in autocommit mode the same claim stands on its own."""
+    job = await enqueue(engine, settings, owner, "noop", {})
+    async with engine.connect() as conn:
+        assert await queue._driver(conn) is not None  # the fast path is in use, not the fallback
+        await conn.rollback()
+    async with engine.connect() as conn:
+        rows = await queue.claim(conn, "w1", 5, 30)
+        assert [r["id"] for r in rows] == [job] and isinstance(rows[0], dict)
+        await conn.rollback()
+    assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", job) == "queued"
+    assert await pg.fetchval("SELECT count(*) FROM job_events WHERE kind = 'claimed'") == 0
+    async with engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        assert [r["id"] for r in await queue.claim(conn, "w1", 5, 30)] == [job]
+        await conn.rollback()
+    assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", job) == "in_progress"
+
+
+def test_fast_json_logs_keep_the_format_and_never_raise() -> None:
+    """Log lines rendered by msgspec read as before: one JSON object, keys in order, UUIDs and datetimes
+    as strings, unknown objects as their repr, non-ASCII kept; a value msgspec refuses falls back to
+    ``json.dumps`` instead of raising in the caller."""
+    import io
+    import logging
+    import uuid
+
+    import structlog
+
+    from app.logs import configure_logging
+    from app.settings import load_settings
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        buf = io.StringIO()
+        configure_logging(load_settings(log_level="INFO"), stream=buf, json=True)
+        log = structlog.get_logger("jobdesk.worker.test")
+        jid = uuid.uuid4()
+        log.info(
+            "job finished", job_id=jid, at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), who="Zoë", o=object()
+        )
+        log.info("odd", data={(1, 2): "tuple key"})
+        first, second = (json.loads(line) for line in buf.getvalue().splitlines())
+        assert list(first)[:5] == ["job_id", "at", "who", "o", "event"]
+        assert first["job_id"] == str(jid) and first["at"].startswith("2026-01-02T03:04:05")
+        assert first["who"] == "Zoë" and first["o"].startswith("<object object")
+        assert first["timestamp"].endswith("Z") and len(first["timestamp"]) == len(
+            "2026-01-02T03:04:05.123456Z"
+        )
+        assert second["event"] == "odd"
+    finally:
+        structlog.reset_defaults()
+        root.handlers[:] = handlers
+        root.setLevel(level)
