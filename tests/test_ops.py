@@ -634,3 +634,41 @@ def test_fast_json_logs_keep_the_format_and_never_raise() -> None:
         structlog.reset_defaults()
         root.handlers[:] = handlers
         root.setLevel(level)
+
+
+@pytest.mark.parametrize("fenced", [True, False], ids=["attempt-fence", "negative-control-no-fence"])
+async def test_a_stale_attempts_outcome_cannot_finish_a_newer_attempt_of_the_same_worker(
+    engine: Any, settings: Any, owner: TestUser, pg: asyncpg.Connection, fenced: bool
+) -> None:
+    """A worker whose attempt lost its lease (rescued) may claim the same job again. The late outcome of
+    the old attempt carries its attempt number and must not complete the new attempt, which is still
+    running — the worker id alone cannot tell them apart. Negative control: without the attempt, the
+    stale completion wins."""
+    job = await enqueue(engine, settings, owner, "noop", {})
+    async with engine.begin() as conn:
+        assert [r["attempts"] for r in await queue.claim(conn, "w1", 1, 30)] == [1]
+    await pg.execute("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", job)
+    async with engine.begin() as conn:
+        assert [r["id"] for r in await queue.rescue_expired(conn)] == [job]
+    async with engine.begin() as conn:
+        assert [r["attempts"] for r in await queue.claim(conn, "w1", 1, 30)] == [2]
+    stale = queue.Outcome(job, "completed", result='{"from": "attempt 1"}', attempt=1 if fenced else None)
+    async with engine.begin() as conn:
+        report = await queue.finish(conn, "w1", [stale], settings)
+    row = await pg.fetchrow("SELECT status, attempts, result_data FROM jobs WHERE id = $1", job)
+    if not fenced:
+        assert row["status"] == "completed" and report.status == {job: "completed"}
+        return
+    assert report.lost == {job} and report.status == {}
+    assert (row["status"], row["attempts"]) == ("in_progress", 2)  # the new attempt runs on, not cancelled
+    failed = queue.Outcome(job, "failed", error="stale failure", attempt=1)
+    async with engine.begin() as conn:
+        assert (await queue.finish(conn, "w1", [failed], settings)).lost == {job}
+    current = queue.Outcome(job, "completed", result='{"from": "attempt 2"}', attempt=2)
+    async with engine.begin() as conn:
+        assert (await queue.finish(conn, "w1", [current], settings)).status == {job: "completed"}
+    kinds = [r[0] for r in await pg.fetch("SELECT kind FROM job_events WHERE job_id = $1 ORDER BY id", job)]
+    assert kinds == ["enqueued", "claimed", "rescued", "claimed", "completed"]
+    assert json.loads(await pg.fetchval("SELECT result_data FROM jobs WHERE id = $1", job)) == {
+        "from": "attempt 2"
+    }

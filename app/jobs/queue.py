@@ -799,6 +799,11 @@ class Outcome:
     message: str | None = None
     next_jobs: list[Any] = field(default_factory=list)
     pipeline_id: uuid.UUID | None = None
+    attempt: int | None = None
+    """The attempt (``attempts`` when it was claimed) this outcome belongs to: a fencing token. When set,
+    a completion or failure is applied only if the job is still at that attempt, so the late outcome of
+    an attempt whose lease was lost cannot finish a newer attempt of the same job — even one the same
+    worker claimed again."""
 
 
 @dataclass
@@ -815,7 +820,8 @@ class FinishReport:
 COMPLETE_MANY = _sql(
     """
     WITH input AS (
-        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:results AS text[])) AS t(id, result)
+        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:results AS text[]), CAST(:attempts AS int[]))
+            AS t(id, result, attempt)
     ), upd AS (
         UPDATE jobs j
         SET status = CASE WHEN j.requires_approval THEN 'waiting_approval' ELSE 'completed' END,
@@ -824,6 +830,7 @@ COMPLETE_MANY = _sql(
             updated_at = now(), locked_by = NULL, lease_expires_at = NULL, progress = 1, error_message = NULL
         FROM input
         WHERE j.id = input.id AND j.status = 'in_progress' AND j.locked_by = :worker AND j.is_active
+          AND (input.attempt IS NULL OR j.attempts = input.attempt)
         RETURNING j.id, j.pipeline_id, j.status, j.type, j.user_id, j.title, j.step_key
     ), ev AS (
         INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor)
@@ -837,7 +844,7 @@ FAIL_MANY = _sql(
     """
     WITH input AS (
         SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:errors AS text[]), CAST(:permanent AS boolean[]),
-                             CAST(:delays AS float8[])) AS t(id, error, permanent, delay)
+                             CAST(:delays AS float8[]), CAST(:attempts AS int[])) AS t(id, error, permanent, delay, attempt)
     ), upd AS (
         UPDATE jobs j
         SET status = CASE WHEN input.permanent OR j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
@@ -847,6 +854,7 @@ FAIL_MANY = _sql(
             error_message = input.error, updated_at = now(), locked_by = NULL, lease_expires_at = NULL
         FROM input
         WHERE j.id = input.id AND j.status = 'in_progress' AND j.locked_by = :worker AND j.is_active
+          AND (input.attempt IS NULL OR j.attempts = input.attempt)
         RETURNING j.id, j.pipeline_id, j.status, j.type, j.user_id, j.title, j.step_key, j.attempts, j.max_attempts,
                   j.run_at, j.error_message
     ), ev AS (
@@ -868,6 +876,7 @@ CANCEL_ACK_MANY = _sql(
         SET status = 'cancelled', completed_at = now(), updated_at = now(), locked_by = NULL,
             lease_expires_at = NULL, error_message = COALESCE(:message, j.error_message)
         WHERE j.id = ANY(CAST(:ids AS uuid[])) AND j.status = 'in_progress' AND j.locked_by = :worker
+          AND (NOT CAST(:only_inactive AS boolean) OR NOT j.is_active)
         RETURNING j.id, j.pipeline_id, j.status, j.type, j.user_id, j.title, j.step_key
     ), ev AS (
         INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, message)
@@ -935,6 +944,7 @@ async def finish(
             {
                 "ids": [o.job_id for o in done],
                 "results": [o.result or "null" for o in done],
+                "attempts": [o.attempt for o in done],
                 "worker": worker_id,
                 "actor": actor,
             },
@@ -960,6 +970,7 @@ async def finish(
                 "errors": [cap_text(o.error) or "failed" for o in failed],
                 "permanent": [o.permanent for o in failed],
                 "delays": [max(0.0, float(o.delay)) for o in failed],
+                "attempts": [o.attempt for o in failed],
                 "worker": worker_id,
                 "actor": actor,
             },
@@ -968,15 +979,27 @@ async def finish(
         changed.extend(rows)
         cancel_instead.extend(o.job_id for o in failed if o.job_id not in won)
 
-    cancelled = [o.job_id for o in by_kind.get("cancelled", [])] + cancel_instead
-    if cancelled:
-        messages = {o.job_id: o.message for o in by_kind.get("cancelled", [])}
+    # Cancel acknowledgements; a completion or failure that lost its write is turned into one only when
+    # a cancel request is what it lost to (not a newer attempt, not another owner).
+    messages = {o.job_id: o.message for o in by_kind.get("cancelled", [])}
+    for ids, only_inactive in (
+        ([o.job_id for o in by_kind.get("cancelled", [])], False),
+        (cancel_instead, True),
+    ):
+        if not ids:
+            continue
         message = next((m for m in messages.values() if m), None) or "cancelled while running"
         rows = (
             (
                 await conn.execute(
                     CANCEL_ACK_MANY,
-                    {"ids": cancelled, "worker": worker_id, "actor": actor, "message": message},
+                    {
+                        "ids": ids,
+                        "worker": worker_id,
+                        "actor": actor,
+                        "message": message,
+                        "only_inactive": only_inactive,
+                    },
                 )
             )
             .mappings()

@@ -382,6 +382,14 @@ class Worker:
         return rows, next_due
 
     def _start(self, row: Any) -> None:
+        stale = self.running.get(row["id"])
+        if stale is not None:
+            # Our earlier attempt of this job lost its lease (it was rescued) and we claimed the job
+            # again: stop the old attempt without recording anything; the new one takes over.
+            stale.log.warning("job claimed again while an earlier attempt still ran here; stopping that one")
+            stale.stop_reason = "lost"
+            stale.cancel_event.set()
+            self._force_stop(stale, "lost")
         job = RunningJob(row=row, started=time.monotonic())
         job.log = self.log.bind(
             job_id=str(row["id"]),
@@ -447,13 +455,15 @@ class Worker:
         except Exception as exc:
             outcome = self._failure(job, spec, _describe(exc), permanent=False)
         finally:
-            self.running.pop(row["id"], None)
+            if self.running.get(row["id"]) is job:  # not a newer attempt of the same job (see _start)
+                del self.running[row["id"]]
             self._slot_freed.set()
             job.cancel_event.set()  # wakes nothing further; makes late ctx.sleep calls return at once
         duration = time.monotonic() - job.started
         metrics.by_type(metrics.DURATION, row["type"]).observe(duration)
         if outcome is None:
-            self.held.pop(row["id"], None)
+            if self.held.get(row["id"]) is job:
+                del self.held[row["id"]]
             self._recorded.set()
             metrics.LOST.inc()
             job.log.warning(
@@ -461,6 +471,7 @@ class Worker:
             )
             return
         outcome.pipeline_id = row["pipeline_id"]
+        outcome.attempt = row["attempts"]  # the fencing token: only this attempt's write can win
         job.duration = duration
         self._outcomes.put_nowait(outcome)
 
@@ -687,10 +698,11 @@ class Worker:
                     permanent=True,
                     pipeline_id=outcome.pipeline_id,
                     error=f"the outcome could not be recorded: {_describe(exc)}",
+                    attempt=outcome.attempt,
                 )
                 fallback._fallback = True  # type: ignore[attr-defined]
                 await self._record([fallback])
-            elif job is not None:
+            elif job is not None and _same_attempt(job, outcome):
                 self.held.pop(outcome.job_id, None)
             return
         self._after_record(batch, report)
@@ -702,7 +714,11 @@ class Worker:
             counts[(metric, job_type)] = counts.get((metric, job_type), 0) + 1
 
         for outcome in batch:
-            job = self.held.pop(outcome.job_id, None)
+            job = self.held.get(outcome.job_id)
+            if job is not None and _same_attempt(job, outcome):
+                del self.held[outcome.job_id]
+            else:  # a stale attempt's outcome: the held job is a newer attempt, which keeps its lease
+                job = None
             status = report.status.get(outcome.job_id)
             job_log = job.log if job is not None else self.log.bind(job_id=str(outcome.job_id))
             duration_ms = round(job.duration * 1000) if job else None
@@ -743,6 +759,10 @@ class Worker:
         self._recorded.set()
         if report.notify:
             self.wake()
+
+
+def _same_attempt(job: RunningJob, outcome: Outcome) -> bool:
+    return outcome.attempt is None or job.row["attempts"] == outcome.attempt
 
 
 class _ProcessorError(Exception):
