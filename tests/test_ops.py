@@ -672,3 +672,45 @@ async def test_a_stale_attempts_outcome_cannot_finish_a_newer_attempt_of_the_sam
     assert json.loads(await pg.fetchval("SELECT result_data FROM jobs WHERE id = $1", job)) == {
         "from": "attempt 2"
     }
+
+
+@pytest.mark.slow
+async def test_a_standalone_worker_serves_its_own_metrics_when_asked(
+    make_settings: Any, engine: Any, owner: TestUser, pg: asyncpg.Connection, tmp_path: Path
+) -> None:
+    """``WORKER_METRICS_ADDR``: a standalone worker's counters and histograms (which the web app's
+    ``/metrics`` cannot see) are served by the worker itself. A malformed address is a settings error."""
+    from webkit import free_port
+    from workers import WorkerProcess
+
+    from app.settings import SettingsError, load_settings
+
+    with pytest.raises(SettingsError, match="WORKER_METRICS_ADDR: expected host:port"):
+        load_settings(worker_metrics_addr="9108")
+    settings = make_settings()
+    port = free_port()
+    proc = WorkerProcess(settings, tmp_path / "w.log", WORKER_METRICS_ADDR=f"127.0.0.1:{port}")
+    try:
+        for i in range(3):
+            await enqueue(engine, settings, owner, "noop", {"i": i})
+        await wait_until(
+            lambda: pg.fetchval("SELECT count(*) = 3 FROM jobs WHERE status = 'completed'"),
+            timeout=30,
+            what="jobs",
+        )
+
+        async def scraped() -> Any:
+            try:
+                async with httpx.AsyncClient() as client:
+                    r = await client.get(f"http://127.0.0.1:{port}/metrics")
+            except httpx.TransportError:
+                return None
+            got = samples(r.text)
+            return got if value(got, "jobdesk_jobs_completed_total", type="noop") == 3 else None
+
+        got = await wait_until(scraped, timeout=10, what="the worker's metrics")
+        assert value(got, "jobdesk_job_duration_seconds_count", type="noop") == 3
+        assert value(got, "jobdesk_listener_connected") == 1
+    finally:
+        proc.close()
+    assert "serving metrics" in (tmp_path / "w.log").read_text()

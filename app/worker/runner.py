@@ -824,6 +824,18 @@ def run_standalone(settings: Settings) -> int:
             log.error(f"Refusing to start the worker: {message}")
             return 1
         worker = Worker(settings, url)
+        bind = settings.worker_metrics_bind
+        if bind is not None:
+            from prometheus_client import start_http_server
+
+            try:
+                start_http_server(bind[1], addr=bind[0])  # a daemon thread; the library's own server
+            except OSError as exc:
+                log.error(
+                    f"Cannot serve metrics on WORKER_METRICS_ADDR={settings.worker_metrics_addr}: {exc}"
+                )
+                return 1
+            log.info("serving metrics", address=f"http://{settings.worker_metrics_addr}/metrics")
         loop = asyncio.get_running_loop()
         signals_seen = 0
 
