@@ -158,8 +158,13 @@ def create_engine(
     ``sqlalchemy.exc.TimeoutError``, which the web app turns into a 503 (case C15). The timeouts (ms)
     are set per connection; web connections use them so that a slow page cannot pin the vacuum horizon
     (case C18).
+
+    JIT compilation is switched off on every connection: Jobdesk's statements are short OLTP queries,
+    and the planner's estimates (e.g. for the claim's check of the small ``job_type_controls`` table)
+    crossed ``jit_above_cost``, so each claim spent ~35 ms compiling code to run for 1 ms (issue 10,
+    found with EXPLAIN ANALYZE while profiling ``bench/throughput.py``).
     """
-    server_settings = {"application_name": application_name}
+    server_settings = {"application_name": application_name, "jit": "off"}
     if statement_timeout_ms:
         server_settings["statement_timeout"] = str(statement_timeout_ms)
     if idle_in_transaction_timeout_ms:

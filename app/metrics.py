@@ -7,6 +7,9 @@ queries at scrape time rather than kept here.
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 CLAIMED = Counter("jobdesk_jobs_claimed", "Jobs claimed by this process's worker", ["type"])
@@ -26,3 +29,10 @@ QUEUE_WAIT = Histogram(
 )
 LISTENER_CONNECTED = Gauge("jobdesk_listener_connected", "1 while this worker's LISTEN connection is up")
 RUNNING = Gauge("jobdesk_worker_running_jobs", "Jobs this process's worker is running now")
+
+
+@functools.lru_cache(maxsize=8192)
+def by_type(metric: Any, job_type: str) -> Any:
+    """``metric.labels(job_type)``, cached: the worker calls this several times per job, and
+    ``labels()`` takes a lock and builds a key each time (issue 10, ``bench/throughput.py``)."""
+    return metric.labels(job_type)

@@ -455,6 +455,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
     from app.web.health import HealthController
     from app.web.home import HomeController
     from app.web.jobs import JobsController
+    from app.web.ops import MetricsController
     from app.web.pipelines import PipelinesController
 
     settings = settings or get_settings()
@@ -492,6 +493,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             HomeController,
             AuthController,
             HealthController,
+            MetricsController,
             AccountApiController,
             JobsApiController,
             PipelinesApiController,

@@ -100,6 +100,10 @@ class Settings(BaseSettings):
     """Extra Python modules (comma-separated) that register your own job types and pipeline templates."""
     job_worker_log_level: str | None = None
     """``DEBUG`` also logs every poll, claim, lease renewal and retry decision (seed 002)."""
+    worker_metrics_addr: str | None = None
+    """``host:port`` where a standalone worker serves its Prometheus metrics (``/metrics``, no auth), e.g.
+    ``127.0.0.1:9108``; unset: not served. The web app's ``/metrics`` shows only its in-app worker's
+    counters (issue 10 §3)."""
 
     # --- web ------------------------------------------------------------------------------------
     jobdesk_data_dir: Path = Path(".jobdesk")
@@ -210,6 +214,24 @@ class Settings(BaseSettings):
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError("expected an http:// or https:// address")
         return value
+
+    @field_validator("worker_metrics_addr")
+    @classmethod
+    def _check_metrics_addr(cls, value: str | None) -> str | None:
+        if value is None or value.strip() == "":
+            return None
+        host, sep, port = value.strip().rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("expected host:port, e.g. 127.0.0.1:9108 (0.0.0.0:9108 inside a container)")
+        return f"{host or '0.0.0.0'}:{port}"
+
+    @property
+    def worker_metrics_bind(self) -> tuple[str, int] | None:
+        """``(host, port)`` of ``WORKER_METRICS_ADDR``, or ``None``."""
+        if not self.worker_metrics_addr:
+            return None
+        host, _, port = self.worker_metrics_addr.rpartition(":")
+        return host.strip("[]"), int(port)
 
     @field_validator("jobdesk_base_url")
     @classmethod

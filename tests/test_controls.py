@@ -122,7 +122,8 @@ async def test_a_concurrency_limit_is_never_exceeded_by_four_worker_processes(
         for p in procs:
             p.close()
     assert await max_overlap(pg, "test.effect") == 3
-    assert await pg.fetchval("SELECT count(DISTINCT worker) FROM side_effects") >= 2
+    # Several processes really competed for the work (the limited jobs may all land on one of them).
+    assert await pg.fetchval("SELECT count(DISTINCT actor) FROM job_events WHERE kind = 'claimed'") >= 2
 
 
 async def test_a_concurrency_limit_can_change_while_jobs_run(engine, settings, admin, pg) -> None:

@@ -275,7 +275,7 @@ async def test_a_job_longer_than_its_lease_runs_exactly_once(
     make_settings, engine, owner, pg, renewal
 ) -> None:
     """Case C01 (scaled: lease 2 s, renewal every 0.5 s, two workers, job 5 s). With renewal switched
-    off the sweep hands the job to the other worker and it runs twice."""
+    off the sweep rescues the job while it still runs and it is claimed and run again."""
     settings = make_settings(
         worker_visibility_timeout_secs=2, worker_heartbeat_secs=0.5, worker_sweep_interval_secs=0.3
     )
@@ -304,7 +304,13 @@ async def test_a_job_longer_than_its_lease_runs_exactly_once(
         claims = await pg.fetchval(
             "SELECT count(*) FROM job_events WHERE job_id = $1 AND kind = 'claimed'", job
         )
-        assert effects >= 2 and claims >= 2, "without renewal the job should have been rescued and run again"
+        # Rescued and claimed again while its first attempt still ran. (Whether that attempt's side effect
+        # also lands depends on which worker claims it again: a worker that re-claims a job it still runs
+        # stops the stale attempt, so counting effects here would be a coin toss.)
+        kinds = await event_kinds(pg, job)
+        assert claims >= 2 and "rescued" in kinds, (
+            "without renewal the job should have been rescued and run again"
+        )
 
 
 async def test_internal_operations_are_not_starved_by_processors_holding_the_pool(

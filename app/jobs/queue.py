@@ -97,6 +97,57 @@ def _sql(statement: str) -> Any:
     return text(statement)
 
 
+# --- the worker's hot path, straight on asyncpg --------------------------------------------------------
+#
+# The claim and finish statements run thousands of times a second under load. Going through SQLAlchemy's
+# cursor and result machinery (a greenlet switch per statement, a Row and a RowMapping per row) cost about
+# a fifth of the worker's CPU in ``bench/throughput.py``; these run the same SQL — compiled once from the
+# same ``text()`` statement — directly on the asyncpg connection under the caller's SQLAlchemy connection,
+# inside its transaction, and return plain dicts (issue 10: "fewer round trips, prepared statements").
+# asyncpg prepares and caches each statement per connection. When the connection is not asyncpg (or the
+# adapter's internals differ from what is checked below), the SQLAlchemy path runs instead.
+
+_COMPILED: dict[int, tuple[str, tuple[str, ...]]] = {}
+
+
+def _compiled(statement: Any) -> tuple[str, tuple[str, ...]]:
+    """``(sql with $n placeholders, parameter names in order)`` of a ``text()`` statement, cached."""
+    key = id(statement)
+    hit = _COMPILED.get(key)
+    if hit is None:
+        from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
+
+        compiled = statement.compile(dialect=PGDialect_asyncpg())
+        hit = _COMPILED[key] = (str(compiled), tuple(compiled.positiontup or ()))
+    return hit
+
+
+async def _driver(conn: AsyncConnection) -> Any | None:
+    """The asyncpg connection under ``conn``, with ``conn``'s transaction begun on it (SQLAlchemy's asyncpg
+    adapter sends ``BEGIN`` lazily, before its first statement); ``None`` if that cannot be done safely."""
+    fairy = await conn.get_raw_connection()
+    adapter = getattr(fairy, "dbapi_connection", None)
+    raw = getattr(adapter, "_connection", None)
+    start = getattr(adapter, "_start_transaction", None)
+    mutex = getattr(adapter, "_execute_mutex", None)
+    if raw is None or start is None or mutex is None or not hasattr(adapter, "_started"):
+        return None
+    if not adapter._started:  # type: ignore[union-attr]
+        async with mutex:
+            if not adapter._started:  # type: ignore[union-attr]
+                await start()  # a no-op in autocommit mode
+    return raw
+
+
+async def _rows(conn: AsyncConnection, statement: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run ``statement`` in ``conn``'s transaction and return its rows as dicts (see above)."""
+    raw = await _driver(conn)
+    if raw is None:
+        return [dict(r) for r in (await conn.execute(statement, params)).mappings().all()]
+    sql, names = _compiled(statement)
+    return [dict(r.items()) for r in await raw.fetch(sql, *[params[n] for n in names])]
+
+
 # --- reading ------------------------------------------------------------------------------------
 
 GET_JOB = _sql(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = :id")
@@ -540,11 +591,20 @@ async def enqueue_many(
 CLAIMABLE = """
     status = 'queued' AND is_active AND pending_parents = 0 AND run_at <= now()
 """
+# Written as an uncorrelated check of the '*' row (one InitPlan per claim) and a per-candidate lookup of the
+# type's own row kept as a SubPlan (``OFFSET 0`` stops PostgreSQL from turning it into an anti-join), not
+# as one correlated NOT EXISTS: the planner cannot estimate an anti-join against the small, rarely
+# analysed controls table (an empty table is assumed to hold ~500 rows), and with that misestimate it
+# read every due row and sorted them on each claim (or planned a parallel scan) instead of reading the
+# first few in claim order from ix_jobs_claim: a claim whose cost grew with the backlog (case C17; found
+# by the EXPLAIN tests on seeded tables in tests/test_ops.py). Same rows either way.
 NOT_CONTROLLED = """
+    AND NOT EXISTS (SELECT 1 FROM job_type_controls a WHERE a.type = '*' AND a.paused)
     AND NOT EXISTS (
         SELECT 1 FROM job_type_controls c
-        WHERE (c.type = jobs.type OR c.type = '*')
+        WHERE c.type = jobs.type
           AND (c.paused OR (c.type <> '*' AND (c.max_running IS NOT NULL OR c.max_per_minute IS NOT NULL)))
+        OFFSET 0
     )
 """
 
@@ -554,8 +614,7 @@ _CLAIM_UPDATE = f"""
         SET status = 'in_progress', attempts = j.attempts + 1, locked_by = :worker,
             lease_expires_at = now() + make_interval(secs => :lease), started_at = now(), updated_at = now(),
             progress = NULL, progress_message = NULL
-        FROM picked
-        WHERE j.id = picked.id AND j.status = 'queued'
+        WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = 'queued'  -- primary-key lookups
         RETURNING {", ".join("j." + c.strip() for c in CLAIM_COLUMNS.split(","))}
     ), ev AS (
         INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, data)
@@ -633,8 +692,7 @@ async def claim(conn: AsyncConnection, worker_id: str, limit: int, lease_secs: f
     if limit <= 0:
         return []
     params = {"worker": worker_id, "limit": limit, "lease": float(lease_secs), "actor": f"worker:{worker_id}"}
-    rows = list((await conn.execute(CLAIM, params)).mappings().all())
-    return rows
+    return await _rows(conn, CLAIM, params)
 
 
 async def limited_types(conn: AsyncConnection) -> list[RowMapping]:
@@ -670,7 +728,7 @@ async def claim_limited(
         "actor": f"worker:{worker_id}",
         "type": job_type,
     }
-    rows = list((await conn.execute(CLAIM_LIMITED, params)).mappings().all())
+    rows = await _rows(conn, CLAIM_LIMITED, params)
     if rows and control["max_per_minute"] is not None:
         await conn.execute(BUMP_WINDOW, {"type": job_type, "n": len(rows)})
     return rows
@@ -794,6 +852,11 @@ class Outcome:
     message: str | None = None
     next_jobs: list[Any] = field(default_factory=list)
     pipeline_id: uuid.UUID | None = None
+    attempt: int | None = None
+    """The attempt (``attempts`` when it was claimed) this outcome belongs to: a fencing token. When set,
+    a completion or failure is applied only if the job is still at that attempt, so the late outcome of
+    an attempt whose lease was lost cannot finish a newer attempt of the same job — even one the same
+    worker claimed again."""
 
 
 @dataclass
@@ -810,7 +873,8 @@ class FinishReport:
 COMPLETE_MANY = _sql(
     """
     WITH input AS (
-        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:results AS text[])) AS t(id, result)
+        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:results AS text[]), CAST(:attempts AS int[]))
+            AS t(id, result, attempt)
     ), upd AS (
         UPDATE jobs j
         SET status = CASE WHEN j.requires_approval THEN 'waiting_approval' ELSE 'completed' END,
@@ -819,6 +883,7 @@ COMPLETE_MANY = _sql(
             updated_at = now(), locked_by = NULL, lease_expires_at = NULL, progress = 1, error_message = NULL
         FROM input
         WHERE j.id = input.id AND j.status = 'in_progress' AND j.locked_by = :worker AND j.is_active
+          AND (input.attempt IS NULL OR j.attempts = input.attempt)
         RETURNING j.id, j.pipeline_id, j.status, j.type, j.user_id, j.title, j.step_key
     ), ev AS (
         INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor)
@@ -832,7 +897,7 @@ FAIL_MANY = _sql(
     """
     WITH input AS (
         SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:errors AS text[]), CAST(:permanent AS boolean[]),
-                             CAST(:delays AS float8[])) AS t(id, error, permanent, delay)
+                             CAST(:delays AS float8[]), CAST(:attempts AS int[])) AS t(id, error, permanent, delay, attempt)
     ), upd AS (
         UPDATE jobs j
         SET status = CASE WHEN input.permanent OR j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
@@ -842,6 +907,7 @@ FAIL_MANY = _sql(
             error_message = input.error, updated_at = now(), locked_by = NULL, lease_expires_at = NULL
         FROM input
         WHERE j.id = input.id AND j.status = 'in_progress' AND j.locked_by = :worker AND j.is_active
+          AND (input.attempt IS NULL OR j.attempts = input.attempt)
         RETURNING j.id, j.pipeline_id, j.status, j.type, j.user_id, j.title, j.step_key, j.attempts, j.max_attempts,
                   j.run_at, j.error_message
     ), ev AS (
@@ -863,6 +929,7 @@ CANCEL_ACK_MANY = _sql(
         SET status = 'cancelled', completed_at = now(), updated_at = now(), locked_by = NULL,
             lease_expires_at = NULL, error_message = COALESCE(:message, j.error_message)
         WHERE j.id = ANY(CAST(:ids AS uuid[])) AND j.status = 'in_progress' AND j.locked_by = :worker
+          AND (NOT CAST(:only_inactive AS boolean) OR NOT j.is_active)
         RETURNING j.id, j.pipeline_id, j.status, j.type, j.user_id, j.title, j.step_key
     ), ev AS (
         INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, message)
@@ -918,26 +985,22 @@ async def finish(
     by_kind: dict[str, list[Outcome]] = {}
     for o in outcomes:
         by_kind.setdefault(o.kind, []).append(o)
-    changed: list[RowMapping] = []
+    changed: list[RowMapping | dict[str, Any]] = []
     cancel_instead: list[uuid.UUID] = []
     extra_pipelines: set[uuid.UUID] = set()
 
     done = by_kind.get("completed", [])
     if done:
-        rows = (
-            (
-                await conn.execute(
-                    COMPLETE_MANY,
-                    {
-                        "ids": [o.job_id for o in done],
-                        "results": [o.result or "null" for o in done],
-                        "worker": worker_id,
-                        "actor": actor,
-                    },
-                )
-            )
-            .mappings()
-            .all()
+        rows = await _rows(
+            conn,
+            COMPLETE_MANY,
+            {
+                "ids": [o.job_id for o in done],
+                "results": [o.result or "null" for o in done],
+                "attempts": [o.attempt for o in done],
+                "worker": worker_id,
+                "actor": actor,
+            },
         )
         won = {r["id"]: r for r in rows}
         changed.extend(rows)
@@ -952,36 +1015,44 @@ async def finish(
 
     failed = by_kind.get("failed", [])
     if failed:
-        rows = (
-            (
-                await conn.execute(
-                    FAIL_MANY,
-                    {
-                        "ids": [o.job_id for o in failed],
-                        "errors": [cap_text(o.error) or "failed" for o in failed],
-                        "permanent": [o.permanent for o in failed],
-                        "delays": [max(0.0, float(o.delay)) for o in failed],
-                        "worker": worker_id,
-                        "actor": actor,
-                    },
-                )
-            )
-            .mappings()
-            .all()
+        rows = await _rows(
+            conn,
+            FAIL_MANY,
+            {
+                "ids": [o.job_id for o in failed],
+                "errors": [cap_text(o.error) or "failed" for o in failed],
+                "permanent": [o.permanent for o in failed],
+                "delays": [max(0.0, float(o.delay)) for o in failed],
+                "attempts": [o.attempt for o in failed],
+                "worker": worker_id,
+                "actor": actor,
+            },
         )
         won = {r["id"] for r in rows}
         changed.extend(rows)
         cancel_instead.extend(o.job_id for o in failed if o.job_id not in won)
 
-    cancelled = [o.job_id for o in by_kind.get("cancelled", [])] + cancel_instead
-    if cancelled:
-        messages = {o.job_id: o.message for o in by_kind.get("cancelled", [])}
+    # Cancel acknowledgements; a completion or failure that lost its write is turned into one only when
+    # a cancel request is what it lost to (not a newer attempt, not another owner).
+    messages = {o.job_id: o.message for o in by_kind.get("cancelled", [])}
+    for ids, only_inactive in (
+        ([o.job_id for o in by_kind.get("cancelled", [])], False),
+        (cancel_instead, True),
+    ):
+        if not ids:
+            continue
         message = next((m for m in messages.values() if m), None) or "cancelled while running"
         rows = (
             (
                 await conn.execute(
                     CANCEL_ACK_MANY,
-                    {"ids": cancelled, "worker": worker_id, "actor": actor, "message": message},
+                    {
+                        "ids": ids,
+                        "worker": worker_id,
+                        "actor": actor,
+                        "message": message,
+                        "only_inactive": only_inactive,
+                    },
                 )
             )
             .mappings()
@@ -1085,8 +1156,8 @@ async def _consequences(
         extra_pipelines or set()
     )
     if completed:
-        released = (await conn.execute(RELEASE_DEPENDENTS, {"ids": completed})).all()
-        if any(r[1] == 0 and r[2] for r in released):
+        released = await _rows(conn, RELEASE_DEPENDENTS, {"ids": completed})
+        if any(r["pending_parents"] == 0 and r["due"] for r in released):
             await notify_jobs(conn)
             notified = True
     if dead:

@@ -16,8 +16,9 @@ READY_TIMEOUT = 3.0
 
 async def readiness(state: Any) -> tuple[bool, dict[str, str]]:
     """``(ready, checks)``: the database answers, its schema is at this version's newest migration, and
-    the in-app worker (when there is one) is still running. ``checks`` maps each check to ``ok`` or
-    the reason it failed."""
+    the in-app worker (when ``WORKER_ENABLED``) is running, has started, has all its side tasks and has
+    written its heartbeat recently (:meth:`app.worker.runner.Worker.health`; issue 10 §3). ``checks``
+    maps each check to ``ok`` or the reason it failed."""
     checks: dict[str, str] = {}
     ready = True
     try:
@@ -39,9 +40,14 @@ async def readiness(state: Any) -> tuple[bool, dict[str, str]]:
         checks["database"] = f"unreachable ({describe_url(str(state.engine.url))}): {_reason(exc)}"
     task = state.get("worker_task")
     if task is not None:
+        health = getattr(state.get("worker"), "health", None)
+        problem = health() if callable(health) else None
         if task.done():
             ready = False
             checks["worker"] = "the in-app worker has stopped"
+        elif problem:
+            ready = False
+            checks["worker"] = f"the in-app worker is not working: {problem}"
         else:
             checks["worker"] = "ok"
     return ready, checks

@@ -78,6 +78,7 @@ async def _renew(worker: Worker) -> None:
         )
     worker.finished_since_touch[0] -= completed
     worker.finished_since_touch[1] -= failed
+    worker.last_beat = time.monotonic()
     if report is None:
         return
     if worker.debug:

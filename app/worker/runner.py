@@ -114,6 +114,11 @@ class Worker:
         self.lease_secs = settings.worker_visibility_timeout_secs
         self.files = FileStore(settings.files_dir)
         self.engine: AsyncEngine | None = None
+        self.claim_batch = max(1, -(-self.concurrency // 2))
+        """Most jobs one claim takes: half the slots, so that the next claim can be on its way while the
+        jobs of the last one run (issue 10, ``bench/throughput.py``)."""
+        self.autocommit: AsyncEngine | None = None
+        """``engine`` in autocommit mode, for single statements that need no transaction of their own."""
         self.running: dict[uuid.UUID, RunningJob] = {}
         """Jobs being processed (they hold a slot)."""
         self.held: dict[uuid.UUID, RunningJob] = {}
@@ -129,6 +134,8 @@ class Worker:
         self.sweep_enabled = True
         """Tests switch this off to show that without the sweep a lost job stays stuck (case C03)."""
         self._wake = asyncio.Event()
+        self._limited: list[str] = []
+        self._limited_checked = 0.0
         self._slot_freed = asyncio.Event()
         self._recorded = asyncio.Event()
         self._outcomes: asyncio.Queue[Outcome | None] = asyncio.Queue()
@@ -136,6 +143,8 @@ class Worker:
         self._fatal: BaseException | None = None
         self._side: dict[str, asyncio.Task[None]] = {}
         self._started = asyncio.Event()
+        self.last_beat = time.monotonic()
+        """When the worker last wrote its heartbeat (registration, then each lease renewal), monotonic."""
         level = settings.job_worker_log_level or settings.log_level
         self.debug = level == "DEBUG"
         self.log = log.bind(worker_id=self.id)
@@ -157,6 +166,24 @@ class Worker:
     async def wait_started(self) -> None:
         await self._started.wait()
 
+    def health(self) -> str | None:
+        """``None`` while this worker is doing its job, else a plain reason (``GET /readyz``, issue 10 §3):
+        not started yet (the database may be unreachable), stopping, a side task (listener, leases,
+        sweep, completer) stopped, or no heartbeat written for two heartbeat intervals and 30 s."""
+        if self._fatal is not None:
+            return f"a side task died: {self._fatal!r}"[:300]
+        if self.stopping:
+            return "the worker is stopping"
+        if not self._started.is_set():
+            return "the worker has not started yet (is the database reachable?)"
+        dead = sorted(name for name, task in self._side.items() if task.done())
+        if dead:
+            return f"its {', '.join(dead)} task stopped"
+        silent = time.monotonic() - self.last_beat
+        if silent > 2 * self.settings.heartbeat_secs + 30:
+            return f"no heartbeat written for {silent:.0f} s: the worker cannot reach the database"
+        return None
+
     async def run(self) -> None:
         """Run until :meth:`stop` (then drain and return) or until a side task dies (then raise)."""
         from app import alerts
@@ -166,6 +193,7 @@ class Worker:
         self.engine = create_engine(
             self.url, pool_size=4, pool_timeout=30, application_name=f"jobdesk-worker:{self.id}"[:63]
         )
+        self.autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         if self.app_engine is None:
             self.app_engine = create_engine(
                 self.url,
@@ -191,6 +219,7 @@ class Worker:
                 version=__version__,
             ),
         )
+        self.last_beat = time.monotonic()
         self.listener = Listener(
             (self.settings.database_listen_url or self.url).replace(
                 "postgresql+asyncpg://", "postgresql://", 1
@@ -217,6 +246,7 @@ class Worker:
             poll_interval=self.settings.job_processor_poll_interval,
             startup_ms=round((time.monotonic() - queue_started) * 1000),
         )
+        metrics.RUNNING.set_function(lambda: len(self.running))  # read at scrape time
         self._started.set()
         try:
             await self._claim_loop()
@@ -295,8 +325,18 @@ class Worker:
                 await self._slot_freed.wait()
                 continue
             self._wake.clear()
+            want = min(free, self.claim_batch)
             try:
-                rows, next_due = await self._claim(free)
+                # Limited types first (within their allowance), so a flood of other jobs cannot starve
+                # them; then one fast claim for the rest.
+                rows = await self._claim_limited(want)
+                if len(rows) < want:
+                    rows.extend(await self._claim(want - len(rows)))
+                for row in rows:  # start at once: the lookup below must not delay them (latency)
+                    self._start(row)
+                next_due = None
+                if len(rows) < want:
+                    next_due = await self._next_due()
                 error_delay = 0.2
             except Exception as exc:
                 if not is_transient(exc):
@@ -307,10 +347,11 @@ class Worker:
                 await self._sleep(error_delay)
                 error_delay = min(error_delay * 2, max(poll, 5.0))
                 continue
-            for row in rows:
-                self._start(row)
-            if len(rows) >= free:
-                await asyncio.sleep(0)  # let the new tasks run; claim again as slots free up
+            if rows and self.debug:
+                self.log.debug("claimed", count=len(rows), ids=[str(r["id"]) for r in rows])
+            if len(rows) >= want:
+                # A full batch: claim the next one straight away. The jobs just started run while that
+                # claim waits for the database, so Python work and database work overlap.
                 continue
             timeout = poll if next_due is None else max(0.0, min(poll, next_due))
             if self.debug:
@@ -322,31 +363,50 @@ class Worker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=seconds)
 
-    async def _claim(self, free: int) -> tuple[list[Any], float | None]:
-        """Claim up to ``free`` jobs: first those of types with a concurrency or rate limit (each within its
-        allowance, so a flood of other jobs cannot starve them), then any other due job. Returns the rows
-        and, when fewer than ``free`` were due, the seconds until the next scheduled ``run_at``."""
-        assert self.engine is not None
+    async def _claim(self, free: int) -> list[Any]:
+        """One claim statement for up to ``free`` jobs. The statement is atomic by itself, so it runs in
+        autocommit mode: one round trip instead of three (``BEGIN``, claim, ``COMMIT``)."""
+        assert self.autocommit is not None
+        async with self.autocommit.connect() as conn:
+            return list(await queue.claim(conn, self.id, free, self.lease_secs))
+
+    async def _claim_limited(self, free: int) -> list[Any]:
+        """Jobs of types with a concurrency or rate limit (issue 11 §4), each claimed under its control
+        row's lock in one transaction. Which types are limited is looked up at most once a second while
+        none is (a limit set meanwhile also wakes the worker), so unlimited queues pay nothing."""
+        assert self.engine is not None and self.autocommit is not None
+        now = time.monotonic()
+        if not self._limited and now - self._limited_checked < 1.0:
+            return []
+        async with self.autocommit.connect() as conn:
+            self._limited = [c["type"] for c in await queue.limited_types(conn)]
+        self._limited_checked = now
         rows: list[Any] = []
+        if not self._limited:
+            return rows
         async with self.engine.begin() as conn:
-            for control in await queue.limited_types(conn):
-                if len(rows) >= free:
+            for job_type in self._limited:
+                room = free - len(rows)
+                if room <= 0:
                     break
-                rows.extend(
-                    await queue.claim_limited(
-                        conn, self.id, control["type"], free - len(rows), self.lease_secs
-                    )
-                )
-            rows.extend(await queue.claim(conn, self.id, free - len(rows), self.lease_secs))
-        next_due = None
-        if len(rows) < free:
-            async with self.engine.connect() as conn:
-                next_due = await queue.seconds_until_next_due(conn)
-        if rows and self.debug:
-            self.log.debug("claimed", count=len(rows), ids=[str(r["id"]) for r in rows])
-        return rows, next_due
+                rows.extend(await queue.claim_limited(conn, self.id, job_type, room, self.lease_secs))
+        return rows
+
+    async def _next_due(self) -> float | None:
+        """Seconds until the next scheduled job is due (``None``: nothing scheduled)."""
+        assert self.autocommit is not None
+        async with self.autocommit.connect() as conn:
+            return await queue.seconds_until_next_due(conn)
 
     def _start(self, row: Any) -> None:
+        stale = self.running.get(row["id"])
+        if stale is not None:
+            # Our earlier attempt of this job lost its lease (it was rescued) and we claimed the job
+            # again: stop the old attempt without recording anything; the new one takes over.
+            stale.log.warning("job claimed again while an earlier attempt still ran here; stopping that one")
+            stale.stop_reason = "lost"
+            stale.cancel_event.set()
+            self._force_stop(stale, "lost")
         job = RunningJob(row=row, started=time.monotonic())
         job.log = self.log.bind(
             job_id=str(row["id"]),
@@ -357,10 +417,11 @@ class Worker:
         )
         self.running[row["id"]] = job
         self.held[row["id"]] = job
-        metrics.CLAIMED.labels(row["type"]).inc()
+        metrics.by_type(metrics.CLAIMED, row["type"]).inc()
         claimed_at = row["lease_expires_at"].timestamp() - self.lease_secs
-        metrics.QUEUE_WAIT.labels(row["type"]).observe(max(0.0, claimed_at - row["run_at"].timestamp()))
-        metrics.RUNNING.set(len(self.running))
+        metrics.by_type(metrics.QUEUE_WAIT, row["type"]).observe(
+            max(0.0, claimed_at - row["run_at"].timestamp())
+        )
         job.task = asyncio.create_task(self._execute(job), name=f"job:{row['id']}")
 
     # --- executing ----------------------------------------------------------------------------
@@ -411,14 +472,15 @@ class Worker:
         except Exception as exc:
             outcome = self._failure(job, spec, _describe(exc), permanent=False)
         finally:
-            self.running.pop(row["id"], None)
-            metrics.RUNNING.set(len(self.running))
+            if self.running.get(row["id"]) is job:  # not a newer attempt of the same job (see _start)
+                del self.running[row["id"]]
             self._slot_freed.set()
             job.cancel_event.set()  # wakes nothing further; makes late ctx.sleep calls return at once
         duration = time.monotonic() - job.started
-        metrics.DURATION.labels(row["type"]).observe(duration)
+        metrics.by_type(metrics.DURATION, row["type"]).observe(duration)
         if outcome is None:
-            self.held.pop(row["id"], None)
+            if self.held.get(row["id"]) is job:
+                del self.held[row["id"]]
             self._recorded.set()
             metrics.LOST.inc()
             job.log.warning(
@@ -426,6 +488,7 @@ class Worker:
             )
             return
         outcome.pipeline_id = row["pipeline_id"]
+        outcome.attempt = row["attempts"]  # the fencing token: only this attempt's write can win
         job.duration = duration
         self._outcomes.put_nowait(outcome)
 
@@ -652,17 +715,27 @@ class Worker:
                     permanent=True,
                     pipeline_id=outcome.pipeline_id,
                     error=f"the outcome could not be recorded: {_describe(exc)}",
+                    attempt=outcome.attempt,
                 )
                 fallback._fallback = True  # type: ignore[attr-defined]
                 await self._record([fallback])
-            elif job is not None:
+            elif job is not None and _same_attempt(job, outcome):
                 self.held.pop(outcome.job_id, None)
             return
         self._after_record(batch, report)
 
     def _after_record(self, batch: list[Outcome], report: queue.FinishReport) -> None:
+        counts: dict[tuple[Any, str], int] = {}  # counters are bumped once per batch and type
+
+        def count(metric: Any, job_type: str) -> None:
+            counts[(metric, job_type)] = counts.get((metric, job_type), 0) + 1
+
         for outcome in batch:
-            job = self.held.pop(outcome.job_id, None)
+            job = self.held.get(outcome.job_id)
+            if job is not None and _same_attempt(job, outcome):
+                del self.held[outcome.job_id]
+            else:  # a stale attempt's outcome: the held job is a newer attempt, which keeps its lease
+                job = None
             status = report.status.get(outcome.job_id)
             job_log = job.log if job is not None else self.log.bind(job_id=str(outcome.job_id))
             duration_ms = round(job.duration * 1000) if job else None
@@ -676,17 +749,17 @@ class Worker:
             if status == "completed" or status == "waiting_approval":
                 self.completed_count += 1
                 self.finished_since_touch[0] += 1
-                metrics.COMPLETED.labels(job_type).inc()
+                count(metrics.COMPLETED, job_type)
                 job_log.info("job finished", status=status, duration_ms=duration_ms)
             elif status == "failed":
                 self.failed_count += 1
                 self.finished_since_touch[1] += 1
-                metrics.FAILED.labels(job_type).inc()
+                count(metrics.FAILED, job_type)
                 job_log.info(
                     "job failed", status=status, duration_ms=duration_ms, error=(outcome.error or "")[:300]
                 )
             elif status == "queued" and outcome.kind == "failed":
-                metrics.RETRIED.labels(job_type).inc()
+                count(metrics.RETRIED, job_type)
                 job_log.info(
                     "job attempt failed; retry scheduled",
                     duration_ms=duration_ms,
@@ -694,13 +767,19 @@ class Worker:
                     error=(outcome.error or "")[:300],
                 )
             elif status == "cancelled":
-                metrics.CANCELLED.labels(job_type).inc()
+                count(metrics.CANCELLED, job_type)
                 job_log.info("job cancelled", duration_ms=duration_ms)
             else:
                 job_log.info("job released", status=status, duration_ms=duration_ms)
+        for (metric, job_type), n in counts.items():
+            metrics.by_type(metric, job_type).inc(n)
         self._recorded.set()
         if report.notify:
             self.wake()
+
+
+def _same_attempt(job: RunningJob, outcome: Outcome) -> bool:
+    return outcome.attempt is None or job.row["attempts"] == outcome.attempt
 
 
 class _ProcessorError(Exception):
@@ -762,6 +841,18 @@ def run_standalone(settings: Settings) -> int:
             log.error(f"Refusing to start the worker: {message}")
             return 1
         worker = Worker(settings, url)
+        bind = settings.worker_metrics_bind
+        if bind is not None:
+            from prometheus_client import start_http_server
+
+            try:
+                start_http_server(bind[1], addr=bind[0])  # a daemon thread; the library's own server
+            except OSError as exc:
+                log.error(
+                    f"Cannot serve metrics on WORKER_METRICS_ADDR={settings.worker_metrics_addr}: {exc}"
+                )
+                return 1
+            log.info("serving metrics", address=f"http://{settings.worker_metrics_addr}/metrics")
         loop = asyncio.get_running_loop()
         signals_seen = 0
 
@@ -779,4 +870,16 @@ def run_standalone(settings: Settings) -> int:
             return 1
         return 0
 
-    return asyncio.run(main())
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        return runner.run(main())
+
+
+def _loop_factory() -> Any:
+    """uvloop's event loop when it is installed (it comes with ``litestar[standard]``, and uvicorn uses it
+    for the in-app worker too), else asyncio's: uvloop roughly halves the worker's per-job overhead in
+    socket I/O and task scheduling (issue 10, ``bench/throughput.py``)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency of litestar[standard]
+        return None
+    return uvloop.new_event_loop

@@ -1,0 +1,21 @@
+"""Job types used only by the benchmarks; loaded into worker processes with
+``JOBDESK_PROCESSOR_MODULES=bench_processors`` (``bench/`` on ``PYTHONPATH``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from app.processors import JobContext, processor
+from app.processors.builtin import AnyInput
+
+
+@processor(
+    "bench.stamp",
+    title="Benchmark stamp",
+    description="Returns the worker's wall clock at the moment the processor started.",
+    input=AnyInput,
+    diagnostic=True,
+)
+async def stamp(ctx: JobContext[AnyInput]) -> dict[str, Any]:
+    return {"started": time.time()}
