@@ -16,6 +16,7 @@ from webkit import add_token, add_user, app_client
 from workers import WorkerProcess, running_worker, wait_until
 
 from app import controls
+from app.db import asyncpg_dsn
 from app.errors import BadInput, NotFound
 from app.jobs import queue
 from app.jobs.queue import NewJob
@@ -42,18 +43,37 @@ async def enqueue_many(
         )
 
 
-async def max_overlap(pg: asyncpg.Connection, job_type: str) -> int:
-    """Most jobs of ``job_type`` that were in progress at the same instant, from their claim/finish events."""
-    rows = await pg.fetch(
-        "SELECT e.at, e.kind FROM job_events e JOIN jobs j ON j.id = e.job_id WHERE j.type = $1 "
-        "AND e.kind IN ('claimed', 'completed', 'failed', 'retry_scheduled', 'cancelled', 'rescued', 'released') ORDER BY e.at, e.id",
-        job_type,
-    )
-    running = peak = 0
-    for r in rows:
-        running += 1 if r["kind"] == "claimed" else -1
-        peak = max(peak, running)
-    return peak
+class RunningSampler:
+    """Samples, every few milliseconds on its own connection, how many jobs of a type are running (in
+    committed state) and keeps the peak. Event timestamps cannot be used for this: ``job_events.at`` is
+    its transaction's start, and a claim that waited for the type's lock is stamped before the
+    completion it waited for."""
+
+    def __init__(self, dsn: str, job_type: str) -> None:
+        self.dsn, self.job_type, self.peak, self.samples = dsn, job_type, 0, 0
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> RunningSampler:
+        conn = await asyncpg.connect(self.dsn)
+        sql = "SELECT count(*) FROM jobs WHERE status = 'in_progress' AND type = $1"
+
+        async def run() -> None:
+            try:
+                while not self._stop.is_set():
+                    n = await conn.fetchval(sql, self.job_type)
+                    self.peak, self.samples = max(self.peak, n), self.samples + 1
+                    await asyncio.sleep(0.003)
+            finally:
+                await conn.close()
+
+        self._task = asyncio.create_task(run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._task is not None
+        await self._task
 
 
 async def test_a_paused_type_accepts_jobs_but_none_is_claimed_until_resumed(
@@ -103,45 +123,50 @@ async def test_pausing_every_type_stops_all_claims_and_survives_a_worker_restart
 
 
 async def test_a_concurrency_limit_is_never_exceeded_by_four_worker_processes(
-    make_settings, engine, admin, pg, tmp_path
+    make_settings, engine, admin, pg, tmp_path, db_url
 ) -> None:
     settings = make_settings(max_concurrent_jobs=5)
     async with engine.begin() as conn:
         await controls.set_limits(conn, "test.effect", max_running=3, max_per_minute=None, admin=admin)
     await enqueue_many(engine, settings, admin, "test.effect", {"seconds": 0.4}, 24)
     await enqueue_many(engine, settings, admin, "noop", {}, 50)  # unlimited work alongside
-    procs = [WorkerProcess(settings, tmp_path / f"w{i}.log") for i in range(4)]
-    try:
-        await wait_until(
-            lambda: pg.fetchval("SELECT count(*) = 74 FROM jobs WHERE status = 'completed'"),
-            timeout=90,
-            interval=0.3,
-            what="all jobs",
-        )
-    finally:
-        for p in procs:
-            p.close()
-    assert await max_overlap(pg, "test.effect") == 3
+    async with RunningSampler(asyncpg_dsn(db_url), "test.effect") as sampler:
+        procs = [WorkerProcess(settings, tmp_path / f"w{i}.log") for i in range(4)]
+        try:
+            await wait_until(
+                lambda: pg.fetchval("SELECT count(*) = 74 FROM jobs WHERE status = 'completed'"),
+                timeout=90,
+                interval=0.3,
+                what="all jobs",
+            )
+        finally:
+            for p in procs:
+                p.close()
+    assert sampler.samples > 100
+    assert sampler.peak == 3, f"peak {sampler.peak} running at once; the limit is 3"
     # Several processes really competed for the work (the limited jobs may all land on one of them).
     assert await pg.fetchval("SELECT count(DISTINCT actor) FROM job_events WHERE kind = 'claimed'") >= 2
 
 
-async def test_a_concurrency_limit_can_change_while_jobs_run(engine, settings, admin, pg) -> None:
+async def test_a_concurrency_limit_can_change_while_jobs_run(engine, settings, admin, pg, db_url) -> None:
     async with engine.begin() as conn:
         await controls.set_limits(conn, "sleep", max_running=1, max_per_minute=None, admin=admin)
     await enqueue_many(engine, settings, admin, "sleep", {"seconds": 0.5}, 6)
     async with running_worker(settings):
-        await wait_until(
-            lambda: pg.fetchval("SELECT count(*) >= 2 FROM jobs WHERE status = 'completed'"),
-            what="two done one at a time",
-        )
-        assert await max_overlap(pg, "sleep") == 1
-        async with engine.begin() as conn:
-            await controls.set_limits(conn, "sleep", max_running=None, max_per_minute=None, admin=admin)
-        await wait_until(
-            lambda: pg.fetchval("SELECT count(*) = 6 FROM jobs WHERE status = 'completed'"), what="the rest"
-        )
-    assert await max_overlap(pg, "sleep") > 1
+        async with RunningSampler(asyncpg_dsn(db_url), "sleep") as limited:
+            await wait_until(
+                lambda: pg.fetchval("SELECT count(*) >= 2 FROM jobs WHERE status = 'completed'"),
+                what="two done one at a time",
+            )
+        assert limited.peak == 1
+        async with RunningSampler(asyncpg_dsn(db_url), "sleep") as unlimited:
+            async with engine.begin() as conn:
+                await controls.set_limits(conn, "sleep", max_running=None, max_per_minute=None, admin=admin)
+            await wait_until(
+                lambda: pg.fetchval("SELECT count(*) = 6 FROM jobs WHERE status = 'completed'"),
+                what="the rest",
+            )
+    assert unlimited.peak > 1
 
 
 async def test_a_rate_limit_caps_starts_per_minute(engine, settings, admin, pg) -> None:
