@@ -21,8 +21,9 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Links in alerts and in `jobdesk demo` use JOBDESK_BASE_URL; follow HOST/PORT unless it is set.
 run: $(STAMP)
-	$(VENV)/bin/jobdesk serve --host $(HOST) --port $(PORT)
+	JOBDESK_BASE_URL="$${JOBDESK_BASE_URL:-http://$(HOST):$(PORT)}" $(VENV)/bin/jobdesk serve --host $(HOST) --port $(PORT)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .

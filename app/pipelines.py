@@ -574,7 +574,7 @@ PIPELINE_STEPS = text(
     """
     SELECT j.id, j.step_key, j.type, j.title, j.status, j.is_active, j.pending_parents, j.run_at, j.attempts,
            j.max_attempts, j.progress, j.progress_message, j.started_at, j.completed_at, j.requires_approval,
-           j.error_message IS NOT NULL AS has_error, j.created_at,
+           j.error_message IS NOT NULL AS has_error, j.created_at, j.created_by_job,
            COALESCE((SELECT array_agg(d.depends_on::text ORDER BY d.depends_on) FROM job_dependencies d WHERE d.job_id = j.id),
                     '{}') AS depends_on_ids
     FROM jobs j WHERE j.pipeline_id = :id ORDER BY j.id
@@ -624,6 +624,7 @@ async def get(
                 "completed_at": r["completed_at"],
                 "requires_approval": r["requires_approval"],
                 "has_error": r["has_error"],
+                "created_by": key_of.get(str(r["created_by_job"])) if r["created_by_job"] else None,
             }
         )
     done = sum(1 for s in steps if s["status"] == "completed")
@@ -637,14 +638,19 @@ async def get(
 
 
 def layers(steps: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Steps grouped by depth (longest path from a root): each layer's steps can run side by side."""
+    """Steps grouped by depth (longest path from a root): each layer's steps can run side by side. A step
+    a processor created counts as coming after the step that created it (it could not start before)."""
     by_key = {s["key"]: s for s in steps}
     depth: dict[str, int] = {}
 
     def d(key: str, seen: frozenset[str] = frozenset()) -> int:
         if key in depth:
             return depth[key]
-        parents = [p for p in by_key[key]["depends_on"] if p in by_key and p not in seen]
+        before = [
+            *by_key[key]["depends_on"],
+            *([by_key[key]["created_by"]] if by_key[key].get("created_by") else []),
+        ]
+        parents = [p for p in before if p in by_key and p not in seen]
         depth[key] = 0 if not parents else 1 + max(d(p, seen | {key}) for p in parents)
         return depth[key]
 

@@ -190,3 +190,15 @@ async def until_fixed(ctx: JobContext[FlagInput]) -> dict[str, Any]:
         raise RuntimeError(f"{ctx.input.flag} is down")
     await _record(ctx)
     return {"fixed": True}
+
+
+@processor(
+    "test.retryable",
+    title="Temporary trouble",
+    description="Fails with a message for people.",
+    diagnostic=True,
+)
+async def temporary_trouble(ctx: JobContext[Any]) -> dict[str, Any]:
+    from app.processors import RetryableError
+
+    raise RetryableError("The printer is out of paper; it will be tried again.")

@@ -52,6 +52,7 @@ def test_labels_are_plain_words() -> None:
     assert label("in_progress", is_active=False) == "Cancelling"
     assert label("queued", pending_parents=2) == "Waiting for earlier steps"
     assert label("queued", scheduled=True) == "Scheduled"
+    assert label("queued", retrying=True, scheduled=True) == "Retrying"  # a failed attempt is not "Waiting"
     assert [label(s.value) for s in Status] == [
         "Waiting",
         "Running",

@@ -426,7 +426,7 @@ async def test_a_failed_job_offers_edit_and_resubmit_with_the_form_filled_in(
     assert "This form is filled in from" in form
     assert re.search(r'name="name"[^>]*value="Ann"', form)
     assert re.search(r'name="copies"[^>]*value="4"', form)
-    assert '<textarea id="f-tags" name="tags" rows="4">a\nb</textarea>' in form
+    assert '<textarea id="f-tags" name="tags" aria-describedby="h-tags" rows="4">a\nb</textarea>' in form
     assert re.search(r'name="remind_at"[^>]*value="2026-12-24T17:00"', form)
     assert '<option value="small" selected>small</option>' in form
     # another user's job cannot pre-fill a form: the same 404 as an unknown id
@@ -551,7 +551,7 @@ async def test_a_retry_wait_shows_the_attempt_the_next_try_and_the_last_error(
     await claim(engine)
     await finish(engine, slow_retry, jid, "failed", error="Timeout talking to the printer", delay=600)
     page = main_html((await client.get(f"/jobs/{jid}")).text)
-    assert "Waiting</span>" in page and "Next try" in page and "(in 10 min)" in page
+    assert "Retrying</span>" in page and "Next try" in page and "(in 10 min)" in page
     assert "<dt>Attempt</dt><dd>1 of 3</dd>" in page
     assert "The last attempt did not work." in page and "Timeout talking to the printer" in page
 
@@ -1283,3 +1283,53 @@ async def test_every_query_of_every_page_and_poll_uses_an_index_on_a_big_table(
             engine, "SELECT id FROM jobs WHERE user_id = $1 ORDER BY id DESC LIMIT 50", (crowd[0],), 5
         )
         assert len(found) == 1 and found[0].endswith("Scan on jobs read 50 rows")
+
+
+def test_a_list_of_numbers_is_typed_with_commas_not_json() -> None:
+    """Found by a first-time user: "Sizes (pixels)" asked for JSON. A list of numbers is a text box that
+    takes ``160, 640`` (commas, spaces or semicolons) and says which entry is not a number."""
+    from zoneinfo import ZoneInfo
+
+    from app.processors import registry
+    from app.web.forms import _convert, display_value, form_fields
+
+    sizes = next(f for f in form_fields(registry.get("images.thumbnail").input_model) if f.name == "sizes")
+    assert sizes.kind == "integers"
+    utc = ZoneInfo("UTC")
+    assert _convert(sizes, "160, 640", utc) == ([160, 640], None)
+    assert _convert(sizes, "160 ; 640  1024", utc) == ([160, 640, 1024], None)
+    value, problem = _convert(sizes, "160, big", utc)
+    assert (
+        value is None
+        and problem == "“big” is not a whole number. Separate the numbers with commas, like 160, 640."
+    )
+    assert display_value(sizes, [160, 640], utc) == "160, 640"
+
+
+def test_results_show_lists_of_objects_as_tables_and_objects_as_fields() -> None:
+    from app.web.views import result_items
+
+    items = {
+        it["label"]: it
+        for it in result_items(
+            {
+                "columns": [
+                    {"name": "price", "type": "decimal"},
+                    {"name": "<b>item</b>", "type": "text", "url": "https://x.example"},
+                ],
+                "source": {"name": "penguins.csv", "rows": 344},
+                "deep": {"a": {"b": {"c": 1}}},
+            }
+        )
+    }
+    table = items["Columns"]
+    assert table["kind"] == "table" and table["value"]["columns"] == ["Name", "Type", "Url"]
+    assert [c["value"] for c in table["value"]["rows"][1]] == ["<b>item</b>", "text", "https://x.example"]
+    assert table["value"]["rows"][1][2]["kind"] == "url"
+    assert items["Source"]["kind"] == "fields" and [f["value"] for f in items["Source"]["value"]] == [
+        "penguins.csv",
+        "344",
+    ]
+    assert (
+        items["Deep"]["kind"] == "fields" and items["Deep"]["value"][0]["kind"] == "json"
+    )  # one level, then JSON

@@ -404,3 +404,11 @@ async def test_cpu_bound_processors_report_progress_from_their_process(engine, s
         )
         assert 0 < row["progress"] < 1 and row["progress_message"].endswith("rounds")
         await wait_status(pg, job, {"completed"}, timeout=20)
+
+
+async def test_a_retryable_error_is_stored_as_its_message_for_people(engine, settings, owner, pg) -> None:
+    """A ``RetryableError``'s message is written for people: no class name, no traceback."""
+    async with running_worker(settings):
+        job = await enqueue(engine, settings, owner, "test.retryable", max_attempts=1)
+        row = await wait_status(pg, job, {"failed"})
+    assert row["error_message"] == "The printer is out of paper; it will be tried again."

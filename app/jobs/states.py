@@ -105,14 +105,24 @@ LABELS = {
 }
 
 
-def label(status: str, *, is_active: bool = True, pending_parents: int = 0, scheduled: bool = False) -> str:
+def label(
+    status: str,
+    *,
+    is_active: bool = True,
+    pending_parents: int = 0,
+    scheduled: bool = False,
+    retrying: bool = False,
+) -> str:
     """The status in plain words: ``Cancelling`` for a running job with a cancel request,
-    ``Waiting for earlier steps`` while dependencies are unfinished, ``Scheduled`` before ``run_at``."""
+    ``Waiting for earlier steps`` while dependencies are unfinished, ``Retrying`` after a failed attempt
+    (so a job that keeps failing never looks like a harmless "Waiting"), ``Scheduled`` before ``run_at``."""
     if status == Status.IN_PROGRESS and not is_active:
         return "Cancelling"
     if status == Status.QUEUED:
         if pending_parents:
             return "Waiting for earlier steps"
+        if retrying:
+            return "Retrying"
         if scheduled:
             return "Scheduled"
     return LABELS.get(Status(status), status) if status in Status._value2member_map_ else status

@@ -139,6 +139,11 @@ class PermanentError(Exception):
     """Fail the job now, without retries (issue 3 §4): the input is wrong, or a service said no (4xx)."""
 
 
+class RetryableError(Exception):
+    """A failed attempt worth retrying whose message is written for people (a service is down, a
+    timeout): stored as the message alone, without the exception's class name or a traceback."""
+
+
 class JobCancelled(Exception):
     """Raised by :meth:`JobContext.sleep` and :meth:`JobContext.check_cancelled` once a cancel was
     requested; let it propagate and the job ends ``cancelled``."""

@@ -27,7 +27,7 @@ from typing import Any
 import aiosmtplib
 from pydantic import Field, field_validator
 
-from app.processors import Input, JobContext, LongText, PermanentError, processor
+from app.processors import Input, JobContext, LongText, PermanentError, RetryableError, processor
 from app.processors.support import invalid
 
 ADDRESS = re.compile(
@@ -92,7 +92,7 @@ class EmailInput(Input):
         return value.strip()
 
 
-class TemporaryMailError(Exception):
+class TemporaryMailError(RetryableError):
     """A failed attempt worth retrying: unreachable server, timeout, a 4xx answer."""
 
 

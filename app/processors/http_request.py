@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import Field, ValidationInfo, field_validator
 
-from app.processors import Input, JobContext, LongText, PermanentError, processor
+from app.processors import Input, JobContext, LongText, PermanentError, RetryableError, processor
 from app.processors.support import invalid
 
 BODY_KEEP_CHARS = 20_000
@@ -132,7 +132,7 @@ class HttpRequestInput(Input):
         return value
 
 
-class TemporaryHttpError(Exception):
+class TemporaryHttpError(RetryableError):
     """A failed attempt worth retrying: 5xx, 408/425/429, timeout, connection failure."""
 
 

@@ -23,7 +23,7 @@ from app.auth import requires_admin, requires_user
 from app.errors import BadInput
 from app.jobs import queue
 from app.jobs.queue import NewJob
-from app.jobs.states import LABELS, Status
+from app.jobs.states import Status, label
 from app.processors import registry
 from app.web import DbSession
 
@@ -133,11 +133,13 @@ def job_json(row: Any, dependent_on_jobs: list[UUID] | None = None) -> dict[str,
 
 
 def _label(row: Any) -> str:
-    if row["status"] == Status.IN_PROGRESS and not row["is_active"]:
-        return "Cancelling"
-    if row["status"] == Status.QUEUED and row.get("pending_parents"):
-        return "Waiting for earlier steps"
-    return LABELS.get(Status(row["status"]), row["status"])
+    queued = row["status"] == Status.QUEUED
+    return label(
+        row["status"],
+        is_active=row["is_active"],
+        pending_parents=row.get("pending_parents") or 0,
+        retrying=queued and (row.get("attempts") or 0) > 0,
+    )
 
 
 def _settings(request: Request[Any, Any, Any]) -> Any:

@@ -184,6 +184,10 @@ def _kind(tp: Any, widget: str | None) -> tuple[str, tuple[Any, ...]]:
             return "files", ()
         if inner is str:
             return "list", ()
+        if inner is int and not _is_subclass(inner, enum.Enum):
+            return "integers", ()
+        if inner is float or _is_subclass(inner, Decimal):
+            return "decimals", ()
     return "json", ()
 
 
@@ -294,6 +298,9 @@ def display_value(f: FormField, value: Any, tz: ZoneInfo) -> Any:
             return t.strftime("%H:%M:%S" if t.second else "%H:%M")
         if f.kind == "list":
             return "\n".join(str(v) for v in value) if isinstance(value, list | tuple) else str(value)
+        if f.kind in ("integers", "decimals"):
+            items = value if isinstance(value, list | tuple) else [value]
+            return ", ".join(_num(v) if isinstance(v, float) else str(v) for v in items)
         if f.kind == "json":
             if isinstance(value, BaseModel):
                 value = value.model_dump(mode="json")
@@ -533,6 +540,21 @@ def _convert(f: FormField, raw: str, tz: ZoneInfo) -> tuple[Any, str | None]:
         return dt.isoformat(), None
     if f.kind == "list":
         return [line.strip() for line in raw.split("\n") if line.strip()], None
+    if f.kind in ("integers", "decimals"):
+        numbers: list[int | float] = []
+        for part in re.split(r"[\s,;]+", text):
+            if not part:
+                continue
+            try:
+                numbers.append(int(part) if f.kind == "integers" else float(part.replace("_", "")))
+            except ValueError:
+                example = "160, 640" if f.kind == "integers" else "0.5, 2.5"
+                kind = "whole number" if f.kind == "integers" else "number"
+                return (
+                    None,
+                    f"“{part[:20]}” is not a {kind}. Separate the numbers with commas, like {example}.",
+                )
+        return numbers, None
     if f.kind == "json":
         try:
             return json.loads(raw), None

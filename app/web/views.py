@@ -52,6 +52,7 @@ STATUS_CLASS = {
     "Waiting": "waiting",
     "Scheduled": "waiting",
     "Waiting for earlier steps": "waiting",
+    "Retrying": "approval",
     "Running": "running",
     "Cancelling": "running",
     "Done": "done",
@@ -65,8 +66,8 @@ def job_state(row: Mapping[str, Any], now: datetime | None = None) -> dict[str, 
     """The derived state of a job row (any column subset with ``status``, ``is_active``,
     ``pending_parents``, ``run_at``, ``attempts``, ``max_attempts``, ``progress``):
 
-    ``label`` (plain words: Waiting, Scheduled, Running, Done, Failed, Cancelled, Cancelling, Needs
-    approval, Waiting for earlier steps), ``css`` (badge class), ``terminal``, ``scheduled`` (waiting for
+    ``label`` (plain words: Waiting, Scheduled, Retrying, Running, Done, Failed, Cancelled, Cancelling,
+    Needs approval, Waiting for earlier steps), ``css`` (badge class), ``terminal``, ``scheduled`` (waiting for
     its ``run_at``, issue 11 §1), ``retrying`` (a failed attempt; the next try is at ``run_at``),
     ``percent`` (0–100 or ``None``), ``cancelling``, ``version`` (poll fingerprint).
     """
@@ -79,7 +80,11 @@ def job_state(row: Mapping[str, Any], now: datetime | None = None) -> dict[str, 
     retrying = bool(due_later and attempts > 0 and not pending)
     scheduled = bool(due_later and attempts == 0 and not pending)
     label = states.label(
-        status, is_active=row.get("is_active", True), pending_parents=pending, scheduled=scheduled
+        status,
+        is_active=row.get("is_active", True),
+        pending_parents=pending,
+        scheduled=scheduled,
+        retrying=status == Status.QUEUED and attempts > 0 and not pending,
     )
     progress = row.get("progress")
     percent = None if progress is None else max(0, min(100, round(float(progress) * 100)))
@@ -134,9 +139,50 @@ def is_http_url(value: Any) -> bool:
     return parts.scheme.lower() in ("http", "https") and bool(parts.netloc)
 
 
-def display_item(key: str, value: Any, label: str | None = None) -> dict[str, Any]:
+TABLE_MAX_ROWS = 200
+TABLE_MAX_COLUMNS = 12
+
+
+def _cell(value: Any) -> dict[str, Any]:
+    """A table cell: a file link, an http(s) link, or text (nested data as compact JSON)."""
+    if is_file_ref(value):
+        return {"kind": "file", "value": value}
+    if is_http_url(value):
+        return {"kind": "url", "value": value}
+    if value is None:
+        return {"kind": "text", "value": ""}
+    if isinstance(value, bool):
+        return {"kind": "text", "value": "Yes" if value else "No"}
+    if isinstance(value, float):
+        return {"kind": "text", "value": f"{value:,.6g}"}
+    if isinstance(value, str | int):
+        return {"kind": "text", "value": str(value)}
+    return {"kind": "text", "value": json.dumps(value, ensure_ascii=False, default=str)[:300]}
+
+
+def _as_table(value: Any) -> dict[str, Any] | None:
+    """A list of flat objects as ``{"columns", "rows"}`` (people read tables, not JSON), or ``None``."""
+    if not (isinstance(value, list) and value and len(value) <= TABLE_MAX_ROWS):
+        return None
+    if not all(isinstance(v, dict) and not is_file_ref(v) for v in value):
+        return None
+    keys: list[str] = []
+    for row in value:
+        for k in row:
+            if k not in keys:
+                keys.append(str(k))
+    if len(keys) > TABLE_MAX_COLUMNS:
+        return None
+    return {
+        "columns": [humanize(k) for k in keys],
+        "rows": [[_cell(row.get(k)) for k in keys] for row in value],
+    }
+
+
+def display_item(key: str, value: Any, label: str | None = None, depth: int = 0) -> dict[str, Any]:
     """One readable field: ``{"label", "kind", "value"}`` with ``kind`` one of ``text``, ``multiline``,
-    ``url``, ``file``, ``files``, ``yesno``, ``empty``, ``list``, ``json``."""
+    ``url``, ``file``, ``files``, ``yesno``, ``empty``, ``list``, ``table`` (a list of objects),
+    ``fields`` (an object, shown as nested fields), ``json`` (anything else)."""
     label = label or humanize(key)
     if value is None:
         return {"label": label, "kind": "empty", "value": None}
@@ -158,6 +204,15 @@ def display_item(key: str, value: Any, label: str | None = None) -> dict[str, An
             "kind": "list",
             "value": [{"url": is_http_url(v), "text": str(v)} for v in value],
         }
+    table = _as_table(value)
+    if table is not None:
+        return {"label": label, "kind": "table", "value": table}
+    if isinstance(value, dict) and depth == 0 and 0 < len(value) <= 20:
+        return {
+            "label": label,
+            "kind": "fields",
+            "value": [display_item(str(k), v, depth=1) for k, v in value.items()],
+        }
     return {"label": label, "kind": "json", "value": pretty_json(value)}
 
 
@@ -174,7 +229,8 @@ def result_items(result: Any) -> list[dict[str, Any]]:
     if not isinstance(result, dict):
         return []
     items = [display_item(str(k), v) for k, v in list(result.items())[:100]]
-    return sorted(items, key=lambda it: it["kind"] == "json")  # nested data after the plain fields
+    nested = ("table", "fields", "json")
+    return sorted(items, key=lambda it: nested.index(it["kind"]) + 1 if it["kind"] in nested else 0)
 
 
 def input_items(

@@ -57,6 +57,7 @@ from app.processors import (
     PermanentError,
     ProcessorSpec,
     Result,
+    RetryableError,
     registry,
 )
 from app.settings import Settings
@@ -794,6 +795,8 @@ def _describe(exc: BaseException) -> str:
     """``Type: message`` then the traceback, as stored in ``error_message`` (capped by the queue)."""
     if isinstance(exc, _ProcessorError):
         return f"{exc}\n\n{exc.traceback_text}"
+    if isinstance(exc, RetryableError) and str(exc):
+        return str(exc)
     head = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     try:
         tb = "".join(traceback.format_exception(exc, limit=50))
