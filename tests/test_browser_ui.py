@@ -187,7 +187,8 @@ def test_pipeline_steps_advance_cancel_in_place_and_my_jobs_on_a_phone(
     page.fill("#f-_title", "This one breaks")
     page.click("button.submit")
     page.wait_for_url(re.compile(r".*/jobs/[0-9a-f-]{36}$"))
-    page.locator("#job-status .status", has_text="Waiting").or_(
+    # after its failed attempt the job waits to be retried ("Retrying"), or has failed for good
+    page.locator("#job-status .status", has_text="Retrying").or_(
         page.locator("#job-status .status", has_text="Failed")
     ).first.wait_for()
 
