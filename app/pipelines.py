@@ -75,6 +75,8 @@ class Template:
     input_model: type[Input] = EmptyInput
     group: str = "Pipelines"
     diagnostic: bool = False
+    steps_note: str | None = None
+    """Shown instead of "N steps" where the steps are not known up front (a step creates more)."""
 
     def build(self, input_data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """Validate the pipeline input and return it normalised with the step specs.
@@ -415,11 +417,14 @@ async def create_from_template(
     user_id: int,
     settings: Settings,
     request_id: str | None = None,
+    title: str | None = None,
 ) -> RowMapping:
-    """Start a registered template (``POST /api/pipelines {template, input_data}``).
+    """Start a registered template (``POST /api/pipelines {template, input_data}``). ``title`` names
+    this run (the form's "Name this pipeline"); without it the pipeline is named after the template.
 
     Raises:
-        BadInput: unknown template (``template``) or bad input (``input_data.<field>``).
+        BadInput: unknown template (``template``), bad input (``input_data.<field>``), or a ``title``
+        over 200 characters.
     """
     tpl = get_template(name) if isinstance(name, str) else None
     if tpl is None:
@@ -434,9 +439,12 @@ async def create_from_template(
     await queue.check_file_owners(
         conn, [(user_id, path, fid) for path, fid in file_refs(tpl.input_model, values)]
     )
+    title = (title or "").strip()
+    if len(title) > 200:
+        raise BadInput.field("title", f"must be at most 200 characters (it has {len(title)})")
     return await create(
         db,
-        name=tpl.title,
+        name=title or tpl.title,
         steps=steps,
         user_id=user_id,
         settings=settings,

@@ -475,7 +475,7 @@ async def test_job_page_and_fragment_follow_the_job_from_waiting_to_done(
     assert r.status_code == 200
     assert "Running</span>" in r.text and '<progress value="42" max="100"' in r.text
     assert "<strong>42%</strong> · Reading page 3 of 7" in r.text
-    assert "<dt>Attempt</dt><dd>1 of 4</dd>" in r.text
+    assert "<dt>Attempt</dt><dd>1 of 4 <small class=\"muted\">(a failed attempt is tried again by itself, 4 tries in all)</small></dd>" in r.text
     assert (
         'id="act-cancel"' in r.text and 'hx-confirm="Cancel this job? Work already done is lost."' in r.text
     )
@@ -552,7 +552,7 @@ async def test_a_retry_wait_shows_the_attempt_the_next_try_and_the_last_error(
     await finish(engine, slow_retry, jid, "failed", error="Timeout talking to the printer", delay=600)
     page = main_html((await client.get(f"/jobs/{jid}")).text)
     assert "Retrying</span>" in page and "Next try" in page and "(in 10 min)" in page
-    assert "<dt>Attempt</dt><dd>1 of 3</dd>" in page
+    assert "<dt>Attempt</dt><dd>1 of 3 <small" in page
     assert "The last attempt did not work." in page and "Timeout talking to the printer" in page
 
 
@@ -820,6 +820,21 @@ async def test_pipeline_form_validation_and_resubmit(
         and '<small id="e-seconds" class="field-error">Must be at most 60.</small>' in r.text
     )
     assert await pg.fetchval("SELECT count(*) FROM pipelines") == 0
+    # the run can be named, like a job; too long a name is an error next to that field
+    assert 'Name this pipeline' in form
+    r = await client.post(
+        "/pipelines/new/test.steps", data=form_body(token, _title="x" * 201), follow_redirects=False
+    )
+    assert r.status_code == 422 and 'id="e-_title" class="field-error">Must be at most 200 characters' in r.text
+    assert await pg.fetchval("SELECT count(*) FROM pipelines") == 0
+    r = await client.post(
+        "/pipelines/new/test.steps",
+        data=form_body(token, _title="Quarterly numbers"),
+        follow_redirects=False,
+    )
+    named = await pg.fetchval("SELECT id FROM pipelines WHERE name = 'Quarterly numbers'")
+    assert r.status_code == 303 and r.headers["location"] == f"/pipelines/{named}"
+    await pg.execute("DELETE FROM pipelines")
     r = await client.post(
         "/pipelines/new/test.steps",
         data=form_body(token, title="Mine", fail_right="true"),
@@ -1120,8 +1135,8 @@ def _plan_problems(plan: dict[str, Any], limit_rows: int | None) -> list[str]:
     if relation in BIG_TABLES:
         if node_type == "Seq Scan":
             problems.append(f"Seq Scan on {relation}")
-        touched = plan.get("Actual Rows", 0) * plan.get("Actual Loops", 1) + plan.get(
-            "Rows Removed by Filter", 0
+        touched = round(  # rows per loop can be fractional (an average over loops or workers)
+            plan.get("Actual Rows", 0) * plan.get("Actual Loops", 1) + plan.get("Rows Removed by Filter", 0)
         )
         if limit_rows is not None and touched > limit_rows:
             problems.append(f"{node_type} on {relation} read {touched} rows")

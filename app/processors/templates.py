@@ -30,6 +30,7 @@ PHOTO_BATCH = template(
         "and a zip of all thumbnails.",
         input_model=PhotoBatchInput,
         group="Pictures",
+        steps_note="one step per picture, then a contact sheet",
         steps=(
             TemplateStep(
                 "plan", "images.batch", _photo_batch_step, title="Plan one thumbnail job per picture"
@@ -88,7 +89,7 @@ CSV_REVIEW = template(
                 "report.csv_check",
                 _check_step,
                 requires_approval=True,
-                title="Check the columns (an admin approves)",
+                title="Check the columns",
             ),
             TemplateStep(
                 "summary", "report.csv_summary", _summary_step, ("check",), title="Summarise every column"

@@ -50,6 +50,7 @@ def catalogue(user: Any) -> list[dict[str, Any]]:
                 "url": "/pipelines/new/" + quote(tpl.name, safe=""),
                 "kind": "pipeline",
                 "steps": len(tpl.steps),
+                "steps_note": tpl.steps_note,
                 "diagnostic": tpl.diagnostic,
             }
         )

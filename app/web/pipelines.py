@@ -54,7 +54,7 @@ STEP_COUNTS = text(
 )
 PIPELINE_EVENTS = text(
     """
-    SELECT e.id, e.job_id, j.step_key, e.at, e.kind, e.from_status, e.to_status, e.actor, e.message, e.data
+    SELECT e.id, e.job_id, COALESCE(j.title, j.step_key) AS step_key, e.at, e.kind, e.from_status, e.to_status, e.actor, e.message, e.data
     FROM job_events e LEFT JOIN jobs j ON j.id = e.job_id
     WHERE e.pipeline_id = :id ORDER BY e.id DESC LIMIT :limit
     """
@@ -174,6 +174,7 @@ def form_context(
     values: dict[str, Any],
     errors: dict[str, str],
     resubmit_of: Any = None,
+    job_title: str = "",
 ) -> dict[str, Any]:
     return {
         "kind": "pipeline",
@@ -188,6 +189,8 @@ def form_context(
         "values": values,
         "errors": errors,
         "form_error": errors.get(forms.FORM_ERROR),
+        "title_error": errors.get(forms.TITLE),
+        "job_title": job_title,
         "error_count": len(errors),
         "action": f"/pipelines/new/{tpl.name}",
         "resubmit_of": resubmit_of,
@@ -277,6 +280,7 @@ class PipelinesController(Controller):
         for field_name, message in forms.validate(tpl.input_model, parsed.data).items():
             errors.setdefault(field_name, message)
         too_large = parsed.too_large
+        title = str(form.get(forms.TITLE) or "").strip()
         row = None
         if not errors:
             try:
@@ -288,16 +292,22 @@ class PipelinesController(Controller):
                         user_id=user.id,
                         settings=settings,
                         request_id=request_id(request),
+                        title=title,
                     )
             except BadInput as exc:
                 errors = _pipeline_errors(exc, fields)
+                if "title" in exc.errors:
+                    message = exc.errors["title"]
+                    errors[forms.TITLE] = message[:1].upper() + message[1:] + "."
             except TooLarge as exc:
                 errors = {forms.FORM_ERROR: exc.detail}
                 too_large = True
         if row is None:
             if parsed.new_files:
                 await db_session.commit()  # keep the uploads: the re-shown form refers to them
-            ctx = form_context(request, tpl=tpl, fields=fields, values=parsed.values, errors=errors)
+            ctx = form_context(
+                request, tpl=tpl, fields=fields, values=parsed.values, errors=errors, job_title=title
+            )
             return render(request, "jobs/new.html", ctx, status_code=413 if too_large else 422)
         return Redirect(f"/pipelines/{row['id']}", status_code=303)
 
