@@ -95,6 +95,8 @@ def test_admin_console_walk_forms_and_no_script_runs(server: str, browser: Any, 
     phone.context.add_cookies(page.context.cookies())
     for name in ("admin", "admin/users", "admin/schedules", "admin/audit"):
         phone.goto(f"{base}/{name}")
-        phone.screenshot(path=str(artifacts_dir / f"admin-phone-{name.replace('/', '-')}.png"), full_page=True)
+        phone.screenshot(
+            path=str(artifacts_dir / f"admin-phone-{name.replace('/', '-')}.png"), full_page=True
+        )
         assert no_horizontal_scroll(phone), name
     assert watch.alerts == [] and not [e for e in watch.errors if "alert" in e]
