@@ -69,15 +69,25 @@ async def record(
 LIST = text(
     """
     SELECT id, at, user_id, user_email, action, target_type, target_ids, count, outcome, detail, ip
-    FROM audit_log WHERE (CAST(:before AS bigint) IS NULL OR id < :before)
+    FROM audit_log
+    WHERE (CAST(:before AS bigint) IS NULL OR id < :before)
+      AND (CAST(:action AS text) IS NULL OR action = :action)
+      AND (CAST(:email AS text) IS NULL OR user_email = :email)
     ORDER BY id DESC LIMIT :limit
     """
 )
 
 
 async def entries(
-    db: AsyncConnection | AsyncSession, *, before: int | None = None, limit: int = 50
+    db: AsyncConnection | AsyncSession,
+    *,
+    before: int | None = None,
+    limit: int = 50,
+    action: str | None = None,
+    user_email: str | None = None,
 ) -> list[RowMapping]:
-    """Newest first, keyset-paginated by ``before`` (an entry id)."""
+    """Newest first, keyset-paginated by ``before`` (an entry id), walking ``ix_audit_log_id_desc``;
+    optionally only one ``action`` and/or one admin's ``user_email`` (issue 7 §5)."""
     conn = await db.connection() if isinstance(db, AsyncSession) else db
-    return list((await conn.execute(LIST, {"before": before, "limit": limit})).mappings().all())
+    params = {"before": before, "limit": limit, "action": action or None, "email": user_email or None}
+    return list((await conn.execute(LIST, params)).mappings().all())

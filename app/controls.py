@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from uuid_utils.compat import uuid7
 
 from app import audit, pipelines
-from app.errors import BadInput, NotFound
+from app.errors import BadInput, Conflict, NotFound
 from app.jobs import queue
 from app.jobs.payload import check_input, json_text
 from app.jobs.queue import NewJob
@@ -161,6 +161,20 @@ async def controls(db: AsyncConnection | AsyncSession) -> dict[str, RowMapping]:
     return {r["type"]: r for r in (await conn.execute(LIST_CONTROLS)).mappings().all()}
 
 
+async def paused_for(
+    db: AsyncConnection | AsyncSession, types: Any = None
+) -> list[RowMapping]:
+    """The control rows that pause any of ``types`` (an iterable of job types; ``None``: every paused
+    row), ``*`` first — for the "Paused by <admin> at …" banner on pages listing those jobs (issue 11 §3).
+    Reads the small ``job_type_controls`` table only."""
+    rows = await controls(db)
+    paused = [r for r in rows.values() if r["paused"]]
+    if types is not None:
+        wanted = set(types)
+        paused = [r for r in paused if r["type"] == ALL_TYPES or r["type"] in wanted]
+    return sorted(paused, key=lambda r: (r["type"] != ALL_TYPES, r["type"]))
+
+
 def pause_of(rows: dict[str, RowMapping], job_type: str) -> RowMapping | None:
     """The control row that pauses ``job_type`` (its own, or ``*``), or ``None``."""
     for key in (job_type, ALL_TYPES):
@@ -250,7 +264,7 @@ INSERT_SCHEDULE = text(
         next_fire_at = CASE WHEN schedules.cron = EXCLUDED.cron AND schedules.timezone = EXCLUDED.timezone
                              AND schedules.enabled = EXCLUDED.enabled THEN schedules.next_fire_at
                             ELSE EXCLUDED.next_fire_at END
-    WHERE schedules.source = EXCLUDED.source
+    WHERE schedules.source = 'code' AND EXCLUDED.source = 'code'
     RETURNING *
     """
 )
@@ -295,8 +309,11 @@ async def create_schedule(
     settings: Settings,
     source: str = "ui",
     ip: str | None = None,
+    admin: Any = None,
 ) -> RowMapping:
     """Create (or, for a code schedule, update by name) a schedule; its jobs belong to ``owner``.
+    ``admin`` is who is recorded in the audit trail (default: ``owner``). A UI schedule whose name is
+    taken is refused, never overwritten.
 
     Raises:
         BadInput: invalid cron, time zone, target or input — each naming its field.
@@ -336,7 +353,7 @@ async def create_schedule(
     if source == "ui":
         await audit.record(
             conn,
-            user=owner,
+            user=admin or owner,
             action="schedule.create",
             target_type="schedule",
             target_ids=[row["id"]],
@@ -383,13 +400,19 @@ async def set_schedule_enabled(
 async def delete_schedule(
     db: AsyncConnection | AsyncSession, schedule_id: Any, admin: Any, *, ip: str | None = None
 ) -> None:
-    """Delete a schedule (its past jobs stay).
+    """Delete a schedule (its past jobs stay). A schedule defined in code cannot be deleted (the next
+    worker start would create it again): disable it, or remove it from the code.
 
     Raises:
-        NotFound: unknown id.
+        NotFound: unknown id. Conflict: a code-defined schedule.
     """
     conn = await _conn(db)
     row = await get_schedule(conn, schedule_id)
+    if row["source"] == "code":
+        raise Conflict(
+            f"The schedule {row['name']!r} is defined in code and cannot be deleted here; disable it instead, "
+            "or remove it from the code."
+        )
     await conn.execute(text("DELETE FROM schedules WHERE id = :id"), {"id": row["id"]})
     await audit.record(
         conn,

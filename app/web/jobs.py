@@ -35,9 +35,9 @@ from litestar.response import Redirect, Template
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import alerts, audit
+from app import alerts, audit, controls
 from app.auth import requires_user
-from app.errors import BadInput, Conflict, NotFound, TooLarge
+from app.errors import BadInput, Conflict, Forbidden, NotFound, TooLarge
 from app.files import FileStore
 from app.jobs import queue
 from app.jobs.queue import NewJob
@@ -236,6 +236,7 @@ def available_actions(row: Mapping[str, Any], state: Mapping[str, Any], user: An
         "reject": admin and status == Status.WAITING_APPROVAL,
         "rerun": admin and status == Status.WAITING_APPROVAL,
         "run_now": admin and status == Status.QUEUED and (state["scheduled"] or state["retrying"]),
+        "reschedule": admin and status == Status.QUEUED,
     }
 
 
@@ -277,6 +278,9 @@ async def status_context(
         ctx["error"] = views.error_summary(row, outcome["error_message"])
     elif row.get("error_preview"):
         ctx["error"] = views.error_summary(row, row["error_preview"])
+    if ctx["actions"]["reschedule"]:
+        ctx["timezones"] = timezone_names()
+        ctx["reschedule_tz"] = user.timezone or "UTC"
     if with_history:
         ctx["history"] = await job_history(db, row["id"], user)
         ctx["history_oob"] = True
@@ -312,6 +316,7 @@ async def page_context(db: AsyncSession, job_id: Any, user: Any, **status_kw: An
         pipeline=pipeline,
         history=await job_history(db, row["id"], user),
         history_oob=False,
+        paused=await controls.paused_for(db, [row["type"]]) if row["status"] == Status.QUEUED else [],
     )
     return ctx
 
@@ -327,6 +332,7 @@ CONFIRM = {
     "reject": "Reject this result? Steps that depend on it will be cancelled.",
     "rerun": "Run this step again?",
     "run-now": "Start this job now instead of at its scheduled time?",
+    "reschedule": "Move this job to the chosen time?",
 }
 
 
@@ -355,6 +361,7 @@ def _ok_message(action: str, row: Mapping[str, Any]) -> str:
         "reject": "Rejected. Steps that depend on it were cancelled.",
         "rerun": "This step will run again, then wait for approval again.",
         "run-now": "It will start as soon as a worker is free.",
+        "reschedule": "Rescheduled: it now waits until the time shown.",
     }[action]
 
 
@@ -386,10 +393,12 @@ async def perform_job_action(
     reason: str | None = None,
     ip: str | None = None,
     req_id: str | None = None,
+    run_at: Any = None,
 ) -> ActionOutcome:
     """Carry out one job action through :mod:`app.jobs.queue` in the caller's transaction.
 
-    ``action`` is one of :data:`ACTIONS`. When ``user`` is an admin the action is recorded with
+    ``action`` is one of :data:`ACTIONS`, or ``reschedule`` with ``run_at`` (an aware datetime; issue 11 §1).
+    When ``user`` is an admin the action is recorded with
     :func:`app.audit.record` (also when refused, with the reason) and, when it changed something, with
     :func:`app.alerts.record_admin_action` — both in the same transaction (issue 7 §2, §5). A refused
     action (the job moved on: "already finished") is returned with ``status_code=409`` after rolling back
@@ -400,7 +409,7 @@ async def perform_job_action(
         action. BadInput: ``reject`` without a reason; ``run-again`` of a type that no longer validates.
         ValueError: an unknown ``action``.
     """
-    if action not in ACTIONS:
+    if action not in ACTIONS and action != "reschedule":
         raise ValueError(f"unknown job action {action!r}")
     jid = parse_uuid(job_id)
     new_id = None
@@ -421,6 +430,8 @@ async def perform_job_action(
                 row = await queue.reject(db, jid, user, reason or "")
             elif action == "rerun":
                 row = await queue.rerun(db, jid, user)
+            elif action == "reschedule":
+                row = await queue.reschedule(db, jid, user, run_at)
             else:
                 row = await queue.reschedule(db, jid, user, None)
     except Conflict as exc:
@@ -442,6 +453,8 @@ async def perform_job_action(
             detail["reason"] = reason[:2000]
         if new_id is not None:
             detail["new_job"] = str(new_id)
+        if action == "reschedule":
+            detail["run_at"] = row["run_at"].isoformat()
         await audit.record(
             db,
             user=user,
@@ -530,6 +543,7 @@ class JobsController(Controller):
     ) -> Template:
         """My jobs (full page, or ``jobs/_list.html`` for htmx)."""
         ctx = await list_context(db_session, request.user, status, type_filter, after)
+        ctx["paused"] = await controls.paused_for(db_session)
         return render(request, "jobs/list.html", ctx, fragment="jobs/_list.html")
 
     @get("/new/{type_name:str}", name="jobs.new")
@@ -719,6 +733,39 @@ class JobsController(Controller):
         if outcome.status_code == 409:
             await db_session.commit()  # keep the audit entry of the refused action
         return await action_response(request, db_session, outcome, view)
+
+    @post("/{job_id:str}/reschedule", name="jobs.reschedule", status_code=200)
+    async def reschedule(
+        self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
+    ) -> Template:
+        """Admins: move a waiting job to a date, time and time zone (issue 11 §1); audited like the other
+        actions. A bad or past moment answers 422 with the reason in place; a job no longer waiting, 409."""
+        form = await request.form()
+        run_at, error = forms.parse_run_at(
+            str(form.get("date") or ""), str(form.get("time") or ""), str(form.get("tz") or "")
+        )
+        if error is None and run_at is None:
+            error = "Choose a date and a time (or use Run now)."
+        user = request.user
+        if error:
+            load = await load_status_row(db_session, job_id, user)
+            if not user.is_admin:
+                raise Forbidden("Only an admin can reschedule a job.")
+            outcome = ActionOutcome("reschedule", False, "Nothing changed: " + error, 422, load["id"])
+        else:
+            outcome = await perform_job_action(
+                db_session,
+                user,
+                "reschedule",
+                job_id,
+                settings_of(request),
+                ip=client_ip(request),
+                req_id=request_id(request),
+                run_at=run_at,
+            )
+        if outcome.status_code == 409:
+            await db_session.commit()
+        return await action_response(request, db_session, outcome, str(form.get("view") or ""))
 
 
 async def action_response(

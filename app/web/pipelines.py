@@ -26,7 +26,7 @@ from litestar.response import Redirect, Template
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import alerts, audit, pipelines
+from app import alerts, audit, controls, pipelines
 from app.auth import requires_user
 from app.errors import BadInput, NotFound, TooLarge
 from app.web import DbSession, forms, is_htmx, render, views, zone
@@ -157,6 +157,8 @@ async def pipeline_page_context(db: AsyncSession, pipeline_id: Any, user: Any, *
     ctx["history_oob"] = False
     tpl = pipelines.get_template(ctx["pipeline"]["template"]) if ctx["pipeline"]["template"] else None
     ctx["template"] = tpl
+    live_types = {s["type"] for s in ctx["pipeline"]["steps"] if s["status"] in ("queued", "in_progress")}
+    ctx["paused"] = await controls.paused_for(db, live_types) if live_types else []
     ctx["can_resubmit"] = (
         tpl is not None
         and ctx["pipeline"]["user_id"] == user.id
