@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test lint venv clean
+.PHONY: run demo test lint venv clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -24,6 +24,11 @@ venv: $(STAMP)
 # Links in alerts and in `jobdesk demo` use JOBDESK_BASE_URL; follow HOST/PORT unless it is set.
 run: $(STAMP)
 	JOBDESK_BASE_URL="$${JOBDESK_BASE_URL:-http://$(HOST):$(PORT)}" $(VENV)/bin/jobdesk serve --host $(HOST) --port $(PORT)
+
+# `make demo EMAIL=you@example.com`: the demo against the app that `make run` (same HOST/PORT) serves.
+demo: $(STAMP)
+	@test -n "$(EMAIL)" || { echo "Usage: make demo EMAIL=you@example.com [PORT=$(PORT)]"; exit 2; }
+	JOBDESK_BASE_URL="$${JOBDESK_BASE_URL:-http://$(HOST):$(PORT)}" $(VENV)/bin/jobdesk demo --email "$(EMAIL)"
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -135,6 +135,30 @@ def _samples(folder: Path) -> dict[str, Path]:
     return paths
 
 
+async def check_base_url(base: str, timeout_secs: float = 3.0) -> None:
+    """Make sure Jobdesk answers at ``base`` (``JOBDESK_BASE_URL``) before anything is submitted: the
+    demo prints links there and its web request job calls ``base/healthz``, which would otherwise retry
+    against the wrong address (found in a first-time user's trial with ``make run PORT=8100``).
+
+    Raises:
+        DemoError: nothing answers ``GET base/healthz`` within ``timeout_secs`` seconds with a 2xx.
+    """
+    import httpx
+
+    url = base.rstrip("/") + "/healthz"
+    try:
+        async with httpx.AsyncClient(timeout=timeout_secs, trust_env=False) as client:
+            ok = (await client.get(url)).is_success
+    except httpx.HTTPError:
+        ok = False
+    if not ok:
+        raise DemoError(
+            f"Jobdesk does not answer at {url}. The demo's links and its web request use JOBDESK_BASE_URL "
+            f"({base}): start Jobdesk first (make run), or set JOBDESK_BASE_URL to where it runs "
+            "(make demo EMAIL=... PORT=... does that for make run's HOST and PORT)."
+        )
+
+
 async def submit(
     engine: AsyncEngine,
     settings: Settings,
@@ -147,7 +171,8 @@ async def submit(
     waits with :func:`wait_for_email` and stops it).
 
     Raises:
-        DemoError: unknown or disabled user; sample files missing.
+        DemoError: unknown or disabled user; sample files missing; nothing answers at
+        ``JOBDESK_BASE_URL`` (:func:`check_base_url`).
         BadInput / TooLarge: a job or pipeline the checks refuse (as the API would).
     """
     paths = _samples(samples_dir or default_samples_dir())
@@ -162,6 +187,7 @@ async def submit(
         raise DemoError(f"The user {user['email']} is disabled; the demo needs an active account.")
     run = DemoRun(user["email"], user["is_admin"])
     base = settings.jobdesk_base_url
+    await check_base_url(base)
     store = FileStore(settings.files_dir)
     stored: list[uuid.UUID] = []
     note_path: Path | None = None

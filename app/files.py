@@ -185,6 +185,18 @@ class JobFiles:
             except NotFound:
                 raise PermanentError(f"File {file_id} does not exist or is not yours.") from None
 
+    async def names(self, file_ids: list[Any]) -> dict[str, str]:
+        """``{file id: original name}`` for those of ``file_ids`` that the job's owner may read (one
+        query by primary key); for CPU-bound processors, which cannot query (``CpuContext.file_names``)."""
+        if not file_ids or self.engine is None:
+            return {}
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(
+                text("SELECT id, name FROM files WHERE id = ANY(:ids) AND user_id = :owner"),
+                {"ids": [uuid.UUID(str(i)) for i in file_ids], "owner": self.job["user_id"]},
+            )
+            return {str(r.id): r.name for r in rows}
+
     async def path(self, file_id: Any) -> Path:
         """Path of an input file's bytes (checked against the job's owner)."""
         await self.info(file_id)

@@ -108,7 +108,11 @@ def job_context(
 
 @contextmanager
 def cpu_context(
-    type_: str, input_data: dict[str, Any], files_dir: Path, parents: dict[str, Any] | None = None
+    type_: str,
+    input_data: dict[str, Any],
+    files_dir: Path,
+    parents: dict[str, Any] | None = None,
+    file_names: dict[str, str] | None = None,
 ) -> Iterator[CpuContext]:
     """A CpuContext with a fresh output folder (removed afterwards)."""
     spec = registry.get(type_)
@@ -122,6 +126,7 @@ def cpu_context(
             files_dir=files_dir,
             output_dir=out,
             parents=parents or {},
+            file_names=file_names or {},
         )
     finally:
         shutil.rmtree(out, ignore_errors=True)

@@ -6,6 +6,7 @@ server the demo ran. Unknown users and missing samples are one-line errors."""
 from __future__ import annotations
 
 import asyncio
+import json
 import email
 import os
 import re
@@ -109,6 +110,13 @@ async def test_demo_submits_everything_and_each_reaches_its_end_state(db_url, tm
                 "SELECT result_data FROM jobs WHERE id = $1::uuid", rows["http.request"]["id"]
             )
             assert '"status": 200' in http and f"{base}/healthz" in http
+            # the worker tells the CPU-bound contact sheet the pictures' names (a trial found "Picture 1")
+            sheet = json.loads(
+                await pg.fetchval(
+                    "SELECT result_data FROM jobs WHERE id = $1::uuid", rows["images.contact_sheet"]["id"]
+                )
+            )
+            assert sheet["zip_members"] and not any("Picture" in m for m in sheet["zip_members"]), sheet
             errors = {
                 r["type"]: r["error_message"]
                 for r in await pg.fetch(
@@ -176,6 +184,9 @@ async def test_demo_errors_are_one_line(db_url, tmp_path) -> None:
         demo_cmd, db_url, data_dir, base, "--email", "someone@example.com", "--samples", str(empty)
     )
     assert_one_line_error(missing, "The sample files are missing from", "images/rocket.jpg")
+    # nothing answers at JOBDESK_BASE_URL (e.g. the app runs on another port): refused before submitting
+    elsewhere = await asyncio.to_thread(demo_cmd, db_url, data_dir, base, "--email", "someone@example.com")
+    assert_one_line_error(elsewhere, "Jobdesk does not answer at http://127.0.0.1:9/healthz", "make demo")
     no_option = await asyncio.to_thread(demo_cmd, db_url, data_dir, base)
     assert no_option.returncode == 2 and "Missing option '--email'" in no_option.stderr
     pg = await asyncpg.connect(asyncpg_dsn(db_url))

@@ -1348,3 +1348,22 @@ def test_results_show_lists_of_objects_as_tables_and_objects_as_fields() -> None
     assert (
         items["Deep"]["kind"] == "fields" and items["Deep"]["value"][0]["kind"] == "json"
     )  # one level, then JSON
+
+
+def test_a_csv_summarys_columns_read_as_a_table_with_nested_values_in_words() -> None:
+    """A first-time user's trial found the CSV summary's columns shown as raw JSON: 14 keys and nested
+    ``top_values`` / ``histogram``. They are a table, nested values written out in words."""
+    from app.processors.reports import summarise_column
+    from app.web.views import result_items
+
+    columns = [
+        summarise_column("species", ["Adelie", "Adelie", "Gentoo", ""], 3, False),
+        summarise_column("mass", ["3750", "3800", "", "4500.5"], 3, False),
+    ]
+    (item,) = result_items({"columns": columns})
+    assert item["kind"] == "table", item
+    table = item["value"]
+    cells = {col: [row[i]["value"] for row in table["rows"]] for i, col in enumerate(table["columns"])}
+    assert cells["Name"] == ["species", "mass"]
+    assert cells["Top values"][0] == "Adelie (2); Gentoo (1)"
+    assert "{" not in " ".join(str(v) for col in cells.values() for v in col)

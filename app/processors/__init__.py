@@ -232,6 +232,8 @@ class CpuContext:
     files_dir: Path
     output_dir: Path
     parents: dict[str, Any] = field(default_factory=dict)
+    file_names: dict[str, str] = field(default_factory=dict)
+    """``{file id: original name}`` of the uploaded files named in ``input`` (filled by the worker)."""
 
     def input_path(self, file_id: uuid.UUID | str) -> Path:
         return self.files_dir / str(file_id)

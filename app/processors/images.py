@@ -290,7 +290,8 @@ def _sheet_sources(ctx: CpuContext) -> tuple[list[tuple[str, Path]], list[tuple[
         for f in refs:
             members.append((str(f.get("name") or f["file_id"]), stored_file(ctx.files_dir, f["file_id"])))
     for i, fid in enumerate(ctx.input.images, start=1):
-        tiles.append((f"Picture {i}", stored_file(ctx.files_dir, fid, "picture")))
+        name = ctx.file_names.get(str(fid)) or f"Picture {i}"
+        tiles.append((name, stored_file(ctx.files_dir, fid, "picture")))
     return tiles, members
 
 

@@ -140,7 +140,7 @@ def is_http_url(value: Any) -> bool:
 
 
 TABLE_MAX_ROWS = 200
-TABLE_MAX_COLUMNS = 12
+TABLE_MAX_COLUMNS = 16
 
 
 def _cell(value: Any) -> dict[str, Any]:
@@ -157,7 +157,27 @@ def _cell(value: Any) -> dict[str, Any]:
         return {"kind": "text", "value": f"{value:,.6g}"}
     if isinstance(value, str | int):
         return {"kind": "text", "value": str(value)}
-    return {"kind": "text", "value": json.dumps(value, ensure_ascii=False, default=str)[:300]}
+    text = _compact(value)
+    return {"kind": "text", "value": text if len(text) <= 300 else text[:299] + "…"}
+
+
+def _compact(value: Any) -> str:
+    """Nested data in a table cell, in words rather than JSON: ``[{value, count}]`` as ``a (3); b (2)``,
+    ``[{from, to, count}]`` as ``1–2: 3; …``, other objects as ``Key value, …``, lists joined by ``;``
+    (a first-time user's trial found the CSV summary's columns shown as raw JSON)."""
+    if isinstance(value, list):
+        return "; ".join(_compact(v) for v in value)
+    if isinstance(value, dict):
+        if set(value) == {"value", "count"}:
+            return f"{_compact(value['value'])} ({_compact(value['count'])})"
+        if set(value) == {"from", "to", "count"}:
+            return f"{_compact(value['from'])}–{_compact(value['to'])}: {_compact(value['count'])}"
+        return ", ".join(f"{humanize(str(k))} {_compact(v)}" for k, v in value.items())
+    if isinstance(value, float):
+        return f"{value:,.6g}"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "" if value is None else str(value)
 
 
 def _as_table(value: Any) -> dict[str, Any] | None:

@@ -510,6 +510,10 @@ class Worker:
         if spec.cpu_bound:
             from app.worker.cpu import ProcessFailure, run_in_process
 
+            from app.processors.support import file_ids_in
+
+            ids = [i for found in file_ids_in(type(model), row["input_data"] or {}).values() for i in found]
+            names = await JobFiles(self.files, self.app_engine, row).names(ids) if ids else {}
             out_dir = Path(tempfile.mkdtemp(prefix=f"job-{row['id']}-", dir=self._scratch()))
             ctx = CpuContext(
                 job_id=str(row["id"]),
@@ -518,6 +522,7 @@ class Worker:
                 files_dir=self.files.dir,
                 output_dir=out_dir,
                 parents=parents or {},
+                file_names=names,
             )
             await self._progress(job, 0.0, "Working…")
             try:
