@@ -6,8 +6,8 @@ server the demo ran. Unknown users and missing samples are one-line errors."""
 from __future__ import annotations
 
 import asyncio
-import json
 import email
+import json
 import os
 import re
 import subprocess

@@ -508,9 +508,8 @@ class Worker:
         row = job.row
         parents = row["parents"]
         if spec.cpu_bound:
-            from app.worker.cpu import ProcessFailure, run_in_process
-
             from app.processors.support import file_ids_in
+            from app.worker.cpu import ProcessFailure, run_in_process
 
             ids = [i for found in file_ids_in(type(model), row["input_data"] or {}).values() for i in found]
             names = await JobFiles(self.files, self.app_engine, row).names(ids) if ids else {}
