@@ -130,7 +130,11 @@ async def test_a_killed_worker_on_the_last_attempt_fails_the_job_with_one_alert(
         a.kill()
     with processes(WorkerProcess(settings, tmp_path / "b.log")):
         row = await wait_status(pg, job, {"failed"}, timeout=15)
-        await asyncio.sleep(1)
+        # the sweeping worker counts it in its throughput sample (/admin's "failures in the last hour")
+        deadline = asyncio.get_running_loop().time() + 15
+        while await pg.fetchval("SELECT COALESCE(sum(failed), 0) FROM throughput_samples") != 1:
+            assert asyncio.get_running_loop().time() < deadline, "the sweep's failure was not counted"
+            await asyncio.sleep(0.2)
     assert row["error_message"].startswith("lease expired: worker lost")
     assert await pg.fetchval("SELECT array_agg(kind) FROM alert_outbox") == ["failed"]
 

@@ -113,6 +113,9 @@ async def sweep_loop(worker: Worker) -> None:
                 rescued = await queue.rescue_expired(conn, delays=_delays())
             if rescued:
                 metrics.RESCUED.inc(len(rescued))
+                # jobs failed by the sweep (no attempts left) count in this worker's throughput sample,
+                # which /admin's "failures in the last hour" reads
+                worker.finished_since_touch[1] += sum(1 for r in rescued if r["status"] == "failed")
                 worker.log.warning(
                     "rescued jobs whose lease expired",
                     count=len(rescued),
