@@ -442,6 +442,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
     ``app.state`` gets ``settings``, ``engine``, ``database_url``, ``worker`` and ``worker_task`` (both
     ``None`` without an in-app worker), once the lifespan has started.
     """
+    from app.web.admin_jobs import AdminJobsController
     from app.web.alerts import AlertsAdminController
     from app.web.api import (
         AccountApiController,
@@ -500,6 +501,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             JobTypesApiController,
             ControlsApiController,
             AlertsAdminController,
+            AdminJobsController,
             JobsController,
             PipelinesController,
             FilesController,
