@@ -769,7 +769,7 @@ class AdminJobsController(Controller):
             raise BadInput("Choose Retry or Cancel, for the ticked rows or for every matching row.")
         f = await parse_filter(db, form, request.user)
         if scope == "selected":
-            ids = form.getall("ids") if hasattr(form, "getall") else form.get("ids") or []
+            ids = form.getall("ids", []) if hasattr(form, "getall") else form.get("ids") or []
             if not ids:
                 raise BadInput("Tick at least one row first.")
             return await plan_selected(db, action, ids), f
