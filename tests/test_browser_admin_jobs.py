@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -84,12 +85,18 @@ def _sign_in(page: Any, base: str) -> None:
     page.wait_for_url(base + "/")
 
 
-async def _statuses(db_url: str) -> dict[Any, str]:
+async def _read_statuses(db_url: str) -> dict[Any, str]:
     conn = await asyncpg.connect(asyncpg_dsn(db_url))
     try:
         return {r["id"]: r["status"] for r in await conn.fetch("SELECT id, status FROM jobs")}
     finally:
         await conn.close()
+
+
+def _statuses(db_url: str) -> dict[Any, str]:
+    """Job statuses now (in a thread: Playwright's sync API keeps an event loop running in this one)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, _read_statuses(db_url)).result()
 
 
 def test_bulk_cancel_from_the_admin_list_and_no_stored_xss_runs(
@@ -114,13 +121,13 @@ def test_bulk_cancel_from_the_admin_list_and_no_stored_xss_runs(
     page.click("#bulk-cancel-selected")
     page.wait_for_selector("#bulk-count")
     assert page.locator("#bulk-count").inner_text() == "2"
-    assert set(asyncio.run(_statuses(db_url)).values()) == {"queued", "failed"}  # nothing yet
+    assert set(_statuses(db_url).values()) == {"queued", "failed"}  # nothing yet
     page.screenshot(path=str(artifacts_dir / "admin-jobs-bulk-confirm.png"), full_page=True)
     page.click("#bulk-confirm-button")
     page.wait_for_selector("#bulk-outcome")
     assert "Cancelled 2 jobs" in page.locator("#bulk-outcome").inner_text()
     assert page.evaluate("window.__sameDocument === true")  # in place, no navigation
-    statuses = asyncio.run(_statuses(db_url))
+    statuses = _statuses(db_url)
     assert (statuses[q0], statuses[q1], statuses[q2]) == ("cancelled", "cancelled", "queued")
 
     # a row action with its confirmation, answered in place
