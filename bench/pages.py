@@ -291,7 +291,7 @@ async def one_round(
             print(
                 f"  {LABELS[name]:<26} peak {rps:8.0f}/s   at {args.rate:.0f}/s: p50 {lat['p50']:7.1f} ms "
                 f"p95 {lat['p95']:7.1f} ms p99 {lat['p99']:7.1f} ms (achieved {lat['achieved']:.0f}/s, "
-                f"{int(lat['errors'])} errors)",
+                f"{int(lat['errors'])} errors); at {args.light_rate:.0f}/s: p95 {light['p95']:.1f} ms",
                 flush=True,
             )
             await asyncio.sleep(1)
