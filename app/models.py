@@ -240,6 +240,12 @@ class Job(Base):
             "completed_at",
             postgresql_where=text("status IN ('completed', 'failed', 'cancelled')"),
         ),
+        # Admin search by idempotency key across all users (issue 7 §1).
+        Index(
+            "ix_jobs_idempotency_key",
+            "idempotency_key",
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+        ),
         Index(
             "uq_jobs_user_id_idempotency_key",
             "user_id",

@@ -443,6 +443,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
     ``None`` without an in-app worker), once the lifespan has started.
     """
     from app.web.admin import AdminController
+    from app.web.admin_jobs import AdminJobsController
     from app.web.alerts import AlertsAdminController
     from app.web.api import (
         AccountApiController,
@@ -502,6 +503,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             ControlsApiController,
             AlertsAdminController,
             AdminController,
+            AdminJobsController,
             JobsController,
             PipelinesController,
             FilesController,

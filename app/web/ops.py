@@ -73,7 +73,8 @@ OLDEST_TRANSACTION = text(
 )
 
 
-async def _estimate(conn: Any, status: str) -> float:
+async def planner_estimate(conn: Any, status: str) -> float:
+    """The planner's row estimate for jobs of a finished ``status`` (no rows read; issue 7 §1, case C17)."""
     assert status in FINISHED_STATUSES  # a fixed word, safe to inline (EXPLAIN takes no parameters)
     plan = (
         await conn.execute(text(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM jobs WHERE status = '{status}'"))
@@ -97,7 +98,7 @@ async def database_gauges(engine: AsyncEngine, *, worker_fresh_secs: float) -> d
         for status in FINISHED_STATUSES:
             n = int((await conn.execute(CAPPED_COUNT, {"status": status})).scalar_one())
             finished[status] = (
-                (float(n), True) if n < EXACT_CAP else (max(await _estimate(conn, status), n), False)
+                (float(n), True) if n < EXACT_CAP else (max(await planner_estimate(conn, status), n), False)
             )
         workers = (await conn.execute(WORKERS, {"fresh": float(worker_fresh_secs)})).mappings().one()
         health = (await conn.execute(TABLE_HEALTH)).mappings().first()

@@ -387,6 +387,13 @@ def upgrade() -> None:
     op.create_index("ix_jobs_type_id", "jobs", ["type", sa.literal_column("id DESC")], unique=False)
     op.create_index("ix_jobs_user_id_id", "jobs", ["user_id", sa.literal_column("id DESC")], unique=False)
     op.create_index(
+        "ix_jobs_idempotency_key",
+        "jobs",
+        ["idempotency_key"],
+        unique=False,
+        postgresql_where=sa.text("idempotency_key IS NOT NULL"),
+    )
+    op.create_index(
         "uq_jobs_user_id_idempotency_key",
         "jobs",
         ["user_id", "idempotency_key"],
@@ -490,6 +497,9 @@ def downgrade() -> None:
         postgresql_where=sa.text("idempotency_key IS NOT NULL"),
     )
     op.drop_index("ix_jobs_user_id_id", table_name="jobs")
+    op.drop_index(
+        "ix_jobs_idempotency_key", table_name="jobs", postgresql_where=sa.text("idempotency_key IS NOT NULL")
+    )
     op.drop_index("ix_jobs_type_id", table_name="jobs")
     op.drop_index("ix_jobs_status_id", table_name="jobs")
     op.drop_index("ix_jobs_running", table_name="jobs", postgresql_where=sa.text("status = 'in_progress'"))
