@@ -37,6 +37,7 @@ from litestar.middleware import ASGIMiddleware
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
+from app.db import read_rows
 from app.errors import BadInput, Conflict, Forbidden, NotFound, RateLimited, Unauthorized
 
 if TYPE_CHECKING:
@@ -286,12 +287,15 @@ _SESSION_USER = text(
 
 
 async def user_for_session(engine: AsyncEngine, token: str) -> CurrentUser | None:
-    """The active user of the unexpired session ``token``, or ``None``. One primary-key lookup."""
+    """The active user of the unexpired session ``token``, or ``None``. One primary-key lookup, in
+    autocommit on the asyncpg connection (:func:`app.db.read_rows`): it runs on every page request."""
     if not token or len(token) > 200:
         return None
-    async with engine.connect() as conn:
-        row = (await conn.execute(_SESSION_USER, {"hash": _sha256(token)})).first()
-    return None if row is None else CurrentUser(row.id, row.email, row.is_admin, row.timezone)
+    rows = await read_rows(engine, _SESSION_USER, {"hash": _sha256(token)})
+    if not rows:
+        return None
+    row = rows[0]
+    return CurrentUser(row["id"], row["email"], row["is_admin"], row["timezone"])
 
 
 async def prune_auth_rows(db: Db, *, attempts_older_than: timedelta = timedelta(days=1)) -> int:

@@ -4,6 +4,7 @@
   ``JOBDESK_DATA_DIR/pgdata`` when it is unset (issue 2 §4).
 * :func:`create_engine` — the pooled SQLAlchemy async engine (asyncpg) used by web requests and by
   processors. The worker's own claim/lease/listen connections are separate (see ``app.worker``).
+* :func:`fetch_dicts`, :func:`read_rows` — statements straight on the asyncpg connection (hot paths).
 * :func:`migration_status`, :func:`run_migrations` — Alembic, run in a thread because Alembic's async
   ``env.py`` calls ``asyncio.run`` (issue 2 §5, "known traps").
 """
@@ -16,6 +17,7 @@ import json
 import os
 import pwd
 import threading
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -281,6 +283,78 @@ async def downgrade(url: str, revision: str) -> None:
 # --- error classification -------------------------------------------------------------------------
 
 _TRANSIENT_SQLSTATES = ("08", "57P", "53300", "40001", "40P01")
+
+
+# --- hot paths straight on asyncpg ----------------------------------------------------------------------
+#
+# The claim and finish statements run thousands of times a second under load. Going through SQLAlchemy's
+# cursor and result machinery (a greenlet switch per statement, a Row and a RowMapping per row) cost about
+# a fifth of the worker's CPU in ``bench/throughput.py``; these run the same SQL — compiled once from the
+# same ``text()`` statement — directly on the asyncpg connection under the caller's SQLAlchemy connection,
+# inside its transaction, and return plain dicts (issue 10: "fewer round trips, prepared statements").
+# The web app's most frequent reads (the session lookup of every request, the 2 s status polls) use
+# :func:`read_rows`: the same, on a connection in autocommit mode — one round trip, no BEGIN/ROLLBACK.
+# asyncpg prepares and caches each statement per connection. When the connection is not asyncpg (or the
+# adapter's internals differ from what is checked below), the SQLAlchemy path runs instead.
+
+_COMPILED: dict[int, tuple[str, tuple[str, ...]]] = {}
+
+
+def compiled_sql(statement: Any) -> tuple[str, tuple[str, ...]]:
+    """``(sql with $n placeholders, parameter names in order)`` of a ``text()`` statement, cached."""
+    key = id(statement)
+    hit = _COMPILED.get(key)
+    if hit is None:
+        from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
+
+        compiled = statement.compile(dialect=PGDialect_asyncpg())
+        hit = _COMPILED[key] = (str(compiled), tuple(compiled.positiontup or ()))
+    return hit
+
+
+async def driver_connection(conn: AsyncConnection) -> Any | None:
+    """The asyncpg connection under ``conn``, with ``conn``'s transaction begun on it (SQLAlchemy's asyncpg
+    adapter sends ``BEGIN`` lazily, before its first statement); ``None`` if that cannot be done safely."""
+    fairy = await conn.get_raw_connection()
+    adapter = getattr(fairy, "dbapi_connection", None)
+    raw = getattr(adapter, "_connection", None)
+    start = getattr(adapter, "_start_transaction", None)
+    mutex = getattr(adapter, "_execute_mutex", None)
+    if raw is None or start is None or mutex is None or not hasattr(adapter, "_started"):
+        return None
+    if not adapter._started:  # type: ignore[union-attr]
+        async with mutex:
+            if not adapter._started:  # type: ignore[union-attr]
+                await start()  # a no-op in autocommit mode
+    return raw
+
+
+async def fetch_dicts(conn: AsyncConnection, statement: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run ``statement`` in ``conn``'s transaction and return its rows as dicts (see above)."""
+    raw = await driver_connection(conn)
+    if raw is None:
+        return [dict(r) for r in (await conn.execute(statement, params)).mappings().all()]
+    sql, names = compiled_sql(statement)
+    return [dict(r.items()) for r in await raw.fetch(sql, *[params[n] for n in names])]
+
+
+_AUTOCOMMIT: weakref.WeakKeyDictionary[Any, AsyncEngine] = weakref.WeakKeyDictionary()
+
+
+def autocommit_engine(engine: AsyncEngine) -> AsyncEngine:
+    """``engine`` in autocommit mode (same pool), cached per engine: for single read statements."""
+    hit = _AUTOCOMMIT.get(engine.sync_engine)
+    if hit is None:
+        hit = _AUTOCOMMIT[engine.sync_engine] = engine.execution_options(isolation_level="AUTOCOMMIT")
+    return hit
+
+
+async def read_rows(engine: AsyncEngine, statement: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run one read-only ``text()`` statement outside any transaction (autocommit, one round trip, a
+    prepared statement) and return its rows as dicts. For the per-request session lookup and the status
+    polls (issue 10 §1, ``bench/pages.py``); anything that writes or reads twice uses a transaction."""
+    async with autocommit_engine(engine).connect() as conn:
+        return await fetch_dicts(conn, statement, params)
 
 
 def is_transient(exc: BaseException) -> bool:

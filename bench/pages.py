@@ -7,6 +7,8 @@ database stays, and a later run that finds it seeded with the same number of job
 the app with uvicorn in a subprocess (``bench/pages_app.py``: Jobdesk as ``jobdesk serve`` builds it, in-app
 worker off, plus ``GET /bench/fixed``, a Litestar handler returning a fixed string) and measures, for
 
+* the job status poll as the page sends it (``GET /jobs/{id}/status?v=<fingerprint>`` with ``HX-Request``:
+  204 while the running job has not changed — what a thousand people polling every 2 s mostly cost),
 * the job status fragment (``GET /jobs/{id}/status`` with ``HX-Request``, a running job's full fragment),
 * the job page (``GET /jobs/{id}``, a finished job with its result and history),
 * My jobs (``GET /jobs``; the signed-in user owns 1/50 of the jobs),
@@ -45,9 +47,10 @@ import httpx
 import seed
 
 BENCH = Path(__file__).resolve().parent
-ENDPOINTS = ("fixed", "status", "job_page", "my_jobs", "admin_list", "admin_counts")
+ENDPOINTS = ("fixed", "status_poll", "status", "job_page", "my_jobs", "admin_list", "admin_counts")
 LABELS = {
     "fixed": "fixed string (baseline)",
+    "status_poll": "status poll, unchanged (204)",
     "status": "job status fragment",
     "job_page": "job page",
     "my_jobs": "My jobs",
@@ -94,6 +97,7 @@ async def pick_targets(url: str) -> dict[str, str]:
         await conn.close()
     return {
         "fixed": "/bench/fixed",
+        "status_poll": f"/jobs/{running}/status",  # ?v=… added once signed in (see poll_path)
         "status": f"/jobs/{running}/status",
         "job_page": f"/jobs/{done}",
         "my_jobs": "/jobs",
@@ -215,7 +219,18 @@ class RawClient:
 
 
 def headers_for(name: str) -> dict[str, str]:
-    return {"HX-Request": "true"} if name in ("status", "admin_counts") else {}
+    return {"HX-Request": "true"} if name in ("status_poll", "status", "admin_counts") else {}
+
+
+async def poll_path(base: str, cookie: str, fragment: str) -> str:
+    """The URL the job page polls, as the page itself writes it into ``hx-get``: the fragment path with
+    the fingerprint ``?v=…`` of what is shown, answered 204 while the job has not changed."""
+    async with httpx.AsyncClient(base_url=base, headers={"Cookie": cookie, "HX-Request": "true"}) as client:
+        r = await client.get(fragment)
+    found = re.search(r'hx-get="(/jobs/[^"]+/status\?v=[^"]+)"', r.text)
+    if found is None:
+        raise SystemExit(f"no polling URL in {fragment} (status {r.status_code})")
+    return found.group(1).replace("&amp;", "&")
 
 
 async def peak(client: RawClient, path: str, hdrs: dict[str, str], secs: float, conc: int) -> float:
@@ -277,7 +292,9 @@ async def one_round(
 ) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     host, port = base.removeprefix("http://").split(":")
-    signed = RawClient(host, int(port), await session_cookie(base))
+    cookie = await session_cookie(base)
+    signed = RawClient(host, int(port), cookie)
+    targets = {**targets, "status_poll": await poll_path(base, cookie, targets["status"])}
     anonymous = RawClient(host, int(port))  # no cookie: the baseline does no session lookup
     try:
         for name in ENDPOINTS:
@@ -390,6 +407,9 @@ async def main() -> None:
         c.kv_line(
             jobs=args.jobs,
             fixed_rps=round(med["fixed"]["rps"]),
+            poll_rps=round(med["status_poll"]["rps"]),
+            poll_ratio=med["status_poll"]["ratio"],
+            poll_p95_ms=med["status_poll"]["p95"],
             status_rps=round(med["status"]["rps"]),
             status_ratio=med["status"]["ratio"],
             status_p95_ms=med["status"]["p95"],

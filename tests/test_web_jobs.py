@@ -5,6 +5,7 @@ fragments, My jobs, actions, files and ownership. Server-side; the browser tests
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
@@ -1049,6 +1050,7 @@ async def test_negative_controls_the_escaping_and_ownership_checks_catch_a_leak(
 ) -> None:
     """The checks above fail when their mechanism is switched off: with autoescape off the payload
     reaches the page and TagAudit sees its handler; without the owner check another user's job is shown."""
+    from app.db import read_rows
     from app.web import jobs as web_jobs
 
     ann = await add_user(db_url, "ann@example.com")
@@ -1056,10 +1058,11 @@ async def test_negative_controls_the_escaping_and_ownership_checks_catch_a_leak(
     await sign_in_as(client, db_url, "bob@example.com")
     assert (await client.get(f"/jobs/{jid}/status", headers=HX)).status_code == 404
 
-    async def no_owner_check(db: Any, job_id: Any, user: Any, query: Any = web_jobs.JOB_STATUS) -> Any:
-        return (await db.execute(query, {"id": web_jobs.parse_uuid(job_id)})).mappings().one()
+    async def no_owner_check(request: Any, job_id: Any, user: Any, query: Any = web_jobs.JOB_STATUS) -> Any:
+        rows = await read_rows(request.app.state.engine, query, {"id": web_jobs.parse_uuid(job_id)})
+        return rows[0]
 
-    monkeypatch.setattr(web_jobs, "load_status_row", no_owner_check)
+    monkeypatch.setattr(web_jobs, "poll_row", no_owner_check)  # the polls' owner check
     leaked = await client.get(f"/jobs/{jid}/status", headers=HX)
     assert leaked.status_code == 200  # the 404 above comes from the owner check
 
@@ -1241,8 +1244,16 @@ async def test_every_query_of_every_page_and_poll_uses_an_index_on_a_big_table(
             if statement.lstrip().upper().startswith("SELECT") or " FROM " in statement.upper():
                 captured.append((statement, parameters))
 
+        def log_query(record: Any) -> None:  # statements sent straight on asyncpg (app.db.read_rows)
+            if record.query.lstrip().upper().startswith("SELECT"):
+                captured.append((record.query, record.args))
+
+        def on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+            dbapi_conn._connection.add_query_logger(log_query)  # a set: adding twice is harmless
+
         app_engine = client.app.state.engine  # runs in the test client's own event loop
         event.listen(app_engine.sync_engine, "before_cursor_execute", capture)
+        event.listen(app_engine.sync_engine.pool, "checkout", on_checkout)
         pages = [
             "/",
             "/jobs",
@@ -1268,6 +1279,7 @@ async def test_every_query_of_every_page_and_poll_uses_an_index_on_a_big_table(
         for url in pages:
             captured.clear()
             r = await client.get(url)
+            await asyncio.sleep(0.05)  # asyncpg calls query loggers soon after, not during, the query
             assert r.status_code == 200, url
             assert captured, url
             if url.startswith("/jobs?") or url == "/jobs":
@@ -1280,6 +1292,8 @@ async def test_every_query_of_every_page_and_poll_uses_an_index_on_a_big_table(
         for url, limit_rows in polls:
             captured.clear()
             assert (await client.get(url, headers=HX)).status_code in (200, 286), url
+            await asyncio.sleep(0.05)
+            assert captured, url
             if "/cell" in url:
                 for statement, _ in captured:
                     assert not re.search(r"input_data|result_data|error_message\b", statement), statement
@@ -1289,6 +1303,7 @@ async def test_every_query_of_every_page_and_poll_uses_an_index_on_a_big_table(
                     for p in await _explain(engine, statement, params, limit_rows)
                 ]
         event.remove(app_engine.sync_engine, "before_cursor_execute", capture)
+        event.remove(app_engine.sync_engine.pool, "checkout", on_checkout)
         assert problems == []
 
         # negative control: the checker does catch a query that scans the table

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from uuid_utils.compat import uuid7
 
 from app import alerts
+from app.db import compiled_sql, driver_connection, fetch_dicts
 from app.errors import BadInput, Conflict, Forbidden, NotFound
 from app.jobs.payload import cap_text, check_input, json_text
 from app.jobs.states import Actor, Status, sources
@@ -97,55 +98,11 @@ def _sql(statement: str) -> Any:
     return text(statement)
 
 
-# --- the worker's hot path, straight on asyncpg --------------------------------------------------------
-#
-# The claim and finish statements run thousands of times a second under load. Going through SQLAlchemy's
-# cursor and result machinery (a greenlet switch per statement, a Row and a RowMapping per row) cost about
-# a fifth of the worker's CPU in ``bench/throughput.py``; these run the same SQL — compiled once from the
-# same ``text()`` statement — directly on the asyncpg connection under the caller's SQLAlchemy connection,
-# inside its transaction, and return plain dicts (issue 10: "fewer round trips, prepared statements").
-# asyncpg prepares and caches each statement per connection. When the connection is not asyncpg (or the
-# adapter's internals differ from what is checked below), the SQLAlchemy path runs instead.
+# --- the worker's hot path, straight on asyncpg (see app.db: "Hot paths straight on asyncpg") ----------
 
-_COMPILED: dict[int, tuple[str, tuple[str, ...]]] = {}
-
-
-def _compiled(statement: Any) -> tuple[str, tuple[str, ...]]:
-    """``(sql with $n placeholders, parameter names in order)`` of a ``text()`` statement, cached."""
-    key = id(statement)
-    hit = _COMPILED.get(key)
-    if hit is None:
-        from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
-
-        compiled = statement.compile(dialect=PGDialect_asyncpg())
-        hit = _COMPILED[key] = (str(compiled), tuple(compiled.positiontup or ()))
-    return hit
-
-
-async def _driver(conn: AsyncConnection) -> Any | None:
-    """The asyncpg connection under ``conn``, with ``conn``'s transaction begun on it (SQLAlchemy's asyncpg
-    adapter sends ``BEGIN`` lazily, before its first statement); ``None`` if that cannot be done safely."""
-    fairy = await conn.get_raw_connection()
-    adapter = getattr(fairy, "dbapi_connection", None)
-    raw = getattr(adapter, "_connection", None)
-    start = getattr(adapter, "_start_transaction", None)
-    mutex = getattr(adapter, "_execute_mutex", None)
-    if raw is None or start is None or mutex is None or not hasattr(adapter, "_started"):
-        return None
-    if not adapter._started:  # type: ignore[union-attr]
-        async with mutex:
-            if not adapter._started:  # type: ignore[union-attr]
-                await start()  # a no-op in autocommit mode
-    return raw
-
-
-async def _rows(conn: AsyncConnection, statement: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
-    """Run ``statement`` in ``conn``'s transaction and return its rows as dicts (see above)."""
-    raw = await _driver(conn)
-    if raw is None:
-        return [dict(r) for r in (await conn.execute(statement, params)).mappings().all()]
-    sql, names = _compiled(statement)
-    return [dict(r.items()) for r in await raw.fetch(sql, *[params[n] for n in names])]
+_compiled = compiled_sql
+_driver = driver_connection
+_rows = fetch_dicts
 
 
 # --- reading ------------------------------------------------------------------------------------

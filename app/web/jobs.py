@@ -37,6 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import alerts, audit, controls
 from app.auth import requires_user
+from app.db import read_rows
 from app.errors import BadInput, Conflict, Forbidden, NotFound, TooLarge
 from app.files import FileStore
 from app.jobs import queue
@@ -198,6 +199,23 @@ async def load_status_row(
     if row is None or (not user.is_admin and row["user_id"] != user.id):
         raise NotFound(f"No job with id {jid}.")
     return row
+
+
+async def poll_row(
+    request: Request[Any, Any, Any], job_id: Any, user: Any, query: Any = JOB_STATUS
+) -> Mapping[str, Any]:
+    """:func:`load_status_row` for the 2 s polls: one autocommit round trip on the asyncpg connection
+    (:func:`app.db.read_rows`), so a poll answered 204 never opens a transaction (issue 10 §1 pages
+    targets). Not for reads after a change in the request's own transaction (they would not see it).
+
+    Raises:
+        NotFound: unknown, malformed or another user's id — one answer for all (case C20).
+    """
+    jid = parse_uuid(job_id)
+    rows = await read_rows(request.app.state.engine, query, {"id": jid})
+    if not rows or (not user.is_admin and rows[0]["user_id"] != user.id):
+        raise NotFound(f"No job with id {jid}.")
+    return rows[0]
 
 
 async def emails_for(db: AsyncSession, ids: list[int]) -> dict[int, str]:
@@ -655,21 +673,23 @@ class JobsController(Controller):
     async def job_status(
         self,
         request: Request[Any, Any, Any],
-        db_session: DbSession,
         job_id: FromPath[str],
         v: Annotated[str | None, QueryParameter()] = None,
     ) -> Template | Response[Any]:
         """The status fragment, polled every 2 s: 204 while its fingerprint ``v`` still matches; 286 —
-        htmx's "stop polling" — with the final fragment (result, error, history) once finished."""
+        htmx's "stop polling" — with the final fragment (result, error, history) once finished. The
+        unchanged case costs one autocommit query (:func:`poll_row`) and no session; a read-only session
+        is opened only to render."""
         user = request.user
-        row = await load_status_row(db_session, job_id, user)
+        row = await poll_row(request, job_id, user)
         state = views.job_state(row)
         if not state["terminal"] and v == state["version"] and is_htmx(request):
             return Response(content=b"", status_code=204)
-        if not is_htmx(request):
-            ctx = await page_context(db_session, row["id"], user)
-            return render(request, "jobs/detail.html", ctx)
-        ctx = await status_context(db_session, row, user, with_history=state["terminal"])
+        async with AsyncSession(request.app.state.engine) as db:
+            if not is_htmx(request):
+                ctx = await page_context(db, row["id"], user)
+                return render(request, "jobs/detail.html", ctx)
+            ctx = await status_context(db, row, user, with_history=state["terminal"])
         return render(
             request,
             "jobs/detail.html",
@@ -682,12 +702,11 @@ class JobsController(Controller):
     async def job_cell(
         self,
         request: Request[Any, Any, Any],
-        db_session: DbSession,
         job_id: FromPath[str],
         v: Annotated[str | None, QueryParameter()] = None,
     ) -> Template | Response[Any]:
         """One My jobs status cell: 204 while unchanged, 286 with the final cell once finished."""
-        row = await load_status_row(db_session, job_id, request.user, JOB_CELL)
+        row = await poll_row(request, job_id, request.user, JOB_CELL)
         state = views.job_state(row)
         if not state["terminal"] and v == state["version"]:
             return Response(content=b"", status_code=204)
