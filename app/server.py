@@ -36,7 +36,7 @@ from advanced_alchemy.extensions.litestar import AsyncSessionConfig, SQLAlchemyA
 from litestar import Litestar, MediaType, Request, Response
 from litestar.config.app import AppConfig
 from litestar.config.csrf import CSRFConfig
-from litestar.datastructures import CacheControlHeader, MutableScopeHeaders
+from litestar.datastructures import CacheControlHeader
 from litestar.enums import ScopeType
 from litestar.exceptions import (
     HTTPException,
@@ -101,6 +101,9 @@ SECURITY_HEADERS = (
     ("permissions-policy", "camera=(), microphone=(), geolocation=()"),
 )
 CSRF_EXCLUDE = ["^/api/", "^/healthz", "^/readyz", "^/metrics", "^/static/"]
+_RAW_SECURITY = [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS]
+_RAW_CSP = {"page": CSP.encode(), "schema": SCHEMA_CSP.encode(), "files": FILES_CSP.encode()}
+_SET_BY_US = {b"content-security-policy", b"x-request-id", *(k for k, _ in _RAW_SECURITY)}
 
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _MISSING_RE = re.compile(r"^Missing required (\w+) parameter '([^']+)'")
@@ -152,7 +155,6 @@ async def security_headers(message: Message, scope: Scope) -> None:
     access-log line per response (``status``, ``ms`` since the request arrived)."""
     if message["type"] != "http.response.start" or scope["type"] != ScopeType.HTTP:
         return
-    headers = MutableScopeHeaders.from_message(message)
     path = scope["path"]
     started = scope.get("state", {}).get("started")
     quiet = path.startswith(("/static/", "/healthz", "/readyz"))
@@ -164,17 +166,16 @@ async def security_headers(message: Message, scope: Scope) -> None:
         ms=round((time.perf_counter() - started) * 1000, 1) if started else None,
         request_id=request_id_for(scope),
     )
-    if path.startswith("/schema"):
-        headers["content-security-policy"] = SCHEMA_CSP
-    elif path.startswith("/files/"):
-        headers["content-security-policy"] = FILES_CSP
-    else:
-        headers["content-security-policy"] = CSP
-    for key, value in SECURITY_HEADERS:
-        headers[key] = value
-    headers["x-request-id"] = request_id_for(scope)
-    if not path.startswith("/static/") and "cache-control" not in headers:
-        headers["cache-control"] = "no-store"
+    # raw (name, value) pairs: ours replace any of the same name; built without MutableScopeHeaders'
+    # per-header scans, since this runs on every response (bench/pages.py)
+    raw = [h for h in message.get("headers") or () if h[0].lower() not in _SET_BY_US]
+    csp = "schema" if path.startswith("/schema") else "files" if path.startswith("/files/") else "page"
+    raw.append((b"content-security-policy", _RAW_CSP[csp]))
+    raw.extend(_RAW_SECURITY)
+    raw.append((b"x-request-id", request_id_for(scope).encode()))
+    if not path.startswith("/static/") and not any(h[0].lower() == b"cache-control" for h in raw):
+        raw.append((b"cache-control", b"no-store"))
+    message["headers"] = raw
 
 
 # --- errors -------------------------------------------------------------------------------------------------
