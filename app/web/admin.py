@@ -70,13 +70,13 @@ WAITING_BY_TYPE = text(
     WITH RECURSIVE t(type) AS (
         (SELECT type FROM jobs WHERE status = 'queued' ORDER BY type LIMIT 1)
         UNION ALL
-        SELECT (SELECT j.type FROM jobs j WHERE j.status = 'queued' AND j.type > t.type ORDER BY j.type LIMIT 1)
+        SELECT (SELECT j.type FROM jobs j WHERE status = 'queued' AND j.type > t.type ORDER BY j.type LIMIT 1)
         FROM t WHERE t.type IS NOT NULL
     )
     SELECT t.type, c.n FROM t
     CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM (
-            SELECT 1 FROM jobs j WHERE j.status = 'queued' AND j.type = t.type LIMIT {WAITING_CAP + 1}
+            SELECT 1 FROM jobs j WHERE status = 'queued' AND j.type = t.type LIMIT {WAITING_CAP + 1}
         ) s
     ) c
     WHERE t.type IS NOT NULL

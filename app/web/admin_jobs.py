@@ -159,11 +159,9 @@ async def parse_filter(db: AsyncSession, values: Mapping[str, Any], user: Any) -
     or time lands in ``errors`` under its field name.
     """
     raw = {k: str(values.get(k) or "").strip()[:200] for k in FILTER_FIELDS}
-    f = JobFilter(raw=raw)
-    if raw["status"] in _STATUS_VALUES:
-        f.status = raw["status"]
-    else:
+    if raw["status"] not in _STATUS_VALUES:
         raw["status"] = ""
+    f = JobFilter(raw=raw, status=raw["status"] or None)
     f.type = raw["type"] or None
     if raw["owner"]:
         owner = (await db.execute(USER_BY_EMAIL, {"email": raw["owner"].lower()})).scalar()
