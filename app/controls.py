@@ -112,8 +112,12 @@ async def set_paused(
 def _limit(value: Any, name: str) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LIMIT:
-        raise BadInput.field(name, f"must be a whole number from 0 to {MAX_LIMIT}, or empty for no limit")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIMIT:
+        # 0 would stop the type while the console still showed it "Running" (a trial found it): pausing
+        # is the way to stop a type, and says so on every page that lists its jobs
+        raise BadInput.field(
+            name, f"must be a whole number from 1 to {MAX_LIMIT}, or empty for no limit (to stop a type, pause it)"
+        )
     return value
 
 
@@ -214,14 +218,27 @@ def next_fire(cron: str, tz: str, after: datetime) -> datetime:
         ) from None
 
 
+def fired_title(name: str, at: datetime) -> str:
+    """The title of the job a schedule starts: its name and the due time, the name shortened so that the
+    title stays within the 200 characters a job title may have (a trial found a 190-character name
+    accepted, then every firing refused and the schedule disabled)."""
+    suffix = f" ({at:%Y-%m-%d %H:%M} UTC)"
+    room = 200 - len(suffix)
+    return (name if len(name) <= room else name[: room - 1] + "…") + suffix
+
+
 def check_cron(cron: str) -> str:
-    """A normalised cron expression, or BadInput (case: "invalid expressions get a clear form error")."""
+    """A normalised cron expression, or BadInput (case: "invalid expressions get a clear form error").
+    Five fields (minute hour day month weekday), or six with seconds as the sixth (croniter's extension,
+    for schedules more often than once a minute)."""
     cron = " ".join((cron or "").split())
     if not cron:
         raise BadInput.field("cron", "give a cron expression, e.g. '0 9 * * 1-5' (weekdays at 9:00)")
     if len(cron.split()) not in (5, 6):
         raise BadInput.field(
-            "cron", "a cron expression has five fields: minute hour day month weekday, e.g. '*/15 * * * *'"
+            "cron",
+            "a cron expression has five fields: minute hour day month weekday, e.g. '*/15 * * * *' "
+            "(a sixth field, seconds, fires more often than once a minute)",
         )
     next_fire(cron, "UTC", datetime.now(UTC))
     return cron
@@ -555,7 +572,7 @@ async def fire_due(conn: AsyncConnection, settings: Settings, *, limit: int = 50
                                 input_data=row["input_data"],
                                 user_id=row["user_id"],
                                 idempotency_key=key,
-                                title=f"{row['name']} ({at:%Y-%m-%d %H:%M} UTC)",
+                                title=fired_title(row["name"], at),
                             ),
                             settings,
                             actor=f"schedule:{row['id']}",

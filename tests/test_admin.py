@@ -323,6 +323,9 @@ async def test_audit_page_lists_filters_and_pages(
         "INSERT INTO audit_log (user_email, action, outcome) SELECT 'other@example.com', 'job_type.resume', 'ok'"
         " FROM generate_series(1, 60)"
     )
+    # a "before" that is no entry id (not a bigint) starts from the newest instead of a 500 (a trial)
+    for before in ("99999999999999999999999", "-5", "abc"):
+        assert (await client.get(f"/admin/audit?before={before}")).status_code == 200
     page = (await client.get("/admin/audit")).text
     assert page.count('<tr id="audit-') == 50 and 'id="older"' in page
     page = (await client.get("/admin/audit?user=root@example.com")).text

@@ -61,6 +61,13 @@ def test_admin_console_walk_forms_and_no_script_runs(server: str, browser: Any, 
     page.wait_for_selector("#secret-value")
     assert page.inner_text("#secret-value").strip()
     page.screenshot(path=str(artifacts_dir / "admin-users.png"), full_page=True)
+    # destructive buttons ask first (data-confirm, static/app.js); Watch says yes to a confirm
+    questions: list[str] = []
+    page.on("dialog", lambda d: questions.append(d.message))
+    page.goto(base + "/admin/users")
+    page.locator("form[action$='/disable'] button").first.click()
+    page.wait_for_selector("form[action$='/enable']")
+    assert any(q.startswith("Disable this user?") for q in questions), questions
 
     # schedules: a bad cron is a form error; XSS in name and input is stored and shown as text
     page.goto(base + "/admin/schedules")

@@ -188,6 +188,7 @@ async def test_a_rate_limit_caps_starts_per_minute(engine, settings, admin, pg) 
     [
         ({"max_running": -1, "max_per_minute": None}, "max_running"),
         ({"max_running": None, "max_per_minute": 10**9}, "max_per_minute"),
+        ({"max_running": 0, "max_per_minute": None}, "max_running"),  # stopping a type is a pause
     ],
 )
 async def test_bad_limits_are_refused_naming_the_field(engine, admin, kwargs, field) -> None:
@@ -362,3 +363,16 @@ async def test_next_fire_is_computed_in_the_schedules_time_zone() -> None:
     assert controls.next_fire("0 9 * * *", "Europe/Berlin", after) == datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
     times, nxt = controls.fire_times("0 * * * *", "UTC", after - timedelta(hours=3), after, catch_up=True)
     assert len(times) == 4 and nxt == after + timedelta(hours=1)
+
+
+def test_a_fired_jobs_title_fits_however_long_the_schedules_name() -> None:
+    """A trial found a 190-character schedule name accepted, then every firing refused ("title: must be
+    at most 200 characters") and the schedule disabled by the system."""
+    from datetime import UTC, datetime
+
+    from app.controls import fired_title
+
+    at = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+    assert fired_title("Nightly", at) == "Nightly (2026-11-30 09:00 UTC)"
+    long = fired_title("x" * 200, at)
+    assert len(long) == 200 and long.endswith("… (2026-11-30 09:00 UTC)")

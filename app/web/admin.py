@@ -231,9 +231,10 @@ def _int_or_none(raw: Any, field: str, errors: dict[str, str]) -> int | None:
     except ValueError:
         errors[field] = "Enter a whole number, or leave it empty for no limit."
         return None
-    if not 0 <= number <= controls.MAX_LIMIT:
+    if not 1 <= number <= controls.MAX_LIMIT:
         errors[field] = (
-            f"Enter a whole number from 0 to {controls.MAX_LIMIT:,}, or leave it empty for no limit."
+            f"Enter a whole number from 1 to {controls.MAX_LIMIT:,}, or leave it empty for no limit "
+            "(to stop a type, pause it)."
         )
         return None
     return number
@@ -498,6 +499,8 @@ class AdminController(Controller):
         email = (user_filter or "").strip().lower()[:254] or None
         try:
             before_id = int(before) if before else None
+            if before_id is not None and not 0 < before_id < 2**63:
+                before_id = None  # not an entry id (bigint): start from the newest
         except ValueError:
             before_id = None
         rows = await audit.entries(

@@ -39,7 +39,7 @@ from litestar.response import Template
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import alerts, audit
+from app import alerts, audit, controls
 from app.auth import requires_admin
 from app.errors import BadInput, Conflict, Forbidden, NotFound
 from app.jobs import queue
@@ -145,9 +145,13 @@ FILTER_FIELDS = ("status", "type", "owner", "pipeline", "created_from", "created
 
 
 def _parse_local(value: str, tz: Any) -> datetime | None:
+    """A filter's date and time in the admin's zone; ``None`` when it is not one, or lies outside the
+    years ids can encode (1970–9000: job ids are UUIDv7, and the range becomes an id range)."""
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
+        return None
+    if not 1970 <= moment.year <= 9000:
         return None
     return moment if moment.tzinfo else moment.replace(tzinfo=tz)
 
@@ -178,7 +182,7 @@ async def parse_filter(db: AsyncSession, values: Mapping[str, Any], user: Any) -
         if raw[name]:
             moment = _parse_local(raw[name], tz)
             if moment is None:
-                f.errors[name] = "Not a date and time, e.g. 2026-11-29T20:25."
+                f.errors[name] = "Not a date and time between 1970 and 9000, e.g. 2026-11-29T20:25."
             setattr(f, name, moment)
     if f.created_from and f.created_to and f.created_to <= f.created_from:
         f.errors["created_to"] = "The end must be after the start."
@@ -624,6 +628,8 @@ class AdminJobsController(Controller):
         """The list (htmx: just ``admin/_jobs_list.html``)."""
         f = await parse_filter(db_session, request.query_params, request.user)
         ctx = await list_context(db_session, f, request.user, after)
+        # "Paused by <admin> at …" (issue 11 §3): for the filtered type, or every pause when unfiltered
+        ctx["paused"] = await controls.paused_for(db_session, [f.type] if f.type else None)
         return render(request, "admin/jobs.html", ctx, fragment="admin/_jobs_list.html")
 
     @get("/jobs/counts", name="admin.jobs.counts")
