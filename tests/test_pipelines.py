@@ -415,6 +415,9 @@ async def test_rejecting_fails_the_step_and_cancels_its_dependents(
         with pytest.raises(BadInput):
             async with engine.begin() as conn:
                 await queue.reject(conn, draft, admin, "  ")
+        with pytest.raises(BadInput, match="at most 2,000 characters"):  # the form's limit, also here
+            async with engine.begin() as conn:
+                await queue.reject(conn, draft, admin, "x" * 2001)
         async with engine.begin() as conn:
             await queue.reject(conn, draft, admin, "wrong tone")
     s = await steps_by_key(pg, pid)

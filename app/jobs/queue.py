@@ -1453,17 +1453,26 @@ async def approve(db: AsyncConnection | AsyncSession, job_id: Any, principal: Pr
     return updated
 
 
+REJECT_REASON_MAX = 2000
+"""A rejection's reason is shown to the owner; the form's field allows as much."""
+
+
 async def reject(
     db: AsyncConnection | AsyncSession, job_id: Any, principal: Principal, reason: str
 ) -> RowMapping:
     """Reject a step waiting for approval: → ``failed`` with the reason; dependents cancelled.
 
     Raises:
-        BadInput: empty reason. NotFound / Forbidden / Conflict: as :func:`approve`.
+        BadInput: empty reason, or longer than :data:`REJECT_REASON_MAX` characters (the form's limit).
+        NotFound / Forbidden / Conflict: as :func:`approve`.
     """
     reason = (reason or "").strip()
     if not reason:
         raise BadInput.field("reason", "say why the result is rejected")
+    if len(reason) > REJECT_REASON_MAX:
+        raise BadInput.field(
+            "reason", f"must be at most {REJECT_REASON_MAX:,} characters (it has {len(reason):,})"
+        )
     conn = await _conn(db)
     row = await _decide(conn, job_id, principal, "reject")
     message = cap_text(f"rejected: {reason}")
