@@ -17,7 +17,6 @@ import json
 import os
 import pwd
 import threading
-import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -338,14 +337,14 @@ async def fetch_dicts(conn: AsyncConnection, statement: Any, params: dict[str, A
     return [dict(r.items()) for r in await raw.fetch(sql, *[params[n] for n in names])]
 
 
-_AUTOCOMMIT: weakref.WeakKeyDictionary[Any, AsyncEngine] = weakref.WeakKeyDictionary()
-
-
 def autocommit_engine(engine: AsyncEngine) -> AsyncEngine:
-    """``engine`` in autocommit mode (same pool), cached per engine: for single read statements."""
-    hit = _AUTOCOMMIT.get(engine.sync_engine)
+    """``engine`` in autocommit mode (same pool), for single read statements; kept on the engine, so it
+    lives and goes with it."""
+    sync = engine.sync_engine
+    hit: AsyncEngine | None = getattr(sync, "_jobdesk_autocommit", None)
     if hit is None:
-        hit = _AUTOCOMMIT[engine.sync_engine] = engine.execution_options(isolation_level="AUTOCOMMIT")
+        hit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        sync._jobdesk_autocommit = hit  # type: ignore[attr-defined]
     return hit
 
 
