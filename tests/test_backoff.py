@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from app.jobs.backoff import MAX_DELAY_SECS, RetryPolicy, retry_delay
@@ -57,6 +57,8 @@ def test_schedule_jitter_spreads_thirty_percent_either_way() -> None:
     jitter=st.floats(allow_nan=True, allow_infinity=True),
     rand=st.floats(min_value=0.0, max_value=1.0, exclude_max=True),
 )
+@example(attempt=1025, base=5e-324, cap=None, jitter=0.0, rand=0.0)  # cap/base overflowed (found once)
+@example(attempt=10**6, base=5e-324, cap=1e12, jitter=1.0, rand=0.5)
 def test_any_policy_and_attempt_gives_a_finite_delay_within_its_cap(
     attempt: int, base: float, cap: float | None, jitter: float, rand: float
 ) -> None:

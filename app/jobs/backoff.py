@@ -76,10 +76,11 @@ def retry_delay(policy: RetryPolicy, attempt: int, rand: Callable[[], float] = r
             raw = 0.0
         else:
             # Bound the exponent before computing: past log2(cap/base)+1 the result is the cap anyway.
-            ratio = cap / base  # may underflow to 0 for a tiny cap and a huge base
-            limit = math.log2(ratio) + 1 if ratio > 0 else 0
+            # Logs of each side, not of the ratio: cap/base overflows to inf for a subnormal base
+            # (hypothesis found base=5e-324 at attempt 1025); 2.0**1024 itself overflows.
+            limit = math.log2(cap) - math.log2(base) + 1 if cap > 0 else 0
             exponent = n - 1
-            raw = cap if exponent >= limit else base * (2.0**exponent)
+            raw = cap if exponent >= limit or exponent >= 1023 else base * (2.0**exponent)
     else:
         raw = 0.0
     jitter = _fraction(policy.jitter)
