@@ -728,12 +728,7 @@ class AdminJobsController(Controller):
     async def group_confirm(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
         """Step 1 of "Retry all in this group": the count."""
         form = await request.form()
-        plan = await plan_group(
-            db_session,
-            _form_str(form, "type", 200),
-            _form_str(form, "signature"),
-            _uuid_or_none(_form_str(form, "upto", 64)),
-        )
+        plan = await _group_plan(db_session, form)
         ctx = {
             "plan": plan,
             "filter": None,
@@ -748,12 +743,7 @@ class AdminJobsController(Controller):
     async def group_retry(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
         """Step 2: retry the group's jobs (one audit entry ``jobs.bulk_retry``)."""
         form = await request.form()
-        plan = await plan_group(
-            db_session,
-            _form_str(form, "type", 200),
-            _form_str(form, "signature"),
-            _uuid_or_none(_form_str(form, "upto", 64)),
-        )
+        plan = await _group_plan(db_session, form)
         outcome = await run_bulk(
             db_session,
             request.user,
@@ -786,6 +776,13 @@ class AdminJobsController(Controller):
         if is_htmx(request):
             return render(request, "admin/_jobs_bulk.html", ctx)
         return render(request, "admin/jobs_result.html", ctx)
+
+
+async def _group_plan(db: AsyncSession, form: Any) -> BulkPlan:
+    """The failed group a "Retry all" form names (type, error signature, newest id shown)."""
+    return await plan_group(
+        db, _form_str(form, "type", 200), _form_str(form, "signature"), _uuid_or_none(_form_str(form, "upto", 64))
+    )
 
 
 def _int(value: str) -> int | None:

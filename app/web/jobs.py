@@ -195,7 +195,12 @@ async def load_status_row(
         NotFound: unknown, malformed or another user's id — one answer for all (case C20).
     """
     jid = parse_uuid(job_id)
-    row = (await db.execute(query, {"id": jid})).mappings().first()
+    return _visible((await db.execute(query, {"id": jid})).mappings().first(), jid, user)
+
+
+def _visible(row: Mapping[str, Any] | None, jid: uuid.UUID, user: Any) -> Mapping[str, Any]:
+    """``row`` if ``user`` may see it (its owner, or an admin); else the same NotFound as an unknown id
+    (case C20)."""
     if row is None or (not user.is_admin and row["user_id"] != user.id):
         raise NotFound(f"No job with id {jid}.")
     return row
@@ -213,9 +218,7 @@ async def poll_row(
     """
     jid = parse_uuid(job_id)
     rows = await read_rows(request.app.state.engine, query, {"id": jid})
-    if not rows or (not user.is_admin and rows[0]["user_id"] != user.id):
-        raise NotFound(f"No job with id {jid}.")
-    return rows[0]
+    return _visible(rows[0] if rows else None, jid, user)
 
 
 async def emails_for(db: AsyncSession, ids: list[int]) -> dict[int, str]:

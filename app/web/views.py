@@ -144,19 +144,11 @@ TABLE_MAX_COLUMNS = 16
 
 
 def _cell(value: Any) -> dict[str, Any]:
-    """A table cell: a file link, an http(s) link, or text (nested data as compact JSON)."""
+    """A table cell: a file link, an http(s) link, or text (nested data in words, :func:`_compact`)."""
     if is_file_ref(value):
         return {"kind": "file", "value": value}
     if is_http_url(value):
         return {"kind": "url", "value": value}
-    if value is None:
-        return {"kind": "text", "value": ""}
-    if isinstance(value, bool):
-        return {"kind": "text", "value": "Yes" if value else "No"}
-    if isinstance(value, float):
-        return {"kind": "text", "value": f"{value:,.6g}"}
-    if isinstance(value, str | int):
-        return {"kind": "text", "value": str(value)}
     text = _compact(value)
     return {"kind": "text", "value": text if len(text) <= 300 else text[:299] + "…"}
 
@@ -173,10 +165,10 @@ def _compact(value: Any) -> str:
         if set(value) == {"from", "to", "count"}:
             return f"{_compact(value['from'])}–{_compact(value['to'])}: {_compact(value['count'])}"
         return ", ".join(f"{humanize(str(k))} {_compact(v)}" for k, v in value.items())
+    if isinstance(value, bool):
+        return "Yes" if value else "No"
     if isinstance(value, float):
         return f"{value:,.6g}"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
     return "" if value is None else str(value)
 
 
