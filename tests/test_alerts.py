@@ -33,7 +33,7 @@ from werkzeug import Request, Response
 from workers import WorkerProcess, running_worker, wait_status, wait_until
 
 from app import alerts
-from app.jobs import queue
+from app.jobs import outbox, queue
 from app.jobs.queue import NewJob
 from app.settings import Settings, SettingsError, load_settings
 
@@ -212,7 +212,7 @@ async def failed_job_alert(
     type_: str = "fail",
     **kw: Any,
 ) -> tuple[uuid.UUID, int]:
-    """Record a ``failed`` alert the way the queue does (through :func:`alerts.record_job_failures`)."""
+    """Record a ``failed`` alert the way the queue does (through :func:`outbox.record_job_failures`)."""
     job_id = kw.pop("job_id", uuid.uuid4())
     row = {
         "id": job_id,
@@ -227,7 +227,7 @@ async def failed_job_alert(
         **kw,
     }
     async with engine.begin() as conn:
-        await alerts.record_job_failures(conn, [row])
+        await outbox.record_job_failures(conn, [row])
         alert_id = (await conn.execute(alerts.text("SELECT max(id) FROM alert_outbox"))).scalar_one()
     return job_id, alert_id
 
@@ -540,10 +540,10 @@ async def test_admin_actions_are_notices_naming_the_admin_one_per_bulk_action(
     settings = alert_settings(make_settings, receiver)
     ids = [uuid.uuid4() for _ in range(37)]
     async with engine.begin() as conn:
-        await alerts.record_admin_action(
+        await outbox.record_admin_action(
             conn, admin_email="boss@example.com", action="jobs.bulk_cancel", count=37, job_ids=ids
         )
-        await alerts.record_admin_action(
+        await outbox.record_admin_action(
             conn, admin_email="boss@example.com", action="job.retry", count=1, job_ids=ids[:1]
         )
     await deliver_all(engine, settings, pg)
@@ -563,7 +563,7 @@ async def test_kinds_not_in_alert_on_are_suppressed_and_stale_alerts_are_dropped
 ) -> None:
     settings = alert_settings(make_settings, receiver, alert_on="failed")
     async with engine.begin() as conn:
-        await alerts.record_admin_action(conn, admin_email="boss@example.com", action="job.cancel", count=1)
+        await outbox.record_admin_action(conn, admin_email="boss@example.com", action="job.cancel", count=1)
     _, stale = await failed_job_alert(engine, owner, error="long ago")
     await pg.execute("UPDATE alert_outbox SET created_at = now() - interval '2 days' WHERE id = $1", stale)
     _, fresh = await failed_job_alert(engine, owner, error="just now")

@@ -29,9 +29,9 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from uuid_utils.compat import uuid7
 
-from app import alerts
 from app.db import compiled_sql, driver_connection, fetch_dicts
 from app.errors import BadInput, Conflict, Forbidden, NotFound
+from app.jobs import outbox
 from app.jobs.payload import cap_text, check_input, json_text
 from app.jobs.states import Actor, Status, sources
 from app.processors import registry
@@ -1124,10 +1124,10 @@ async def _consequences(
         pipelines |= {r["pipeline_id"] for r in cascaded if r["pipeline_id"] is not None}
     failed_standalone = [r for r in changed if r["status"] == Status.FAILED and r.get("pipeline_id") is None]
     if failed_standalone:
-        await alerts.record_job_failures(conn, failed_standalone)
+        await outbox.record_job_failures(conn, failed_standalone)
     approvals = [r for r in changed if r["status"] == Status.WAITING_APPROVAL]
     if approvals:
-        await alerts.record_approvals(conn, approvals)
+        await outbox.record_approvals(conn, approvals)
     if pipelines:
         await refresh_pipelines(conn, pipelines)
     return notified
@@ -1192,7 +1192,7 @@ async def refresh_pipelines(conn: AsyncConnection, pipeline_ids: Iterable[uuid.U
             .first()
         )
         if updated and status == "failed" and r["old_status"] != "failed":
-            await alerts.record_pipeline_failure(conn, updated)
+            await outbox.record_pipeline_failure(conn, updated)
 
 
 # --- people's actions -------------------------------------------------------------------------------
@@ -1691,7 +1691,7 @@ async def rescue_expired(
         await _consequences(conn, [r for r in rows if r["status"] != Status.FAILED], "system:sweep")
         dead = [r for r in rows if r["status"] == Status.FAILED]
         if dead:
-            await alerts.record_rescue_failures(conn, dead)
+            await outbox.record_rescue_failures(conn, dead)
             await _consequences_without_job_alerts(conn, dead)
         if any(r["status"] == Status.QUEUED for r in rows):
             await notify_jobs(conn)

@@ -39,10 +39,10 @@ from litestar.response import Template
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import alerts, audit, controls
+from app import audit, controls
 from app.auth import requires_admin
 from app.errors import BadInput, Conflict, Forbidden, NotFound
-from app.jobs import queue
+from app.jobs import outbox, queue
 from app.jobs.states import LIVE, Status
 from app.processors import registry
 from app.web import DbSession, is_htmx, render, views, zone
@@ -503,7 +503,7 @@ async def run_bulk(
         detail=full_detail,
         ip=ip,
     )
-    await alerts.record_admin_action(
+    await outbox.record_admin_action(
         await db.connection(),
         admin_email=user.email,
         action=audit_action,

@@ -35,12 +35,12 @@ from litestar.response import Redirect, Template
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import alerts, audit, controls
+from app import audit, controls
 from app.auth import requires_user
 from app.db import read_rows
 from app.errors import BadInput, Conflict, Forbidden, NotFound, TooLarge
 from app.files import FileStore
-from app.jobs import queue
+from app.jobs import outbox, queue
 from app.jobs.queue import NewJob
 from app.jobs.states import LIVE, Status
 from app.processors import ProcessorSpec, registry
@@ -421,7 +421,7 @@ async def perform_job_action(
     ``action`` is one of :data:`ACTIONS`, or ``reschedule`` with ``run_at`` (an aware datetime; issue 11 §1).
     When ``user`` is an admin the action is recorded with
     :func:`app.audit.record` (also when refused, with the reason) and, when it changed something, with
-    :func:`app.alerts.record_admin_action` — both in the same transaction (issue 7 §2, §5). A refused
+    :func:`app.outbox.record_admin_action` — both in the same transaction (issue 7 §2, §5). A refused
     action (the job moved on: "already finished") is returned with ``status_code=409`` after rolling back
     to a savepoint; the caller must commit to keep its audit entry.
 
@@ -486,7 +486,7 @@ async def perform_job_action(
             detail=detail or None,
             ip=ip,
         )
-        await alerts.record_admin_action(
+        await outbox.record_admin_action(
             await db.connection(),
             admin_email=user.email,
             action=audit_action,

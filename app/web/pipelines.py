@@ -26,9 +26,10 @@ from litestar.response import Redirect, Template
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import alerts, audit, controls, pipelines
+from app import audit, controls, pipelines
 from app.auth import requires_user
 from app.errors import BadInput, NotFound, TooLarge
+from app.jobs import outbox
 from app.web import DbSession, forms, is_htmx, render, views, zone
 from app.web.jobs import (
     CONFIRM,
@@ -434,7 +435,7 @@ async def perform_pipeline_cancel(
             detail=dict(counts),
             ip=ip,
         )
-        await alerts.record_admin_action(
+        await outbox.record_admin_action(
             await db.connection(),
             admin_email=user.email,
             action="pipeline.cancel",
