@@ -116,7 +116,8 @@ def _limit(value: Any, name: str) -> int | None:
         # 0 would stop the type while the console still showed it "Running" (a trial found it): pausing
         # is the way to stop a type, and says so on every page that lists its jobs
         raise BadInput.field(
-            name, f"must be a whole number from 1 to {MAX_LIMIT}, or empty for no limit (to stop a type, pause it)"
+            name,
+            f"must be a whole number from 1 to {MAX_LIMIT}, or empty for no limit (to stop a type, pause it)",
         )
     return value
 
@@ -165,9 +166,7 @@ async def controls(db: AsyncConnection | AsyncSession) -> dict[str, RowMapping]:
     return {r["type"]: r for r in (await conn.execute(LIST_CONTROLS)).mappings().all()}
 
 
-async def paused_for(
-    db: AsyncConnection | AsyncSession, types: Any = None
-) -> list[RowMapping]:
+async def paused_for(db: AsyncConnection | AsyncSession, types: Any = None) -> list[RowMapping]:
     """The control rows that pause any of ``types`` (an iterable of job types; ``None``: every paused
     row), ``*`` first — for the "Paused by <admin> at …" banner on pages listing those jobs (issue 11 §3).
     Reads the small ``job_type_controls`` table only."""

@@ -585,7 +585,9 @@ async def test_counts_page_and_list_through_the_app_on_the_seeded_table(
         assert r.status_code == 200 and len(ids_in(r.text)) == admin_jobs.PAGE_SIZE
 
 
-async def test_the_list_shows_who_paused_the_filtered_type(client: AsyncTestClient, db_url: str, engine) -> None:
+async def test_the_list_shows_who_paused_the_filtered_type(
+    client: AsyncTestClient, db_url: str, engine
+) -> None:
     """The "Paused by <admin> at …" banner is on every page listing jobs of a paused type, the admin list
     too (issue 11 §3; a trial found it missing here)."""
     from app import controls

@@ -476,7 +476,10 @@ async def test_job_page_and_fragment_follow_the_job_from_waiting_to_done(
     assert r.status_code == 200
     assert "Running</span>" in r.text and '<progress value="42" max="100"' in r.text
     assert "<strong>42%</strong> · Reading page 3 of 7" in r.text
-    assert "<dt>Attempt</dt><dd>1 of 4 <small class=\"muted\">(a failed attempt is tried again by itself, 4 tries in all)</small></dd>" in r.text
+    assert (
+        '<dt>Attempt</dt><dd>1 of 4 <small class="muted">(a failed attempt is tried again by itself, 4 tries in all)</small></dd>'
+        in r.text
+    )
     assert (
         'id="act-cancel"' in r.text and 'hx-confirm="Cancel this job? Work already done is lost."' in r.text
     )
@@ -822,11 +825,13 @@ async def test_pipeline_form_validation_and_resubmit(
     )
     assert await pg.fetchval("SELECT count(*) FROM pipelines") == 0
     # the run can be named, like a job; too long a name is an error next to that field
-    assert 'Name this pipeline' in form
+    assert "Name this pipeline" in form
     r = await client.post(
         "/pipelines/new/test.steps", data=form_body(token, _title="x" * 201), follow_redirects=False
     )
-    assert r.status_code == 422 and 'id="e-_title" class="field-error">Must be at most 200 characters' in r.text
+    assert (
+        r.status_code == 422 and 'id="e-_title" class="field-error">Must be at most 200 characters' in r.text
+    )
     assert await pg.fetchval("SELECT count(*) FROM pipelines") == 0
     r = await client.post(
         "/pipelines/new/test.steps",

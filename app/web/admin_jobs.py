@@ -781,7 +781,10 @@ class AdminJobsController(Controller):
 async def _group_plan(db: AsyncSession, form: Any) -> BulkPlan:
     """The failed group a "Retry all" form names (type, error signature, newest id shown)."""
     return await plan_group(
-        db, _form_str(form, "type", 200), _form_str(form, "signature"), _uuid_or_none(_form_str(form, "upto", 64))
+        db,
+        _form_str(form, "type", 200),
+        _form_str(form, "signature"),
+        _uuid_or_none(_form_str(form, "upto", 64)),
     )
 
 

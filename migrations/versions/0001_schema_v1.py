@@ -422,7 +422,11 @@ def upgrade() -> None:
         "ix_files_job_id", "files", ["job_id"], unique=False, postgresql_where=sa.text("job_id IS NOT NULL")
     )
     op.create_index(
-        "ix_files_unattached", "files", ["created_at"], unique=False, postgresql_where=sa.text("job_id IS NULL")
+        "ix_files_unattached",
+        "files",
+        ["created_at"],
+        unique=False,
+        postgresql_where=sa.text("job_id IS NULL"),
     )
     op.create_index(op.f("ix_files_user_id"), "files", ["user_id"], unique=False)
     op.create_table(
