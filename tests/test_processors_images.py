@@ -357,7 +357,7 @@ async def test_photo_batch_refuses_pictures_that_are_not_the_users(make_settings
             json={"template": "photo_batch", "input_data": {"images": [fid]}},
             headers=headers,
         )
-        # Refused at submission (case C20): the same answer as for a file that does not exist.
+        # Refused at submission: the same answer as for a file that does not exist.
         assert resp.status_code == 422, resp.text
         assert "input_data.images[0]" in resp.json()["errors"]
         assert "no such file" in resp.json()["detail"]
