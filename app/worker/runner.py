@@ -508,20 +508,18 @@ class Worker:
         row = job.row
         parents = row["parents"]
         if spec.cpu_bound:
-            from app.processors.support import file_ids_in
             from app.worker.cpu import ProcessFailure, run_in_process
 
-            ids = [i for found in file_ids_in(type(model), row["input_data"] or {}).values() for i in found]
-            names = await JobFiles(self.files, self.app_engine, row).names(ids) if ids else {}
+            paths, names = await JobFiles(self.files, self.app_engine, row).for_process(model, parents or {})
             out_dir = Path(tempfile.mkdtemp(prefix=f"job-{row['id']}-", dir=self._scratch()))
             ctx = CpuContext(
                 job_id=str(row["id"]),
                 attempt=row["attempts"],
                 input=model,
-                files_dir=self.files.dir,
                 output_dir=out_dir,
                 parents=parents or {},
                 file_names=names,
+                files=paths,
             )
             await self._progress(job, 0.0, "Working…")
             try:
