@@ -108,8 +108,20 @@ class Worker:
         self.stopped = asyncio.Event()
         self.last_beat = time.monotonic()
         """When the worker last wrote its heartbeat (registration, then each lease renewal), monotonic."""
+        self._wake = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._limited: list[str] = []
+        self._limited_checked = 0.0
+        self._fatal: BaseException | None = None
+        self._side: dict[str, asyncio.Task[None]] = {}
+        self._started = asyncio.Event()
+        self._assemble()
+
+    def _assemble(self) -> None:
+        """The parts the worker drives: LISTEN, job execution, the completer, lease renewal, the sweep."""
+        settings = self.settings
         self.listener = Listener(
-            (settings.database_listen_url or url).replace("postgresql+asyncpg://", "postgresql://", 1),
+            (settings.database_listen_url or self.url).replace("postgresql+asyncpg://", "postgresql://", 1),
             on_jobs=self.wake,
             on_cancel=self._on_cancel_notify,
             log=self.log,
@@ -135,13 +147,6 @@ class Worker:
         self.maintenance = Maintenance(
             self.engine, settings, files=self.files, tally=self.tally, log=self.log, wake=self.wake
         )
-        self._wake = asyncio.Event()
-        self._slot_freed = asyncio.Event()
-        self._limited: list[str] = []
-        self._limited_checked = 0.0
-        self._fatal: BaseException | None = None
-        self._side: dict[str, asyncio.Task[None]] = {}
-        self._started = asyncio.Event()
 
     # --- switches and state for tests and health checks ------------------------------------------
 
