@@ -149,12 +149,8 @@ def worker() -> None:
     from app.logs import configure_logging
 
     configure_logging(settings)
-    try:
-        from app.worker.runner import run_standalone  # type: ignore[import-not-found]
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("app.worker", "app.worker.runner"):
-            raise
-        raise click.ClickException("This build has no worker (app.worker.runner is missing).") from None
+    from app.worker.main import run_standalone
+
     try:
         code = run_standalone(settings)
     except (DatabaseUnavailable, AppError, SettingsError) as exc:
