@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import pwd
 import threading
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import structlog
 from sqlalchemy import text
+from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -296,19 +299,37 @@ _TRANSIENT_SQLSTATES = ("08", "57P", "53300", "40001", "40P01")
 # asyncpg prepares and caches each statement per connection. When the connection is not asyncpg (or the
 # adapter's internals differ from what is checked below), the SQLAlchemy path runs instead.
 
-_COMPILED: dict[int, tuple[str, tuple[str, ...]]] = {}
+_DIALECT = PGDialect_asyncpg()
+
+#: ``id(statement) -> (weak reference to that statement, its compiled form)``. The reference is checked on
+#: every hit: an id is only unique among live objects, and a statement built per call is freed at once,
+#: so its id comes back for the next one. A freed statement's entry is dropped by the weak reference's
+#: callback. Compiling costs 15-30 µs, a hit well under 1 µs, on statements the worker runs per job.
+_COMPILED: dict[int, tuple[weakref.ref[Any], tuple[str, tuple[str, ...]]]] = {}
 
 
 def compiled_sql(statement: Any) -> tuple[str, tuple[str, ...]]:
-    """``(sql with $n placeholders, parameter names in order)`` of a ``text()`` statement, cached."""
+    """``(sql with $n placeholders, parameter names in order)`` of a ``text()`` statement, cached per
+    statement object (module-level statements compile once)."""
     key = id(statement)
     hit = _COMPILED.get(key)
-    if hit is None:
-        from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
+    if hit is not None and hit[0]() is statement:
+        return hit[1]
+    compiled = statement.compile(dialect=_DIALECT)
+    result = (str(compiled), tuple(compiled.positiontup or ()))
+    try:
+        ref = weakref.ref(statement, functools.partial(_forget_compiled, key))
+    except TypeError:  # not weak-referenceable: correct without the cache
+        return result
+    _COMPILED[key] = (ref, result)
+    return result
 
-        compiled = statement.compile(dialect=PGDialect_asyncpg())
-        hit = _COMPILED[key] = (str(compiled), tuple(compiled.positiontup or ()))
-    return hit
+
+def _forget_compiled(key: int, ref: weakref.ref[Any]) -> None:
+    # Only this statement's own entry: a newer statement may already hold the same id.
+    hit = _COMPILED.get(key)
+    if hit is not None and hit[0] is ref:
+        del _COMPILED[key]
 
 
 async def driver_connection(conn: AsyncConnection) -> Any | None:
