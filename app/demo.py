@@ -1,4 +1,4 @@
-"""``jobdesk demo --email EMAIL`` (issue 9 §4): submit, as an existing user, one job of each built-in type
+"""``jobdesk demo --email EMAIL``: submit, as an existing user, one job of each built-in type
 and one run of each pipeline template, using the sample files in ``examples/``.
 
 Everything goes through the same checks as the API: files are stored with :class:`app.files.FileStore`
@@ -27,6 +27,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
+from aiosmtpd.smtp import SMTP
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -103,8 +105,6 @@ class MailSink:
         return "250 Message accepted for delivery"
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        from aiosmtpd.smtp import SMTP
-
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: SMTP(self, hostname="jobdesk-demo"), host, port)
         self.port = self._server.sockets[0].getsockname()[1]
@@ -143,8 +143,6 @@ async def check_base_url(base: str, timeout_secs: float = 3.0) -> None:
     Raises:
         DemoError: nothing answers ``GET base/healthz`` within ``timeout_secs`` seconds with a 2xx.
     """
-    import httpx
-
     url = base.rstrip("/") + "/healthz"
     try:
         async with httpx.AsyncClient(timeout=timeout_secs, trust_env=False) as client:
