@@ -1,4 +1,4 @@
-"""The ``jobdesk`` command as a person runs it: subprocesses against this test's database (issue 2 §6).
+"""The ``jobdesk`` command as a person runs it: subprocesses against this test's database.
 
 Every failure must be one ``Error: …`` line and a non-zero exit, never a traceback.
 """

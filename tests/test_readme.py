@@ -1,4 +1,4 @@
-"""README.md documents every setting in one table, with its default (issue 2 §3, §10)."""
+"""README.md documents every setting in one table, with its default, and gives the first commands."""
 
 from __future__ import annotations
 
