@@ -328,7 +328,7 @@ def _forget_compiled(key: int, ref: weakref.ref[Any]) -> None:
     # Only this statement's own entry: a newer statement may already hold the same id.
     hit = _COMPILED.get(key)
     if hit is not None and hit[0] is ref:
-        del _COMPILED[key]
+        _COMPILED.pop(key, None)
 
 
 async def driver_connection(conn: AsyncConnection) -> Any | None:
