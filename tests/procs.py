@@ -1,4 +1,4 @@
-"""Helpers for the built-in processor tests (issue 9): upload files, run one job through a real worker,
+"""Helpers for the built-in processor tests: upload files, run one job through a real worker,
 call an async processor with a real :class:`JobContext`, build a :class:`CpuContext`."""
 
 from __future__ import annotations
