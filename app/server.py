@@ -2,17 +2,17 @@
 
 Start-up (the lifespan, in this order):
 
-1. resolve the database (``DATABASE_URL`` or the embedded PostgreSQL, issue 2 §4) and create the web
-   engine with its pool limits and per-connection timeouts (cases C15, C18);
+1. resolve the database (``DATABASE_URL`` or the embedded PostgreSQL) and create the web engine with its
+   pool limits and per-connection timeouts (so a burst of requests or a stuck query answers 503 in
+   seconds instead of piling up);
 2. check the connection, then the schema: behind → apply the migrations when ``auto_migrate`` (what
-   ``jobdesk serve`` does by default) or refuse to start, saying to run ``jobdesk migrate`` (issue 2 §5);
+   ``jobdesk serve`` does by default) or refuse to start, saying to run ``jobdesk migrate``;
 3. advanced-alchemy's plugin provides ``db_session: AsyncSession`` to handlers, committing on 2xx/3xx
    responses and rolling back otherwise;
 4. when ``WORKER_ENABLED``, start the in-app worker (:class:`app.worker.runner.Worker`); on shutdown it
    is stopped, and awaited, before the engine is disposed.
 
-Every response carries the security headers of issue 7 §7 (a strict Content Security Policy without
-inline scripts; ``/schema`` alone gets the relaxed policy its Swagger page needs), ``X-Request-ID`` and
+Every response carries security headers (a strict Content Security Policy without inline scripts; ``/schema`` alone gets the relaxed policy its Swagger page needs), ``X-Request-ID`` and
 ``Cache-Control: no-store`` (except static files). Errors become JSON ``{"detail": …}`` under ``/api/``,
 a small fragment for htmx, and a page otherwise — never a traceback.
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import html
-import inspect
 import re
 import time
 import uuid
@@ -73,7 +72,24 @@ from app.db import (
 )
 from app.errors import AppError, BadInput, format_bytes
 from app.settings import Settings, get_settings
-from app.web import current_user, is_htmx, register_filters
+from app.web import admin, current_user, is_htmx, register_filters
+from app.web.admin_jobs import AdminJobsController
+from app.web.alerts import AlertsAdminController
+from app.web.api import (
+    AccountApiController,
+    ControlsApiController,
+    JobsApiController,
+    JobTypesApiController,
+    PipelinesApiController,
+)
+from app.web.auth import AuthController
+from app.web.files import FilesApiController, FilesController
+from app.web.health import HealthController
+from app.web.home import HomeController
+from app.web.jobs import JobsController
+from app.web.metrics import MetricsController
+from app.web.pipelines import PipelinesController
+from app.worker.runner import Worker
 
 log = structlog.get_logger("jobdesk.web")
 
@@ -91,7 +107,7 @@ SCHEMA_CSP = (
     "img-src 'self' data:; object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'"
 )
 #: Downloads (``/files/{id}``): opened by mistake in a browser, a stored HTML file runs no script and
-#: belongs to no origin (issue 6 §6; case C19).
+#: belongs to no origin, so an uploaded page cannot act in a signed-in user's session.
 FILES_CSP = "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 SECURITY_HEADERS = (
     ("x-content-type-options", "nosniff"),
@@ -138,7 +154,7 @@ def request_id_for(scope: Scope) -> str:
 
 class RequestContextMiddleware(ASGIMiddleware):
     """``request.state.request_id`` from ``X-Request-ID`` (or generated), bound into structlog's
-    context vars for every line logged while serving the request (issue 10's log correlation)."""
+    context vars for every line logged while serving the request, so its log lines can be found together."""
 
     scopes = (ScopeType.HTTP,)
 
@@ -226,11 +242,12 @@ def _database_trouble(exc: BaseException) -> str | None:
 
 def _classify(exc: Exception, settings: Settings) -> tuple[int, str, dict[str, str], dict[str, str]]:
     """``(status, detail, field errors, extra headers)`` for any exception."""
+    errors: dict[str, str]
     if isinstance(exc, AppError):
         errors = exc.errors if isinstance(exc, BadInput) else dict(exc.extra.get("errors") or {})
         return exc.status_code, exc.detail, errors, {}
     if isinstance(exc, ValidationException):
-        errors: dict[str, str] = {}
+        errors = {}
         for item in exc.extra if isinstance(exc.extra, list) else []:
             if isinstance(item, dict):
                 key = str(item.get("key") or item.get("source") or "request")
@@ -389,17 +406,6 @@ def _worker_lifespan(settings: Settings) -> Callable[[Litestar], AbstractAsyncCo
         if not settings.worker_enabled:
             yield
             return
-        # The in-app worker (issue 4) lives in app.worker.runner, written alongside this module:
-        # ``Worker(settings, database_url, app_engine=engine)``, ``await run()``, ``stop()``. Until that
-        # module exists on this branch, the server runs without a worker and says so in its log.
-        try:
-            from app.worker.runner import Worker  # type: ignore[import-not-found]
-        except ModuleNotFoundError as exc:
-            if exc.name not in ("app.worker", "app.worker.runner"):
-                raise
-            log.warning("in-app worker unavailable: app.worker.runner is missing; jobs will not run")
-            yield
-            return
         worker = Worker(settings, app.state.database_url, app_engine=app.state.engine)
         task = asyncio.create_task(worker.run(), name="jobdesk-in-app-worker")
         task.add_done_callback(_report_worker_exit)
@@ -408,9 +414,7 @@ def _worker_lifespan(settings: Settings) -> Callable[[Litestar], AbstractAsyncCo
         try:
             yield
         finally:
-            stopped = worker.stop()
-            if inspect.isawaitable(stopped):
-                await stopped
+            worker.stop()  # asks for a graceful stop; the task ends once running jobs have drained
             try:
                 await task
             except asyncio.CancelledError:
@@ -443,24 +447,6 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
     ``app.state`` gets ``settings``, ``engine``, ``database_url``, ``worker`` and ``worker_task`` (both
     ``None`` without an in-app worker), once the lifespan has started.
     """
-    from app.web.admin import AdminController
-    from app.web.admin_jobs import AdminJobsController
-    from app.web.alerts import AlertsAdminController
-    from app.web.api import (
-        AccountApiController,
-        ControlsApiController,
-        JobsApiController,
-        JobTypesApiController,
-        PipelinesApiController,
-    )
-    from app.web.auth import AuthController
-    from app.web.files import FilesApiController, FilesController
-    from app.web.health import HealthController
-    from app.web.home import HomeController
-    from app.web.jobs import JobsController
-    from app.web.ops import MetricsController
-    from app.web.pipelines import PipelinesController
-
     settings = settings or get_settings()
     sa_config = SQLAlchemyAsyncConfig(
         # The engine is created in the lifespan (the embedded database may have to start first) and
@@ -508,7 +494,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             JobTypesApiController,
             ControlsApiController,
             AlertsAdminController,
-            AdminController,
+            *admin.CONTROLLERS,
             AdminJobsController,
             JobsController,
             PipelinesController,

@@ -22,7 +22,7 @@ from app.db import create_engine
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.settings import Settings
-from app.web.admin import HEALTH_QUERIES
+from app.web.admin.health import HEALTH_QUERIES
 
 HX = {"HX-Request": "true"}
 PAGES = ("/admin", "/admin/health", "/admin/audit", "/admin/users", "/admin/schedules")
