@@ -208,6 +208,8 @@ async def revoke_token(db: Db, token_id: int, *, user_id: int | None = None) -> 
     Raises:
         NotFound: no such live token (or not this user's).
     """
+    if not 0 < token_id < 2**31:  # an integer column: a larger id names no token
+        raise NotFound("No such API token.")
     revoked = (
         await db.execute(
             text(

@@ -240,6 +240,26 @@ def _database_trouble(exc: BaseException) -> str | None:
     return None
 
 
+UNSTORABLE_MESSAGE = (
+    "Part of what was sent cannot be stored: a number out of range, or text with a NUL character or a "
+    "lone surrogate. Nothing was changed."
+)
+
+
+def _unstorable_input(exc: BaseException) -> bool:
+    """Whether the database refused a value of the request itself, not the query: a number too large
+    for its column or text PostgreSQL cannot hold (checked once the value reaches the driver, so an
+    input that slipped past a form's checks still answers 422 instead of 500)."""
+    if not isinstance(exc, sa_exc.DBAPIError):
+        return False
+    cause: BaseException | None = getattr(exc.orig, "__cause__", None) or exc.orig
+    if isinstance(cause, asyncpg.CharacterNotInRepertoireError | asyncpg.UntranslatableCharacterError):
+        return True
+    if cause is None or type(cause) is not asyncpg.DataError:
+        return False
+    return isinstance(cause.__cause__, OverflowError | UnicodeEncodeError)
+
+
 def _classify(exc: Exception, settings: Settings) -> tuple[int, str, dict[str, str], dict[str, str]]:
     """``(status, detail, field errors, extra headers)`` for any exception."""
     errors: dict[str, str]
@@ -270,6 +290,8 @@ def _classify(exc: Exception, settings: Settings) -> tuple[int, str, dict[str, s
         if isinstance(exc, NotAuthorizedException):
             return 401, exc.detail or "Please sign in.", {}, {}
         return exc.status_code, exc.detail, {}, dict(exc.headers or {})
+    if _unstorable_input(exc):
+        return 422, UNSTORABLE_MESSAGE, {}, {}
     trouble = _database_trouble(exc)
     if trouble is not None:
         return 503, trouble, {}, {"Retry-After": "5"}
@@ -436,19 +458,31 @@ def _report_worker_exit(task: asyncio.Task[Any]) -> None:
 # --- the app ------------------------------------------------------------------------------------------------
 
 
-def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) -> Litestar:
-    """The Jobdesk web application.
+CONTROLLERS = [
+    HomeController,
+    AuthController,
+    HealthController,
+    MetricsController,
+    AccountApiController,
+    JobsApiController,
+    PipelinesApiController,
+    JobTypesApiController,
+    ControlsApiController,
+    AlertsAdminController,
+    *admin.CONTROLLERS,
+    AdminJobsController,
+    JobsController,
+    PipelinesController,
+    FilesController,
+    FilesApiController,
+]
+"""Every page and API controller, in the order Litestar registers them."""
 
-    ``settings`` defaults to :func:`app.settings.get_settings` (the environment). ``auto_migrate``: apply
-    pending migrations at start-up (``jobdesk serve`` passes ``True`` unless ``--no-migrate``); otherwise
-    a database whose schema is behind makes start-up fail with :class:`StartupRefused`, whose message
-    says to run ``jobdesk migrate``. Connection failures raise :class:`app.db.DatabaseUnavailable`.
 
-    ``app.state`` gets ``settings``, ``engine``, ``database_url``, ``worker`` and ``worker_task`` (both
-    ``None`` without an in-app worker), once the lifespan has started.
-    """
-    settings = settings or get_settings()
-    sa_config = SQLAlchemyAsyncConfig(
+def _sqlalchemy_config() -> SQLAlchemyAsyncConfig:
+    """A ``db_session`` per request, committed on 2xx and 3xx answers (redirects included), rolled back
+    otherwise."""
+    return SQLAlchemyAsyncConfig(
         # The engine is created in the lifespan (the embedded database may have to start first) and
         # handed to this config there, before advanced-alchemy's own lifespan reads it.
         before_send_handler="autocommit_include_redirects",
@@ -459,14 +493,11 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             info={"enable_cache_listener": False, "enable_file_object_listener": False}
         ),
     )
-    static = create_static_files_router(
-        path="/static",
-        directories=[STATIC_DIR],
-        name="static",
-        include_in_schema=False,
-        cache_control=CacheControlHeader(max_age=300),
-    )
-    openapi = OpenAPIConfig(
+
+
+def _openapi() -> OpenAPIConfig:
+    """``/schema``: the API's OpenAPI document and its Swagger page, served from our own static files."""
+    return OpenAPIConfig(
         title="Jobdesk API",
         version=__version__,
         path="/schema",
@@ -482,26 +513,30 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
         components=Components(security_schemes={"BearerToken": SecurityScheme(type="http", scheme="bearer")}),
         security=[{"BearerToken": []}],
     )
+
+
+def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) -> Litestar:
+    """The Jobdesk web application.
+
+    ``settings`` defaults to :func:`app.settings.get_settings` (the environment). ``auto_migrate``: apply
+    pending migrations at start-up (``jobdesk serve`` passes ``True`` unless ``--no-migrate``); otherwise
+    a database whose schema is behind makes start-up fail with :class:`StartupRefused`, whose message
+    says to run ``jobdesk migrate``. Connection failures raise :class:`app.db.DatabaseUnavailable`.
+
+    ``app.state`` gets ``settings``, ``engine``, ``database_url``, ``worker`` and ``worker_task`` (both
+    ``None`` without an in-app worker), once the lifespan has started.
+    """
+    settings = settings or get_settings()
+    sa_config = _sqlalchemy_config()
+    static = create_static_files_router(
+        path="/static",
+        directories=[STATIC_DIR],
+        name="static",
+        include_in_schema=False,
+        cache_control=CacheControlHeader(max_age=300),
+    )
     app = Litestar(
-        route_handlers=[
-            HomeController,
-            AuthController,
-            HealthController,
-            MetricsController,
-            AccountApiController,
-            JobsApiController,
-            PipelinesApiController,
-            JobTypesApiController,
-            ControlsApiController,
-            AlertsAdminController,
-            *admin.CONTROLLERS,
-            AdminJobsController,
-            JobsController,
-            PipelinesController,
-            FilesController,
-            FilesApiController,
-            static,
-        ],
+        route_handlers=[*CONTROLLERS, static],
         lifespan=[_database_lifespan(settings, sa_config, auto_migrate=auto_migrate)],
         plugins=[SQLAlchemyPlugin(config=sa_config), HTMXPlugin(), _AfterPlugins(_worker_lifespan(settings))],
         middleware=[RequestContextMiddleware(), AuthenticationMiddleware()],
@@ -517,7 +552,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
         template_config=TemplateConfig(
             directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=register_filters
         ),
-        openapi_config=openapi,
+        openapi_config=_openapi(),
         exception_handlers={Exception: make_exception_handler(settings)},
         request_max_body_size=settings.upload_max_bytes,
         logging_config=None,

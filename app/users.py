@@ -18,6 +18,8 @@ from app.errors import NotFound
 
 USERS_LIMIT = 500
 """At most this many users are listed (ordered by email); the page says when there are more."""
+MAX_ID = 2**31 - 1
+"""User and token ids are PostgreSQL ``integer``s: a larger number names no row (and cannot be sent)."""
 
 USERS = text(
     """
@@ -61,7 +63,9 @@ async def get_user(db: Db, user_id: int) -> RowMapping:
     Raises:
         NotFound: no such user.
     """
-    row = (await db.execute(USER_BY_ID, {"id": user_id})).mappings().first()
+    row = None
+    if 0 < user_id <= MAX_ID:
+        row = (await db.execute(USER_BY_ID, {"id": user_id})).mappings().first()
     if row is None:
         raise NotFound(f"No user with id {user_id}.")
     return row
@@ -91,4 +95,6 @@ async def set_active(db: Db, user_id: int, active: bool) -> int:
 
 async def token_owner(db: Db, token_id: int) -> int | None:
     """The user id owning the live API token ``token_id``, or ``None``."""
+    if not 0 < token_id <= MAX_ID:
+        return None
     return (await db.execute(TOKEN_OWNER, {"id": token_id})).scalar()
