@@ -45,7 +45,8 @@ from app.errors import BadInput, Conflict, Forbidden, NotFound
 from app.jobs import outbox, queue
 from app.jobs.states import LIVE, Status
 from app.processors import registry
-from app.web import DbSession, is_htmx, render, views, zone
+from app.web import DbSession, is_htmx, render, zone
+from app.web import display as views
 from app.web.jobs import (
     ACTIONS,
     CONFIRM,
@@ -58,7 +59,7 @@ from app.web.jobs import (
     request_id,
     settings_of,
 )
-from app.web.ops import CAPPED_COUNT, EXACT_CAP, planner_estimate
+from app.web.metrics import CAPPED_COUNT, EXACT_CAP, planner_estimate
 
 PAGE_SIZE = 50
 COUNT_CAP = EXACT_CAP

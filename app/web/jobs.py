@@ -44,7 +44,8 @@ from app.jobs import outbox, queue
 from app.jobs.queue import NewJob
 from app.jobs.states import LIVE, Status
 from app.processors import ProcessorSpec, registry
-from app.web import DbSession, forms, is_htmx, render, views, zone
+from app.web import DbSession, forms, is_htmx, render, zone
+from app.web import display as views
 
 PAGE_SIZE = 25
 HISTORY_LIMIT = 200

@@ -30,7 +30,8 @@ from app import audit, controls, pipelines
 from app.auth import requires_user
 from app.errors import BadInput, NotFound, TooLarge
 from app.jobs import outbox
-from app.web import DbSession, forms, is_htmx, render, views, zone
+from app.web import DbSession, forms, is_htmx, render, zone
+from app.web import display as views
 from app.web.jobs import (
     CONFIRM,
     POLL,
