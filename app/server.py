@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,6 @@ import structlog
 from advanced_alchemy.extensions.litestar import AsyncSessionConfig, SQLAlchemyAsyncConfig, SQLAlchemyPlugin
 from litestar import Litestar, MediaType, Request, Response
 from litestar.config.app import AppConfig
-from litestar.config.csrf import CSRFConfig
 from litestar.datastructures import CacheControlHeader
 from litestar.enums import ScopeType
 from litestar.exceptions import (
@@ -82,10 +82,14 @@ from app.web.api import (
     JobTypesApiController,
     PipelinesApiController,
 )
+from app.web.api_users import UsersApiController
 from app.web.auth import AuthController
+from app.web.csrf import FAILED as CSRF_FAILED
+from app.web.csrf import CsrfMiddleware
 from app.web.files import FilesApiController, FilesController
 from app.web.health import HealthController
 from app.web.home import HomeController
+from app.web.input_guard import InputGuardMiddleware
 from app.web.jobs import JobsController
 from app.web.metrics import MetricsController
 from app.web.pipelines import PipelinesController
@@ -279,7 +283,7 @@ def _classify(exc: Exception, settings: Settings) -> tuple[int, str, dict[str, s
         return 422, f"Invalid request: {summary}", errors, {}
     if isinstance(exc, NotFoundException):
         return 404, "There is nothing at this address.", {}, {}
-    if isinstance(exc, PermissionDeniedException) and exc.detail == "CSRF token verification failed":
+    if isinstance(exc, PermissionDeniedException) and exc.detail == CSRF_FAILED:
         return 403, CSRF_MESSAGE, {}, {}
     if isinstance(exc, MethodNotAllowedException):
         return 405, "This address does not accept that kind of request.", {}, dict(exc.headers or {})
@@ -468,6 +472,7 @@ CONTROLLERS = [
     PipelinesApiController,
     JobTypesApiController,
     ControlsApiController,
+    UsersApiController,
     AlertsAdminController,
     *admin.CONTROLLERS,
     AdminJobsController,
@@ -539,16 +544,18 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
         route_handlers=[*CONTROLLERS, static],
         lifespan=[_database_lifespan(settings, sa_config, auto_migrate=auto_migrate)],
         plugins=[SQLAlchemyPlugin(config=sa_config), HTMXPlugin(), _AfterPlugins(_worker_lifespan(settings))],
-        middleware=[RequestContextMiddleware(), AuthenticationMiddleware()],
+        middleware=[
+            RequestContextMiddleware(),
+            AuthenticationMiddleware(),
+            CsrfMiddleware(
+                settings.resolved_secret_key(),
+                exclude=CSRF_EXCLUDE,
+                secure=settings.cookies_secure,
+                session_max_age=timedelta(days=settings.session_max_age_days),
+            ),
+            InputGuardMiddleware(),
+        ],
         before_send=[security_headers],
-        csrf_config=CSRFConfig(
-            secret=settings.resolved_secret_key(),
-            exclude=CSRF_EXCLUDE,
-            cookie_samesite="lax",
-            cookie_secure=settings.cookies_secure,
-            # Pages carry the token (hidden field, <body hx-headers>); no script needs to read the cookie.
-            cookie_httponly=True,
-        ),
         template_config=TemplateConfig(
             directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=register_filters
         ),

@@ -25,7 +25,7 @@ from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.jobs.states import Status, label
 from app.processors import registry
-from app.web import DbSession
+from app.web import DbSession, display
 
 MAX_PAGE = 200
 
@@ -150,9 +150,11 @@ def _request_id(request: Request[Any, Any, Any]) -> str | None:
     return getattr(request.state, "request_id", None)
 
 
-async def _job_response(db: Any, row: Any, status_code: int = 200) -> Response[dict[str, Any]]:
+async def _job_response(
+    db: Any, row: Any, status_code: int = 200, *, viewer: Any
+) -> Response[dict[str, Any]]:
     deps = await queue.dependencies_of(db, row["id"])
-    return Response(job_json(row, deps), status_code=status_code)
+    return Response(display.job_for(job_json(row, deps), viewer), status_code=status_code)
 
 
 # Newest first by UUIDv7 id, keyset-paginated; never loads input, result or error text (case C13).
@@ -201,7 +203,9 @@ class JobsApiController(Controller):
             ),
             _settings(request),
         )
-        return await _job_response(db_session, result.job, 201 if result.created else 200)
+        return await _job_response(
+            db_session, result.job, 201 if result.created else 200, viewer=request.user
+        )
 
     @get("/", name="api.jobs.list")
     async def list_jobs(
@@ -212,7 +216,9 @@ class JobsApiController(Controller):
         job_type: Annotated[str | None, QueryParameter(name="type")] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = 50,
         after: FromQuery[UUID | None] = None,
-        user_id: Annotated[int | None, QueryParameter(description="Admins only: one user's jobs.")] = None,
+        user_id: Annotated[
+            int | None, QueryParameter(ge=1, le=2**31 - 1, description="Admins only: one user's jobs.")
+        ] = None,
     ) -> dict[str, Any]:
         """Jobs newest first: your own, or (admins) everyone's. Keyset pagination: pass the response's
         ``next`` as ``after``. Rows omit input, result and error text (fetch one job for those)."""
@@ -239,7 +245,7 @@ class JobsApiController(Controller):
     ) -> Response[dict[str, Any]]:
         """One job with its input, result, error and ``dependent_on_jobs``. 404 for unknown or others' ids."""
         row = await queue.get_job(db_session, job_id, request.user)
-        return await _job_response(db_session, row)
+        return await _job_response(db_session, row, viewer=request.user)
 
     @get("/{job_id:str}/events", name="api.jobs.events")
     async def events(
@@ -260,7 +266,7 @@ class JobsApiController(Controller):
             .mappings()
             .all()
         )
-        return [dict(r) for r in rows]
+        return [display.event_for(r, request.user) for r in rows]
 
     @post("/{job_id:str}/cancel", name="api.jobs.cancel", status_code=200)
     async def cancel(
@@ -269,7 +275,7 @@ class JobsApiController(Controller):
         """Cancel (owner or admin). A waiting job is cancelled at once; a running one shows
         ``status_label: Cancelling`` until its worker stops it. 409 if it already finished."""
         row = await queue.cancel(db_session, job_id, request.user)
-        return await _job_response(db_session, row)
+        return await _job_response(db_session, row, viewer=request.user)
 
     @post("/{job_id:str}/retry", name="api.jobs.retry", status_code=200)
     async def retry(
@@ -277,7 +283,7 @@ class JobsApiController(Controller):
     ) -> Response[dict[str, Any]]:
         """Retry a failed job with a fresh attempt budget (admins). 409 naming the status otherwise."""
         row = await queue.retry(db_session, job_id, request.user)
-        return await _job_response(db_session, row)
+        return await _job_response(db_session, row, viewer=request.user)
 
     @post("/{job_id:str}/run-again", name="api.jobs.run_again", status_code=201)
     async def run_again(
@@ -287,7 +293,7 @@ class JobsApiController(Controller):
         result = await queue.run_again(
             db_session, job_id, request.user, _settings(request), request_id=_request_id(request)
         )
-        return await _job_response(db_session, result.job, 201)
+        return await _job_response(db_session, result.job, 201, viewer=request.user)
 
     @post("/{job_id:str}/approve", name="api.jobs.approve", status_code=200)
     async def approve(
@@ -295,7 +301,7 @@ class JobsApiController(Controller):
     ) -> Response[dict[str, Any]]:
         """Approve a step waiting for approval (admins): it completes and its dependents run."""
         row = await queue.approve(db_session, job_id, request.user)
-        return await _job_response(db_session, row)
+        return await _job_response(db_session, row, viewer=request.user)
 
     @post("/{job_id:str}/reject", name="api.jobs.reject", status_code=200)
     async def reject(
@@ -307,7 +313,7 @@ class JobsApiController(Controller):
     ) -> Response[dict[str, Any]]:
         """Reject a step waiting for approval (admins), with a reason: it fails and its dependents are cancelled."""
         row = await queue.reject(db_session, job_id, request.user, data.reason)
-        return await _job_response(db_session, row)
+        return await _job_response(db_session, row, viewer=request.user)
 
     @post("/{job_id:str}/rerun", name="api.jobs.rerun", status_code=200)
     async def rerun(
@@ -315,7 +321,7 @@ class JobsApiController(Controller):
     ) -> Response[dict[str, Any]]:
         """Run a step waiting for approval once more (admins); it waits for approval again afterwards."""
         row = await queue.rerun(db_session, job_id, request.user)
-        return await _job_response(db_session, row)
+        return await _job_response(db_session, row, viewer=request.user)
 
 
 _LIST_PIPELINES = """
@@ -447,7 +453,10 @@ class PipelinesApiController(Controller):
         self, request: Request[Any, Any, Any], db_session: DbSession, pipeline_id: FromPath[str]
     ) -> list[dict[str, Any]]:
         """Every step's events in order: the pipeline's whole history."""
-        return [dict(r) for r in await pipelines.events(db_session, pipeline_id, request.user)]
+        return [
+            display.event_for(r, request.user)
+            for r in await pipelines.events(db_session, pipeline_id, request.user)
+        ]
 
     @post("/{pipeline_id:str}/cancel", name="api.pipelines.cancel", status_code=200)
     async def cancel(

@@ -297,9 +297,9 @@ async def status_context(
         result = outcome["result_data"]
         ctx["result_items"] = views.result_items(result)
         ctx["result_json"] = views.pretty_json(result) if result is not None else None
-        ctx["error"] = views.error_summary(row, outcome["error_message"])
+        ctx["error"] = views.error_summary(row, outcome["error_message"], user)
     elif row.get("error_preview"):
-        ctx["error"] = views.error_summary(row, row["error_preview"])
+        ctx["error"] = views.error_summary(row, row["error_preview"], user)
     if ctx["actions"]["reschedule"]:
         ctx["timezones"] = timezone_names()
         ctx["reschedule_tz"] = user.timezone or "UTC"
