@@ -12,6 +12,11 @@ Start-up (the lifespan, in this order):
 4. when ``WORKER_ENABLED``, start the in-app worker (:class:`app.worker.runner.Worker`); on shutdown it
    is stopped, and awaited, before the engine is disposed.
 
+Before any handler: :class:`app.auth.AuthenticationMiddleware` finds the user,
+:class:`app.web.csrf.CsrfMiddleware` checks the session-bound CSRF token of every form post, and
+:class:`app.web.input_guard.InputGuardMiddleware` refuses NUL characters, lone surrogates and over-deep
+JSON with a 422 naming the field.
+
 Every response carries security headers (a strict Content Security Policy without inline scripts; ``/schema`` alone gets the relaxed policy its Swagger page needs), ``X-Request-ID`` and
 ``Cache-Control: no-store`` (except static files). Errors become JSON ``{"detail": …}`` under ``/api/``,
 a small fragment for htmx, and a page otherwise — never a traceback.

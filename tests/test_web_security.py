@@ -32,15 +32,15 @@ SESSION = "jobdesk_session"
 CSRF = "csrftoken"
 
 
-def _sign_in(base: str, email: str) -> tuple[str, str]:
-    """Sign in with a fresh client; return ``(session cookie, CSRF token of the signed-in pages)``."""
+def _sign_in(base: str, email: str) -> tuple[str, str, str]:
+    """Sign in with a fresh client; return the session cookie, the CSRF token of the signed-in pages and
+    the ``csrftoken`` cookie the browser then holds."""
     with httpx.Client(base_url=base) as c:
         page = c.get("/login")
         r = c.post("/login", data={"email": email, "password": PASSWORD, "_csrf_token": csrf_from(page.text)})
         assert r.status_code == 303, r.text[:300]
         token = csrf_from(c.get("/admin/users" if email.startswith("boss") else "/jobs").text)
-        assert c.cookies[CSRF] == token  # the cookie follows the session's token
-        return c.cookies[SESSION], token
+        return c.cookies[SESSION], token, c.cookies[CSRF]
 
 
 def _post(base: str, path: str, session: str, cookie: str, token: str | None, **kw: Any) -> httpx.Response:
@@ -66,20 +66,21 @@ def test_a_csrf_pair_from_another_session_or_page_does_not_work_on_an_admin_sess
         with httpx.Client(base_url=base) as anon:
             anon_token = csrf_from(anon.get("/login").text)
             anon_cookie = anon.cookies[CSRF]
-        boss_session, boss_token = _sign_in(base, "boss@example.com")
-        bob_session, bob_token = _sign_in(base, "bob@example.com")
+        boss_session, boss_token, boss_cookie = _sign_in(base, "boss@example.com")
+        bob_session, bob_token, _ = _sign_in(base, "bob@example.com")
         for cookie, token in ((anon_cookie, anon_token), (bob_token, bob_token), (anon_cookie, boss_token)):
             r = _post(base, make_admin, boss_session, cookie, token)
             assert r.status_code == 403, (cookie, token, r.status_code)
             r = _post(base, make_admin, boss_session, cookie, None, headers={"x-csrftoken": token})
             assert r.status_code == 403
         assert asyncio.run(_is_admin(db_url, bob.id)) is False
-        # the admin's own page's token (and cookie) works
+        # the admin's own page's token (and cookie, which follows the session's token) works
+        assert boss_cookie == boss_token
         r = _post(base, make_admin, boss_session, boss_token, boss_token)
         assert r.status_code == 303
         assert asyncio.run(_is_admin(db_url, bob.id)) is True
         # every sign-in starts with a new token; the previous session's is refused on the new one
-        new_session, new_token = _sign_in(base, "boss@example.com")
+        new_session, new_token, _ = _sign_in(base, "boss@example.com")
         assert new_token != boss_token
         assert _post(base, "/logout", new_session, boss_token, boss_token).status_code == 403
         assert _post(base, "/logout", new_session, new_token, new_token).status_code == 303
