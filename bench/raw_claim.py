@@ -71,6 +71,29 @@ async def drain(conn: asyncpg.Connection) -> tuple[int, float]:
     return done, time.perf_counter() - started
 
 
+async def insert_one_at_a_time(conn: asyncpg.Connection, n: int) -> float:
+    """Rows/s of ``n`` single-row autocommit ``INSERT``s into a fresh ``raw_jobs``, one after the other."""
+    await conn.execute(DDL)
+    stmt = await conn.prepare("INSERT INTO raw_jobs (payload) VALUES ($1::jsonb)")
+    started = time.perf_counter()
+    for i in range(n):
+        await stmt.fetch(f'{{"i":{i}}}')
+    return n / (time.perf_counter() - started)
+
+
+async def copy_in(conn: asyncpg.Connection, n: int) -> float:
+    """Rows/s of one ``COPY`` of ``n`` rows into a fresh ``raw_jobs``, in one transaction."""
+    await conn.execute(DDL)
+    records = [(f'{{"i":{i}}}',) for i in range(n)]
+    await conn.set_type_codec(  # jsonb's binary form: a version byte, then the text
+        "jsonb", encoder=lambda v: b"\x01" + v.encode(), decoder=bytes, format="binary", schema="pg_catalog"
+    )
+    started = time.perf_counter()
+    async with conn.transaction():
+        await conn.copy_records_to_table("raw_jobs", records=records, columns=["payload"])
+    return n / (time.perf_counter() - started)
+
+
 async def measure(url: str, rows: int) -> float:
     """One baseline run on database ``url``: rows completed per second."""
     conn = await asyncpg.connect(c.dsn(url))
