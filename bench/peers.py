@@ -50,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -280,7 +280,7 @@ class Procrastinate(Peer):
         return row["n"], row["last"]
 
 
-PEERS: dict[str, Callable[[str, Path], Peer]] = {
+PEERS: dict[str, type[Peer]] = {
     "pgqueuer": PgQueuer,
     "procrastinate": Procrastinate,
     "jobdesk": Jobdesk,
@@ -500,7 +500,32 @@ def report(rounds: list[dict[str, dict[str, float]]], libs: list[str], n: int) -
     c.print_table(f"side by side, medians of {len(rounds)} round(s)", headers, rows)
 
 
-async def main() -> None:
+def last_line(rounds: list[dict[str, dict[str, float]]]) -> str:
+    """Jobdesk's ratios to PgQueuer, then the figures behind them, as ``key=value`` pairs."""
+
+    def med(lib: str, key: str) -> float:
+        if lib not in rounds[0]:
+            return float("nan")
+        return round(c.median(r[lib].get(key, float("nan")) for r in rounds), 2)
+
+    pairs: dict[str, Any] = {}
+    for key, name in (
+        ("drain_per_s", "drain"),
+        ("launch_per_s", "launch"),
+        ("single_per_s", "single"),
+        ("bulk_per_s", "bulk"),
+        ("call_p50_ms", "latency"),
+    ):
+        pairs[f"{name}_ratio"] = round(ratio(rounds, key, "jobdesk", "pgqueuer"), 3)
+    pairs["jobdesk_commit_p50_ms"] = med("jobdesk", "commit_p50_ms")
+    for lib in ("jobdesk", "pgqueuer", "procrastinate", "raw"):
+        pairs[f"{lib}_drain_per_s"] = whole(med(lib, "drain_per_s"))
+    pairs["jobdesk_raw_drain_ratio"] = round(ratio(rounds, "drain_per_s", "jobdesk", "raw"), 3)
+    return c.kv_line(**pairs)
+
+
+def options() -> argparse.Namespace:
+    """The command line, with ``--quick``'s smaller defaults filled in."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=None, help="jobs per drain and bulk (default 10,000)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds; figures are medians (default 3)")
@@ -509,14 +534,21 @@ async def main() -> None:
     parser.add_argument("--libs", default=",".join(PEERS), help="which libraries (default all three)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 round, 2,000 jobs, fewer of all")
     args = parser.parse_args()
-    n = args.jobs or (2_000 if args.quick else 10_000)
-    n_rounds = args.rounds or (1 if args.quick else 3)
-    n_single = args.single if args.single is not None else (200 if args.quick else 1_000)
-    n_latency = args.latency if args.latency is not None else (20 if args.quick else 100)
-    libs = [lib for lib in args.libs.split(",") if lib]
-    if unknown := set(libs) - set(PEERS):
+    args.jobs = args.jobs or (2_000 if args.quick else 10_000)
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    if args.single is None:
+        args.single = 200 if args.quick else 1_000
+    if args.latency is None:
+        args.latency = 20 if args.quick else 100
+    args.libs = [lib for lib in args.libs.split(",") if lib]
+    if unknown := set(args.libs) - set(PEERS):
         parser.error(f"unknown libraries: {', '.join(sorted(unknown))}")
+    return args
 
+
+async def main() -> None:
+    args = options()
+    n, n_single, n_latency, libs = args.jobs, args.single, args.latency, args.libs
     print(f"machine: {c.machine()}")
     print(f"peers: {versions()}")
     work = Path(tempfile.mkdtemp(prefix="jobdesk-bench-peers-"))
@@ -541,7 +573,7 @@ async def main() -> None:
             finally:
                 await conn.close()
             peers[lib] = peer
-        for i in range(n_rounds):
+        for i in range(args.rounds):
             order = libs[i % len(libs) :] + libs[: i % len(libs)]
             r = {"raw": await raw_limits(raw_url, n, n_single)}
             for lib in order:
@@ -552,28 +584,7 @@ async def main() -> None:
                 print(f"    {lib}: " + ", ".join(f"{k}={v:,.2f}" for k, v in figures.items()), flush=True)
 
     report(rounds, libs, n)
-
-    def med(lib: str, key: str) -> float:
-        return (
-            round(c.median(r[lib].get(key, float("nan")) for r in rounds), 2)
-            if lib in rounds[0]
-            else float("nan")
-        )
-
-    pairs: dict[str, Any] = {}
-    for key, name in (
-        ("drain_per_s", "drain"),
-        ("launch_per_s", "launch"),
-        ("single_per_s", "single"),
-        ("bulk_per_s", "bulk"),
-        ("call_p50_ms", "latency"),
-    ):
-        pairs[f"{name}_ratio"] = round(ratio(rounds, key, "jobdesk", "pgqueuer"), 3)
-    pairs["jobdesk_commit_p50_ms"] = med("jobdesk", "commit_p50_ms")
-    for lib in ("jobdesk", "pgqueuer", "procrastinate", "raw"):
-        pairs[f"{lib}_drain_per_s"] = whole(med(lib, "drain_per_s"))
-    pairs["jobdesk_raw_drain_ratio"] = round(ratio(rounds, "drain_per_s", "jobdesk", "raw"), 3)
-    print(c.kv_line(**pairs))
+    print(last_line(rounds))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""The raw-SQL baseline for ``bench/throughput.py`` (issue 10 §1): how fast one asyncpg connection can
+"""The raw-SQL baseline for ``bench/throughput.py``: how fast one asyncpg connection can
 drain a minimal queue table when it claims with ``FOR UPDATE SKIP LOCKED`` in batches of 100 and
 completes each batch in its own transaction — no events, no leases beyond a ``locked_by``, no
 processor, no logging. Jobdesk's ``noop`` throughput is reported as a ratio of this figure, measured in
-the same run because absolute numbers are noisy on a shared machine.
+the same run because absolute numbers are noisy on a shared machine. ``bench/peers.py`` also takes the
+single-row ``INSERT`` and ``COPY`` limits from here, on the same minimal table.
 
 Run alone: ``python bench/raw_claim.py [--rows N] [--runs R]``; last line ``raw_per_s=…``.
 """

@@ -1,4 +1,4 @@
-"""Burn-down throughput of ``noop`` jobs (issue 10 §1), against the raw-SQL baseline, plus worker memory.
+"""Burn-down throughput of ``noop`` jobs, against the raw-SQL baseline, plus worker memory.
 
     python bench/throughput.py [--jobs N] [--workers K] [--runs R] [--quick] [--concurrency C]
 
@@ -28,6 +28,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import _common as c
 import asyncpg
@@ -203,7 +204,7 @@ async def main() -> None:
             rounds.append(r)
             print(f"  round {i + 1}: " + ", ".join(f"{k}={v:,.1f}" for k, v in r.items()), flush=True)
 
-    rows = []
+    rows: list[list[Any]] = []
     for i, r in enumerate(rounds):
         ratio = r["one"] / r["raw"] if "raw" in r else float("nan")
         rows.append(
