@@ -12,8 +12,9 @@ schema installed with its own tool (``alembic`` migrations, ``pgq install``, ``p
 * Jobdesk: ``python worker.py`` (the same as ``jobdesk worker``) with ``MAX_CONCURRENT_JOBS=10``,
   ``LOG_LEVEL=INFO``, the job type ``bench.noop_stamp`` loaded with ``JOBDESK_PROCESSOR_MODULES``;
   enqueue with ``queue.enqueue`` / ``queue.enqueue_many`` on an ``app.db.create_engine`` engine.
-* PgQueuer: ``pgq run peer_pgqueuer:main`` (batches of 10, its default), the entrypoint limited to 10 at
-  a time; enqueue with ``Queries.enqueue`` on an ``AsyncpgDriver``.
+* PgQueuer: what ``pgq run peer_pgqueuer:main`` runs, at its defaults: batches of 10, no limit per
+  entrypoint (``--pgqueuer-limit 10`` adds a hard cap of 10); enqueue with ``Queries.enqueue`` on an
+  ``AsyncpgDriver``.
 * Procrastinate: ``procrastinate worker --concurrency=10``; enqueue with ``Task.defer_async`` /
   ``Task.batch_defer_async`` on a ``PsycopgConnector``.
 
@@ -215,10 +216,12 @@ class PgQueuer(Peer):
         await client.enqueue(peer_pgqueuer.ENTRYPOINT, str(tag).encode())
         return time.time()
 
+    limit = 0
+
     def start_worker(self, stamp_file: Path, log_path: Path) -> subprocess.Popen[bytes]:
-        return spawn(
-            [sys.executable, str(BENCH / "peer_pgqueuer.py")], peer_env(self.dsn, stamp_file), log_path
-        )
+        env = peer_env(self.dsn, stamp_file)
+        env["BENCH_PGQUEUER_LIMIT"] = str(self.limit)
+        return spawn([sys.executable, str(BENCH / "peer_pgqueuer.py")], env, log_path)
 
     async def finished(self, conn: asyncpg.Connection) -> tuple[int, float | None]:
         row = await conn.fetchrow(
@@ -532,6 +535,9 @@ def options() -> argparse.Namespace:
     parser.add_argument("--single", type=int, default=None, help="one-at-a-time enqueues (default 1,000)")
     parser.add_argument("--latency", type=int, default=None, help="latency jobs per round (default 100)")
     parser.add_argument("--libs", default=",".join(PEERS), help="which libraries (default all three)")
+    parser.add_argument(
+        "--pgqueuer-limit", type=int, default=0, help="PgQueuer's concurrency_limit (default 0: none)"
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 round, 2,000 jobs, fewer of all")
     args = parser.parse_args()
     args.jobs = args.jobs or (2_000 if args.quick else 10_000)
@@ -549,6 +555,9 @@ def options() -> argparse.Namespace:
 async def main() -> None:
     args = options()
     n, n_single, n_latency, libs = args.jobs, args.single, args.latency, args.libs
+    PgQueuer.limit = args.pgqueuer_limit
+    if PgQueuer.limit:
+        PgQueuer.label = f"PgQueuer, limit {PgQueuer.limit}"
     print(f"machine: {c.machine()}")
     print(f"peers: {versions()}")
     work = Path(tempfile.mkdtemp(prefix="jobdesk-bench-peers-"))
