@@ -1,4 +1,4 @@
-"""The admin job console ``/admin/jobs`` and ``/admin/failed`` (issue 7 §1–3; cases C17, C19, C20):
+"""The admin job console ``/admin/jobs`` and ``/admin/failed`` (cases C17, C19, C20):
 filters and search, keyset pages, capped counts, row actions for every kind of visitor, CSRF and
 methods, bulk actions on ticked rows and on a filter, failed groups, the audit trail, and the query
 plans on a seeded table. The browser test is ``test_browser_admin_jobs.py``."""
@@ -497,9 +497,7 @@ async def _admin_statements(conn: asyncpg.Connection) -> list[tuple[str, Any, di
     out: list[tuple[str, Any, dict[str, Any]]] = []
     for name, f in filters.items():
         where, params = selection.filter_where(f, after=some["id"] if name == "none" else None)
-        out.append(
-            (f"list-{name}", selection.list_sql(where), {**params, "limit": admin_jobs.PAGE_SIZE + 1})
-        )
+        out.append((f"list-{name}", selection.list_sql(where), {**params, "limit": admin_jobs.PAGE_SIZE + 1}))
         for action, spec in bulk.BULK_ACTIONS.items():
             where, params = selection.filter_where(f, eligible=spec["eligible"], upto=some["id"])
             out.append(
@@ -590,7 +588,7 @@ async def test_the_list_shows_who_paused_the_filtered_type(
     client: AsyncTestClient, db_url: str, engine
 ) -> None:
     """The "Paused by <admin> at …" banner is on every page listing jobs of a paused type, the admin list
-    too (issue 11 §3; a trial found it missing here)."""
+    too (a trial found it missing here)."""
     from app import controls
 
     boss = await sign_in_as(client, db_url, "root@example.com", admin=True)

@@ -35,8 +35,8 @@ class Person(Protocol):
 class HasDiagnostic(Protocol):
     """A pipeline template (only its ``diagnostic`` mark matters here)."""
 
-    name: str
-    diagnostic: bool
+    @property
+    def diagnostic(self) -> bool: ...
 
 
 def is_internal(spec: ProcessorSpec) -> bool:

@@ -78,11 +78,11 @@ async def plan_selected(db: AsyncSession, action: str, raw_ids: Sequence[str]) -
             ids.append(jid)
     ids = ids[:BULK_MAX]
     rows = (await db.execute(ROWS_BY_ID, {"ids": ids})).mappings().all() if ids else []
-    eligible = sum(1 for r in rows if _eligible(action, r))
+    eligible = len([r for r in rows if _eligible(action, r)])
     return BulkPlan(action, "selected", ids, eligible, ineligible=len(ids) - eligible)
 
 
-def _eligible(action: str, row: Mapping[str, Any]) -> bool:
+def _eligible(action: str, row: Mapping[Any, Any]) -> bool:
     if action == "retry":
         return row["status"] == Status.FAILED
     return row["status"] in LIVE and bool(row["is_active"])

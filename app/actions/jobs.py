@@ -66,8 +66,8 @@ class ActionOutcome:
     status_code: int
     job_id: uuid.UUID
     new_job_id: uuid.UUID | None = None
-    row: Mapping[str, Any] | None = None
-    new_job: Mapping[str, Any] | None = None
+    row: Mapping[Any, Any] | None = None
+    new_job: Mapping[Any, Any] | None = None
     conflict: Conflict | None = None
 
 
@@ -79,7 +79,7 @@ def parse_id(value: Any, what: str = "job") -> uuid.UUID:
         raise NotFound(f"No {what} with id {str(value)[:64]!r}.") from None
 
 
-def allowed(user: Any, action: str, row: Mapping[str, Any]) -> bool:
+def allowed(user: Any, action: str, row: Mapping[Any, Any]) -> bool:
     """Whether ``user`` may ask for ``action`` on the job ``row`` (owner or admin, per :data:`WHO_MAY`;
     "run again" also needs a type the user may submit). Used for buttons; the action checks again."""
     if user.is_admin:
@@ -135,7 +135,7 @@ async def submit_form(
     run_at: datetime | None,
     form_key: str,
     title: str = "",
-) -> Mapping[str, Any]:
+) -> Mapping[Any, Any]:
     """Enqueue a form's job. The form's one-time key makes a double click create one job; the same key
     with different input (the browser's back button, then a change) creates a new one.
 
@@ -212,7 +212,7 @@ CALLS: dict[str, Call] = {
 }
 
 
-def ok_message(action: str, row: Mapping[str, Any]) -> str:
+def ok_message(action: str, row: Mapping[Any, Any]) -> str:
     """The plain-words answer to an action that changed something."""
     if action == "cancel":
         if row["status"] == Status.IN_PROGRESS:
@@ -250,7 +250,7 @@ def conflict_words(exc: Conflict, action: str) -> str:
     return "Nothing changed: " + exc.detail
 
 
-def _detail(action: str, row: Mapping[str, Any], new_job: Any, reason: str | None) -> dict[str, Any]:
+def _detail(action: str, row: Mapping[Any, Any], new_job: Any, reason: str | None) -> dict[str, Any]:
     detail: dict[str, Any] = {}
     if reason:
         detail["reason"] = reason[:2000]
@@ -308,6 +308,6 @@ async def delete(db: AsyncSession, actor: Actor, job_id: Any) -> None:
     await record_done(db, actor, "job.delete", target_type="job", target_ids=[jid])
 
 
-def live(row: Mapping[str, Any]) -> bool:
+def live(row: Mapping[Any, Any]) -> bool:
     """Whether the job has not finished yet."""
     return row["status"] in LIVE

@@ -129,7 +129,7 @@ def _count(status: str, css: str, n: int, *, exact: bool, capped: bool, label: s
 # --- the list -----------------------------------------------------------------------------------------------
 
 
-def row_item(row: Mapping[str, Any], emails: Mapping[int, str], user: Any) -> dict[str, Any]:
+def row_item(row: Mapping[Any, Any], emails: Mapping[int, str], user: Any) -> dict[str, Any]:
     """One table row: the job's columns plus its state, title, owner, error excerpt and buttons."""
     spec = registry.get(row["type"])
     state = views.job_state(row)

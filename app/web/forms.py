@@ -246,7 +246,7 @@ def form_fields(model: type[BaseModel]) -> list[FormField]:
             default = info.get_default(call_default_factory=True)
             if default is PydanticUndefined:
                 default = None
-        choices = ()
+        choices: tuple[Choice, ...] = ()
         if kind == "choice":
             if _is_subclass(tp, enum.Enum):
                 choices = tuple(Choice(str(m.value), humanize(m.name.lower())) for m in tp)
@@ -440,123 +440,173 @@ async def parse_form(
     its owner's files).
     """
     out = ParsedForm()
-    owner = _OwnerOnly(principal.id)
     for f in fields:
-        name = f.name
         if f.kind in ("file", "files"):
-            infos: list[dict[str, Any]] = []
-            for kept in form.getall(f"_keep.{name}", []):
-                if not isinstance(kept, str) or not kept:
-                    continue
-                try:
-                    row = await store.get(conn, kept, owner)
-                except NotFound:
-                    continue
-                infos.append(file_info(row))
-            problem = None
-            for upload in [u for u in form.getall(name, []) if _is_upload(u)]:
-                row, problem_here, _ = await store_upload(
-                    upload, conn, store, user_id=principal.id, max_bytes=max_upload_bytes
-                )
-                if row is None:
-                    problem = problem or problem_here
-                    if problem_here and "largest" in problem_here:
-                        out.too_large = True
-                    continue
-                out.new_files.append(row["id"])
-                infos.append(file_info(row))
-            if f.kind == "file" and len(infos) > 1:
-                infos = infos[-1:]  # a new upload replaces the kept one
-            out.values[name] = infos
-            if problem:
-                out.errors[name] = problem
-            elif infos:
-                out.data[name] = infos[0]["id"] if f.kind == "file" else [i["id"] for i in infos]
-            elif f.required:
-                out.errors[name] = "Choose a file." if f.kind == "file" else "Choose at least one file."
-            continue
-
-        if f.kind == "boolean":
-            raw_value = form.get(name)
+            await _parse_files(f, form, out, conn, store, principal, max_upload_bytes)
+        elif f.kind == "boolean":
+            raw_value = form.get(f.name)
             checked = raw_value is not None and str(raw_value).lower() not in ("", "0", "false", "off", "no")
-            out.values[name] = checked
-            out.data[name] = checked
-            continue
-
-        raw = form.get(name)
-        raw = raw if isinstance(raw, str) else ""
-        if f.kind in ("textarea", "list", "json"):
-            raw = raw.replace("\r\n", "\n")
-        out.values[name] = raw
-        if raw.strip() == "":
-            if f.required:
-                out.errors[name] = "Choose one of the options." if f.kind == "choice" else "Fill this in."
-            continue
-        value, problem = _convert(f, raw, tz)
-        if problem:
-            out.errors[name] = problem
+            out.values[f.name] = checked
+            out.data[f.name] = checked
         else:
-            out.data[name] = value
+            _parse_text(f, form, out, tz)
     return out
 
 
-def _convert(f: FormField, raw: str, tz: ZoneInfo) -> tuple[Any, str | None]:
-    """``(value for the schema, None)`` or ``(None, message)``."""
-    text = raw.strip()
-    if f.kind in ("text", "textarea"):
-        return raw, None
-    if f.kind == "integer":
-        cleaned = text.replace(" ", "").replace("\u00a0", "")
-        if not _INT_RE.match(cleaned):
-            return None, "Enter a whole number, like 42."
-        return int(cleaned), None
-    if f.kind == "decimal":
-        value = _parse_decimal(text)
-        if value is None:
-            return None, "Enter a number, like 2.5."
-        return (str(value) if _is_subclass(f.python_type, Decimal) else float(value)), None
-    if f.kind == "choice":
-        for v in f.choice_values:
-            if str(v) == text:
-                return v, None
-        return None, "Choose one of the options."
-    if f.kind == "date":
+def _parse_text(f: FormField, form: Any, out: ParsedForm, tz: ZoneInfo) -> None:
+    name = f.name
+    raw = form.get(name)
+    raw = raw if isinstance(raw, str) else ""
+    if f.kind in ("textarea", "list", "json"):
+        raw = raw.replace("\r\n", "\n")
+    out.values[name] = raw
+    if raw.strip() == "":
+        if f.required:
+            out.errors[name] = "Choose one of the options." if f.kind == "choice" else "Fill this in."
+        return
+    value, problem = _convert(f, raw, tz)
+    if problem:
+        out.errors[name] = problem
+    else:
+        out.data[name] = value
+
+
+async def _kept_files(
+    form: Any, name: str, conn: Any, store: FileStore, principal: Any
+) -> list[dict[str, Any]]:
+    """Files kept from an earlier submission of the form, if they are the principal's own."""
+    owner = _OwnerOnly(principal.id)
+    infos: list[dict[str, Any]] = []
+    for kept in form.getall(f"_keep.{name}", []):
+        if not isinstance(kept, str) or not kept:
+            continue
         try:
-            d = date.fromisoformat(text)
-        except ValueError:
-            return None, "Enter a date, like 2026-12-31."
-        return d.isoformat(), None
-    if f.kind == "time":
+            row = await store.get(conn, kept, owner)
+        except NotFound:
+            continue
+        infos.append(file_info(row))
+    return infos
+
+
+async def _parse_files(
+    f: FormField,
+    form: Any,
+    out: ParsedForm,
+    conn: Any,
+    store: FileStore,
+    principal: Any,
+    max_upload_bytes: int,
+) -> None:
+    name = f.name
+    infos = await _kept_files(form, name, conn, store, principal)
+    problem = None
+    for upload in [u for u in form.getall(name, []) if _is_upload(u)]:
+        stored, problem_here, _ = await store_upload(
+            upload, conn, store, user_id=principal.id, max_bytes=max_upload_bytes
+        )
+        if stored is None:
+            problem = problem or problem_here
+            out.too_large = out.too_large or bool(problem_here and "largest" in problem_here)
+            continue
+        out.new_files.append(stored["id"])
+        infos.append(file_info(stored))
+    if f.kind == "file" and len(infos) > 1:
+        infos = infos[-1:]  # a new upload replaces the kept one
+    out.values[name] = infos
+    if problem:
+        out.errors[name] = problem
+    elif infos:
+        out.data[name] = infos[0]["id"] if f.kind == "file" else [i["id"] for i in infos]
+    elif f.required:
+        out.errors[name] = "Choose a file." if f.kind == "file" else "Choose at least one file."
+
+
+Converted = tuple[Any, str | None]
+
+
+def _integer(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
+    cleaned = raw.strip().replace(" ", "").replace("\u00a0", "")
+    if not _INT_RE.match(cleaned):
+        return None, "Enter a whole number, like 42."
+    return int(cleaned), None
+
+
+def _decimal(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
+    value = _parse_decimal(raw.strip())
+    if value is None:
+        return None, "Enter a number, like 2.5."
+    return (str(value) if _is_subclass(f.python_type, Decimal) else float(value)), None
+
+
+def _choice(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
+    for v in f.choice_values:
+        if str(v) == raw.strip():
+            return v, None
+    return None, "Choose one of the options."
+
+
+def _date(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
+    try:
+        return date.fromisoformat(raw.strip()).isoformat(), None
+    except ValueError:
+        return None, "Enter a date, like 2026-12-31."
+
+
+def _time(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
+    try:
+        return time.fromisoformat(raw.strip()).isoformat(), None
+    except ValueError:
+        return None, "Enter a time, like 09:30."
+
+
+def _datetime(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
+    dt = parse_local_datetime(raw.strip(), tz)
+    if dt is None:
+        return None, "Enter a date and a time."
+    return dt.isoformat(), None
+
+
+def _lines(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
+    return [line.strip() for line in raw.split("\n") if line.strip()], None
+
+
+def _numbers(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
+    numbers: list[int | float] = []
+    whole = f.kind == "integers"
+    for part in re.split(r"[\s,;]+", raw.strip()):
+        if not part:
+            continue
         try:
-            t = time.fromisoformat(text)
+            numbers.append(int(part) if whole else float(part.replace("_", "")))
         except ValueError:
-            return None, "Enter a time, like 09:30."
-        return t.isoformat(), None
-    if f.kind == "datetime":
-        dt = parse_local_datetime(text, tz)
-        if dt is None:
-            return None, "Enter a date and a time."
-        return dt.isoformat(), None
-    if f.kind == "list":
-        return [line.strip() for line in raw.split("\n") if line.strip()], None
-    if f.kind in ("integers", "decimals"):
-        numbers: list[int | float] = []
-        for part in re.split(r"[\s,;]+", text):
-            if not part:
-                continue
-            try:
-                numbers.append(int(part) if f.kind == "integers" else float(part.replace("_", "")))
-            except ValueError:
-                example = "160, 640" if f.kind == "integers" else "0.5, 2.5"
-                kind = "whole number" if f.kind == "integers" else "number"
-                return (
-                    None,
-                    f"“{part[:20]}” is not a {kind}. Separate the numbers with commas, like {example}.",
-                )
-        return numbers, None
-    if f.kind == "json":
-        try:
-            return json.loads(raw), None
-        except ValueError:
-            return None, "This must be valid JSON."
-    return raw, None
+            example = "160, 640" if whole else "0.5, 2.5"
+            kind = "whole number" if whole else "number"
+            return None, f"“{part[:20]}” is not a {kind}. Separate the numbers with commas, like {example}."
+    return numbers, None
+
+
+def _json(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
+    try:
+        return json.loads(raw), None
+    except ValueError:
+        return None, "This must be valid JSON."
+
+
+_CONVERTERS = {
+    "integer": _integer,
+    "decimal": _decimal,
+    "choice": _choice,
+    "date": _date,
+    "time": _time,
+    "datetime": _datetime,
+    "list": _lines,
+    "integers": _numbers,
+    "decimals": _numbers,
+    "json": _json,
+}
+
+
+def _convert(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
+    """``(value for the schema, None)`` or ``(None, message)``; text kinds keep the raw string."""
+    convert = _CONVERTERS.get(f.kind)
+    return convert(f, raw, tz) if convert is not None else (raw, None)

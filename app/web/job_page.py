@@ -85,7 +85,7 @@ def timezone_names() -> tuple[str, ...]:
 
 async def load_status_row(
     db: AsyncSession, job_id: Any, user: Any, query: Any = JOB_STATUS
-) -> Mapping[str, Any]:
+) -> Mapping[Any, Any]:
     """The job's live columns (:data:`JOB_STATUS`, or ``query``).
 
     Raises:
@@ -95,7 +95,7 @@ async def load_status_row(
     return _visible((await db.execute(query, {"id": jid})).mappings().first(), jid, user)
 
 
-def _visible(row: Mapping[str, Any] | None, jid: uuid.UUID, user: Any) -> Mapping[str, Any]:
+def _visible(row: Mapping[Any, Any] | None, jid: uuid.UUID, user: Any) -> Mapping[Any, Any]:
     """``row`` if ``user`` may see it (its owner, or an admin); else the same NotFound as an unknown id
     (ids cannot be probed)."""
     if row is None or (not user.is_admin and row["user_id"] != user.id):
@@ -105,7 +105,7 @@ def _visible(row: Mapping[str, Any] | None, jid: uuid.UUID, user: Any) -> Mappin
 
 async def poll_row(
     request: Request[Any, Any, Any], job_id: Any, user: Any, query: Any = JOB_STATUS
-) -> Mapping[str, Any]:
+) -> Mapping[Any, Any]:
     """:func:`load_status_row` for the 2 s polls: one autocommit round trip on the asyncpg connection
     (:func:`app.db.read_rows`), so a poll answered 204 never opens a transaction. Not for reads after
     a change in the request's own transaction (they would not see it).
@@ -127,14 +127,15 @@ async def emails_for(db: AsyncSession, ids: list[int]) -> dict[int, str]:
 
 async def job_history(db: AsyncSession, job_id: uuid.UUID, user: Any) -> dict[str, Any]:
     """The job's most recent :data:`HISTORY_LIMIT` events, oldest first, in plain words."""
-    rows = list((await db.execute(JOB_EVENTS, {"id": job_id, "limit": HISTORY_LIMIT + 1})).mappings().all())
+    result = await db.execute(JOB_EVENTS, {"id": job_id, "limit": HISTORY_LIMIT + 1})
+    rows: list[Mapping[str, Any]] = [dict(r) for r in result.mappings().all()]
     more = len(rows) > HISTORY_LIMIT
     rows = rows[:HISTORY_LIMIT][::-1]
     emails = await emails_for(db, views.user_ids_in(rows)) if user.is_admin else {}
     return {"lines": [views.event_line(r, user, emails) for r in rows], "more": more}
 
 
-def available_actions(row: Mapping[str, Any], state: Mapping[str, Any], user: Any) -> dict[str, bool]:
+def available_actions(row: Mapping[Any, Any], state: Mapping[str, Any], user: Any) -> dict[str, bool]:
     """Which buttons the viewer gets: the actions layer's rules applied to the job's state (the action
     checks again when a button is pressed)."""
     status = row["status"]
@@ -165,7 +166,7 @@ def available_actions(row: Mapping[str, Any], state: Mapping[str, Any], user: An
 
 async def status_context(
     db: AsyncSession,
-    row: Mapping[str, Any],
+    row: Mapping[Any, Any],
     user: Any,
     *,
     notice: str | None = None,

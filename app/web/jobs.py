@@ -302,7 +302,11 @@ async def action_response(
     ``pipeline``) with a notice; the full page when the request did not come from htmx."""
     user = request.user
     row = await load_status_row(db, outcome.job_id, user)
-    kw = {"notice": outcome.message, "notice_ok": outcome.ok, "new_job_id": outcome.new_job_id}
+    kw: dict[str, Any] = {
+        "notice": outcome.message,
+        "notice_ok": outcome.ok,
+        "new_job_id": outcome.new_job_id,
+    }
     code = outcome.status_code
     if view == "pipeline" and row["pipeline_id"]:
         if is_htmx(request):

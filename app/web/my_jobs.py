@@ -123,6 +123,31 @@ def _type_filter_options(user: Any) -> list[tuple[str, str]]:
     return options
 
 
+def _params(user: Any, after_id: uuid.UUID | None, **filters: Any) -> dict[str, Any]:
+    """The query parameters: the user, the page size, and only the filters that are set."""
+    params: dict[str, Any] = {"user_id": user.id, "limit": PAGE_SIZE + 1}
+    params.update({k: v for k, v in filters.items() if v})
+    if after_id:
+        params["after"] = after_id
+    return params
+
+
+async def _job_rows(
+    db: AsyncSession, user: Any, status: str | None, job_type: str | None, after_id: uuid.UUID | None
+) -> list[Any]:
+    sql = list_jobs_sql(status=bool(status), job_type=bool(job_type), after=bool(after_id))
+    params = _params(user, after_id, status=status, type=job_type)
+    return list((await db.execute(sql, params)).mappings().all())
+
+
+async def _pipeline_rows(
+    db: AsyncSession, user: Any, status: str | None, template: str | None, after_id: uuid.UUID | None
+) -> list[Any]:
+    sql = list_pipelines_sql(status=bool(status), template=bool(template), after=bool(after_id))
+    params = _params(user, after_id, status=status, template=template)
+    return list((await db.execute(sql, params)).mappings().all())
+
+
 async def list_context(
     db: AsyncSession, user: Any, status: str | None, type_filter: str | None, after: str | None
 ) -> dict[str, Any]:
@@ -134,36 +159,16 @@ async def list_context(
         after_id = uuid.UUID(after) if after else None
     except ValueError:
         after_id = None
-    template = None
-    job_type = None
+    template = job_type = None
     if type_filter and type_filter.startswith(PIPELINE_TYPE_PREFIX):
         template = type_filter.removeprefix(PIPELINE_TYPE_PREFIX)
     elif type_filter:
         job_type = type_filter
-    limit = PAGE_SIZE + 1
-    job_rows: list[Any] = []
-    pipeline_rows: list[Any] = []
-    if template is None:
-        params: dict[str, Any] = {"user_id": user.id, "limit": limit}
-        if status:
-            params["status"] = status
-        if job_type:
-            params["type"] = job_type
-        if after_id:
-            params["after"] = after_id
-        sql = list_jobs_sql(status=bool(status), job_type=bool(job_type), after=bool(after_id))
-        job_rows = list((await db.execute(sql, params)).mappings().all())
+    job_rows = await _job_rows(db, user, status, job_type, after_id) if template is None else []
     pipeline_status = PIPELINE_STATUS_FOR.get(status) if status else None
+    pipeline_rows: list[Any] = []
     if job_type is None and not (status and pipeline_status is None):
-        params = {"user_id": user.id, "limit": limit}
-        if pipeline_status:
-            params["status"] = pipeline_status
-        if template:
-            params["template"] = template
-        if after_id:
-            params["after"] = after_id
-        sql = list_pipelines_sql(status=bool(pipeline_status), template=bool(template), after=bool(after_id))
-        pipeline_rows = list((await db.execute(sql, params)).mappings().all())
+        pipeline_rows = await _pipeline_rows(db, user, pipeline_status, template, after_id)
     merged = sorted(
         [("job", r) for r in job_rows] + [("pipeline", r) for r in pipeline_rows],
         key=lambda kr: kr[1]["id"],
@@ -171,10 +176,9 @@ async def list_context(
     )
     page = merged[:PAGE_SIZE]
     more = len(merged) > PAGE_SIZE
-    items = [job_list_item(r) if kind == "job" else pipeline_list_item(r) for kind, r in page]
     query = {"status": status or "", "type": type_filter or ""}
     return {
-        "items": items,
+        "items": [job_list_item(r) if kind == "job" else pipeline_list_item(r) for kind, r in page],
         "older_url": _list_url(query, page[-1][1]["id"]) if more and page else None,
         "newest_url": _list_url(query, None) if after_id else None,
         "status": status or "",

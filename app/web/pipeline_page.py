@@ -44,7 +44,7 @@ PIPELINE_INPUT = text("SELECT user_id, template, input_data FROM pipelines WHERE
 CONFIRM_CANCEL = "Cancel this pipeline? Steps that have not finished will not run."
 
 
-async def load_pipeline_row(db: AsyncSession, pipeline_id: Any, user: Any) -> Mapping[str, Any]:
+async def load_pipeline_row(db: AsyncSession, pipeline_id: Any, user: Any) -> Mapping[Any, Any]:
     """The pipeline's row.
 
     Raises:
@@ -114,9 +114,8 @@ async def pipeline_status_context(
 
 
 async def pipeline_history(db: AsyncSession, pipeline_id: uuid.UUID, user: Any) -> dict[str, Any]:
-    rows = list(
-        (await db.execute(PIPELINE_EVENTS, {"id": pipeline_id, "limit": HISTORY_LIMIT + 1})).mappings().all()
-    )
+    result = await db.execute(PIPELINE_EVENTS, {"id": pipeline_id, "limit": HISTORY_LIMIT + 1})
+    rows: list[Mapping[str, Any]] = [dict(r) for r in result.mappings().all()]
     more = len(rows) > HISTORY_LIMIT
     rows = rows[:HISTORY_LIMIT][::-1]
     emails = await emails_for(db, views.user_ids_in(rows)) if user.is_admin else {}

@@ -206,7 +206,7 @@ class PipelinesController(Controller):
         user = request.user
         outcome = await pipeline_actions.cancel(db_session, actor_of(request), pipeline_id)
         await keep_refusal(db_session, outcome.status_code)
-        kw = {"notice": outcome.message, "notice_ok": outcome.ok}
+        kw: dict[str, Any] = {"notice": outcome.message, "notice_ok": outcome.ok}
         if is_htmx(request):
             ctx = await pipeline_status_context(db_session, outcome.id, user, with_history=True, **kw)
             return render(request, "pipelines/_status.html", ctx, status_code=outcome.status_code)

@@ -67,8 +67,8 @@ def check_schema(sub: Submission, model: type[BaseModel]) -> None:
 
 
 async def start(
-    db: AsyncSession, sub: Submission, create: Callable[[], Awaitable[Mapping[str, Any]]]
-) -> Mapping[str, Any] | None:
+    db: AsyncSession, sub: Submission, create: Callable[[], Awaitable[Mapping[Any, Any]]]
+) -> Mapping[Any, Any] | None:
     """Run ``create`` in a savepoint when the form has no errors; its :class:`BadInput` or
     :class:`TooLarge` become the form's errors. Returns the created row, or ``None``."""
     if sub.errors:
@@ -94,7 +94,7 @@ async def answer(
     request: Request[Any, Any, Any],
     db: AsyncSession,
     sub: Submission,
-    created: Mapping[str, Any] | None,
+    created: Mapping[Any, Any] | None,
     *,
     url: str,
     form_context: Callable[[Submission], dict[str, Any]],
@@ -112,47 +112,44 @@ async def answer(
 # --- validation messages ------------------------------------------------------------------------------
 
 
+def _plural(n: Any, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+#: Pydantic error types with a fixed sentence, or one built from the error's context.
+_MESSAGES: dict[str, Callable[[dict[str, Any]], str]] = {
+    "missing": lambda c: "Fill this in.",
+    "greater_than_equal": lambda c: f"Must be at least {forms.num_text(c.get('ge'))}.",
+    "greater_than": lambda c: f"Must be more than {forms.num_text(c.get('gt'))}.",
+    "less_than_equal": lambda c: f"Must be at most {forms.num_text(c.get('le'))}.",
+    "less_than": lambda c: f"Must be less than {forms.num_text(c.get('lt'))}.",
+    "string_too_short": lambda c: f"Enter at least {_plural(c.get('min_length'), 'character')}.",
+    "string_too_long": lambda c: f"Use at most {c.get('max_length')} characters.",
+    "too_short": lambda c: f"Give at least {_plural(c.get('min_length'), 'item')}.",
+    "too_long": lambda c: f"Give at most {_plural(c.get('max_length'), 'item')}.",
+    "literal_error": lambda c: "Choose one of the options.",
+    "enum": lambda c: "Choose one of the options.",
+    "string_pattern_mismatch": lambda c: "This is not in the expected form.",
+    "multiple_of": lambda c: f"Must be a multiple of {forms.num_text(c.get('multiple_of'))}.",
+}
+#: Families of pydantic error types by prefix, checked in order (``datetime`` before ``date``).
+_PREFIXES = (
+    (("int_",), "Enter a whole number, like 42."),
+    (("float_", "decimal_"), "Enter a number, like 2.5."),
+    (("datetime",), "Enter a date and a time."),
+    (("date",), "Enter a date, like 2026-12-31."),
+    (("time",), "Enter a time, like 09:30."),
+)
+
+
 def friendly_message(error: Any) -> str:
     """A pydantic error (one item of ``ValidationError.errors()``) in plain words."""
-    kind = error.get("type", "")
-    ctx = error.get("ctx") or {}
-    if kind == "missing":
-        return "Fill this in."
-    if kind in ("greater_than_equal",):
-        return f"Must be at least {forms.num_text(ctx.get('ge'))}."
-    if kind == "greater_than":
-        return f"Must be more than {forms.num_text(ctx.get('gt'))}."
-    if kind == "less_than_equal":
-        return f"Must be at most {forms.num_text(ctx.get('le'))}."
-    if kind == "less_than":
-        return f"Must be less than {forms.num_text(ctx.get('lt'))}."
-    if kind == "string_too_short":
-        n = ctx.get("min_length")
-        return f"Enter at least {n} character{'s' if n != 1 else ''}."
-    if kind == "string_too_long":
-        return f"Use at most {ctx.get('max_length')} characters."
-    if kind == "too_short":
-        n = ctx.get("min_length")
-        return f"Give at least {n} item{'s' if n != 1 else ''}."
-    if kind == "too_long":
-        n = ctx.get("max_length")
-        return f"Give at most {n} item{'s' if n != 1 else ''}."
-    if kind.startswith("int_"):
-        return "Enter a whole number, like 42."
-    if kind.startswith(("float_", "decimal_")):
-        return "Enter a number, like 2.5."
-    if kind in ("literal_error", "enum"):
-        return "Choose one of the options."
-    if kind.startswith("datetime"):
-        return "Enter a date and a time."
-    if kind.startswith("date"):
-        return "Enter a date, like 2026-12-31."
-    if kind.startswith("time"):
-        return "Enter a time, like 09:30."
-    if kind == "string_pattern_mismatch":
-        return "This is not in the expected form."
-    if kind == "multiple_of":
-        return f"Must be a multiple of {forms.num_text(ctx.get('multiple_of'))}."
+    kind = str(error.get("type", ""))
+    if kind in _MESSAGES:
+        return _MESSAGES[kind](error.get("ctx") or {})
+    for prefixes, sentence in _PREFIXES:
+        if kind.startswith(prefixes):
+            return sentence
     message = str(error.get("msg") or "This value is not valid.")
     message = message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
     return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")

@@ -18,6 +18,12 @@ from app.web import DbSession
 from app.web.deps import client_ip
 
 
+def schema_of(model: Any) -> dict[str, Any]:
+    """The JSON schema of a type's or template's input model."""
+    schema: dict[str, Any] = model.model_json_schema()
+    return schema
+
+
 class JobTypesApiController(Controller):
     """``/api/job-types`` and ``/api/pipeline-templates``: what can be started, with input schemas."""
 
@@ -36,7 +42,7 @@ class JobTypesApiController(Controller):
                 "description": s.description,
                 "group": s.group,
                 "diagnostic": s.diagnostic,
-                "input_schema": s.input_model.model_json_schema(),
+                "input_schema": schema_of(s.input_model),
             }
             for s in access.submittable_types(request.user)
         ]
@@ -49,7 +55,7 @@ class JobTypesApiController(Controller):
                 "name": t.name,
                 "title": t.title,
                 "description": t.description,
-                "input_schema": t.input_model.model_json_schema(),
+                "input_schema": schema_of(t.input_model),
                 "steps": [
                     {
                         "key": s.key,
