@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ from test_web_jobs import HX, claim, csrf, enqueue, finish, sign_in_as, switch_t
 from webkit import add_token, add_user, app_client
 
 from app import pipelines
+from app.actions import access
+from app.auth import CurrentUser
 from app.settings import Settings
 
 APP = Path(__file__).resolve().parent.parent / "app"
@@ -297,8 +300,6 @@ async def test_owners_actions_through_the_api_are_not_audited(
 async def test_run_now_reschedule_and_delete_through_the_api(
     client: AsyncTestClient, db_url: str, engine: AsyncEngine, settings: Settings, pg: asyncpg.Connection
 ) -> None:
-    from datetime import UTC, datetime
-
     owner = await add_user(db_url, "ann@example.com")
     admin = await add_user(db_url, "root@example.com", admin=True)
     api_h = {"Authorization": f"Bearer {await add_token(db_url, admin.id)}"}
@@ -396,9 +397,6 @@ async def test_run_again_of_a_diagnostic_job_is_refused_to_a_non_admin_owner(
 def test_the_catalogue_and_next_job_rules() -> None:
     """The rules themselves: internal steps are allowed as next jobs; a public type cannot turn into a
     diagnostic one for a non-admin."""
-    from app.actions import access
-    from app.auth import CurrentUser
-
     ann = CurrentUser(id=1, email="ann@example.com", is_admin=False)
     root = CurrentUser(id=2, email="root@example.com", is_admin=True)
     public = {s.type for s in access.submittable_types(ann)}

@@ -34,17 +34,18 @@ from app.errors import BadInput, NotFound
 from app.jobs import queue
 from app.processors import ProcessorSpec
 from app.web import DbSession, forms, is_htmx, render, submit, views, zone
-from app.web.deps import actor_of, keep_refusal, parse_uuid, poll_status, sentence, settings_of, unchanged
+from app.web.deps import actor_of, keep_refusal, poll_status, sentence, unchanged
 from app.web.deps import cell_response as cell_response
 from app.web.deps import client_ip as client_ip
 from app.web.deps import file_store as file_store
+from app.web.deps import parse_uuid as parse_uuid
+from app.web.deps import settings_of as settings_of
 from app.web.job_page import CONFIRM as CONFIRM
-from app.web.job_page import JOB_CELL, JOB_STATUS, load_status_row, page_context, poll_row, status_context
+from app.web.job_page import JOB_CELL, load_status_row, page_context, poll_row, status_context
+from app.web.job_page import JOB_STATUS as JOB_STATUS
 from app.web.job_page import timezone_names as timezone_names
 from app.web.my_jobs import job_list_item, list_context
 from app.web.pipeline_page import pipeline_page_context, pipeline_status_context
-
-__all__ = ["JOB_STATUS", "JobsController", "parse_uuid", "poll_row", "settings_of"]
 
 
 def form_context(
