@@ -23,9 +23,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from test_web_jobs import claim, csrf, enqueue, failed_job, finish, sign_in_as, switch_to
 from webkit import app_client
 
+from app.actions import bulk, selection
 from app.db import asyncpg_dsn
 from app.settings import Settings
-from app.actions import bulk, selection
 from app.web import admin_jobs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))  # bench/seed.py
