@@ -1325,7 +1325,8 @@ def test_a_list_of_numbers_is_typed_with_commas_not_json() -> None:
     from zoneinfo import ZoneInfo
 
     from app.processors import registry
-    from app.web.forms import _convert, display_value, form_fields
+    from app.web.form_values import convert as _convert
+    from app.web.forms import display_value, form_fields
 
     sizes = next(f for f in form_fields(registry.get("images.thumbnail").input_model) if f.name == "sizes")
     assert sizes.kind == "integers"

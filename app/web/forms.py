@@ -44,7 +44,7 @@ import typing
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -56,6 +56,7 @@ from pydantic_core import PydanticUndefined
 from app.errors import NotFound, format_bytes
 from app.files import FileStore
 from app.processors import widget_of
+from app.web.form_values import convert, is_subclass
 
 FORM_ERROR = "_form"
 """Key of an error that belongs to no single field (shown above the form)."""
@@ -63,8 +64,6 @@ RUN_AT = "_run_at"
 """Key of the job form's "Run at" errors."""
 TITLE = "_title"
 """Key of the job form's optional name (the job's ``title``)."""
-
-_INT_RE = re.compile(r"^[+-]?\d{1,30}$")
 
 
 @dataclass(frozen=True)
@@ -149,22 +148,18 @@ def _unwrap(annotation: Any) -> tuple[Any, bool]:
         return annotation, optional
 
 
-def _is_subclass(tp: Any, base: type) -> bool:
-    return isinstance(tp, type) and issubclass(tp, base)
-
-
 def _kind(tp: Any, widget: str | None) -> tuple[str, tuple[Any, ...]]:
     """The control kind for an unwrapped type, and the allowed values of a choice."""
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
         return "choice", typing.get_args(tp)
-    if _is_subclass(tp, enum.Enum):
+    if is_subclass(tp, enum.Enum):
         return "choice", tuple(m.value for m in tp)
     if tp is bool:
         return "boolean", ()
-    if _is_subclass(tp, int) and not _is_subclass(tp, enum.Enum):
+    if is_subclass(tp, int) and not is_subclass(tp, enum.Enum):
         return "integer", ()
-    if tp is float or _is_subclass(tp, Decimal):
+    if tp is float or is_subclass(tp, Decimal):
         return "decimal", ()
     if tp is str:
         return ("textarea" if widget == "textarea" else "text"), ()
@@ -183,9 +178,9 @@ def _kind(tp: Any, widget: str | None) -> tuple[str, tuple[Any, ...]]:
             return "files", ()
         if inner is str:
             return "list", ()
-        if inner is int and not _is_subclass(inner, enum.Enum):
+        if inner is int and not is_subclass(inner, enum.Enum):
             return "integers", ()
-        if inner is float or _is_subclass(inner, Decimal):
+        if inner is float or is_subclass(inner, Decimal):
             return "decimals", ()
     return "json", ()
 
@@ -248,7 +243,7 @@ def form_fields(model: type[BaseModel]) -> list[FormField]:
                 default = None
         choices: tuple[Choice, ...] = ()
         if kind == "choice":
-            if _is_subclass(tp, enum.Enum):
+            if is_subclass(tp, enum.Enum):
                 choices = tuple(Choice(str(m.value), humanize(m.name.lower())) for m in tp)
             else:
                 choices = tuple(Choice(str(v), str(v)) for v in values)
@@ -399,29 +394,6 @@ async def store_upload(
     return row, None, size
 
 
-def _parse_decimal(raw: str) -> Decimal | None:
-    text = raw.strip().replace(" ", "").replace("\u00a0", "")
-    if text.count(",") == 1 and "." not in text:
-        text = text.replace(",", ".")
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        return None
-    return value if value.is_finite() else None
-
-
-def parse_local_datetime(raw: str, tz: ZoneInfo) -> datetime | None:
-    """``2026-12-01T09:30`` (as ``<input type=datetime-local>`` sends it) in ``tz``, made aware;
-    ``None`` when it is not a date and time."""
-    try:
-        dt = datetime.fromisoformat(raw.strip())
-    except ValueError:
-        return None
-    if not 1970 <= dt.year <= 9000:
-        return None
-    return dt.replace(tzinfo=tz) if dt.tzinfo is None else dt
-
-
 async def parse_form(
     fields: list[FormField],
     form: Any,
@@ -464,7 +436,7 @@ def _parse_text(f: FormField, form: Any, out: ParsedForm, tz: ZoneInfo) -> None:
         if f.required:
             out.errors[name] = "Choose one of the options." if f.kind == "choice" else "Fill this in."
         return
-    value, problem = _convert(f, raw, tz)
+    value, problem = convert(f, raw, tz)
     if problem:
         out.errors[name] = problem
     else:
@@ -519,94 +491,3 @@ async def _parse_files(
         out.data[name] = infos[0]["id"] if f.kind == "file" else [i["id"] for i in infos]
     elif f.required:
         out.errors[name] = "Choose a file." if f.kind == "file" else "Choose at least one file."
-
-
-Converted = tuple[Any, str | None]
-
-
-def _integer(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
-    cleaned = raw.strip().replace(" ", "").replace("\u00a0", "")
-    if not _INT_RE.match(cleaned):
-        return None, "Enter a whole number, like 42."
-    return int(cleaned), None
-
-
-def _decimal(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
-    value = _parse_decimal(raw.strip())
-    if value is None:
-        return None, "Enter a number, like 2.5."
-    return (str(value) if _is_subclass(f.python_type, Decimal) else float(value)), None
-
-
-def _choice(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
-    for v in f.choice_values:
-        if str(v) == raw.strip():
-            return v, None
-    return None, "Choose one of the options."
-
-
-def _date(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
-    try:
-        return date.fromisoformat(raw.strip()).isoformat(), None
-    except ValueError:
-        return None, "Enter a date, like 2026-12-31."
-
-
-def _time(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
-    try:
-        return time.fromisoformat(raw.strip()).isoformat(), None
-    except ValueError:
-        return None, "Enter a time, like 09:30."
-
-
-def _datetime(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
-    dt = parse_local_datetime(raw.strip(), tz)
-    if dt is None:
-        return None, "Enter a date and a time."
-    return dt.isoformat(), None
-
-
-def _lines(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
-    return [line.strip() for line in raw.split("\n") if line.strip()], None
-
-
-def _numbers(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
-    numbers: list[int | float] = []
-    whole = f.kind == "integers"
-    for part in re.split(r"[\s,;]+", raw.strip()):
-        if not part:
-            continue
-        try:
-            numbers.append(int(part) if whole else float(part.replace("_", "")))
-        except ValueError:
-            example = "160, 640" if whole else "0.5, 2.5"
-            kind = "whole number" if whole else "number"
-            return None, f"“{part[:20]}” is not a {kind}. Separate the numbers with commas, like {example}."
-    return numbers, None
-
-
-def _json(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
-    try:
-        return json.loads(raw), None
-    except ValueError:
-        return None, "This must be valid JSON."
-
-
-_CONVERTERS = {
-    "integer": _integer,
-    "decimal": _decimal,
-    "choice": _choice,
-    "date": _date,
-    "time": _time,
-    "datetime": _datetime,
-    "list": _lines,
-    "integers": _numbers,
-    "decimals": _numbers,
-    "json": _json,
-}
-
-
-def _convert(f: FormField, raw: str, tz: ZoneInfo) -> Converted:
-    """``(value for the schema, None)`` or ``(None, message)``; text kinds keep the raw string."""
-    convert = _CONVERTERS.get(f.kind)
-    return convert(f, raw, tz) if convert is not None else (raw, None)
