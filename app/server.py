@@ -55,7 +55,7 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, Template
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import ASGIApp, ControllerRouterHandler, Message, Receive, Scope, Send
 from sqlalchemy import exc as sa_exc
 
 from app import __version__
@@ -458,7 +458,7 @@ def _report_worker_exit(task: asyncio.Task[Any]) -> None:
 # --- the app ------------------------------------------------------------------------------------------------
 
 
-CONTROLLERS = [
+CONTROLLERS: list[ControllerRouterHandler] = [
     HomeController,
     AuthController,
     HealthController,
