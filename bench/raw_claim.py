@@ -1,4 +1,4 @@
-"""The raw-SQL baseline for ``bench/throughput.py`` (issue 10 §1): how fast one asyncpg connection can
+"""The raw-SQL baseline for ``bench/throughput.py``: how fast one asyncpg connection can
 drain a minimal queue table when it claims with ``FOR UPDATE SKIP LOCKED`` in batches of 100 and
 completes each batch in its own transaction — no events, no leases beyond a ``locked_by``, no
 processor, no logging. Jobdesk's ``noop`` throughput is reported as a ratio of this figure, measured in

@@ -1,4 +1,4 @@
-"""Burn-down throughput of ``noop`` jobs (issue 10 §1), against the raw-SQL baseline, plus worker memory.
+"""Burn-down throughput of ``noop`` jobs, against the raw-SQL baseline, plus worker memory.
 
     python bench/throughput.py [--jobs N] [--workers K] [--runs R] [--quick] [--concurrency C]
 

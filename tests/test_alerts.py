@@ -1,4 +1,4 @@
-"""Alerts (issue 8): Slack, Telegram and webhook messages as a real HTTP receiver on 127.0.0.1 gets them,
+"""Alerts: Slack, Telegram and webhook messages as a real HTTP receiver on 127.0.0.1 gets them,
 escaping (case C19's alert part), trimming (case C13's alert part), delivery off the worker's path with
 retries, grouping across worker processes (case C22), admin-action notices and the admin page.
 
@@ -28,6 +28,7 @@ import pytest
 import support_processors
 from factories import TestUser, make_user
 from pytest_httpserver import HTTPServer
+from sqlalchemy import text
 from webkit import add_user, app_client, csrf_from, login
 from werkzeug import Request, Response
 from workers import WorkerProcess, running_worker, wait_status, wait_until
@@ -228,7 +229,7 @@ async def failed_job_alert(
     }
     async with engine.begin() as conn:
         await outbox.record_job_failures(conn, [row])
-        alert_id = (await conn.execute(alerts.text("SELECT max(id) FROM alert_outbox"))).scalar_one()
+        alert_id = (await conn.execute(text("SELECT max(id) FROM alert_outbox"))).scalar_one()
     return job_id, alert_id
 
 
@@ -290,7 +291,7 @@ async def test_slack_telegram_and_webhook_receive_exactly_these_bodies(
     assert body["facts"]["Owner"] == "alice@example.com" and body["facts"]["Attempts"] == "5 of 5"
     assert body["data"]["job_id"] == str(job_id) and body["data"]["type"] == "fail"
     assert body["text"].startswith("❌ Job failed: Fail on purpose\nJob: 0190a1b2")
-    # print the bodies for the issue's closing note (visible with -s)
+    # print the bodies, so a reader of the run can see exactly what each channel got (with -s)
     print("SLACK BODY:", slack.body)
     print("TELEGRAM BODY:", telegram.body)
 
@@ -454,7 +455,7 @@ async def test_a_429_then_200_is_delivered_exactly_once_after_retry_after(
 
     # negative control: without retries the same receiver never gets the message
     receiver.hits.clear()
-    monkeypatch.setattr(alerts, "MAX_ATTEMPTS", 1)
+    monkeypatch.setattr(alerts.delivery, "MAX_ATTEMPTS", 1)
     receiver.script = {"slack": [TOO_MANY], "telegram": [TELEGRAM_TOO_MANY], "webhook": [(503, {}, "busy")]}
     _, second = await failed_job_alert(engine, owner, error="another failure")
     await deliver_all(engine, settings, pg)
@@ -496,14 +497,31 @@ async def test_a_channel_that_took_the_message_is_not_sent_it_again_and_4xx_is_f
     }
 
 
+async def test_a_json_error_answer_without_retry_after_is_retried_not_a_crash(
+    make_settings, engine, owner, pg, receiver
+) -> None:
+    """A 503 with a JSON body that is not Telegram's (no ``parameters.retry_after``) is an ordinary
+    retryable failure. Reading the wait from such a body once raised ``KeyError`` out of the send, which
+    ended the delivery loop and so stopped the worker."""
+    settings = alert_settings(
+        make_settings, receiver, slack_webhook_url=None, telegram_bot_token=None, telegram_chat_id=None
+    )
+    receiver.script = {"webhook": [(503, {"content-type": "application/json"}, '{"error": "busy"}')]}
+    _, alert_id = await failed_job_alert(engine, owner, error="boom")
+    await deliver_all(engine, settings, pg)
+    assert [h.status for h in receiver.got("webhook", status=None)] == [503, 200]
+    row = await pg.fetchrow("SELECT status, attempts FROM alert_outbox WHERE id = $1", alert_id)
+    assert (row["status"], row["attempts"]) == ("sent", 2)
+
+
 async def test_delivery_gives_up_after_a_bounded_number_of_attempts_and_never_alerts_about_itself(
     make_settings, engine, owner, pg, receiver, monkeypatch
 ) -> None:
     settings = alert_settings(
         make_settings, receiver, alert_webhook_url=None, telegram_bot_token=None, telegram_chat_id=None
     )
-    monkeypatch.setattr(alerts, "BACKOFF_BASE_SECS", 0.01)
-    monkeypatch.setattr(alerts, "MAX_ATTEMPTS", 4)
+    monkeypatch.setattr(alerts.sending, "BACKOFF_BASE_SECS", 0.01)
+    monkeypatch.setattr(alerts.delivery, "MAX_ATTEMPTS", 4)
     receiver.script = {"slack": [(500, {}, "down")] * 10}
     _, alert_id = await failed_job_alert(engine, owner, error="boom")
     await deliver_all(engine, settings, pg)
@@ -899,11 +917,13 @@ async def _sent_count(pg: asyncpg.Connection, at_least: int = 1) -> bool:
 async def test_a_hanging_channel_does_not_slow_the_worker(
     make_settings, engine, owner, pg, receiver, monkeypatch
 ) -> None:
-    """Issue 8 §4, case C22: while every channel hangs, ``noop`` throughput stays at least 0.8 of a run with
+    """Case C22: while every channel hangs, ``noop`` throughput stays at least 0.8 of a run with
     a healthy receiver (median ratio of 5 adjacent pairs of rounds of 600 jobs, in one worker). Negative control:
     a send that blocks the event loop (a synchronous HTTP call) is caught by the same measurement."""
     settings = alert_settings(make_settings, receiver)
-    monkeypatch.setattr(alerts, "POLL_SECS", 0.2)  # shorter rounds: the loop picks new alerts up sooner
+    monkeypatch.setattr(
+        alerts.delivery, "POLL_SECS", 0.2
+    )  # shorter rounds: the loop picks new alerts up sooner
     words = iter(f"outage {a}{b}" for a in "abcdefghij" for b in "abcdefghijklmnopqrstuvwxyz")
 
     async def round_(hang: bool, n: int = 600) -> float:
@@ -969,9 +989,9 @@ async def test_a_hanging_channel_does_not_slow_the_worker(
 
             return run()
 
-        monkeypatch.setattr(alerts, "send", blocking_send)
-        monkeypatch.setattr(alerts, "BACKOFF_BASE_SECS", 0.01)
-        monkeypatch.setattr(alerts, "POLL_SECS", 0.01)  # keep it retrying, so it blocks all the time
+        monkeypatch.setattr(alerts.delivery, "send", blocking_send)
+        monkeypatch.setattr(alerts.sending, "BACKOFF_BASE_SECS", 0.01)
+        monkeypatch.setattr(alerts.delivery, "POLL_SECS", 0.01)  # keep it retrying, so it blocks all the time
         blocked = await round_(True, n=100)
         print(
             f"noop jobs/s with a blocking send: {round(blocked)} ({blocked / healthy_median:.2f} of healthy)"
@@ -1006,7 +1026,7 @@ async def test_the_loop_waits_out_a_database_outage_but_dies_of_a_bug(
         async def broken(*args: Any, **kw: Any) -> Any:
             raise ValueError("a bug")
 
-        monkeypatch.setattr(alerts, "claim", broken)
+        monkeypatch.setattr(alerts.delivery, "claim", broken)
         with pytest.raises(ValueError, match="a bug"):
             await asyncio.wait_for(alerts.Deliverer(engine, settings).run(), 10)
     finally:
@@ -1137,7 +1157,7 @@ async def test_send_test_alert_shows_the_result_in_place_and_is_logged(admin_cli
 async def test_a_hanging_channel_answers_the_test_button_within_its_timeout(
     admin_client, receiver, monkeypatch
 ) -> None:
-    monkeypatch.setattr(alerts, "TEST_SEND_TIMEOUT_SECS", 1.0)
+    monkeypatch.setattr(alerts.admin, "TEST_SEND_TIMEOUT_SECS", 1.0)
     await login(admin_client, "root@example.com")
     token = csrf_from((await admin_client.get("/admin/alerts")).text)
     receiver.hang = True

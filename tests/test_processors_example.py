@@ -1,4 +1,4 @@
-"""The README's "Your own processor" example (``examples/my_processor.py``, issue 9 §5): loaded through
+"""The README's "Your own processor" example (``examples/my_processor.py``): loaded through
 ``JOBDESK_PROCESSOR_MODULES``, its type and template run end to end through the API; and no input makes
 a built-in type's validation fail with anything but a readable 422."""
 

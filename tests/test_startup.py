@@ -1,4 +1,4 @@
-"""Server start-up: database checks, migrations, the in-app worker's lifecycle (issue 2 §5, §8)."""
+"""Server start-up: database checks, migrations, the in-app worker's lifecycle."""
 
 from __future__ import annotations
 

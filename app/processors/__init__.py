@@ -222,21 +222,36 @@ class JobContext(Generic[InputT]):
 class CpuContext:
     """What a CPU-bound processor gets, in a separate process: picklable, no database access.
 
-    ``input`` is the validated model; :meth:`input_path` gives an uploaded file's bytes on disk;
+    ``input`` is the validated model; :meth:`input_path` gives the bytes of one of the job's files;
     write outputs under ``output_dir`` and return them as :class:`OutputFile`.
     """
 
     job_id: str
     attempt: int
     input: Any
-    files_dir: Path
     output_dir: Path
     parents: dict[str, Any] = field(default_factory=dict)
     file_names: dict[str, str] = field(default_factory=dict)
-    """``{file id: original name}`` of the uploaded files named in ``input`` (filled by the worker)."""
+    """``{file id: original name}`` of the files in :attr:`files` (filled by the worker)."""
+    files: dict[str, Path] = field(default_factory=dict)
+    """``{file id: path}`` of the files this job may read: those its input and its parents' results
+    name that belong to the job's owner, resolved by the worker through the owner check before this
+    process started (:meth:`app.files.JobFiles.for_process`). No other file is reachable by id."""
 
-    def input_path(self, file_id: uuid.UUID | str) -> Path:
-        return self.files_dir / str(file_id)
+    def input_path(self, file_id: uuid.UUID | str, what: str = "file") -> Path:
+        """The bytes of one of the job's files (see :attr:`files`).
+
+        Raises:
+            PermanentError: ``file_id`` is not one of them: not a file id, unknown, deleted, or not a
+                file of the job's owner (one answer for all, retrying cannot fix it).
+        """
+        path = self.files.get(str(file_id).lower())
+        if path is None or not path.is_file():
+            raise PermanentError(
+                f"The {what} {str(file_id)[:100]} is not available to this job: it does not exist, it "
+                "is no longer stored, or it is not yours. Upload it again."
+            )
+        return path
 
     def report_progress(self, fraction: float | None, message: str | None = None) -> None:
         """Report progress (``fraction`` in 0..1) to the job page from the processor's process; sent to

@@ -392,9 +392,7 @@ def check_csv(ctx: CpuContext) -> dict[str, Any]:
         PermanentError: see :func:`read_table`.
     """
     inp: CsvLayoutInput = ctx.input
-    table = read_table(
-        stored_file(ctx.files_dir, inp.file, "CSV file"), inp.encoding, inp.delimiter, inp.header
-    )
+    table = read_table(stored_file(ctx, inp.file, "CSV file"), inp.encoding, inp.delimiter, inp.header)
     columns = summarise(table, 3)
     described = ", ".join(f"{c['name']} ({c['type']})" for c in columns)
     return {
@@ -414,9 +412,7 @@ def summarise_csv(ctx: CpuContext) -> Result:
         PermanentError: see :func:`read_table`.
     """
     inp: CsvSummaryInput = ctx.input
-    table = read_table(
-        stored_file(ctx.files_dir, inp.file, "CSV file"), inp.encoding, inp.delimiter, inp.header
-    )
+    table = read_table(stored_file(ctx, inp.file, "CSV file"), inp.encoding, inp.delimiter, inp.header)
     columns = summarise(table, inp.top)
     summary = {
         "title": inp.title or "CSV summary",

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic_core import PydanticCustomError
 
-from app.processors import Input, PermanentError, widget_of
+from app.processors import CpuContext, Input, widget_of
 
 # This module is imported by CPU-bound processors in their own processes: keep its imports light
 # (no SQLAlchemy at import time).
@@ -24,18 +24,14 @@ def invalid(message: str) -> PydanticCustomError:
     return PydanticCustomError("invalid", "{reason}", {"reason": message})
 
 
-def stored_file(files_dir: Path, file_id: uuid.UUID | str, what: str = "file") -> Path:
-    """The stored bytes of an uploaded file, for a CPU-bound processor (``CpuContext.files_dir``).
+def stored_file(ctx: CpuContext, file_id: uuid.UUID | str, what: str = "file") -> Path:
+    """The bytes of one of a CPU-bound job's files, as the worker resolved them for the job's owner
+    (:meth:`app.processors.CpuContext.input_path`); ``what`` names the file in the error.
 
     Raises:
-        PermanentError: the file is not in storage (deleted by retention, or never uploaded).
+        PermanentError: not one of the job's files (not an id, unknown, deleted, or not the owner's).
     """
-    path = Path(files_dir) / str(file_id)
-    if not path.is_file():
-        raise PermanentError(
-            f"The {what} {file_id} is not in storage any more (it may have been deleted); upload it again."
-        )
-    return path
+    return ctx.input_path(file_id, what)
 
 
 @functools.lru_cache(maxsize=512)

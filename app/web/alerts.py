@@ -1,4 +1,4 @@
-"""The admin alerts page ``/admin/alerts`` (issue 8 §5): which channels are configured (secrets masked),
+"""The admin alerts page ``/admin/alerts``: which channels are configured (secrets masked),
 a "Send test alert" button per channel whose result appears in place, what is sent, and the latest
 delivery attempts with their outcome.
 
@@ -11,7 +11,10 @@ from litestar import Controller, Request, get, post
 from litestar.params import FromPath
 from litestar.response import Template
 
-from app import alerts, audit
+from app import audit
+from app.alerts.admin import pending_counts, recent_deliveries, record_test
+from app.alerts.admin import send_test as send_test_alert
+from app.alerts.channels import channel_overview
 from app.auth import requires_admin
 from app.errors import Conflict, NotFound
 from app.web import DbSession, current_user, is_htmx, render
@@ -30,12 +33,12 @@ KIND_WORDS = {
 async def _context(request: Request[Any, Any, Any], db_session: Any) -> dict[str, Any]:
     settings = request.app.state.settings
     return {
-        "channels": alerts.channel_overview(settings),
+        "channels": channel_overview(settings),
         "alert_on": settings.alert_on,
         "throttle_secs": settings.alert_throttle_secs,
         "base_url": settings.jobdesk_base_url,
-        "counts": await alerts.pending_counts(db_session),
-        "deliveries": await alerts.recent_deliveries(db_session, limit=50),
+        "counts": await pending_counts(db_session),
+        "deliveries": await recent_deliveries(db_session, limit=50),
         "kind_words": KIND_WORDS,
         "results": {},
     }
@@ -58,7 +61,7 @@ class AlertsAdminController(Controller):
         self, request: Request[Any, Any, Any], db_session: DbSession, channel: FromPath[str]
     ) -> Template:
         """Send a test alert to ``channel`` (``slack``, ``telegram`` or ``webhook``) from this process,
-        waiting at most :data:`app.alerts.TEST_SEND_TIMEOUT_SECS`; log it in the deliveries and the audit
+        waiting at most :data:`app.alerts.admin.TEST_SEND_TIMEOUT_SECS`; log it in the deliveries and the audit
         trail. htmx gets the result fragment; a plain form post gets the page with the result in place.
         A channel that refuses is a normal outcome (200 with the reason), not an error.
 
@@ -67,17 +70,17 @@ class AlertsAdminController(Controller):
             Conflict: the channel is not configured (says which variables to set).
         """
         settings = request.app.state.settings
-        overview = {c["name"]: c for c in alerts.channel_overview(settings)}
+        overview = {c["name"]: c for c in channel_overview(settings)}
         if channel not in overview:
             raise NotFound("There is no such alert channel: choose Slack, Telegram or Webhook.")
         user = current_user(request)
         try:
-            attempt, message = await alerts.send_test(settings, channel, admin_email=user.email)
+            attempt, message = await send_test_alert(settings, channel, admin_email=user.email)
         except LookupError:
             raise Conflict(
                 f"{overview[channel]['label']} is not configured. {overview[channel]['hint']}"
             ) from None
-        await alerts.record_test(db_session, attempt, message, user.email)
+        await record_test(db_session, attempt, message, user.email)
         await audit.record(
             db_session,
             user=user,
@@ -96,7 +99,7 @@ class AlertsAdminController(Controller):
                 {
                     "result": result,
                     "refresh_deliveries": True,
-                    "deliveries": await alerts.recent_deliveries(db_session, limit=50),
+                    "deliveries": await recent_deliveries(db_session, limit=50),
                     "kind_words": KIND_WORDS,
                 },
             )
