@@ -328,6 +328,57 @@ def test_names_with_commas_in_quotes_tabs_and_non_ascii_are_kept() -> None:
     assert inp["reply_to"] == "Zoë Ølsen <zoe@example.org>" and inp["subject"] == "Grüße\tand 📈 figures"
 
 
+REFUSED_AT_SUBMISSION = {
+    "to": {"to": ["victim@evil.test, Ann <ann@example.com>"]},
+    "cc": {"to": ["a@x.test"], "cc": ["Team: a@x.test;"]},
+    "subject": {"to": ["a@x.test"], "subject": "Hi\u2028Bcc: v@evil.test"},
+    "reply_to": {"to": ["a@x.test"], "reply_to": "h@x.test\x85"},
+}
+FROM_A_RESULT = {
+    "name": "mail from a result",
+    "steps": [
+        {
+            "key": "draft",
+            "type": "noop",
+            "input_data": {
+                "to": ["victim@evil.test, Ann <ann@example.com>"],
+                "subject": "Hi\u2028Bcc: v@evil.test",
+            },
+        },
+        {
+            "key": "mail",
+            "type": "email.send",
+            "depends_on": ["draft"],
+            "input_data": {"to": {"$ref": "draft.to"}, "subject": {"$ref": "draft.subject"}, "body": "b"},
+        },
+    ],
+}
+LONG_SUBJECT = "Quarterly figures – Grüße from the team, " * 4
+
+
+async def _submit(client: Any, headers: dict[str, str]) -> tuple[uuid.UUID, uuid.UUID]:
+    """Check the refusals at submission; submit a good job and the pipeline; return both job ids."""
+    for field, data in REFUSED_AT_SUBMISSION.items():
+        resp = await client.post(
+            "/api/jobs",
+            json={"type": "email.send", "input_data": {"subject": "s", "body": "b", **data}},
+            headers=headers,
+        )
+        assert resp.status_code == 422 and f"input_data.{field}" in resp.json()["errors"], resp.text
+    good = {
+        "to": ['"Smith, Ann" <ann@example.com>'],
+        "reply_to": "Help desk <help@example.org>",
+        "subject": LONG_SUBJECT,
+        "body": "Hello",
+    }
+    ok = await client.post("/api/jobs", json={"type": "email.send", "input_data": good}, headers=headers)
+    assert ok.status_code == 201, ok.text
+    piped = await client.post("/api/pipelines", json=FROM_A_RESULT, headers=headers)
+    assert piped.status_code == 201, piped.text
+    mail_job = next(s["job_id"] for s in piped.json()["steps"] if s["key"] == "mail")
+    return uuid.UUID(ok.json()["id"]), uuid.UUID(mail_job)
+
+
 async def test_through_the_api_and_a_worker_headers_reach_the_server_as_typed(
     mx, make_settings, db_url, pg
 ) -> None:
@@ -339,66 +390,11 @@ async def test_through_the_api_and_a_worker_headers_reach_the_server_as_typed(
     settings = make_settings(smtp_host="127.0.0.1", smtp_port=port, worker_enabled=False)
     user = await add_user(db_url, "sender@example.com", admin=True)
     headers = {"Authorization": f"Bearer {await add_token(db_url, user.id)}"}
-    subject = "Quarterly figures – Grüße from the team, " * 4
     async with app_client(settings) as client:
-        for field, data in {
-            "to": {"to": ["victim@evil.test, Ann <ann@example.com>"]},
-            "cc": {"to": ["a@x.test"], "cc": ["Team: a@x.test;"]},
-            "subject": {"to": ["a@x.test"], "subject": "Hi\u2028Bcc: v@evil.test"},
-            "reply_to": {"to": ["a@x.test"], "reply_to": "h@x.test\x85"},
-        }.items():
-            resp = await client.post(
-                "/api/jobs",
-                json={"type": "email.send", "input_data": {"subject": "s", "body": "b", **data}},
-                headers=headers,
-            )
-            assert resp.status_code == 422 and f"input_data.{field}" in resp.json()["errors"], resp.text
-        ok = await client.post(
-            "/api/jobs",
-            json={
-                "type": "email.send",
-                "input_data": {
-                    "to": ['"Smith, Ann" <ann@example.com>'],
-                    "reply_to": "Help desk <help@example.org>",
-                    "subject": subject,
-                    "body": "Hello",
-                },
-            },
-            headers=headers,
-        )
-        assert ok.status_code == 201, ok.text
-        piped = await client.post(
-            "/api/pipelines",
-            json={
-                "name": "mail from a result",
-                "steps": [
-                    {
-                        "key": "draft",
-                        "type": "noop",
-                        "input_data": {
-                            "to": ["victim@evil.test, Ann <ann@example.com>"],
-                            "subject": "Hi\u2028Bcc: v@evil.test",
-                        },
-                    },
-                    {
-                        "key": "mail",
-                        "type": "email.send",
-                        "depends_on": ["draft"],
-                        "input_data": {
-                            "to": {"$ref": "draft.to"},
-                            "subject": {"$ref": "draft.subject"},
-                            "body": "b",
-                        },
-                    },
-                ],
-            },
-            headers=headers,
-        )
-        assert piped.status_code == 201, piped.text
-        mail_job = next(s["job_id"] for s in piped.json()["steps"] if s["key"] == "mail")
+        ok, from_result = await _submit(client, headers)
         async with running_worker(settings):
-            done = await wait_status(pg, uuid.UUID(ok.json()["id"]), {"completed", "failed"})
-            refused = await wait_status(pg, uuid.UUID(mail_job), {"completed", "failed"})
+            done = await wait_status(pg, ok, {"completed", "failed"})
+            refused = await wait_status(pg, from_result, {"completed", "failed"})
     assert done["status"] == "completed", done["error_message"]
     assert refused["status"] == "failed" and refused["attempts"] == 1, refused
     assert "holds 2 addresses" in refused["error_message"] or "U+2028" in refused["error_message"]
@@ -407,4 +403,4 @@ async def test_through_the_api_and_a_worker_headers_reach_the_server_as_typed(
     msg = email.message_from_bytes(message[2], policy=policy.default)
     assert [(a.display_name, a.addr_spec) for a in msg["To"].addresses] == [("Smith, Ann", "ann@example.com")]
     assert [a.addr_spec for a in msg["Reply-To"].addresses] == ["help@example.org"]
-    assert msg["Subject"] == subject.strip() and "Bcc" not in msg
+    assert msg["Subject"] == LONG_SUBJECT.strip() and "Bcc" not in msg

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -494,3 +498,70 @@ async def test_through_the_api_and_a_worker_only_the_own_address_is_reached(
         assert rows[key]["status"] == "failed" and rows[key]["attempts"] == 1, rows[key]
         assert "may not reach" in rows[key]["error_message"]
     assert "10.1.2.3" in rows["hop"]["error_message"]
+
+
+def _self_signed(folder: Path, name: str) -> tuple[Path, Path]:
+    """A certificate for ``name`` (also its own authority) and its key, made with the openssl tool."""
+    cert, key = folder / f"{name}.pem", folder / f"{name}.key"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            f"/CN={name}",
+            "-addext",
+            f"subjectAltName=DNS:{name}",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+@contextmanager
+def tls_server(cert: Path, key: Path) -> Iterator[tuple[int, list[str | None]]]:
+    """An HTTPS test server on 127.0.0.1 with ``cert``; yields its port and the names clients sent (SNI)."""
+    names: list[str | None] = []
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    tls.sni_callback = lambda sock, name, ctx: names.append(name)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield httpd.server_address[1], names
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl tool")
+async def test_https_to_the_checked_address_verifies_the_certificate_for_the_name(
+    make_settings, monkeypatch, tmp_path
+) -> None:
+    """Connected to 127.0.0.1, the TLS handshake still names the host (SNI) and the certificate is checked
+    against the name: a certificate for hook.test is accepted, one for another name is not."""
+    monkeypatch.setattr(http_request, "resolver_for_jobs", FakeResolver({"hook.test": ["127.0.0.1"]}))
+    for cert_name, ok in (("hook.test", True), ("other.test", False)):
+        cert, key = _self_signed(tmp_path, cert_name)
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        with tls_server(cert, key) as (port, names):
+            settings = make_settings(http_request_allowed_hosts=f"hook.test:{port}")
+            url = f"https://hook.test:{port}/host"
+            if ok:
+                assert (await call(settings, url=url))[0]["body"] == f"hook.test:{port}"
+            else:
+                with pytest.raises(TemporaryHttpError, match="CERTIFICATE_VERIFY_FAILED"):
+                    await call(settings, url=url)
+        assert names and set(names) == {"hook.test"}

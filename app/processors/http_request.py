@@ -273,9 +273,9 @@ class PinnedTransport(httpx.AsyncBaseTransport):
     def __init__(self, policy: AddressPolicy, resolver: Resolver | None = None) -> None:
         self._policy = policy
         self._resolver = resolver or resolve
-        self._inner = httpx.AsyncHTTPTransport(
-            trust_env=False, limits=httpx.Limits(max_keepalive_connections=0)
-        )
+        # No proxy is given, so none is used; the environment still names extra CA certificates
+        # (SSL_CERT_FILE / SSL_CERT_DIR).
+        self._inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_keepalive_connections=0))
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         target = Target.of(request.url)
