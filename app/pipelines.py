@@ -40,7 +40,7 @@ from app.jobs import queue
 from app.jobs.payload import check_input, json_text
 from app.jobs.queue import NewJob, Principal, new_id
 from app.processors import EmptyInput, Input, NextJob, registry, validation_error
-from app.processors.support import file_refs
+from app.processors.inputs import file_refs
 from app.settings import Settings
 
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

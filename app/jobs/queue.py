@@ -35,7 +35,7 @@ from app.jobs import outbox
 from app.jobs.payload import cap_text, check_input, json_text
 from app.jobs.states import Actor, Status, sources
 from app.processors import registry
-from app.processors.support import file_refs
+from app.processors.inputs import file_refs
 from app.settings import Settings
 
 JOBS_CHANNEL = "jobdesk_jobs"

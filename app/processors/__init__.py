@@ -50,7 +50,7 @@ PROCESSOR_MODULES: list[str] = [
     "app.processors.email_send",
     "app.processors.images",
     "app.processors.reports",
-    "app.processors.templates",
+    "app.processors.pipeline_templates",
 ]
 """Modules that register job types when imported. Add one line per new module."""
 

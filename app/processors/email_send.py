@@ -28,7 +28,7 @@ import aiosmtplib
 from pydantic import Field, field_validator
 
 from app.processors import Input, JobContext, LongText, PermanentError, RetryableError, processor
-from app.processors.support import invalid
+from app.processors.inputs import invalid
 
 ADDRESS = re.compile(
     r"^(?:(?P<name>[^<>\r\n\"]*?)\s*<(?P<addr>[^<>\s@]+@[A-Za-z0-9.-]+)>|(?P<bare>[^<>\s@\"]+@[A-Za-z0-9.-]+))$"

@@ -1,5 +1,5 @@
 """Pictures (issue 9 §2–3): ``images.thumbnail`` (resized variants of one upload), ``images.batch`` (the
-fan-out step of the "Photo batch" pipeline, :mod:`app.processors.templates`) and
+fan-out step of the "Photo batch" pipeline, :mod:`app.processors.pipeline_templates`) and
 ``images.contact_sheet`` (its fan-in: one sheet of all thumbnails and a zip of them), with Pillow.
 
 The Pillow work is CPU-bound and runs in a separate process (``cpu_bound=True``; the functions are
@@ -29,7 +29,7 @@ from app.processors import (
     Result,
     processor,
 )
-from app.processors.support import describe_bytes, invalid, stored_file
+from app.processors.inputs import describe_bytes, invalid, stored_file
 
 READABLE = {
     "JPEG": "JPEG",

@@ -508,7 +508,7 @@ class Worker:
         row = job.row
         parents = row["parents"]
         if spec.cpu_bound:
-            from app.processors.support import file_ids_in
+            from app.processors.inputs import file_ids_in
             from app.worker.cpu import ProcessFailure, run_in_process
 
             ids = [i for found in file_ids_in(type(model), row["input_data"] or {}).values() for i in found]
