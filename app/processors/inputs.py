@@ -1,19 +1,21 @@
-"""Helpers shared by the built-in processors (issue 9): input files on disk, and which input fields
-hold file ids.
+"""Input helpers shared by the built-in processors: validation messages, input files on disk, which
+input fields hold file ids (:func:`file_fields`, :func:`file_ids_in`, :func:`file_refs`, defined in
+:mod:`app.jobs.types` because the queue checks them too), and what kind of file some bytes are.
 
 Not a processor module: it registers nothing.
 """
 
 from __future__ import annotations
 
-import functools
 import uuid
 from pathlib import Path
-from typing import Any
 
 from pydantic_core import PydanticCustomError
 
-from app.processors import Input, PermanentError, widget_of
+from app.jobs.types import file_fields, file_ids_in, file_refs
+from app.processors import PermanentError
+
+__all__ = ["describe_bytes", "file_fields", "file_ids_in", "file_refs", "invalid", "stored_file"]
 
 # This module is imported by CPU-bound processors in their own processes: keep its imports light
 # (no SQLAlchemy at import time).
@@ -36,54 +38,6 @@ def stored_file(files_dir: Path, file_id: uuid.UUID | str, what: str = "file") -
             f"The {what} {file_id} is not in storage any more (it may have been deleted); upload it again."
         )
     return path
-
-
-@functools.lru_cache(maxsize=512)
-def file_fields(model: type[Input]) -> dict[str, str]:
-    """The input fields of ``model`` that hold uploaded file ids: ``{field name: "file" | "files"}``,
-    read from the ``widget`` hint that :data:`app.processors.FileId` / ``FileIds`` put in the schema."""
-    schema = model.model_json_schema()
-    found: dict[str, str] = {}
-    for name, prop in (schema.get("properties") or {}).items():
-        widget = widget_of(prop)
-        if widget in ("file", "files"):
-            found[name] = widget
-    return found
-
-
-def file_ids_in(model: type[Input], data: dict[str, Any]) -> dict[str, list[uuid.UUID]]:
-    """The file ids that ``data`` (a job's ``input_data``) gives in file fields, by field name.
-    Values that are not ids (e.g. an unresolved ``{"$ref": …}``) are skipped: the schema check reports
-    them."""
-    out: dict[str, list[uuid.UUID]] = {}
-    for name, kind in file_fields(model).items():
-        value = data.get(name)
-        values = value if kind == "files" and isinstance(value, list) else [value]
-        ids = []
-        for v in values:
-            try:
-                ids.append(uuid.UUID(str(v)))
-            except ValueError:
-                continue
-        if ids:
-            out[name] = ids
-    return out
-
-
-def file_refs(
-    model: type[Input], data: dict[str, Any], prefix: str = "input_data"
-) -> list[tuple[str, uuid.UUID]]:
-    """``[(field path, file id)]`` for every file id in ``data``: ``input_data.image`` for a single-file
-    field, ``input_data.images[2]`` for an item of a list. :func:`app.jobs.queue.check_file_owners`
-    checks them against the job's owner when the job is submitted (case C20), because CPU-bound
-    processors only get a path and cannot check the owner themselves."""
-    refs: list[tuple[str, uuid.UUID]] = []
-    for name, ids in file_ids_in(model, data).items():
-        if file_fields(model)[name] == "file":
-            refs.extend((f"{prefix}.{name}", i) for i in ids)
-        else:
-            refs.extend((f"{prefix}.{name}[{n}]", i) for n, i in enumerate(ids))
-    return refs
 
 
 MAGIC: list[tuple[bytes, str]] = [
