@@ -194,30 +194,22 @@ async def create_schedule(
     name = (name or "").strip() or f"{job_type or template} at {cron} ({timezone})"
     if len(name) > 200 or "\x00" in name:
         raise BadInput.field("name", "at most 200 characters")
+    params = {
+        "id": uuid7(),
+        "name": name,
+        "cron": cron,
+        "timezone": timezone,
+        "job_type": job_type,
+        "template": template,
+        "input": json_text(values),
+        "user_id": owner.id,
+        "enabled": enabled,
+        "catch_up": catch_up,
+        "source": source,
+        "next_fire_at": next_fire(cron, timezone, datetime.now(UTC)) if enabled else None,
+    }
     conn = await queue.conn_of(db)
-    row = (
-        (
-            await conn.execute(
-                INSERT_SCHEDULE,
-                {
-                    "id": uuid7(),
-                    "name": name,
-                    "cron": cron,
-                    "timezone": timezone,
-                    "job_type": job_type,
-                    "template": template,
-                    "input": json_text(values),
-                    "user_id": owner.id,
-                    "enabled": enabled,
-                    "catch_up": catch_up,
-                    "source": source,
-                    "next_fire_at": next_fire(cron, timezone, datetime.now(UTC)) if enabled else None,
-                },
-            )
-        )
-        .mappings()
-        .first()
-    )
+    row = (await conn.execute(INSERT_SCHEDULE, params)).mappings().first()
     if row is None:
         raise BadInput.field("name", f"a schedule named {name!r} already exists")
     if source == "ui":

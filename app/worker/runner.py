@@ -50,6 +50,7 @@ from app.jobs import queue
 from app.jobs.backoff import RetryPolicy, retry_delay
 from app.jobs.payload import cap_text, result_json
 from app.jobs.queue import Outcome
+from app.jobs.rows import ClaimedJob
 from app.processors import (
     CpuContext,
     JobCancelled,
@@ -80,7 +81,7 @@ class RunningJob:
     """A job this worker holds. ``stop_reason`` says why its task was cancelled: ``cancel`` (a cancel
     request past its grace), ``shutdown`` (past the shutdown grace), ``lost`` (lease taken away)."""
 
-    row: Any
+    row: ClaimedJob
     started: float
     task: asyncio.Task[None] | None = None
     cancel_event: asyncio.Event = field(default_factory=asyncio.Event)
@@ -364,14 +365,14 @@ class Worker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=seconds)
 
-    async def _claim(self, free: int) -> list[Any]:
+    async def _claim(self, free: int) -> list[ClaimedJob]:
         """One claim statement for up to ``free`` jobs. The statement is atomic by itself, so it runs in
         autocommit mode: one round trip instead of three (``BEGIN``, claim, ``COMMIT``)."""
         assert self.autocommit is not None
         async with self.autocommit.connect() as conn:
             return list(await queue.claim(conn, self.id, free, self.lease_secs))
 
-    async def _claim_limited(self, free: int) -> list[Any]:
+    async def _claim_limited(self, free: int) -> list[ClaimedJob]:
         """Jobs of types with a concurrency or rate limit (issue 11 §4), each claimed under its control
         row's lock in one transaction. Which types are limited is looked up at most once a second while
         none is (a limit set meanwhile also wakes the worker), so unlimited queues pay nothing."""
@@ -382,7 +383,7 @@ class Worker:
         async with self.autocommit.connect() as conn:
             self._limited = [c["type"] for c in await queue.limited_types(conn)]
         self._limited_checked = now
-        rows: list[Any] = []
+        rows: list[ClaimedJob] = []
         if not self._limited:
             return rows
         async with self.engine.begin() as conn:
@@ -399,7 +400,7 @@ class Worker:
         async with self.autocommit.connect() as conn:
             return await queue.seconds_until_next_due(conn)
 
-    def _start(self, row: Any) -> None:
+    def _start(self, row: ClaimedJob) -> None:
         stale = self.running.get(row["id"])
         if stale is not None:
             # Our earlier attempt of this job lost its lease (it was rescued) and we claimed the job

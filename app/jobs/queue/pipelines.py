@@ -126,6 +126,43 @@ def _check_spec(name: Any, steps: Any, settings: Settings) -> tuple[str, dict[st
     return name, stored_inputs
 
 
+def _step_jobs(
+    steps: list[dict[str, Any]],
+    stored_inputs: dict[str, dict[str, Any]],
+    user_id: int,
+    pipeline_id: uuid.UUID,
+    request_id: str | None,
+) -> tuple[list[NewJob], dict[uuid.UUID, int], list[tuple[uuid.UUID, uuid.UUID]]]:
+    """The jobs of a checked spec, parents first; how many parents each waits for; the ``(child,
+    parent)`` edges."""
+    ordered = topo_order(steps)
+    ids = {s["key"]: new_id() for s in ordered}
+    jobs = []
+    pending: dict[uuid.UUID, int] = {}
+    edges: list[tuple[uuid.UUID, uuid.UUID]] = []
+    for s in ordered:
+        jid = ids[s["key"]]
+        deps = list(dict.fromkeys(s.get("depends_on") or []))
+        pending[jid] = len(deps)
+        edges.extend((jid, ids[d]) for d in deps)
+        jobs.append(
+            NewJob(
+                id=jid,
+                type=s["type"],
+                input_data=stored_inputs[s["key"]],
+                user_id=user_id,
+                pipeline_id=pipeline_id,
+                step_key=s["key"],
+                requires_approval=bool(s.get("requires_approval", False)),
+                title=s.get("title"),
+                request_id=request_id,
+                max_attempts=s.get("max_attempts"),
+                priority=s.get("priority", 0),
+            )
+        )
+    return jobs, pending, edges
+
+
 async def create_pipeline(
     db: AsyncConnection | AsyncSession,
     *,
@@ -165,31 +202,7 @@ async def create_pipeline(
         .mappings()
         .one()
     )
-    ordered = topo_order(steps)
-    ids = {s["key"]: new_id() for s in ordered}
-    jobs = []
-    pending: dict[uuid.UUID, int] = {}
-    edges: list[tuple[uuid.UUID, uuid.UUID]] = []
-    for s in ordered:
-        jid = ids[s["key"]]
-        deps = list(dict.fromkeys(s.get("depends_on") or []))
-        pending[jid] = len(deps)
-        edges.extend((jid, ids[d]) for d in deps)
-        jobs.append(
-            NewJob(
-                id=jid,
-                type=s["type"],
-                input_data=stored_inputs[s["key"]],
-                user_id=user_id,
-                pipeline_id=pipeline_id,
-                step_key=s["key"],
-                requires_approval=bool(s.get("requires_approval", False)),
-                title=s.get("title"),
-                request_id=request_id,
-                max_attempts=s.get("max_attempts"),
-                priority=s.get("priority", 0),
-            )
-        )
+    jobs, pending, edges = _step_jobs(steps, stored_inputs, user_id, pipeline_id, request_id)
     await insert_steps(conn, jobs, settings, pending, edges, actor or f"user:{user_id}")
     return row
 
