@@ -41,7 +41,7 @@ from pydantic import Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from app.processors import Input, JobContext, LongText, PermanentError, RetryableError, processor
-from app.processors.support import invalid
+from app.processors.inputs import invalid
 
 ADDR_SPEC = re.compile(
     r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*$"

@@ -37,7 +37,7 @@ import httpx
 from pydantic import Field, ValidationInfo, field_validator
 
 from app.processors import Input, JobContext, LongText, PermanentError, RetryableError, processor
-from app.processors.support import invalid
+from app.processors.inputs import invalid
 
 BODY_KEEP_CHARS = 20_000
 """Characters of the answer's body kept in ``result_data``."""

@@ -1,7 +1,7 @@
 """CSV reports: ``report.csv_check`` (find the layout and the columns),
 ``report.csv_summary`` (per-column summary, charts and one self-contained HTML report to download) and
 ``report.csv_report`` (the "report" step of the "CSV report with review" pipeline,
-:mod:`app.processors.templates`).
+:mod:`app.processors.pipeline_templates`).
 
 Reading a CSV (:func:`read_table`): the encoding is UTF-8 (with or without BOM), UTF-16 (with BOM),
 Windows-1252 or Latin-1 — tried in that order unless chosen; the delimiter is found with
@@ -33,7 +33,7 @@ from app.processors import CpuContext, FileId, Input, OutputFile, PermanentError
 from app.processors.csv_charts import render_report
 from app.processors.csv_stats import DECIMAL, MISSING, summarise_column
 from app.processors.images import safe_stem
-from app.processors.support import describe_bytes, stored_file
+from app.processors.inputs import describe_bytes, stored_file
 
 MAX_FILE_BYTES = 200 * 1024 * 1024
 SNIFF_CHARS = 64 * 1024
