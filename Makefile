@@ -1,15 +1,20 @@
-# Two commands for a fresh machine (README.md):
-#   make run    — the app at http://127.0.0.1:8000 on an embedded PostgreSQL (no DATABASE_URL needed)
-#   make test   — ruff, then the whole pytest suite
-# Both create .venv when it is missing and reinstall only when pyproject.toml changed (a stamp file).
+# Commands for a fresh machine (README.md):
+#   make run        — the app at http://127.0.0.1:8000 on an embedded PostgreSQL (no DATABASE_URL needed)
+#   make test       — ruff, the format check, mypy, then the whole pytest suite (what CI runs)
+#   make check      — the same checks with the fast tests only (no slow, browser or chaos tests)
+#   make fmt        — format the tree and apply ruff's safe fixes
+#   make typecheck  — mypy with pyproject's [tool.mypy] settings
+# Each creates the venv when it is missing and reinstalls only when pyproject.toml changed (a stamp file).
+# VENV=path uses another virtualenv (e.g. one shared by several checkouts).
 
 PYTHON ?= python3
-VENV   := .venv
+VENV   ?= .venv
 STAMP  := $(VENV)/.installed-stamp
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
+FAST   := not slow and not browser and not chaos
 
-.PHONY: run demo test lint venv clean
+.PHONY: run demo test check fmt lint typecheck venv clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -30,12 +35,22 @@ demo: $(STAMP)
 	@test -n "$(EMAIL)" || { echo "Usage: make demo EMAIL=you@example.com [PORT=$(PORT)]"; exit 2; }
 	JOBDESK_BASE_URL="$${JOBDESK_BASE_URL:-http://$(HOST):$(PORT)}" $(VENV)/bin/jobdesk demo --email "$(EMAIL)"
 
-test: $(STAMP)
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest
-
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+fmt: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+test: lint typecheck
+	$(VENV)/bin/pytest
+
+check: lint typecheck
+	$(VENV)/bin/pytest -m "$(FAST)"
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf .venv .pytest_cache .ruff_cache .mypy_cache

@@ -1,4 +1,4 @@
-"""Standalone worker: ``python worker.py`` does the same as ``jobdesk worker`` (issue 2 §6)."""
+"""Standalone worker: ``python worker.py`` does the same as ``jobdesk worker`` (:mod:`app.worker.main`)."""
 
 import sys
 

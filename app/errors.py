@@ -2,7 +2,7 @@
 
 Domain code (queue, pipelines, files, auth) raises these; the web layer (``app.server``) turns them into
 JSON ``{"detail": …}`` for the API, an inline message for htmx fragments, or an error page — never a
-500 for bad input (DEVELOPERS.md: "Bad input gets a clear error").
+500 for bad input: a person who sent something wrong is told what, and can fix it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ class AppError(Exception):
 
 
 class NotFound(AppError):
-    """404. Also used for another user's object, so ids cannot be probed (case C20)."""
+    """404. Also used for another user's object, so ids cannot be probed: a 403 would confirm that the
+    id exists."""
 
     status_code = 404
 
@@ -75,7 +76,8 @@ class RateLimited(AppError):
 
 
 class Unavailable(AppError):
-    """503: the database is unreachable or every pooled connection is busy (case C15)."""
+    """503: the database is unreachable or every pooled connection is busy (an answer the client can
+    retry, rather than a request that hangs)."""
 
     status_code = 503
 

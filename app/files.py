@@ -1,9 +1,21 @@
-"""Stored files: uploads, and files produced by processors (issue 6 §6, issue 9 §1).
+"""Stored files: uploads, and files produced by processors.
 
-Bytes live under ``JOBDESK_DATA_DIR/files/<id>``; the ``files`` row holds the owner, name, type, size
-and the job that produced it. Reads are checked against the owner (admins may read all; anyone else gets
-the same :class:`~app.errors.NotFound` as for an unknown id, case C20). Files produced by a job belong to
-the job's owner and are deleted with the job by retention.
+Bytes live under ``JOBDESK_DATA_DIR/files/<id>``. A file id is a UUID and nothing else: every path under
+that folder is made by :meth:`FileStore._bytes_path` from a parsed :class:`uuid.UUID`, never from text a
+person or a job gave. The ``files`` row holds the owner, name, type, size and the job that produced it.
+
+Who reads what:
+
+* a person reads their own files (admins: every file); anyone else gets the same
+  :class:`~app.errors.NotFound` as for an unknown id, so ids of other people's files cannot be probed;
+* a job reads only its owner's files — an admin's job too, because a job acts for the person who
+  submitted it. Every read goes through :meth:`FileStore.owned_files`, which asks the database at that
+  moment; that holds for ids given inline, taken from a parent's result by ``$ref``, or listed in a
+  parent's result. CPU-bound processors, which run in a child process without a database, get only
+  the files the worker resolved through it (:meth:`JobFiles.for_process`).
+
+The stored content type is derived from the bytes (see :func:`derive_type`), never taken as sent. Files
+produced by a job belong to the job's owner and are deleted with the job by retention.
 """
 
 from __future__ import annotations
@@ -11,9 +23,12 @@ from __future__ import annotations
 import hashlib
 import mimetypes
 import os
+import re
 import shutil
 import tempfile
 import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +38,38 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from uuid_utils.compat import uuid7
 
 from app.errors import BadInput, NotFound
+from app.jobs.types import Input, PermanentError, file_ids_in
 
 MAX_NAME = 200
+MAX_PROCESS_FILES = 2000
+"""Most files a CPU-bound job is given (its input's files plus those its parents' results list)."""
 
+_COLUMNS = "id, user_id, job_id, name, content_type, size, sha256, created_at"
 INSERT_FILE = text(
-    """
+    f"""
     INSERT INTO files (id, user_id, job_id, name, content_type, size, sha256)
     VALUES (:id, :user_id, :job_id, :name, :content_type, :size, :sha256)
-    RETURNING id, user_id, job_id, name, content_type, size, sha256, created_at
+    RETURNING {_COLUMNS}
     """
 )
-GET_FILE = text(
-    "SELECT id, user_id, job_id, name, content_type, size, sha256, created_at FROM files WHERE id = :id"
-)
+GET_FILE = text(f"SELECT {_COLUMNS} FROM files WHERE id = :id")
+OWNED_FILES = text(f"SELECT {_COLUMNS} FROM files WHERE id = ANY(CAST(:ids AS uuid[])) AND user_id = :owner")
+
+_UUID_TEXT = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def parse_file_id(value: object) -> uuid.UUID:
+    """``value`` as a file id: a :class:`uuid.UUID`, or the 36-character text of one — nothing else (no
+    path, no ``urn:`` or brace forms, no surrounding spaces).
+
+    Raises:
+        ValueError: anything else.
+    """
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str) and _UUID_TEXT.fullmatch(value):
+        return uuid.UUID(value)
+    raise ValueError(f"not a file id: {str(value)[:100]!r}")
 
 
 def clean_name(name: str | None) -> str:
@@ -45,10 +79,85 @@ def clean_name(name: str | None) -> str:
     return (base or "file")[:MAX_NAME]
 
 
-def guess_type(name: str, declared: str | None = None) -> str:
-    if declared and declared != "application/octet-stream" and "/" in declared and len(declared) < 120:
-        return declared.split(";")[0].strip()
-    return mimetypes.guess_type(name)[0] or "application/octet-stream"
+# --- content types ------------------------------------------------------------------------------
+
+OCTET = "application/octet-stream"
+_MAGIC: list[tuple[bytes, str]] = [
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"%PDF-", "application/pdf"),
+    (b"PK\x03\x04", "application/zip"),
+    (b"PK\x05\x06", "application/zip"),
+    (b"\x1f\x8b", "application/gzip"),
+    (b"II*\x00", "image/tiff"),
+    (b"MM\x00*", "image/tiff"),
+    (b"ID3", "audio/mpeg"),
+]
+ZIP_BASED = frozenset(
+    {
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+        "application/vnd.oasis.opendocument.text",
+        "application/vnd.oasis.opendocument.spreadsheet",
+    }
+)
+"""Formats that are ZIP archives: named by the file's extension when its bytes are a ZIP archive."""
+TEXT_TYPES = frozenset(
+    {"text/plain", "text/csv", "text/tab-separated-values", "text/markdown", "application/json", "text/html"}
+)
+"""Text formats a file may be stored as when its bytes are text (no NUL byte) and its name or the sender
+says so. Scripts and SVG are not among them: they are stored as ``application/octet-stream``."""
+SERVED_TYPES = frozenset(
+    {t for _, t in _MAGIC} | {"image/webp", "image/bmp", "image/heic"} | ZIP_BASED | TEXT_TYPES
+)
+"""Every type :func:`derive_type` can store; a download of any other stored type (rows written before
+types were derived) is served as ``application/octet-stream``."""
+INLINE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "text/plain"})
+"""Types a browser may show in place (pictures and plain text, with ``nosniff``); everything else is
+downloaded as an attachment, so no upload is ever shown as a page of this site."""
+
+
+def _magic_type(head: bytes) -> str | None:
+    for magic, found in _MAGIC:
+        if head.startswith(magic):
+            return found
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    if head[:2] == b"BM" and head[14:18] in (b"\x0c\x00\x00\x00", b"(\x00\x00\x00", b"|\x00\x00\x00"):
+        return "image/bmp"
+    if head[4:12] in (b"ftypheic", b"ftypheix", b"ftypmif1"):
+        return "image/heic"
+    return None
+
+
+def derive_type(head: bytes, name: str, declared: str | None = None) -> str:
+    """The content type to store for a file whose bytes start with ``head``: a well-known binary format
+    by its magic bytes (a ZIP archive named ``.xlsx`` is a spreadsheet); text (no NUL byte) as one of
+    :data:`TEXT_TYPES` when ``declared`` or the name's extension says so; else
+    ``application/octet-stream``. What a sender declares is only a hint among safe choices."""
+    found = _magic_type(head)
+    by_name = mimetypes.guess_type(name)[0]
+    if found == "application/zip" and by_name in ZIP_BASED:
+        return by_name
+    if found:
+        return found
+    if b"\x00" in head:
+        return OCTET
+    hint = (declared or "").split(";")[0].strip().lower()
+    for candidate in (hint, by_name):
+        if candidate in TEXT_TYPES:
+            return candidate
+    return OCTET
+
+
+def served_type(stored: str | None) -> str:
+    """The ``Content-Type`` a download is served with: the stored type if it is one Jobdesk stores,
+    else ``application/octet-stream`` (a type with control characters or a script type never reaches
+    a response header)."""
+    return stored if stored in SERVED_TYPES else OCTET
 
 
 def file_ref(row: RowMapping | dict[str, Any]) -> dict[str, Any]:
@@ -62,6 +171,14 @@ def file_ref(row: RowMapping | dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class StoredFile:
+    """A file a reader may open: its row and the path of its bytes."""
+
+    row: RowMapping
+    path: Path
+
+
 class FileStore:
     """Files under ``files_dir``. Writes go to a temporary file first and are renamed into place, so a
     crash never leaves a half-written file under a real id."""
@@ -69,22 +186,36 @@ class FileStore:
     def __init__(self, files_dir: Path) -> None:
         self.dir = files_dir
 
-    def path(self, file_id: uuid.UUID | str) -> Path:
-        return self.dir / str(uuid.UUID(str(file_id)))
+    def _bytes_path(self, file_id: uuid.UUID) -> Path:
+        """The one place a path under the files folder is made, from a parsed UUID only."""
+        if not isinstance(file_id, uuid.UUID):
+            raise TypeError("a stored file's path is made from a UUID only")
+        return self.dir / str(file_id)
 
-    def _place(self, file_id: uuid.UUID, source: Path, *, move: bool) -> tuple[int, str]:
+    def path(self, file_id: uuid.UUID | str) -> Path:
+        """Where the bytes of ``file_id`` are (or would be); no owner check — for the web's downloads
+        after :meth:`get`, and for maintenance. Jobs use :meth:`owned_files`.
+
+        Raises:
+            ValueError: ``file_id`` is not a file id.
+        """
+        return self._bytes_path(parse_file_id(file_id))
+
+    def _place(self, file_id: uuid.UUID, source: Path, *, move: bool) -> tuple[int, str, bytes]:
         self.dir.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256()
         with open(source, "rb") as fh:
+            head = fh.read(1 << 12)
+            digest.update(head)
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(chunk)
         size = source.stat().st_size
-        target = self.path(file_id)
+        target = self._bytes_path(file_id)
         if move:
             shutil.move(str(source), target)
         else:
             shutil.copyfile(source, target)
-        return size, digest.hexdigest()
+        return size, digest.hexdigest(), head
 
     async def save(
         self,
@@ -99,6 +230,7 @@ class FileStore:
         move: bool = False,
     ) -> RowMapping:
         """Store ``data`` (or the file at ``source``) and insert its row in the caller's transaction.
+        ``content_type`` is only a hint: the stored type is :func:`derive_type` of the bytes.
 
         Raises:
             BadInput: neither or both of ``data`` and ``source``.
@@ -114,38 +246,31 @@ class FileStore:
                 fh.write(data)
             source, move = Path(tmp), True
         assert source is not None
-        size, sha = self._place(file_id, source, move=move)
+        size, sha, head = self._place(file_id, source, move=move)
+        values = {
+            "id": file_id,
+            "user_id": user_id,
+            "job_id": job_id,
+            "name": name,
+            "content_type": derive_type(head, name, content_type),
+            "size": size,
+            "sha256": sha,
+        }
         try:
-            return (
-                (
-                    await conn.execute(
-                        INSERT_FILE,
-                        {
-                            "id": file_id,
-                            "user_id": user_id,
-                            "job_id": job_id,
-                            "name": name,
-                            "content_type": guess_type(name, content_type),
-                            "size": size,
-                            "sha256": sha,
-                        },
-                    )
-                )
-                .mappings()
-                .one()
-            )
+            return (await conn.execute(INSERT_FILE, values)).mappings().one()
         except BaseException:
-            self.path(file_id).unlink(missing_ok=True)
+            self._bytes_path(file_id).unlink(missing_ok=True)
             raise
 
     async def get(self, conn: AsyncConnection, file_id: Any, principal: Any | None) -> RowMapping:
-        """The file's row, checked against ``principal`` (owner or admin; ``None`` = no check).
+        """The file's row, checked against a signed-in ``principal`` (owner or admin; ``None`` = no
+        check). Not for jobs: they read through :meth:`owned_files`.
 
         Raises:
             NotFound: unknown, malformed or another user's id — the same answer for all three.
         """
         try:
-            fid = uuid.UUID(str(file_id))
+            fid = parse_file_id(file_id)
         except ValueError:
             raise NotFound("No such file.") from None
         row = (await conn.execute(GET_FILE, {"id": fid})).mappings().first()
@@ -155,10 +280,56 @@ class FileStore:
             raise NotFound("No such file.")
         return row
 
+    async def owned_files(
+        self, conn: AsyncConnection, owner_id: int, file_ids: Iterable[object]
+    ) -> dict[str, StoredFile]:
+        """The files among ``file_ids`` that belong to ``owner_id`` and whose bytes are stored, by id text,
+        asked of the database now. This is how a job opens a file: ids that are not UUIDs, unknown,
+        another user's (whoever the owner is, admins included) or without bytes are left out."""
+        ids: list[uuid.UUID] = []
+        for value in file_ids:
+            try:
+                ids.append(parse_file_id(value))
+            except ValueError:
+                continue
+        if not ids:
+            return {}
+        rows = await conn.execute(OWNED_FILES, {"ids": list(dict.fromkeys(ids)), "owner": owner_id})
+        found: dict[str, StoredFile] = {}
+        for row in rows.mappings():
+            path = self._bytes_path(row["id"])
+            if path.is_file():
+                found[str(row["id"])] = StoredFile(row, path)
+        return found
+
     def remove(self, file_ids: list[uuid.UUID]) -> None:
         """Delete stored bytes (after their rows were deleted and committed)."""
         for fid in file_ids:
-            self.path(fid).unlink(missing_ok=True)
+            self._bytes_path(parse_file_id(fid)).unlink(missing_ok=True)
+
+
+def ids_in_results(results: Mapping[str, Any], limit: int = MAX_PROCESS_FILES) -> list[str]:
+    """Every ``file_id`` value in the parents' results (file references such as ``{"file_id", "name",
+    …}``, at any depth), at most ``limit``; values that are not text are skipped."""
+    found: list[str] = []
+
+    def walk(value: Any, depth: int) -> Iterator[str]:
+        if depth > 20:
+            return
+        if isinstance(value, dict):
+            if isinstance(value.get("file_id"), str):
+                yield value["file_id"]
+            for v in value.values():
+                yield from walk(v, depth + 1)
+        elif isinstance(value, list):
+            for v in value:
+                yield from walk(v, depth + 1)
+
+    for fid in walk(dict(results), 0):
+        if len(found) >= limit:
+            break
+        found.append(fid)
+    return found
 
 
 class JobFiles:
@@ -169,38 +340,48 @@ class JobFiles:
         self.engine = engine
         self.job = job
 
+    async def _open(self, file_id: Any) -> StoredFile:
+        assert self.engine is not None
+        async with self.engine.connect() as conn:
+            found = await self.store.owned_files(conn, self.job["user_id"], [file_id])
+        if not found:
+            raise PermanentError(
+                f"File {str(file_id)[:100]} does not exist, is no longer stored, or is not yours."
+            )
+        return next(iter(found.values()))
+
     async def info(self, file_id: Any) -> RowMapping:
         """The file's row, if the job's owner may read it.
 
         Raises:
-            PermanentError: unknown file or not the owner's (retrying cannot fix it).
+            PermanentError: not a file id, unknown, gone, or not the owner's (retrying cannot fix it).
         """
-        from app.processors import PermanentError
-
-        assert self.engine is not None
-        owner = _Owner(self.job["user_id"])
-        async with self.engine.connect() as conn:
-            try:
-                return await self.store.get(conn, file_id, owner)
-            except NotFound:
-                raise PermanentError(f"File {file_id} does not exist or is not yours.") from None
-
-    async def names(self, file_ids: list[Any]) -> dict[str, str]:
-        """``{file id: original name}`` for those of ``file_ids`` that the job's owner may read (one
-        query by primary key); for CPU-bound processors, which cannot query (``CpuContext.file_names``)."""
-        if not file_ids or self.engine is None:
-            return {}
-        async with self.engine.connect() as conn:
-            rows = await conn.execute(
-                text("SELECT id, name FROM files WHERE id = ANY(:ids) AND user_id = :owner"),
-                {"ids": [uuid.UUID(str(i)) for i in file_ids], "owner": self.job["user_id"]},
-            )
-            return {str(r.id): r.name for r in rows}
+        return (await self._open(file_id)).row
 
     async def path(self, file_id: Any) -> Path:
-        """Path of an input file's bytes (checked against the job's owner)."""
-        await self.info(file_id)
-        return self.store.path(file_id)
+        """Path of an input file's bytes, checked against the job's owner when called.
+
+        Raises:
+            PermanentError: see :meth:`info`.
+        """
+        return (await self._open(file_id)).path
+
+    async def for_process(
+        self, model: Input, parents: Mapping[str, Any]
+    ) -> tuple[dict[str, Path], dict[str, str]]:
+        """``(paths, names)`` by file id, of the files a CPU-bound processor may read: those named in
+        its input's file fields (``$ref`` already resolved) and those listed in its parents' results,
+        resolved now through :meth:`FileStore.owned_files` for the job's owner. The child process gets
+        only these paths; asking for any other id is its permanent error."""
+        wanted: list[object] = [
+            i for ids in file_ids_in(type(model), model.model_dump(mode="json")).values() for i in ids
+        ]
+        wanted += ids_in_results(parents, MAX_PROCESS_FILES - len(wanted))
+        if not wanted or self.engine is None:
+            return {}, {}
+        async with self.engine.connect() as conn:
+            found = await self.store.owned_files(conn, self.job["user_id"], wanted)
+        return {k: f.path for k, f in found.items()}, {k: f.row["name"] for k, f in found.items()}
 
     async def save(
         self,
@@ -224,9 +405,3 @@ class JobFiles:
                 move=source is not None,
             )
         return file_ref(row)
-
-
-class _Owner:
-    def __init__(self, user_id: int) -> None:
-        self.id = user_id
-        self.is_admin = False

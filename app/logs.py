@@ -9,7 +9,7 @@ that context.
 The chain is kept short because the worker logs on its hot path: level filtering happens before any
 processor runs (``make_filtering_bound_logger``), there are no call-site or stack processors, JSON is
 encoded by msgspec (several times faster than ``json.dumps``; it comes with Litestar) and each line is
-one ``write`` + ``flush`` (issue 10: logging must not be what limits throughput).
+one ``write`` + ``flush``: logging must not be what limits the worker's throughput.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from __future__ import annotations
 import json as _json
 import logging
 import sys
+import time
 from typing import Any, TextIO
 
+import msgspec
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
@@ -26,7 +28,8 @@ from app.settings import Settings
 
 LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "CRITICAL": 50}
 
-#: Loggers whose names start with this follow ``JOB_WORKER_LOG_LEVEL`` when it is set (seed 002).
+#: Loggers whose names start with this follow ``JOB_WORKER_LOG_LEVEL`` when it is set, so the worker's
+#: per-claim detail can be switched on without the web app's debug noise.
 WORKER_LOGGER_PREFIX = "jobdesk.worker"
 
 
@@ -83,8 +86,6 @@ def _fallback(value: Any) -> Any:
 def _json_renderer() -> Processor:
     """Render the event dict as one JSON object (keys in insertion order, non-ASCII kept, unknown
     objects as their ``repr`` — as structlog's ``JSONRenderer`` does, only faster)."""
-    import msgspec
-
     encode = msgspec.json.Encoder(enc_hook=_fallback).encode
 
     def render(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
@@ -99,8 +100,6 @@ def _json_renderer() -> Processor:
 def _timestamper() -> Processor:
     """``timestamp``: ISO 8601 in UTC with microseconds and ``Z`` (as structlog's ``TimeStamper(fmt="iso",
     utc=True)`` writes it), with the date-and-seconds part formatted once per second rather than per line."""
-    import time
-
     cache: list[Any] = [-1, ""]
 
     def stamp(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
@@ -138,7 +137,7 @@ def _per_logger_level(base: int, worker: int) -> Processor:
 def configure_logging(settings: Settings, *, stream: TextIO | None = None, json: bool | None = None) -> None:
     """Configure structlog and the standard library's root logger for this process.
 
-    ``LOG_LEVEL`` sets the level; ``JOB_WORKER_LOG_LEVEL`` (seed 002), when set, applies to loggers named
+    ``LOG_LEVEL`` sets the level; ``JOB_WORKER_LOG_LEVEL``, when set, applies to loggers named
     ``jobdesk.worker…`` instead. ``json`` defaults to "standard output is not a terminal". ``stream``
     (tests) replaces standard output. Safe to call more than once; the last call wins, except for
     loggers already cached by an earlier configuration.

@@ -1,4 +1,4 @@
-"""Prometheus metrics (issue 10 §3), incremented by the worker and read by ``GET /metrics``.
+"""Prometheus metrics, incremented by the worker and read by ``GET /metrics``.
 
 Counters and histograms live in this process's default registry; the gauges that describe the whole
 queue (jobs by status, workers alive, dead tuples) are computed by the ``/metrics`` handler from cheap
@@ -34,5 +34,5 @@ RUNNING = Gauge("jobdesk_worker_running_jobs", "Jobs this process's worker is ru
 @functools.lru_cache(maxsize=8192)
 def by_type(metric: Any, job_type: str) -> Any:
     """``metric.labels(job_type)``, cached: the worker calls this several times per job, and
-    ``labels()`` takes a lock and builds a key each time (issue 10, ``bench/throughput.py``)."""
+    ``labels()`` takes a lock and builds a key each time (it showed in ``bench/throughput.py``'s profile)."""
     return metric.labels(job_type)

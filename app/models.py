@@ -1,9 +1,10 @@
 """Every table of Jobdesk, as SQLAlchemy models; Alembic's ``target_metadata``.
 
 Reading rows is open to any module; writing ``jobs.status`` is reserved to :mod:`app.jobs.queue`
-(the state machine, issue 3 §1). Row-shape CHECK constraints come from seed 002 ("a queued row has no
-lock, a running row has an owner and a lease deadline, a terminal row has a finish time and no lock").
-Every time column is ``timestamptz`` (issue 2 §5).
+(the state machine), so every status change is a compare-and-set recorded with its event. CHECK
+constraints hold each row's shape for its status: a queued row has no lock, a running row has an owner
+and a lease deadline, a terminal row has a finish time and no lock. Every time column is ``timestamptz``,
+so times mean the same whatever the server's or the session's time zone.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class ApiToken(Base):
 
 class WebSession(Base):
     """A browser sign-in. The cookie holds a random token; the row holds its SHA-256, so deleting the
-    row signs the browser out server-side (issue 7 §7)."""
+    row signs the browser out server-side and a stolen database dump holds no usable cookie."""
 
     __tablename__ = "web_sessions"
     id_hash: Mapped[str] = mapped_column(Text, primary_key=True)
@@ -101,7 +102,7 @@ class WebSession(Base):
 
 
 class LoginAttempt(Base):
-    """One sign-in attempt, kept for rate limiting per account and per address (issue 7 §7)."""
+    """One sign-in attempt, kept for rate limiting per account and per address (password guessing)."""
 
     __tablename__ = "login_attempts"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
@@ -116,7 +117,7 @@ class LoginAttempt(Base):
 
 
 class Pipeline(Base):
-    """A DAG of jobs (issue 5). ``status`` is derived from its jobs and kept current by
+    """A DAG of jobs. ``status`` is derived from its jobs and kept current by
     :mod:`app.jobs.queue` in the transaction that changes them."""
 
     __tablename__ = "pipelines"
@@ -144,16 +145,16 @@ class Pipeline(Base):
 
 
 class Job(Base):
-    """One unit of work (seed 000 §2 merged with seeds 002/004; issue 2 §5).
+    """One unit of work: a job of a registered type, with its input, status, attempts, lease and result.
 
     ``attempts`` counts claims since the last manual retry; ``run_at`` is when the job is due;
     ``pending_parents`` counts dependencies that have not completed (a job with a non-zero count stays
-    ``queued`` and is not claimable, issue 5 §1); ``blocked_by`` names the upstream job whose failure
-    cancelled this one, so a manual retry of that job can re-open it (case C08).
+    ``queued`` and is not claimable); ``blocked_by`` names the upstream job whose failure
+    cancelled this one, so a manual retry of that job can re-open it instead of leaving it waiting forever.
 
     Storage parameters (``JOBS_STORAGE`` below, set by the migration since SQLAlchemy has no table-level
     ``WITH``): a fillfactor that leaves room for HOT updates of lease renewals and progress, and
-    autovacuum settings that vacuum this high-churn table early (case C18).
+    autovacuum settings that vacuum this high-churn table early, before dead rows slow the claim down.
     """
 
     __tablename__ = "jobs"
@@ -193,7 +194,7 @@ class Job(Base):
         CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
         CheckConstraint("pending_parents >= 0", name="pending_parents_non_negative"),
         CheckConstraint("progress IS NULL OR (progress >= 0 AND progress <= 1)", name="progress_fraction"),
-        # Row shape per status (seed 002).
+        # Row shape per status: what a queued, running and finished row must (not) have.
         CheckConstraint(
             "status <> 'in_progress' OR (locked_by IS NOT NULL AND lease_expires_at IS NOT NULL"
             " AND started_at IS NOT NULL AND completed_at IS NULL)",
@@ -207,7 +208,8 @@ class Job(Base):
             "(completed_at IS NOT NULL) = (status IN ('completed', 'failed', 'cancelled'))",
             name="finished_iff_terminal",
         ),
-        # The claim query's index: due, claimable rows in claim order (issue 3 §3, case C17).
+        # The claim query's index: due, claimable rows in claim order, so a claim reads a few index
+        # entries however many finished jobs the table holds.
         Index(
             "ix_jobs_claim",
             text("priority DESC"),
@@ -218,9 +220,10 @@ class Job(Base):
         # Earliest future due time, so an idle worker wakes when the next scheduled job is due.
         Index("ix_jobs_queued_run_at", "run_at", postgresql_where=text("status = 'queued'")),
         # Running jobs per worker: heartbeats, the rescue sweep and the admin's worker list. Keyed on
-        # locked_by only (not lease_expires_at), so lease renewals stay HOT updates (case C18).
+        # locked_by only (not lease_expires_at), so lease renewals stay HOT updates and leave no dead
+        # index entries behind.
         Index("ix_jobs_running", "locked_by", postgresql_where=text("status = 'in_progress'")),
-        # Live counts per status and type (issue 7 §1): small partial index, no full-table COUNT.
+        # Live counts per status and type for the admin console: small partial index, no full-table COUNT.
         Index(
             "ix_jobs_live",
             "status",
@@ -240,7 +243,7 @@ class Job(Base):
             "completed_at",
             postgresql_where=text("status IN ('completed', 'failed', 'cancelled')"),
         ),
-        # Admin search by idempotency key across all users (issue 7 §1).
+        # Admin search by idempotency key across all users.
         Index(
             "ix_jobs_idempotency_key",
             "idempotency_key",
@@ -267,7 +270,7 @@ JOB_EVENTS_STORAGE = {"autovacuum_vacuum_scale_factor": 0.05, "autovacuum_analyz
 
 
 class JobDependency(Base):
-    """Edge of a pipeline DAG: ``job_id`` waits for ``depends_on`` to complete (issue 5 §1)."""
+    """Edge of a pipeline DAG: ``job_id`` waits for ``depends_on`` to complete."""
 
     __tablename__ = "job_dependencies"
     job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
@@ -281,7 +284,8 @@ class JobDependency(Base):
 class JobEvent(Base):
     """One line of a job's history: every status change, plus cancel requests, admin actions, etc.
 
-    Written only by :mod:`app.jobs.queue`, in the same transaction as the change it records (issue 3 §1).
+    Written only by :mod:`app.jobs.queue`, in the same transaction as the change it records, so the
+    history never misses or invents a change.
     ``actor`` is ``user:<id>``, ``worker:<id>`` or ``system:<task>``.
     """
 
@@ -309,7 +313,7 @@ class JobEvent(Base):
 
 
 class AuditEntry(Base):
-    """An admin action or control change: who, what, which jobs, when, outcome (issue 7 §5)."""
+    """An admin action or control change: who, what, which jobs, when, outcome."""
 
     __tablename__ = "audit_log"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
@@ -327,7 +331,8 @@ class AuditEntry(Base):
 
 
 class AlertOutbox(Base):
-    """An alert to deliver, written in the transaction of the transition that caused it (issue 8 §4).
+    """An alert to deliver, written in the transaction of the transition that caused it, so an alert is
+    neither lost when the process dies nor sent for a change that rolled back.
 
     ``status``: ``pending`` → ``sent`` | ``failed`` (gave up) | ``suppressed`` (throttled into a summary).
     """
@@ -350,7 +355,7 @@ class AlertOutbox(Base):
 
 
 class AlertDelivery(Base):
-    """One delivery attempt of an alert to one channel, for the admin alerts page (issue 8 §5)."""
+    """One delivery attempt of an alert to one channel, for the admin alerts page."""
 
     __tablename__ = "alert_deliveries"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
@@ -365,7 +370,7 @@ class AlertDelivery(Base):
 
 
 class StoredFile(Base):
-    """An uploaded or produced file; bytes live under ``JOBDESK_DATA_DIR/files/<id>`` (issue 6 §6)."""
+    """An uploaded or produced file; bytes live under ``JOBDESK_DATA_DIR/files/<id>``."""
 
     __tablename__ = "files"
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
@@ -380,13 +385,13 @@ class StoredFile(Base):
     created_at: Mapped[datetime] = _now()
     __table_args__ = (
         Index("ix_files_job_id", "job_id", postgresql_where=text("job_id IS NOT NULL")),
-        # Retention of files no job holds (issue 6 §6).
+        # Retention deletes uploads that no job took up; this finds them without a scan.
         Index("ix_files_unattached", "created_at", postgresql_where=text("job_id IS NULL")),
     )
 
 
 class Schedule(Base):
-    """A periodic job or pipeline (issue 11 §2). Each fire enqueues with the idempotency key
+    """A periodic job or pipeline. Each fire enqueues with the idempotency key
     ``schedule:<id>:<fire time>``, so a fire happens once however many workers see it due."""
 
     __tablename__ = "schedules"
@@ -415,7 +420,7 @@ class Schedule(Base):
 
 
 class JobTypeControl(Base):
-    """Operator controls of one job type (issue 11 §3–4); the row ``type = '*'`` pauses every type.
+    """Operator controls of one job type (pause, concurrency and rate limits); the row ``type = '*'`` pauses every type.
 
     ``max_running``: at most this many ``in_progress`` across all workers. ``max_per_minute``: at most
     this many starts per rolling minute, counted in ``window_start``/``window_count``.
@@ -439,7 +444,7 @@ class JobTypeControl(Base):
 
 
 class WorkerRow(Base):
-    """A live worker process, refreshed on every heartbeat (issue 4 §8); the admin health page lists
+    """A live worker process, refreshed on every heartbeat; the admin health page lists
     rows seen recently. ``id`` is ``host-pid-random``."""
 
     __tablename__ = "workers"
@@ -457,8 +462,8 @@ class WorkerRow(Base):
 
 
 class ThroughputSample(Base):
-    """Jobs finished per worker per minute, for the admin health chart without scanning ``jobs``
-    (issue 7 §4). One row per (minute, worker), upserted by the worker's heartbeat."""
+    """Jobs finished per worker per minute, for the admin health chart without scanning ``jobs``.
+    One row per (minute, worker), upserted by the worker's heartbeat."""
 
     __tablename__ = "throughput_samples"
     minute: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)

@@ -1,10 +1,10 @@
 """Settings read from the environment.
 
-Every variable is documented in README.md's configuration table. Names come from the seeds where they
-exist (seed 000 §10: ``JOB_PROCESSOR_POLL_INTERVAL``, ``MAX_CONCURRENT_JOBS``, ``JOB_RETRY_INTERVALS``,
-``DB_POOL_SIZE``; seed 004: ``WORKER_VISIBILITY_TIMEOUT_SECS``; seed 002: ``JOB_WORKER_LOG_LEVEL``) and
-from the issues otherwise. A bad value stops start-up with :class:`SettingsError`, whose message names the
-variable and what it expects (issue 2).
+Every variable is documented in README.md's configuration table; a test checks that the table and
+:class:`Settings` agree. Names such as ``JOB_PROCESSOR_POLL_INTERVAL``, ``MAX_CONCURRENT_JOBS``,
+``JOB_RETRY_INTERVALS``, ``DB_POOL_SIZE``, ``WORKER_VISIBILITY_TIMEOUT_SECS`` and ``JOB_WORKER_LOG_LEVEL``
+are the ones deployments already set, so they stay. A bad value stops start-up with
+:class:`SettingsError`, whose message names the variable and what it expects.
 """
 
 from __future__ import annotations
@@ -13,9 +13,12 @@ import functools
 import secrets
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -53,57 +56,61 @@ class Settings(BaseSettings):
     # --- database -------------------------------------------------------------------------------
     database_url: str | None = None
     """``postgresql://`` or ``postgresql+asyncpg://`` URL. Unset: an embedded PostgreSQL under
-    ``JOBDESK_DATA_DIR/pgdata`` is started (issue 2)."""
+    ``JOBDESK_DATA_DIR/pgdata`` is started, so a first run needs no database server."""
     database_listen_url: str | None = None
     """Where the worker's LISTEN connection goes, if not ``DATABASE_URL`` — e.g. the server itself when
     ``DATABASE_URL`` points at PgBouncer in transaction mode, which cannot LISTEN."""
     db_pool_size: int = Field(20, ge=1, le=1000)
-    """Connections in the web/processor pool (seed 000 §10). The worker's own claim, lease and listen
-    connections are separate and never taken by processors (case C15)."""
+    """Connections in the web/processor pool. The worker's own claim, lease and listen connections are
+    separate and never taken by processors, so a pool smaller than the worker's concurrency cannot stop
+    jobs from being claimed or finished."""
     db_pool_timeout_secs: float = Field(5.0, gt=0, le=300)
-    """How long a request waits for a pooled connection before it gets a 503 (case C15)."""
+    """How long a request waits for a pooled connection before it gets a 503 (rather than hanging while
+    processors hold every connection)."""
     db_statement_timeout_ms: int = Field(15_000, ge=0)
-    """``statement_timeout`` on web connections; 0 disables it (case C18)."""
+    """``statement_timeout`` on web connections; 0 disables it. A slow page must not hold a snapshot
+    that keeps autovacuum from cleaning the jobs table."""
     db_idle_in_transaction_timeout_ms: int = Field(30_000, ge=0)
-    """``idle_in_transaction_session_timeout`` on web connections (case C18)."""
+    """``idle_in_transaction_session_timeout`` on web connections, for the same reason."""
 
     # --- worker ---------------------------------------------------------------------------------
     worker_enabled: bool = True
-    """Run a worker inside ``jobdesk serve`` (issue 2)."""
+    """Run a worker inside ``jobdesk serve``; set false when standalone workers run the jobs."""
     max_concurrent_jobs: int = Field(10, ge=1, le=10_000)
-    """Jobs one worker process runs at once (seed 000 §10)."""
+    """Jobs one worker process runs at once."""
     job_processor_poll_interval: float = Field(1.0, gt=0, le=3600)
-    """Seconds between polls when no NOTIFY arrives; only the fallback (issue 2)."""
+    """Seconds between polls when no NOTIFY arrives; only the fallback for a lost notification."""
     job_retry_intervals: Annotated[list[float], NoDecode] = Field(
-        default_factory=lambda: [10, 30, 60, 120, 240, 240, 240, 240, 240, 240]
+        default_factory=lambda: [10.0, 30.0, 60.0, 120.0, 240.0, 240.0, 240.0, 240.0, 240.0, 240.0]
     )
-    """Seconds to wait before retry 1, 2, … (seed 000 §6); the last value repeats."""
+    """Seconds to wait before retry 1, 2, …; the last value repeats."""
     job_retry_jitter: float = Field(0.3, ge=0, le=1)
-    """Fraction of random spread applied to each retry delay: 0.3 is ±30 % (seed 004)."""
+    """Fraction of random spread applied to each retry delay: 0.3 is ±30 %, so jobs that failed
+    together do not all retry in the same second."""
     worker_visibility_timeout_secs: float = Field(300, gt=0, le=7 * 24 * 3600)
     """Lease length in seconds: a running job whose lease is not renewed for this long is rescued."""
     worker_heartbeat_secs: float | None = Field(None, gt=0)
-    """Seconds between lease renewals; default a third of the visibility timeout (issue 4)."""
+    """Seconds between lease renewals; default a third of the visibility timeout."""
     worker_sweep_interval_secs: float = Field(10, gt=0, le=3600)
-    """Seconds between rescue sweeps of expired leases (issue 3 §8)."""
+    """Seconds between rescue sweeps of expired leases."""
     worker_shutdown_grace_secs: float = Field(30, ge=0, le=24 * 3600)
-    """Seconds a stopping worker lets running jobs finish before putting them back (issue 4 §7)."""
+    """Seconds a stopping worker lets running jobs finish before putting them back."""
     job_default_timeout_secs: float = Field(3600, gt=0)
-    """Per-attempt time limit for job types that set none (issue 4 §6)."""
+    """Per-attempt time limit for job types that set none."""
     job_cancel_grace_secs: float = Field(3, ge=0, le=3600)
     """Seconds a processor gets to stop by itself after a cancel before its task is cancelled."""
     job_retention_days: float = Field(30, gt=0)
-    """Finished jobs older than this are deleted, with their events and files (issue 3 §9)."""
+    """Finished jobs older than this are deleted, with their events and files."""
     job_max_input_bytes: int = Field(1 * MIB, ge=1 * KIB)
-    """Largest accepted ``input_data`` (JSON-encoded size); larger gets 413 (issue 3 §10)."""
+    """Largest accepted ``input_data`` (JSON-encoded size); larger gets 413."""
     jobdesk_processor_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Extra Python modules (comma-separated) that register your own job types and pipeline templates."""
     job_worker_log_level: str | None = None
-    """``DEBUG`` also logs every poll, claim, lease renewal and retry decision (seed 002)."""
+    """``DEBUG`` also logs every poll, claim, lease renewal and retry decision."""
     worker_metrics_addr: str | None = None
     """``host:port`` where a standalone worker serves its Prometheus metrics (``/metrics``, no auth), e.g.
     ``127.0.0.1:9108``; unset: not served. The web app's ``/metrics`` shows only its in-app worker's
-    counters (issue 10 §3)."""
+    counters."""
 
     # --- web ------------------------------------------------------------------------------------
     jobdesk_data_dir: Path = Path(".jobdesk")
@@ -113,14 +120,14 @@ class Settings(BaseSettings):
     secret_key: str | None = None
     """Signs CSRF tokens. Unset: generated once and kept in ``JOBDESK_DATA_DIR/secret_key``."""
     upload_max_bytes: int = Field(25 * MIB, ge=1 * KIB)
-    """Largest accepted upload; larger gets 413 (issue 6)."""
+    """Largest accepted upload; larger gets 413."""
     session_max_age_days: float = Field(14, gt=0)
     """A sign-in lasts this long."""
     metrics_token: str | None = None
-    """Bearer token that may read ``/metrics`` without an admin session (issue 10)."""
+    """Bearer token that may read ``/metrics`` without an admin session (for a Prometheus scraper)."""
     log_level: str = "INFO"
 
-    # --- alerts (issue 8) ------------------------------------------------------------------------
+    # --- alerts ----------------------------------------------------------------------------------
     slack_webhook_url: str | None = None
     """Slack incoming-webhook address; set → alerts go to Slack."""
     telegram_bot_token: str | None = None
@@ -136,16 +143,17 @@ class Settings(BaseSettings):
     """Kinds that are sent; the others are recorded but marked ``suppressed``."""
     alert_throttle_secs: float = Field(300, ge=0, le=7 * 24 * 3600)
     """Grouping window: at most one message per kind of failure in this many seconds, then one
-    "…and N more like this" summary; 0 sends every alert on its own (issue 8 §4, case C22)."""
+    "…and N more like this" summary, so an outage that fails many jobs does not flood the channel; 0 sends
+    every alert on its own."""
 
-    # --- http.request (issue 9) -------------------------------------------------------------------
+    # --- http.request -----------------------------------------------------------------------------
     http_request_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Hosts (names or addresses, comma-separated) that ``http.request`` jobs may reach although they are
     loopback or private; the host of ``JOBDESK_BASE_URL`` is always allowed."""
     http_request_allow_private: bool = False
     """Let ``http.request`` jobs reach any loopback, private or link-local address (trusted users only)."""
 
-    # --- email (issue 9) -------------------------------------------------------------------------
+    # --- email -----------------------------------------------------------------------------------
     smtp_host: str | None = None
     smtp_port: int = Field(25, ge=1, le=65535)
     smtp_username: str | None = None
@@ -208,8 +216,6 @@ class Settings(BaseSettings):
     def _check_alert_url(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        from urllib.parse import urlsplit
-
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError("expected an http:// or https:// address")
@@ -261,12 +267,13 @@ class Settings(BaseSettings):
     # --- derived ----------------------------------------------------------------------------------
     @property
     def heartbeat_secs(self) -> float:
-        """Seconds between lease renewals: a third of the lease unless set (issue 4 §4)."""
+        """Seconds between lease renewals: a third of the lease unless set, so two renewals can fail
+        before the lease runs out."""
         return self.worker_heartbeat_secs or self.worker_visibility_timeout_secs / 3
 
     @property
     def default_max_attempts(self) -> int:
-        """Retry schedule length + 1: the first run plus one retry per interval (issue 3 §5)."""
+        """Retry schedule length + 1: the first run plus one retry per interval."""
         return len(self.job_retry_intervals) + 1
 
     @property
@@ -298,14 +305,12 @@ class Settings(BaseSettings):
 def normalize_database_url(url: str) -> str:
     """Return ``url`` with the ``postgresql+asyncpg`` scheme.
 
-    Accepts ``postgres://``, ``postgresql://`` and ``postgresql+asyncpg://`` (issue 2 §4).
+    Accepts ``postgres://`` (the form many hosting providers give), ``postgresql://`` and
+    ``postgresql+asyncpg://``.
 
     Raises:
         ValueError: the URL is not a PostgreSQL URL, or has no database name.
     """
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
     url = url.strip()
     for prefix in ("postgres://", "postgresql://", "postgresql+asyncpg://"):
         if url.startswith(prefix):

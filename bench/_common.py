@@ -1,4 +1,4 @@
-"""Shared plumbing for the benchmark scripts in ``bench/`` (issue 10 §1).
+"""Shared plumbing for the benchmark scripts in ``bench/``.
 
 Every script takes its server from ``DATABASE_URL`` (any ``postgresql://`` URL; an embedded PostgreSQL
 under ``JOBDESK_DATA_DIR`` — default ``.jobdesk-bench`` — when it is unset) and works in a scratch

@@ -1,4 +1,4 @@
-"""Enqueue speed (issue 10 §1): one job at a time through the Python API and through ``POST /api/jobs``,
+"""Enqueue speed: one job at a time through the Python API and through ``POST /api/jobs``,
 and 100,000 at once through ``queue.enqueue_many``, each against a raw asyncpg baseline in the same run.
 
     python bench/enqueue.py [--single 1000] [--http 500] [--bulk 100000] [--runs 3]

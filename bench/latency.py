@@ -1,4 +1,4 @@
-"""Enqueue-to-start latency on an idle worker (issue 10 §1).
+"""Enqueue-to-start latency on an idle worker.
 
     python bench/latency.py [--jobs 200] [--poll-jobs 30] [--runs 3]
 

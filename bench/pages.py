@@ -1,4 +1,5 @@
-"""Page benchmarks on a big jobs table (issue 10 §1; issue 7 "Done when"; case C17).
+"""Page benchmarks on a big jobs table: the pages and status polls must stay fast however many finished
+jobs the table holds, so none of them may scan it.
 
     python bench/pages.py [--jobs 1000000] [--keep] [--name jobdesk_bench_pages] [--runs 3] [--quick]
 

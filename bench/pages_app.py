@@ -1,6 +1,7 @@
 """The app under test for ``bench/pages.py``: Jobdesk exactly as ``jobdesk serve`` builds it (settings from
 the environment, in-app worker off) plus one extra route, ``GET /bench/fixed``, a Litestar handler that
-returns a fixed string — the baseline measured in the same process and the same run (issue 10 §1).
+returns a fixed string — the baseline measured in the same process and the same run, so the figures
+compare Jobdesk with the framework's own floor on the same machine.
 
     uvicorn --factory pages_app:make_app   (with bench/ on PYTHONPATH)
 """

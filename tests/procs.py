@@ -1,4 +1,4 @@
-"""Helpers for the built-in processor tests (issue 9): upload files, run one job through a real worker,
+"""Helpers for the built-in processor tests: upload files, run one job through a real worker,
 call an async processor with a real :class:`JobContext`, build a :class:`CpuContext`."""
 
 from __future__ import annotations
@@ -114,7 +114,8 @@ def cpu_context(
     parents: dict[str, Any] | None = None,
     file_names: dict[str, str] | None = None,
 ) -> Iterator[CpuContext]:
-    """A CpuContext with a fresh output folder (removed afterwards)."""
+    """A CpuContext with a fresh output folder (removed afterwards); every file in ``files_dir`` (see
+    :func:`put_file`) is one the job may read, as if the worker had resolved it for the job's owner."""
     spec = registry.get(type_)
     assert spec is not None
     out = Path(tempfile.mkdtemp(prefix="cpu-out-"))
@@ -123,10 +124,10 @@ def cpu_context(
             job_id=str(uuid.uuid4()),
             attempt=1,
             input=spec.parse_input(input_data),
-            files_dir=files_dir,
             output_dir=out,
             parents=parents or {},
             file_names=file_names or {},
+            files={p.name: p for p in files_dir.iterdir() if p.is_file()} if files_dir.is_dir() else {},
         )
     finally:
         shutil.rmtree(out, ignore_errors=True)

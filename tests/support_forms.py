@@ -1,5 +1,5 @@
 """A test-only job type with every kind of form field, and a pipeline template, for the web UI tests
-(issue 6 §2). Imported by the UI tests; loaded into server subprocesses with
+(forms are generated from the input schema, so every field kind needs a case). Imported by the UI tests; loaded into server subprocesses with
 ``JOBDESK_PROCESSOR_MODULES=support_forms`` (the tests folder on ``PYTHONPATH``).
 
 ``test.form`` echoes its input back as a readable result, with a produced file, a link and nested data,

@@ -1,4 +1,4 @@
-"""The ``jobdesk`` command as a person runs it: subprocesses against this test's database (issue 2 §6).
+"""The ``jobdesk`` command as a person runs it: subprocesses against this test's database.
 
 Every failure must be one ``Error: …`` line and a non-zero exit, never a traceback.
 """
@@ -144,6 +144,7 @@ async def test_create_user_generates_and_prints_a_password(
     assert not row["is_admin"] and verify_password(row["password_hash"], password)
 
 
+@pytest.mark.slow  # five CLI processes in a row: about 9 s
 async def test_create_user_failures(
     tmp_path: Path, db_url: str, fresh_db_url: str, pg: asyncpg.Connection
 ) -> None:

@@ -1,4 +1,5 @@
-"""docker-compose.yml has the production shape of issue 2 §9 (Docker does not run here: parse it)."""
+"""docker-compose.yml has the production shape: PostgreSQL, a one-shot ``migrate``, the web app without a
+worker and separate workers (Docker does not run here: parse it)."""
 
 from __future__ import annotations
 

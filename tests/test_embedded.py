@@ -1,4 +1,4 @@
-"""The embedded PostgreSQL used when DATABASE_URL is unset (issue 2 §4)."""
+"""The embedded PostgreSQL used when DATABASE_URL is unset."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Schema v1: models match migrations, migrations round-trip (issue 2 §5)."""
+"""Schema v1: models match migrations, migrations round-trip."""
 
 from __future__ import annotations
 

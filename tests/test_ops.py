@@ -1,4 +1,4 @@
-"""Operations (issue 10 §3; cases C15, C17, C18): ``/metrics``, ``/readyz``'s worker check, the plans of
+"""Operations (cases C15, C17, C18): ``/metrics``, ``/readyz``'s worker check, the plans of
 the worker's and the scrape's queries on a seeded table, HOT lease renewals, web connection timeouts, and
 the UI answering 503 quickly while processors hold every pooled connection."""
 
@@ -27,7 +27,7 @@ from workers import running_worker, wait_until
 from app.db import asyncpg_dsn, create_engine
 from app.jobs import queue
 from app.jobs.queue import NewJob
-from app.web import ops
+from app.web import metrics as ops
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -63,7 +63,7 @@ async def enqueue(
         ).job["id"]
 
 
-# --- /metrics ------------------------------------------------------------------------------------------------
+# --- /metrics -----------------------------------------------------------------------------------------------
 
 
 async def test_metrics_need_the_token_or_an_admin_session(make_settings: Any, db_url: str) -> None:
@@ -192,7 +192,7 @@ async def _if(coro: Any, check: Any) -> Any:
     return got if check(got) else None
 
 
-# --- /readyz: the in-app worker ------------------------------------------------------------------------------
+# --- /readyz: the in-app worker -----------------------------------------------------------------------------
 
 
 async def test_readyz_reports_an_in_app_worker_that_stopped_writing_its_heartbeat(make_settings: Any) -> None:
@@ -215,7 +215,7 @@ async def _ready(c: Any) -> bool:
     return (await c.get("/readyz")).status_code == 200
 
 
-# --- plans on a seeded table (issue 10 §3; case C17) ---------------------------------------------------------
+# --- C17: plans on a seeded table ---------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -357,7 +357,7 @@ async def test_seeded_rows_are_valid_jobs_with_their_history(seeded_url: str) ->
         await conn.close()
 
 
-# --- case C18: HOT lease renewals, web connection timeouts --------------------------------------------------
+# --- C18: HOT lease renewals, web connection timeouts -------------------------------------------------------
 
 
 async def _renewal_hot_fraction(
@@ -474,7 +474,7 @@ async def test_web_connections_carry_statement_and_idle_in_transaction_timeouts(
         await plain.dispose()
 
 
-# --- case C15: the UI while processors hold every pooled connection ------------------------------------------
+# --- C15: the UI while processors hold every pooled connection ----------------------------------------------
 
 
 JOBS = 12
@@ -572,7 +572,7 @@ async def test_ui_answers_quickly_while_processors_hold_the_pool_and_every_job_r
         assert slowest > 1.5, "without a short pool timeout requests wait behind the processors"
 
 
-# --- the worker's hot path (issue 10 §1 changes) ----------------------------------------------------------
+# --- the worker's hot path: statements straight on asyncpg --------------------------------------------------
 
 
 async def test_hot_path_statements_run_on_asyncpg_inside_the_callers_transaction(

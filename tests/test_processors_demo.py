@@ -1,4 +1,4 @@
-"""``jobdesk demo`` as a person runs it (issue 9 §4): ``jobdesk serve`` with its worker on this test's
+"""``jobdesk demo`` as a person runs it: ``jobdesk serve`` with its worker on this test's
 database, then the demo command as a subprocess; every job and pipeline it printed reaches its expected
 end state (the CSV review pipeline after an admin approves it), and the email reaches the local mail
 server the demo ran. Unknown users and missing samples are one-line errors."""

@@ -1,4 +1,4 @@
-"""Pictures (issue 9 §2–3): ``images.thumbnail`` and ``images.contact_sheet`` on the sample images and
+"""Pictures: ``images.thumbnail`` and ``images.contact_sheet`` on the sample images and
 on damaged or wrong files, called directly and through a worker (in its separate CPU process); the
 "Photo batch" template end to end through the JSON API, including a batch with a damaged picture."""
 
@@ -147,7 +147,7 @@ def test_a_huge_picture_is_refused_before_decoding(tmp_path) -> None:
 
 def test_a_file_missing_from_storage_says_so(tmp_path) -> None:
     with cpu_context("images.thumbnail", {"image": "0191e0c1-0000-7000-8000-000000000009"}, tmp_path) as ctx:
-        with pytest.raises(PermanentError, match="is not in storage any more"):
+        with pytest.raises(PermanentError, match="is no longer stored"):
             make_thumbnails(ctx)
 
 
@@ -222,8 +222,8 @@ async def test_thumbnail_job_through_a_worker_stores_files_owned_by_the_user(set
 
 async def test_a_submission_may_only_name_the_submitters_files(settings, engine, pg) -> None:
     """Case C20 for files: a job (and a template's input) may only name files of its owner — an admin's
-    job too — and another user's file gets the same answer as an unknown id. Checked at submission,
-    because CPU-bound processors only get a path."""
+    job too — and another user's file gets the same answer as an unknown id. Checked at submission, so
+    the mistake is a 422 rather than a failed job; reads are checked again (tests/test_file_security.py)."""
     owner = await add_user(settings.database_url, "owner@example.com")
     other = await add_user(settings.database_url, "other@example.com")
     admin = await add_user(settings.database_url, "boss@example.com", admin=True)
@@ -357,7 +357,7 @@ async def test_photo_batch_refuses_pictures_that_are_not_the_users(make_settings
             json={"template": "photo_batch", "input_data": {"images": [fid]}},
             headers=headers,
         )
-        # Refused at submission (case C20): the same answer as for a file that does not exist.
+        # Refused at submission: the same answer as for a file that does not exist.
         assert resp.status_code == 422, resp.text
         assert "input_data.images[0]" in resp.json()["errors"]
         assert "no such file" in resp.json()["detail"]

@@ -1,4 +1,4 @@
-"""README.md documents every setting in one table, with its default (issue 2 §3, §10)."""
+"""README.md documents every setting in one table, with its default, and gives the first commands."""
 
 from __future__ import annotations
 
@@ -23,3 +23,27 @@ def test_readme_gives_the_two_commands_and_the_first_admin() -> None:
     assert "make run" in README and "make test" in README
     assert "jobdesk create-user you@example.com --admin" in README
     assert "## At-least-once" in README
+
+
+def test_every_test_that_docs_cases_names_exists() -> None:
+    """docs/cases.md explains the real-world cases that tests are named after and lists the tests that
+    check each one; a renamed or removed test must not leave the page pointing at nothing."""
+    root = Path(__file__).resolve().parent
+    cases = (root.parent / "docs" / "cases.md").read_text()
+    named = set(re.findall(r"`(test_\w+\.py)::(test_\w+)`", cases))
+    assert len(named) > 40
+    missing = []
+    for file, test in sorted(named):
+        path = root / file
+        if not path.exists() or not re.search(rf"^(async )?def {test}\(", path.read_text(), flags=re.M):
+            missing.append(f"{file}::{test}")
+    assert missing == []
+
+
+def test_every_case_id_a_test_names_is_explained_in_docs_cases() -> None:
+    root = Path(__file__).resolve().parent
+    cases = (root.parent / "docs" / "cases.md").read_text()
+    explained = set(re.findall(r"^## ([CN]\d\d) —", cases, flags=re.M))
+    explained |= set(re.findall(r"^- \*\*([CN]\d\d) —", cases, flags=re.M))
+    named = {case for path in root.glob("*.py") for case in re.findall(r"\b([CN]\d\d)\b", path.read_text())}
+    assert sorted(named - explained) == []

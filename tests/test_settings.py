@@ -1,4 +1,4 @@
-"""Settings from the environment: every bad value names its variable (issue 2 §3–4)."""
+"""Settings from the environment: every bad value names its variable."""
 
 from __future__ import annotations
 

@@ -1,16 +1,15 @@
-"""Server start-up: database checks, migrations, the in-app worker's lifecycle (issue 2 §5, §8)."""
+"""Server start-up: database checks, migrations, the in-app worker's lifecycle."""
 
 from __future__ import annotations
 
 import asyncio
 import re
-import sys
-import types
 from typing import Any
 
 import pytest
 from webkit import app_client
 
+from app import server
 from app.db import head_revision
 from app.server import StartupRefused, create_app
 
@@ -58,7 +57,7 @@ async def test_unreachable_database_stops_start_up_with_a_clear_message(make_set
 
 
 class FakeWorker:
-    """Stands in for app.worker.runner.Worker (written separately) to check the lifespan's wiring."""
+    """Stands in for app.worker.runner.Worker to check the lifespan's wiring."""
 
     instances: list[FakeWorker] = []
 
@@ -82,9 +81,7 @@ class FakeWorker:
 
 @pytest.fixture
 def fake_worker_module(monkeypatch: pytest.MonkeyPatch) -> type[FakeWorker]:
-    module = types.ModuleType("app.worker.runner")
-    module.Worker = FakeWorker  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "app.worker.runner", module)
+    monkeypatch.setattr(server, "Worker", FakeWorker)
     FakeWorker.instances = []
     return FakeWorker
 
@@ -118,12 +115,3 @@ async def test_worker_disabled_starts_no_worker(
         assert c.app.state.worker is None
         assert "worker" not in (await c.get("/readyz")).json()["checks"]
     assert fake_worker_module.instances == []
-
-
-async def test_missing_worker_module_is_reported_not_fatal(
-    make_settings: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "app.worker.runner", None)  # import raises ModuleNotFoundError
-    async with app_client(make_settings(worker_enabled=True)) as c:
-        assert c.app.state.worker is None
-        assert (await c.get("/healthz")).status_code == 200

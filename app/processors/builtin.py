@@ -1,5 +1,9 @@
-"""Diagnostic job types, always registered (issue 3 §12): used by tests, benchmarks and smoke checks,
-and shown in the catalogue only to admins (issue 6 §1)."""
+"""Diagnostic job types, always registered: used by tests, benchmarks and smoke checks, and shown in the
+catalogue only to admins.
+
+``noop`` returns its input as its result, so a later step may find anything in it, file references
+included; that is harmless because every step that reads a file checks it against the job's owner when
+it reads (:mod:`app.files`), never trusting a parent's result."""
 
 from __future__ import annotations
 

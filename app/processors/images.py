@@ -1,11 +1,15 @@
-"""Pictures (issue 9 §2–3): ``images.thumbnail`` (resized variants of one upload), ``images.batch`` (the
-fan-out step of the "Photo batch" pipeline, :mod:`app.processors.templates`) and
+"""Pictures: ``images.thumbnail`` (resized variants of one upload), ``images.batch`` (the
+fan-out step of the "Photo batch" pipeline, :mod:`app.processors.pipeline_templates`) and
 ``images.contact_sheet`` (its fan-in: one sheet of all thumbnails and a zip of them), with Pillow.
 
 The Pillow work is CPU-bound and runs in a separate process (``cpu_bound=True``; the functions are
 module-level so the worker can start them by name; this module imports nothing heavy, as each such
 process imports it anew). A file that is not a picture, or whose image data is
 damaged, is a permanent failure that says which and why — retrying cannot repair a file.
+
+A CPU-bound step reads only the files the worker resolved for the job's owner (``ctx.files``, through
+:func:`~app.processors.inputs.stored_file`): a file id in the input or in a parent's result that is
+not one of them fails the job, whoever wrote it there. Names of zip members are plain file names.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from app.processors import (
     Result,
     processor,
 )
-from app.processors.support import describe_bytes, invalid, stored_file
+from app.processors.inputs import describe_bytes, invalid, stored_file
 
 READABLE = {
     "JPEG": "JPEG",
@@ -100,11 +104,12 @@ def open_image(path: Path, label: str) -> tuple[Any, str, int]:
             f"{label} is a damaged {READABLE[img.format]} file: {why}. Upload the original picture again."
         ) from None
     fmt, frames = READABLE[img.format], int(getattr(img, "n_frames", 1) or 1)
+    upright: Any = img
     try:
-        img = ImageOps.exif_transpose(img) or img
+        upright = ImageOps.exif_transpose(img) or img
     except Exception:  # a broken EXIF block only loses the rotation, never the picture
         pass
-    return img, fmt, frames
+    return upright, fmt, frames
 
 
 def normalized(img: Any) -> Any:
@@ -206,7 +211,7 @@ def make_thumbnails(ctx: CpuContext) -> Result:
 
     inp: ThumbnailInput = ctx.input
     base = safe_stem(inp.name) if inp.name else "thumbnail"
-    path = stored_file(ctx.files_dir, inp.image, "picture")
+    path = stored_file(ctx, inp.image, "picture")
     label = f"The file {inp.name!r}" if inp.name else "The uploaded file"
     img, fmt, frames = open_image(path, label)
     source = {"width": img.width, "height": img.height, "format": fmt, "mode": img.mode, "frames": frames}
@@ -275,24 +280,56 @@ def _natural(key: str) -> list[Any]:
 
 def _sheet_sources(ctx: CpuContext) -> tuple[list[tuple[str, Path]], list[tuple[str, Path]]]:
     """``(tiles, zip members)``: each as ``(label or name, path)``. From the parents' thumbnails in a
-    pipeline (the largest variant on the sheet, every variant in the zip), then any ``images`` given."""
+    pipeline (the largest variant on the sheet, every variant in the zip), then any ``images`` given.
+    Each file is one the worker resolved for the job's owner; a member is named by its stored name.
+
+    Raises:
+        PermanentError: a parent's result or the input names a file that is not the owner's.
+    """
     tiles: list[tuple[str, Path]] = []
     members: list[tuple[str, Path]] = []
     for key in sorted(ctx.parents, key=_natural):
-        result = ctx.parents[key] or {}
+        result = ctx.parents[key] if isinstance(ctx.parents[key], dict) else {}
         refs = [f for f in result.get("files") or [] if isinstance(f, dict) and f.get("file_id")]
         if not refs:
             continue
-        sizes = {v.get("name"): v.get("size", 0) for v in result.get("variants") or []}
-        biggest = max(refs, key=lambda f: (sizes.get(f.get("name"), 0), f.get("size", 0)))
-        label = (result.get("source") or {}).get("name") or biggest.get("name") or key
-        tiles.append((str(label), stored_file(ctx.files_dir, biggest["file_id"], "thumbnail")))
+        sizes = {v.get("name"): v.get("size", 0) for v in result.get("variants") or [] if isinstance(v, dict)}
+        biggest = max(refs, key=lambda f: (_number(sizes.get(f.get("name"))), _number(f.get("size"))))
+        source = result.get("source")
+        label = (source.get("name") if isinstance(source, dict) else None) or biggest.get("name") or key
+        tiles.append((str(label), stored_file(ctx, str(biggest["file_id"]), "thumbnail")))
         for f in refs:
-            members.append((str(f.get("name") or f["file_id"]), stored_file(ctx.files_dir, f["file_id"])))
+            path = stored_file(ctx, str(f["file_id"]), "thumbnail")
+            members.append((ctx.file_names.get(str(f["file_id"])) or path.name, path))
     for i, fid in enumerate(ctx.input.images, start=1):
         name = ctx.file_names.get(str(fid)) or f"Picture {i}"
-        tiles.append((name, stored_file(ctx.files_dir, fid, "picture")))
+        tiles.append((name, stored_file(ctx, fid, "picture")))
     return tiles, members
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def member_name(name: str, fallback: str = "file") -> str:
+    """``name`` as a plain file name for an archive member: its last path part, without control or
+    reserved characters and leading dots, so no member is a folder, a ``..`` or an absolute path."""
+    base = str(name).replace("\\", "/").rsplit("/", 1)[-1]
+    base = "".join(ch for ch in base if ch.isprintable() and ch not in '"<>|:*?').strip().lstrip(".").strip()
+    return base[:120] or fallback
+
+
+def unique_name(name: str, used: set[str]) -> str:
+    """``name``, or ``name-2``, ``name-3``… (before the extension) if one of ``used`` already has it
+    (compared without case, as many unzip tools do); adds the answer to ``used``."""
+    taken = {u.lower() for u in used}
+    candidate, n = name, 1
+    stem, dot, ext = name.rpartition(".")
+    while candidate.lower() in taken:
+        n += 1
+        candidate = f"{stem}-{n}.{ext}" if dot and stem else f"{name}-{n}"
+    used.add(candidate)
+    return candidate
 
 
 def _fit(text: str, font: Any, draw: Any, width: int) -> str:
@@ -365,13 +402,7 @@ def make_contact_sheet(ctx: CpuContext) -> Result:
     used: set[str] = set()
     with zipfile.ZipFile(zip_path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for name, path in members or fitted:
-            arcname, n = name, 1
-            while arcname in used:
-                n += 1
-                stem, dot, ext = name.rpartition(".")
-                arcname = f"{stem}-{n}.{ext}" if dot else f"{name}-{n}"
-            used.add(arcname)
-            zf.write(path, arcname)
+            zf.write(path, unique_name(member_name(name, "picture.jpg"), used))
     for _, tile_path in fitted:
         tile_path.unlink(missing_ok=True)
     return Result(

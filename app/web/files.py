@@ -1,12 +1,14 @@
-"""Files: uploads through the API and downloads (issue 6 §6).
+"""Files: uploads through the API and downloads.
 
 * ``POST /api/files`` (multipart, field ``file``; Bearer token) → 201 ``{id, name, size, content_type}``;
   the id goes into a job's input (a ``FileId`` field). Above ``UPLOAD_MAX_BYTES`` → 413 naming the limit
-  in words; an empty file or no ``file`` part → 422.
+  in words; an empty file or no ``file`` part → 422. The stored content type is derived from the bytes
+  (:func:`app.files.derive_type`), not taken from the request.
 * ``GET /files/{id}`` (browser session) and ``GET /api/files/{id}`` (Bearer) download a file: the owner
-  and admins only; anyone else gets the same 404 as for an unknown id (case C20). Always
-  ``Content-Disposition: attachment`` with a safe file name, so an uploaded HTML file is never shown as a
-  page of this site; ``X-Content-Type-Options: nosniff`` comes with every response.
+  and admins only; anyone else gets the same 404 as for an unknown id, so ids cannot be probed. Pictures
+  and plain text are served ``inline``, everything else as an ``attachment`` with a safe file name, so
+  an uploaded HTML or script file is never shown as a page of this site; the type is one Jobdesk stores
+  (else ``application/octet-stream``) and ``X-Content-Type-Options: nosniff`` comes with every response.
 
 Uploads through the job and pipeline forms are stored by :mod:`app.web.forms`; a file is removed by
 retention together with the job that used or produced it.
@@ -16,7 +18,7 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 
 import unicodedata
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from litestar import Controller, Request, get, post
@@ -25,6 +27,7 @@ from litestar.response import File
 
 from app.auth import requires_user
 from app.errors import BadInput, NotFound, TooLarge, format_bytes
+from app.files import INLINE_TYPES, served_type
 from app.web import DbSession
 from app.web.forms import store_upload
 from app.web.jobs import file_store, settings_of
@@ -40,12 +43,12 @@ class UploadedFile:
     content_type: str
 
 
-def content_disposition(name: str) -> str:
+def content_disposition(name: str, disposition: str = "attachment") -> str:
     """``attachment; filename="ascii"; filename*=UTF-8''percent-encoded`` (RFC 6266): the ASCII
     fallback has no quotes, backslashes or control characters."""
     ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
     ascii_name = "".join(ch for ch in ascii_name if ch.isprintable() and ch not in '"\\;') or "download"
-    return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name, safe='')}"
+    return f"{disposition}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name, safe='')}"
 
 
 async def download(request: Request[Any, Any, Any], db: Any, file_id: str) -> File:
@@ -59,13 +62,15 @@ async def download(request: Request[Any, Any, Any], db: Any, file_id: str) -> Fi
     path = store.path(row["id"])
     if not path.is_file():
         raise NotFound("This file's contents are no longer available.")
+    media_type = served_type(row["content_type"])
+    disposition: Literal["inline", "attachment"] = "inline" if media_type in INLINE_TYPES else "attachment"
     return File(
         path=path,
         filename=row["name"],
-        media_type=row["content_type"] or "application/octet-stream",
-        content_disposition_type="attachment",
+        media_type=media_type,
+        content_disposition_type=disposition,
         headers={
-            "content-disposition": content_disposition(row["name"]),
+            "content-disposition": content_disposition(row["name"], disposition),
             "x-content-type-options": "nosniff",
         },
     )

@@ -1,5 +1,4 @@
 """The home page ``/``: first-run instructions, or the catalogue of what a signed-in user can start
-(issue 2 §7–8, issue 6 §1).
 
 The catalogue lists registered job types grouped by their ``group`` and the pipeline templates, each with
 its title, one-line description and a link to its form. Diagnostic types and templates (``noop``,

@@ -1,4 +1,13 @@
-"""The process that runs jobs: :mod:`~app.worker.runner` (the loop, job execution, batched completions),
-:mod:`~app.worker.leases` (lease renewal, cancel checks, the rescue sweep and upkeep),
-:mod:`~app.worker.listener` (LISTEN/NOTIFY with reconnection) and :mod:`~app.worker.cpu` (CPU-bound
-processors in their own process). SQL lives in :mod:`app.jobs.queue`, never here."""
+"""The process that runs jobs.
+
+* :mod:`~app.worker.runner` — the :class:`~app.worker.runner.Worker`: its lifecycle and the claim loop;
+* :mod:`~app.worker.executor` — running one job (input, timeout, in the event loop or in a process);
+* :mod:`~app.worker.completer` — recording outcomes in batched ``queue.finish`` calls;
+* :mod:`~app.worker.leases` — lease renewal, the worker's heartbeat and the durable cancel check;
+* :mod:`~app.worker.maintenance` — the sweep: rescue of expired leases, schedules, retention, upkeep;
+* :mod:`~app.worker.listener` — LISTEN/NOTIFY with reconnection;
+* :mod:`~app.worker.cpu` — CPU-bound processors in their own process;
+* :mod:`~app.worker.faults` — error texts and retrying through database outages;
+* :mod:`~app.worker.main` — the standalone process (``jobdesk worker``).
+
+SQL lives in :mod:`app.jobs.queue`, never here."""

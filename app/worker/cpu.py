@@ -1,4 +1,4 @@
-"""CPU-bound processors run in a separate process (issue 4 §1), so the event loop that serves pages and
+"""CPU-bound processors run in a separate process, so the event loop that serves pages and
 renews leases never stalls.
 
 Each attempt gets its own child process from a ``forkserver`` (fast to start, safe with asyncio, with
@@ -17,6 +17,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from app import processors
 from app.processors import CpuContext, PermanentError
 
 _ctx = multiprocessing.get_context("forkserver")
@@ -37,8 +38,6 @@ class ProcessFailure(Exception):
 
 
 def _child(conn: Any, module: str, qualname: str, ctx: CpuContext) -> None:
-    import app.processors as processors
-
     processors._set_cpu_progress(lambda fraction, message: conn.send(("progress", fraction, message)))
     try:
         target: Any = importlib.import_module(module)

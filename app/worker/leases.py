@@ -1,164 +1,128 @@
-"""The worker's side tasks that keep leases honest (issue 4 §4–5; issue 3 §8–9).
+"""Lease renewal: the worker's side task that keeps the leases of its jobs alive.
 
-* :func:`lease_loop` — every tick (at most 1 s) checks, durably, whether a cancel was requested for a
-  running job (NOTIFY is only the fast path: a lost notification must not lose the cancel); every
-  ``heartbeat_secs`` (a third of the visibility timeout by default) renews the lease of every job the
-  worker holds in one statement, stops jobs whose lease was taken away, writes pending progress, and
-  refreshes the worker's row. Renewal continues during a graceful shutdown until every outcome is
-  recorded (case C04).
-* :func:`sweep_loop` — every ``WORKER_SWEEP_INTERVAL_SECS`` rescues jobs whose lease expired (one process
-  at a time, by advisory lock) and fires due schedules (issue 11, :func:`app.controls.fire_due`); every
-  minute deletes finished jobs past retention and does upkeep.
+Every tick (at most 1 s) it checks, durably, whether a cancel was requested for a running job —
+NOTIFY is only the fast path, and a lost notification must not lose the cancel. Every
+``heartbeat_secs`` (a third of the visibility timeout by default) it renews the lease of every job the
+worker holds in one statement, stops jobs whose lease was taken away, and refreshes the worker's row
+(its heartbeat). It also writes progress reports that were held back. Renewal goes on during a graceful
+shutdown until every outcome is recorded, so a job that finishes during the drain is not rescued under
+the worker's feet.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+import uuid
+from typing import Any, Protocol
 
-from app import auth, controls, metrics
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from app.db import is_transient
 from app.jobs import queue
-from app.jobs.backoff import retry_delay
-from app.processors import registry
-
-if TYPE_CHECKING:
-    from app.worker.runner import Worker
-
-MAINTENANCE_INTERVAL_SECS = 60.0
+from app.settings import Settings
+from app.worker.completer import Tally
+from app.worker.executor import PROGRESS_MIN_INTERVAL_SECS, RunningJob
+from app.worker.faults import first_line
 
 
-async def lease_loop(worker: Worker) -> None:
-    """Run until cancelled (after the worker's outcomes are all recorded)."""
-    settings = worker.settings
-    tick = min(1.0, settings.heartbeat_secs)
-    last_renewal = time.monotonic()
-    assert worker.engine is not None
-    while True:
-        await asyncio.sleep(tick)
-        renew = time.monotonic() - last_renewal >= settings.heartbeat_secs
-        try:
-            if renew:
-                await _renew(worker)
-                last_renewal = time.monotonic()
-            elif worker.running:
-                async with worker.engine.connect() as conn:
-                    cancelled = await queue.cancel_requested(conn, worker.id, list(worker.running))
-                for job_id in cancelled:
-                    worker.request_cancel(job_id)
-            for job in list(worker.running.values()):
-                if job.progress_pending is not None and time.monotonic() - job.progress_at >= 0.5:
-                    await worker.flush_progress(job)
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            worker.log.warning(
-                "lease upkeep failed: database unavailable",
-                error=str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__,
-            )
+class LeaseHolder(Protocol):
+    """What lease renewal needs of its worker."""
+
+    id: str
+    settings: Settings
+    engine: AsyncEngine
+    lease_secs: float
+    running: dict[uuid.UUID, RunningJob]
+    held: dict[uuid.UUID, RunningJob]
+    tally: Tally
+    stopping: bool
+    debug: bool
+    log: Any
+    last_beat: float
+
+    @property
+    def listening(self) -> bool: ...
+
+    def request_cancel(self, job_id: uuid.UUID) -> None: ...
+
+    def lost(self, job_ids: set[uuid.UUID]) -> None: ...
+
+    async def flush_progress(self, job: RunningJob) -> None: ...
 
 
-async def _renew(worker: Worker) -> None:
-    assert worker.engine is not None
-    held = list(worker.held)
-    completed, failed = worker.finished_since_touch
-    async with worker.engine.begin() as conn:
-        report = None
-        if held and worker.renew_leases:
-            report = await queue.heartbeat(conn, worker.id, held, worker.lease_secs)
-        await queue.touch_worker(
-            conn,
-            worker.id,
-            running=len(worker.running),
-            stopping=worker.stopping,
-            listener_connected=bool(worker.listener and worker.listener.connected),
-            completed=completed,
-            failed=failed,
-        )
-    worker.finished_since_touch[0] -= completed
-    worker.finished_since_touch[1] -= failed
-    worker.last_beat = time.monotonic()
-    if report is None:
-        return
-    if worker.debug:
-        worker.log.debug("leases renewed", renewed=len(report.renewed), lost=len(report.lost))
-    for job_id in report.cancelled:
-        worker.request_cancel(job_id)
-    if report.lost:
-        worker.lost(set(report.lost))
+class LeaseRenewal:
+    """The ``leases`` side task of a worker: :meth:`run` until cancelled."""
 
+    def __init__(self, worker: LeaseHolder) -> None:
+        self.worker = worker
+        self.enabled = True
+        """Tests switch this off to show that without lease renewal a long job runs twice. The worker's
+        heartbeat is still written."""
 
-def _delays() -> dict[str, object]:
-    """Per-type backoff for rescued jobs, so a job that keeps killing its worker is not retried at once."""
-    result: dict[str, object] = {}
-    for spec in registry.all():
-        if spec.retry is not None:
-            policy = spec.retry
-            result[spec.type] = lambda attempt, p=policy: retry_delay(p, attempt)
-    return result
+    async def run(self) -> None:
+        worker = self.worker
+        heartbeat = worker.settings.heartbeat_secs
+        tick = min(1.0, heartbeat)
+        last_renewal = time.monotonic()
+        while True:
+            await asyncio.sleep(tick)
+            try:
+                if time.monotonic() - last_renewal >= heartbeat:
+                    await self.renew_once()
+                    last_renewal = time.monotonic()
+                elif worker.running:
+                    await self.check_cancels()
+                await self.flush_progress()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                worker.log.warning("lease upkeep failed: database unavailable", error=first_line(exc))
 
+    async def check_cancels(self) -> None:
+        """The durable check for cancel requests of running jobs."""
+        worker = self.worker
+        async with worker.engine.connect() as conn:
+            cancelled = await queue.cancel_requested(conn, worker.id, list(worker.running))
+        for job_id in cancelled:
+            worker.request_cancel(job_id)
 
-async def sweep_loop(worker: Worker) -> None:
-    """Run until cancelled."""
-    settings = worker.settings
-    assert worker.engine is not None
-    last_maintenance = 0.0
-    while True:
-        await asyncio.sleep(settings.worker_sweep_interval_secs)
-        if not worker.sweep_enabled:
-            continue
-        try:
-            async with worker.engine.begin() as conn:
-                rescued = await queue.rescue_expired(conn, delays=_delays())
-            if rescued:
-                metrics.RESCUED.inc(len(rescued))
-                # jobs failed by the sweep (no attempts left) count in this worker's throughput sample,
-                # which /admin's "failures in the last hour" reads
-                worker.finished_since_touch[1] += sum(1 for r in rescued if r["status"] == "failed")
-                worker.log.warning(
-                    "rescued jobs whose lease expired",
-                    count=len(rescued),
-                    jobs={str(r["id"]): r["status"] for r in rescued[:20]},
-                )
-                worker.wake()
-            async with worker.engine.begin() as conn:
-                fired = await controls.fire_due(conn, settings)
-            if fired:
-                worker.log.info(
-                    "schedules fired", count=len(fired), schedules=sorted({f["schedule"] for f in fired})
-                )
-                worker.wake()
-            if time.monotonic() - last_maintenance >= MAINTENANCE_INTERVAL_SECS:
-                last_maintenance = time.monotonic()
-                await _maintenance(worker)
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            worker.log.warning(
-                "sweep failed: database unavailable",
-                error=str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__,
-            )
+    async def flush_progress(self) -> None:
+        """Write progress reports that were coalesced and not written since."""
+        for job in list(self.worker.running.values()):
+            if (
+                job.progress_pending is not None
+                and time.monotonic() - job.progress_at >= PROGRESS_MIN_INTERVAL_SECS
+            ):
+                await self.worker.flush_progress(job)
 
-
-async def _maintenance(worker: Worker) -> None:
-    """Retention (issue 3 §9) in small batches, then upkeep: old worker rows, expired sessions, old
-    sign-in attempts."""
-    assert worker.engine is not None
-    for _ in range(20):  # at most 20 batches per pass; the rest waits for the next pass
+    async def renew_once(self) -> None:
+        """Renew the leases of held jobs and write the worker's heartbeat, in one transaction; then stop
+        the jobs whose lease is gone and pass on cancel requests found on the way."""
+        worker = self.worker
+        held = list(worker.held)
+        tally = worker.tally
+        completed, failed = tally.unsent_completed, tally.unsent_failed
         async with worker.engine.begin() as conn:
-            pruned = await queue.prune(conn, worker.settings.job_retention_days)
-        worker.files.remove(pruned["files"])
-        if pruned["jobs"] or pruned["pipelines"]:
-            worker.log.info(
-                "retention: deleted finished jobs", jobs=pruned["jobs"], pipelines=pruned["pipelines"]
+            report = None
+            if held and self.enabled:
+                report = await queue.heartbeat(conn, worker.id, held, worker.lease_secs)
+            await queue.touch_worker(
+                conn,
+                worker.id,
+                running=len(worker.running),
+                stopping=worker.stopping,
+                listener_connected=worker.listening,
+                completed=completed,
+                failed=failed,
             )
-        if (
-            pruned["jobs"] < queue.PRUNE_BATCH
-            and pruned["pipelines"] == 0
-            and len(pruned["files"]) < queue.PRUNE_BATCH
-        ):
-            break
-    async with worker.engine.begin() as conn:
-        await queue.forget_old(conn)
-        await auth.prune_auth_rows(conn)
+        tally.sent(completed, failed)
+        worker.last_beat = time.monotonic()
+        if report is None:
+            return
+        if worker.debug:
+            worker.log.debug("leases renewed", renewed=len(report.renewed), lost=len(report.lost))
+        for job_id in report.cancelled:
+            worker.request_cancel(job_id)
+        if report.lost:
+            worker.lost(set(report.lost))

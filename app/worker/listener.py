@@ -1,4 +1,4 @@
-"""LISTEN/NOTIFY for the worker, with reconnection (issue 4 §3; case C11).
+"""LISTEN/NOTIFY for the worker, with reconnection: a lost connection is noticed and restored.
 
 One dedicated asyncpg connection LISTENs on the jobs channel (enqueue, due retries, released dependents)
 and the cancel channel. The connection's loss is noticed two ways: asyncpg's termination callback (the

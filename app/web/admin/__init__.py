@@ -1,0 +1,27 @@
+"""The admin console: one controller per page, each for admins only (403 for other users, the sign-in
+page for visitors).
+
+* :mod:`.health` — ``/admin``: workers and queue health, pause/resume and limits per job type;
+* :mod:`.users` — ``/admin/users``: accounts and API tokens;
+* :mod:`.schedules` — ``/admin/schedules``: periodic jobs and pipelines;
+* :mod:`.audit` — ``/admin/audit``: the audit trail.
+
+The pages read forms and render; every change goes through :mod:`app.actions`, which writes its audit
+entry and admin notice in the same transaction. :data:`CONTROLLERS` is what the app mounts.
+"""
+
+from app.web.admin.audit import AuditController
+from app.web.admin.health import HEALTH_QUERIES, HealthController
+from app.web.admin.schedules import SchedulesController
+from app.web.admin.users import UsersController
+
+CONTROLLERS = [HealthController, UsersController, SchedulesController, AuditController]
+
+__all__ = [
+    "CONTROLLERS",
+    "HEALTH_QUERIES",
+    "AuditController",
+    "HealthController",
+    "SchedulesController",
+    "UsersController",
+]

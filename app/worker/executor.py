@@ -1,0 +1,272 @@
+"""Running one job: check its input, call its processor under the type's timeout — in the worker's event
+loop, or in a process of its own for a CPU-bound processor — and turn whatever happens into an
+:class:`~app.jobs.queue.Outcome`. An unexpected exception is a failed attempt with its traceback stored
+(capped), never a dead worker.
+
+The bookkeeping around a job (its slot, its lease, recording the outcome) is the worker's
+(:mod:`app.worker.runner`) and the completer's (:mod:`app.worker.completer`); nothing here writes job
+state, apart from progress reports of a job this worker holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app import pipelines
+from app.db import is_transient
+from app.files import FileStore, JobFiles
+from app.jobs import queue
+from app.jobs.backoff import RetryPolicy, retry_delay
+from app.jobs.payload import cap_text, result_json
+from app.jobs.queue import Outcome
+from app.processors import (
+    CpuContext,
+    Input,
+    JobCancelled,
+    JobContext,
+    PermanentError,
+    ProcessorSpec,
+    Result,
+    registry,
+)
+from app.settings import Settings
+from app.worker.cpu import run_in_process
+from app.worker.faults import describe, first_line
+
+PROGRESS_MIN_INTERVAL_SECS = 0.5
+"""Progress reports of one job are written at most this often (the rest are coalesced)."""
+
+
+@dataclass
+class RunningJob:
+    """A job this worker holds. ``stop_reason`` says why its task was cancelled: ``cancel`` (a cancel
+    request past its grace), ``shutdown`` (past the shutdown grace), ``lost`` (lease taken away)."""
+
+    row: Any
+    started: float
+    log: Any
+    task: asyncio.Task[None] | None = None
+    cancel_event: asyncio.Event = field(default_factory=asyncio.Event)
+    stop_reason: str | None = None
+    progress_at: float = 0.0
+    progress_pending: tuple[float | None, str | None] | None = None
+    duration: float = 0.0
+
+    @property
+    def id(self) -> uuid.UUID:
+        job_id: uuid.UUID = self.row["id"]
+        return job_id
+
+    def same_attempt(self, outcome: Outcome) -> bool:
+        """Whether ``outcome`` belongs to this attempt of the job (an outcome without an attempt does)."""
+        return outcome.attempt is None or self.row["attempts"] == outcome.attempt
+
+
+class Executor:
+    """Runs jobs for one worker. ``engine`` is the worker's own (progress reports); ``app_engine`` the
+    pooled engine processors get as ``ctx.db`` and that file records are written through."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        worker_id: str,
+        files: FileStore,
+        engine: AsyncEngine,
+        app_engine: AsyncEngine,
+        debug: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.worker_id = worker_id
+        self.files = files
+        self.engine = engine
+        self.app_engine = app_engine
+        self.debug = debug
+
+    def policy(self, spec: ProcessorSpec | None) -> RetryPolicy:
+        """The retry policy of a job type: its own override, else ``JOB_RETRY_INTERVALS`` with jitter."""
+        if spec is not None and spec.retry is not None:
+            return spec.retry
+        return RetryPolicy.schedule(self.settings.job_retry_intervals, self.settings.job_retry_jitter)
+
+    async def execute(self, job: RunningJob) -> Outcome | None:
+        """Run ``job`` to its outcome; ``None`` when there is nothing to record (its lease was lost).
+
+        A cancellation of the job's task is an outcome only when the worker asked for it (a cancel request,
+        a shutdown, a lost lease: ``job.stop_reason``); any other cancellation is re-raised.
+        """
+        row = job.row
+        spec = registry.get(row["type"])
+        timeout = (spec.timeout if spec and spec.timeout else None) or self.settings.job_default_timeout_secs
+        job.log.info("job started", max_attempts=row["max_attempts"])
+        timer: asyncio.Timeout | None = None
+        try:
+            if spec is None:
+                raise PermanentError(f"no processor for job type {row['type']!r} is installed in this worker")
+            model = _parse_input(spec, row)
+            async with asyncio.timeout(timeout) as timer:
+                result = await self._call(spec, job, model)
+            return await self._success(job, result)
+        except JobCancelled:
+            return self._stopped(job, "stopped by the processor after a cancel request")
+        except asyncio.CancelledError:
+            if job.stop_reason is None:
+                raise
+            return self._stopped(job, "stopped after a cancel request")
+        except TimeoutError as exc:
+            if timer is not None and timer.expired():
+                return self._failure(job, spec, f"timed out after {timeout:g} s", permanent=False)
+            return self._failure(job, spec, describe(exc), permanent=False)
+        except PermanentError as exc:
+            return self._failure(job, spec, str(exc) or type(exc).__name__, permanent=True)
+        except Exception as exc:
+            return self._failure(job, spec, describe(exc), permanent=False)
+
+    # --- calling the processor ----------------------------------------------------------------
+
+    async def _call(self, spec: ProcessorSpec, job: RunningJob, model: Any) -> Any:
+        if spec.cpu_bound:
+            return await self._call_in_process(spec, job, model)
+        row = job.row
+        ctx: JobContext[Any] = JobContext(
+            job=row,
+            input=model,
+            log=job.log,
+            settings=self.settings,
+            db=self.app_engine,
+            files=JobFiles(self.files, self.app_engine, row),
+            parents=row["parents"] or {},
+            cancel_event=job.cancel_event,
+            progress=lambda f, m: self.report_progress(job, f, m),
+            worker_id=self.worker_id,
+        )
+        return await spec.func(ctx)
+
+    async def _call_in_process(self, spec: ProcessorSpec, job: RunningJob, model: Any) -> Any:
+        """A CPU-bound processor runs in a child process, so the event loop that renews leases (and, in
+        the web app, serves pages) never stalls; cancelling this call kills the child."""
+        row = job.row
+        paths, names = await JobFiles(self.files, self.app_engine, row).for_process(
+            model, row["parents"] or {}
+        )
+        out_dir = Path(tempfile.mkdtemp(prefix=f"job-{row['id']}-", dir=self._scratch()))
+        ctx = CpuContext(
+            job_id=str(row["id"]),
+            attempt=row["attempts"],
+            input=model,
+            output_dir=out_dir,
+            parents=row["parents"] or {},
+            file_names=names,
+            files=paths,
+        )
+        await self.report_progress(job, 0.0, "Working…")
+        return await run_in_process(spec.func, ctx, lambda f, m: self.report_progress(job, f, m))
+
+    def _scratch(self) -> Path:
+        path = self.settings.data_dir / "scratch"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    # --- outcomes -----------------------------------------------------------------------------
+
+    async def _success(self, job: RunningJob, result: Any) -> Outcome:
+        row = job.row
+        if isinstance(result, Result):
+            data = dict(result.data or {})
+            if result.files:
+                files = JobFiles(self.files, self.app_engine, row)
+                refs = []
+                for f in result.files:
+                    refs.append(await files.save(f.name, source=f.path, content_type=f.content_type))
+                data.setdefault("files", refs)
+            next_jobs = result.next_jobs
+        else:
+            data, next_jobs = (result if result is not None else {}), []
+        if not isinstance(data, dict):
+            data = {"value": data}
+        outcome = Outcome(row["id"], "completed", result=result_json(data))
+        if next_jobs:
+            try:
+                outcome.next_jobs = pipelines.plan_next_jobs(row, next_jobs, self.settings)
+            except Exception as exc:  # a bad next-jobs plan is the processor's permanent failure
+                return self._failure(
+                    job,
+                    registry.get(row["type"]),
+                    f"could not create the next jobs: {describe(exc)}",
+                    permanent=True,
+                )
+        return outcome
+
+    def _failure(
+        self, job: RunningJob, spec: ProcessorSpec | None, error: str, *, permanent: bool
+    ) -> Outcome:
+        row = job.row
+        delay = 0.0
+        if not permanent and row["attempts"] < row["max_attempts"]:
+            delay = retry_delay(self.policy(spec), row["attempts"])
+        if self.debug:
+            job.log.debug(
+                "retry decision",
+                permanent=permanent,
+                attempts=row["attempts"],
+                max_attempts=row["max_attempts"],
+                delay_secs=round(delay, 3),
+            )
+        return Outcome(row["id"], "failed", error=cap_text(error), permanent=permanent, delay=delay)
+
+    def _stopped(self, job: RunningJob, cancel_message: str) -> Outcome | None:
+        """The outcome of a job stopped early: why it was asked to stop decides (cancel request →
+        ``cancelled``; shutdown past the grace → ``released``; lease lost → nothing to record)."""
+        if job.stop_reason == "shutdown":
+            return Outcome(
+                job.row["id"], "released", message="released: the worker shut down before the job finished"
+            )
+        if job.stop_reason == "lost":
+            return None
+        return Outcome(job.row["id"], "cancelled", message=cancel_message)
+
+    # --- progress -----------------------------------------------------------------------------
+
+    async def report_progress(self, job: RunningJob, fraction: float | None, message: str | None) -> None:
+        """A processor's progress report; written at once unless the last write was very recent."""
+        now = time.monotonic()
+        job.progress_pending = (fraction, message)
+        if now - job.progress_at < PROGRESS_MIN_INTERVAL_SECS:
+            return  # coalesced; the latest value is written by the next report or by lease renewal
+        await self.flush_progress(job)
+
+    async def flush_progress(self, job: RunningJob) -> None:
+        """Write a job's latest pending progress report (called by reports and by lease renewal)."""
+        pending, job.progress_pending = job.progress_pending, None
+        if pending is None:
+            return
+        job.progress_at = time.monotonic()
+        try:
+            async with self.engine.begin() as conn:
+                await queue.set_progress(conn, self.worker_id, job.row["id"], pending[0], pending[1])
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            job.log.warning("could not record progress", error=first_line(exc))
+
+
+def _parse_input(spec: ProcessorSpec, row: Any) -> Input:
+    """The job's input as the processor's model, with references to parents' results resolved first."""
+    try:
+        data = row["input_data"]
+        if row["parents"]:
+            data = pipelines.resolve_refs(data, row["parents"])
+        return spec.parse_input(data)
+    except ValidationError as exc:
+        raise PermanentError(
+            f"the job's input is not valid for {row['type']}: {exc.errors()[0]['msg']}"
+        ) from None

@@ -1,0 +1,65 @@
+"""How the worker meets failures: the text an exception leaves in ``error_message`` or a log line, and
+retrying a database operation through an outage instead of dying of it."""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.db import is_transient
+from app.processors import RetryableError
+from app.worker.cpu import ProcessFailure
+
+T = TypeVar("T")
+
+RETRY_FIRST_DELAY_SECS = 0.2
+RETRY_MAX_DELAY_SECS = 5.0
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` then the traceback, as stored in ``error_message`` (capped by the queue). A
+    CPU-bound processor's failure carries its child's traceback; a :class:`RetryableError` is written
+    for people and is stored as its message alone."""
+    if isinstance(exc, ProcessFailure):
+        return f"{exc}\n\n{exc.traceback_text}"
+    if isinstance(exc, RetryableError) and str(exc):
+        return str(exc)
+    head = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    try:
+        tb = "".join(traceback.format_exception(exc, limit=50))
+    except RecursionError:
+        tb = ""
+    return f"{head}\n\n{tb}" if tb else head
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (at most 200 characters), for log lines."""
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:200]
+
+
+async def retrying(
+    engine: AsyncEngine,
+    what: str,
+    fn: Callable[[AsyncConnection], Awaitable[T]],
+    log: Any,
+) -> T:
+    """Run ``fn(conn)`` in a transaction on ``engine``, retrying transient errors with backoff until it
+    succeeds: an outage of the database delays the worker's bookkeeping but never loses it."""
+    delay = RETRY_FIRST_DELAY_SECS
+    while True:
+        try:
+            async with engine.begin() as conn:
+                return await fn(conn)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            log.warning(
+                "database unavailable; retrying", operation=what, error=first_line(exc), retry_in_secs=delay
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_DELAY_SECS)

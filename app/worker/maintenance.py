@@ -1,0 +1,180 @@
+"""The sweep: periodic duties of every worker that are not about its own jobs, each a small service with
+``async run_once()``, driven by one loop (:class:`Maintenance`, the worker's ``sweep`` side task).
+
+* :class:`ExpiredLeaseRescue` — every ``WORKER_SWEEP_INTERVAL_SECS``: jobs whose lease expired (their
+  worker died or lost the database) go back to the queue, or fail when no attempts remain. One process
+  sweeps at a time (an advisory lock in :func:`app.jobs.queue.rescue_expired`).
+* :class:`ScheduleFiring` — every sweep: due schedules fire (:func:`app.controls.fire_due`).
+* :class:`Retention` — every minute: finished jobs past ``JOB_RETENTION_DAYS`` are deleted, with their
+  files, in small batches.
+* :class:`Upkeep` — every minute: old worker rows, expired sessions and old sign-in attempts are deleted.
+
+Alerts past retention are deleted by the alert delivery task itself (:class:`app.alerts.Deliverer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app import auth, controls, metrics
+from app.db import is_transient
+from app.files import FileStore
+from app.jobs import queue
+from app.jobs.backoff import retry_delay
+from app.processors import registry
+from app.settings import Settings
+from app.worker.completer import Tally
+from app.worker.faults import first_line
+
+MAINTENANCE_INTERVAL_SECS = 60.0
+"""How often retention and upkeep run (the rescue and schedules run every sweep)."""
+RETENTION_BATCHES_PER_PASS = 20
+"""At most this many batches of deletions per pass; the rest waits for the next pass, so a large backlog
+never holds the sweep for long."""
+
+
+class ExpiredLeaseRescue:
+    """Jobs whose lease expired go back to ``queued`` (or ``failed``/``cancelled``, see
+    :func:`app.jobs.queue.rescue_expired`). ``on_rescued`` is called when any were rescued."""
+
+    def __init__(
+        self, engine: AsyncEngine, *, tally: Tally, log: Any, on_rescued: Callable[[], None]
+    ) -> None:
+        self.engine = engine
+        self.tally = tally
+        self.log = log
+        self.on_rescued = on_rescued
+
+    async def run_once(self) -> list[RowMapping]:
+        async with self.engine.begin() as conn:
+            rescued = await queue.rescue_expired(conn, delays=_delays())
+        if rescued:
+            metrics.RESCUED.inc(len(rescued))
+            # jobs failed by the sweep (no attempts left) count in this worker's throughput sample,
+            # which /admin's "failures in the last hour" reads
+            self.tally.count_swept_failures(sum(1 for r in rescued if r["status"] == "failed"))
+            self.log.warning(
+                "rescued jobs whose lease expired",
+                count=len(rescued),
+                jobs={str(r["id"]): r["status"] for r in rescued[:20]},
+            )
+            self.on_rescued()
+        return rescued
+
+
+def _delays() -> dict[str, Any]:
+    """Per-type backoff for rescued jobs, so a job that keeps killing its worker is not retried at once."""
+    result: dict[str, Any] = {}
+    for spec in registry.all():
+        if spec.retry is not None:
+            policy = spec.retry
+            result[spec.type] = lambda attempt, p=policy: retry_delay(p, attempt)
+    return result
+
+
+class ScheduleFiring:
+    """Due schedules create their job or pipeline; ``on_fired`` is called when any fired."""
+
+    def __init__(
+        self, engine: AsyncEngine, settings: Settings, *, log: Any, on_fired: Callable[[], None]
+    ) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.log = log
+        self.on_fired = on_fired
+
+    async def run_once(self) -> list[dict[str, Any]]:
+        async with self.engine.begin() as conn:
+            fired = await controls.fire_due(conn, self.settings)
+        if fired:
+            self.log.info(
+                "schedules fired", count=len(fired), schedules=sorted({f["schedule"] for f in fired})
+            )
+            self.on_fired()
+        return fired
+
+
+class Retention:
+    """Finished jobs and pipelines past ``JOB_RETENTION_DAYS`` are deleted, and their files removed."""
+
+    def __init__(self, engine: AsyncEngine, settings: Settings, *, files: FileStore, log: Any) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.files = files
+        self.log = log
+
+    async def run_once(self) -> None:
+        for _ in range(RETENTION_BATCHES_PER_PASS):
+            async with self.engine.begin() as conn:
+                pruned = await queue.prune(conn, self.settings.job_retention_days)
+            self.files.remove(pruned["files"])
+            if pruned["jobs"] or pruned["pipelines"]:
+                self.log.info(
+                    "retention: deleted finished jobs", jobs=pruned["jobs"], pipelines=pruned["pipelines"]
+                )
+            if (
+                pruned["jobs"] < queue.PRUNE_BATCH
+                and pruned["pipelines"] == 0
+                and len(pruned["files"]) < queue.PRUNE_BATCH
+            ):
+                break
+
+
+class Upkeep:
+    """Rows nobody reads any more: workers not seen for long, expired sessions, old sign-in attempts."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def run_once(self) -> None:
+        async with self.engine.begin() as conn:
+            await queue.forget_old(conn)
+            await auth.prune_auth_rows(conn)
+
+
+class Maintenance:
+    """The ``sweep`` side task: :meth:`run` until cancelled. A database outage is logged and waited out;
+    any other error ends the loop (and so stops the worker loudly)."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        settings: Settings,
+        *,
+        files: FileStore,
+        tally: Tally,
+        log: Any,
+        wake: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self.log = log
+        self.enabled = True
+        """Tests switch this off to show that without the sweep a lost job stays stuck."""
+        self.rescue = ExpiredLeaseRescue(engine, tally=tally, log=log, on_rescued=wake)
+        self.schedules = ScheduleFiring(engine, settings, log=log, on_fired=wake)
+        self.retention = Retention(engine, settings, files=files, log=log)
+        self.upkeep = Upkeep(engine)
+
+    async def run(self) -> None:
+        last_maintenance = 0.0
+        while True:
+            await asyncio.sleep(self.settings.worker_sweep_interval_secs)
+            if not self.enabled:
+                continue
+            try:
+                await self.rescue.run_once()
+                await self.schedules.run_once()
+                if time.monotonic() - last_maintenance >= MAINTENANCE_INTERVAL_SECS:
+                    last_maintenance = time.monotonic()
+                    await self.retention.run_once()
+                    await self.upkeep.run_once()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self.log.warning("sweep failed: database unavailable", error=first_line(exc))
