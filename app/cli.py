@@ -177,6 +177,13 @@ def worker() -> None:
 
     settings = _settings()
     configure_logging(settings)
+
+    async def ready(engine: AsyncEngine, url: str) -> None:
+        return None
+
+    # The database problems a person fixes (unreachable, a pooler met with DATABASE_POOLER=none, schema
+    # behind) as one line, as for the other commands; the worker checks again as it starts.
+    _run(lambda: _with_engine(settings, ready, need_schema=True))
     try:
         code = run_standalone(settings)
     except (DatabaseUnavailable, AppError, SettingsError) as exc:

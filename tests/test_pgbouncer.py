@@ -235,9 +235,10 @@ def test_a_pooler_met_with_database_pooler_none_is_one_error_line(
     tmp_path: Path, pgbouncer: Start, db_url: str
 ) -> None:
     bouncer = pgbouncer("transaction")
-    result = run(tmp_path, "migrate", DATABASE_URL=bouncer.url(_database(db_url)))
-    line = assert_clean_failure(result, "DATABASE_POOLER", "unsupported startup parameter")
-    assert "DATABASE_LISTEN_URL" in line
+    for command in ("migrate", "worker"):
+        result = run(tmp_path, command, DATABASE_URL=bouncer.url(_database(db_url)))
+        line = assert_clean_failure(result, "DATABASE_POOLER", "unsupported startup parameter")
+        assert "DATABASE_LISTEN_URL" in line
 
 
 def _wait_http(url: str, proc: subprocess.Popen[str], timeout: float = 60) -> None:
