@@ -126,11 +126,18 @@ def pgbouncer(pg_server_url: str) -> Iterator[Callable[..., PgBouncer]]:
     folders: list[tempfile.TemporaryDirectory[str]] = []
 
     def start(mode: str = "transaction", **overrides: object) -> PgBouncer:
-        folder = tempfile.TemporaryDirectory(prefix="jobdesk-pgbouncer-")
-        folders.append(folder)
-        bouncer = start_pgbouncer(pg_server_url, mode, Path(folder.name), **overrides)
-        started.append(bouncer)
-        return bouncer
+        for attempt in range(3):  # the free port may be taken by another process before PgBouncer binds it
+            folder = tempfile.TemporaryDirectory(prefix="jobdesk-pgbouncer-")
+            folders.append(folder)
+            try:
+                bouncer = start_pgbouncer(pg_server_url, mode, Path(folder.name), **overrides)
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+                continue
+            started.append(bouncer)
+            return bouncer
+        raise AssertionError("unreachable")
 
     try:
         yield start

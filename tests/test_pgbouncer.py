@@ -168,21 +168,22 @@ def process_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Setti
     settings_mod.get_settings.cache_clear()
 
 
+@pytest.mark.parametrize("mode", ["none", "transaction"])
 async def test_a_worker_transaction_that_goes_silent_is_ended_by_the_server(
     pgbouncer: Start,
     db_url: str,
     pg: asyncpg.Connection,
     process_env: Callable[..., Settings],
     make_settings: Any,
+    mode: str,
 ) -> None:
     """A worker host lost in the middle of a transaction that locks a job row: the server ends that
-    transaction after DB_IDLE_IN_TRANSACTION_TIMEOUT_MS, also through PgBouncer in transaction mode (where
-    the timeout can only be set per transaction), so the row is free again for the rescue."""
-    bouncer = pgbouncer("transaction")
-    url = bouncer.url(_database(db_url))
+    transaction after DB_IDLE_IN_TRANSACTION_TIMEOUT_MS, directly and through PgBouncer in transaction mode
+    (where the timeout can only be set per transaction), so the row is free again for the rescue."""
+    url = db_url if mode == "none" else pgbouncer(mode).url(_database(db_url))
     settings = process_env(
         DATABASE_URL=url,
-        DATABASE_POOLER="transaction",
+        DATABASE_POOLER=mode,
         DATABASE_LISTEN_URL=db_url,
         DB_IDLE_IN_TRANSACTION_TIMEOUT_MS="1000",
         DB_STATEMENT_TIMEOUT_MS="5000",
