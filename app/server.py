@@ -396,6 +396,7 @@ def _database_lifespan(
             application_name="jobdesk-web",
             statement_timeout_ms=settings.db_statement_timeout_ms,
             idle_in_transaction_timeout_ms=settings.db_idle_in_transaction_timeout_ms,
+            pooler=settings.database_pooler,
         )
         sa_config.engine_instance = engine
         app.state.engine = engine
