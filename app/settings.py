@@ -155,8 +155,9 @@ class Settings(BaseSettings):
 
     # --- http.request -----------------------------------------------------------------------------
     http_request_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    """Hosts (names or addresses, comma-separated) that ``http.request`` jobs may reach although they are
-    loopback or private; the host of ``JOBDESK_BASE_URL`` is always allowed."""
+    """Hosts that ``http.request`` jobs may reach although they are loopback or private, comma-separated:
+    ``name`` (any port) or ``name:port`` (that port only). The exact scheme, host and port of
+    ``JOBDESK_BASE_URL`` are always allowed."""
     http_request_allow_private: bool = False
     """Let ``http.request`` jobs reach any loopback, private or link-local address (trusted users only)."""
 
