@@ -60,7 +60,7 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, Template
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import ASGIApp, ControllerRouterHandler, Message, Receive, Scope, Send
 from sqlalchemy import exc as sa_exc
 
 from app import __version__
@@ -405,6 +405,7 @@ def _database_lifespan(
             application_name="jobdesk-web",
             statement_timeout_ms=settings.db_statement_timeout_ms,
             idle_in_transaction_timeout_ms=settings.db_idle_in_transaction_timeout_ms,
+            pooler=settings.database_pooler,
         )
         sa_config.engine_instance = engine
         app.state.engine = engine
@@ -467,7 +468,7 @@ def _report_worker_exit(task: asyncio.Task[Any]) -> None:
 # --- the app ------------------------------------------------------------------------------------------------
 
 
-CONTROLLERS = [
+CONTROLLERS: list[ControllerRouterHandler] = [
     HomeController,
     AuthController,
     HealthController,

@@ -201,7 +201,7 @@ async def test_a_lost_cancel_notification_does_not_lose_the_cancel(
 
         monkeypatch.setattr(queue, "cancel_requested", never)
         monkeypatch.setattr(
-            queue,
+            queue.leases,
             "RENEW_LEASES",
             queue._sql(queue.RENEW_LEASES.text.replace("RETURNING id, is_active", "RETURNING id, true")),
         )

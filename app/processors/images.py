@@ -1,5 +1,5 @@
 """Pictures: ``images.thumbnail`` (resized variants of one upload), ``images.batch`` (the
-fan-out step of the "Photo batch" pipeline, :mod:`app.processors.templates`) and
+fan-out step of the "Photo batch" pipeline, :mod:`app.processors.pipeline_templates`) and
 ``images.contact_sheet`` (its fan-in: one sheet of all thumbnails and a zip of them), with Pillow.
 
 The Pillow work is CPU-bound and runs in a separate process (``cpu_bound=True``; the functions are
@@ -8,7 +8,7 @@ process imports it anew). A file that is not a picture, or whose image data is
 damaged, is a permanent failure that says which and why — retrying cannot repair a file.
 
 A CPU-bound step reads only the files the worker resolved for the job's owner (``ctx.files``, through
-:func:`~app.processors.support.stored_file`): a file id in the input or in a parent's result that is
+:func:`~app.processors.inputs.stored_file`): a file id in the input or in a parent's result that is
 not one of them fails the job, whoever wrote it there. Names of zip members are plain file names.
 """
 
@@ -33,7 +33,7 @@ from app.processors import (
     Result,
     processor,
 )
-from app.processors.support import describe_bytes, invalid, stored_file
+from app.processors.inputs import describe_bytes, invalid, stored_file
 
 READABLE = {
     "JPEG": "JPEG",
