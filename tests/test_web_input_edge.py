@@ -20,9 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from test_web_jobs import claim, enqueue, failed_job, finish
 from webkit import add_token, add_user, csrf_from, login
 
+from app.actions.selection import FILTER_FIELDS
 from app.server import create_app
 from app.settings import Settings
-from app.web.admin_jobs import FILTER_FIELDS
 from app.web.input_guard import FORM_CHECKED, json_depth
 
 NUL = "a\x00b"
