@@ -154,7 +154,7 @@ async def issue_token(
             "token.create",
             target_type="user",
             target_ids=[target["id"]],
-            detail={"token_id": token_id, "name": label},
+            detail={"token_id": token_id, "name": label, "email": target["email"]},
         )
     return IssuedToken(token, token_id, target["id"], target["email"])
 

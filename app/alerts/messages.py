@@ -250,6 +250,8 @@ def _approval_needed(kind: str, row: _Row) -> Message:
 
 _TARGET_NOUNS = {"job_type": "job type", "user": "user", "schedule": "schedule", "pipeline": "pipeline"}
 """How an admin notice names what was acted on, by the audit's ``target_type``."""
+_TARGET_LABELS = {"user": "email", "schedule": "name"}
+"""The detail that names a single target in words (shown with its id)."""
 _ACTION_PHRASES = {
     "job_type.limits": "limits of {what} changed",
     "user.create": "user account created",
@@ -337,7 +339,7 @@ def _admin_other_action(kind: str, row: _Row, target_type: str) -> Message:
         if p.get("count"):
             facts.append(Fact("Jobs", str(int(p.get("count") or 0))))
     elif targets:
-        label = (detail.get("email") or detail.get("name")) if len(targets) == 1 else None
+        label = detail.get(_TARGET_LABELS.get(target_type, "")) if len(targets) == 1 else None
         shown = f"{label} ({targets[0]})" if label else ", ".join(targets[:5])
         facts.append(Fact(noun.capitalize() + ("s" if len(targets) > 1 else ""), one_line(shown), "literal"))
     facts += _admin_tail(p, row)
