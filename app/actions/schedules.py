@@ -76,6 +76,25 @@ async def _owner(db: Db, actor: Any, owner_email: str | None) -> Any:
         raise BadInput.field("owner", exc.detail) from None
 
 
+def _texts(cron: Any, timezone: Any, name: Any, input_data: Any) -> tuple[str, str, str]:
+    """The schedule's cron, time zone and name as storable text.
+
+    Raises:
+        BadInput: a value that is not text, too long, or holds a NUL or a lone surrogate; an empty
+        time zone.
+    """
+    cron = _text(cron, "cron", CRON_MAX)
+    timezone = _text(timezone, "timezone", TIMEZONE_MAX).strip()
+    name = _text(name or "", "name", NAME_MAX)
+    if not timezone:
+        raise BadInput.field("timezone", "Choose a time zone.")
+    if not _encodable(input_data):
+        raise BadInput.field(
+            "input_data", "contains text with a lone surrogate (like \\ud800), which is not a character"
+        )
+    return cron, timezone, name
+
+
 def _check_target(owner: Any, job_type: str | None, template: str | None) -> None:
     """Raises:
     BadInput: (``type`` or ``template``) the owner may not start the target: a diagnostic or internal
@@ -110,15 +129,7 @@ async def create_schedule(
     ``timezone``); its jobs belong to ``owner_email``'s account (default: the actor). A taken name is
     refused, never overwritten. Returns the schedule row."""
     require_admin(actor, "create schedules")
-    cron = _text(cron, "cron", CRON_MAX)
-    timezone = _text(timezone, "timezone", TIMEZONE_MAX).strip()
-    name = _text(name or "", "name", NAME_MAX)
-    if not timezone:
-        raise BadInput.field("timezone", "Choose a time zone.")
-    if not _encodable(input_data):
-        raise BadInput.field(
-            "input_data", "contains text with a lone surrogate (like \\ud800), which is not a character"
-        )
+    cron, timezone, name = _texts(cron, timezone, name, input_data)
     who = acting(actor, ip)
     owner = await _owner(db, who.user, owner_email)
     _check_target(owner, job_type, template)

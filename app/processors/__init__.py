@@ -294,6 +294,7 @@ def processor(
         ValueError: the type is already registered.
     """
 
+    # Long only by its keyword list and the nested decorator that turns them into one ProcessorSpec.
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         is_async = inspect.iscoroutinefunction(func)
         if cpu_bound and is_async:
