@@ -78,8 +78,6 @@ from app.db import (
 from app.errors import AppError, BadInput, format_bytes
 from app.settings import Settings, get_settings
 from app.web import admin, current_user, is_htmx, register_filters
-from app.web.admin_jobs import AdminJobsController
-from app.web.alerts import AlertsAdminController
 from app.web.api import (
     AccountApiController,
     ControlsApiController,
@@ -479,9 +477,7 @@ CONTROLLERS: list[ControllerRouterHandler] = [
     JobTypesApiController,
     ControlsApiController,
     UsersApiController,
-    AlertsAdminController,
     *admin.CONTROLLERS,
-    AdminJobsController,
     JobsController,
     PipelinesController,
     FilesController,
