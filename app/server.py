@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import html
-import inspect
 import re
 import time
 import uuid
@@ -389,44 +388,25 @@ def _worker_lifespan(settings: Settings) -> Callable[[Litestar], AbstractAsyncCo
         if not settings.worker_enabled:
             yield
             return
-        # The in-app worker (issue 4) lives in app.worker.runner, written alongside this module:
-        # ``Worker(settings, database_url, app_engine=engine)``, ``await run()``, ``stop()``. Until that
-        # module exists on this branch, the server runs without a worker and says so in its log.
+        # The in-app worker runs in a thread with its own event loop, so that a processor blocking its
+        # loop cannot block the pages.
         try:
-            from app.worker.runner import Worker  # type: ignore[import-not-found]
+            from app.worker.threaded import start_in_thread
         except ModuleNotFoundError as exc:
-            if exc.name not in ("app.worker", "app.worker.runner"):
+            if exc.name not in ("app.worker", "app.worker.threaded", "app.worker.runner"):
                 raise
-            log.warning("in-app worker unavailable: app.worker.runner is missing; jobs will not run")
+            log.warning("in-app worker unavailable: app.worker is missing; jobs will not run")
             yield
             return
-        worker = Worker(settings, app.state.database_url, app_engine=app.state.engine)
-        task = asyncio.create_task(worker.run(), name="jobdesk-in-app-worker")
-        task.add_done_callback(_report_worker_exit)
-        app.state.worker = worker
-        app.state.worker_task = task
+        handle = await asyncio.to_thread(start_in_thread, settings, app.state.database_url)
+        app.state.worker = handle.worker
+        app.state.worker_task = handle  # done() like a task's, for /readyz
         try:
             yield
         finally:
-            stopped = worker.stop()
-            if inspect.isawaitable(stopped):
-                await stopped
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-            except Exception:
-                log.exception("the in-app worker failed while stopping")
+            await handle.stop_async()  # graceful; the handle logs a worker that died
 
     return lifespan
-
-
-def _report_worker_exit(task: asyncio.Task[Any]) -> None:
-    if task.cancelled():
-        return
-    exc = task.exception()
-    if exc is not None:
-        log.error("the in-app worker stopped with an error", exc_info=exc)
 
 
 # --- the app ------------------------------------------------------------------------------------------------

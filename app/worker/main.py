@@ -31,9 +31,9 @@ log = structlog.get_logger("jobdesk.worker")
 try:
     import uvloop
 
-    _loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
 except ImportError:  # pragma: no cover - uvloop comes with litestar[standard], except where it cannot build
-    _loop_factory = None
+    loop_factory = None
 
 
 def run_standalone(settings: Settings) -> int:
@@ -44,7 +44,7 @@ def run_standalone(settings: Settings) -> int:
     scheduling (measured with ``bench/throughput.py``); uvicorn uses it for the in-app worker too.
     """
     configure_logging(settings)
-    with asyncio.Runner(loop_factory=_loop_factory) as runner:
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(_main(settings))
 
 
