@@ -220,30 +220,31 @@ async def _logged(worker: WorkerProcess, text: str) -> bool:
 # --- CPU-bound children: memory cap, no result ----------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("input_data", "status", "message"),
-    [
-        ({"mb": 600}, "failed", "The file is too large to process"),
-        ({"mb": 20}, "completed", None),
-        ({"mode": "exit0"}, "failed", "exited without returning a result (exit code 0)"),
-        ({"mode": "sys_exit"}, "failed", "called sys.exit(0) instead of returning"),
-    ],
-    ids=["over-the-cap", "under-the-cap", "exit-0", "sys-exit"],
-)
+CPU_CASES = [
+    ({"mb": 600}, "failed", "The file is too large to process"),
+    ({"mb": 20}, "completed", None),
+    ({"mode": "exit0"}, "failed", "exited without returning a result (exit code 0)"),
+    ({"mode": "sys_exit"}, "failed", "called sys.exit(0) instead of returning"),
+]
+
+
 async def test_a_cpu_bound_child_over_its_memory_cap_or_without_a_result_fails_clearly(
-    make_settings, engine, owner, pg, tmp_path, input_data, status, message
+    make_settings, engine, owner, pg, tmp_path
 ) -> None:
     """``CPU_JOB_MAX_MEMORY_MB=256``: a child allocating 600 MiB fails for good (one attempt) saying the
     file is too large; one allocating 20 MiB completes; a child that exits by itself says so."""
     settings = make_settings()
     with processes(WorkerProcess(settings, tmp_path / "w.log", CPU_JOB_MAX_MEMORY_MB="256")):
-        job = await enqueue(engine, settings, owner, "test.memory", input_data, max_attempts=2)
-        row = await wait_status(pg, job, {"completed", "failed"}, timeout=30)
-    assert row["status"] == status, row["error_message"]
-    if message is not None:
-        assert message in row["error_message"]
-    if input_data.get("mb") == 600:
-        assert row["attempts"] == 1  # permanent: a retry would only run out of memory again
+        jobs = [
+            await enqueue(engine, settings, owner, "test.memory", data, max_attempts=2)
+            for data, _, _ in CPU_CASES
+        ]
+        rows = [await wait_status(pg, job, {"completed", "failed"}, timeout=30) for job in jobs]
+    for (data, status, message), row in zip(CPU_CASES, rows, strict=True):
+        assert row["status"] == status, (data, row["error_message"])
+        if message is not None:
+            assert message in row["error_message"], data
+    assert rows[0]["attempts"] == 1  # permanent: a retry would only run out of memory again
 
 
 def test_cpu_slots_belong_to_each_event_loop() -> None:

@@ -56,16 +56,18 @@ class Tally:
         with self._lock:
             self.unsent_failed += n
 
-    def unsent(self) -> tuple[int, int]:
-        """The completed and failed counts not yet in the worker's row."""
+    def take_unsent(self) -> tuple[int, int]:
+        """The completed and failed counts not yet in the worker's row, now taken out of the tally; give
+        them back with :meth:`give_back` if they could not be written."""
         with self._lock:
-            return self.unsent_completed, self.unsent_failed
+            taken = self.unsent_completed, self.unsent_failed
+            self.unsent_completed = self.unsent_failed = 0
+            return taken
 
-    def sent(self, completed: int, failed: int) -> None:
-        """These counts are now in the worker's row."""
+    def give_back(self, completed: int, failed: int) -> None:
         with self._lock:
-            self.unsent_completed -= completed
-            self.unsent_failed -= failed
+            self.unsent_completed += completed
+            self.unsent_failed += failed
 
 
 class Completer:

@@ -3,9 +3,11 @@ worker's leases and heartbeat going whatever its processors do to the worker's e
 
 * **renewal** — every ``heartbeat_secs`` it renews the lease of every held job in one statement and
   refreshes the worker's row (heartbeat, health), then tells the worker's loop which jobs were lost
-  (rescued elsewhere: stop them without recording anything) or asked to cancel. An attempt that takes
-  longer than a heartbeat is given up and its connection abandoned, so a connection that hangs (a
-  network partition) never stops later attempts.
+  (rescued elsewhere: stop them without recording anything) or asked to cancel. After a failed attempt
+  the next comes after a quarter of a heartbeat, so a blip costs no lease. An attempt without an answer
+  after a heartbeat is left to finish on its own connection (its success still counts, until it is a
+  lease old) and the next attempt gets a fresh one, so a connection that hangs (a network partition)
+  never holds up renewal.
 * **the lease guard** — several times a second it compares each held lease's end, by the worker's own
   monotonic clock (when the statement that last renewed it was sent, plus the lease length), with now.
   When renewal has failed for so long that the lease ends within ``margin`` seconds, the job is stopped
@@ -90,6 +92,8 @@ class LeaseKeeper:
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
         self._engine: AsyncEngine | None = None
+        self._slow: dict[asyncio.Task[None], AsyncEngine] = {}
+        """Attempts without an answer after a heartbeat, with the engine each runs on."""
         self._written_health: str | None = None
 
     @property
@@ -156,29 +160,38 @@ class LeaseKeeper:
             if self._stop.is_set():
                 return
             sent = time.monotonic()
-            next_at = sent + self.heartbeat
-            await self._attempt(sent)
+            renewed = await self._attempt(sent)
+            next_at = sent + (self.heartbeat if renewed else self.heartbeat / 4)
 
-    async def _attempt(self, sent: float) -> None:
-        """One renewal, given up after a heartbeat (its connection is then abandoned, not reused)."""
+    async def _attempt(self, sent: float) -> bool:
+        """One renewal; ``True`` when it succeeded within a heartbeat."""
         if self._engine is None:
             self._engine = self._new_engine()
         task = asyncio.create_task(self.renew_once(self._engine, sent))
         done, _ = await asyncio.wait({task}, timeout=self.heartbeat)
         if not done:
-            task.cancel()
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
-            engine, self._engine = self._engine, None
-            asyncio.create_task(engine.dispose(close=False))
+            self._slow[task] = self._engine
+            self._engine = None
+            task.add_done_callback(self._slow_done)
+            asyncio.get_running_loop().call_later(self.worker.lease_secs, task.cancel)  # useless by then
             self._failed(TimeoutError(f"no answer within {self.heartbeat:g} s"))
-            return
+            return False
         exc = task.exception()
         if exc is None:
             self.renewal_failing_since = None
-            return
+            return True
         if not is_transient(exc):
             raise exc
         self._failed(exc)
+        return False
+
+    def _slow_done(self, task: asyncio.Task[None]) -> None:
+        engine = self._slow.pop(task)
+        if not task.cancelled() and task.exception() is None:
+            self.renewal_failing_since = None
+        disposal = asyncio.create_task(engine.dispose(close=False))
+        self._slow[disposal] = engine  # keeps a reference until it ran
+        disposal.add_done_callback(lambda t: self._slow.pop(t, None))
 
     def _failed(self, exc: BaseException) -> None:
         if self.renewal_failing_since is None:
@@ -190,25 +203,28 @@ class LeaseKeeper:
         the worker which jobs were lost and which were asked to cancel."""
         worker = self.worker
         held = list(worker.held.leases())
-        completed, failed = worker.tally.unsent()
         health = json.dumps(worker.health_report(), sort_keys=True)
-        async with engine.begin() as conn:
-            report = None
-            if held and self.enabled:
-                report = await queue.heartbeat(conn, worker.id, held, worker.lease_secs)
-            await queue.touch_worker(
-                conn,
-                worker.id,
-                running=worker.running_count(),
-                stopping=worker.stopping,
-                listener_connected=worker.listening,
-                completed=completed,
-                failed=failed,
-            )
-            if health != self._written_health:
-                await queue.set_worker_health(conn, worker.id, health)
+        completed, failed = worker.tally.take_unsent()
+        try:
+            async with engine.begin() as conn:
+                report = None
+                if held and self.enabled:
+                    report = await queue.heartbeat(conn, worker.id, held, worker.lease_secs)
+                await queue.touch_worker(
+                    conn,
+                    worker.id,
+                    running=worker.running_count(),
+                    stopping=worker.stopping,
+                    listener_connected=worker.listening,
+                    completed=completed,
+                    failed=failed,
+                )
+                if health != self._written_health:
+                    await queue.set_worker_health(conn, worker.id, health)
+        except BaseException:
+            worker.tally.give_back(completed, failed)
+            raise
         self._written_health = health
-        worker.tally.sent(completed, failed)
         worker.last_beat = time.monotonic()
         if report is None:
             return
