@@ -220,7 +220,7 @@ async def _logged(worker: WorkerProcess, text: str) -> bool:
 # --- CPU-bound children: memory cap, no result ----------------------------------------------------------
 
 
-CPU_CASES = [
+CPU_CASES: list[tuple[dict[str, Any], str, str | None]] = [
     ({"mb": 600}, "failed", "The file is too large to process"),
     ({"mb": 20}, "completed", None),
     ({"mode": "exit0"}, "failed", "exited without returning a result (exit code 0)"),

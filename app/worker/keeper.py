@@ -209,7 +209,7 @@ class LeaseKeeper:
             async with engine.begin() as conn:
                 report = None
                 if held and self.enabled:
-                    report = await queue.heartbeat(conn, worker.id, held, worker.lease_secs)
+                    report = await queue.keep_leases(conn, worker.id, held, worker.lease_secs)
                 await queue.touch_worker(
                     conn,
                     worker.id,

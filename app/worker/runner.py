@@ -45,6 +45,7 @@ from app.db import create_engine, is_transient
 from app.files import FileStore
 from app.jobs import queue
 from app.settings import Settings
+from app.worker import health
 from app.worker.completer import Completer, Tally
 from app.worker.executor import Executor, RunningJob
 from app.worker.faults import first_line, retrying
@@ -187,6 +188,18 @@ class Worker:
         return self.listener.connected
 
     @property
+    def fatal(self) -> BaseException | None:
+        """What a side task (or the lease keeper) died of, if one did."""
+        return self._fatal
+
+    @property
+    def started(self) -> bool:
+        return self._started.is_set()
+
+    def dead_side_tasks(self) -> list[str]:
+        return sorted(name for name, task in list(self._side.items()) if task.done())
+
+    @property
     def completed_count(self) -> int:
         return self.tally.completed
 
@@ -214,43 +227,17 @@ class Worker:
 
     async def wait_started(self) -> None:
         """Return once the worker runs (callable from any event loop: the in-app worker has its own)."""
-        await asyncio.to_thread(self._started.wait)
+        while not await asyncio.to_thread(self._started.wait, 0.1):  # short waits: cancellable between
+            continue
 
     def health(self) -> str | None:
-        """``None`` while this worker is doing its job, else a plain reason (for ``GET /readyz``): not
-        started yet (the database may be unreachable), stopping, a side task (listener, checks, sweep,
-        completer) or the lease keeper stopped, its event loop blocked, or no heartbeat written for two
-        heartbeat intervals and 30 s. Safe to call from another thread."""
-        if self._fatal is not None:
-            return f"a side task died: {self._fatal!r}"[:300]
-        if self.stopping:
-            return "the worker is stopping"
-        if not self._started.is_set():
-            return "the worker has not started yet (is the database reachable?)"
-        dead = sorted(name for name, task in list(self._side.items()) if task.done())
-        if not self.leases.alive:
-            dead.append("lease keeper")
-        if dead:
-            return f"its {', '.join(dead)} task stopped"
-        stall = self.watchdog.current
-        if stall is not None:
-            jobs = ", ".join(f"{j['type']} {j['id']}" for j in stall.jobs) or "no job"
-            return f"its event loop has been blocked for {self.watchdog.stalled_secs():.0f} s ({jobs})"
-        silent = time.monotonic() - self.last_beat
-        if silent > 2 * self.settings.heartbeat_secs + 30:
-            return f"no heartbeat written for {silent:.0f} s: the worker cannot reach the database"
-        return None
+        """``None`` while this worker is doing its job, else a plain reason (for ``GET /readyz``); see
+        :func:`app.worker.health.problem`. Safe to call from another thread."""
+        return health.problem(self)
 
     def health_report(self) -> dict[str, Any]:
-        """What the worker's row carries besides its counts (``workers.health``, shown by ``/admin``):
-        loop stalls (now, the last one, how many), processor tasks lingering after a stop, and for how
-        long lease renewal has been failing."""
-        report = self.watchdog.describe()
-        report["lingering_tasks"] = len(self.executor.lingering)
-        failing = self.leases.renewal_failing_since
-        if failing is not None:
-            report["lease_renewal_failing_secs"] = round(time.monotonic() - failing, 1)
-        return report
+        """What the worker's row carries besides its counts (``workers.health``, shown by ``/admin``)."""
+        return health.report(self)
 
     def running_count(self) -> int:
         return len(self.running)
@@ -419,6 +406,13 @@ class Worker:
         rows = await self._claim_limited(want)
         if len(rows) < want:
             rows.extend(await self._claim(want - len(rows)))
+        if time.monotonic() - sent >= self.lease_secs - self.leases.margin:
+            # The answer came too late to run these safely (the loop was blocked while it waited): their
+            # leases may be running out already. The rescue gives them to a worker in time.
+            self.log.warning(
+                "claimed jobs arrived too late to run; leaving them to the rescue", count=len(rows)
+            )
+            return len(rows), None
         for row in rows:  # start at once: the lookup below must not delay them (latency)
             self._start(row, sent)
         if rows and self.debug:
@@ -602,3 +596,5 @@ class Worker:
             self.log.warning(
                 "stopping with outcomes not recorded; the sweep will rescue these jobs", count=len(self.held)
             )
+        if self.executor.lingering:  # their outcomes are recorded; give them a last chance to end
+            await asyncio.wait(set(self.executor.lingering), timeout=grace)
