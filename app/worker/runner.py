@@ -12,10 +12,8 @@ Shape (River's producer/executor/completer split, without threads):
   (:mod:`app.worker.maintenance`), LISTEN (:mod:`app.worker.listener`), alert delivery
   (:class:`app.alerts.Deliverer`) and the loop's watchdog tick. They are supervised: if one dies of a
   bug, the worker stops loudly instead of running on without it.
-* **the lease keeper** (:mod:`app.worker.keeper`) — a thread with its own event loop and connection that
-  renews leases, writes the heartbeat, stops jobs whose lease runs out without renewal and notices a
-  blocked event loop (:mod:`app.worker.watchdog`): a processor that blocks the loop cannot cost the other
-  jobs their leases.
+* **the lease keeper** (:mod:`app.worker.keeper`) — a thread with its own loop and connection: leases,
+  heartbeat, stopping jobs whose lease runs out unrenewed, and the watchdog of a blocked loop.
 
 Internal operations use the worker's own small engine (claim, finish, leases, sweep) and a dedicated LISTEN
 connection, so processors that use the database through ``ctx.db`` can never starve them of connections.
