@@ -1,5 +1,5 @@
-"""The audit trail: every admin action and control change — who, what, which jobs, when, outcome
-(issue 7 §5; issue 11 §5). Written in the same transaction as the action, so an entry exists exactly
+"""The audit trail: every admin action and control change — who, what, which jobs, when, outcome.
+Written in the same transaction as the action, so an entry exists exactly
 when the action committed. Shown on ``/admin/audit``; actions on a job also appear in that job's own
 history, because :mod:`app.jobs.queue` writes a ``job_events`` row naming the admin (``user:<id>``).
 """
@@ -87,7 +87,7 @@ async def entries(
     user_email: str | None = None,
 ) -> list[RowMapping]:
     """Newest first, keyset-paginated by ``before`` (an entry id), walking ``ix_audit_log_id_desc``;
-    optionally only one ``action`` and/or one admin's ``user_email`` (issue 7 §5)."""
+    optionally only one ``action`` and/or one admin's ``user_email``."""
     conn = await db.connection() if isinstance(db, AsyncSession) else db
     params = {"before": before, "limit": limit, "action": action or None, "email": user_email or None}
     return list((await conn.execute(LIST, params)).mappings().all())

@@ -1,5 +1,5 @@
 """Accounts: passwords, API tokens, browser sessions, sign-in rate limiting, and the request middleware
-and guards built on them (issue 2 §7, issue 7 §7).
+and guards built on them.
 
 Rules:
 
@@ -15,7 +15,7 @@ Rules:
 * Disabled users (``is_active = false``) can neither sign in nor use their tokens or sessions.
 
 Functions that take ``db`` accept an ``AsyncConnection`` or an ``AsyncSession`` and never commit: the
-caller owns the transaction (docs/style: "transactions are owned by callers").
+caller owns the transaction, so an account change commits together with its audit entry.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ SESSION_COOKIE = "jobdesk_session"
 TOKEN_PREFIX = "jd_"
 API_PREFIX = "/api/"
 
-#: Sign-in limits (issue 7 §7): failures counted over this window …
+#: Sign-in limits: failures counted over this window …
 LOGIN_WINDOW = timedelta(minutes=15)
 #: … at most this many per email …
 LOGIN_MAX_FAILURES_PER_EMAIL = 5
@@ -63,7 +63,7 @@ LOGIN_MAX_FAILURES_PER_IP = 20
 TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
 
 MIN_PASSWORD_LENGTH = 8
-_EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+$")
+_EMAIL_RE = re.compile(r"^[^@\s\x00-\x1f\x7f]+@[^@\s\x00-\x1f\x7f]+$")
 
 _hasher = PasswordHasher()
 # Verified against when the email is unknown, so a wrong email costs as much time as a wrong password.
@@ -163,19 +163,20 @@ async def get_user_by_email(db: Db, email: str) -> CurrentUser:
     Raises:
         NotFound: no such user.
     """
+    wanted = (email or "").replace("\x00", "\ufffd").strip().lower()[:254]
     row = (
         await db.execute(
             text("SELECT id, email, is_admin, timezone FROM users WHERE email = :email"),
-            {"email": (email or "").strip().lower()},
+            {"email": wanted},
         )
     ).first()
     if row is None:
-        raise NotFound(f"No user with the email {email.strip().lower()}.")
+        raise NotFound(f"No user with the email {wanted}.")
     return CurrentUser(row.id, row.email, row.is_admin, row.timezone)
 
 
 async def any_user_exists(db: Db) -> bool:
-    """Whether at least one user exists (the home page's first-run hint, issue 2 §7)."""
+    """Whether at least one user exists (the home page's first-run hint)."""
     return bool((await db.execute(text("SELECT EXISTS (SELECT 1 FROM users)"))).scalar())
 
 
@@ -207,14 +208,18 @@ async def revoke_token(db: Db, token_id: int, *, user_id: int | None = None) -> 
     Raises:
         NotFound: no such live token (or not this user's).
     """
-    result = await db.execute(
-        text(
-            "UPDATE api_tokens SET revoked_at = now() WHERE id = :id AND revoked_at IS NULL "
-            "AND (CAST(:user_id AS integer) IS NULL OR user_id = :user_id)"
-        ),
-        {"id": token_id, "user_id": user_id},
-    )
-    if result.rowcount == 0:
+    if not 0 < token_id < 2**31:  # an integer column: a larger id names no token
+        raise NotFound("No such API token.")
+    revoked = (
+        await db.execute(
+            text(
+                "UPDATE api_tokens SET revoked_at = now() WHERE id = :id AND revoked_at IS NULL "
+                "AND (CAST(:user_id AS integer) IS NULL OR user_id = :user_id) RETURNING id"
+            ),
+            {"id": token_id, "user_id": user_id},
+        )
+    ).first()
+    if revoked is None:
         raise NotFound("No such API token.")
 
 
@@ -301,14 +306,21 @@ async def user_for_session(engine: AsyncEngine, token: str) -> CurrentUser | Non
 async def prune_auth_rows(db: Db, *, attempts_older_than: timedelta = timedelta(days=1)) -> int:
     """Delete expired sessions and old sign-in attempts; return the number of rows removed.
 
-    Meant for the periodic pruner (issue 3 §9); nothing else deletes these rows.
+    Meant for the periodic pruner; nothing else deletes these rows.
     """
-    a = await db.execute(text("DELETE FROM web_sessions WHERE expires_at <= now()"))
-    b = await db.execute(
-        text("DELETE FROM login_attempts WHERE at < now() - make_interval(secs => :secs)"),
+    sessions = await db.execute(
+        text(
+            "WITH d AS (DELETE FROM web_sessions WHERE expires_at <= now() RETURNING 1) SELECT count(*) FROM d"
+        )
+    )
+    attempts = await db.execute(
+        text(
+            "WITH d AS (DELETE FROM login_attempts WHERE at < now() - make_interval(secs => :secs) RETURNING 1) "
+            "SELECT count(*) FROM d"
+        ),
         {"secs": attempts_older_than.total_seconds()},
     )
-    return (a.rowcount or 0) + (b.rowcount or 0)
+    return int(sessions.scalar_one()) + int(attempts.scalar_one())
 
 
 # --- sign-in ---------------------------------------------------------------------------------------------
@@ -341,7 +353,7 @@ async def check_rate_limit(db: Db, email: str, ip: str) -> None:
     """Raises:
     RateLimited: ``email`` had :data:`LOGIN_MAX_FAILURES_PER_EMAIL` failures, or ``ip`` had
         :data:`LOGIN_MAX_FAILURES_PER_IP`, within :data:`LOGIN_WINDOW`; the message says how many
-        minutes to wait (issue 7 §7).
+        minutes to wait.
     """
     wait = max(
         await _wait_seconds(db, "email", email, LOGIN_MAX_FAILURES_PER_EMAIL),
@@ -365,7 +377,8 @@ async def sign_in(engine: AsyncEngine, email: str, password: str, ip: str) -> Cu
         Unauthorized: unknown email, wrong password or disabled account — one message for all three,
             so accounts cannot be probed.
     """
-    email = (email or "").strip().lower()[:254]
+    # no stored email holds a NUL (PostgreSQL text cannot), and one sent to the database would fail the query
+    email = (email or "").replace("\x00", "\ufffd").strip().lower()[:254]
     async with engine.begin() as conn:
         await check_rate_limit(conn, email, ip)
         row = (
@@ -380,18 +393,22 @@ async def sign_in(engine: AsyncEngine, email: str, password: str, ip: str) -> Cu
         stored = row.password_hash if row is not None else _DUMMY_HASH
         ok = await asyncio.to_thread(verify_password, stored, password or "")
         ok = ok and row is not None and row.is_active
+        if row is None or not ok:
+            user = None
+        else:
+            user = CurrentUser(row.id, row.email, row.is_admin, row.timezone)
         await conn.execute(
             text("INSERT INTO login_attempts (email, ip, ok) VALUES (:email, :ip, :ok)"),
             {"email": email, "ip": ip, "ok": ok},
         )
-        if ok and _hasher.check_needs_rehash(stored):
+        if user is not None and _hasher.check_needs_rehash(stored):
             new_hash = await asyncio.to_thread(hash_password, password)
             await conn.execute(
-                text("UPDATE users SET password_hash = :h WHERE id = :id"), {"h": new_hash, "id": row.id}
+                text("UPDATE users SET password_hash = :h WHERE id = :id"), {"h": new_hash, "id": user.id}
             )
-    if not ok:
+    if user is None:
         raise Unauthorized("Wrong email or password.")
-    return CurrentUser(row.id, row.email, row.is_admin, row.timezone)
+    return user
 
 
 # --- middleware and guards --------------------------------------------------------------------------------
@@ -420,7 +437,7 @@ class AuthenticationMiddleware(ASGIMiddleware):
     """Sets ``scope["user"]`` (``request.user``) to a :class:`CurrentUser` or ``None`` (anonymous).
 
     ``/api/…`` requests: only ``Authorization: Bearer <token>``; other requests: only the session cookie
-    (issue 7 §7: "API calls with a Bearer token are exempt from CSRF and never use the session cookie").
+    (so API calls need no CSRF token, and a page can never act through the API with the browser's cookie).
     Never rejects a request itself: the guards below do. Static files and health probes are skipped.
     At most one indexed query per request.
     """

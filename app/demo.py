@@ -287,11 +287,11 @@ async def _create(conn: Any, item: _Planned, user: Any, settings: Settings, base
         row = (await queue.enqueue(conn, new, settings, actor=f"user:{user['id']}")).job
         return Submitted("job", row["id"], item.type, item.label, item.expect, f"{base}/jobs/{row['id']}")
     assert pipelines.get_template(item.type) is not None, item.type
-    row = await pipelines.create_from_template(
+    pipeline = await pipelines.create_from_template(
         conn, item.type, item.input_data, user_id=user["id"], settings=settings
     )
     return Submitted(
-        "pipeline", row["id"], item.type, item.label, item.expect, f"{base}/pipelines/{row['id']}"
+        "pipeline", pipeline["id"], item.type, item.label, item.expect, f"{base}/pipelines/{pipeline['id']}"
     )
 
 

@@ -38,8 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from uuid_utils.compat import uuid7
 
 from app.errors import BadInput, NotFound
-from app.processors import Input, PermanentError
-from app.processors.support import file_ids_in
+from app.jobs.types import Input, PermanentError, file_ids_in
 
 MAX_NAME = 200
 MAX_PROCESS_FILES = 2000

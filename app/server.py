@@ -2,17 +2,18 @@
 
 Start-up (the lifespan, in this order):
 
-1. resolve the database (``DATABASE_URL`` or the embedded PostgreSQL, issue 2 §4) and create the web
-   engine with its pool limits and per-connection timeouts (cases C15, C18);
+1. resolve the database (``DATABASE_URL`` or the embedded PostgreSQL) and create the web engine with its
+   pool limits and per-connection timeouts (so a burst of requests or a stuck query answers 503 in
+   seconds instead of piling up);
 2. check the connection, then the schema: behind → apply the migrations when ``auto_migrate`` (what
-   ``jobdesk serve`` does by default) or refuse to start, saying to run ``jobdesk migrate`` (issue 2 §5);
+   ``jobdesk serve`` does by default) or refuse to start, saying to run ``jobdesk migrate``;
 3. advanced-alchemy's plugin provides ``db_session: AsyncSession`` to handlers, committing on 2xx/3xx
    responses and rolling back otherwise;
-4. when ``WORKER_ENABLED``, start the in-app worker (:class:`app.worker.runner.Worker`); on shutdown it
+4. when ``WORKER_ENABLED``, start the in-app worker in a thread of its own
+   (:func:`app.worker.threaded.start_in_thread`); on shutdown it
    is stopped, and awaited, before the engine is disposed.
 
-Every response carries the security headers of issue 7 §7 (a strict Content Security Policy without
-inline scripts; ``/schema`` alone gets the relaxed policy its Swagger page needs), ``X-Request-ID`` and
+Every response carries security headers (a strict Content Security Policy without inline scripts; ``/schema`` alone gets the relaxed policy its Swagger page needs), ``X-Request-ID`` and
 ``Cache-Control: no-store`` (except static files). Errors become JSON ``{"detail": …}`` under ``/api/``,
 a small fragment for htmx, and a page otherwise — never a traceback.
 """
@@ -55,7 +56,7 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, Template
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import ASGIApp, ControllerRouterHandler, Message, Receive, Scope, Send
 from sqlalchemy import exc as sa_exc
 
 from app import __version__
@@ -72,7 +73,22 @@ from app.db import (
 )
 from app.errors import AppError, BadInput, format_bytes
 from app.settings import Settings, get_settings
-from app.web import current_user, is_htmx, register_filters
+from app.web import admin, current_user, is_htmx, register_filters
+from app.web.api import (
+    AccountApiController,
+    ControlsApiController,
+    JobsApiController,
+    JobTypesApiController,
+    PipelinesApiController,
+)
+from app.web.auth import AuthController
+from app.web.files import FilesApiController, FilesController
+from app.web.health import HealthController
+from app.web.home import HomeController
+from app.web.jobs import JobsController
+from app.web.metrics import MetricsController
+from app.web.pipelines import PipelinesController
+from app.worker.threaded import start_in_thread
 
 log = structlog.get_logger("jobdesk.web")
 
@@ -90,7 +106,7 @@ SCHEMA_CSP = (
     "img-src 'self' data:; object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'"
 )
 #: Downloads (``/files/{id}``): opened by mistake in a browser, a stored HTML file runs no script and
-#: belongs to no origin (issue 6 §6; case C19).
+#: belongs to no origin, so an uploaded page cannot act in a signed-in user's session.
 FILES_CSP = "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 SECURITY_HEADERS = (
     ("x-content-type-options", "nosniff"),
@@ -137,7 +153,7 @@ def request_id_for(scope: Scope) -> str:
 
 class RequestContextMiddleware(ASGIMiddleware):
     """``request.state.request_id`` from ``X-Request-ID`` (or generated), bound into structlog's
-    context vars for every line logged while serving the request (issue 10's log correlation)."""
+    context vars for every line logged while serving the request, so its log lines can be found together."""
 
     scopes = (ScopeType.HTTP,)
 
@@ -223,13 +239,34 @@ def _database_trouble(exc: BaseException) -> str | None:
     return None
 
 
+UNSTORABLE_MESSAGE = (
+    "Part of what was sent cannot be stored: a number out of range, or text with a NUL character or a "
+    "lone surrogate. Nothing was changed."
+)
+
+
+def _unstorable_input(exc: BaseException) -> bool:
+    """Whether the database refused a value of the request itself, not the query: a number too large
+    for its column or text PostgreSQL cannot hold (checked once the value reaches the driver, so an
+    input that slipped past a form's checks still answers 422 instead of 500)."""
+    if not isinstance(exc, sa_exc.DBAPIError):
+        return False
+    cause: BaseException | None = getattr(exc.orig, "__cause__", None) or exc.orig
+    if isinstance(cause, asyncpg.CharacterNotInRepertoireError | asyncpg.UntranslatableCharacterError):
+        return True
+    if cause is None or type(cause) is not asyncpg.DataError:
+        return False
+    return isinstance(cause.__cause__, OverflowError | UnicodeEncodeError)
+
+
 def _classify(exc: Exception, settings: Settings) -> tuple[int, str, dict[str, str], dict[str, str]]:
     """``(status, detail, field errors, extra headers)`` for any exception."""
+    errors: dict[str, str]
     if isinstance(exc, AppError):
         errors = exc.errors if isinstance(exc, BadInput) else dict(exc.extra.get("errors") or {})
         return exc.status_code, exc.detail, errors, {}
     if isinstance(exc, ValidationException):
-        errors: dict[str, str] = {}
+        errors = {}
         for item in exc.extra if isinstance(exc.extra, list) else []:
             if isinstance(item, dict):
                 key = str(item.get("key") or item.get("source") or "request")
@@ -252,6 +289,8 @@ def _classify(exc: Exception, settings: Settings) -> tuple[int, str, dict[str, s
         if isinstance(exc, NotAuthorizedException):
             return 401, exc.detail or "Please sign in.", {}, {}
         return exc.status_code, exc.detail, {}, dict(exc.headers or {})
+    if _unstorable_input(exc):
+        return 422, UNSTORABLE_MESSAGE, {}, {}
     trouble = _database_trouble(exc)
     if trouble is not None:
         return 503, trouble, {}, {"Retry-After": "5"}
@@ -356,6 +395,7 @@ def _database_lifespan(
             application_name="jobdesk-web",
             statement_timeout_ms=settings.db_statement_timeout_ms,
             idle_in_transaction_timeout_ms=settings.db_idle_in_transaction_timeout_ms,
+            pooler=settings.database_pooler,
         )
         sa_config.engine_instance = engine
         app.state.engine = engine
@@ -388,23 +428,15 @@ def _worker_lifespan(settings: Settings) -> Callable[[Litestar], AbstractAsyncCo
         if not settings.worker_enabled:
             yield
             return
-        # The in-app worker runs in a thread with its own event loop, so that a processor blocking its
-        # loop cannot block the pages.
-        try:
-            from app.worker.threaded import start_in_thread
-        except ModuleNotFoundError as exc:
-            if exc.name not in ("app.worker", "app.worker.threaded", "app.worker.runner"):
-                raise
-            log.warning("in-app worker unavailable: app.worker is missing; jobs will not run")
-            yield
-            return
+        # The in-app worker runs in a thread with its own event loop (and its own engines), so that a
+        # processor blocking its loop cannot block the pages.
         handle = await asyncio.to_thread(start_in_thread, settings, app.state.database_url)
         app.state.worker = handle.worker
         app.state.worker_task = handle  # done() like a task's, for /readyz
         try:
             yield
         finally:
-            await handle.stop_async()  # graceful; the handle logs a worker that died
+            await handle.stop_async()  # graceful: running jobs drain; the handle logs a worker that died
 
     return lifespan
 
@@ -412,37 +444,29 @@ def _worker_lifespan(settings: Settings) -> Callable[[Litestar], AbstractAsyncCo
 # --- the app ------------------------------------------------------------------------------------------------
 
 
-def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) -> Litestar:
-    """The Jobdesk web application.
+CONTROLLERS: list[ControllerRouterHandler] = [
+    HomeController,
+    AuthController,
+    HealthController,
+    MetricsController,
+    AccountApiController,
+    JobsApiController,
+    PipelinesApiController,
+    JobTypesApiController,
+    ControlsApiController,
+    *admin.CONTROLLERS,
+    JobsController,
+    PipelinesController,
+    FilesController,
+    FilesApiController,
+]
+"""Every page and API controller, in the order Litestar registers them."""
 
-    ``settings`` defaults to :func:`app.settings.get_settings` (the environment). ``auto_migrate``: apply
-    pending migrations at start-up (``jobdesk serve`` passes ``True`` unless ``--no-migrate``); otherwise
-    a database whose schema is behind makes start-up fail with :class:`StartupRefused`, whose message
-    says to run ``jobdesk migrate``. Connection failures raise :class:`app.db.DatabaseUnavailable`.
 
-    ``app.state`` gets ``settings``, ``engine``, ``database_url``, ``worker`` and ``worker_task`` (both
-    ``None`` without an in-app worker), once the lifespan has started.
-    """
-    from app.web.admin import AdminController
-    from app.web.admin_jobs import AdminJobsController
-    from app.web.alerts import AlertsAdminController
-    from app.web.api import (
-        AccountApiController,
-        ControlsApiController,
-        JobsApiController,
-        JobTypesApiController,
-        PipelinesApiController,
-    )
-    from app.web.auth import AuthController
-    from app.web.files import FilesApiController, FilesController
-    from app.web.health import HealthController
-    from app.web.home import HomeController
-    from app.web.jobs import JobsController
-    from app.web.ops import MetricsController
-    from app.web.pipelines import PipelinesController
-
-    settings = settings or get_settings()
-    sa_config = SQLAlchemyAsyncConfig(
+def _sqlalchemy_config() -> SQLAlchemyAsyncConfig:
+    """A ``db_session`` per request, committed on 2xx and 3xx answers (redirects included), rolled back
+    otherwise."""
+    return SQLAlchemyAsyncConfig(
         # The engine is created in the lifespan (the embedded database may have to start first) and
         # handed to this config there, before advanced-alchemy's own lifespan reads it.
         before_send_handler="autocommit_include_redirects",
@@ -453,14 +477,11 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             info={"enable_cache_listener": False, "enable_file_object_listener": False}
         ),
     )
-    static = create_static_files_router(
-        path="/static",
-        directories=[STATIC_DIR],
-        name="static",
-        include_in_schema=False,
-        cache_control=CacheControlHeader(max_age=300),
-    )
-    openapi = OpenAPIConfig(
+
+
+def _openapi() -> OpenAPIConfig:
+    """``/schema``: the API's OpenAPI document and its Swagger page, served from our own static files."""
+    return OpenAPIConfig(
         title="Jobdesk API",
         version=__version__,
         path="/schema",
@@ -476,26 +497,30 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
         components=Components(security_schemes={"BearerToken": SecurityScheme(type="http", scheme="bearer")}),
         security=[{"BearerToken": []}],
     )
+
+
+def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) -> Litestar:
+    """The Jobdesk web application.
+
+    ``settings`` defaults to :func:`app.settings.get_settings` (the environment). ``auto_migrate``: apply
+    pending migrations at start-up (``jobdesk serve`` passes ``True`` unless ``--no-migrate``); otherwise
+    a database whose schema is behind makes start-up fail with :class:`StartupRefused`, whose message
+    says to run ``jobdesk migrate``. Connection failures raise :class:`app.db.DatabaseUnavailable`.
+
+    ``app.state`` gets ``settings``, ``engine``, ``database_url``, ``worker`` and ``worker_task`` (both
+    ``None`` without an in-app worker), once the lifespan has started.
+    """
+    settings = settings or get_settings()
+    sa_config = _sqlalchemy_config()
+    static = create_static_files_router(
+        path="/static",
+        directories=[STATIC_DIR],
+        name="static",
+        include_in_schema=False,
+        cache_control=CacheControlHeader(max_age=300),
+    )
     app = Litestar(
-        route_handlers=[
-            HomeController,
-            AuthController,
-            HealthController,
-            MetricsController,
-            AccountApiController,
-            JobsApiController,
-            PipelinesApiController,
-            JobTypesApiController,
-            ControlsApiController,
-            AlertsAdminController,
-            AdminController,
-            AdminJobsController,
-            JobsController,
-            PipelinesController,
-            FilesController,
-            FilesApiController,
-            static,
-        ],
+        route_handlers=[*CONTROLLERS, static],
         lifespan=[_database_lifespan(settings, sa_config, auto_migrate=auto_migrate)],
         plugins=[SQLAlchemyPlugin(config=sa_config), HTMXPlugin(), _AfterPlugins(_worker_lifespan(settings))],
         middleware=[RequestContextMiddleware(), AuthenticationMiddleware()],
@@ -511,7 +536,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
         template_config=TemplateConfig(
             directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=register_filters
         ),
-        openapi_config=openapi,
+        openapi_config=_openapi(),
         exception_handlers={Exception: make_exception_handler(settings)},
         request_max_body_size=settings.upload_max_bytes,
         logging_config=None,

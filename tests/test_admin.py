@@ -1,4 +1,4 @@
-"""The admin console pages (issue 7 §4–6; issue 11 §1–5): ``/admin`` (workers and queue health,
+"""The admin console pages: ``/admin`` (workers and queue health,
 pause/resume and limits), ``/admin/audit``, ``/admin/users``, ``/admin/schedules``, the job page's
 "Reschedule", the "Paused by …" banner, and the admin nav. Access (admin / other user / signed out),
 POST-only and CSRF on every action; form errors; the C17 EXPLAIN check of the health poll."""
@@ -22,7 +22,7 @@ from app.db import create_engine
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.settings import Settings
-from app.web.admin import HEALTH_QUERIES
+from app.web.admin.health import HEALTH_QUERIES
 
 HX = {"HX-Request": "true"}
 PAGES = ("/admin", "/admin/health", "/admin/audit", "/admin/users", "/admin/schedules")

@@ -1,4 +1,4 @@
-"""The admin job console ``/admin/jobs`` and ``/admin/failed`` (issue 7 §1–3; cases C17, C19, C20):
+"""The admin job console ``/admin/jobs`` and ``/admin/failed`` (cases C17, C19, C20):
 filters and search, keyset pages, capped counts, row actions for every kind of visitor, CSRF and
 methods, bulk actions on ticked rows and on a filter, failed groups, the audit trail, and the query
 plans on a seeded table. The browser test is ``test_browser_admin_jobs.py``."""
@@ -23,9 +23,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from test_web_jobs import claim, csrf, enqueue, failed_job, finish, sign_in_as, switch_to
 from webkit import app_client
 
+from app.actions import bulk, selection
 from app.db import asyncpg_dsn
 from app.settings import Settings
-from app.web import admin_jobs
+from app.web.admin import jobs as admin_jobs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))  # bench/seed.py
 HX = {"HX-Request": "true"}
@@ -361,14 +362,14 @@ async def test_bulk_cancel_of_every_row_matching_a_filter_affects_exactly_the_co
 
 
 def test_error_signatures_mask_ids_and_numbers_and_keep_the_first_line() -> None:
-    sig = admin_jobs.error_signature
+    sig = bulk.error_signature
     assert sig("ValueError: row 17 of 0190ab12-3456-7890-abcd-ef0123456789\nTraceback…") == (
         "ValueError: row N of <id>"
     )
     assert sig("HTTP 503 from https://x.org/a/123") == sig("HTTP 502 from https://x.org/a/9")
     assert sig("token deadbeefcafe0042 expired") == "token <hex> expired"
     assert sig(None) == sig("") == "(no error message)"
-    assert len(sig("x" * 1000)) == admin_jobs.ERROR_SIGNATURE_MAX + 1
+    assert len(sig("x" * 1000)) == bulk.ERROR_SIGNATURE_MAX + 1
 
 
 async def test_failed_jobs_are_grouped_by_type_and_error_and_a_group_is_retried(
@@ -474,38 +475,36 @@ async def _admin_statements(conn: asyncpg.Connection) -> list[tuple[str, Any, di
     key = await conn.fetchval("SELECT idempotency_key FROM jobs WHERE idempotency_key IS NOT NULL LIMIT 1")
     now = datetime.now(UTC)
     filters = {
-        "none": admin_jobs.JobFilter(),
-        "status-completed": admin_jobs.JobFilter(status="completed"),
-        "status-failed": admin_jobs.JobFilter(status="failed"),
-        "status-queued": admin_jobs.JobFilter(status="queued"),
-        "status-approval": admin_jobs.JobFilter(status="waiting_approval"),
-        "scheduled": admin_jobs.JobFilter(status="scheduled"),
-        "type": admin_jobs.JobFilter(type="sleep"),
-        "owner": admin_jobs.JobFilter(owner_id=owner),
-        "owner-status": admin_jobs.JobFilter(owner_id=owner, status="failed"),
-        "pipeline": admin_jobs.JobFilter(pipeline_id=uuid.uuid4()),
-        "created-range": admin_jobs.JobFilter(
+        "none": selection.JobFilter(),
+        "status-completed": selection.JobFilter(status="completed"),
+        "status-failed": selection.JobFilter(status="failed"),
+        "status-queued": selection.JobFilter(status="queued"),
+        "status-approval": selection.JobFilter(status="waiting_approval"),
+        "scheduled": selection.JobFilter(status="scheduled"),
+        "type": selection.JobFilter(type="sleep"),
+        "owner": selection.JobFilter(owner_id=owner),
+        "owner-status": selection.JobFilter(owner_id=owner, status="failed"),
+        "pipeline": selection.JobFilter(pipeline_id=uuid.uuid4()),
+        "created-range": selection.JobFilter(
             created_from=now - timedelta(days=3), created_to=now - timedelta(days=2)
         ),
-        "search-id": admin_jobs.JobFilter(search_id=some["id"]),
-        "search-key": admin_jobs.JobFilter(search_key=key),
-        "type-status-range": admin_jobs.JobFilter(
+        "search-id": selection.JobFilter(search_id=some["id"]),
+        "search-key": selection.JobFilter(search_key=key),
+        "type-status-range": selection.JobFilter(
             type="fail", status="failed", created_from=now - timedelta(days=1)
         ),
     }
     out: list[tuple[str, Any, dict[str, Any]]] = []
     for name, f in filters.items():
-        where, params = admin_jobs.filter_where(f, after=some["id"] if name == "none" else None)
-        out.append(
-            (f"list-{name}", admin_jobs.list_sql(where), {**params, "limit": admin_jobs.PAGE_SIZE + 1})
-        )
-        for action, spec in admin_jobs.BULK_ACTIONS.items():
-            where, params = admin_jobs.filter_where(f, eligible=spec["eligible"], upto=some["id"])
+        where, params = selection.filter_where(f, after=some["id"] if name == "none" else None)
+        out.append((f"list-{name}", selection.list_sql(where), {**params, "limit": admin_jobs.PAGE_SIZE + 1}))
+        for action, spec in bulk.BULK_ACTIONS.items():
+            where, params = selection.filter_where(f, eligible=spec["eligible"], upto=some["id"])
             out.append(
                 (
                     f"bulk-{action}-{name}",
-                    admin_jobs.ids_sql(where),
-                    {**params, "limit": admin_jobs.BULK_MAX + 1},
+                    selection.ids_sql(where),
+                    {**params, "limit": bulk.BULK_MAX + 1},
                 )
             )
     for status, statement in admin_jobs.LIVE_COUNT_SQL.items():
@@ -513,9 +512,9 @@ async def _admin_statements(conn: asyncpg.Connection) -> list[tuple[str, Any, di
     out.append(("count-scheduled", admin_jobs.SCHEDULED_COUNT, {}))
     for status in ("completed", "failed", "cancelled"):
         out.append((f"count-{status}", admin_jobs.CAPPED_COUNT, {"status": status}))
-    out.append(("failed-window", admin_jobs.FAILED_LATEST, {}))
-    out.append(("failed-window-upto", admin_jobs.FAILED_UPTO, {"upto": some["id"]}))
-    out.append(("selected", admin_jobs.ROWS_BY_ID, {"ids": [some["id"]]}))
+    out.append(("failed-window", bulk.FAILED_LATEST, {}))
+    out.append(("failed-window-upto", bulk.FAILED_UPTO, {"upto": some["id"]}))
+    out.append(("selected", bulk.ROWS_BY_ID, {"ids": [some["id"]]}))
     return out
 
 
@@ -589,7 +588,7 @@ async def test_the_list_shows_who_paused_the_filtered_type(
     client: AsyncTestClient, db_url: str, engine
 ) -> None:
     """The "Paused by <admin> at …" banner is on every page listing jobs of a paused type, the admin list
-    too (issue 11 §3; a trial found it missing here)."""
+    too (a trial found it missing here)."""
     from app import controls
 
     boss = await sign_in_as(client, db_url, "root@example.com", admin=True)

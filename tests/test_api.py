@@ -1,5 +1,5 @@
-"""The JSON API (issue 3 §11, issue 5 §6): shapes, status codes, ownership (case C20), readable 4xx for
-bad input (cases C05, C09, C12, C13), and a fuzz pass that finds no 500."""
+"""The JSON API: shapes, status codes, ownership (case C20), readable 4xx for bad input (cases C05, C09,
+C12, C13), and a fuzz pass that finds no 500."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 import pytest
+import support_forms  # noqa: F401  (test.step: a type anyone may submit)
 import support_processors  # noqa: F401  (test job types)
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
@@ -31,7 +32,7 @@ async def bearer(db_url: str, email: str, admin: bool = False) -> tuple[Any, dic
 
 async def test_enqueue_returns_201_then_200_for_an_idempotent_repeat(api, db_url) -> None:
     client, _ = api
-    _, h = await bearer(db_url, "a@example.com")
+    _, h = await bearer(db_url, "a@example.com", admin=True)
     body = {"type": "sleep", "input_data": {"seconds": 1}, "idempotency_key": "k1"}
     first = await client.post("/api/jobs", json=body, headers=h)
     assert first.status_code == 201, first.text
@@ -85,7 +86,7 @@ async def test_bad_input_gets_a_422_naming_the_field_and_stores_nothing(
     api, db_url, pg, body, status, field
 ) -> None:
     client, _ = api
-    _, h = await bearer(db_url, "b@example.com")
+    _, h = await bearer(db_url, "b@example.com", admin=True)
     response = await client.post("/api/jobs", json=body, headers=h)
     assert response.status_code == status, response.text
     payload = response.json()
@@ -96,7 +97,7 @@ async def test_bad_input_gets_a_422_naming_the_field_and_stores_nothing(
 async def test_input_above_the_limit_is_a_413_with_the_limit_in_words(make_settings, db_url, pg) -> None:
     settings = make_settings(worker_enabled=False, job_max_input_bytes=1024 * 1024)
     async with app_client(settings) as client:
-        _, h = await bearer(db_url, "c@example.com")
+        _, h = await bearer(db_url, "c@example.com", admin=True)
         response = await client.post(
             "/api/jobs", json={"type": "noop", "input_data": {"blob": "x" * (2 * 1024 * 1024)}}, headers=h
         )
@@ -107,7 +108,7 @@ async def test_input_above_the_limit_is_a_413_with_the_limit_in_words(make_setti
 async def test_a_body_above_the_request_limit_is_a_413_too(make_settings, db_url) -> None:
     settings = make_settings(worker_enabled=False, upload_max_bytes=64 * 1024)
     async with app_client(settings) as client:
-        _, h = await bearer(db_url, "c2@example.com")
+        _, h = await bearer(db_url, "c2@example.com", admin=True)
         response = await client.post(
             "/api/jobs",
             content=json.dumps({"type": "noop", "input_data": {"b": "x" * 200_000}}),
@@ -121,7 +122,7 @@ async def test_owners_see_only_their_jobs_and_get_404_for_others(api, db_url) ->
     _, u1 = await bearer(db_url, "u1@example.com")
     _, u2 = await bearer(db_url, "u2@example.com")
     _, admin = await bearer(db_url, "admin@example.com", admin=True)
-    job = (await client.post("/api/jobs", json={"type": "noop"}, headers=u1)).json()
+    job = (await client.post("/api/jobs", json={"type": "test.step"}, headers=u1)).json()
     unknown = str(uuid.uuid4())
     for path in (f"/api/jobs/{job['id']}", f"/api/jobs/{job['id']}/events"):
         theirs, missing = (
@@ -145,7 +146,7 @@ async def test_owners_see_only_their_jobs_and_get_404_for_others(api, db_url) ->
 async def test_cancel_then_cancel_again_gives_a_readable_409(api, db_url) -> None:
     client, _ = api
     _, h = await bearer(db_url, "d@example.com")
-    job = (await client.post("/api/jobs", json={"type": "noop"}, headers=h)).json()
+    job = (await client.post("/api/jobs", json={"type": "test.step"}, headers=h)).json()
     first = await client.post(f"/api/jobs/{job['id']}/cancel", headers=h)
     assert first.status_code == 200 and first.json()["status"] == "cancelled"
     second = await client.post(f"/api/jobs/{job['id']}/cancel", headers=h)
@@ -156,7 +157,7 @@ async def test_retry_is_admin_only_and_409_when_not_failed(api, db_url, pg) -> N
     client, _ = api
     _, h = await bearer(db_url, "e@example.com")
     _, admin = await bearer(db_url, "e-admin@example.com", admin=True)
-    job = (await client.post("/api/jobs", json={"type": "noop"}, headers=h)).json()
+    job = (await client.post("/api/jobs", json={"type": "test.step"}, headers=h)).json()
     assert (await client.post(f"/api/jobs/{job['id']}/retry", headers=h)).status_code == 403
     not_failed = await client.post(f"/api/jobs/{job['id']}/retry", headers=admin)
     assert not_failed.status_code == 409 and "queued, not failed" in not_failed.json()["detail"]
@@ -166,9 +167,11 @@ async def test_list_is_keyset_paginated_newest_first_and_filterable(api, db_url)
     client, _ = api
     _, h = await bearer(db_url, "f@example.com")
     ids = [
-        (await client.post("/api/jobs", json={"type": "noop", "input_data": {"i": i}}, headers=h)).json()[
-            "id"
-        ]
+        (
+            await client.post(
+                "/api/jobs", json={"type": "test.step", "input_data": {"label": str(i)}}, headers=h
+            )
+        ).json()["id"]
         for i in range(5)
     ]
     page1 = (await client.get("/api/jobs?limit=2", headers=h)).json()
@@ -188,8 +191,8 @@ async def test_pipelines_api_creates_reads_and_reports_cycles(api, db_url, pg) -
         json={
             "name": "loop",
             "steps": [
-                {"key": "a", "type": "noop", "depends_on": ["b"]},
-                {"key": "b", "type": "noop", "depends_on": ["a"]},
+                {"key": "a", "type": "test.step", "depends_on": ["b"]},
+                {"key": "b", "type": "test.step", "depends_on": ["a"]},
             ],
         },
         headers=h,
@@ -201,8 +204,8 @@ async def test_pipelines_api_creates_reads_and_reports_cycles(api, db_url, pg) -
         json={
             "name": "two steps",
             "steps": [
-                {"key": "a", "type": "noop"},
-                {"key": "b", "type": "noop", "depends_on": ["a"]},
+                {"key": "a", "type": "test.step"},
+                {"key": "b", "type": "test.step", "depends_on": ["a"]},
             ],
         },
         headers=h,
@@ -233,7 +236,7 @@ async def test_pipelines_api_creates_reads_and_reports_cycles(api, db_url, pg) -
 async def test_a_pipeline_runs_end_to_end_through_the_api(make_settings, db_url, pg) -> None:
     settings = make_settings(worker_enabled=False)
     async with app_client(settings) as client, running_worker(settings):
-        _, h = await bearer(db_url, "h@example.com")
+        _, h = await bearer(db_url, "h@example.com", admin=True)
         p = (
             await client.post(
                 "/api/pipelines",
@@ -329,7 +332,7 @@ pipeline_bodies = st.fixed_dictionaries(
 
 
 def test_fuzzed_requests_never_get_a_500(make_settings, db_url) -> None:
-    """Issue 3: "The API gets a fuzz pass … that finds no 500." Random bodies for enqueue and pipeline
+    """A fuzz pass that finds no 500: random bodies for enqueue and pipeline
     creation, random ids and actions, as an admin (who may reach every handler)."""
     import asyncio
 

@@ -264,6 +264,27 @@ def test_serve_no_migrate_refuses_a_database_that_is_behind(tmp_path: Path, fres
     assert_clean_failure(result, "Refusing to start", "run `jobdesk migrate`")
 
 
+async def test_serve_on_a_busy_port_is_one_error_line_before_anything_starts(
+    tmp_path: Path, db_url: str
+) -> None:
+    """A second ``serve`` (``make run``) on a port already taken: one ``Error:`` line naming the port, at
+    once — no migration, no in-app worker registered, no uvicorn message."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        result = run(tmp_path, "serve", "--port", str(port), DATABASE_URL=db_url, WORKER_ENABLED="true")
+        took = time.monotonic() - started
+    line = assert_clean_failure(result, f"Port {port} on 127.0.0.1 is already in use", "--port")
+    assert "uvicorn" not in line.lower() and took < 10, (line, took)
+    conn = await asyncpg.connect(db_url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM workers") == 0
+    finally:
+        await conn.close()
+
+
 @pytest.mark.slow
 def test_serve_on_the_embedded_database_stops_it_on_exit(tmp_path: Path) -> None:
     """No DATABASE_URL: serve starts the embedded PostgreSQL, migrates it, and stops it on SIGTERM."""

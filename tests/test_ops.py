@@ -27,7 +27,7 @@ from workers import running_worker, wait_until
 from app.db import asyncpg_dsn, create_engine
 from app.jobs import queue
 from app.jobs.queue import NewJob
-from app.web import ops
+from app.web import metrics as ops
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))

@@ -1,6 +1,7 @@
-"""``email.send`` against a real SMTP server (aiosmtpd on 127.0.0.1, issue 9 §2): delivery, headers,
-refused and deferred recipients, login, missing configuration, unreachable server, the demo's loopback
-server note, and end to end through a worker."""
+"""``email.send`` against a real SMTP server (aiosmtpd on 127.0.0.1): delivery, headers, refused and
+deferred recipients, login, missing configuration, unreachable server, the demo's loopback server note,
+every address exactly one mailbox and every header one line, and end to end through the JSON API and a
+worker."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import email
 import json
 import socket
+import uuid
 from collections.abc import AsyncIterator
 from email import policy
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword
 from procs import as_dict, enqueue, job_context
-from webkit import add_user
+from webkit import add_token, add_user, app_client
 from workers import running_worker, wait_status
 
 from app.errors import BadInput
@@ -250,3 +252,155 @@ async def test_through_a_worker(mx, make_settings, engine, pg) -> None:
     assert as_dict(done["result_data"])["accepted"] == ["z@example.com"]
     assert failed["attempts"] == 1 and "550 5.1.1" in failed["error_message"]
     assert [m[1] for m in recorder.messages] == [["z@example.com"]]
+
+
+# --- every address one mailbox, every header one line --------------------------------------------------
+
+LINE_BREAKS = [chr(c) for c in range(0x110000) if len(f"a{chr(c)}b".splitlines()) > 1]
+"""Every character str.splitlines() breaks a line at: \\n \\r VT FF FS GS RS NEL U+2028 U+2029."""
+CONTROLS = ["\x00", "\x01", "\x1f", "\x7f", "\x9b"]
+
+
+def _errors(input_data: dict[str, Any]) -> dict[str, str]:
+    with pytest.raises(BadInput) as err:
+        registry.get("email.send").validate_input({"subject": "s", "body": "b", **input_data})
+    return err.value.errors
+
+
+def test_every_line_separator_and_control_character_is_refused_in_every_header_field() -> None:
+    assert len(LINE_BREAKS) == 10
+    for ch in LINE_BREAKS + CONTROLS:
+        shown = f"U+{ord(ch):04X}"
+        assert (
+            shown in _errors({"to": ["a@x.test"], "subject": f"Hi{ch}Bcc: v@evil.test"})["input_data.subject"]
+        )
+        assert shown in _errors({"to": [f"Ann{ch}Bcc <a@x.test>"]})["input_data.to"]
+        assert shown in _errors({"to": ["a@x.test"], "cc": [f"b@x.test{ch}"]})["input_data.cc"]
+        assert (
+            shown in _errors({"to": ["a@x.test"], "reply_to": f"Help{ch} <h@x.test>"})["input_data.reply_to"]
+        )
+
+
+@pytest.mark.parametrize(
+    ("input_data", "field", "needle"),
+    [
+        ({"to": ["victim@evil.test, Ann <ann@example.com>"]}, "input_data.to", "holds 2 addresses"),
+        ({"to": ["ann@example.com", "a@x.test b@x.test"]}, "input_data.to", "is not an email address"),
+        ({"to": ["Team: a@x.test, b@x.test;"]}, "input_data.to", "is a group of addresses"),
+        ({"to": ["a@x.test"], "cc": ["undisclosed-recipients:;"]}, "input_data.cc", "is a group"),
+        ({"to": ["a@x.test"], "reply_to": "Team:h@x.test"}, "input_data.reply_to", "is a group"),
+        ({"to": ["Ann <ann@example.com> <evil@x.test>"]}, "input_data.to", "not an email address"),
+        ({"to": ["ann@"]}, "input_data.to", "not an email address"),
+        ({"to": ['"john doe"@x.test']}, "input_data.to", "not an email address"),
+        (
+            {"to": ["=?utf-8?q?a=0D=0ABcc=3A_x=40evil.test?= <ann@example.com>"]},
+            "input_data.to",
+            "not an email address",
+        ),
+        (
+            {"to": ["=?utf-8?q?Ann=E2=80=A8Bcc?= <ann@example.com>"]},
+            "input_data.to",
+            "the name in",
+        ),
+        (
+            {"to": ["a@x.test"], "subject": "=?utf-8?q?hi=0ABcc=3A_v=40evil.test?="},
+            "input_data.subject",
+            "as read by email programs",
+        ),
+        ({"to": ["a@x.test"], "body": "bad \ud800 text"}, "input_data.body", "valid string"),
+    ],
+)
+def test_addresses_are_exactly_one_mailbox_and_headers_read_back_as_typed(input_data, field, needle) -> None:
+    errors = _errors(input_data)
+    assert field in errors and needle in errors[field], errors
+
+
+def test_names_with_commas_in_quotes_tabs_and_non_ascii_are_kept() -> None:
+    inp = registry.get("email.send").validate_input(
+        {
+            "to": ['"Smith, Ann" <ann@example.com>', " bob@example.com (Bob) "],
+            "reply_to": "Zoë Ølsen <zoe@example.org>",
+            "subject": "Grüße\tand 📈 figures",
+            "body": "b",
+        }
+    )
+    assert inp["to"] == ['"Smith, Ann" <ann@example.com>', "bob@example.com"]
+    assert inp["reply_to"] == "Zoë Ølsen <zoe@example.org>" and inp["subject"] == "Grüße\tand 📈 figures"
+
+
+REFUSED_AT_SUBMISSION = {
+    "to": {"to": ["victim@evil.test, Ann <ann@example.com>"]},
+    "cc": {"to": ["a@x.test"], "cc": ["Team: a@x.test;"]},
+    "subject": {"to": ["a@x.test"], "subject": "Hi\u2028Bcc: v@evil.test"},
+    "reply_to": {"to": ["a@x.test"], "reply_to": "h@x.test\x85"},
+}
+FROM_A_RESULT = {
+    "name": "mail from a result",
+    "steps": [
+        {
+            "key": "draft",
+            "type": "noop",
+            "input_data": {
+                "to": ["victim@evil.test, Ann <ann@example.com>"],
+                "subject": "Hi\u2028Bcc: v@evil.test",
+            },
+        },
+        {
+            "key": "mail",
+            "type": "email.send",
+            "depends_on": ["draft"],
+            "input_data": {"to": {"$ref": "draft.to"}, "subject": {"$ref": "draft.subject"}, "body": "b"},
+        },
+    ],
+}
+LONG_SUBJECT = "Quarterly figures – Grüße from the team, " * 4
+
+
+async def _submit(client: Any, headers: dict[str, str]) -> tuple[uuid.UUID, uuid.UUID]:
+    """Check the refusals at submission; submit a good job and the pipeline; return both job ids."""
+    for field, data in REFUSED_AT_SUBMISSION.items():
+        resp = await client.post(
+            "/api/jobs",
+            json={"type": "email.send", "input_data": {"subject": "s", "body": "b", **data}},
+            headers=headers,
+        )
+        assert resp.status_code == 422 and f"input_data.{field}" in resp.json()["errors"], resp.text
+    good = {
+        "to": ['"Smith, Ann" <ann@example.com>'],
+        "reply_to": "Help desk <help@example.org>",
+        "subject": LONG_SUBJECT,
+        "body": "Hello",
+    }
+    ok = await client.post("/api/jobs", json={"type": "email.send", "input_data": good}, headers=headers)
+    assert ok.status_code == 201, ok.text
+    piped = await client.post("/api/pipelines", json=FROM_A_RESULT, headers=headers)
+    assert piped.status_code == 201, piped.text
+    mail_job = next(s["job_id"] for s in piped.json()["steps"] if s["key"] == "mail")
+    return uuid.UUID(ok.json()["id"]), uuid.UUID(mail_job)
+
+
+async def test_through_the_api_and_a_worker_headers_reach_the_server_as_typed(
+    mx, make_settings, db_url, pg
+) -> None:
+    """Submitted through the JSON API: a hidden recipient, a group or a line separator is a 422 naming
+    the field. A name with a comma in quotes, a long non-ASCII subject and a reply-to reach the server as
+    one recipient each. A step whose input comes from an earlier step's result ($ref) with a hidden
+    recipient and a U+2028 in its subject fails at once, permanently, and sends nothing."""
+    recorder, port = mx
+    settings = make_settings(smtp_host="127.0.0.1", smtp_port=port, worker_enabled=False)
+    user = await add_user(db_url, "sender@example.com", admin=True)
+    headers = {"Authorization": f"Bearer {await add_token(db_url, user.id)}"}
+    async with app_client(settings) as client:
+        ok, from_result = await _submit(client, headers)
+        async with running_worker(settings):
+            done = await wait_status(pg, ok, {"completed", "failed"})
+            refused = await wait_status(pg, from_result, {"completed", "failed"})
+    assert done["status"] == "completed", done["error_message"]
+    assert refused["status"] == "failed" and refused["attempts"] == 1, refused
+    assert "holds 2 addresses" in refused["error_message"] or "U+2028" in refused["error_message"]
+    (message,) = recorder.messages
+    assert message[1] == ["ann@example.com"]
+    msg = email.message_from_bytes(message[2], policy=policy.default)
+    assert [(a.display_name, a.addr_spec) for a in msg["To"].addresses] == [("Smith, Ann", "ann@example.com")]
+    assert [a.addr_spec for a in msg["Reply-To"].addresses] == ["help@example.org"]
+    assert msg["Subject"] == LONG_SUBJECT.strip() and "Bcc" not in msg

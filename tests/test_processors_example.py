@@ -86,7 +86,8 @@ async def test_the_example_template_runs_end_to_end_through_the_api(
         import my_processor  # noqa: F401  (registers example.word_count and example.page_words)
     finally:
         sys.path.remove(str(EXAMPLES))
-    settings = make_settings(worker_enabled=False)
+    # the page server is a local service: an admin allows it, as http.request refuses loopback addresses
+    settings = make_settings(worker_enabled=False, http_request_allowed_hosts="127.0.0.1")
     user = await add_user(db_url, "engineer@example.com")
     headers = {"Authorization": f"Bearer {await add_token(db_url, user.id)}"}
     async with app_client(settings) as client:

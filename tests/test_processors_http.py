@@ -1,24 +1,34 @@
-"""``http.request`` against a real HTTP server on 127.0.0.1 (issue 9 §2): answers, 4xx permanent,
-5xx/429/timeouts/refused connections retried, truncated bodies, redirects, input validation — called
-directly with a real JobContext, and end to end through a worker and the JSON API."""
+"""``http.request`` against a real HTTP server on 127.0.0.1: answers, 4xx permanent,
+5xx/429/timeouts/refused connections retried, truncated bodies, redirects, input validation, and which
+addresses a job may reach — called directly with a real JobContext, and end to end through a worker and
+the JSON API. Only loopback addresses ever receive traffic: private addresses come from a fake resolver
+and are refused before anything is sent."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from procs import as_dict, enqueue, job_context
 from webkit import add_token, add_user, app_client
 from workers import running_worker, wait_status
 
 from app.errors import BadInput
-from app.processors import PermanentError, registry
+from app.processors import PermanentError, http_request, registry
 from app.processors.http_request import BODY_KEEP_CHARS, TemporaryHttpError
 
 
@@ -69,6 +79,12 @@ class Handler(BaseHTTPRequestHandler):
             self._send(302, b"", Location="ftp://127.0.0.1/file")
         elif path == "/to-private":
             self._send(302, b"", Location=f"http://localhost:{self.server.server_address[1]}/ok")
+        elif path == "/to-intranet":
+            self._send(302, b"", Location="http://intranet.test/admin")
+        elif path == "/redirect-to":
+            self._send(302, b"", Location=self.path.split("?", 1)[1])
+        elif path == "/host":
+            self._send(200, (self.headers.get("Host") or "").encode())
         else:
             self._send(404, b"unknown")
 
@@ -83,14 +99,38 @@ class Handler(BaseHTTPRequestHandler):
     do_POST = do_PUT = do_PATCH = do_DELETE = _echo
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+@contextmanager
+def serving(address: str = "127.0.0.1") -> Iterator[tuple[str, list[str]]]:
+    """A test HTTP server on ``address`` (loopback); yields its URL and the paths it was asked for."""
+    seen: list[str] = []
+
+    class Recording(Handler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            super().do_GET()
+
+        do_HEAD = do_GET
+
+    httpd = ThreadingHTTPServer((address, 0), Recording)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    try:
+        yield f"http://{address}:{httpd.server_address[1]}", seen
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with serving() as (url, _):
+        yield url
+
+
+@pytest.fixture
+def settings(make_settings, server):
+    """Jobdesk's own address is the test server, the one local address jobs may reach."""
+    return make_settings(jobdesk_base_url=server)
 
 
 async def call(settings: Any, **input_data: Any) -> tuple[dict[str, Any], list[Any]]:
@@ -154,10 +194,11 @@ async def test_a_timeout_is_retried(server, settings) -> None:
     assert time.monotonic() - started < 1.9  # gave up at the limit, not when the server answered
 
 
-async def test_a_refused_connection_is_retried(settings) -> None:
+async def test_a_refused_connection_is_retried(make_settings) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens here once closed
+    settings = make_settings(http_request_allowed_hosts=f"127.0.0.1:{port}")
     with pytest.raises(TemporaryHttpError) as err:
         await call(settings, url=f"http://127.0.0.1:{port}/")
     assert "Could not connect to 127.0.0.1" in str(err.value)
@@ -291,3 +332,236 @@ async def test_jobs_may_not_reach_local_or_private_addresses_unless_allowed(
     if guard:
         with pytest.raises(PermanentError, match="localhost is 127.0.0.1"):  # the redirect is checked too
             await call(allowed, url=f"{server}/to-private")
+
+
+class FakeResolver:
+    """Maps names to addresses without asking DNS, and records every lookup. ``answers[name]`` is a list
+    of answers given in turn (the last one repeats), so a name can change its address between lookups
+    as a rebinding DNS server would."""
+
+    def __init__(self, answers: dict[str, list[str]]) -> None:
+        self.answers = answers
+        self.lookups: list[str] = []
+
+    async def __call__(self, host: str, port: int) -> list[Any]:
+        self.lookups.append(host)
+        try:
+            return [ipaddress.ip_address(host)]
+        except ValueError:
+            pass
+        turns = self.answers.get(host)
+        if not turns:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        seen = self.lookups.count(host)
+        return [ipaddress.ip_address(turns[min(seen, len(turns)) - 1])]
+
+
+@pytest.fixture
+def resolver(monkeypatch) -> FakeResolver:
+    fake = FakeResolver({"intranet.test": ["10.1.2.3"], "mixed.test": ["10.1.2.3"]})
+    monkeypatch.setattr(http_request, "resolver_for_jobs", fake)
+    return fake
+
+
+async def test_only_jobdesks_own_scheme_host_and_port_are_exempt(server, settings, db_url) -> None:
+    """With Jobdesk itself on loopback, its own address is reachable, but no other loopback service:
+    not PostgreSQL's port, not another local web service, not the same port under another scheme or
+    another name. Nothing reaches the other service."""
+    pg_port = httpx.URL(settings.database_url.replace("postgresql+asyncpg", "postgresql")).port or 5432
+    port = int(server.rsplit(":", 1)[1])
+    with serving() as (other, seen):
+        for url in (
+            f"http://127.0.0.1:{pg_port}/",
+            f"{other}/ok",
+            f"https://127.0.0.1:{port}/ok",
+            f"http://localhost:{port}/ok",
+            f"http://[::ffff:127.0.0.1]:{port}/ok",
+        ):
+            with pytest.raises(PermanentError, match="local or private address that jobs may not reach"):
+                await call(settings, url=url)
+        assert seen == []
+    assert (await call(settings, url=f"{server}/ok"))[0]["status"] == 200
+
+
+async def test_every_redirect_hop_is_checked(server, settings, resolver) -> None:
+    with serving() as (other, seen):
+        other_port = other.rsplit(":", 1)[1]
+        with pytest.raises(PermanentError, match=f"port {other_port}"):
+            await call(settings, url=f"{server}/redirect-to?{other}/ok")
+        assert seen == []
+    with pytest.raises(PermanentError, match=r"intranet\.test is 10\.1\.2\.3"):
+        await call(settings, url=f"{server}/to-intranet")
+
+
+async def test_the_connection_goes_to_the_address_that_was_checked(make_settings, monkeypatch) -> None:
+    """The name is resolved once per hop, by the checker, and the connection goes to that address
+    (127.0.0.2 here, while the system resolver says 127.0.0.1 for localhost); the request keeps the
+    name in its Host header. A second lookup would have answered a private address (rebinding)."""
+    with serving("127.0.0.2") as (url, seen):
+        port = int(url.rsplit(":", 1)[1])
+        fake = FakeResolver({"localhost": ["127.0.0.2", "10.9.9.9"]})
+        monkeypatch.setattr(http_request, "resolver_for_jobs", fake)
+        settings = make_settings(jobdesk_base_url=f"http://localhost:{port}")
+        result, _ = await call(settings, url=f"http://localhost:{port}/host")
+        assert result["body"] == f"localhost:{port}" and result["url"] == f"http://localhost:{port}/host"
+        assert seen == ["/host"] and fake.lookups == ["localhost"]
+
+
+async def test_a_name_with_any_private_address_is_refused_before_connecting(make_settings, resolver) -> None:
+    settings = make_settings(jobdesk_base_url="https://jobs.example.com")
+    for url in ("http://intranet.test/", "https://mixed.test:8443/x"):
+        with pytest.raises(PermanentError, match="10.1.2.3, a local or private address"):
+            await call(settings, url=url)
+    with pytest.raises(TemporaryHttpError, match="cannot be resolved"):
+        await call(settings, url="http://unknown.test/")
+    assert resolver.lookups == ["intranet.test", "mixed.test", "unknown.test"]
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "10.0.0.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "0.0.0.0",
+        "224.0.0.1",
+        "::1",
+        "fc00::1",
+        "fe80::1",
+        "::ffff:10.0.0.1",
+        "64:ff9b::a00:1",
+        "2002:a00:1::1",
+    ],
+)
+def test_non_public_addresses_in_every_spelling(address) -> None:
+    assert not http_request.is_public(ipaddress.ip_address(address))
+
+
+def test_public_addresses_are_public() -> None:
+    assert http_request.is_public(ipaddress.ip_address("93.184.216.34"))
+    assert http_request.is_public(ipaddress.ip_address("2606:4700::1111"))
+
+
+@pytest.mark.parametrize(
+    ("headers", "needle"),
+    [
+        ("Host: admin.internal", "the Host header cannot be set"),
+        ("host:admin.internal", "the host header cannot be set"),
+        ("X-A: 1\nTransfer-Encoding: chunked", "line 2: the Transfer-Encoding header"),
+        ("Content-Length: 5", "Content-Length header cannot be set"),
+        ("X-A: a\x01b", "only printable ASCII"),
+        ("X-A: a\x0bb", "line 2 is not in the form"),
+        ("X-A: caf\u00e9", "only printable ASCII"),
+    ],
+)
+def test_reserved_headers_and_unsendable_values_are_refused(headers, needle) -> None:
+    with pytest.raises(BadInput) as err:
+        registry.get("http.request").validate_input({"url": "https://x.test", "headers": headers})
+    assert needle in err.value.errors["input_data.headers"], err.value.errors
+
+
+async def test_through_the_api_and_a_worker_only_the_own_address_is_reached(
+    server, make_settings, db_url, pg, resolver
+) -> None:
+    """Submitted through the JSON API and run by a worker: a Host header is refused at submission; a
+    job for another loopback port, for a private name, or redirected to one fails at once and sends
+    nothing there; a job for Jobdesk's own address completes."""
+    settings = make_settings(jobdesk_base_url=server, worker_enabled=False)
+    user = await add_user(db_url, "ssrf@example.com")
+    headers = {"Authorization": f"Bearer {await add_token(db_url, user.id)}"}
+    with serving() as (other, seen):
+        async with app_client(settings) as client:
+
+            async def submit(input_data: dict[str, Any]) -> httpx.Response:
+                return await client.post(
+                    "/api/jobs", json={"type": "http.request", "input_data": input_data}, headers=headers
+                )
+
+            vhost = await submit({"url": f"{server}/ok", "headers": "Host: admin.internal"})
+            assert vhost.status_code == 422 and "Host header" in vhost.json()["errors"]["input_data.headers"]
+            ids = {}
+            for key, url in {
+                "other": f"{other}/ok",
+                "intranet": "http://intranet.test/",
+                "hop": f"{server}/to-intranet",
+                "own": f"{server}/ok",
+            }.items():
+                resp = await submit({"url": url})
+                assert resp.status_code == 201, resp.text
+                ids[key] = uuid.UUID(resp.json()["id"])
+            async with running_worker(settings):
+                rows = {k: await wait_status(pg, v, {"completed", "failed"}) for k, v in ids.items()}
+        assert seen == []
+    assert rows["own"]["status"] == "completed"
+    for key in ("other", "intranet", "hop"):
+        assert rows[key]["status"] == "failed" and rows[key]["attempts"] == 1, rows[key]
+        assert "may not reach" in rows[key]["error_message"]
+    assert "10.1.2.3" in rows["hop"]["error_message"]
+
+
+def _self_signed(folder: Path, name: str) -> tuple[Path, Path]:
+    """A certificate for ``name`` (also its own authority) and its key, made with the openssl tool."""
+    cert, key = folder / f"{name}.pem", folder / f"{name}.key"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            f"/CN={name}",
+            "-addext",
+            f"subjectAltName=DNS:{name}",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+@contextmanager
+def tls_server(cert: Path, key: Path) -> Iterator[tuple[int, list[str | None]]]:
+    """An HTTPS test server on 127.0.0.1 with ``cert``; yields its port and the names clients sent (SNI)."""
+    names: list[str | None] = []
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    tls.sni_callback = lambda sock, name, ctx: names.append(name)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield httpd.server_address[1], names
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl tool")
+async def test_https_to_the_checked_address_verifies_the_certificate_for_the_name(
+    make_settings, monkeypatch, tmp_path
+) -> None:
+    """Connected to 127.0.0.1, the TLS handshake still names the host (SNI) and the certificate is checked
+    against the name: a certificate for hook.test is accepted, one for another name is not."""
+    monkeypatch.setattr(http_request, "resolver_for_jobs", FakeResolver({"hook.test": ["127.0.0.1"]}))
+    for cert_name, ok in (("hook.test", True), ("other.test", False)):
+        cert, key = _self_signed(tmp_path, cert_name)
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        with tls_server(cert, key) as (port, names):
+            settings = make_settings(http_request_allowed_hosts=f"hook.test:{port}")
+            url = f"https://hook.test:{port}/host"
+            if ok:
+                assert (await call(settings, url=url))[0]["body"] == f"hook.test:{port}"
+            else:
+                with pytest.raises(TemporaryHttpError, match="CERTIFICATE_VERIFY_FAILED"):
+                    await call(settings, url=url)
+        assert names and set(names) == {"hook.test"}

@@ -1,13 +1,14 @@
-"""CSV reports (issue 9 §2–3): ``report.csv_check`` / ``report.csv_summary`` on the sample CSVs, in
-common encodings and delimiters, on files that are not CSV; the HTML report escapes every value (with a
-negative control); the "CSV report with review" template end to end through the JSON API, approved and
-rejected."""
+"""CSV reports: ``report.csv_check`` / ``report.csv_summary`` on the sample CSVs, in common encodings
+and delimiters, on files that are not CSV; the HTML report escapes every value (with a negative
+control); time linear in the file (repeated column names, too many columns, unclosed quotes); the "CSV
+report with review" template end to end through the JSON API, approved and rejected."""
 
 from __future__ import annotations
 
 import csv
 import io
 import statistics
+import time
 from typing import Any
 
 import jinja2
@@ -18,8 +19,7 @@ from workers import running_worker, wait_status, wait_until
 
 from app.files import FileStore
 from app.jobs import queue
-from app.processors import PermanentError
-from app.processors import reports as reports_mod
+from app.processors import PermanentError, csv_charts, reports
 from app.processors.reports import check_csv, report_from_summary, summarise_csv
 
 PENGUINS = EXAMPLES / "csv" / "penguins.csv"
@@ -234,7 +234,7 @@ def test_the_escaping_check_fails_without_autoescape(tmp_path, monkeypatch) -> N
     monkeypatch.setattr(jinja2, "Environment", lambda **kw: real(**{**kw, "autoescape": False}))
     assert "<script>alert" in _report_html(tmp_path)
     monkeypatch.setattr(jinja2, "Environment", real)
-    monkeypatch.setattr(reports_mod, "escape", str)
+    monkeypatch.setattr(csv_charts, "escape", str)
     assert "<svg onload=alert(2)>" in _report_html(tmp_path)
 
 
@@ -393,3 +393,83 @@ async def test_csv_review_rejected_cancels_the_rest(make_settings, db_url, engin
     }
     assert steps["check"]["error_message"] == "rejected: the year column should be a date"
     assert steps["summary"]["attempts"] == 0 and steps["report"]["attempts"] == 0
+
+
+# --- time linear in the file: repeated and too many columns, quotes that never close ---------------------
+
+
+def _table(width: int, name: str = "a") -> bytes:
+    return f"{','.join([name] * width)}\n{','.join(['1'] * width)}\n".encode()
+
+
+def test_column_names_are_distinct_in_linear_time() -> None:
+    assert reports.column_names(["a", "a", "a (2)", "", " b ", "b", "a"], 8) == [
+        "a",
+        "a (2)",
+        "a (2) (2)",
+        "Column 4",
+        "b",
+        "b (2)",
+        "a (3)",
+        "Column 8",
+    ]
+    started = time.perf_counter()
+    names = reports.column_names(["a"] * 100_000, 100_000)
+    assert time.perf_counter() - started < 2.0
+    assert len(set(names)) == 100_000 and names[-1] == "a (100000)"
+
+
+def test_the_delimiter_and_header_guesses_take_bounded_time(tmp_path) -> None:
+    """The csv module's sniffer takes time growing faster than its sample on unclosed quotes (133 s on
+    this 64 KB file when it saw all of it)."""
+    started = time.perf_counter()
+    for data in (b'"\n' * 32_000, b',"' * 32_000 + b"\n", b'" \n' * 21_000):
+        with pytest.raises(PermanentError):
+            summary_of(tmp_path, data=data)
+    assert time.perf_counter() - started < 10
+
+
+async def test_wide_and_repetitive_tables_through_the_api_and_a_worker(
+    make_settings, db_url, engine, pg
+) -> None:
+    """9,000 columns all named "a" are named in a blink; a table wider than MAX_COLUMNS fails at once,
+    saying why; a file of unclosed quotes ends in seconds, not minutes."""
+    settings = make_settings(worker_enabled=False)
+    user = await add_user(db_url, "wide@example.com")
+    headers = {"Authorization": f"Bearer {await add_token(db_url, user.id)}"}
+    files = {
+        "repeated": _table(9_000),
+        "too_wide": _table(reports.MAX_COLUMNS + 1, "x"),
+        "quotes": b'"\n' * 32_000,
+    }
+    ids = {}
+    async with app_client(settings) as client:
+        for key, data in files.items():
+            fid = await upload(engine, settings, user.id, data=data, name=f"{key}.csv")
+            resp = await client.post(
+                "/api/jobs", json={"type": "report.csv_check", "input_data": {"file": fid}}, headers=headers
+            )
+            assert resp.status_code == 201, resp.text
+            ids[key] = resp.json()["id"]
+    started = time.monotonic()
+    async with running_worker(settings):
+        rows = {k: await wait_status(pg, v, {"completed", "failed"}, timeout=60) for k, v in ids.items()}
+    assert time.monotonic() - started < 60
+    repeated = as_dict(rows["repeated"]["result_data"])
+    names = [c["name"] for c in repeated["columns"]]
+    assert len(names) == 9_000 and names[:2] == ["a", "a (2)"] and names[-1] == "a (9000)"
+    wide = rows["too_wide"]
+    assert wide["status"] == "failed" and wide["attempts"] == 1
+    assert "10,001 columns; CSV reports handle up to 10,000" in wide["error_message"]
+    assert rows["quotes"]["status"] == "failed" and rows["quotes"]["attempts"] == 1
+
+
+def test_dates_with_and_without_times_or_offsets_sort_together(tmp_path) -> None:
+    data = b"when,zoned\n2024-03-01,2024-03-01T10:00:00+02:00\n2024-02-28T23:30:00,2024-03-01T09:30:00\n"
+    cols = columns(summary_of(tmp_path, data=data))
+    assert cols["when"]["type"] == "date and time"
+    assert (cols["when"]["earliest"], cols["when"]["latest"]) == ("2024-02-28T23:30:00", "2024-03-01")
+    assert (cols["zoned"]["earliest"], cols["zoned"]["latest"]) == (
+        "2024-03-01T10:00:00+02:00",
+        "2024-03-01T09:30:00",
+    )

@@ -338,7 +338,7 @@ async def test_a_stale_worker_cannot_overwrite_a_rescued_job(
     run — proving the test can fail."""
     if not guarded:
         monkeypatch.setattr(
-            queue,
+            queue.outcomes,
             "COMPLETE_MANY",
             text(
                 queue.COMPLETE_MANY.text.replace(
@@ -460,7 +460,7 @@ async def test_cancel_and_completion_racing_have_exactly_one_winner(
     ended cancelled. Without the ``is_active`` guard, some runs accept the cancel yet end completed."""
     if not guarded:
         monkeypatch.setattr(
-            queue, "COMPLETE_MANY", text(queue.COMPLETE_MANY.text.replace("AND j.is_active", ""))
+            queue.outcomes, "COMPLETE_MANY", text(queue.COMPLETE_MANY.text.replace("AND j.is_active", ""))
         )
     from app.db import create_engine
 

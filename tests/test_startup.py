@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sys
-import types
 from typing import Any
 
 import pytest
 from webkit import app_client
 
+from app import server
 from app.db import head_revision
 from app.server import StartupRefused, create_app
 
@@ -84,9 +83,7 @@ class FakeWorker:
 
 @pytest.fixture
 def fake_worker_module(monkeypatch: pytest.MonkeyPatch) -> type[FakeWorker]:
-    module = types.ModuleType("app.worker.threaded")
-    module.start_in_thread = FakeWorker  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "app.worker.threaded", module)
+    monkeypatch.setattr(server, "start_in_thread", FakeWorker)
     FakeWorker.instances = []
     return FakeWorker
 
@@ -118,12 +115,3 @@ async def test_worker_disabled_starts_no_worker(
         assert c.app.state.worker is None
         assert "worker" not in (await c.get("/readyz")).json()["checks"]
     assert fake_worker_module.instances == []
-
-
-async def test_missing_worker_module_is_reported_not_fatal(
-    make_settings: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "app.worker.threaded", None)  # import raises ModuleNotFoundError
-    async with app_client(make_settings(worker_enabled=True)) as c:
-        assert c.app.state.worker is None
-        assert (await c.get("/healthz")).status_code == 200

@@ -1,5 +1,4 @@
-"""Sign-in, sign-out, sessions, bearer tokens, guards and CSRF through the HTTP app (issue 2 §7,
-issue 7 §7, case C21)."""
+"""Sign-in, sign-out, sessions, bearer tokens, guards and CSRF through the HTTP app (case C21)."""
 
 from __future__ import annotations
 

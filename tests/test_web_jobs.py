@@ -1,5 +1,4 @@
-"""The web UI for people who are not engineers (issue 6; issue 7 §2 and §7; issue 11 §1; cases C13,
-C19, C20): catalogue, generated forms and their validation, job and pipeline pages and their polled
+"""The web UI for people who are not engineers (cases C13, C19, C20): catalogue, generated forms and their validation, job and pipeline pages and their polled
 fragments, My jobs, actions, files and ownership. Server-side; the browser tests are in
 ``test_browser_ui.py``."""
 
@@ -103,7 +102,7 @@ def form_body(csrf_token: str, **fields: Any) -> dict[str, Any]:
     return {"_csrf_token": csrf_token, **fields}
 
 
-# --- catalogue (issue 6 §1) -----------------------------------------------------------------------------
+# --- catalogue ------------------------------------------------------------------------------------------
 
 
 async def test_catalogue_groups_types_and_templates_and_hides_diagnostics_from_non_admins(
@@ -128,7 +127,7 @@ async def test_catalogue_groups_types_and_templates_and_hides_diagnostics_from_n
     assert page.index("Testing") < page.index("Diagnostics")  # diagnostic groups come last
 
 
-# --- the generated form (issue 6 §2) -----------------------------------------------------------------------
+# --- the generated form ------------------------------------------------------------------------------------
 
 
 async def test_form_has_one_control_per_field_named_after_it_with_labels_help_defaults_and_marks(
@@ -436,7 +435,7 @@ async def test_a_failed_job_offers_edit_and_resubmit_with_the_form_filled_in(
     assert (await client.get(f"/jobs/new/test.form?from={uuid.uuid4()}")).status_code == 404
 
 
-# --- the job page and its fragment (issue 6 §3) -------------------------------------------------------------
+# --- the job page and its fragment --------------------------------------------------------------------------
 
 
 async def test_job_page_and_fragment_follow_the_job_from_waiting_to_done(
@@ -579,7 +578,7 @@ async def test_the_history_names_people_plainly(
     assert "It was cancelled by an administrator." in page
 
 
-# --- actions (issue 6 §3, issue 7 §2) ----------------------------------------------------------------------
+# --- actions -----------------------------------------------------------------------------------------------
 
 
 async def test_the_owner_cancels_in_place_and_a_second_cancel_says_nothing_changed(
@@ -746,7 +745,7 @@ async def test_approval_steps_from_the_pipeline_page_approve_reject_with_reason_
     assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", step) == "queued"
 
 
-# --- pipeline page (issue 6 §4) -----------------------------------------------------------------------------
+# --- pipeline page ------------------------------------------------------------------------------------------
 
 
 async def test_pipeline_page_shows_steps_in_dag_order_side_by_side_and_polls_until_finished(
@@ -855,7 +854,7 @@ async def test_pipeline_form_validation_and_resubmit(
     assert 'value="Mine"' in form and re.search(r'name="fail_right" value="true" checked', form)
 
 
-# --- My jobs (issue 6 §5) -------------------------------------------------------------------------------
+# --- My jobs --------------------------------------------------------------------------------------------
 
 
 async def test_my_jobs_lists_own_jobs_and_pipelines_newest_first_with_filters_and_older_pages(
@@ -1057,14 +1056,16 @@ async def test_negative_controls_the_escaping_and_ownership_checks_catch_a_leak(
     reaches the page and TagAudit sees its handler; without the owner check another user's job is shown."""
     from app.db import read_rows
     from app.web import jobs as web_jobs
+    from app.web.deps import parse_uuid
+    from app.web.job_page import JOB_STATUS
 
     ann = await add_user(db_url, "ann@example.com")
     jid = await enqueue(engine, settings, ann.id, title="<img src=x onerror=alert(1)>")
     await sign_in_as(client, db_url, "bob@example.com")
     assert (await client.get(f"/jobs/{jid}/status", headers=HX)).status_code == 404
 
-    async def no_owner_check(request: Any, job_id: Any, user: Any, query: Any = web_jobs.JOB_STATUS) -> Any:
-        rows = await read_rows(request.app.state.engine, query, {"id": web_jobs.parse_uuid(job_id)})
+    async def no_owner_check(request: Any, job_id: Any, user: Any, query: Any = JOB_STATUS) -> Any:
+        rows = await read_rows(request.app.state.engine, query, {"id": parse_uuid(job_id)})
         return rows[0]
 
     monkeypatch.setattr(web_jobs, "poll_row", no_owner_check)  # the polls' owner check
@@ -1085,7 +1086,7 @@ async def test_negative_controls_the_escaping_and_ownership_checks_catch_a_leak(
     assert "<img src=x onerror=alert(1)>" in html and tags.handlers == ["onerror"]
 
 
-# --- files (issue 6 §6) -----------------------------------------------------------------------------------
+# --- files ------------------------------------------------------------------------------------------------
 
 
 async def test_api_upload_and_downloads_with_safe_headers(
@@ -1130,7 +1131,7 @@ async def test_api_upload_and_downloads_with_safe_headers(
     assert await pg.fetchval("SELECT count(*) FROM files") == 1
 
 
-# --- every query a page or poll issues uses an index (issue 6 §8, case C17) -------------------------------
+# --- every query a page or poll issues uses an index ------------------------------------------------------
 
 BIG_TABLES = ("jobs", "pipelines", "job_events", "files", "job_dependencies")
 
@@ -1326,7 +1327,8 @@ def test_a_list_of_numbers_is_typed_with_commas_not_json() -> None:
     from zoneinfo import ZoneInfo
 
     from app.processors import registry
-    from app.web.forms import _convert, display_value, form_fields
+    from app.web.form_values import convert as _convert
+    from app.web.forms import display_value, form_fields
 
     sizes = next(f for f in form_fields(registry.get("images.thumbnail").input_model) if f.name == "sizes")
     assert sizes.kind == "integers"
@@ -1342,7 +1344,7 @@ def test_a_list_of_numbers_is_typed_with_commas_not_json() -> None:
 
 
 def test_results_show_lists_of_objects_as_tables_and_objects_as_fields() -> None:
-    from app.web.views import result_items
+    from app.web.display import result_items
 
     items = {
         it["label"]: it
@@ -1374,7 +1376,7 @@ def test_a_csv_summarys_columns_read_as_a_table_with_nested_values_in_words() ->
     """A first-time user's trial found the CSV summary's columns shown as raw JSON: 14 keys and nested
     ``top_values`` / ``histogram``. They are a table, nested values written out in words."""
     from app.processors.reports import summarise_column
-    from app.web.views import result_items
+    from app.web.display import result_items
 
     columns = [
         summarise_column("species", ["Adelie", "Adelie", "Gentoo", ""], 3, False),

@@ -1,4 +1,4 @@
-"""Pages, probes, headers and error handling of the web app (issue 2 §7–8, issue 7 §7, case C15)."""
+"""Pages, probes, headers and error handling of the web app (case C15)."""
 
 from __future__ import annotations
 

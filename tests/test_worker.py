@@ -201,12 +201,12 @@ async def test_a_lost_cancel_notification_does_not_lose_the_cancel(
 
         monkeypatch.setattr(queue, "cancel_requested", never)
         for name, returned in (("RENEW_LEASES", "id, is_active"), ("KEEP_LEASES", "jobs.id, jobs.is_active")):
-            statement = getattr(queue, name)
+            statement = getattr(queue.leases, name)
             patched = statement.text.replace(
                 f"RETURNING {returned}", f"RETURNING {returned.split(',')[0]}, true"
             )
             assert patched != statement.text
-            monkeypatch.setattr(queue, name, queue._sql(patched))
+            monkeypatch.setattr(queue.leases, name, queue._sql(patched))
     async with running_worker(settings) as worker:
         worker.listener.on_cancel = lambda payload: None  # the notification is lost
         job = await enqueue(engine, settings, owner, "sleep", {"seconds": 4})

@@ -104,6 +104,7 @@ def running_server(db_url: str, data_dir: Path, **env: str) -> Iterator[str]:
         DATABASE_URL=db_url,
         SECRET_KEY="browser-test-secret-key-0123456789abcdef",
         JOBDESK_DATA_DIR=str(data_dir),
+        JOBDESK_BASE_URL=f"http://127.0.0.1:{port}",
         WORKER_ENABLED="false",
         LOG_LEVEL="INFO",
     )

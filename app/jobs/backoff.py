@@ -1,10 +1,10 @@
 """Retry delays: a schedule of intervals or an exponential curve, with jitter, never overflowing.
 
-Seed 000 §6 gives the schedule (``JOB_RETRY_INTERVALS``, the last value repeating); seed 004 gives jitter
-(±30 %); issue 3 §5 allows per-type overrides (intervals, or an exponential base and cap). Case C05
-(river#1022 and friends): ``base * 2**attempt`` plus jitter must never raise, never go negative and never
-pass the cap, for any attempt count — so the exponent is bounded before it is computed, jitter is applied
-first, and the clamp to ``[0, cap]`` comes last.
+The default is a schedule (``JOB_RETRY_INTERVALS``, the last value repeating) with jitter (±30 %); a job
+type may override it (intervals, or an exponential base and cap). ``base * 2**attempt`` plus jitter must
+never raise, never go negative and never pass the cap, for any attempt count (other queues have shipped
+overflow bugs here, e.g. river#1022) — so the exponent is bounded before it is computed, jitter is
+applied first, and the clamp to ``[0, cap]`` comes last.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def retry_delay(policy: RetryPolicy, attempt: int, rand: Callable[[], float] = r
     """Seconds to wait after failed attempt ``attempt`` (1 = the first run failed).
 
     Always returns a finite float in ``[0, policy.effective_cap]``, for any integer ``attempt`` (0,
-    negative and 10**6 included) — never raises (case C05).
+    negative and 10**6 included) — never raises.
     """
     cap = policy.effective_cap
     n = max(int(attempt), 1) if isinstance(attempt, int) else 1

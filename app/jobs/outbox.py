@@ -24,7 +24,7 @@ _NUM = re.compile(r"\d+(?:\.\d+)?")
 
 
 def error_fingerprint(error: str | None) -> str:
-    """The error's first line with ids, hex and numbers blanked (issue 8 §4), at most 200 characters:
+    """The error's first line with ids, hex and numbers blanked, at most 200 characters:
     ``"timeout after 30s on 10.0.0.7"`` and ``"timeout after 31s on 10.0.0.9"`` group together."""
     first = (error or "").strip().splitlines()[0] if (error or "").strip() else ""
     first = _UUID.sub("<id>", first)
@@ -59,7 +59,7 @@ _MARKER = re.compile(r"…\[truncated, (\d+) bytes\]$")
 
 def error_size(error: str | None) -> int | None:
     """Bytes of the full error text: the size named by a ``…[truncated, N bytes]`` marker that
-    :func:`~app.jobs.payload.cap_text` left at its end, else the text's own UTF-8 size (case C13: an alert
+    :func:`~app.jobs.payload.cap_text` left at its end, else the text's own UTF-8 size (so an alert
     says how large the error really was even after two cuts)."""
     if error is None:
         return None
@@ -96,7 +96,7 @@ async def record_job_failures(conn: AsyncConnection, rows: Sequence[Any]) -> Non
 
 async def record_rescue_failures(conn: AsyncConnection, rows: Sequence[Any]) -> None:
     """One ``failed`` alert (marked ``worker_lost``) per standalone job the sweep failed because its
-    worker was lost on the last attempt (case C03); pipeline jobs alert through their pipeline."""
+    worker was lost on the last attempt; pipeline jobs alert through their pipeline."""
     await _insert(
         conn,
         [
@@ -121,7 +121,7 @@ FAILED_STEP = text(
 
 
 async def record_pipeline_failure(conn: AsyncConnection, pipeline: Any) -> None:
-    """One ``pipeline_failed`` alert naming the failed step (issue 8 §2)."""
+    """One ``pipeline_failed`` alert naming the failed step."""
     step = (await conn.execute(FAILED_STEP, {"id": pipeline["id"]})).mappings().first()
     payload = {
         "pipeline_id": str(pipeline["id"]),
@@ -152,15 +152,22 @@ async def record_admin_action(
     action: str,
     count: int,
     job_ids: Sequence[Any] = (),
+    target_type: str = "job",
+    targets: Sequence[Any] = (),
     outcome: str = "ok",
     detail: dict[str, Any] | None = None,
 ) -> None:
-    """One ``admin_action`` notice per browser action (one per bulk action, with its count)."""
+    """One ``admin_action`` notice per admin action (one per bulk action, with its count).
+    ``target_type`` names what was acted on (``job``, ``pipeline``, ``job_type``, ``user``,
+    ``schedule``) and ``targets`` which ones (the first 20 kept); ``job_ids`` are the jobs, linked in
+    the notice."""
     payload = {
         "admin": admin_email,
         "action": action,
         "count": count,
         "job_ids": [str(j) for j in list(job_ids)[:20]],
+        "target_type": target_type,
+        "targets": [str(t) for t in list(targets or job_ids)[:20]],
         "outcome": outcome,
         "detail": detail or {},
     }

@@ -1,8 +1,7 @@
 """Limits of job data: what may go into ``jsonb``/``text`` columns, and the one shared sanitiser.
 
-Cases C12 and C13: PostgreSQL ``jsonb`` and ``text`` cannot hold U+0000, and an unbounded error text or
-payload can make the very write that records a job's outcome fail — so the job never finishes. Rules
-(issue 3 §10):
+PostgreSQL ``jsonb`` and ``text`` cannot hold U+0000, and an unbounded error text or payload can make
+the very write that records a job's outcome fail — so the job never finishes. Rules:
 
 * input is checked before insert: a NUL anywhere (value or key, at any depth) → 422 naming the field path
   (``input_data.items[2].name``); non-finite numbers and absurd nesting → 422; more than
@@ -24,9 +23,9 @@ from app.errors import BadInput, TooLarge, format_bytes
 NUL = "\x00"
 REPLACEMENT = "\ufffd"
 ERROR_CAP_BYTES = 64 * 1024
-"""``error_message`` is cut to this many UTF-8 bytes (case C13)."""
+"""``error_message`` is cut to this many UTF-8 bytes."""
 RESULT_CAP_BYTES = 4 * 1024 * 1024
-"""A ``result_data`` larger than this is replaced by a note saying so (case C13)."""
+"""A ``result_data`` larger than this is replaced by a note saying so."""
 MAX_DEPTH = 64
 """Deepest nesting accepted in ``input_data``."""
 
@@ -79,8 +78,8 @@ def check_input(input_data: Any, max_bytes: int, *, field: str = "input_data") -
 
     Raises:
         BadInput: not an object, a NUL character, a non-finite number, or nesting deeper than
-            :data:`MAX_DEPTH`; the message and ``errors`` name the field path (case C12).
-        TooLarge: the JSON text is larger than ``max_bytes`` (``JOB_MAX_INPUT_BYTES``, case C13).
+            :data:`MAX_DEPTH`; the message and ``errors`` name the field path.
+        TooLarge: the JSON text is larger than ``max_bytes`` (``JOB_MAX_INPUT_BYTES``).
     """
     if not isinstance(input_data, dict):
         raise BadInput.field(field, "must be a JSON object")

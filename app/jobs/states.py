@@ -1,12 +1,13 @@
 """The job state machine's rules: statuses, allowed transitions and who may cause each.
 
-Pure data, no I/O. :mod:`app.jobs.queue` is the only module that applies these rules to the database
-(issue 3 §1), and every SQL statement there is a compare-and-set on the ``from`` status listed here. The
-UI also uses :func:`can` to decide which buttons to show.
+Pure data, no I/O. The queue package (:mod:`app.jobs.queue`) is the only code that applies these rules
+to the database, and every SQL statement there is a compare-and-set on the ``from`` status listed here.
+The UI also uses :func:`can` to decide which buttons to show.
 
-Statuses come from seed 000 §3 (``queued``, ``in_progress``, ``completed``, ``failed``, ``cancelled``,
-``waiting_approval``). A job waiting for earlier pipeline steps or for its ``run_at`` stays ``queued``
-(issue 2 §5); the UI words it "Waiting for earlier steps" / "Scheduled".
+The statuses are ``queued``, ``in_progress``, ``completed``, ``failed``, ``cancelled`` and
+``waiting_approval`` (the names the API and the database use). A job waiting for earlier pipeline steps
+or for its ``run_at`` stays ``queued``: a separate status would be one more transition to race on; the
+UI words it "Waiting for earlier steps" / "Scheduled".
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ class Status(StrEnum):
     COMPLETED = "completed"  #: terminal: the processor succeeded (or an admin approved its result)
     FAILED = "failed"  #: terminal: attempts exhausted, permanent error, or rejected; admins may retry
     CANCELLED = "cancelled"  #: terminal: cancelled by a person, or because an upstream step cannot complete
-    WAITING_APPROVAL = "waiting_approval"  #: ran; its result waits for an admin's decision (issue 5 §5)
+    WAITING_APPROVAL = "waiting_approval"  #: ran; its result waits for an admin's decision
 
 
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
@@ -66,7 +67,7 @@ TRANSITIONS: dict[tuple[Status, Status], tuple[frozenset[Actor], str]] = {
     (Status.FAILED, Status.QUEUED): (frozenset({Actor.ADMIN}), "manual retry with a fresh attempt budget"),
     (Status.CANCELLED, Status.QUEUED): (
         frozenset({Actor.SYSTEM}),
-        "re-opened because the upstream job that cancelled it was retried (case C08)",
+        "re-opened because the upstream job that cancelled it was retried",
     ),
 }
 
@@ -93,7 +94,7 @@ def is_terminal(status: str) -> bool:
     return status in TERMINAL
 
 
-# Plain words for people (issue 6 §3). ``Cancelling`` and ``Scheduled``/``Waiting for earlier steps``
+# Plain words for people. ``Cancelling`` and ``Scheduled``/``Waiting for earlier steps``
 # are derived from other columns; see :func:`label`.
 LABELS = {
     Status.QUEUED: "Waiting",

@@ -1,8 +1,7 @@
-"""Job types: the processor registry, the context a processor gets, and what it may return.
+"""Job types: the processor API — registering a processor, the context it gets, and what it may return.
 
-Seed 000 §8 (a processor per ``job.type``, stateless, input from ``input_data``, output to
-``result_data``, optional next jobs) and issue 4 §1. Adding a job type is one module plus one line in
-:data:`PROCESSOR_MODULES`::
+A processor per ``job.type``, stateless: input from ``input_data``, output to ``result_data``, optionally
+next jobs. Adding a job type is one module plus one line in :data:`PROCESSOR_MODULES`::
 
     # app/processors/greeting.py
     from app.processors import Input, JobContext, processor
@@ -17,32 +16,69 @@ Seed 000 §8 (a processor per ``job.type``, stateless, input from ``input_data``
 
 A processor is ``async def f(ctx) -> dict | Result | None``. One marked ``cpu_bound=True`` is instead a
 plain ``def f(ctx: CpuContext) -> dict | Result | None``, run in a separate process so that the event
-loop serving pages and renewing leases never stalls (issue 4 §1). Raise :class:`PermanentError` for a
+loop serving pages and renewing leases never stalls. Raise :class:`PermanentError` for a
 failure that retrying cannot fix (bad input, a 4xx from a service); any other exception is a failed
 attempt that is retried with backoff while attempts remain.
+
+The registry, :class:`Input`, :class:`NextJob`, :class:`PermanentError` and the input checks live in
+:mod:`app.jobs.types` (the queue needs them to validate jobs) and are re-exported here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
-import threading
+import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
-from app.errors import BadInput
 from app.jobs.backoff import RetryPolicy
+from app.jobs.types import (
+    EmptyInput,
+    Input,
+    InputModel,
+    NextJob,
+    PermanentError,
+    ProcessorSpec,
+    Registry,
+    registry,
+    validation_error,
+    widget_of,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from app.settings import Settings
+
+__all__ = [
+    "PROCESSOR_MODULES",
+    "CpuContext",
+    "EmptyInput",
+    "FileId",
+    "FileIds",
+    "Input",
+    "InputModel",
+    "JobCancelled",
+    "JobContext",
+    "LongText",
+    "NextJob",
+    "OutputFile",
+    "PermanentError",
+    "ProcessorSpec",
+    "Registry",
+    "Result",
+    "RetryableError",
+    "processor",
+    "registry",
+    "validation_error",
+    "widget_of",
+]
 
 PROCESSOR_MODULES: list[str] = [
     "app.processors.builtin",
@@ -50,26 +86,12 @@ PROCESSOR_MODULES: list[str] = [
     "app.processors.email_send",
     "app.processors.images",
     "app.processors.reports",
-    "app.processors.templates",
+    "app.processors.pipeline_templates",
 ]
 """Modules that register job types when imported. Add one line per new module."""
 
 
 # --- input schemas ------------------------------------------------------------------------------
-
-
-class Input(BaseModel):
-    """Base class of every processor's input schema; unknown fields are refused (a typo is an error).
-
-    Field ``title``/``description``/default drive the generated web form (issue 6 §2). Use the
-    annotated types below for form widgets that a plain type cannot express.
-    """
-
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
-
-
-class EmptyInput(Input):
-    """For job types that take no input."""
 
 
 LongText = Annotated[str, Field(json_schema_extra={"widget": "textarea"})]
@@ -80,39 +102,7 @@ FileIds = Annotated[list[uuid.UUID], Field(json_schema_extra={"widget": "files"}
 """Several uploaded files' ids: rendered as a multiple file picker."""
 
 
-def widget_of(schema: Any) -> str | None:
-    """The ``widget`` hint (``"textarea"``, ``"file"``, ``"files"``) of a field's JSON schema, also when it
-    is nested in ``anyOf``/``oneOf``/``allOf`` (an optional ``FileId | None`` field)."""
-    if isinstance(schema, dict):
-        if isinstance(schema.get("widget"), str):
-            return schema["widget"]
-        for key in ("anyOf", "oneOf", "allOf"):
-            for sub in schema.get(key) or []:
-                found = widget_of(sub)
-                if found:
-                    return found
-    return None
-
-
 # --- results ------------------------------------------------------------------------------------
-
-
-@dataclass
-class NextJob:
-    """A job a processor asks to create when it completes (seed 000 §8; issue 5 §2).
-
-    It joins the pipeline of the creating job (one is created if there is none) and belongs to the
-    creating job's owner (case C20). ``depends_on`` holds ``key`` values of other next jobs from the
-    same result and/or ids of jobs already in the pipeline; the graph is checked for cycles (case C09).
-    """
-
-    type: str
-    input_data: dict[str, Any] = field(default_factory=dict)
-    key: str | None = None
-    depends_on: list[str | uuid.UUID] = field(default_factory=list)
-    requires_approval: bool = False
-    title: str | None = None
-    priority: int = 0
 
 
 @dataclass
@@ -135,10 +125,6 @@ class Result:
     files: list[OutputFile] = field(default_factory=list)
 
 
-class PermanentError(Exception):
-    """Fail the job now, without retries (issue 3 §4): the input is wrong, or a service said no (4xx)."""
-
-
 class RetryableError(Exception):
     """A failed attempt worth retrying whose message is written for people (a service is down, a
     timeout): stored as the message alone, without the exception's class name or a traceback."""
@@ -155,7 +141,7 @@ InputT = TypeVar("InputT", bound=Input)
 
 
 class JobContext(Generic[InputT]):
-    """What an async processor gets (issue 4 §1).
+    """What an async processor gets.
 
     Attributes: ``job`` (the claimed row: ``id``, ``type``, ``attempts``, ``max_attempts``, ``user_id``,
     ``pipeline_id``, ``step_key``, ``input_data``…), ``input`` (the validated input model), ``attempt``
@@ -256,8 +242,6 @@ class CpuContext:
     def report_progress(self, fraction: float | None, message: str | None = None) -> None:
         """Report progress (``fraction`` in 0..1) to the job page from the processor's process; sent to
         the worker at most every 0.2 s (later reports replace earlier ones)."""
-        import time
-
         global _cpu_progress_at
         if _cpu_progress is None:
             return
@@ -278,104 +262,7 @@ def _set_cpu_progress(send: Callable[[float | None, str | None], None] | None) -
     _cpu_progress = send
 
 
-# --- registry -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ProcessorSpec:
-    """A registered job type. ``timeout`` is seconds per attempt (``None``: ``JOB_DEFAULT_TIMEOUT_SECS``);
-    ``max_attempts``/``retry`` override the global retry settings; ``diagnostic`` types are shown only to
-    admins (issue 6 §1); ``group`` groups the catalogue."""
-
-    type: str
-    title: str
-    description: str
-    input_model: type[Input]
-    func: Callable[..., Any]
-    cpu_bound: bool = False
-    timeout: float | None = None
-    max_attempts: int | None = None
-    retry: RetryPolicy | None = None
-    diagnostic: bool = False
-    group: str = "General"
-
-    def validate_input(self, data: dict[str, Any], *, field_prefix: str = "input_data") -> dict[str, Any]:
-        """Validate ``data`` against the input schema; return it normalised (defaults filled, JSON types).
-
-        Raises:
-            BadInput: one entry per bad field, keyed ``input_data.<field path>``.
-        """
-        try:
-            model = self.input_model.model_validate(data)
-        except ValidationError as exc:
-            raise validation_error(exc, field_prefix) from None
-        return model.model_dump(mode="json")
-
-    def parse_input(self, data: dict[str, Any]) -> Input:
-        return self.input_model.model_validate(data)
-
-
-def validation_error(exc: ValidationError, prefix: str) -> BadInput:
-    """A pydantic ``ValidationError`` as :class:`BadInput` with dotted field paths under ``prefix``."""
-    errors: dict[str, str] = {}
-    for err in exc.errors():
-        path = prefix
-        for part in err["loc"]:
-            path = f"{path}[{part}]" if isinstance(part, int) else f"{path}.{part}"
-        message = err["msg"]
-        if err["type"] == "extra_forbidden":
-            message = "is not a field of this job type"
-        elif err["type"] == "missing":
-            message = "is required"
-        errors.setdefault(path, message[0].lower() + message[1:] if message else message)
-    first_path, first_msg = next(iter(errors.items()))
-    return BadInput(f"{first_path}: {first_msg}", errors=errors)
-
-
-class Registry:
-    """Job types by name. Modules in :data:`PROCESSOR_MODULES` are imported on first use."""
-
-    def __init__(self) -> None:
-        self._specs: dict[str, ProcessorSpec] = {}
-        self._loaded = False
-        self._lock = threading.Lock()
-
-    def register(self, spec: ProcessorSpec) -> None:
-        existing = self._specs.get(spec.type)
-        if existing is not None and existing.func is not spec.func:
-            raise ValueError(f"job type {spec.type!r} is registered twice")
-        self._specs[spec.type] = spec
-
-    def _load(self) -> None:
-        if self._loaded:
-            return
-        with self._lock:
-            if not self._loaded:
-                for module in [*PROCESSOR_MODULES, *_extra_modules()]:
-                    importlib.import_module(module)
-                self._loaded = True
-
-    def get(self, type_: str) -> ProcessorSpec | None:
-        self._load()
-        return self._specs.get(type_)
-
-    def names(self) -> list[str]:
-        self._load()
-        return list(self._specs)
-
-    def all(self) -> list[ProcessorSpec]:
-        self._load()
-        return list(self._specs.values())
-
-
-def _extra_modules() -> list[str]:
-    """``JOBDESK_PROCESSOR_MODULES``: modules with your own job types, loaded without editing Jobdesk."""
-    import os
-
-    return [m.strip() for m in os.environ.get("JOBDESK_PROCESSOR_MODULES", "").split(",") if m.strip()]
-
-
-registry = Registry()
+# --- registering ------------------------------------------------------------------------------
 
 
 def processor(
@@ -383,7 +270,7 @@ def processor(
     *,
     title: str,
     description: str,
-    input: type[Input] = EmptyInput,
+    input: InputModel = EmptyInput,
     cpu_bound: bool = False,
     timeout: float | None = None,
     max_attempts: int | None = None,
@@ -393,17 +280,21 @@ def processor(
     jitter: float | None = None,
     diagnostic: bool = False,
     group: str = "General",
+    next_types: Sequence[str] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the processor of job type ``type``.
 
     ``retry_intervals`` (seconds) or ``backoff_base``/``backoff_cap`` (seconds, exponential) override
-    ``JOB_RETRY_INTERVALS`` for this type (issue 3 §5). ``timeout`` is seconds per attempt.
+    ``JOB_RETRY_INTERVALS`` for this type. ``timeout`` is seconds per attempt. ``next_types`` names the
+    diagnostic or internal types its processor returns as next jobs for owners who could not submit
+    them directly (see :func:`app.jobs.types.may_create_next`).
 
     Raises:
         TypeError: an async function marked ``cpu_bound``, or a plain one not marked.
         ValueError: the type is already registered.
     """
 
+    # Long only by its keyword list and the nested decorator that turns them into one ProcessorSpec.
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         is_async = inspect.iscoroutinefunction(func)
         if cpu_bound and is_async:
@@ -433,6 +324,7 @@ def processor(
                 retry=policy,
                 diagnostic=diagnostic,
                 group=group,
+                next_types=tuple(next_types),
             )
         )
         return func

@@ -1,4 +1,4 @@
-"""``email.send``: send a plain-text email over SMTP (issue 9 §2), with aiosmtplib.
+"""``email.send``: send a plain-text email over SMTP, with aiosmtplib.
 
 The server comes from ``SMTP_HOST``, ``SMTP_PORT``, ``SMTP_USERNAME``/``SMTP_PASSWORD`` (login when
 set), ``SMTP_STARTTLS`` (upgrade the connection with STARTTLS; port 465 uses TLS from the start instead)
@@ -10,15 +10,27 @@ refused the others still get the message and the result lists the refusals. The 
 on every attempt (``<jobdesk.<job id>@…>``), so a receiving system can drop a duplicate from a retried
 attempt (jobs run at least once).
 
-``jobdesk demo`` (issue 9 §4): when no ``SMTP_HOST`` is set, the demo starts a mail server on loopback
-for the one email job it submits and writes its address to ``JOBDESK_DATA_DIR/demo-mail/<job id>.json``.
-A job with such a file (and only that job) is sent there; nothing else uses it.
+Headers: every address is exactly one mailbox as the email package reads it (no second address hidden in
+a display name, no group), and every header text — subject, display names, reply-to — is one line: no
+line separator of any kind (those :meth:`str.splitlines` knows, U+2028/U+2029, NEL), no control
+character, neither as typed nor after the email package decodes ``=?…?=`` encoded words. The input is
+checked at submission (422 naming the field) and again when the job runs; the message is built from the
+parsed addresses, never by parsing the strings again, and is checked once more as it will be sent.
+
+``jobdesk demo``: when no ``SMTP_HOST`` is set, the demo starts a mail server on loopback for the one
+email job it submits and writes its address to ``JOBDESK_DATA_DIR/demo-mail/<job id>.json``. A job with
+such a file (and only that job) is sent there; nothing else uses it.
 """
 
 from __future__ import annotations
 
+import email
 import json
 import re
+import unicodedata
+from email import policy
+from email.errors import HeaderParseError
+from email.headerregistry import Address
 from email.message import EmailMessage
 from email.utils import formatdate
 from pathlib import Path
@@ -26,28 +38,89 @@ from typing import Any
 
 import aiosmtplib
 from pydantic import Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from app.processors import Input, JobContext, LongText, PermanentError, RetryableError, processor
-from app.processors.support import invalid
+from app.processors.inputs import invalid
 
-ADDRESS = re.compile(
-    r"^(?:(?P<name>[^<>\r\n\"]*?)\s*<(?P<addr>[^<>\s@]+@[A-Za-z0-9.-]+)>|(?P<bare>[^<>\s@\"]+@[A-Za-z0-9.-]+))$"
+ADDR_SPEC = re.compile(
+    r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*$"
 )
+"""An address as SMTP carries it everywhere: a dot-atom local part and an ASCII domain."""
+NOT_ONE_LINE = frozenset({"Cc", "Cs", "Zl", "Zp"})
+"""Unicode categories a header text may not hold: control characters (C0, DEL, C1 with NEL), lone
+surrogates, and the line and paragraph separators. A tab is allowed."""
+MAX_ADDRESS_CHARS = 320
 SEND_TIMEOUT_SECS = 30
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 DEMO_DIR = "demo-mail"
 
 
-def address_of(value: str) -> str:
-    """The bare address of ``ann@example.com`` or ``Ann <ann@example.com>``.
+def _describe(ch: str) -> str:
+    name = unicodedata.name(ch, "")
+    kind = (
+        "a line break" if ch in "\n\r" or unicodedata.category(ch) in ("Zl", "Zp") else "a control character"
+    )
+    return f"{kind} (U+{ord(ch):04X}{' ' + name if name else ''})"
+
+
+def one_line(value: str, what: str = "") -> str:
+    """``value`` when it is one line of text (see :data:`NOT_ONE_LINE`).
 
     Raises:
-        PydanticCustomError: anything else (also line breaks, which would inject headers).
+        PydanticCustomError: it is not; the message names the first offending character.
     """
-    m = ADDRESS.match(value.strip())
-    if not m or len(value) > 320:
-        raise invalid(f"{value.strip()[:80]!r} is not an email address like ann@example.com")
-    return m.group("addr") or m.group("bare")
+    for ch in value:
+        if ch != "\t" and unicodedata.category(ch) in NOT_ONE_LINE:
+            raise invalid(f"{what}must be one line of plain text: it contains {_describe(ch)}")
+    return value
+
+
+def mailbox(value: str) -> Address:
+    """The one mailbox ``value`` names: ``ann@example.com``, ``Ann Smith <ann@example.com>`` or
+    ``"Smith, Ann" <ann@example.com>``, read as the email package reads a To: header.
+
+    Raises:
+        PydanticCustomError: more than one address, a group, not an address, a line break or control
+            character (also one hidden in an encoded word).
+    """
+    shown = repr(value.strip()[:80])
+    one_line(value, f"{shown} is not an email address: it ")
+    text = value.strip()
+    if not text or len(text) > MAX_ADDRESS_CHARS:
+        raise invalid(f"{shown} is not an email address like ann@example.com")
+    try:
+        header = policy.default.header_factory("to", text)
+        groups, addresses, defects = header.groups, header.addresses, header.defects
+    except (HeaderParseError, ValueError, IndexError, TypeError):
+        raise invalid(f"{shown} is not an email address like ann@example.com") from None
+    if any(group.display_name is not None for group in groups):
+        raise invalid(f"{shown} is a group of addresses; give each address on its own")
+    if len(addresses) > 1:
+        raise invalid(
+            f"{shown} holds {len(addresses)} addresses; give each address on its own (a name with a comma "
+            'goes in quotes: "Smith, Ann" <ann@example.com>)'
+        )
+    if defects or not addresses or not ADDR_SPEC.match(addresses[0].addr_spec):
+        raise invalid(f"{shown} is not an email address like ann@example.com")
+    found = addresses[0]
+    one_line(found.display_name, f"the name in {shown} ")
+    return Address(display_name=found.display_name, addr_spec=found.addr_spec)
+
+
+def address_of(value: str) -> str:
+    """The bare address of ``ann@example.com`` or ``Ann <ann@example.com>`` (see :func:`mailbox`)."""
+    return mailbox(value).addr_spec
+
+
+def _subject(value: str) -> str:
+    one_line(value)
+    try:
+        decoded = str(policy.default.header_factory("subject", value))
+    except (HeaderParseError, ValueError, IndexError, TypeError):
+        raise invalid("is not a subject the email package can read") from None
+    one_line(decoded, "as read by email programs (=?…?= decoded), it ")
+    return value
 
 
 class EmailInput(Input):
@@ -71,25 +144,20 @@ class EmailInput(Input):
     @field_validator("to", "cc")
     @classmethod
     def _check_list(cls, value: list[str]) -> list[str]:
-        for v in value:
-            address_of(v)
-        return [v.strip() for v in value]
+        return [str(mailbox(v)) for v in value]
 
     @field_validator("reply_to")
     @classmethod
     def _check_reply_to(cls, value: str) -> str:
-        if value.strip():
-            address_of(value)
-        return value.strip()
+        return str(mailbox(value)) if value.strip() else ""
 
     @field_validator("subject")
     @classmethod
     def _check_subject(cls, value: str) -> str:
-        if "\n" in value or "\r" in value:
-            raise invalid("must be one line")
+        one_line(value)
         if not value.strip():
             raise invalid("is required")
-        return value.strip()
+        return _subject(value.strip())
 
 
 class TemporaryMailError(RetryableError):
@@ -107,25 +175,137 @@ def demo_server(data_dir: Path, job_id: Any) -> tuple[str, int] | None:
     return (host, port) if host in LOOPBACK and 0 < port < 65536 else None
 
 
-def build_message(inp: EmailInput, sender: str, job_id: Any) -> EmailMessage:
-    """The message as sent; its Message-ID is stable across attempts of one job."""
+def _worker_mailbox(value: str, what: str) -> Address:
+    """:func:`mailbox` when the job runs: a permanent failure instead of a validation error."""
+    try:
+        return mailbox(value)
+    except PydanticCustomError as exc:
+        raise PermanentError(f"{what}: {exc.message()}") from None
+
+
+def build_message(inp: EmailInput, sender: str, job_id: Any) -> tuple[EmailMessage, list[str]]:
+    """The message as sent and its envelope recipients. Headers are set from parsed addresses, never
+    from strings the email package would parse again; the Message-ID is stable across attempts.
+
+    Raises:
+        PermanentError: ``SMTP_FROM`` or an input header is not valid (see the module docstring), or the
+            message does not read back with exactly the headers and recipients it was built with.
+    """
+    from_ = _worker_mailbox(sender, "SMTP_FROM")
+    to = [_worker_mailbox(v, "To") for v in inp.to]
+    cc = [_worker_mailbox(v, "Copy to (Cc)") for v in inp.cc]
+    try:
+        subject = _subject(inp.subject)
+    except PydanticCustomError as exc:
+        raise PermanentError(f"Subject: {exc.message()}") from None
     msg = EmailMessage()
-    msg["From"] = sender
-    msg["To"] = ", ".join(inp.to)
-    if inp.cc:
-        msg["Cc"] = ", ".join(inp.cc)
+    msg["From"] = from_
+    msg["To"] = to
+    if cc:
+        msg["Cc"] = cc
     if inp.reply_to:
-        msg["Reply-To"] = inp.reply_to
-    msg["Subject"] = inp.subject
+        msg["Reply-To"] = _worker_mailbox(inp.reply_to, "Reply to")
+    msg["Subject"] = subject
     msg["Date"] = formatdate(localtime=False)
-    domain = address_of(sender).rpartition("@")[2] if ADDRESS.match(sender.strip()) else "jobdesk"
-    msg["Message-ID"] = f"<jobdesk.{job_id}@{domain}>"
+    msg["Message-ID"] = f"<jobdesk.{job_id}@{from_.domain}>"
     msg.set_content(inp.body)
-    return msg
+    recipients = [a.addr_spec for a in [*to, *cc]]
+    _check_as_sent(msg, recipients)
+    return msg, recipients
+
+
+def _check_as_sent(msg: EmailMessage, recipients: list[str]) -> None:
+    """Read the message back as a receiver would: the same header names and the same recipients.
+
+    Raises:
+        PermanentError: it cannot be written out, or reads back differently.
+    """
+    try:
+        raw = msg.as_bytes()
+    except (ValueError, TypeError, UnicodeError, HeaderParseError) as exc:
+        raise PermanentError(f"The message cannot be written out: {exc}") from None
+    sent = email.message_from_bytes(raw, policy=policy.default)
+    names = [k.lower() for k in msg.keys()]
+    seen = [
+        a.addr_spec for name in ("To", "Cc") for header in sent.get_all(name, []) for a in header.addresses
+    ]
+    if [k.lower() for k in sent.keys()] != names or seen != recipients:
+        raise PermanentError("The message's headers do not read back as they were written; it was not sent.")
 
 
 def _code_text(code: int, message: str) -> str:
     return f"{code} {' '.join(str(message).split())}".strip()
+
+
+def _login_needed(server: str, exc: aiosmtplib.SMTPResponseException) -> PermanentError:
+    return PermanentError(
+        f"The mail server {server} requires a login: set SMTP_USERNAME and SMTP_PASSWORD "
+        f"({_code_text(exc.code, exc.message)})."
+    )
+
+
+def _failure(exc: Exception, server: str) -> Exception:
+    """The job's failure for an error of :func:`aiosmtplib.send` (see the module docstring)."""
+    if isinstance(exc, aiosmtplib.SMTPRecipientsRefused):
+        details = "; ".join(f"{r.recipient}: {_code_text(r.code, r.message)}" for r in exc.recipients)
+        if any(400 <= r.code < 500 for r in exc.recipients):
+            return TemporaryMailError(f"The mail server {server} asked to try later: {details}")
+        return PermanentError(f"The mail server {server} refused every recipient: {details}")
+    if isinstance(exc, aiosmtplib.SMTPAuthenticationError):
+        return PermanentError(
+            f"The mail server {server} did not accept the login (SMTP_USERNAME / SMTP_PASSWORD): "
+            f"{_code_text(exc.code, exc.message)}"
+        )
+    if isinstance(
+        exc, aiosmtplib.SMTPConnectError | aiosmtplib.SMTPTimeoutError | aiosmtplib.SMTPServerDisconnected
+    ):
+        return TemporaryMailError(f"Could not reach the mail server {server}: {exc}")
+    if isinstance(exc, aiosmtplib.SMTPResponseException):
+        return _answer_failure(exc, server)
+    text = str(exc)
+    unsupported = "not supported" in text or "authentication method" in text
+    if isinstance(exc, aiosmtplib.SMTPNotSupported) or (
+        isinstance(exc, aiosmtplib.SMTPException) and unsupported
+    ):
+        return PermanentError(
+            f"The mail server {server} cannot do what the settings ask: {text} "
+            "Check SMTP_STARTTLS, SMTP_PORT, SMTP_USERNAME and SMTP_PASSWORD."
+        )
+    return TemporaryMailError(f"Sending through {server} failed: {exc}")
+
+
+def _answer_failure(exc: aiosmtplib.SMTPResponseException, server: str) -> Exception:
+    """An answer the server gave: 530 asks for a login; a refused sender is retried on 4xx; another
+    answer is permanent from 500 on and retried below."""
+    said = _code_text(exc.code, exc.message)
+    if exc.code == 530:
+        return _login_needed(server, exc)
+    if isinstance(exc, aiosmtplib.SMTPSenderRefused):
+        if 400 <= exc.code < 500:
+            return TemporaryMailError(f"The mail server {server} asked to try later: {said}")
+        return PermanentError(f"The mail server {server} refused the sender {exc.sender} (SMTP_FROM): {said}")
+    if exc.code >= 500:
+        return PermanentError(f"The mail server {server} refused the message: {said}")
+    return TemporaryMailError(f"The mail server {server} answered {said}")
+
+
+def _server(ctx: JobContext[EmailInput]) -> tuple[str, int, bool, str | None, str | None, str | None]:
+    """``(host, port, starttls, username, password, note)`` of the mail server for this job.
+
+    Raises:
+        PermanentError: no ``SMTP_HOST`` and no demo server for this job.
+    """
+    s = ctx.settings
+    if s.smtp_host:
+        return s.smtp_host, s.smtp_port, s.smtp_starttls, s.smtp_username, s.smtp_password, None
+    demo = demo_server(s.data_dir, ctx.job["id"])
+    if demo is None:
+        raise PermanentError(
+            "Email is not set up on this Jobdesk: an administrator needs to set SMTP_HOST "
+            "(and usually SMTP_PORT, SMTP_USERNAME, SMTP_PASSWORD and SMTP_FROM)."
+        )
+    note = "Delivered to the local mail server started by `jobdesk demo` (no SMTP_HOST is set)."
+    return demo[0], demo[1], False, None, None, note
 
 
 @processor(
@@ -141,35 +321,21 @@ async def send_email(ctx: JobContext[EmailInput]) -> dict[str, Any]:
     server_answer, note?}``.
 
     Raises:
-        PermanentError: no ``SMTP_HOST``; a 5xx answer (every recipient refused, sender refused, login
-            refused); the server lacks something the settings require (STARTTLS, AUTH).
+        PermanentError: no ``SMTP_HOST``; a header that is not valid; a 5xx answer (every recipient
+            refused, sender refused, login refused); the server lacks something the settings require
+            (STARTTLS, AUTH).
         TemporaryMailError: unreachable server, timeout, disconnect, a 4xx answer (retried).
     """
-    s = ctx.settings
     inp = ctx.input
-    note = None
-    username, password = s.smtp_username, s.smtp_password
-    if s.smtp_host:
-        host, port, starttls = s.smtp_host, s.smtp_port, s.smtp_starttls
-    else:
-        demo = demo_server(s.data_dir, ctx.job["id"])
-        if demo is None:
-            raise PermanentError(
-                "Email is not set up on this Jobdesk: an administrator needs to set SMTP_HOST "
-                "(and usually SMTP_PORT, SMTP_USERNAME, SMTP_PASSWORD and SMTP_FROM)."
-            )
-        host, port, starttls = demo[0], demo[1], False
-        username = password = None
-        note = "Delivered to the local mail server started by `jobdesk demo` (no SMTP_HOST is set)."
-    message = build_message(inp, s.smtp_from, ctx.job["id"])
-    recipients = [address_of(a) for a in [*inp.to, *inp.cc]]
+    host, port, starttls, username, password, note = _server(ctx)
+    message, recipients = build_message(inp, ctx.settings.smtp_from, ctx.job["id"])
     server = f"{host}:{port}"
     implicit_tls = port == 465 and not starttls
     await ctx.report_progress(0.2, f"Connecting to the mail server {server}")
     try:
         refused, answer = await aiosmtplib.send(
             message,
-            sender=address_of(s.smtp_from) if ADDRESS.match(s.smtp_from.strip()) else s.smtp_from,
+            sender=message["From"].addresses[0].addr_spec,
             recipients=recipients,
             hostname=host,
             port=port,
@@ -179,63 +345,8 @@ async def send_email(ctx: JobContext[EmailInput]) -> dict[str, Any]:
             use_tls=implicit_tls,
             timeout=SEND_TIMEOUT_SECS,
         )
-    except aiosmtplib.SMTPRecipientsRefused as exc:
-        details = "; ".join(f"{r.recipient}: {_code_text(r.code, r.message)}" for r in exc.recipients)
-        if any(400 <= r.code < 500 for r in exc.recipients):
-            raise TemporaryMailError(f"The mail server {server} asked to try later: {details}") from None
-        raise PermanentError(f"The mail server {server} refused every recipient: {details}") from None
-    except aiosmtplib.SMTPAuthenticationError as exc:
-        raise PermanentError(
-            f"The mail server {server} did not accept the login (SMTP_USERNAME / SMTP_PASSWORD): "
-            f"{_code_text(exc.code, exc.message)}"
-        ) from None
-    except aiosmtplib.SMTPSenderRefused as exc:
-        if exc.code == 530:
-            raise PermanentError(
-                f"The mail server {server} requires a login: set SMTP_USERNAME and SMTP_PASSWORD "
-                f"({_code_text(exc.code, exc.message)})."
-            ) from None
-        if 400 <= exc.code < 500:
-            raise TemporaryMailError(
-                f"The mail server {server} asked to try later: {_code_text(exc.code, exc.message)}"
-            ) from None
-        raise PermanentError(
-            f"The mail server {server} refused the sender {exc.sender} (SMTP_FROM): "
-            f"{_code_text(exc.code, exc.message)}"
-        ) from None
-    except (
-        aiosmtplib.SMTPConnectError,
-        aiosmtplib.SMTPTimeoutError,
-        aiosmtplib.SMTPServerDisconnected,
-    ) as exc:
-        raise TemporaryMailError(f"Could not reach the mail server {server}: {exc}") from None
-    except aiosmtplib.SMTPResponseException as exc:
-        if exc.code == 530:
-            raise PermanentError(
-                f"The mail server {server} requires a login: set SMTP_USERNAME and SMTP_PASSWORD "
-                f"({_code_text(exc.code, exc.message)})."
-            ) from None
-        if exc.code >= 500:
-            raise PermanentError(
-                f"The mail server {server} refused the message: {_code_text(exc.code, exc.message)}"
-            ) from None
-        raise TemporaryMailError(
-            f"The mail server {server} answered {_code_text(exc.code, exc.message)}"
-        ) from None
-    except aiosmtplib.SMTPException as exc:
-        text = str(exc)
-        if (
-            isinstance(exc, aiosmtplib.SMTPNotSupported)
-            or "not supported" in text
-            or "authentication method" in text
-        ):
-            raise PermanentError(
-                f"The mail server {server} cannot do what the settings ask: {text} "
-                "Check SMTP_STARTTLS, SMTP_PORT, SMTP_USERNAME and SMTP_PASSWORD."
-            ) from None
-        raise TemporaryMailError(f"Sending through {server} failed: {exc}") from None
-    except OSError as exc:
-        raise TemporaryMailError(f"Sending through {server} failed: {exc}") from None
+    except (aiosmtplib.SMTPException, OSError) as exc:
+        raise _failure(exc, server) from None
     await ctx.report_progress(1.0, f"Handed to the mail server {server}")
     result: dict[str, Any] = {
         "to": inp.to,

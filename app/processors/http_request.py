@@ -1,15 +1,23 @@
-"""``http.request``: send one HTTP request — the webhook delivery most background jobs are (issue 9 §2).
+"""``http.request``: send one HTTP request — the webhook delivery most background jobs are.
 
-Retry rules (issue 9 §2): a 5xx answer, a timeout or a connection failure is a failed attempt, retried
-with backoff; a 4xx answer is a permanent failure (the request itself is wrong, sending it again cannot
-help) — except 408 Request Timeout, 425 Too Early and 429 Too Many Requests, which say "try again later"
-and are retried. Redirects are followed (at most 5, http/https only).
+Retry rules: a 5xx answer, a timeout or a connection failure is a failed attempt, retried with backoff;
+a 4xx answer is a permanent failure (the request itself is wrong, sending it again cannot help) — except
+408 Request Timeout, 425 Too Early and 429 Too Many Requests, which say "try again later" and are
+retried. Redirects are followed (at most 5, http/https only).
 
 Server-side request forgery: people who may start jobs must not be able to make the worker call
-services that only it can reach. So an address that resolves to a loopback, private, link-local or
-otherwise non-public IP is refused (permanently, saying why) — checked for the first request and for
-every redirect — unless its host is the host of ``JOBDESK_BASE_URL`` or is listed in
-``HTTP_REQUEST_ALLOWED_HOSTS``, or ``HTTP_REQUEST_ALLOW_PRIVATE`` is set.
+services that only it can reach (the database, a worker's metrics port, other local services, another
+virtual host of a local proxy). So, for the first request and for every redirect:
+
+- the host name is resolved once, every address it resolves to is checked, and the connection goes to
+  the checked address (the name is kept for the ``Host`` header and for TLS: SNI and the certificate
+  check), so a second lookup cannot answer differently (DNS rebinding);
+- an address that is loopback, private, link-local, multicast or otherwise not public is refused
+  (permanently, saying why) unless the request goes to exactly the scheme, host and port of
+  ``JOBDESK_BASE_URL``, or to a host (``name`` or ``name:port``) listed in
+  ``HTTP_REQUEST_ALLOWED_HOSTS``, or ``HTTP_REQUEST_ALLOW_PRIVATE`` is set;
+- proxies from the environment are not used (a proxy would resolve the name itself);
+- the ``Host`` header and the headers that frame the message cannot be set by the job's input.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ import json
 import re
 import socket
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -27,7 +37,7 @@ import httpx
 from pydantic import Field, ValidationInfo, field_validator
 
 from app.processors import Input, JobContext, LongText, PermanentError, RetryableError, processor
-from app.processors.support import invalid
+from app.processors.inputs import invalid
 
 BODY_KEEP_CHARS = 20_000
 """Characters of the answer's body kept in ``result_data``."""
@@ -38,13 +48,24 @@ RETRYABLE_4XX = frozenset({408, 425, 429})
 MAX_REDIRECTS = 5
 TEXT_TYPES = re.compile(r"^(text/|application/([\w.+-]*\+)?(json|xml|javascript|x-www-form-urlencoded)\b)")
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+HEADER_VALUE = re.compile(r"^[\t\x20-\x7e]*$")
+"""Printable ASCII and tabs: what every HTTP client and server reads the same way."""
+RESERVED_HEADERS = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "te", "trailer", "upgrade", "keep-alive"}
+)
+"""Headers Jobdesk sets itself: the host comes from the address, the others frame the message."""
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
 
 
 def parse_headers(text: str) -> dict[str, str]:
     """``Name: value`` lines → a dict (blank lines ignored).
 
     Raises:
-        pydantic_core.PydanticCustomError: a line without a colon, or a name with characters HTTP does not allow.
+        pydantic_core.PydanticCustomError: a line without a colon, a name with characters HTTP does not
+            allow, a value with control or non-ASCII characters, or a header Jobdesk sets itself.
     """
     headers: dict[str, str] = {}
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -52,12 +73,22 @@ def parse_headers(text: str) -> dict[str, str]:
         if not line:
             continue
         name, sep, value = line.partition(":")
-        name = name.strip()
+        name, value = name.strip(), value.strip()
         if not sep or not name:
             raise invalid(f"line {number} is not in the form 'Name: value'")
         if not HEADER_NAME.match(name):
             raise invalid(f"line {number}: {name[:50]!r} is not a valid header name")
-        headers[name] = value.strip()
+        if name.lower() in RESERVED_HEADERS:
+            raise invalid(
+                f"line {number}: the {name} header cannot be set here; Jobdesk sets it from the address "
+                "and the body"
+            )
+        if not HEADER_VALUE.match(value):
+            raise invalid(
+                f"line {number}: the value of {name} may hold only printable ASCII characters "
+                "(no control characters or accented letters)"
+            )
+        headers[name] = value
     return headers
 
 
@@ -98,7 +129,8 @@ class HttpRequestInput(Input):
         value = value.strip()
         try:
             parts = urlsplit(value)
-        except ValueError:
+            httpx.URL(value)
+        except (ValueError, httpx.InvalidURL):
             raise invalid("is not a valid web address") from None
         if parts.scheme.lower() not in ("http", "https"):
             shown = f"{parts.scheme}://" if parts.scheme else "no scheme"
@@ -136,34 +168,147 @@ class TemporaryHttpError(RetryableError):
     """A failed attempt worth retrying: 5xx, 408/425/429, timeout, connection failure."""
 
 
-def _guard(settings: Any) -> Any:
-    """An httpx request hook that refuses hosts resolving to non-public addresses (see module doc)."""
-    allowed = {h.lower().strip("[]") for h in settings.http_request_allowed_hosts}
-    base_host = urlsplit(settings.jobdesk_base_url).hostname
-    if base_host:
-        allowed.add(base_host.lower())
+# --- where a job may connect -------------------------------------------------------------------------
 
-    async def check(request: httpx.Request) -> None:
-        if settings.http_request_allow_private:
-            return
-        host = (request.url.host or "").lower().strip("[]")
-        if host in allowed:
-            return
+
+@dataclass(frozen=True)
+class Target:
+    """Where one request goes: scheme, host (lower case, IDNA-encoded, no brackets) and port."""
+
+    scheme: str
+    host: str
+    port: int
+
+    @classmethod
+    def of(cls, url: httpx.URL) -> Target:
+        scheme = url.scheme.lower()
+        host = url.raw_host.decode("ascii").lower().strip("[]")
+        return cls(scheme, host, url.port or DEFAULT_PORTS.get(scheme, 0))
+
+
+def is_public(address: IPAddress) -> bool:
+    """Whether ``address`` is a public unicast address, also looking inside IPv6 forms that carry an
+    IPv4 address (mapped, 6to4, NAT64)."""
+    if address.is_multicast or not address.is_global:
+        return False
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = address.ipv4_mapped or address.sixtofour
+        if embedded is None and address in ipaddress.IPv6Network("64:ff9b::/96"):
+            embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        if embedded is not None:
+            return is_public(embedded)
+    return True
+
+
+async def resolve(host: str, port: int) -> list[IPAddress]:
+    """Every address ``host`` resolves to (an address literal is itself), in the resolver's order.
+
+    Raises:
+        OSError: the name does not resolve.
+    """
+    try:
+        return [ipaddress.ip_address(host)]
+    except ValueError:
+        pass
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    found = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+    return list(dict.fromkeys(found))
+
+
+class AddressPolicy:
+    """Which targets may reach addresses that are not public (see the module docstring)."""
+
+    def __init__(self, settings: Any) -> None:
+        self.allow_private = bool(settings.http_request_allow_private)
+        self.base = Target.of(httpx.URL(settings.jobdesk_base_url))
+        self.hosts: set[str] = set()
+        self.host_ports: set[tuple[str, int]] = set()
+        for entry in settings.http_request_allowed_hosts:
+            self._allow(str(entry).strip().lower())
+
+    def _allow(self, entry: str) -> None:
+        if entry.startswith("["):
+            host, _, rest = entry[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else ""
+        elif entry.count(":") == 1:
+            host, _, port = entry.partition(":")
+        else:
+            host, port = entry, ""
+        if port.isdigit():
+            self.host_ports.add((host, int(port)))
+        elif host:
+            self.hosts.add(host)
+
+    def exempt(self, target: Target) -> bool:
+        """Whether ``target`` may reach a local or private address."""
+        return (
+            self.allow_private
+            or target == self.base
+            or target.host in self.hosts
+            or (target.host, target.port) in self.host_ports
+        )
+
+    def choose(self, target: Target, addresses: list[IPAddress]) -> IPAddress:
+        """The address to connect to for ``target``, out of those its host resolved to.
+
+        Raises:
+            PermanentError: one of the addresses is not public and ``target`` is not exempt.
+        """
+        if not self.exempt(target):
+            for address in addresses:
+                if not is_public(address):
+                    raise PermanentError(
+                        f"{target.host} is {address}, a local or private address that jobs may not reach "
+                        f"(port {target.port}). An admin can allow it with HTTP_REQUEST_ALLOWED_HOSTS."
+                    )
+        return addresses[0]
+
+
+class PinnedTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that resolves each request's host once, lets :class:`AddressPolicy` check the
+    addresses, and connects to the chosen address while the request keeps the name (``Host`` header,
+    TLS SNI and certificate check). Connections are not kept for reuse, so a connection made for one
+    name never carries a request for another."""
+
+    def __init__(self, policy: AddressPolicy, resolver: Resolver | None = None) -> None:
+        self._policy = policy
+        self._resolver = resolver or resolve
+        # No proxy is given, so none is used; the environment still names extra CA certificates
+        # (SSL_CERT_FILE / SSL_CERT_DIR).
+        self._inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_keepalive_connections=0))
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        target = Target.of(request.url)
+        if target.scheme not in DEFAULT_PORTS:
+            raise httpx.UnsupportedProtocol(f"Request URL has an unsupported protocol '{target.scheme}://'.")
         try:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                host, request.url.port or 443, type=socket.SOCK_STREAM
-            )
-        except OSError:
-            return  # unresolvable: the connection attempt fails and is retried as a connection error
-        for info in infos:
-            address = ipaddress.ip_address(info[4][0])
-            if not address.is_global:
-                raise PermanentError(
-                    f"{host} is {address}, a local or private address that jobs may not reach. An admin can allow "
-                    "it with HTTP_REQUEST_ALLOWED_HOSTS."
-                )
+            addresses = await self._resolver(target.host, target.port)
+        except OSError as exc:
+            raise httpx.ConnectError(f"{target.host} cannot be resolved ({exc})", request=request) from None
+        if not addresses:
+            raise httpx.ConnectError(f"{target.host} resolves to no address", request=request)
+        address = self._policy.choose(target, addresses)
+        extensions = dict(request.extensions)
+        if target.scheme == "https" and target.host != str(address):
+            extensions["sni_hostname"] = target.host
+        pinned = httpx.Request(
+            request.method,
+            request.url.copy_with(host=str(address)),
+            headers=request.headers,
+            stream=request.stream,
+            extensions=extensions,
+        )
+        return await self._inner.handle_async_request(pinned)
 
-    return check
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+# --- the processor -----------------------------------------------------------------------------------
+
+resolver_for_jobs: Resolver | None = None
+"""The name resolver ``http.request`` jobs use; ``None`` is the system's (:func:`resolve`). Tests set a
+fake one to map names to loopback addresses without asking DNS."""
 
 
 def _snippet(text: str, limit: int = 300) -> str:
@@ -175,57 +320,61 @@ def _is_text(content_type: str) -> bool:
     return not content_type or bool(TEXT_TYPES.match(content_type.split(";")[0].strip().lower()))
 
 
-@processor(
-    "http.request",
-    title="Send a web request (webhook)",
-    description="Sends one HTTP request to a web address and records the answer. "
-    "Server errors and timeouts are tried again; a refusal (4xx) is not.",
-    input=HttpRequestInput,
-    group="Web and email",
-    timeout=360,
-)
-async def http_request(ctx: JobContext[HttpRequestInput]) -> dict[str, Any]:
-    """Send the request; return ``{status, reason, ok, method, url, elapsed_ms, headers, content_type,
-    body, body_bytes, body_truncated, note?}`` (``body`` is at most :data:`BODY_KEEP_CHARS` characters).
-
-    Raises:
-        PermanentError: 4xx (but 408/425/429), too many redirects, a redirect to a non-web address.
-        TemporaryHttpError: 5xx, 408/425/429, timeout, connection or protocol failure (retried).
-    """
-    inp = ctx.input
-    host = urlsplit(inp.url).hostname or inp.url
+def _request_parts(inp: HttpRequestInput) -> tuple[dict[str, str], bytes | None]:
+    """The headers (with defaults) and body bytes to send."""
     headers = parse_headers(inp.headers)
-    if not any(k.lower() == "user-agent" for k in headers):
+    names = {k.lower() for k in headers}
+    if "user-agent" not in names:
         headers["User-Agent"] = "Jobdesk (http.request)"
     content: bytes | None = None
     if inp.body_type == "json":
         content = json.dumps(json.loads(inp.body)).encode()
-        if not any(k.lower() == "content-type" for k in headers):
+        if "content-type" not in names:
             headers["Content-Type"] = "application/json"
     elif inp.body_type == "text":
         content = inp.body.encode()
-        if not any(k.lower() == "content-type" for k in headers):
+        if "content-type" not in names:
             headers["Content-Type"] = "text/plain; charset=utf-8"
+    return headers, content
 
-    await ctx.report_progress(0.1, f"Sending {inp.method} to {host}")
-    started = time.monotonic()
+
+@dataclass
+class Answer:
+    """The response and the first :data:`READ_CAP_BYTES` of its body."""
+
+    response: httpx.Response
+    kept: bytes
+    size: int
+    truncated: bool
+
+
+async def _exchange(ctx: JobContext[HttpRequestInput], host: str, resolver: Resolver | None) -> Answer:
+    """Send the request through a :class:`PinnedTransport` and read at most :data:`READ_CAP_BYTES`.
+
+    Raises:
+        PermanentError: a refused address, too many redirects, a redirect to a non-web address.
+        TemporaryHttpError: timeout, connection or protocol failure.
+    """
+    inp = ctx.input
+    headers, content = _request_parts(inp)
     kept = bytearray()
     size = 0
     truncated = False
+    transport = PinnedTransport(AddressPolicy(ctx.settings), resolver)
     try:
         async with asyncio.timeout(inp.timeout):
             async with httpx.AsyncClient(
+                transport=transport,
                 follow_redirects=True,
                 max_redirects=MAX_REDIRECTS,
                 timeout=httpx.Timeout(inp.timeout),
-                event_hooks={"request": [_guard(ctx.settings)]},
+                trust_env=False,
             ) as client:
                 async with client.stream(inp.method, inp.url, headers=headers, content=content) as resp:
                     await ctx.report_progress(0.6, f"{host} answered {resp.status_code}; reading the answer")
                     async for chunk in resp.aiter_bytes():
                         size += len(chunk)
-                        room = READ_CAP_BYTES - len(kept)
-                        kept.extend(chunk[:room])
+                        kept.extend(chunk[: READ_CAP_BYTES - len(kept)])
                         if size > READ_CAP_BYTES:
                             truncated = True
                             break
@@ -241,52 +390,83 @@ async def http_request(ctx: JobContext[HttpRequestInput]) -> dict[str, Any]:
         raise TemporaryHttpError(f"Could not connect to {host}: {exc or 'connection failed'}") from None
     except httpx.HTTPError as exc:
         raise TemporaryHttpError(f"The request to {host} failed: {exc or type(exc).__name__}") from None
-    elapsed_ms = round((time.monotonic() - started) * 1000)
+    return Answer(resp, bytes(kept), size, truncated)
 
-    content_type = resp.headers.get("content-type", "")
-    if _is_text(content_type):
-        text = bytes(kept).decode(resp.encoding or "utf-8", errors="replace")
-        if "\x00" in text:
-            text = f"(binary content, {size} bytes, not shown)"
-    else:
-        text = f"({content_type or 'binary'} content, {size} bytes, not shown)"
+
+def _body_text(answer: Answer) -> str:
+    content_type = answer.response.headers.get("content-type", "")
+    if not _is_text(content_type):
+        return f"({content_type or 'binary'} content, {answer.size} bytes, not shown)"
+    text = answer.kept.decode(answer.response.encoding or "utf-8", errors="replace")
+    return f"(binary content, {answer.size} bytes, not shown)" if "\x00" in text else text
+
+
+def _result(inp: HttpRequestInput, answer: Answer, text: str, elapsed_ms: int) -> dict[str, Any]:
+    resp = answer.response
     body = text[:BODY_KEEP_CHARS]
-    cut = truncated or len(text) > BODY_KEEP_CHARS
-    status = resp.status_code
-    reason = resp.reason_phrase or ""
-    answer = f"{status} {reason}".strip()
-
-    if 400 <= status < 500 and status not in RETRYABLE_4XX:
-        raise PermanentError(
-            f"{host} refused the request with {answer}. A refusal is not retried: check the address, "
-            f"method, headers and body. Answer: {_snippet(text) or '(empty)'}"
-        )
-    if status >= 500 or status in RETRYABLE_4XX:
-        raise TemporaryHttpError(
-            f"{host} answered {answer}; it will be tried again. Answer: {_snippet(text) or '(empty)'}"
-        )
-
+    cut = answer.truncated or len(text) > BODY_KEEP_CHARS
     result: dict[str, Any] = {
-        "status": status,
-        "reason": reason,
+        "status": resp.status_code,
+        "reason": resp.reason_phrase or "",
         "ok": resp.is_success,
         "method": inp.method,
         "url": str(resp.url),
         "elapsed_ms": elapsed_ms,
         "headers": {k: v[:HEADER_VALUE_CAP] for k, v in _joined_headers(resp.headers).items()},
-        "content_type": content_type,
+        "content_type": resp.headers.get("content-type", ""),
         "body": body,
-        "body_bytes": size,
+        "body_bytes": answer.size,
         "body_truncated": cut,
     }
     if resp.history:
         result["redirected_from"] = [str(r.url) for r in resp.history]
     if cut:
-        more = "at least " if truncated else ""
+        more = "at least " if answer.truncated else ""
         result["note"] = (
-            f"The answer was {more}{size} bytes; only its first {len(body)} characters are kept here."
+            f"The answer was {more}{answer.size} bytes; only its first {len(body)} characters are kept here."
         )
-    await ctx.report_progress(1.0, f"{host} answered {answer}")
+    return result
+
+
+@processor(
+    "http.request",
+    title="Send a web request (webhook)",
+    description="Sends one HTTP request to a web address and records the answer. "
+    "Server errors and timeouts are tried again; a refusal (4xx) is not.",
+    input=HttpRequestInput,
+    group="Web and email",
+    timeout=360,
+)
+async def http_request(ctx: JobContext[HttpRequestInput]) -> dict[str, Any]:
+    """Send the request; return ``{status, reason, ok, method, url, elapsed_ms, headers, content_type,
+    body, body_bytes, body_truncated, redirected_from?, note?}`` (``body`` is at most
+    :data:`BODY_KEEP_CHARS` characters).
+
+    Raises:
+        PermanentError: 4xx (but 408/425/429), too many redirects, a redirect to a non-web address, an
+            address jobs may not reach.
+        TemporaryHttpError: 5xx, 408/425/429, timeout, connection or protocol failure (retried).
+    """
+    inp = ctx.input
+    host = urlsplit(inp.url).hostname or inp.url
+    await ctx.report_progress(0.1, f"Sending {inp.method} to {host}")
+    started = time.monotonic()
+    answer = await _exchange(ctx, host, resolver_for_jobs)
+    elapsed_ms = round((time.monotonic() - started) * 1000)
+    text = _body_text(answer)
+    status = answer.response.status_code
+    said = f"{status} {answer.response.reason_phrase or ''}".strip()
+    if 400 <= status < 500 and status not in RETRYABLE_4XX:
+        raise PermanentError(
+            f"{host} refused the request with {said}. A refusal is not retried: check the address, "
+            f"method, headers and body. Answer: {_snippet(text) or '(empty)'}"
+        )
+    if status >= 500 or status in RETRYABLE_4XX:
+        raise TemporaryHttpError(
+            f"{host} answered {said}; it will be tried again. Answer: {_snippet(text) or '(empty)'}"
+        )
+    result = _result(inp, answer, text, elapsed_ms)
+    await ctx.report_progress(1.0, f"{host} answered {said}")
     return result
 
 

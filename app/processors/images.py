@@ -1,5 +1,5 @@
 """Pictures: ``images.thumbnail`` (resized variants of one upload), ``images.batch`` (the
-fan-out step of the "Photo batch" pipeline, :mod:`app.processors.templates`) and
+fan-out step of the "Photo batch" pipeline, :mod:`app.processors.pipeline_templates`) and
 ``images.contact_sheet`` (its fan-in: one sheet of all thumbnails and a zip of them), with Pillow.
 
 The Pillow work is CPU-bound and runs in a separate process (``cpu_bound=True``; the functions are
@@ -8,7 +8,7 @@ process imports it anew). A file that is not a picture, or whose image data is
 damaged, is a permanent failure that says which and why — retrying cannot repair a file.
 
 A CPU-bound step reads only the files the worker resolved for the job's owner (``ctx.files``, through
-:func:`~app.processors.support.stored_file`): a file id in the input or in a parent's result that is
+:func:`~app.processors.inputs.stored_file`): a file id in the input or in a parent's result that is
 not one of them fails the job, whoever wrote it there. Names of zip members are plain file names.
 """
 
@@ -33,7 +33,7 @@ from app.processors import (
     Result,
     processor,
 )
-from app.processors.support import describe_bytes, invalid, stored_file
+from app.processors.inputs import describe_bytes, invalid, stored_file
 
 READABLE = {
     "JPEG": "JPEG",
@@ -349,6 +349,15 @@ def _font(size: int) -> Any:
         return ImageFont.load_default()
 
 
+def _zip_pictures(zip_path: Path, entries: list[tuple[str, Path]]) -> set[str]:
+    """Write ``(name, path)`` pictures into ``zip_path`` under safe, unique member names; returns them."""
+    used: set[str] = set()
+    with zipfile.ZipFile(zip_path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, path in entries:
+            zf.write(path, unique_name(member_name(name, "picture.jpg"), used))
+    return used
+
+
 def make_contact_sheet(ctx: CpuContext) -> Result:
     """Lay the pictures out in a grid (``columns`` per row, each fitted into ``cell``×``cell`` with its
     name under it) → ``contact-sheet.jpg``, and put every thumbnail in ``thumbnails.zip`` (standalone:
@@ -359,6 +368,8 @@ def make_contact_sheet(ctx: CpuContext) -> Result:
     """
     from PIL import Image, ImageDraw
 
+    # Long because the layout arithmetic and the drawing share every measure; split, they would pass a
+    # dozen values back and forth.
     inp: ContactSheetInput = ctx.input
     tiles, members = _sheet_sources(ctx)
     if not tiles:
@@ -399,10 +410,7 @@ def make_contact_sheet(ctx: CpuContext) -> Result:
     sheet_path = out_dir / "contact-sheet.jpg"
     save_image(sheet, sheet_path, "JPEG", 88)
     zip_path = out_dir / "thumbnails.zip"
-    used: set[str] = set()
-    with zipfile.ZipFile(zip_path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for name, path in members or fitted:
-            zf.write(path, unique_name(member_name(name, "picture.jpg"), used))
+    used = _zip_pictures(zip_path, members or fitted)
     for _, tile_path in fitted:
         tile_path.unlink(missing_ok=True)
     return Result(

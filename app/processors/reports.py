@@ -1,7 +1,7 @@
-"""CSV reports (issue 9 §2–3): ``report.csv_check`` (find the layout and the columns),
+"""CSV reports: ``report.csv_check`` (find the layout and the columns),
 ``report.csv_summary`` (per-column summary, charts and one self-contained HTML report to download) and
 ``report.csv_report`` (the "report" step of the "CSV report with review" pipeline,
-:mod:`app.processors.templates`).
+:mod:`app.processors.pipeline_templates`).
 
 Reading a CSV (:func:`read_table`): the encoding is UTF-8 (with or without BOM), UTF-16 (with BOM),
 Windows-1252 or Latin-1 — tried in that order unless chosen; the delimiter is found with
@@ -10,9 +10,9 @@ replaced by the most consistent one when the sniffer guesses badly). A file that
 PDF, an Excel workbook…), an HTML/XML or JSON document, or text whose lines do not split into the same
 number of fields is refused with a message saying what it looks like.
 
-The report is built with Jinja2 with autoescaping, and every text in the generated SVG charts is
-escaped, so no value of the file can become markup; the report also carries a Content-Security-Policy
-that forbids scripts. All parsing is CPU-bound and runs in a separate process.
+The report (:mod:`app.processors.csv_charts`) escapes every value of the file. All parsing is CPU-bound
+and runs in a separate process; every step takes time linear in the file's size, and tables wider than
+:data:`MAX_COLUMNS` are refused.
 """
 
 from __future__ import annotations
@@ -21,36 +21,30 @@ import codecs
 import csv
 import io
 import json
-import math
 import re
-import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from markupsafe import Markup, escape
 from pydantic import Field
 
 from app.processors import CpuContext, FileId, Input, OutputFile, PermanentError, Result, processor
+from app.processors.csv_charts import render_report
+from app.processors.csv_stats import DECIMAL, MISSING, summarise_column
 from app.processors.images import safe_stem
-from app.processors.support import describe_bytes, stored_file
+from app.processors.inputs import describe_bytes, stored_file
 
 MAX_FILE_BYTES = 200 * 1024 * 1024
 SNIFF_CHARS = 64 * 1024
+"""Characters whose field counts decide the delimiter."""
+SNIFFER_CHARS = 4 * 1024
+"""Characters :class:`csv.Sniffer` sees: its quote-guessing regular expressions take time that grows
+faster than the sample on some inputs (0.3 s at 4 KB, 18 s at 64 KB)."""
+MAX_COLUMNS = 10_000
+"""Widest table summarised; wider files are refused with a permanent error."""
 DELIMITERS = {"comma": ",", "semicolon": ";", "tab": "\t", "pipe": "|"}
 DELIMITER_NAMES = {v: k for k, v in DELIMITERS.items()}
-MISSING = {"", "na", "n/a", "nan", "null", "none", "-", "?", "#n/a", "(blank)"}
-"""Values counted as missing (compared lower-cased, spaces stripped)."""
-TOP_DISTINCT_CAP = 100_000
-"""Distinct values tracked per column; past this, top values are approximate."""
-EXAMPLES = 3
-
-INTEGER = re.compile(r"^[+-]?\d+$")
-DECIMAL = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
-DECIMAL_COMMA = re.compile(r"^[+-]?\d+,\d+$")
-YES_NO = {"yes", "no", "true", "false", "y", "n"}
 MARKUP_START = re.compile(r"^<(!doctype\s+html|html[\s>]|\?xml\s)", re.IGNORECASE)
 
 Encoding = Literal["auto", "utf-8", "utf-8-sig", "utf-16", "cp1252", "latin-1"]
@@ -85,7 +79,8 @@ def decode(raw: bytes, encoding: str) -> tuple[str, str]:
     """``(text, encoding used)`` of a CSV file's bytes.
 
     Raises:
-        PermanentError: empty, binary (naming the format when known), or not valid in the chosen encoding.
+        PermanentError: empty, binary (naming the format when known), not valid in the chosen encoding,
+            or a web page, XML or JSON document.
     """
     if not raw.strip():
         raise PermanentError("The file is empty: there is nothing to summarise.")
@@ -96,19 +91,30 @@ def decode(raw: bytes, encoding: str) -> tuple[str, str]:
             raise not_csv(f"it is {what}")
         if b"\x00" in raw[:65536]:
             raise not_csv("it contains binary data, not text")
-    if encoding == "auto":
-        if raw.startswith(codecs.BOM_UTF8):
-            candidates = ["utf-8-sig"]
-        elif utf16:
-            candidates = ["utf-16"]
-        else:
-            candidates = ["utf-8", "cp1252", "latin-1"]
-    else:
-        candidates = [encoding]
+    text, enc = _decode_text(raw, _encodings_to_try(raw, encoding, utf16))
+    if "\x00" in text:
+        raise not_csv("it contains binary data, not text")
+    _refuse_documents(text)
+    return text, enc
+
+
+def _encodings_to_try(raw: bytes, encoding: str, utf16: bool) -> list[str]:
+    if encoding != "auto":
+        return [encoding]
+    if raw.startswith(codecs.BOM_UTF8):
+        return ["utf-8-sig"]
+    return ["utf-16"] if utf16 else ["utf-8", "cp1252", "latin-1"]
+
+
+def _decode_text(raw: bytes, candidates: list[str]) -> tuple[str, str]:
+    """``raw`` decoded with the first of ``candidates`` that fits, and that encoding's name.
+
+    Raises:
+        PermanentError: none fits (naming the last one tried and the first bad byte).
+    """
     for i, enc in enumerate(candidates):
         try:
             text = raw.decode(enc)
-            break
         except UnicodeDecodeError as exc:
             if i + 1 < len(candidates):
                 continue
@@ -116,10 +122,14 @@ def decode(raw: bytes, encoding: str) -> tuple[str, str]:
                 f"The file is not valid {enc} text (first bad byte at position {exc.start}); "
                 "choose another encoding, or 'auto'."
             ) from None
-    if enc == "utf-8" and text.startswith("\ufeff"):
-        text, enc = text[1:], "utf-8-sig"
-    if "\x00" in text:
-        raise not_csv("it contains binary data, not text")
+        if enc == "utf-8" and text.startswith("\ufeff"):
+            return text[1:], "utf-8-sig"
+        return text, enc
+    raise PermanentError("No text encoding was chosen.")
+
+
+def _refuse_documents(text: str) -> None:
+    """Raise :func:`not_csv` for a web page, an XML or a JSON document."""
     head = text.lstrip()[:200]
     first_line = head.split("\n", 1)[0].strip()
     if MARKUP_START.match(head) or (first_line.startswith("<") and first_line.endswith(">")):
@@ -128,10 +138,8 @@ def decode(raw: bytes, encoding: str) -> tuple[str, str]:
         try:
             json.loads(text)
         except ValueError:
-            pass
-        else:
-            raise not_csv("it is a JSON document")
-    return text, enc
+            return
+        raise not_csv("it is a JSON document")
 
 
 def _field_counts(lines: str, delim: str) -> list[int]:
@@ -149,18 +157,25 @@ def _consistency(counts: list[int]) -> tuple[float, int]:
     return n / len(counts), width
 
 
+def _lines_within(text: str, limit: int) -> str:
+    """The start of ``text`` up to ``limit`` characters, cut after a line end when there is one."""
+    if len(text) <= limit:
+        return text
+    sample = text[:limit]
+    return sample[: sample.rindex("\n") + 1] if "\n" in sample else sample
+
+
 def find_delimiter(text: str) -> str:
     """The delimiter (a key of :data:`DELIMITERS`): :class:`csv.Sniffer`'s guess when it splits the
     first lines consistently into several fields, else the candidate that does so best; ``comma`` for a
     file with a single column."""
-    sample = text[:SNIFF_CHARS]
-    if len(text) > SNIFF_CHARS and "\n" in sample:
-        sample = sample[: sample.rindex("\n") + 1]
+    sample = _lines_within(text, SNIFF_CHARS)
     scores: dict[str, tuple[float, int]] = {}
     for name, ch in DELIMITERS.items():
         scores[name] = _consistency(_field_counts(sample, ch))
     try:
-        sniffed = DELIMITER_NAMES.get(csv.Sniffer().sniff(sample, delimiters=",;\t|").delimiter)
+        sniffer_sample = _lines_within(sample, SNIFFER_CHARS)
+        sniffed = DELIMITER_NAMES.get(csv.Sniffer().sniff(sniffer_sample, delimiters=",;\t|").delimiter)
     except csv.Error:
         sniffed = None
     if sniffed and scores[sniffed][1] > 1 and scores[sniffed][0] >= 0.9:
@@ -178,47 +193,78 @@ def _is_number(v: str) -> bool:
 
 
 def guess_header(sample_rows: list[list[str]]) -> bool:
-    """Whether the first row names the columns: :meth:`csv.Sniffer.has_header`'s rule (a column whose
-    values share a type or length the first row does not), or a first row of distinct, non-empty,
-    non-numeric names."""
+    """Whether the first row names the columns: a first row of distinct, non-empty, non-numeric names,
+    or else :meth:`csv.Sniffer.has_header`'s vote (:func:`_header_vote`)."""
     if len(sample_rows) < 2:
         return True
     first = [c.strip() for c in sample_rows[0]]
     if all(first) and len(set(first)) == len(first) and not any(_is_number(c) for c in first):
         return True
-    text = "\n".join(",".join('"' + c.replace('"', '""') + '"' for c in r) for r in sample_rows[:50])
+    return _header_vote(sample_rows[0], sample_rows[1:22]) > 0
+
+
+def _header_vote(header: list[str], rows: list[list[str]]) -> int:
+    """:meth:`csv.Sniffer.has_header`'s rule on rows already parsed: a column whose values below the
+    first row all parse as numbers, or all have one length, votes for a header when the first row's cell
+    does not fit, and against it when it does. (The sniffer itself would guess the dialect of the sample
+    again, which costs time that grows with the square of the sample.)"""
+    kinds: dict[int, Any] = dict.fromkeys(range(len(header)))
+    for row in rows:
+        if len(row) != len(header):
+            continue
+        for col in list(kinds):
+            kind = _cell_kind(row[col])
+            if kinds[col] is None:
+                kinds[col] = kind
+            elif kinds[col] != kind:
+                del kinds[col]
+    vote = 0
+    for col, kind in kinds.items():
+        if kind is None:  # no regular row: nothing says the first row is data
+            vote += 1
+        elif kind is complex:
+            vote += 1 if _cell_kind(header[col]) is not complex else -1
+        else:
+            vote += 1 if len(header[col]) != kind else -1
+    return vote
+
+
+def _cell_kind(value: str) -> Any:
+    """``complex`` for a value that parses as a number, else the value's length."""
     try:
-        return csv.Sniffer().has_header(text)
-    except csv.Error:
-        return True
+        complex(value)
+    except (ValueError, OverflowError):
+        return len(value)
+    return complex
 
 
-def _names(header: list[str], width: int) -> list[str]:
+def column_names(header: list[str], width: int) -> list[str]:
+    """``width`` distinct column names: the header's (stripped), ``Column <n>`` where it has none, and
+    ``<name> (2)``, ``<name> (3)``… for repeats. Linear in ``width``: the names in use are a set, and each
+    repeated name continues counting where it stopped."""
     names: list[str] = []
+    used: set[str] = set()
+    next_number: dict[str, int] = {}
     for i in range(width):
-        base = header[i].strip() if i < len(header) else ""
-        base = base or f"Column {i + 1}"
-        name, n = base, 1
-        while name in names:
-            n += 1
-            name = f"{base} ({n})"
+        base = (header[i].strip() if i < len(header) else "") or f"Column {i + 1}"
+        name = base
+        if name in used:
+            n = next_number.get(base, 1)
+            while name in used:
+                n += 1
+                name = f"{base} ({n})"
+            next_number[base] = n
+        used.add(name)
         names.append(name)
     return names
 
 
-def read_table(path: Path, encoding: str = "auto", delimiter: str = "auto", header: str = "auto") -> Table:
-    """Read the CSV at ``path`` with the layout given or found (see the module docstring).
+def _parse_rows(text: str, delim: str) -> list[list[str]]:
+    """The non-blank rows of ``text``.
 
     Raises:
-        PermanentError: not a CSV (with what it looks like), unreadable encoding, a line the csv
-            module cannot parse, lines with inconsistent field counts, too large.
+        PermanentError: a line the csv module cannot parse, or no row at all.
     """
-    size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise PermanentError(f"The file is {size // (1024 * 1024)} MB; CSV reports handle up to 200 MB.")
-    text, enc = decode(path.read_bytes(), encoding)
-    delim_name = find_delimiter(text) if delimiter == "auto" else delimiter
-    delim = DELIMITERS[delim_name]
     rows: list[list[str]] = []
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim)
     try:
@@ -231,9 +277,29 @@ def read_table(path: Path, encoding: str = "auto", delimiter: str = "auto", head
         ) from None
     if not rows:
         raise PermanentError("The file has no data: every line is empty.")
+    return rows
+
+
+def read_table(path: Path, encoding: str = "auto", delimiter: str = "auto", header: str = "auto") -> Table:
+    """Read the CSV at ``path`` with the layout given or found (see the module docstring).
+
+    Raises:
+        PermanentError: not a CSV (with what it looks like), unreadable encoding, a line the csv
+            module cannot parse, lines with inconsistent field counts, too large or too wide.
+    """
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise PermanentError(f"The file is {size // (1024 * 1024)} MB; CSV reports handle up to 200 MB.")
+    text, enc = decode(path.read_bytes(), encoding)
+    delim_name = find_delimiter(text) if delimiter == "auto" else delimiter
+    rows = _parse_rows(text, DELIMITERS[delim_name])
     has_header = guess_header(rows[:50]) if header == "auto" else header == "yes"
-    counts = Counter(len(r) for r in rows)
-    width = len(rows[0]) if has_header else counts.most_common(1)[0][0]
+    width = len(rows[0]) if has_header else Counter(len(r) for r in rows).most_common(1)[0][0]
+    if width > MAX_COLUMNS:
+        raise PermanentError(
+            f"The file has {width:,} columns; CSV reports handle up to {MAX_COLUMNS:,}. Is the separator "
+            "right? Otherwise split the file into narrower tables."
+        )
     body = rows[1:] if has_header else rows
     ragged = sum(1 for r in body if len(r) != width)
     if body and ragged > max(2, 0.1 * len(body)):
@@ -246,7 +312,7 @@ def read_table(path: Path, encoding: str = "auto", delimiter: str = "auto", head
         )
     if width == 1 and not body and len(text.splitlines()) <= 1:
         raise PermanentError("The file has a single line and a single value: there is no table to summarise.")
-    names = _names(rows[0] if has_header else [], width)
+    names = column_names(rows[0] if has_header else [], width)
     columns: list[list[str]] = [[] for _ in range(width)]
     for r in body:
         for i in range(width):
@@ -260,117 +326,7 @@ def read_table(path: Path, encoding: str = "auto", delimiter: str = "auto", head
     return Table(enc, delim_name, has_header, names, columns, len(body), ragged, notes)
 
 
-# --- summarising -------------------------------------------------------------------------------------
-
-
-def is_missing(v: str) -> bool:
-    return v.strip().lower() in MISSING
-
-
-def _as_date(v: str) -> date | datetime | None:
-    if len(v) < 8 or not v[:4].isdigit():
-        return None
-    try:
-        return date.fromisoformat(v) if len(v) <= 10 else datetime.fromisoformat(v)
-    except ValueError:
-        return None
-
-
-def detect_type(values: list[str], decimal_comma: bool) -> str:
-    """The kind of a column's present (non-missing, stripped) values, in words: ``whole number``,
-    ``decimal number``, ``date``, ``date and time``, ``yes/no``, ``text`` or ``empty``. Whole numbers
-    with a leading zero (postcodes, ids) are text."""
-    if not values:
-        return "empty"
-    if any(
-        len(v.lstrip("+-")) > 1 and v.lstrip("+-")[0] == "0" and v.lstrip("+-")[1].isdigit() for v in values
-    ):
-        return "text"  # 02134: a code (postcode, id), not a number
-    if all(INTEGER.match(v) for v in values):
-        return "whole number"
-    if all(DECIMAL.match(v) for v in values):
-        return "decimal number"
-    if decimal_comma and all(DECIMAL.match(v) or DECIMAL_COMMA.match(v) for v in values):
-        return "decimal number"
-    if all(v.lower() in YES_NO for v in values):
-        return "yes/no"
-    parsed = [_as_date(v) for v in values]
-    if all(p is not None for p in parsed):
-        return "date and time" if any(isinstance(p, datetime) for p in parsed) else "date"
-    return "text"
-
-
-def _num(v: str) -> float:
-    return float(v.replace(",", "."))
-
-
-def _round(x: float) -> float | int:
-    if math.isfinite(x) and x == int(x) and abs(x) < 1e15:
-        return int(x)
-    return float(f"{x:.7g}")
-
-
-def histogram(numbers: list[float], whole: bool, bins: int = 10) -> list[dict[str, Any]]:
-    """Equal-width bins ``[{"from", "to", "count"}]`` (whole numbers with a small range: one bin per
-    value)."""
-    lo, hi = min(numbers), max(numbers)
-    if lo == hi:
-        return [{"from": _round(lo), "to": _round(hi), "count": len(numbers)}]
-    if whole and hi - lo + 1 <= bins:
-        counts = Counter(int(n) for n in numbers)
-        return [{"from": v, "to": v, "count": counts.get(v, 0)} for v in range(int(lo), int(hi) + 1)]
-    step = (hi - lo) / bins
-    counts = [0] * bins
-    for n in numbers:
-        counts[min(bins - 1, int((n - lo) / step))] += 1
-    return [
-        {"from": _round(lo + i * step), "to": _round(lo + (i + 1) * step), "count": c}
-        for i, c in enumerate(counts)
-    ]
-
-
-def summarise_column(name: str, raw: list[str], top: int, decimal_comma: bool) -> dict[str, Any]:
-    """One column's summary: ``{name, type, count, missing, distinct, …}`` plus ``min, max, mean,
-    median, histogram`` for numbers, ``earliest, latest`` for dates, ``top_values`` (``[{value,
-    count}]``) for text and yes/no, ``examples`` for all."""
-    present = [v.strip() for v in raw if not is_missing(v)]
-    kind = detect_type(present, decimal_comma)
-    counter: Counter[str] = Counter()
-    capped = False
-    for v in present:
-        if v in counter or len(counter) < TOP_DISTINCT_CAP:
-            counter[v] += 1
-        else:
-            capped = True
-    out: dict[str, Any] = {
-        "name": name,
-        "type": kind,
-        "count": len(present),
-        "missing": len(raw) - len(present),
-        "distinct": len(counter),
-        "examples": list(dict.fromkeys(present))[:EXAMPLES],
-    }
-    if capped:
-        out["distinct_note"] = f"more than {TOP_DISTINCT_CAP:,} different values; counts are approximate"
-    if kind in ("whole number", "decimal number"):
-        numbers = [_num(v) for v in present]
-        out.update(
-            {
-                "min": _round(min(numbers)),
-                "max": _round(max(numbers)),
-                "mean": _round(statistics.fmean(numbers)),
-                "median": _round(statistics.median(numbers)),
-                "histogram": histogram(numbers, kind == "whole number"),
-            }
-        )
-    elif kind in ("date", "date and time"):
-        parsed = sorted(_as_date(v) for v in present)  # type: ignore[type-var]
-        out.update({"earliest": parsed[0].isoformat(), "latest": parsed[-1].isoformat()})
-    if kind in ("text", "yes/no"):
-        out["top_values"] = [{"value": v, "count": c} for v, c in counter.most_common(top)]
-        lengths = [len(v) for v in present]
-        out.update({"shortest": min(lengths), "longest": max(lengths)})
-    return out
+# --- summarising (per column: app.processors.csv_stats) -------------------------------------------
 
 
 def summarise(table: Table, top: int) -> list[dict[str, Any]]:
@@ -395,184 +351,6 @@ def overview(table: Table, columns: list[dict[str, Any]]) -> str:
     plural["date and time"] = "dates and times"
     parts = ", ".join(f"{n} {plural.get(k, k) if n > 1 else k}" for k, n in kinds.most_common())
     return f"{table.rows} rows and {len(columns)} columns ({parts})."
-
-
-# --- charts (SVG) and the HTML report --------------------------------------------------------------
-
-BAR = "#2f6f9f"
-MISS = "#d98b3a"
-
-
-def _svg(width: int, height: int, label: str, body: list[str]) -> Markup:
-    return Markup(
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}">' + "".join(body) + "</svg>"
-    )
-
-
-def _short(text: Any, n: int = 28) -> str:
-    s = str(text)
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
-def chart_missing(columns: list[dict[str, Any]]) -> Markup:
-    """Horizontal stacked bars: filled and missing values per column."""
-    row_h, left, width = 22, 190, 640
-    height = 30 + row_h * len(columns)
-    total = max((c["count"] + c["missing"] for c in columns), default=1) or 1
-    span = width - left - 100
-    body = [
-        f'<text x="{left}" y="14" font-size="12" fill="#333"><tspan fill="{BAR}">■</tspan> filled</text>',
-        f'<text x="{left + 70}" y="14" font-size="12" fill="#333"><tspan fill="{MISS}">■</tspan> missing</text>',
-    ]
-    for i, c in enumerate(columns):
-        y = 24 + i * row_h
-        filled = span * c["count"] / total
-        missing = span * c["missing"] / total
-        body.append(
-            f'<text x="{left - 8}" y="{y + 14}" font-size="12" text-anchor="end" fill="#222">'
-            f"{escape(_short(c['name']))}</text>"
-        )
-        body.append(f'<rect x="{left}" y="{y + 3}" width="{filled:.1f}" height="{row_h - 8}" fill="{BAR}"/>')
-        if c["missing"]:
-            body.append(
-                f'<rect x="{left + filled:.1f}" y="{y + 3}" width="{missing:.1f}" height="{row_h - 8}" fill="{MISS}"/>'
-            )
-        body.append(
-            f'<text x="{left + filled + missing + 6:.1f}" y="{y + 14}" font-size="11" fill="#555">'
-            f"{c['missing']} missing</text>"
-        )
-    return _svg(width, height, "Filled and missing values per column", body)
-
-
-def chart_histogram(col: dict[str, Any]) -> Markup:
-    """Vertical bars of a numeric column's histogram, with the range under it."""
-    bins = col["histogram"]
-    width, height, bottom = 320, 150, 24
-    peak = max(b["count"] for b in bins) or 1
-    bar_w = (width - 20) / len(bins)
-    body = []
-    for i, b in enumerate(bins):
-        h = (height - bottom - 10) * b["count"] / peak
-        x = 10 + i * bar_w
-        body.append(
-            f'<rect x="{x + 1:.1f}" y="{height - bottom - h:.1f}" width="{max(bar_w - 2, 1):.1f}" '
-            f'height="{h:.1f}" fill="{BAR}"><title>{escape(b["from"])} to {escape(b["to"])}: '
-            f"{b['count']}</title></rect>"
-        )
-    body.append(f'<text x="10" y="{height - 6}" font-size="11" fill="#444">{escape(col["min"])}</text>')
-    body.append(
-        f'<text x="{width - 10}" y="{height - 6}" font-size="11" fill="#444" text-anchor="end">'
-        f"{escape(col['max'])}</text>"
-    )
-    return _svg(width, height, f"Distribution of {col['name']}", body)
-
-
-def chart_top(col: dict[str, Any]) -> Markup:
-    """Horizontal bars of a text column's most common values."""
-    values = col.get("top_values") or []
-    row_h, left, width = 20, 150, 320
-    height = 8 + row_h * max(len(values), 1)
-    peak = max((v["count"] for v in values), default=1) or 1
-    body = []
-    for i, v in enumerate(values):
-        y = 4 + i * row_h
-        w = (width - left - 40) * v["count"] / peak
-        body.append(
-            f'<text x="{left - 6}" y="{y + 13}" font-size="11" text-anchor="end" fill="#222">'
-            f"{escape(_short(v['value'], 22))}</text>"
-        )
-        body.append(f'<rect x="{left}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" fill="{BAR}"/>')
-        body.append(
-            f'<text x="{left + w + 4:.1f}" y="{y + 13}" font-size="11" fill="#555">{v["count"]}</text>'
-        )
-    return _svg(width, height, f"Most common values of {col['name']}", body)
-
-
-REPORT_TEMPLATE = """<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{ title }}</title>
-<style>
-body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d1d1b; margin: 0 auto;
-       max-width: 980px; padding: 24px 16px 48px; }
-h1 { font-size: 1.6em; margin: 0 0 4px; } h2 { font-size: 1.2em; margin: 0 0 6px; }
-.meta { color: #555; margin: 0 0 20px; }
-section.col { border: 1px solid #ddd; border-radius: 8px; padding: 14px 16px; margin: 14px 0;
-              display: flex; flex-wrap: wrap; gap: 16px 28px; }
-section.col > div { flex: 1 1 300px; min-width: 0; }
-table { border-collapse: collapse; } td, th { text-align: left; padding: 2px 12px 2px 0; vertical-align: top; }
-th { font-weight: 600; color: #444; } .type { color: #2f6f9f; font-weight: 600; }
-.note { background: #fff7e6; border: 1px solid #f0d9a8; padding: 8px 12px; border-radius: 6px; }
-svg { max-width: 100%; height: auto; } .overview { overflow-x: auto; }
-code { background: #f2f2f0; padding: 0 4px; border-radius: 3px; overflow-wrap: anywhere; }
-</style>
-</head>
-<body>
-<h1>{{ title }}</h1>
-<p class="meta">{{ overview }} Read as {{ encoding }}, separated by {{ delimiter }},
-{% if header == "yes" %}with{% else %}without{% endif %} a header line. Made by Jobdesk on {{ made }}.</p>
-{% for note in notes %}<p class="note">{{ note }}</p>{% endfor %}
-<h2>Filled and missing values</h2>
-<div class="overview">{{ missing_chart }}</div>
-<p class="meta">Counted as missing: empty cells and {{ missing_words }}.</p>
-{% for c in columns %}
-<section class="col">
-  <div>
-    <h2>{{ c.name }}</h2>
-    <p><span class="type">{{ c.type }}</span> · {{ c.count }} filled · {{ c.missing }} missing · {{ c.distinct }} different</p>
-    <table>
-    {% if c.min is defined %}
-      <tr><th>Lowest</th><td>{{ c.min }}</td></tr><tr><th>Highest</th><td>{{ c.max }}</td></tr>
-      <tr><th>Mean</th><td>{{ c.mean }}</td></tr><tr><th>Median</th><td>{{ c.median }}</td></tr>
-    {% endif %}
-    {% if c.earliest is defined %}
-      <tr><th>Earliest</th><td>{{ c.earliest }}</td></tr><tr><th>Latest</th><td>{{ c.latest }}</td></tr>
-    {% endif %}
-    {% if c.top_values is defined %}
-      {% for v in c.top_values %}<tr><td><code>{{ v.value }}</code></td><td>{{ v.count }}</td></tr>{% endfor %}
-    {% endif %}
-    {% if c.examples %}<tr><th>Examples</th><td>{% for e in c.examples %}<code>{{ e }}</code> {% endfor %}</td></tr>{% endif %}
-    </table>
-    {% if c.distinct_note is defined %}<p class="note">{{ c.distinct_note }}</p>{% endif %}
-  </div>
-  {% if c.chart %}<div>{{ c.chart }}</div>{% endif %}
-</section>
-{% endfor %}
-</body>
-</html>
-"""
-
-
-def render_report(summary: dict[str, Any]) -> str:
-    """The self-contained HTML report of a summary (as returned by ``report.csv_summary``): inline CSS
-    and SVG charts, no script, every value escaped (Jinja2 autoescape; SVG text via :func:`escape`)."""
-    from jinja2 import Environment
-
-    env = Environment(autoescape=True)
-    columns = []
-    for c in summary["columns"]:
-        c = dict(c)
-        if c.get("histogram"):
-            c["chart"] = chart_histogram(c)
-        elif c.get("top_values"):
-            c["chart"] = chart_top(c)
-        columns.append(c)
-    return env.from_string(REPORT_TEMPLATE).render(
-        title=summary.get("title") or "CSV summary",
-        overview=summary.get("overview", ""),
-        encoding=summary.get("encoding", "?"),
-        delimiter=f"{summary.get('delimiter', 'comma')}s",
-        header=summary.get("header", "yes"),
-        notes=summary.get("notes") or [],
-        made=datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-        missing_chart=chart_missing(summary["columns"]),
-        missing_words=", ".join(sorted(m for m in MISSING if m)),
-        columns=columns,
-    )
 
 
 # --- processors ----------------------------------------------------------------------------------------
@@ -650,7 +428,8 @@ def summarise_csv(ctx: CpuContext) -> Result:
 def _write_report(summary: dict[str, Any], out_dir: Path) -> OutputFile:
     name = f"{safe_stem(summary.get('title') or '', 'csv')}-report.html"
     path = out_dir / name
-    path.write_text(render_report(summary), encoding="utf-8")
+    missing_words = ", ".join(sorted(m for m in MISSING if m))
+    path.write_text(render_report(summary, missing_words), encoding="utf-8")
     return OutputFile(path, name, "text/html")
 
 

@@ -1,6 +1,6 @@
 """Web layer helpers shared by every controller: :func:`render` and the Jinja filters.
 
-Controllers live one per page area in this package (``auth.py``, ``home.py``, …; style §5) and return
+Controllers live one per page area in this package (``auth.py``, ``home.py``, …) and return
 ``render(...)``. Templates mirror them under ``templates/``: ``area/page.html`` plus ``area/_fragment.html``.
 
 Filters available in every template (registered by :func:`register_filters`):
@@ -16,13 +16,14 @@ import functools
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jinja2 import pass_context
 from litestar import Request
 from litestar.di import NamedDependency
 from litestar.plugins.jinja import JinjaTemplateEngine
-from litestar.response import Template
+from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import format_bytes
@@ -64,6 +65,12 @@ def render(
     if fragment:
         hdrs["Vary"] = "HX-Request"
     return Template(template_name=name, context=ctx, status_code=status_code, headers=hdrs)
+
+
+def redirect_with_notice(path: str, notice: str) -> Redirect:
+    """303 to ``path?done=<notice>``: the page it lands on shows the notice (cut to 200 characters), and
+    reloading it does not repeat the action."""
+    return Redirect(f"{path}?{urlencode({'done': notice[:200]})}", status_code=303)
 
 
 # --- filters ------------------------------------------------------------------------------------------------

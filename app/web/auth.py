@@ -1,4 +1,4 @@
-"""Sign-in and sign-out pages: ``GET/POST /login``, ``POST /logout`` (issue 2 §7, issue 7 §7).
+"""Sign-in and sign-out pages: ``GET/POST /login``, ``POST /logout``.
 
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
@@ -55,7 +55,7 @@ class AuthController(Controller):
         """Check the password; on success start a session and go to ``next`` (a local path only).
 
         A wrong password re-shows the form with the message next to it (401); too many failures give
-        429 with the minutes to wait (issue 7 §7).
+        429 with the minutes to wait.
         """
         settings = request.app.state.settings
         target = safe_next(data.next)

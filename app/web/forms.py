@@ -1,4 +1,4 @@
-"""Web forms generated from a job type's or pipeline template's pydantic input schema (issue 6 §2).
+"""Web forms generated from a job type's or pipeline template's pydantic input schema.
 
 People who are not engineers never type JSON: each schema field becomes one form control whose ``name``
 is the field's name, with the label (``title``), help text (``description``), default and required mark
@@ -26,9 +26,8 @@ Reserved control names start with ``_`` (pydantic field names cannot): ``_csrf_t
 ``_keep.<field>`` (an already uploaded file kept across a re-rendered form), ``_form_key``.
 
 Parsing turns the submitted strings into schema values and friendly per-field messages; the authority
-is still :func:`app.jobs.queue.prepare` / :func:`app.pipelines.create_from_template`, whose
-:class:`~app.errors.BadInput` paths (``input_data.seconds``) are mapped back to fields by
-:func:`errors_from_bad_input`.
+is still the queue's own check (through :mod:`app.actions`), whose :class:`~app.errors.BadInput` paths
+(``input_data.seconds``) are mapped back to fields by :func:`app.web.submit.errors_from_bad_input`.
 """
 
 from __future__ import annotations
@@ -44,28 +43,27 @@ import types
 import typing
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time, timedelta
-from decimal import Decimal, InvalidOperation
+from datetime import UTC, date, datetime, time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import annotated_types
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from app.errors import BadInput, NotFound, format_bytes
+from app.errors import NotFound, format_bytes
 from app.files import FileStore
 from app.processors import widget_of
+from app.web.form_values import convert, is_subclass
 
 FORM_ERROR = "_form"
 """Key of an error that belongs to no single field (shown above the form)."""
 RUN_AT = "_run_at"
-"""Key of the job form's "Run at" errors (issue 11 §1)."""
+"""Key of the job form's "Run at" errors."""
 TITLE = "_title"
 """Key of the job form's optional name (the job's ``title``)."""
-
-_INT_RE = re.compile(r"^[+-]?\d{1,30}$")
 
 
 @dataclass(frozen=True)
@@ -150,22 +148,18 @@ def _unwrap(annotation: Any) -> tuple[Any, bool]:
         return annotation, optional
 
 
-def _is_subclass(tp: Any, base: type) -> bool:
-    return isinstance(tp, type) and issubclass(tp, base)
-
-
 def _kind(tp: Any, widget: str | None) -> tuple[str, tuple[Any, ...]]:
     """The control kind for an unwrapped type, and the allowed values of a choice."""
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
         return "choice", typing.get_args(tp)
-    if _is_subclass(tp, enum.Enum):
+    if is_subclass(tp, enum.Enum):
         return "choice", tuple(m.value for m in tp)
     if tp is bool:
         return "boolean", ()
-    if _is_subclass(tp, int) and not _is_subclass(tp, enum.Enum):
+    if is_subclass(tp, int) and not is_subclass(tp, enum.Enum):
         return "integer", ()
-    if tp is float or _is_subclass(tp, Decimal):
+    if tp is float or is_subclass(tp, Decimal):
         return "decimal", ()
     if tp is str:
         return ("textarea" if widget == "textarea" else "text"), ()
@@ -184,9 +178,9 @@ def _kind(tp: Any, widget: str | None) -> tuple[str, tuple[Any, ...]]:
             return "files", ()
         if inner is str:
             return "list", ()
-        if inner is int and not _is_subclass(inner, enum.Enum):
+        if inner is int and not is_subclass(inner, enum.Enum):
             return "integers", ()
-        if inner is float or _is_subclass(inner, Decimal):
+        if inner is float or is_subclass(inner, Decimal):
             return "decimals", ()
     return "json", ()
 
@@ -205,7 +199,7 @@ def _constraints(metadata: list[Any]) -> dict[str, Any]:
     return out
 
 
-def _num(value: Any) -> str:
+def num_text(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
@@ -216,13 +210,13 @@ def _attrs(kind: str, c: dict[str, Any]) -> dict[str, str]:
     if kind == "integer":
         attrs["step"] = "1"
         if "ge" in c:
-            attrs["min"] = _num(c["ge"])
+            attrs["min"] = num_text(c["ge"])
         elif "gt" in c:
-            attrs["min"] = _num(int(c["gt"]) + 1)
+            attrs["min"] = num_text(int(c["gt"]) + 1)
         if "le" in c:
-            attrs["max"] = _num(c["le"])
+            attrs["max"] = num_text(c["le"])
         elif "lt" in c:
-            attrs["max"] = _num(int(c["lt"]) - 1)
+            attrs["max"] = num_text(int(c["lt"]) - 1)
     if kind in ("text", "textarea") and "max_length" in c:
         attrs["maxlength"] = str(c["max_length"])
     return attrs
@@ -247,9 +241,9 @@ def form_fields(model: type[BaseModel]) -> list[FormField]:
             default = info.get_default(call_default_factory=True)
             if default is PydanticUndefined:
                 default = None
-        choices = ()
+        choices: tuple[Choice, ...] = ()
         if kind == "choice":
-            if _is_subclass(tp, enum.Enum):
+            if is_subclass(tp, enum.Enum):
                 choices = tuple(Choice(str(m.value), humanize(m.name.lower())) for m in tp)
             else:
                 choices = tuple(Choice(str(v), str(v)) for v in values)
@@ -300,13 +294,13 @@ def display_value(f: FormField, value: Any, tz: ZoneInfo) -> Any:
             return "\n".join(str(v) for v in value) if isinstance(value, list | tuple) else str(value)
         if f.kind in ("integers", "decimals"):
             items = value if isinstance(value, list | tuple) else [value]
-            return ", ".join(_num(v) if isinstance(v, float) else str(v) for v in items)
+            return ", ".join(num_text(v) if isinstance(v, float) else str(v) for v in items)
         if f.kind == "json":
             if isinstance(value, BaseModel):
                 value = value.model_dump(mode="json")
             return json.dumps(value, indent=2, ensure_ascii=False, default=str)
         if f.kind == "decimal" and isinstance(value, float):
-            return _num(value)
+            return num_text(value)
     except (TypeError, ValueError):
         return str(value)
     return str(value)
@@ -400,29 +394,6 @@ async def store_upload(
     return row, None, size
 
 
-def _parse_decimal(raw: str) -> Decimal | None:
-    text = raw.strip().replace(" ", "").replace("\u00a0", "")
-    if text.count(",") == 1 and "." not in text:
-        text = text.replace(",", ".")
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        return None
-    return value if value.is_finite() else None
-
-
-def parse_local_datetime(raw: str, tz: ZoneInfo) -> datetime | None:
-    """``2026-12-01T09:30`` (as ``<input type=datetime-local>`` sends it) in ``tz``, made aware;
-    ``None`` when it is not a date and time."""
-    try:
-        dt = datetime.fromisoformat(raw.strip())
-    except ValueError:
-        return None
-    if not 1970 <= dt.year <= 9000:
-        return None
-    return dt.replace(tzinfo=tz) if dt.tzinfo is None else dt
-
-
 async def parse_form(
     fields: list[FormField],
     form: Any,
@@ -441,253 +412,82 @@ async def parse_form(
     its owner's files).
     """
     out = ParsedForm()
-    owner = _OwnerOnly(principal.id)
     for f in fields:
-        name = f.name
         if f.kind in ("file", "files"):
-            infos: list[dict[str, Any]] = []
-            for kept in form.getall(f"_keep.{name}", []):
-                if not isinstance(kept, str) or not kept:
-                    continue
-                try:
-                    row = await store.get(conn, kept, owner)
-                except NotFound:
-                    continue
-                infos.append(file_info(row))
-            problem = None
-            for upload in [u for u in form.getall(name, []) if _is_upload(u)]:
-                row, problem_here, _ = await store_upload(
-                    upload, conn, store, user_id=principal.id, max_bytes=max_upload_bytes
-                )
-                if row is None:
-                    problem = problem or problem_here
-                    if problem_here and "largest" in problem_here:
-                        out.too_large = True
-                    continue
-                out.new_files.append(row["id"])
-                infos.append(file_info(row))
-            if f.kind == "file" and len(infos) > 1:
-                infos = infos[-1:]  # a new upload replaces the kept one
-            out.values[name] = infos
-            if problem:
-                out.errors[name] = problem
-            elif infos:
-                out.data[name] = infos[0]["id"] if f.kind == "file" else [i["id"] for i in infos]
-            elif f.required:
-                out.errors[name] = "Choose a file." if f.kind == "file" else "Choose at least one file."
-            continue
-
-        if f.kind == "boolean":
-            raw_value = form.get(name)
+            await _parse_files(f, form, out, conn, store, principal, max_upload_bytes)
+        elif f.kind == "boolean":
+            raw_value = form.get(f.name)
             checked = raw_value is not None and str(raw_value).lower() not in ("", "0", "false", "off", "no")
-            out.values[name] = checked
-            out.data[name] = checked
-            continue
-
-        raw = form.get(name)
-        raw = raw if isinstance(raw, str) else ""
-        if f.kind in ("textarea", "list", "json"):
-            raw = raw.replace("\r\n", "\n")
-        out.values[name] = raw
-        if raw.strip() == "":
-            if f.required:
-                out.errors[name] = "Choose one of the options." if f.kind == "choice" else "Fill this in."
-            continue
-        value, problem = _convert(f, raw, tz)
-        if problem:
-            out.errors[name] = problem
+            out.values[f.name] = checked
+            out.data[f.name] = checked
         else:
-            out.data[name] = value
+            _parse_text(f, form, out, tz)
     return out
 
 
-def _convert(f: FormField, raw: str, tz: ZoneInfo) -> tuple[Any, str | None]:
-    """``(value for the schema, None)`` or ``(None, message)``."""
-    text = raw.strip()
-    if f.kind in ("text", "textarea"):
-        return raw, None
-    if f.kind == "integer":
-        cleaned = text.replace(" ", "").replace("\u00a0", "")
-        if not _INT_RE.match(cleaned):
-            return None, "Enter a whole number, like 42."
-        return int(cleaned), None
-    if f.kind == "decimal":
-        value = _parse_decimal(text)
-        if value is None:
-            return None, "Enter a number, like 2.5."
-        return (str(value) if _is_subclass(f.python_type, Decimal) else float(value)), None
-    if f.kind == "choice":
-        for v in f.choice_values:
-            if str(v) == text:
-                return v, None
-        return None, "Choose one of the options."
-    if f.kind == "date":
+def _parse_text(f: FormField, form: Any, out: ParsedForm, tz: ZoneInfo) -> None:
+    name = f.name
+    raw = form.get(name)
+    raw = raw if isinstance(raw, str) else ""
+    if f.kind in ("textarea", "list", "json"):
+        raw = raw.replace("\r\n", "\n")
+    out.values[name] = raw
+    if raw.strip() == "":
+        if f.required:
+            out.errors[name] = "Choose one of the options." if f.kind == "choice" else "Fill this in."
+        return
+    value, problem = convert(f, raw, tz)
+    if problem:
+        out.errors[name] = problem
+    else:
+        out.data[name] = value
+
+
+async def _kept_files(
+    form: Any, name: str, conn: Any, store: FileStore, principal: Any
+) -> list[dict[str, Any]]:
+    """Files kept from an earlier submission of the form, if they are the principal's own."""
+    owner = _OwnerOnly(principal.id)
+    infos: list[dict[str, Any]] = []
+    for kept in form.getall(f"_keep.{name}", []):
+        if not isinstance(kept, str) or not kept:
+            continue
         try:
-            d = date.fromisoformat(text)
-        except ValueError:
-            return None, "Enter a date, like 2026-12-31."
-        return d.isoformat(), None
-    if f.kind == "time":
-        try:
-            t = time.fromisoformat(text)
-        except ValueError:
-            return None, "Enter a time, like 09:30."
-        return t.isoformat(), None
-    if f.kind == "datetime":
-        dt = parse_local_datetime(text, tz)
-        if dt is None:
-            return None, "Enter a date and a time."
-        return dt.isoformat(), None
-    if f.kind == "list":
-        return [line.strip() for line in raw.split("\n") if line.strip()], None
-    if f.kind in ("integers", "decimals"):
-        numbers: list[int | float] = []
-        for part in re.split(r"[\s,;]+", text):
-            if not part:
-                continue
-            try:
-                numbers.append(int(part) if f.kind == "integers" else float(part.replace("_", "")))
-            except ValueError:
-                example = "160, 640" if f.kind == "integers" else "0.5, 2.5"
-                kind = "whole number" if f.kind == "integers" else "number"
-                return (
-                    None,
-                    f"“{part[:20]}” is not a {kind}. Separate the numbers with commas, like {example}.",
-                )
-        return numbers, None
-    if f.kind == "json":
-        try:
-            return json.loads(raw), None
-        except ValueError:
-            return None, "This must be valid JSON."
-    return raw, None
+            row = await store.get(conn, kept, owner)
+        except NotFound:
+            continue
+        infos.append(file_info(row))
+    return infos
 
 
-# --- validation messages ------------------------------------------------------------------------------
-
-
-def friendly_message(error: Any) -> str:
-    """A pydantic error (one item of ``ValidationError.errors()``) in plain words."""
-    kind = error.get("type", "")
-    ctx = error.get("ctx") or {}
-    if kind == "missing":
-        return "Fill this in."
-    if kind in ("greater_than_equal",):
-        return f"Must be at least {_num(ctx.get('ge'))}."
-    if kind == "greater_than":
-        return f"Must be more than {_num(ctx.get('gt'))}."
-    if kind == "less_than_equal":
-        return f"Must be at most {_num(ctx.get('le'))}."
-    if kind == "less_than":
-        return f"Must be less than {_num(ctx.get('lt'))}."
-    if kind == "string_too_short":
-        n = ctx.get("min_length")
-        return f"Enter at least {n} character{'s' if n != 1 else ''}."
-    if kind == "string_too_long":
-        return f"Use at most {ctx.get('max_length')} characters."
-    if kind == "too_short":
-        n = ctx.get("min_length")
-        return f"Give at least {n} item{'s' if n != 1 else ''}."
-    if kind == "too_long":
-        n = ctx.get("max_length")
-        return f"Give at most {n} item{'s' if n != 1 else ''}."
-    if kind.startswith("int_"):
-        return "Enter a whole number, like 42."
-    if kind.startswith(("float_", "decimal_")):
-        return "Enter a number, like 2.5."
-    if kind in ("literal_error", "enum"):
-        return "Choose one of the options."
-    if kind.startswith("datetime"):
-        return "Enter a date and a time."
-    if kind.startswith("date"):
-        return "Enter a date, like 2026-12-31."
-    if kind.startswith("time"):
-        return "Enter a time, like 09:30."
-    if kind == "string_pattern_mismatch":
-        return "This is not in the expected form."
-    if kind == "multiple_of":
-        return f"Must be a multiple of {_num(ctx.get('multiple_of'))}."
-    message = str(error.get("msg") or "This value is not valid.")
-    message = message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
-    return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
-
-
-def validate(model: type[BaseModel], data: dict[str, Any]) -> dict[str, str]:
-    """Per-field plain-words errors of ``data`` against ``model`` (empty when valid). An item of a list
-    is named by its position (``Line 3: …``), an entry of an object by its key (``speed: …``)."""
-    try:
-        model.model_validate(data)
-    except ValidationError as exc:
-        errors: dict[str, str] = {}
-        for err in exc.errors():
-            loc = err.get("loc") or ()
-            name = str(loc[0]) if loc else FORM_ERROR
-            message = friendly_message(err)
-            if len(loc) > 1 and isinstance(loc[1], int):
-                message = f"Line {loc[1] + 1}: {message}"
-            elif len(loc) > 1:
-                message = f"{loc[1]}: {message}"
-            errors.setdefault(name, message)
-        return errors
-    return {}
-
-
-_PATH_FIELD = re.compile(r"^input_data\.([^.\[]+)")
-
-
-def errors_from_bad_input(exc: BadInput, fields: list[FormField]) -> dict[str, str]:
-    """Map a :class:`BadInput`'s paths onto form controls: ``input_data.<field>…`` → that field,
-    ``run_at`` → the "Run at" controls, anything else → the form as a whole."""
-    names = {f.name for f in fields}
-    errors: dict[str, str] = {}
-    items = exc.errors or {FORM_ERROR: exc.detail}
-    for path, message in items.items():
-        text = str(message)
-        text = text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
-        m = _PATH_FIELD.match(path)
-        if m and m.group(1) in names:
-            errors.setdefault(m.group(1), text)
-        elif path == "run_at":
-            errors.setdefault(RUN_AT, text)
-        elif path == "title":
-            errors.setdefault(TITLE, text)
-        else:
-            errors.setdefault(FORM_ERROR, text if path in (FORM_ERROR, "input_data") else f"{path}: {text}")
-    return errors
-
-
-# --- "Run at" (issue 11 §1) -----------------------------------------------------------------------------
-
-
-def parse_run_at(
-    date_raw: str | None, time_raw: str | None, tz_name: str | None, *, now: datetime | None = None
-) -> tuple[datetime | None, str | None]:
-    """The job form's optional "Run at": ``(aware datetime | None, error message | None)``.
-
-    Both empty → run now. A date without a time (or the reverse), an unknown time zone, or a moment
-    more than a minute in the past is an error.
-    """
-    d = (date_raw or "").strip()
-    t = (time_raw or "").strip()
-    if not d and not t:
-        return None, None
-    if not d:
-        return None, "Choose a date as well as a time, or leave both empty to start now."
-    if not t:
-        return None, "Choose a time as well as a date, or leave both empty to start now."
-    try:
-        tz = ZoneInfo((tz_name or "UTC").strip() or "UTC")
-    except (ValueError, KeyError, OSError):
-        return None, "Choose a time zone from the list."
-    try:
-        day = date.fromisoformat(d)
-        clock = time.fromisoformat(t)
-    except ValueError:
-        return None, "Enter a date like 2026-12-31 and a time like 09:30."
-    if not 1970 <= day.year <= 9000:
-        return None, "Choose a date between 1970 and 9000."
-    when = datetime.combine(day, clock).replace(tzinfo=tz)
-    now = now or datetime.now(UTC)
-    if when < now - timedelta(minutes=1):
-        return None, "That moment has already passed. Choose a later time, or leave both empty to start now."
-    return when, None
+async def _parse_files(
+    f: FormField,
+    form: Any,
+    out: ParsedForm,
+    conn: Any,
+    store: FileStore,
+    principal: Any,
+    max_upload_bytes: int,
+) -> None:
+    name = f.name
+    infos = await _kept_files(form, name, conn, store, principal)
+    problem = None
+    for upload in [u for u in form.getall(name, []) if _is_upload(u)]:
+        stored, problem_here, _ = await store_upload(
+            upload, conn, store, user_id=principal.id, max_bytes=max_upload_bytes
+        )
+        if stored is None:
+            problem = problem or problem_here
+            out.too_large = out.too_large or bool(problem_here and "largest" in problem_here)
+            continue
+        out.new_files.append(stored["id"])
+        infos.append(file_info(stored))
+    if f.kind == "file" and len(infos) > 1:
+        infos = infos[-1:]  # a new upload replaces the kept one
+    out.values[name] = infos
+    if problem:
+        out.errors[name] = problem
+    elif infos:
+        out.data[name] = infos[0]["id"] if f.kind == "file" else [i["id"] for i in infos]
+    elif f.required:
+        out.errors[name] = "Choose a file." if f.kind == "file" else "Choose at least one file."

@@ -1,4 +1,4 @@
-"""Probes: ``GET /healthz`` (liveness) and ``GET /readyz`` (readiness) (issue 2 §8).
+"""Probes: ``GET /healthz`` (liveness) and ``GET /readyz`` (readiness).
 
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
@@ -17,7 +17,7 @@ READY_TIMEOUT = 3.0
 async def readiness(state: Any) -> tuple[bool, dict[str, str]]:
     """``(ready, checks)``: the database answers, its schema is at this version's newest migration, and
     the in-app worker (when ``WORKER_ENABLED``) is running, has started, has all its side tasks and has
-    written its heartbeat recently (:meth:`app.worker.runner.Worker.health`; issue 10 §3). ``checks``
+    written its heartbeat recently (:meth:`app.worker.runner.Worker.health`). ``checks``
     maps each check to ``ok`` or the reason it failed."""
     checks: dict[str, str] = {}
     ready = True

@@ -1,4 +1,4 @@
-"""The built-in pipeline templates (issue 9 §3): "Photo batch" and "CSV report with review".
+"""The built-in pipeline templates: "Photo batch" and "CSV report with review".
 
 Kept apart from the processor modules because those are imported anew by every CPU-bound job's process,
 and :mod:`app.pipelines` (SQLAlchemy and the queue) would make each of them half a second slower.

@@ -1,4 +1,4 @@
-"""``GET /metrics``: Prometheus text format for operators (issue 10 §3; cases C17, C18).
+"""``GET /metrics``: Prometheus text format for operators.
 
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 
@@ -10,8 +10,9 @@ Two kinds of series:
 * **the whole queue's** gauges, read from the database at scrape time by :func:`database_gauges` with cheap
   queries only: live jobs by status and type from the partial index ``ix_jobs_live``; finished jobs by
   status counted up to :data:`EXACT_CAP` on ``ix_jobs_status_id`` and estimated by the planner above it
-  (never ``COUNT(*)`` over the whole table, case C17); workers alive and listening from ``workers``; the
-  jobs table's dead-tuple ratio and the age of the oldest open transaction in this database (case C18).
+  (never ``COUNT(*)`` over the whole table, which would take seconds on millions of rows); workers alive and listening from ``workers``; the
+  jobs table's dead-tuple ratio and the age of the oldest open transaction in this database (a
+  long one stops vacuum, so dead rows pile up).
 
 Access: ``Authorization: Bearer <METRICS_TOKEN>`` (for the scraper) or a signed-in admin's session; 401
 otherwise (403 for a signed-in non-admin).
@@ -29,6 +30,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import __version__
+from app.processors import registry
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LIVE_STATUSES = ("queued", "in_progress", "waiting_approval")
@@ -74,7 +76,7 @@ OLDEST_TRANSACTION = text(
 
 
 async def planner_estimate(conn: Any, status: str) -> float:
-    """The planner's row estimate for jobs of a finished ``status`` (no rows read; issue 7 §1, case C17)."""
+    """The planner's row estimate for jobs of a finished ``status`` (no rows read)."""
     assert status in FINISHED_STATUSES  # a fixed word, safe to inline (EXPLAIN takes no parameters)
     plan = (
         await conn.execute(text(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM jobs WHERE status = '{status}'"))
@@ -184,7 +186,7 @@ class _Snapshot(Collector):
         )
 
 
-def _authorized(request: Request[Any, Any, Any]) -> Response[str] | None:
+def _authorized(request: Request[Any, Any, Any]) -> Response[Any] | None:
     """``None`` when the caller may read metrics, else the plain-text 401/403 to send."""
     token = request.app.state.settings.metrics_token
     header = request.headers.get("authorization", "")
@@ -216,13 +218,11 @@ class MetricsController(Controller):
     include_in_schema = False
 
     @get("/metrics", name="ops.metrics", media_type=CONTENT_TYPE)
-    async def metrics(self, request: Request[Any, Any, Any]) -> Response[bytes | str]:
+    async def metrics(self, request: Request[Any, Any, Any]) -> Response[Any]:
         """The Prometheus exposition (text format 0.0.4); 401/403 without the token or an admin session."""
         denied = _authorized(request)
         if denied is not None:
             return denied
-        from app.processors import registry
-
         settings = request.app.state.settings
         figures = await database_gauges(
             request.app.state.engine, worker_fresh_secs=2 * settings.heartbeat_secs + 30

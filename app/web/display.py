@@ -1,5 +1,5 @@
 """What the job and pipeline pages show, computed from rows: plain-word statuses, readable results and
-errors, event history lines, and the fingerprints that let polls answer "nothing changed" (issue 6 §3–5).
+errors, event history lines, and the fingerprints that let polls answer "nothing changed".
 
 Pure functions over row mappings (no I/O), shared by :mod:`app.web.jobs` and :mod:`app.web.pipelines`,
 so the full page, its htmx fragment and the list cells all say the same thing.
@@ -18,10 +18,12 @@ from urllib.parse import urlsplit
 
 from app.jobs import states
 from app.jobs.states import Status
+from app.web import format_localtime
 from app.web.forms import humanize
 
 JSON_SHOWN_MAX = 100_000
-"""Characters of result JSON shown under "Details"; the rest is cut with a note (case C13)."""
+"""Characters of result JSON shown under "Details"; the rest is cut with a note, so a
+huge result cannot make the page unusable."""
 ERROR_SUMMARY_MAX = 300
 """Characters of an error's first line shown in plain words; the full text is folded."""
 
@@ -68,7 +70,7 @@ def job_state(row: Mapping[str, Any], now: datetime | None = None) -> dict[str, 
 
     ``label`` (plain words: Waiting, Scheduled, Retrying, Running, Done, Failed, Cancelled, Cancelling,
     Needs approval, Waiting for earlier steps), ``css`` (badge class), ``terminal``, ``scheduled`` (waiting for
-    its ``run_at``, issue 11 §1), ``retrying`` (a failed attempt; the next try is at ``run_at``),
+    its ``run_at``), ``retrying`` (a failed attempt; the next try is at ``run_at``),
     ``percent`` (0–100 or ``None``), ``cancelling``, ``version`` (poll fingerprint).
     """
     now = now or now_utc()
@@ -129,7 +131,8 @@ def is_file_ref(value: Any) -> bool:
 
 
 def is_http_url(value: Any) -> bool:
-    """Only ``http``/``https`` URLs become links (case C19): ``javascript:`` and the rest stay text."""
+    """Only ``http``/``https`` URLs become links: ``javascript:`` and the rest
+    stay text, so a result cannot run script in the viewer's session."""
     if not isinstance(value, str) or len(value) > 2000 or not _URL_RE.match(value):
         return False
     try:
@@ -280,8 +283,6 @@ def input_items(
             except ValueError:
                 items.append(display_item(key, value, label))
                 continue
-            from app.web import format_localtime
-
             items.append({"label": label, "kind": "text", "value": format_localtime(when, tz)})
         elif isinstance(value, float) and value.is_integer():
             items.append({"label": label, "kind": "text", "value": str(int(value))})

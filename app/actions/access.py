@@ -1,0 +1,122 @@
+"""Which job types and pipeline templates a person may start.
+
+A job type is marked in its ``@processor`` registration:
+
+* ``diagnostic=True`` — for testing and diagnostics (``noop``, ``sleep``, ``fail``, ``cpu``);
+* ``group="Pipeline steps"`` (also ``diagnostic=True``) — an *internal* type: a step that only makes
+  sense inside a built-in pipeline (``images.batch``, ``report.csv_report``).
+
+Both are for admins only when submitted directly: through the form, ``POST /api/jobs``, a step of an
+ad-hoc pipeline, a schedule, or "run again". Internal types stay usable as steps of the registered
+templates (their steps are code, not input) and as next jobs of a step of the same pipeline group
+(or of a type that declares them in ``next_types``).
+
+The rules are pure functions in :mod:`app.jobs.types`; this module applies them to a person for every
+path that starts work (form, API, ad-hoc pipelines, templates, schedules), and the layers below the
+actions use the same functions directly: the queue for a processor's next jobs, the schedule sweep for
+a schedule's owner at each firing. So no entry point re-implements them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from app.errors import BadInput, NotFound
+from app.jobs import types
+from app.jobs.types import INTERNAL_GROUP, admins_only, is_internal, refusal
+from app.processors import ProcessorSpec, registry
+
+__all__ = [
+    "INTERNAL_GROUP",
+    "admins_only",
+    "check_template",
+    "check_type",
+    "is_internal",
+    "may_create_next",
+    "may_start_template",
+    "may_submit",
+    "page_spec",
+    "refusal",
+    "submittable_types",
+]
+
+
+class Person(Protocol):
+    """Anyone acting: a signed-in user, an API token's owner, a schedule's owner."""
+
+    id: int
+    is_admin: bool
+
+
+class HasDiagnostic(Protocol):
+    """A pipeline template (only its ``name`` and ``diagnostic`` mark matter here)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def diagnostic(self) -> bool: ...
+
+
+def _is_admin(person: Any) -> bool:
+    return bool(getattr(person, "is_admin", False))
+
+
+def may_submit(person: Any, spec: ProcessorSpec) -> bool:
+    """Whether ``person`` may submit a job of this type directly (form, API, ad-hoc step, schedule)."""
+    return types.may_submit(_is_admin(person), spec)
+
+
+def check_type(person: Any, type_name: Any, field: str = "type") -> ProcessorSpec | None:
+    """The registered type ``type_name`` if ``person`` may submit it; ``None`` for an unknown type (the
+    queue then answers with the list of known types).
+
+    Raises:
+        BadInput: a diagnostic or internal type for a non-admin, named by ``field`` (422).
+    """
+    spec = registry.get(type_name) if isinstance(type_name, str) else None
+    if spec is not None and not may_submit(person, spec):
+        raise BadInput.field(field, refusal(spec))
+    return spec
+
+
+def page_spec(person: Any, type_name: str) -> ProcessorSpec:
+    """The type behind a form page. A type the person may not submit is hidden like an unknown one.
+
+    Raises:
+        NotFound: unknown, or not for this person.
+    """
+    spec = registry.get(type_name)
+    if spec is None or not may_submit(person, spec):
+        raise NotFound(f"There is no job type called {type_name[:100]!r}.")
+    return spec
+
+
+def submittable_types(person: Any) -> list[ProcessorSpec]:
+    """The catalogue this person sees: every type they may submit directly."""
+    return [spec for spec in registry.all() if may_submit(person, spec)]
+
+
+def may_start_template(person: Any, template: HasDiagnostic) -> bool:
+    """Templates marked ``diagnostic`` are for admins; the others for everyone, whatever their steps
+    (a template's steps are code, so its internal steps are allowed)."""
+    return _is_admin(person) or not template.diagnostic
+
+
+def check_template(person: Any, template: HasDiagnostic, field: str = "template") -> None:
+    """Raises:
+    BadInput: a template marked ``diagnostic`` for a non-admin, named by ``field`` (422).
+    """
+    if not may_start_template(person, template):
+        raise BadInput.field(
+            field, f"only admins may start {template.name!r}: it is for testing and diagnostics"
+        )
+
+
+def may_create_next(owner: Any, creator_type: str, next_type: str) -> bool:
+    """Whether a job of ``creator_type`` owned by ``owner`` may create a next job of ``next_type``: the
+    rule :func:`app.jobs.types.may_create_next`, which the queue applies when it inserts next jobs."""
+    spec = registry.get(next_type)
+    if spec is None:
+        return False
+    return types.may_create_next(_is_admin(owner), registry.get(creator_type), spec)

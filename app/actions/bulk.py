@@ -1,0 +1,295 @@
+"""Bulk actions: retry or cancel many jobs at once — the ticked rows, every row matching a filter, or a
+group of failed jobs with the same error — for admins.
+
+A bulk action is planned first (:func:`plan_selected`, :func:`plan_filter`, :func:`plan_group`: which
+ids, how many are eligible now) and then run (:func:`run_bulk`): at most :data:`BULK_MAX` jobs, in
+batches of :data:`BULK_BATCH`, each through :mod:`app.jobs.queue` in its own savepoint, with one audit
+entry and one admin notice carrying the count, in the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.actions.selection import LIVE_SQL, JobFilter, filter_where, ids_sql
+from app.actions.trail import Actor, record_done
+from app.errors import BadInput, Conflict, Forbidden, NotFound
+from app.jobs import queue
+from app.jobs.states import LIVE, Status
+from app.processors import registry
+
+BULK_MAX = 2_000
+"""At most this many jobs per bulk action; the confirm step says so when more match."""
+BULK_BATCH = 100
+"""Jobs acted on per batch inside a bulk action (each job in its own savepoint)."""
+FAILED_WINDOW = 2_000
+"""Failed groups are formed from only the newest this many failed jobs (one index range scan)."""
+ERROR_SIGNATURE_MAX = 160
+BULK_ACTIONS = {
+    "retry": {"verb": "Retry", "done": "Retried", "eligible": "status = 'failed'", "what": "failed"},
+    "cancel": {
+        "verb": "Cancel",
+        "done": "Cancelled",
+        "eligible": f"{LIVE_SQL} AND is_active",
+        "what": "waiting, running or needing approval (and not already being stopped)",
+    },
+}
+ROWS_BY_ID = text("SELECT id, status, is_active FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))")
+
+
+def _key(*parts: Any) -> str:
+    return hashlib.blake2s(repr(parts).encode(), digest_size=6).hexdigest()
+
+
+@dataclass
+class BulkPlan:
+    """What a bulk action will do: ``action`` (retry/cancel), ``scope`` (selected/filter/group), the ids
+    it will try (``ids``), how many of them are eligible now (``count``), how many ticked rows are not
+    (``ineligible``), whether more than :data:`BULK_MAX` matched (``truncated``) and the ``upto`` id bound
+    that keeps rows created after the confirm step out."""
+
+    action: str
+    scope: str
+    ids: list[uuid.UUID]
+    count: int
+    ineligible: int = 0
+    truncated: bool = False
+    upto: uuid.UUID | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+async def plan_selected(db: AsyncSession, action: str, raw_ids: Sequence[str]) -> BulkPlan:
+    """Ticked rows: every valid id is tried; ``count`` is how many are eligible for ``action`` now."""
+    ids: list[uuid.UUID] = []
+    for value in raw_ids:
+        try:
+            jid = uuid.UUID(str(value))
+        except ValueError:
+            continue
+        if jid not in ids:
+            ids.append(jid)
+    ids = ids[:BULK_MAX]
+    rows = (await db.execute(ROWS_BY_ID, {"ids": ids})).mappings().all() if ids else []
+    eligible = len([r for r in rows if _eligible(action, r)])
+    return BulkPlan(action, "selected", ids, eligible, ineligible=len(ids) - eligible)
+
+
+def _eligible(action: str, row: Mapping[Any, Any]) -> bool:
+    if action == "retry":
+        return row["status"] == Status.FAILED
+    return row["status"] in LIVE and bool(row["is_active"])
+
+
+async def plan_filter(db: AsyncSession, action: str, f: JobFilter, upto: uuid.UUID | None) -> BulkPlan:
+    """Every row matching ``f`` that ``action`` applies to (newest :data:`BULK_MAX`), up to id ``upto``
+    (default: the newest matching id now)."""
+    where, params = filter_where(f, eligible=BULK_ACTIONS[action]["eligible"], upto=upto)
+    params["limit"] = BULK_MAX + 1
+    ids = [r[0] for r in (await db.execute(ids_sql(where), params)).all()]
+    truncated = len(ids) > BULK_MAX
+    ids = ids[:BULK_MAX]
+    return BulkPlan(
+        action, "filter", ids, len(ids), truncated=truncated, upto=upto or (ids[0] if ids else None)
+    )
+
+
+@dataclass
+class BulkOutcome:
+    """``done`` and ``skipped`` job ids of a bulk action, and the sentence shown in place."""
+
+    action: str
+    done: list[uuid.UUID]
+    skipped: list[uuid.UUID]
+    message: str
+
+
+async def run_bulk(
+    db: AsyncSession,
+    actor: Actor,
+    plan: BulkPlan,
+    *,
+    expected: int | None = None,
+    detail: dict[str, Any] | None = None,
+) -> BulkOutcome:
+    """Retry or cancel ``plan.ids`` through :func:`app.jobs.queue.retry` / :func:`app.jobs.queue.cancel`,
+    :data:`BULK_BATCH` at a time, each job in its own savepoint so one that moved on ("already
+    finished", "not failed") is skipped without undoing the others. Writes one audit entry
+    (``jobs.bulk_retry`` / ``jobs.bulk_cancel``, ``count`` = done, outcome ``"N done, M skipped"``) and
+    one admin notice, in the caller's transaction.
+
+    ``expected`` is the count shown at the confirm step: rows that stopped matching since then count as
+    skipped, so the outcome adds up to what the admin confirmed.
+
+    Raises:
+        Forbidden: the actor is not an admin.
+    """
+    if not actor.is_admin:
+        raise Forbidden("Only an admin can act on many jobs at once.")
+    if expected is not None and plan.scope != "selected":
+        plan.ids = plan.ids[: max(0, expected)]  # never more than the admin confirmed
+    done, skipped = await _apply(db, actor, plan)
+    gone = max(0, (expected or 0) - len(done) - len(skipped)) if plan.scope != "selected" else 0
+    n_skipped = len(skipped) + gone
+    full_detail = {
+        **(detail or {}),
+        **plan.extra,
+        "scope": plan.scope,
+        "skipped": n_skipped,
+        "skipped_ids": [str(j) for j in skipped[:20]],
+    }
+    await record_done(
+        db,
+        actor,
+        f"jobs.bulk_{plan.action}",
+        target_type="job",
+        target_ids=done,
+        count=len(done),
+        outcome=f"{len(done)} done, {n_skipped} skipped",
+        detail=full_detail,
+    )
+    verb = BULK_ACTIONS[plan.action]["done"]
+    message = f"{verb} {len(done):,} job{'s' if len(done) != 1 else ''}"
+    if plan.action == "cancel":
+        message += " (running ones stop shortly)"
+    message += f"; {n_skipped:,} skipped" + (" because they had moved on." if n_skipped else ".")
+    return BulkOutcome(plan.action, done, skipped, message)
+
+
+async def _apply(db: AsyncSession, actor: Actor, plan: BulkPlan) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
+    done: list[uuid.UUID] = []
+    skipped: list[uuid.UUID] = []
+    act = queue.retry if plan.action == "retry" else queue.cancel
+    for start in range(0, len(plan.ids), BULK_BATCH):
+        for jid in plan.ids[start : start + BULK_BATCH]:
+            try:
+                async with db.begin_nested():
+                    await act(db, jid, actor.user)
+            except (Conflict, NotFound, Forbidden):
+                skipped.append(jid)
+            else:
+                done.append(jid)
+    return done, skipped
+
+
+# --- failed jobs grouped by type and error --------------------------------------------------------------
+
+_UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
+_HEX_RE = re.compile(r"\b(?:0x)?[0-9a-f]{8,}\b", re.IGNORECASE)
+_NUM_RE = re.compile(r"\d+")
+FAILED_LATEST = text(
+    f"SELECT id, type, user_id, left(error_message, 1000) AS error, completed_at FROM jobs "
+    f"WHERE status = 'failed' ORDER BY id DESC LIMIT {FAILED_WINDOW}"
+)
+FAILED_UPTO = text(
+    f"SELECT id, type, user_id, left(error_message, 1000) AS error, completed_at FROM jobs "
+    f"WHERE status = 'failed' AND id <= :upto ORDER BY id DESC LIMIT {FAILED_WINDOW}"
+)
+
+
+def error_signature(message: str | None) -> str:
+    """A failed job's error reduced to what repeats: the first non-empty line, ids, long hex strings and
+    numbers masked (``<id>``, ``<hex>``, ``N``), cut to :data:`ERROR_SIGNATURE_MAX` characters."""
+    lines = [ln.strip() for ln in (message or "").splitlines() if ln.strip()]
+    first = lines[0] if lines else "(no error message)"
+    first = _UUID_RE.sub("<id>", first)
+    first = _HEX_RE.sub("<hex>", first)
+    first = _NUM_RE.sub("N", first)
+    first = re.sub(r"\s+", " ", first)
+    return first[:ERROR_SIGNATURE_MAX] + ("…" if len(first) > ERROR_SIGNATURE_MAX else "")
+
+
+async def failed_groups(db: AsyncSession, upto: uuid.UUID | None = None) -> dict[str, Any]:
+    """The newest :data:`FAILED_WINDOW` failed jobs (``ix_jobs_status_id``, one bounded range scan),
+    grouped by ``(type, error_signature)``, the group with the newest failure first.
+
+    Returns ``{"groups": [{key, type, type_title, signature, count, newest, newest_id, ids}], "scanned":
+    n, "window_full": bool, "upto": newest id}``."""
+    rows = (
+        (await db.execute(FAILED_UPTO if upto else FAILED_LATEST, {"upto": upto} if upto else {}))
+        .mappings()
+        .all()
+    )
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rows:
+        sig = error_signature(r["error"])
+        g = groups.get((r["type"], sig))
+        if g is None:
+            spec = registry.get(r["type"])
+            g = groups[(r["type"], sig)] = {
+                "key": _key(r["type"], sig),
+                "type": r["type"],
+                "type_title": spec.title if spec is not None else r["type"],
+                "signature": sig,
+                "count": 0,
+                "newest": r["completed_at"],
+                "newest_id": r["id"],
+                "ids": [],
+            }
+        g["count"] += 1
+        g["ids"].append(r["id"])
+    return {
+        "groups": list(groups.values()),
+        "scanned": len(rows),
+        "window_full": len(rows) >= FAILED_WINDOW,
+        "upto": rows[0]["id"] if rows else None,
+        "window": FAILED_WINDOW,
+    }
+
+
+async def plan_group(db: AsyncSession, type_: str, signature: str, upto: uuid.UUID | None) -> BulkPlan:
+    """The failed jobs of one group, within the same window the page showed (bounded by ``upto``)."""
+    data = await failed_groups(db, upto)
+    ids: list[uuid.UUID] = []
+    for g in data["groups"]:
+        if g["type"] == type_ and g["signature"] == signature:
+            ids = g["ids"][:BULK_MAX]
+    return BulkPlan(
+        "retry", "group", ids, len(ids), upto=data["upto"], extra={"type": type_, "signature": signature}
+    )
+
+
+async def plan_for(
+    db: AsyncSession,
+    action: str,
+    *,
+    ids: Sequence[Any] | None = None,
+    job_filter: JobFilter | None = None,
+    group: Mapping[str, Any] | None = None,
+    upto: uuid.UUID | None = None,
+) -> BulkPlan:
+    """The plan for exactly one of ``ids`` (ticked rows), ``job_filter`` (every matching row) or
+    ``group`` (``{type, signature}`` of failed jobs; retry only).
+
+    Raises:
+        BadInput: an unknown action, none or several scopes, an empty id list, a filter with errors.
+    """
+    if action not in BULK_ACTIONS:
+        raise BadInput.field("action", "choose retry or cancel")
+    given = [name for name, v in (("ids", ids), ("filter", job_filter), ("group", group)) if v is not None]
+    if len(given) != 1:
+        raise BadInput.field("ids", "give exactly one of ids, filter or group")
+    if ids is not None:
+        if not ids:
+            raise BadInput.field("ids", "tick at least one job first")
+        return await plan_selected(db, action, [str(i) for i in ids])
+    if job_filter is not None:
+        if job_filter.errors:
+            raise BadInput(
+                "Fix the filter first: " + " ".join(job_filter.errors.values()),
+                errors={f"filter.{k}": v for k, v in job_filter.errors.items()},
+            )
+        return await plan_filter(db, action, job_filter, upto)
+    assert group is not None
+    if action != "retry":
+        raise BadInput.field("action", "a failed group can only be retried")
+    return await plan_group(
+        db, str(group.get("type") or "")[:200], str(group.get("signature") or "")[:500], upto
+    )

@@ -1,0 +1,313 @@
+"""A person's actions on one job: submit, cancel, retry, run again, approve, reject, rerun, run now,
+reschedule and delete.
+
+Who may do what is decided here (:data:`WHO_MAY`); the change is made through :mod:`app.jobs.queue`
+(the only writer of ``jobs.status``) inside a savepoint; an admin's action writes its audit entry and
+admin notice in the same transaction (:mod:`app.actions.trail`). A job that moved on (already
+finished, no longer waiting) is not an error here: the outcome says "Nothing changed: …" with status
+409, and an admin's refusal is audited — the caller commits to keep that entry.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.actions import access
+from app.actions.trail import Actor, record_done, record_refused
+from app.errors import Conflict, Forbidden, NotFound
+from app.jobs import queue
+from app.jobs.queue import Enqueued, NewJob
+from app.jobs.states import LABELS, LIVE, Status
+from app.processors import ProcessorSpec, registry
+
+OWNER = "owner or admin"
+ADMIN = "admin"
+ACTIONS = ("cancel", "retry", "run-again", "approve", "reject", "rerun", "run-now")
+"""The actions offered as buttons (``reschedule`` and ``delete`` take more than a click)."""
+WHO_MAY = {
+    "cancel": OWNER,
+    "run-again": OWNER,
+    "retry": ADMIN,
+    "approve": ADMIN,
+    "reject": ADMIN,
+    "rerun": ADMIN,
+    "run-now": ADMIN,
+    "reschedule": ADMIN,
+    "delete": ADMIN,
+}
+FORBIDDEN = {
+    "retry": "Only an admin can retry a failed job.",
+    "approve": "Only an admin can approve a step.",
+    "reject": "Only an admin can reject a step.",
+    "rerun": "Only an admin can rerun a step.",
+    "run-now": "Only an admin can start a scheduled job early.",
+    "reschedule": "Only an admin can reschedule a job.",
+    "delete": "Only an admin can delete a job.",
+}
+OWNER_OF = text("SELECT user_id, type FROM jobs WHERE id = :id")
+
+
+@dataclass
+class ActionOutcome:
+    """What an action did: ``ok``; ``message`` in plain words; ``status_code`` (200, or 409 when nothing
+    changed because the job had moved on); the job's id and row after the action; for "run again" the
+    new job (``new_job_id``, ``new_job``); for a refusal the queue's :class:`Conflict` (``conflict``)."""
+
+    action: str
+    ok: bool
+    message: str
+    status_code: int
+    job_id: uuid.UUID
+    new_job_id: uuid.UUID | None = None
+    row: Mapping[Any, Any] | None = None
+    new_job: Mapping[Any, Any] | None = None
+    conflict: Conflict | None = None
+
+
+def parse_id(value: Any, what: str = "job") -> uuid.UUID:
+    """The id, or :class:`NotFound` (the same answer as an unknown id)."""
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise NotFound(f"No {what} with id {str(value)[:64]!r}.") from None
+
+
+def allowed(user: Any, action: str, row: Mapping[Any, Any]) -> bool:
+    """Whether ``user`` may ask for ``action`` on the job ``row`` (owner or admin, per :data:`WHO_MAY`;
+    "run again" also needs a type the user may submit). Used for buttons; the action checks again."""
+    if user.is_admin:
+        return True
+    if WHO_MAY[action] == ADMIN or row["user_id"] != user.id:
+        return False
+    if action == "run-again":
+        spec = registry.get(row["type"])
+        return spec is not None and access.may_submit(user, spec)
+    return True
+
+
+async def authorize(db: AsyncSession, user: Any, action: str, jid: uuid.UUID) -> None:
+    """Admins may do every action on every job; others only :data:`OWNER` actions on their own jobs.
+
+    Raises:
+        NotFound: another user's or an unknown job, for a non-admin (one answer for both).
+        Forbidden: an admin action asked for by the owner; "run again" of a type they may not submit.
+    """
+    if user.is_admin:
+        return
+    row = (await db.execute(OWNER_OF, {"id": jid})).mappings().first()
+    if row is None or row["user_id"] != user.id:
+        raise NotFound(f"No job with id {jid}.")
+    if WHO_MAY[action] == ADMIN:
+        raise Forbidden(FORBIDDEN[action])
+    if action == "run-again":
+        spec = registry.get(row["type"])
+        if spec is not None and not access.may_submit(user, spec):
+            raise Forbidden(access.refusal(spec)[:1].upper() + access.refusal(spec)[1:] + ".")
+
+
+# --- submit -----------------------------------------------------------------------------------------------
+
+
+async def submit(db: AsyncSession, actor: Actor, new: NewJob) -> Enqueued:
+    """Enqueue a job for ``actor`` (``POST /api/jobs``): the type must be one they may submit.
+
+    Raises:
+        BadInput: a diagnostic or internal type for a non-admin (``type``), and every queue check.
+        TooLarge: input above ``JOB_MAX_INPUT_BYTES``.
+    """
+    access.check_type(actor.user, new.type)
+    return await queue.enqueue(db, new, actor.settings)
+
+
+async def submit_form(
+    db: AsyncSession,
+    actor: Actor,
+    spec: ProcessorSpec,
+    data: dict[str, Any],
+    *,
+    run_at: datetime | None,
+    form_key: str,
+    title: str = "",
+) -> Mapping[Any, Any]:
+    """Enqueue a form's job. The form's one-time key makes a double click create one job; the same key
+    with different input (the browser's back button, then a change) creates a new one.
+
+    Raises:
+        BadInput / TooLarge: as :func:`submit`.
+    """
+    new = NewJob(
+        type=spec.type,
+        input_data=data,
+        user_id=actor.user.id,
+        run_at=run_at,
+        idempotency_key=f"form:{form_key}",
+        request_id=actor.request_id,
+        title=title or None,
+    )
+    result = await submit(db, actor, new)
+    if result.created:
+        return result.job
+    same = (
+        result.job["type"] == spec.type
+        and result.job["input_data"] == spec.validate_input(data)
+        and (result.job["title"] or "") == (title or "")
+    )
+    if same:
+        return result.job
+    new.idempotency_key = None
+    new.id = queue.new_id()
+    return (await submit(db, actor, new)).job
+
+
+# --- one job's actions ------------------------------------------------------------------------------------
+
+Call = Callable[[AsyncSession, Actor, uuid.UUID, dict[str, Any]], Awaitable[tuple[Any, Any]]]
+
+
+async def _cancel(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, Any]) -> tuple[Any, Any]:
+    return await queue.cancel(db, jid, actor.user), None
+
+
+async def _retry(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, Any]) -> tuple[Any, Any]:
+    return await queue.retry(db, jid, actor.user), None
+
+
+async def _run_again(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, Any]) -> tuple[Any, Any]:
+    result = await queue.run_again(db, jid, actor.user, actor.settings, request_id=actor.request_id)
+    return await queue.get_job(db, jid, actor.user), result.job
+
+
+async def _approve(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, Any]) -> tuple[Any, Any]:
+    return await queue.approve(db, jid, actor.user), None
+
+
+async def _reject(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, Any]) -> tuple[Any, Any]:
+    return await queue.reject(db, jid, actor.user, kw.get("reason") or ""), None
+
+
+async def _rerun(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, Any]) -> tuple[Any, Any]:
+    return await queue.rerun(db, jid, actor.user), None
+
+
+async def _reschedule(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, Any]) -> tuple[Any, Any]:
+    return await queue.reschedule(db, jid, actor.user, kw.get("run_at")), None
+
+
+CALLS: dict[str, Call] = {
+    "cancel": _cancel,
+    "retry": _retry,
+    "run-again": _run_again,
+    "approve": _approve,
+    "reject": _reject,
+    "rerun": _rerun,
+    "run-now": _reschedule,
+    "reschedule": _reschedule,
+}
+
+
+def ok_message(action: str, row: Mapping[Any, Any]) -> str:
+    """The plain-words answer to an action that changed something."""
+    if action == "cancel":
+        if row["status"] == Status.IN_PROGRESS:
+            return "Stopping the job. It will show as Cancelled once it has stopped."
+        return "Cancelled."
+    return {
+        "retry": f"Retrying: the job is waiting to run again with a fresh set of {row['max_attempts']} attempts.",
+        "run-again": "Started again as a new job.",
+        "approve": "Approved. The steps after it can run now.",
+        "reject": "Rejected. Steps that depend on it were cancelled.",
+        "rerun": "This step will run again, then wait for approval again.",
+        "run-now": "It will start as soon as a worker is free.",
+        "reschedule": "Rescheduled: it now waits until the time shown.",
+    }[action]
+
+
+def _words(status: str) -> str:
+    return LABELS.get(Status(status), status) if status in Status._value2member_map_ else status
+
+
+def conflict_words(exc: Conflict, action: str) -> str:
+    """A :class:`Conflict` from the queue as "Nothing changed: …" in plain words."""
+    extra = exc.extra or {}
+    decision = extra.get("decision")
+    if decision:
+        done = {"approved": "approved", "rejected": "rejected", "rerun_requested": "sent back to run again"}
+        return f"Nothing changed: someone already {done.get(decision, decision)} this step."
+    status = extra.get("status")
+    if status == "cancelling":
+        return "Nothing changed: the job is already being stopped."
+    if status in (Status.COMPLETED, Status.FAILED, Status.CANCELLED):
+        return f"Nothing changed: the job has already finished ({_words(status)})."
+    if status:
+        return f"Nothing changed: the job is now {_words(status)}, so this cannot be done."
+    return "Nothing changed: " + exc.detail
+
+
+def _detail(action: str, row: Mapping[Any, Any], new_job: Any, reason: str | None) -> dict[str, Any]:
+    detail: dict[str, Any] = {}
+    if reason:
+        detail["reason"] = reason[:2000]
+    if new_job is not None:
+        detail["new_job"] = str(new_job["id"])
+    if action == "reschedule" and row.get("run_at") is not None:
+        detail["run_at"] = row["run_at"].isoformat()
+    return detail
+
+
+async def perform(
+    db: AsyncSession,
+    actor: Actor,
+    action: str,
+    job_id: Any,
+    *,
+    reason: str | None = None,
+    run_at: datetime | None = None,
+) -> ActionOutcome:
+    """Carry out one job ``action`` (one of :data:`ACTIONS`, or ``reschedule`` with an aware ``run_at``)
+    in the caller's transaction, with its audit entry and admin notice when an admin acts.
+
+    Raises:
+        NotFound: unknown or another user's job. Forbidden: an owner asking for an admin action.
+        BadInput: ``reject`` without a reason; ``run-again`` of a type that no longer validates; a
+        ``run_at`` without a UTC offset. ValueError: an unknown ``action``.
+    """
+    if action not in CALLS:
+        raise ValueError(f"unknown job action {action!r}")
+    jid = parse_id(job_id)
+    await authorize(db, actor.user, action, jid)
+    audit_action = "job." + action.replace("-", "_")
+    try:
+        async with db.begin_nested():
+            row, new_job = await CALLS[action](db, actor, jid, {"reason": reason, "run_at": run_at})
+    except Conflict as exc:
+        message = conflict_words(exc, action)
+        await record_refused(db, actor, audit_action, target_type="job", target_ids=[jid], reason=message)
+        return ActionOutcome(action, False, message, 409, jid, conflict=exc)
+    detail = _detail(action, row, new_job, reason)
+    await record_done(db, actor, audit_action, target_type="job", target_ids=[jid], detail=detail or None)
+    new_id = new_job["id"] if new_job is not None else None
+    return ActionOutcome(action, True, ok_message(action, row), 200, jid, new_id, row, new_job)
+
+
+async def delete(db: AsyncSession, actor: Actor, job_id: Any) -> None:
+    """Delete a finished or waiting job (admins), audited like the other actions.
+
+    Raises:
+        NotFound / Forbidden. Conflict: the job is running (cancel it first).
+    """
+    jid = parse_id(job_id)
+    await authorize(db, actor.user, "delete", jid)
+    await queue.delete(db, jid, actor.user)
+    await record_done(db, actor, "job.delete", target_type="job", target_ids=[jid])
+
+
+def live(row: Mapping[Any, Any]) -> bool:
+    """Whether the job has not finished yet."""
+    return row["status"] in LIVE

@@ -1,0 +1,151 @@
+"""A person's actions on pipelines: start one from a registered template or from an ad-hoc spec, and
+cancel one.
+
+Starting checks which job types the person may submit (:mod:`app.actions.access`): every step of an
+ad-hoc pipeline is a direct submission, so diagnostic and internal types are for admins there; a
+template's steps are code, so a template may use internal types whoever starts it, and only templates
+marked ``diagnostic`` are for admins. Cancel is for the owner or an admin; an admin's cancel is audited
+and announced in the same transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import pipelines
+from app.actions import access
+from app.actions.jobs import parse_id
+from app.actions.trail import Actor, record_done, record_refused
+from app.errors import BadInput, NotFound
+
+PIPELINE_STATE = text("SELECT id, user_id, status, finished_at FROM pipelines WHERE id = :id")
+
+
+def startable_templates(person: Any) -> list[pipelines.Template]:
+    """The templates this person may start."""
+    return [t for t in pipelines.all_templates() if access.may_start_template(person, t)]
+
+
+def page_template(person: Any, name: str) -> pipelines.Template:
+    """The template behind a form page; one the person may not start is hidden like an unknown one.
+
+    Raises:
+        NotFound: unknown, or diagnostic for a non-admin.
+    """
+    tpl = pipelines.get_template(name)
+    if tpl is None or not access.may_start_template(person, tpl):
+        raise NotFound(f"There is no pipeline called {name[:100]!r}.")
+    return tpl
+
+
+def may_cancel(person: Any, pipeline: Mapping[str, Any]) -> bool:
+    """The owner or an admin, while the pipeline has not finished (for the button)."""
+    mine = bool(person.is_admin) or pipeline["user_id"] == person.id
+    return mine and pipeline.get("finished_at") is None and pipeline["status"] != "cancelled"
+
+
+async def submit_template(
+    db: AsyncSession, actor: Actor, name: Any, input_data: Any, *, title: str | None = None
+) -> RowMapping:
+    """Start the registered template ``name`` with ``input_data`` for ``actor``.
+
+    Raises:
+        BadInput: unknown template or one for admins only (``template``), bad input
+        (``input_data.<field>``), a title over 200 characters. TooLarge: a step's input too large.
+    """
+    tpl = pipelines.get_template(name) if isinstance(name, str) else None
+    if tpl is not None and not access.may_start_template(actor.user, tpl):
+        raise BadInput.field("template", f"only admins may start the pipeline {tpl.name!r}")
+    return await pipelines.create_from_template(
+        db,
+        name,
+        input_data,
+        user_id=actor.user.id,
+        settings=actor.settings,
+        request_id=actor.request_id,
+        title=title,
+    )
+
+
+async def submit_steps(db: AsyncSession, actor: Actor, name: str, steps: Sequence[Any]) -> RowMapping:
+    """Start an ad-hoc pipeline: every step's type must be one ``actor`` may submit directly.
+
+    Raises:
+        BadInput: ``steps[i].type`` for a diagnostic or internal type (non-admins); bad keys,
+        dependencies, cycles, types or inputs, named by path. TooLarge: a step's input too large.
+    """
+    if isinstance(steps, list):
+        for i, step in enumerate(steps):
+            if isinstance(step, dict):
+                access.check_type(actor.user, step.get("type"), f"steps[{i}].type")
+    return await pipelines.create(
+        db,
+        name=name,
+        steps=list(steps),
+        user_id=actor.user.id,
+        settings=actor.settings,
+        request_id=actor.request_id,
+    )
+
+
+@dataclass
+class CancelOutcome:
+    """What a pipeline cancel did: ``ok``, ``message`` in plain words, ``status_code`` (200, or 409 when
+    the pipeline had already finished), and how many steps were ``cancelled`` or are ``cancelling``."""
+
+    id: uuid.UUID
+    ok: bool
+    message: str
+    status_code: int
+    cancelled: int = 0
+    cancelling: int = 0
+
+
+def _cancel_message(counts: Mapping[str, int]) -> str:
+    parts = []
+    if counts["cancelled"]:
+        parts.append(f"{counts['cancelled']} step{'s' if counts['cancelled'] != 1 else ''} cancelled")
+    if counts["cancelling"]:
+        parts.append(
+            f"{counts['cancelling']} running step{'s are' if counts['cancelling'] != 1 else ' is'} stopping"
+        )
+    return "Pipeline cancelled: " + (", ".join(parts) if parts else "nothing was left to stop") + "."
+
+
+async def cancel(db: AsyncSession, actor: Actor, pipeline_id: Any) -> CancelOutcome:
+    """Cancel a pipeline's unfinished steps (owner or admin) through :func:`app.pipelines.cancel`. An
+    admin's cancel is audited and announced; an admin's refused cancel (already finished) is audited —
+    the caller commits to keep that entry.
+
+    Raises:
+        NotFound: unknown, malformed or another user's pipeline (one answer for all).
+    """
+    pid = parse_id(pipeline_id, "pipeline")
+    row = (await db.execute(PIPELINE_STATE, {"id": pid})).mappings().first()
+    user = actor.user
+    if row is None or (not user.is_admin and row["user_id"] != user.id):
+        raise NotFound(f"No pipeline with id {pid}.")
+    if row["finished_at"] is not None or row["status"] == "cancelled":
+        message = "Nothing changed: the pipeline has already finished."
+        await record_refused(
+            db, actor, "pipeline.cancel", target_type="pipeline", target_ids=[pid], reason=message
+        )
+        return CancelOutcome(pid, False, message, 409)
+    counts = await pipelines.cancel(db, pid, user)
+    await record_done(
+        db,
+        actor,
+        "pipeline.cancel",
+        target_type="pipeline",
+        target_ids=[pid],
+        count=counts["cancelled"] + counts["cancelling"],
+        detail={"pipeline_id": str(pid), **counts},
+    )
+    return CancelOutcome(pid, True, _cancel_message(counts), 200, counts["cancelled"], counts["cancelling"])

@@ -1,0 +1,201 @@
+"""Admin actions on schedules: create one, enable or disable it, delete it.
+
+Each action takes ``(db, actor, parameters…)`` — ``db`` an ``AsyncSession`` or ``AsyncConnection``
+whose transaction the caller commits, ``actor`` the signed-in user or an
+:class:`~app.actions.trail.Actor` — checks that the actor is an admin, makes the change through
+:mod:`app.schedules` and writes its audit entry and admin notice (:mod:`app.actions.trail`), all inside
+one savepoint. The admin page and the JSON API both call these, so either leaves the same record.
+
+A schedule's jobs belong to its owner, so the owner must be allowed to start its target
+(:mod:`app.actions.access`): an admin cannot schedule a diagnostic type for a non-admin. The sweep
+checks the owner again at each firing (:func:`app.schedules.owner_refusal`).
+
+Errors: :class:`~app.errors.Forbidden` (403), :class:`~app.errors.NotFound` (an unknown schedule, 404),
+:class:`~app.errors.Conflict` (deleting a schedule defined in code, 409), :class:`~app.errors.BadInput`
+(422, naming the field: ``cron``, ``timezone``, ``type``, ``template``, ``input_data…``, ``name``,
+``owner``; ``type`` or ``template`` also for a target the owner may not start), :class:`~app.errors.TooLarge` (the input is over ``JOB_MAX_INPUT_BYTES``, 413).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy.engine import RowMapping
+
+from app import auth, pipelines, schedules
+from app.actions import access
+from app.actions.trail import Db, acting, record_done, require_admin
+from app.errors import BadInput, NotFound
+from app.settings import Settings
+
+CRON_MAX = 300
+TIMEZONE_MAX = 100
+EMAIL_MAX = 254
+NAME_MAX = 300
+
+
+def _text(value: Any, field: str, limit: int) -> str:
+    """``value`` when it is storable text of at most ``limit`` characters.
+
+    Raises:
+        BadInput: not text, too long, or holding a NUL character (which PostgreSQL text cannot store,
+        and which the time-zone lookup rejects with an error of its own).
+    """
+    if not isinstance(value, str):
+        raise BadInput.field(field, "must be text")
+    if "\x00" in value:
+        raise BadInput.field(field, "contains a NUL character (U+0000), which is not allowed")
+    if len(value) > limit:
+        raise BadInput.field(field, f"is {len(value):,} characters long; at most {limit:,} are allowed")
+    if not _encodable(value):
+        raise BadInput.field(field, "contains a lone surrogate (like \\ud800), which is not a character")
+    return value
+
+
+def _encodable(value: Any) -> bool:
+    """Whether ``value`` (text, or a JSON value holding text) can be sent to the database as UTF-8: a
+    lone surrogate (``"\\ud800"`` in JSON) cannot, and would fail the query instead of the input."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    except (TypeError, ValueError, RecursionError):
+        return True  # not JSON, or nested too deeply: the input checks of app.schedules say which field
+    return True
+
+
+async def _owner(db: Db, actor: Any, owner_email: str | None) -> Any:
+    """The user a schedule's jobs belong to: ``owner_email``'s account, or the actor when it is empty."""
+    email = _text(owner_email or "", "owner", EMAIL_MAX).strip().lower()
+    if not email or email == actor.email:
+        return actor
+    try:
+        return await auth.get_user_by_email(db, email)
+    except NotFound as exc:
+        raise BadInput.field("owner", exc.detail) from None
+
+
+def _texts(cron: Any, timezone: Any, name: Any, input_data: Any) -> tuple[str, str, str]:
+    """The schedule's cron, time zone and name as storable text.
+
+    Raises:
+        BadInput: a value that is not text, too long, or holds a NUL or a lone surrogate; an empty
+        time zone.
+    """
+    cron = _text(cron, "cron", CRON_MAX)
+    timezone = _text(timezone, "timezone", TIMEZONE_MAX).strip()
+    name = _text(name or "", "name", NAME_MAX)
+    if not timezone:
+        raise BadInput.field("timezone", "Choose a time zone.")
+    if not _encodable(input_data):
+        raise BadInput.field(
+            "input_data", "contains text with a lone surrogate (like \\ud800), which is not a character"
+        )
+    return cron, timezone, name
+
+
+def _check_target(owner: Any, job_type: str | None, template: str | None) -> None:
+    """Raises:
+    BadInput: (``type`` or ``template``) the owner may not start the target: a diagnostic or internal
+    type, or a template for admins, for an owner who is not an admin. Unknown targets are left to
+    :func:`app.schedules.create_schedule`, which names them.
+    """
+    if job_type is not None:
+        access.check_type(owner, job_type)
+    elif template is not None:
+        tpl = pipelines.get_template(template) if isinstance(template, str) else None
+        if tpl is not None:
+            access.check_template(owner, tpl)
+
+
+async def create_schedule(
+    db: Db,
+    actor: Any,
+    *,
+    cron: str,
+    timezone: str = "UTC",
+    job_type: str | None = None,
+    template: str | None = None,
+    input_data: dict[str, Any] | None = None,
+    enabled: bool = True,
+    catch_up: bool = False,
+    name: str | None = None,
+    owner_email: str | None = None,
+    settings: Settings,
+    ip: str | None = None,
+) -> RowMapping:
+    """Create a schedule firing ``job_type`` or ``template`` with ``input_data`` on ``cron`` (read in
+    ``timezone``); its jobs belong to ``owner_email``'s account (default: the actor). A taken name is
+    refused, never overwritten. Returns the schedule row."""
+    require_admin(actor, "create schedules")
+    cron, timezone, name = _texts(cron, timezone, name, input_data)
+    who = acting(actor, ip)
+    owner = await _owner(db, who.user, owner_email)
+    _check_target(owner, job_type, template)
+    async with db.begin_nested():
+        row = await schedules.create_schedule(
+            db,
+            cron=cron,
+            timezone=timezone,
+            job_type=job_type,
+            template=template,
+            input_data=input_data,
+            enabled=enabled,
+            catch_up=catch_up,
+            name=name,
+            owner=owner,
+            settings=settings,
+        )
+        await record_done(
+            db,
+            who,
+            "schedule.create",
+            target_type="schedule",
+            target_ids=[row["id"]],
+            detail={
+                "name": row["name"],
+                "cron": row["cron"],
+                "timezone": row["timezone"],
+                "type": job_type,
+                "template": template,
+                "owner": owner.email,
+            },
+        )
+    return row
+
+
+async def set_enabled(
+    db: Db, actor: Any, schedule_id: Any, enabled: bool, *, ip: str | None = None
+) -> RowMapping:
+    """Enable (the next run is computed from now; missed runs are not back-filled) or disable a schedule.
+    Returns the updated row."""
+    require_admin(actor, "enable or disable schedules")
+    async with db.begin_nested():
+        row = await schedules.set_schedule_enabled(db, schedule_id, enabled)
+        await record_done(
+            db,
+            acting(actor, ip),
+            "schedule.enable" if enabled else "schedule.disable",
+            target_type="schedule",
+            target_ids=[row["id"]],
+            detail={"name": row["name"]},
+        )
+    return row
+
+
+async def delete_schedule(db: Db, actor: Any, schedule_id: Any, *, ip: str | None = None) -> RowMapping:
+    """Delete a schedule made in the console or the API (the jobs it started stay); returns the deleted
+    row. One defined in code is refused with Conflict: the next worker start would create it again."""
+    require_admin(actor, "delete schedules")
+    async with db.begin_nested():
+        row = await schedules.delete_schedule(db, schedule_id)
+        await record_done(
+            db,
+            acting(actor, ip),
+            "schedule.delete",
+            target_type="schedule",
+            target_ids=[row["id"]],
+            detail={"name": row["name"]},
+        )
+    return row

@@ -1,0 +1,119 @@
+"""Who acts, who may, and the record an admin's action leaves: one audit entry (:mod:`app.audit`,
+shown on ``/admin/audit``) and one admin notice (:func:`app.jobs.outbox.record_admin_action`, delivered
+to the alert channels).
+
+Both rows are written in the caller's transaction, so they exist exactly when the action committed.
+An admin's refused action (the job had moved on, an admin tried to lock themselves out) is audited with
+the reason and no notice; the caller commits to keep that entry although nothing else changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from app import audit
+from app.errors import Forbidden
+from app.jobs import outbox
+
+Db = AsyncConnection | AsyncSession
+"""Where an action writes: a session or a connection whose transaction the caller commits."""
+
+OUTCOME_MAX = 300
+"""Characters of a refusal's reason kept in the audit entry's outcome."""
+
+
+@dataclass(frozen=True)
+class Actor:
+    """The person acting and the request's context: ``user`` has ``id``, ``email``, ``is_admin``;
+    ``settings`` are the app's settings (``None`` where the action needs none); ``ip`` and
+    ``request_id`` go into the audit entry and the job's events."""
+
+    user: Any
+    settings: Any = None
+    ip: str | None = None
+    request_id: str | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return bool(getattr(self.user, "is_admin", False))
+
+
+def acting(who: Any, ip: str | None = None) -> Actor:
+    """``who`` as an :class:`Actor`: an actor as it is, a signed-in user with the request's ``ip``."""
+    return who if isinstance(who, Actor) else Actor(who, ip=ip)
+
+
+def require_admin(actor: Any, what: str) -> None:
+    """Raises:
+    Forbidden: ``actor`` (an :class:`Actor` or a user) is nobody or not an admin; the message names
+    ``what`` was refused.
+    """
+    user = actor.user if isinstance(actor, Actor) else actor
+    if user is None or not getattr(user, "is_admin", False):
+        raise Forbidden(f"Only administrators may {what}.")
+
+
+async def _connection(db: Db) -> AsyncConnection:
+    return await db.connection() if isinstance(db, AsyncSession) else db
+
+
+async def record_done(
+    db: Db,
+    actor: Actor,
+    action: str,
+    *,
+    target_type: str,
+    target_ids: Sequence[Any],
+    count: int | None = None,
+    outcome: str = "ok",
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """An admin's completed action: the audit entry and the admin notice (nothing for non-admins).
+    ``target_type`` (``job``, ``pipeline``, ``job_type``, ``user``, ``schedule``) and ``target_ids`` say
+    what it acted on, in both."""
+    if not actor.is_admin:
+        return
+    n = len(target_ids) if count is None else count
+    await audit.record(
+        db,
+        user=actor.user,
+        action=action,
+        target_type=target_type,
+        target_ids=target_ids,
+        count=n,
+        outcome=outcome,
+        detail=detail,
+        ip=actor.ip,
+    )
+    await outbox.record_admin_action(
+        await _connection(db),
+        admin_email=actor.user.email,
+        action=action,
+        count=n,
+        job_ids=target_ids if target_type == "job" else (),
+        target_type=target_type,
+        targets=target_ids,
+        outcome=outcome,
+        detail=detail,
+    )
+
+
+async def record_refused(
+    db: Db, actor: Actor, action: str, *, target_type: str, target_ids: Sequence[Any], reason: str
+) -> None:
+    """An admin's action that changed nothing: audited with the reason, no notice."""
+    if not actor.is_admin:
+        return
+    await audit.record(
+        db,
+        user=actor.user,
+        action=action,
+        target_type=target_type,
+        target_ids=target_ids,
+        outcome=f"refused: {reason}"[:OUTCOME_MAX],
+        ip=actor.ip,
+    )

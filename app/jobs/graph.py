@@ -1,0 +1,222 @@
+"""Pipeline graphs without the database: step keys and dependencies checked, steps put in order, step
+inputs validated, ``$ref`` values resolved, and a processor's next jobs checked before they are made.
+
+Checks: unique, well-formed keys; every ``depends_on`` names a step of the same spec (or, for next
+jobs, an existing job of the same pipeline and owner); no cycle — a step depending on itself included
+— reported with its path (``a → b → a``); every step's type and input valid. New jobs only ever get
+edges to jobs that already exist or are created with them, so no path can add a cycle to an existing
+graph.
+
+A step's input may take a value from a parent's result at run time: ``{"$ref": "<parent key>.<field>"}``
+anywhere in its ``input_data`` is replaced, just before the step runs, by that field of the parent's
+``result_data`` (the worker resolves it with :func:`resolve_refs`; such fields are not schema-checked
+when the pipeline is created).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.errors import BadInput
+from app.jobs.payload import check_input
+from app.jobs.types import NextJob, PermanentError, registry, validation_errors
+from app.settings import Settings
+
+KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+MAX_STEPS = 1000
+
+
+def find_cycle(nodes: Sequence[str], edges: dict[str, list[str]]) -> list[str] | None:
+    """A cycle as a list of keys (first repeated at the end), or ``None``."""
+    white, grey, black = 0, 1, 2
+    color = dict.fromkeys(nodes, white)
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        color[node] = grey
+        stack.append(node)
+        for dep in edges.get(node, []):
+            if dep not in color:
+                continue
+            if color[dep] == grey:
+                return [*stack[stack.index(dep) :], dep]
+            if color[dep] == white:
+                found = visit(dep)
+                if found:
+                    return found
+        stack.pop()
+        color[node] = black
+        return None
+
+    for n in nodes:
+        if color[n] == white:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def _check_keys(steps: Sequence[dict[str, Any]], prefix: str) -> list[str]:
+    keys: list[str] = []
+    for i, step in enumerate(steps):
+        key = step.get("key")
+        if not isinstance(key, str) or not KEY_PATTERN.match(key):
+            raise BadInput.field(
+                f"{prefix}[{i}].key",
+                "must be 1–64 letters, digits, '_', '.' or '-', starting with a letter or digit",
+            )
+        if key in keys:
+            raise BadInput.field(f"{prefix}[{i}].key", f"duplicate step key {key!r}")
+        keys.append(key)
+    return keys
+
+
+def _check_dependencies(step: dict[str, Any], field: str, known: set[str]) -> list[str]:
+    deps = step.get("depends_on") or []
+    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+        raise BadInput.field(field, "must be a list of step keys")
+    for d in deps:
+        if d == step["key"]:
+            raise BadInput.field(field, f"dependency cycle: {d} → {d} (a step cannot depend on itself)")
+        if d not in known:
+            raise BadInput.field(field, f"unknown dependency {d!r}")
+    return list(dict.fromkeys(deps))
+
+
+def check_graph(steps: Sequence[dict[str, Any]], prefix: str, *, external: set[str] | None = None) -> None:
+    """Keys unique and well-formed, dependencies known, no cycle.
+
+    Raises:
+        BadInput: naming the field path and, for a cycle, the path ``a → b → a``.
+    """
+    if not steps:
+        raise BadInput.field(prefix, "a pipeline needs at least one step")
+    if len(steps) > MAX_STEPS:
+        raise BadInput.field(prefix, f"a pipeline can have at most {MAX_STEPS} steps")
+    keys = _check_keys(steps, prefix)
+    known = set(keys) | (external or set())
+    edges = {
+        step["key"]: _check_dependencies(step, f"{prefix}[{i}].depends_on", known)
+        for i, step in enumerate(steps)
+    }
+    cycle = find_cycle(keys, edges)
+    if cycle:
+        raise BadInput.field(prefix, "dependency cycle: " + " → ".join(cycle))
+
+
+def topo_order(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Steps with every parent before its children (insertion order otherwise)."""
+    by_key = {s["key"]: s for s in steps}
+    seen: set[str] = set()
+    order: list[dict[str, Any]] = []
+
+    def add(s: dict[str, Any]) -> None:
+        if s["key"] in seen:
+            return
+        seen.add(s["key"])
+        for d in s.get("depends_on") or []:
+            if d in by_key:
+                add(by_key[d])
+        order.append(s)
+
+    for s in steps:
+        add(s)
+    return order
+
+
+# --- step inputs and $ref -----------------------------------------------------------------------------
+
+
+def has_refs(value: Any) -> bool:
+    """Whether ``value`` holds a ``{"$ref": …}`` anywhere."""
+    if isinstance(value, dict):
+        return set(value) == {"$ref"} or any(has_refs(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_refs(v) for v in value)
+    return False
+
+
+def validate_step_input(type_: Any, input_data: Any, path: str, settings: Settings) -> dict[str, Any]:
+    """Validate one step's input against its type; fields holding a ``{"$ref": …}`` are checked at run
+    time instead. Returns the input to store.
+
+    Raises:
+        BadInput: unknown type, or a bad field (named by its full path).
+        TooLarge: the input is above ``JOB_MAX_INPUT_BYTES``.
+    """
+    spec = registry.get(type_) if isinstance(type_, str) else None
+    if spec is None:
+        raise BadInput.field(path.rsplit(".", 1)[0] + ".type", f"unknown job type {str(type_)[:100]!r}")
+    check_input(input_data, settings.job_max_input_bytes, field=path)
+    ref_fields = {k for k, v in input_data.items() if has_refs(v)}
+    if not ref_fields:
+        return spec.validate_input(input_data, field_prefix=path)
+    try:
+        spec.input_model.model_validate({k: v for k, v in input_data.items() if k not in ref_fields})
+    except ValidationError as exc:
+        errors = [
+            e for e in exc.errors() if not (e["type"] == "missing" and e["loc"] and e["loc"][0] in ref_fields)
+        ]
+        if errors:
+            raise validation_errors(errors, path) from None
+    return input_data
+
+
+def resolve_refs(input_data: Any, parents: dict[str, Any]) -> Any:
+    """Replace each ``{"$ref": "key.field.sub"}`` with that value of parent ``key``'s result_data.
+
+    Raises:
+        PermanentError: the parent or field does not exist (retrying cannot fix it).
+    """
+    if isinstance(input_data, dict):
+        if set(input_data) == {"$ref"} and isinstance(input_data["$ref"], str):
+            return _resolve_ref(input_data["$ref"], parents)
+        return {k: resolve_refs(v, parents) for k, v in input_data.items()}
+    if isinstance(input_data, list):
+        return [resolve_refs(v, parents) for v in input_data]
+    return input_data
+
+
+def _resolve_ref(ref: str, parents: dict[str, Any]) -> Any:
+    key, *fields = ref.split(".")
+    if key not in parents:
+        raise PermanentError(f"input refers to step {key!r}, which is not an upstream step of this one")
+    value: Any = parents[key]
+    for f in fields:
+        if isinstance(value, dict) and f in value:
+            value = value[f]
+        elif isinstance(value, list) and f.isdigit() and int(f) < len(value):
+            value = value[int(f)]
+        else:
+            raise PermanentError(f"input refers to {ref!r}, but step {key!r} has no such result")
+    return value
+
+
+# --- next jobs from processors ----------------------------------------------------------------------
+
+
+def plan_next_jobs(creator: Any, next_jobs: Sequence[NextJob], settings: Settings) -> list[NextJob]:
+    """Check the jobs a processor returned before its completion is recorded: types and inputs valid,
+    keys unique, dependencies among them acyclic. Returns them unchanged.
+
+    Raises:
+        BadInput: the processor asked for something invalid (its job then fails permanently).
+    """
+    for i, nj in enumerate(next_jobs):
+        if not isinstance(nj, NextJob):
+            raise BadInput.field(f"next_jobs[{i}]", "must be a NextJob")
+        validate_step_input(nj.type, nj.input_data, f"next_jobs[{i}].input_data", settings)
+    new_keys = {nj.key or f"next-{i + 1}" for i, nj in enumerate(next_jobs)}
+    specs = [
+        {
+            "key": nj.key or f"next-{i + 1}",
+            "depends_on": [str(d) for d in nj.depends_on if str(d) in new_keys],
+        }
+        for i, nj in enumerate(next_jobs)
+    ]
+    check_graph(specs, "next_jobs")  # only edges among the new jobs can form a cycle
+    return list(next_jobs)

@@ -1,0 +1,180 @@
+"""What every part of the queue shares: channels, columns, ids, who is acting, reading and locking a job,
+job events, NOTIFY, and pipeline row locks."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from uuid_utils.compat import uuid7
+
+from app.db import fetch_dicts
+from app.errors import NotFound
+from app.jobs.payload import cap_text, json_text
+from app.jobs.rows import JOB_FIELDS, Fetched, JobRow, job_row
+
+JOBS_CHANNEL = "jobdesk_jobs"
+"""NOTIFY channel: a job may have become claimable (enqueue, retry, rescue, released dependents)."""
+CANCEL_CHANNEL = "jobdesk_cancel"
+"""NOTIFY channel: payload is the id of a running job whose cancel was requested."""
+
+JOB_COLUMNS = ", ".join(JOB_FIELDS)
+"""Columns returned to callers: the API's job shape, minus the derived ``dependent_on_jobs``."""
+
+fetch_rows = fetch_dicts
+"""The worker's hot path runs straight on asyncpg (see :mod:`app.db`, "Hot paths straight on asyncpg")."""
+
+
+def new_id() -> uuid.UUID:
+    """A UUIDv7: time-ordered, so ``id`` breaks ties in creation order."""
+    return uuid7()
+
+
+class Principal(Protocol):
+    """Who is acting: anything with ``id`` (user id) and ``is_admin`` — e.g. ``app.auth.CurrentUser``."""
+
+    id: int
+    is_admin: bool
+
+
+@dataclass(frozen=True)
+class SystemPrincipal:
+    """An admin-equivalent actor for CLI commands and scheduled work."""
+
+    id: int
+    is_admin: bool = True
+    email: str = "system"
+
+
+def actor_of(principal: Principal) -> str:
+    """The ``actor`` written in job events for a person's action."""
+    return f"user:{principal.id}"
+
+
+async def conn_of(db: AsyncConnection | AsyncSession) -> AsyncConnection:
+    """The connection behind ``db`` (the caller's transaction either way)."""
+    if isinstance(db, AsyncSession):
+        return await db.connection()
+    return db
+
+
+def sql(statement: str) -> Any:
+    """A SQL statement (``text()``), typed loosely so that tests can swap one for a variant."""
+    return text(statement)
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+GET_JOB = sql(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = :id")
+GET_JOB_FOR_UPDATE = sql(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = :id FOR UPDATE")
+
+
+def parse_job_id(value: Any, what: str = "job id") -> uuid.UUID:
+    """``value`` as a UUID.
+
+    Raises:
+        NotFound: a malformed id (the same answer as an unknown one).
+    """
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise NotFound(f"No {what.split()[0]} with id {str(value)[:64]!r}.") from None
+
+
+async def get_job(
+    db: AsyncConnection | AsyncSession, job_id: Any, principal: Principal | None = None
+) -> JobRow:
+    """The job row, checked against ``principal`` (owner or admin).
+
+    Raises:
+        NotFound: unknown id, malformed id, or another user's job — the same answer, so that ids of
+            other people's jobs cannot be probed.
+    """
+    conn = await conn_of(db)
+    jid = parse_job_id(job_id)
+    row = (await conn.execute(GET_JOB, {"id": jid})).mappings().first()
+    if row is None or (principal is not None and not principal.is_admin and row["user_id"] != principal.id):
+        raise NotFound(f"No job with id {jid}.")
+    return job_row(row)
+
+
+async def lock_job(conn: AsyncConnection, job_id: Any, principal: Principal) -> JobRow:
+    """The job row locked ``FOR UPDATE`` for a person's action; checked like :func:`get_job`."""
+    jid = parse_job_id(job_id)
+    row = (await conn.execute(GET_JOB_FOR_UPDATE, {"id": jid})).mappings().first()
+    if row is None or (not principal.is_admin and row["user_id"] != principal.id):
+        raise NotFound(f"No job with id {jid}.")
+    return job_row(row)
+
+
+DEPENDENCIES_OF = sql("SELECT depends_on FROM job_dependencies WHERE job_id = :id ORDER BY depends_on")
+
+
+async def dependencies_of(db: AsyncConnection | AsyncSession, job_id: uuid.UUID) -> list[uuid.UUID]:
+    """Ids of the jobs ``job_id`` waits for (``dependent_on_jobs`` in the API)."""
+    conn = await conn_of(db)
+    return list((await conn.execute(DEPENDENCIES_OF, {"id": job_id})).scalars())
+
+
+# --- events and notifications -----------------------------------------------------------------------
+
+INSERT_EVENT = sql(
+    "INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, message, data) "
+    "VALUES (:job_id, :pipeline_id, :kind, :from_status, :to_status, :actor, :message, CAST(CAST(:data AS text) AS jsonb))"
+)
+
+
+async def add_event(
+    conn: AsyncConnection,
+    job: Fetched,
+    kind: str,
+    actor: str,
+    *,
+    from_status: str | None = None,
+    to_status: str | None = None,
+    message: str | None = None,
+    data: dict[str, Any] | None = None,
+) -> None:
+    """Append one ``job_events`` row (no status change by itself; e.g. ``cancel_requested``)."""
+    await conn.execute(
+        INSERT_EVENT,
+        {
+            "job_id": job["id"],
+            "pipeline_id": job.get("pipeline_id"),
+            "kind": kind,
+            "from_status": from_status,
+            "to_status": to_status,
+            "actor": actor,
+            "message": cap_text(message),
+            "data": json_text(data) if data is not None else None,
+        },
+    )
+
+
+async def notify_jobs(conn: AsyncConnection) -> None:
+    """NOTIFY the jobs channel; delivered to listening workers when the transaction commits."""
+    await conn.execute(text(f"SELECT pg_notify('{JOBS_CHANNEL}', '')"))
+
+
+async def notify_cancel(conn: AsyncConnection, job_id: uuid.UUID) -> None:
+    """NOTIFY the worker running ``job_id`` that its cancel was requested (on commit)."""
+    await conn.execute(text(f"SELECT pg_notify('{CANCEL_CHANNEL}', :id)"), {"id": str(job_id)})
+
+
+# --- pipeline locks -----------------------------------------------------------------------------------
+
+LOCK_PIPELINES = sql("SELECT id FROM pipelines WHERE id = ANY(CAST(:ids AS uuid[])) ORDER BY id FOR UPDATE")
+
+
+async def lock_pipelines(conn: AsyncConnection, pipeline_ids: Iterable[uuid.UUID | None]) -> None:
+    """Lock pipeline rows in id order before changing their jobs, so concurrent transitions in one
+    pipeline derive its status one at a time and never deadlock each other."""
+    ids = sorted({p for p in pipeline_ids if p is not None}, key=str)
+    if ids:
+        await conn.execute(LOCK_PIPELINES, {"ids": ids})

@@ -1,0 +1,377 @@
+"""Enqueueing: one job or many, validated first, inserted with their ``enqueued`` events, in the caller's
+transaction (so an application can enqueue atomically with its own writes)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from app.errors import BadInput
+from app.jobs.payload import check_input, json_text
+from app.jobs.queue.common import JOB_COLUMNS, JOBS_CHANNEL, conn_of, new_id, notify_jobs, sql
+from app.jobs.rows import JobRow, job_row
+from app.jobs.states import Status
+from app.jobs.types import file_refs, registry
+from app.settings import Settings
+
+MAX_ATTEMPTS_RANGE = (1, 1000)
+"""Accepted ``max_attempts`` on enqueue: outside gets a 422."""
+PRIORITY_RANGE = (-100, 100)
+"""Accepted ``priority`` on enqueue; higher runs first."""
+
+
+@dataclass
+class NewJob:
+    """One job to insert. ``depends_on`` are ids of existing jobs; ``run_at`` must carry a UTC offset.
+
+    ``max_attempts`` defaults to the type's option, else ``len(JOB_RETRY_INTERVALS) + 1``.
+    """
+
+    type: str
+    input_data: dict[str, Any]
+    user_id: int
+    priority: int = 0
+    run_at: datetime | None = None
+    max_attempts: int | None = None
+    idempotency_key: str | None = None
+    title: str | None = None
+    request_id: str | None = None
+    pipeline_id: uuid.UUID | None = None
+    step_key: str | None = None
+    depends_on: Sequence[uuid.UUID] = ()
+    requires_approval: bool = False
+    created_by_job: uuid.UUID | None = None
+    id: uuid.UUID = field(default_factory=new_id)
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """Result of :func:`enqueue`: the job row and whether it was created (``False`` = idempotent repeat)."""
+
+    job: JobRow
+    created: bool
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+
+def _whole_number(value: Any, bounds: tuple[int, int]) -> bool:
+    lo, hi = bounds
+    return not isinstance(value, bool) and isinstance(value, int) and lo <= value <= hi
+
+
+def _check_fields(job: NewJob, max_attempts: Any, p: str) -> None:
+    """The job's own fields (not its input): attempts, priority, due time, idempotency key, title."""
+    if not _whole_number(max_attempts, MAX_ATTEMPTS_RANGE):
+        lo, hi = MAX_ATTEMPTS_RANGE
+        raise BadInput.field(f"{p}max_attempts", f"must be a whole number from {lo} to {hi}")
+    if not _whole_number(job.priority, PRIORITY_RANGE):
+        lo, hi = PRIORITY_RANGE
+        raise BadInput.field(f"{p}priority", f"must be a whole number from {lo} to {hi} (higher runs first)")
+    if job.run_at is not None and (job.run_at.tzinfo is None or job.run_at.utcoffset() is None):
+        raise BadInput.field(f"{p}run_at", "needs a UTC offset or time zone, e.g. 2026-01-31T09:00:00+01:00")
+    if job.run_at is not None and not (1970 <= job.run_at.year <= 9000):
+        raise BadInput.field(f"{p}run_at", "must be a date between 1970 and 9000")
+    key = job.idempotency_key
+    if key is not None and (not (0 < len(key) <= 200) or "\x00" in key):
+        raise BadInput.field(f"{p}idempotency_key", "must be 1 to 200 characters without NUL")
+    if job.title is not None and (len(job.title) > 200 or "\x00" in job.title):
+        raise BadInput.field(f"{p}title", "must be at most 200 characters without NUL")
+
+
+def prepare(
+    job: NewJob, settings: Settings, *, field_prefix: str = "", skip_schema: bool = False
+) -> dict[str, Any]:
+    """Validate ``job`` and return the insert parameters.
+
+    Checks: the type is registered; ``input_data`` has no NUL, fits ``JOB_MAX_INPUT_BYTES`` and
+    validates against the processor's input schema (stored in its normalised form, defaults filled in);
+    ``max_attempts`` and ``priority`` are in range; ``run_at`` has a UTC offset.
+
+    Raises:
+        BadInput: with the field path (``input_data.seconds``, ``max_attempts``, …) and the reason.
+        TooLarge: input above ``JOB_MAX_INPUT_BYTES``.
+    """
+    p = field_prefix
+    spec = registry.get(job.type)
+    if spec is None:
+        known = ", ".join(sorted(registry.names())) or "none"
+        raise BadInput.field(f"{p}type", f"unknown job type {job.type[:100]!r}; known types: {known}")
+    check_input(job.input_data, settings.job_max_input_bytes, field=f"{p}input_data")
+    normalized = (
+        job.input_data if skip_schema else spec.validate_input(job.input_data, field_prefix=f"{p}input_data")
+    )
+    max_attempts = (
+        job.max_attempts
+        if job.max_attempts is not None
+        else spec.max_attempts or settings.default_max_attempts
+    )
+    _check_fields(job, max_attempts, p)
+    return {
+        "id": job.id,
+        "type": job.type,
+        "user_id": job.user_id,
+        "input": json_text(normalized),
+        "priority": job.priority,
+        "run_at": job.run_at,
+        "max_attempts": max_attempts,
+        "idempotency_key": job.idempotency_key,
+        "title": job.title,
+        "request_id": job.request_id,
+        "pipeline_id": job.pipeline_id,
+        "step_key": job.step_key,
+        "requires_approval": job.requires_approval,
+        "created_by_job": job.created_by_job,
+        "files": file_refs(spec.input_model, normalized, f"{p}input_data"),
+    }
+
+
+# --- files named in inputs --------------------------------------------------------------------------
+
+FILE_OWNERS = sql("SELECT id, user_id FROM files WHERE id = ANY(CAST(:ids AS uuid[]))")
+
+
+async def check_file_owners(conn: AsyncConnection, refs: Sequence[tuple[int, str, uuid.UUID]]) -> None:
+    """Every file id a job's input names must be a file of the job's owner — admins' jobs included: a
+    job only reads its owner's files. ``refs`` is ``[(owner user id, field path, file id)]``. Another
+    user's file gets the same answer as an unknown id, so that file ids cannot be probed.
+
+    Raises:
+        BadInput: ``input_data.<field>`` (or ``…[i]``) → "no such file (<id>); upload it first".
+    """
+    if not refs:
+        return
+    wanted = sorted({fid for _, _, fid in refs}, key=str)
+    owners = {r[0]: r[1] for r in (await conn.execute(FILE_OWNERS, {"ids": wanted})).all()}
+    errors = {
+        path: f"no such file ({fid}); upload it first" for uid, path, fid in refs if owners.get(fid) != uid
+    }
+    if errors:
+        first, message = next(iter(errors.items()))
+        raise BadInput(f"{first}: {message}", errors=errors)
+
+
+LINK_FILES = sql(
+    """
+    UPDATE files f SET job_id = l.job_id
+    FROM (SELECT DISTINCT ON (file_id) * FROM unnest(CAST(:jobs AS uuid[]), CAST(:files AS uuid[])) AS t(job_id, file_id)
+          ORDER BY file_id, job_id) l
+    WHERE f.id = l.file_id AND f.job_id IS NULL
+    """
+)
+
+
+async def _link_files(conn: AsyncConnection, pairs: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> None:
+    """Attach each still-unattached upload to the first new job that names it, so retention deletes it
+    with that job; uploads no job ever used are deleted by the sweep's prune after retention."""
+    if pairs:
+        await conn.execute(LINK_FILES, {"jobs": [j for j, _ in pairs], "files": [f for _, f in pairs]})
+
+
+async def _check_files(conn: AsyncConnection, prepared: Sequence[dict[str, Any]]) -> None:
+    await check_file_owners(conn, [(p["user_id"], path, fid) for p in prepared for path, fid in p["files"]])
+
+
+# --- dependencies ---------------------------------------------------------------------------------
+
+LOCK_PARENTS = sql(
+    "SELECT id, user_id, status FROM jobs WHERE id = ANY(CAST(:ids AS uuid[])) ORDER BY id FOR SHARE"
+)
+
+
+async def lock_parents(
+    conn: AsyncConnection, user_id: int, ids: list[uuid.UUID], *, owner_is_admin: bool
+) -> int:
+    """Lock the parent rows (``FOR SHARE``) so none can finish while the child's edges are being
+    written, and return how many have not completed. A parent's completion then waits for this
+    transaction and, in its own next statement, sees the new edges (no lost decrement).
+
+    Raises:
+        BadInput: an id that does not exist, belongs to another user, or has failed/been cancelled —
+            without saying which of the first two.
+    """
+    unique = sorted(set(ids), key=str)
+    rows = (await conn.execute(LOCK_PARENTS, {"ids": unique})).mappings().all()
+    found = {r["id"]: r for r in rows if owner_is_admin or r["user_id"] == user_id}
+    for dep in unique:
+        if dep not in found:
+            raise BadInput.field("dependent_on_jobs", f"unknown dependency {dep}")
+        if found[dep]["status"] in (Status.FAILED, Status.CANCELLED):
+            raise BadInput.field(
+                "dependent_on_jobs", f"dependency {dep} has {found[dep]['status']} and can never complete"
+            )
+    return sum(1 for r in found.values() if r["status"] != Status.COMPLETED)
+
+
+INSERT_EDGES = sql(
+    "INSERT INTO job_dependencies (job_id, depends_on) "
+    "SELECT * FROM unnest(CAST(:children AS uuid[]), CAST(:parents AS uuid[])) ON CONFLICT DO NOTHING"
+)
+
+
+async def insert_edges(conn: AsyncConnection, edges: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> None:
+    """Insert ``(child, parent)`` dependency edges."""
+    if edges:
+        await conn.execute(
+            INSERT_EDGES, {"children": [c for c, _ in edges], "parents": [p for _, p in edges]}
+        )
+
+
+# --- one job --------------------------------------------------------------------------------------
+
+INSERT_JOB = sql(
+    f"""
+    WITH ins AS (
+        INSERT INTO jobs (id, type, user_id, input_data, priority, run_at, max_attempts, idempotency_key, title,
+                          request_id, pipeline_id, step_key, requires_approval, created_by_job, pending_parents)
+        VALUES (:id, :type, :user_id, CAST(CAST(:input AS text) AS jsonb), :priority, COALESCE(:run_at, now()),
+                :max_attempts, :idempotency_key, :title, :request_id, :pipeline_id, :step_key, :requires_approval,
+                :created_by_job, :pending_parents)
+        ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING {JOB_COLUMNS}
+    ), ev AS (
+        INSERT INTO job_events (job_id, pipeline_id, kind, to_status, actor, data)
+        SELECT id, pipeline_id, 'enqueued', 'queued', :actor, CAST(CAST(:event_data AS text) AS jsonb) FROM ins
+    ), notify AS (
+        SELECT pg_notify('{JOBS_CHANNEL}', '') FROM ins WHERE pending_parents = 0 LIMIT 1
+    )
+    SELECT ins.*, (SELECT count(*) FROM notify) AS notified FROM ins
+    """
+)
+GET_BY_IDEMPOTENCY_KEY = sql(
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE user_id = :user_id AND idempotency_key = :key"
+)
+
+
+async def enqueue(
+    db: AsyncConnection | AsyncSession, job: NewJob, settings: Settings, *, actor: str | None = None
+) -> Enqueued:
+    """Insert one job (status ``queued``) with its ``enqueued`` event; NOTIFY idle workers on commit
+    (also for a job due later, so that they shorten their sleep to its ``run_at``).
+
+    An ``idempotency_key`` is unique per owner: a repeat returns the existing row untouched with
+    ``created=False``, and concurrent repeats create exactly one row (``INSERT … ON CONFLICT``).
+    ``depends_on`` ids must exist, be visible to the owner and not create a cycle.
+
+    Raises:
+        BadInput: see :func:`prepare`; also unknown/foreign dependency ids (422 "unknown dependency").
+        TooLarge: input above ``JOB_MAX_INPUT_BYTES``.
+    """
+    conn = await conn_of(db)
+    params = prepare(job, settings)
+    await _check_files(conn, [params])
+    files = params.pop("files")
+    pending = 0
+    if job.depends_on:
+        pending = await lock_parents(conn, job.user_id, list(job.depends_on), owner_is_admin=False)
+    inserted = {
+        **params,
+        "pending_parents": pending,
+        "actor": actor or f"user:{job.user_id}",
+        "event_data": json_text({"attempts_allowed": params["max_attempts"]}),
+    }
+    row = (await conn.execute(INSERT_JOB, inserted)).mappings().first()
+    if row is None:
+        key = {"user_id": job.user_id, "key": job.idempotency_key}
+        existing = (await conn.execute(GET_BY_IDEMPOTENCY_KEY, key)).mappings().first()
+        assert existing is not None, "ON CONFLICT without an existing row"
+        return Enqueued(job=job_row(existing), created=False)
+    if job.depends_on:
+        await insert_edges(conn, [(job.id, d) for d in job.depends_on])
+        if pending == 0:
+            await notify_jobs(conn)
+    await _link_files(conn, [(job.id, fid) for _, fid in files])
+    return Enqueued(job=job_row(row), created=True)
+
+
+# --- many jobs ------------------------------------------------------------------------------------
+
+INSERT_MANY = sql(
+    f"""
+    WITH rows AS (
+        SELECT * FROM unnest(
+            CAST(:ids AS uuid[]), CAST(:types AS text[]), CAST(:user_ids AS int[]), CAST(:inputs AS text[]),
+            CAST(:priorities AS int[]), CAST(:run_ats AS timestamptz[]), CAST(:max_attempts AS int[]),
+            CAST(:keys AS text[]), CAST(:titles AS text[]), CAST(:pipeline_ids AS uuid[]), CAST(:step_keys AS text[]),
+            CAST(:approvals AS boolean[]), CAST(:created_by AS uuid[]), CAST(:pending AS int[]), CAST(:request_ids AS text[])
+        ) AS r(id, type, user_id, input, priority, run_at, max_attempts, idempotency_key, title, pipeline_id,
+               step_key, requires_approval, created_by_job, pending_parents, request_id)
+    ), ins AS (
+        INSERT INTO jobs (id, type, user_id, input_data, priority, run_at, max_attempts, idempotency_key, title,
+                          pipeline_id, step_key, requires_approval, created_by_job, pending_parents, request_id)
+        SELECT id, type, user_id, input::jsonb, priority, COALESCE(run_at, now()), max_attempts, idempotency_key,
+               title, pipeline_id, step_key, requires_approval, created_by_job, pending_parents, request_id
+        FROM rows
+        ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING id, pipeline_id, user_id, run_at, pending_parents
+    ), ev AS (
+        INSERT INTO job_events (job_id, pipeline_id, kind, to_status, actor)
+        SELECT id, pipeline_id, 'enqueued', 'queued', COALESCE(:actor, 'user:' || user_id) FROM ins
+    ), notify AS (
+        SELECT pg_notify('{JOBS_CHANNEL}', '') FROM ins WHERE pending_parents = 0 LIMIT 1
+    )
+    SELECT ins.id, (SELECT count(*) FROM notify) AS notified FROM ins
+    """
+)
+
+_MANY_COLUMNS = {
+    "ids": "id",
+    "types": "type",
+    "user_ids": "user_id",
+    "inputs": "input",
+    "priorities": "priority",
+    "run_ats": "run_at",
+    "max_attempts": "max_attempts",
+    "keys": "idempotency_key",
+    "titles": "title",
+    "pipeline_ids": "pipeline_id",
+    "step_keys": "step_key",
+    "approvals": "requires_approval",
+    "created_by": "created_by_job",
+    "request_ids": "request_id",
+}
+"""Array parameter of :data:`INSERT_MANY` → key of :func:`prepare`'s parameters."""
+
+
+async def enqueue_many(
+    db: AsyncConnection | AsyncSession,
+    jobs: Sequence[NewJob],
+    settings: Settings,
+    *,
+    actor: str | None = None,
+    pending: dict[uuid.UUID, int] | None = None,
+    edges: Sequence[tuple[uuid.UUID, uuid.UUID]] = (),
+    skip_schema: bool = False,
+) -> list[uuid.UUID]:
+    """Insert many jobs in one statement (bulk enqueue); all are validated first, so a bad one rejects
+    the whole batch (all or nothing). Returns the ids actually inserted (idempotent repeats are
+    skipped). ``pending`` and ``edges`` are used by pipelines, whose jobs depend on each other (the
+    pipeline code validates the graph and the inputs, and passes ``skip_schema``); plain callers leave
+    them empty.
+
+    Raises:
+        BadInput: with the index of the bad job in the field path (``jobs[3].input_data.seconds``).
+        TooLarge: an input above ``JOB_MAX_INPUT_BYTES``.
+    """
+    conn = await conn_of(db)
+    if not jobs:
+        return []
+    prepared = [
+        prepare(j, settings, field_prefix=f"jobs[{i}].", skip_schema=skip_schema) for i, j in enumerate(jobs)
+    ]
+    await _check_files(conn, prepared)
+    pending = pending or {}
+    params: dict[str, Any] = {name: [p[key] for p in prepared] for name, key in _MANY_COLUMNS.items()}
+    params["pending"] = [pending.get(p["id"], 0) for p in prepared]
+    params["actor"] = actor
+    inserted = [r[0] for r in (await conn.execute(INSERT_MANY, params)).all()]
+    created = set(inserted)
+    await _link_files(conn, [(p["id"], fid) for p in prepared if p["id"] in created for _, fid in p["files"]])
+    if edges:
+        await insert_edges(conn, list(edges))
+    return inserted

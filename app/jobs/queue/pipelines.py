@@ -1,0 +1,353 @@
+"""Pipelines in the queue: creating one with all its jobs, adding a processor's next jobs to one, and
+deriving a pipeline's status from its jobs'.
+
+The graph and input checks are in :mod:`app.jobs.graph`; templates, reading and cancelling are in
+:mod:`app.pipelines`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from app.errors import BadInput
+from app.jobs import outbox
+from app.jobs.graph import check_graph, topo_order, validate_step_input
+from app.jobs.payload import json_text
+from app.jobs.queue.common import conn_of, new_id, sql
+from app.jobs.queue.new_jobs import NewJob, enqueue_many, lock_parents
+from app.jobs.rows import Fetched
+from app.jobs.types import NextJob, may_create_next, refusal, registry
+from app.settings import Settings
+
+# --- status ---------------------------------------------------------------------------------------
+
+PIPELINE_COUNTS = sql(
+    """
+    SELECT p.id, p.status AS old_status,
+           count(*) FILTER (WHERE j.status = 'completed') AS completed,
+           count(*) FILTER (WHERE j.status = 'failed') AS failed,
+           count(*) FILTER (WHERE j.status = 'cancelled') AS cancelled,
+           count(*) FILTER (WHERE j.status = 'waiting_approval') AS waiting_approval,
+           count(*) FILTER (WHERE j.status IN ('queued', 'in_progress')) AS active,
+           count(j.id) AS total
+    FROM pipelines p LEFT JOIN jobs j ON j.pipeline_id = p.id
+    WHERE p.id = ANY(CAST(:ids AS uuid[]))
+    GROUP BY p.id
+    """
+)
+SET_PIPELINE_STATUS = sql(
+    """
+    UPDATE pipelines SET status = :status, updated_at = now(),
+        finished_at = CASE WHEN :finished THEN COALESCE(finished_at, now()) ELSE NULL END
+    WHERE id = :id
+    RETURNING id, name, template, user_id, status
+    """
+)
+
+
+def derive_pipeline_status(counts: Fetched) -> tuple[str, bool]:
+    """``(status, finished)`` of a pipeline from its jobs' status counts.
+
+    ``failed`` as soon as any step failed (the pipeline can no longer complete; independent steps may
+    still be finishing); ``finished`` once no step is live.
+    """
+    live = counts["active"] + counts["waiting_approval"]
+    if counts["failed"]:
+        return "failed", live == 0
+    if live == 0:
+        if counts["total"] and counts["completed"] == counts["total"]:
+            return "completed", True
+        if counts["cancelled"]:
+            return "cancelled", True
+        return "completed", True
+    if counts["waiting_approval"]:
+        return "waiting_approval", False
+    return "running", False
+
+
+async def refresh_pipelines(conn: AsyncConnection, pipeline_ids: Iterable[uuid.UUID]) -> None:
+    """Re-derive the status of each pipeline (rows must already be locked by ``lock_pipelines`` or be
+    new); record one ``pipeline_failed`` alert when a pipeline turns failed."""
+    ids = sorted(set(pipeline_ids), key=str)
+    if not ids:
+        return
+    rows = (await conn.execute(PIPELINE_COUNTS, {"ids": ids})).mappings().all()
+    for r in rows:
+        status, finished = derive_pipeline_status(r)
+        updated = (
+            (await conn.execute(SET_PIPELINE_STATUS, {"id": r["id"], "status": status, "finished": finished}))
+            .mappings()
+            .first()
+        )
+        if updated and status == "failed" and r["old_status"] != "failed":
+            await outbox.record_pipeline_failure(conn, updated)
+
+
+# --- creation ---------------------------------------------------------------------------------------
+
+INSERT_PIPELINE = sql(
+    """
+    INSERT INTO pipelines (id, name, template, user_id, input_data)
+    VALUES (:id, :name, :template, :user_id, CAST(CAST(:input AS text) AS jsonb))
+    RETURNING id, name, template, user_id, status, created_at
+    """
+)
+
+
+def _check_spec(name: Any, steps: Any, settings: Settings) -> tuple[str, dict[str, dict[str, Any]]]:
+    """The pipeline's name, stripped, and each step's input to store, by step key.
+
+    Raises:
+        BadInput: see :func:`create_pipeline`.
+    """
+    name = (name or "").strip()
+    if not name or len(name) > 200 or "\x00" in name:
+        raise BadInput.field("name", "give the pipeline a name of 1 to 200 characters")
+    if not isinstance(steps, list):
+        raise BadInput.field("steps", "must be a list of steps")
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            raise BadInput.field(f"steps[{i}]", "must be an object with key, type and input_data")
+    check_graph(steps, "steps")
+    stored_inputs = {}
+    for i, step in enumerate(steps):
+        if not isinstance(step.get("input_data", {}), dict):
+            raise BadInput.field(f"steps[{i}].input_data", "must be a JSON object")
+        stored_inputs[step["key"]] = validate_step_input(
+            step.get("type"), step.get("input_data") or {}, f"steps[{i}].input_data", settings
+        )
+        if not isinstance(step.get("requires_approval", False), bool):
+            raise BadInput.field(f"steps[{i}].requires_approval", "must be true or false")
+    return name, stored_inputs
+
+
+def _step_jobs(
+    steps: list[dict[str, Any]],
+    stored_inputs: dict[str, dict[str, Any]],
+    user_id: int,
+    pipeline_id: uuid.UUID,
+    request_id: str | None,
+) -> tuple[list[NewJob], dict[uuid.UUID, int], list[tuple[uuid.UUID, uuid.UUID]]]:
+    """The jobs of a checked spec, parents first; how many parents each waits for; the ``(child,
+    parent)`` edges."""
+    ordered = topo_order(steps)
+    ids = {s["key"]: new_id() for s in ordered}
+    jobs = []
+    pending: dict[uuid.UUID, int] = {}
+    edges: list[tuple[uuid.UUID, uuid.UUID]] = []
+    for s in ordered:
+        jid = ids[s["key"]]
+        deps = list(dict.fromkeys(s.get("depends_on") or []))
+        pending[jid] = len(deps)
+        edges.extend((jid, ids[d]) for d in deps)
+        jobs.append(
+            NewJob(
+                id=jid,
+                type=s["type"],
+                input_data=stored_inputs[s["key"]],
+                user_id=user_id,
+                pipeline_id=pipeline_id,
+                step_key=s["key"],
+                requires_approval=bool(s.get("requires_approval", False)),
+                title=s.get("title"),
+                request_id=request_id,
+                max_attempts=s.get("max_attempts"),
+                priority=s.get("priority", 0),
+            )
+        )
+    return jobs, pending, edges
+
+
+async def create_pipeline(
+    db: AsyncConnection | AsyncSession,
+    *,
+    name: str,
+    steps: list[dict[str, Any]],
+    user_id: int,
+    settings: Settings,
+    template_name: str | None = None,
+    input_data: dict[str, Any] | None = None,
+    request_id: str | None = None,
+    actor: str | None = None,
+) -> RowMapping:
+    """Validate a spec and create the pipeline and all its jobs in the caller's transaction (all or
+    nothing). Returns the pipeline row.
+
+    Raises:
+        BadInput: bad name, keys, dependencies (unknown, self, cycle with its path), types or inputs —
+            named by field path (``steps[2].input_data.seconds``).
+        TooLarge: a step's input above ``JOB_MAX_INPUT_BYTES``.
+    """
+    conn = await conn_of(db)
+    name, stored_inputs = _check_spec(name, steps, settings)
+    pipeline_id = new_id()
+    row = (
+        (
+            await conn.execute(
+                INSERT_PIPELINE,
+                {
+                    "id": pipeline_id,
+                    "name": name,
+                    "template": template_name,
+                    "user_id": user_id,
+                    "input": json_text(input_data) if input_data is not None else None,
+                },
+            )
+        )
+        .mappings()
+        .one()
+    )
+    jobs, pending, edges = _step_jobs(steps, stored_inputs, user_id, pipeline_id, request_id)
+    await insert_steps(conn, jobs, settings, pending, edges, actor or f"user:{user_id}")
+    return row
+
+
+async def insert_steps(
+    conn: AsyncConnection,
+    jobs: list[NewJob],
+    settings: Settings,
+    pending: dict[uuid.UUID, int],
+    edges: list[tuple[uuid.UUID, uuid.UUID]],
+    actor: str,
+) -> None:
+    """Insert a pipeline's jobs whose inputs were validated already (``$ref`` fields included, which the
+    queue's own schema check would refuse), naming a bad one ``steps[i]`` rather than ``jobs[i]``."""
+    try:
+        await enqueue_many(conn, jobs, settings, actor=actor, pending=pending, edges=edges, skip_schema=True)
+    except BadInput as exc:
+        raise BadInput(
+            exc.detail.replace("jobs[", "steps["),
+            errors={k.replace("jobs[", "steps["): v for k, v in exc.errors.items()},
+        ) from None
+
+
+# --- next jobs from processors ----------------------------------------------------------------------
+
+NEW_PIPELINE_FOR = sql(
+    """
+    WITH p AS (
+        INSERT INTO pipelines (id, name, user_id) VALUES (:pid, :name, :user_id) RETURNING id
+    )
+    UPDATE jobs SET pipeline_id = (SELECT id FROM p), step_key = COALESCE(step_key, 'start')
+    WHERE id = :job_id
+    RETURNING pipeline_id
+    """
+)
+PIPELINE_KEYS = sql("SELECT id, step_key, user_id FROM jobs WHERE pipeline_id = :pid")
+OWNER_IS_ADMIN = sql("SELECT is_admin FROM users WHERE id = :id")
+
+
+async def check_next_types(
+    conn: AsyncConnection, creator: Mapping[str, Any], next_jobs: Sequence[NextJob]
+) -> None:
+    """Refuse next jobs of types the creator may not create for its owner
+    (:func:`app.jobs.types.may_create_next`); the owner's admin flag is read only when one of them is
+    admins-only.
+
+    Raises:
+        BadInput: naming the refused next job's ``type``.
+    """
+    creator_spec = registry.get(creator["type"])
+    is_admin: bool | None = None
+    for i, nj in enumerate(next_jobs):
+        spec = registry.get(nj.type)
+        if spec is None or may_create_next(False, creator_spec, spec):
+            continue  # an unknown type is refused by the input check, with the list of known types
+        if is_admin is None:
+            is_admin = bool((await conn.execute(OWNER_IS_ADMIN, {"id": creator["user_id"]})).scalar())
+        if not is_admin:
+            raise BadInput.field(
+                f"next_jobs[{i}].type",
+                f"{refusal(spec)}, and {creator['type']!r} does not declare it among its next types",
+            )
+
+
+async def _pipeline_of(conn: AsyncConnection, creator: Mapping[str, Any]) -> uuid.UUID:
+    """The creator's pipeline; a new one (named after the creator) if it had none."""
+    if creator["pipeline_id"] is not None:
+        return uuid.UUID(str(creator["pipeline_id"]))
+    params = {
+        "pid": new_id(),
+        "name": creator["title"] or creator["type"],
+        "user_id": creator["user_id"],
+        "job_id": creator["id"],
+    }
+    return uuid.UUID(str((await conn.execute(NEW_PIPELINE_FOR, params)).scalar_one()))
+
+
+def _new_keys(creator: Mapping[str, Any], next_jobs: Sequence[NextJob], taken: set[str]) -> list[str]:
+    """A step key for each next job: its own ``key``, else ``<creator's key>-next-<n>``; primed until it
+    is not taken in the pipeline."""
+    keys: list[str] = []
+    for i, nj in enumerate(next_jobs):
+        key = nj.key or f"{creator['step_key'] or 'step'}-next-{i + 1}"
+        while key in taken:
+            key = f"{key}'"
+        taken.add(key)
+        keys.append(key)
+    return keys
+
+
+async def insert_next_jobs(
+    conn: AsyncConnection, creator: Mapping[str, Any], next_jobs: Sequence[NextJob], settings: Settings
+) -> uuid.UUID:
+    """Create a processor's next jobs in the completion's transaction. They join the creator's
+    pipeline (a new one is made if it had none) and belong to the creator's owner. A dependency is a
+    key among the new jobs, or the id or step key of a job already in the pipeline. Returns the
+    pipeline id.
+
+    Raises:
+        BadInput: a dependency that is not in the pipeline; a type the creator may not create for its
+        owner (:func:`check_next_types`).
+    """
+    await check_next_types(conn, creator, next_jobs)
+    pipeline_id = await _pipeline_of(conn, creator)
+    existing = (await conn.execute(PIPELINE_KEYS, {"pid": pipeline_id})).mappings().all()
+    by_id = {str(r["id"]): r["id"] for r in existing}
+    by_key = {r["step_key"]: r["id"] for r in existing if r["step_key"]}
+    keys = _new_keys(creator, next_jobs, set(by_key))
+    new_ids = {key: new_id() for key in keys}
+    local = {(nj.key or keys[i]): new_ids[keys[i]] for i, nj in enumerate(next_jobs)}
+    jobs: list[NewJob] = []
+    edges: list[tuple[uuid.UUID, uuid.UUID]] = []
+    outside: dict[uuid.UUID, set[uuid.UUID]] = {}
+    for i, nj in enumerate(next_jobs):
+        jid = new_ids[keys[i]]
+        for dep in nj.depends_on:
+            d = str(dep)
+            target = local.get(d) or by_id.get(d) or by_key.get(d)
+            if target is None:
+                raise BadInput.field(f"next_jobs[{i}].depends_on", f"unknown dependency {d[:100]!r}")
+            edges.append((jid, target))
+            if target not in new_ids.values():
+                outside.setdefault(jid, set()).add(target)
+        jobs.append(
+            NewJob(
+                id=jid,
+                type=nj.type,
+                input_data=nj.input_data,
+                user_id=creator["user_id"],
+                pipeline_id=pipeline_id,
+                step_key=keys[i],
+                requires_approval=nj.requires_approval,
+                title=nj.title,
+                priority=nj.priority,
+                created_by_job=creator["id"],
+            )
+        )
+    # Parents already in the pipeline: lock them so none finishes unseen, and count the unfinished ones.
+    pending: dict[uuid.UUID, int] = {}
+    for j in jobs:
+        parents = sorted(outside.get(j.id, set()), key=str)
+        internal = sum(1 for c, _ in edges if c == j.id) - len(parents)
+        external = (
+            await lock_parents(conn, creator["user_id"], parents, owner_is_admin=False) if parents else 0
+        )
+        pending[j.id] = internal + external
+    await insert_steps(conn, jobs, settings, pending, edges, f"job:{creator['id']}")
+    return pipeline_id

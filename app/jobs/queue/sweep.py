@@ -1,0 +1,196 @@
+"""The sweep's work: rescuing jobs whose worker was lost (expired leases), pruning old finished jobs, and
+the dependency invariant that tests and health checks assert."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.jobs import outbox
+from app.jobs.queue.common import lock_pipelines, notify_jobs, sql
+from app.jobs.queue.consequences import consequences, consequences_of_lost_jobs
+from app.jobs.states import Status
+
+RESCUE_LOCK_KEY = 0x6A6F6264  # "jobd": one sweeper at a time across processes
+PRUNE_BATCH = 500
+
+EXPIRED = sql(
+    """
+    SELECT id, pipeline_id FROM jobs
+    WHERE status = 'in_progress' AND lease_expires_at < now()
+    ORDER BY lease_expires_at LIMIT :limit
+    """
+)
+RESCUE = sql(
+    """
+    WITH expired AS MATERIALIZED (
+        SELECT id FROM jobs
+        WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'in_progress' AND lease_expires_at < now()
+        FOR UPDATE SKIP LOCKED
+    ), input AS (
+        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:delays AS float8[])) AS t(id, delay)
+    ), upd AS (
+        UPDATE jobs j
+        SET status = CASE WHEN NOT j.is_active THEN 'cancelled'
+                          WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
+            run_at = CASE WHEN j.is_active AND j.attempts < j.max_attempts
+                          THEN now() + make_interval(secs => input.delay) ELSE j.run_at END,
+            completed_at = CASE WHEN NOT j.is_active OR j.attempts >= j.max_attempts THEN now() END,
+            error_message = CASE WHEN NOT j.is_active THEN 'cancelled; its worker was lost before it stopped'
+                                 ELSE 'lease expired: worker lost (' || j.locked_by || ')' END,
+            locked_by = NULL, lease_expires_at = NULL, updated_at = now()
+        FROM expired JOIN input ON input.id = expired.id
+        WHERE j.id = expired.id AND j.status = 'in_progress'
+        RETURNING j.id, j.pipeline_id, j.status, j.type, j.user_id, j.title, j.step_key, j.attempts, j.max_attempts,
+                  j.error_message, j.run_at
+    ), ev AS (
+        INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, message, data)
+        SELECT id, pipeline_id, 'rescued', 'in_progress', status, :actor, error_message,
+               jsonb_build_object('attempt', attempts, 'max_attempts', max_attempts)
+        FROM upd
+    )
+    SELECT * FROM upd
+    """
+)
+
+
+JOB_TYPES = sql("SELECT id, type, attempts FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))")
+
+Delays = Mapping[str, Any]
+"""Retry delay per job type: a callable ``(attempt) -> seconds``."""
+
+
+async def _retry_delays(conn: AsyncConnection, ids: list[uuid.UUID], delays: Delays | None) -> list[float]:
+    """Seconds until each rescued job (by ``ids``) may run again: its type's delay, else at once."""
+    values = [0.0] * len(ids)
+    if not delays:
+        return values
+    meta = (await conn.execute(JOB_TYPES, {"ids": ids})).mappings().all()
+    by_id = {m["id"]: m for m in meta}
+    for i, jid in enumerate(ids):
+        m = by_id.get(jid)
+        fn = delays.get(m["type"]) if m else None
+        if m is not None and fn is not None:
+            values[i] = float(fn(m["attempts"]))
+    return values
+
+
+async def rescue_expired(
+    conn: AsyncConnection, *, delays: Delays | None = None, limit: int = 500
+) -> list[RowMapping]:
+    """The rescue sweep: ``in_progress`` jobs whose lease expired (their worker died or hung).
+
+    Runs under a transaction-level advisory lock, so one process sweeps at a time (others return ``[]``).
+    Each job goes back to ``queued`` with the lost attempt counted and the error "lease expired: worker
+    lost (<worker id>)", or to ``failed`` when no attempts remain (with one ``rescued`` alert), or to
+    ``cancelled`` if a cancel was pending. ``delays`` gives each job type's retry delay; default: due at
+    once. The update repeats the ``lease_expires_at < now()`` guard under the row lock, so a lease
+    renewed meanwhile wins.
+    """
+    got = (await conn.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": RESCUE_LOCK_KEY})).scalar()
+    if not got:
+        return []
+    candidates = (await conn.execute(EXPIRED, {"limit": limit})).mappings().all()
+    if not candidates:
+        return []
+    await lock_pipelines(conn, (c["pipeline_id"] for c in candidates))
+    ids = [c["id"] for c in candidates]
+    params = {"ids": ids, "delays": await _retry_delays(conn, ids, delays), "actor": "system:sweep"}
+    rows = (await conn.execute(RESCUE, params)).mappings().all()
+    if rows:
+        await consequences(conn, [r for r in rows if r["status"] != Status.FAILED], "system:sweep")
+        dead = [r for r in rows if r["status"] == Status.FAILED]
+        if dead:
+            await outbox.record_rescue_failures(conn, dead)
+            await consequences_of_lost_jobs(conn, dead)
+        if any(r["status"] == Status.QUEUED for r in rows):
+            await notify_jobs(conn)
+    return list(rows)
+
+
+# --- retention --------------------------------------------------------------------------------------
+
+PRUNE_JOBS = sql(
+    """
+    WITH doomed AS (
+        SELECT id FROM jobs
+        WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at < now() - make_interval(days => :days)
+          AND pipeline_id IS NULL
+          AND NOT EXISTS (
+              SELECT 1 FROM job_dependencies d JOIN jobs c ON c.id = d.job_id
+              WHERE d.depends_on = jobs.id AND c.status NOT IN ('completed', 'failed', 'cancelled')
+          )
+        ORDER BY completed_at LIMIT :batch
+        FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) RETURNING id
+    """
+)
+PRUNE_PIPELINES = sql(
+    """
+    WITH doomed AS (
+        SELECT id FROM pipelines
+        WHERE finished_at < now() - make_interval(days => :days)
+        ORDER BY finished_at LIMIT :batch
+        FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM pipelines WHERE id IN (SELECT id FROM doomed) RETURNING id
+    """
+)
+PRUNE_ORPHAN_FILES = sql(
+    """
+    DELETE FROM files WHERE id IN (
+        SELECT id FROM files WHERE job_id IS NULL AND created_at < now() - make_interval(days => :days)
+        ORDER BY created_at LIMIT :batch
+    )
+    RETURNING id
+    """
+)
+
+
+async def prune(conn: AsyncConnection, retention_days: float, *, batch: int = PRUNE_BATCH) -> dict[str, Any]:
+    """Delete one small batch of finished jobs older than ``retention_days``.
+
+    Standalone jobs go individually (with their events, by cascade); a pipeline's jobs go only with the
+    whole pipeline, once it has finished — never from under a running one. Files then left without a
+    job and older than the retention (those of deleted jobs, and uploads no job ever used) are deleted
+    too. Returns ``{"jobs": n, "pipelines": n, "files": [deleted file ids]}``; the caller removes those
+    files' bytes after commit (:meth:`app.files.FileStore.remove`).
+    """
+    days = float(retention_days)
+    job_ids = list((await conn.execute(PRUNE_JOBS, {"days": days, "batch": batch})).scalars())
+    pipeline_ids = list(
+        (await conn.execute(PRUNE_PIPELINES, {"days": days, "batch": max(1, batch // 10)})).scalars()
+    )
+    file_ids = list((await conn.execute(PRUNE_ORPHAN_FILES, {"days": days, "batch": batch})).scalars())
+    return {"jobs": len(job_ids), "pipelines": len(pipeline_ids), "files": file_ids}
+
+
+# --- invariants (tests and health checks) --------------------------------------------------------
+
+STUCK_DEPENDENTS = sql(
+    """
+    SELECT c.id FROM jobs c
+    WHERE c.status = 'queued' AND c.pending_parents > 0 AND (
+        EXISTS (
+            SELECT 1 FROM job_dependencies d JOIN jobs p ON p.id = d.depends_on
+            WHERE d.job_id = c.id AND p.status IN ('failed', 'cancelled')
+        )
+        OR c.pending_parents > (
+            SELECT count(*) FROM job_dependencies d JOIN jobs p ON p.id = d.depends_on
+            WHERE d.job_id = c.id AND p.status <> 'completed'
+        )
+    )
+    """
+)
+
+
+async def stuck_dependents(conn: AsyncConnection) -> list[uuid.UUID]:
+    """Jobs waiting on a dependency that is failed, cancelled or missing — must always be empty: such a
+    job could never run (the invariant behind cancelling dependents and re-opening them on retry)."""
+    return list((await conn.execute(STUCK_DEPENDENTS)).scalars())

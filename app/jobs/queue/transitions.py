@@ -1,0 +1,442 @@
+"""People's actions on a job: cancel, retry, run again, approve, reject, rerun, reschedule, delete.
+
+Each locks the job row, checks who may do it and from which status (:mod:`app.jobs.states`), then
+changes it with a compare-and-set and writes its event, in the caller's transaction.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from app.errors import BadInput, Conflict, Forbidden
+from app.jobs.payload import cap_text
+from app.jobs.queue.common import (
+    JOB_COLUMNS,
+    Principal,
+    actor_of,
+    add_event,
+    conn_of,
+    get_job,
+    lock_job,
+    lock_pipelines,
+    notify_cancel,
+    notify_jobs,
+    sql,
+)
+from app.jobs.queue.consequences import consequences
+from app.jobs.queue.new_jobs import Enqueued, NewJob, enqueue
+from app.jobs.queue.pipelines import refresh_pipelines
+from app.jobs.rows import JobRow, job_row
+from app.jobs.states import Actor, Status, sources
+from app.settings import Settings
+
+CANCEL_QUEUED = sql(
+    """
+    UPDATE jobs SET status = 'cancelled', is_active = false, completed_at = now(), updated_at = now(),
+        error_message = :message
+    WHERE id = :id AND status = ANY(CAST(:from AS text[]))
+    RETURNING id, pipeline_id, status, type, user_id, title, step_key
+    """
+)
+REQUEST_CANCEL = sql(
+    """
+    UPDATE jobs SET is_active = false, updated_at = now()
+    WHERE id = :id AND status = 'in_progress' AND is_active
+    RETURNING id, pipeline_id, status, locked_by
+    """
+)
+
+
+def _terminal_conflict(row: JobRow, action: str) -> Conflict:
+    words = {"completed": "already completed", "failed": "already failed", "cancelled": "already cancelled"}
+    state = words.get(row["status"], f"{row['status']}")
+    return Conflict(f"Cannot {action} job {row['id']}: it has {state}.", extra={"status": row["status"]})
+
+
+async def cancel(
+    db: AsyncConnection | AsyncSession, job_id: Any, principal: Principal, *, reason: str | None = None
+) -> JobRow:
+    """Cancel a job (owner or admin).
+
+    ``queued``/``waiting_approval`` → ``cancelled`` at once (dependents cancelled too). ``in_progress`` →
+    ``is_active = false`` ("Cancelling…") and a NOTIFY to its worker, which stops it and records
+    ``cancelled``; from then on the worker's completion can no longer win. Returns the job row after.
+
+    Raises:
+        NotFound: unknown or another user's job.
+        Conflict: the job is already finished ("already completed"), or a cancel is already pending.
+    """
+    conn = await conn_of(db)
+    row = await lock_job(conn, job_id, principal)
+    actor = actor_of(principal)
+    message = (
+        f"cancelled by {'an admin' if principal.is_admin and row['user_id'] != principal.id else 'its owner'}"
+    )
+    if reason:
+        message += f": {reason}"
+    if row["status"] == Status.IN_PROGRESS:
+        if not row["is_active"]:
+            raise Conflict(f"Job {row['id']} is already being cancelled.", extra={"status": "cancelling"})
+        await conn.execute(REQUEST_CANCEL, {"id": row["id"]})
+        await add_event(conn, row, "cancel_requested", actor, message=message)
+        await notify_cancel(conn, row["id"])
+        return await get_job(conn, row["id"])
+    allowed = [s.value for s in sources(Status.CANCELLED, Actor.ADMIN if principal.is_admin else Actor.OWNER)]
+    if row["status"] not in allowed:
+        raise _terminal_conflict(row, "cancel")
+    await lock_pipelines(conn, [row["pipeline_id"]])
+    changed = (
+        (await conn.execute(CANCEL_QUEUED, {"id": row["id"], "from": allowed, "message": cap_text(message)}))
+        .mappings()
+        .all()
+    )
+    for r in changed:
+        await add_event(
+            conn, r, "cancelled", actor, from_status=row["status"], to_status="cancelled", message=message
+        )
+    await consequences(conn, changed, actor)
+    return await get_job(conn, row["id"])
+
+
+RETRY_FAILED = sql(
+    f"""
+    UPDATE jobs SET status = 'queued', attempts = 0, run_at = now(), completed_at = NULL, updated_at = now(),
+        is_active = true, error_message = NULL, result_data = NULL, progress = NULL, progress_message = NULL
+    WHERE id = :id AND status = 'failed'
+    RETURNING {JOB_COLUMNS}
+    """
+)
+REOPEN_BLOCKED = sql(
+    """
+    WITH reopened AS (
+        UPDATE jobs c
+        SET status = 'queued', completed_at = NULL, blocked_by = NULL, error_message = NULL, attempts = 0,
+            is_active = true, run_at = now(), updated_at = now(),
+            pending_parents = (
+                SELECT count(*) FROM job_dependencies d JOIN jobs p ON p.id = d.depends_on
+                WHERE d.job_id = c.id AND p.status <> 'completed'
+            )
+        WHERE c.blocked_by = :id AND c.status = 'cancelled'
+        RETURNING c.id, c.pipeline_id, c.pending_parents
+    ), ev AS (
+        INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, message, data)
+        SELECT id, pipeline_id, 'reopened', 'cancelled', 'queued', :actor,
+               'upstream job retried; waiting for it again', jsonb_build_object('upstream', CAST(:id AS uuid))
+        FROM reopened
+    )
+    SELECT * FROM reopened
+    """
+)
+
+
+async def retry(db: AsyncConnection | AsyncSession, job_id: Any, principal: Principal) -> JobRow:
+    """Manually retry a ``failed`` job (admins).
+
+    Rule: the job goes back to ``queued`` with ``attempts = 0`` — a fresh budget of ``max_attempts`` —
+    so the processor really runs again; its earlier attempts and errors stay in its event history. Jobs
+    that were cancelled because this one failed (``blocked_by``) are re-opened and wait for it again
+    (as the README's "Pipelines" describes). A double click retries once: the second gets 409 "not failed".
+
+    Raises:
+        NotFound: unknown id, or another user's job for a non-admin.
+        Forbidden: the owner is not an admin.
+        Conflict: the job is not ``failed`` (names its status).
+    """
+    conn = await conn_of(db)
+    row = await lock_job(conn, job_id, principal)
+    if not principal.is_admin:
+        raise Forbidden("Only an admin can retry a failed job.")
+    if row["status"] != Status.FAILED:
+        raise Conflict(
+            f"Cannot retry job {row['id']}: it is {row['status']}, not failed.",
+            extra={"status": row["status"]},
+        )
+    await lock_pipelines(conn, [row["pipeline_id"]])
+    updated = (await conn.execute(RETRY_FAILED, {"id": row["id"]})).mappings().first()
+    if updated is None:  # lost a race with another retry
+        raise Conflict(f"Cannot retry job {row['id']}: it is no longer failed.")
+    actor = actor_of(principal)
+    await add_event(
+        conn,
+        updated,
+        "retried",
+        actor,
+        from_status="failed",
+        to_status="queued",
+        message="manual retry with a fresh attempt budget",
+        data={"previous_attempts": row["attempts"], "previous_error": cap_text(row["error_message"], 2000)},
+    )
+    await conn.execute(REOPEN_BLOCKED, {"id": row["id"], "actor": actor})
+    await notify_jobs(conn)
+    if row["pipeline_id"]:
+        await refresh_pipelines(conn, [row["pipeline_id"]])
+    return await get_job(conn, row["id"])
+
+
+async def run_again(
+    db: AsyncConnection | AsyncSession,
+    job_id: Any,
+    principal: Principal,
+    settings: Settings,
+    *,
+    request_id: str | None = None,
+) -> Enqueued:
+    """A new job with the same type and input as ``job_id`` ("Run again", owner or admin).
+    The new job belongs to the original owner and starts with a fresh attempt budget.
+
+    Raises:
+        NotFound: unknown or another user's job.
+        BadInput: the type is no longer registered or the input no longer validates.
+    """
+    conn = await conn_of(db)
+    row = await get_job(conn, job_id, principal)
+    result = await enqueue(
+        conn,
+        NewJob(
+            type=row["type"],
+            input_data=row["input_data"],
+            user_id=row["user_id"],
+            priority=row["priority"],
+            max_attempts=row["max_attempts"],
+            title=row["title"],
+            request_id=request_id,
+        ),
+        settings,
+        actor=actor_of(principal),
+    )
+    await add_event(
+        conn,
+        row,
+        "run_again",
+        actor_of(principal),
+        message=f"run again as job {result.job['id']}",
+        data={"new_job": str(result.job["id"])},
+    )
+    return result
+
+
+APPROVE = sql(
+    f"""
+    UPDATE jobs SET status = 'completed', completed_at = now(), updated_at = now()
+    WHERE id = :id AND status = 'waiting_approval'
+    RETURNING {JOB_COLUMNS}
+    """
+)
+REJECT = sql(
+    f"""
+    UPDATE jobs SET status = 'failed', completed_at = now(), updated_at = now(), error_message = :message
+    WHERE id = :id AND status = 'waiting_approval'
+    RETURNING {JOB_COLUMNS}
+    """
+)
+RERUN = sql(
+    f"""
+    UPDATE jobs SET status = 'queued', run_at = now(), attempts = 0, updated_at = now(), result_data = NULL,
+        progress = NULL, progress_message = NULL
+    WHERE id = :id AND status = 'waiting_approval'
+    RETURNING {JOB_COLUMNS}
+    """
+)
+LAST_DECISION = sql(
+    "SELECT kind, actor, at FROM job_events WHERE job_id = :id AND kind IN ('approved', 'rejected', 'rerun_requested') "
+    "ORDER BY id DESC LIMIT 1"
+)
+
+
+async def _decision_conflict(conn: AsyncConnection, row: JobRow, action: str) -> Conflict:
+    last = (await conn.execute(LAST_DECISION, {"id": row["id"]})).mappings().first()
+    if last:
+        who = last["actor"]
+        return Conflict(
+            f"Cannot {action} job {row['id']}: it was already {last['kind'].replace('_requested', '')} by {who} "
+            f"at {last['at']:%Y-%m-%d %H:%M:%S %Z}.",
+            extra={"status": row["status"], "decision": last["kind"]},
+        )
+    return Conflict(
+        f"Cannot {action} job {row['id']}: it is {row['status']}, not waiting for approval.",
+        extra={"status": row["status"]},
+    )
+
+
+async def _decide(conn: AsyncConnection, job_id: Any, principal: Principal, action: str) -> JobRow:
+    row = await lock_job(conn, job_id, principal)
+    if not principal.is_admin:
+        raise Forbidden(f"Only an admin can {action} a step.")
+    if row["status"] != Status.WAITING_APPROVAL:
+        raise await _decision_conflict(conn, row, action)
+    await lock_pipelines(conn, [row["pipeline_id"]])
+    return row
+
+
+async def approve(db: AsyncConnection | AsyncSession, job_id: Any, principal: Principal) -> JobRow:
+    """Approve a step waiting for approval: → ``completed``, dependents released.
+
+    Raises:
+        NotFound / Forbidden: not visible / not an admin.
+        Conflict: not ``waiting_approval``; names the earlier decision and who made it.
+    """
+    conn = await conn_of(db)
+    row = await _decide(conn, job_id, principal, "approve")
+    found = (await conn.execute(APPROVE, {"id": row["id"]})).mappings().first()
+    assert found is not None, "the row is locked and waiting for approval"
+    updated = job_row(found)
+    await add_event(
+        conn, updated, "approved", actor_of(principal), from_status="waiting_approval", to_status="completed"
+    )
+    await consequences(conn, [updated], actor_of(principal))
+    return updated
+
+
+REJECT_REASON_MAX = 2000
+"""A rejection's reason is shown to the owner; the form's field allows as much."""
+
+
+async def reject(
+    db: AsyncConnection | AsyncSession, job_id: Any, principal: Principal, reason: str
+) -> JobRow:
+    """Reject a step waiting for approval: → ``failed`` with the reason; dependents cancelled.
+
+    Raises:
+        BadInput: empty reason, or longer than :data:`REJECT_REASON_MAX` characters (the form's limit).
+        NotFound / Forbidden / Conflict: as :func:`approve`.
+    """
+    reason = (reason or "").strip()
+    if not reason:
+        raise BadInput.field("reason", "say why the result is rejected")
+    if len(reason) > REJECT_REASON_MAX:
+        raise BadInput.field(
+            "reason", f"must be at most {REJECT_REASON_MAX:,} characters (it has {len(reason):,})"
+        )
+    conn = await conn_of(db)
+    row = await _decide(conn, job_id, principal, "reject")
+    message = cap_text(f"rejected: {reason}")
+    found = (await conn.execute(REJECT, {"id": row["id"], "message": message})).mappings().first()
+    assert found is not None, "the row is locked and waiting for approval"
+    updated = job_row(found)
+    await add_event(
+        conn,
+        updated,
+        "rejected",
+        actor_of(principal),
+        from_status="waiting_approval",
+        to_status="failed",
+        message=message,
+    )
+    await consequences(conn, [updated], actor_of(principal))
+    return updated
+
+
+async def rerun(db: AsyncConnection | AsyncSession, job_id: Any, principal: Principal) -> JobRow:
+    """Ask for a fresh run of a step waiting for approval: → ``queued`` (that step only).
+
+    Raises:
+        NotFound / Forbidden / Conflict: as :func:`approve`.
+    """
+    conn = await conn_of(db)
+    row = await _decide(conn, job_id, principal, "rerun")
+    found = (await conn.execute(RERUN, {"id": row["id"]})).mappings().first()
+    assert found is not None, "the row is locked and waiting for approval"
+    updated = job_row(found)
+    await add_event(
+        conn,
+        updated,
+        "rerun_requested",
+        actor_of(principal),
+        from_status="waiting_approval",
+        to_status="queued",
+    )
+    await notify_jobs(conn)
+    if row["pipeline_id"]:
+        await refresh_pipelines(conn, [row["pipeline_id"]])
+    return updated
+
+
+RESCHEDULE = sql(
+    f"""
+    UPDATE jobs SET run_at = COALESCE(:run_at, now()), updated_at = now()
+    WHERE id = :id AND status = 'queued'
+    RETURNING {JOB_COLUMNS}
+    """
+)
+
+
+async def reschedule(
+    db: AsyncConnection | AsyncSession, job_id: Any, principal: Principal, run_at: datetime | None
+) -> JobRow:
+    """Move a waiting job's due time (``None`` = run now). Admins only.
+
+    Raises:
+        BadInput: ``run_at`` without a UTC offset. NotFound / Forbidden. Conflict: the job is not waiting.
+    """
+    if run_at is not None and run_at.utcoffset() is None:
+        raise BadInput.field("run_at", "needs a UTC offset or time zone")
+    conn = await conn_of(db)
+    row = await lock_job(conn, job_id, principal)
+    if not principal.is_admin:
+        raise Forbidden("Only an admin can reschedule a job.")
+    if row["status"] != Status.QUEUED:
+        raise Conflict(f"Cannot reschedule job {row['id']}: it is {row['status']}, not waiting.")
+    found = (await conn.execute(RESCHEDULE, {"id": row["id"], "run_at": run_at})).mappings().first()
+    assert found is not None, "the row is locked and queued"
+    updated = job_row(found)
+    await add_event(
+        conn,
+        updated,
+        "rescheduled",
+        actor_of(principal),
+        message="run now" if run_at is None else f"run at {run_at.isoformat()}",
+        data={"from": row["run_at"].isoformat(), "to": updated["run_at"].isoformat()},
+    )
+    await notify_jobs(conn)
+    return updated
+
+
+DELETE_JOB = sql("DELETE FROM jobs WHERE id = :id RETURNING id")
+
+
+async def delete(db: AsyncConnection | AsyncSession, job_id: Any, principal: Principal) -> None:
+    """Delete a job that is not running (admins): its dependents are cancelled first with the reason
+    "upstream … was removed", so nothing waits on a missing job.
+
+    Raises:
+        NotFound / Forbidden. Conflict: the job is running (cancel it first).
+    """
+    conn = await conn_of(db)
+    row = await lock_job(conn, job_id, principal)
+    if not principal.is_admin:
+        raise Forbidden("Only an admin can delete a job.")
+    if row["status"] == Status.IN_PROGRESS:
+        raise Conflict(f"Cannot delete job {row['id']}: it is running; cancel it first.")
+    await lock_pipelines(conn, [row["pipeline_id"]])
+    # Mark it as gone for the cascade's reason, then cascade, then delete.
+    await conn.execute(CASCADE_CANCEL_REMOVED, {"id": row["id"], "actor": actor_of(principal)})
+    await conn.execute(DELETE_JOB, {"id": row["id"]})
+    if row["pipeline_id"]:
+        await refresh_pipelines(conn, [row["pipeline_id"]])
+
+
+CASCADE_CANCEL_REMOVED = sql(
+    """
+    WITH RECURSIVE down(id) AS (
+        SELECT job_id FROM job_dependencies WHERE depends_on = :id
+        UNION
+        SELECT d.job_id FROM job_dependencies d JOIN down ON d.depends_on = down.id
+    ), gone AS (SELECT type FROM jobs WHERE id = :id), upd AS (
+        UPDATE jobs j
+        SET status = 'cancelled', completed_at = now(), updated_at = now(), blocked_by = :id,
+            error_message = 'upstream ' || (SELECT type FROM gone) || ' ' || :id || ' was removed'
+        FROM down
+        WHERE j.id = down.id AND j.status = 'queued'
+        RETURNING j.id, j.pipeline_id, j.error_message
+    ), ev AS (
+        INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, message, data)
+        SELECT id, pipeline_id, 'cancelled', 'queued', 'cancelled', :actor, error_message,
+               jsonb_build_object('upstream', CAST(:id AS uuid))
+        FROM upd
+    )
+    SELECT count(*) FROM upd
+    """
+)

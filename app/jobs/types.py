@@ -1,0 +1,306 @@
+"""Job types as the queue sees them: the registry of processors, input schemas and their checks.
+
+The queue validates every job's input against its type's schema when the job is enqueued, so the
+registry lives here, below the queue; :mod:`app.processors` (the processor API, above the queue) fills
+it and re-exports everything here, so processor modules keep importing from ``app.processors``.
+
+The registry imports the modules that register job types on first use, by module name: the list is
+``PROCESSOR_MODULES`` of :data:`PROCESSOR_PACKAGE`, plus ``JOBDESK_PROCESSOR_MODULES``.
+
+CPU-bound processors import this module in their own processes: keep its imports light (pydantic, no
+SQLAlchemy).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import ErrorDetails
+
+from app.errors import BadInput
+from app.jobs.backoff import RetryPolicy
+
+PROCESSOR_PACKAGE = "app.processors"
+"""The package whose ``PROCESSOR_MODULES`` names the modules that register job types (imported by name
+on first use of the registry, so that this module never imports the processors above it)."""
+
+
+# --- input schemas ------------------------------------------------------------------------------
+
+
+class Input(BaseModel):
+    """Base class of every processor's input schema; unknown fields are refused (a typo is an error).
+
+    Field ``title``/``description``/default drive the generated web form. Annotated types in
+    :mod:`app.processors` (``LongText``, ``FileId``, ``FileIds``) add form widgets a plain type cannot
+    express.
+    """
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+
+
+class EmptyInput(Input):
+    """For job types that take no input."""
+
+
+InputModel = type[Input]
+"""A processor's or template's input schema (a subclass of :class:`Input`)."""
+
+
+def widget_of(schema: Any) -> str | None:
+    """The ``widget`` hint (``"textarea"``, ``"file"``, ``"files"``) of a field's JSON schema, also when it
+    is nested in ``anyOf``/``oneOf``/``allOf`` (an optional ``FileId | None`` field)."""
+    if isinstance(schema, dict):
+        if isinstance(schema.get("widget"), str):
+            return str(schema["widget"])
+        for key in ("anyOf", "oneOf", "allOf"):
+            for sub in schema.get(key) or []:
+                found = widget_of(sub)
+                if found:
+                    return found
+    return None
+
+
+def validation_error(exc: ValidationError, prefix: str) -> BadInput:
+    """A pydantic ``ValidationError`` as :class:`BadInput` with dotted field paths under ``prefix``."""
+    return validation_errors(exc.errors(), prefix)
+
+
+def validation_errors(details: Sequence[ErrorDetails], prefix: str) -> BadInput:
+    """Some of a ``ValidationError``'s errors (at least one) as :class:`BadInput`, as
+    :func:`validation_error` does for all of them."""
+    errors: dict[str, str] = {}
+    for err in details:
+        path = prefix
+        for part in err["loc"]:
+            path = f"{path}[{part}]" if isinstance(part, int) else f"{path}.{part}"
+        message = err["msg"]
+        if err["type"] == "extra_forbidden":
+            message = "is not a field of this job type"
+        elif err["type"] == "missing":
+            message = "is required"
+        errors.setdefault(path, message[0].lower() + message[1:] if message else message)
+    first_path, first_msg = next(iter(errors.items()))
+    return BadInput(f"{first_path}: {first_msg}", errors=errors)
+
+
+# --- file fields --------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=512)
+def file_fields(model: InputModel) -> dict[str, str]:
+    """The input fields of ``model`` that hold uploaded file ids: ``{field name: "file" | "files"}``,
+    read from the ``widget`` hint that :data:`app.processors.FileId` / ``FileIds`` put in the schema."""
+    schema = model.model_json_schema()
+    found: dict[str, str] = {}
+    for name, prop in (schema.get("properties") or {}).items():
+        widget = widget_of(prop)
+        if widget in ("file", "files"):
+            found[name] = widget
+    return found
+
+
+def file_ids_in(model: InputModel, data: dict[str, Any]) -> dict[str, list[uuid.UUID]]:
+    """The file ids that ``data`` (a job's ``input_data``) gives in file fields, by field name.
+    Values that are not ids (e.g. an unresolved ``{"$ref": …}``) are skipped: the schema check reports
+    them."""
+    out: dict[str, list[uuid.UUID]] = {}
+    for name, kind in file_fields(model).items():
+        value = data.get(name)
+        values = value if kind == "files" and isinstance(value, list) else [value]
+        ids = []
+        for v in values:
+            try:
+                ids.append(uuid.UUID(str(v)))
+            except ValueError:
+                continue
+        if ids:
+            out[name] = ids
+    return out
+
+
+def file_refs(
+    model: InputModel, data: dict[str, Any], prefix: str = "input_data"
+) -> list[tuple[str, uuid.UUID]]:
+    """``[(field path, file id)]`` for every file id in ``data``: ``input_data.image`` for a single-file
+    field, ``input_data.images[2]`` for an item of a list. The queue checks them against the job's owner
+    when the job is submitted, because CPU-bound processors only get a path and cannot check the owner
+    themselves."""
+    refs: list[tuple[str, uuid.UUID]] = []
+    for name, ids in file_ids_in(model, data).items():
+        if file_fields(model)[name] == "file":
+            refs.extend((f"{prefix}.{name}", i) for i in ids)
+        else:
+            refs.extend((f"{prefix}.{name}[{n}]", i) for n, i in enumerate(ids))
+    return refs
+
+
+# --- what a processor may return or raise -------------------------------------------------------
+
+
+@dataclass
+class NextJob:
+    """A job a processor asks to create when it completes.
+
+    It joins the pipeline of the creating job (one is created if there is none) and belongs to the
+    creating job's owner, so a processor cannot create jobs for someone else. ``depends_on`` holds
+    ``key`` values of other next jobs from the same result and/or ids of jobs already in the pipeline;
+    the graph is checked for cycles before the completion is recorded.
+    """
+
+    type: str
+    input_data: dict[str, Any] = field(default_factory=dict)
+    key: str | None = None
+    depends_on: list[str | uuid.UUID] = field(default_factory=list)
+    requires_approval: bool = False
+    title: str | None = None
+    priority: int = 0
+
+
+class PermanentError(Exception):
+    """Fail the job now, without retries: the input is wrong, or a service said no (4xx)."""
+
+
+# --- registry -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessorSpec:
+    """A registered job type. ``timeout`` is seconds per attempt (``None``: ``JOB_DEFAULT_TIMEOUT_SECS``);
+    ``max_attempts``/``retry`` override the global retry settings; ``diagnostic`` types are shown only to
+    admins; ``group`` groups the catalogue; ``next_types`` are the admins-only types this type's
+    processor creates as next jobs (see :func:`may_create_next`)."""
+
+    type: str
+    title: str
+    description: str
+    input_model: InputModel
+    func: Callable[..., Any]
+    cpu_bound: bool = False
+    timeout: float | None = None
+    max_attempts: int | None = None
+    retry: RetryPolicy | None = None
+    diagnostic: bool = False
+    group: str = "General"
+    next_types: tuple[str, ...] = ()
+
+    def validate_input(self, data: dict[str, Any], *, field_prefix: str = "input_data") -> dict[str, Any]:
+        """Validate ``data`` against the input schema; return it normalised (defaults filled, JSON types).
+
+        Raises:
+            BadInput: one entry per bad field, keyed ``input_data.<field path>``.
+        """
+        try:
+            model = self.input_model.model_validate(data)
+        except ValidationError as exc:
+            raise validation_error(exc, field_prefix) from None
+        return model.model_dump(mode="json")
+
+    def parse_input(self, data: dict[str, Any]) -> Input:
+        return self.input_model.model_validate(data)
+
+
+class Registry:
+    """Job types by name. The modules that register them are imported on first use."""
+
+    def __init__(self, package: str = PROCESSOR_PACKAGE) -> None:
+        self._package = package
+        self._specs: dict[str, ProcessorSpec] = {}
+        self._loaded = False
+        self._lock = threading.Lock()
+
+    def register(self, spec: ProcessorSpec) -> None:
+        existing = self._specs.get(spec.type)
+        if existing is not None and existing.func is not spec.func:
+            raise ValueError(f"job type {spec.type!r} is registered twice")
+        self._specs[spec.type] = spec
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        with self._lock:
+            if not self._loaded:
+                package = importlib.import_module(self._package)
+                for module in [*getattr(package, "PROCESSOR_MODULES", []), *_extra_modules()]:
+                    importlib.import_module(module)
+                self._loaded = True
+
+    def get(self, type_: str) -> ProcessorSpec | None:
+        self._load()
+        return self._specs.get(type_)
+
+    def names(self) -> list[str]:
+        self._load()
+        return list(self._specs)
+
+    def all(self) -> list[ProcessorSpec]:
+        self._load()
+        return list(self._specs.values())
+
+
+# --- who may start which type ---------------------------------------------------------------------
+# The rules below are pure functions of the person's admin flag and the specs, so every path that
+# creates jobs applies the same ones: app.actions.access for people (form, API, pipelines, schedules),
+# the queue for a processor's next jobs, the schedule sweep for a schedule's owner at firing time.
+
+INTERNAL_GROUP = "Pipeline steps"
+"""The catalogue group that marks a type as a step of a built-in pipeline."""
+
+
+def is_internal(spec: ProcessorSpec) -> bool:
+    """A step of a built-in pipeline, not a job on its own."""
+    return spec.group == INTERNAL_GROUP
+
+
+def admins_only(spec: ProcessorSpec) -> bool:
+    """Diagnostic and internal types may be submitted directly by admins only."""
+    return spec.diagnostic or is_internal(spec)
+
+
+def may_submit(is_admin: bool, spec: ProcessorSpec) -> bool:
+    """Whether a person (``is_admin``) may submit a job of this type directly."""
+    return is_admin or not admins_only(spec)
+
+
+def refusal(spec: ProcessorSpec) -> str:
+    """Why a non-admin may not submit ``spec`` directly, in plain words."""
+    if is_internal(spec):
+        return f"only admins may start {spec.type!r} on its own: it is a step of a built-in pipeline"
+    return f"only admins may start {spec.type!r}: it is for testing and diagnostics"
+
+
+def may_create_next(owner_is_admin: bool, creator: ProcessorSpec | None, spec: ProcessorSpec) -> bool:
+    """Whether a job of type ``creator``, owned by someone who is (not) an admin, may create a next job
+    of type ``spec`` (the next job belongs to the same owner).
+
+    A type the owner may submit is always allowed. Otherwise: an internal step only when the creator
+    declares it in ``next_types`` or is a step of the same group (a built-in pipeline's planning step
+    creating its own steps); a diagnostic type only when the creator is admins-only itself (it was
+    admitted already, so its follow-ups are too). What a public type's processor cannot do is turn a
+    non-admin's job into a diagnostic one or into another pipeline's internal step.
+    """
+    if may_submit(owner_is_admin, spec):
+        return True
+    if creator is None:
+        return False
+    if spec.type in creator.next_types:
+        return True
+    if is_internal(spec):
+        return creator.group == spec.group
+    return admins_only(creator)
+
+
+def _extra_modules() -> list[str]:
+    """``JOBDESK_PROCESSOR_MODULES``: modules with your own job types, loaded without editing Jobdesk."""
+    return [m.strip() for m in os.environ.get("JOBDESK_PROCESSOR_MODULES", "").split(",") if m.strip()]
+
+
+registry = Registry()

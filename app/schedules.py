@@ -1,0 +1,456 @@
+"""Periodic schedules (cron): a cron expression (croniter) in a time zone fires a job type or a pipeline
+template.
+
+Each due time fires exactly once however many workers run: the sweep takes the schedule row with
+``FOR UPDATE SKIP LOCKED`` and moves ``next_fire_at`` in the same transaction as the enqueue, and each job
+carries the idempotency key ``schedule:<id>:<fire time>``. After downtime only the latest missed time
+fires, unless ``catch_up`` is set (then each missed time, at most :data:`MAX_CATCH_UP`).
+
+Who may change schedules, the audit entry and the admin notice of each change are
+:mod:`app.actions.schedules`. A schedule the sweep disables — its target is no longer valid, or its
+owner may no longer start it — has no person behind it: the sweep records an admin notice from
+``system`` naming the reason (:func:`app.jobs.outbox.record_admin_action`), in the same transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, croniter
+from sqlalchemy import text
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from uuid_utils.compat import uuid7
+
+from app import pipelines
+from app.errors import BadInput, Conflict, NotFound
+from app.jobs import outbox, queue
+from app.jobs.payload import check_input, json_text
+from app.jobs.queue import NewJob, SystemPrincipal
+from app.jobs.types import may_submit, refusal, registry
+from app.settings import Settings
+
+MAX_CATCH_UP = 100
+"""At most this many missed fire times are back-filled at once for a ``catch_up`` schedule."""
+
+
+def zone(name: str) -> ZoneInfo:
+    """Raises BadInput for an unknown IANA time-zone name."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise BadInput.field(
+            "timezone", f"unknown time zone {name[:60]!r}; use a name like Europe/Berlin or UTC"
+        ) from None
+
+
+def next_fire(cron: str, tz: str, after: datetime) -> datetime:
+    """The first fire time of ``cron`` in zone ``tz`` strictly after ``after``, as UTC.
+
+    Raises:
+        BadInput: an invalid cron expression (the message shows the expected form).
+    """
+    local = after.astimezone(zone(tz))
+    try:
+        it = croniter(cron, local)
+        return it.get_next(datetime).astimezone(UTC)
+    except (CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, ValueError, KeyError) as exc:
+        raise BadInput.field(
+            "cron",
+            f"not a valid cron expression ({exc}); five fields: minute hour day month weekday, e.g. '*/15 * * * *'",
+        ) from None
+
+
+def fired_title(name: str, at: datetime) -> str:
+    """The title of the job a schedule starts: its name and the due time, the name shortened so that the
+    title stays within the 200 characters a job title may have (a trial found a 190-character name
+    accepted, then every firing refused and the schedule disabled)."""
+    suffix = f" ({at:%Y-%m-%d %H:%M} UTC)"
+    room = 200 - len(suffix)
+    return (name if len(name) <= room else name[: room - 1] + "…") + suffix
+
+
+def check_cron(cron: str) -> str:
+    """A normalised cron expression, or BadInput with a message that shows the expected form.
+    Five fields (minute hour day month weekday), or six with seconds as the sixth (croniter's extension,
+    for schedules more often than once a minute)."""
+    cron = " ".join((cron or "").split())
+    if not cron:
+        raise BadInput.field("cron", "give a cron expression, e.g. '0 9 * * 1-5' (weekdays at 9:00)")
+    if len(cron.split()) not in (5, 6):
+        raise BadInput.field(
+            "cron",
+            "a cron expression has five fields: minute hour day month weekday, e.g. '*/15 * * * *' "
+            "(a sixth field, seconds, fires more often than once a minute)",
+        )
+    next_fire(cron, "UTC", datetime.now(UTC))
+    return cron
+
+
+@dataclass
+class ScheduleSpec:
+    """A schedule defined in code (``source = 'code'``), synced into the database at worker start by
+    :func:`sync_code_schedules`; ``owner_email`` names the user its jobs belong to."""
+
+    name: str
+    cron: str
+    owner_email: str
+    job_type: str | None = None
+    template: str | None = None
+    input_data: dict[str, Any] = field(default_factory=dict)
+    timezone: str = "UTC"
+    enabled: bool = True
+    catch_up: bool = False
+
+
+CODE_SCHEDULES: dict[str, ScheduleSpec] = {}
+
+
+def schedule(spec: ScheduleSpec) -> ScheduleSpec:
+    """Register a schedule in code (call at import of a module in ``PROCESSOR_MODULES``)."""
+    CODE_SCHEDULES[spec.name] = spec
+    return spec
+
+
+INSERT_SCHEDULE = text(
+    """
+    INSERT INTO schedules (id, name, cron, timezone, job_type, template, input_data, user_id, enabled, catch_up,
+                           source, next_fire_at)
+    VALUES (:id, :name, :cron, :timezone, :job_type, :template, CAST(CAST(:input AS text) AS jsonb), :user_id,
+            :enabled, :catch_up, :source, :next_fire_at)
+    ON CONFLICT (name) DO UPDATE SET cron = EXCLUDED.cron, timezone = EXCLUDED.timezone, job_type = EXCLUDED.job_type,
+        template = EXCLUDED.template, input_data = EXCLUDED.input_data, user_id = EXCLUDED.user_id,
+        enabled = EXCLUDED.enabled, catch_up = EXCLUDED.catch_up, updated_at = now(),
+        next_fire_at = CASE WHEN schedules.cron = EXCLUDED.cron AND schedules.timezone = EXCLUDED.timezone
+                             AND schedules.enabled = EXCLUDED.enabled THEN schedules.next_fire_at
+                            ELSE EXCLUDED.next_fire_at END
+    WHERE schedules.source = 'code' AND EXCLUDED.source = 'code'
+    RETURNING *
+    """
+)
+SCHEDULE_COLUMNS = (
+    "id, name, cron, timezone, job_type, template, input_data, user_id, enabled, catch_up, source, next_fire_at, "
+    "last_fire_at, last_job_id, last_pipeline_id, created_at, updated_at"
+)
+
+
+def _validate_target(
+    job_type: str | None, template: str | None, input_data: Any, settings: Settings
+) -> dict[str, Any]:
+    if (job_type is None) == (template is None):
+        raise BadInput.field("type", "choose either a job type or a pipeline template")
+    if not isinstance(input_data, dict):
+        raise BadInput.field("input_data", "must be a JSON object")
+    check_input(input_data, settings.job_max_input_bytes)
+    if job_type is not None:
+        spec = registry.get(job_type)
+        if spec is None:
+            raise BadInput.field("type", f"unknown job type {job_type[:100]!r}")
+        return spec.validate_input(input_data)
+    tpl = pipelines.get_template(template or "")
+    if tpl is None:
+        raise BadInput.field("template", f"unknown pipeline template {str(template)[:100]!r}")
+    values, _steps = tpl.build(input_data)
+    return values
+
+
+async def create_schedule(
+    db: AsyncConnection | AsyncSession,
+    *,
+    cron: str,
+    timezone: str = "UTC",
+    job_type: str | None = None,
+    template: str | None = None,
+    input_data: dict[str, Any] | None = None,
+    enabled: bool = True,
+    catch_up: bool = False,
+    name: str | None = None,
+    owner: Any,
+    settings: Settings,
+    source: str = "ui",
+) -> RowMapping:
+    """Create (or, for a code schedule, update by name) a schedule; its jobs belong to ``owner``. A UI
+    schedule whose name is taken is refused, never overwritten.
+
+    Raises:
+        BadInput: invalid cron, time zone, target or input — each naming its field.
+    """
+    cron = check_cron(cron)
+    zone(timezone)
+    values = _validate_target(job_type, template, input_data if input_data is not None else {}, settings)
+    name = (name or "").strip() or f"{job_type or template} at {cron} ({timezone})"
+    if len(name) > 200 or "\x00" in name:
+        raise BadInput.field("name", "at most 200 characters")
+    params = {
+        "id": uuid7(),
+        "name": name,
+        "cron": cron,
+        "timezone": timezone,
+        "job_type": job_type,
+        "template": template,
+        "input": json_text(values),
+        "user_id": owner.id,
+        "enabled": enabled,
+        "catch_up": catch_up,
+        "source": source,
+        "next_fire_at": next_fire(cron, timezone, datetime.now(UTC)) if enabled else None,
+    }
+    conn = await queue.conn_of(db)
+    row = (await conn.execute(INSERT_SCHEDULE, params)).mappings().first()
+    if row is None:
+        raise BadInput.field("name", f"a schedule named {name!r} already exists")
+    return row
+
+
+async def set_schedule_enabled(
+    db: AsyncConnection | AsyncSession, schedule_id: Any, enabled: bool
+) -> RowMapping:
+    """Enable (next fire computed from now, no back-fill) or disable a schedule.
+
+    Raises:
+        NotFound: unknown id.
+    """
+    conn = await queue.conn_of(db)
+    row = await get_schedule(conn, schedule_id)
+    nxt = next_fire(row["cron"], row["timezone"], datetime.now(UTC)) if enabled else None
+    updated = (
+        (
+            await conn.execute(
+                text(
+                    f"UPDATE schedules SET enabled = :e, next_fire_at = :n, updated_at = now() WHERE id = :id RETURNING {SCHEDULE_COLUMNS}"
+                ),
+                {"e": enabled, "n": nxt, "id": row["id"]},
+            )
+        )
+        .mappings()
+        .one()
+    )
+    return updated
+
+
+async def delete_schedule(db: AsyncConnection | AsyncSession, schedule_id: Any) -> RowMapping:
+    """Delete a schedule (its past jobs stay); returns the deleted row. A schedule defined in code cannot be deleted (the next
+    worker start would create it again): disable it, or remove it from the code.
+
+    Raises:
+        NotFound: unknown id. Conflict: a code-defined schedule.
+    """
+    conn = await queue.conn_of(db)
+    row = await get_schedule(conn, schedule_id)
+    if row["source"] == "code":
+        raise Conflict(
+            f"The schedule {row['name']!r} is defined in code and cannot be deleted here; disable it instead, "
+            "or remove it from the code."
+        )
+    await conn.execute(text("DELETE FROM schedules WHERE id = :id"), {"id": row["id"]})
+    return row
+
+
+async def get_schedule(db: AsyncConnection | AsyncSession, schedule_id: Any) -> RowMapping:
+    """Raises NotFound for an unknown or malformed id."""
+    conn = await queue.conn_of(db)
+    try:
+        sid = uuid.UUID(str(schedule_id))
+    except ValueError:
+        raise NotFound("No such schedule.") from None
+    row = (
+        (await conn.execute(text(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = :id"), {"id": sid}))
+        .mappings()
+        .first()
+    )
+    if row is None:
+        raise NotFound("No such schedule.")
+    return row
+
+
+async def list_schedules(db: AsyncConnection | AsyncSession) -> list[RowMapping]:
+    conn = await queue.conn_of(db)
+    return list(
+        (await conn.execute(text(f"SELECT {SCHEDULE_COLUMNS} FROM schedules ORDER BY name"))).mappings().all()
+    )
+
+
+async def sync_code_schedules(db: AsyncConnection | AsyncSession, settings: Settings, log: Any = None) -> int:
+    """Upsert the schedules registered in code (by name; a UI schedule of the same name is left alone).
+    Returns how many were synced; a schedule whose owner does not exist is skipped with a warning."""
+    conn = await queue.conn_of(db)
+    registry.names()  # import modules, which register schedules
+    synced = 0
+    for spec in CODE_SCHEDULES.values():
+        owner = (
+            (
+                await conn.execute(
+                    text("SELECT id, email FROM users WHERE email = lower(:e)"), {"e": spec.owner_email}
+                )
+            )
+            .mappings()
+            .first()
+        )
+        if owner is None:
+            if log is not None:
+                log.warning(
+                    "code schedule skipped: its owner does not exist",
+                    schedule=spec.name,
+                    owner=spec.owner_email,
+                )
+            continue
+        principal = SystemPrincipal(id=owner["id"], email=owner["email"])
+        await create_schedule(
+            conn,
+            cron=spec.cron,
+            timezone=spec.timezone,
+            job_type=spec.job_type,
+            template=spec.template,
+            input_data=spec.input_data,
+            enabled=spec.enabled,
+            catch_up=spec.catch_up,
+            name=spec.name,
+            owner=principal,
+            settings=settings,
+            source="code",
+        )
+        synced += 1
+    return synced
+
+
+DUE_SCHEDULES = text(
+    f"""
+    SELECT {SCHEDULE_COLUMNS}, now() AS db_now,
+           (SELECT u.is_admin FROM users u WHERE u.id = schedules.user_id) AS owner_is_admin
+    FROM schedules
+    WHERE enabled AND next_fire_at <= now()
+    ORDER BY next_fire_at LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+    """
+)
+ADVANCE = text(
+    """
+    UPDATE schedules SET next_fire_at = :next, last_fire_at = :fired, last_job_id = :job_id,
+        last_pipeline_id = :pipeline_id, updated_at = now()
+    WHERE id = :id
+    """
+)
+
+
+def fire_times(
+    cron: str, tz: str, due: datetime, now: datetime, catch_up: bool
+) -> tuple[list[datetime], datetime]:
+    """The fire times to run now and the next one after ``now``.
+
+    Without ``catch_up`` only the latest due time fires (no burst after downtime); with it, every missed
+    time (at most :data:`MAX_CATCH_UP`, the most recent ones).
+    """
+    times = [due]
+    while True:
+        following = next_fire(cron, tz, times[-1])
+        if following > now:
+            break
+        times.append(following)
+        if len(times) > MAX_CATCH_UP * 10:  # a very dense cron after a long outage: stop counting
+            times = times[-MAX_CATCH_UP:]
+    nxt = next_fire(cron, tz, max(times[-1], now))
+    return (times[-MAX_CATCH_UP:] if catch_up else times[-1:]), nxt
+
+
+async def _fire(conn: AsyncConnection, row: RowMapping, at: datetime, settings: Settings) -> dict[str, Any]:
+    """Start the schedule's job (idempotent per fire time) or pipeline for fire time ``at``."""
+    if row["job_type"]:
+        result = await queue.enqueue(
+            conn,
+            NewJob(
+                type=row["job_type"],
+                input_data=row["input_data"],
+                user_id=row["user_id"],
+                idempotency_key=f"schedule:{row['id']}:{at.isoformat()}",
+                title=fired_title(row["name"], at),
+            ),
+            settings,
+            actor=f"schedule:{row['id']}",
+        )
+        return {
+            "schedule": row["name"],
+            "fired_at": at,
+            "job_id": result.job["id"],
+            "created": result.created,
+        }
+    p = await pipelines.create_from_template(
+        conn, row["template"], row["input_data"], user_id=row["user_id"], settings=settings
+    )
+    return {"schedule": row["name"], "fired_at": at, "pipeline_id": p["id"]}
+
+
+DISABLE_INVALID = text(
+    "UPDATE schedules SET enabled = false, next_fire_at = NULL, updated_at = now() WHERE id = :id"
+)
+
+
+async def _disable(conn: AsyncConnection, row: RowMapping, reason: str) -> None:
+    """Disable a schedule the sweep may not fire any more. No person acts, so there is no audit entry:
+    the admins get a notice from ``system`` naming the schedule and the reason."""
+    await conn.execute(DISABLE_INVALID, {"id": row["id"]})
+    await outbox.record_admin_action(
+        conn,
+        admin_email="system",
+        action="schedule.disable",
+        count=1,
+        target_type="schedule",
+        targets=[row["id"]],
+        outcome=reason[:500],
+        detail={"name": row["name"]},
+    )
+
+
+def owner_refusal(row: RowMapping) -> str | None:
+    """Why the schedule's owner may no longer start its target (they lost their admin rights, or the
+    type became admins-only), or ``None`` when they may — the same rule as when a person submits."""
+    if row["owner_is_admin"]:
+        return None
+    if row["job_type"]:
+        spec = registry.get(row["job_type"])
+        if spec is not None and not may_submit(False, spec):
+            return f"its owner may no longer start it: {refusal(spec)}"
+        return None
+    tpl = pipelines.get_template(row["template"] or "")
+    if tpl is not None and tpl.diagnostic:
+        return f"its owner may no longer start it: only admins may start {tpl.name!r}"
+    return None
+
+
+async def fire_due(conn: AsyncConnection, settings: Settings, *, limit: int = 50) -> list[dict[str, Any]]:
+    """Fire every due schedule once (called by the worker's sweep loop, in the caller's transaction).
+
+    Returns ``[{"schedule": name, "fired_at": …, "job_id"|"pipeline_id": …}]``. A schedule whose target
+    became invalid (type removed, input no longer valid) or whose owner may no longer start it is
+    disabled, with an admin notice naming the reason, rather than failing the sweep.
+    """
+    rows = (await conn.execute(DUE_SCHEDULES, {"limit": limit})).mappings().all()
+    fired: list[dict[str, Any]] = []
+    for row in rows:
+        times, nxt = fire_times(
+            row["cron"], row["timezone"], row["next_fire_at"], row["db_now"], row["catch_up"]
+        )
+        refused = owner_refusal(row)
+        if refused is not None:
+            await _disable(conn, row, refused)
+            continue
+        try:
+            async with conn.begin_nested():
+                these = [await _fire(conn, row, at, settings) for at in times]
+        except BadInput as exc:
+            await _disable(conn, row, f"its target is no longer valid: {exc.detail}")
+            continue
+        fired.extend(these)
+        last = these[-1] if these else {}
+        params = {
+            "id": row["id"],
+            "next": nxt,
+            "fired": times[-1],
+            "job_id": last.get("job_id"),
+            "pipeline_id": last.get("pipeline_id"),
+        }
+        await conn.execute(ADVANCE, params)
+    return fired

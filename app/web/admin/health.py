@@ -1,0 +1,352 @@
+"""``/admin``: workers and queue health, and the controls per job type (admins only).
+
+* ``GET /admin`` — live workers with their running jobs and last heartbeat, jobs waiting per type, the
+  oldest waiting job's age, failures in the last hour, throughput over the last :data:`CHART_MINUTES`
+  minutes as inline SVG bars; pause/resume and limits per job type; recent control changes.
+  ``GET /admin/health`` is the live part, polled by htmx every 5 s.
+* ``POST /admin/controls/{pause,resume,limits}`` — through :mod:`app.actions.controls` (audited, with an
+  admin notice).
+
+Polled queries read small tables or partial indexes only, so a poll stays cheap on a table of millions
+of jobs: ``workers``; ``ix_jobs_running``; ``ix_jobs_live`` (waiting per type, counted up to
+:data:`WAITING_CAP` each); ``ix_jobs_queued_run_at`` (oldest waiting); ``throughput_samples`` (primary key
+range, a row per worker per minute written by the heartbeat) for the chart and the failures of the last
+hour — a poll never scans ``jobs`` or ``job_events``.
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+
+from litestar import Controller, Request, get, post
+from litestar.params import QueryParameter
+from litestar.response import Redirect, Template
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import auth, controls
+from app.actions import controls as control_actions
+from app.errors import BadInput, Conflict, NotFound
+from app.processors import registry
+from app.web import DbSession, is_htmx, redirect_with_notice, render
+from app.web.deps import client_ip, settings_of
+
+POLL = "every 5s"
+"""How often the live part of ``/admin`` refreshes (paused while the tab is hidden, static/app.js)."""
+CHART_MINUTES = 30
+WAITING_CAP = 10_000
+"""Waiting jobs of one type are counted exactly up to this many, then shown as "10,000+"."""
+LIVE_WORKERS = text(
+    """
+    SELECT id, hostname, pid, concurrency, running, started_at, last_seen_at, stopping, listener_connected,
+           version
+    FROM workers WHERE last_seen_at > now() - make_interval(secs => :fresh)
+    ORDER BY started_at LIMIT 100
+    """
+)
+#: Running jobs of the live workers, through the partial index ``ix_jobs_running``.
+RUNNING_JOBS = text(
+    """
+    SELECT id, type, title, locked_by, started_at, progress FROM jobs
+    WHERE status = 'in_progress' AND locked_by = ANY(CAST(:ids AS text[]))
+    ORDER BY started_at LIMIT 300
+    """
+)
+#: Distinct waiting types by a skip scan of ``ix_jobs_live`` (status, type), then a capped count each.
+WAITING_BY_TYPE = text(
+    f"""
+    WITH RECURSIVE t(type) AS (
+        (SELECT type FROM jobs WHERE status = 'queued' ORDER BY type LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.type FROM jobs j WHERE status = 'queued' AND j.type > t.type ORDER BY j.type LIMIT 1)
+        FROM t WHERE t.type IS NOT NULL
+    )
+    SELECT t.type, c.n FROM t
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM (
+            SELECT 1 FROM jobs j WHERE status = 'queued' AND j.type = t.type LIMIT {WAITING_CAP + 1}
+        ) s
+    ) c
+    WHERE t.type IS NOT NULL
+    LIMIT 200
+    """
+)
+RUNNING_BY_TYPE = text(
+    "SELECT type, count(*) AS n FROM jobs WHERE status = 'in_progress' GROUP BY type ORDER BY type LIMIT 200"
+)
+#: The oldest due, claimable waiting job (``ix_jobs_queued_run_at`` in run_at order).
+OLDEST_WAITING = text(
+    """
+    SELECT id, type, run_at, now() - run_at AS age FROM jobs
+    WHERE status = 'queued' AND run_at <= now() AND is_active AND pending_parents = 0
+    ORDER BY run_at LIMIT 1
+    """
+)
+THROUGHPUT = text(
+    """
+    SELECT minute, sum(completed) AS completed, sum(failed) AS failed FROM throughput_samples
+    WHERE minute >= date_trunc('minute', now()) - make_interval(mins => :minutes - 1)
+    GROUP BY minute ORDER BY minute
+    """
+)
+FAILED_LAST_HOUR = text(
+    "SELECT COALESCE(sum(failed), 0) FROM throughput_samples WHERE minute > now() - interval '1 hour'"
+)
+DB_NOW = text("SELECT date_trunc('minute', now())")
+
+HEALTH_QUERIES = {
+    "live_workers": LIVE_WORKERS,
+    "running_jobs": RUNNING_JOBS,
+    "waiting_by_type": WAITING_BY_TYPE,
+    "running_by_type": RUNNING_BY_TYPE,
+    "oldest_waiting": OLDEST_WAITING,
+    "throughput": THROUGHPUT,
+    "failed_last_hour": FAILED_LAST_HOUR,
+}
+"""Every query a poll of ``/admin/health`` runs, by name (a test EXPLAINs each on a large table)."""
+
+CONTROL_ACTIONS = ("job_type.pause", "job_type.resume", "job_type.limits")
+RECENT_CONTROLS = text(
+    """
+    SELECT id, at, user_email, action, target_ids, detail, outcome FROM audit_log
+    WHERE action = ANY(CAST(:actions AS text[])) ORDER BY id DESC LIMIT 10
+    """
+)
+
+
+def throughput_chart(
+    rows: Sequence[Mapping[Any, Any]], end_minute: datetime, minutes: int = CHART_MINUTES
+) -> dict:
+    """Bars for the last ``minutes`` minutes ending at ``end_minute`` (missing minutes are 0):
+    ``{"bars": [{"minute", "completed", "failed", "x", "h_ok", "h_failed", "label"}], "max", "total",
+    "width", "height"}``; heights are in SVG units of a ``width`` × ``height`` view box."""
+    by_minute = {r["minute"]: (int(r["completed"] or 0), int(r["failed"] or 0)) for r in rows}
+    start = end_minute - timedelta(minutes=minutes - 1)
+    values = []
+    for i in range(minutes):
+        m = start + timedelta(minutes=i)
+        values.append((m, *by_minute.get(m, (0, 0))))
+    peak = max([c + f for _, c, f in values] + [1])
+    width, height, gap = minutes * 10, 60, 2
+    bars = []
+    for i, (m, c, f) in enumerate(values):
+        h_ok = round(height * c / peak, 1)
+        h_failed = round(height * f / peak, 1)
+        bars.append(
+            {
+                "minute": m,
+                "completed": c,
+                "failed": f,
+                "x": i * 10,
+                "w": 10 - gap,
+                "h_ok": h_ok,
+                "h_failed": h_failed,
+                "y_ok": round(height - h_ok, 1),
+                "y_failed": round(height - h_ok - h_failed, 1),
+            }
+        )
+    return {
+        "bars": bars,
+        "max": peak if any(c + f for _, c, f in values) else 0,
+        "total": sum(c for _, c, _f in values),
+        "total_failed": sum(f for _, _c, f in values),
+        "width": width,
+        "height": height,
+    }
+
+
+async def health(db: AsyncSession, settings: Any) -> dict[str, Any]:
+    """The live figures of ``/admin``: ``{"workers": [row + "jobs"], "waiting": [{"type", "n", "capped"}],
+    "running": {type: n}, "oldest": row | None, "failed_hour": int, "chart": throughput_chart(...)}``."""
+    fresh = 2 * settings.heartbeat_secs + 30
+    workers = [dict(r) for r in (await db.execute(LIVE_WORKERS, {"fresh": fresh})).mappings().all()]
+    jobs_by_worker: dict[str, list[Any]] = {}
+    if workers:
+        rows = (await db.execute(RUNNING_JOBS, {"ids": [w["id"] for w in workers]})).mappings().all()
+        for r in rows:
+            jobs_by_worker.setdefault(r["locked_by"], []).append(r)
+    for w in workers:
+        w["jobs"] = jobs_by_worker.get(w["id"], [])
+    waiting = [
+        {"type": r["type"], "n": min(int(r["n"]), WAITING_CAP), "capped": int(r["n"]) > WAITING_CAP}
+        for r in (await db.execute(WAITING_BY_TYPE)).mappings().all()
+    ]
+    running = {r["type"]: int(r["n"]) for r in (await db.execute(RUNNING_BY_TYPE)).mappings().all()}
+    oldest = (await db.execute(OLDEST_WAITING)).mappings().first()
+    end = (await db.execute(DB_NOW)).scalar_one()
+    samples = (await db.execute(THROUGHPUT, {"minutes": CHART_MINUTES})).mappings().all()
+    failed_hour = int((await db.execute(FAILED_LAST_HOUR)).scalar_one())
+    return {
+        "workers": workers,
+        "waiting": waiting,
+        "running": running,
+        "oldest": oldest,
+        "failed_hour": failed_hour,
+        "chart": throughput_chart(samples, end),
+        "poll": POLL,
+    }
+
+
+async def controls_context(db: AsyncSession) -> dict[str, Any]:
+    """The pause/limit state of every registered type plus ``*`` (all types), and recent changes."""
+    rows = await controls.controls(db)
+    types = [controls.ALL_TYPES] + sorted(registry.names())
+    items = []
+    for t in types:
+        row = rows.get(t)
+        spec = registry.get(t)
+        items.append(
+            {
+                "type": t,
+                "title": "Every job type" if t == controls.ALL_TYPES else (spec.title if spec else t),
+                "row": row,
+                "paused": bool(row and row["paused"]),
+                "paused_by_all": t != controls.ALL_TYPES
+                and controls.pause_of(rows, t) is not None
+                and not (row and row["paused"]),
+            }
+        )
+    recent = (await db.execute(RECENT_CONTROLS, {"actions": list(CONTROL_ACTIONS)})).mappings().all()
+    return {"control_items": items, "recent_controls": recent}
+
+
+def _int_or_none(raw: Any, field: str, errors: dict[str, str]) -> int | None:
+    """A limit typed in the form: ``None`` when empty; a field error when not a whole number in range."""
+    value = str(raw or "").strip()
+    if not value:
+        return None
+    try:
+        number = int(value)
+    except ValueError:  # also a number of thousands of digits, which int() refuses
+        errors[field] = "Enter a whole number, or leave it empty for no limit."
+        return None
+    if not 1 <= number <= controls.MAX_LIMIT:
+        errors[field] = (
+            f"Enter a whole number from 1 to {controls.MAX_LIMIT:,}, or leave it empty for no limit "
+            "(to stop a type, pause it)."
+        )
+        return None
+    return number
+
+
+class HealthController(Controller):
+    """``/admin``: health, pause/resume and limits (see the module docstring); admins only."""
+
+    path = "/admin"
+    guards = [auth.requires_admin]
+    include_in_schema = False
+
+    async def _index(
+        self,
+        request: Request[Any, Any, Any],
+        db: AsyncSession,
+        *,
+        errors: dict[str, str] | None = None,
+        notice: str | None = None,
+        notice_ok: bool = True,
+        status_code: int = 200,
+        fragment: bool = False,
+    ) -> Template:
+        ctx = {
+            **await health(db, settings_of(request)),
+            **await controls_context(db),
+            "errors": errors or {},
+            "form_type": None,
+            "notice": notice,
+            "notice_ok": notice_ok,
+        }
+        if errors:
+            ctx["form_type"] = errors.pop("_type", None)
+        if fragment and is_htmx(request):
+            return render(request, "admin/_controls.html", ctx, status_code=status_code)
+        return render(request, "admin/index.html", ctx, status_code=status_code)
+
+    async def _done(
+        self, request: Request[Any, Any, Any], db: AsyncSession, message: str
+    ) -> Template | Redirect:
+        """htmx gets the controls again with the notice; a plain form post is redirected to ``/admin``."""
+        if is_htmx(request):
+            await db.flush()
+            return await self._index(request, db, notice=message, fragment=True)
+        return redirect_with_notice("/admin", message)
+
+    @get("/", name="admin.index")
+    async def index(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        done: Annotated[str | None, QueryParameter()] = None,
+    ) -> Template:
+        """Workers and queue health, controls, recent control changes."""
+        return await self._index(request, db_session, notice=(done or "")[:200] or None)
+
+    @get("/health", name="admin.health")
+    async def health_fragment(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
+        """The live part of ``/admin`` (htmx polls it; a plain GET gets the whole page)."""
+        ctx = await health(db_session, settings_of(request))
+        return render(
+            request,
+            "admin/index.html",
+            {**ctx, **await controls_context(db_session), "errors": {}},
+            fragment="admin/_health.html",
+        )
+
+    @post(["/controls/pause", "/controls/resume"], name="admin.controls.pause", status_code=200)
+    async def pause(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template | Redirect:
+        """Pause or resume one job type (``*``: all)."""
+        form = await request.form()
+        job_type = str(form.get("type") or "").strip()
+        paused = request.url.path.rstrip("/").endswith("/pause")
+        act = control_actions.pause if paused else control_actions.resume
+        try:
+            await act(db_session, request.user, job_type, ip=client_ip(request))
+        except (NotFound, Conflict) as exc:
+            return await self._index(
+                request,
+                db_session,
+                notice=exc.detail,
+                notice_ok=False,
+                status_code=exc.status_code,
+                fragment=True,
+            )
+        label = control_actions.type_label(job_type)
+        return await self._done(request, db_session, f"Paused {label}." if paused else f"Resumed {label}.")
+
+    @post("/controls/limits", name="admin.controls.limits", status_code=200)
+    async def limits(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template | Redirect:
+        """Set (empty removes) ``max_running`` and ``max_per_minute`` of one type; errors next to the fields."""
+        form = await request.form()
+        job_type = str(form.get("type") or "").strip()
+        errors: dict[str, str] = {}
+        max_running = _int_or_none(form.get("max_running"), "max_running", errors)
+        max_per_minute = _int_or_none(form.get("max_per_minute"), "max_per_minute", errors)
+        if not errors:
+            try:
+                await control_actions.set_limits(
+                    db_session,
+                    request.user,
+                    job_type,
+                    max_running=max_running,
+                    max_per_minute=max_per_minute,
+                    ip=client_ip(request),
+                )
+            except BadInput as exc:
+                errors = dict(exc.errors) or {"max_running": exc.detail}
+            except NotFound as exc:
+                return await self._index(
+                    request, db_session, notice=exc.detail, notice_ok=False, status_code=404, fragment=True
+                )
+        if errors:
+            errors["_type"] = job_type
+            return await self._index(
+                request,
+                db_session,
+                errors=errors,
+                status_code=422,
+                fragment=True,
+                notice="Nothing changed: check the limits.",
+                notice_ok=False,
+            )
+        return await self._done(request, db_session, f"Limits of {job_type} saved.")

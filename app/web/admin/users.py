@@ -1,0 +1,155 @@
+"""``/admin/users``: accounts and their API tokens (admins only).
+
+* ``GET /admin/users`` — every user with their admin flag, state, live sessions and live API tokens, and
+  the form to create one;
+* ``POST /admin/users`` — create a user (a blank password is generated and shown once);
+* ``POST /admin/users/{id}/{make-admin,revoke-admin,disable,enable}`` — an admin cannot revoke their own
+  admin rights or disable themselves (409, kept in the audit trail as refused);
+* ``POST /admin/users/{id}/tokens`` and ``POST /admin/tokens/{id}/revoke`` — issue (the plaintext is
+  shown once) and revoke API tokens.
+
+The changes themselves, their audit entries and admin notices are :mod:`app.actions.users`; this module
+reads the forms and renders.
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+from typing import Annotated, Any
+
+from litestar import Controller, Request, get, post
+from litestar.params import FromPath, QueryParameter
+from litestar.response import Redirect, Template
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import auth, users
+from app.actions import users as user_actions
+from app.errors import BadInput, Conflict
+from app.web import DbSession, redirect_with_notice, render
+from app.web.deps import client_ip
+
+USER_ACTIONS = {
+    "make-admin": "user.make_admin",
+    "revoke-admin": "user.revoke_admin",
+    "disable": "user.disable",
+    "enable": "user.enable",
+}
+"""The per-user buttons (path suffix) and the audit action each one records."""
+
+
+async def users_context(db: AsyncSession) -> dict[str, Any]:
+    rows = await users.list_users(db)
+    return {
+        "users": rows,
+        "more_users": len(rows) >= users.USERS_LIMIT,
+        "errors": {},
+        "values": {"email": "", "is_admin": False},
+        "notice": None,
+        "notice_ok": True,
+        "secret": None,
+        "min_password": auth.MIN_PASSWORD_LENGTH,
+    }
+
+
+def _checked(value: Any) -> bool:
+    return value in ("on", "true", "1")
+
+
+class UsersController(Controller):
+    """``/admin/users`` and ``/admin/tokens`` (see the module docstring); admins only."""
+
+    path = "/admin"
+    guards = [auth.requires_admin]
+    include_in_schema = False
+
+    @get("/users", name="admin.users")
+    async def users_page(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        done: Annotated[str | None, QueryParameter()] = None,
+    ) -> Template:
+        """Users with their admin flag, state, sessions and live API tokens, and the create form."""
+        ctx = await users_context(db_session)
+        ctx["notice"] = (done or "")[:200] or None
+        return render(request, "admin/users.html", ctx)
+
+    @post("/users", name="admin.users.create", status_code=200)
+    async def create_user(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
+        """Create a user; a blank password is generated and shown once. Errors next to the fields (422)."""
+        form = await request.form()
+        email = str(form.get("email") or "")
+        make_admin = _checked(form.get("is_admin"))
+        errors: dict[str, str] = {}
+        try:
+            new = await user_actions.create_user(
+                db_session,
+                request.user,
+                email=email,
+                password=str(form.get("password") or ""),
+                is_admin=make_admin,
+                ip=client_ip(request),
+            )
+        except BadInput as exc:
+            errors = dict(exc.errors) or {"email": exc.detail}
+        except Conflict as exc:
+            errors = {"email": exc.detail}
+        ctx = await users_context(db_session)
+        if errors:
+            ctx.update(errors=errors, values={"email": email[:254], "is_admin": make_admin})
+            return render(request, "admin/users.html", ctx, status_code=422)
+        ctx["notice"] = f"Created {new.user.email}" + (" (admin)." if make_admin else ".")
+        if new.password is not None:
+            ctx["secret"] = {"label": f"Password for {new.user.email}", "value": new.password}
+        return render(request, "admin/users.html", ctx)
+
+    @post([f"/users/{{user_id:int}}/{a}" for a in USER_ACTIONS], name="admin.users.action", status_code=200)
+    async def user_action(
+        self, request: Request[Any, Any, Any], db_session: DbSession, user_id: FromPath[int]
+    ) -> Template | Redirect:
+        """Make/revoke admin, disable (ends their sessions; tokens stop working) or enable a user. Your own
+        admin flag and account are refused with 409 (recorded as refused)."""
+        action = request.url.path.rstrip("/").rsplit("/", 1)[1]
+        ip = client_ip(request)
+        try:
+            if action in ("make-admin", "revoke-admin"):
+                target = await user_actions.set_admin(
+                    db_session, request.user, user_id, action == "make-admin", ip=ip
+                )
+            else:
+                target = await users.get_user(db_session, user_id)
+                await user_actions.set_active(db_session, request.user, user_id, action == "enable", ip=ip)
+        except Conflict as exc:
+            await db_session.commit()  # keeps the refusal's audit entry: a 409 is rolled back otherwise
+            ctx = await users_context(db_session)
+            ctx.update(notice=exc.detail, notice_ok=False)
+            return render(request, "admin/users.html", ctx, status_code=409)
+        email = target["email"]
+        words = {
+            "make-admin": f"{email} is now an admin.",
+            "revoke-admin": f"{email} is no longer an admin.",
+            "disable": f"{email} is disabled: signed out everywhere; sign-in and API tokens refused.",
+            "enable": f"{email} can sign in again.",
+        }
+        return redirect_with_notice("/admin/users", words[action])
+
+    @post("/users/{user_id:int}/tokens", name="admin.users.token", status_code=200)
+    async def issue_token(
+        self, request: Request[Any, Any, Any], db_session: DbSession, user_id: FromPath[int]
+    ) -> Template:
+        """Issue an API token for the user; the plaintext is shown once on the page that answers."""
+        form = await request.form()
+        issued = await user_actions.issue_token(
+            db_session, request.user, user_id, str(form.get("name") or ""), ip=client_ip(request)
+        )
+        ctx = await users_context(db_session)
+        ctx["notice"] = f"API token issued for {issued.user_email}."
+        ctx["secret"] = {"label": f"API token for {issued.user_email}", "value": issued.token}
+        return render(request, "admin/users.html", ctx)
+
+    @post("/tokens/{token_id:int}/revoke", name="admin.tokens.revoke", status_code=200)
+    async def revoke_token(
+        self, request: Request[Any, Any, Any], db_session: DbSession, token_id: FromPath[int]
+    ) -> Redirect:
+        """Revoke an API token (any user's)."""
+        await user_actions.revoke_token(db_session, request.user, token_id, ip=client_ip(request))
+        return redirect_with_notice("/admin/users", "API token revoked.")

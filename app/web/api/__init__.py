@@ -1,0 +1,48 @@
+"""The JSON API, documented at ``/schema``: one module per resource.
+
+* :mod:`.me` — ``/api/me``;
+* :mod:`.jobs` — ``/api/jobs`` (enqueue, read, list, history, every action, bulk);
+* :mod:`.pipelines` — ``/api/pipelines``;
+* :mod:`.job_types` — ``/api/job-types``, ``/api/pipeline-templates`` and the job types' controls;
+* :mod:`.schedules` — ``/api/schedules``.
+
+(Files are served by :mod:`app.web.files`.) API routes authenticate with ``Authorization: Bearer
+<token>`` only — never the session cookie — and are therefore exempt from CSRF. Owners see and act on
+their own jobs and pipelines; another user's id gets the same 404 as an unknown id; admins see and act
+on all. Errors are ``{"detail": …}`` (plus ``errors`` per field for 422) with a 4xx status, never a 500
+for bad input. Every change goes through :mod:`app.actions`, as the pages' changes do.
+"""
+
+from litestar import Router
+
+from app.web.api.job_types import JobTypeControlsApiController, JobTypesApiController
+from app.web.api.jobs import JobsApiController
+from app.web.api.me import AccountApiController
+from app.web.api.pipelines import PipelinesApiController
+from app.web.api.schedules import SchedulesApiController
+
+ControlsApiController = Router(
+    path="/", route_handlers=[JobTypeControlsApiController, SchedulesApiController]
+)
+"""The operator controls (job types' pause, resume and limits; schedules), registered as one unit."""
+
+ROUTE_HANDLERS = [
+    AccountApiController,
+    JobsApiController,
+    PipelinesApiController,
+    JobTypesApiController,
+    JobTypeControlsApiController,
+    SchedulesApiController,
+]
+"""Every API controller, for an app that registers them one by one."""
+
+__all__ = [
+    "ROUTE_HANDLERS",
+    "AccountApiController",
+    "ControlsApiController",
+    "JobTypeControlsApiController",
+    "JobTypesApiController",
+    "JobsApiController",
+    "PipelinesApiController",
+    "SchedulesApiController",
+]

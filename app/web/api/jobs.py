@@ -1,0 +1,314 @@
+"""``/api/jobs``: enqueue, read, list, history, and every action on a job — cancel, retry, run again,
+approve, reject, rerun, run now, reschedule, delete, and bulk retry or cancel.
+
+Owners see and act on their own jobs; another user's id gets the same 404 as an unknown id; admins see
+and act on all. Every change is carried out by :mod:`app.actions`, exactly as the pages do it: an
+admin's action writes one audit entry and one admin notice; a refused one ("already finished") answers
+409 and is still audited.
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from litestar import Controller, Request, Response, delete, get, post
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.actions import bulk
+from app.actions import jobs as job_actions
+from app.actions.selection import parse_filter
+from app.auth import requires_admin, requires_user
+from app.errors import BadInput
+from app.jobs import queue
+from app.jobs.queue import NewJob
+from app.jobs.states import Status, label
+from app.web import DbSession
+from app.web.deps import MAX_PAGE, actor_of, keep_refusal
+
+
+@dataclass
+class JobCreate:
+    """A job to enqueue. ``run_at`` needs a UTC offset (``2026-12-01T09:00:00+01:00``); ``max_attempts``
+    1–1000 (default: the type's, else ``len(JOB_RETRY_INTERVALS) + 1``); ``priority`` -100–100, higher
+    first; ``idempotency_key``: a repeat with the same key returns the existing job (200 instead of 201);
+    ``dependent_on_jobs``: ids of your jobs that must complete first. Diagnostic and internal types are
+    for admins (422 naming ``type`` otherwise)."""
+
+    type: str
+    input_data: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    run_at: datetime | None = None
+    max_attempts: int | None = None
+    idempotency_key: str | None = None
+    title: str | None = None
+    dependent_on_jobs: list[UUID] | None = None
+
+
+@dataclass
+class RejectBody:
+    """Why the step's result is rejected (shown to its owner)."""
+
+    reason: str
+
+
+@dataclass
+class RescheduleBody:
+    """When the waiting job should run, with a UTC offset (``2026-12-01T09:00:00+01:00``)."""
+
+    run_at: datetime
+
+
+@dataclass
+class BulkBody:
+    """A bulk action: ``action`` is ``retry`` or ``cancel``; give exactly one of ``ids`` (those jobs),
+    ``filter`` (every job matching ``{status, type, owner, pipeline, created_from, created_to, q}`` as on
+    ``/admin/jobs``; ``owner`` is an e-mail address) or ``group`` (``{type, signature}`` of a failed group
+    on ``/admin/failed``; retry only). At most 2,000 jobs per call."""
+
+    action: str
+    ids: list[UUID] | None = None
+    filter: dict[str, Any] | None = None
+    group: dict[str, Any] | None = None
+
+
+def job_json(row: Any, dependent_on_jobs: list[UUID] | None = None) -> dict[str, Any]:
+    """The API shape of a job."""
+    keys = (
+        "id type title status is_active input_data result_data error_message attempts max_attempts "
+        "priority run_at pipeline_id step_key"
+    ).split()
+    tail = (
+        "progress progress_message idempotency_key user_id created_at updated_at started_at completed_at"
+    ).split()
+    return {
+        **{k: row[k] for k in keys[:4]},
+        "status_label": status_label(row),
+        **{k: row[k] for k in keys[4:]},
+        "dependent_on_jobs": dependent_on_jobs or [],
+        **{k: row[k] for k in tail},
+    }
+
+
+def status_label(row: Any) -> str:
+    """The status in plain words (``Cancelling``, ``Retrying``, ``Waiting for earlier steps``…)."""
+    queued = row["status"] == Status.QUEUED
+    return label(
+        row["status"],
+        is_active=row["is_active"],
+        pending_parents=row.get("pending_parents") or 0,
+        retrying=queued and (row.get("attempts") or 0) > 0,
+    )
+
+
+async def job_response(db: AsyncSession, row: Any, status_code: int = 200) -> Response[dict[str, Any]]:
+    deps = await queue.dependencies_of(db, row["id"])
+    return Response(job_json(row, deps), status_code=status_code)
+
+
+async def act(
+    request: Request[Any, Any, Any], db: AsyncSession, action: str, job_id: str, **kw: Any
+) -> job_actions.ActionOutcome:
+    """:func:`app.actions.jobs.perform`; a refusal keeps its audit entry and answers 409 with the
+    queue's own words."""
+    outcome = await job_actions.perform(db, actor_of(request), action, job_id, **kw)
+    if outcome.conflict is not None:
+        await keep_refusal(db, outcome.status_code)
+        raise outcome.conflict
+    return outcome
+
+
+# Newest first by UUIDv7 id, keyset-paginated; never loads input, result or error text.
+_LIST_JOBS = """
+    SELECT id, type, title, status, is_active, pending_parents, attempts, max_attempts, priority, run_at,
+           pipeline_id, step_key, progress, user_id, created_at, updated_at, started_at, completed_at,
+           error_message IS NOT NULL AS has_error
+    FROM jobs
+    WHERE (CAST(:user_id AS int) IS NULL OR user_id = :user_id)
+      AND (CAST(:status AS text) IS NULL OR status = :status)
+      AND (CAST(:type AS text) IS NULL OR type = :type)
+      AND (CAST(:after AS uuid) IS NULL OR id < :after)
+    ORDER BY id DESC
+    LIMIT :limit
+"""
+_EVENTS = text(
+    "SELECT id, at, kind, from_status, to_status, actor, message, data FROM job_events "
+    "WHERE job_id = :id ORDER BY id"
+)
+
+
+class JobsApiController(Controller):
+    """``/api/jobs``: enqueue, read, list, history, and the actions on one job or many."""
+
+    path = "/api/jobs"
+    guards = [requires_user]
+    tags = ["jobs"]
+
+    @post("/", name="api.jobs.create", status_code=201)
+    async def create(
+        self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[JobCreate]
+    ) -> Response[dict[str, Any]]:
+        """Enqueue a job. 201 with the job; 200 with the existing job on an idempotent repeat; 422 naming
+        the field for bad input (unknown type or one for admins only, input not matching the type's
+        schema, NUL characters, ``max_attempts`` out of range, ``run_at`` without an offset); 413 above
+        ``JOB_MAX_INPUT_BYTES``."""
+        actor = actor_of(request)
+        new = NewJob(
+            type=data.type,
+            input_data=data.input_data,
+            user_id=actor.user.id,
+            priority=data.priority,
+            run_at=data.run_at,
+            max_attempts=data.max_attempts,
+            idempotency_key=data.idempotency_key,
+            title=data.title,
+            request_id=actor.request_id,
+            depends_on=list(data.dependent_on_jobs or []),
+        )
+        result = await job_actions.submit(db_session, actor, new)
+        return await job_response(db_session, result.job, 201 if result.created else 200)
+
+    @get("/", name="api.jobs.list")
+    async def list_jobs(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        status: FromQuery[str | None] = None,
+        job_type: Annotated[str | None, QueryParameter(name="type")] = None,
+        limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = 50,
+        after: FromQuery[UUID | None] = None,
+        user_id: Annotated[int | None, QueryParameter(description="Admins only: one user's jobs.")] = None,
+    ) -> dict[str, Any]:
+        """Jobs newest first: your own, or (admins) everyone's. Keyset pagination: pass the response's
+        ``next`` as ``after``. Rows omit input, result and error text (fetch one job for those)."""
+        if status is not None and status not in Status._value2member_map_:
+            raise BadInput.field("status", f"unknown status; one of {', '.join(s.value for s in Status)}")
+        user = request.user
+        owner = user_id if user.is_admin else user.id
+        params = {"user_id": owner, "status": status, "type": job_type, "after": after, "limit": limit}
+        rows = (await db_session.execute(text(_LIST_JOBS), params)).mappings().all()
+        items = [{**dict(r), "status_label": status_label(r)} for r in rows]
+        return {"items": items, "next": rows[-1]["id"] if len(rows) == limit else None}
+
+    @post("/bulk", name="api.jobs.bulk", status_code=200, guards=[requires_admin])
+    async def bulk_action(
+        self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[BulkBody]
+    ) -> dict[str, Any]:
+        """Admins: retry or cancel many jobs at once, each in its own savepoint; jobs that moved on are
+        skipped. One audit entry and one admin notice with the count. Answers ``{action, done: [ids],
+        skipped: [ids], message}``."""
+        job_filter = None
+        if data.filter is not None:
+            job_filter = await parse_filter(db_session, data.filter, request.user)
+        plan = await bulk.plan_for(
+            db_session, data.action, ids=data.ids, job_filter=job_filter, group=data.group
+        )
+        detail = {"filter": {k: v for k, v in job_filter.raw.items() if v}} if job_filter is not None else {}
+        outcome = await bulk.run_bulk(db_session, actor_of(request), plan, detail={**detail, "via": "api"})
+        return {
+            "action": outcome.action,
+            "done": outcome.done,
+            "skipped": outcome.skipped,
+            "message": outcome.message,
+        }
+
+    @get("/{job_id:str}", name="api.jobs.get")
+    async def get_job(
+        self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
+    ) -> Response[dict[str, Any]]:
+        """One job with its input, result, error and ``dependent_on_jobs``. 404 for unknown or others' ids."""
+        row = await queue.get_job(db_session, job_id, request.user)
+        return await job_response(db_session, row)
+
+    @get("/{job_id:str}/events", name="api.jobs.events")
+    async def events(
+        self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
+    ) -> list[dict[str, Any]]:
+        """The job's history, oldest first: every transition, cancel request and admin action."""
+        row = await queue.get_job(db_session, job_id, request.user)
+        return [dict(r) for r in (await db_session.execute(_EVENTS, {"id": row["id"]})).mappings().all()]
+
+    @post("/{job_id:str}/cancel", name="api.jobs.cancel", status_code=200)
+    async def cancel(
+        self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
+    ) -> Response[dict[str, Any]]:
+        """Cancel (owner or admin). A waiting job is cancelled at once; a running one shows
+        ``status_label: Cancelling`` until its worker stops it. 409 if it already finished."""
+        outcome = await act(request, db_session, "cancel", job_id)
+        return await job_response(db_session, outcome.row)
+
+    @post("/{job_id:str}/retry", name="api.jobs.retry", status_code=200)
+    async def retry(
+        self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
+    ) -> Response[dict[str, Any]]:
+        """Retry a failed job with a fresh attempt budget (admins). 409 naming the status otherwise."""
+        outcome = await act(request, db_session, "retry", job_id)
+        return await job_response(db_session, outcome.row)
+
+    @post("/{job_id:str}/run-again", name="api.jobs.run_again", status_code=201)
+    async def run_again(
+        self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
+    ) -> Response[dict[str, Any]]:
+        """A new job with the same type and input (owner or admin); answers the new job."""
+        outcome = await act(request, db_session, "run-again", job_id)
+        return await job_response(db_session, outcome.new_job, 201)
+
+    @post("/{job_id:str}/approve", name="api.jobs.approve", status_code=200)
+    async def approve(
+        self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
+    ) -> Response[dict[str, Any]]:
+        """Approve a step waiting for approval (admins): it completes and its dependents run."""
+        outcome = await act(request, db_session, "approve", job_id)
+        return await job_response(db_session, outcome.row)
+
+    @post("/{job_id:str}/reject", name="api.jobs.reject", status_code=200)
+    async def reject(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        job_id: FromPath[str],
+        data: JSONBody[RejectBody],
+    ) -> Response[dict[str, Any]]:
+        """Reject a step waiting for approval (admins), with a reason: it fails and its dependents are cancelled."""
+        outcome = await act(request, db_session, "reject", job_id, reason=data.reason)
+        return await job_response(db_session, outcome.row)
+
+    @post("/{job_id:str}/rerun", name="api.jobs.rerun", status_code=200)
+    async def rerun(
+        self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
+    ) -> Response[dict[str, Any]]:
+        """Run a step waiting for approval once more (admins); it waits for approval again afterwards."""
+        outcome = await act(request, db_session, "rerun", job_id)
+        return await job_response(db_session, outcome.row)
+
+    @post("/{job_id:str}/run-now", name="api.jobs.run_now", status_code=200)
+    async def run_now(
+        self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
+    ) -> Response[dict[str, Any]]:
+        """Start a scheduled or retrying job as soon as a worker is free (admins). 409 if not waiting."""
+        outcome = await act(request, db_session, "run-now", job_id)
+        return await job_response(db_session, outcome.row)
+
+    @post("/{job_id:str}/reschedule", name="api.jobs.reschedule", status_code=200)
+    async def reschedule(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        job_id: FromPath[str],
+        data: JSONBody[RescheduleBody],
+    ) -> Response[dict[str, Any]]:
+        """Move a waiting job to ``run_at`` (admins). 422 without a UTC offset; 409 if not waiting."""
+        outcome = await act(request, db_session, "reschedule", job_id, run_at=data.run_at)
+        return await job_response(db_session, outcome.row)
+
+    @delete("/{job_id:str}", name="api.jobs.delete", status_code=204)
+    async def delete_job(
+        self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
+    ) -> None:
+        """Delete a job that is not running (admins); its waiting dependents are cancelled. 409 while it
+        runs (cancel it first)."""
+        await job_actions.delete(db_session, actor_of(request), job_id)

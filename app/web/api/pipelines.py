@@ -1,0 +1,156 @@
+"""``/api/pipelines``: start (template or ad hoc), read, list, history, cancel — through
+:mod:`app.actions.pipelines`, like the pipeline pages.
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+from dataclasses import asdict, dataclass, field
+from typing import Annotated, Any
+from uuid import UUID
+
+from litestar import Controller, Request, get, post
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from sqlalchemy import text
+
+from app import pipelines
+from app.actions import pipelines as pipeline_actions
+from app.auth import requires_user
+from app.errors import BadInput
+from app.web import DbSession
+from app.web.deps import MAX_PAGE, actor_of
+
+STEP_FIELDS = (
+    "job_id",
+    "key",
+    "type",
+    "title",
+    "status",
+    "depends_on",
+    "started_at",
+    "completed_at",
+    "requires_approval",
+    "attempts",
+    "max_attempts",
+    "progress",
+)
+_LIST_PIPELINES = text(
+    """
+    SELECT id, name, template, status, user_id, created_at, updated_at, finished_at FROM pipelines
+    WHERE (CAST(:user_id AS int) IS NULL OR user_id = :user_id)
+      AND (CAST(:after AS uuid) IS NULL OR id < :after)
+    ORDER BY id DESC LIMIT :limit
+    """
+)
+
+
+@dataclass
+class PipelineStep:
+    """One step of an ad-hoc pipeline: ``key`` names it, ``depends_on`` lists other steps' keys.
+    Diagnostic and internal types are for admins (422 naming ``steps[i].type`` otherwise)."""
+
+    key: str
+    type: str
+    input_data: dict[str, Any] = field(default_factory=dict)
+    depends_on: list[str] = field(default_factory=list)
+    requires_approval: bool = False
+    title: str | None = None
+
+
+@dataclass
+class PipelineCreate:
+    """Either ``{template, input_data}`` (a registered template) or ``{name, steps}`` (ad hoc)."""
+
+    template: str | None = None
+    input_data: dict[str, Any] | None = None
+    name: str | None = None
+    steps: list[PipelineStep] | None = None
+
+
+def pipeline_json(view: dict[str, Any]) -> dict[str, Any]:
+    """The API shape of a pipeline."""
+    return {
+        "id": view["id"],
+        "name": view["name"],
+        "template": view["template"],
+        "status": view["status"],
+        "progress": view["progress"],
+        "current": view["current"],
+        "layers": [[step["key"] for step in layer] for layer in view["layers"]],
+        "user_id": view["user_id"],
+        "created_at": view["created_at"],
+        "finished_at": view["finished_at"],
+        "steps": [{k: s[k] for k in STEP_FIELDS} for s in view["steps"]],
+    }
+
+
+class PipelinesApiController(Controller):
+    """``/api/pipelines``: start (template or ad hoc), read, list, history, cancel."""
+
+    path = "/api/pipelines"
+    guards = [requires_user]
+    tags = ["pipelines"]
+
+    @post("/", name="api.pipelines.create", status_code=201)
+    async def create(
+        self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[PipelineCreate]
+    ) -> dict[str, Any]:
+        """Start a pipeline from a registered ``template`` with ``input_data``, or from an ad-hoc ``name``
+        and ``steps``. All steps are created or none: cycles (a step depending on itself included),
+        unknown keys and bad inputs get 422 naming the path (``steps[1].depends_on``)."""
+        actor = actor_of(request)
+        if data.template is not None:
+            if data.steps is not None:
+                raise BadInput.field("steps", "give either a template or steps, not both")
+            row = await pipeline_actions.submit_template(
+                db_session, actor, data.template, data.input_data or {}
+            )
+        else:
+            if data.steps is None:
+                raise BadInput.field(
+                    "template", "give a template name (with input_data), or a name and steps"
+                )
+            steps = [asdict(s) for s in data.steps]
+            row = await pipeline_actions.submit_steps(db_session, actor, data.name or "", steps)
+        return pipeline_json(await pipelines.get(db_session, row["id"], actor.user))
+
+    @get("/", name="api.pipelines.list")
+    async def list_pipelines(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = 50,
+        after: FromQuery[UUID | None] = None,
+    ) -> dict[str, Any]:
+        """Your pipelines (admins: everyone's), newest first, keyset-paginated by ``after``."""
+        user = request.user
+        params = {"user_id": None if user.is_admin else user.id, "after": after, "limit": limit}
+        rows = (await db_session.execute(_LIST_PIPELINES, params)).mappings().all()
+        return {"items": [dict(r) for r in rows], "next": rows[-1]["id"] if len(rows) == limit else None}
+
+    @get("/{pipeline_id:str}", name="api.pipelines.get")
+    async def get_pipeline(
+        self, request: Request[Any, Any, Any], db_session: DbSession, pipeline_id: FromPath[str]
+    ) -> dict[str, Any]:
+        """The pipeline's status, percentage done, current steps and every step."""
+        return pipeline_json(await pipelines.get(db_session, pipeline_id, request.user))
+
+    @get("/{pipeline_id:str}/events", name="api.pipelines.events")
+    async def events(
+        self, request: Request[Any, Any, Any], db_session: DbSession, pipeline_id: FromPath[str]
+    ) -> list[dict[str, Any]]:
+        """Every step's events in order: the pipeline's whole history."""
+        return [dict(r) for r in await pipelines.events(db_session, pipeline_id, request.user)]
+
+    @post("/{pipeline_id:str}/cancel", name="api.pipelines.cancel", status_code=200)
+    async def cancel(
+        self, request: Request[Any, Any, Any], db_session: DbSession, pipeline_id: FromPath[str]
+    ) -> dict[str, Any]:
+        """Cancel every unfinished step (owner or admin); returns ``{"cancelled": n, "cancelling": n,
+        "pipeline": …}`` (both 0 when it had already finished)."""
+        outcome = await pipeline_actions.cancel(db_session, actor_of(request), pipeline_id)
+        view = await pipelines.get(db_session, outcome.id, request.user)
+        return {
+            "cancelled": outcome.cancelled,
+            "cancelling": outcome.cancelling,
+            "pipeline": pipeline_json(view),
+        }

@@ -1,0 +1,245 @@
+"""What a job's page shows: its live status part, its input, result, error and history, and the buttons
+the viewer gets.
+
+Every query here reads one job by primary key; the status part never loads the input, and loads the
+result and the full error only when there is an outcome to show (a finished job, or one waiting for
+approval). Another user's job gets the same 404 as an unknown id, so ids cannot be probed.
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+import functools
+import uuid
+import zoneinfo
+from collections.abc import Mapping
+from typing import Any
+
+from litestar import Request
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import controls
+from app.actions import access
+from app.actions.jobs import allowed
+from app.db import read_rows
+from app.errors import NotFound
+from app.jobs import queue
+from app.jobs.states import LIVE, Status
+from app.processors import registry
+from app.web import display, forms, zone
+from app.web.deps import parse_uuid
+
+HISTORY_LIMIT = 200
+"""Most recent events shown on a job page."""
+POLL = "every 2s"
+"""How often a live status region asks for news."""
+CONFIRM = {
+    "cancel": "Cancel this job? Work already done is lost.",
+    "retry": "Retry this job with a fresh set of attempts?",
+    "run-again": "Start a new job with the same input?",
+    "approve": "Approve this result? The next steps will run.",
+    "reject": "Reject this result? Steps that depend on it will be cancelled.",
+    "rerun": "Run this step again?",
+    "run-now": "Start this job now instead of at its scheduled time?",
+    "reschedule": "Move this job to the chosen time?",
+}
+
+#: One job's live state for the status fragment and list cells: by primary key, without input, result
+#: or the full error text.
+JOB_STATUS = text(
+    """
+    SELECT id, user_id, type, title, status, is_active, pending_parents, run_at, attempts, max_attempts,
+           progress, progress_message, requires_approval, pipeline_id, step_key, blocked_by,
+           created_at, updated_at, started_at, completed_at, left(error_message, 2000) AS error_preview
+    FROM jobs WHERE id = :id
+    """
+)
+#: One My jobs status cell: the live columns only.
+JOB_CELL = text(
+    """
+    SELECT id, user_id, type, title, status, is_active, pending_parents, run_at, attempts, max_attempts,
+           progress, progress_message, created_at, updated_at
+    FROM jobs WHERE id = :id
+    """
+)
+#: A finished job's outcome, loaded once when its page or final fragment is rendered.
+JOB_OUTCOME = text("SELECT result_data, error_message FROM jobs WHERE id = :id")
+JOB_EVENTS = text(
+    """
+    SELECT id, job_id, at, kind, from_status, to_status, actor, message, data
+    FROM job_events WHERE job_id = :id ORDER BY id DESC LIMIT :limit
+    """
+)
+USER_EMAILS = text("SELECT id, email FROM users WHERE id = ANY(CAST(:ids AS int[]))")
+PIPELINE_NAME = text("SELECT id, name, user_id FROM pipelines WHERE id = :id")
+FILES_BY_ID = text("SELECT id, name, size, user_id FROM files WHERE id = ANY(CAST(:ids AS uuid[]))")
+
+
+@functools.lru_cache(maxsize=1)
+def timezone_names() -> tuple[str, ...]:
+    """IANA time zone names for the "Run at" picker, sorted, without the ``posix/`` and ``right/`` copies."""
+    names = {n for n in zoneinfo.available_timezones() if not n.startswith(("posix/", "right/"))}
+    names.add("UTC")
+    return tuple(sorted(names))
+
+
+async def load_status_row(
+    db: AsyncSession, job_id: Any, user: Any, query: Any = JOB_STATUS
+) -> Mapping[Any, Any]:
+    """The job's live columns (:data:`JOB_STATUS`, or ``query``).
+
+    Raises:
+        NotFound: unknown, malformed or another user's id — one answer for all, so ids cannot be probed.
+    """
+    jid = parse_uuid(job_id)
+    return _visible((await db.execute(query, {"id": jid})).mappings().first(), jid, user)
+
+
+def _visible(row: Mapping[Any, Any] | None, jid: uuid.UUID, user: Any) -> Mapping[Any, Any]:
+    """``row`` if ``user`` may see it (its owner, or an admin); else the same NotFound as an unknown id
+    (ids cannot be probed)."""
+    if row is None or (not user.is_admin and row["user_id"] != user.id):
+        raise NotFound(f"No job with id {jid}.")
+    return row
+
+
+async def poll_row(
+    request: Request[Any, Any, Any], job_id: Any, user: Any, query: Any = JOB_STATUS
+) -> Mapping[Any, Any]:
+    """:func:`load_status_row` for the 2 s polls: one autocommit round trip on the asyncpg connection
+    (:func:`app.db.read_rows`), so a poll answered 204 never opens a transaction. Not for reads after
+    a change in the request's own transaction (they would not see it).
+
+    Raises:
+        NotFound: unknown, malformed or another user's id — one answer for all, so ids cannot be probed.
+    """
+    jid = parse_uuid(job_id)
+    rows = await read_rows(request.app.state.engine, query, {"id": jid})
+    return _visible(rows[0] if rows else None, jid, user)
+
+
+async def emails_for(db: AsyncSession, ids: list[int]) -> dict[int, str]:
+    if not ids:
+        return {}
+    rows = (await db.execute(USER_EMAILS, {"ids": ids})).mappings().all()
+    return {r["id"]: r["email"] for r in rows}
+
+
+async def job_history(db: AsyncSession, job_id: uuid.UUID, user: Any) -> dict[str, Any]:
+    """The job's most recent :data:`HISTORY_LIMIT` events, oldest first, in plain words."""
+    result = await db.execute(JOB_EVENTS, {"id": job_id, "limit": HISTORY_LIMIT + 1})
+    rows: list[Mapping[str, Any]] = [dict(r) for r in result.mappings().all()]
+    more = len(rows) > HISTORY_LIMIT
+    rows = rows[:HISTORY_LIMIT][::-1]
+    emails = await emails_for(db, display.user_ids_in(rows)) if user.is_admin else {}
+    return {"lines": [display.event_line(r, user, emails) for r in rows], "more": more}
+
+
+def available_actions(row: Mapping[Any, Any], state: Mapping[str, Any], user: Any) -> dict[str, bool]:
+    """Which buttons the viewer gets: the actions layer's rules applied to the job's state (the action
+    checks again when a button is pressed)."""
+    status = row["status"]
+    standalone = row.get("pipeline_id") is None
+    spec = registry.get(row["type"])
+    waiting = status == Status.WAITING_APPROVAL
+    return {
+        "cancel": allowed(user, "cancel", row) and status in LIVE and not state["cancelling"],
+        "retry": allowed(user, "retry", row) and status == Status.FAILED,
+        "run_again": allowed(user, "run-again", row)
+        and standalone
+        and state["terminal"]
+        and spec is not None,
+        "resubmit": row["user_id"] == user.id
+        and standalone
+        and status in (Status.FAILED, Status.CANCELLED)
+        and spec is not None
+        and access.may_submit(user, spec),
+        "approve": allowed(user, "approve", row) and waiting,
+        "reject": allowed(user, "reject", row) and waiting,
+        "rerun": allowed(user, "rerun", row) and waiting,
+        "run_now": allowed(user, "run-now", row)
+        and status == Status.QUEUED
+        and (state["scheduled"] or state["retrying"]),
+        "reschedule": allowed(user, "reschedule", row) and status == Status.QUEUED,
+    }
+
+
+async def status_context(
+    db: AsyncSession,
+    row: Mapping[Any, Any],
+    user: Any,
+    *,
+    notice: str | None = None,
+    notice_ok: bool = True,
+    new_job_id: Any = None,
+    with_history: bool = False,
+) -> dict[str, Any]:
+    """Everything ``jobs/_status.html`` shows; loads the result and full error only when there is an
+    outcome to show (finished, or waiting for approval)."""
+    state = display.job_state(row)
+    spec = registry.get(row["type"])
+    ctx: dict[str, Any] = {
+        "job": row,
+        "state": state,
+        "title": display.job_title(row, spec),
+        "actions": available_actions(row, state, user),
+        "notice": notice,
+        "notice_ok": notice_ok,
+        "new_job_id": new_job_id,
+        "poll_url": None if state["terminal"] else f"/jobs/{row['id']}/status?v={state['version']}",
+        "poll": POLL,
+        "confirms": CONFIRM,
+        "result_items": [],
+        "result_json": None,
+        "error": None,
+        "history": None,
+    }
+    if state["terminal"] or row["status"] == Status.WAITING_APPROVAL:
+        outcome = (await db.execute(JOB_OUTCOME, {"id": row["id"]})).mappings().one()
+        result = outcome["result_data"]
+        ctx["result_items"] = display.result_items(result)
+        ctx["result_json"] = display.pretty_json(result) if result is not None else None
+        ctx["error"] = display.error_summary(row, outcome["error_message"])
+    elif row.get("error_preview"):
+        ctx["error"] = display.error_summary(row, row["error_preview"])
+    if ctx["actions"]["reschedule"]:
+        ctx["timezones"] = timezone_names()
+        ctx["reschedule_tz"] = user.timezone or "UTC"
+    if with_history:
+        ctx["history"] = await job_history(db, row["id"], user)
+        ctx["history_oob"] = True
+    return ctx
+
+
+async def page_context(db: AsyncSession, job_id: Any, user: Any, **status_kw: Any) -> dict[str, Any]:
+    """The whole job page: its status part (:func:`status_context`), the input as readable fields, the
+    pipeline it belongs to, and the history."""
+    full = await queue.get_job(db, job_id, user)
+    row = (await db.execute(JOB_STATUS, {"id": full["id"]})).mappings().one()
+    ctx = await status_context(db, row, user, **status_kw)
+    spec = registry.get(row["type"])
+    fields = forms.form_fields(spec.input_model) if spec else []
+    ids = display.file_ids_in(full["input_data"], fields)
+    names: dict[str, Any] = {}
+    if ids:
+        valid = []
+        for i in ids:
+            try:
+                valid.append(uuid.UUID(i))
+            except ValueError:
+                continue
+        for f in (await db.execute(FILES_BY_ID, {"ids": valid})).mappings().all():
+            if user.is_admin or f["user_id"] == user.id:
+                names[str(f["id"])] = f
+    pipeline = None
+    if row["pipeline_id"]:
+        pipeline = (await db.execute(PIPELINE_NAME, {"id": row["pipeline_id"]})).mappings().first()
+    ctx.update(
+        spec=spec,
+        input_items=display.input_items(full["input_data"], fields, names, zone(user.timezone)),
+        pipeline=pipeline,
+        history=await job_history(db, row["id"], user),
+        history_oob=False,
+        paused=await controls.paused_for(db, [row["type"]]) if row["status"] == Status.QUEUED else [],
+    )
+    return ctx

@@ -1,0 +1,197 @@
+"""My jobs: a person's own standalone jobs and pipelines, newest first, filtered by status and kind,
+keyset-paginated ("Older"); unfinished rows carry a live status cell that polls only its own row.
+
+Each query reads one user's rows through ``ix_jobs_user_id_id`` / ``ix_pipelines_user_id_id`` and never
+loads input, result or error text.
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlencode
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.actions import access
+from app.actions.pipelines import startable_templates
+from app.jobs.states import Status
+from app.processors import registry
+from app.web import display
+
+PAGE_SIZE = 25
+_LIST_JOB_COLUMNS = (
+    "id, type, title, status, is_active, pending_parents, run_at, attempts, max_attempts, progress, "
+    "progress_message, created_at, updated_at, started_at, completed_at"
+)
+_LIST_PIPELINE_COLUMNS = "id, name, template, status, created_at, updated_at, finished_at"
+
+STATUS_FILTERS = (
+    ("", "Any status"),
+    (Status.QUEUED.value, "Waiting"),
+    (Status.IN_PROGRESS.value, "Running"),
+    (Status.WAITING_APPROVAL.value, "Needs approval"),
+    (Status.COMPLETED.value, "Done"),
+    (Status.FAILED.value, "Failed"),
+    (Status.CANCELLED.value, "Cancelled"),
+)
+#: Job status filter → pipeline status (``None``: no pipeline matches that filter).
+PIPELINE_STATUS_FOR = {
+    "queued": None,
+    "in_progress": "running",
+    "waiting_approval": "waiting_approval",
+    "completed": "completed",
+    "failed": "failed",
+    "cancelled": "cancelled",
+}
+PIPELINE_TYPE_PREFIX = "pipeline:"
+
+
+def list_jobs_sql(*, status: bool, job_type: bool, after: bool) -> Any:
+    """The My jobs query for one combination of filters: ``WHERE user_id = … ORDER BY id DESC`` served by
+    ``ix_jobs_user_id_id`` (each combination is its own statement, so the planner sees real values)."""
+    where = ["user_id = :user_id", "pipeline_id IS NULL"]
+    if status:
+        where.append("status = :status")
+    if job_type:
+        where.append("type = :type")
+    if after:
+        where.append("id < :after")
+    return text(
+        f"SELECT {_LIST_JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT :limit"
+    )
+
+
+def list_pipelines_sql(*, status: bool, template: bool, after: bool) -> Any:
+    """The pipelines half of My jobs, served by ``ix_pipelines_user_id_id``."""
+    where = ["user_id = :user_id"]
+    if status:
+        where.append("status = :status")
+    if template:
+        where.append("template = :template")
+    if after:
+        where.append("id < :after")
+    return text(
+        f"SELECT {_LIST_PIPELINE_COLUMNS} FROM pipelines WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT :limit"
+    )
+
+
+def job_list_item(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A My jobs row for a job."""
+    spec = registry.get(row["type"])
+    state = display.job_state(row)
+    return {
+        "kind": "job",
+        "id": row["id"],
+        "title": display.job_title(row, spec),
+        "subtitle": spec.title if spec is not None and row.get("title") else None,
+        "url": f"/jobs/{row['id']}",
+        "state": state,
+        "created_at": row["created_at"],
+        "cell_url": None if state["terminal"] else f"/jobs/{row['id']}/cell?v={state['version']}",
+        "percent": state["percent"] if row["status"] == Status.IN_PROGRESS else None,
+    }
+
+
+def pipeline_list_item(row: Mapping[str, Any], done: int | None = None, total: int | None = None) -> dict:
+    """A My jobs row for a pipeline."""
+    state = display.pipeline_state(row, None)
+    version = display.fingerprint(state["version"], done, total)
+    return {
+        "kind": "pipeline",
+        "id": row["id"],
+        "title": row["name"],
+        "subtitle": "Pipeline",
+        "url": f"/pipelines/{row['id']}",
+        "state": {**state, "terminal": state["finished"], "version": version},
+        "created_at": row["created_at"],
+        "cell_url": None if state["finished"] else f"/pipelines/{row['id']}/cell?v={version}",
+        "percent": round(100 * done / total)
+        if total and done is not None and not state["finished"]
+        else None,
+    }
+
+
+def _type_filter_options(user: Any) -> list[tuple[str, str]]:
+    options = [("", "Any kind")]
+    for spec in sorted(access.submittable_types(user), key=lambda s: s.title.lower()):
+        options.append((spec.type, spec.title))
+    for tpl in sorted(startable_templates(user), key=lambda t: t.title.lower()):
+        options.append((PIPELINE_TYPE_PREFIX + tpl.name, f"{tpl.title} (pipeline)"))
+    return options
+
+
+def _params(user: Any, after_id: uuid.UUID | None, **filters: Any) -> dict[str, Any]:
+    """The query parameters: the user, the page size, and only the filters that are set."""
+    params: dict[str, Any] = {"user_id": user.id, "limit": PAGE_SIZE + 1}
+    params.update({k: v for k, v in filters.items() if v})
+    if after_id:
+        params["after"] = after_id
+    return params
+
+
+async def _job_rows(
+    db: AsyncSession, user: Any, status: str | None, job_type: str | None, after_id: uuid.UUID | None
+) -> list[Any]:
+    sql = list_jobs_sql(status=bool(status), job_type=bool(job_type), after=bool(after_id))
+    params = _params(user, after_id, status=status, type=job_type)
+    return list((await db.execute(sql, params)).mappings().all())
+
+
+async def _pipeline_rows(
+    db: AsyncSession, user: Any, status: str | None, template: str | None, after_id: uuid.UUID | None
+) -> list[Any]:
+    sql = list_pipelines_sql(status=bool(status), template=bool(template), after=bool(after_id))
+    params = _params(user, after_id, status=status, template=template)
+    return list((await db.execute(sql, params)).mappings().all())
+
+
+async def list_context(
+    db: AsyncSession, user: Any, status: str | None, type_filter: str | None, after: str | None
+) -> dict[str, Any]:
+    """My jobs: the user's own standalone jobs and pipelines merged newest first (both ids are UUIDv7,
+    so id order is creation order), :data:`PAGE_SIZE` per page, keyset-paginated by ``after``."""
+    status = status if status in PIPELINE_STATUS_FOR else None
+    type_filter = (type_filter or "").strip()[:200] or None
+    try:
+        after_id = uuid.UUID(after) if after else None
+    except ValueError:
+        after_id = None
+    template = job_type = None
+    if type_filter and type_filter.startswith(PIPELINE_TYPE_PREFIX):
+        template = type_filter.removeprefix(PIPELINE_TYPE_PREFIX)
+    elif type_filter:
+        job_type = type_filter
+    job_rows = await _job_rows(db, user, status, job_type, after_id) if template is None else []
+    pipeline_status = PIPELINE_STATUS_FOR.get(status) if status else None
+    pipeline_rows: list[Any] = []
+    if job_type is None and not (status and pipeline_status is None):
+        pipeline_rows = await _pipeline_rows(db, user, pipeline_status, template, after_id)
+    merged = sorted(
+        [("job", r) for r in job_rows] + [("pipeline", r) for r in pipeline_rows],
+        key=lambda kr: kr[1]["id"],
+        reverse=True,
+    )
+    page = merged[:PAGE_SIZE]
+    more = len(merged) > PAGE_SIZE
+    query = {"status": status or "", "type": type_filter or ""}
+    return {
+        "items": [job_list_item(r) if kind == "job" else pipeline_list_item(r) for kind, r in page],
+        "older_url": _list_url(query, page[-1][1]["id"]) if more and page else None,
+        "newest_url": _list_url(query, None) if after_id else None,
+        "status": status or "",
+        "type_filter": type_filter or "",
+        "status_options": STATUS_FILTERS,
+        "type_options": _type_filter_options(user),
+        "filtered": bool(status or type_filter),
+        "paged": bool(after_id),
+    }
+
+
+def _list_url(query: dict[str, str], after: Any) -> str:
+    params = {k: v for k, v in query.items() if v}
+    if after is not None:
+        params["after"] = str(after)
+    return "/jobs" + (("?" + urlencode(params)) if params else "")

@@ -1,0 +1,139 @@
+"""What a pipeline's page shows: the step indicator in DAG order (parallel steps side by side), each
+step's state and buttons, the percentage done, and the history.
+
+A poll reads one pipeline: its row by primary key and its steps through ``ix_jobs_pipeline_id``. Another
+user's pipeline gets the same 404 as an unknown id.
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import controls, pipelines
+from app.actions.jobs import allowed
+from app.actions.pipelines import may_cancel, startable_templates
+from app.errors import NotFound
+from app.web import display
+from app.web.deps import parse_uuid
+from app.web.job_page import CONFIRM, POLL, emails_for
+
+HISTORY_LIMIT = 200
+
+PIPELINE_ROW = text(
+    "SELECT id, name, template, user_id, status, created_at, updated_at, finished_at FROM pipelines WHERE id = :id"
+)
+STEP_COUNTS = text(
+    """
+    SELECT count(*) AS total, count(*) FILTER (WHERE status = 'completed') AS done
+    FROM jobs WHERE pipeline_id = :id
+    """
+)
+PIPELINE_EVENTS = text(
+    """
+    SELECT e.id, e.job_id, COALESCE(j.title, j.step_key) AS step_key, e.at, e.kind, e.from_status, e.to_status, e.actor, e.message, e.data
+    FROM job_events e LEFT JOIN jobs j ON j.id = e.job_id
+    WHERE e.pipeline_id = :id ORDER BY e.id DESC LIMIT :limit
+    """
+)
+PIPELINE_INPUT = text("SELECT user_id, template, input_data FROM pipelines WHERE id = :id")
+CONFIRM_CANCEL = "Cancel this pipeline? Steps that have not finished will not run."
+
+
+async def load_pipeline_row(db: AsyncSession, pipeline_id: Any, user: Any) -> Mapping[Any, Any]:
+    """The pipeline's row.
+
+    Raises:
+        NotFound: unknown, malformed or another user's id (one answer for all).
+    """
+    pid = parse_uuid(pipeline_id, "pipeline")
+    row = (await db.execute(PIPELINE_ROW, {"id": pid})).mappings().first()
+    if row is None or (not user.is_admin and row["user_id"] != user.id):
+        raise NotFound(f"No pipeline with id {pid}.")
+    return row
+
+
+def step_view(step: Mapping[str, Any], owner_id: int, user: Any) -> dict[str, Any]:
+    """One box of the step indicator: the step, its derived state and the admin buttons it offers."""
+    state = display.job_state(step)
+    status = step["status"]
+    row = {**step, "user_id": owner_id}
+    waiting = status == "waiting_approval"
+    return {
+        **step,
+        "state": state,
+        "actions": {
+            "approve": waiting and allowed(user, "approve", row),
+            "reject": waiting and allowed(user, "reject", row),
+            "rerun": waiting and allowed(user, "rerun", row),
+            "retry": status == "failed" and allowed(user, "retry", row),
+        },
+    }
+
+
+async def pipeline_status_context(
+    db: AsyncSession,
+    pipeline_id: Any,
+    user: Any,
+    *,
+    notice: str | None = None,
+    notice_ok: bool = True,
+    new_job_id: Any = None,
+    with_history: bool = False,
+) -> dict[str, Any]:
+    """What ``pipelines/_status.html`` shows: overall state, percentage and the step indicator."""
+    view = await pipelines.get(db, pipeline_id, user)
+    state = display.pipeline_state(view, view["steps"])
+    steps = {s["key"]: step_view(s, view["user_id"], user) for s in view["steps"]}
+    layers = [[steps[s["key"]] for s in layer] for layer in view["layers"]]
+    ctx: dict[str, Any] = {
+        "pipeline": view,
+        "state": state,
+        "layers": layers,
+        "step_count": len(view["steps"]),
+        "done_count": sum(1 for s in view["steps"] if s["status"] == "completed"),
+        "can_cancel": may_cancel(user, view) and not state["finished"],
+        "notice": notice,
+        "notice_ok": notice_ok,
+        "new_job_id": new_job_id,
+        "poll_url": None if state["finished"] else f"/pipelines/{view['id']}/status?v={state['version']}",
+        "poll": POLL,
+        "history": None,
+        "history_oob": False,
+        "confirm_cancel": CONFIRM_CANCEL,
+        "confirms": CONFIRM,
+    }
+    if with_history:
+        ctx["history"] = await pipeline_history(db, view["id"], user)
+        ctx["history_oob"] = True
+    return ctx
+
+
+async def pipeline_history(db: AsyncSession, pipeline_id: uuid.UUID, user: Any) -> dict[str, Any]:
+    result = await db.execute(PIPELINE_EVENTS, {"id": pipeline_id, "limit": HISTORY_LIMIT + 1})
+    rows: list[Mapping[str, Any]] = [dict(r) for r in result.mappings().all()]
+    more = len(rows) > HISTORY_LIMIT
+    rows = rows[:HISTORY_LIMIT][::-1]
+    emails = await emails_for(db, display.user_ids_in(rows)) if user.is_admin else {}
+    return {"lines": [display.event_line(r, user, emails) for r in rows], "more": more}
+
+
+async def pipeline_page_context(db: AsyncSession, pipeline_id: Any, user: Any, **kw: Any) -> dict[str, Any]:
+    ctx = await pipeline_status_context(db, pipeline_id, user, **kw)
+    ctx["history"] = await pipeline_history(db, ctx["pipeline"]["id"], user)
+    ctx["history_oob"] = False
+    tpl = pipelines.get_template(ctx["pipeline"]["template"]) if ctx["pipeline"]["template"] else None
+    ctx["template"] = tpl
+    live_types = {s["type"] for s in ctx["pipeline"]["steps"] if s["status"] in ("queued", "in_progress")}
+    ctx["paused"] = await controls.paused_for(db, live_types) if live_types else []
+    ctx["can_resubmit"] = (
+        tpl is not None
+        and ctx["pipeline"]["user_id"] == user.id
+        and ctx["pipeline"]["status"] in ("failed", "cancelled")
+        and tpl in startable_templates(user)
+    )
+    return ctx

@@ -1,0 +1,238 @@
+"""One submit flow for the job form and the pipeline form: read and parse the posted form, check it
+against the schema, start the job or pipeline through :mod:`app.actions`, and answer with a 303 to the
+new page or the form again with each error next to its field (422; 413 for a too-large upload).
+
+Also the plain-words messages both forms show: pydantic errors per field (:func:`validate`), the
+queue's :class:`~app.errors.BadInput` paths mapped back to controls (:func:`errors_from_bad_input`) and
+the job form's optional "Run at" (:func:`parse_run_at`).
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from litestar import Request
+from litestar.response import Redirect, Template
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.errors import BadInput, TooLarge
+from app.web import forms, render, zone
+from app.web.deps import file_store, settings_of
+
+STEP_PROBLEMS_MAX = 500
+"""Characters of the steps' problems shown above a pipeline form."""
+
+
+@dataclass
+class Submission:
+    """A posted job or pipeline form: its ``fields``, the raw ``form``, the ``parsed`` values, the
+    ``errors`` per control, the optional ``title`` and whether an upload was too large."""
+
+    fields: list[forms.FormField]
+    form: Any
+    parsed: forms.ParsedForm
+    errors: dict[str, str] = field(default_factory=dict)
+    title: str = ""
+    too_large: bool = False
+
+
+async def read_form(request: Request[Any, Any, Any], db: AsyncSession, model: type[BaseModel]) -> Submission:
+    """Parse the posted form for ``model`` (uploads are stored as the signed-in user's files)."""
+    user, settings = request.user, settings_of(request)
+    fields = forms.form_fields(model)
+    form = await request.form()
+    parsed = await forms.parse_form(
+        fields,
+        form,
+        tz=zone(user.timezone),
+        conn=await db.connection(),
+        store=file_store(request),
+        principal=user,
+        max_upload_bytes=settings.upload_max_bytes,
+    )
+    title = str(form.get(forms.TITLE) or "").strip()
+    return Submission(fields, form, parsed, dict(parsed.errors), title, parsed.too_large)
+
+
+def check_schema(sub: Submission, model: type[BaseModel]) -> None:
+    """Add the schema's own complaints about the parsed values (a control's parse error wins)."""
+    for name, message in validate(model, sub.parsed.data).items():
+        sub.errors.setdefault(name, message)
+
+
+async def start(
+    db: AsyncSession, sub: Submission, create: Callable[[], Awaitable[Mapping[Any, Any]]]
+) -> Mapping[Any, Any] | None:
+    """Run ``create`` in a savepoint when the form has no errors; its :class:`BadInput` or
+    :class:`TooLarge` become the form's errors. Returns the created row, or ``None``."""
+    if sub.errors:
+        return None
+    try:
+        async with db.begin_nested():
+            return await create()
+    except BadInput as exc:
+        sub.errors = errors_from_bad_input(exc, sub.fields)
+        steps = [f"{path}: {message}" for path, message in exc.errors.items() if path.startswith("steps")]
+        if steps:
+            sub.errors[forms.FORM_ERROR] = (
+                "One of the steps could not be prepared from what you entered: "
+                + "; ".join(steps)[:STEP_PROBLEMS_MAX]
+            )
+    except TooLarge as exc:
+        sub.errors = {forms.FORM_ERROR: exc.detail}
+        sub.too_large = True
+    return None
+
+
+async def answer(
+    request: Request[Any, Any, Any],
+    db: AsyncSession,
+    sub: Submission,
+    created: Mapping[Any, Any] | None,
+    *,
+    url: str,
+    form_context: Callable[[Submission], dict[str, Any]],
+) -> Template | Redirect:
+    """A 303 to ``url`` + the new id, or the form again with its errors (uploads are kept: the re-shown
+    form refers to them)."""
+    if created is not None:
+        return Redirect(f"{url}{created['id']}", status_code=303)
+    if sub.parsed.new_files:
+        await db.commit()
+    status = 413 if sub.too_large else 422
+    return render(request, "jobs/new.html", form_context(sub), status_code=status)
+
+
+# --- validation messages ------------------------------------------------------------------------------
+
+
+def _plural(n: Any, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+#: Pydantic error types with a fixed sentence, or one built from the error's context.
+_MESSAGES: dict[str, Callable[[dict[str, Any]], str]] = {
+    "missing": lambda c: "Fill this in.",
+    "greater_than_equal": lambda c: f"Must be at least {forms.num_text(c.get('ge'))}.",
+    "greater_than": lambda c: f"Must be more than {forms.num_text(c.get('gt'))}.",
+    "less_than_equal": lambda c: f"Must be at most {forms.num_text(c.get('le'))}.",
+    "less_than": lambda c: f"Must be less than {forms.num_text(c.get('lt'))}.",
+    "string_too_short": lambda c: f"Enter at least {_plural(c.get('min_length'), 'character')}.",
+    "string_too_long": lambda c: f"Use at most {c.get('max_length')} characters.",
+    "too_short": lambda c: f"Give at least {_plural(c.get('min_length'), 'item')}.",
+    "too_long": lambda c: f"Give at most {_plural(c.get('max_length'), 'item')}.",
+    "literal_error": lambda c: "Choose one of the options.",
+    "enum": lambda c: "Choose one of the options.",
+    "string_pattern_mismatch": lambda c: "This is not in the expected form.",
+    "multiple_of": lambda c: f"Must be a multiple of {forms.num_text(c.get('multiple_of'))}.",
+}
+#: Families of pydantic error types by prefix, checked in order (``datetime`` before ``date``).
+_PREFIXES = (
+    (("int_",), "Enter a whole number, like 42."),
+    (("float_", "decimal_"), "Enter a number, like 2.5."),
+    (("datetime",), "Enter a date and a time."),
+    (("date",), "Enter a date, like 2026-12-31."),
+    (("time",), "Enter a time, like 09:30."),
+)
+
+
+def friendly_message(error: Any) -> str:
+    """A pydantic error (one item of ``ValidationError.errors()``) in plain words."""
+    kind = str(error.get("type", ""))
+    if kind in _MESSAGES:
+        return _MESSAGES[kind](error.get("ctx") or {})
+    for prefixes, sentence in _PREFIXES:
+        if kind.startswith(prefixes):
+            return sentence
+    message = str(error.get("msg") or "This value is not valid.")
+    message = message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
+
+
+def validate(model: type[BaseModel], data: dict[str, Any]) -> dict[str, str]:
+    """Per-field plain-words errors of ``data`` against ``model`` (empty when valid). An item of a list
+    is named by its position (``Line 3: …``), an entry of an object by its key (``speed: …``)."""
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        errors: dict[str, str] = {}
+        for err in exc.errors():
+            loc = err.get("loc") or ()
+            name = str(loc[0]) if loc else forms.FORM_ERROR
+            message = friendly_message(err)
+            if len(loc) > 1 and isinstance(loc[1], int):
+                message = f"Line {loc[1] + 1}: {message}"
+            elif len(loc) > 1:
+                message = f"{loc[1]}: {message}"
+            errors.setdefault(name, message)
+        return errors
+    return {}
+
+
+_PATH_FIELD = re.compile(r"^input_data\.([^.\[]+)")
+
+
+def errors_from_bad_input(exc: BadInput, fields: list[forms.FormField]) -> dict[str, str]:
+    """Map a :class:`BadInput`'s paths onto form controls: ``input_data.<field>…`` → that field,
+    ``run_at`` → the "Run at" controls, anything else → the form as a whole."""
+    names = {f.name for f in fields}
+    errors: dict[str, str] = {}
+    items = exc.errors or {forms.FORM_ERROR: exc.detail}
+    for path, message in items.items():
+        text = str(message)
+        text = text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+        m = _PATH_FIELD.match(path)
+        if m and m.group(1) in names:
+            errors.setdefault(m.group(1), text)
+        elif path == "run_at":
+            errors.setdefault(forms.RUN_AT, text)
+        elif path == "title":
+            errors.setdefault(forms.TITLE, text)
+        else:
+            errors.setdefault(
+                forms.FORM_ERROR, text if path in (forms.FORM_ERROR, "input_data") else f"{path}: {text}"
+            )
+    return errors
+
+
+# --- "Run at" ---------------------------------------------------------------------------------------------
+
+
+def parse_run_at(
+    date_raw: str | None, time_raw: str | None, tz_name: str | None, *, now: datetime | None = None
+) -> tuple[datetime | None, str | None]:
+    """The job form's optional "Run at": ``(aware datetime | None, error message | None)``.
+
+    Both empty → run now. A date without a time (or the reverse), an unknown time zone, or a moment
+    more than a minute in the past is an error.
+    """
+    d = (date_raw or "").strip()
+    t = (time_raw or "").strip()
+    if not d and not t:
+        return None, None
+    if not d:
+        return None, "Choose a date as well as a time, or leave both empty to start now."
+    if not t:
+        return None, "Choose a time as well as a date, or leave both empty to start now."
+    try:
+        tz = ZoneInfo((tz_name or "UTC").strip() or "UTC")
+    except (ValueError, KeyError, OSError):
+        return None, "Choose a time zone from the list."
+    try:
+        day = date.fromisoformat(d)
+        clock = time.fromisoformat(t)
+    except ValueError:
+        return None, "Enter a date like 2026-12-31 and a time like 09:30."
+    if not 1970 <= day.year <= 9000:
+        return None, "Choose a date between 1970 and 9000."
+    when = datetime.combine(day, clock).replace(tzinfo=tz)
+    now = now or datetime.now(UTC)
+    if when < now - timedelta(minutes=1):
+        return None, "That moment has already passed. Choose a later time, or leave both empty to start now."
+    return when, None
