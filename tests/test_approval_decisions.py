@@ -12,7 +12,7 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo
 
 import asyncpg
@@ -96,7 +96,7 @@ async def test_the_second_admin_is_told_who_decided_and_when_on_the_api_and_on_t
     shown = format_localtime(approved_at, ZoneInfo("America/New_York"))
     assert "EST" in shown or "EDT" in shown
     async with httpx.AsyncClient(base_url=live, timeout=20) as browser:
-        r = await login(browser, "bob@example.com")
+        r = await login(cast(Any, browser), "bob@example.com")
         assert r.status_code in (302, 303), r.text
         token = csrf_from((await browser.get(f"/jobs/{second}")).text)
         for action, extra in (("approve", {}), ("reject", {"reason": "wrong numbers"})):

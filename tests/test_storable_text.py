@@ -154,8 +154,8 @@ async def _refused_input(client: httpx.AsyncClient) -> None:
         assert r.status_code == 422, (body, r.status_code, r.text)
         assert field in r.json().get("errors", {}), (body, r.json())
     # the same input in a pipeline's step
-    body = b'{"name": "p", "steps": [{"key": "a", "type": "text.bad_result", "input_data": {"name": "\\ud800"}}]}'
-    r = await client.post("/api/pipelines", content=body, headers={"Content-Type": "application/json"})
+    pipeline = b'{"name": "p", "steps": [{"key": "a", "type": "text.bad_result", "input_data": {"name": "\\ud800"}}]}'
+    r = await client.post("/api/pipelines", content=pipeline, headers={"Content-Type": "application/json"})
     assert r.status_code == 422 and "steps[0].input_data.name" in r.json().get("errors", {}), r.text
     # a valid surrogate pair is an ordinary character
     r = await client.post(
