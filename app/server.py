@@ -73,8 +73,6 @@ from app.db import (
 from app.errors import AppError, BadInput, format_bytes
 from app.settings import Settings, get_settings
 from app.web import admin, current_user, is_htmx, register_filters
-from app.web.admin_jobs import AdminJobsController
-from app.web.alerts import AlertsAdminController
 from app.web.api import (
     AccountApiController,
     ControlsApiController,
@@ -470,9 +468,7 @@ CONTROLLERS: list[ControllerRouterHandler] = [
     PipelinesApiController,
     JobTypesApiController,
     ControlsApiController,
-    AlertsAdminController,
     *admin.CONTROLLERS,
-    AdminJobsController,
     JobsController,
     PipelinesController,
     FilesController,
