@@ -50,10 +50,19 @@ _IN_NAME = {
 
 _BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_BAD_JSON = re.compile(r"[\x00\ud800-\udfff]|\\u0000|\\u[dD][89a-fA-F]|NaN|Infinity")
-"""In JSON text: what ``jsonb`` refuses (raw or escaped NUL and surrogates, non-finite numbers). Matches
-inside an innocent string only cost a second look."""
+_ESCAPED_BAD = re.compile(r"\\u0000|\\u[dD][89a-fA-F]")
 _TOO_DEEP = "[nested too deeply to store]"
+
+
+def _unstorable_json(text: str) -> bool:
+    """Whether JSON text may hold what ``jsonb`` refuses: a raw or escaped NUL or surrogate, NaN or
+    Infinity. A match inside an innocent string only costs a second look; substring tests first, as a
+    regular expression over a large result is several times slower."""
+    if "\\u" in text and _ESCAPED_BAD.search(text) is not None:
+        return True
+    if "NaN" in text or "Infinity" in text or NUL in text:
+        return True
+    return not text.isascii() and _BAD_CHAR.search(text) is not None
 
 
 def text_problem(text: str) -> str | None:
@@ -116,7 +125,7 @@ def json_text(value: Any) -> str:
         text = _dumps(value)
     except (TypeError, ValueError, RecursionError):
         return _dumps(storable(value))
-    if _BAD_JSON.search(text) is not None:
+    if _unstorable_json(text):
         return _dumps(storable(value))
     return text
 
@@ -125,7 +134,7 @@ def storable_json(text: str | None) -> str | None:
     """JSON text made storable (see :func:`json_text`), for callers that hand JSON over as text: parsed
     and written again only when it holds something ``jsonb`` refuses; text that is not JSON at all is
     stored as a JSON string. ``None`` stays ``None``."""
-    if text is None or _BAD_JSON.search(text) is None:
+    if text is None or not _unstorable_json(text):
         return text
     try:
         value = json.loads(text, strict=False)
