@@ -86,6 +86,7 @@ from app.web.files import FilesApiController, FilesController
 from app.web.health import HealthController
 from app.web.home import HomeController
 from app.web.jobs import JobsController
+from app.web.json_body import JsonBodyRequest
 from app.web.metrics import MetricsController
 from app.web.pipelines import PipelinesController
 from app.worker.threaded import start_in_thread
@@ -539,6 +540,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
         openapi_config=_openapi(),
         exception_handlers={Exception: make_exception_handler(settings)},
         request_max_body_size=settings.upload_max_bytes,
+        request_class=JsonBodyRequest,
         logging_config=None,
         debug=False,
     )
