@@ -71,7 +71,8 @@ from app.db import (
     resolve_database_url,
     run_migrations,
 )
-from app.errors import AppError, BadInput, format_bytes
+from app.errors import AppError, BadInput
+from app.formatting import format_bytes
 from app.settings import Settings, get_settings
 from app.web import admin, current_user, is_htmx, register_filters
 from app.web.api import (

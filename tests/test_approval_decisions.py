@@ -21,7 +21,7 @@ import pytest
 from webkit import add_token, add_user, csrf_from, login, running_server
 from workers import WorkerProcess, wait_status
 
-from app.errors import format_localtime
+from app.formatting import format_localtime
 from app.jobs import queue
 from app.jobs.decisions import Decision, decision_words
 from app.jobs.queue import NewJob

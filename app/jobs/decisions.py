@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from app.errors import format_localtime, zone
+from app.formatting import format_localtime, zone
 
 DONE_WORDS = {"approved": "approved", "rejected": "rejected", "rerun_requested": "sent back to run again"}
 """An approval event's kind as a past participle."""

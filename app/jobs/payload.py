@@ -25,7 +25,8 @@ import math
 import re
 from typing import Any
 
-from app.errors import BadInput, TooLarge, format_bytes
+from app.errors import BadInput, TooLarge
+from app.formatting import format_bytes
 
 NUL = "\x00"
 REPLACEMENT = "\ufffd"

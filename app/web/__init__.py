@@ -25,7 +25,7 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.errors import format_bytes, format_localtime, zone
+from app.formatting import format_bytes, format_localtime, zone
 
 #: Annotation for the request's database session (advanced-alchemy, committed on 2xx/3xx responses,
 #: rolled back otherwise): ``async def handler(self, db_session: DbSession) -> …``.
