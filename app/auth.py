@@ -11,7 +11,7 @@ Rules:
   the browser out server-side.
 * Paths under ``/api/`` authenticate ONLY with ``Authorization: Bearer <token>`` (never the cookie, so
   the API needs no CSRF token); every other path ONLY with the session cookie.
-* Sign-in is rate-limited per email and per client address over ``login_attempts``.
+* Sign-in itself — the password check and its limits over ``login_attempts`` — is :mod:`app.signin`.
 * Disabled users (``is_active = false``) can neither sign in nor use their tokens or sessions.
 
 Functions that take ``db`` accept an ``AsyncConnection`` or an ``AsyncSession`` and never commit: the
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import math
 import re
 import secrets
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.db import read_rows
-from app.errors import BadInput, Conflict, Forbidden, NotFound, RateLimited, Unauthorized
+from app.errors import BadInput, Conflict, Forbidden, NotFound, Unauthorized
 
 if TYPE_CHECKING:
     from litestar.connection import ASGIConnection
@@ -51,13 +50,6 @@ SESSION_COOKIE = "jobdesk_session"
 TOKEN_PREFIX = "jd_"
 API_PREFIX = "/api/"
 
-#: Sign-in limits: failures counted over this window …
-LOGIN_WINDOW = timedelta(minutes=15)
-#: … at most this many per email …
-LOGIN_MAX_FAILURES_PER_EMAIL = 5
-#: … and this many per client address.
-LOGIN_MAX_FAILURES_PER_IP = 20
-
 #: ``api_tokens.last_used_at`` is written at most this often per token, so API traffic does not
 #: turn every request into a write.
 TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
@@ -66,8 +58,8 @@ MIN_PASSWORD_LENGTH = 8
 _EMAIL_RE = re.compile(r"^[^@\s\x00-\x1f\x7f]+@[^@\s\x00-\x1f\x7f]+$")
 
 _hasher = PasswordHasher()
-# Verified against when the email is unknown, so a wrong email costs as much time as a wrong password.
-_DUMMY_HASH = _hasher.hash("jobdesk-dummy-password")
+#: Verified against when the email is unknown, so a wrong email costs as much time as a wrong password.
+DUMMY_HASH = _hasher.hash("jobdesk-dummy-password")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +81,11 @@ class CurrentUser:
 def hash_password(password: str) -> str:
     """argon2id hash (PHC string) of ``password``. CPU-heavy (~50 ms): call it off the event loop."""
     return _hasher.hash(password)
+
+
+def password_needs_rehash(password_hash: str) -> bool:
+    """Whether ``password_hash`` was made with weaker parameters than today's (rehash it at sign-in)."""
+    return _hasher.check_needs_rehash(password_hash)
 
 
 def verify_password(password_hash: str, password: str) -> bool:
@@ -323,94 +320,6 @@ async def prune_auth_rows(db: Db, *, attempts_older_than: timedelta = timedelta(
     return int(sessions.scalar_one()) + int(attempts.scalar_one())
 
 
-# --- sign-in ---------------------------------------------------------------------------------------------
-
-# Newest failures first, served by ix_login_attempts_email_at / ix_login_attempts_ip_at.
-_RECENT_FAILURES = {
-    column: text(
-        f"SELECT at FROM login_attempts WHERE {column} = :value AND NOT ok "
-        "AND at > now() - make_interval(secs => :secs) ORDER BY at DESC LIMIT :limit"
-    )
-    for column in ("email", "ip")
-}
-
-
-async def _wait_seconds(db: Db, column: str, value: str, limit: int) -> float:
-    """Seconds until fewer than ``limit`` failures for ``column = value`` remain in the window (0: allowed)."""
-    rows = (
-        await db.execute(
-            _RECENT_FAILURES[column],
-            {"value": value, "secs": LOGIN_WINDOW.total_seconds(), "limit": limit},
-        )
-    ).all()
-    if len(rows) < limit:
-        return 0.0
-    oldest_counted = rows[-1].at
-    return max(0.0, (oldest_counted + LOGIN_WINDOW - datetime.now(UTC)).total_seconds())
-
-
-async def check_rate_limit(db: Db, email: str, ip: str) -> None:
-    """Raises:
-    RateLimited: ``email`` had :data:`LOGIN_MAX_FAILURES_PER_EMAIL` failures, or ``ip`` had
-        :data:`LOGIN_MAX_FAILURES_PER_IP`, within :data:`LOGIN_WINDOW`; the message says how many
-        minutes to wait.
-    """
-    wait = max(
-        await _wait_seconds(db, "email", email, LOGIN_MAX_FAILURES_PER_EMAIL),
-        await _wait_seconds(db, "ip", ip, LOGIN_MAX_FAILURES_PER_IP),
-    )
-    if wait > 0:
-        minutes = max(1, math.ceil(wait / 60))
-        unit = "minute" if minutes == 1 else "minutes"
-        raise RateLimited(f"Too many failed sign-in attempts. Try again in {minutes} {unit}.")
-
-
-async def sign_in(engine: AsyncEngine, email: str, password: str, ip: str) -> CurrentUser:
-    """Check ``email``/``password`` and record the attempt; return the user.
-
-    Runs in its own committed transaction, so a failed attempt is recorded although the request then
-    answers with an error. A rate-limited attempt is not recorded (it would extend the lock-out) and
-    costs no password hashing.
-
-    Raises:
-        RateLimited: too many recent failures for this email or address.
-        Unauthorized: unknown email, wrong password or disabled account — one message for all three,
-            so accounts cannot be probed.
-    """
-    # no stored email holds a NUL (PostgreSQL text cannot), and one sent to the database would fail the query
-    email = (email or "").replace("\x00", "\ufffd").strip().lower()[:254]
-    async with engine.begin() as conn:
-        await check_rate_limit(conn, email, ip)
-        row = (
-            await conn.execute(
-                text(
-                    "SELECT id, email, password_hash, is_admin, is_active, timezone FROM users "
-                    "WHERE email = :email"
-                ),
-                {"email": email},
-            )
-        ).first()
-        stored = row.password_hash if row is not None else _DUMMY_HASH
-        ok = await asyncio.to_thread(verify_password, stored, password or "")
-        ok = ok and row is not None and row.is_active
-        if row is None or not ok:
-            user = None
-        else:
-            user = CurrentUser(row.id, row.email, row.is_admin, row.timezone)
-        await conn.execute(
-            text("INSERT INTO login_attempts (email, ip, ok) VALUES (:email, :ip, :ok)"),
-            {"email": email, "ip": ip, "ok": ok},
-        )
-        if user is not None and _hasher.check_needs_rehash(stored):
-            new_hash = await asyncio.to_thread(hash_password, password)
-            await conn.execute(
-                text("UPDATE users SET password_hash = :h WHERE id = :id"), {"h": new_hash, "id": user.id}
-            )
-    if user is None:
-        raise Unauthorized("Wrong email or password.")
-    return user
-
-
 # --- middleware and guards --------------------------------------------------------------------------------
 
 
@@ -434,7 +343,9 @@ def _cookie(scope: Scope, name: str) -> str | None:
 
 
 class AuthenticationMiddleware(ASGIMiddleware):
-    """Sets ``scope["user"]`` (``request.user``) to a :class:`CurrentUser` or ``None`` (anonymous).
+    """Sets ``scope["user"]`` (``request.user``) to a :class:`CurrentUser` or ``None`` (anonymous), and
+    the request state's ``session_hash`` to the signed-in session's id hash (CSRF tokens are bound to it:
+    :func:`session_hash_of`).
 
     ``/api/…`` requests: only ``Authorization: Bearer <token>``; other requests: only the session cookie
     (so API calls need no CSRF token, and a page can never act through the API with the browser's cookie).
@@ -448,6 +359,8 @@ class AuthenticationMiddleware(ASGIMiddleware):
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         scope["user"] = None
         scope["auth"] = None
+        state = scope.setdefault("state", {})
+        state["session_hash"] = None
         path = scope["path"]
         if not path.startswith(self.skip_prefixes):
             engine: AsyncEngine = scope["litestar_app"].state.engine
@@ -461,7 +374,14 @@ class AuthenticationMiddleware(ASGIMiddleware):
                 if cookie:
                     scope["user"] = await user_for_session(engine, cookie)
                     scope["auth"] = "session"
+                    if scope["user"] is not None:
+                        state["session_hash"] = _sha256(cookie)
         await next_app(scope, receive, send)
+
+
+def session_hash_of(scope: Scope) -> str | None:
+    """The ``web_sessions.id_hash`` of the request's signed-in session, or ``None`` (anonymous, API)."""
+    return scope.get("state", {}).get("session_hash") if scope.get("user") is not None else None
 
 
 class LoginRequired(Unauthorized):

@@ -1,5 +1,5 @@
-"""The ``jobdesk`` command: ``serve``, ``worker``, ``migrate``, ``create-user``, ``create-token`` and
-``demo``.
+"""The ``jobdesk`` command: ``serve``, ``worker``, ``migrate``, ``create-user``, ``create-token``,
+``unlock-user`` and ``demo``.
 
 Every failure a person can cause or fix (bad settings, no database, schema behind, unknown user,
 duplicate email) ends with one ``Error: …`` line on standard error and exit status 1 — no traceback.
@@ -132,6 +132,9 @@ def serve(host: str, port: int, no_migrate: bool) -> None:
         server_header=False,
         lifespan="on",
         timeout_graceful_shutdown=int(settings.worker_shutdown_grace_secs) + 5,
+        # uvicorn's default believes X-Forwarded-For from any loopback peer: only listed proxies here
+        proxy_headers=bool(settings.forwarded_allow_ips.strip()),
+        forwarded_allow_ips=settings.forwarded_allow_ips.strip() or None,
     )
 
 
@@ -265,6 +268,25 @@ def create_token_cmd(email: str, name: str) -> None:
     owner, token = _run(lambda: _with_engine(settings, body, need_schema=True))
     click.echo(f"Created an API token for {owner}. It is shown once; store it now:")
     click.echo(token)
+
+
+@main.command("unlock-user")
+@click.argument("email")
+def unlock_user_cmd(email: str) -> None:
+    """Let the user EMAIL sign in again at once: forget their failed sign-ins (kept in the audit trail)."""
+    from app.actions.users import COMMAND_LINE, unlock_sign_in
+    from app.auth import get_user_by_email
+
+    settings = _settings()
+
+    async def body(engine: AsyncEngine, url: str) -> Any:
+        async with engine.begin() as conn:
+            user = await get_user_by_email(conn, email)
+            return await unlock_sign_in(conn, COMMAND_LINE, user.id)
+
+    done = _run(lambda: _with_engine(settings, body, need_schema=True))
+    n = done.cleared
+    click.echo(f"{done.email} can sign in again: {n} failed attempt{'s' if n != 1 else ''} forgotten.")
 
 
 @main.command()

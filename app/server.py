@@ -13,6 +13,11 @@ Start-up (the lifespan, in this order):
    (:func:`app.worker.threaded.start_in_thread`); on shutdown it
    is stopped, and awaited, before the engine is disposed.
 
+Before any handler: :class:`app.auth.AuthenticationMiddleware` finds the user,
+:class:`app.web.csrf.CsrfMiddleware` checks the session-bound CSRF token of every form post, and
+:class:`app.web.input_guard.InputGuardMiddleware` refuses NUL characters, lone surrogates and over-deep
+JSON with a 422 naming the field.
+
 Every response carries security headers (a strict Content Security Policy without inline scripts; ``/schema`` alone gets the relaxed policy its Swagger page needs), ``X-Request-ID`` and
 ``Cache-Control: no-store`` (except static files). Errors become JSON ``{"detail": …}`` under ``/api/``,
 a small fragment for htmx, and a page otherwise — never a traceback.
@@ -27,6 +32,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +41,6 @@ import structlog
 from advanced_alchemy.extensions.litestar import AsyncSessionConfig, SQLAlchemyAsyncConfig, SQLAlchemyPlugin
 from litestar import Litestar, MediaType, Request, Response
 from litestar.config.app import AppConfig
-from litestar.config.csrf import CSRFConfig
 from litestar.datastructures import CacheControlHeader
 from litestar.enums import ScopeType
 from litestar.exceptions import (
@@ -82,10 +87,14 @@ from app.web.api import (
     JobTypesApiController,
     PipelinesApiController,
 )
+from app.web.api_users import UsersApiController
 from app.web.auth import AuthController
+from app.web.csrf import FAILED as CSRF_FAILED
+from app.web.csrf import CsrfMiddleware
 from app.web.files import FilesApiController, FilesController
 from app.web.health import HealthController
 from app.web.home import HomeController
+from app.web.input_guard import InputGuardMiddleware
 from app.web.jobs import JobsController
 from app.web.json_body import JsonBodyRequest
 from app.web.metrics import MetricsController
@@ -280,7 +289,7 @@ def _classify(exc: Exception, settings: Settings) -> tuple[int, str, dict[str, s
         return 422, f"Invalid request: {summary}", errors, {}
     if isinstance(exc, NotFoundException):
         return 404, "There is nothing at this address.", {}, {}
-    if isinstance(exc, PermissionDeniedException) and exc.detail == "CSRF token verification failed":
+    if isinstance(exc, PermissionDeniedException) and exc.detail == CSRF_FAILED:
         return 403, CSRF_MESSAGE, {}, {}
     if isinstance(exc, MethodNotAllowedException):
         return 405, "This address does not accept that kind of request.", {}, dict(exc.headers or {})
@@ -456,6 +465,7 @@ CONTROLLERS: list[ControllerRouterHandler] = [
     PipelinesApiController,
     JobTypesApiController,
     ControlsApiController,
+    UsersApiController,
     *admin.CONTROLLERS,
     JobsController,
     PipelinesController,
@@ -525,16 +535,18 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
         route_handlers=[*CONTROLLERS, static],
         lifespan=[_database_lifespan(settings, sa_config, auto_migrate=auto_migrate)],
         plugins=[SQLAlchemyPlugin(config=sa_config), HTMXPlugin(), _AfterPlugins(_worker_lifespan(settings))],
-        middleware=[RequestContextMiddleware(), AuthenticationMiddleware()],
+        middleware=[
+            RequestContextMiddleware(),
+            AuthenticationMiddleware(),
+            CsrfMiddleware(
+                settings.resolved_secret_key(),
+                exclude=CSRF_EXCLUDE,
+                secure=settings.cookies_secure,
+                session_max_age=timedelta(days=settings.session_max_age_days),
+            ),
+            InputGuardMiddleware(),
+        ],
         before_send=[security_headers],
-        csrf_config=CSRFConfig(
-            secret=settings.resolved_secret_key(),
-            exclude=CSRF_EXCLUDE,
-            cookie_samesite="lax",
-            cookie_secure=settings.cookies_secure,
-            # Pages carry the token (hidden field, <body hx-headers>); no script needs to read the cookie.
-            cookie_httponly=True,
-        ),
         template_config=TemplateConfig(
             directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=register_filters
         ),

@@ -133,6 +133,9 @@ class Settings(BaseSettings):
     """Largest accepted upload; larger gets 413."""
     session_max_age_days: float = Field(14, gt=0)
     """A sign-in lasts this long."""
+    forwarded_allow_ips: str = ""
+    """Reverse proxies (comma-separated addresses or networks, or ``*``) whose ``X-Forwarded-For`` and
+    ``X-Forwarded-Proto`` ``jobdesk serve`` believes. Empty: none; the connection's peer is the client."""
     metrics_token: str | None = None
     """Bearer token that may read ``/metrics`` without an admin session (for a Prometheus scraper)."""
     log_level: str = "INFO"

@@ -1,5 +1,5 @@
-"""Account administration: the list of users with their live API tokens, granting and revoking admin
-rights, disabling and enabling an account. Credentials themselves (passwords, API tokens, browser
+"""Account administration: the list of users with their live API tokens and sign-in locks, granting and
+revoking admin rights, disabling and enabling an account. Credentials themselves (passwords, API tokens, browser
 sessions, sign-in) live in :mod:`app.auth`.
 
 Functions take an ``AsyncConnection`` or an ``AsyncSession`` and never commit: the caller's transaction
@@ -15,6 +15,7 @@ from sqlalchemy.engine import RowMapping
 
 from app.auth import Db
 from app.errors import NotFound
+from app.signin import locked_emails
 
 USERS_LIMIT = 500
 """At most this many users are listed (ordered by email); the page says when there are more."""
@@ -45,15 +46,19 @@ EMAILS = text("SELECT id, email FROM users WHERE id = ANY(CAST(:ids AS int[]))")
 
 
 async def list_users(db: Db, limit: int = USERS_LIMIT) -> list[dict[str, Any]]:
-    """Users by email (at most ``limit``), each with ``sessions`` (live browser sessions) and ``tokens``
-    (their live API tokens, without secrets)."""
+    """Users by email (at most ``limit``), each with ``sessions`` (live browser sessions), ``tokens``
+    (their live API tokens, without secrets) and ``locked_failures`` (recent failed sign-ins when a limit
+    now refuses the account, from every address or from one; else 0)."""
     users = [dict(r) for r in (await db.execute(USERS, {"limit": limit})).mappings().all()]
     tokens: dict[int, list[Any]] = {}
+    locked: dict[str, int] = {}
     if users:
         for t in (await db.execute(TOKENS, {"ids": [u["id"] for u in users]})).mappings().all():
             tokens.setdefault(t["user_id"], []).append(t)
+        locked = await locked_emails(db, [u["email"] for u in users])
     for u in users:
         u["tokens"] = tokens.get(u["id"], [])
+        u["locked_failures"] = locked.get(u["email"], 0)
     return users
 
 

@@ -12,7 +12,8 @@ from litestar.params import JSONBody
 from litestar.testing import AsyncTestClient
 from webkit import PASSWORD, add_token, add_user, app_client, csrf_from, login
 
-from app.auth import LOGIN_MAX_FAILURES_PER_EMAIL, LOGIN_MAX_FAILURES_PER_IP, SESSION_COOKIE, requires_admin
+from app.auth import SESSION_COOKIE, requires_admin
+from app.signin import LOGIN_MAX_FAILURES_PER_EMAIL_AND_IP, LOGIN_MAX_FAILURES_PER_IP
 
 
 @pytest.fixture
@@ -95,11 +96,11 @@ async def test_disabled_user_cannot_sign_in(client: AsyncTestClient, db_url: str
     assert r.status_code == 401 and "Wrong email or password." in r.text
 
 
-async def test_sign_in_is_rate_limited_per_email(
+async def test_sign_in_is_rate_limited_per_email_and_address(
     client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
 ) -> None:
     await add_user(db_url, "ann@example.com")
-    for _ in range(LOGIN_MAX_FAILURES_PER_EMAIL):
+    for _ in range(LOGIN_MAX_FAILURES_PER_EMAIL_AND_IP):
         assert (await login(client, "ann@example.com", "wrong-password")).status_code == 401
     # even the right password is refused now, with the wait in minutes
     r = await login(client, "ann@example.com")
@@ -107,7 +108,7 @@ async def test_sign_in_is_rate_limited_per_email(
     assert "Too many failed sign-in attempts. Try again in 15 minutes." in r.text
     assert SESSION_COOKIE not in client.cookies
     # the refused attempt was not recorded (it would extend the lock-out)
-    assert await pg.fetchval("SELECT count(*) FROM login_attempts") == LOGIN_MAX_FAILURES_PER_EMAIL
+    assert await pg.fetchval("SELECT count(*) FROM login_attempts") == LOGIN_MAX_FAILURES_PER_EMAIL_AND_IP
     # once the failures are older than the window, sign-in works again
     await pg.execute("UPDATE login_attempts SET at = at - interval '16 minutes'")
     assert (await login(client, "ann@example.com")).status_code == 303
@@ -117,7 +118,7 @@ async def test_rate_limit_wait_counts_down_from_the_oldest_counted_failure(
     client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
 ) -> None:
     await add_user(db_url, "ann@example.com")
-    for _ in range(LOGIN_MAX_FAILURES_PER_EMAIL):
+    for _ in range(LOGIN_MAX_FAILURES_PER_EMAIL_AND_IP):
         await login(client, "ann@example.com", "wrong-password")
     await pg.execute("UPDATE login_attempts SET at = at - interval '13 minutes 30 seconds'")
     r = await login(client, "ann@example.com")

@@ -1,5 +1,5 @@
 """Admin actions on accounts: create a user, grant or revoke admin rights, disable or enable an account,
-issue or revoke an API token.
+unlock its sign-in, issue or revoke an API token.
 
 Each action takes ``(db, actor, parameters…)`` — ``db`` an ``AsyncSession`` or ``AsyncConnection``
 whose transaction the caller commits, ``actor`` the signed-in user (:class:`app.auth.CurrentUser`) —
@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.engine import RowMapping
 
-from app import auth, users
+from app import auth, signin, users
 from app.actions.trail import Db, acting, record_done, record_refused, require_admin
 from app.auth import CurrentUser
 from app.errors import Conflict
@@ -31,6 +31,28 @@ class NewUser:
 
     user: CurrentUser
     password: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CommandLine:
+    """The actor of ``jobdesk`` commands: whoever can run them on the server is trusted as an admin; the
+    audit trail and the admin notice name the command line instead of an account."""
+
+    id: None = None
+    email: str = "command line"
+    is_admin: bool = True
+
+
+COMMAND_LINE = CommandLine()
+
+
+@dataclass(frozen=True, slots=True)
+class Unlocked:
+    """An unlocked account and how many failed sign-ins were forgotten."""
+
+    user_id: int
+    email: str
+    cleared: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +149,28 @@ async def set_active(db: Db, actor: Any, user_id: int, active: bool, *, ip: str 
             db, acting(actor, ip), action, target_type="user", target_ids=[target["id"]], detail=detail
         )
     return ended
+
+
+async def unlock_sign_in(db: Db, actor: Any, user_id: int, *, ip: str | None = None) -> Unlocked:
+    """Lift the sign-in limits on an account at once: its failed sign-ins from every address are forgotten
+    (:func:`app.signin.unlock`).
+
+    Raises:
+        NotFound: no such user.
+    """
+    require_admin(actor, "unlock sign-in")
+    target = await users.get_user(db, user_id)
+    async with db.begin_nested():
+        cleared = await signin.unlock(db, target["email"])
+        await record_done(
+            db,
+            acting(actor, ip),
+            "user.unlock",
+            target_type="user",
+            target_ids=[target["id"]],
+            detail={"email": target["email"], "failures_cleared": cleared},
+        )
+    return Unlocked(target["id"], target["email"], cleared)
 
 
 def token_name(name: str) -> str:

@@ -12,9 +12,12 @@ from litestar.enums import RequestEncodingType
 from litestar.params import Body, QueryParameter
 from litestar.response import Redirect, Template
 
-from app.auth import SESSION_COOKIE, create_session, delete_session, safe_next, sign_in
+from app.auth import SESSION_COOKIE, create_session, delete_session, safe_next
 from app.errors import RateLimited, Unauthorized
+from app.signin import sign_in
 from app.web import DbSession, current_user, render
+from app.web.csrf import COOKIE_NAME as CSRF_COOKIE
+from app.web.csrf import csrf_cookie, session_token_for_cookie
 
 
 @dataclass
@@ -27,6 +30,8 @@ class LoginForm:
 
 
 def _client_ip(request: Request[Any, Any, Any]) -> str:
+    """The connection's peer: ``jobdesk serve`` puts a proxy's ``X-Forwarded-For`` there only when the
+    proxy is listed in ``FORWARDED_ALLOW_IPS`` (sign-in limits count per address)."""
     return request.client.host if request.client else "unknown"
 
 
@@ -52,7 +57,8 @@ class AuthController(Controller):
         data: Annotated[LoginForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
         db_session: DbSession,
     ) -> Template | Redirect:
-        """Check the password; on success start a session and go to ``next`` (a local path only).
+        """Check the password; on success start a session and go to ``next`` (a local path only). The new
+        session comes with its own CSRF token (the one the sign-in form carried stops working).
 
         A wrong password re-shows the form with the message next to it (401); too many failures give
         429 with the minutes to wait.
@@ -91,14 +97,18 @@ class AuthController(Controller):
             samesite="lax",
             secure=settings.cookies_secure,
         )
+        csrf = session_token_for_cookie(settings.resolved_secret_key(), token)
+        response.set_cookie(csrf_cookie(csrf, secure=settings.cookies_secure, max_age=max_age))
         return response
 
     @post("/logout", name="auth.logout", status_code=303)
     async def logout(self, request: Request[Any, Any, Any], db_session: DbSession) -> Redirect:
-        """Delete the session row (so the old cookie stops working anywhere) and clear the cookie."""
+        """Delete the session row (so the old cookie, and the CSRF token bound to it, stop working
+        anywhere) and clear both cookies."""
         token = request.cookies.get(SESSION_COOKIE)
         if token:
             await delete_session(db_session, token)
         response = Redirect("/login", status_code=303)
         response.delete_cookie(SESSION_COOKIE, path="/")
+        response.delete_cookie(CSRF_COOKIE, path="/")
         return response

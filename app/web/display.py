@@ -306,11 +306,54 @@ def file_ids_in(input_data: Any, fields: list[Any]) -> list[str]:
 # --- errors -------------------------------------------------------------------------------------------
 
 
-def error_summary(row: Mapping[str, Any], message: str | None) -> dict[str, Any] | None:
+_TRACEBACK_START = re.compile(
+    r'^[ \t|+]*(?:Exception Group )?Traceback \(most recent call last\):|^[ \t|+]*File "', re.MULTILINE
+)
+_QUOTED_PATH = re.compile(r"""(['"])(?:/|~/|[A-Za-z]:\\)[^'"\n]*\1""")
+UNEXPECTED_ERROR = "It stopped on an unexpected error; an administrator can read the details."
+
+
+def _is_admin(viewer: Any) -> bool:
+    return bool(getattr(viewer, "is_admin", False))
+
+
+def error_text_for(message: str | None, viewer: Any) -> str | None:
+    """A stored error text as ``viewer`` may read it — the one rule for job pages, their fragments and
+    the API. Admins read all of it. Anyone else (a job's owner) reads the message in words: when the
+    text carries a traceback (an unexpected exception, not a message a processor wrote for people), the
+    traceback is cut — its file paths and source lines describe the server, not the job — and quoted
+    file paths in the exception's own message become ``'…'``."""
+    if not message or _is_admin(viewer):
+        return message
+    cut = _TRACEBACK_START.search(message)
+    if cut is None:
+        return message
+    head = _QUOTED_PATH.sub(lambda m: m.group(1) + "…" + m.group(1), message[: cut.start()].strip())
+    return head or UNEXPECTED_ERROR
+
+
+def job_for(job: Mapping[Any, Any], viewer: Any) -> dict[str, Any]:
+    """A job's fields (the API's shape) with ``error_message`` as ``viewer`` may read it."""
+    return {**job, "error_message": error_text_for(job.get("error_message"), viewer)}
+
+
+def event_for(event: Mapping[Any, Any], viewer: Any) -> dict[str, Any]:
+    """A ``job_events`` row with its ``message`` (and a retry's ``data.previous_error``) as ``viewer``
+    may read them."""
+    out = dict(event)
+    out["message"] = error_text_for(out.get("message"), viewer)
+    data = out.get("data")
+    if isinstance(data, dict) and isinstance(data.get("previous_error"), str):
+        out["data"] = {**data, "previous_error": error_text_for(data["previous_error"], viewer)}
+    return out
+
+
+def error_summary(row: Mapping[str, Any], message: str | None, viewer: Any = None) -> dict[str, Any] | None:
     """The error in plain words: ``{"headline", "reason", "technical"}`` (``technical`` is the full text,
-    shown folded), or ``None`` when there is nothing to say."""
+    shown folded), or ``None`` when there is nothing to say. ``viewer``: who reads it
+    (:func:`error_text_for`; ``None`` reads what a job's owner reads)."""
     status = row["status"]
-    text = (message or "").strip()
+    text = (error_text_for(message, viewer) or "").strip()
     first = text.splitlines()[0] if text else ""
     if len(first) > ERROR_SUMMARY_MAX:
         first = first[:ERROR_SUMMARY_MAX] + "…"
@@ -415,7 +458,7 @@ def event_line(event: Mapping[str, Any], viewer: Any, emails: Mapping[int, str])
             "cancelled": "it was cancelled",
         }
         what = f"Its worker was lost; {after.get(event['to_status'], event['to_status'])}"
-    message = (event.get("message") or "").strip()
+    message = (error_text_for(event.get("message"), viewer) or "").strip()
     note, technical = message, None
     if len(message) > 200 or "\n" in message:
         note = message.splitlines()[0][:200] + "…"

@@ -199,9 +199,9 @@ async def status_context(
         result = outcome["result_data"]
         ctx["result_items"] = display.result_items(result)
         ctx["result_json"] = display.pretty_json(result) if result is not None else None
-        ctx["error"] = display.error_summary(row, outcome["error_message"])
+        ctx["error"] = display.error_summary(row, outcome["error_message"], user)
     elif row.get("error_preview"):
-        ctx["error"] = display.error_summary(row, row["error_preview"])
+        ctx["error"] = display.error_summary(row, row["error_preview"], user)
     if ctx["actions"]["reschedule"]:
         ctx["timezones"] = timezone_names()
         ctx["reschedule_tz"] = user.timezone or "UTC"

@@ -29,6 +29,7 @@ from app.errors import AppError, BadInput, Conflict, TooLarge
 from app.processors import registry
 from app.web import DbSession, redirect_with_notice, render
 from app.web.deps import client_ip, settings_of
+from app.web.input_guard import FORM_CHECKED
 from app.web.job_page import timezone_names
 
 INPUT_MAX_CHARS = 100_000
@@ -163,7 +164,7 @@ class SchedulesController(Controller):
         ctx["notice"] = (done or "")[:200] or None
         return render(request, "admin/schedules.html", ctx)
 
-    @post("/", name="admin.schedules.create", status_code=303)
+    @post("/", name="admin.schedules.create", status_code=303, opt={FORM_CHECKED: True})
     async def create_schedule(
         self, request: Request[Any, Any, Any], db_session: DbSession
     ) -> Template | Redirect:

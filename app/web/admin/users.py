@@ -3,8 +3,9 @@
 * ``GET /admin/users`` — every user with their admin flag, state, live sessions and live API tokens, and
   the form to create one;
 * ``POST /admin/users`` — create a user (a blank password is generated and shown once);
-* ``POST /admin/users/{id}/{make-admin,revoke-admin,disable,enable}`` — an admin cannot revoke their own
-  admin rights or disable themselves (409, kept in the audit trail as refused);
+* ``POST /admin/users/{id}/{make-admin,revoke-admin,disable,enable,unlock}`` — an admin cannot revoke
+  their own admin rights or disable themselves (409, kept in the audit trail as refused); ``unlock``
+  forgets a locked account's failed sign-ins (:mod:`app.signin`);
 * ``POST /admin/users/{id}/tokens`` and ``POST /admin/tokens/{id}/revoke`` — issue (the plaintext is
   shown once) and revoke API tokens.
 
@@ -21,17 +22,19 @@ from litestar.params import FromPath, QueryParameter
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import auth, users
+from app import auth, signin, users
 from app.actions import users as user_actions
 from app.errors import BadInput, Conflict
 from app.web import DbSession, redirect_with_notice, render
 from app.web.deps import client_ip
+from app.web.input_guard import FORM_CHECKED
 
 USER_ACTIONS = {
     "make-admin": "user.make_admin",
     "revoke-admin": "user.revoke_admin",
     "disable": "user.disable",
     "enable": "user.enable",
+    "unlock": "user.unlock",
 }
 """The per-user buttons (path suffix) and the audit action each one records."""
 
@@ -47,7 +50,14 @@ async def users_context(db: AsyncSession) -> dict[str, Any]:
         "notice_ok": True,
         "secret": None,
         "min_password": auth.MIN_PASSWORD_LENGTH,
+        "lock_minutes": int(signin.LOGIN_WINDOW.total_seconds() // 60),
     }
+
+
+def unlock_words(unlocked: user_actions.Unlocked) -> str:
+    """What an unlock did, in words (the page's notice, the command line's answer)."""
+    n = unlocked.cleared
+    return f"{unlocked.email} can sign in again: {n} failed attempt{'s' if n != 1 else ''} forgotten."
 
 
 def _checked(value: Any) -> bool:
@@ -73,7 +83,7 @@ class UsersController(Controller):
         ctx["notice"] = (done or "")[:200] or None
         return render(request, "admin/users.html", ctx)
 
-    @post("/users", name="admin.users.create", status_code=200)
+    @post("/users", name="admin.users.create", status_code=200, opt={FORM_CHECKED: True})
     async def create_user(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
         """Create a user; a blank password is generated and shown once. Errors next to the fields (422)."""
         form = await request.form()
@@ -106,10 +116,13 @@ class UsersController(Controller):
     async def user_action(
         self, request: Request[Any, Any, Any], db_session: DbSession, user_id: FromPath[int]
     ) -> Template | Redirect:
-        """Make/revoke admin, disable (ends their sessions; tokens stop working) or enable a user. Your own
-        admin flag and account are refused with 409 (recorded as refused)."""
+        """Make/revoke admin, disable (ends their sessions; tokens stop working), enable or unlock a user.
+        Your own admin flag and account are refused with 409 (recorded as refused)."""
         action = request.url.path.rstrip("/").rsplit("/", 1)[1]
         ip = client_ip(request)
+        if action == "unlock":
+            unlocked = await user_actions.unlock_sign_in(db_session, request.user, user_id, ip=ip)
+            return redirect_with_notice("/admin/users", unlock_words(unlocked))
         try:
             if action in ("make-admin", "revoke-admin"):
                 target = await user_actions.set_admin(

@@ -27,7 +27,7 @@ from app.errors import BadInput
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.jobs.states import Status, label
-from app.web import DbSession
+from app.web import DbSession, display
 from app.web.deps import MAX_PAGE, actor_of, keep_refusal
 
 
@@ -105,9 +105,12 @@ def status_label(row: Any) -> str:
     )
 
 
-async def job_response(db: AsyncSession, row: Any, status_code: int = 200) -> Response[dict[str, Any]]:
+async def job_response(
+    db: AsyncSession, row: Any, status_code: int = 200, *, viewer: Any
+) -> Response[dict[str, Any]]:
+    """The job as ``viewer`` may read it (a traceback is for admins: :func:`app.web.display.job_for`)."""
     deps = await queue.dependencies_of(db, row["id"])
-    return Response(job_json(row, deps), status_code=status_code)
+    return Response(display.job_for(job_json(row, deps), viewer), status_code=status_code)
 
 
 async def act(
@@ -170,7 +173,7 @@ class JobsApiController(Controller):
             depends_on=list(data.dependent_on_jobs or []),
         )
         result = await job_actions.submit(db_session, actor, new)
-        return await job_response(db_session, result.job, 201 if result.created else 200)
+        return await job_response(db_session, result.job, 201 if result.created else 200, viewer=request.user)
 
     @get("/", name="api.jobs.list")
     async def list_jobs(
@@ -181,7 +184,9 @@ class JobsApiController(Controller):
         job_type: Annotated[str | None, QueryParameter(name="type")] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = 50,
         after: FromQuery[UUID | None] = None,
-        user_id: Annotated[int | None, QueryParameter(description="Admins only: one user's jobs.")] = None,
+        user_id: Annotated[
+            int | None, QueryParameter(ge=1, le=2**31 - 1, description="Admins only: one user's jobs.")
+        ] = None,
     ) -> dict[str, Any]:
         """Jobs newest first: your own, or (admins) everyone's. Keyset pagination: pass the response's
         ``next`` as ``after``. Rows omit input, result and error text (fetch one job for those)."""
@@ -222,7 +227,7 @@ class JobsApiController(Controller):
     ) -> Response[dict[str, Any]]:
         """One job with its input, result, error and ``dependent_on_jobs``. 404 for unknown or others' ids."""
         row = await queue.get_job(db_session, job_id, request.user)
-        return await job_response(db_session, row)
+        return await job_response(db_session, row, viewer=request.user)
 
     @get("/{job_id:str}/events", name="api.jobs.events")
     async def events(
@@ -230,7 +235,8 @@ class JobsApiController(Controller):
     ) -> list[dict[str, Any]]:
         """The job's history, oldest first: every transition, cancel request and admin action."""
         row = await queue.get_job(db_session, job_id, request.user)
-        return [dict(r) for r in (await db_session.execute(_EVENTS, {"id": row["id"]})).mappings().all()]
+        rows = (await db_session.execute(_EVENTS, {"id": row["id"]})).mappings().all()
+        return [display.event_for(r, request.user) for r in rows]
 
     @post("/{job_id:str}/cancel", name="api.jobs.cancel", status_code=200)
     async def cancel(
@@ -239,7 +245,7 @@ class JobsApiController(Controller):
         """Cancel (owner or admin). A waiting job is cancelled at once; a running one shows
         ``status_label: Cancelling`` until its worker stops it. 409 if it already finished."""
         outcome = await act(request, db_session, "cancel", job_id)
-        return await job_response(db_session, outcome.row)
+        return await job_response(db_session, outcome.row, viewer=request.user)
 
     @post("/{job_id:str}/retry", name="api.jobs.retry", status_code=200)
     async def retry(
@@ -247,7 +253,7 @@ class JobsApiController(Controller):
     ) -> Response[dict[str, Any]]:
         """Retry a failed job with a fresh attempt budget (admins). 409 naming the status otherwise."""
         outcome = await act(request, db_session, "retry", job_id)
-        return await job_response(db_session, outcome.row)
+        return await job_response(db_session, outcome.row, viewer=request.user)
 
     @post("/{job_id:str}/run-again", name="api.jobs.run_again", status_code=201)
     async def run_again(
@@ -255,7 +261,7 @@ class JobsApiController(Controller):
     ) -> Response[dict[str, Any]]:
         """A new job with the same type and input (owner or admin); answers the new job."""
         outcome = await act(request, db_session, "run-again", job_id)
-        return await job_response(db_session, outcome.new_job, 201)
+        return await job_response(db_session, outcome.new_job, 201, viewer=request.user)
 
     @post("/{job_id:str}/approve", name="api.jobs.approve", status_code=200)
     async def approve(
@@ -263,7 +269,7 @@ class JobsApiController(Controller):
     ) -> Response[dict[str, Any]]:
         """Approve a step waiting for approval (admins): it completes and its dependents run."""
         outcome = await act(request, db_session, "approve", job_id)
-        return await job_response(db_session, outcome.row)
+        return await job_response(db_session, outcome.row, viewer=request.user)
 
     @post("/{job_id:str}/reject", name="api.jobs.reject", status_code=200)
     async def reject(
@@ -275,7 +281,7 @@ class JobsApiController(Controller):
     ) -> Response[dict[str, Any]]:
         """Reject a step waiting for approval (admins), with a reason: it fails and its dependents are cancelled."""
         outcome = await act(request, db_session, "reject", job_id, reason=data.reason)
-        return await job_response(db_session, outcome.row)
+        return await job_response(db_session, outcome.row, viewer=request.user)
 
     @post("/{job_id:str}/rerun", name="api.jobs.rerun", status_code=200)
     async def rerun(
@@ -283,7 +289,7 @@ class JobsApiController(Controller):
     ) -> Response[dict[str, Any]]:
         """Run a step waiting for approval once more (admins); it waits for approval again afterwards."""
         outcome = await act(request, db_session, "rerun", job_id)
-        return await job_response(db_session, outcome.row)
+        return await job_response(db_session, outcome.row, viewer=request.user)
 
     @post("/{job_id:str}/run-now", name="api.jobs.run_now", status_code=200)
     async def run_now(
@@ -291,7 +297,7 @@ class JobsApiController(Controller):
     ) -> Response[dict[str, Any]]:
         """Start a scheduled or retrying job as soon as a worker is free (admins). 409 if not waiting."""
         outcome = await act(request, db_session, "run-now", job_id)
-        return await job_response(db_session, outcome.row)
+        return await job_response(db_session, outcome.row, viewer=request.user)
 
     @post("/{job_id:str}/reschedule", name="api.jobs.reschedule", status_code=200)
     async def reschedule(
@@ -303,7 +309,7 @@ class JobsApiController(Controller):
     ) -> Response[dict[str, Any]]:
         """Move a waiting job to ``run_at`` (admins). 422 without a UTC offset; 409 if not waiting."""
         outcome = await act(request, db_session, "reschedule", job_id, run_at=data.run_at)
-        return await job_response(db_session, outcome.row)
+        return await job_response(db_session, outcome.row, viewer=request.user)
 
     @delete("/{job_id:str}", name="api.jobs.delete", status_code=204)
     async def delete_job(

@@ -16,7 +16,7 @@ from app import pipelines
 from app.actions import pipelines as pipeline_actions
 from app.auth import requires_user
 from app.errors import BadInput
-from app.web import DbSession
+from app.web import DbSession, display
 from app.web.deps import MAX_PAGE, actor_of
 
 STEP_FIELDS = (
@@ -139,7 +139,8 @@ class PipelinesApiController(Controller):
         self, request: Request[Any, Any, Any], db_session: DbSession, pipeline_id: FromPath[str]
     ) -> list[dict[str, Any]]:
         """Every step's events in order: the pipeline's whole history."""
-        return [dict(r) for r in await pipelines.events(db_session, pipeline_id, request.user)]
+        rows = await pipelines.events(db_session, pipeline_id, request.user)
+        return [display.event_for(r, request.user) for r in rows]
 
     @post("/{pipeline_id:str}/cancel", name="api.pipelines.cancel", status_code=200)
     async def cancel(

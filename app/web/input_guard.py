@@ -1,0 +1,142 @@
+"""The input edge: what no handler should have to meet is refused before any handler runs, with a 422
+whose ``errors`` name the field.
+
+* A NUL character or a lone surrogate in a query parameter (name or value), or in a urlencoded or
+  multipart form field (name, value, or an uploaded file's name). PostgreSQL text cannot hold a NUL,
+  and a lone surrogate cannot be encoded, so either would otherwise fail deep inside a query — as a 500,
+  or as a 422 that cannot say which field was wrong.
+* A JSON body nested deeper than :data:`MAX_JSON_DEPTH` levels. Decoding — and every walk over the
+  value after it — recurses once per level, and Python's stack gives out near 1,000 levels.
+
+A form handler that checks its own fields and shows each error next to its field (keeping what was
+typed) opts out of the form check with ``opt={FORM_CHECKED: True}``; its query string and JSON are still
+checked, and a test posts a NUL in every field of every form.
+
+Checks are cheap when nothing is wrong: the query string and the JSON body are scanned as bytes first,
+and a form is parsed once (the CSRF check and the handler reuse the parsed form).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+from litestar.datastructures import UploadFile
+from litestar.enums import RequestEncodingType, ScopeType
+from litestar.middleware import ASGIMiddleware
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+from app.errors import BadInput
+
+FORM_CHECKED = "form_text_checked"
+"""Route ``opt`` key: the handler itself refuses NUL characters and lone surrogates in its form fields."""
+
+MAX_JSON_DEPTH = 100
+"""Deepest nesting of arrays and objects accepted in a JSON body; job inputs need a handful of levels."""
+
+NUL_MESSAGE = "contains a NUL character, which cannot be stored; remove it"
+SURROGATE_MESSAGE = "contains a lone surrogate, which is not valid text; remove it"
+DEPTH_MESSAGE = f"the JSON is nested more than {MAX_JSON_DEPTH} levels deep; flatten it"
+
+_BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
+# UTF-8 of U+D800…U+DFFF: not valid UTF-8, but some encoders write it for a lone surrogate
+_SURROGATE_UTF8 = re.compile(rb"\xed[\xa0-\xbf][\x80-\xbf]")
+_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.S)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_OPENING = frozenset(b"[{")
+
+
+def _field_name(raw: str | bytes) -> str:
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    return _BAD_TEXT.sub("\ufffd", text)[:100] or "(unnamed)"
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be taken as text (a NUL or a lone surrogate), or ``None``."""
+    bad = _BAD_TEXT.search(value)
+    if bad is None:
+        return None
+    return NUL_MESSAGE if bad.group() == "\x00" else SURROGATE_MESSAGE
+
+
+def _bytes_problem(raw: bytes) -> str | None:
+    if b"\x00" in raw:
+        return NUL_MESSAGE
+    if _SURROGATE_UTF8.search(raw):
+        return SURROGATE_MESSAGE
+    return None
+
+
+def check_query(query_string: bytes) -> None:
+    """Raises:
+    BadInput: a parameter's name or value holds a NUL or a lone surrogate (the error names it).
+    """
+    low = query_string.lower()
+    if not any(mark in low for mark in (b"%00", b"\x00", b"%ed", b"\xed")):
+        return
+    for part in query_string.split(b"&"):
+        raw_name, _, raw_value = part.partition(b"=")
+        name = unquote_to_bytes(raw_name.replace(b"+", b" "))
+        value = unquote_to_bytes(raw_value.replace(b"+", b" "))
+        problem = _bytes_problem(name) or _bytes_problem(value)
+        if problem is not None:
+            raise BadInput.field(_field_name(name), problem)
+
+
+def check_form(items: list[tuple[str, Any]]) -> None:
+    """Raises:
+    BadInput: a field's name, value or uploaded file name holds a NUL or a lone surrogate.
+    """
+    for name, value in items:
+        if isinstance(value, UploadFile):
+            text = value.filename or ""
+        else:
+            text = value if isinstance(value, str) else ""
+        problem = text_problem(name) or text_problem(text)
+        if problem is not None:
+            raise BadInput.field(_field_name(name), problem)
+
+
+def json_depth(body: bytes, stop_at: int = MAX_JSON_DEPTH) -> int:
+    """How deeply arrays and objects nest in the JSON text ``body`` (brackets inside strings do not
+    count); stops counting once past ``stop_at``. Linear in the body's size, without recursion."""
+    if body.count(b"[") + body.count(b"{") <= stop_at:
+        return 0  # cannot be deeper than its number of opening brackets
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    depth = deepest = 0
+    for byte in brackets:
+        depth = depth + 1 if byte in _OPENING else depth - 1
+        if depth > deepest:
+            deepest = depth
+            if deepest > stop_at:
+                break
+    return deepest
+
+
+def _is_json(content_type: str) -> bool:
+    return content_type == "application/json" or content_type.endswith("+json")
+
+
+def _checks_own_form(scope: Scope) -> bool:
+    handler = scope.get("route_handler")
+    return bool(handler is not None and handler.opt.get(FORM_CHECKED))
+
+
+class InputGuardMiddleware(ASGIMiddleware):
+    """Refuses, with a 422 naming the field, the inputs described in the module docstring; runs for
+    every route (pages and API) before its handler."""
+
+    scopes = (ScopeType.HTTP,)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        check_query(scope.get("query_string", b""))
+        if scope.get("method", "GET") not in ("GET", "HEAD", "OPTIONS"):
+            request: Any = scope["litestar_app"].request_class(scope=scope, receive=receive)
+            content_type, _ = request.content_type
+            if content_type in (RequestEncodingType.URL_ENCODED, RequestEncodingType.MULTI_PART):
+                if not _checks_own_form(scope):
+                    check_form(list((await request.form()).multi_items()))
+            elif _is_json(content_type) and json_depth(await request.body()) > MAX_JSON_DEPTH:
+                raise BadInput.field("body", DEPTH_MESSAGE)
+        await next_app(scope, receive, send)

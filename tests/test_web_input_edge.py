@@ -1,0 +1,245 @@
+"""The input edge: a NUL character or a lone surrogate in any query parameter or form field, JSON nested
+a thousand levels deep, or an id beyond its column's range answers a 4xx naming the field — never a
+500. The walks below enumerate the app's own routes and the forms its pages show, so a route or form
+added later is covered without editing this file."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy.ext.asyncio import AsyncEngine
+from test_web_jobs import claim, enqueue, failed_job, finish
+from webkit import add_token, add_user, csrf_from, login
+
+from app.actions.selection import FILTER_FIELDS
+from app.server import create_app
+from app.settings import Settings
+from app.web.input_guard import FORM_CHECKED, json_depth
+
+NUL = "a\x00b"
+SKIPPED_PREFIXES = ("/static", "/schema")
+
+
+@dataclass
+class Walk:
+    client: AsyncTestClient
+    app: Litestar
+    bearer: dict[str, str]
+    job_ids: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+async def walk(make_settings: Any, db_url: str, engine: AsyncEngine) -> AsyncIterator[Walk]:
+    settings: Settings = make_settings(worker_enabled=False)
+    boss = await add_user(db_url, "boss@example.com", admin=True)
+    bearer = {"Authorization": f"Bearer {await add_token(db_url, boss.id)}"}
+    # jobs in the states whose pages show forms: failed, waiting for approval, scheduled
+    failed = await failed_job(engine, settings, boss.id, "boom", type_="noop", input_data={})
+    approval = await enqueue(engine, settings, boss.id, "noop", input_data={}, requires_approval=True)
+    await claim(engine, approval)
+    await finish(engine, settings, approval, "completed", result={"ok": True})
+    later = datetime.now(UTC) + timedelta(days=1)
+    scheduled = await enqueue(engine, settings, boss.id, "noop", input_data={}, run_at=later)
+    app = create_app(settings)
+    async with AsyncTestClient(app=app, base_url="http://testserver.local") as client:
+        assert (await login(client, "boss@example.com")).status_code == 303
+        yield Walk(client, app, bearer, [str(failed), str(approval), str(scheduled)])
+
+
+def _routes(app: Litestar, method: str) -> list[tuple[str, Any]]:
+    out = []
+    for route in app.routes:
+        if route.path.startswith(SKIPPED_PREFIXES):
+            continue
+        for handler in getattr(route, "route_handlers", []):
+            if method in handler.http_methods:
+                out.append((route.path, handler))
+    return out
+
+
+def _fill(path: str) -> str:
+    return re.sub(r"\{(\w+):(\w+)\}", lambda m: "1" if m.group(2) == "int" else "x", path)
+
+
+def _query_names(path: str, handler: Any) -> set[str]:
+    names = {"unknown_param"}
+    for name, fd in handler.parsed_fn_signature.parameters.items():
+        kind = type(fd.kwarg_definition).__name__
+        if kind == "QueryParameter" or (kind == "ParameterKwarg" and fd.kwarg_definition.query):
+            names.add(fd.kwarg_definition.name or fd.kwarg_definition.query or name)
+    if path == "/admin/jobs":
+        names |= set(FILTER_FIELDS)  # read from the query string by the filter parser
+    return names
+
+
+def _names_the_field(r: Any, name: str) -> bool:
+    if r.headers.get("content-type", "").startswith("application/json"):
+        return name in (r.json().get("errors") or {})
+    return f"<strong>{name}</strong>" in r.text
+
+
+async def test_every_get_route_refuses_a_nul_in_each_query_parameter_naming_it(walk: Walk) -> None:
+    checked = 0
+    for path, handler in _routes(walk.app, "GET"):
+        url = _fill(path)
+        headers = walk.bearer if url.startswith("/api/") else {}
+        for name in sorted(_query_names(path, handler)):
+            for bad in ("a%00b", "%ED%A0%80"):
+                r = await walk.client.get(f"{url}?{name}={bad}", headers=headers, follow_redirects=False)
+                assert r.status_code == 422, (url, name, bad, r.status_code, r.text[:300])
+                assert _names_the_field(r, name), (url, name, r.text[:300])
+                checked += 1
+    assert checked > 60
+
+
+# --- forms ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Form:
+    action: str
+    multipart: bool
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+class _Forms(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.forms: list[Form] = []
+        self._current: Form | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "form" and a.get("method", "get").lower() == "post":
+            self._current = Form(a.get("action", ""), "multipart" in a.get("enctype", ""))
+            self.forms.append(self._current)
+        elif tag in ("input", "textarea", "select") and self._current is not None and a.get("name"):
+            if a.get("type") not in ("file", "submit", "button"):
+                self._current.fields.setdefault(a["name"], a.get("value", "x") or "x")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "form":
+            self._current = None
+
+
+def forms_in(html: str) -> list[Form]:
+    parser = _Forms()
+    parser.feed(html)
+    return [f for f in parser.forms if f.action.startswith("/") and not f.action.startswith("/api/")]
+
+
+async def _pages(walk: Walk) -> list[str]:
+    """Every page a person reaches from the start page and the admin console, the jobs' own pages, and the
+    confirmation forms that bulk actions answer with."""
+    c = walk.client
+    paths = ["/", "/jobs", "/pipelines", "/admin", "/admin/health", "/admin/users", "/admin/schedules"]
+    paths += ["/admin/jobs", "/admin/failed", "/admin/alerts", "/admin/audit"]
+    paths += [f"/jobs/{j}" for j in walk.job_ids]
+    home = (await c.get("/")).text + (await c.get("/pipelines")).text
+    paths += sorted(set(re.findall(r'href="(/(?:jobs|pipelines)/new/[^"?]+)"', home)))
+    pages = [(await c.get(p)).text for p in paths]
+    token = csrf_from(pages[0])
+    for url, data in (
+        ("/admin/jobs/bulk", {"action": "cancel", "scope": "filter", "status": "queued"}),
+        ("/admin/failed/retry/confirm", {"type": "noop", "signature": "boom"}),
+    ):
+        pages.append((await c.post(url, data={**data, "_csrf_token": token})).text)
+    return pages
+
+
+def _route_for(app: Litestar, action: str) -> Any:
+    for path, handler in _routes(app, "POST"):
+        pattern = re.sub(r"\\\{\w+:\w+\\\}", "[^/]+", re.escape(path))
+        if re.fullmatch(pattern, action):
+            return path, handler
+    raise AssertionError(f"no route for the form action {action}")
+
+
+async def test_every_post_form_refuses_a_nul_in_each_field_naming_it(walk: Walk) -> None:
+    c, covered, checked = walk.client, set(), 0
+    forms = {(f.action, tuple(sorted(f.fields))): f for page in await _pages(walk) for f in forms_in(page)}
+    for form in forms.values():
+        path, handler = _route_for(walk.app, form.action)
+        covered.add(path)
+        for name in form.fields:
+            if name == "_csrf_token":
+                continue
+            token = csrf_from((await c.get("/jobs")).text)
+            data = {**form.fields, name: NUL, "_csrf_token": token}
+            files = {"unused": ("x.txt", b"x")} if form.multipart else None
+            r = await c.post(form.action, data=data, files=files, follow_redirects=False)
+            assert r.status_code == 422, (form.action, name, r.status_code, r.text[:300])
+            if handler.opt.get(FORM_CHECKED):
+                assert 'class="field-error"' in r.text, (form.action, name)
+            else:
+                assert _names_the_field(r, name), (form.action, name, r.text[:300])
+            checked += 1
+    # the walk reached the forms named in the issue: sign-out, user creation, token name, reject reason,
+    # bulk confirm, a job's start form
+    for path in ("/logout", "/admin/users", "/admin/users/{user_id:int}/tokens", "/admin/jobs/bulk/confirm"):
+        assert path in covered, path
+    assert any("reject" in p for p in covered) and "/jobs/new/{type_name:str}" in covered
+    assert checked > 30
+
+
+async def test_the_sign_in_form_refuses_a_nul_in_the_email_naming_it(walk: Walk) -> None:
+    walk.client.cookies.clear()
+    page = await walk.client.get("/login")
+    data = {"email": "ann\x00@example.com", "password": "x", "_csrf_token": csrf_from(page.text)}
+    r = await walk.client.post("/login", data=data)
+    assert r.status_code == 422 and _names_the_field(r, "email")
+
+
+# --- JSON and numbers ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("levels", [1000, 5000])
+async def test_json_nested_a_thousand_levels_is_a_422_naming_the_body(walk: Walk, levels: int) -> None:
+    deep = "[" * levels + "]" * levels
+    for url, body in (
+        ("/api/jobs", '{"type": "noop", "input_data": {"x": ' + deep + "}}"),
+        (
+            "/api/pipelines",
+            '{"name": "p", "steps": [{"key": "a", "type": "noop", "input_data": ' + deep + "}]}",
+        ),
+    ):
+        headers = {**walk.bearer, "content-type": "application/json"}
+        r = await walk.client.post(url, content=body, headers=headers)
+        assert r.status_code == 422, (url, r.text[:300])
+        assert "body" in r.json()["errors"] and "nested" in r.json()["detail"]
+
+
+async def test_json_of_ordinary_depth_is_accepted(walk: Walk) -> None:
+    nested: Any = {"leaf": "[{"}
+    for _ in range(25):  # 52 levels with the body's own object (job inputs allow 64)
+        nested = {"x": [nested]}
+    r = await walk.client.post("/api/jobs", json={"type": "noop", "input_data": nested}, headers=walk.bearer)
+    assert r.status_code == 201, r.text[:300]
+
+
+def test_json_depth_ignores_brackets_inside_strings() -> None:
+    assert json_depth(b'{"a": "' + b"[" * 500 + b'"}') == 1
+    assert json_depth(b'["\\"' + b"[" * 200 + b'"]', stop_at=1) <= 1
+    assert json_depth(b"[" * 150 + b"]" * 150) > 100
+
+
+async def test_an_api_user_id_beyond_int4_is_a_422_naming_it(walk: Walk) -> None:
+    for value in ("2147483648", "99999999999999999999", "0"):
+        r = await walk.client.get(f"/api/jobs?user_id={value}", headers=walk.bearer)
+        assert r.status_code == 422 and "user_id" in r.json()["errors"], (value, r.text)
+    r = await walk.client.get("/api/jobs?user_id=2147483647", headers=walk.bearer)
+    assert r.status_code == 200
+
+
+async def test_unknown_ids_in_paths_are_404_not_500(walk: Walk) -> None:
+    for url in ("/jobs/" + str(uuid.uuid4()), "/jobs/%00", "/pipelines/%00", "/files/%00"):
+        assert (await walk.client.get(url)).status_code == 404, url
