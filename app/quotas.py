@@ -63,8 +63,8 @@ FIRST_EXPIRY = text(
 USAGE = text(
     """
     SELECT u.id,
-           (SELECT count(*) FROM jobs j WHERE j.user_id = u.id AND j.status = 'queued') AS waiting,
-           (SELECT count(*) FROM jobs j WHERE j.user_id = u.id AND j.status = 'queued' AND NOT j.is_active)
+           (SELECT count(*) FROM jobs WHERE jobs.user_id = u.id AND status = 'queued') AS waiting,
+           (SELECT count(*) FROM jobs WHERE jobs.user_id = u.id AND status = 'queued' AND NOT is_active)
                AS held,
            (SELECT COALESCE(sum(size), 0) FROM files f WHERE f.user_id = u.id) AS stored_bytes
     FROM users u WHERE u.id = ANY(CAST(:ids AS int[]))
