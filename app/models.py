@@ -231,6 +231,8 @@ class Job(Base):
             postgresql_where=text("status IN ('queued', 'in_progress', 'waiting_approval')"),
         ),
         Index("ix_jobs_user_id_id", "user_id", text("id DESC")),
+        # Waiting jobs per owner, for the per-user waiting limit: counted on every submission.
+        Index("ix_jobs_user_waiting", "user_id", postgresql_where=text("status = 'queued'")),
         Index("ix_jobs_status_id", "status", text("id DESC")),
         Index("ix_jobs_type_id", "type", text("id DESC")),
         Index("ix_jobs_pipeline_id", "pipeline_id", postgresql_where=text("pipeline_id IS NOT NULL")),

@@ -26,7 +26,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from uuid_utils.compat import uuid7
 
-from app import pipelines
+from app import pipelines, quotas
 from app.errors import BadInput, Conflict, NotFound
 from app.jobs import outbox, queue
 from app.jobs.payload import check_input, json_text
@@ -320,7 +320,8 @@ async def sync_code_schedules(db: AsyncConnection | AsyncSession, settings: Sett
 DUE_SCHEDULES = text(
     f"""
     SELECT {SCHEDULE_COLUMNS}, now() AS db_now,
-           (SELECT u.is_admin FROM users u WHERE u.id = schedules.user_id) AS owner_is_admin
+           (SELECT u.is_admin FROM users u WHERE u.id = schedules.user_id) AS owner_is_admin,
+           (SELECT u.is_active FROM users u WHERE u.id = schedules.user_id) AS owner_is_active
     FROM schedules
     WHERE enabled AND next_fire_at <= now()
     ORDER BY next_fire_at LIMIT :limit
@@ -383,6 +384,7 @@ async def _fire(conn: AsyncConnection, row: RowMapping, at: datetime, settings: 
     return {"schedule": row["name"], "fired_at": at, "pipeline_id": p["id"]}
 
 
+ADVANCE_ONLY = text("UPDATE schedules SET next_fire_at = :next, updated_at = now() WHERE id = :id")
 DISABLE_INVALID = text(
     "UPDATE schedules SET enabled = false, next_fire_at = NULL, updated_at = now() WHERE id = :id"
 )
@@ -404,9 +406,28 @@ async def _disable(conn: AsyncConnection, row: RowMapping, reason: str) -> None:
     )
 
 
+async def _skip(conn: AsyncConnection, row: RowMapping, at: datetime, nxt: datetime, reason: str) -> None:
+    """Skip this firing (the owner's waiting jobs are at their limit): the schedule moves on to its next
+    time, and the admins get a notice from ``system`` naming the reason."""
+    await conn.execute(ADVANCE_ONLY, {"id": row["id"], "next": nxt})
+    await outbox.record_admin_action(
+        conn,
+        admin_email="system",
+        action="schedule.skip",
+        count=1,
+        target_type="schedule",
+        targets=[row["id"]],
+        outcome=reason[:500],
+        detail={"name": row["name"], "fire_time": at.isoformat()},
+    )
+
+
 def owner_refusal(row: RowMapping) -> str | None:
     """Why the schedule's owner may no longer start its target (they lost their admin rights, or the
-    type became admins-only), or ``None`` when they may — the same rule as when a person submits."""
+    type became admins-only, or their account is disabled), or ``None`` when they may — the same rule as
+    when a person submits."""
+    if row.get("owner_is_active") is False:
+        return "its owner's account is disabled"
     if row["owner_is_admin"]:
         return None
     if row["job_type"]:
@@ -425,7 +446,9 @@ async def fire_due(conn: AsyncConnection, settings: Settings, *, limit: int = 50
 
     Returns ``[{"schedule": name, "fired_at": …, "job_id"|"pipeline_id": …}]``. A schedule whose target
     became invalid (type removed, input no longer valid) or whose owner may no longer start it is
-    disabled, with an admin notice naming the reason, rather than failing the sweep.
+    disabled, with an admin notice naming the reason, rather than failing the sweep; so is one whose
+    owner's account is disabled. A firing whose owner has ``USER_MAX_WAITING_JOBS`` jobs waiting is
+    skipped (the schedule moves on to its next time) with an admin notice.
     """
     rows = (await conn.execute(DUE_SCHEDULES, {"limit": limit})).mappings().all()
     fired: list[dict[str, Any]] = []
@@ -436,6 +459,10 @@ async def fire_due(conn: AsyncConnection, settings: Settings, *, limit: int = 50
         refused = owner_refusal(row)
         if refused is not None:
             await _disable(conn, row, refused)
+            continue
+        full = await quotas.schedule_refusal(conn, settings, row["user_id"], bool(row["owner_is_admin"]))
+        if full is not None:
+            await _skip(conn, row, times[-1], nxt, full)
             continue
         try:
             async with conn.begin_nested():

@@ -275,7 +275,7 @@ def _classify(exc: Exception, settings: Settings) -> tuple[int, str, dict[str, s
     errors: dict[str, str]
     if isinstance(exc, AppError):
         errors = exc.errors if isinstance(exc, BadInput) else dict(exc.extra.get("errors") or {})
-        return exc.status_code, exc.detail, errors, {}
+        return exc.status_code, exc.detail, errors, dict(exc.extra.get("headers") or {})
     if isinstance(exc, ValidationException):
         errors = {}
         for item in exc.extra if isinstance(exc.extra, list) else []:

@@ -140,6 +140,21 @@ class Settings(BaseSettings):
     """Bearer token that may read ``/metrics`` without an admin session (for a Prometheus scraper)."""
     log_level: str = "INFO"
 
+    # --- limits per user (0 disables a limit) -------------------------------------------------------
+    user_max_waiting_jobs: int = Field(20_000, ge=0)
+    """Jobs one person may have waiting (queued, scheduled, waiting for earlier steps or held) at once;
+    admins are exempt. Room for a 10,000-row batch with as much again already waiting."""
+    user_max_jobs_per_minute: int = Field(120, ge=0)
+    """Submissions one person may make per minute (a job, a whole pipeline or a whole batch each count
+    once; processors' next jobs do not count); admins are exempt."""
+    user_max_upload_bytes: int = Field(1024 * MIB, ge=0)
+    """Bytes of files one person may keep stored (uploads, used or not, and their jobs' results, until
+    retention removes them); admins too."""
+    pipeline_max_steps: int = Field(200, ge=0)
+    """Steps one pipeline may have when it starts; admins too."""
+    pipeline_max_edges: int = Field(2_000, ge=0)
+    """Dependencies (``depends_on`` entries) one pipeline may have when it starts; admins too."""
+
     # --- alerts ----------------------------------------------------------------------------------
     slack_webhook_url: str | None = None
     """Slack incoming-webhook address; set → alerts go to Slack."""

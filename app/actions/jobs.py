@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.actions import access
+from app.actions import access, quotas
 from app.actions.trail import Actor, record_done, record_refused
 from app.errors import Conflict, Forbidden, NotFound
 from app.jobs import queue
@@ -122,9 +122,13 @@ async def submit(db: AsyncSession, actor: Actor, new: NewJob) -> Enqueued:
     Raises:
         BadInput: a diagnostic or internal type for a non-admin (``type``), and every queue check.
         TooLarge: input above ``JOB_MAX_INPUT_BYTES``.
+        RateLimited: over the person's waiting or per-minute limit (:mod:`app.actions.quotas`).
     """
     access.check_type(actor.user, new.type)
-    return await queue.enqueue(db, new, actor.settings)
+    await quotas.before_submit(db, actor.user, actor.settings)
+    result = await queue.enqueue(db, new, actor.settings)
+    await quotas.after_submit(db, actor.user, actor.settings, 1 if result.created else 0)
+    return result
 
 
 async def submit_form(
@@ -181,7 +185,9 @@ async def _retry(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, A
 
 
 async def _run_again(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, Any]) -> tuple[Any, Any]:
+    await quotas.before_submit(db, actor.user, actor.settings)
     result = await queue.run_again(db, jid, actor.user, actor.settings, request_id=actor.request_id)
+    await quotas.after_submit(db, actor.user, actor.settings, 1)
     return await queue.get_job(db, jid, actor.user), result.job
 
 

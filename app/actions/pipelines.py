@@ -20,7 +20,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import pipelines
-from app.actions import access
+from app.actions import access, quotas
 from app.actions.jobs import parse_id
 from app.actions.trail import Actor, record_done, record_refused
 from app.errors import BadInput, NotFound
@@ -58,12 +58,15 @@ async def submit_template(
 
     Raises:
         BadInput: unknown template or one for admins only (``template``), bad input
-        (``input_data.<field>``), a title over 200 characters. TooLarge: a step's input too large.
+        (``input_data.<field>``), a title over 200 characters, more steps than a pipeline may have
+        (``steps``). TooLarge: a step's input too large. RateLimited: over the person's waiting or
+        per-minute limit.
     """
     tpl = pipelines.get_template(name) if isinstance(name, str) else None
     if tpl is not None and not access.may_start_template(actor.user, tpl):
         raise BadInput.field("template", f"only admins may start the pipeline {tpl.name!r}")
-    return await pipelines.create_from_template(
+    await quotas.before_submit(db, actor.user, actor.settings)
+    created = await pipelines.create_from_template(
         db,
         name,
         input_data,
@@ -72,6 +75,8 @@ async def submit_template(
         request_id=actor.request_id,
         title=title,
     )
+    await quotas.after_pipeline(db, actor.user, actor.settings, created["id"])
+    return created
 
 
 async def submit_steps(db: AsyncSession, actor: Actor, name: str, steps: Sequence[Any]) -> RowMapping:
@@ -79,13 +84,17 @@ async def submit_steps(db: AsyncSession, actor: Actor, name: str, steps: Sequenc
 
     Raises:
         BadInput: ``steps[i].type`` for a diagnostic or internal type (non-admins); bad keys,
-        dependencies, cycles, types or inputs, named by path. TooLarge: a step's input too large.
+        dependencies, cycles, types or inputs, named by path; more steps or dependencies than
+        ``PIPELINE_MAX_STEPS`` / ``PIPELINE_MAX_EDGES`` (``steps``). TooLarge: a step's input too large.
+        RateLimited: over the person's waiting or per-minute limit.
     """
     if isinstance(steps, list):
+        quotas.check_steps(actor.settings, steps)
         for i, step in enumerate(steps):
             if isinstance(step, dict):
                 access.check_type(actor.user, step.get("type"), f"steps[{i}].type")
-    return await pipelines.create(
+    await quotas.before_submit(db, actor.user, actor.settings)
+    created = await pipelines.create(
         db,
         name=name,
         steps=list(steps),
@@ -93,6 +102,8 @@ async def submit_steps(db: AsyncSession, actor: Actor, name: str, steps: Sequenc
         settings=actor.settings,
         request_id=actor.request_id,
     )
+    await quotas.after_pipeline(db, actor.user, actor.settings, created["id"])
+    return created
 
 
 @dataclass

@@ -21,6 +21,7 @@ from app import auth, signin, users
 from app.actions.trail import Db, acting, record_done, record_refused, require_admin
 from app.auth import CurrentUser
 from app.errors import Conflict
+from app.jobs import queue
 
 TOKEN_NAME_MAX = 100
 
@@ -130,7 +131,9 @@ async def set_admin(db: Db, actor: Any, user_id: int, is_admin: bool, *, ip: str
 
 async def set_active(db: Db, actor: Any, user_id: int, active: bool, *, ip: str | None = None) -> int:
     """Enable or disable an account; returns how many browser sessions disabling ended (the user is
-    signed out everywhere; sign-in and API tokens are refused until enabled again).
+    signed out everywhere; sign-in and API tokens are refused until enabled again). Disabling also
+    holds the user's waiting jobs in the same transaction (each with its ``held`` event); enabling
+    does not release them: an admin releases or cancels them (:mod:`app.actions.held_jobs`).
 
     Raises:
         NotFound: no such user. Conflict: disabling your own account (audited as refused).
@@ -145,6 +148,9 @@ async def set_active(db: Db, actor: Any, user_id: int, active: bool, *, ip: str 
         detail: dict[str, Any] = {"email": target["email"]}
         if not active:
             detail["sessions_ended"] = ended
+            detail["jobs_held"] = await queue.hold_user_jobs(
+                db, target["id"], queue.actor_of(acting(actor).user)
+            )
         await record_done(
             db, acting(actor, ip), action, target_type="user", target_ids=[target["id"]], detail=detail
         )

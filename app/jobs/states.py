@@ -7,7 +7,8 @@ The UI also uses :func:`can` to decide which buttons to show.
 The statuses are ``queued``, ``in_progress``, ``completed``, ``failed``, ``cancelled`` and
 ``waiting_approval`` (the names the API and the database use). A job waiting for earlier pipeline steps
 or for its ``run_at`` stays ``queued``: a separate status would be one more transition to race on; the
-UI words it "Waiting for earlier steps" / "Scheduled".
+UI words it "Waiting for earlier steps" / "Scheduled". A job held because its owner was disabled also
+stays ``queued``, with ``is_active = false`` (the claim takes only active rows): see :data:`HOLDS`.
 """
 
 from __future__ import annotations
@@ -72,6 +73,15 @@ TRANSITIONS: dict[tuple[Status, Status], tuple[frozenset[Actor], str]] = {
 }
 
 
+# Holding is not a change of status: a ``queued`` job is held (``is_active`` false, not claimable) or
+# released (``is_active`` true again), each with its event. A held job leaves by release, or by cancel
+# (``queued`` → ``cancelled`` above, owner or admin). Event kind -> actors allowed, and what it means.
+HOLDS: dict[str, tuple[frozenset[Actor], str]] = {
+    "held": (frozenset({Actor.ADMIN, Actor.SYSTEM}), "its owner was disabled (or is, for a next job)"),
+    "released": (frozenset({Actor.ADMIN}), "an admin let a held job run again"),
+}
+
+
 def can(from_status: str, to_status: str, actor: Actor) -> bool:
     """Whether ``actor`` may move a job from ``from_status`` to ``to_status``."""
     try:
@@ -116,10 +126,13 @@ def label(
 ) -> str:
     """The status in plain words: ``Cancelling`` for a running job with a cancel request,
     ``Waiting for earlier steps`` while dependencies are unfinished, ``Retrying`` after a failed attempt
-    (so a job that keeps failing never looks like a harmless "Waiting"), ``Scheduled`` before ``run_at``."""
+    (so a job that keeps failing never looks like a harmless "Waiting"), ``Scheduled`` before ``run_at``,
+    ``Held`` for a waiting job whose owner was disabled."""
     if status == Status.IN_PROGRESS and not is_active:
         return "Cancelling"
     if status == Status.QUEUED:
+        if not is_active:
+            return "Held"
         if pending_parents:
             return "Waiting for earlier steps"
         if retrying:

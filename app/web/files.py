@@ -2,7 +2,8 @@
 
 * ``POST /api/files`` (multipart, field ``file``; Bearer token) → 201 ``{id, name, size, content_type}``;
   the id goes into a job's input (a ``FileId`` field). Above ``UPLOAD_MAX_BYTES`` → 413 naming the limit
-  in words; an empty file or no ``file`` part → 422. The stored content type is derived from the bytes
+  in words; an empty file or no ``file`` part → 422; a file that would take the person's stored files
+  above ``USER_MAX_UPLOAD_BYTES`` → 429 with the limit and ``Retry-After`` (:mod:`app.actions.files`). The stored content type is derived from the bytes
   (:func:`app.files.derive_type`), not taken from the request.
 * ``GET /files/{id}`` (browser session) and ``GET /api/files/{id}`` (Bearer) download a file: the owner
   and admins only; anyone else gets the same 404 as for an unknown id, so ids cannot be probed. Pictures
@@ -25,13 +26,13 @@ from litestar import Controller, Request, get, post
 from litestar.params import FromPath
 from litestar.response import File
 
+from app.actions.files import store_upload
 from app.auth import requires_user
 from app.errors import BadInput, NotFound, TooLarge
 from app.files import INLINE_TYPES, served_type
 from app.formatting import format_bytes
 from app.web import DbSession
 from app.web.deps import file_store, settings_of
-from app.web.forms import store_upload
 
 
 @dataclass
@@ -114,6 +115,8 @@ class FilesApiController(Controller):
             file_store(request),
             user_id=request.user.id,
             max_bytes=settings.upload_max_bytes,
+            person=request.user,
+            settings=settings,
         )
         if row is None:
             if size > settings.upload_max_bytes:

@@ -32,20 +32,15 @@ is still the queue's own check (through :mod:`app.actions`), whose :class:`~app.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import json
-import os
 import re
-import shutil
-import tempfile
 import types
 import typing
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -53,10 +48,11 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from app.errors import NotFound
+from app.actions.files import store_upload
+from app.errors import NotFound, RateLimited
 from app.files import FileStore
-from app.formatting import format_bytes
 from app.processors import widget_of
+from app.settings import Settings
 from app.web.form_values import convert, is_subclass
 
 FORM_ERROR = "_form"
@@ -349,52 +345,6 @@ def _is_upload(value: Any) -> bool:
     return hasattr(value, "filename") and hasattr(value, "file") and bool(getattr(value, "filename", ""))
 
 
-def _copy_upload(src: Any, directory: Path, limit: int) -> tuple[Path | None, int]:
-    """Copy an upload to a temporary file in ``directory``; ``(None, size)`` when above ``limit``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    src.seek(0, os.SEEK_END)
-    size = src.tell()
-    src.seek(0)
-    if size > limit:
-        return None, size
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".upload-")
-    with os.fdopen(fd, "wb") as out:
-        shutil.copyfileobj(src, out, 1 << 20)
-    return Path(tmp), size
-
-
-async def store_upload(
-    upload: Any, conn: Any, store: FileStore, *, user_id: int, max_bytes: int
-) -> tuple[Any | None, str | None, int]:
-    """Store one uploaded file (an ``UploadFile``) owned by ``user_id`` in the caller's transaction.
-
-    Returns ``(row, None, size)`` on success, or ``(None, message, size)`` when the file is empty or
-    larger than ``max_bytes`` (``UPLOAD_MAX_BYTES``; the message names the limit in words).
-    """
-    path, size = await asyncio.to_thread(_copy_upload, upload.file, store.dir, max_bytes)
-    if path is None:
-        return (
-            None,
-            f"This file is {format_bytes(size)}; the largest file you can upload is {format_bytes(max_bytes)}.",
-            size,
-        )
-    if size == 0:
-        path.unlink(missing_ok=True)
-        return None, "This file is empty. Choose a file with something in it.", 0
-    try:
-        row = await store.save(
-            conn,
-            user_id=user_id,
-            name=upload.filename,
-            source=path,
-            move=True,
-            content_type=getattr(upload, "content_type", None),
-        )
-    finally:
-        path.unlink(missing_ok=True)
-    return row, None, size
-
-
 async def parse_form(
     fields: list[FormField],
     form: Any,
@@ -404,6 +354,7 @@ async def parse_form(
     store: FileStore,
     principal: Any,
     max_upload_bytes: int,
+    settings: Settings | None = None,
 ) -> ParsedForm:
     """Turn the submitted form (a ``FormMultiDict``) into schema input, storing uploads.
 
@@ -415,7 +366,7 @@ async def parse_form(
     out = ParsedForm()
     for f in fields:
         if f.kind in ("file", "files"):
-            await _parse_files(f, form, out, conn, store, principal, max_upload_bytes)
+            await _parse_files(f, form, out, conn, store, principal, (max_upload_bytes, settings))
         elif f.kind == "boolean":
             raw_value = form.get(f.name)
             checked = raw_value is not None and str(raw_value).lower() not in ("", "0", "false", "off", "no")
@@ -468,15 +419,25 @@ async def _parse_files(
     conn: Any,
     store: FileStore,
     principal: Any,
-    max_upload_bytes: int,
+    limits: tuple[int, Settings | None],
 ) -> None:
     name = f.name
     infos = await _kept_files(form, name, conn, store, principal)
     problem = None
+    max_upload_bytes, settings = limits
     for upload in [u for u in form.getall(name, []) if _is_upload(u)]:
-        stored, problem_here, _ = await store_upload(
-            upload, conn, store, user_id=principal.id, max_bytes=max_upload_bytes
-        )
+        try:
+            stored, problem_here, _ = await store_upload(
+                upload,
+                conn,
+                store,
+                user_id=principal.id,
+                max_bytes=max_upload_bytes,
+                person=principal,
+                settings=settings,
+            )
+        except RateLimited as exc:
+            stored, problem_here = None, exc.detail
         if stored is None:
             problem = problem or problem_here
             out.too_large = out.too_large or bool(problem_here and "largest" in problem_here)

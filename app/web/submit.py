@@ -1,6 +1,7 @@
 """One submit flow for the job form and the pipeline form: read and parse the posted form, check it
 against the schema, start the job or pipeline through :mod:`app.actions`, and answer with a 303 to the
-new page or the form again with each error next to its field (422; 413 for a too-large upload).
+new page or the form again with each error next to its field (422; 413 for a too-large upload; 429
+over a person's limit, the limit and when to try again in words above the form).
 
 Also the plain-words messages both forms show: pydantic errors per field (:func:`validate`), the
 queue's :class:`~app.errors.BadInput` paths mapped back to controls (:func:`errors_from_bad_input`) and
@@ -21,7 +22,7 @@ from litestar.response import Redirect, Template
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.errors import BadInput, TooLarge
+from app.errors import BadInput, RateLimited, TooLarge
 from app.web import forms, render, zone
 from app.web.deps import file_store, settings_of
 
@@ -40,6 +41,7 @@ class Submission:
     errors: dict[str, str] = field(default_factory=dict)
     title: str = ""
     too_large: bool = False
+    limited: bool = False
 
 
 async def read_form(request: Request[Any, Any, Any], db: AsyncSession, model: type[BaseModel]) -> Submission:
@@ -55,6 +57,7 @@ async def read_form(request: Request[Any, Any, Any], db: AsyncSession, model: ty
         store=file_store(request),
         principal=user,
         max_upload_bytes=settings.upload_max_bytes,
+        settings=settings,
     )
     title = str(form.get(forms.TITLE) or "").strip()
     return Submission(fields, form, parsed, dict(parsed.errors), title, parsed.too_large)
@@ -69,8 +72,9 @@ def check_schema(sub: Submission, model: type[BaseModel]) -> None:
 async def start(
     db: AsyncSession, sub: Submission, create: Callable[[], Awaitable[Mapping[Any, Any]]]
 ) -> Mapping[Any, Any] | None:
-    """Run ``create`` in a savepoint when the form has no errors; its :class:`BadInput` or
-    :class:`TooLarge` become the form's errors. Returns the created row, or ``None``."""
+    """Run ``create`` in a savepoint when the form has no errors; its :class:`BadInput`,
+    :class:`TooLarge` or :class:`RateLimited` become the form's errors. Returns the created row, or
+    ``None``."""
     if sub.errors:
         return None
     try:
@@ -87,6 +91,9 @@ async def start(
     except TooLarge as exc:
         sub.errors = {forms.FORM_ERROR: exc.detail}
         sub.too_large = True
+    except RateLimited as exc:
+        sub.errors = {forms.FORM_ERROR: exc.detail}
+        sub.limited = True
     return None
 
 
@@ -105,7 +112,7 @@ async def answer(
         return Redirect(f"{url}{created['id']}", status_code=303)
     if sub.parsed.new_files:
         await db.commit()
-    status = 413 if sub.too_large else 422
+    status = 413 if sub.too_large else 429 if sub.limited else 422
     return render(request, "jobs/new.html", form_context(sub), status_code=status)
 
 

@@ -21,7 +21,8 @@ One module per group of verbs: :mod:`.new_jobs` (``NewJob``, ``prepare``, ``enqu
 ``FinishReport``, ``finish``), :mod:`.consequences` (what a finished job causes), :mod:`.pipelines`
 (creating pipelines, processors' next jobs, pipeline status), :mod:`.transitions` (people's actions:
 ``cancel``, ``retry``, ``approve``…), :mod:`.sweep` (``rescue_expired``, ``prune``,
-``stuck_dependents``), :mod:`.workers` (the worker registry) and :mod:`.common`. Everything public is
+``stuck_dependents``), :mod:`.holds` and :mod:`.held_cancel` (a disabled person's waiting jobs held,
+released or cancelled), :mod:`.workers` (the worker registry) and :mod:`.common`. Everything public is
 re-exported here: ``from app.jobs import queue`` and ``queue.enqueue(...)``. The modules have noun
 names so that none is shadowed by the function of the same name here (``queue.claim`` is the function).
 """
@@ -76,6 +77,15 @@ from app.jobs.queue.consequences import (
     Changed,
     consequences,
     consequences_of_lost_jobs,
+)
+from app.jobs.queue.held_cancel import CANCEL_HELD, Cancelled, cancel_user_jobs
+from app.jobs.queue.holds import (
+    HOLD,
+    RELEASE,
+    held_counts,
+    hold_if_owner_disabled,
+    hold_user_jobs,
+    release_user_jobs,
 )
 from app.jobs.queue.leases import (
     CANCEL_REQUESTED,
@@ -321,4 +331,13 @@ __all__ = [
     "set_worker_health",
     "unregister_worker",
     "forget_old",
+    "HOLD",
+    "RELEASE",
+    "hold_user_jobs",
+    "hold_if_owner_disabled",
+    "release_user_jobs",
+    "held_counts",
+    "CANCEL_HELD",
+    "Cancelled",
+    "cancel_user_jobs",
 ]

@@ -19,6 +19,7 @@ from app.jobs import outbox
 from app.jobs.graph import check_graph, topo_order, validate_step_input
 from app.jobs.payload import json_text, text_problem
 from app.jobs.queue.common import conn_of, new_id, sql
+from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.new_jobs import NewJob, enqueue_many, lock_parents
 from app.jobs.rows import Fetched
 from app.jobs.types import NextJob, may_create_next, refusal, registry
@@ -350,4 +351,5 @@ async def insert_next_jobs(
         )
         pending[j.id] = internal + external
     await insert_steps(conn, jobs, settings, pending, edges, f"job:{creator['id']}")
+    await hold_if_owner_disabled(conn, creator["user_id"], [j.id for j in jobs])
     return pipeline_id

@@ -17,6 +17,7 @@ from app.web.admin.alerts import AlertsAdminController
 from app.web.admin.audit import AuditController
 from app.web.admin.failed import FailedJobsController
 from app.web.admin.health import HEALTH_QUERIES, HealthController
+from app.web.admin.held_jobs import HeldJobsController
 from app.web.admin.jobs import AdminJobsController
 from app.web.admin.schedules import SchedulesController
 from app.web.admin.users import UsersController
@@ -25,6 +26,7 @@ CONTROLLERS = [
     AlertsAdminController,
     HealthController,
     UsersController,
+    HeldJobsController,
     SchedulesController,
     AuditController,
     AdminJobsController,
@@ -39,6 +41,7 @@ __all__ = [
     "AuditController",
     "FailedJobsController",
     "HealthController",
+    "HeldJobsController",
     "SchedulesController",
     "UsersController",
 ]

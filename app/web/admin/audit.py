@@ -41,6 +41,8 @@ ACTION_WORDS = {
     "user.revoke_admin": "Revoked admin rights",
     "user.disable": "Disabled a user",
     "user.enable": "Enabled a user",
+    "user.release_jobs": "Released a user's held jobs",
+    "user.cancel_jobs": "Cancelled a user's held jobs",
     "token.create": "Issued an API token",
     "token.revoke": "Revoked an API token",
     "schedule.create": "Created a schedule",

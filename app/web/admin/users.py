@@ -22,11 +22,11 @@ from litestar.params import FromPath, QueryParameter
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import auth, signin, users
+from app import auth, quotas, signin, users
 from app.actions import users as user_actions
 from app.errors import BadInput, Conflict
 from app.web import DbSession, redirect_with_notice, render
-from app.web.deps import client_ip
+from app.web.deps import client_ip, settings_of
 from app.web.input_guard import FORM_CHECKED
 
 USER_ACTIONS = {
@@ -39,10 +39,12 @@ USER_ACTIONS = {
 """The per-user buttons (path suffix) and the audit action each one records."""
 
 
-async def users_context(db: AsyncSession) -> dict[str, Any]:
+async def users_context(db: AsyncSession, settings: Any = None) -> dict[str, Any]:
     rows = await users.list_users(db)
     return {
         "users": rows,
+        "usage": await quotas.usage_of(db, [u["id"] for u in rows]),
+        "limits": quotas.limits(settings) if settings is not None else {},
         "more_users": len(rows) >= users.USERS_LIMIT,
         "errors": {},
         "values": {"email": "", "is_admin": False},
@@ -79,7 +81,7 @@ class UsersController(Controller):
         done: Annotated[str | None, QueryParameter()] = None,
     ) -> Template:
         """Users with their admin flag, state, sessions and live API tokens, and the create form."""
-        ctx = await users_context(db_session)
+        ctx = await users_context(db_session, settings_of(request))
         ctx["notice"] = (done or "")[:200] or None
         return render(request, "admin/users.html", ctx)
 
@@ -103,7 +105,7 @@ class UsersController(Controller):
             errors = dict(exc.errors) or {"email": exc.detail}
         except Conflict as exc:
             errors = {"email": exc.detail}
-        ctx = await users_context(db_session)
+        ctx = await users_context(db_session, settings_of(request))
         if errors:
             ctx.update(errors=errors, values={"email": email[:254], "is_admin": make_admin})
             return render(request, "admin/users.html", ctx, status_code=422)
@@ -133,7 +135,7 @@ class UsersController(Controller):
                 await user_actions.set_active(db_session, request.user, user_id, action == "enable", ip=ip)
         except Conflict as exc:
             await db_session.commit()  # keeps the refusal's audit entry: a 409 is rolled back otherwise
-            ctx = await users_context(db_session)
+            ctx = await users_context(db_session, settings_of(request))
             ctx.update(notice=exc.detail, notice_ok=False)
             return render(request, "admin/users.html", ctx, status_code=409)
         email = target["email"]
@@ -154,7 +156,7 @@ class UsersController(Controller):
         issued = await user_actions.issue_token(
             db_session, request.user, user_id, str(form.get("name") or ""), ip=client_ip(request)
         )
-        ctx = await users_context(db_session)
+        ctx = await users_context(db_session, settings_of(request))
         ctx["notice"] = f"API token issued for {issued.user_email}."
         ctx["secret"] = {"label": f"API token for {issued.user_email}", "value": issued.token}
         return render(request, "admin/users.html", ctx)

@@ -4,7 +4,8 @@
 * :mod:`.jobs` — ``/api/jobs`` (enqueue, read, list, history, every action, bulk);
 * :mod:`.pipelines` — ``/api/pipelines``;
 * :mod:`.job_types` — ``/api/job-types``, ``/api/pipeline-templates`` and the job types' controls;
-* :mod:`.schedules` — ``/api/schedules``.
+* :mod:`.schedules` — ``/api/schedules``;
+* :mod:`.held_jobs` — ``/api/users/{id}/usage``, ``/release-jobs``, ``/cancel-jobs``.
 
 (Files are served by :mod:`app.web.files`.) API routes authenticate with ``Authorization: Bearer
 <token>`` only — never the session cookie — and are therefore exempt from CSRF. Owners see and act on
@@ -15,6 +16,7 @@ for bad input. Every change goes through :mod:`app.actions`, as the pages' chang
 
 from litestar import Router
 
+from app.web.api.held_jobs import HeldJobsApiController
 from app.web.api.job_types import JobTypeControlsApiController, JobTypesApiController
 from app.web.api.jobs import JobsApiController
 from app.web.api.me import AccountApiController
@@ -22,9 +24,10 @@ from app.web.api.pipelines import PipelinesApiController
 from app.web.api.schedules import SchedulesApiController
 
 ControlsApiController = Router(
-    path="/", route_handlers=[JobTypeControlsApiController, SchedulesApiController]
+    path="/", route_handlers=[JobTypeControlsApiController, SchedulesApiController, HeldJobsApiController]
 )
-"""The operator controls (job types' pause, resume and limits; schedules), registered as one unit."""
+"""The operator controls (job types' pause, resume and limits; schedules; a person's limits and held
+jobs), registered as one unit."""
 
 ROUTE_HANDLERS = [
     AccountApiController,
@@ -33,6 +36,7 @@ ROUTE_HANDLERS = [
     JobTypesApiController,
     JobTypeControlsApiController,
     SchedulesApiController,
+    HeldJobsApiController,
 ]
 """Every API controller, for an app that registers them one by one."""
 
@@ -40,6 +44,7 @@ __all__ = [
     "ROUTE_HANDLERS",
     "AccountApiController",
     "ControlsApiController",
+    "HeldJobsApiController",
     "JobTypeControlsApiController",
     "JobTypesApiController",
     "JobsApiController",

@@ -1,0 +1,111 @@
+"""The per-person limits, enforced once for every path a person submits or uploads by (the rules and
+their words are :mod:`app.quotas`).
+
+A submission calls :func:`before_submit` first — it takes the person's advisory lock and checks the
+per-minute limit — then creates its jobs, then calls :func:`after_submit` (or :func:`after_pipeline`),
+which counts what is waiting now and refuses when it is above the limit. The refusal is an exception,
+so the caller's transaction (or savepoint) rolls the new jobs back; the lock, held to the end of the
+transaction, keeps two concurrent requests from both fitting into the last free places. Uploads call
+:func:`check_upload` under the same lock before the file's row is written.
+
+Admins are exempt from the waiting and per-minute limits, not from the storage and pipeline-size ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from app import quotas
+from app.settings import Settings
+
+PIPELINE_SIZE = text(
+    """
+    SELECT (SELECT count(*) FROM jobs WHERE pipeline_id = :pid) AS steps,
+           (SELECT count(*) FROM job_dependencies d JOIN jobs j ON j.id = d.job_id WHERE j.pipeline_id = :pid)
+               AS edges
+    """
+)
+
+
+def _exempt(person: Any) -> bool:
+    return bool(person.is_admin)
+
+
+async def before_submit(db: AsyncConnection | AsyncSession, person: Any, settings: Settings) -> None:
+    """Lock the person's limits for this transaction and check the per-minute limit.
+
+    Raises:
+        RateLimited: 429, the limit and when to try again (``Retry-After``).
+    """
+    if _exempt(person) or not (settings.user_max_waiting_jobs or settings.user_max_jobs_per_minute):
+        return
+    await quotas.lock(db, person.id)
+    refused = await quotas.per_minute_refusal(db, settings, person.id)
+    if refused is not None:
+        raise refused
+
+
+async def after_submit(
+    db: AsyncConnection | AsyncSession, person: Any, settings: Settings, added: int
+) -> None:
+    """Refuse the submission that just added ``added`` waiting jobs if the person is now above the
+    waiting limit (the caller's rollback removes them).
+
+    Raises:
+        RateLimited: 429, the limit and when to try again.
+    """
+    if _exempt(person) or not settings.user_max_waiting_jobs or added <= 0:
+        return
+    refused = quotas.waiting_refusal(settings, await quotas.waiting(db, person.id), added)
+    if refused is not None:
+        raise refused
+
+
+def check_steps(settings: Settings, steps: Sequence[Any]) -> None:
+    """An ad-hoc pipeline's size, from what was sent, before anything is validated or built.
+
+    Raises:
+        BadInput: 422 naming ``steps``: more steps or dependencies than a pipeline may have.
+    """
+    edges = sum(len(s.get("depends_on") or ()) for s in steps if isinstance(s, dict))
+    refused = quotas.pipeline_refusal(settings, len(steps), edges)
+    if refused is not None:
+        raise refused
+
+
+async def after_pipeline(
+    db: AsyncConnection | AsyncSession, person: Any, settings: Settings, pipeline_id: Any
+) -> None:
+    """Check a just-created pipeline: its size (a template's steps are known only once it is built)
+    and the person's waiting jobs.
+
+    Raises:
+        BadInput: 422 naming ``steps``. RateLimited: 429 over the waiting limit.
+    """
+    conn = await db.connection() if isinstance(db, AsyncSession) else db
+    size = (await conn.execute(PIPELINE_SIZE, {"pid": pipeline_id})).mappings().one()
+    refused = quotas.pipeline_refusal(settings, int(size["steps"]), int(size["edges"]))
+    if refused is not None:
+        raise refused
+    await after_submit(db, person, settings, int(size["steps"]))
+
+
+async def check_upload(
+    db: AsyncConnection | AsyncSession, person: Any, settings: Settings, size: int
+) -> None:
+    """Lock the person's limits and refuse an upload of ``size`` bytes that would take their stored
+    files above ``USER_MAX_UPLOAD_BYTES``.
+
+    Raises:
+        RateLimited: 429, how much is stored, the limit, and when their first file is deleted.
+    """
+    if not settings.user_max_upload_bytes:
+        return
+    await quotas.lock(db, person.id)
+    refused = await quotas.stored_refusal(db, settings, person.id, size)
+    if refused is not None:
+        raise refused

@@ -1,0 +1,50 @@
+"""An admin's cancel of a disabled person's held jobs (see :mod:`.holds`), with a cancel's consequences."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from app.jobs.queue.common import conn_of, fetch_rows, lock_pipelines, sql
+from app.jobs.queue.consequences import consequences
+
+HELD_PIPELINES = sql(
+    "SELECT DISTINCT pipeline_id FROM jobs "
+    "WHERE user_id = :user_id AND status = 'queued' AND NOT is_active AND pipeline_id IS NOT NULL"
+)
+CANCEL_HELD = sql(
+    """
+    WITH cancelled AS (
+        UPDATE jobs SET status = 'cancelled', completed_at = now(), updated_at = now(),
+            error_message = 'cancelled by an admin while held (its owner''s account was disabled)'
+        WHERE user_id = :user_id AND status = 'queued' AND NOT is_active
+        RETURNING id, pipeline_id, status, type, user_id, title, step_key, error_message
+    ), ev AS (
+        INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, message)
+        SELECT id, pipeline_id, 'cancelled', 'queued', 'cancelled', :actor, error_message FROM cancelled
+    )
+    SELECT * FROM cancelled
+    """
+)
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """What cancelling a person's held jobs did: ``count`` jobs cancelled (their dependents too)."""
+
+    count: int
+    ids: list[uuid.UUID]
+
+
+async def cancel_user_jobs(db: AsyncConnection | AsyncSession, user_id: int, actor: str) -> Cancelled:
+    """Cancel every held job of ``user_id`` (an admin's decision), with the consequences of a cancel:
+    dependents cancelled, pipelines' statuses derived again."""
+    conn = await conn_of(db)
+    pipelines = [r["pipeline_id"] for r in await fetch_rows(conn, HELD_PIPELINES, {"user_id": user_id})]
+    await lock_pipelines(conn, pipelines)
+    changed = await fetch_rows(conn, CANCEL_HELD, {"user_id": user_id, "actor": actor})
+    if changed:
+        await consequences(conn, changed, actor)
+    return Cancelled(len(changed), [r["id"] for r in changed])

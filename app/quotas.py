@@ -1,0 +1,227 @@
+"""Per-person limits: what one person may have waiting, submit per minute and keep stored, and how large
+one pipeline may be. Each limit is a setting; 0 turns it off.
+
+This module counts and words the refusals; :mod:`app.actions.quotas` enforces them on every path a
+person submits by (forms, the JSON API, run again, uploads), and :mod:`app.schedules` asks
+:func:`schedule_refusal` before a firing. Checks and inserts of one person are serialised by a
+transaction-scoped advisory lock on the person (:func:`lock`), so concurrent requests cannot all pass
+a check that only one of them fits.
+
+* **waiting** (``USER_MAX_WAITING_JOBS``): the person's ``queued`` jobs — ready, scheduled, waiting for
+  earlier steps or held. Admins are exempt.
+* **per minute** (``USER_MAX_JOBS_PER_MINUTE``): submissions in the last 60 seconds, where a job, a
+  whole pipeline (or batch) each count once, whatever its number of jobs; processors' next jobs do not
+  count. Admins are exempt.
+* **stored** (``USER_MAX_UPLOAD_BYTES``): bytes of every file the person owns — uploads, used by a job
+  or not, and results — until retention deletes them. Admins too.
+* **pipeline size** (``PIPELINE_MAX_STEPS``, ``PIPELINE_MAX_EDGES``): steps and ``depends_on`` entries of
+  one pipeline when it starts. Admins too. This one is a 422 naming ``steps``: retrying never helps.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from app.errors import BadInput, RateLimited
+from app.formatting import format_bytes
+from app.settings import Settings
+
+LOCK_NAMESPACE = 0x51_07A5
+"""First key of the two-key advisory lock (the second is the user id), so it meets no other lock."""
+WINDOW_SECS = 60
+WAITING_RETRY_SECS = 60
+"""``Retry-After`` when the waiting limit is reached: how soon jobs finish is not known in advance."""
+
+LOCK = text("SELECT pg_advisory_xact_lock(:ns, :user_id)")
+WAITING = text("SELECT count(*) FROM jobs WHERE user_id = :user_id AND status = 'queued'")
+# One row per submission in the window (a pipeline's jobs share one), oldest first. ``id >= :since_id``
+# bounds the scan of the owner's index: ids are UUIDv7, ordered by creation time.
+RECENT = text(
+    """
+    SELECT min(created_at) AS first, now() AS db_now FROM jobs
+    WHERE user_id = :user_id AND id >= :since_id AND created_by_job IS NULL
+      AND created_at > now() - make_interval(secs => :window)
+    GROUP BY COALESCE(pipeline_id, id) ORDER BY first
+    """
+)
+STORED = text("SELECT COALESCE(sum(size), 0) FROM files WHERE user_id = :user_id")
+# When the person's first stored file is due for retention (unused uploads: from their upload; files of
+# finished jobs: from the job's end).
+FIRST_EXPIRY = text(
+    """
+    SELECT min(COALESCE(j.completed_at, CASE WHEN f.job_id IS NULL THEN f.created_at END))
+           + make_interval(days => :days) - now()
+    FROM files f LEFT JOIN jobs j ON j.id = f.job_id WHERE f.user_id = :user_id
+    """
+)
+USAGE = text(
+    """
+    SELECT u.id,
+           (SELECT count(*) FROM jobs WHERE jobs.user_id = u.id AND status = 'queued') AS waiting,
+           (SELECT count(*) FROM jobs WHERE jobs.user_id = u.id AND status = 'queued' AND NOT is_active)
+               AS held,
+           (SELECT COALESCE(sum(size), 0) FROM files f WHERE f.user_id = u.id) AS stored_bytes
+    FROM users u WHERE u.id = ANY(CAST(:ids AS int[]))
+    """
+)
+
+
+def refusal(message: str, retry_after: float) -> RateLimited:
+    """A 429 whose message says the limit and when to try again, with ``Retry-After`` in seconds."""
+    seconds = max(1, math.ceil(retry_after))
+    return RateLimited(message, extra={"headers": {"Retry-After": str(seconds)}, "retry_after": seconds})
+
+
+def retry_words(seconds: float) -> str:
+    """``"Try again in 42 seconds."`` / ``"… in 3 minutes."`` / ``"… in 2 hours."``."""
+    s = max(1, math.ceil(seconds))
+    for size, unit in ((86_400, "day"), (3_600, "hour"), (60, "minute")):
+        if s >= 2 * size:
+            n = math.ceil(s / size)
+            return f"Try again in {n} {unit}s."
+    return f"Try again in {s} second{'s' if s != 1 else ''}."
+
+
+async def _conn(db: AsyncConnection | AsyncSession) -> AsyncConnection:
+    return await db.connection() if isinstance(db, AsyncSession) else db
+
+
+async def lock(db: AsyncConnection | AsyncSession, user_id: int) -> None:
+    """Serialise this person's checked submissions and uploads until the transaction ends."""
+    await (await _conn(db)).execute(LOCK, {"ns": LOCK_NAMESPACE, "user_id": user_id})
+
+
+async def waiting(db: AsyncConnection | AsyncSession, user_id: int) -> int:
+    """The person's ``queued`` jobs (ready, scheduled, waiting for earlier steps, held)."""
+    return int((await (await _conn(db)).execute(WAITING, {"user_id": user_id})).scalar_one())
+
+
+def waiting_refusal(settings: Settings, now_waiting: int, added: int) -> RateLimited | None:
+    """The refusal when ``now_waiting`` (counted after adding ``added``) is above the limit."""
+    limit = settings.user_max_waiting_jobs
+    if not limit or now_waiting <= limit or added <= 0:
+        return None
+    before = now_waiting - added
+    adds = f"; this would add {added:,}" if added > 1 else ""
+    return refusal(
+        f"Too many jobs waiting: you have {before:,} waiting and the limit is {limit:,} per person{adds}. "
+        f"Wait until some have run, or cancel some. {retry_words(WAITING_RETRY_SECS)}",
+        WAITING_RETRY_SECS,
+    )
+
+
+def _since_id(now: datetime) -> uuid.UUID:
+    """The smallest UUIDv7 of a moment safely before the window (allows for clock skew)."""
+    ms = int((now - timedelta(seconds=WINDOW_SECS * 5)).timestamp() * 1000)
+    return uuid.UUID(int=max(ms, 0) << 80)
+
+
+async def per_minute_refusal(
+    db: AsyncConnection | AsyncSession, settings: Settings, user_id: int
+) -> RateLimited | None:
+    """The refusal when the person already made ``USER_MAX_JOBS_PER_MINUTE`` submissions in the last
+    minute; it says when the oldest of them leaves the window."""
+    limit = settings.user_max_jobs_per_minute
+    if not limit:
+        return None
+    params = {"user_id": user_id, "since_id": _since_id(datetime.now(UTC)), "window": WINDOW_SECS}
+    rows = (await (await _conn(db)).execute(RECENT, params)).all()
+    if len(rows) < limit:
+        return None
+    frees = rows[len(rows) - limit].first + timedelta(seconds=WINDOW_SECS)
+    wait = (frees - rows[0].db_now).total_seconds()
+    return refusal(
+        f"Too many submissions: the limit is {limit:,} a minute per person (a pipeline or a batch counts "
+        f"once). {retry_words(wait)}",
+        wait,
+    )
+
+
+async def stored_refusal(
+    db: AsyncConnection | AsyncSession, settings: Settings, user_id: int, adding: int
+) -> RateLimited | None:
+    """The refusal when storing ``adding`` more bytes would take the person above
+    ``USER_MAX_UPLOAD_BYTES``; it says when their first file is due for deletion."""
+    limit = settings.user_max_upload_bytes
+    if not limit:
+        return None
+    conn = await _conn(db)
+    stored = int((await conn.execute(STORED, {"user_id": user_id})).scalar_one())
+    if stored + adding <= limit:
+        return None
+    params = {"user_id": user_id, "days": settings.job_retention_days}
+    first: Any = (await conn.execute(FIRST_EXPIRY, params)).scalar()
+    wait = first.total_seconds() if first is not None and first.total_seconds() > 0 else 3600
+    return refusal(
+        f"Not enough room for this file ({format_bytes(adding)}): you keep {format_bytes(stored)} of files "
+        f"and the limit is {format_bytes(limit)} per person. Files are deleted "
+        f"{settings.job_retention_days:g} days after the job that used them finished. {retry_words(wait)}",
+        wait,
+    )
+
+
+def pipeline_refusal(settings: Settings, steps: int, edges: int) -> BadInput | None:
+    """A 422 naming ``steps`` when a pipeline has more steps or dependencies than allowed."""
+    if settings.pipeline_max_steps and steps > settings.pipeline_max_steps:
+        return BadInput.field(
+            "steps",
+            f"a pipeline may have at most {settings.pipeline_max_steps:,} steps (this one has {steps:,})",
+        )
+    if settings.pipeline_max_edges and edges > settings.pipeline_max_edges:
+        return BadInput.field(
+            "steps",
+            f"a pipeline may have at most {settings.pipeline_max_edges:,} dependencies between its steps "
+            f"(this one has {edges:,})",
+        )
+    return None
+
+
+async def schedule_refusal(
+    conn: AsyncConnection, settings: Settings, user_id: int, is_admin: bool
+) -> str | None:
+    """Why a schedule firing for this owner is skipped now (their waiting jobs are at the limit), or
+    ``None``. Admins' schedules are exempt, as admins are."""
+    limit = settings.user_max_waiting_jobs
+    if is_admin or not limit:
+        return None
+    await lock(conn, user_id)
+    now_waiting = await waiting(conn, user_id)
+    if now_waiting < limit:
+        return None
+    return (
+        f"skipped a firing: its owner has {now_waiting:,} jobs waiting, the limit is {limit:,} "
+        "(USER_MAX_WAITING_JOBS); it fires again at its next time"
+    )
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One person's use of the limits, for the admins."""
+
+    waiting: int
+    held: int
+    stored_bytes: int
+
+
+async def usage_of(db: AsyncConnection | AsyncSession, user_ids: list[int]) -> dict[int, Usage]:
+    """Waiting and held jobs and stored bytes per user."""
+    rows = (await (await _conn(db)).execute(USAGE, {"ids": user_ids})).mappings().all()
+    return {r["id"]: Usage(int(r["waiting"]), int(r["held"]), int(r["stored_bytes"])) for r in rows}
+
+
+def limits(settings: Settings) -> dict[str, int]:
+    """The limits in force, by setting name (0 = off)."""
+    return {
+        "USER_MAX_WAITING_JOBS": settings.user_max_waiting_jobs,
+        "USER_MAX_JOBS_PER_MINUTE": settings.user_max_jobs_per_minute,
+        "USER_MAX_UPLOAD_BYTES": settings.user_max_upload_bytes,
+        "PIPELINE_MAX_STEPS": settings.pipeline_max_steps,
+        "PIPELINE_MAX_EDGES": settings.pipeline_max_edges,
+    }

@@ -1,0 +1,337 @@
+"""Per-person limits and a disabled person's held jobs, through the real app (and a real worker where a
+job would run).
+
+Limits: jobs waiting, submissions per minute (a pipeline counts once), files stored, pipeline size —
+each refused on every path a person submits by (the JSON API, the forms, uploads) with a 429 that says
+the limit and when to try again (``Retry-After``), or a 422 naming ``steps`` for a pipeline too large;
+concurrent requests never pass a limit together; admins are exempt from the waiting and per-minute
+limits; 0 turns a limit off; a schedule firing into a full queue is skipped with a notice.
+
+Disabled users: disabling holds their waiting jobs at once (a worker never runs them, as it did six
+seconds after a disable before), their token cannot submit, enabling does not release them, and an
+admin releases or cancels them, audited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+import support_forms  # noqa: F401  (registers test.form, test.step, test.steps)
+from litestar.testing import AsyncTestClient
+from webkit import add_token, add_user, app_client, csrf_from, login, running_server
+from workers import running_worker, wait_until
+
+from app import schedules
+from app.db import create_engine
+from app.jobs.queue import SystemPrincipal
+from app.settings import Settings
+
+NO_LIMITS = {
+    "user_max_waiting_jobs": 0,
+    "user_max_jobs_per_minute": 0,
+    "user_max_upload_bytes": 0,
+    "pipeline_max_steps": 0,
+    "pipeline_max_edges": 0,
+}
+
+
+@dataclass
+class Scene:
+    client: AsyncTestClient
+    settings: Settings
+    pg: asyncpg.Connection
+    user_id: int
+    user: dict[str, str]
+    admin_id: int
+    admin: dict[str, str]
+
+
+@pytest.fixture
+async def scene_of(make_settings: Any, pg: asyncpg.Connection) -> AsyncIterator[Any]:
+    """``await scene_of(**limits)`` → a started app with a person and an admin, each with a token."""
+    clients: list[Any] = []
+
+    async def make(**limits: Any) -> Scene:
+        settings = make_settings(worker_enabled=False, **{**NO_LIMITS, **limits})
+        db = settings.database_url or ""
+        user = await add_user(db, "ann@example.com")
+        admin = await add_user(db, "root@example.com", admin=True)
+        cm = app_client(settings)
+        client = await cm.__aenter__()
+        clients.append(cm)
+        bearer = {"Authorization": f"Bearer {await add_token(db, user.id)}"}
+        root = {"Authorization": f"Bearer {await add_token(db, admin.id)}"}
+        return Scene(client, settings, pg, user.id, bearer, admin.id, root)
+
+    yield make
+    for cm in clients:
+        await cm.__aexit__(None, None, None)
+
+
+def job(i: int = 0, **extra: Any) -> dict[str, Any]:
+    return {"type": "test.step", "input_data": {"label": f"j{i}"}, **extra}
+
+
+def steps(n: int, *, connected: bool = False) -> dict[str, Any]:
+    return {
+        "name": "big",
+        "steps": [
+            {
+                "key": f"s{i}",
+                "type": "test.step",
+                "input_data": {},
+                "depends_on": [f"s{k}" for k in range(i)] if connected else ([f"s{i - 1}"] if i else []),
+            }
+            for i in range(n)
+        ],
+    }
+
+
+def assert_limited(r: Any, *words: str) -> int:
+    """A 429 naming the limit in words, with a ``Retry-After`` in whole seconds; returns it."""
+    assert r.status_code == 429, r.text
+    detail = r.json()["detail"]
+    assert "Try again in" in detail, detail
+    for w in words:
+        assert w in detail, detail
+    return int(r.headers["retry-after"])
+
+
+async def test_waiting_limit_answers_429_on_the_api_and_the_form_and_spares_admins(scene_of: Any) -> None:
+    s = await scene_of(user_max_waiting_jobs=3)
+    for i in range(3):
+        assert (await s.client.post("/api/jobs", json=job(i), headers=s.user)).status_code == 201
+    r = await s.client.post("/api/jobs", json=job(9), headers=s.user)
+    assert assert_limited(r, "limit is 3", "you have 3 waiting") == 60
+    # A pipeline (ad hoc or template) adds all its steps at once: refused whole, nothing left behind.
+    r = await s.client.post(
+        "/api/pipelines", json={"template": "test.steps", "input_data": {}}, headers=s.user
+    )
+    assert_limited(r, "limit is 3")
+    assert await s.pg.fetchval("SELECT count(*) FROM jobs WHERE user_id = $1", s.user_id) == 3
+    # The job form says it in words above the fields.
+    await login(s.client, "ann@example.com")
+    page = await s.client.get("/jobs/new/test.step")
+    form = {"label": "x", "seconds": "0", "_csrf_token": csrf_from(page.text)}
+    r = await s.client.post("/jobs/new/test.step", data=form, follow_redirects=False)
+    assert r.status_code == 429 and "Too many jobs waiting" in r.text and "limit is 3" in r.text
+    # Admins are exempt; cancelling one job makes room again.
+    for i in range(5):
+        assert (await s.client.post("/api/jobs", json=job(i), headers=s.admin)).status_code == 201
+    first = await s.pg.fetchval("SELECT id FROM jobs WHERE user_id = $1 ORDER BY id LIMIT 1", s.user_id)
+    assert (await s.client.post(f"/api/jobs/{first}/cancel", headers=s.user)).status_code == 200
+    assert (await s.client.post("/api/jobs", json=job(7), headers=s.user)).status_code == 201
+
+
+async def test_concurrent_requests_never_pass_a_limit_together(scene_of: Any, tmp_path: Path) -> None:
+    """Through ``jobdesk serve`` over HTTP, so that the requests really overlap."""
+    s = await scene_of()
+    env = {"USER_MAX_WAITING_JOBS": "5", "USER_MAX_UPLOAD_BYTES": "2000", "DB_POOL_SIZE": "20"}
+    with running_server(s.settings.database_url or "", tmp_path / "serve", **env) as base:
+        async with httpx.AsyncClient(base_url=base, headers=s.user, timeout=30) as http:
+            call = {"type": "http.request", "input_data": {"url": "https://example.com/"}}
+            answers = await asyncio.gather(*[http.post("/api/jobs", json=call) for _ in range(16)])
+            codes = sorted(r.status_code for r in answers)
+            assert codes.count(201) == 5 and codes.count(429) == 11, codes
+            uploads = await asyncio.gather(
+                *[http.post("/api/files", files={"file": (f"{i}.txt", b"c" * 400)}) for i in range(12)]
+            )
+            assert sorted(u.status_code for u in uploads).count(201) == 5
+    assert await s.pg.fetchval("SELECT count(*) FROM jobs WHERE user_id = $1", s.user_id) == 5
+    assert await s.pg.fetchval("SELECT sum(size) FROM files WHERE user_id = $1", s.user_id) == 2000
+
+
+async def test_per_minute_limit_counts_a_pipeline_once_and_says_when(scene_of: Any) -> None:
+    s = await scene_of(user_max_jobs_per_minute=3)
+    assert (await s.client.post("/api/pipelines", json=steps(6), headers=s.user)).status_code == 201
+    for i in range(2):
+        assert (await s.client.post("/api/jobs", json=job(i), headers=s.user)).status_code == 201
+    r = await s.client.post("/api/jobs", json=job(5), headers=s.user)
+    assert 50 <= assert_limited(r, "3 a minute") <= 60
+    # Run again is a submission too; an admin is exempt.
+    mine = await s.pg.fetchval(
+        "SELECT id FROM jobs WHERE user_id = $1 AND pipeline_id IS NULL LIMIT 1", s.user_id
+    )
+    assert (await s.client.post(f"/api/jobs/{mine}/run-again", headers=s.user)).status_code == 429
+    for i in range(5):
+        assert (await s.client.post("/api/jobs", json=job(i), headers=s.admin)).status_code == 201
+    # Once the minute has passed, the person may submit again.
+    await s.pg.execute("UPDATE jobs SET created_at = created_at - interval '61 seconds'")
+    assert (await s.client.post("/api/jobs", json=job(6), headers=s.user)).status_code == 201
+
+
+async def test_pipelines_over_the_default_size_are_refused_naming_steps(
+    scene_of: Any, make_settings: Any
+) -> None:
+    defaults = make_settings()
+    s = await scene_of(
+        pipeline_max_steps=defaults.pipeline_max_steps, pipeline_max_edges=defaults.pipeline_max_edges
+    )
+    for body, words in ((steps(500), "at most 200 steps"), (steps(150, connected=True), "11,175")):
+        for who in (s.user, s.admin):
+            r = await s.client.post("/api/pipelines", json=body, headers=who)
+            assert r.status_code == 422 and words in r.json()["errors"]["steps"], r.text
+    assert (await s.client.post("/api/pipelines", json=steps(200), headers=s.user)).status_code == 201
+    assert await s.pg.fetchval("SELECT count(*) FROM pipelines") == 1
+
+
+async def test_a_template_larger_than_the_limit_is_refused_once_built(scene_of: Any) -> None:
+    s = await scene_of(pipeline_max_steps=3)
+    r = await s.client.post(
+        "/api/pipelines", json={"template": "test.steps", "input_data": {}}, headers=s.user
+    )
+    assert r.status_code == 422 and "at most 3 steps (this one has 4)" in r.text
+    assert await s.pg.fetchval("SELECT count(*) FROM jobs") == 0
+
+
+async def test_stored_bytes_limit_refuses_uploads_on_the_api_and_the_form(scene_of: Any) -> None:
+    s = await scene_of(user_max_upload_bytes=3000)
+    up = await s.client.post("/api/files", files={"file": ("a.txt", b"a" * 2000)}, headers=s.user)
+    assert up.status_code == 201
+    r = await s.client.post("/api/files", files={"file": ("b.txt", b"b" * 2000)}, headers=s.user)
+    retry = assert_limited(r, "limit is 2.9 KiB", "you keep 2 KiB")
+    assert 29 * 86_400 < retry <= 30 * 86_400  # the first file is deleted 30 days after its upload
+    # A form's file field shows the refusal next to the field.
+    await login(s.client, "ann@example.com")
+    page = await s.client.get("/jobs/new/test.form")
+    r = await s.client.post(
+        "/jobs/new/test.form",
+        data={"name": "Ann", "_csrf_token": csrf_from(page.text)},
+        files={"document": ("d.txt", b"d" * 1500)},
+        follow_redirects=False,
+    )
+    assert r.status_code == 422 and "Not enough room for this file" in r.text
+    assert await s.pg.fetchval("SELECT count(*) FROM jobs") == 0
+
+
+async def test_admins_see_usage_against_the_limits(scene_of: Any) -> None:
+    s = await scene_of(user_max_waiting_jobs=10, user_max_upload_bytes=5000)
+    await s.client.post("/api/jobs", json=job(), headers=s.user)
+    await s.client.post("/api/files", files={"file": ("a.txt", b"a" * 1024)}, headers=s.user)
+    r = await s.client.get(f"/api/users/{s.user_id}/usage", headers=s.admin)
+    assert r.status_code == 200
+    body = r.json()
+    assert (body["waiting"], body["held"], body["stored_bytes"]) == (1, 0, 1024)
+    assert body["limits"]["USER_MAX_WAITING_JOBS"] == 10 and body["limits"]["PIPELINE_MAX_STEPS"] == 0
+    assert (await s.client.get(f"/api/users/{s.user_id}/usage", headers=s.user)).status_code == 403
+    await login(s.client, "root@example.com")
+    page = (await s.client.get("/admin/users")).text
+    assert f'id="usage-{s.user_id}"' in page and "1 of 10 jobs waiting" in page and "1 KiB of 4.9 KiB" in page
+
+
+async def test_a_schedule_firing_into_a_full_queue_is_skipped_and_said(scene_of: Any) -> None:
+    s = await scene_of(user_max_waiting_jobs=1)
+    assert (await s.client.post("/api/jobs", json=job(), headers=s.user)).status_code == 201
+    engine = create_engine(s.settings.database_url or "", pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            owner = SystemPrincipal(id=s.user_id, is_admin=False, email="ann@example.com")
+            row = await schedules.create_schedule(
+                conn,
+                name="every minute",
+                cron="* * * * *",
+                timezone="UTC",
+                job_type="test.step",
+                input_data={},
+                owner=owner,
+                settings=s.settings,
+            )
+        await s.pg.execute("UPDATE schedules SET next_fire_at = now() - interval '1 second'")
+        async with engine.begin() as conn:
+            assert await schedules.fire_due(conn, s.settings) == []
+    finally:
+        await engine.dispose()
+    assert await s.pg.fetchval("SELECT count(*) FROM jobs WHERE user_id = $1", s.user_id) == 1
+    sched = await s.pg.fetchrow("SELECT enabled, next_fire_at FROM schedules WHERE id = $1", row["id"])
+    assert sched["enabled"] and sched["next_fire_at"] > datetime.now(UTC)
+    notice = await s.pg.fetchval("SELECT payload::text FROM alert_outbox WHERE kind = 'admin_action'")
+    assert "schedule.skip" in notice and "limit is 1" in notice
+
+
+async def _disable(s: Scene) -> None:
+    await login(s.client, "root@example.com")
+    token = csrf_from((await s.client.get("/admin/users")).text)
+    r = await s.client.post(
+        f"/admin/users/{s.user_id}/disable", data={"_csrf_token": token}, follow_redirects=False
+    )
+    assert r.status_code == 303
+
+
+async def test_disabling_holds_waiting_jobs_until_an_admin_releases_or_cancels_them(scene_of: Any) -> None:
+    s = await scene_of()
+    later = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+    ids = [
+        (
+            await s.client.post(
+                "/api/jobs", json=job(i, **({"run_at": later} if i == 2 else {})), headers=s.user
+            )
+        ).json()["id"]
+        for i in range(3)
+    ]
+    pipeline = (await s.client.post("/api/pipelines", json=steps(2), headers=s.user)).json()["id"]
+    await _disable(s)
+    held = await s.pg.fetch("SELECT id, status, is_active FROM jobs WHERE user_id = $1", s.user_id)
+    assert len(held) == 5 and all(r["status"] == "queued" and not r["is_active"] for r in held)
+    assert await s.pg.fetchval("SELECT count(*) FROM job_events WHERE kind = 'held'") == 5
+    detail = await s.pg.fetchval("SELECT detail::text FROM audit_log WHERE action = 'user.disable'")
+    assert json.loads(detail)["jobs_held"] == 5
+    # The disabled person's token cannot submit.
+    assert (await s.client.post("/api/jobs", json=job(), headers=s.user)).status_code == 401
+    async with running_worker(s.settings):
+        await asyncio.sleep(2.5)  # the scheduled one is due by now: none of them runs
+        assert (
+            await s.pg.fetchval(
+                "SELECT count(*) FROM job_events WHERE kind = 'claimed' AND job_id = ANY($1::uuid[])",
+                [r["id"] for r in held],
+            )
+            == 0
+        )
+        page = await s.client.get(f"/jobs/{ids[0]}")
+        assert "Held" in page.text
+        # Enabling the account does not release them.
+        token = csrf_from((await s.client.get("/admin/users")).text)
+        await s.client.post(f"/admin/users/{s.user_id}/enable", data={"_csrf_token": token})
+        assert (
+            await s.pg.fetchval("SELECT count(*) FROM jobs WHERE is_active AND user_id = $1", s.user_id) == 0
+        )
+        users_page = (await s.client.get("/admin/users")).text
+        assert f'id="release-jobs-{s.user_id}"' in users_page and "5 held" in users_page
+        # An admin cancels them: the pipeline ends cancelled; nothing is left to release.
+        r = await s.client.post(f"/api/users/{s.user_id}/cancel-jobs", headers=s.admin)
+        assert r.status_code == 200 and r.json()["count"] == 5
+        assert await s.pg.fetchval("SELECT status FROM pipelines WHERE id = $1", pipeline) == "cancelled"
+        assert (
+            await s.client.post(f"/api/users/{s.user_id}/release-jobs", headers=s.admin)
+        ).status_code == 409
+    actions = [r["action"] for r in await s.pg.fetch("SELECT action FROM audit_log ORDER BY id")]
+    assert actions[-3:] == ["user.enable", "user.cancel_jobs", "user.release_jobs"]
+
+
+async def test_released_jobs_run(scene_of: Any) -> None:
+    s = await scene_of()
+    ids = [(await s.client.post("/api/jobs", json=job(i), headers=s.user)).json()["id"] for i in range(2)]
+    await _disable(s)
+    async with running_worker(s.settings):
+        await asyncio.sleep(1)
+        assert await s.pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'queued'") == 2
+        r = await s.client.post(f"/api/users/{s.user_id}/release-jobs", headers=s.admin)
+        assert r.status_code == 200 and r.json()["count"] == 2, r.text
+
+        async def done() -> bool:
+            return await s.pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'completed'") == 2
+
+        await wait_until(done, timeout=20, what="the released jobs to run")
+    kinds = [
+        r["kind"]
+        for r in await s.pg.fetch("SELECT kind FROM job_events WHERE job_id = $1 ORDER BY id", ids[0])
+    ]
+    assert kinds[:3] == ["enqueued", "held", "released"] and "completed" in kinds
