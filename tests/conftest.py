@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -34,7 +33,6 @@ for _name in (
     os.environ.pop(_name, None)
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
 from app.db import asyncpg_dsn, run_migrations  # noqa: E402
 from app.settings import Settings, load_settings, normalize_database_url  # noqa: E402
@@ -62,7 +60,7 @@ def pg_server_url() -> Iterator[str]:
     if url:
         yield normalize_database_url(url)
         return
-    from pg_owned import OwnedPostgres
+    from tests.support.pg_owned import OwnedPostgres
 
     with OwnedPostgres(Path(tempfile.mkdtemp(prefix="jobdesk-testpg-"))) as server:
         yield server.url

@@ -12,10 +12,9 @@ from typing import Any
 
 import asyncpg
 import pytest
-import support_forms  # noqa: F401  (registers test.form, …)
 from litestar.testing import AsyncTestClient
-from webkit import add_token, add_user, app_client, csrf_from, login
 
+import tests.support.forms  # noqa: F401  (registers test.form, …)
 from app import server
 from app.auth import CurrentUser
 from app.db import create_engine
@@ -23,6 +22,7 @@ from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.settings import Settings
 from app.web.admin.health import HEALTH_QUERIES
+from tests.support.webkit import add_token, add_user, app_client, csrf_from, login
 
 HX = {"HX-Request": "true"}
 PAGES = ("/admin", "/admin/health", "/admin/audit", "/admin/users", "/admin/schedules")

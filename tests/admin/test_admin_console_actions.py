@@ -11,11 +11,10 @@ from typing import Any
 
 import asyncpg
 import pytest
-import support_forms  # noqa: F401  (registers test.form, …)
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
-from webkit import add_user, app_client, csrf_from, login
 
+import tests.support.forms  # noqa: F401  (registers test.form, …)
 from app import server
 from app.actions import controls as control_actions
 from app.actions import schedules as schedule_actions
@@ -24,6 +23,7 @@ from app.auth import CurrentUser
 from app.db import create_engine
 from app.errors import Forbidden
 from app.settings import Settings
+from tests.support.webkit import add_user, app_client, csrf_from, login
 
 
 @pytest.fixture

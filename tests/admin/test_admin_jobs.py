@@ -17,19 +17,18 @@ from typing import Any
 
 import asyncpg
 import pytest
-import support_forms  # noqa: F401  (registers test.form)
 from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncEngine
-from test_web_jobs import claim, csrf, enqueue, failed_job, finish, sign_in_as, switch_to
-from webkit import app_client
 
+import tests.support.forms  # noqa: F401  (registers test.form)
 from app.actions import bulk, selection
 from app.db import asyncpg_dsn
 from app.settings import Settings
 from app.web import admin_jobs
+from tests.support.jobsteps import claim, enqueue, failed_job, finish
+from tests.support.webkit import HX, app_client, csrf, sign_in_as, switch_to
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))  # bench/seed.py
-HX = {"HX-Request": "true"}
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))  # bench/seed.py
 
 
 @pytest.fixture
@@ -412,8 +411,9 @@ async def test_failed_jobs_are_grouped_by_type_and_error_and_a_group_is_retried(
 def seeded_url(pg_server_url: str, template_db: str) -> Iterator[str]:
     """100,000 jobs by bench/seed.py over 50 users, plus a few idempotency keys and pipeline jobs;
     vacuumed and analysed."""
-    import conftest
     import seed
+
+    from tests import conftest
 
     name = f"{conftest._PREFIX}_adminseed"
     asyncio.run(conftest._create_db(pg_server_url, name, template=template_db))
@@ -561,13 +561,12 @@ async def test_counts_page_and_list_through_the_app_on_the_seeded_table(
     """The strip on 100,000 jobs: live counts exact (under the cap), finished ones estimated."""
     settings = make_settings(worker_enabled=False, database_url=seeded_url)
     async with app_client(settings) as client:
-        from webkit import login
+        from tests.support.webkit import login
 
         conn = await asyncpg.connect(asyncpg_dsn(seeded_url))
         try:
-            from webkit import PASSWORD
-
             from app.auth import hash_password
+            from tests.support.webkit import PASSWORD
 
             await conn.execute(
                 "UPDATE users SET password_hash = $1 WHERE email = 'user01@example.com'",

@@ -25,18 +25,18 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-import support_processors
-from factories import TestUser, make_user
 from pytest_httpserver import HTTPServer
 from sqlalchemy import text
-from webkit import add_user, app_client, csrf_from, login
 from werkzeug import Request, Response
-from workers import WorkerProcess, running_worker, wait_status, wait_until
 
 from app import alerts
 from app.jobs import outbox, queue
 from app.jobs.queue import NewJob
 from app.settings import Settings, SettingsError, load_settings
+from tests.support.factories import TestUser, make_user
+from tests.support.processors import SIDE_EFFECTS_DDL
+from tests.support.webkit import add_user, app_client, csrf_from, login
+from tests.support.workers import WorkerProcess, running_worker, wait_status, wait_until
 
 SLACK_PATH = "/services/T0001/B0002/slacksecretpath"
 TOKEN = "123456789:AAtelegramSECRETtoken"
@@ -168,7 +168,7 @@ def alert_settings(make_settings: Any, receiver: Receiver, **over: Any) -> Setti
 
 @pytest.fixture
 async def owner(pg: asyncpg.Connection) -> TestUser:
-    await pg.execute(support_processors.SIDE_EFFECTS_DDL)
+    await pg.execute(SIDE_EFFECTS_DDL)
     return await make_user(pg, email="alice@example.com")
 
 
@@ -1190,7 +1190,8 @@ def test_send_test_alert_in_chromium(db_url: str, tmp_path: Path, artifacts_dir:
     """The button works in a real browser under the strict CSP: htmx posts with the CSRF token from
     <body hx-headers> and the result appears next to the button; the page fits a phone."""
     from playwright.sync_api import sync_playwright
-    from webkit import PASSWORD, running_server
+
+    from tests.support.webkit import PASSWORD, running_server
 
     asyncio.run(add_user(db_url, "root@example.com", admin=True))
     receiver.script = {"telegram": [(502, {}, "bad gateway")]}

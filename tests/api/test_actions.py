@@ -13,19 +13,19 @@ from typing import Any
 
 import asyncpg
 import pytest
-import support_forms  # noqa: F401  (test.form, test.step, test.steps, test.approval)
 from litestar.testing import AsyncTestClient
-from procs import upload
 from sqlalchemy.ext.asyncio import AsyncEngine
-from test_web_jobs import HX, claim, csrf, enqueue, finish, sign_in_as, switch_to
-from webkit import add_token, add_user, app_client
 
+import tests.support.forms  # noqa: F401  (test.form, test.step, test.steps, test.approval)
 from app import pipelines
 from app.actions import access
 from app.auth import CurrentUser
 from app.settings import Settings
+from tests.support.jobsteps import claim, enqueue, finish
+from tests.support.procs import upload
+from tests.support.webkit import HX, add_token, add_user, app_client, csrf, sign_in_as, switch_to
 
-APP = Path(__file__).resolve().parent.parent / "app"
+APP = Path(__file__).resolve().parents[2] / "app"
 
 # --- web modules never write to the queue ---------------------------------------------------------------
 

@@ -8,13 +8,14 @@ import uuid
 from typing import Any
 
 import pytest
-import support_forms  # noqa: F401  (test.step: a type anyone may submit)
-import support_processors  # noqa: F401  (test job types)
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-from webkit import add_token, add_user, app_client
-from workers import running_worker, wait_until
+
+import tests.support.forms
+import tests.support.processors  # noqa: F401  (test job types)
+from tests.support.webkit import add_token, add_user, app_client
+from tests.support.workers import running_worker, wait_until
 
 
 @pytest.fixture

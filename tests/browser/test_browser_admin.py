@@ -11,34 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_browser_ui import CHROMIUM, LAUNCH_ARGS, TESTS, Watch, no_horizontal_scroll
-from webkit import PASSWORD, add_user, running_server
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium (installed by .ci/run)"),
-]
-XSS = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
+from tests.support.browser import BROWSER_MARKS, XSS, Watch, no_horizontal_scroll
+from tests.support.webkit import FORMS_ENV, PASSWORD, add_user, running_server
+
+pytestmark = BROWSER_MARKS
 
 
 @pytest.fixture
 def server(db_url: str, tmp_path: Path) -> Iterator[str]:
     asyncio.run(add_user(db_url, "root@example.com", admin=True))
-    env = {"JOBDESK_PROCESSOR_MODULES": "support_forms", "PYTHONPATH": f"{TESTS}:{TESTS.parent}"}
-    with running_server(db_url, tmp_path / "data", **env) as base:
+    with running_server(db_url, tmp_path / "data", **FORMS_ENV) as base:
         yield base
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def test_admin_console_walk_forms_and_no_script_runs(server: str, browser: Any, artifacts_dir: Path) -> None:

@@ -14,18 +14,13 @@ from typing import Any
 
 import asyncpg
 import pytest
-from test_browser_ui import CHROMIUM, LAUNCH_ARGS, Watch, no_horizontal_scroll
-from webkit import PASSWORD, add_user, running_server
 
 from app.db import asyncpg_dsn
 from app.jobs.queue import new_id
+from tests.support.browser import BROWSER_MARKS, XSS, Watch, no_horizontal_scroll
+from tests.support.webkit import PASSWORD, add_user, running_server
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium (installed by .ci/run)"),
-]
-
-XSS = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
+pytestmark = BROWSER_MARKS
 
 
 async def _seed(db_url: str) -> dict[str, Any]:
@@ -63,18 +58,6 @@ def seeded_server(db_url: str, tmp_path: Path) -> Iterator[tuple[str, dict[str, 
     data = asyncio.run(_seed(db_url))
     with running_server(db_url, tmp_path / "data", LOG_LEVEL="WARNING") as base:
         yield base, data
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def _sign_in(page: Any, base: str) -> None:

@@ -8,15 +8,10 @@ import asyncio
 import time
 from pathlib import Path
 
-import pytest
-from webkit import PASSWORD, add_user, running_server
+from tests.support.browser import BROWSER_MARKS, CHROMIUM
+from tests.support.webkit import PASSWORD, add_user, running_server
 
-CHROMIUM = Path("/usr/bin/chromium")
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium (installed by .ci/run)"),
-]
+pytestmark = BROWSER_MARKS
 
 
 def test_sign_in_and_out_in_chromium(db_url: str, tmp_path: Path, artifacts_dir: Path) -> None:

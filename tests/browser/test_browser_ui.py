@@ -1,5 +1,5 @@
 """The web UI in a real browser (headless Chromium through Playwright; issue 6 "Tests"), against
-``jobdesk serve`` with its in-app worker and the test-only job types of ``support_forms``:
+``jobdesk serve`` with its in-app worker and the test-only job types of ``tests.support.forms``:
 
 * sign in; a bad value is shown next to its field; a too-large file is refused before sending; a good
   form starts a job whose page goes Waiting → Running (progress) → Done without a reload;
@@ -20,23 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from webkit import PASSWORD, add_user, running_server
 
-CHROMIUM = Path("/usr/bin/chromium")
-TESTS = Path(__file__).resolve().parent
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll
+from tests.support.webkit import FORMS_ENV, PASSWORD, add_user, running_server
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium (installed by .ci/run)"),
-]
+pytestmark = BROWSER_MARKS
 
 
 @pytest.fixture
@@ -44,8 +32,7 @@ def server(db_url: str, tmp_path: Path) -> Iterator[str]:
     asyncio.run(add_user(db_url, "ann@example.com"))
     env = {
         "WORKER_ENABLED": "true",
-        "JOBDESK_PROCESSOR_MODULES": "support_forms",
-        "PYTHONPATH": f"{TESTS}:{TESTS.parent}",
+        **FORMS_ENV,
         "UPLOAD_MAX_BYTES": "4096",
         "JOB_PROCESSOR_POLL_INTERVAL": "0.5",
         "LOG_LEVEL": "WARNING",
@@ -54,51 +41,12 @@ def server(db_url: str, tmp_path: Path) -> Iterator[str]:
         yield base
 
 
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-class Watch:
-    """Page problems: script errors, CSP violations, and any alert() dialog (an XSS payload running)."""
-
-    def __init__(self, page: Any) -> None:
-        self.errors: list[str] = []
-        self.alerts: list[str] = []
-        page.on("pageerror", lambda e: self.errors.append(str(e)))
-        page.on(
-            "console",
-            lambda m: (
-                self.errors.append(m.text) if m.type == "error" and "status of 4" not in m.text else None
-            ),
-        )
-        page.on("dialog", self._dialog)
-
-    def _dialog(self, dialog: Any) -> None:
-        if dialog.type == "confirm":  # hx-confirm: the person says yes
-            dialog.accept()
-        else:
-            self.alerts.append(f"{dialog.type}: {dialog.message}")
-            dialog.dismiss()
-
-
 def sign_in(page: Any, base: str) -> None:
     page.goto(base + "/login")
     page.fill("#email", "ann@example.com")
     page.fill("#password", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url(base + "/")
-
-
-def no_horizontal_scroll(page: Any) -> bool:
-    return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"))
 
 
 def test_forms_errors_and_a_job_that_finishes_without_a_reload(

@@ -22,7 +22,7 @@ import pytest
 
 from app.auth import verify_password
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 JOBDESK = Path(sys.executable).parent / "jobdesk"
 
 
@@ -172,7 +172,7 @@ async def test_create_user_failures(
 async def test_create_token_prints_a_working_token_last(
     tmp_path: Path, db_url: str, pg: asyncpg.Connection, make_settings: Any
 ) -> None:
-    from webkit import app_client
+    from tests.support.webkit import app_client
 
     assert run(tmp_path, "create-user", "ann@example.com", DATABASE_URL=db_url).returncode == 0
     result = run(tmp_path, "create-token", "Ann@Example.com", DATABASE_URL=db_url)

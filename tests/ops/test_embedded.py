@@ -73,7 +73,7 @@ def test_start_embedded_postgres_in_a_temp_dir(tmp_path: Path) -> None:
             capture_output=True,
             text=True,
             timeout=180,
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=Path(__file__).resolve().parents[2],
         )
         assert result.returncode == 0, result.stderr
         url, version = result.stdout.split()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -17,19 +16,19 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-import support_processors
-from factories import TestUser, make_user
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
-from webkit import add_token, add_user, app_client, login, running_server
-from workers import running_worker, wait_until
 
 from app.db import asyncpg_dsn, create_engine
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.web import metrics as ops
+from tests.support.factories import TestUser, make_user
+from tests.support.processors import SIDE_EFFECTS_DDL
+from tests.support.webkit import add_token, add_user, app_client, login, running_server
+from tests.support.workers import running_worker, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 TOKEN = "metrics-token-0123456789"
@@ -222,8 +221,9 @@ async def _ready(c: Any) -> bool:
 def seeded_url(pg_server_url: str, template_db: str) -> Iterator[str]:
     """A migrated database with 100,000 jobs (bench/seed.py: the statuses of a busy installation, with
     their events), vacuumed and analysed."""
-    import conftest
     import seed
+
+    from tests import conftest
 
     name = f"{conftest._PREFIX}_seeded"
     asyncio.run(conftest._create_db(pg_server_url, name, template=template_db))
@@ -494,8 +494,8 @@ def _serve(db_url: str, data_dir: Path, timeout_secs: float) -> Any:
         JOB_RETRY_INTERVALS="0.1",
         JOB_RETRY_JITTER="0",
         LOG_LEVEL="WARNING",
-        JOBDESK_PROCESSOR_MODULES="support_processors",
-        PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+        JOBDESK_PROCESSOR_MODULES="tests.support.processors",
+        PYTHONPATH=str(ROOT),
     )
 
 
@@ -527,7 +527,7 @@ async def test_ui_answers_quickly_while_processors_hold_the_pool_and_every_job_r
     exhausted get a 503 within the pool timeout instead of hanging; the worker's claims, lease renewals and
     completions use their own connections, so no lease expires and every job completes exactly once.
     Negative control: with a 30 s pool timeout the same requests hang for seconds behind the processors."""
-    await pg.execute(support_processors.SIDE_EFFECTS_DDL)
+    await pg.execute(SIDE_EFFECTS_DDL)
     user = await add_user(db_url, "ops@example.com")
     token = await add_token(db_url, user.id)
     async with engine.begin() as conn:  # waiting before the server (and its worker) starts
@@ -680,10 +680,9 @@ async def test_a_standalone_worker_serves_its_own_metrics_when_asked(
 ) -> None:
     """``WORKER_METRICS_ADDR``: a standalone worker's counters and histograms (which the web app's
     ``/metrics`` cannot see) are served by the worker itself. A malformed address is a settings error."""
-    from webkit import free_port
-    from workers import WorkerProcess
-
     from app.settings import SettingsError, load_settings
+    from tests.support.webkit import free_port
+    from tests.support.workers import WorkerProcess
 
     with pytest.raises(SettingsError, match="WORKER_METRICS_ADDR: expected host:port"):
         load_settings(worker_metrics_addr="9108")

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from app.settings import ENV_NAMES
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = ROOT / "tests"
+README = (ROOT / "README.md").read_text()
 
 
 def test_every_setting_is_in_the_configuration_table() -> None:
@@ -28,22 +30,20 @@ def test_readme_gives_the_two_commands_and_the_first_admin() -> None:
 def test_every_test_that_docs_cases_names_exists() -> None:
     """docs/cases.md explains the real-world cases that tests are named after and lists the tests that
     check each one; a renamed or removed test must not leave the page pointing at nothing."""
-    root = Path(__file__).resolve().parent
-    cases = (root.parent / "docs" / "cases.md").read_text()
-    named = set(re.findall(r"`(test_\w+\.py)::(test_\w+)`", cases))
+    cases = (ROOT / "docs" / "cases.md").read_text()
+    named = set(re.findall(r"`((?:\w+/)?test_\w+\.py)::(test_\w+)`", cases))
     assert len(named) > 40
     missing = []
     for file, test in sorted(named):
-        path = root / file
+        path = TESTS / file
         if not path.exists() or not re.search(rf"^(async )?def {test}\(", path.read_text(), flags=re.M):
             missing.append(f"{file}::{test}")
     assert missing == []
 
 
 def test_every_case_id_a_test_names_is_explained_in_docs_cases() -> None:
-    root = Path(__file__).resolve().parent
-    cases = (root.parent / "docs" / "cases.md").read_text()
+    cases = (ROOT / "docs" / "cases.md").read_text()
     explained = set(re.findall(r"^## ([CN]\d\d) —", cases, flags=re.M))
     explained |= set(re.findall(r"^- \*\*([CN]\d\d) —", cases, flags=re.M))
-    named = {case for path in root.glob("*.py") for case in re.findall(r"\b([CN]\d\d)\b", path.read_text())}
+    named = {case for path in TESTS.rglob("*.py") for case in re.findall(r"\b([CN]\d\d)\b", path.read_text())}
     assert sorted(named - explained) == []

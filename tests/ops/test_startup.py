@@ -7,11 +7,11 @@ import re
 from typing import Any
 
 import pytest
-from webkit import app_client
 
 from app import server
 from app.db import head_revision
 from app.server import StartupRefused, create_app
+from tests.support.webkit import app_client
 
 
 async def _startup_error(app: Any) -> BaseException:

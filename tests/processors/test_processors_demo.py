@@ -15,13 +15,13 @@ import sys
 from pathlib import Path
 
 import asyncpg
-from webkit import add_user, running_server
-from workers import wait_until
 
 from app.db import asyncpg_dsn
 from app.jobs import queue
+from tests.support.webkit import add_user, running_server
+from tests.support.workers import wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 JOBDESK = Path(sys.executable).parent / "jobdesk"
 FAST = {
     "JOB_RETRY_INTERVALS": "0.2,0.2",

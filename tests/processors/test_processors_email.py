@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword
-from procs import as_dict, enqueue, job_context
-from webkit import add_token, add_user, app_client
-from workers import running_worker, wait_status
 
 from app.errors import BadInput
 from app.processors import PermanentError, registry
 from app.processors.email_send import DEMO_DIR, TemporaryMailError
+from tests.support.procs import as_dict, enqueue, job_context
+from tests.support.webkit import add_token, add_user, app_client
+from tests.support.workers import running_worker, wait_status
 
 
 class Recorder:

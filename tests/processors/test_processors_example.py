@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-from procs import EXAMPLES, ROOT, as_dict
-from webkit import add_token, add_user, app_client
-from workers import running_worker, wait_until
 
 from app.errors import BadInput, TooLarge
 from app.processors import registry
+from tests.support.procs import EXAMPLES, ROOT, as_dict
+from tests.support.webkit import add_token, add_user, app_client
+from tests.support.workers import running_worker, wait_until
 
 BUILT_IN = [
     "http.request",

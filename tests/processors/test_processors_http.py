@@ -23,13 +23,13 @@ from typing import Any
 
 import httpx
 import pytest
-from procs import as_dict, enqueue, job_context
-from webkit import add_token, add_user, app_client
-from workers import running_worker, wait_status
 
 from app.errors import BadInput
 from app.processors import PermanentError, http_request, registry
 from app.processors.http_request import BODY_KEEP_CHARS, TemporaryHttpError
+from tests.support.procs import as_dict, enqueue, job_context
+from tests.support.webkit import add_token, add_user, app_client
+from tests.support.workers import running_worker, wait_status
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -11,9 +11,6 @@ from typing import Any
 
 import pytest
 from PIL import Image
-from procs import EXAMPLES, as_dict, cpu_context, enqueue, put_file, upload
-from webkit import add_token, add_user, app_client
-from workers import running_worker, wait_status, wait_until
 
 from app import pipelines
 from app.errors import BadInput
@@ -22,6 +19,9 @@ from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.processors import PermanentError, registry
 from app.processors.images import make_contact_sheet, make_thumbnails
+from tests.support.procs import EXAMPLES, as_dict, cpu_context, enqueue, put_file, upload
+from tests.support.webkit import add_token, add_user, app_client
+from tests.support.workers import running_worker, wait_status, wait_until
 
 SAMPLES = {
     "rocket.jpg": (640, 427, "JPEG"),
@@ -223,7 +223,7 @@ async def test_thumbnail_job_through_a_worker_stores_files_owned_by_the_user(set
 async def test_a_submission_may_only_name_the_submitters_files(settings, engine, pg) -> None:
     """Case C20 for files: a job (and a template's input) may only name files of its owner — an admin's
     job too — and another user's file gets the same answer as an unknown id. Checked at submission, so
-    the mistake is a 422 rather than a failed job; reads are checked again (tests/test_file_security.py)."""
+    the mistake is a 422 rather than a failed job; reads are checked again (tests/web/test_file_security.py)."""
     owner = await add_user(settings.database_url, "owner@example.com")
     other = await add_user(settings.database_url, "other@example.com")
     admin = await add_user(settings.database_url, "boss@example.com", admin=True)

@@ -13,14 +13,14 @@ from typing import Any
 
 import jinja2
 import pytest
-from procs import EXAMPLES, as_dict, cpu_context, enqueue, put_file, upload
-from webkit import add_token, add_user, app_client
-from workers import running_worker, wait_status, wait_until
 
 from app.files import FileStore
 from app.jobs import queue
 from app.processors import PermanentError, csv_charts, reports
 from app.processors.reports import check_csv, report_from_summary, summarise_csv
+from tests.support.procs import EXAMPLES, as_dict, cpu_context, enqueue, put_file, upload
+from tests.support.webkit import add_token, add_user, app_client
+from tests.support.workers import running_worker, wait_status, wait_until
 
 PENGUINS = EXAMPLES / "csv" / "penguins.csv"
 

@@ -10,16 +10,16 @@ from typing import Any
 
 import asyncpg
 import pytest
-import support_processors
-from factories import make_user
-from webkit import add_token, add_user, app_client
-from workers import WorkerProcess, running_worker, wait_until
 
 from app import controls
 from app.db import asyncpg_dsn
 from app.errors import BadInput, NotFound
 from app.jobs import queue
 from app.jobs.queue import NewJob
+from tests.support.factories import make_user
+from tests.support.processors import SIDE_EFFECTS_DDL
+from tests.support.webkit import add_token, add_user, app_client
+from tests.support.workers import WorkerProcess, running_worker, wait_until
 
 
 class Admin:
@@ -29,7 +29,7 @@ class Admin:
 
 @pytest.fixture
 async def admin(pg: asyncpg.Connection) -> Admin:
-    await pg.execute(support_processors.SIDE_EFFECTS_DDL)
+    await pg.execute(SIDE_EFFECTS_DDL)
     u = await make_user(pg, admin=True)
     return Admin(u.id, u.email)
 

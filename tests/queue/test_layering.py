@@ -14,7 +14,7 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "app"
 
 FOUNDATION = {"app.settings", "app.db", "app.models", "app.errors", "app.logs", "app.metrics", "app.files"}

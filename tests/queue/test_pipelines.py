@@ -9,20 +9,20 @@ from typing import Any
 
 import asyncpg
 import pytest
-import support_processors
-from factories import TestUser, event_kinds, make_user
-from workers import WorkerProcess, running_worker, wait_status, wait_until
 
 from app import pipelines
 from app.errors import BadInput, Conflict, Forbidden, NotFound
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.settings import Settings
+from tests.support.factories import TestUser, event_kinds, make_user
+from tests.support.processors import FLAGS_DDL, SIDE_EFFECTS_DDL
+from tests.support.workers import WorkerProcess, running_worker, wait_status, wait_until
 
 
 @pytest.fixture
 async def owner(pg: asyncpg.Connection) -> TestUser:
-    await pg.execute(support_processors.SIDE_EFFECTS_DDL)
+    await pg.execute(SIDE_EFFECTS_DDL)
     return await make_user(pg)
 
 
@@ -234,7 +234,7 @@ async def test_a_manual_retry_of_the_failed_upstream_reopens_what_it_cancelled(
 ) -> None:
     """Documented rule (README "Pipelines"; case C23 + C08): retrying the failed step re-opens the steps
     its failure cancelled; they wait for it again and run once it completes."""
-    await pg.execute(support_processors.FLAGS_DDL)
+    await pg.execute(FLAGS_DDL)
     await pg.execute("INSERT INTO test_flags (name) VALUES ('downstream')")
     pid = await _c08(engine, settings, owner, "test.until_fixed", {})
     async with running_worker(settings):

@@ -14,7 +14,6 @@ from typing import Any
 
 import asyncpg
 import pytest
-from factories import TestUser, event_kinds, job_row, make_user
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -24,6 +23,7 @@ from app.jobs.backoff import RetryPolicy, retry_delay
 from app.jobs.payload import ERROR_CAP_BYTES, result_json
 from app.jobs.queue import NewJob, Outcome
 from app.settings import Settings
+from tests.support.factories import TestUser, event_kinds, job_row, make_user
 
 W1, W2 = "host-1-aaaa", "host-2-bbbb"
 

@@ -9,14 +9,14 @@ import re
 from pathlib import Path
 
 import pytest
-from factories import make_user
 
 from app.errors import Conflict
 from app.jobs import queue
 from app.jobs.queue import NewJob, Outcome
 from app.jobs.states import LIVE, TERMINAL, TRANSITIONS, Actor, Status, can, label, sources
+from tests.support.factories import make_user
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 ALLOWED = {
     ("queued", "in_progress"): {"worker"},

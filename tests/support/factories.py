@@ -7,6 +7,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.jobs import queue
+from app.jobs.queue import NewJob
+from app.settings import Settings
 
 _seq = itertools.count(1)
 
@@ -27,6 +32,26 @@ async def make_user(pg: asyncpg.Connection, *, admin: bool = False, email: str |
         "INSERT INTO users (email, password_hash, is_admin) VALUES ($1, 'x', $2) RETURNING id", email, admin
     )
     return TestUser(id=uid, email=email, is_admin=admin)
+
+
+async def make_job(
+    engine: AsyncEngine,
+    settings: Settings,
+    user: Any,
+    type_: str = "noop",
+    input_data: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> dict[str, Any]:
+    """Enqueue a job for ``user`` (a user or its id) through the queue, as every entry path does, and
+    return its row. A ``noop`` with empty input unless told otherwise; ``overrides`` are
+    :class:`NewJob` fields (``priority``, ``run_at``, ``max_attempts``, ``depends_on``, ``title``…)."""
+    user_id = user if isinstance(user, int) else user.id
+    job = NewJob(
+        type=type_, input_data=input_data if input_data is not None else {}, user_id=user_id, **overrides
+    )
+    async with engine.begin() as conn:
+        result = await queue.enqueue(conn, job, settings)
+    return dict(result.job)
 
 
 async def job_row(pg: asyncpg.Connection, job_id: Any) -> dict[str, Any]:

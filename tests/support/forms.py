@@ -1,6 +1,7 @@
 """A test-only job type with every kind of form field, and a pipeline template, for the web UI tests
 (forms are generated from the input schema, so every field kind needs a case). Imported by the UI tests; loaded into server subprocesses with
-``JOBDESK_PROCESSOR_MODULES=support_forms`` (the tests folder on ``PYTHONPATH``).
+``JOBDESK_PROCESSOR_MODULES=tests.support.forms`` (the repository root on ``PYTHONPATH``), see
+:data:`tests.support.webkit.FORMS_ENV`.
 
 ``test.form`` echoes its input back as a readable result, with a produced file, a link and nested data,
 so the job page's result rendering is exercised too. ``test.steps`` is a pipeline template with

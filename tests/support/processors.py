@@ -1,5 +1,5 @@
 """Job types used only by tests. Imported directly by in-process tests, and loaded into worker
-subprocesses with ``JOBDESK_PROCESSOR_MODULES=support_processors`` (the tests folder is on their path).
+subprocesses with ``JOBDESK_PROCESSOR_MODULES=tests.support.processors`` (the repository root on their path).
 
 ``test.effect`` appends one row per run to ``side_effects`` — the "exactly once" probe of the cases:
 a processor that appends one row per run leaves exactly one row when it ran exactly once.

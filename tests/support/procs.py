@@ -21,7 +21,7 @@ from app.jobs.queue import NewJob
 from app.processors import CpuContext, JobContext, registry
 from app.settings import Settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 

@@ -23,6 +23,11 @@ from app.server import create_app
 from app.settings import Settings
 
 PASSWORD = "correct horse battery"
+HX = {"HX-Request": "true"}
+"""Headers of an htmx request (the app answers with a fragment)."""
+ROOT = Path(__file__).resolve().parents[2]
+FORMS_ENV = {"JOBDESK_PROCESSOR_MODULES": "tests.support.forms", "PYTHONPATH": str(ROOT)}
+"""Environment for a ``jobdesk serve`` subprocess that loads the test-only form job types."""
 
 
 @asynccontextmanager
@@ -81,6 +86,24 @@ async def login(
         data={"email": email, "password": password, "next": next_path, "_csrf_token": csrf_from(page.text)},
         follow_redirects=False,
     )
+
+
+async def sign_in_as(client: AsyncTestClient, db_url: str, email: str, *, admin: bool = False) -> CurrentUser:
+    """A new user, signed in on ``client`` (cookies of the previous user are dropped)."""
+    user = await add_user(db_url, email, admin=admin)
+    await switch_to(client, email)
+    return user
+
+
+async def switch_to(client: AsyncTestClient, email: str) -> None:
+    client.cookies.clear()
+    r = await login(client, email)
+    assert r.status_code == 303, r.text
+
+
+async def csrf(client: AsyncTestClient) -> str:
+    """A CSRF token of the signed-in session (from the My jobs page)."""
+    return csrf_from((await client.get("/jobs")).text)
 
 
 def free_port() -> int:

@@ -18,7 +18,7 @@ import asyncpg
 from app.settings import Settings
 from app.worker.runner import Worker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextlib.asynccontextmanager
@@ -82,8 +82,8 @@ def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
             "JOB_CANCEL_GRACE_SECS": str(settings.job_cancel_grace_secs),
             "SECRET_KEY": "test",
             "LOG_LEVEL": "INFO",
-            "JOBDESK_PROCESSOR_MODULES": "support_processors",
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+            "JOBDESK_PROCESSOR_MODULES": "tests.support.processors",
+            "PYTHONPATH": str(ROOT),
         }
     )
     if settings.worker_heartbeat_secs:

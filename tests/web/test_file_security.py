@@ -23,13 +23,13 @@ from typing import Any
 import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
-from procs import EXAMPLES, as_dict, cpu_context, put_file, upload
-from webkit import add_token, add_user, app_client
-from workers import running_worker, wait_until
 
 from app.files import FileStore, derive_type, parse_file_id, served_type
 from app.processors.images import make_contact_sheet, member_name
 from app.settings import Settings
+from tests.support.procs import EXAMPLES, as_dict, cpu_context, put_file, upload
+from tests.support.webkit import add_token, add_user, app_client
+from tests.support.workers import running_worker, wait_until
 
 PICTURE = EXAMPLES / "images" / "horse.png"
 VICTIM_PICTURE = EXAMPLES / "images" / "chelsea.jpg"

@@ -10,9 +10,9 @@ import pytest
 from litestar import get, post
 from litestar.params import JSONBody
 from litestar.testing import AsyncTestClient
-from webkit import PASSWORD, add_token, add_user, app_client, csrf_from, login
 
 from app.auth import LOGIN_MAX_FAILURES_PER_EMAIL, LOGIN_MAX_FAILURES_PER_IP, SESSION_COOKIE, requires_admin
+from tests.support.webkit import PASSWORD, add_token, add_user, app_client, csrf_from, login
 
 
 @pytest.fixture
@@ -324,7 +324,7 @@ async def test_api_post_needs_no_csrf_token_but_a_bearer(make_settings: Any, db_
     def echo(data: JSONBody[dict[str, Any]]) -> dict[str, Any]:
         return data
 
-    from webkit import create_app
+    from tests.support.webkit import create_app
 
     user = await add_user(db_url, "ann@example.com")
     token = await add_token(db_url, user.id)
@@ -349,7 +349,7 @@ def admin_api() -> dict[str, str]:
 
 
 async def test_admin_guard(make_settings: Any, db_url: str) -> None:
-    from webkit import create_app
+    from tests.support.webkit import create_app
 
     ann = await add_user(db_url, "ann@example.com")
     boss = await add_user(db_url, "boss@example.com", admin=True)

@@ -8,90 +8,34 @@ import asyncio
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from html.parser import HTMLParser
 from typing import Any
 
 import asyncpg
 import pytest
-import support_forms  # noqa: F401  (registers test.form, test.step, test.steps, test.approval)
 from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncEngine
-from webkit import add_token, add_user, app_client, csrf_from, login
 
+import tests.support.forms  # noqa: F401  (registers test.form, test.step, test.steps, test.approval)
 from app.auth import CurrentUser
 from app.jobs import queue
-from app.jobs.payload import json_text
-from app.jobs.queue import NewJob, Outcome
 from app.settings import Settings
-
-HX = {"HX-Request": "true"}
+from tests.support.jobsteps import claim, enqueue, failed_job, finish
+from tests.support.webkit import (
+    HX,
+    add_token,
+    add_user,
+    app_client,
+    csrf,
+    sign_in_as,
+    switch_to,
+)
 
 
 @pytest.fixture
 def ui_settings(make_settings: Any) -> Settings:
     return make_settings(worker_enabled=False, upload_max_bytes=4096)
-
-
-@pytest.fixture
-async def client(ui_settings: Settings) -> AsyncIterator[AsyncTestClient]:
-    async with app_client(ui_settings) as c:
-        yield c
-
-
-async def sign_in_as(client: AsyncTestClient, db_url: str, email: str, *, admin: bool = False) -> CurrentUser:
-    """A new user, signed in on ``client`` (cookies of the previous user are dropped)."""
-    user = await add_user(db_url, email, admin=admin)
-    await switch_to(client, email)
-    return user
-
-
-async def switch_to(client: AsyncTestClient, email: str) -> None:
-    client.cookies.clear()
-    r = await login(client, email)
-    assert r.status_code == 303, r.text
-
-
-async def csrf(client: AsyncTestClient) -> str:
-    return csrf_from((await client.get("/jobs")).text)
-
-
-async def enqueue(
-    engine: AsyncEngine, settings: Settings, user_id: int, type_: str = "test.form", **kw: Any
-) -> uuid.UUID:
-    data = kw.pop("input_data", {"name": "Ann"} if type_ == "test.form" else {})
-    async with engine.begin() as conn:
-        res = await queue.enqueue(conn, NewJob(type=type_, input_data=data, user_id=user_id, **kw), settings)
-    return res.job["id"]
-
-
-async def claim(engine: AsyncEngine, expected: uuid.UUID | None = None) -> uuid.UUID:
-    """Claim due jobs as a worker would; return ``expected`` (which must be among them) or the first."""
-    async with engine.begin() as conn:
-        rows = await queue.claim(conn, "test-worker", 1 if expected is None else 100, 60)
-    assert rows, "nothing to claim"
-    ids = [r["id"] for r in rows]
-    if expected is not None:
-        assert expected in ids, "the expected job was not claimable"
-        return expected
-    return ids[0]
-
-
-async def finish(engine: AsyncEngine, settings: Settings, job_id: uuid.UUID, kind: str, **kw: Any) -> None:
-    if "result" in kw and not isinstance(kw["result"], str):
-        kw["result"] = json_text(kw["result"])
-    async with engine.begin() as conn:
-        await queue.finish(conn, "test-worker", [Outcome(job_id=job_id, kind=kind, **kw)], settings)
-
-
-async def failed_job(
-    engine: AsyncEngine, settings: Settings, user_id: int, error: str, **kw: Any
-) -> uuid.UUID:
-    jid = await enqueue(engine, settings, user_id, max_attempts=1, priority=100, **kw)
-    assert await claim(engine) == jid  # the highest priority is claimed first
-    await finish(engine, settings, jid, "failed", error=error)
-    return jid
 
 
 def main_html(html: str) -> str:

@@ -12,10 +12,10 @@ import pytest
 from litestar import Request, get, post
 from litestar.params import FromQuery
 from litestar.testing import AsyncTestClient
-from webkit import add_token, add_user, app_client, login
 
 from app.errors import BadInput, Conflict
 from app.server import CSP, create_app
+from tests.support.webkit import add_token, add_user, app_client, login
 
 
 @pytest.fixture

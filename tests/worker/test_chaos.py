@@ -33,15 +33,15 @@ from typing import Any
 
 import asyncpg
 import pytest
-import support_processors
-from factories import make_user
-from pg_owned import OwnedPostgres
-from workers import WorkerProcess
 
 from app.db import asyncpg_dsn, create_engine, run_migrations
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.settings import Settings, load_settings
+from tests.support.factories import make_user
+from tests.support.pg_owned import OwnedPostgres
+from tests.support.processors import SIDE_EFFECTS_DDL
+from tests.support.workers import WorkerProcess
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
@@ -145,7 +145,7 @@ async def run_chaos(
         await admin.close()
         await run_migrations(url)
         pg = await asyncpg.connect(asyncpg_dsn(url))
-        await pg.execute(support_processors.SIDE_EFFECTS_DDL)
+        await pg.execute(SIDE_EFFECTS_DDL)
         user = await make_user(pg)
         await pg.close()
         settings = load_settings(
