@@ -19,6 +19,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from litestar.testing import AsyncTestClient
 
 # Settings are cached per process: fix the environment before anything imports the app.
 os.environ.setdefault("LOG_LEVEL", "WARNING")
@@ -36,6 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from app.db import asyncpg_dsn, run_migrations  # noqa: E402
 from app.settings import Settings, load_settings, normalize_database_url  # noqa: E402
+from tests.support.factories import SIDE_EFFECTS_DDL, TestUser, make_user  # noqa: E402
+from tests.support.webkit import app_client  # noqa: E402
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
 
@@ -184,3 +187,26 @@ async def pg(db_url: str) -> AsyncIterator[asyncpg.Connection]:
 def artifacts_dir() -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return ARTIFACTS
+
+
+# --- users and the web app --------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def owner(pg: asyncpg.Connection) -> TestUser:
+    """A user who owns the test's jobs; the ``side_effects`` table of ``test.effect`` exists."""
+    await pg.execute(SIDE_EFFECTS_DDL)
+    return await make_user(pg)
+
+
+@pytest.fixture
+def ui_settings(make_settings: Any) -> Settings:
+    """Settings of the web app under test: no in-app worker, so jobs stay where the test puts them."""
+    return make_settings(worker_enabled=False)
+
+
+@pytest.fixture
+async def client(ui_settings: Settings) -> AsyncIterator[AsyncTestClient]:
+    """A started app (lifespan run) on ``ui_settings`` and a test client for it."""
+    async with app_client(ui_settings) as c:
+        yield c

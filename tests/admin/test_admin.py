@@ -6,7 +6,6 @@ POST-only and CSRF on every action; form errors; the C17 EXPLAIN check of the he
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,34 +21,15 @@ from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.settings import Settings
 from app.web.admin.health import HEALTH_QUERIES
-from tests.support.webkit import add_token, add_user, app_client, csrf_from, login
+from tests.support.webkit import HX, add_token, add_user, app_client, csrf_from, login
 
-HX = {"HX-Request": "true"}
 PAGES = ("/admin", "/admin/health", "/admin/audit", "/admin/users", "/admin/schedules")
-
-
-@pytest.fixture
-def ui_settings(make_settings: Any) -> Settings:
-    return make_settings(worker_enabled=False)
-
-
-@pytest.fixture
-async def client(ui_settings: Settings) -> AsyncIterator[AsyncTestClient]:
-    async with app_client(ui_settings) as c:
-        yield c
 
 
 async def as_user(client: AsyncTestClient, email: str) -> None:
     client.cookies.clear()
     r = await login(client, email)
     assert r.status_code == 303, r.text
-
-
-@pytest.fixture
-async def admin(client: AsyncTestClient, db_url: str) -> CurrentUser:
-    user = await add_user(db_url, "root@example.com", admin=True)
-    await as_user(client, "root@example.com")
-    return user
 
 
 async def post(client: AsyncTestClient, path: str, data: dict[str, Any] | None = None, **kw: Any) -> Any:

@@ -6,7 +6,6 @@ out-of-range ids) answers 500."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -23,26 +22,7 @@ from app.auth import CurrentUser
 from app.db import create_engine
 from app.errors import Forbidden
 from app.settings import Settings
-from tests.support.webkit import add_user, app_client, csrf_from, login
-
-
-@pytest.fixture
-def ui_settings(make_settings: Any) -> Settings:
-    return make_settings(worker_enabled=False)
-
-
-@pytest.fixture
-async def client(ui_settings: Settings) -> AsyncIterator[AsyncTestClient]:
-    async with app_client(ui_settings) as c:
-        yield c
-
-
-@pytest.fixture
-async def admin(client: AsyncTestClient, db_url: str) -> CurrentUser:
-    user = await add_user(db_url, "root@example.com", admin=True)
-    r = await login(client, "root@example.com")
-    assert r.status_code == 303, r.text
-    return user
+from tests.support.webkit import add_user, csrf_from
 
 
 async def post(client: AsyncTestClient, path: str, data: dict[str, Any] | None = None) -> Any:

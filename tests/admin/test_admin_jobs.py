@@ -10,7 +10,7 @@ import json
 import re
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,20 +26,10 @@ from app.db import asyncpg_dsn
 from app.settings import Settings
 from app.web import admin_jobs
 from tests.support.jobsteps import claim, enqueue, failed_job, finish
+from tests.support.plans import explain
 from tests.support.webkit import HX, app_client, csrf, sign_in_as, switch_to
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))  # bench/seed.py
-
-
-@pytest.fixture
-def ui_settings(make_settings: Any) -> Settings:
-    return make_settings(worker_enabled=False)
-
-
-@pytest.fixture
-async def client(ui_settings: Settings) -> AsyncIterator[AsyncTestClient]:
-    async with app_client(ui_settings) as c:
-        yield c
 
 
 def ids_in(html: str) -> list[str]:
@@ -435,21 +425,6 @@ def seeded_url(pg_server_url: str, template_db: str) -> Iterator[str]:
     asyncio.run(conftest._drop_db(pg_server_url, name))
 
 
-def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from _nodes(child)
-
-
-async def _plan(conn: asyncpg.Connection, statement: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
-    from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
-
-    compiled = statement.compile(dialect=PGDialect_asyncpg())  # not queue._compiled: its cache is by id()
-    sql, names = str(compiled), tuple(compiled.positiontup or ())
-    raw = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *[params[n] for n in names])
-    return list(_nodes(json.loads(raw)[0]["Plan"]))
-
-
 def _seq_scans(nodes: list[dict[str, Any]]) -> list[str]:
     return [
         n["Node Type"] for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "jobs"
@@ -528,7 +503,7 @@ async def test_list_count_bulk_and_failed_queries_use_indexes_on_a_seeded_table(
     try:
         problems: dict[str, Any] = {}
         for name, statement, params in await _admin_statements(conn):
-            nodes = await _plan(conn, statement, params)
+            nodes = await explain(conn, statement, params, analyze=True)
             if _seq_scans(nodes) or _rows_read(nodes) > READ_LIMIT:
                 problems[name] = ([n.get("Index Name") or n["Node Type"] for n in nodes], _rows_read(nodes))
             if name.startswith("count-"):
@@ -545,7 +520,7 @@ async def test_list_count_bulk_and_failed_queries_use_indexes_on_a_seeded_table(
                 await conn.execute(f'DROP INDEX "{r["name"]}"')
             scanned = set()
             for name, statement, params in await _admin_statements(conn):
-                nodes = await _plan(conn, statement, params)
+                nodes = await explain(conn, statement, params, analyze=True)
                 if _seq_scans(nodes) or _rows_read(nodes) > READ_LIMIT:
                     scanned.add(name)
             assert {"list-owner-status", "list-pipeline", "list-scheduled", "count-queued"} <= scanned

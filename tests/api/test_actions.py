@@ -6,7 +6,7 @@ their internal steps."""
 from __future__ import annotations
 
 import ast
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from app.auth import CurrentUser
 from app.settings import Settings
 from tests.support.jobsteps import claim, enqueue, finish
 from tests.support.procs import upload
-from tests.support.webkit import HX, add_token, add_user, app_client, csrf, sign_in_as, switch_to
+from tests.support.webkit import HX, add_token, add_user, csrf, sign_in_as, switch_to
 
 APP = Path(__file__).resolve().parents[2] / "app"
 
@@ -119,12 +119,6 @@ def test_web_modules_never_import_the_queues_writing_functions() -> None:
 
 
 # --- one audit entry and one admin notice, from a page and from the API -----------------------------------
-
-
-@pytest.fixture
-async def client(make_settings: Any) -> AsyncIterator[AsyncTestClient]:
-    async with app_client(make_settings(worker_enabled=False)) as c:
-        yield c
 
 
 @pytest.fixture

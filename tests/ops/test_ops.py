@@ -23,7 +23,8 @@ from app.db import asyncpg_dsn, create_engine
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.web import metrics as ops
-from tests.support.factories import TestUser, make_user
+from tests.support.factories import TestUser
+from tests.support.plans import explain
 from tests.support.processors import SIDE_EFFECTS_DDL
 from tests.support.webkit import add_token, add_user, app_client, login, running_server
 from tests.support.workers import running_worker, wait_until
@@ -32,11 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 TOKEN = "metrics-token-0123456789"
-
-
-@pytest.fixture
-async def owner(pg: asyncpg.Connection) -> TestUser:
-    return await make_user(pg)
 
 
 def samples(body: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -231,19 +227,6 @@ def seeded_url(pg_server_url: str, template_db: str) -> Iterator[str]:
     asyncio.run(seed.seed(url, 100_000, 5))
     yield url
     asyncio.run(conftest._drop_db(pg_server_url, name))
-
-
-def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from _nodes(child)
-
-
-async def explain(conn: asyncpg.Connection, statement: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
-    """The plan nodes of ``statement`` (a ``text()`` of app code) with ``params`` bound."""
-    sql, names = queue._compiled(statement)
-    raw = await conn.fetchval("EXPLAIN (FORMAT JSON) " + sql, *[params[n] for n in names])
-    return list(_nodes(json.loads(raw)[0]["Plan"]))
 
 
 def seq_scans_of_jobs(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -15,25 +15,9 @@ from app.errors import BadInput, Conflict, Forbidden, NotFound
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.settings import Settings
-from tests.support.factories import TestUser, event_kinds, make_user
-from tests.support.processors import FLAGS_DDL, SIDE_EFFECTS_DDL
+from tests.support.factories import TestUser, event_kinds
+from tests.support.processors import FLAGS_DDL
 from tests.support.workers import WorkerProcess, running_worker, wait_status, wait_until
-
-
-@pytest.fixture
-async def owner(pg: asyncpg.Connection) -> TestUser:
-    await pg.execute(SIDE_EFFECTS_DDL)
-    return await make_user(pg)
-
-
-@pytest.fixture
-async def other(pg: asyncpg.Connection) -> TestUser:
-    return await make_user(pg)
-
-
-@pytest.fixture
-async def admin(pg: asyncpg.Connection) -> TestUser:
-    return await make_user(pg, admin=True)
 
 
 def step(

@@ -12,7 +12,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -23,24 +22,9 @@ from app.jobs.backoff import RetryPolicy, retry_delay
 from app.jobs.payload import ERROR_CAP_BYTES, result_json
 from app.jobs.queue import NewJob, Outcome
 from app.settings import Settings
-from tests.support.factories import TestUser, event_kinds, job_row, make_user
+from tests.support.factories import TestUser, event_kinds, job_row, make_job
 
 W1, W2 = "host-1-aaaa", "host-2-bbbb"
-
-
-@pytest.fixture
-async def owner(pg: asyncpg.Connection) -> TestUser:
-    return await make_user(pg)
-
-
-@pytest.fixture
-async def other(pg: asyncpg.Connection) -> TestUser:
-    return await make_user(pg)
-
-
-@pytest.fixture
-async def admin(pg: asyncpg.Connection) -> TestUser:
-    return await make_user(pg, admin=True)
 
 
 async def enqueue(
@@ -213,8 +197,8 @@ async def test_nul_in_result_or_error_is_replaced_so_the_job_still_finishes(
     engine, settings, owner, pg
 ) -> None:
     # Case C12 (b), (c): one shared sanitiser; the status transition never fails because of data.
-    a = (await enqueue(engine, settings, owner)).job["id"]
-    b = (await enqueue(engine, settings, owner, max_attempts=1)).job["id"]
+    a = (await make_job(engine, settings, owner))["id"]
+    b = (await make_job(engine, settings, owner, max_attempts=1))["id"]
     await claim(engine)
     report = await finish(engine, settings, [done(a, {"text": "x\u0000y"}), failed(b, "bad \x00 byte")])
     assert report.status == {a: "completed", b: "failed"}
@@ -224,7 +208,7 @@ async def test_nul_in_result_or_error_is_replaced_so_the_job_still_finishes(
 
 async def test_a_huge_error_is_capped_and_the_job_still_moves_on(engine, settings, owner, pg) -> None:
     # Case C13: a 5 MB error message is truncated with a marker; the job still goes to retry, then failed.
-    job = (await enqueue(engine, settings, owner, max_attempts=2)).job["id"]
+    job = (await make_job(engine, settings, owner, max_attempts=2))["id"]
     huge = "E" * (5 * 1024 * 1024)
     for expected in ("queued", "failed"):
         await claim(engine)
@@ -240,12 +224,12 @@ async def test_a_huge_error_is_capped_and_the_job_still_moves_on(engine, setting
 
 async def test_claim_takes_due_jobs_in_priority_then_run_at_then_id_order(engine, settings, owner) -> None:
     now = datetime.now(UTC)
-    low = (await enqueue(engine, settings, owner, priority=-5)).job["id"]
-    early = (await enqueue(engine, settings, owner, run_at=now - timedelta(minutes=5))).job["id"]
-    first = (await enqueue(engine, settings, owner)).job["id"]
-    second = (await enqueue(engine, settings, owner)).job["id"]
-    high = (await enqueue(engine, settings, owner, priority=10)).job["id"]
-    future = (await enqueue(engine, settings, owner, run_at=now + timedelta(hours=1))).job["id"]
+    low = (await make_job(engine, settings, owner, priority=-5))["id"]
+    early = (await make_job(engine, settings, owner, run_at=now - timedelta(minutes=5)))["id"]
+    first = (await make_job(engine, settings, owner))["id"]
+    second = (await make_job(engine, settings, owner))["id"]
+    high = (await make_job(engine, settings, owner, priority=10))["id"]
+    future = (await make_job(engine, settings, owner, run_at=now + timedelta(hours=1)))["id"]
     rows = await claim(engine, limit=10)
     assert [r["id"] for r in rows] == [high, early, first, second, low]
     assert future not in {r["id"] for r in rows}
@@ -260,7 +244,7 @@ async def test_claim_takes_no_more_than_the_free_slots(engine, settings, owner) 
 
 
 async def test_claim_sets_lease_attempt_and_event(engine, settings, owner, pg) -> None:
-    job = (await enqueue(engine, settings, owner)).job["id"]
+    job = (await make_job(engine, settings, owner))["id"]
     [row] = await claim(engine, lease=30)
     db = await job_row(pg, job)
     assert db["status"] == "in_progress" and db["locked_by"] == W1 and db["attempts"] == 1
@@ -298,9 +282,9 @@ async def test_concurrent_claimers_never_claim_a_job_twice(engine, settings, own
 
 
 async def test_priority_order_holds_for_retried_and_rescued_jobs_alike(engine, settings, owner, pg) -> None:
-    low = (await enqueue(engine, settings, owner, priority=1)).job["id"]
-    high_retried = (await enqueue(engine, settings, owner, priority=5)).job["id"]
-    high_rescued = (await enqueue(engine, settings, owner, priority=5)).job["id"]
+    low = (await make_job(engine, settings, owner, priority=1))["id"]
+    high_retried = (await make_job(engine, settings, owner, priority=5))["id"]
+    high_rescued = (await make_job(engine, settings, owner, priority=5))["id"]
     await claim(engine, limit=3)
     await finish(engine, settings, [failed(high_retried, delay=0), done(low)])
     await pg.execute(
@@ -308,7 +292,7 @@ async def test_priority_order_holds_for_retried_and_rescued_jobs_alike(engine, s
     )
     async with engine.begin() as conn:
         await queue.rescue_expired(conn)
-    fresh_low = (await enqueue(engine, settings, owner, priority=1)).job["id"]
+    fresh_low = (await make_job(engine, settings, owner, priority=1))["id"]
     order = [r["id"] for r in await claim(engine, limit=10)]
     # Both priority-5 jobs (one retried, one rescued) before the fresh priority-1 job; ties by run_at, id.
     assert order[-1] == fresh_low
@@ -319,7 +303,7 @@ async def test_priority_order_holds_for_retried_and_rescued_jobs_alike(engine, s
 
 
 async def test_complete_stores_the_result_and_frees_the_lease(engine, settings, owner, pg) -> None:
-    job = (await enqueue(engine, settings, owner)).job["id"]
+    job = (await make_job(engine, settings, owner))["id"]
     await claim(engine)
     report = await finish(engine, settings, [done(job, {"answer": 42})])
     assert report.status == {job: "completed"} and not report.lost
@@ -346,7 +330,7 @@ async def test_a_stale_worker_cannot_overwrite_a_rescued_job(
                 )
             ),
         )
-    job = (await enqueue(engine, settings, owner)).job["id"]
+    job = (await make_job(engine, settings, owner))["id"]
     await claim(engine, W1, lease=30)
     await pg.execute("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", job)
     async with engine.begin() as conn:
@@ -365,7 +349,7 @@ async def test_a_stale_worker_cannot_overwrite_a_rescued_job(
 async def test_failure_with_attempts_left_goes_back_to_queued_after_the_backoff(
     engine, settings, owner, pg
 ) -> None:
-    job = (await enqueue(engine, settings, owner, max_attempts=3)).job["id"]
+    job = (await make_job(engine, settings, owner, max_attempts=3))["id"]
     await claim(engine)
     report = await finish(engine, settings, [failed(job, "transient", delay=120)])
     assert report.status == {job: "queued"}
@@ -378,7 +362,7 @@ async def test_failure_with_attempts_left_goes_back_to_queued_after_the_backoff(
 
 
 async def test_last_failed_attempt_fails_the_job_and_records_one_alert(engine, settings, owner, pg) -> None:
-    job = (await enqueue(engine, settings, owner, max_attempts=2)).job["id"]
+    job = (await make_job(engine, settings, owner, max_attempts=2))["id"]
     for _ in range(2):
         await claim(engine)
         await finish(engine, settings, [failed(job, "still broken")])
@@ -389,7 +373,7 @@ async def test_last_failed_attempt_fails_the_job_and_records_one_alert(engine, s
 
 
 async def test_a_permanent_error_fails_at_once_without_retries(engine, settings, owner, pg) -> None:
-    job = (await enqueue(engine, settings, owner, max_attempts=5)).job["id"]
+    job = (await make_job(engine, settings, owner, max_attempts=5))["id"]
     await claim(engine)
     report = await finish(engine, settings, [failed(job, "400 Bad Request", permanent=True)])
     assert report.status == {job: "failed"}
@@ -401,7 +385,7 @@ async def test_a_failure_at_attempt_5000_schedules_a_retry_within_the_cap(
 ) -> None:
     # Case C05 integration: attempts set to 5000 directly, max_attempts 10000; the next failure's run_at
     # lies in (now, now + cap] with no interval/timestamp overflow.
-    job = (await enqueue(engine, settings, owner)).job["id"]
+    job = (await make_job(engine, settings, owner))["id"]
     await pg.execute("UPDATE jobs SET attempts = 4999, max_attempts = 10000 WHERE id = $1", job)
     [row] = await claim(engine)
     assert row["attempts"] == 5000
@@ -417,7 +401,7 @@ async def test_a_failure_at_attempt_5000_schedules_a_retry_within_the_cap(
 
 
 async def test_cancelling_a_queued_job_cancels_it_at_once(engine, settings, owner, pg) -> None:
-    job = (await enqueue(engine, settings, owner)).job["id"]
+    job = (await make_job(engine, settings, owner))["id"]
     async with engine.begin() as conn:
         row = await queue.cancel(conn, job, owner)
     assert row["status"] == "cancelled" and not row["is_active"]
@@ -427,7 +411,7 @@ async def test_cancelling_a_queued_job_cancels_it_at_once(engine, settings, owne
 
 async def test_cancel_of_a_running_job_wins_over_its_later_completion(engine, settings, owner, pg) -> None:
     # C06 variant 2: the processor ignores the signal and returns success; the job still ends cancelled.
-    job = (await enqueue(engine, settings, owner)).job["id"]
+    job = (await make_job(engine, settings, owner))["id"]
     await claim(engine)
     async with engine.begin() as conn:
         row = await queue.cancel(conn, job, owner)
@@ -441,7 +425,7 @@ async def test_cancel_of_a_running_job_wins_over_its_later_completion(engine, se
 
 async def test_cancelling_a_finished_job_is_a_409_that_changes_nothing(engine, settings, owner, pg) -> None:
     # C06 variant 3: cancel arrives just after the worker committed "completed".
-    job = (await enqueue(engine, settings, owner)).job["id"]
+    job = (await make_job(engine, settings, owner))["id"]
     await claim(engine)
     await finish(engine, settings, [done(job)])
     with pytest.raises(Conflict, match="already completed"):
@@ -468,7 +452,7 @@ async def test_cancel_and_completion_racing_have_exactly_one_winner(
     outcomes = []
     try:
         for i in range(30):
-            job = (await enqueue(engine, settings, owner)).job["id"]
+            job = (await make_job(engine, settings, owner))["id"]
             await claim(engine)
 
             async def do_cancel(job: uuid.UUID = job, pause: float = (i % 5) * 0.001) -> bool:
@@ -505,7 +489,7 @@ async def test_cancel_and_completion_racing_have_exactly_one_winner(
 
 
 async def _exhaust(engine, settings, owner, max_attempts: int = 3) -> uuid.UUID:
-    job = (await enqueue(engine, settings, owner, "fail", {"times": 99}, max_attempts=max_attempts)).job["id"]
+    job = (await make_job(engine, settings, owner, "fail", {"times": 99}, max_attempts=max_attempts))["id"]
     for _ in range(max_attempts):
         await claim(engine)
         await finish(engine, settings, [failed(job, "downstream is down")])
@@ -550,10 +534,10 @@ async def test_retry_is_for_admins_and_only_for_failed_jobs(
     with pytest.raises(NotFound):
         async with engine.begin() as conn:
             await queue.retry(conn, job, other)
-    completed = (await enqueue(engine, settings, owner)).job["id"]
+    completed = (await make_job(engine, settings, owner))["id"]
     await claim(engine)
     await finish(engine, settings, [done(completed)])
-    cancelled = (await enqueue(engine, settings, owner)).job["id"]
+    cancelled = (await make_job(engine, settings, owner))["id"]
     async with engine.begin() as conn:
         await queue.cancel(conn, cancelled, owner)
     for jid, status in ((completed, "completed"), (cancelled, "cancelled")):
@@ -564,7 +548,7 @@ async def test_retry_is_for_admins_and_only_for_failed_jobs(
 
 
 async def test_other_users_get_the_same_not_found_as_an_unknown_id(engine, settings, owner, other) -> None:
-    job = (await enqueue(engine, settings, owner)).job["id"]
+    job = (await make_job(engine, settings, owner))["id"]
     async with engine.begin() as conn:
         with pytest.raises(NotFound) as theirs:
             await queue.get_job(conn, job, other)
@@ -581,7 +565,7 @@ async def test_other_users_get_the_same_not_found_as_an_unknown_id(engine, setti
 async def test_rescue_requeues_an_expired_lease_counting_the_lost_attempt(
     engine, settings, owner, pg
 ) -> None:
-    job = (await enqueue(engine, settings, owner, max_attempts=3)).job["id"]
+    job = (await make_job(engine, settings, owner, max_attempts=3))["id"]
     await claim(engine, W1)
     await pg.execute("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", job)
     async with engine.begin() as conn:
@@ -594,7 +578,7 @@ async def test_rescue_requeues_an_expired_lease_counting_the_lost_attempt(
 
 
 async def test_rescue_on_the_last_attempt_fails_the_job_with_one_alert(engine, settings, owner, pg) -> None:
-    job = (await enqueue(engine, settings, owner, max_attempts=1)).job["id"]
+    job = (await make_job(engine, settings, owner, max_attempts=1))["id"]
     await claim(engine)
     await pg.execute("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", job)
     async with engine.begin() as conn:
@@ -604,7 +588,7 @@ async def test_rescue_on_the_last_attempt_fails_the_job_with_one_alert(engine, s
 
 
 async def test_rescue_leaves_a_renewed_lease_alone(engine, settings, owner, pg) -> None:
-    job = (await enqueue(engine, settings, owner)).job["id"]
+    job = (await make_job(engine, settings, owner))["id"]
     await claim(engine, lease=30)
     async with engine.begin() as conn:
         assert await queue.rescue_expired(conn) == []
@@ -616,7 +600,7 @@ async def test_rescue_leaves_a_renewed_lease_alone(engine, settings, owner, pg) 
 async def test_only_one_process_sweeps_at_a_time(engine, settings, owner, pg, db_url) -> None:
     from app.db import create_engine
 
-    job = (await enqueue(engine, settings, owner)).job["id"]
+    job = (await make_job(engine, settings, owner))["id"]
     await claim(engine)
     await pg.execute("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", job)
     other_engine = create_engine(db_url, pool_size=1)
@@ -629,9 +613,9 @@ async def test_only_one_process_sweeps_at_a_time(engine, settings, owner, pg, db
 
 
 async def test_heartbeat_reports_lost_and_cancel_requested_jobs(engine, settings, owner, pg) -> None:
-    a = (await enqueue(engine, settings, owner)).job["id"]
-    b = (await enqueue(engine, settings, owner)).job["id"]
-    c = (await enqueue(engine, settings, owner)).job["id"]
+    a = (await make_job(engine, settings, owner))["id"]
+    b = (await make_job(engine, settings, owner))["id"]
+    c = (await make_job(engine, settings, owner))["id"]
     await claim(engine, W1, limit=3)
     async with engine.begin() as conn:
         await queue.cancel(conn, b, owner)
@@ -646,9 +630,9 @@ async def test_heartbeat_reports_lost_and_cancel_requested_jobs(engine, settings
 
 
 async def test_prune_deletes_old_finished_jobs_with_their_events_only(engine, settings, owner, pg) -> None:
-    old = (await enqueue(engine, settings, owner)).job["id"]
-    recent = (await enqueue(engine, settings, owner)).job["id"]
-    waiting = (await enqueue(engine, settings, owner, run_at=datetime.now(UTC) + timedelta(days=1))).job["id"]
+    old = (await make_job(engine, settings, owner))["id"]
+    recent = (await make_job(engine, settings, owner))["id"]
+    waiting = (await make_job(engine, settings, owner, run_at=datetime.now(UTC) + timedelta(days=1)))["id"]
     await claim(engine, limit=2)
     await finish(engine, settings, [done(old), done(recent)])
     await pg.execute("UPDATE jobs SET completed_at = now() - interval '31 days' WHERE id = $1", old)

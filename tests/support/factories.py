@@ -15,6 +15,15 @@ from app.settings import Settings
 
 _seq = itertools.count(1)
 
+SIDE_EFFECTS_DDL = """
+CREATE TABLE IF NOT EXISTS side_effects (
+    id bigserial PRIMARY KEY, job_id uuid NOT NULL, attempt int NOT NULL, worker text NOT NULL,
+    pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+"""The table the test job type ``test.effect`` appends one row to per run: one row per job means it ran
+exactly once."""
+
 
 @dataclass(frozen=True)
 class TestUser:

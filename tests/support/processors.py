@@ -15,13 +15,7 @@ from pydantic import Field
 from sqlalchemy import text
 
 from app.processors import Input, JobContext, NextJob, Result, processor
-
-SIDE_EFFECTS_DDL = """
-CREATE TABLE IF NOT EXISTS side_effects (
-    id bigserial PRIMARY KEY, job_id uuid NOT NULL, attempt int NOT NULL, worker text NOT NULL,
-    pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp()
-)
-"""
+from tests.support.factories import SIDE_EFFECTS_DDL  # noqa: F401  (the table test.effect writes to)
 
 
 class EffectInput(Input):

@@ -16,10 +16,9 @@ from typing import Any
 import structlog
 
 from app.files import FileStore, JobFiles
-from app.jobs import queue
-from app.jobs.queue import NewJob
 from app.processors import CpuContext, JobContext, registry
 from app.settings import Settings
+from tests.support.factories import make_job
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -45,11 +44,7 @@ async def upload(
 async def enqueue(
     engine: Any, settings: Settings, user_id: int, type_: str, input_data: dict[str, Any]
 ) -> uuid.UUID:
-    async with engine.begin() as conn:
-        row = (
-            await queue.enqueue(conn, NewJob(type=type_, input_data=input_data, user_id=user_id), settings)
-        ).job
-    return row["id"]
+    return (await make_job(engine, settings, user_id, type_, input_data))["id"]
 
 
 def as_dict(value: Any) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -13,13 +12,6 @@ from litestar.testing import AsyncTestClient
 
 from app.auth import LOGIN_MAX_FAILURES_PER_EMAIL, LOGIN_MAX_FAILURES_PER_IP, SESSION_COOKIE, requires_admin
 from tests.support.webkit import PASSWORD, add_token, add_user, app_client, csrf_from, login
-
-
-@pytest.fixture
-async def client(make_settings: Any) -> AsyncIterator[AsyncTestClient]:
-    async with app_client(make_settings(worker_enabled=False)) as c:
-        yield c
-
 
 # --- sign-in -------------------------------------------------------------------------------------------
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -16,13 +15,6 @@ from litestar.testing import AsyncTestClient
 from app.errors import BadInput, Conflict
 from app.server import CSP, create_app
 from tests.support.webkit import add_token, add_user, app_client, login
-
-
-@pytest.fixture
-async def client(make_settings: Any) -> AsyncIterator[AsyncTestClient]:
-    async with app_client(make_settings(worker_enabled=False)) as c:
-        yield c
-
 
 # --- home --------------------------------------------------------------------------------------------------
 

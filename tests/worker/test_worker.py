@@ -8,21 +8,14 @@ import time
 import uuid
 from typing import Any
 
-import asyncpg
 import pytest
 
+import tests.support.processors  # noqa: F401  (registers the test job types)
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.settings import Settings
-from tests.support.factories import TestUser, event_kinds, make_user
-from tests.support.processors import SIDE_EFFECTS_DDL
+from tests.support.factories import TestUser, event_kinds
 from tests.support.workers import running_worker, wait_status, wait_until
-
-
-@pytest.fixture
-async def owner(pg: asyncpg.Connection) -> TestUser:
-    await pg.execute(SIDE_EFFECTS_DDL)
-    return await make_user(pg)
 
 
 async def enqueue(

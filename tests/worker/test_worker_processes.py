@@ -16,22 +16,16 @@ from typing import Any
 import asyncpg
 import pytest
 
+import tests.support.processors  # noqa: F401  (registers the test job types)
 from app.db import asyncpg_dsn, create_engine, run_migrations
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.settings import Settings
 from tests.support.factories import TestUser, event_kinds, make_user
 from tests.support.pg_owned import OwnedPostgres
-from tests.support.processors import SIDE_EFFECTS_DDL
 from tests.support.workers import WorkerProcess, running_worker, wait_status, wait_until
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-async def owner(pg: asyncpg.Connection) -> TestUser:
-    await pg.execute(SIDE_EFFECTS_DDL)
-    return await make_user(pg)
 
 
 async def enqueue(
