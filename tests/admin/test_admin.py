@@ -83,7 +83,8 @@ async def test_pages_and_actions_for_admin_other_user_and_visitor(
     # signed out: pages redirect to sign-in; actions too (no change)
     for path in PAGES:
         r = await client.get(path, follow_redirects=False)
-        assert r.status_code == 303 and r.headers["location"].startswith("/login"), path
+        assert r.status_code == 303, path
+        assert r.headers["location"].startswith("/login"), path
     # another user: 403 everywhere, nothing changes
     await as_user(client, "bob@example.com")
     for path in PAGES:
@@ -188,7 +189,9 @@ async def test_health_numbers_on_seeded_data(
     r = await client.get("/admin/health", headers=HX)
     assert r.status_code == 200
     html = r.text
-    assert '<strong id="stat-workers">1</strong>' in html and "box-a" in html and "box-b" not in html
+    assert '<strong id="stat-workers">1</strong>' in html
+    assert "box-a" in html
+    assert "box-b" not in html
     assert f'href="/jobs/{running}"' in html  # its running job
     assert '<strong id="stat-waiting">3</strong>' in html  # 4 enqueued, 1 running
     assert '<strong id="stat-oldest">2 h</strong>' in html
@@ -236,7 +239,9 @@ async def test_pause_from_the_console_stops_claiming_and_shows_the_banner(
     bob = await add_user(db_url, "bob@example.com")
     job = await enqueue(ui_settings, bob.id)
     r = await post(client, "/admin/controls/pause", {"type": "test.form"}, headers=HX)
-    assert r.status_code == 200 and "Paused test.form." in r.text and "by root@example.com" in r.text
+    assert r.status_code == 200
+    assert "Paused test.form." in r.text
+    assert "by root@example.com" in r.text
     engine = create_engine(ui_settings.database_url or "", pool_size=1)
     async with engine.begin() as conn:
         assert await queue.claim(conn, "w", 10, 60) == []
@@ -244,7 +249,8 @@ async def test_pause_from_the_console_stops_claiming_and_shows_the_banner(
     await as_user(client, "bob@example.com")
     for path in ("/jobs", f"/jobs/{job}"):
         text = (await client.get(path)).text
-        assert "are paused" in text and "by root@example.com at" in text, path
+        assert "are paused" in text, path
+        assert "by root@example.com at" in text, path
     await as_user(client, "root@example.com")
     r = await post(client, "/admin/controls/resume", {"type": "test.form"})
     assert r.status_code == 303
@@ -269,17 +275,20 @@ async def test_limits_change_is_audited_and_bad_limits_are_field_errors(
     )
     assert tuple(row) == (3, None)
     entry = await pg.fetchrow("SELECT user_email, action, detail FROM audit_log")
-    assert entry["action"] == "job_type.limits" and json.loads(entry["detail"]) == {
+    assert entry["action"] == "job_type.limits"
+    assert json.loads(entry["detail"]) == {
         "max_running": 3,
         "max_per_minute": None,
     }
     page = (await client.get("/admin")).text
-    assert "set limits of" in page and "max running 3" in page
+    assert "set limits of" in page
+    assert "max running 3" in page
     for bad in ("-1", "abc", "100001", "1.5"):
         r = await post(
             client, "/admin/controls/limits", {"type": "test.form", "max_running": bad}, headers=HX
         )
-        assert r.status_code == 422 and 'class="field-error"' in r.text, bad
+        assert r.status_code == 422, bad
+        assert 'class="field-error"' in r.text, bad
     assert await pg.fetchval("SELECT max_running FROM job_type_controls WHERE type = 'test.form'") == 3
     # null removes
     await post(
@@ -307,10 +316,12 @@ async def test_audit_page_lists_filters_and_pages(
     for before in ("99999999999999999999999", "-5", "abc"):
         assert (await client.get(f"/admin/audit?before={before}")).status_code == 200
     page = (await client.get("/admin/audit")).text
-    assert page.count('<tr id="audit-') == 50 and 'id="older"' in page
+    assert page.count('<tr id="audit-') == 50
+    assert 'id="older"' in page
     page = (await client.get("/admin/audit?user=root@example.com")).text
     assert page.count('<tr id="audit-') == 4
-    assert f'href="/jobs/{job}"' in page and "Started a scheduled job now" in page
+    assert f'href="/jobs/{job}"' in page
+    assert "Started a scheduled job now" in page
     page = (await client.get("/admin/audit?action=job_type.pause")).text
     assert page.count('<tr id="audit-') == 3
     # keyset: the second page has the rest
@@ -320,7 +331,8 @@ async def test_audit_page_lists_filters_and_pages(
     assert second.count('<tr id="audit-') == 64 - 50
     # the admin's action shows in the job's history with the admin's email
     hist = (await client.get(f"/jobs/{job}")).text
-    assert "Rescheduled" in hist and "you" in hist
+    assert "Rescheduled" in hist
+    assert "you" in hist
     await add_user(_db(ui_settings), "ops@example.com", admin=True)
     await as_user(client, "ops@example.com")
     assert "root@example.com" in (await client.get(f"/jobs/{job}")).text
@@ -337,7 +349,8 @@ async def test_users_create_generated_password_and_form_errors(
     client: AsyncTestClient, admin: CurrentUser, pg: asyncpg.Connection
 ) -> None:
     r = await post(client, "/admin/users", {"email": "Ann@Example.com", "password": ""})
-    assert r.status_code == 200 and "shown only this once" in r.text
+    assert r.status_code == 200
+    assert "shown only this once" in r.text
     password = r.text.split('id="secret-value" class="secret-value">')[1].split("<")[0]
     assert len(password) >= 12
     assert (await client.get("/admin/users")).text.count(password) == 0  # shown once
@@ -350,7 +363,8 @@ async def test_users_create_generated_password_and_form_errors(
         ({"email": "ann@example.com", "password": "long enough"}, "email", "already exists"),
     ):
         r = await post(client, "/admin/users", data)
-        assert r.status_code == 422 and f'id="e-{field}" class="field-error"' in r.text, data
+        assert r.status_code == 422, data
+        assert f'id="e-{field}" class="field-error"' in r.text, data
         assert words in r.text.lower() or words in r.text
     assert await pg.fetchval("SELECT count(*) FROM users") == 2
 
@@ -377,7 +391,8 @@ async def test_disable_blocks_sign_in_and_tokens_and_self_protection(
     # self-protection
     for action in ("revoke-admin", "disable"):
         r = await post(client, f"/admin/users/{admin.id}/{action}")
-        assert r.status_code == 409 and "you cannot" in r.text
+        assert r.status_code == 409
+        assert "you cannot" in r.text
     assert tuple(await pg.fetchrow("SELECT is_admin, is_active FROM users WHERE id = $1", admin.id)) == (
         True,
         True,
@@ -390,7 +405,8 @@ async def test_disable_blocks_sign_in_and_tokens_and_self_protection(
     assert (await post(client, f"/admin/users/{bob.id}/revoke-admin")).status_code == 303
     r = await post(client, f"/admin/users/{bob.id}/tokens", {"name": "<b>ci</b>"})
     new_token = r.text.split('id="secret-value" class="secret-value">')[1].split("<")[0]
-    assert new_token.startswith("jd_") and "<b>ci</b>" not in r.text
+    assert new_token.startswith("jd_")
+    assert "<b>ci</b>" not in r.text
     tid = await pg.fetchval("SELECT id FROM api_tokens WHERE name = '<b>ci</b>'")
     assert (await post(client, f"/admin/tokens/{tid}/revoke")).status_code == 303
     api = await client.get("/api/jobs", headers={"Authorization": f"Bearer {new_token}"})
@@ -432,17 +448,23 @@ async def test_schedules_create_list_enable_delete_and_form_errors(
     r = await post(client, "/admin/schedules", good)
     assert r.status_code == 303
     row = await pg.fetchrow("SELECT id, enabled, next_fire_at, user_id FROM schedules")
-    assert row["enabled"] and row["next_fire_at"] is not None and row["user_id"] == admin.id
+    assert row["enabled"]
+    assert row["next_fire_at"] is not None
+    assert row["user_id"] == admin.id
     assert (await post(client, "/admin/schedules", good)).status_code == 422  # name taken, not overwritten
     page = (await client.get("/admin/schedules")).text
-    assert "Morning" in page and "0 9 * * 1-5" in page and "Europe/Berlin" in page and "not yet" in page
+    assert "Morning" in page
+    assert "0 9 * * 1-5" in page
+    assert "Europe/Berlin" in page
+    assert "not yet" in page
     assert (await post(client, f"/admin/schedules/{row['id']}/disable")).status_code == 303
     assert await pg.fetchval("SELECT enabled FROM schedules") is False
     assert (await post(client, f"/admin/schedules/{row['id']}/enable")).status_code == 303
     # a code-defined one cannot be deleted
     await pg.execute("UPDATE schedules SET source = 'code'")
     r = await post(client, f"/admin/schedules/{row['id']}/delete")
-    assert r.status_code == 409 and "defined in code" in r.text
+    assert r.status_code == 409
+    assert "defined in code" in r.text
     await pg.execute("UPDATE schedules SET source = 'ui'")
     assert (await post(client, f"/admin/schedules/{row['id']}/delete")).status_code == 303
     assert await pg.fetchval("SELECT count(*) FROM schedules") == 0
@@ -469,7 +491,8 @@ async def test_reschedule_from_the_job_page(
         {"date": "2099-01-02", "time": "09:30", "tz": "Europe/Berlin"},
         headers=HX,
     )
-    assert r.status_code == 200 and "Rescheduled" in r.text
+    assert r.status_code == 200
+    assert "Rescheduled" in r.text
     assert (
         await pg.fetchval("SELECT run_at FROM jobs WHERE id = $1", job)
     ).isoformat() == "2099-01-02T08:30:00+00:00"
@@ -480,7 +503,8 @@ async def test_reschedule_from_the_job_page(
         {"date": "2099-01-01", "time": "09:00", "tz": "Nowhere/City"},
     ):
         r = await post(client, f"/jobs/{job}/reschedule", bad, headers=HX)
-        assert r.status_code == 422 and "Nothing changed" in r.text, bad
+        assert r.status_code == 422, bad
+        assert "Nothing changed" in r.text, bad
     await as_user(client, "bob@example.com")
     assert 'id="act-reschedule"' not in (await client.get(f"/jobs/{job}")).text
     r = await post(client, f"/jobs/{job}/reschedule", {"date": "2099-01-03", "time": "09:30", "tz": "UTC"})

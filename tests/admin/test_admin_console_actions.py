@@ -79,7 +79,8 @@ async def test_each_control_and_schedule_change_writes_one_audit_entry_and_one_a
     notice = await pg.fetchval(
         "SELECT payload FROM alert_outbox WHERE payload->>'action' = 'job_type.limits'"
     )
-    assert '"admin": "root@example.com"' in notice and '"targets": ["test.form"]' in notice
+    assert '"admin": "root@example.com"' in notice
+    assert '"targets": ["test.form"]' in notice
     # a refused change (a code-defined schedule cannot be deleted) leaves neither
     await post(client, "/admin/schedules", SCHEDULE)
     await pg.execute("UPDATE schedules SET source = 'code'")
@@ -112,7 +113,8 @@ async def test_each_user_change_writes_one_audit_entry_and_one_notice_and_a_refu
     before = await trail(pg)
     assert (await post(client, f"/admin/users/{admin.id}/disable")).status_code == 409
     audits, notices = await trail(pg)
-    assert audits == [*before[0], "user.disable"] and notices == before[1]
+    assert audits == [*before[0], "user.disable"]
+    assert notices == before[1]
     assert await pg.fetchval("SELECT outcome FROM audit_log ORDER BY id DESC LIMIT 1") == (
         "refused: it is your own account"
     )
@@ -207,7 +209,8 @@ async def test_nul_characters_and_huge_ids_in_user_and_sign_in_forms_are_not_ser
 ) -> None:
     bob = await add_user(db_url, "bob@example.com")
     r = await post(client, "/admin/users", {"email": "a\x00@example.com", "password": "long enough pw"})
-    assert r.status_code == 422 and 'id="e-email" class="field-error"' in r.text
+    assert r.status_code == 422
+    assert 'id="e-email" class="field-error"' in r.text
     r = await post(client, f"/admin/users/{bob.id}/tokens", {"name": "c\x00i"})
     assert r.status_code == 200
     assert await pg.fetchval("SELECT name FROM api_tokens") == "c i"

@@ -73,8 +73,10 @@ async def test_list_filters_search_and_keyset_pages(
 
     page = (await client.get("/admin/jobs")).text
     assert ids_in(page) == [str(b2), str(b1), str(a2), str(a1)]  # everyone's, newest first
-    assert "ann@x.org" in page and "bob@x.org" in page
-    assert "ValueError: bad row 17" in page and "1/1" in page  # error excerpt, attempts
+    assert "ann@x.org" in page
+    assert "bob@x.org" in page
+    assert "ValueError: bad row 17" in page
+    assert "1/1" in page  # error excerpt, attempts
     assert f'href="/jobs/{b1}"' in page
 
     async def shown(query: str) -> list[str]:
@@ -99,23 +101,30 @@ async def test_list_filters_search_and_keyset_pages(
     # bad input: a message next to the field, never a 500
     r = await client.get("/admin/jobs?owner=nobody@x.org&pipeline=nope&created_from=yesterday")
     assert r.status_code == 200
-    assert "No user has this e-mail address." in r.text and "Not a pipeline id" in r.text
-    assert "Not a date and time" in r.text and ids_in(r.text) == []
+    assert "No user has this e-mail address." in r.text
+    assert "Not a pipeline id" in r.text
+    assert "Not a date and time" in r.text
+    assert ids_in(r.text) == []
     # years ids cannot encode are a field error too, never a 500 (found by a trial: year 0001)
     for moment in ("0001-01-01T00:00", "9999-12-31T23:59"):
         r = await client.get(f"/admin/jobs?created_from={moment}&created_to={moment}")
-        assert r.status_code == 200 and "Not a date and time between 1970 and 9000" in r.text
+        assert r.status_code == 200
+        assert "Not a date and time between 1970 and 9000" in r.text
     r = await client.get("/admin/jobs?status=bogus&after=not-an-id")
-    assert r.status_code == 200 and len(ids_in(r.text)) == 4
+    assert r.status_code == 200
+    assert len(ids_in(r.text)) == 4
 
     # keyset pages: "Older" carries the filter and the last id
     monkeypatch.setattr(admin_jobs, "PAGE_SIZE", 2)
     r = await client.get("/admin/jobs?status=queued")
     assert ids_in(r.text) == [str(b2), str(a2)]
     older = re.search(r'href="(/admin/jobs\?[^"]+)" rel="next"', r.text).group(1).replace("&amp;", "&")
-    assert f"after={a2}" in older and "status=queued" in older
+    assert f"after={a2}" in older
+    assert "status=queued" in older
     r = await client.get(older)
-    assert ids_in(r.text) == [str(a1)] and 'rel="next"' not in r.text and ">Newest</a>" in r.text
+    assert ids_in(r.text) == [str(a1)]
+    assert 'rel="next"' not in r.text
+    assert ">Newest</a>" in r.text
 
 
 async def test_counts_are_capped_for_live_statuses_and_estimated_for_big_finished_ones(
@@ -146,7 +155,9 @@ async def test_counts_are_capped_for_live_statuses_and_estimated_for_big_finishe
         return re.search(rf'id="count-{status}".*?class="count-n">([^<]+)<', r.text, re.S).group(1)
 
     assert count("queued") == "10,000+"
-    assert count("in_progress") == "0" and count("failed") == "7" and count("cancelled") == "0"
+    assert count("in_progress") == "0"
+    assert count("failed") == "7"
+    assert count("cancelled") == "0"
     assert re.fullmatch(r"about 1[12],\d{3}", count("completed")), count("completed")
     # the page itself loads the strip by htmx
     page = (await client.get("/admin/jobs")).text
@@ -197,7 +208,8 @@ async def test_every_row_action_as_admin_owner_other_user_and_signed_out(
         if who:
             assert r.status_code == 403
         else:
-            assert r.status_code == 303 and r.headers["location"].startswith("/login")
+            assert r.status_code == 303
+            assert r.headers["location"].startswith("/login")
     assert await pg.fetchval("SELECT count(*) FROM audit_log") == 0
 
     await switch_to(client, "root@example.com")
@@ -206,27 +218,29 @@ async def test_every_row_action_as_admin_owner_other_user_and_signed_out(
         data = {"_csrf_token": token, "reason": "Looks wrong"}
         r = await client.post(f"/admin/jobs/{jid}/{action}", data=data, headers=HX)
         assert r.status_code == 200, (action, r.text)
-        assert r.text.lstrip().startswith(f'<tr id="row-{jid}"') and words in r.text, (action, r.text)
+        assert r.text.lstrip().startswith(f'<tr id="row-{jid}"'), (action, r.text)
+        assert words in r.text, (action, r.text)
         assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", jid) == status
     actions = [r["action"] for r in await pg.fetch("SELECT action FROM audit_log ORDER BY id")]
     assert actions == ["job.cancel", "job.retry", "job.run_again", "job.approve", "job.reject", "job.rerun"]
     assert await pg.fetchval("SELECT count(*) FROM alert_outbox WHERE kind = 'admin_action'") == 6
     # "already finished": 409 in place, audited as refused
     r = await client.post(f"/admin/jobs/{queued}/cancel", data={"_csrf_token": token}, headers=HX)
-    assert r.status_code == 409 and "Nothing changed: the job has already finished (Cancelled)." in r.text
+    assert r.status_code == 409
+    assert "Nothing changed: the job has already finished (Cancelled)." in r.text
     assert r.text.lstrip().startswith(f'<tr id="row-{queued}"')
     assert (await pg.fetchval("SELECT outcome FROM audit_log ORDER BY id DESC LIMIT 1")).startswith("refused")
     # reject needs a reason; unknown ids are 404
     r = await client.post(f"/admin/jobs/{other}/reject", data={"_csrf_token": token}, headers=HX)
-    assert (
-        r.status_code == 422
-        and await pg.fetchval("SELECT status FROM jobs WHERE id = $1", other) == "waiting_approval"
-    )
+    assert r.status_code == 422
+    assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", other) == "waiting_approval"
     r = await client.post(f"/admin/jobs/{uuid.uuid4()}/cancel", data={"_csrf_token": token}, headers=HX)
     assert r.status_code == 404
     # without htmx: a page with the row and the outcome
     r = await client.post(f"/admin/jobs/{other}/approve", data={"_csrf_token": token})
-    assert r.status_code == 200 and "<html" in r.text and "Approved." in r.text
+    assert r.status_code == 200
+    assert "<html" in r.text
+    assert "Approved." in r.text
 
 
 async def test_csrf_missing_or_wrong_is_403_and_get_on_actions_is_405(
@@ -256,10 +270,8 @@ async def test_csrf_missing_or_wrong_is_403_and_get_on_actions_is_405(
     r = await client.post(
         f"/admin/jobs/{jid}/cancel", data={"_csrf_token": await token_of(client)}, headers=HX
     )
-    assert (
-        r.status_code == 200
-        and await pg.fetchval("SELECT status FROM jobs WHERE id = $1", jid) == "cancelled"
-    )
+    assert r.status_code == 200
+    assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", jid) == "cancelled"
 
 
 # --- bulk actions ---------------------------------------------------------------------------------------
@@ -276,12 +288,14 @@ async def test_bulk_retry_of_ticked_rows_shows_the_count_then_retries_and_audits
     body = {"_csrf_token": token, "action": "retry", "scope": "selected", "ids": [str(i) for i in ticked]}
     r = await client.post("/admin/jobs/bulk/confirm", data=body, headers=HX)
     assert r.status_code == 200
-    assert re.search(r'id="bulk-count">3<', r.text) and "1 ticked job is not failed" in r.text
+    assert re.search(r'id="bulk-count">3<', r.text)
+    assert "1 ticked job is not failed" in r.text
     assert await pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'failed'") == 3  # nothing yet
     hidden = dict(re.findall(r'name="(action|scope|expected)" value="([^"]+)"', r.text))
     assert hidden == {"action": "retry", "scope": "selected", "expected": "3"}
     r = await client.post("/admin/jobs/bulk", data={**body, "expected": "3"}, headers=HX)
-    assert r.status_code == 200 and "Retried 3 jobs; 1 skipped" in r.text
+    assert r.status_code == 200
+    assert "Retried 3 jobs; 1 skipped" in r.text
     assert await pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'failed'") == 0
     entries = await pg.fetch("SELECT action, count, outcome, target_ids, detail FROM audit_log")
     assert len(entries) == 1
@@ -290,7 +304,8 @@ async def test_bulk_retry_of_ticked_rows_shows_the_count_then_retries_and_audits
     assert sorted(json.loads(e["target_ids"])) == sorted(str(i) for i in failed)
     assert json.loads(e["detail"])["skipped_ids"] == [str(waiting)]
     alerts = await pg.fetch("SELECT payload FROM alert_outbox WHERE kind = 'admin_action'")
-    assert len(alerts) == 1 and json.loads(alerts[0]["payload"])["count"] == 3
+    assert len(alerts) == 1
+    assert json.loads(alerts[0]["payload"])["count"] == 3
     # each job's own history names the admin's retry
     assert await pg.fetchval("SELECT count(*) FROM job_events WHERE kind = 'retried'") == 3
 
@@ -313,17 +328,21 @@ async def test_bulk_cancel_of_every_row_matching_a_filter_affects_exactly_the_co
     token = await token_of(client)
     body = {"_csrf_token": token, "action": "cancel", "scope": "filter", "owner": "ann@x.org", "type": "noop"}
     r = await client.post("/admin/jobs/bulk/confirm", data=body, headers=HX)
-    assert r.status_code == 200 and re.search(r'id="bulk-count">4<', r.text), r.text
+    assert r.status_code == 200, r.text
+    assert re.search(r'id="bulk-count">4<', r.text), r.text
     upto = re.search(r'name="upto" value="([^"]+)"', r.text).group(1)
     # a job created after the confirm step is not touched
     late = await enqueue(engine, ui_settings, ann, "noop")
     r = await client.post("/admin/jobs/bulk", data={**body, "expected": "4", "upto": upto}, headers=HX)
-    assert r.status_code == 200 and "Cancelled 4 jobs" in r.text and "0 skipped" in r.text
+    assert r.status_code == 200
+    assert "Cancelled 4 jobs" in r.text
+    assert "0 skipped" in r.text
     statuses = dict(await pg.fetch("SELECT id, status FROM jobs"))
     assert all(statuses[j] == "cancelled" for j in anns[1:])
     assert statuses[running] == "in_progress"  # asked to stop: the worker records the cancel
     assert await pg.fetchval("SELECT is_active FROM jobs WHERE id = $1", running) is False
-    assert statuses[late] == "queued" and statuses[done] == "completed"
+    assert statuses[late] == "queued"
+    assert statuses[done] == "completed"
     assert await pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'queued'") == 3
     e = await pg.fetchrow("SELECT action, count, outcome, detail FROM audit_log")
     assert (e["action"], e["count"], e["outcome"]) == ("jobs.bulk_cancel", 4, "4 done, 0 skipped")
@@ -331,7 +350,8 @@ async def test_bulk_cancel_of_every_row_matching_a_filter_affects_exactly_the_co
     assert await pg.fetchval("SELECT count(*) FROM alert_outbox WHERE kind = 'admin_action'") == 1
     # nothing left to cancel: the confirm step says so and offers no button
     r = await client.post("/admin/jobs/bulk/confirm", data={**body, "status": "completed"}, headers=HX)
-    assert "No job here can be cancelled" in r.text and "bulk-confirm-button" not in r.text
+    assert "No job here can be cancelled" in r.text
+    assert "bulk-confirm-button" not in r.text
     # bad requests are readable 4xx
     r = await client.post(
         "/admin/jobs/bulk/confirm",
@@ -344,7 +364,8 @@ async def test_bulk_cancel_of_every_row_matching_a_filter_affects_exactly_the_co
         data={"_csrf_token": token, "action": "retry", "scope": "selected"},
         headers=HX,
     )
-    assert r.status_code == 422 and "Tick at least one row" in r.text
+    assert r.status_code == 422
+    assert "Tick at least one row" in r.text
 
 
 # --- failed groups --------------------------------------------------------------------------------------
@@ -372,8 +393,10 @@ async def test_failed_jobs_are_grouped_by_type_and_error_and_a_group_is_retried(
     page = (await client.get("/admin/failed")).text
     rows = re.findall(r'<tr id="group-(\w+)">(.*?)</tr>', page, re.S)
     assert len(rows) == 2
-    assert "KeyError: &#39;name&#39;" in rows[0][1] and ">1<" in rows[0][1]  # newest group first
-    assert "TimeoutError: after N s" in rows[1][1] and ">3<" in rows[1][1]
+    assert "KeyError: &#39;name&#39;" in rows[0][1]  # newest group first
+    assert ">1<" in rows[0][1]
+    assert "TimeoutError: after N s" in rows[1][1]
+    assert ">3<" in rows[1][1]
     assert "The newest 2,000 failed jobs (4 in all)" in page
     token = await token_of(client)
     form = {
@@ -383,10 +406,12 @@ async def test_failed_jobs_are_grouped_by_type_and_error_and_a_group_is_retried(
         "upto": re.search(r'name="upto" value="([^"]+)"', page).group(1),
     }
     r = await client.post("/admin/failed/retry/confirm", data=form, headers=HX)
-    assert r.status_code == 200 and re.search(r'id="bulk-count">3<', r.text)
+    assert r.status_code == 200
+    assert re.search(r'id="bulk-count">3<', r.text)
     assert await pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'failed'") == 4
     r = await client.post("/admin/failed/retry", data={**form, "expected": "3"}, headers=HX)
-    assert r.status_code == 200 and "Retried 3 jobs; 0 skipped" in r.text
+    assert r.status_code == 200
+    assert "Retried 3 jobs; 0 skipped" in r.text
     assert {r["id"] for r in await pg.fetch("SELECT id FROM jobs WHERE status = 'queued'")} == set(timeouts)
     assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", other) == "failed"
     e = await pg.fetchrow("SELECT action, count, outcome, detail FROM audit_log")
@@ -552,10 +577,12 @@ async def test_counts_page_and_list_through_the_app_on_the_seeded_table(
             await conn.close()
         assert (await login(client, "user01@example.com")).status_code == 303
         r = await client.get("/admin/jobs/counts", headers=HX)
-        assert 'id="count-queued"' in r.text and f">{queued:,}<" in r.text
+        assert 'id="count-queued"' in r.text
+        assert f">{queued:,}<" in r.text
         assert re.search(r'id="count-completed".*?>about [\d,]+<', r.text, re.S)
         r = await client.get("/admin/jobs?status=failed")
-        assert r.status_code == 200 and len(ids_in(r.text)) == admin_jobs.PAGE_SIZE
+        assert r.status_code == 200
+        assert len(ids_in(r.text)) == admin_jobs.PAGE_SIZE
 
 
 async def test_the_list_shows_who_paused_the_filtered_type(
@@ -569,5 +596,6 @@ async def test_the_list_shows_who_paused_the_filtered_type(
     async with engine.begin() as conn:
         await controls.set_paused(conn, "sleep", True, boss)
     page = (await client.get("/admin/jobs?type=sleep")).text
-    assert "are paused" in page and "root@example.com" in page
+    assert "are paused" in page
+    assert "root@example.com" in page
     assert "are paused" not in (await client.get("/admin/jobs?type=noop")).text

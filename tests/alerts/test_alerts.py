@@ -285,11 +285,14 @@ async def test_slack_telegram_and_webhook_receive_exactly_these_bodies(
     }
     [hook] = receiver.got("webhook")
     body = hook.json()
-    assert body["alert_id"] == alert_id and body["kind"] == "failed"
+    assert body["alert_id"] == alert_id
+    assert body["kind"] == "failed"
     assert body["url"] == f"{BASE}/jobs/{job_id}"
     assert body["created_at"] == at.astimezone(UTC).isoformat()
-    assert body["facts"]["Owner"] == "alice@example.com" and body["facts"]["Attempts"] == "5 of 5"
-    assert body["data"]["job_id"] == str(job_id) and body["data"]["type"] == "fail"
+    assert body["facts"]["Owner"] == "alice@example.com"
+    assert body["facts"]["Attempts"] == "5 of 5"
+    assert body["data"]["job_id"] == str(job_id)
+    assert body["data"]["type"] == "fail"
     assert body["text"].startswith("❌ Job failed: Fail on purpose\nJob: 0190a1b2")
     # print the bodies, so a reader of the run can see exactly what each channel got (with -s)
     print("SLACK BODY:", slack.body)
@@ -298,7 +301,9 @@ async def test_slack_telegram_and_webhook_receive_exactly_these_bodies(
     row = await pg.fetchrow(
         "SELECT status, attempts, sent_at, last_error FROM alert_outbox WHERE id = $1", alert_id
     )
-    assert row["status"] == "sent" and row["attempts"] == 1 and row["sent_at"] is not None
+    assert row["status"] == "sent"
+    assert row["attempts"] == 1
+    assert row["sent_at"] is not None
     deliveries = await pg.fetch("SELECT channel, ok, status_code FROM alert_deliveries ORDER BY channel")
     assert [tuple(d) for d in deliveries] == [
         ("slack", True, 200),
@@ -332,12 +337,16 @@ async def test_payload_text_cannot_mention_link_or_format_in_slack_or_telegram(
     [slack] = receiver.texts("slack")
     # the only <…> is our own link: no mention, no user link, no HTML
     assert re.findall(r"<[^>]*>", slack) == [f"<{BASE}/jobs/{job_id}|{job_id}>"]
-    assert "&lt;!channel&gt;" in slack and "&lt;script&gt;alert(4)&lt;/script&gt;" in slack
-    assert "&lt;https://evil.example|click here&gt;" in slack and "&amp;amp;" in slack
+    assert "&lt;!channel&gt;" in slack
+    assert "&lt;script&gt;alert(4)&lt;/script&gt;" in slack
+    assert "&lt;https://evil.example|click here&gt;" in slack
+    assert "&amp;amp;" in slack
     # user text sits in code, which Slack does not format; it cannot close its code span or block
     assert slack.count("```") == 2
     block = slack.split("```")[1]
-    assert "`" not in block and "*bold*" in block and "ˋˋˋfenceˋˋˋ" in block
+    assert "`" not in block
+    assert "*bold*" in block
+    assert "ˋˋˋfenceˋˋˋ" in block
     assert re.search(r"^\*Label:\* `[^`]*`$", slack, flags=re.M)
     assert "ˋxˋ" in slack  # the label's backticks
     outside = _outside_code(slack)
@@ -347,9 +356,12 @@ async def test_payload_text_cannot_mention_link_or_format_in_slack_or_telegram(
     [telegram] = receiver.texts("telegram")
     assert set(re.findall(r"</?([a-zA-Z][a-zA-Z0-9]*)", telegram)) <= {"b", "a", "code", "pre"}
     assert re.findall(r"<a [^>]*>", telegram) == [f'<a href="{BASE}/jobs/{job_id}">']
-    assert "<script>" not in telegram and "&lt;script&gt;alert(4)&lt;/script&gt;" in telegram
-    assert "<svg" not in telegram and "&lt;svg onload=alert(3)&gt;" in telegram
-    assert "&lt;!channel&gt;" in telegram and "&amp;amp;" in telegram
+    assert "<script>" not in telegram
+    assert "&lt;script&gt;alert(4)&lt;/script&gt;" in telegram
+    assert "<svg" not in telegram
+    assert "&lt;svg onload=alert(3)&gt;" in telegram
+    assert "&lt;!channel&gt;" in telegram
+    assert "&amp;amp;" in telegram
 
     [hook] = receiver.got("webhook")
     assert hook.json()["data"]["error"] == NASTY_ERROR  # JSON carries the text as it is
@@ -374,7 +386,8 @@ def test_any_error_is_cut_to_each_channels_limit_with_a_marker_and_no_broken_esc
     )
     slack = alerts.slack_body(message)["text"]
     telegram = alerts.telegram_body(message, CHAT)["text"]
-    assert len(slack) <= alerts.SLACK_TEXT_LIMIT and slack.endswith(f"…[truncated, {size} bytes]```")
+    assert len(slack) <= alerts.SLACK_TEXT_LIMIT
+    assert slack.endswith(f"…[truncated, {size} bytes]```")
     assert _telegram_units(telegram) <= alerts.TELEGRAM_TEXT_LIMIT
     assert telegram.endswith(f"…[truncated, {size} bytes]</pre>")
     assert len(slack) > alerts.SLACK_TEXT_LIMIT - 20 or unit == "a`*_~"  # the room is used, not wasted
@@ -401,11 +414,13 @@ async def test_a_5_mb_error_is_trimmed_to_each_channels_limit(
             ).job["id"]
         row = await wait_status(pg, job, {"failed"})
         await wait_until(lambda: _sent_count(pg), what="the alert delivered")
-    assert row["error_message"].startswith("RuntimeError: EEEE") and len(row["error_message"]) < 70_000
+    assert row["error_message"].startswith("RuntimeError: EEEE")
+    assert len(row["error_message"]) < 70_000
     full = int(re.search(r"truncated, (\d+) bytes", row["error_message"]).group(1))
     assert full > 5 * 1024 * 1024
     [slack] = receiver.texts("slack")
-    assert len(slack) <= alerts.SLACK_TEXT_LIMIT and slack.endswith(f"…[truncated, {full} bytes]```")
+    assert len(slack) <= alerts.SLACK_TEXT_LIMIT
+    assert slack.endswith(f"…[truncated, {full} bytes]```")
     [telegram] = receiver.texts("telegram")
     assert _telegram_units(telegram) <= alerts.TELEGRAM_TEXT_LIMIT
     assert telegram.endswith(f"…[truncated, {full} bytes]</pre>")
@@ -459,11 +474,11 @@ async def test_a_429_then_200_is_delivered_exactly_once_after_retry_after(
     receiver.script = {"slack": [TOO_MANY], "telegram": [TELEGRAM_TOO_MANY], "webhook": [(503, {}, "busy")]}
     _, second = await failed_job_alert(engine, owner, error="another failure")
     await deliver_all(engine, settings, pg)
-    assert receiver.got("slack") == [] and receiver.got("telegram") == []
+    assert receiver.got("slack") == []
+    assert receiver.got("telegram") == []
     row = await pg.fetchrow("SELECT status, last_error FROM alert_outbox WHERE id = $1", second)
-    assert row["status"] == "failed" and row["last_error"].startswith(
-        "slack: gave up after 1 attempts: HTTP 429"
-    )
+    assert row["status"] == "failed"
+    assert row["last_error"].startswith("slack: gave up after 1 attempts: HTTP 429")
 
 
 async def test_a_channel_that_took_the_message_is_not_sent_it_again_and_4xx_is_final(
@@ -488,7 +503,9 @@ async def test_a_channel_that_took_the_message_is_not_sent_it_again_and_4xx_is_f
     row = await pg.fetchrow(
         "SELECT status, attempts, last_error, sent_at, payload FROM alert_outbox WHERE id = $1", alert_id
     )
-    assert row["status"] == "failed" and row["attempts"] == 3 and row["sent_at"] is not None
+    assert row["status"] == "failed"
+    assert row["attempts"] == 3
+    assert row["sent_at"] is not None
     assert row["last_error"] == "telegram: HTTP 400: Bad Request: chat not found"
     assert json.loads(row["payload"])["_channels"] == {
         "slack": "sent",
@@ -527,7 +544,8 @@ async def test_delivery_gives_up_after_a_bounded_number_of_attempts_and_never_al
     await deliver_all(engine, settings, pg)
     assert [h.status for h in receiver.got("slack", status=None)] == [500] * 4
     row = await pg.fetchrow("SELECT status, attempts, last_error FROM alert_outbox WHERE id = $1", alert_id)
-    assert row["status"] == "failed" and row["attempts"] == 4
+    assert row["status"] == "failed"
+    assert row["attempts"] == 4
     assert row["last_error"] == "slack: gave up after 4 attempts: HTTP 500: down"
     kinds = await pg.fetch("SELECT kind, status FROM alert_outbox ORDER BY id")
     assert [tuple(k) for k in kinds] == [("failed", "failed"), ("summary", "pending")]  # no alert about it
@@ -568,12 +586,14 @@ async def test_admin_actions_are_notices_naming_the_admin_one_per_bulk_action(
     [bulk] = [t for t in receiver.texts("slack") if "bulk_cancel" in t]  # sent together, in either order
     [single] = [t for t in receiver.texts("slack") if "job.retry" in t]
     assert bulk.startswith("🛠 *Admin action: 37 jobs cancelled*\n*Admin:* `boss@example.com`\n")
-    assert "*Action:* `jobs.bulk_cancel`\n*Jobs:* 37\n" in bulk and f"`{ids[0]}, {ids[1]}" in bulk
+    assert "*Action:* `jobs.bulk_cancel`\n*Jobs:* 37\n" in bulk
+    assert f"`{ids[0]}, {ids[1]}" in bulk
     assert "and 32 more`" in bulk
     assert single.startswith("🛠 *Admin action: 1 job retried*\n*Admin:* `boss@example.com`\n")
     assert f"*Job:* <{BASE}/jobs/{ids[0]}|{ids[0]}>" in single
     [tg_bulk] = [t for t in receiver.texts("telegram") if "bulk_cancel" in t]
-    assert "<b>Admin:</b> <code>boss@example.com</code>" in tg_bulk and "<b>Jobs:</b> 37" in tg_bulk
+    assert "<b>Admin:</b> <code>boss@example.com</code>" in tg_bulk
+    assert "<b>Jobs:</b> 37" in tg_bulk
 
 
 async def test_kinds_not_in_alert_on_are_suppressed_and_stale_alerts_are_dropped(
@@ -639,13 +659,12 @@ async def test_repeats_of_one_failure_are_grouped_into_one_summary_per_window(
         leads = [t for t in texts if "more like this" not in t]  # sent together, in either order
         assert sorted("KeyError" in t for t in leads) == [False, True]
         assert any("upstream 10.0.0.0 gave no answer after 0s" in t for t in leads)
-        assert _summary_counts(texts) == [49] and "more like this" in texts[2]
+        assert _summary_counts(texts) == [49]
+        assert "more like this" in texts[2]
     summary = receiver.texts("slack")[2]
     assert summary.startswith("🔁 *…and 49 more like this: Job failed: Fail on purpose*\n*Between:* ")
-    assert (
-        "*Type:* `fail`" in summary
-        and "```TimeoutError: upstream 10.0.0.0 gave no answer after 0s```" in summary
-    )
+    assert "*Type:* `fail`" in summary
+    assert "```TimeoutError: upstream 10.0.0.0 gave no answer after 0s```" in summary
     print("SLACK SUMMARY:", summary)
     rows = await pg.fetch("SELECT status, count(*) AS n FROM alert_outbox WHERE kind = 'failed' GROUP BY 1")
     assert {r["status"]: r["n"] for r in rows} == {"sent": 2, "suppressed": 49}
@@ -730,7 +749,8 @@ async def test_c22_one_alert_per_final_failure_and_a_flood_grouped_across_worker
             assert len(texts) == len(set(texts)), channel  # nothing delivered twice
             assert not [t for t in texts if str(j1) in t or "flaky" in t], channel
             [j2_text] = [t for t in texts if "payment gateway" in t]
-            assert str(j2) in j2_text and "5 of 5" in j2_text
+            assert str(j2) in j2_text
+            assert "5 of 5" in j2_text
             outage = [t for t in texts if "downstream outage" in t]
             assert 2 <= len(outage) <= 5, (channel, len(outage))
             leads = [t for t in outage if "more like this" not in t]
@@ -738,7 +758,8 @@ async def test_c22_one_alert_per_final_failure_and_a_flood_grouped_across_worker
             print(
                 f"C22 flood, {channel}: {len(outage)} messages ({len(leads)} first + summaries {_summary_counts(outage)})"
             )
-        assert receiver.got("slack", status=429) and receiver.got("telegram", status=429)
+        assert receiver.got("slack", status=429)
+        assert receiver.got("telegram", status=429)
         assert (
             await pg.fetchval(
                 "SELECT count(*) FROM jobs WHERE id = ANY($1) AND status = 'failed' AND attempts = 1", flood
@@ -792,7 +813,8 @@ async def test_c22_negative_control_without_grouping_a_flood_is_one_message_per_
             what="the flood",
         )
         await wait_until(lambda: _settled(pg), timeout=60, what="every alert delivered")
-    assert len(receiver.texts("slack")) == 60 and len(receiver.texts("telegram")) == 60
+    assert len(receiver.texts("slack")) == 60
+    assert len(receiver.texts("telegram")) == 60
 
 
 async def test_every_way_a_job_can_fail_for_good_alerts_once_and_recovered_jobs_never(
@@ -892,18 +914,24 @@ async def test_every_way_a_job_can_fail_for_good_alerts_once_and_recovered_jobs_
         }, channel
     slack = {t.split("\n", 1)[0]: t for t in receiver.texts("slack")}
     lost = next(t for t in slack.values() if str(lost_last) in t)
-    assert "its worker was lost" in lost.lower() and "*Attempts:* 1 of 1" in lost
+    assert "its worker was lost" in lost.lower()
+    assert "*Attempts:* 1 of 1" in lost
     perm = next(t for t in slack.values() if str(permanent) in t)
-    assert "*Attempts:* 1 of 5" in perm and "Not retried: the error was marked permanent." in perm
+    assert "*Attempts:* 1 of 5" in perm
+    assert "Not retried: the error was marked permanent." in perm
     hang = next(t for t in slack.values() if str(timed_out) in t)
-    assert "*Attempts:* 2 of 2" in hang and "*Type:* `test.hang`" in hang
+    assert "*Attempts:* 2 of 2" in hang
+    assert "*Type:* `test.hang`" in hang
     pipe = next(t for t in slack.values() if str(pipeline) in t)
     assert pipe.startswith("❌ *Pipeline failed: Fail on purpose step failed*\n")
     assert f"*Pipeline:* <{BASE}/pipelines/{pipeline}|{pipeline}>" in pipe
-    assert "*Name:* `nightly &lt;b&gt;import&lt;/b&gt;`" in pipe and "*Failed step:* `fetch`" in pipe
-    assert "source is down" in pipe and "*Attempts:* 2 of 2" in pipe
+    assert "*Name:* `nightly &lt;b&gt;import&lt;/b&gt;`" in pipe
+    assert "*Failed step:* `fetch`" in pipe
+    assert "source is down" in pipe
+    assert "*Attempts:* 2 of 2" in pipe
     gate = next(t for t in slack.values() if str(gated) in t)
-    assert gate.startswith("✋ *Waiting for approval: Do nothing*\n") and "*Step:* `check`" in gate
+    assert gate.startswith("✋ *Waiting for approval: Do nothing*\n")
+    assert "*Step:* `check`" in gate
 
 
 async def _sent_count(pg: asyncpg.Connection, at_least: int = 1) -> bool:
@@ -1035,7 +1063,8 @@ async def test_the_loop_waits_out_a_database_outage_but_dies_of_a_bug(
 
 async def test_every_worker_runs_the_alerts_side_task(settings) -> None:
     async with running_worker(settings) as worker:
-        assert "alerts" in worker._side and not worker._side["alerts"].done()
+        assert "alerts" in worker._side
+        assert not worker._side["alerts"].done()
 
 
 # --- settings -------------------------------------------------------------------------------------------
@@ -1089,9 +1118,11 @@ async def test_the_admin_page_lists_channels_with_secrets_masked(admin_client, r
     for secret in ("slacksecretpath", TOKEN, "AAtelegramSECRETtoken", "webhooksecret"):
         assert secret not in html
     assert f"http://127.0.0.1:{receiver.server.port}/••••path" in html  # Slack: host and last 4 characters
-    assert "••••oken" in html and CHAT in html
+    assert "••••oken" in html
+    assert CHAT in html
     assert html.count(">Send test alert</button>") == 3
-    assert 'hx-post="/admin/alerts/test/slack"' in html and 'name="_csrf_token"' in html
+    assert 'hx-post="/admin/alerts/test/slack"' in html
+    assert 'name="_csrf_token"' in html
     assert "Nothing has been sent yet." in html
     assert "<script>" not in html.split("</head>", 1)[1]  # no inline script (strict CSP)
     assert " style=" not in html
@@ -1099,7 +1130,8 @@ async def test_the_admin_page_lists_channels_with_secrets_masked(admin_client, r
 
 async def test_only_admins_may_open_the_page_or_send(admin_client) -> None:
     anonymous = await admin_client.get("/admin/alerts", follow_redirects=False)
-    assert anonymous.status_code in (302, 303) and "/login" in anonymous.headers["location"]
+    assert anonymous.status_code in (302, 303)
+    assert "/login" in anonymous.headers["location"]
     await login(admin_client, "bob@example.com")
     assert (await admin_client.get("/admin/alerts")).status_code == 403
     page = await admin_client.get("/")
@@ -1117,11 +1149,13 @@ async def test_send_test_alert_shows_the_result_in_place_and_is_logged(admin_cli
     htmx = {"hx-request": "true", "x-csrftoken": token}
 
     no_token = await admin_client.post("/admin/alerts/test/slack", headers={"hx-request": "true"})
-    assert no_token.status_code == 403 and receiver.got("slack", status=None) == []
+    assert no_token.status_code == 403
+    assert receiver.got("slack", status=None) == []
 
     ok = await admin_client.post("/admin/alerts/test/slack", headers=htmx)
     assert ok.status_code == 200
-    assert "Sent. Slack accepted the test alert (HTTP 200)." in ok.text and "<html" not in ok.text
+    assert "Sent. Slack accepted the test alert (HTTP 200)." in ok.text
+    assert "<html" not in ok.text
     [slack] = receiver.texts("slack")
     assert slack.startswith("🔔 *Test alert from Jobdesk*\n*Sent by:* `root@example.com`\n")
     receiver.script = {
@@ -1139,7 +1173,8 @@ async def test_send_test_alert_shows_the_result_in_place_and_is_logged(admin_cli
     assert (await admin_client.post("/admin/alerts/test/pager", headers=htmx)).status_code == 404
 
     page = await admin_client.get("/admin/alerts")
-    assert "Test alert sent by root@example.com" in page.text and "chat not found" in page.text
+    assert "Test alert sent by root@example.com" in page.text
+    assert "chat not found" in page.text
     log = await pg.fetch("SELECT channel, ok, status_code, alert_id FROM alert_deliveries ORDER BY id")
     assert [tuple(r) for r in log] == [("slack", True, 200, None), ("telegram", False, 400, None)]
     audit = await pg.fetch("SELECT action, outcome, user_email FROM audit_log ORDER BY id")
@@ -1150,7 +1185,8 @@ async def test_send_test_alert_shows_the_result_in_place_and_is_logged(admin_cli
 
     # without htmx (no JavaScript) the form posts and the page comes back with the result in place
     plain = await admin_client.post("/admin/alerts/test/webhook", data={"_csrf_token": token})
-    assert plain.status_code == 200 and "<h1>Alerts</h1>" in plain.text
+    assert plain.status_code == 200
+    assert "<h1>Alerts</h1>" in plain.text
     assert "Sent. Webhook accepted the test alert (HTTP 200)." in plain.text
 
 
@@ -1166,7 +1202,8 @@ async def test_a_hanging_channel_answers_the_test_button_within_its_timeout(
         "/admin/alerts/test/slack", headers={"hx-request": "true", "x-csrftoken": token}
     )
     assert time.monotonic() - started < 5
-    assert answer.status_code == 200 and "Not delivered. Slack answered: no answer within 1 s" in answer.text
+    assert answer.status_code == 200
+    assert "Not delivered. Slack answered: no answer within 1 s" in answer.text
 
 
 async def test_an_unconfigured_channel_says_how_to_configure_it(make_settings, db_url) -> None:
@@ -1175,13 +1212,15 @@ async def test_an_unconfigured_channel_says_how_to_configure_it(make_settings, d
     async with app_client(settings) as client:
         await login(client, "root@example.com")
         page = await client.get("/admin/alerts")
-        assert page.text.count("not configured") == 3 and "Send test alert" not in page.text
+        assert page.text.count("not configured") == 3
+        assert "Send test alert" not in page.text
         assert "Set SLACK_WEBHOOK_URL to an incoming-webhook address" in page.text
         token = csrf_from(page.text)
         answer = await client.post(
             "/admin/alerts/test/slack", headers={"hx-request": "true", "x-csrftoken": token}
         )
-        assert answer.status_code == 409 and "Slack is not configured" in answer.text
+        assert answer.status_code == 409
+        assert "Slack is not configured" in answer.text
 
 
 @pytest.mark.browser

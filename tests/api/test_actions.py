@@ -221,13 +221,15 @@ async def test_a_bulk_action_is_audited_and_announced_once_from_the_console_and_
         if via == "page":
             body = {"action": "retry", "scope": "selected", "ids": [str(i) for i in ids]}
             r = await client.post("/admin/jobs/bulk", data=body, headers=page_h)
-            assert r.status_code == 200 and "Retried 3 jobs" in r.text, r.text[:300]
+            assert r.status_code == 200, r.text[:300]
+            assert "Retried 3 jobs" in r.text, r.text[:300]
         else:
             r = await client.post(
                 "/api/jobs/bulk", json={"action": "retry", "ids": [str(i) for i in ids]}, headers=api_h
             )
             assert r.status_code == 200, r.text
-            assert sorted(r.json()["done"]) == sorted(str(i) for i in ids) and r.json()["skipped"] == []
+            assert sorted(r.json()["done"]) == sorted(str(i) for i in ids)
+            assert r.json()["skipped"] == []
         assert await counts(pg) == (before[0] + 1, before[1] + 1), via
         entry = await pg.fetchrow("SELECT action, count, outcome FROM audit_log ORDER BY id DESC LIMIT 1")
         assert (entry["action"], entry["count"], entry["outcome"]) == (
@@ -255,14 +257,17 @@ async def test_the_api_bulk_route_takes_a_filter_is_for_admins_and_names_bad_inp
     r = await client.post(
         "/api/jobs/bulk", json={"action": "cancel", "filter": {"owner": "ann@example.com"}}, headers=api_h
     )
-    assert r.status_code == 200 and len(r.json()["done"]) == 2, r.text
+    assert r.status_code == 200, r.text
+    assert len(r.json()["done"]) == 2, r.text
     assert await pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'cancelled'") == 2
     bad = await client.post(
         "/api/jobs/bulk", json={"action": "cancel", "filter": {"owner": "x@y.z"}}, headers=api_h
     )
-    assert bad.status_code == 422 and "filter.owner" in bad.json()["errors"]
+    assert bad.status_code == 422
+    assert "filter.owner" in bad.json()["errors"]
     both = await client.post("/api/jobs/bulk", json={"action": "explode", "ids": []}, headers=api_h)
-    assert both.status_code == 422 and "action" in both.json()["errors"]
+    assert both.status_code == 422
+    assert "action" in both.json()["errors"]
 
 
 async def test_a_refused_api_action_answers_409_and_keeps_its_audit_entry(
@@ -274,7 +279,8 @@ async def test_a_refused_api_action_answers_409_and_keeps_its_audit_entry(
     jid = await enqueue(engine, settings, owner.id)
     assert (await client.post(f"/api/jobs/{jid}/cancel", headers=api_h)).status_code == 200
     again = await client.post(f"/api/jobs/{jid}/cancel", headers=api_h)
-    assert again.status_code == 409 and "already cancelled" in again.json()["detail"]
+    assert again.status_code == 409
+    assert "already cancelled" in again.json()["detail"]
     rows = await pg.fetch("SELECT action, outcome FROM audit_log ORDER BY id")
     assert [r["action"] for r in rows] == ["job.cancel", "job.cancel"]
     assert rows[1]["outcome"].startswith("refused: Nothing changed")
@@ -303,13 +309,16 @@ async def test_run_now_reschedule_and_delete_through_the_api(
     moved = await client.post(
         f"/api/jobs/{jid}/reschedule", json={"run_at": "2032-02-03T04:05:00+00:00"}, headers=api_h
     )
-    assert moved.status_code == 200 and moved.json()["run_at"].startswith("2032-02-03T04:05")
+    assert moved.status_code == 200
+    assert moved.json()["run_at"].startswith("2032-02-03T04:05")
     naive = await client.post(
         f"/api/jobs/{jid}/reschedule", json={"run_at": "2032-02-03T04:05:00"}, headers=api_h
     )
-    assert naive.status_code == 422 and "run_at" in naive.json()["errors"]
+    assert naive.status_code == 422
+    assert "run_at" in naive.json()["errors"]
     now = await client.post(f"/api/jobs/{jid}/run-now", headers=api_h)
-    assert now.status_code == 200 and await pg.fetchval("SELECT run_at <= now() FROM jobs WHERE id = $1", jid)
+    assert now.status_code == 200
+    assert await pg.fetchval("SELECT run_at <= now() FROM jobs WHERE id = $1", jid)
     assert (await client.delete(f"/api/jobs/{jid}", headers=owner_h)).status_code == 403
     assert (await client.delete(f"/api/jobs/{jid}", headers=api_h)).status_code == 204
     assert await pg.fetchval("SELECT count(*) FROM jobs WHERE id = $1", jid) == 0
@@ -335,13 +344,15 @@ async def test_a_non_admin_cannot_submit_diagnostic_or_internal_types_by_any_pat
     assert form.status_code == 404
     for type_ in ("noop", "sleep", "images.batch", "report.csv_report"):
         r = await client.post("/api/jobs", json={"type": type_}, headers=ann_h)
-        assert r.status_code == 422 and "only admins" in r.json()["errors"]["type"], (type_, r.text)
+        assert r.status_code == 422, (type_, r.text)
+        assert "only admins" in r.json()["errors"]["type"], (type_, r.text)
     adhoc = {
         "name": "sneaky",
         "steps": [{"key": "a", "type": "test.step"}, {"key": "b", "type": "noop", "depends_on": ["a"]}],
     }
     r = await client.post("/api/pipelines", json=adhoc, headers=ann_h)
-    assert r.status_code == 422 and "only admins" in r.json()["errors"]["steps[1].type"], r.text
+    assert r.status_code == 422, r.text
+    assert "only admins" in r.json()["errors"]["steps[1].type"], r.text
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
     assert await pg.fetchval("SELECT count(*) FROM pipelines") == 0
 
@@ -384,7 +395,8 @@ async def test_run_again_of_a_diagnostic_job_is_refused_to_a_non_admin_owner(
     await claim(engine, jid)
     await finish(engine, settings, jid, "completed", result={})
     r = await client.post(f"/api/jobs/{jid}/run-again", headers=h)
-    assert r.status_code == 403 and "only admins" in r.json()["detail"].lower()
+    assert r.status_code == 403
+    assert "only admins" in r.json()["detail"].lower()
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
 
 

@@ -38,9 +38,9 @@ async def test_enqueue_returns_201_then_200_for_an_idempotent_repeat(api, db_url
     first = await client.post("/api/jobs", json=body, headers=h)
     assert first.status_code == 201, first.text
     job = first.json()
-    assert (
-        job["status"] == "queued" and job["input_data"] == {"seconds": 1.0} and job["dependent_on_jobs"] == []
-    )
+    assert job["status"] == "queued"
+    assert job["input_data"] == {"seconds": 1.0}
+    assert job["dependent_on_jobs"] == []
     assert set(job) >= {
         "id",
         "type",
@@ -63,11 +63,9 @@ async def test_enqueue_returns_201_then_200_for_an_idempotent_repeat(api, db_url
         "completed_at",
     }
     again = await client.post("/api/jobs", json={**body, "input_data": {"seconds": 2}}, headers=h)
-    assert (
-        again.status_code == 200
-        and again.json()["id"] == job["id"]
-        and again.json()["input_data"] == {"seconds": 1.0}
-    )
+    assert again.status_code == 200
+    assert again.json()["id"] == job["id"]
+    assert again.json()["input_data"] == {"seconds": 1.0}
 
 
 @pytest.mark.parametrize(
@@ -102,7 +100,8 @@ async def test_input_above_the_limit_is_a_413_with_the_limit_in_words(make_setti
         response = await client.post(
             "/api/jobs", json={"type": "noop", "input_data": {"blob": "x" * (2 * 1024 * 1024)}}, headers=h
         )
-    assert response.status_code == 413 and "1 MiB" in response.json()["detail"]
+    assert response.status_code == 413
+    assert "1 MiB" in response.json()["detail"]
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
 
 
@@ -115,7 +114,8 @@ async def test_a_body_above_the_request_limit_is_a_413_too(make_settings, db_url
             content=json.dumps({"type": "noop", "input_data": {"b": "x" * 200_000}}),
             headers={**h, "content-type": "application/json"},
         )
-    assert response.status_code == 413 and "64 KiB" in response.json()["detail"]
+    assert response.status_code == 413
+    assert "64 KiB" in response.json()["detail"]
 
 
 async def test_owners_see_only_their_jobs_and_get_404_for_others(api, db_url) -> None:
@@ -149,9 +149,11 @@ async def test_cancel_then_cancel_again_gives_a_readable_409(api, db_url) -> Non
     _, h = await bearer(db_url, "d@example.com")
     job = (await client.post("/api/jobs", json={"type": "test.step"}, headers=h)).json()
     first = await client.post(f"/api/jobs/{job['id']}/cancel", headers=h)
-    assert first.status_code == 200 and first.json()["status"] == "cancelled"
+    assert first.status_code == 200
+    assert first.json()["status"] == "cancelled"
     second = await client.post(f"/api/jobs/{job['id']}/cancel", headers=h)
-    assert second.status_code == 409 and "already cancelled" in second.json()["detail"]
+    assert second.status_code == 409
+    assert "already cancelled" in second.json()["detail"]
 
 
 async def test_retry_is_admin_only_and_409_when_not_failed(api, db_url, pg) -> None:
@@ -161,7 +163,8 @@ async def test_retry_is_admin_only_and_409_when_not_failed(api, db_url, pg) -> N
     job = (await client.post("/api/jobs", json={"type": "test.step"}, headers=h)).json()
     assert (await client.post(f"/api/jobs/{job['id']}/retry", headers=h)).status_code == 403
     not_failed = await client.post(f"/api/jobs/{job['id']}/retry", headers=admin)
-    assert not_failed.status_code == 409 and "queued, not failed" in not_failed.json()["detail"]
+    assert not_failed.status_code == 409
+    assert "queued, not failed" in not_failed.json()["detail"]
 
 
 async def test_list_is_keyset_paginated_newest_first_and_filterable(api, db_url) -> None:
@@ -179,7 +182,8 @@ async def test_list_is_keyset_paginated_newest_first_and_filterable(api, db_url)
     page2 = (await client.get(f"/api/jobs?limit=2&after={page1['next']}", headers=h)).json()
     page3 = (await client.get(f"/api/jobs?limit=2&after={page2['next']}", headers=h)).json()
     assert [j["id"] for j in page1["items"] + page2["items"] + page3["items"]] == ids[::-1]
-    assert page3["next"] is None and "input_data" not in page1["items"][0]
+    assert page3["next"] is None
+    assert "input_data" not in page1["items"][0]
     assert (await client.get("/api/jobs?status=cancelled", headers=h)).json()["items"] == []
     assert (await client.get("/api/jobs?status=bogus", headers=h)).status_code == 422
 
@@ -198,7 +202,8 @@ async def test_pipelines_api_creates_reads_and_reports_cycles(api, db_url, pg) -
         },
         headers=h,
     )
-    assert cycle.status_code == 422 and "dependency cycle: a → b → a" in cycle.json()["detail"]
+    assert cycle.status_code == 422
+    assert "dependency cycle: a → b → a" in cycle.json()["detail"]
     assert await pg.fetchval("SELECT count(*) FROM pipelines") == 0
     made = await client.post(
         "/api/pipelines",
@@ -213,7 +218,8 @@ async def test_pipelines_api_creates_reads_and_reports_cycles(api, db_url, pg) -
     )
     assert made.status_code == 201, made.text
     p = made.json()
-    assert p["status"] == "running" and p["progress"] == 0
+    assert p["status"] == "running"
+    assert p["progress"] == 0
     assert [(s["key"], s["depends_on"]) for s in p["steps"]] == [("a", []), ("b", ["a"])]
     assert set(p["steps"][0]) >= {
         "job_id",
@@ -229,7 +235,8 @@ async def test_pipelines_api_creates_reads_and_reports_cycles(api, db_url, pg) -
     assert (await client.get(f"/api/pipelines/{p['id']}", headers=other)).status_code == 404
     assert (await client.post(f"/api/pipelines/{p['id']}/cancel", headers=other)).status_code == 404
     cancelled = await client.post(f"/api/pipelines/{p['id']}/cancel", headers=h)
-    assert cancelled.json()["cancelled"] == 2 and cancelled.json()["pipeline"]["status"] == "cancelled"
+    assert cancelled.json()["cancelled"] == 2
+    assert cancelled.json()["pipeline"]["status"] == "cancelled"
     history = (await client.get(f"/api/pipelines/{p['id']}/events", headers=h)).json()
     assert [e["kind"] for e in history] == ["enqueued", "enqueued", "cancelled", "cancelled"]
 
@@ -259,7 +266,8 @@ async def test_a_pipeline_runs_end_to_end_through_the_api(make_settings, db_url,
 
         await wait_until(done, what="the pipeline")
         view = (await client.get(f"/api/pipelines/{p['id']}", headers=h)).json()
-    assert view["progress"] == 100 and all(s["status"] == "completed" for s in view["steps"])
+    assert view["progress"] == 100
+    assert all(s["status"] == "completed" for s in view["steps"])
 
 
 async def test_job_types_hide_diagnostic_types_from_non_admins(api, db_url) -> None:
@@ -268,7 +276,8 @@ async def test_job_types_hide_diagnostic_types_from_non_admins(api, db_url) -> N
     _, admin = await bearer(db_url, "i-admin@example.com", admin=True)
     mine = {t["type"] for t in (await client.get("/api/job-types", headers=h)).json()}
     theirs = {t["type"]: t for t in (await client.get("/api/job-types", headers=admin)).json()}
-    assert {"noop", "sleep", "fail"} <= set(theirs) and not ({"noop", "sleep", "fail"} & mine)
+    assert {"noop", "sleep", "fail"} <= set(theirs)
+    assert not ({"noop", "sleep", "fail"} & mine)
     assert theirs["sleep"]["input_schema"]["properties"]["seconds"]["maximum"] == 3600
 
 
@@ -371,4 +380,6 @@ def test_fuzzed_requests_never_get_a_500(make_settings, db_url) -> None:
             assert r.status_code < 500, (kind, body, path, action, r.status_code, r.text[:300])
 
         run()
-    assert len(seen) >= 150 and any(s in (200, 201) for s in seen) and any(s == 422 for s in seen)
+    assert len(seen) >= 150
+    assert any(s in (200, 201) for s in seen)
+    assert any(s == 422 for s in seen)

@@ -90,4 +90,5 @@ def test_admin_console_walk_forms_and_no_script_runs(server: str, browser: Any, 
             path=str(artifacts_dir / f"admin-phone-{name.replace('/', '-')}.png"), full_page=True
         )
         assert no_horizontal_scroll(phone), name
-    assert watch.alerts == [] and not [e for e in watch.errors if "alert" in e]
+    assert watch.alerts == []
+    assert not [e for e in watch.errors if "alert" in e]

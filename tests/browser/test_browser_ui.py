@@ -84,7 +84,8 @@ def test_forms_errors_and_a_job_that_finishes_without_a_reload(
     page.wait_for_load_state()
     assert page.locator("#e-copies").inner_text() == "Must be at most 10."
     assert page.get_attribute("#f-copies", "aria-invalid") == "true"
-    assert page.input_value("#f-name") == "Ann" and page.input_value("#f-notes") == "Please <b>hurry</b>"
+    assert page.input_value("#f-name") == "Ann"
+    assert page.input_value("#f-notes") == "Please <b>hurry</b>"
     assert page.locator("#form-errors a[href='#f-copies']").count() == 1
     assert page.evaluate("document.activeElement.id") == "form-errors"  # focus moves to the problems
     assert page.locator("label:has-text('Use notes.txt') input").is_checked()  # the upload is kept
@@ -112,7 +113,8 @@ def test_forms_errors_and_a_job_that_finishes_without_a_reload(
     assert result.locator("a[href^='javascript']").count() == 0
     assert page.locator("#job-history li", has_text="Finished").count() == 1  # history refreshed in place
     page.screenshot(path=str(artifacts_dir / "ui-job-done.png"), full_page=True)
-    assert watch.alerts == [] and watch.errors == []
+    assert watch.alerts == []
+    assert watch.errors == []
 
 
 def test_pipeline_steps_advance_cancel_in_place_and_my_jobs_on_a_phone(
@@ -230,5 +232,7 @@ def test_pipeline_steps_advance_cancel_in_place_and_my_jobs_on_a_phone(
         href = link.get_attribute("href")
         phone.goto(base + href)
         phone.wait_for_timeout(300)
-    assert watch.alerts == [] and phone_watch.alerts == []
-    assert watch.errors == [] and phone_watch.errors == []
+    assert watch.alerts == []
+    assert phone_watch.alerts == []
+    assert watch.errors == []
+    assert phone_watch.errors == []

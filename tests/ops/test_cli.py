@@ -61,7 +61,8 @@ def assert_clean_failure(result: subprocess.CompletedProcess[str], *needles: str
     assert result.returncode != 0, result
     assert "Traceback" not in result.stderr + result.stdout
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: "), result.stderr
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     return lines[0]
@@ -92,9 +93,11 @@ def test_bad_setting_is_one_readable_line(tmp_path: Path, name: str, value: str,
 async def test_migrate_applies_then_reports_up_to_date(tmp_path: Path, fresh_db_url: str) -> None:
     first = run(tmp_path, "migrate", DATABASE_URL=fresh_db_url)
     assert first.returncode == 0, first.stderr
-    assert "Migrated the database at" in first.stdout and "to 0001" in first.stdout
+    assert "Migrated the database at" in first.stdout
+    assert "to 0001" in first.stdout
     second = run(tmp_path, "migrate", DATABASE_URL=fresh_db_url.replace("+asyncpg", ""))
-    assert second.returncode == 0 and "is up to date (0001)" in second.stdout
+    assert second.returncode == 0
+    assert "is up to date (0001)" in second.stdout
     conn = await asyncpg.connect(fresh_db_url.replace("+asyncpg", ""))
     try:
         assert await conn.fetchval("SELECT version_num FROM alembic_version") == "0001"
@@ -125,7 +128,8 @@ async def test_create_user_with_password_from_stdin(
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "Created administrator ann@example.com."
     row = await pg.fetchrow("SELECT email, is_admin, password_hash FROM users")
-    assert row["email"] == "ann@example.com" and row["is_admin"]
+    assert row["email"] == "ann@example.com"
+    assert row["is_admin"]
     assert row["password_hash"].startswith("$argon2id$")
     assert verify_password(row["password_hash"], "s3cret-password")
 
@@ -141,7 +145,8 @@ async def test_create_user_generates_and_prints_a_password(
     ]
     assert len(password) >= 12
     row = await pg.fetchrow("SELECT is_admin, password_hash FROM users WHERE email = 'bob@example.com'")
-    assert not row["is_admin"] and verify_password(row["password_hash"], password)
+    assert not row["is_admin"]
+    assert verify_password(row["password_hash"], password)
 
 
 @pytest.mark.slow  # five CLI processes in a row: about 9 s
@@ -178,12 +183,14 @@ async def test_create_token_prints_a_working_token_last(
     result = run(tmp_path, "create-token", "Ann@Example.com", DATABASE_URL=db_url)
     assert result.returncode == 0, result.stderr
     token = result.stdout.strip().splitlines()[-1]
-    assert token.startswith("jd_") and len(token) > 40
+    assert token.startswith("jd_")
+    assert len(token) > 40
     stored = await pg.fetchval("SELECT token_hash FROM api_tokens")
     assert stored == hashlib.sha256(token.encode()).hexdigest()
     async with app_client(make_settings(worker_enabled=False)) as client:
         r = await client.get("/api/me", headers={"Authorization": f"Bearer {token}"})
-        assert r.status_code == 200 and r.json()["email"] == "ann@example.com"
+        assert r.status_code == 200
+        assert r.json()["email"] == "ann@example.com"
 
 
 def test_create_token_for_unknown_user(tmp_path: Path, db_url: str) -> None:
@@ -206,7 +213,8 @@ def test_worker_py_is_the_worker_command(tmp_path: Path) -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert "Usage: worker.py worker" in result.stdout and "standalone worker" in result.stdout
+    assert "Usage: worker.py worker" in result.stdout
+    assert "standalone worker" in result.stdout
 
 
 # --- serve -------------------------------------------------------------------------------------------------------
@@ -238,12 +246,14 @@ def test_serve_runs_the_app_and_logs_json(tmp_path: Path, db_url: str) -> None:
                 assert proc.poll() is None, proc.communicate()
                 assert time.monotonic() < deadline, "serve did not answer within 30 s"
                 time.sleep(0.2)
-        assert r.status_code == 200 and r.json() == {"status": "ok"}
+        assert r.status_code == 200
+        assert r.json() == {"status": "ok"}
         assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200
         page = httpx.get(
             f"http://127.0.0.1:{port}/login", headers={"X-Request-ID": "serve-test-1"}, timeout=5
         )
-        assert page.status_code == 200 and "Sign in" in page.text
+        assert page.status_code == 200
+        assert "Sign in" in page.text
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
@@ -252,7 +262,9 @@ def test_serve_runs_the_app_and_logs_json(tmp_path: Path, db_url: str) -> None:
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert any(e.get("event") == "Application shutdown complete." for e in events), out
     access = [e for e in events if e.get("event") == "request" and e.get("path") == "/login"]
-    assert access and access[0]["request_id"] == "serve-test-1" and access[0]["status"] == 200
+    assert access
+    assert access[0]["request_id"] == "serve-test-1"
+    assert access[0]["status"] == 200
     assert any(e.get("event") == "database ready" for e in events)
     assert "Traceback" not in out + err
 

@@ -23,12 +23,14 @@ def test_services_and_their_roles() -> None:
     assert "pg_isready" in " ".join(pg["healthcheck"]["test"])
 
     migrate, web, worker = services["migrate"], services["web"], services["worker"]
-    assert migrate["command"] == ["jobdesk", "migrate"] and migrate["restart"] == "no"
+    assert migrate["command"] == ["jobdesk", "migrate"]
+    assert migrate["restart"] == "no"
     assert migrate["depends_on"]["postgres"]["condition"] == "service_healthy"
     for svc in (web, worker):
         assert svc["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
 
-    assert web["command"][:2] == ["jobdesk", "serve"] and "--no-migrate" in web["command"]
+    assert web["command"][:2] == ["jobdesk", "serve"]
+    assert "--no-migrate" in web["command"]
     assert web["environment"]["WORKER_ENABLED"] == "false"
     assert worker["command"] == ["jobdesk", "worker"]
     assert "WORKER_ENABLED" not in worker["environment"] or worker["environment"]["WORKER_ENABLED"] != "false"
@@ -53,4 +55,5 @@ def test_dockerfile_builds_the_one_image_from_this_checkout() -> None:
     ):
         assert needed in dockerfile
     ignored = (ROOT / ".dockerignore").read_text().split()
-    assert ".venv" in ignored and ".jobdesk" in ignored
+    assert ".venv" in ignored
+    assert ".jobdesk" in ignored

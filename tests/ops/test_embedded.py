@@ -33,7 +33,9 @@ def test_root_refusal_message_says_where_to_put_things(
     message = str(caught.value)
     assert message.startswith("Refusing to start the embedded PostgreSQL as root")
     assert str(fake_home) in message
-    assert "/srv/jobdesk" in message and "JOBDESK_DATA_DIR" in message and "DATABASE_URL" in message
+    assert "/srv/jobdesk" in message
+    assert "JOBDESK_DATA_DIR" in message
+    assert "DATABASE_URL" in message
     assert not (fake_home / "jobdesk" / ".jobdesk" / "pgdata" / "PG_VERSION").exists()
 
 

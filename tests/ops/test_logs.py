@@ -38,11 +38,17 @@ def test_json_lines_carry_bound_context(reset_logging: None) -> None:
     log.debug("dropped at INFO")
     logging.getLogger("uvicorn.error").warning("from the standard library")
     first, second = _lines(buf)
-    assert first["event"] == "hello" and first["n"] == 1 and first["level"] == "info"
-    assert first["request_id"] == "r-1" and first["job_id"] == "j-9" and first["logger"] == "jobdesk.test"
+    assert first["event"] == "hello"
+    assert first["n"] == 1
+    assert first["level"] == "info"
+    assert first["request_id"] == "r-1"
+    assert first["job_id"] == "j-9"
+    assert first["logger"] == "jobdesk.test"
     assert first["timestamp"].endswith("Z")
-    assert second["event"] == "from the standard library" and second["logger"] == "uvicorn.error"
-    assert second["level"] == "warning" and second["request_id"] == "r-1"
+    assert second["event"] == "from the standard library"
+    assert second["logger"] == "uvicorn.error"
+    assert second["level"] == "warning"
+    assert second["request_id"] == "r-1"
 
 
 def test_exceptions_are_rendered_in_the_json_line(reset_logging: None) -> None:
@@ -53,7 +59,8 @@ def test_exceptions_are_rendered_in_the_json_line(reset_logging: None) -> None:
     except ValueError:
         structlog.get_logger("jobdesk.test2").exception("failed")
     (line,) = _lines(buf)
-    assert line["event"] == "failed" and "ValueError: bad thing" in line["exception"]
+    assert line["event"] == "failed"
+    assert "ValueError: bad thing" in line["exception"]
 
 
 def test_worker_log_level_applies_to_worker_loggers_only(reset_logging: None) -> None:
@@ -70,4 +77,6 @@ def test_console_renderer_on_a_terminal(reset_logging: None) -> None:
     configure_logging(load_settings(log_level="WARNING"), stream=buf, json=False)
     structlog.get_logger("jobdesk.test3").warning("careful", x=2)
     out = buf.getvalue()
-    assert "careful" in out and "x=2" in out and not out.startswith("{")
+    assert "careful" in out
+    assert "x=2" in out
+    assert not out.startswith("{")

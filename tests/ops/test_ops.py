@@ -68,12 +68,14 @@ async def test_metrics_need_the_token_or_an_admin_session(make_settings: Any, db
     await add_user(db_url, "root@example.com", admin=True)
     async with app_client(make_settings(worker_enabled=False, metrics_token=TOKEN)) as c:
         r = await c.get("/metrics")
-        assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
+        assert r.status_code == 401
+        assert r.headers["www-authenticate"].startswith("Bearer")
         assert "METRICS_TOKEN" in r.text
         assert (await c.get("/metrics", headers={"Authorization": "Bearer wrong"})).status_code == 401
         assert (await c.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}x"})).status_code == 401
         r = await c.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
         assert "jobdesk_jobs_finished" in r.text
         # an API token of a user is not the metrics token
         api_token = await add_token(db_url, (await add_user(db_url, "bob@example.com", admin=True)).id)
@@ -83,7 +85,8 @@ async def test_metrics_need_the_token_or_an_admin_session(make_settings: Any, db
         c.cookies.clear()
         await login(c, "root@example.com")
         r = await c.get("/metrics")
-        assert r.status_code == 200 and "jobdesk_workers_alive" in r.text
+        assert r.status_code == 200
+        assert "jobdesk_workers_alive" in r.text
     async with app_client(make_settings(worker_enabled=False)) as c:  # no METRICS_TOKEN: no token works
         assert (await c.get("/metrics", headers={"Authorization": "Bearer "})).status_code == 401
 
@@ -198,7 +201,8 @@ async def test_readyz_reports_an_in_app_worker_that_stopped_writing_its_heartbea
         worker = c.app.state.worker
         c.blocking_portal.call(worker.wait_started)
         r = await c.get("/readyz")
-        assert r.status_code == 200 and r.json()["checks"]["worker"] == "ok"
+        assert r.status_code == 200
+        assert r.json()["checks"]["worker"] == "ok"
         worker.last_beat -= 3600
         r = await c.get("/readyz")
         assert r.status_code == 503
@@ -312,7 +316,8 @@ async def test_without_its_index_the_claim_would_scan_the_table(seeded_url: str)
             nodes = await explain(
                 conn, queue.CLAIM, {"worker": "w", "limit": 50, "lease": 300.0, "actor": "worker:w"}
             )
-            assert seq_scans_of_jobs(nodes) and "ix_jobs_claim" not in indexes_used(nodes)
+            assert seq_scans_of_jobs(nodes)
+            assert "ix_jobs_claim" not in indexes_used(nodes)
         finally:
             await tx.rollback()
     finally:
@@ -326,7 +331,8 @@ async def test_seeded_rows_are_valid_jobs_with_their_history(seeded_url: str) ->
     conn = await asyncpg.connect(asyncpg_dsn(seeded_url))
     try:
         counts = dict(await conn.fetch("SELECT status, count(*) FROM jobs GROUP BY status"))
-        assert counts["completed"] > counts["failed"] > counts["queued"] > 0 and counts["in_progress"] > 0
+        assert counts["completed"] > counts["failed"] > counts["queued"] > 0
+        assert counts["in_progress"] > 0
         wrong = await conn.fetchval(
             """
             SELECT count(*) FROM jobs j
@@ -429,7 +435,8 @@ async def test_web_connections_carry_statement_and_idle_in_transaction_timeouts(
             return "finished", time.monotonic() - started
 
         message, took = c.blocking_portal.call(slow_statement)
-        assert "canceling statement due to statement timeout" in message and took < 2
+        assert "canceling statement due to statement timeout" in message
+        assert took < 2
 
         async def idle_in_transaction() -> tuple[int, str]:
             async with engine.connect() as conn:
@@ -570,7 +577,8 @@ async def test_hot_path_statements_run_on_asyncpg_inside_the_callers_transaction
         await conn.rollback()
     async with engine.connect() as conn:
         rows = await queue.claim(conn, "w1", 5, 30)
-        assert [r["id"] for r in rows] == [job] and isinstance(rows[0], dict)
+        assert [r["id"] for r in rows] == [job]
+        assert isinstance(rows[0], dict)
         await conn.rollback()
     assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", job) == "queued"
     assert await pg.fetchval("SELECT count(*) FROM job_events WHERE kind = 'claimed'") == 0
@@ -607,11 +615,12 @@ def test_fast_json_logs_keep_the_format_and_never_raise() -> None:
         log.info("odd", data={(1, 2): "tuple key"})
         first, second = (json.loads(line) for line in buf.getvalue().splitlines())
         assert list(first)[:5] == ["job_id", "at", "who", "o", "event"]
-        assert first["job_id"] == str(jid) and first["at"].startswith("2026-01-02T03:04:05")
-        assert first["who"] == "Zoë" and first["o"].startswith("<object object")
-        assert first["timestamp"].endswith("Z") and len(first["timestamp"]) == len(
-            "2026-01-02T03:04:05.123456Z"
-        )
+        assert first["job_id"] == str(jid)
+        assert first["at"].startswith("2026-01-02T03:04:05")
+        assert first["who"] == "Zoë"
+        assert first["o"].startswith("<object object")
+        assert first["timestamp"].endswith("Z")
+        assert len(first["timestamp"]) == len("2026-01-02T03:04:05.123456Z")
         assert second["event"] == "odd"
     finally:
         structlog.reset_defaults()
@@ -640,9 +649,11 @@ async def test_a_stale_attempts_outcome_cannot_finish_a_newer_attempt_of_the_sam
         report = await queue.finish(conn, "w1", [stale], settings)
     row = await pg.fetchrow("SELECT status, attempts, result_data FROM jobs WHERE id = $1", job)
     if not fenced:
-        assert row["status"] == "completed" and report.status == {job: "completed"}
+        assert row["status"] == "completed"
+        assert report.status == {job: "completed"}
         return
-    assert report.lost == {job} and report.status == {}
+    assert report.lost == {job}
+    assert report.status == {}
     assert (row["status"], row["attempts"]) == ("in_progress", 2)  # the new attempt runs on, not cancelled
     failed = queue.Outcome(job, "failed", error="stale failure", attempt=1)
     async with engine.begin() as conn:

@@ -22,7 +22,8 @@ def test_every_setting_is_in_the_configuration_table() -> None:
 
 
 def test_readme_gives_the_two_commands_and_the_first_admin() -> None:
-    assert "make run" in README and "make test" in README
+    assert "make run" in README
+    assert "make test" in README
     assert "jobdesk create-user you@example.com --admin" in README
     assert "## At-least-once" in README
 

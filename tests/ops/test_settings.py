@@ -37,7 +37,8 @@ def test_several_bad_values_are_all_reported(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("DB_POOL_SIZE", "-1")
     with pytest.raises(SettingsError) as caught:
         load_settings()
-    assert "MAX_CONCURRENT_JOBS:" in str(caught.value) and "DB_POOL_SIZE:" in str(caught.value)
+    assert "MAX_CONCURRENT_JOBS:" in str(caught.value)
+    assert "DB_POOL_SIZE:" in str(caught.value)
 
 
 @pytest.mark.parametrize(

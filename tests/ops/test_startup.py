@@ -32,7 +32,8 @@ async def test_refuses_to_start_when_migrations_are_behind(make_settings: Any, f
     error = await _startup_error(app)
     assert isinstance(error, StartupRefused)
     message = str(error)
-    assert message.startswith("Refusing to start:") and "run `jobdesk migrate`" in message
+    assert message.startswith("Refusing to start:")
+    assert "run `jobdesk migrate`" in message
 
 
 async def test_auto_migrate_applies_pending_migrations(make_settings: Any, fresh_db_url: str) -> None:
@@ -97,15 +98,19 @@ async def test_in_app_worker_is_started_and_stopped_with_the_app(
         assert worker.database_url == settings.database_url
         assert worker.app_engine is c.app.state.engine
         assert c.app.state.worker is worker
-        assert c.blocking_portal.call(asyncio.sleep, 0.05) is None and worker.running
+        assert c.blocking_portal.call(asyncio.sleep, 0.05) is None
+        assert worker.running
         r = await c.get("/readyz")
-        assert r.status_code == 200 and r.json()["checks"]["worker"] == "ok"
+        assert r.status_code == 200
+        assert r.json()["checks"]["worker"] == "ok"
         # a worker that dies makes the app unready
         c.blocking_portal.call(worker._stop.set)
         c.blocking_portal.call(asyncio.sleep, 0.05)
         r = await c.get("/readyz")
-        assert r.status_code == 503 and "worker: the in-app worker has stopped" in r.json()["detail"]
-    assert worker.stopped and worker.finished
+        assert r.status_code == 503
+        assert "worker: the in-app worker has stopped" in r.json()["detail"]
+    assert worker.stopped
+    assert worker.finished
 
 
 async def test_worker_disabled_starts_no_worker(

@@ -53,7 +53,8 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: st
     assert result.returncode == 1, result
     assert "Traceback" not in result.stdout + result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: "), result.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
 
@@ -70,7 +71,8 @@ async def test_demo_submits_everything_and_each_reaches_its_end_state(db_url, tm
         assert len(links) == 10, out
         assert "No SMTP_HOST is set: the email goes to a local mail server on 127.0.0.1:" in out
         assert "The email was delivered to the local mail server and saved as" in out
-        assert "Two jobs fail on purpose" in out and "No worker is running" not in out
+        assert "Two jobs fail on purpose" in out
+        assert "No worker is running" not in out
 
         pg = await asyncpg.connect(asyncpg_dsn(db_url))
         try:
@@ -109,14 +111,16 @@ async def test_demo_submits_everything_and_each_reaches_its_end_state(db_url, tm
             http = await pg.fetchval(
                 "SELECT result_data FROM jobs WHERE id = $1::uuid", rows["http.request"]["id"]
             )
-            assert '"status": 200' in http and f"{base}/healthz" in http
+            assert '"status": 200' in http
+            assert f"{base}/healthz" in http
             # the worker tells the CPU-bound contact sheet the pictures' names (a trial found "Picture 1")
             sheet = json.loads(
                 await pg.fetchval(
                     "SELECT result_data FROM jobs WHERE id = $1::uuid", rows["images.contact_sheet"]["id"]
                 )
             )
-            assert sheet["zip_members"] and not any("Picture" in m for m in sheet["zip_members"]), sheet
+            assert sheet["zip_members"], sheet
+            assert not any("Picture" in m for m in sheet["zip_members"]), sheet
             errors = {
                 r["type"]: r["error_message"]
                 for r in await pg.fetch(
@@ -166,7 +170,8 @@ async def test_demo_submits_everything_and_each_reaches_its_end_state(db_url, tm
     (eml,) = list(mail_dir.glob("*.eml"))
     assert list(mail_dir.glob("*.json")) == []  # the note for the email job is removed afterwards
     msg = email.message_from_bytes(eml.read_bytes())
-    assert msg["To"] == "newcomer@example.com" and msg["Subject"] == "Hello from the Jobdesk demo"
+    assert msg["To"] == "newcomer@example.com"
+    assert msg["Subject"] == "Hello from the Jobdesk demo"
 
 
 async def test_demo_errors_are_one_line(db_url, tmp_path) -> None:
@@ -188,7 +193,8 @@ async def test_demo_errors_are_one_line(db_url, tmp_path) -> None:
     elsewhere = await asyncio.to_thread(demo_cmd, db_url, data_dir, base, "--email", "someone@example.com")
     assert_one_line_error(elsewhere, "Jobdesk does not answer at http://127.0.0.1:9/healthz", "make demo")
     no_option = await asyncio.to_thread(demo_cmd, db_url, data_dir, base)
-    assert no_option.returncode == 2 and "Missing option '--email'" in no_option.stderr
+    assert no_option.returncode == 2
+    assert "Missing option '--email'" in no_option.stderr
     pg = await asyncpg.connect(asyncpg_dsn(db_url))
     try:
         assert await pg.fetchval("SELECT count(*) FROM jobs") == 0

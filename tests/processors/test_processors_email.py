@@ -89,14 +89,18 @@ async def test_a_message_is_delivered_with_its_headers(mx, make_settings) -> Non
     assert sender == "jobs@example.org"
     assert rcpts == ["ann@example.com", "bob@example.com", "carol@example.com"]
     msg = email.message_from_bytes(raw, policy=policy.default)
-    assert msg["Subject"] == "Your report is ready" and msg["From"] == "Jobdesk <jobs@example.org>"
-    assert msg["To"] == "Ann Smith <ann@example.com>, bob@example.com" and msg["Cc"] == "carol@example.com"
+    assert msg["Subject"] == "Your report is ready"
+    assert msg["From"] == "Jobdesk <jobs@example.org>"
+    assert msg["To"] == "Ann Smith <ann@example.com>, bob@example.com"
+    assert msg["Cc"] == "carol@example.com"
     assert msg["Reply-To"] == "help@example.org"
     assert (
         msg.get_content().replace("\r\n", "\n") == "Hello Ann,\n\nthe report is attached to the job page.\n"
     )
-    assert result["accepted"] == rcpts and result["refused"] == {}
-    assert result["message_id"] == msg["Message-ID"] and result["server"] == f"127.0.0.1:{port}"
+    assert result["accepted"] == rcpts
+    assert result["refused"] == {}
+    assert result["message_id"] == msg["Message-ID"]
+    assert result["server"] == f"127.0.0.1:{port}"
     assert (
         result["server_answer"].startswith("2.0.0 Message accepted") or "accepted" in result["server_answer"]
     )
@@ -142,7 +146,8 @@ async def test_without_smtp_host_the_job_fails_permanently_and_says_what_to_set(
     assert settings.smtp_host is None
     with pytest.raises(PermanentError) as err:
         await send(settings, to=["a@example.com"], subject="s", body="b")
-    assert "Email is not set up" in str(err.value) and "SMTP_HOST" in str(err.value)
+    assert "Email is not set up" in str(err.value)
+    assert "SMTP_HOST" in str(err.value)
 
 
 async def test_an_unreachable_server_is_retried(make_settings) -> None:
@@ -216,7 +221,8 @@ async def test_starttls_required_but_not_offered_is_permanent(mx, make_settings)
 def test_bad_input_is_refused_naming_the_field(input_data, field, needle) -> None:
     with pytest.raises(BadInput) as err:
         registry.get("email.send").validate_input(input_data)
-    assert field in err.value.errors and needle in err.value.errors[field], err.value.errors
+    assert field in err.value.errors, err.value.errors
+    assert needle in err.value.errors[field], err.value.errors
 
 
 async def test_the_demo_server_note_is_used_for_its_own_job_only(mx, settings) -> None:
@@ -226,7 +232,8 @@ async def test_the_demo_server_note_is_used_for_its_own_job_only(mx, settings) -
     job_id = "0191e0c1-0000-7000-8000-0000000000aa"
     (folder / f"{job_id}.json").write_text(json.dumps({"host": "127.0.0.1", "port": port}))
     result, _ = await send(settings, job_id=job_id, to=["a@example.com"], subject="s", body="b")
-    assert len(recorder.messages) == 1 and "jobdesk demo" in result["note"]
+    assert len(recorder.messages) == 1
+    assert "jobdesk demo" in result["note"]
     with pytest.raises(PermanentError, match="Email is not set up"):  # another job: no note, no server
         await send(settings, to=["a@example.com"], subject="s", body="b")
     other = "0191e0c1-0000-7000-8000-0000000000bb"
@@ -250,7 +257,8 @@ async def test_through_a_worker(mx, make_settings, engine, pg) -> None:
         done = await wait_status(pg, ok, {"completed"})
         failed = await wait_status(pg, refused, {"failed"})
     assert as_dict(done["result_data"])["accepted"] == ["z@example.com"]
-    assert failed["attempts"] == 1 and "550 5.1.1" in failed["error_message"]
+    assert failed["attempts"] == 1
+    assert "550 5.1.1" in failed["error_message"]
     assert [m[1] for m in recorder.messages] == [["z@example.com"]]
 
 
@@ -312,7 +320,8 @@ def test_every_line_separator_and_control_character_is_refused_in_every_header_f
 )
 def test_addresses_are_exactly_one_mailbox_and_headers_read_back_as_typed(input_data, field, needle) -> None:
     errors = _errors(input_data)
-    assert field in errors and needle in errors[field], errors
+    assert field in errors, errors
+    assert needle in errors[field], errors
 
 
 def test_names_with_commas_in_quotes_tabs_and_non_ascii_are_kept() -> None:
@@ -325,7 +334,8 @@ def test_names_with_commas_in_quotes_tabs_and_non_ascii_are_kept() -> None:
         }
     )
     assert inp["to"] == ['"Smith, Ann" <ann@example.com>', "bob@example.com"]
-    assert inp["reply_to"] == "Zoë Ølsen <zoe@example.org>" and inp["subject"] == "Grüße\tand 📈 figures"
+    assert inp["reply_to"] == "Zoë Ølsen <zoe@example.org>"
+    assert inp["subject"] == "Grüße\tand 📈 figures"
 
 
 REFUSED_AT_SUBMISSION = {
@@ -364,7 +374,8 @@ async def _submit(client: Any, headers: dict[str, str]) -> tuple[uuid.UUID, uuid
             json={"type": "email.send", "input_data": {"subject": "s", "body": "b", **data}},
             headers=headers,
         )
-        assert resp.status_code == 422 and f"input_data.{field}" in resp.json()["errors"], resp.text
+        assert resp.status_code == 422, resp.text
+        assert f"input_data.{field}" in resp.json()["errors"], resp.text
     good = {
         "to": ['"Smith, Ann" <ann@example.com>'],
         "reply_to": "Help desk <help@example.org>",
@@ -396,11 +407,13 @@ async def test_through_the_api_and_a_worker_headers_reach_the_server_as_typed(
             done = await wait_status(pg, ok, {"completed", "failed"})
             refused = await wait_status(pg, from_result, {"completed", "failed"})
     assert done["status"] == "completed", done["error_message"]
-    assert refused["status"] == "failed" and refused["attempts"] == 1, refused
+    assert refused["status"] == "failed", refused
+    assert refused["attempts"] == 1, refused
     assert "holds 2 addresses" in refused["error_message"] or "U+2028" in refused["error_message"]
     (message,) = recorder.messages
     assert message[1] == ["ann@example.com"]
     msg = email.message_from_bytes(message[2], policy=policy.default)
     assert [(a.display_name, a.addr_spec) for a in msg["To"].addresses] == [("Smith, Ann", "ann@example.com")]
     assert [a.addr_spec for a in msg["Reply-To"].addresses] == ["help@example.org"]
-    assert msg["Subject"] == LONG_SUBJECT.strip() and "Bcc" not in msg
+    assert msg["Subject"] == LONG_SUBJECT.strip()
+    assert "Bcc" not in msg

@@ -142,11 +142,16 @@ async def call(settings: Any, **input_data: Any) -> tuple[dict[str, Any], list[A
 
 async def test_get_records_status_headers_body_and_progress(server, settings) -> None:
     result, reports = await call(settings, url=f"{server}/ok")
-    assert result["status"] == 200 and result["ok"] is True and result["reason"] == "OK"
+    assert result["status"] == 200
+    assert result["ok"] is True
+    assert result["reason"] == "OK"
     assert json.loads(result["body"]) == {"hello": "wörld"}
-    assert result["headers"]["X-Trace"] == "abc" and result["content_type"] == "application/json"
-    assert result["body_truncated"] is False and "note" not in result
-    assert reports[0][1] == "Sending GET to 127.0.0.1" and reports[-1] == (1.0, "127.0.0.1 answered 200 OK")
+    assert result["headers"]["X-Trace"] == "abc"
+    assert result["content_type"] == "application/json"
+    assert result["body_truncated"] is False
+    assert "note" not in result
+    assert reports[0][1] == "Sending GET to 127.0.0.1"
+    assert reports[-1] == (1.0, "127.0.0.1 answered 200 OK")
 
 
 async def test_post_sends_the_json_body_and_headers(server, settings) -> None:
@@ -159,7 +164,8 @@ async def test_post_sends_the_json_body_and_headers(server, settings) -> None:
         body='{"event": "signup", "id": 7}',
     )
     echo = json.loads(result["body"])
-    assert result["status"] == 201 and echo["method"] == "POST"
+    assert result["status"] == 201
+    assert echo["method"] == "POST"
     assert json.loads(echo["body"]) == {"event": "signup", "id": 7}
     assert echo["headers"]["Authorization"] == "Bearer abc123"
     assert echo["headers"]["X-Custom"] == "spaced value"
@@ -168,7 +174,8 @@ async def test_post_sends_the_json_body_and_headers(server, settings) -> None:
         settings, method="PUT", url=f"{server}/put", body_type="text", body="plain words"
     )
     echo = json.loads(text_result["body"])
-    assert echo["body"] == "plain words" and echo["headers"]["Content-Type"].startswith("text/plain")
+    assert echo["body"] == "plain words"
+    assert echo["headers"]["Content-Type"].startswith("text/plain")
 
 
 async def test_a_4xx_answer_is_a_permanent_failure_that_says_so(server, settings) -> None:
@@ -182,7 +189,8 @@ async def test_a_4xx_answer_is_a_permanent_failure_that_says_so(server, settings
 async def test_5xx_and_429_are_retried(server, settings, path, needle) -> None:
     with pytest.raises(TemporaryHttpError) as err:
         await call(settings, url=f"{server}{path}")
-    assert needle in str(err.value) and "tried again" in str(err.value)
+    assert needle in str(err.value)
+    assert "tried again" in str(err.value)
     assert not isinstance(err.value, PermanentError)
 
 
@@ -206,8 +214,10 @@ async def test_a_refused_connection_is_retried(make_settings) -> None:
 
 async def test_a_big_body_is_truncated_and_the_result_says_so(server, settings) -> None:
     result, _ = await call(settings, url=f"{server}/big")
-    assert len(result["body"]) == BODY_KEEP_CHARS and result["body_truncated"] is True
-    assert result["note"].startswith("The answer was at least") and "first 20000 characters" in result["note"]
+    assert len(result["body"]) == BODY_KEEP_CHARS
+    assert result["body_truncated"] is True
+    assert result["note"].startswith("The answer was at least")
+    assert "first 20000 characters" in result["note"]
 
 
 async def test_binary_bodies_are_not_shown(server, settings) -> None:
@@ -217,7 +227,8 @@ async def test_binary_bodies_are_not_shown(server, settings) -> None:
 
 async def test_redirects_are_followed_but_loops_and_non_web_targets_are_permanent(server, settings) -> None:
     result, _ = await call(settings, url=f"{server}/redirect")
-    assert result["status"] == 200 and result["url"].endswith("/ok")
+    assert result["status"] == 200
+    assert result["url"].endswith("/ok")
     assert result["redirected_from"] == [f"{server}/redirect"]
     with pytest.raises(PermanentError, match="redirected more than 5 times"):
         await call(settings, url=f"{server}/loop")
@@ -227,7 +238,9 @@ async def test_redirects_are_followed_but_loops_and_non_web_targets_are_permanen
 
 async def test_head_requests_have_no_body(server, settings) -> None:
     result, _ = await call(settings, method="HEAD", url=f"{server}/ok")
-    assert result["status"] == 200 and result["body"] == "" and result["body_bytes"] == 0
+    assert result["status"] == 200
+    assert result["body"] == ""
+    assert result["body_bytes"] == 0
 
 
 @pytest.mark.parametrize(
@@ -283,7 +296,8 @@ async def test_the_api_refuses_a_non_web_address_with_422(make_settings, db_url)
             json={"type": "http.request", "input_data": {"url": "https://x.test/"}},
             headers=headers,
         )
-        assert ok.status_code == 201 and ok.json()["input_data"]["method"] == "GET"
+        assert ok.status_code == 201
+        assert ok.json()["input_data"]["method"] == "GET"
 
 
 async def test_through_a_worker_5xx_retries_then_succeeds_and_4xx_fails_at_once(
@@ -298,8 +312,10 @@ async def test_through_a_worker_5xx_retries_then_succeeds_and_4xx_fails_at_once(
         done = await wait_status(pg, flaky, {"completed"})
         failed = await wait_status(pg, missing, {"failed"})
         exhausted = await wait_status(pg, down, {"failed"})
-    assert done["attempts"] == 2 and as_dict(done["result_data"])["body"] == "fine now"
-    assert failed["attempts"] == 1 and "404 Not Found" in failed["error_message"]
+    assert done["attempts"] == 2
+    assert as_dict(done["result_data"])["body"] == "fine now"
+    assert failed["attempts"] == 1
+    assert "404 Not Found" in failed["error_message"]
     assert exhausted["attempts"] == exhausted["max_attempts"] == settings.default_max_attempts
     assert "503 Service Unavailable" in exhausted["error_message"]
     kinds = [
@@ -403,8 +419,10 @@ async def test_the_connection_goes_to_the_address_that_was_checked(make_settings
         monkeypatch.setattr(http_request, "resolver_for_jobs", fake)
         settings = make_settings(jobdesk_base_url=f"http://localhost:{port}")
         result, _ = await call(settings, url=f"http://localhost:{port}/host")
-        assert result["body"] == f"localhost:{port}" and result["url"] == f"http://localhost:{port}/host"
-        assert seen == ["/host"] and fake.lookups == ["localhost"]
+        assert result["body"] == f"localhost:{port}"
+        assert result["url"] == f"http://localhost:{port}/host"
+        assert seen == ["/host"]
+        assert fake.lookups == ["localhost"]
 
 
 async def test_a_name_with_any_private_address_is_refused_before_connecting(make_settings, resolver) -> None:
@@ -479,7 +497,8 @@ async def test_through_the_api_and_a_worker_only_the_own_address_is_reached(
                 )
 
             vhost = await submit({"url": f"{server}/ok", "headers": "Host: admin.internal"})
-            assert vhost.status_code == 422 and "Host header" in vhost.json()["errors"]["input_data.headers"]
+            assert vhost.status_code == 422
+            assert "Host header" in vhost.json()["errors"]["input_data.headers"]
             ids = {}
             for key, url in {
                 "other": f"{other}/ok",
@@ -495,7 +514,8 @@ async def test_through_the_api_and_a_worker_only_the_own_address_is_reached(
         assert seen == []
     assert rows["own"]["status"] == "completed"
     for key in ("other", "intranet", "hop"):
-        assert rows[key]["status"] == "failed" and rows[key]["attempts"] == 1, rows[key]
+        assert rows[key]["status"] == "failed", rows[key]
+        assert rows[key]["attempts"] == 1, rows[key]
         assert "may not reach" in rows[key]["error_message"]
     assert "10.1.2.3" in rows["hop"]["error_message"]
 
@@ -564,4 +584,5 @@ async def test_https_to_the_checked_address_verifies_the_certificate_for_the_nam
             else:
                 with pytest.raises(TemporaryHttpError, match="CERTIFICATE_VERIFY_FAILED"):
                     await call(settings, url=url)
-        assert names and set(names) == {"hook.test"}
+        assert names
+        assert set(names) == {"hook.test"}

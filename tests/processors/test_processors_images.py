@@ -59,12 +59,11 @@ def test_each_sample_in_each_format(tmp_path, name, fmt, ext) -> None:
         assert [f.name for f in result.files] == [f"{stem}-100.{ext}", f"{stem}-640.{ext}"]
         for variant, f in zip(result.data["variants"], result.files, strict=True):
             img = open_result(f.path)
-            assert img.format == fmt and f.content_type == f"image/{fmt.lower()}"
+            assert img.format == fmt
+            assert f.content_type == f"image/{fmt.lower()}"
             assert max(img.size) == min(variant["size"], max(width, height))  # never enlarged
-            assert (
-                img.size == (variant["width"], variant["height"])
-                and variant["bytes"] == f.path.stat().st_size
-            )
+            assert img.size == (variant["width"], variant["height"])
+            assert variant["bytes"] == f.path.stat().st_size
             assert abs(img.width / img.height - width / height) < 0.02  # aspect kept
         assert result.data["variants"][1]["kept_original_size"] is (max(width, height) <= 640)
 
@@ -97,7 +96,8 @@ def test_exif_rotation_is_applied_and_metadata_is_not_copied(tmp_path) -> None:
     with cpu_context("images.thumbnail", {"image": fid, "sizes": [50]}, tmp_path) as ctx:
         result = make_thumbnails(ctx)
         out = open_result(result.files[0].path)
-        assert out.size == (25, 50) and result.data["source"]["width"] == 100
+        assert out.size == (25, 50)
+        assert result.data["source"]["width"] == 100
         assert not out.getexif()
 
 
@@ -108,9 +108,11 @@ def test_an_animation_uses_its_first_frame_and_says_so(tmp_path) -> None:
     fid = put_file(tmp_path, data=buf.getvalue())
     with cpu_context("images.thumbnail", {"image": fid, "sizes": [20], "format": "PNG"}, tmp_path) as ctx:
         result = make_thumbnails(ctx)
-        assert result.data["source"]["frames"] == 2 and "first frame" in result.data["note"]
+        assert result.data["source"]["frames"] == 2
+        assert "first frame" in result.data["note"]
         r, g, _ = open_result(result.files[0].path).convert("RGB").getpixel((10, 10))
-        assert r > 150 and g < 50
+        assert r > 150
+        assert g < 50
 
 
 @pytest.mark.parametrize(
@@ -177,7 +179,9 @@ def test_contact_sheet_of_uploaded_pictures(tmp_path, artifacts_dir) -> None:
         file_names=names,
     ) as ctx:
         result = make_contact_sheet(ctx)
-        assert result.data["pictures"] == 4 and result.data["rows"] == 2 and result.data["columns"] == 3
+        assert result.data["pictures"] == 4
+        assert result.data["rows"] == 2
+        assert result.data["columns"] == 3
         sheet = open_result(result.files[0].path)
         assert (
             sheet.size == (result.data["width"], result.data["height"]) == (12 + 3 * 132, 12 + 44 + 2 * 154)
@@ -212,11 +216,15 @@ async def test_thumbnail_job_through_a_worker_stores_files_owned_by_the_user(set
         failed = await wait_status(pg, bad, {"failed"}, timeout=60)
     result = as_dict(done["result_data"])
     (ref,) = result["files"]
-    assert ref["name"] == "coffee-120.jpg" and ref["content_type"] == "image/jpeg"
+    assert ref["name"] == "coffee-120.jpg"
+    assert ref["content_type"] == "image/jpeg"
     row = await pg.fetchrow("SELECT * FROM files WHERE id = $1::uuid", ref["file_id"])
-    assert row["user_id"] == user.id and row["job_id"] == job and row["size"] == ref["size"]
+    assert row["user_id"] == user.id
+    assert row["job_id"] == job
+    assert row["size"] == ref["size"]
     assert open_result(FileStore(settings.files_dir).path(ref["file_id"])).size == (120, 80)
-    assert failed["attempts"] == 1 and "The uploaded file is a damaged JPEG file" in failed["error_message"]
+    assert failed["attempts"] == 1
+    assert "The uploaded file is a damaged JPEG file" in failed["error_message"]
     assert "Traceback" not in failed["error_message"]
 
 
@@ -243,7 +251,8 @@ async def test_a_submission_may_only_name_the_submitters_files(settings, engine,
         ].replace(unknown, "X")
     with pytest.raises(BadInput) as err:
         await submit(owner, "images.contact_sheet", {"images": [fid, unknown]})
-    assert set(err.value.errors) == {"input_data.images[1]"} and "upload it first" in err.value.detail
+    assert set(err.value.errors) == {"input_data.images[1]"}
+    assert "upload it first" in err.value.detail
     with pytest.raises(BadInput) as err:
         await submit(other, "images.thumbnail", {"image": fid})
     assert set(err.value.errors) == {"input_data.image"}
@@ -304,14 +313,16 @@ async def test_photo_batch_end_to_end_through_the_api(
         await pg.fetchval("SELECT result_data FROM jobs WHERE id = $1::uuid", steps["sheet"]["job_id"])
     )
     files = {f["name"]: f for f in sheet["files"]}
-    assert set(files) == {"contact-sheet.jpg", "thumbnails.zip"} and sheet["pictures"] == 4
+    assert set(files) == {"contact-sheet.jpg", "thumbnails.zip"}
+    assert sheet["pictures"] == 4
     store = FileStore(settings.files_dir)
     with zipfile.ZipFile(store.path(files["thumbnails.zip"]["file_id"])) as zf:
         assert sorted(zf.namelist()) == sorted(
             f"{n.rsplit('.', 1)[0]}-{s}.jpg" for n in names for s in (96, 240)
         )
     contact = open_result(store.path(files["contact-sheet.jpg"]["file_id"]))
-    assert contact.format == "JPEG" and contact.width > 4 * 240
+    assert contact.format == "JPEG"
+    assert contact.width > 4 * 240
     contact.save(artifacts_dir / "photo-batch-contact-sheet.png")
     owners = await pg.fetch("SELECT DISTINCT user_id FROM files WHERE job_id IS NOT NULL")
     assert [r["user_id"] for r in owners] == [user.id]

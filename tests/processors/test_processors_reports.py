@@ -40,7 +40,9 @@ def columns(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_penguins_summary_matches_an_independent_count(tmp_path) -> None:
     summary = summary_of(tmp_path, path=PENGUINS)
     cols = columns(summary)
-    assert summary["rows"] == 344 and summary["encoding"] == "utf-8" and summary["delimiter"] == "comma"
+    assert summary["rows"] == 344
+    assert summary["encoding"] == "utf-8"
+    assert summary["delimiter"] == "comma"
     assert summary["overview"] == "344 rows and 8 columns (3 text, 3 whole numbers, 2 decimal numbers)."
     assert {n: c["type"] for n, c in cols.items()} == {
         "species": "text",
@@ -58,12 +60,14 @@ def test_penguins_summary_matches_an_independent_count(tmp_path) -> None:
         values = [float(r[name]) for r in rows if r[name] != "NA"]
         c = cols[name]
         assert (c["count"], c["missing"]) == (len(values), 344 - len(values)) == (342, 2)
-        assert c["min"] == min(values) and c["max"] == max(values)
+        assert c["min"] == min(values)
+        assert c["max"] == max(values)
         assert c["mean"] == pytest.approx(statistics.fmean(values), rel=1e-5)
         assert c["median"] == pytest.approx(statistics.median(values))
         assert sum(b["count"] for b in c["histogram"]) == 342
     assert cols["sex"]["top_values"] == [{"value": "male", "count": 168}, {"value": "female", "count": 165}]
-    assert cols["sex"]["missing"] == 11 and cols["species"]["distinct"] == 3
+    assert cols["sex"]["missing"] == 11
+    assert cols["species"]["distinct"] == 3
     assert cols["year"]["histogram"] == [
         {"from": 2007, "to": 2007, "count": 110},
         {"from": 2008, "to": 2008, "count": 114},
@@ -73,10 +77,12 @@ def test_penguins_summary_matches_an_independent_count(tmp_path) -> None:
 
 def test_the_other_samples(tmp_path) -> None:
     crime = summary_of(tmp_path, path=EXAMPLES / "csv" / "statecrime.csv")
-    assert crime["rows"] == 51 and columns(crime)["state"]["distinct"] == 51
+    assert crime["rows"] == 51
+    assert columns(crime)["state"]["distinct"] == 51
     assert columns(crime)["murder"]["type"] == "decimal number"
     danish = summary_of(tmp_path, path=EXAMPLES / "csv" / "danish-money.csv")
-    assert danish["encoding"] == "utf-8-sig" and danish["columns"][0]["name"] == "period"  # BOM removed
+    assert danish["encoding"] == "utf-8-sig"  # BOM removed
+    assert danish["columns"][0]["name"] == "period"
     assert danish["columns"][0]["examples"] == ["1974Q1", "1974Q2", "1974Q3"]
 
 
@@ -93,7 +99,9 @@ def _penguins_as(delimiter: str) -> bytes:
 )
 def test_each_delimiter_is_found(tmp_path, delimiter, name) -> None:
     summary = summary_of(tmp_path, data=_penguins_as(delimiter))
-    assert summary["delimiter"] == name and summary["rows"] == 344 and len(summary["columns"]) == 8
+    assert summary["delimiter"] == name
+    assert summary["rows"] == 344
+    assert len(summary["columns"]) == 8
     assert columns(summary)["body_mass_g"]["mean"] == pytest.approx(4201.754386, rel=1e-6)
 
 
@@ -101,11 +109,11 @@ def test_commas_in_a_semicolon_file_with_decimal_commas(tmp_path) -> None:
     text = "name;city;amount;note\nJosé;Zürich;1,5;a, b\nRenée;Kraków;2,25;c, d, e\nÅsa;Malmö;10;f\n"
     summary = summary_of(tmp_path, data=text.encode("cp1252", errors="replace"))
     cols = columns(summary)
-    assert summary["encoding"] == "cp1252" and summary["delimiter"] == "semicolon"
+    assert summary["encoding"] == "cp1252"
+    assert summary["delimiter"] == "semicolon"
     assert cols["name"]["examples"] == ["José", "Renée", "Åsa"]
-    assert cols["amount"]["type"] == "decimal number" and cols["amount"]["mean"] == pytest.approx(
-        13.75 / 3, rel=1e-5
-    )
+    assert cols["amount"]["type"] == "decimal number"
+    assert cols["amount"]["mean"] == pytest.approx(13.75 / 3, rel=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -164,17 +172,21 @@ def test_a_file_that_is_not_csv_gets_a_clear_error(tmp_path, data, needle) -> No
 
 def test_single_column_files_headers_and_ragged_lines(tmp_path) -> None:
     emails = summary_of(tmp_path, data=b"email\nann@example.com\nbob@example.com\n")
-    assert [c["name"] for c in emails["columns"]] == ["email"] and emails["rows"] == 2
+    assert [c["name"] for c in emails["columns"]] == ["email"]
+    assert emails["rows"] == 2
     headless = summary_of(tmp_path, data=b"1,2.5,x\n3,4.5,y\n5,6.5,z\n")
     assert [c["name"] for c in headless["columns"]] == ["Column 1", "Column 2", "Column 3"]
-    assert headless["header"] == "no" and headless["rows"] == 3
+    assert headless["header"] == "no"
+    assert headless["rows"] == 3
     forced = summary_of(tmp_path, data=b"1,2.5,x\n3,4.5,y\n", header="yes")
-    assert [c["name"] for c in forced["columns"]] == ["1", "2.5", "x"] and forced["rows"] == 1
+    assert [c["name"] for c in forced["columns"]] == ["1", "2.5", "x"]
+    assert forced["rows"] == 1
     dup = summary_of(tmp_path, data=b"a,a,,b\n1,2,3,4\n")
     assert [c["name"] for c in dup["columns"]] == ["a", "a (2)", "Column 3", "b"]
     lines = "a,b,c\n" + "1,2,3\n" * 30 + "4,5\n6,7,8,9\n"
     ragged = summary_of(tmp_path, data=lines.encode())
-    assert ragged["rows"] == 32 and "2 line(s) had a different number of fields" in ragged["notes"][0]
+    assert ragged["rows"] == 32
+    assert "2 line(s) had a different number of fields" in ragged["notes"][0]
     assert columns(ragged)["c"]["missing"] == 1
 
 
@@ -186,17 +198,21 @@ def test_types_dates_yes_no_leading_zeros(tmp_path) -> None:
         "2007-10-30,NA,90210,,.5\n"
     )
     cols = columns(summary_of(tmp_path, data=data.encode()))
-    assert cols["egg date"]["type"] == "date" and (
+    assert cols["egg date"]["type"] == "date"
+    assert (
         cols["egg date"]["earliest"],
         cols["egg date"]["latest"],
     ) == (
         "2007-10-30",
         "2008-01-02",
     )
-    assert cols["seen at"]["type"] == "date and time" and cols["seen at"]["missing"] == 1
+    assert cols["seen at"]["type"] == "date and time"
+    assert cols["seen at"]["missing"] == 1
     assert cols["zip"]["type"] == "text"  # 02134 is a code, not a number
-    assert cols["ok"]["type"] == "yes/no" and cols["ok"]["missing"] == 1
-    assert cols["score"]["type"] == "decimal number" and cols["score"]["max"] == 1000
+    assert cols["ok"]["type"] == "yes/no"
+    assert cols["ok"]["missing"] == 1
+    assert cols["score"]["type"] == "decimal number"
+    assert cols["score"]["max"] == 1000
 
 
 HOSTILE = (
@@ -213,7 +229,8 @@ def _report_html(tmp_path) -> str:
     with cpu_context("report.csv_summary", {"file": fid, "title": "<b>Title</b> & co"}, tmp_path) as ctx:
         result = summarise_csv(ctx)
         (report,) = result.files
-        assert report.name == "b-Title-b-co-report.html" and report.content_type == "text/html"
+        assert report.name == "b-Title-b-co-report.html"
+        assert report.content_type == "text/html"
         return report.path.read_text()
 
 
@@ -225,7 +242,8 @@ def test_the_report_escapes_every_value(tmp_path) -> None:
     assert "&lt;svg onload=alert(2)&gt;" in html  # a value, in the page and in the chart's SVG text
     assert "Tom &amp; Jerry &#34;quoted&#34; &#39;apos&#39;" in html
     assert "&lt;b&gt;Title&lt;/b&gt; &amp; co" in html
-    assert "<script" not in html.lower() and "default-src 'none'" in html
+    assert "<script" not in html.lower()
+    assert "default-src 'none'" in html
 
 
 def test_the_escaping_check_fails_without_autoescape(tmp_path, monkeypatch) -> None:
@@ -290,11 +308,11 @@ async def test_not_a_csv_through_a_worker_fails_once_in_plain_words(settings, en
     async with running_worker(settings):
         failed = await wait_status(pg, job, {"failed"}, timeout=60)
         done = await wait_status(pg, good, {"completed"}, timeout=60)
-    assert failed["attempts"] == 1 and failed["error_message"].startswith(
-        "This file is not a CSV file: it is a PNG"
-    )
+    assert failed["attempts"] == 1
+    assert failed["error_message"].startswith("This file is not a CSV file: it is a PNG")
     (ref,) = as_dict(done["result_data"])["files"]
-    assert ref["name"] == "Penguins-report.html" and ref["content_type"] == "text/html"
+    assert ref["name"] == "Penguins-report.html"
+    assert ref["content_type"] == "text/html"
     assert "<h1>Penguins</h1>" in FileStore(settings.files_dir).path(ref["file_id"]).read_text()
 
 
@@ -334,7 +352,8 @@ async def test_csv_review_end_to_end_approved(make_settings, db_url, engine, pg)
                 what="the check step to wait for approval",
             )
             steps = await _steps(pg, pid)
-            assert steps["summary"]["status"] == "queued" and steps["summary"]["attempts"] == 0
+            assert steps["summary"]["status"] == "queued"
+            assert steps["summary"]["attempts"] == 0
             check = as_dict(steps["check"]["result_data"])
             assert check["message"].startswith(
                 "Found 8 columns in 51 rows: state (text), violent (decimal number)"
@@ -353,11 +372,15 @@ async def test_csv_review_end_to_end_approved(make_settings, db_url, engine, pg)
     steps = await _steps(pg, pid)
     assert as_dict(steps["summary"]["input_data"])["encoding"] == {"$ref": "check.encoding"}
     summary = as_dict(steps["summary"]["result_data"])
-    assert "files" not in summary and summary["title"] == "US state crime 2009" and summary["rows"] == 51
+    assert "files" not in summary
+    assert summary["title"] == "US state crime 2009"
+    assert summary["rows"] == 51
     (ref,) = as_dict(steps["report"]["result_data"])["files"]
     html = FileStore(settings.files_dir).path(ref["file_id"]).read_text()
-    assert ref["name"] == "US-state-crime-2009-report.html" and "<h1>US state crime 2009</h1>" in html
-    assert "hs_grad" in html and "51 rows and 8 columns" in html
+    assert ref["name"] == "US-state-crime-2009-report.html"
+    assert "<h1>US state crime 2009</h1>" in html
+    assert "hs_grad" in html
+    assert "51 rows and 8 columns" in html
 
 
 async def test_csv_review_rejected_cancels_the_rest(make_settings, db_url, engine, pg) -> None:
@@ -392,7 +415,8 @@ async def test_csv_review_rejected_cancels_the_rest(make_settings, db_url, engin
         "report": "cancelled",
     }
     assert steps["check"]["error_message"] == "rejected: the year column should be a date"
-    assert steps["summary"]["attempts"] == 0 and steps["report"]["attempts"] == 0
+    assert steps["summary"]["attempts"] == 0
+    assert steps["report"]["attempts"] == 0
 
 
 # --- time linear in the file: repeated and too many columns, quotes that never close ---------------------
@@ -416,7 +440,8 @@ def test_column_names_are_distinct_in_linear_time() -> None:
     started = time.perf_counter()
     names = reports.column_names(["a"] * 100_000, 100_000)
     assert time.perf_counter() - started < 2.0
-    assert len(set(names)) == 100_000 and names[-1] == "a (100000)"
+    assert len(set(names)) == 100_000
+    assert names[-1] == "a (100000)"
 
 
 def test_the_delimiter_and_header_guesses_take_bounded_time(tmp_path) -> None:
@@ -457,11 +482,15 @@ async def test_wide_and_repetitive_tables_through_the_api_and_a_worker(
     assert time.monotonic() - started < 60
     repeated = as_dict(rows["repeated"]["result_data"])
     names = [c["name"] for c in repeated["columns"]]
-    assert len(names) == 9_000 and names[:2] == ["a", "a (2)"] and names[-1] == "a (9000)"
+    assert len(names) == 9_000
+    assert names[:2] == ["a", "a (2)"]
+    assert names[-1] == "a (9000)"
     wide = rows["too_wide"]
-    assert wide["status"] == "failed" and wide["attempts"] == 1
+    assert wide["status"] == "failed"
+    assert wide["attempts"] == 1
     assert "10,001 columns; CSV reports handle up to 10,000" in wide["error_message"]
-    assert rows["quotes"]["status"] == "failed" and rows["quotes"]["attempts"] == 1
+    assert rows["quotes"]["status"] == "failed"
+    assert rows["quotes"]["attempts"] == 1
 
 
 def test_dates_with_and_without_times_or_offsets_sort_together(tmp_path) -> None:

@@ -81,7 +81,9 @@ async def test_a_paused_type_accepts_jobs_but_none_is_claimed_until_resumed(
 ) -> None:
     async with engine.begin() as conn:
         row = await controls.set_paused(conn, "noop", True, admin)
-    assert row["paused"] and row["paused_by"] == admin.email and row["paused_at"] is not None
+    assert row["paused"]
+    assert row["paused_by"] == admin.email
+    assert row["paused_at"] is not None
     async with running_worker(settings):
         await enqueue_many(engine, settings, admin, "noop", {}, 5)
         await enqueue_many(engine, settings, admin, "sleep", {"seconds": 0}, 2)
@@ -231,14 +233,16 @@ async def test_a_schedule_fires_exactly_once_per_due_time_across_two_worker_proc
         for p in procs:
             p.close()
     keys = [r["idempotency_key"] for r in await pg.fetch("SELECT idempotency_key FROM jobs ORDER BY id")]
-    assert len(keys) == len(set(keys)) and all(k.startswith(f"schedule:{row['id']}:") for k in keys)
+    assert len(keys) == len(set(keys))
+    assert all(k.startswith(f"schedule:{row['id']}:") for k in keys)
     fire_times = sorted(datetime.fromisoformat(k.split(":", 2)[2]) for k in keys)
     gaps = {(b - a).total_seconds() for a, b in zip(fire_times, fire_times[1:], strict=False)}
     assert gaps <= {2.0}, f"one job per 2-second fire time, got gaps {gaps}"
     sched = await pg.fetchrow(
         "SELECT last_fire_at, next_fire_at, last_job_id FROM schedules WHERE id = $1", row["id"]
     )
-    assert sched["last_job_id"] is not None and sched["next_fire_at"] > sched["last_fire_at"]
+    assert sched["last_job_id"] is not None
+    assert sched["next_fire_at"] > sched["last_fire_at"]
 
 
 @pytest.mark.parametrize("catch_up", [False, True])
@@ -281,7 +285,8 @@ async def test_a_schedule_can_start_a_pipeline_template(engine, settings, admin,
     )
     async with engine.begin() as conn:
         fired = await controls.fire_due(conn, settings)
-    assert len(fired) == 1 and fired[0]["pipeline_id"]
+    assert len(fired) == 1
+    assert fired[0]["pipeline_id"]
     assert await pg.fetchval("SELECT template FROM pipelines") == "test.sched"
 
 
@@ -318,14 +323,17 @@ async def test_the_controls_api_is_for_admins_and_validates(make_settings, db_ur
         boss = {"Authorization": f"Bearer {await add_token(db_url, admin.id)}"}
         assert (await client.post("/api/job-types/noop/pause", headers=plain)).status_code == 403
         paused = await client.post("/api/job-types/noop/pause", headers=boss)
-        assert paused.status_code == 200 and paused.json()["paused_by"] == "boss@example.com"
+        assert paused.status_code == 200
+        assert paused.json()["paused_by"] == "boss@example.com"
         assert (await client.post("/api/job-types/nope/pause", headers=boss)).status_code == 404
         limits = await client.put(
             "/api/job-types/noop/limits", json={"max_running": 3, "max_per_minute": None}, headers=boss
         )
-        assert limits.status_code == 200 and limits.json()["max_running"] == 3
+        assert limits.status_code == 200
+        assert limits.json()["max_running"] == 3
         bad = await client.put("/api/job-types/noop/limits", json={"max_running": -2}, headers=boss)
-        assert bad.status_code == 422 and "max_running" in bad.json()["errors"]
+        assert bad.status_code == 422
+        assert "max_running" in bad.json()["errors"]
         assert (await client.post("/api/job-types/noop/resume", headers=boss)).json()["paused"] is False
         created = await client.post(
             "/api/schedules",
@@ -338,7 +346,8 @@ async def test_the_controls_api_is_for_admins_and_validates(make_settings, db_ur
         bad_cron = await client.post(
             "/api/schedules", json={"cron": "nonsense", "type": "noop"}, headers=boss
         )
-        assert bad_cron.status_code == 422 and "cron" in bad_cron.json()["errors"]
+        assert bad_cron.status_code == 422
+        assert "cron" in bad_cron.json()["errors"]
         listed = (await client.get("/api/schedules", headers=boss)).json()
         assert [s["name"] for s in listed] == [created.json()["name"]]
         assert (
@@ -362,7 +371,8 @@ async def test_next_fire_is_computed_in_the_schedules_time_zone() -> None:
     after = datetime(2026, 12, 1, 7, 0, tzinfo=UTC)
     assert controls.next_fire("0 9 * * *", "Europe/Berlin", after) == datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
     times, nxt = controls.fire_times("0 * * * *", "UTC", after - timedelta(hours=3), after, catch_up=True)
-    assert len(times) == 4 and nxt == after + timedelta(hours=1)
+    assert len(times) == 4
+    assert nxt == after + timedelta(hours=1)
 
 
 def test_a_fired_jobs_title_fits_however_long_the_schedules_name() -> None:
@@ -375,4 +385,5 @@ def test_a_fired_jobs_title_fits_however_long_the_schedules_name() -> None:
     at = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
     assert fired_title("Nightly", at) == "Nightly (2026-11-30 09:00 UTC)"
     long = fired_title("x" * 200, at)
-    assert len(long) == 200 and long.endswith("… (2026-11-30 09:00 UTC)")
+    assert len(long) == 200
+    assert long.endswith("… (2026-11-30 09:00 UTC)")

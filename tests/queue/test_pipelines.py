@@ -66,15 +66,16 @@ async def test_a_diamond_runs_in_order_with_the_middle_steps_overlapping(engine,
             what="the pipeline",
         )
     s = await steps_by_key(pg, pid)
-    assert s["a"]["completed_at"] <= s["b"]["started_at"] and s["a"]["completed_at"] <= s["c"]["started_at"]
-    assert (
-        s["b"]["started_at"] < s["c"]["completed_at"] and s["c"]["started_at"] < s["b"]["completed_at"]
-    )  # overlap
+    assert s["a"]["completed_at"] <= s["b"]["started_at"]
+    assert s["a"]["completed_at"] <= s["c"]["started_at"]
+    assert s["b"]["started_at"] < s["c"]["completed_at"]  # overlap
+    assert s["c"]["started_at"] < s["b"]["completed_at"]
     assert max(s["b"]["completed_at"], s["c"]["completed_at"]) <= s["d"]["started_at"]
     assert s["d"]["result_data"] == '{"parents": ["b", "c"]}'  # a step reads its parents' results
     async with engine.connect() as conn:
         view = await pipelines.get(conn, pid, owner)
-    assert view["status"] == "completed" and view["progress"] == 100
+    assert view["status"] == "completed"
+    assert view["progress"] == 100
     assert [[x["key"] for x in layer] for layer in view["layers"]] == [["a"], ["b", "c"], ["d"]]
 
 
@@ -180,10 +181,8 @@ async def test_an_upstream_failed_by_the_rescue_sweep_propagates_too(
         )
     s = await steps_by_key(pg, pid)
     for key in ("B", "C", "D"):
-        assert (
-            s[key]["status"] == "cancelled"
-            and s[key]["error_message"] == f"upstream test.effect {a_id} failed"
-        )
+        assert s[key]["status"] == "cancelled"
+        assert s[key]["error_message"] == f"upstream test.effect {a_id} failed"
     assert await stuck(engine) == []
     # One alert, for the pipeline (not one for the rescued step plus one per cancelled step).
     assert await pg.fetchval("SELECT array_agg(kind) FROM alert_outbox") == ["pipeline_failed"]
@@ -207,9 +206,8 @@ async def test_deleting_an_upstream_cancels_its_dependents(engine, settings, own
     s = await steps_by_key(pg, pid)
     assert "A" not in s
     for key in ("B", "C", "D"):
-        assert (
-            s[key]["status"] == "cancelled" and s[key]["error_message"] == f"upstream fail {a_id} was removed"
-        )
+        assert s[key]["status"] == "cancelled"
+        assert s[key]["error_message"] == f"upstream fail {a_id} was removed"
     assert await stuck(engine) == []
 
 
@@ -405,7 +403,8 @@ async def test_rejecting_fails_the_step_and_cancels_its_dependents(
         async with engine.begin() as conn:
             await queue.reject(conn, draft, admin, "wrong tone")
     s = await steps_by_key(pg, pid)
-    assert s["draft"]["status"] == "failed" and s["draft"]["error_message"] == "rejected: wrong tone"
+    assert s["draft"]["status"] == "failed"
+    assert s["draft"]["error_message"] == "rejected: wrong tone"
     assert s["publish"]["status"] == "cancelled"
     assert await pg.fetchval("SELECT status FROM pipelines WHERE id = $1", pid) == "failed"
 
@@ -525,7 +524,8 @@ async def test_templates_build_a_pipeline_from_validated_input(engine, settings,
         row = await pipelines.create_from_template(
             conn, "test.demo", {"seconds": 0.2}, user_id=owner.id, settings=settings
         )
-    assert row["template"] == "test.demo" and row["name"] == "Demo"
+    assert row["template"] == "test.demo"
+    assert row["name"] == "Demo"
     async with running_worker(settings):
         await wait_until(
             lambda: pg.fetchval("SELECT status = 'completed' FROM pipelines WHERE id = $1", row["id"]),

@@ -75,7 +75,9 @@ async def test_enqueue_inserts_a_queued_job_with_its_event(engine, settings, own
     result = await enqueue(engine, settings, owner, "sleep", {"seconds": 2})
     assert result.created
     row = await job_row(pg, result.job["id"])
-    assert row["status"] == "queued" and row["attempts"] == 0 and row["is_active"]
+    assert row["status"] == "queued"
+    assert row["attempts"] == 0
+    assert row["is_active"]
     assert row["input_data"] == '{"seconds": 2.0}'  # normalised by the input schema
     assert row["max_attempts"] == settings.default_max_attempts
     assert result.job["id"].version == 7
@@ -87,7 +89,8 @@ async def test_enqueue_rejects_unknown_types_and_bad_input_naming_the_field(
 ) -> None:
     with pytest.raises(BadInput) as unknown:
         await enqueue(engine, settings, owner, "nope", {})
-    assert "type" in unknown.value.errors and "unknown job type" in unknown.value.detail
+    assert "type" in unknown.value.errors
+    assert "unknown job type" in unknown.value.detail
     with pytest.raises(BadInput) as bad:
         await enqueue(engine, settings, owner, "sleep", {"seconds": 5000, "extra": 1})
     assert set(bad.value.errors) == {"input_data.seconds", "input_data.extra"}
@@ -113,11 +116,14 @@ async def test_enqueue_rejects_run_at_without_an_offset(engine, settings, owner)
 async def test_idempotency_key_returns_the_existing_job_untouched(engine, settings, owner, other, pg) -> None:
     first = await enqueue(engine, settings, owner, "noop", {"a": 1}, idempotency_key="order-42")
     again = await enqueue(engine, settings, owner, "noop", {"a": 2}, idempotency_key="order-42")
-    assert first.created and not again.created
-    assert again.job["id"] == first.job["id"] and again.job["input_data"] == {"a": 1}
+    assert first.created
+    assert not again.created
+    assert again.job["id"] == first.job["id"]
+    assert again.job["input_data"] == {"a": 1}
     # Keys are unique per owner: another user's identical key is a different job.
     theirs = await enqueue(engine, settings, other, "noop", {}, idempotency_key="order-42")
-    assert theirs.created and theirs.job["id"] != first.job["id"]
+    assert theirs.created
+    assert theirs.job["id"] != first.job["id"]
 
 
 async def test_concurrent_repeats_of_an_idempotency_key_create_exactly_one_row(
@@ -189,7 +195,8 @@ async def test_input_above_the_size_limit_is_refused_with_the_limit_in_the_messa
     settings = make_settings(job_max_input_bytes=1024 * 1024)
     with pytest.raises(TooLarge) as err:
         await enqueue(engine, settings, owner, "noop", {"blob": "x" * (20 * 1024 * 1024)})
-    assert "1 MiB" in err.value.detail and "20 MiB" in err.value.detail
+    assert "1 MiB" in err.value.detail
+    assert "20 MiB" in err.value.detail
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
 
 
@@ -247,7 +254,9 @@ async def test_claim_sets_lease_attempt_and_event(engine, settings, owner, pg) -
     job = (await make_job(engine, settings, owner))["id"]
     [row] = await claim(engine, lease=30)
     db = await job_row(pg, job)
-    assert db["status"] == "in_progress" and db["locked_by"] == W1 and db["attempts"] == 1
+    assert db["status"] == "in_progress"
+    assert db["locked_by"] == W1
+    assert db["attempts"] == 1
     assert db["started_at"] is not None
     lease_left = (db["lease_expires_at"] - datetime.now(UTC)).total_seconds()
     assert 25 < lease_left <= 30.5
@@ -277,7 +286,8 @@ async def test_concurrent_claimers_never_claim_a_job_twice(engine, settings, own
     finally:
         for e in engines:
             await e.dispose()
-    assert len(claimed) == 600 and len(set(claimed)) == 600
+    assert len(claimed) == 600
+    assert len(set(claimed)) == 600
     assert await pg.fetchval("SELECT count(*) FROM job_events WHERE kind = 'claimed'") == 600
 
 
@@ -306,10 +316,14 @@ async def test_complete_stores_the_result_and_frees_the_lease(engine, settings, 
     job = (await make_job(engine, settings, owner))["id"]
     await claim(engine)
     report = await finish(engine, settings, [done(job, {"answer": 42})])
-    assert report.status == {job: "completed"} and not report.lost
+    assert report.status == {job: "completed"}
+    assert not report.lost
     db = await job_row(pg, job)
-    assert db["status"] == "completed" and db["locked_by"] is None and db["lease_expires_at"] is None
-    assert db["completed_at"] is not None and db["result_data"] == '{"answer": 42}'
+    assert db["status"] == "completed"
+    assert db["locked_by"] is None
+    assert db["lease_expires_at"] is None
+    assert db["completed_at"] is not None
+    assert db["result_data"] == '{"answer": 42}'
     assert await event_kinds(pg, job) == ["enqueued", "claimed", "completed"]
 
 
@@ -341,7 +355,8 @@ async def test_a_stale_worker_cannot_overwrite_a_rescued_job(
     db = await job_row(pg, job)
     if guarded:
         assert report.lost == {job}
-        assert db["status"] == "in_progress" and db["locked_by"] == W2
+        assert db["status"] == "in_progress"
+        assert db["locked_by"] == W2
     else:
         assert db["status"] == "completed"  # the stale worker won: exactly what the guard prevents
 
@@ -354,7 +369,9 @@ async def test_failure_with_attempts_left_goes_back_to_queued_after_the_backoff(
     report = await finish(engine, settings, [failed(job, "transient", delay=120)])
     assert report.status == {job: "queued"}
     db = await job_row(pg, job)
-    assert db["error_message"] == "transient" and db["attempts"] == 1 and db["completed_at"] is None
+    assert db["error_message"] == "transient"
+    assert db["attempts"] == 1
+    assert db["completed_at"] is None
     wait = (db["run_at"] - datetime.now(UTC)).total_seconds()
     assert 110 < wait <= 120
     assert await claim(engine) == []  # not due yet
@@ -367,7 +384,9 @@ async def test_last_failed_attempt_fails_the_job_and_records_one_alert(engine, s
         await claim(engine)
         await finish(engine, settings, [failed(job, "still broken")])
     db = await job_row(pg, job)
-    assert db["status"] == "failed" and db["attempts"] == 2 and db["completed_at"] is not None
+    assert db["status"] == "failed"
+    assert db["attempts"] == 2
+    assert db["completed_at"] is not None
     kinds = await pg.fetch("SELECT kind, payload->>'job_id' AS job FROM alert_outbox")
     assert [(k["kind"], k["job"]) for k in kinds] == [("failed", str(job))]
 
@@ -404,7 +423,8 @@ async def test_cancelling_a_queued_job_cancels_it_at_once(engine, settings, owne
     job = (await make_job(engine, settings, owner))["id"]
     async with engine.begin() as conn:
         row = await queue.cancel(conn, job, owner)
-    assert row["status"] == "cancelled" and not row["is_active"]
+    assert row["status"] == "cancelled"
+    assert not row["is_active"]
     assert await claim(engine) == []
     assert await event_kinds(pg, job) == ["enqueued", "cancelled"]
 
@@ -415,7 +435,8 @@ async def test_cancel_of_a_running_job_wins_over_its_later_completion(engine, se
     await claim(engine)
     async with engine.begin() as conn:
         row = await queue.cancel(conn, job, owner)
-    assert row["status"] == "in_progress" and not row["is_active"]  # "Cancelling…"
+    assert row["status"] == "in_progress"
+    assert not row["is_active"]  # "Cancelling…"
     report = await finish(engine, settings, [done(job)])
     assert report.status == {job: "cancelled"}
     kinds = await event_kinds(pg, job)
@@ -432,7 +453,8 @@ async def test_cancelling_a_finished_job_is_a_409_that_changes_nothing(engine, s
         async with engine.begin() as conn:
             await queue.cancel(conn, job, owner)
     db = await job_row(pg, job)
-    assert db["status"] == "completed" and db["is_active"]
+    assert db["status"] == "completed"
+    assert db["is_active"]
 
 
 @pytest.mark.parametrize("guarded", [True, False], ids=["guard-on", "guard-off-negative-control"])
@@ -503,15 +525,15 @@ async def test_manual_retry_grants_a_fresh_budget_and_keeps_the_history(
     assert (await job_row(pg, job))["status"] == "failed"
     async with engine.begin() as conn:
         row = await queue.retry(conn, job, admin)
-    assert row["status"] == "queued" and row["attempts"] == 0
+    assert row["status"] == "queued"
+    assert row["attempts"] == 0
     [claimed] = await claim(engine)
-    assert claimed["id"] == job and claimed["attempts"] == 1  # the processor really runs again
+    assert claimed["id"] == job
+    assert claimed["attempts"] == 1  # the processor really runs again
     kinds = await event_kinds(pg, job)
-    assert (
-        kinds.count("retry_scheduled") == 2
-        and kinds.count("failed") == 1
-        and kinds[-2:] == ["retried", "claimed"]
-    )
+    assert kinds.count("retry_scheduled") == 2
+    assert kinds.count("failed") == 1
+    assert kinds[-2:] == ["retried", "claimed"]
 
 
 async def test_a_double_clicked_retry_retries_once(engine, settings, owner, admin, pg) -> None:
@@ -572,7 +594,8 @@ async def test_rescue_requeues_an_expired_lease_counting_the_lost_attempt(
         rows = await queue.rescue_expired(conn)
     assert [r["status"] for r in rows] == ["queued"]
     db = await job_row(pg, job)
-    assert db["attempts"] == 1 and db["locked_by"] is None
+    assert db["attempts"] == 1
+    assert db["locked_by"] is None
     assert db["error_message"] == f"lease expired: worker lost ({W1})"
     assert (await event_kinds(pg, job))[-1] == "rescued"
 
@@ -593,7 +616,8 @@ async def test_rescue_leaves_a_renewed_lease_alone(engine, settings, owner, pg) 
     async with engine.begin() as conn:
         assert await queue.rescue_expired(conn) == []
         report = await queue.heartbeat(conn, W1, [job], 30)
-    assert report.renewed == {job} and not report.lost
+    assert report.renewed == {job}
+    assert not report.lost
     assert (await job_row(pg, job))["status"] == "in_progress"
 
 
@@ -623,7 +647,9 @@ async def test_heartbeat_reports_lost_and_cancel_requested_jobs(engine, settings
     async with engine.begin() as conn:
         report = await queue.heartbeat(conn, W1, [a, b, c], 30)
         assert await queue.cancel_requested(conn, W1, [a, b, c]) == {b}
-    assert report.renewed == {a, b} and report.cancelled == {b} and report.lost == {c}
+    assert report.renewed == {a, b}
+    assert report.cancelled == {b}
+    assert report.lost == {c}
 
 
 # --- retention ----------------------------------------------------------------------------------
@@ -677,6 +703,8 @@ async def test_retention_deletes_the_files_of_deleted_jobs_and_old_unused_upload
     async with engine.begin() as conn:
         pruned = await queue.prune(conn, 30)
     store.remove(pruned["files"])
-    assert pruned["jobs"] == 1 and set(pruned["files"]) == {used, unused_old}
+    assert pruned["jobs"] == 1
+    assert set(pruned["files"]) == {used, unused_old}
     assert {r["id"] for r in await pg.fetch("SELECT id FROM files")} == {unused_new}
-    assert not store.path(used).exists() and store.path(unused_new).exists()
+    assert not store.path(used).exists()
+    assert store.path(unused_new).exists()

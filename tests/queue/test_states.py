@@ -44,7 +44,8 @@ def test_every_pair_of_statuses_is_allowed_exactly_for_its_actors(src: str, dst:
 def test_terminal_statuses_only_leave_by_retry_or_reopen() -> None:
     for (src, dst), (actors, _) in TRANSITIONS.items():
         if src in TERMINAL:
-            assert dst == Status.QUEUED and actors <= {Actor.ADMIN, Actor.SYSTEM}
+            assert dst == Status.QUEUED
+            assert actors <= {Actor.ADMIN, Actor.SYSTEM}
     assert TERMINAL | LIVE == set(Status)
     assert sources(Status.CANCELLED, Actor.OWNER) == (Status.QUEUED, Status.WAITING_APPROVAL)
 
@@ -132,7 +133,8 @@ async def test_worker_outcomes_for_jobs_not_running_change_nothing(engine, setti
     for kind in ("completed", "failed", "cancelled", "released"):
         async with engine.begin() as conn:
             report = await queue.finish(conn, "w1", [Outcome(job, kind, result="{}", error="e")], settings)
-        assert report.lost == {job} and report.status == {}
+        assert report.lost == {job}
+        assert report.status == {}
     assert dict(await pg.fetchrow("SELECT * FROM jobs WHERE id = $1", job)) == before
 
 

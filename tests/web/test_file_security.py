@@ -145,7 +145,9 @@ async def _assert_no_foreign_bytes(scene: Scene, attacker: Person) -> None:
         attacker.id,
     )
     for row in texts:
-        assert "root:" not in row["t"] and SECRET not in row["t"] and "victim,penguin" not in row["t"]
+        assert "root:" not in row["t"]
+        assert SECRET not in row["t"]
+        assert "victim,penguin" not in row["t"]
 
 
 # --- inline: refused at submission, naming the field --------------------------------------------------
@@ -201,7 +203,8 @@ async def _submit(scene: Scene, attacker: Person, steps: list[dict[str, Any]]) -
 
 def _assert_refused(step: dict[str, Any], forged: str) -> None:
     """Failed at its first attempt (a permanent error), saying why in words."""
-    assert step["status"] == "failed" and step["attempts"] == 1, step
+    assert step["status"] == "failed", step
+    assert step["attempts"] == 1, step
     message = step["error_message"]
     if forged in PATHS:
         assert "not valid" in message or "not available to this job" in message, message
@@ -384,7 +387,10 @@ def test_the_zip_of_a_contact_sheet_has_plain_unique_member_names(tmp_path: Path
             members = zf.namelist()
     assert len(members) == len(names) == len({m.lower() for m in members})
     for m in members:
-        assert "/" not in m and "\\" not in m and not m.startswith(".") and ".." not in m, m
+        assert "/" not in m, m
+        assert "\\" not in m, m
+        assert not m.startswith("."), m
+        assert ".." not in m, m
     assert members[:2] == ["x.jpg", "x-2.jpg"]
 
 
@@ -424,7 +430,8 @@ async def test_uploads_store_a_derived_type_and_downloads_are_safe(scene: Scene)
         assert r.status_code == 201, r.text
         assert r.json()["content_type"] == stored, part[0]
         dl = await scene.client.get(f"/api/files/{r.json()['id']}", headers=h)
-        assert dl.status_code == 200 and dl.content == part[1]
+        assert dl.status_code == 200
+        assert dl.content == part[1]
         assert dl.headers["content-type"].split(";")[0] == stored
         assert dl.headers["content-disposition"].startswith(f"{disposition};"), part[0]
         assert dl.headers["x-content-type-options"] == "nosniff"

@@ -25,14 +25,19 @@ async def test_sign_in_sets_a_session_cookie_and_lands_on_next(
     assert r.headers["location"] == "/some/page?x=1"
     cookie = r.headers["set-cookie"]
     assert f"{SESSION_COOKIE}=" in cookie
-    assert "HttpOnly" in cookie and "SameSite=lax" in cookie and "Secure" not in cookie
+    assert "HttpOnly" in cookie
+    assert "SameSite=lax" in cookie
+    assert "Secure" not in cookie
     # the session row exists (the 303 committed it) and stores only a hash of the cookie value
     value = client.cookies[SESSION_COOKIE]
     rows = await pg.fetch("SELECT id_hash FROM web_sessions")
-    assert len(rows) == 1 and rows[0]["id_hash"] != value and len(rows[0]["id_hash"]) == 64
+    assert len(rows) == 1
+    assert rows[0]["id_hash"] != value
+    assert len(rows[0]["id_hash"]) == 64
     home = await client.get("/")
     assert home.status_code == 200
-    assert "Start a job" in home.text and "ann@example.com" in home.text
+    assert "Start a job" in home.text
+    assert "ann@example.com" in home.text
 
 
 async def test_session_cookie_is_secure_when_the_base_url_is_https(make_settings: Any, db_url: str) -> None:
@@ -50,12 +55,14 @@ async def test_wrong_password_shows_a_clear_message_next_to_the_form(
     await add_user(db_url, "ann@example.com")
     r = await login(client, "ann@example.com", "not the password")
     assert r.status_code == 401
-    assert 'role="alert"' in r.text and "Wrong email or password." in r.text
+    assert 'role="alert"' in r.text
+    assert "Wrong email or password." in r.text
     assert 'value="ann@example.com"' in r.text  # the email is kept
     assert SESSION_COOKIE not in client.cookies
     # unknown email: the same message, so accounts cannot be probed
     r = await login(client, "nobody@example.com", "whatever-password")
-    assert r.status_code == 401 and "Wrong email or password." in r.text
+    assert r.status_code == 401
+    assert "Wrong email or password." in r.text
     assert await pg.fetchval("SELECT count(*) FROM login_attempts WHERE NOT ok") == 2
     assert await pg.fetchval("SELECT count(*) FROM web_sessions") == 0
 
@@ -64,14 +71,17 @@ async def test_what_the_visitor_typed_is_escaped(client: AsyncTestClient) -> Non
     payload = '"><script>alert(1)</script>'
     r = await login(client, payload, "whatever-password", next_path='/x"><svg onload=alert(2)>')
     assert r.status_code == 401
-    assert "<script>alert(1)" not in r.text and "<svg onload" not in r.text
+    assert "<script>alert(1)" not in r.text
+    assert "<svg onload" not in r.text
     assert "&#34;&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in r.text
 
 
 async def test_csrf_cookie_is_http_only_and_lax(client: AsyncTestClient) -> None:
     r = await client.get("/login")
     cookie = r.headers["set-cookie"]
-    assert cookie.startswith("csrftoken=") and "HttpOnly" in cookie and "SameSite=lax" in cookie
+    assert cookie.startswith("csrftoken=")
+    assert "HttpOnly" in cookie
+    assert "SameSite=lax" in cookie
 
 
 async def test_empty_form_is_a_400_with_a_message(client: AsyncTestClient) -> None:
@@ -84,7 +94,8 @@ async def test_empty_form_is_a_400_with_a_message(client: AsyncTestClient) -> No
 async def test_disabled_user_cannot_sign_in(client: AsyncTestClient, db_url: str) -> None:
     await add_user(db_url, "gone@example.com", active=False)
     r = await login(client, "gone@example.com")
-    assert r.status_code == 401 and "Wrong email or password." in r.text
+    assert r.status_code == 401
+    assert "Wrong email or password." in r.text
 
 
 async def test_sign_in_is_rate_limited_per_email(
@@ -113,7 +124,8 @@ async def test_rate_limit_wait_counts_down_from_the_oldest_counted_failure(
         await login(client, "ann@example.com", "wrong-password")
     await pg.execute("UPDATE login_attempts SET at = at - interval '13 minutes 30 seconds'")
     r = await login(client, "ann@example.com")
-    assert r.status_code == 429 and "Try again in 2 minutes." in r.text
+    assert r.status_code == 429
+    assert "Try again in 2 minutes." in r.text
 
 
 async def test_sign_in_is_rate_limited_per_address(
@@ -126,7 +138,8 @@ async def test_sign_in_is_rate_limited_per_address(
         [(f"u{i}@example.com", "testclient") for i in range(LOGIN_MAX_FAILURES_PER_IP)],
     )
     r = await login(client, "ann@example.com")
-    assert r.status_code == 429 and "Too many failed sign-in attempts" in r.text
+    assert r.status_code == 429
+    assert "Too many failed sign-in attempts" in r.text
     # another address is not affected
     await pg.execute("UPDATE login_attempts SET ip = '10.0.0.9'")
     assert (await login(client, "ann@example.com")).status_code == 303
@@ -139,14 +152,16 @@ async def test_next_is_restricted_to_local_paths(client: AsyncTestClient, db_url
         assert evil not in page.text
         client.cookies.clear()
     r = await login(client, "ann@example.com", next_path="//evil.example/x")
-    assert r.status_code == 303 and r.headers["location"] == "/"
+    assert r.status_code == 303
+    assert r.headers["location"] == "/"
 
 
 async def test_signed_in_visitor_of_login_goes_on(client: AsyncTestClient, db_url: str) -> None:
     await add_user(db_url, "ann@example.com")
     await login(client, "ann@example.com")
     r = await client.get("/login", params={"next": "/jobs"}, follow_redirects=False)
-    assert r.status_code == 303 and r.headers["location"] == "/jobs"
+    assert r.status_code == 303
+    assert r.headers["location"] == "/jobs"
 
 
 # --- sign-out ------------------------------------------------------------------------------------------
@@ -159,14 +174,17 @@ async def test_sign_out_invalidates_the_session_server_side(
     await login(client, "ann@example.com")
     old_cookie = client.cookies[SESSION_COOKIE]
     home = await client.get("/")
-    assert home.status_code == 200 and "Sign out" in home.text
+    assert home.status_code == 200
+    assert "Sign out" in home.text
     r = await client.post("/logout", data={"_csrf_token": csrf_from(home.text)}, follow_redirects=False)
-    assert r.status_code == 303 and r.headers["location"] == "/login"
+    assert r.status_code == 303
+    assert r.headers["location"] == "/login"
     assert await pg.fetchval("SELECT count(*) FROM web_sessions") == 0
     # replaying the old cookie (as a thief who copied it would) no longer works
     client.cookies.set(SESSION_COOKIE, old_cookie)
     again = await client.get("/", follow_redirects=False)
-    assert again.status_code == 303 and again.headers["location"].startswith("/login")
+    assert again.status_code == 303
+    assert again.headers["location"].startswith("/login")
 
 
 async def test_logout_by_get_is_405(client: AsyncTestClient) -> None:
@@ -216,10 +234,8 @@ async def test_post_without_csrf_token_is_403_and_changes_nothing(
     assert (await client.get("/")).status_code == 200
     # the htmx-style refusal is a small fragment saying what happened
     r = await client.post("/logout", headers={"HX-Request": "true"})
-    assert (
-        r.text.startswith('<div class="notice notice-error" role="alert">')
-        and "nothing was changed" in r.text
-    )
+    assert r.text.startswith('<div class="notice notice-error" role="alert">')
+    assert "nothing was changed" in r.text
     # the real button's token works, as a form field or as htmx's header
     r = await client.post("/logout", headers={"x-csrftoken": token}, follow_redirects=False)
     assert r.status_code == 303
@@ -249,8 +265,10 @@ async def test_bearer_token_works_on_the_api(
     assert r.status_code == 200
     assert r.json() == {"id": user.id, "email": "ann@example.com", "is_admin": True}
     row = await pg.fetchrow("SELECT token_hash, prefix, last_used_at FROM api_tokens")
-    assert row["token_hash"] != token and token not in row["token_hash"]
-    assert token.startswith(row["prefix"]) and row["last_used_at"] is not None
+    assert row["token_hash"] != token
+    assert token not in row["token_hash"]
+    assert token.startswith(row["prefix"])
+    assert row["last_used_at"] is not None
 
 
 async def test_token_last_used_at_is_written_at_most_once_a_minute(
@@ -294,7 +312,8 @@ async def test_bad_or_missing_token_is_401_json(client: AsyncTestClient, header:
     assert r.status_code == 401
     assert r.headers["content-type"].startswith("application/json")
     assert r.headers["www-authenticate"] == "Bearer"
-    assert set(r.json()) == {"detail"} and "token" in r.json()["detail"]
+    assert set(r.json()) == {"detail"}
+    assert "token" in r.json()["detail"]
 
 
 async def test_revoked_token_and_disabled_owner_are_refused(
@@ -324,7 +343,8 @@ async def test_api_post_needs_no_csrf_token_but_a_bearer(make_settings: Any, db_
     app.register(echo)
     async with AsyncTestClient(app=app) as c:
         r = await c.post("/api/test-echo", json={"a": 1}, headers={"Authorization": f"Bearer {token}"})
-        assert r.status_code == 201 and r.json() == {"a": 1}
+        assert r.status_code == 201
+        assert r.json() == {"a": 1}
 
 
 # --- guards --------------------------------------------------------------------------------------------------
@@ -351,23 +371,28 @@ async def test_admin_guard(make_settings: Any, db_url: str) -> None:
     async with AsyncTestClient(app=app) as c:
         # anonymous: pages redirect to sign-in with next; API says 401
         r = await c.get("/admin/test-only?tab=1", follow_redirects=False)
-        assert r.status_code == 303 and r.headers["location"] == "/login?next=/admin/test-only%3Ftab%3D1"
+        assert r.status_code == 303
+        assert r.headers["location"] == "/login?next=/admin/test-only%3Ftab%3D1"
         r = await c.get("/admin/test-only", headers={"HX-Request": "true"}, follow_redirects=False)
-        assert r.status_code == 401 and r.headers["hx-redirect"].startswith("/login")
+        assert r.status_code == 401
+        assert r.headers["hx-redirect"].startswith("/login")
         assert (await c.get("/api/admin/test-only")).status_code == 401
         # a normal user: 403 (page and JSON)
         await login(c, "ann@example.com")
         r = await c.get("/admin/test-only")
-        assert r.status_code == 403 and "administrators only" in r.text
+        assert r.status_code == 403
+        assert "administrators only" in r.text
         r = await c.get(
             "/api/admin/test-only", headers={"Authorization": f"Bearer {await add_token(db_url, ann.id)}"}
         )
-        assert r.status_code == 403 and r.json() == {"detail": "This page is for administrators only."}
+        assert r.status_code == 403
+        assert r.json() == {"detail": "This page is for administrators only."}
         # an admin: allowed
         c.cookies.clear()
         await login(c, "boss@example.com")
         r = await c.get("/admin/test-only")
-        assert r.status_code == 200 and r.text == "admin ok"
+        assert r.status_code == 200
+        assert r.text == "admin ok"
         r = await c.get(
             "/api/admin/test-only", headers={"Authorization": f"Bearer {await add_token(db_url, boss.id)}"}
         )

@@ -55,10 +55,13 @@ async def test_catalogue_groups_types_and_templates_and_hides_diagnostics_from_n
     await sign_in_as(client, db_url, "ann@example.com")
     page = main_html((await client.get("/")).text)
     assert "<h1>Start a job</h1>" in page
-    assert 'href="/jobs/new/test.form"' in page and "Every field" in page
+    assert 'href="/jobs/new/test.form"' in page
+    assert "Every field" in page
     assert "A form with one field of every kind (tests only)." in page
-    assert 'href="/pipelines/new/test.steps"' in page and "pipeline · 4 steps" in page
-    assert "<h3" in page and "Testing" in page
+    assert 'href="/pipelines/new/test.steps"' in page
+    assert "pipeline · 4 steps" in page
+    assert "<h3" in page
+    assert "Testing" in page
     for diagnostic in ("/jobs/new/noop", "/jobs/new/sleep", "/jobs/new/fail"):
         assert diagnostic not in page
     assert (await client.get("/jobs/new/sleep")).status_code == 404  # the form is hidden too
@@ -67,7 +70,8 @@ async def test_catalogue_groups_types_and_templates_and_hides_diagnostics_from_n
     page = main_html((await client.get("/")).text)
     for diagnostic in ("/jobs/new/noop", "/jobs/new/sleep", "/jobs/new/fail"):
         assert diagnostic in page
-    assert "Diagnostics" in page and "admins only" in page
+    assert "Diagnostics" in page
+    assert "admins only" in page
     assert page.index("Testing") < page.index("Diagnostics")  # diagnostic groups come last
 
 
@@ -106,10 +110,10 @@ async def test_form_has_one_control_per_field_named_after_it_with_labels_help_de
     assert '<option value="dark-blue">Dark blue</option>' in form
     assert "Time in UTC." in form  # date-times are read in the user's time zone
     assert "Up to 4 KiB." in form  # the upload limit in words
-    assert 'enctype="multipart/form-data"' in form and 'name="_csrf_token"' in form
-    assert (
-        'id="run-at-date" name="_run_at_date"' in form and '<option value="UTC" selected>UTC</option>' in form
-    )
+    assert 'enctype="multipart/form-data"' in form
+    assert 'name="_csrf_token"' in form
+    assert 'id="run-at-date" name="_run_at_date"' in form
+    assert '<option value="UTC" selected>UTC</option>' in form
     # the diagnostic `sleep` form, for an admin: the input's name is the schema field name
     await sign_in_as(client, db_url, "root@example.com", admin=True)
     html = (await client.get("/jobs/new/sleep")).text
@@ -182,12 +186,14 @@ async def test_run_at_errors_and_a_scheduled_job(
         r = await client.post(
             "/jobs/new/test.form", data=form_body(token, name="Ann", **fields), follow_redirects=False
         )
-        assert r.status_code == 422 and message in r.text
+        assert r.status_code == 422
+        assert message in r.text
         if "_title" in fields:
             assert f'<small id="e-_title" class="field-error">{message}</small>' in r.text
             assert 'value="' + "x" * 201 + '"' in r.text
             continue
-        assert '<details class="run-at" open>' in r.text and 'id="run-at-error"' in r.text
+        assert '<details class="run-at" open>' in r.text
+        assert 'id="run-at-error"' in r.text
     r = await client.post(
         "/jobs/new/test.form",
         data=form_body(
@@ -199,7 +205,8 @@ async def test_run_at_errors_and_a_scheduled_job(
     row = await pg.fetchrow("SELECT id, run_at FROM jobs")
     assert row["run_at"].isoformat() == "2031-06-01T07:30:00+00:00"  # 09:30 in Berlin (summer time)
     page = (await client.get(f"/jobs/{row['id']}")).text
-    assert "Scheduled for" in page and "1 Jun 2031, 07:30 UTC" in page
+    assert "Scheduled for" in page
+    assert "1 Jun 2031, 07:30 UTC" in page
     assert '<span class="status-icon" aria-hidden="true"></span>Scheduled</span>' in page
 
 
@@ -235,7 +242,8 @@ async def test_a_good_form_with_every_kind_of_field_enqueues_the_job_and_redirec
     r = await client.post("/jobs/new/test.form", data=data, files=files, follow_redirects=False)
     assert r.status_code == 303, r.text
     job = await pg.fetchrow("SELECT id, input_data, title FROM jobs")
-    assert r.headers["location"] == f"/jobs/{job['id']}" and job["title"] == "Christmas cards"
+    assert r.headers["location"] == f"/jobs/{job['id']}"
+    assert job["title"] == "Christmas cards"
     got = json.loads(job["input_data"])
     document = got.pop("document")
     attachments = got.pop("attachments")
@@ -257,7 +265,8 @@ async def test_a_good_form_with_every_kind_of_field_enqueues_the_job_and_redirec
     }
     stored = {str(r["id"]): r for r in await pg.fetch("SELECT * FROM files")}
     assert set(stored) == {document, *attachments}
-    assert stored[document]["name"] == "report 1.pdf" and stored[document]["size"] == 14
+    assert stored[document]["name"] == "report 1.pdf"
+    assert stored[document]["size"] == 14
     assert all(
         f["user_id"] == user.id and f["job_id"] == job["id"] for f in stored.values()
     )  # removed with it
@@ -265,8 +274,11 @@ async def test_a_good_form_with_every_kind_of_field_enqueues_the_job_and_redirec
     # the job page shows the input as readable fields, files as download links, times in Berlin
     page = main_html((await client.get(r.headers["location"])).text)
     assert f'<a href="/files/{document}" download>report 1.pdf</a>' in page
-    assert "24 Dec 2026, 18:00 CET" in page and "Dark blue" in page and "<dd>Yes</dd>" in page
-    assert "<h1>Christmas cards</h1>" in page and "<p>Every field</p>" in page
+    assert "24 Dec 2026, 18:00 CET" in page
+    assert "Dark blue" in page
+    assert "<dd>Yes</dd>" in page
+    assert "<h1>Christmas cards</h1>" in page
+    assert "<p>Every field</p>" in page
     listed = main_html((await client.get("/jobs")).text)
     assert (
         f'<a href="/jobs/{job["id"]}">Christmas cards</a> <small class="muted">Every field</small>' in listed
@@ -290,7 +302,8 @@ async def test_a_too_large_upload_gets_413_with_the_limit_in_words_and_nothing_i
             follow_redirects=False,
         )
         assert r.status_code == 413
-        assert "<h1>Too large</h1>" in r.text and "The request is too large: the limit is 4 KiB." in r.text
+        assert "<h1>Too large</h1>" in r.text
+        assert "The request is too large: the limit is 4 KiB." in r.text
     assert await pg.fetchval("SELECT count(*) FROM files") == 0
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
 
@@ -308,7 +321,8 @@ async def test_an_uploaded_file_is_kept_when_the_form_is_shown_again_with_an_err
     )
     assert r.status_code == 422
     file_id = str(await pg.fetchval("SELECT id FROM files"))
-    assert f'name="_keep.document" value="{file_id}" checked>' in r.text and "Use notes.txt" in r.text
+    assert f'name="_keep.document" value="{file_id}" checked>' in r.text
+    assert "Use notes.txt" in r.text
     key = re.search(r'name="_form_key" value="([^"]+)"', r.text).group(1)
     r = await client.post(
         "/jobs/new/test.form",
@@ -348,7 +362,8 @@ async def test_a_double_submit_creates_one_job_but_changed_input_with_the_same_f
     changed = await client.post(
         "/jobs/new/test.form", data=form_body(token, name="Bo", _form_key=key), follow_redirects=False
     )
-    assert changed.status_code == 303 and changed.headers["location"] != first.headers["location"]
+    assert changed.status_code == 303
+    assert changed.headers["location"] != first.headers["location"]
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 2
 
 
@@ -365,7 +380,8 @@ async def test_a_failed_job_offers_edit_and_resubmit_with_the_form_filled_in(
     }
     jid = await failed_job(engine, settings, user.id, "Boom", input_data=data)
     page = (await client.get(f"/jobs/{jid}")).text
-    assert f'href="/jobs/new/test.form?from={jid}"' in page and "Edit and resubmit" in page
+    assert f'href="/jobs/new/test.form?from={jid}"' in page
+    assert "Edit and resubmit" in page
     form = (await client.get(f"/jobs/new/test.form?from={jid}")).text
     assert "This form is filled in from" in form
     assert re.search(r'name="name"[^>]*value="Ann"', form)
@@ -394,18 +410,18 @@ async def test_job_page_and_fragment_follow_the_job_from_waiting_to_done(
         r'hx-get="(/jobs/[^"]+/status\?v=([0-9a-f]+))" hx-trigger="every 2s" hx-swap="outerHTML"', page
     )
     assert poll, "the status part polls every 2 s"
-    assert "Waiting</span>" in page and "It will start as soon as a worker is free." in page
+    assert "Waiting</span>" in page
+    assert "It will start as soon as a worker is free." in page
 
     # nothing changed: 204, so the page is left alone (no swap, no screen-reader chatter)
     r = await client.get(poll.group(1), headers=HX)
-    assert r.status_code == 204 and r.content == b""
+    assert r.status_code == 204
+    assert r.content == b""
     # the fragment alone, with HX-Request; the full page without it
     r = await client.get(f"/jobs/{jid}/status", headers=HX)
-    assert (
-        r.status_code == 200
-        and r.text.lstrip().startswith('<article id="job-status"')
-        and "<html" not in r.text
-    )
+    assert r.status_code == 200
+    assert r.text.lstrip().startswith('<article id="job-status"')
+    assert "<html" not in r.text
     assert r.headers["vary"] == "HX-Request"
     assert "<html" in (await client.get(f"/jobs/{jid}/status")).text
     full_as_fragment = await client.get(f"/jobs/{jid}", headers=HX)
@@ -417,15 +433,15 @@ async def test_job_page_and_fragment_follow_the_job_from_waiting_to_done(
         await queue.set_progress(conn, "test-worker", jid, 0.42, "Reading page 3 of 7")
     r = await client.get(poll.group(1), headers=HX)
     assert r.status_code == 200
-    assert "Running</span>" in r.text and '<progress value="42" max="100"' in r.text
+    assert "Running</span>" in r.text
+    assert '<progress value="42" max="100"' in r.text
     assert "<strong>42%</strong> · Reading page 3 of 7" in r.text
     assert (
         '<dt>Attempt</dt><dd>1 of 4 <small class="muted">(a failed attempt is tried again by itself, 4 tries in all)</small></dd>'
         in r.text
     )
-    assert (
-        'id="act-cancel"' in r.text and 'hx-confirm="Cancel this job? Work already done is lost."' in r.text
-    )
+    assert 'id="act-cancel"' in r.text
+    assert 'hx-confirm="Cancel this job? Work already done is lost."' in r.text
 
     # done: 286 stops the polling; the result and the history come with the last answer
     await finish(
@@ -451,7 +467,8 @@ async def test_job_page_and_fragment_follow_the_job_from_waiting_to_done(
     assert r.status_code == 286
     html = r.text
     assert "hx-get" not in html.split('<section id="job-history"')[0]  # the final part does not poll
-    assert "Done</span>" in html and '<h2 id="result-heading">Result</h2>' in html
+    assert "Done</span>" in html
+    assert '<h2 id="result-heading">Result</h2>' in html
     assert "<dd>Hello &lt;b&gt;Ann&lt;/b&gt;</dd>" in html
     assert re.search(
         r'<a href="/files/[0-9a-f-]+" download>r.pdf</a> <small class="muted">\(2 KiB\)</small>', html
@@ -460,14 +477,17 @@ async def test_job_page_and_fragment_follow_the_job_from_waiting_to_done(
         '<a href="https://example.com/x?a=1&amp;b=2" rel="noopener noreferrer nofollow" target="_blank">'
         in html
     )
-    assert "<dd>javascript:alert(2)</dd>" in html and 'href="javascript' not in html
-    assert "&lt;img src=x onerror=alert(1)&gt;" in html and "<img src=x" not in html
+    assert "<dd>javascript:alert(2)</dd>" in html
+    assert 'href="javascript' not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert "<img src=x" not in html
     assert '<summary>Details</summary><pre class="json">' in html
     assert (
         '<section id="job-history" class="history" aria-labelledby="history-heading" hx-swap-oob="true">'
         in html
     )
-    assert "Finished" in html and "Started (attempt 1)" in html
+    assert "Finished" in html
+    assert "Started (attempt 1)" in html
     assert "took" in html
 
 
@@ -478,13 +498,15 @@ async def test_a_failed_job_explains_the_error_in_plain_words_with_the_technical
     error = 'ValueError: the <script>alert(4)</script> column is missing\n  File "x.py", line 3\n' + "y" * 300
     jid = await failed_job(engine, settings, user.id, error)
     page = main_html((await client.get(f"/jobs/{jid}")).text)
-    assert "Failed</span>" in page and "What went wrong" in page
+    assert "Failed</span>" in page
+    assert "What went wrong" in page
     assert "It did not work after 1 attempt." in page
     assert (
         '<p class="reason">ValueError: the &lt;script&gt;alert(4)&lt;/script&gt; column is missing</p>'
         in page
     )
-    assert "<summary>Technical details</summary>" in page and "line 3" in page
+    assert "<summary>Technical details</summary>" in page
+    assert "line 3" in page
     assert "<script>alert" not in page
     assert "hx-get" not in page  # finished: nothing polls
 
@@ -498,9 +520,12 @@ async def test_a_retry_wait_shows_the_attempt_the_next_try_and_the_last_error(
     await claim(engine)
     await finish(engine, slow_retry, jid, "failed", error="Timeout talking to the printer", delay=600)
     page = main_html((await client.get(f"/jobs/{jid}")).text)
-    assert "Retrying</span>" in page and "Next try" in page and "(in 10 min)" in page
+    assert "Retrying</span>" in page
+    assert "Next try" in page
+    assert "(in 10 min)" in page
     assert "<dt>Attempt</dt><dd>1 of 3 <small" in page
-    assert "The last attempt did not work." in page and "Timeout talking to the printer" in page
+    assert "The last attempt did not work." in page
+    assert "Timeout talking to the printer" in page
 
 
 async def test_the_history_names_people_plainly(
@@ -538,7 +563,8 @@ async def test_the_owner_cancels_in_place_and_a_second_cancel_says_nothing_chang
     r = await client.post(f"/jobs/{jid}/cancel", headers={**HX, "x-csrftoken": token})
     assert r.status_code == 200
     assert '<p class="notice notice-ok" role="status">Cancelled.</p>' in r.text
-    assert r.text.lstrip().startswith('<article id="job-status"') and "Cancelled</span>" in r.text
+    assert r.text.lstrip().startswith('<article id="job-status"')
+    assert "Cancelled</span>" in r.text
     assert 'hx-swap-oob="true"' in r.text  # the history is refreshed too
     assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", jid) == "cancelled"
     r = await client.post(f"/jobs/{jid}/cancel", headers={**HX, "x-csrftoken": token})
@@ -550,7 +576,9 @@ async def test_the_owner_cancels_in_place_and_a_second_cancel_says_nothing_chang
     # without htmx the same form works and answers with the whole page
     jid2 = await enqueue(engine, settings, user.id)
     r = await client.post(f"/jobs/{jid2}/cancel", data={"_csrf_token": token})
-    assert r.status_code == 200 and "<html" in r.text and "Cancelled." in r.text
+    assert r.status_code == 200
+    assert "<html" in r.text
+    assert "Cancelled." in r.text
 
 
 async def test_cancelling_a_running_job_shows_cancelling_until_the_worker_stops_it(
@@ -561,10 +589,14 @@ async def test_cancelling_a_running_job_shows_cancelling_until_the_worker_stops_
     await claim(engine)
     token = await csrf(client)
     r = await client.post(f"/jobs/{jid}/cancel", headers={**HX, "x-csrftoken": token})
-    assert r.status_code == 200 and "Stopping the job." in r.text and "Cancelling</span>" in r.text
-    assert 'id="act-cancel"' not in r.text and "hx-get" in r.text  # still polling until it stops
+    assert r.status_code == 200
+    assert "Stopping the job." in r.text
+    assert "Cancelling</span>" in r.text
+    assert 'id="act-cancel"' not in r.text
+    assert "hx-get" in r.text  # still polling until it stops
     r = await client.post(f"/jobs/{jid}/cancel", headers={**HX, "x-csrftoken": token})
-    assert r.status_code == 409 and "Nothing changed: the job is already being stopped." in r.text
+    assert r.status_code == 409
+    assert "Nothing changed: the job is already being stopped." in r.text
 
 
 async def test_admin_actions_are_audited_and_alerted_and_conflicts_are_audited_as_refused(
@@ -577,37 +609,39 @@ async def test_admin_actions_are_audited_and_alerted_and_conflicts_are_audited_a
     jid = await failed_job(engine, settings, owner.id, "Boom")
 
     page = (await client.get(f"/jobs/{jid}")).text
-    assert 'id="act-retry"' in page and 'id="act-run-again"' in page
+    assert 'id="act-retry"' in page
+    assert 'id="act-run-again"' in page
     assert 'hx-confirm="Retry this job with a fresh set of attempts?"' in page
     assert "Edit and resubmit" not in page  # that is the owner's
 
     r = await client.post(f"/jobs/{jid}/retry", headers=h)
-    assert (
-        r.status_code == 200
-        and "Retrying: the job is waiting to run again with a fresh set of 1 attempts." in r.text
-    )
+    assert r.status_code == 200
+    assert "Retrying: the job is waiting to run again with a fresh set of 1 attempts." in r.text
     assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", jid) == "queued"
     entry = await pg.fetchrow("SELECT * FROM audit_log ORDER BY id DESC LIMIT 1")
     assert (entry["user_id"], entry["action"], entry["outcome"]) == (admin.id, "job.retry", "ok")
-    assert json.loads(entry["target_ids"]) == [str(jid)] and entry["ip"]
+    assert json.loads(entry["target_ids"]) == [str(jid)]
+    assert entry["ip"]
     alert = await pg.fetchrow("SELECT kind, payload FROM alert_outbox WHERE kind = 'admin_action'")
     payload = json.loads(alert["payload"])
-    assert payload["admin"] == "root@example.com" and payload["action"] == "job.retry"
+    assert payload["admin"] == "root@example.com"
+    assert payload["action"] == "job.retry"
     assert payload["job_ids"] == [str(jid)]
 
     r = await client.post(f"/jobs/{jid}/retry", headers=h)  # a double click
-    assert (
-        r.status_code == 409 and "Nothing changed: the job is now Waiting, so this cannot be done." in r.text
-    )
+    assert r.status_code == 409
+    assert "Nothing changed: the job is now Waiting, so this cannot be done." in r.text
     refused = await pg.fetchrow("SELECT * FROM audit_log ORDER BY id DESC LIMIT 1")
-    assert refused["action"] == "job.retry" and refused["outcome"].startswith("refused: Nothing changed")
+    assert refused["action"] == "job.retry"
+    assert refused["outcome"].startswith("refused: Nothing changed")
     assert await pg.fetchval("SELECT count(*) FROM alert_outbox WHERE kind = 'admin_action'") == 1
 
     # run again: a new job, linked from the outcome
     await claim(engine)
     await finish(engine, settings, jid, "completed", result={})
     r = await client.post(f"/jobs/{jid}/run-again", headers=h)
-    assert r.status_code == 200 and "Started again as a new job." in r.text
+    assert r.status_code == 200
+    assert "Started again as a new job." in r.text
     new_id = await pg.fetchval("SELECT id FROM jobs WHERE id <> $1", jid)
     assert f'<a href="/jobs/{new_id}">Open the new job</a>' in r.text
     assert await pg.fetchval("SELECT user_id FROM jobs WHERE id = $1", new_id) == owner.id
@@ -615,9 +649,11 @@ async def test_admin_actions_are_audited_and_alerted_and_conflicts_are_audited_a
     # run now: a scheduled job starts at once
     later = await enqueue(engine, settings, owner.id, run_at=datetime(2031, 1, 1, tzinfo=UTC))
     page = (await client.get(f"/jobs/{later}")).text
-    assert "Scheduled for" in page and 'id="act-run-now"' in page
+    assert "Scheduled for" in page
+    assert 'id="act-run-now"' in page
     r = await client.post(f"/jobs/{later}/run-now", headers=h)
-    assert r.status_code == 200 and "It will start as soon as a worker is free." in r.text
+    assert r.status_code == 200
+    assert "It will start as soon as a worker is free." in r.text
     assert await pg.fetchval("SELECT run_at <= now() FROM jobs WHERE id = $1", later)
     actions = [r["action"] for r in await pg.fetch("SELECT action FROM audit_log ORDER BY id")]
     assert actions == ["job.retry", "job.retry", "job.run_again", "job.run_now"]
@@ -629,10 +665,12 @@ async def test_an_owner_gets_403_for_admin_actions_and_nothing_changes(
     user = await sign_in_as(client, db_url, "ann@example.com")
     jid = await failed_job(engine, settings, user.id, "Boom")
     page = (await client.get(f"/jobs/{jid}")).text
-    assert 'id="act-retry"' not in page and 'id="act-run-again"' in page
+    assert 'id="act-retry"' not in page
+    assert 'id="act-run-again"' in page
     token = await csrf(client)
     r = await client.post(f"/jobs/{jid}/retry", headers={**HX, "x-csrftoken": token})
-    assert r.status_code == 403 and "Only an admin can retry" in r.text
+    assert r.status_code == 403
+    assert "Only an admin can retry" in r.text
     assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", jid) == "failed"
     assert await pg.fetchval("SELECT count(*) FROM audit_log") == 0
 
@@ -660,32 +698,39 @@ async def test_approval_steps_from_the_pipeline_page_approve_reject_with_reason_
 
     pid, step = await waiting_step()
     page = (await client.get(f"/pipelines/{pid}")).text
-    assert (
-        "Needs approval</span>" in page and f'id="approve-{step}"' in page and f'id="reject-{step}"' in page
-    )
-    assert 'hx-target="#pipeline-status"' in page and 'name="view" value="pipeline"' in page
+    assert "Needs approval</span>" in page
+    assert f'id="approve-{step}"' in page
+    assert f'id="reject-{step}"' in page
+    assert 'hx-target="#pipeline-status"' in page
+    assert 'name="view" value="pipeline"' in page
     r = await client.post(f"/jobs/{step}/approve", data={"view": "pipeline"}, headers=h)
-    assert r.status_code == 200 and r.text.lstrip().startswith('<article id="pipeline-status"')
+    assert r.status_code == 200
+    assert r.text.lstrip().startswith('<article id="pipeline-status"')
     assert "Approved. The steps after it can run now." in r.text
     r = await client.post(f"/jobs/{step}/approve", data={"view": "pipeline"}, headers=h)
-    assert r.status_code == 409 and "Nothing changed: someone already approved this step." in r.text
+    assert r.status_code == 409
+    assert "Nothing changed: someone already approved this step." in r.text
 
     pid, step = await waiting_step()
     r = await client.post(f"/jobs/{step}/reject", data={"view": "pipeline", "reason": "  "}, headers=h)
-    assert r.status_code == 422 and "Say why the result is rejected." in r.text
+    assert r.status_code == 422
+    assert "Say why the result is rejected." in r.text
     assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", step) == "waiting_approval"
     r = await client.post(
         f"/jobs/{step}/reject", data={"view": "pipeline", "reason": "Wrong <numbers>"}, headers=h
     )
-    assert r.status_code == 200 and "Rejected." in r.text
+    assert r.status_code == 200
+    assert "Rejected." in r.text
     job_page = (await client.get(f"/jobs/{step}")).text
-    assert "An administrator rejected the result." in job_page and "Wrong &lt;numbers&gt;" in job_page
+    assert "An administrator rejected the result." in job_page
+    assert "Wrong &lt;numbers&gt;" in job_page
     audit = await pg.fetchrow("SELECT detail FROM audit_log WHERE action = 'job.reject'")
     assert json.loads(audit["detail"]) == {"reason": "Wrong <numbers>"}
 
     pid, step = await waiting_step()
     r = await client.post(f"/jobs/{step}/rerun", headers=h)  # from the job page
-    assert r.status_code == 200 and "This step will run again" in r.text
+    assert r.status_code == 200
+    assert "This step will run again" in r.text
     assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", step) == "queued"
 
 
@@ -718,7 +763,8 @@ async def test_pipeline_page_shows_steps_in_dag_order_side_by_side_and_polls_unt
     # steps advance
     assert await claim(engine) == steps["prepare"]
     r = await client.get(poll, headers=HX)
-    assert r.status_code == 200 and 'class="step step-running"' in r.text
+    assert r.status_code == 200
+    assert 'class="step step-running"' in r.text
     poll = re.search(r'hx-get="(/pipelines/[^"]+/status\?v=[0-9a-f]+)"', r.text).group(1)
     await finish(engine, settings, steps["prepare"], "completed", result={"label": "prepare"})
     for _ in range(2):  # left and right side by side, then finish
@@ -728,8 +774,11 @@ async def test_pipeline_page_shows_steps_in_dag_order_side_by_side_and_polls_unt
             await finish(engine, settings, step_id, "completed", result={"ok": True})
     assert await pg.fetchval("SELECT status FROM pipelines WHERE id = $1", pid) == "completed"
     r = await client.get(poll, headers=HX)
-    assert r.status_code == 286 and "Done</span>" in r.text and "100%</strong> done · 4 of 4 steps" in r.text
-    assert 'id="pipeline-history"' in r.text and 'hx-swap-oob="true"' in r.text
+    assert r.status_code == 286
+    assert "Done</span>" in r.text
+    assert "100%</strong> done · 4 of 4 steps" in r.text
+    assert 'id="pipeline-history"' in r.text
+    assert 'hx-swap-oob="true"' in r.text
     assert "Cancel pipeline" not in r.text
     assert "<sales>" not in r.text
 
@@ -758,23 +807,22 @@ async def test_pipeline_form_validation_and_resubmit(
     await sign_in_as(client, db_url, "ann@example.com")
     token = await csrf(client)
     form = (await client.get("/pipelines/new/test.steps")).text
-    assert "What happens: 4 steps" in form and 'name="seconds"' in form and "Start the pipeline" in form
+    assert "What happens: 4 steps" in form
+    assert 'name="seconds"' in form
+    assert "Start the pipeline" in form
     r = await client.post(
         "/pipelines/new/test.steps", data=form_body(token, seconds="61"), follow_redirects=False
     )
-    assert (
-        r.status_code == 422
-        and '<small id="e-seconds" class="field-error">Must be at most 60.</small>' in r.text
-    )
+    assert r.status_code == 422
+    assert '<small id="e-seconds" class="field-error">Must be at most 60.</small>' in r.text
     assert await pg.fetchval("SELECT count(*) FROM pipelines") == 0
     # the run can be named, like a job; too long a name is an error next to that field
     assert "Name this pipeline" in form
     r = await client.post(
         "/pipelines/new/test.steps", data=form_body(token, _title="x" * 201), follow_redirects=False
     )
-    assert (
-        r.status_code == 422 and 'id="e-_title" class="field-error">Must be at most 200 characters' in r.text
-    )
+    assert r.status_code == 422
+    assert 'id="e-_title" class="field-error">Must be at most 200 characters' in r.text
     assert await pg.fetchval("SELECT count(*) FROM pipelines") == 0
     r = await client.post(
         "/pipelines/new/test.steps",
@@ -782,7 +830,8 @@ async def test_pipeline_form_validation_and_resubmit(
         follow_redirects=False,
     )
     named = await pg.fetchval("SELECT id FROM pipelines WHERE name = 'Quarterly numbers'")
-    assert r.status_code == 303 and r.headers["location"] == f"/pipelines/{named}"
+    assert r.status_code == 303
+    assert r.headers["location"] == f"/pipelines/{named}"
     await pg.execute("DELETE FROM pipelines")
     r = await client.post(
         "/pipelines/new/test.steps",
@@ -795,7 +844,8 @@ async def test_pipeline_form_validation_and_resubmit(
     page = (await client.get(f"/pipelines/{pid}")).text
     assert f'href="/pipelines/new/test.steps?from={pid}"' in page
     form = (await client.get(f"/pipelines/new/test.steps?from={pid}")).text
-    assert 'value="Mine"' in form and re.search(r'name="fail_right" value="true" checked', form)
+    assert 'value="Mine"' in form
+    assert re.search(r'name="fail_right" value="true" checked', form)
 
 
 # --- My jobs --------------------------------------------------------------------------------------------
@@ -820,9 +870,11 @@ async def test_my_jobs_lists_own_jobs_and_pipelines_newest_first_with_filters_an
 
     page = main_html((await client.get("/jobs")).text)
     titles = re.findall(r'<td><a href="/(?:jobs|pipelines)/[^"]+">([^<]+)</a>', page)
-    assert titles[:3] == ["The failed one", "Four steps", "Job 26"] and len(titles) == 25
+    assert titles[:3] == ["The failed one", "Four steps", "Job 26"]
+    assert len(titles) == 25
     table = page[page.index('<section id="job-list"') :]
-    assert "Bob" not in table and "A step" not in table  # others' jobs and pipeline steps are not listed
+    assert "Bob" not in table  # others' jobs and pipeline steps are not listed
+    assert "A step" not in table
     assert "x" * 200 not in page  # no error text in the list (case C13)
     assert re.search(
         rf'id="cell-{ids[26]}" class="cell status status-waiting" hx-get="/jobs/{ids[26]}/cell\?v=[0-9a-f]+" hx-trigger="every 2s"',
@@ -833,11 +885,9 @@ async def test_my_jobs_lists_own_jobs_and_pipelines_newest_first_with_filters_an
     older = re.search(r'<a href="(/jobs\?after=[^"]+)" rel="next">Older</a>', page).group(1)
     page2 = main_html((await client.get(older.replace("&amp;", "&"))).text)
     titles2 = re.findall(r'<td><a href="/(?:jobs|pipelines)/[^"]+">([^<]+)</a>', page2)
-    assert (
-        titles2 == ["Job 03", "Job 02", "Job 01", "Job 00"]
-        and 'rel="next"' not in page2
-        and ">Newest</a>" in page2
-    )
+    assert titles2 == ["Job 03", "Job 02", "Job 01", "Job 00"]
+    assert 'rel="next"' not in page2
+    assert ">Newest</a>" in page2
 
     only_failed = main_html((await client.get("/jobs?status=failed")).text)
     assert re.findall(r'<td><a href="/jobs/[^"]+">([^<]+)</a>', only_failed) == ["The failed one"]
@@ -861,10 +911,14 @@ async def test_list_cells_poll_one_job_each_and_stop_when_it_finishes(
     assert (await client.get(url, headers=HX)).status_code == 204
     await claim(engine)
     r = await client.get(url, headers=HX)
-    assert r.status_code == 200 and "Running" in r.text and "hx-get" in r.text
+    assert r.status_code == 200
+    assert "Running" in r.text
+    assert "hx-get" in r.text
     await finish(engine, settings, jid, "completed", result={})
     r = await client.get(url, headers=HX)
-    assert r.status_code == 286 and "Done" in r.text and "hx-get" not in r.text
+    assert r.status_code == 286
+    assert "Done" in r.text
+    assert "hx-get" not in r.text
 
 
 # --- ownership (case C20) and XSS (case C19) ---------------------------------------------------------------
@@ -971,7 +1025,9 @@ async def test_stored_xss_payloads_are_escaped_on_every_page_and_fragment(
                 assert raw not in html, (url, raw)
             tags = TagAudit()
             tags.feed(html)
-            assert tags.handlers == [] and tags.inline_scripts == 0 and tags.styles == 0, url
+            assert tags.handlers == [], url
+            assert tags.inline_scripts == 0, url
+            assert tags.styles == 0, url
             assert all("alert" not in v and "<" not in v for v in tags.hx_values), (url, tags.hx_values)
 
 
@@ -1025,7 +1081,8 @@ async def test_negative_controls_the_escaping_and_ownership_checks_catch_a_leak(
         env.cache.clear()
     tags = TagAudit()
     tags.feed(html)
-    assert "<img src=x onerror=alert(1)>" in html and tags.handlers == ["onerror"]
+    assert "<img src=x onerror=alert(1)>" in html
+    assert tags.handlers == ["onerror"]
 
 
 # --- files ------------------------------------------------------------------------------------------------
@@ -1044,7 +1101,9 @@ async def test_api_upload_and_downloads_with_safe_headers(
     assert r.status_code == 201, r.text
     body = r.json()
     assert set(body) == {"id", "name", "size", "content_type"}
-    assert body["name"] == "Ünïcode name.html" and body["size"] == 18 and body["content_type"] == "text/html"
+    assert body["name"] == "Ünïcode name.html"
+    assert body["size"] == 18
+    assert body["content_type"] == "text/html"
     # the id goes into a job's input
     r2 = await client.post(
         "/api/jobs",
@@ -1053,7 +1112,8 @@ async def test_api_upload_and_downloads_with_safe_headers(
     )
     assert r2.status_code == 201
     dl = await client.get(f"/api/files/{body['id']}", headers=h)
-    assert dl.status_code == 200 and dl.content == b"<script>x</script>"
+    assert dl.status_code == 200
+    assert dl.content == b"<script>x</script>"
     assert dl.headers["content-disposition"] == (
         "attachment; filename=\"Unicode name.html\"; filename*=UTF-8''%C3%9Cn%C3%AFcode%20name.html"
     )
@@ -1064,11 +1124,14 @@ async def test_api_upload_and_downloads_with_safe_headers(
     r = await client.post(
         "/api/files", files={"file": ("big.bin", b"x" * 5000, "application/octet-stream")}, headers=h
     )
-    assert r.status_code == 413 and r.json()["detail"] == "The request is too large: the limit is 4 KiB."
+    assert r.status_code == 413
+    assert r.json()["detail"] == "The request is too large: the limit is 4 KiB."
     r = await client.post("/api/files", files={"file": ("empty.txt", b"", "text/plain")}, headers=h)
-    assert r.status_code == 422 and r.json()["errors"]["file"].startswith("This file is empty")
+    assert r.status_code == 422
+    assert r.json()["errors"]["file"].startswith("This file is empty")
     r = await client.post("/api/files", files={"other": ("a.txt", b"a", "text/plain")}, headers=h)
-    assert r.status_code == 422 and "file" in r.json()["errors"]
+    assert r.status_code == 422
+    assert "file" in r.json()["errors"]
     assert (await client.post("/api/files", files={"file": ("a.txt", b"a", "text/plain")})).status_code == 401
     assert await pg.fetchval("SELECT count(*) FROM files") == 1
 
@@ -1260,7 +1323,8 @@ async def test_every_query_of_every_page_and_poll_uses_an_index_on_a_big_table(
         found = await _explain(
             engine, "SELECT id FROM jobs WHERE user_id = $1 ORDER BY id DESC LIMIT 50", (crowd[0],), 5
         )
-        assert len(found) == 1 and found[0].endswith("Scan on jobs read 50 rows")
+        assert len(found) == 1
+        assert found[0].endswith("Scan on jobs read 50 rows")
 
 
 def test_a_list_of_numbers_is_typed_with_commas_not_json() -> None:
@@ -1278,10 +1342,8 @@ def test_a_list_of_numbers_is_typed_with_commas_not_json() -> None:
     assert _convert(sizes, "160, 640", utc) == ([160, 640], None)
     assert _convert(sizes, "160 ; 640  1024", utc) == ([160, 640, 1024], None)
     value, problem = _convert(sizes, "160, big", utc)
-    assert (
-        value is None
-        and problem == "“big” is not a whole number. Separate the numbers with commas, like 160, 640."
-    )
+    assert value is None
+    assert problem == "“big” is not a whole number. Separate the numbers with commas, like 160, 640."
     assert display_value(sizes, [160, 640], utc) == "160, 640"
 
 
@@ -1302,16 +1364,17 @@ def test_results_show_lists_of_objects_as_tables_and_objects_as_fields() -> None
         )
     }
     table = items["Columns"]
-    assert table["kind"] == "table" and table["value"]["columns"] == ["Name", "Type", "Url"]
+    assert table["kind"] == "table"
+    assert table["value"]["columns"] == ["Name", "Type", "Url"]
     assert [c["value"] for c in table["value"]["rows"][1]] == ["<b>item</b>", "text", "https://x.example"]
     assert table["value"]["rows"][1][2]["kind"] == "url"
-    assert items["Source"]["kind"] == "fields" and [f["value"] for f in items["Source"]["value"]] == [
+    assert items["Source"]["kind"] == "fields"
+    assert [f["value"] for f in items["Source"]["value"]] == [
         "penguins.csv",
         "344",
     ]
-    assert (
-        items["Deep"]["kind"] == "fields" and items["Deep"]["value"][0]["kind"] == "json"
-    )  # one level, then JSON
+    assert items["Deep"]["kind"] == "fields"  # one level, then JSON
+    assert items["Deep"]["value"][0]["kind"] == "json"
 
 
 def test_a_csv_summarys_columns_read_as_a_table_with_nested_values_in_words() -> None:

@@ -32,9 +32,11 @@ async def test_signed_out_home_redirects_to_sign_in_once_a_user_exists(
 ) -> None:
     await add_user(db_url, "ann@example.com")
     r = await client.get("/", follow_redirects=False)
-    assert r.status_code == 303 and r.headers["location"] == "/login"
+    assert r.status_code == 303
+    assert r.headers["location"] == "/login"
     r = await client.get("/")
-    assert "<h1>Sign in</h1>" in r.text and "create-user" not in r.text
+    assert "<h1>Sign in</h1>" in r.text
+    assert "create-user" not in r.text
 
 
 async def test_signed_in_home_is_the_start_page_with_a_sign_out_button(
@@ -45,26 +47,31 @@ async def test_signed_in_home_is_the_start_page_with_a_sign_out_button(
     r = await client.get("/")
     assert r.status_code == 200
     assert "<h1>Start a job</h1>" in r.text
-    assert 'action="/logout"' in r.text and "Sign out" in r.text
-    assert "ann@example.com" in r.text and "admin" in r.text
+    assert 'action="/logout"' in r.text
+    assert "Sign out" in r.text
+    assert "ann@example.com" in r.text
+    assert "admin" in r.text
 
 
 async def test_base_layout_wires_htmx_css_and_csrf_without_inline_code(client: AsyncTestClient) -> None:
     html = (await client.get("/login")).text
     for asset in ("/static/vendor/pico.min.css", "/static/app.css", "/static/htmx.min.js", "/static/app.js"):
         assert asset in html
-    assert '"allowEval":false' in html and '"includeIndicatorStyles":false' in html
+    assert '"allowEval":false' in html
+    assert '"includeIndicatorStyles":false' in html
     token = client.cookies["csrftoken"]
     assert f'hx-headers=\'{{"x-csrftoken": "{token}"}}\'' in html
     # no inline script or style anywhere, no inline event handlers
     assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", html)
-    assert "<style" not in html and " style=" not in html
+    assert "<style" not in html
+    assert " style=" not in html
     assert not re.search(r"\son[a-z]+=", html)
 
 
 async def test_static_files_are_served(client: AsyncTestClient) -> None:
     r = await client.get("/static/htmx.min.js")
-    assert r.status_code == 200 and 'version:"2.0.11"' in r.text
+    assert r.status_code == 200
+    assert 'version:"2.0.11"' in r.text
     assert "no-store" not in r.headers.get("cache-control", "")
     assert (await client.get("/static/app.js")).status_code == 200
     assert (await client.get("/static/nope.js")).status_code == 404
@@ -75,7 +82,8 @@ async def test_static_files_are_served(client: AsyncTestClient) -> None:
 
 async def test_healthz(client: AsyncTestClient) -> None:
     r = await client.get("/healthz")
-    assert r.status_code == 200 and r.json() == {"status": "ok"}
+    assert r.status_code == 200
+    assert r.json() == {"status": "ok"}
 
 
 async def test_readyz_ok(client: AsyncTestClient) -> None:
@@ -92,11 +100,13 @@ async def test_readyz_503_when_migrations_are_missing(
     assert r.status_code == 503
     body = r.json()
     assert body["status"] == "unavailable"
-    assert "migrations" in body["detail"] and "jobdesk migrate" in body["detail"]
+    assert "migrations" in body["detail"]
+    assert "jobdesk migrate" in body["detail"]
     await pg.execute("CREATE TABLE alembic_version (version_num varchar(32) PRIMARY KEY)")
     await pg.execute("INSERT INTO alembic_version VALUES ('0000_older')")
     r = await client.get("/readyz")
-    assert r.status_code == 503 and "the schema is at 0000_older" in r.json()["detail"]
+    assert r.status_code == 503
+    assert "the schema is at 0000_older" in r.json()["detail"]
 
 
 async def test_database_gone_gives_503_pages_not_500(
@@ -119,13 +129,14 @@ async def test_database_gone_gives_503_pages_not_500(
     r = await client.get("/")
     assert r.status_code == 503
     assert "The database cannot be reached right now" in r.text
-    assert "Traceback" not in r.text and "asyncpg" not in r.text
+    assert "Traceback" not in r.text
+    assert "asyncpg" not in r.text
     r = await client.get("/readyz")
-    assert r.status_code == 503 and "database: unreachable" in r.json()["detail"]
+    assert r.status_code == 503
+    assert "database: unreachable" in r.json()["detail"]
     r = await client.get("/api/me", headers={"Authorization": "Bearer jd_whatever"})
-    assert r.status_code == 503 and r.json() == {
-        "detail": "The database cannot be reached right now. Please try again in a moment."
-    }
+    assert r.status_code == 503
+    assert r.json() == {"detail": "The database cannot be reached right now. Please try again in a moment."}
     assert time.monotonic() - started < 10
 
 
@@ -140,11 +151,13 @@ async def test_pool_exhausted_gives_503_quickly(make_settings: Any, db_url: str)
             started = time.monotonic()
             r = await c.get("/")
             elapsed = time.monotonic() - started
-            assert r.status_code == 503 and "every database connection is in use" in r.text
+            assert r.status_code == 503
+            assert "every database connection is in use" in r.text
             assert r.headers["retry-after"] == "5"
             assert elapsed < 3
             r = await c.get("/", headers={"HX-Request": "true"})
-            assert r.status_code == 503 and r.text.startswith('<div class="notice notice-error"')
+            assert r.status_code == 503
+            assert r.text.startswith('<div class="notice notice-error"')
         finally:
             c.blocking_portal.call(held.close)
         assert (await c.get("/")).status_code == 200
@@ -157,7 +170,9 @@ async def test_pool_exhausted_gives_503_quickly(make_settings: Any, db_url: str)
 async def test_security_headers_on_every_response(client: AsyncTestClient, path: str) -> None:
     r = await client.get(path)
     assert r.headers["content-security-policy"] == CSP
-    assert "script-src 'self';" in CSP and "unsafe-inline" not in CSP and "frame-ancestors 'none'" in CSP
+    assert "script-src 'self';" in CSP
+    assert "unsafe-inline" not in CSP
+    assert "frame-ancestors 'none'" in CSP
     assert r.headers["x-content-type-options"] == "nosniff"
     assert r.headers["referrer-policy"] == "same-origin"
     assert re.fullmatch(r"[0-9a-f]{32}", r.headers["x-request-id"])
@@ -173,12 +188,14 @@ async def test_request_id_is_taken_from_the_request_and_echoed(client: AsyncTest
 async def test_schema_page_is_offline_and_alone_in_its_relaxed_csp(client: AsyncTestClient) -> None:
     r = await client.get("/schema")
     assert r.status_code == 200
-    assert "/static/vendor/swagger-ui-bundle.js" in r.text and "/static/vendor/swagger-ui.css" in r.text
+    assert "/static/vendor/swagger-ui-bundle.js" in r.text
+    assert "/static/vendor/swagger-ui.css" in r.text
     assert "/static/vendor/swagger-ui-standalone-preset.js" in r.text
     assert not re.search(r"https?://", r.text), re.findall(r"https?://[^\s\"']+", r.text)
     assert "'unsafe-inline'" in r.headers["content-security-policy"]
     spec = (await client.get("/schema/openapi.json")).json()
-    assert "/api/me" in spec["paths"] and "/login" not in spec["paths"]
+    assert "/api/me" in spec["paths"]
+    assert "/login" not in spec["paths"]
 
 
 # --- errors --------------------------------------------------------------------------------------------------------
@@ -187,9 +204,11 @@ async def test_schema_page_is_offline_and_alone_in_its_relaxed_csp(client: Async
 async def test_404_page(client: AsyncTestClient) -> None:
     r = await client.get("/no/such/page")
     assert r.status_code == 404
-    assert "<h1>Page not found</h1>" in r.text and 'href="/"' in r.text
+    assert "<h1>Page not found</h1>" in r.text
+    assert 'href="/"' in r.text
     r = await client.get("/api/no/such/thing")
-    assert r.status_code == 404 and r.json() == {"detail": "There is nothing at this address."}
+    assert r.status_code == 404
+    assert r.json() == {"detail": "There is nothing at this address."}
 
 
 async def test_wrong_method_is_405(client: AsyncTestClient) -> None:
@@ -230,12 +249,18 @@ async def test_errors_are_pages_fragments_or_json_never_tracebacks(make_settings
     async with AsyncTestClient(app=app) as c:
         r = await c.get("/boom")
         assert r.status_code == 500
-        assert "Something went wrong" in r.text and "Reference:" in r.text
-        assert "secret internals" not in r.text and "Traceback" not in r.text
+        assert "Something went wrong" in r.text
+        assert "Reference:" in r.text
+        assert "secret internals" not in r.text
+        assert "Traceback" not in r.text
         r = await c.get("/api/boom")
-        assert r.status_code == 500 and "secret" not in r.text and set(r.json()) == {"detail"}
+        assert r.status_code == 500
+        assert "secret" not in r.text
+        assert set(r.json()) == {"detail"}
         r = await c.get("/conflict")
-        assert r.status_code == 409 and "This job has already finished." in r.text and "<html" in r.text
+        assert r.status_code == 409
+        assert "This job has already finished." in r.text
+        assert "<html" in r.text
         r = await c.get("/conflict", headers={"HX-Request": "true"})
         assert r.status_code == 409
         assert r.text == '<div class="notice notice-error" role="alert">This job has already finished.</div>'
@@ -248,9 +273,11 @@ async def test_errors_are_pages_fragments_or_json_never_tracebacks(make_settings
         r = await c.get("/api/typed", params={"count": "many"})
         assert r.status_code == 422
         body = r.json()
-        assert body["errors"] == {"count": "Expected `int`, got `str`"} and "count" in body["detail"]
+        assert body["errors"] == {"count": "Expected `int`, got `str`"}
+        assert "count" in body["detail"]
         r = await c.get("/api/typed")
-        assert r.status_code == 422 and "count" in r.json()["errors"]
+        assert r.status_code == 422
+        assert "count" in r.json()["errors"]
 
 
 @post("/api/upload-test", status_code=200)
@@ -268,7 +295,8 @@ async def test_request_body_limit_is_upload_max_bytes(make_settings: Any, db_url
     app.register(upload_test)
     async with AsyncTestClient(app=app) as c:
         r = await c.post("/api/upload-test", content=b"x" * 2048, headers=auth)
-        assert r.status_code == 200 and r.json() == {"size": 2048}
+        assert r.status_code == 200
+        assert r.json() == {"size": 2048}
         r = await c.post("/api/upload-test", content=b"x" * 2049, headers=auth)
         assert r.status_code == 413
         assert r.json() == {"detail": "The request is too large: the limit is 2 KiB."}

@@ -40,7 +40,8 @@ async def test_a_noop_job_runs_to_completion_with_one_event_per_transition(
         job = await enqueue(engine, settings, owner, "noop", {"hello": "world"})
         row = await wait_status(pg, job, {"completed"})
     assert row["result_data"] == '{"hello": "world"}'
-    assert row["attempts"] == 1 and row["locked_by"] is None
+    assert row["attempts"] == 1
+    assert row["locked_by"] is None
     assert await event_kinds(pg, job) == ["enqueued", "claimed", "completed"]
     claimed = await pg.fetchval("SELECT actor FROM job_events WHERE job_id = $1 AND kind = 'claimed'", job)
     assert claimed == f"worker:{worker.id}"
@@ -73,7 +74,8 @@ async def test_a_job_that_fails_twice_then_succeeds_is_completed_with_its_histor
     async with running_worker(settings):
         job = await enqueue(engine, settings, owner, "fail", {"times": 2, "message": "flaky"})
         row = await wait_status(pg, job, {"completed"})
-    assert row["attempts"] == 3 and row["error_message"] is None
+    assert row["attempts"] == 3
+    assert row["error_message"] is None
     assert await event_kinds(pg, job) == [
         "enqueued",
         "claimed",
@@ -96,7 +98,8 @@ async def test_an_unexpected_exception_is_a_failed_attempt_with_the_traceback(
         row = await wait_status(pg, job, {"failed"})
     assert row["attempts"] == 2
     assert row["error_message"].startswith("RuntimeError: kaboom")
-    assert "Traceback" in row["error_message"] and "builtin.py" in row["error_message"]
+    assert "Traceback" in row["error_message"]
+    assert "builtin.py" in row["error_message"]
     assert await pg.fetchval("SELECT count(*) FROM alert_outbox WHERE kind = 'failed'") == 1
 
 
@@ -106,7 +109,8 @@ async def test_a_permanent_error_fails_without_retrying(engine, settings, owner,
             engine, settings, owner, "fail", {"permanent": True, "message": "bad input"}, max_attempts=5
         )
         row = await wait_status(pg, job, {"failed"})
-    assert row["attempts"] == 1 and row["error_message"] == "bad input"
+    assert row["attempts"] == 1
+    assert row["error_message"] == "bad input"
 
 
 async def test_an_attempt_past_its_timeout_is_a_failure_saying_so(engine, settings, owner, pg) -> None:
@@ -146,7 +150,8 @@ async def test_cancelling_a_cooperative_running_job_ends_cancelled_within_two_se
         row = await wait_status(pg, job, {"cancelled"}, timeout=5)
         assert time.monotonic() - asked < 2.0
     kinds = await event_kinds(pg, job)
-    assert kinds[-2:] == ["cancel_requested", "cancelled"] and "completed" not in kinds
+    assert kinds[-2:] == ["cancel_requested", "cancelled"]
+    assert "completed" not in kinds
     assert row["attempts"] == 1
 
 
@@ -232,7 +237,8 @@ async def test_cpu_bound_work_does_not_stall_the_event_loop(engine, settings, ow
         row = await wait_status(pg, job, {"completed"}, timeout=30)
         stop.set()
         await task
-    assert row["result_data"] and '"rounds"' in row["result_data"]
+    assert row["result_data"]
+    assert '"rounds"' in row["result_data"]
     assert len(lags) > 50
     assert max(lags) < 0.1, f"max event loop lag {max(lags) * 1000:.0f} ms"
 
@@ -258,7 +264,8 @@ async def test_progress_reports_reach_the_job_row(engine, settings, owner, pg) -
             timeout=5,
             what="a progress report",
         )
-        assert 0 < row["progress"] < 1 and row["progress_message"].startswith("Waited")
+        assert 0 < row["progress"] < 1
+        assert row["progress_message"].startswith("Waited")
         async with engine.begin() as conn:
             await queue.cancel(conn, job, owner)
 
@@ -290,7 +297,9 @@ async def test_a_job_longer_than_its_lease_runs_exactly_once(
     row = await pg.fetchrow("SELECT attempts FROM jobs WHERE id = $1", job)
     if renewal:
         assert (await pg.fetchval("SELECT status FROM jobs WHERE id = $1", job)) == "completed"
-        assert effects == 1 and owners == 1 and row["attempts"] == 1
+        assert effects == 1
+        assert owners == 1
+        assert row["attempts"] == 1
         assert second["lease_expires_at"] > lease_1  # the deadline moved forward while it ran
         assert "rescued" not in await event_kinds(pg, job)
     else:
@@ -301,9 +310,8 @@ async def test_a_job_longer_than_its_lease_runs_exactly_once(
         # also lands depends on which worker claims it again: a worker that re-claims a job it still runs
         # stops the stale attempt, so counting effects here would be a coin toss.)
         kinds = await event_kinds(pg, job)
-        assert claims >= 2 and "rescued" in kinds, (
-            "without renewal the job should have been rescued and run again"
-        )
+        assert claims >= 2, "without renewal the job should have been rescued and run again"
+        assert "rescued" in kinds, "without renewal the job should have been rescued and run again"
 
 
 async def test_internal_operations_are_not_starved_by_processors_holding_the_pool(
@@ -395,7 +403,8 @@ async def test_cpu_bound_processors_report_progress_from_their_process(engine, s
             timeout=10,
             what="a progress report from the child process",
         )
-        assert 0 < row["progress"] < 1 and row["progress_message"].endswith("rounds")
+        assert 0 < row["progress"] < 1
+        assert row["progress_message"].endswith("rounds")
         await wait_status(pg, job, {"completed"}, timeout=20)
 
 

@@ -84,7 +84,8 @@ async def test_a_job_whose_worker_is_killed_is_rescued_and_run_by_another(
             row = await pg.fetchrow(
                 "SELECT status, lease_expires_at < now() AS expired FROM jobs WHERE id = $1", job
             )
-            assert row["status"] == "in_progress" and row["expired"], "without the sweep the job is stuck"
+            assert row["status"] == "in_progress", "without the sweep the job is stuck"
+            assert row["expired"], "without the sweep the job is stuck"
             return
         await wait_until(
             lambda: pg.fetchval(
@@ -104,7 +105,8 @@ async def test_a_job_whose_worker_is_killed_is_rescued_and_run_by_another(
     rescued = await pg.fetchrow(
         "SELECT message, to_status FROM job_events WHERE job_id = $1 AND kind = 'rescued'", job
     )
-    assert rescued["to_status"] == "queued" and rescued["message"].startswith("lease expired: worker lost")
+    assert rescued["to_status"] == "queued"
+    assert rescued["message"].startswith("lease expired: worker lost")
     assert await effects(pg, job) == 1
     assert (
         await pg.fetchval(
@@ -165,7 +167,8 @@ async def test_sigterm_lets_the_running_job_finish_while_renewing_its_lease(
     assert exit_code == 0, a.output()[-3000:]
     kinds = await event_kinds(pg, job)
     assert kinds == ["enqueued", "claimed", "completed"]  # one execution, one terminal state
-    assert row["attempts"] == 1 and await effects(pg, job) == 1
+    assert row["attempts"] == 1
+    assert await effects(pg, job) == 1
     claimer = await pg.fetchval("SELECT actor FROM job_events WHERE job_id = $1 AND kind = 'claimed'", other)
     assert claimer != await pg.fetchval(
         "SELECT actor FROM job_events WHERE job_id = $1 AND kind = 'claimed'", job
@@ -256,7 +259,8 @@ async def test_a_killed_listener_reconnects_and_a_new_job_starts_within_two_seco
         if relisten:
             await wait_status(pg, job, {"completed"}, timeout=5)
             assert time.monotonic() - started < 2.0
-            assert worker.listener.reconnects == 1 and worker.listener.connected
+            assert worker.listener.reconnects == 1
+            assert worker.listener.connected
         else:
             await asyncio.sleep(5)
             assert (await pg.fetchval("SELECT status FROM jobs WHERE id = $1", job)) == "queued"
@@ -429,5 +433,6 @@ async def test_outcomes_are_kept_and_retried_when_the_worker_loses_its_connectio
             )
             await asyncio.sleep(0.1)
         row = await wait_status(pg, job, {"completed"}, timeout=20)
-    assert row["attempts"] == 1 and await effects(pg, job) == 1
+    assert row["attempts"] == 1
+    assert await effects(pg, job) == 1
     assert "rescued" not in await event_kinds(pg, job)
