@@ -359,7 +359,7 @@ async def test_the_worker_carries_on_by_itself_after_a_database_restart(long_run
         await admin.execute("CREATE DATABASE jobdesk")
         await admin.close()
         await run_migrations(url)
-        from conftest import TEST_SETTINGS
+        from tests.conftest import TEST_SETTINGS
 
         from app.settings import load_settings
 
