@@ -359,9 +359,8 @@ async def test_the_worker_carries_on_by_itself_after_a_database_restart(long_run
         await admin.execute("CREATE DATABASE jobdesk")
         await admin.close()
         await run_migrations(url)
-        from tests.conftest import TEST_SETTINGS
-
         from app.settings import load_settings
+        from tests.conftest import TEST_SETTINGS
 
         settings = load_settings(
             **{
