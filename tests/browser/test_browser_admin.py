@@ -1,4 +1,4 @@
-"""The admin console in headless Chromium (issue 7 §4–6, issue 11 §2; case C19): walk /admin,
+"""The admin console in headless Chromium (case C19): walk /admin,
 /admin/users (create a user), /admin/schedules (a form error, then a schedule), with stored-XSS payloads in
 a user's email, a schedule's input and name, and an error message — none runs. Screenshots on a desktop and
 a 390 px phone go to ``tests/artifacts/admin-*.png``; no page scrolls sideways on the phone."""

@@ -1,4 +1,4 @@
-"""The admin job console in headless Chromium (issue 7 §1–3 "Tests"; case C19), against ``jobdesk serve``:
+"""The admin job console in headless Chromium (case C19), against ``jobdesk serve``:
 bulk-cancel ticked rows from ``/admin/jobs`` (the confirm step shows the count, the outcome appears in
 place), and stored-XSS payloads in a job's title, input and error never run a script on ``/admin/jobs``
 or ``/admin/failed``. Screenshots (desktop and a 390 px phone) go to ``tests/artifacts/admin-*.png``.

@@ -1,6 +1,5 @@
 """The base layout in a real browser (headless Chromium): sign in and out under the strict CSP, htmx
-loaded with eval off and carrying the CSRF token from <body>, no horizontal scroll at 375 px
-(issue 2 §7–8, issue 6 §7–8, issue 7 §7)."""
+loaded with eval off and carrying the CSRF token from <body>, no horizontal scroll at 375 px."""
 
 from __future__ import annotations
 
@@ -65,7 +64,7 @@ def test_sign_in_and_out_in_chromium(db_url: str, tmp_path: Path, artifacts_dir:
 
 def test_polling_pauses_while_the_tab_is_hidden(db_url: str, tmp_path: Path) -> None:
     """static/app.js: an `hx-trigger="every …"` poll sends nothing while document.hidden, and polls once
-    right away when the tab is shown again (case C17, issue 6 §3)."""
+    right away when the tab is shown again (case C17)."""
     from playwright.sync_api import sync_playwright
 
     with running_server(db_url, tmp_path / "data") as base, sync_playwright() as pw:

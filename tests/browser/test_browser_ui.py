@@ -1,4 +1,4 @@
-"""The web UI in a real browser (headless Chromium through Playwright; issue 6 "Tests"), against
+"""The web UI in a real browser (headless Chromium through Playwright), against
 ``jobdesk serve`` with its in-app worker and the test-only job types of ``tests.support.forms``:
 
 * sign in; a bad value is shown next to its field; a too-large file is refused before sending; a good

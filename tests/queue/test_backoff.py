@@ -1,4 +1,4 @@
-"""Retry delays (issue 3 §5; case C05: exponential backoff overflowing at large attempt counts)."""
+"""Retry delays (case C05: exponential backoff overflowing at large attempt counts)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_exponential_delay_doubles_per_attempt_until_the_cap() -> None:
 
 
 def test_schedule_follows_the_intervals_and_repeats_the_last() -> None:
-    # Seed 000 §6's schedule without jitter.
+    # A schedule of fixed intervals, without jitter.
     policy = RetryPolicy.schedule([10, 30, 60, 120, 240], jitter=0.0)
     assert [retry_delay(policy, n) for n in range(1, 8)] == [10, 30, 60, 120, 240, 240, 240]
     assert retry_delay(policy, 10**9) == 240

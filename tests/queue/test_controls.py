@@ -1,4 +1,4 @@
-"""Operator controls (issue 11): pause/resume, per-type concurrency and rate limits held across worker
+"""Operator controls: pause/resume, per-type concurrency and rate limits held across worker
 processes, cron schedules firing exactly once per due time, no back-fill after downtime unless asked,
 and clear errors for every bad input."""
 

@@ -1,4 +1,4 @@
-"""Pipelines (issue 5): DAG order, parallel steps, failure propagation on every path (case C08), cycles
+"""Pipelines: DAG order, parallel steps, failure propagation on every path (case C08), cycles
 and foreign ids refused (case C09), approval gates, cancel, and retry re-opening dependents (case C23)."""
 
 from __future__ import annotations
@@ -346,7 +346,7 @@ async def test_edges_added_concurrently_with_a_parent_finishing_are_never_lost(
             await wait_status(pg, child, {"completed"}, timeout=10)
 
 
-# --- approval (issue 5 §5) -----------------------------------------------------------------------------------
+# --- approval ----------------------------------------------------------------------------------------------
 
 
 async def _approval_pipeline(engine: Any, settings: Settings, owner: TestUser) -> uuid.UUID:

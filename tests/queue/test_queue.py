@@ -1,4 +1,4 @@
-"""The queue core against a real PostgreSQL (issue 3): enqueue, claim, finish, cancel, retry, rescue,
+"""The queue core against a real PostgreSQL: enqueue, claim, finish, cancel, retry, rescue,
 retention, data limits. Calls the queue functions directly, with no worker and no sleeps.
 
 Cases covered here in part: C05 (backoff in the DB), C06 (cancel vs completion), C12 (NUL), C13 (huge
@@ -673,7 +673,7 @@ async def test_prune_deletes_old_finished_jobs_with_their_events_only(engine, se
 async def test_retention_deletes_the_files_of_deleted_jobs_and_old_unused_uploads(
     engine, settings, owner, pg, tmp_path
 ) -> None:
-    """Issue 6 §6 / issue 3 §9: uploads a job used go with the job; files a pipeline's steps produced go
+    """Uploads a job used go with the job; files a pipeline's steps produced go
     with the pipeline; uploads no job ever used go after the retention period; recent ones stay."""
     from app.files import FileStore
 

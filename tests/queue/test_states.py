@@ -1,4 +1,4 @@
-"""The state machine (issue 3 §1): the transition table, every allowed and forbidden transition against
+"""The state machine: the transition table, every allowed and forbidden transition against
 the database, and a guard that no module outside the queue package (``app/jobs/queue/``) writes
 ``jobs.status``."""
 
