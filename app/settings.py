@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import secrets
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -60,6 +60,12 @@ class Settings(BaseSettings):
     database_listen_url: str | None = None
     """Where the worker's LISTEN connection goes, if not ``DATABASE_URL`` — e.g. the server itself when
     ``DATABASE_URL`` points at PgBouncer in transaction mode, which cannot LISTEN."""
+    database_migrate_url: str | None = None
+    """Where ``jobdesk migrate`` (and ``serve``'s migration at start-up) connects, if not ``DATABASE_URL``
+    — the server itself when ``DATABASE_URL`` points at a connection pooler."""
+    database_pooler: Literal["none", "transaction", "session"] = "none"
+    """What ``DATABASE_URL`` points at: ``none`` (PostgreSQL itself: settings sent at connect, prepared
+    statements cached), or PgBouncer's pool mode, ``transaction`` or ``session`` (see :mod:`app.pooler`)."""
     db_pool_size: int = Field(20, ge=1, le=1000)
     """Connections in the web/processor pool. The worker's own claim, lease and listen connections are
     separate and never taken by processors, so a pool smaller than the worker's concurrency cannot stop
@@ -68,10 +74,11 @@ class Settings(BaseSettings):
     """How long a request waits for a pooled connection before it gets a 503 (rather than hanging while
     processors hold every connection)."""
     db_statement_timeout_ms: int = Field(15_000, ge=0)
-    """``statement_timeout`` on web connections; 0 disables it. A slow page must not hold a snapshot
-    that keeps autovacuum from cleaning the jobs table."""
+    """``statement_timeout`` on Jobdesk's connections (web, worker, processors); 0 disables it. A slow
+    page must not hold a snapshot that keeps autovacuum from cleaning the jobs table."""
     db_idle_in_transaction_timeout_ms: int = Field(30_000, ge=0)
-    """``idle_in_transaction_session_timeout`` on web connections, for the same reason."""
+    """``idle_in_transaction_session_timeout`` on Jobdesk's connections: also ends the transaction of a
+    worker host lost in the middle of one, whose locked job rows the rescue would otherwise skip."""
 
     # --- worker ---------------------------------------------------------------------------------
     worker_enabled: bool = True
@@ -99,6 +106,9 @@ class Settings(BaseSettings):
     """Per-attempt time limit for job types that set none."""
     job_cancel_grace_secs: float = Field(3, ge=0, le=3600)
     """Seconds a processor gets to stop by itself after a cancel before its task is cancelled."""
+    cpu_job_max_memory_mb: int = Field(1024, ge=0)
+    """Address-space cap of each CPU-bound job's process, in MiB (0: no cap); a job that needs more fails
+    for good, saying its file is too large to process."""
     job_retention_days: float = Field(30, gt=0)
     """Finished jobs older than this are deleted, with their events and files."""
     job_max_input_bytes: int = Field(1 * MIB, ge=1 * KIB)
@@ -148,8 +158,9 @@ class Settings(BaseSettings):
 
     # --- http.request -----------------------------------------------------------------------------
     http_request_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    """Hosts (names or addresses, comma-separated) that ``http.request`` jobs may reach although they are
-    loopback or private; the host of ``JOBDESK_BASE_URL`` is always allowed."""
+    """Hosts that ``http.request`` jobs may reach although they are loopback or private, comma-separated:
+    ``name`` (any port) or ``name:port`` (that port only). The exact scheme, host and port of
+    ``JOBDESK_BASE_URL`` are always allowed."""
     http_request_allow_private: bool = False
     """Let ``http.request`` jobs reach any loopback, private or link-local address (trusted users only)."""
 
@@ -189,7 +200,12 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown kind(s) {', '.join(unknown)}; choose from {', '.join(ALERT_KINDS)}")
         return value
 
-    @field_validator("database_url", "database_listen_url")
+    @field_validator("database_pooler", mode="before")
+    @classmethod
+    def _lower_pooler(cls, value: Any) -> Any:
+        return value.strip().lower() or "none" if isinstance(value, str) else value
+
+    @field_validator("database_url", "database_listen_url", "database_migrate_url")
     @classmethod
     def _check_url(cls, value: str | None) -> str | None:
         if value is None or value.strip() == "":
@@ -252,6 +268,22 @@ class Settings(BaseSettings):
             missing = "TELEGRAM_CHAT_ID" if self.telegram_bot_token else "TELEGRAM_BOT_TOKEN"
             raise ValueError(
                 f"Telegram alerts need both TELEGRAM_BOT_TOKEN and TELEGRAM_CHAT_ID; {missing} is not set"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_pooler(self) -> Settings:
+        if self.database_pooler == "none":
+            return self
+        if not self.database_url:
+            raise ValueError(
+                f"DATABASE_POOLER={self.database_pooler} needs DATABASE_URL, the pooler's address "
+                "(without DATABASE_URL Jobdesk uses its embedded PostgreSQL directly)"
+            )
+        if self.database_pooler == "transaction" and not self.database_listen_url:
+            raise ValueError(
+                "DATABASE_POOLER=transaction needs DATABASE_LISTEN_URL, a direct address of the PostgreSQL "
+                "server: notifications cannot reach a listener through transaction pooling"
             )
         return self
 

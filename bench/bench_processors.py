@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import peer_stamp
+
 from app.processors import JobContext, processor
 from app.processors.builtin import AnyInput
 
@@ -19,3 +21,14 @@ from app.processors.builtin import AnyInput
 )
 async def stamp(ctx: JobContext[AnyInput]) -> dict[str, Any]:
     return {"started": time.time()}
+
+
+@processor(
+    "bench.noop_stamp",
+    title="Benchmark no-op",
+    description="Records its tag and start time in the file BENCH_STAMP_FILE names; for bench/peers.py.",
+    input=AnyInput,
+    diagnostic=True,
+)
+async def noop_stamp(ctx: JobContext[AnyInput]) -> None:
+    peer_stamp.stamp(ctx.job["input_data"]["i"])

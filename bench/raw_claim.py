@@ -2,7 +2,8 @@
 drain a minimal queue table when it claims with ``FOR UPDATE SKIP LOCKED`` in batches of 100 and
 completes each batch in its own transaction — no events, no leases beyond a ``locked_by``, no
 processor, no logging. Jobdesk's ``noop`` throughput is reported as a ratio of this figure, measured in
-the same run because absolute numbers are noisy on a shared machine.
+the same run because absolute numbers are noisy on a shared machine. ``bench/peers.py`` also takes the
+single-row ``INSERT`` and ``COPY`` limits from here, on the same minimal table.
 
 Run alone: ``python bench/raw_claim.py [--rows N] [--runs R]``; last line ``raw_per_s=…``.
 """
@@ -69,6 +70,29 @@ async def drain(conn: asyncpg.Connection) -> tuple[int, float]:
             await complete.fetch(ids)
         done += len(ids)
     return done, time.perf_counter() - started
+
+
+async def insert_one_at_a_time(conn: asyncpg.Connection, n: int) -> float:
+    """Rows/s of ``n`` single-row autocommit ``INSERT``s into a fresh ``raw_jobs``, one after the other."""
+    await conn.execute(DDL)
+    stmt = await conn.prepare("INSERT INTO raw_jobs (payload) VALUES ($1::jsonb)")
+    started = time.perf_counter()
+    for i in range(n):
+        await stmt.fetch(f'{{"i":{i}}}')
+    return n / (time.perf_counter() - started)
+
+
+async def copy_in(conn: asyncpg.Connection, n: int) -> float:
+    """Rows/s of one ``COPY`` of ``n`` rows into a fresh ``raw_jobs``, in one transaction."""
+    await conn.execute(DDL)
+    records = [(f'{{"i":{i}}}',) for i in range(n)]
+    await conn.set_type_codec(  # jsonb's binary form: a version byte, then the text
+        "jsonb", encoder=lambda v: b"\x01" + v.encode(), decoder=bytes, format="binary", schema="pg_catalog"
+    )
+    started = time.perf_counter()
+    async with conn.transaction():
+        await conn.copy_records_to_table("raw_jobs", records=records, columns=["payload"])
+    return n / (time.perf_counter() - started)
 
 
 async def measure(url: str, rows: int) -> float:

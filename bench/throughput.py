@@ -28,32 +28,40 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import _common as c
 import asyncpg
 import raw_claim
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db import create_engine
 from app.jobs import queue
 from app.jobs.queue import NewJob
-from app.settings import load_settings
+from app.settings import Settings, load_settings
 
 SEED_CHUNK = 10_000
 
 
-async def seed_noops(url: str, user_id: int, n: int) -> None:
-    """N valid ``noop`` jobs with their ``enqueued`` events, through ``queue.enqueue_many``."""
-    from app.db import create_engine
+async def enqueue_in_chunks(
+    engine: AsyncEngine, settings: Settings, user_id: int, n: int, job_type: str = "noop"
+) -> None:
+    """N valid jobs of ``job_type`` (input ``{"i": k}``) with their ``enqueued`` events, through
+    ``queue.enqueue_many`` in chunks of 10,000, each chunk in its own transaction."""
+    for start in range(0, n, SEED_CHUNK):
+        jobs = [
+            NewJob(type=job_type, input_data={"i": i}, user_id=user_id)
+            for i in range(start, min(n, start + SEED_CHUNK))
+        ]
+        async with engine.begin() as conn:
+            await queue.enqueue_many(conn, jobs, settings)
 
-    settings = load_settings(database_url=url)
+
+async def seed_noops(url: str, user_id: int, n: int) -> None:
+    """N valid ``noop`` jobs with their ``enqueued`` events (see :func:`enqueue_in_chunks`)."""
     engine = create_engine(url, pool_size=1)
     try:
-        for start in range(0, n, SEED_CHUNK):
-            jobs = [
-                NewJob(type="noop", input_data={"i": i}, user_id=user_id)
-                for i in range(start, min(n, start + SEED_CHUNK))
-            ]
-            async with engine.begin() as conn:
-                await queue.enqueue_many(conn, jobs, settings)
+        await enqueue_in_chunks(engine, load_settings(database_url=url), user_id, n)
     finally:
         await engine.dispose()
 
@@ -196,7 +204,7 @@ async def main() -> None:
             rounds.append(r)
             print(f"  round {i + 1}: " + ", ".join(f"{k}={v:,.1f}" for k, v in r.items()), flush=True)
 
-    rows = []
+    rows: list[list[Any]] = []
     for i, r in enumerate(rounds):
         ratio = r["one"] / r["raw"] if "raw" in r else float("nan")
         rows.append(

@@ -152,15 +152,22 @@ async def record_admin_action(
     action: str,
     count: int,
     job_ids: Sequence[Any] = (),
+    target_type: str = "job",
+    targets: Sequence[Any] = (),
     outcome: str = "ok",
     detail: dict[str, Any] | None = None,
 ) -> None:
-    """One ``admin_action`` notice per browser action (one per bulk action, with its count)."""
+    """One ``admin_action`` notice per admin action (one per bulk action, with its count).
+    ``target_type`` names what was acted on (``job``, ``pipeline``, ``job_type``, ``user``,
+    ``schedule``) and ``targets`` which ones (the first 20 kept); ``job_ids`` are the jobs, linked in
+    the notice."""
     payload = {
         "admin": admin_email,
         "action": action,
         "count": count,
         "job_ids": [str(j) for j in list(job_ids)[:20]],
+        "target_type": target_type,
+        "targets": [str(t) for t in list(targets or job_ids)[:20]],
         "outcome": outcome,
         "detail": detail or {},
     }

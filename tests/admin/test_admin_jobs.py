@@ -24,7 +24,7 @@ import tests.support.forms  # noqa: F401  (registers test.form)
 from app.actions import bulk, selection
 from app.db import asyncpg_dsn
 from app.settings import Settings
-from app.web import admin_jobs
+from app.web.admin import jobs as admin_jobs
 from tests.support.jobsteps import claim, enqueue, failed_job, finish
 from tests.support.plans import explain
 from tests.support.webkit import HX, app_client, csrf, sign_in_as, switch_to

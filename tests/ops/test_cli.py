@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from app.auth import verify_password
+from app.db import head_revision
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBDESK = Path(sys.executable).parent / "jobdesk"
@@ -93,14 +94,15 @@ def test_bad_setting_is_one_readable_line(tmp_path: Path, name: str, value: str,
 async def test_migrate_applies_then_reports_up_to_date(tmp_path: Path, fresh_db_url: str) -> None:
     first = run(tmp_path, "migrate", DATABASE_URL=fresh_db_url)
     assert first.returncode == 0, first.stderr
+    head = head_revision()
     assert "Migrated the database at" in first.stdout
-    assert "to 0001" in first.stdout
+    assert f"to {head}" in first.stdout
     second = run(tmp_path, "migrate", DATABASE_URL=fresh_db_url.replace("+asyncpg", ""))
     assert second.returncode == 0
-    assert "is up to date (0001)" in second.stdout
+    assert f"is up to date ({head})" in second.stdout
     conn = await asyncpg.connect(fresh_db_url.replace("+asyncpg", ""))
     try:
-        assert await conn.fetchval("SELECT version_num FROM alembic_version") == "0001"
+        assert await conn.fetchval("SELECT version_num FROM alembic_version") == head
     finally:
         await conn.close()
 
@@ -272,6 +274,27 @@ def test_serve_runs_the_app_and_logs_json(tmp_path: Path, db_url: str) -> None:
 def test_serve_no_migrate_refuses_a_database_that_is_behind(tmp_path: Path, fresh_db_url: str) -> None:
     result = run(tmp_path, "serve", "--no-migrate", "--port", str(_free_port()), DATABASE_URL=fresh_db_url)
     assert_clean_failure(result, "Refusing to start", "run `jobdesk migrate`")
+
+
+async def test_serve_on_a_busy_port_is_one_error_line_before_anything_starts(
+    tmp_path: Path, db_url: str
+) -> None:
+    """A second ``serve`` (``make run``) on a port already taken: one ``Error:`` line naming the port, at
+    once — no migration, no in-app worker registered, no uvicorn message."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        result = run(tmp_path, "serve", "--port", str(port), DATABASE_URL=db_url, WORKER_ENABLED="true")
+        took = time.monotonic() - started
+    line = assert_clean_failure(result, f"Port {port} on 127.0.0.1 is already in use", "--port")
+    assert "uvicorn" not in line.lower() and took < 10, (line, took)
+    conn = await asyncpg.connect(db_url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM workers") == 0
+    finally:
+        await conn.close()
 
 
 @pytest.mark.slow

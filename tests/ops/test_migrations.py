@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+from pathlib import Path
+
 import asyncpg
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
+from test_cli import _cmd, _env
 
-from app.db import asyncpg_dsn, downgrade, head_revision, migration_status, run_migrations
+from app.db import asyncpg_dsn, create_engine, downgrade, head_revision, migration_status, run_migrations
 from app.models import JOBS_STORAGE, Base
 
 
@@ -64,3 +69,27 @@ async def test_jobs_table_has_its_own_fillfactor_and_autovacuum_settings(pg: asy
     options = await pg.fetchval("SELECT reloptions FROM pg_class WHERE relname = 'jobs'")
     parsed = dict(o.split("=", 1) for o in options)
     assert {k: float(v) for k, v in parsed.items()} == {k: float(v) for k, v in JOBS_STORAGE.items()}
+
+
+def test_concurrent_migrate_commands_all_succeed(tmp_path: Path, fresh_db_url: str) -> None:
+    """Four ``jobdesk migrate`` started together on a fresh database (as several hosts deploying at once):
+    each waits for the migration lock; one migrates, the others then find nothing to do. All exit 0."""
+    env = _env(tmp_path, DATABASE_URL=fresh_db_url)
+    procs = [
+        subprocess.Popen(
+            _cmd("migrate"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
+        )
+        for _ in range(4)
+    ]
+    results = [(proc.wait(120), *proc.communicate()) for proc in procs]
+    assert [code for code, _, _ in results] == [0, 0, 0, 0], results
+    assert all("Traceback" not in out + err for _, out, err in results), results
+    assert asyncio.run(migration_status_of(fresh_db_url))[0]
+
+
+async def migration_status_of(url: str) -> tuple[bool, str]:
+    engine = create_engine(url, pool_size=1)
+    try:
+        return await migration_status(engine)
+    finally:
+        await engine.dispose()

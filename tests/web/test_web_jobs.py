@@ -1056,14 +1056,16 @@ async def test_negative_controls_the_escaping_and_ownership_checks_catch_a_leak(
     reaches the page and TagAudit sees its handler; without the owner check another user's job is shown."""
     from app.db import read_rows
     from app.web import jobs as web_jobs
+    from app.web.deps import parse_uuid
+    from app.web.job_page import JOB_STATUS
 
     ann = await add_user(db_url, "ann@example.com")
     jid = await enqueue(engine, settings, ann.id, title="<img src=x onerror=alert(1)>")
     await sign_in_as(client, db_url, "bob@example.com")
     assert (await client.get(f"/jobs/{jid}/status", headers=HX)).status_code == 404
 
-    async def no_owner_check(request: Any, job_id: Any, user: Any, query: Any = web_jobs.JOB_STATUS) -> Any:
-        rows = await read_rows(request.app.state.engine, query, {"id": web_jobs.parse_uuid(job_id)})
+    async def no_owner_check(request: Any, job_id: Any, user: Any, query: Any = JOB_STATUS) -> Any:
+        rows = await read_rows(request.app.state.engine, query, {"id": parse_uuid(job_id)})
         return rows[0]
 
     monkeypatch.setattr(web_jobs, "poll_row", no_owner_check)  # the polls' owner check
