@@ -33,7 +33,7 @@ for _name in (
 ):
     os.environ.pop(_name, None)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 from app.db import asyncpg_dsn, run_migrations  # noqa: E402
 from app.settings import Settings, load_settings, normalize_database_url  # noqa: E402
@@ -187,8 +187,9 @@ async def pg(db_url: str) -> AsyncIterator[asyncpg.Connection]:
 def tcp_proxy(pg_server_url: str) -> Iterator[Any]:
     """A TCP proxy in front of the test server (:class:`netproxy.TcpProxy`): ``tcp_proxy.url(db_url)``
     is a database URL through it; ``cut()`` and ``restore()`` cut a client off and let it back."""
-    from netproxy import TcpProxy
     from sqlalchemy.engine import make_url
+
+    from tests.support.netproxy import TcpProxy
 
     target = make_url(pg_server_url)
     proxy = TcpProxy(target.host or "127.0.0.1", target.port or 5432).start()

@@ -12,16 +12,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
 import pytest
-import support_forms  # noqa: F401  (registers test.form, a public type)
 from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncEngine
-from webkit import add_token, add_user, app_client, csrf_from, login
 
+import tests.support.forms  # noqa: F401  (registers test.form, a public type)
 from app import schedules
 from app.actions import schedules as schedule_actions
 from app.alerts.messages import describe
@@ -31,6 +30,7 @@ from app.jobs import queue
 from app.jobs.queue import NewJob, Outcome
 from app.jobs.types import NextJob
 from app.settings import Settings
+from tests.support.webkit import add_token, add_user, csrf_from, login
 
 SCHEDULE_FORM = {
     "name": "Nightly",
@@ -40,17 +40,6 @@ SCHEDULE_FORM = {
     "input_data": '{"name": "Ann"}',
     "enabled": "on",
 }
-
-
-@pytest.fixture
-def ui_settings(make_settings: Any) -> Settings:
-    return make_settings(worker_enabled=False)
-
-
-@pytest.fixture
-async def client(ui_settings: Settings) -> AsyncIterator[AsyncTestClient]:
-    async with app_client(ui_settings) as c:
-        yield c
 
 
 @pytest.fixture
@@ -207,7 +196,8 @@ async def test_an_admin_notice_names_the_kind_of_target_and_the_target(
 
     assert (await client.post("/api/job-types/test.form/pause", headers=root_api)).status_code == 200
     headline, facts = text_of(await last_notice(pg))
-    assert headline == "Admin action: job type test.form paused" and facts["Job type"] == "test.form"
+    assert headline == "Admin action: job type test.form paused"
+    assert facts["Job type"] == "test.form"
     assert (await client.post("/api/job-types/*/pause", headers=root_api)).status_code == 200
     assert text_of(await last_notice(pg))[0] == "Admin action: every job type paused"
     await client.put("/api/job-types/test.form/limits", json={"max_per_minute": 5}, headers=root_api)
@@ -215,7 +205,8 @@ async def test_an_admin_notice_names_the_kind_of_target_and_the_target(
     assert (await post(client, "/admin/schedules", SCHEDULE_FORM)).status_code == 303
     headline, facts = text_of(await last_notice(pg))
     sid = await pg.fetchval("SELECT id FROM schedules")
-    assert headline == "Admin action: schedule created" and facts["Schedule"] == f"Nightly ({sid})"
+    assert headline == "Admin action: schedule created"
+    assert facts["Schedule"] == f"Nightly ({sid})"
     bob = await add_user(db_url, "bob@example.com")
     assert (await post(client, f"/admin/users/{bob.id}/make-admin")).status_code in (200, 303)
     headline, facts = text_of(await last_notice(pg))
@@ -236,16 +227,19 @@ async def test_resuming_a_type_that_is_not_paused_answers_409_and_records_nothin
 ) -> None:
     before = await counts(pg)
     page = await post(client, "/admin/controls/resume", {"type": "test.form"})
-    assert page.status_code == 409 and "test.form is not paused" in page.text
+    assert page.status_code == 409
+    assert "test.form is not paused" in page.text
     api = await client.post("/api/job-types/test.form/resume", headers=root_api)
-    assert api.status_code == 409 and "not paused" in api.json()["detail"]
+    assert api.status_code == 409
+    assert "not paused" in api.json()["detail"]
     assert (await client.post("/api/job-types/*/resume", headers=root_api)).status_code == 409
     assert await counts(pg) == before
     assert await pg.fetchval("SELECT count(*) FROM job_type_controls") == 0
     # a type held only by the pause of every type: resuming it alone would change nothing either
     assert (await client.post("/api/job-types/*/pause", headers=root_api)).status_code == 200
     held = await client.post("/api/job-types/test.form/resume", headers=root_api)
-    assert held.status_code == 409 and "every job type is paused" in held.json()["detail"]
+    assert held.status_code == 409
+    assert "every job type is paused" in held.json()["detail"]
     assert (await client.post("/api/job-types/*/resume", headers=root_api)).status_code == 200
     assert await counts(pg) == (before[0] + 2, before[1] + 2)
 
@@ -262,10 +256,12 @@ async def test_a_non_admin_may_not_start_a_diagnostic_type_by_form_api_or_ad_hoc
     assert (await client.get("/jobs/new/noop")).status_code == 404
     assert 'href="/jobs/new/noop"' not in (await client.get("/")).text
     api = await client.post("/api/jobs", json={"type": "noop"}, headers=h)
-    assert api.status_code == 422 and "only admins" in api.json()["errors"]["type"]
+    assert api.status_code == 422
+    assert "only admins" in api.json()["errors"]["type"]
     steps = {"name": "x", "steps": [{"key": "a", "type": "noop"}]}
     pipeline = await client.post("/api/pipelines", json=steps, headers=h)
-    assert pipeline.status_code == 422 and "only admins" in json.dumps(pipeline.json()["errors"])
+    assert pipeline.status_code == 422
+    assert "only admins" in json.dumps(pipeline.json()["errors"])
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
 
 
@@ -275,7 +271,8 @@ async def test_a_schedule_of_a_diagnostic_type_is_refused_for_a_non_admin_owner_
     bob = await add_user(db_url, "bob@example.com")
     form = {**SCHEDULE_FORM, "target": "type:noop", "input_data": "{}", "owner": "bob@example.com"}
     r = await post(client, "/admin/schedules", form)
-    assert r.status_code == 422 and "only admins may start" in r.text
+    assert r.status_code == 422
+    assert "only admins may start" in r.text
     assert (await post(client, "/admin/schedules", {**form, "owner": root.email})).status_code == 303
     h = {"Authorization": f"Bearer {await add_token(db_url, bob.id)}"}
     api = await client.post("/api/schedules", json={"cron": "* * * * *", "type": "noop"}, headers=h)

@@ -10,10 +10,10 @@ import asyncpg
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
-from test_cli import _cmd, _env
 
 from app.db import asyncpg_dsn, create_engine, downgrade, head_revision, migration_status, run_migrations
 from app.models import JOBS_STORAGE, Base
+from tests.ops.test_cli import _cmd, _env
 
 
 async def _diff(url: str) -> list:

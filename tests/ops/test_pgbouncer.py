@@ -1,6 +1,6 @@
 """Jobdesk behind PgBouncer with its stock settings (``DATABASE_POOLER``), through real processes.
 
-The ``pgbouncer`` fixture (tests/pgbouncer.py) starts Debian's PgBouncer in front of the test server; these
+The ``pgbouncer`` fixture (tests/support/pgbouncer.py) starts Debian's PgBouncer in front of the test server; these
 tests skip with the reason where it is not installed.
 """
 
@@ -20,9 +20,6 @@ import pytest
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
-from test_api import bearer
-from test_cli import _cmd, _env, _free_port, assert_clean_failure, run
-from webkit import app_client
 
 from app import settings as settings_mod
 from app.db import asyncpg_dsn, create_engine, fetch_dicts, read_rows
@@ -30,8 +27,11 @@ from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.settings import Settings
 from app.worker.runner import Worker
+from tests.api.test_api import bearer
+from tests.ops.test_cli import _cmd, _env, _free_port, assert_clean_failure, run
+from tests.support.webkit import app_client
 
-pytest_plugins = ("pgbouncer",)  # the ``pgbouncer`` fixture (imported by pytest, not here)
+pytest_plugins = ("tests.support.pgbouncer",)  # the ``pgbouncer`` fixture (imported by pytest, not here)
 
 Start = Callable[..., Any]
 """The ``pgbouncer`` fixture: ``pgbouncer(mode, **settings)`` → a running ``pgbouncer.PgBouncer``."""
@@ -134,7 +134,8 @@ async def test_pool_exhausted_behind_pgbouncer_answers_503_within_the_pool_timeo
                 started = time.monotonic()
                 answer = await client.get(path, headers=headers)
                 waited = time.monotonic() - started
-                assert answer.status_code == 503 and answer.headers["retry-after"] == "5", answer.text
+                assert answer.status_code == 503, answer.text
+                assert answer.headers["retry-after"] == "5", answer.text
                 assert waited < 3, f"{path} waited {waited:.1f} s"
             # A single autocommit read (the session lookup of every page) is bounded the same way.
             engine = create_engine(url, pool_size=1, pool_timeout=1, pooler="transaction")
@@ -326,7 +327,8 @@ def test_serve_worker_and_migrate_behind_pgbouncer(
         "WORKER_ENABLED": "true",
     }
     migrated = run(tmp_path, "migrate", **env)
-    assert migrated.returncode == 0 and "Migrated the database" in migrated.stdout, migrated.stderr
+    assert migrated.returncode == 0, migrated.stderr
+    assert "Migrated the database" in migrated.stdout, migrated.stderr
     made = run(tmp_path, "create-user", "ops@example.com", "--admin", stdin="a-long-enough-password\n", **env)
     assert made.returncode == 0, made.stderr
     token = run(tmp_path, "create-token", "ops@example.com", **env)
@@ -363,6 +365,7 @@ def test_serve_worker_and_migrate_behind_pgbouncer(
         output[name] = log.read()
         log.close()
     for name, text_ in output.items():
-        assert "Traceback" not in text_ and '"level":"error"' not in text_.replace(" ", ""), (
+        assert "Traceback" not in text_, f"{name}:\n{text_[-3000:]}\npgbouncer:\n{bouncer.log_tail()}"
+        assert '"level":"error"' not in text_.replace(" ", ""), (
             f"{name}:\n{text_[-3000:]}\npgbouncer:\n{bouncer.log_tail()}"
         )

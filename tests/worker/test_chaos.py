@@ -38,10 +38,11 @@ from app.db import asyncpg_dsn, create_engine, run_migrations
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.settings import Settings, load_settings
+from tests.support import processors as support_processors
 from tests.support.factories import make_user
 from tests.support.pg_owned import OwnedPostgres
 from tests.support.processors import SIDE_EFFECTS_DDL
-from tests.support.workers import WorkerProcess
+from tests.support.workers import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 

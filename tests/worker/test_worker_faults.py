@@ -22,23 +22,17 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-import support_processors
-from factories import TestUser, make_user
-from workers import ROOT, WorkerProcess, wait_status, wait_until, worker_env
 
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.processors import CpuContext
 from app.settings import Settings
 from app.worker.cpu import run_in_process
+from tests.support import processors as support_processors
+from tests.support.factories import TestUser
+from tests.support.workers import ROOT, WorkerProcess, wait_status, wait_until, worker_env
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-async def owner(pg: asyncpg.Connection) -> TestUser:
-    await pg.execute(support_processors.SIDE_EFFECTS_DDL)
-    return await make_user(pg)
 
 
 async def enqueue(
@@ -100,16 +94,20 @@ async def test_a_processor_blocking_the_loop_costs_no_other_job_its_lease(
             assert str(blocker) in stalled
             for job in (calm, blocker):
                 row = await wait_status(pg, job, {"completed", "failed"}, timeout=30)
-                assert row["status"] == "completed" and row["attempts"] == 1, row
+                assert row["status"] == "completed", row
+                assert row["attempts"] == 1, row
             b_claims = await pg.fetchval(
                 "SELECT count(*) FROM job_events WHERE actor = $1", await worker_of(pg, b)
             )
         log = a.output()
     for job in (calm, blocker):
         assert await effects(pg, job) == 1
-        assert await events(pg, job, "claimed") == 1 and await events(pg, job, "rescued") == 0
+        assert await events(pg, job, "claimed") == 1
+        assert await events(pg, job, "rescued") == 0
     assert b_claims == 0
-    assert "event loop blocked" in log and str(blocker) in log and "support_processors.py" in log
+    assert "event loop blocked" in log
+    assert str(blocker) in log
+    assert "support/processors.py" in log
     assert "event loop running again after a stall" in log
 
 
@@ -167,7 +165,8 @@ async def test_healthz_answers_fast_while_an_in_app_processor_blocks(
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
     assert max(took) < 0.5, f"/healthz took {max(took):.2f} s while a processor blocked the worker"
-    assert ready.status_code == 503 and "event loop has been blocked" in ready.json()["checks"]["worker"]
+    assert ready.status_code == 503
+    assert "event loop has been blocked" in ready.json()["checks"]["worker"]
 
 
 async def _answers(http: httpx.AsyncClient, path: str) -> bool:
@@ -194,7 +193,8 @@ async def test_a_time_limit_holds_when_the_processor_swallows_cancellation(
         w_id = await worker_of(pg, worker)
         job = await enqueue(engine, settings, owner, "test.swallow", {"seconds": 5}, max_attempts=1)
         row = await wait_status(pg, job, {"failed", "completed"}, timeout=10)
-        assert row["status"] == "failed" and row["error_message"] == "took longer than its 1 s limit"
+        assert row["status"] == "failed"
+        assert row["error_message"] == "took longer than its 1 s limit"
         follower = await enqueue(engine, settings, owner, "noop", {})
         lingering = await wait_until(
             lambda: pg.fetchval("SELECT (health->>'lingering_tasks')::int FROM workers WHERE id = $1", w_id),
@@ -210,7 +210,8 @@ async def test_a_time_limit_holds_when_the_processor_swallows_cancellation(
     assert 1.0 <= took < 1.0 + 0.5 + 1.0, f"the job ended {took:.2f} s after it started"
     assert await events(pg, job, "completed") == 0
     assert (after["started_at"] - row["started_at"]).total_seconds() >= 4.5  # the slot waited for the task
-    assert lingering == 1 and "jobdesk_worker_lingering_tasks 1.0" in scraped
+    assert lingering == 1
+    assert "jobdesk_worker_lingering_tasks 1.0" in scraped
 
 
 async def _logged(worker: WorkerProcess, text: str) -> bool:
