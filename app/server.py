@@ -71,7 +71,8 @@ from app.db import (
     resolve_database_url,
     run_migrations,
 )
-from app.errors import AppError, BadInput, format_bytes
+from app.errors import AppError, BadInput
+from app.formatting import format_bytes
 from app.settings import Settings, get_settings
 from app.web import admin, current_user, is_htmx, register_filters
 from app.web.api import (
@@ -86,6 +87,7 @@ from app.web.files import FilesApiController, FilesController
 from app.web.health import HealthController
 from app.web.home import HomeController
 from app.web.jobs import JobsController
+from app.web.json_body import JsonBodyRequest
 from app.web.metrics import MetricsController
 from app.web.pipelines import PipelinesController
 from app.worker.threaded import start_in_thread
@@ -539,6 +541,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
         openapi_config=_openapi(),
         exception_handlers={Exception: make_exception_handler(settings)},
         request_max_body_size=settings.upload_max_bytes,
+        request_class=JsonBodyRequest,
         logging_config=None,
         debug=False,
     )

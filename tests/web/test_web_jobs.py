@@ -709,7 +709,7 @@ async def test_approval_steps_from_the_pipeline_page_approve_reject_with_reason_
     assert "Approved. The steps after it can run now." in r.text
     r = await client.post(f"/jobs/{step}/approve", data={"view": "pipeline"}, headers=h)
     assert r.status_code == 409
-    assert "Nothing changed: someone already approved this step." in r.text
+    assert "Nothing changed: this step was already approved by root@example.com at " in r.text
 
     pid, step = await waiting_step()
     r = await client.post(f"/jobs/{step}/reject", data={"view": "pipeline", "reason": "  "}, headers=h)

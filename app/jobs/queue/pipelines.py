@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from app.errors import BadInput
 from app.jobs import outbox
 from app.jobs.graph import check_graph, topo_order, validate_step_input
-from app.jobs.payload import json_text
+from app.jobs.payload import json_text, text_problem
 from app.jobs.queue.common import conn_of, new_id, sql
 from app.jobs.queue.new_jobs import NewJob, enqueue_many, lock_parents
 from app.jobs.rows import Fetched
@@ -106,7 +106,7 @@ def _check_spec(name: Any, steps: Any, settings: Settings) -> tuple[str, dict[st
         BadInput: see :func:`create_pipeline`.
     """
     name = (name or "").strip()
-    if not name or len(name) > 200 or "\x00" in name:
+    if not name or len(name) > 200 or text_problem(name):
         raise BadInput.field("name", "give the pipeline a name of 1 to 200 characters")
     if not isinstance(steps, list):
         raise BadInput.field("steps", "must be a list of steps")
