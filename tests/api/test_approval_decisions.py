@@ -18,14 +18,14 @@ from zoneinfo import ZoneInfo
 import asyncpg
 import httpx
 import pytest
-from webkit import add_token, add_user, csrf_from, login, running_server
-from workers import WorkerProcess, wait_status
 
 from app.formatting import format_localtime
 from app.jobs import queue
 from app.jobs.decisions import Decision, decision_words
 from app.jobs.queue import NewJob
 from app.settings import Settings
+from tests.support.webkit import add_token, add_user, csrf_from, login, running_server
+from tests.support.workers import WorkerProcess, wait_status
 
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00"
 

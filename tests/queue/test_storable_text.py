@@ -2,7 +2,7 @@
 being recorded, and is refused with a 422 naming the field when someone sends it as input.
 
 Through real processes: ``jobdesk serve`` (without its in-app worker) and a ``worker.py`` subprocess
-running the job types of ``support_text_processors``.
+running the job types of ``tests.support.text_processors``.
 """
 
 from __future__ import annotations
@@ -16,14 +16,13 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from support_text_processors import BAD, STORED
-from webkit import add_token, add_user, running_server
-from workers import WorkerProcess, wait_status
 
 from app.jobs.payload import cap_text, json_text, storable, storable_json, storable_text
 from app.settings import Settings
+from tests.support.text_processors import BAD, STORED
+from tests.support.webkit import ROOT, add_token, add_user, running_server
+from tests.support.workers import WorkerProcess, wait_status
 
-TESTS = Path(__file__).resolve().parent
 REPLACED = "\ufffd"
 
 
@@ -33,7 +32,8 @@ REPLACED = "\ufffd"
 def test_storable_replaces_nul_and_lone_surrogates_everywhere_and_keeps_pairs() -> None:
     assert storable_text(BAD) == STORED
     assert storable_text("\ud83d\ude00") == "\U0001f600"  # a pair held as two code points is one character
-    assert storable_text("plain ascii") == "plain ascii" and storable_text("ünï") == "ünï"
+    assert storable_text("plain ascii") == "plain ascii"
+    assert storable_text("ünï") == "ünï"
     value = {f"k{BAD}": [BAD, ("t", float("nan")), {"n": float("-inf"), "big": 10**5000}], 3: object}
     assert storable(value) == {
         f"k{STORED}": [STORED, ["t", None], {"n": None, "big": None}],
@@ -45,7 +45,9 @@ def test_storable_replaces_nul_and_lone_surrogates_everywhere_and_keeps_pairs() 
     for text in (json_text(value), storable_json(json.dumps({"k": BAD, "n": float("nan")})), cap_text(BAD)):
         assert text is not None
         text.encode("utf-8")  # encodable: no lone surrogate left
-        assert "\x00" not in text and "\\u0000" not in text and "NaN" not in text
+        assert "\x00" not in text
+        assert "\\u0000" not in text
+        assert "NaN" not in text
     assert storable_json('{"a": "\\ud800", "b": NaN}') == '{"a":"\ufffd","b":null}'
 
 
@@ -62,16 +64,17 @@ async def live(
     headers = {"Authorization": f"Bearer {await add_token(db_url, admin.id)}"}
     settings: Settings = make_settings(job_retry_intervals=[0.2], job_retry_jitter=0.0)
     worker = WorkerProcess(
-        settings, tmp_path / "worker.log", JOBDESK_PROCESSOR_MODULES="support_text_processors"
+        settings, tmp_path / "worker.log", JOBDESK_PROCESSOR_MODULES="tests.support.text_processors"
     )
-    env = {"JOBDESK_PROCESSOR_MODULES": "support_text_processors", "PYTHONPATH": f"{TESTS}:{TESTS.parent}"}
+    env = {"JOBDESK_PROCESSOR_MODULES": "tests.support.text_processors", "PYTHONPATH": str(ROOT)}
     try:
         with running_server(db_url, tmp_path / "serve", **env) as base:
             yield base, headers, worker
     finally:
         log = worker.output()
         worker.close()
-    assert "could not record" not in log and "could not be recorded" not in log, log[-3000:]
+    assert "could not record" not in log, log[-3000:]
+    assert "could not be recorded" not in log, log[-3000:]
 
 
 async def _submit(client: httpx.AsyncClient, type_: str, input_data: dict[str, Any], **kw: Any) -> uuid.UUID:
@@ -112,7 +115,8 @@ async def test_unstorable_text_from_processors_is_recorded_and_in_input_is_a_422
         )
         assert retry.startswith(f"RuntimeError: attempt 1 broke on {STORED}\n"), retry
         row = await wait_status(pg, permanent_job, {"failed"})
-        assert row["attempts"] == 1 and row["error_message"] == f"refused {STORED}"
+        assert row["attempts"] == 1
+        assert row["error_message"] == f"refused {STORED}"
 
         # a person's retry of the failed job runs it again (the previous error goes into its event)
         r = await client.post(f"/api/jobs/{permanent_job}/retry")
@@ -122,7 +126,8 @@ async def test_unstorable_text_from_processors_is_recorded_and_in_input_is_a_422
         data = await pg.fetchval(
             "SELECT data FROM job_events WHERE job_id = $1 AND kind = 'retried'", permanent_job
         )
-        assert data is not None and json.loads(data)["previous_error"] == f"refused {STORED}"
+        assert data is not None
+        assert json.loads(data)["previous_error"] == f"refused {STORED}"
 
         # a progress message and a log line
         row = await wait_status(pg, progress_job, {"completed", "failed"})
@@ -132,7 +137,8 @@ async def test_unstorable_text_from_processors_is_recorded_and_in_input_is_a_422
 
         # a next job whose input cannot be stored is the processor's mistake: refused naming the field
         row = await wait_status(pg, next_job, {"completed", "failed"})
-        assert row["status"] == "failed" and "input_data.name" in row["error_message"], row
+        assert row["status"] == "failed", row
+        assert "input_data.name" in row["error_message"], row
         assert "lone surrogate" in row["error_message"]
 
         await _refused_input(client)
@@ -156,11 +162,13 @@ async def _refused_input(client: httpx.AsyncClient) -> None:
     # the same input in a pipeline's step
     pipeline = b'{"name": "p", "steps": [{"key": "a", "type": "text.bad_result", "input_data": {"name": "\\ud800"}}]}'
     r = await client.post("/api/pipelines", content=pipeline, headers={"Content-Type": "application/json"})
-    assert r.status_code == 422 and "steps[0].input_data.name" in r.json().get("errors", {}), r.text
+    assert r.status_code == 422, r.text
+    assert "steps[0].input_data.name" in r.json().get("errors", {}), r.text
     # a valid surrogate pair is an ordinary character
     r = await client.post(
         "/api/jobs",
         content=b'{"type": "noop", "input_data": {"name": "\\ud83d\\ude00"}}',
         headers={"Content-Type": "application/json"},
     )
-    assert r.status_code == 201 and r.json()["input_data"] == {"name": "\U0001f600"}, r.text
+    assert r.status_code == 201, r.text
+    assert r.json()["input_data"] == {"name": "\U0001f600"}, r.text

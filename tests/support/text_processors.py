@@ -1,8 +1,8 @@
 """Job types that hand the worker text PostgreSQL cannot store as it is: lone UTF-16 surrogates and NUL
 characters in a result (values and keys), an error message, a progress message and a log line.
 
-Loaded into worker subprocesses with ``JOBDESK_PROCESSOR_MODULES=support_text_processors`` (the tests
-folder on their path). Each type is diagnostic (admins only).
+Loaded into worker subprocesses with ``JOBDESK_PROCESSOR_MODULES=tests.support.text_processors`` (the
+repository root on their path). Each type is diagnostic (admins only).
 """
 
 from __future__ import annotations
