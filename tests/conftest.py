@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from litestar.testing import AsyncTestClient
 
 # Settings are cached per process: fix the environment before anything imports the app.
 os.environ.setdefault("LOG_LEVEL", "WARNING")
@@ -33,11 +33,12 @@ for _name in (
 ):
     os.environ.pop(_name, None)
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+ROOT = Path(__file__).resolve().parents[2]
 
 from app.db import asyncpg_dsn, run_migrations  # noqa: E402
 from app.settings import Settings, load_settings, normalize_database_url  # noqa: E402
+from tests.support.factories import SIDE_EFFECTS_DDL, TestUser, make_user  # noqa: E402
+from tests.support.webkit import app_client  # noqa: E402
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
 
@@ -62,7 +63,7 @@ def pg_server_url() -> Iterator[str]:
     if url:
         yield normalize_database_url(url)
         return
-    from pg_owned import OwnedPostgres
+    from tests.support.pg_owned import OwnedPostgres
 
     with OwnedPostgres(Path(tempfile.mkdtemp(prefix="jobdesk-testpg-"))) as server:
         yield server.url
@@ -186,8 +187,9 @@ async def pg(db_url: str) -> AsyncIterator[asyncpg.Connection]:
 def tcp_proxy(pg_server_url: str) -> Iterator[Any]:
     """A TCP proxy in front of the test server (:class:`netproxy.TcpProxy`): ``tcp_proxy.url(db_url)``
     is a database URL through it; ``cut()`` and ``restore()`` cut a client off and let it back."""
-    from netproxy import TcpProxy
     from sqlalchemy.engine import make_url
+
+    from tests.support.netproxy import TcpProxy
 
     target = make_url(pg_server_url)
     proxy = TcpProxy(target.host or "127.0.0.1", target.port or 5432).start()
@@ -201,3 +203,26 @@ def tcp_proxy(pg_server_url: str) -> Iterator[Any]:
 def artifacts_dir() -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return ARTIFACTS
+
+
+# --- users and the web app --------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def owner(pg: asyncpg.Connection) -> TestUser:
+    """A user who owns the test's jobs; the ``side_effects`` table of ``test.effect`` exists."""
+    await pg.execute(SIDE_EFFECTS_DDL)
+    return await make_user(pg)
+
+
+@pytest.fixture
+def ui_settings(make_settings: Any) -> Settings:
+    """Settings of the web app under test: no in-app worker, so jobs stay where the test puts them."""
+    return make_settings(worker_enabled=False)
+
+
+@pytest.fixture
+async def client(ui_settings: Settings) -> AsyncIterator[AsyncTestClient]:
+    """A started app (lifespan run) on ``ui_settings`` and a test client for it."""
+    async with app_client(ui_settings) as c:
+        yield c

@@ -1,0 +1,253 @@
+"""Admin console actions through app.actions: every change made on the admin pages leaves exactly one
+audit entry and one admin notice (``alert_outbox`` kind ``admin_action``); a refused one leaves its audit
+entry and no notice; the actions refuse non-admins themselves; and no value typed into the schedule,
+user or sign-in forms (huge numbers, deep nesting, NaN, NUL characters, lone surrogates, very long text,
+out-of-range ids) answers 500."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import pytest
+from litestar.testing import AsyncTestClient
+from sqlalchemy import text
+
+import tests.support.forms  # noqa: F401  (registers test.form, …)
+from app import server
+from app.actions import controls as control_actions
+from app.actions import schedules as schedule_actions
+from app.actions import users as user_actions
+from app.auth import CurrentUser
+from app.db import create_engine
+from app.errors import Forbidden
+from app.settings import Settings
+from tests.support.webkit import add_user, csrf_from
+
+
+async def post(client: AsyncTestClient, path: str, data: dict[str, Any] | None = None) -> Any:
+    data = dict(data or {})
+    data.setdefault("_csrf_token", csrf_from((await client.get("/admin/users")).text))
+    return await client.post(path, data=data, follow_redirects=False)
+
+
+async def trail(pg: asyncpg.Connection) -> tuple[list[str], list[str]]:
+    """The audit actions and the admin notices' actions, oldest first."""
+    audits = [r["action"] for r in await pg.fetch("SELECT action FROM audit_log ORDER BY id")]
+    notices = [
+        r["payload"]
+        for r in await pg.fetch(
+            "SELECT payload->>'action' AS payload FROM alert_outbox WHERE kind = 'admin_action' ORDER BY id"
+        )
+    ]
+    return audits, notices
+
+
+SCHEDULE = {
+    "name": "Nightly",
+    "cron": "0 3 * * *",
+    "timezone": "UTC",
+    "target": "type:test.form",
+    "input_data": '{"name": "Ann"}',
+    "enabled": "on",
+}
+
+
+async def test_each_control_and_schedule_change_writes_one_audit_entry_and_one_admin_notice(
+    client: AsyncTestClient, admin: CurrentUser, pg: asyncpg.Connection
+) -> None:
+    steps: list[tuple[str, dict[str, str], str]] = [
+        ("/admin/controls/pause", {"type": "test.form"}, "job_type.pause"),
+        ("/admin/controls/resume", {"type": "test.form"}, "job_type.resume"),
+        ("/admin/controls/pause", {"type": "*"}, "job_type.pause"),
+        ("/admin/controls/limits", {"type": "test.form", "max_running": "2"}, "job_type.limits"),
+        ("/admin/schedules", SCHEDULE, "schedule.create"),
+        ("/admin/schedules/{id}/disable", {}, "schedule.disable"),
+        ("/admin/schedules/{id}/enable", {}, "schedule.enable"),
+        ("/admin/schedules/{id}/delete", {}, "schedule.delete"),
+    ]
+    schedule_id = None
+    for path, data, action in steps:
+        before = await trail(pg)
+        r = await post(client, path.format(id=schedule_id), data)
+        assert r.status_code in (200, 303), (path, r.status_code, r.text[:500])
+        audits, notices = await trail(pg)
+        assert audits == [*before[0], action], path
+        assert notices == [*before[1], action], path
+        if schedule_id is None:
+            schedule_id = await pg.fetchval("SELECT id FROM schedules")
+    notice = await pg.fetchval(
+        "SELECT payload FROM alert_outbox WHERE payload->>'action' = 'job_type.limits'"
+    )
+    assert '"admin": "root@example.com"' in notice
+    assert '"targets": ["test.form"]' in notice
+    # a refused change (a code-defined schedule cannot be deleted) leaves neither
+    await post(client, "/admin/schedules", SCHEDULE)
+    await pg.execute("UPDATE schedules SET source = 'code'")
+    before = await trail(pg)
+    sid = await pg.fetchval("SELECT id FROM schedules")
+    assert (await post(client, f"/admin/schedules/{sid}/delete")).status_code == 409
+    assert await trail(pg) == before
+
+
+async def test_each_user_change_writes_one_audit_entry_and_one_notice_and_a_refusal_no_notice(
+    client: AsyncTestClient, admin: CurrentUser, db_url: str, pg: asyncpg.Connection
+) -> None:
+    bob = await add_user(db_url, "bob@example.com")
+    steps: list[tuple[str, dict[str, str], str]] = [
+        ("/admin/users", {"email": "ann@example.com", "password": "long enough pw"}, "user.create"),
+        (f"/admin/users/{bob.id}/make-admin", {}, "user.make_admin"),
+        (f"/admin/users/{bob.id}/revoke-admin", {}, "user.revoke_admin"),
+        (f"/admin/users/{bob.id}/disable", {}, "user.disable"),
+        (f"/admin/users/{bob.id}/enable", {}, "user.enable"),
+        (f"/admin/users/{bob.id}/tokens", {"name": "ci"}, "token.create"),
+        ("/admin/tokens/{token}/revoke", {}, "token.revoke"),
+    ]
+    for path, data, action in steps:
+        if "{token}" in path:
+            path = path.format(token=await pg.fetchval("SELECT id FROM api_tokens"))
+        before = await trail(pg)
+        r = await post(client, path, data)
+        assert r.status_code in (200, 303), (path, r.status_code, r.text[:500])
+        assert await trail(pg) == ([*before[0], action], [*before[1], action]), path
+    before = await trail(pg)
+    assert (await post(client, f"/admin/users/{admin.id}/disable")).status_code == 409
+    audits, notices = await trail(pg)
+    assert audits == [*before[0], "user.disable"]
+    assert notices == before[1]
+    assert await pg.fetchval("SELECT outcome FROM audit_log ORDER BY id DESC LIMIT 1") == (
+        "refused: it is your own account"
+    )
+
+
+async def test_actions_refuse_a_non_admin_themselves(
+    ui_settings: Settings, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """The API routes call the same actions: the admin check does not depend on the page's guard."""
+    bob = await add_user(db_url, "bob@example.com")
+    engine = create_engine(db_url, pool_size=1)
+    calls = [
+        lambda c: control_actions.pause(c, bob, "test.form"),
+        lambda c: control_actions.set_limits(c, bob, "test.form", max_running=1, max_per_minute=None),
+        lambda c: schedule_actions.create_schedule(
+            c, bob, cron="* * * * *", job_type="test.form", input_data={"name": "x"}, settings=ui_settings
+        ),
+        lambda c: user_actions.create_user(c, bob, email="x@example.com", password="long enough pw"),
+        lambda c: user_actions.set_admin(c, bob, bob.id, True),
+        lambda c: user_actions.issue_token(c, bob, bob.id, "mine"),
+    ]
+    try:
+        for call in calls:
+            async with engine.begin() as conn:
+                with pytest.raises(Forbidden):
+                    await call(conn)
+    finally:
+        await engine.dispose()
+    assert await trail(pg) == ([], [])
+    assert await pg.fetchval("SELECT count(*) FROM job_type_controls") == 0
+
+
+BAD_INPUT = [
+    '{"name": ' + "9" * 5000 + "}",  # more digits than int() converts
+    '{"name": -' + "1" * 4301 + "}",
+    '{"name": ' + "[" * 5000 + "]" * 5000 + "}",  # deeper than the parser goes
+    '{"a": ' * 3000 + "1" + "}" * 3000,
+    '{"name": NaN}',
+    '{"name": Infinity}',
+    '{"name": 1e999}',
+    '{"name": "\\ud800"}',  # a lone surrogate
+    '{"name": "a\\u0000b"}',
+    '{"name\\u0000": "x"}',
+    '{"name": "' + "x" * 100_001 + '"}',
+    "\x00",
+    '{"name": "Ann"',
+    "",
+    "[]",
+    "null",
+    "1" * 5000,
+]
+
+
+@pytest.mark.parametrize("raw", BAD_INPUT, ids=range(len(BAD_INPUT)))
+async def test_any_bad_input_json_in_the_schedule_form_is_a_form_error(
+    client: AsyncTestClient, admin: CurrentUser, pg: asyncpg.Connection, raw: str
+) -> None:
+    r = await post(client, "/admin/schedules", {**SCHEDULE, "input_data": raw})
+    assert r.status_code == 422, r.text[:1000]
+    assert 'id="e-input_data" class="field-error"' in r.text
+    assert await pg.fetchval("SELECT count(*) FROM schedules") == 0
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"cron": "0 3 * * *\x00"},
+        {"cron": "1," * 5000 + "2 * * * *"},
+        {"timezone": "Europe/Berlin\x00"},
+        {"timezone": "a" * 300},
+        {"timezone": "../../etc/passwd"},
+        {"name": "x\x00y"},
+        {"name": "x" * 5000},
+        {"owner": "a\x00@example.com"},
+        {"owner": "x" * 5000},
+        {"target": "type:\x00"},
+        {"target": "template:" + "x" * 5000},
+    ],
+    ids=range(11),
+)
+async def test_any_bad_value_in_the_schedule_form_is_a_form_error(
+    client: AsyncTestClient, admin: CurrentUser, pg: asyncpg.Connection, change: dict[str, str]
+) -> None:
+    r = await post(client, "/admin/schedules", {**SCHEDULE, **change})
+    assert r.status_code == 422, r.text[:1000]
+    assert 'class="field-error"' in r.text
+    assert await pg.fetchval("SELECT count(*) FROM schedules") == 0
+
+
+async def test_nul_characters_and_huge_ids_in_user_and_sign_in_forms_are_not_server_errors(
+    client: AsyncTestClient, admin: CurrentUser, db_url: str, pg: asyncpg.Connection
+) -> None:
+    bob = await add_user(db_url, "bob@example.com")
+    r = await post(client, "/admin/users", {"email": "a\x00@example.com", "password": "long enough pw"})
+    assert r.status_code == 422
+    assert 'id="e-email" class="field-error"' in r.text
+    r = await post(client, f"/admin/users/{bob.id}/tokens", {"name": "c\x00i"})
+    assert r.status_code == 422 and "<strong>name</strong>: contains a NUL character" in r.text
+    assert await pg.fetchval("SELECT count(*) FROM api_tokens") == 0
+    for path in ("/admin/users/99999999999/disable", "/admin/tokens/99999999999/revoke"):
+        assert (await post(client, path)).status_code == 404, path
+    for field in ("action", "user", "before"):
+        r = await client.get(f"/admin/audit?{field}=a%00b")
+        assert r.status_code == 422 and f"<strong>{field}</strong>: contains a NUL" in r.text, field
+    client.cookies.clear()
+    page = await client.get("/login")
+    r = await client.post(
+        "/login",
+        data={"email": "bob\x00@example.com", "password": "x", "_csrf_token": csrf_from(page.text)},
+        follow_redirects=False,
+    )
+    assert r.status_code == 422 and "<strong>email</strong>: contains a NUL" in r.text
+    assert await pg.fetchval("SELECT count(*) FROM login_attempts WHERE email LIKE 'bob%'") == 0
+
+
+async def test_a_value_the_database_cannot_hold_is_classified_as_bad_input(
+    ui_settings: Settings, db_url: str
+) -> None:
+    """Whatever path lets such a value through, the answer is a 422 naming the problem, not a 500."""
+    engine = create_engine(db_url, pool_size=1)
+    errors = []
+    try:
+        for sql, value in (
+            ("SELECT CAST(:v AS text)", "a\x00b"),
+            ("SELECT CAST(:v AS text)", "\ud800"),
+            ("SELECT 1 WHERE 1 = :v", 2**40),
+        ):
+            async with engine.connect() as conn:
+                with pytest.raises(Exception) as caught:
+                    await conn.execute(text(sql), {"v": value})
+                errors.append(caught.value)
+    finally:
+        await engine.dispose()
+    for exc in errors:
+        status, detail, _errors, _headers = server._classify(exc, ui_settings)
+        assert (status, detail) == (422, server.UNSTORABLE_MESSAGE), exc

@@ -1,0 +1,94 @@
+"""The admin console in headless Chromium (case C19): walk /admin,
+/admin/users (create a user), /admin/schedules (a form error, then a schedule), with stored-XSS payloads in
+a user's email, a schedule's input and name, and an error message — none runs. Screenshots on a desktop and
+a 390 px phone go to ``tests/artifacts/admin-*.png``; no page scrolls sideways on the phone."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.browser import BROWSER_MARKS, XSS, Watch, no_horizontal_scroll
+from tests.support.webkit import FORMS_ENV, PASSWORD, add_user, running_server
+
+pytestmark = BROWSER_MARKS
+
+
+@pytest.fixture
+def server(db_url: str, tmp_path: Path) -> Iterator[str]:
+    asyncio.run(add_user(db_url, "root@example.com", admin=True))
+    with running_server(db_url, tmp_path / "data", **FORMS_ENV) as base:
+        yield base
+
+
+def test_admin_console_walk_forms_and_no_script_runs(server: str, browser: Any, artifacts_dir: Path) -> None:
+    base = server
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    watch = Watch(page)
+    page.goto(base + "/login")
+    page.fill("#email", "root@example.com")
+    page.fill("#password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(base + "/")
+
+    # users: an XSS email is a form error shown as text; then a real user with a generated password
+    page.goto(base + "/admin/users")
+    page.fill("#u-email", XSS + "@example.com")
+    page.click("#create-user-submit")
+    page.wait_for_selector("#e-email")
+    page.fill("#u-email", "ann@example.com")
+    page.click("#create-user-submit")
+    page.wait_for_selector("#secret-value")
+    assert page.inner_text("#secret-value").strip()
+    page.screenshot(path=str(artifacts_dir / "admin-users.png"), full_page=True)
+    # destructive buttons ask first (data-confirm, static/app.js); Watch says yes to a confirm
+    questions: list[str] = []
+    page.on("dialog", lambda d: questions.append(d.message))
+    page.goto(base + "/admin/users")
+    page.locator("form[action$='/disable'] button").first.click()
+    page.wait_for_selector("form[action$='/enable']")
+    assert any(q.startswith("Disable this user?") for q in questions), questions
+
+    # schedules: a bad cron is a form error; XSS in name and input is stored and shown as text
+    page.goto(base + "/admin/schedules")
+    page.fill("#s-name", XSS)
+    page.fill("#s-cron", "not a cron")
+    page.select_option("#s-target", "type:test.form")
+    page.fill("#s-input", '{"name": "x", "notes": "' + XSS.replace('"', '\\"') + '"}')
+    page.click("#create-schedule-submit")
+    page.wait_for_selector("#e-cron")
+    page.screenshot(path=str(artifacts_dir / "admin-schedules-error.png"), full_page=True)
+    page.fill("#s-cron", "*/5 * * * *")
+    page.click("#create-schedule-submit")
+    page.wait_for_selector("#schedules-table")
+    assert XSS in page.inner_text("#schedules-table")
+    page.screenshot(path=str(artifacts_dir / "admin-schedules.png"), full_page=True)
+
+    # health, with a paused type; the live part refreshes by itself
+    page.goto(base + "/admin")
+    page.wait_for_selector("#admin-health")
+    page.once("dialog", lambda d: d.accept())
+    page.locator("form[action='/admin/controls/pause']").nth(1).locator("button").click()
+    page.wait_for_selector(".badge-paused")
+    with page.expect_response(lambda r: "/admin/health" in r.url, timeout=15_000):
+        pass
+    page.screenshot(path=str(artifacts_dir / "admin-health.png"), full_page=True)
+    page.goto(base + "/admin/audit")
+    assert page.locator("#audit-table tr").count() >= 4
+    page.screenshot(path=str(artifacts_dir / "admin-audit.png"), full_page=True)
+
+    phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
+    Watch(phone)
+    phone.context.add_cookies(page.context.cookies())
+    for name in ("admin", "admin/users", "admin/schedules", "admin/audit"):
+        phone.goto(f"{base}/{name}")
+        phone.screenshot(
+            path=str(artifacts_dir / f"admin-phone-{name.replace('/', '-')}.png"), full_page=True
+        )
+        assert no_horizontal_scroll(phone), name
+    assert watch.alerts == []
+    assert not [e for e in watch.errors if "alert" in e]

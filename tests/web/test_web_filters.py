@@ -1,0 +1,45 @@
+"""Template filters: times in the user's zone, relative times, durations, sizes (app.web)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from app.web import format_ago, format_duration, format_filesize, format_localtime, zone
+
+NOW = datetime(2026, 11, 29, 20, 0, tzinfo=UTC)
+
+
+def test_localtime_uses_the_zone_and_names_it() -> None:
+    assert format_localtime(NOW, zone("Europe/Berlin")) == "29 Nov 2026, 21:00 CET"
+    assert format_localtime(NOW, zone("America/New_York"), seconds=True) == "29 Nov 2026, 15:00:00 EST"
+    assert format_localtime(datetime(2026, 7, 1, 12, 0), zone("UTC")) == "1 Jul 2026, 12:00 UTC"
+    assert format_localtime(None, zone("UTC")) == ""
+    assert zone("Not/AZone") == zone("UTC")
+    assert zone(None) == zone("UTC")
+
+
+def test_ago() -> None:
+    assert format_ago(NOW - timedelta(seconds=10), NOW) == "just now"
+    assert format_ago(NOW - timedelta(minutes=2), NOW) == "2 min ago"
+    assert format_ago(NOW - timedelta(hours=3), NOW) == "3 h ago"
+    assert format_ago(NOW - timedelta(days=1), NOW) == "1 day ago"
+    assert format_ago(NOW - timedelta(days=5), NOW) == "5 days ago"
+    assert format_ago(NOW + timedelta(minutes=3), NOW) == "in 3 min"
+    assert format_ago(None) == ""
+
+
+def test_duration() -> None:
+    assert format_duration(0.85) == "850 ms"
+    assert format_duration(4) == "4 s"
+    assert format_duration(4.25) == "4.2 s"
+    assert format_duration(42) == "42 s"
+    assert format_duration(185) == "3 min 5 s"
+    assert format_duration(timedelta(hours=2, minutes=10)) == "2 h 10 min"
+    assert format_duration(None) == ""
+
+
+def test_filesize() -> None:
+    assert format_filesize(512) == "512 bytes"
+    assert format_filesize(1536) == "1.5 KiB"
+    assert format_filesize(25 * 1024 * 1024) == "25 MiB"
+    assert format_filesize(None) == ""
