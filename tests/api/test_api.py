@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import tests.support.forms
 import tests.support.processors  # noqa: F401  (test job types)
-from tests.support.webkit import add_token, add_user, app_client
+from tests.support.webkit import app_client, bearer
 from tests.support.workers import running_worker, wait_until
 
 
@@ -24,11 +24,6 @@ async def api(make_settings, db_url):
     settings = make_settings(worker_enabled=False)
     async with app_client(settings) as client:
         yield client, settings
-
-
-async def bearer(db_url: str, email: str, admin: bool = False) -> tuple[Any, dict[str, str]]:
-    user = await add_user(db_url, email, admin=admin)
-    return user, {"Authorization": f"Bearer {await add_token(db_url, user.id)}"}
 
 
 async def test_enqueue_returns_201_then_200_for_an_idempotent_repeat(api, db_url) -> None:

@@ -22,52 +22,7 @@ import pytest
 
 from app.auth import verify_password
 from app.db import head_revision
-
-ROOT = Path(__file__).resolve().parents[2]
-JOBDESK = Path(sys.executable).parent / "jobdesk"
-
-
-def _cmd(*args: str) -> list[str]:
-    if JOBDESK.exists():
-        return [str(JOBDESK), *args]
-    return [sys.executable, "-m", "app.cli", *args]
-
-
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "TEST_DATABASE_URL"}}
-    env.update(
-        SECRET_KEY="cli-test-secret-key-0123456789abcdef",
-        JOBDESK_DATA_DIR=str(tmp_path / "data"),
-        LOG_LEVEL="WARNING",
-        WORKER_ENABLED="false",
-    )
-    env.update(extra)
-    return env
-
-
-def run(tmp_path: Path, *args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        _cmd(*args),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=_env(tmp_path, **env),
-        cwd=tmp_path,
-        timeout=120,
-    )
-
-
-def assert_clean_failure(result: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """Non-zero exit, exactly one ``Error: …`` line on stderr, no traceback; returns that line."""
-    assert result.returncode != 0, result
-    assert "Traceback" not in result.stderr + result.stdout
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("Error: "), result.stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
-
+from tests.support.cli import ROOT, assert_clean_failure, cli_env, cmd, free_port, run
 
 # --- settings errors ----------------------------------------------------------------------------------
 
@@ -210,7 +165,7 @@ def test_worker_py_is_the_worker_command(tmp_path: Path) -> None:
         [sys.executable, str(ROOT / "worker.py"), "--help"],
         capture_output=True,
         text=True,
-        env=_env(tmp_path),
+        env=cli_env(tmp_path),
         cwd=ROOT,
         timeout=60,
     )
@@ -222,20 +177,14 @@ def test_worker_py_is_the_worker_command(tmp_path: Path) -> None:
 # --- serve -------------------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_serve_runs_the_app_and_logs_json(tmp_path: Path, db_url: str) -> None:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
-        _cmd("serve", "--port", str(port)),
+        cmd("serve", "--port", str(port)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(tmp_path, DATABASE_URL=db_url, LOG_LEVEL="INFO"),
+        env=cli_env(tmp_path, DATABASE_URL=db_url, LOG_LEVEL="INFO"),
         cwd=tmp_path,
     )
     try:
@@ -272,7 +221,7 @@ def test_serve_runs_the_app_and_logs_json(tmp_path: Path, db_url: str) -> None:
 
 
 def test_serve_no_migrate_refuses_a_database_that_is_behind(tmp_path: Path, fresh_db_url: str) -> None:
-    result = run(tmp_path, "serve", "--no-migrate", "--port", str(_free_port()), DATABASE_URL=fresh_db_url)
+    result = run(tmp_path, "serve", "--no-migrate", "--port", str(free_port()), DATABASE_URL=fresh_db_url)
     assert_clean_failure(result, "Refusing to start", "run `jobdesk migrate`")
 
 
@@ -309,10 +258,10 @@ def test_serve_on_the_embedded_database_stops_it_on_exit(tmp_path: Path) -> None
         pytest.skip(
             "as root with the virtualenv under a home folder the embedded server is refused by design"
         )
-    port = _free_port()
-    env = _env(tmp_path, LOG_LEVEL="INFO")
+    port = free_port()
+    env = cli_env(tmp_path, LOG_LEVEL="INFO")
     proc = subprocess.Popen(
-        _cmd("serve", "--port", str(port)),
+        cmd("serve", "--port", str(port)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

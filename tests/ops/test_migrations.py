@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.db import asyncpg_dsn, create_engine, downgrade, head_revision, migration_status, run_migrations
 from app.models import JOBS_STORAGE, Base
-from tests.ops.test_cli import _cmd, _env
+from tests.support.cli import cli_env, cmd
 
 
 async def _diff(url: str) -> list:
@@ -74,10 +74,10 @@ async def test_jobs_table_has_its_own_fillfactor_and_autovacuum_settings(pg: asy
 def test_concurrent_migrate_commands_all_succeed(tmp_path: Path, fresh_db_url: str) -> None:
     """Four ``jobdesk migrate`` started together on a fresh database (as several hosts deploying at once):
     each waits for the migration lock; one migrates, the others then find nothing to do. All exit 0."""
-    env = _env(tmp_path, DATABASE_URL=fresh_db_url)
+    env = cli_env(tmp_path, DATABASE_URL=fresh_db_url)
     procs = [
         subprocess.Popen(
-            _cmd("migrate"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
+            cmd("migrate"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
         )
         for _ in range(4)
     ]

@@ -27,9 +27,8 @@ from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.settings import Settings
 from app.worker.runner import Worker
-from tests.api.test_api import bearer
-from tests.ops.test_cli import _cmd, _env, _free_port, assert_clean_failure, run
-from tests.support.webkit import app_client
+from tests.support.cli import assert_clean_failure, cli_env, cmd, free_port, run
+from tests.support.webkit import app_client, bearer
 
 pytest_plugins = ("tests.support.pgbouncer",)  # the ``pgbouncer`` fixture (imported by pytest, not here)
 
@@ -334,15 +333,15 @@ def test_serve_worker_and_migrate_behind_pgbouncer(
     token = run(tmp_path, "create-token", "ops@example.com", **env)
     assert token.returncode == 0, token.stderr
 
-    port = _free_port()
+    port = free_port()
     logs = {name: (tmp_path / f"{name}.log").open("w+") for name in ("serve", "worker")}
     procs = {
         name: subprocess.Popen(
-            _cmd(*args),
+            cmd(*args),
             stdout=logs[name],
             stderr=subprocess.STDOUT,
             text=True,
-            env=_env(tmp_path, **env),
+            env=cli_env(tmp_path, **env),
             cwd=tmp_path,
         )
         for name, args in (("serve", ("serve", "--port", str(port))), ("worker", ("worker",)))

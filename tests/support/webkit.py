@@ -158,3 +158,9 @@ def running_server(db_url: str, data_dir: Path, **env: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+async def bearer(db_url: str, email: str, admin: bool = False) -> tuple[Any, dict[str, str]]:
+    """A user and the ``Authorization`` header of an API token of theirs."""
+    user = await add_user(db_url, email, admin=admin)
+    return user, {"Authorization": f"Bearer {await add_token(db_url, user.id)}"}

@@ -25,15 +25,15 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-import support_forms  # noqa: F401  (registers test.form, test.step, test.steps)
 from litestar.testing import AsyncTestClient
-from webkit import add_token, add_user, app_client, csrf_from, login, running_server
-from workers import running_worker, wait_until
 
+import tests.support.forms  # noqa: F401  (registers test.form, test.step, test.steps)
 from app import schedules
 from app.db import create_engine
 from app.jobs.queue import SystemPrincipal
 from app.settings import Settings
+from tests.support.webkit import add_token, add_user, app_client, csrf_from, login, running_server
+from tests.support.workers import running_worker, wait_until
 
 NO_LIMITS = {
     "user_max_waiting_jobs": 0,

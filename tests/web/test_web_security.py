@@ -14,9 +14,6 @@ import asyncpg
 import httpx
 import pytest
 from litestar.testing import AsyncTestClient
-from test_cli import assert_clean_failure
-from test_cli import run as run_cli
-from webkit import PASSWORD, add_token, add_user, app_client, csrf_from, login, running_server
 
 from app.db import asyncpg_dsn, create_engine
 from app.jobs import queue
@@ -27,6 +24,9 @@ from app.signin import (
     LOGIN_MAX_FAILURES_PER_EMAIL_AND_IP,
     LOGIN_MAX_FAILURES_PER_IP,
 )
+from tests.support.cli import assert_clean_failure
+from tests.support.cli import run as run_cli
+from tests.support.webkit import PASSWORD, add_token, add_user, app_client, csrf_from, login, running_server
 
 SESSION = "jobdesk_session"
 CSRF = "csrftoken"

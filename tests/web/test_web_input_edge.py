@@ -17,13 +17,13 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncEngine
-from test_web_jobs import claim, enqueue, failed_job, finish
-from webkit import add_token, add_user, csrf_from, login
 
 from app.actions.selection import FILTER_FIELDS
 from app.server import create_app
 from app.settings import Settings
 from app.web.input_guard import FORM_CHECKED, json_depth
+from tests.support.jobsteps import claim, enqueue, failed_job, finish
+from tests.support.webkit import add_token, add_user, csrf_from, login
 
 NUL = "a\x00b"
 SKIPPED_PREFIXES = ("/static", "/schema")
