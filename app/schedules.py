@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -24,7 +24,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from uuid_utils.compat import uuid7
 
-from app import audit, pipelines
+from app import audit, localtime, pipelines
 from app.errors import BadInput, Conflict, NotFound
 from app.jobs import queue
 from app.jobs.payload import check_input, json_text
@@ -54,21 +54,58 @@ def zone(name: str) -> ZoneInfo:
         ) from None
 
 
+_CRON_ERRORS = (CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, ValueError, KeyError)
+MAX_WALL_STEPS = 10_000
+"""At most this many cron times are looked at for one next fire (the repeated hour of a schedule that
+fires every second is skipped in one jump, so this is never reached by a valid schedule)."""
+
+
+def _bad_cron(exc: Exception) -> BadInput:
+    return BadInput.field(
+        "cron",
+        f"not a valid cron expression ({exc}); five fields: minute hour day month weekday, e.g. '*/15 * * * *'",
+    )
+
+
+def _walls(cron: str, start: datetime) -> croniter:
+    """croniter over naive wall-clock times (no zone: croniter's own handling of daylight saving time
+    fires a repeated 01:30 twice; the zone is applied by :func:`next_fire`)."""
+    try:
+        return croniter(cron, start)
+    except _CRON_ERRORS as exc:
+        raise _bad_cron(exc) from None
+
+
 def next_fire(cron: str, tz: str, after: datetime) -> datetime:
     """The first fire time of ``cron`` in zone ``tz`` strictly after ``after``, as UTC.
+
+    The cron expression names wall-clock times in ``tz``, and each wall-clock time fires at most once:
+
+    * a time that happens twice (clocks go back) fires at its first occurrence only, so ``30 1 * * *``
+      in America/New_York fires at 01:30 EDT on the fall-back day, not again at 01:30 EST, and
+      ``*/15 * * * *`` fires 01:00–01:45 once (in summer time), then 02:00;
+    * a time that does not happen (clocks go forward) fires once at the moment the clocks jump to
+      (03:00 EDT for ``30 2 * * *`` in New York), together with any other skipped times of the same gap,
+      so a daily job still runs that day, once.
 
     Raises:
         BadInput: an invalid cron expression (the message shows the expected form).
     """
-    local = after.astimezone(zone(tz))
+    where = zone(tz)
+    after = after.astimezone(UTC)
+    walls = _walls(cron, after.astimezone(where).replace(tzinfo=None))
     try:
-        it = croniter(cron, local)
-        return it.get_next(datetime).astimezone(UTC)
-    except (CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, ValueError, KeyError) as exc:
-        raise BadInput.field(
-            "cron",
-            f"not a valid cron expression ({exc}); five fields: minute hour day month weekday, e.g. '*/15 * * * *'",
-        ) from None
+        for _ in range(MAX_WALL_STEPS):
+            wall = walls.get_next(datetime)
+            local = localtime.resolve(wall, where)
+            if local.first > after:
+                return local.first
+            if local.repeated:
+                # the rest of the repeated hour fired the first time round: go on after it
+                walls = _walls(cron, localtime.repeat_end(wall, where) - timedelta(seconds=1))
+    except _CRON_ERRORS as exc:
+        raise _bad_cron(exc) from None
+    raise _bad_cron(ValueError("no fire time found"))
 
 
 def fired_title(name: str, at: datetime) -> str:
@@ -78,6 +115,17 @@ def fired_title(name: str, at: datetime) -> str:
     suffix = f" ({at:%Y-%m-%d %H:%M} UTC)"
     room = 200 - len(suffix)
     return (name if len(name) <= room else name[: room - 1] + "…") + suffix
+
+
+_CHECK_FROM = datetime(2000, 1, 1, tzinfo=UTC)
+"""Where :func:`check_cron` looks for a first fire time (any instant does; no clock is read)."""
+
+
+async def db_now(conn: AsyncConnection) -> datetime:
+    """The database's clock, the one every due time is compared with (``now()``: this transaction's
+    start). Web hosts and workers may be minutes off; a first fire computed from their clock would be
+    that much early (fired at once, for a stale time) or late."""
+    return (await conn.execute(text("SELECT now()"))).scalar_one()
 
 
 def check_cron(cron: str) -> str:
@@ -93,7 +141,7 @@ def check_cron(cron: str) -> str:
             "a cron expression has five fields: minute hour day month weekday, e.g. '*/15 * * * *' "
             "(a sixth field, seconds, fires more often than once a minute)",
         )
-    next_fire(cron, "UTC", datetime.now(UTC))
+    next_fire(cron, "UTC", _CHECK_FROM)
     return cron
 
 
@@ -206,9 +254,9 @@ async def create_schedule(
         "enabled": enabled,
         "catch_up": catch_up,
         "source": source,
-        "next_fire_at": next_fire(cron, timezone, datetime.now(UTC)) if enabled else None,
     }
     conn = await queue.conn_of(db)
+    params["next_fire_at"] = next_fire(cron, timezone, await db_now(conn)) if enabled else None
     row = (await conn.execute(INSERT_SCHEDULE, params)).mappings().first()
     if row is None:
         raise BadInput.field("name", f"a schedule named {name!r} already exists")
@@ -235,7 +283,7 @@ async def set_schedule_enabled(
     """
     conn = await queue.conn_of(db)
     row = await get_schedule(conn, schedule_id)
-    nxt = next_fire(row["cron"], row["timezone"], datetime.now(UTC)) if enabled else None
+    nxt = next_fire(row["cron"], row["timezone"], await db_now(conn)) if enabled else None
     updated = (
         (
             await conn.execute(
@@ -436,12 +484,39 @@ async def _disable(conn: AsyncConnection, row: RowMapping, exc: BadInput) -> Non
     )
 
 
+HELD_BY_PAUSE = text(
+    """
+    SELECT EXISTS (
+        SELECT 1 FROM jobs j
+        WHERE (j.id = CAST(:job_id AS uuid) OR j.pipeline_id = CAST(:pipeline_id AS uuid))
+          AND j.status = 'queued' AND j.attempts = 0
+          AND EXISTS (SELECT 1 FROM job_type_controls c WHERE c.paused AND c.type IN (j.type, '*'))
+    )
+    """
+)
+TYPE_PAUSED = text("SELECT EXISTS (SELECT 1 FROM job_type_controls WHERE paused AND type IN (:type, '*'))")
+SKIP_FIRE = text("UPDATE schedules SET next_fire_at = :next, updated_at = now() WHERE id = :id")
+
+
+async def _held_by_pause(conn: AsyncConnection, row: RowMapping) -> bool:
+    """Whether the schedule's previous fire has not started because its type is paused: its job, or a
+    step of its pipeline, still waits for its first attempt in a paused type."""
+    if row["last_job_id"] is None and row["last_pipeline_id"] is None:
+        return False
+    params = {"job_id": row["last_job_id"], "pipeline_id": row["last_pipeline_id"]}
+    return bool((await conn.execute(HELD_BY_PAUSE, params)).scalar())
+
+
 async def fire_due(conn: AsyncConnection, settings: Settings, *, limit: int = 50) -> list[dict[str, Any]]:
     """Fire every due schedule once (called by the worker's sweep loop, in the caller's transaction).
 
     Returns ``[{"schedule": name, "fired_at": …, "job_id"|"pipeline_id": …}]``. A schedule whose target
     became invalid (type removed, input no longer valid) is disabled and the reason logged in the audit
     trail, rather than failing the sweep.
+
+    A paused type does not pile up a schedule's jobs: while the previous fire's job (or a step of its
+    pipeline) waits in a paused type, the due times pass without a new job, so at most one fire per
+    schedule waits and a resume starts one job, not one per missed time.
     """
     rows = (await conn.execute(DUE_SCHEDULES, {"limit": limit})).mappings().all()
     fired: list[dict[str, Any]] = []
@@ -449,6 +524,12 @@ async def fire_due(conn: AsyncConnection, settings: Settings, *, limit: int = 50
         times, nxt = fire_times(
             row["cron"], row["timezone"], row["next_fire_at"], row["db_now"], row["catch_up"]
         )
+        if await _held_by_pause(conn, row):
+            await conn.execute(SKIP_FIRE, {"id": row["id"], "next": nxt})
+            continue
+        if len(times) > 1 and row["job_type"]:
+            if (await conn.execute(TYPE_PAUSED, {"type": row["job_type"]})).scalar():
+                times = times[-1:]  # a catch-up into a paused type: one waiting job, not a pile
         try:
             async with conn.begin_nested():
                 these = [await _fire(conn, row, at, settings) for at in times]

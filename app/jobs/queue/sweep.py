@@ -145,12 +145,30 @@ PRUNE_PIPELINES = sql(
 PRUNE_ORPHAN_FILES = sql(
     """
     DELETE FROM files WHERE id IN (
-        SELECT id FROM files WHERE job_id IS NULL AND created_at < now() - make_interval(days => :days)
-        ORDER BY created_at LIMIT :batch
+        SELECT f.id FROM files f
+        WHERE f.job_id IS NULL AND f.created_at < now() - make_interval(days => :days)
+          AND NOT EXISTS (
+              SELECT 1 FROM jobs j
+              WHERE j.user_id = f.user_id AND strpos(lower(CAST(j.input_data AS text)), CAST(f.id AS text)) > 0
+          )
+          AND NOT EXISTS (
+              SELECT 1 FROM pipelines p
+              WHERE p.user_id = f.user_id AND strpos(lower(CAST(p.input_data AS text)), CAST(f.id AS text)) > 0
+          )
+          AND NOT EXISTS (
+              SELECT 1 FROM schedules s WHERE strpos(lower(CAST(s.input_data AS text)), CAST(f.id AS text)) > 0
+          )
+        ORDER BY f.created_at LIMIT :batch
+        FOR UPDATE OF f SKIP LOCKED
     )
     RETURNING id
     """
 )
+"""Files no job holds (``files.job_id`` is empty: an upload, or a file whose job was deleted) and older
+than the retention, unless something that can still run names them: the input of a job still in the
+database (waiting, running, or finished and not yet pruned — "Run again" reuses its input), of a
+pipeline, or of a schedule. A job may only name its owner's files, so jobs and pipelines are searched
+among the owner's rows only; schedules, being few, all of them."""
 
 
 async def prune(conn: AsyncConnection, retention_days: float, *, batch: int = PRUNE_BATCH) -> dict[str, Any]:
@@ -158,8 +176,8 @@ async def prune(conn: AsyncConnection, retention_days: float, *, batch: int = PR
 
     Standalone jobs go individually (with their events, by cascade); a pipeline's jobs go only with the
     whole pipeline, once it has finished — never from under a running one. Files then left without a
-    job and older than the retention (those of deleted jobs, and uploads no job ever used) are deleted
-    too. Returns ``{"jobs": n, "pipelines": n, "files": [deleted file ids]}``; the caller removes those
+    job and older than the retention (those of deleted jobs, and uploads) are deleted too, unless a job,
+    pipeline or schedule still in the database names them in its input (:data:`PRUNE_ORPHAN_FILES`). Returns ``{"jobs": n, "pipelines": n, "files": [deleted file ids]}``; the caller removes those
     files' bytes after commit (:meth:`app.files.FileStore.remove`).
     """
     days = float(retention_days)
