@@ -6,6 +6,11 @@ Each due time fires exactly once however many workers run: the sweep takes the s
 carries the idempotency key ``schedule:<id>:<fire time>``. After downtime only the latest missed time
 fires, unless ``catch_up`` is set (then each missed time, at most :data:`MAX_CATCH_UP`).
 
+Time: a cron expression names wall-clock times in the schedule's zone, and each fires at most once
+across daylight-saving changes (:func:`next_fire` gives the rule); "now" is always the database's clock
+(:func:`db_now`), never the process's. A paused type does not pile up a schedule's jobs: while the
+previous fire still waits in a paused type, due times pass without a new job (:func:`fire_due`).
+
 Every change a person makes is recorded in the audit trail, and so is a schedule the sweep disables
 because its target is no longer valid.
 """
