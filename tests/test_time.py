@@ -435,7 +435,7 @@ async def test_retention_keeps_files_a_waiting_job_a_recent_job_or_a_schedule_na
         type="test.form",
         input_data={"name": "a", "document": waiting_for, "attachments": [recent]},
     )
-    await queue_job(
+    waiting = await queue_job(
         engine,
         settings,
         user.id,
@@ -474,3 +474,7 @@ async def test_retention_keeps_files_a_waiting_job_a_recent_job_or_a_schedule_na
     kept = {str(r["id"]) for r in await pg.fetch("SELECT id FROM files")}
     assert kept == {waiting_for, recent, scheduled}
     assert all(store.path(i).exists() for i in kept) and not store.path(unused).exists()
+    holders = {str(r["id"]): r["job_id"] for r in await pg.fetch("SELECT id, job_id FROM files")}
+    assert holders == {waiting_for: waiting, recent: today, scheduled: None}, (
+        "taken over by the jobs that name them"
+    )
