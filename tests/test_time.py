@@ -349,8 +349,8 @@ async def test_schedule_times_read_no_process_clock(
         row = await controls.create_schedule(
             conn, cron="* * * * *", job_type="noop", owner=admin, settings=settings
         )
-        await controls.set_schedule_enabled(conn, row["id"], False, admin)
-        await controls.set_schedule_enabled(conn, row["id"], True, admin)
+        await controls.set_schedule_enabled(conn, row["id"], False)
+        await controls.set_schedule_enabled(conn, row["id"], True)
     seconds = await pg.fetchval("SELECT extract(epoch FROM next_fire_at - updated_at) FROM schedules")
     assert 0 < seconds <= 60
 
@@ -373,7 +373,7 @@ async def test_a_paused_types_schedule_keeps_one_waiting_job_and_resumes_without
     proc = WorkerProcess(settings, tmp_path / "worker.log")
     try:
         await wait_until(
-            lambda: pg.fetchval("SELECT count(*) > 0 FROM jobs"), timeout=20, what="a first fire"
+            lambda: pg.fetchval("SELECT count(*) > 0 FROM jobs"), timeout=45, what="a first fire"
         )
         await asyncio.sleep(4)
         assert await pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'queued'") == 1
@@ -383,7 +383,7 @@ async def test_a_paused_types_schedule_keeps_one_waiting_job_and_resumes_without
             await controls.set_paused(conn, "noop", False, admin)
         await wait_until(
             lambda: pg.fetchval("SELECT count(*) >= 3 FROM jobs WHERE status = 'completed'"),
-            timeout=20,
+            timeout=45,
             what="runs",
         )
     finally:
@@ -465,7 +465,7 @@ async def test_retention_keeps_files_a_waiting_job_a_recent_job_or_a_schedule_na
     try:
         await wait_until(
             lambda: pg.fetchval("SELECT count(*) = 0 FROM files WHERE id = $1", unused),
-            timeout=20,
+            timeout=45,
             what="retention",
         )
     finally:

@@ -79,11 +79,14 @@ from app.jobs.queue.consequences import (
 )
 from app.jobs.queue.leases import (
     CANCEL_REQUESTED,
+    KEEP_LEASES,
     RENEW_LEASES,
     SET_PROGRESS,
+    STILL_MINE,
     LeaseReport,
     cancel_requested,
     heartbeat,
+    keep_leases,
     set_progress,
 )
 from app.jobs.queue.new_jobs import (
@@ -168,10 +171,12 @@ from app.jobs.queue.workers import (
     FORGET_OLD,
     RECORD_THROUGHPUT,
     REGISTER_WORKER,
+    SET_WORKER_HEALTH,
     TOUCH_WORKER,
     UNREGISTER_WORKER,
     forget_old,
     register_worker,
+    set_worker_health,
     touch_worker,
     unregister_worker,
 )
@@ -240,8 +245,11 @@ __all__ = [
     "NEXT_DUE",
     "seconds_until_next_due",
     "RENEW_LEASES",
+    "KEEP_LEASES",
+    "STILL_MINE",
     "LeaseReport",
     "heartbeat",
+    "keep_leases",
     "CANCEL_REQUESTED",
     "cancel_requested",
     "SET_PROGRESS",
@@ -304,11 +312,13 @@ __all__ = [
     "stuck_dependents",
     "REGISTER_WORKER",
     "TOUCH_WORKER",
+    "SET_WORKER_HEALTH",
     "RECORD_THROUGHPUT",
     "UNREGISTER_WORKER",
     "FORGET_OLD",
     "register_worker",
     "touch_worker",
+    "set_worker_health",
     "unregister_worker",
     "forget_old",
 ]
