@@ -15,7 +15,10 @@ Who reads what:
   the files the worker resolved through it (:meth:`JobFiles.for_process`).
 
 The stored content type is derived from the bytes (see :func:`derive_type`), never taken as sent. Files
-produced by a job belong to the job's owner and are deleted with the job by retention.
+produced by a job belong to the job's owner. Retention (:func:`app.jobs.queue.prune`) deletes a file
+once no job holds it (``files.job_id``: the job that produced it or first used it, until that job is
+deleted) and it is older than ``JOB_RETENTION_DAYS`` — but never while a job still in the database, a
+pipeline or a schedule names it in its input, since those can still run with it.
 """
 
 from __future__ import annotations

@@ -6,6 +6,11 @@ Each due time fires exactly once however many workers run: the sweep takes the s
 carries the idempotency key ``schedule:<id>:<fire time>``. After downtime only the latest missed time
 fires, unless ``catch_up`` is set (then each missed time, at most :data:`MAX_CATCH_UP`).
 
+Time: a cron expression names wall-clock times in the schedule's zone, and each fires at most once
+across daylight-saving changes (:func:`next_fire` gives the rule); "now" is always the database's clock
+(:func:`db_now`), never the process's. A paused type does not pile up a schedule's jobs: while the
+previous fire still waits in a paused type, due times pass without a new job (:func:`fire_due`).
+
 Who may change schedules, the audit entry and the admin notice of each change are
 :mod:`app.actions.schedules`. A schedule the sweep disables — its target is no longer valid, or its
 owner may no longer start it — has no person behind it: the sweep records an admin notice from
@@ -16,7 +21,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -26,7 +31,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from uuid_utils.compat import uuid7
 
-from app import pipelines, quotas
+from app import localtime, pipelines, quotas
 from app.errors import BadInput, Conflict, NotFound
 from app.jobs import outbox, queue
 from app.jobs.payload import check_input, json_text
@@ -48,21 +53,58 @@ def zone(name: str) -> ZoneInfo:
         ) from None
 
 
+_CRON_ERRORS = (CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, ValueError, KeyError)
+MAX_WALL_STEPS = 10_000
+"""At most this many cron times are looked at for one next fire (the repeated hour of a schedule that
+fires every second is skipped in one jump, so this is never reached by a valid schedule)."""
+
+
+def _bad_cron(exc: Exception) -> BadInput:
+    return BadInput.field(
+        "cron",
+        f"not a valid cron expression ({exc}); five fields: minute hour day month weekday, e.g. '*/15 * * * *'",
+    )
+
+
+def _walls(cron: str, start: datetime) -> croniter:
+    """croniter over naive wall-clock times (no zone: croniter's own handling of daylight saving time
+    fires a repeated 01:30 twice; the zone is applied by :func:`next_fire`)."""
+    try:
+        return croniter(cron, start)
+    except _CRON_ERRORS as exc:
+        raise _bad_cron(exc) from None
+
+
 def next_fire(cron: str, tz: str, after: datetime) -> datetime:
     """The first fire time of ``cron`` in zone ``tz`` strictly after ``after``, as UTC.
+
+    The cron expression names wall-clock times in ``tz``, and each wall-clock time fires at most once:
+
+    * a time that happens twice (clocks go back) fires at its first occurrence only, so ``30 1 * * *``
+      in America/New_York fires at 01:30 EDT on the fall-back day, not again at 01:30 EST, and
+      ``*/15 * * * *`` fires 01:00–01:45 once (in summer time), then 02:00;
+    * a time that does not happen (clocks go forward) fires once at the moment the clocks jump to
+      (03:00 EDT for ``30 2 * * *`` in New York), together with any other skipped times of the same gap,
+      so a daily job still runs that day, once.
 
     Raises:
         BadInput: an invalid cron expression (the message shows the expected form).
     """
-    local = after.astimezone(zone(tz))
+    where = zone(tz)
+    after = after.astimezone(UTC)
+    walls = _walls(cron, after.astimezone(where).replace(tzinfo=None))
     try:
-        it = croniter(cron, local)
-        return it.get_next(datetime).astimezone(UTC)
-    except (CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, ValueError, KeyError) as exc:
-        raise BadInput.field(
-            "cron",
-            f"not a valid cron expression ({exc}); five fields: minute hour day month weekday, e.g. '*/15 * * * *'",
-        ) from None
+        for _ in range(MAX_WALL_STEPS):
+            wall = walls.get_next(datetime)
+            local = localtime.resolve(wall, where)
+            if local.first > after:
+                return local.first
+            if local.repeated:
+                # the rest of the repeated hour fired the first time round: go on after it
+                walls = _walls(cron, localtime.repeat_end(wall, where) - timedelta(seconds=1))
+    except _CRON_ERRORS as exc:
+        raise _bad_cron(exc) from None
+    raise _bad_cron(ValueError("no fire time found"))
 
 
 def fired_title(name: str, at: datetime) -> str:
@@ -72,6 +114,17 @@ def fired_title(name: str, at: datetime) -> str:
     suffix = f" ({at:%Y-%m-%d %H:%M} UTC)"
     room = 200 - len(suffix)
     return (name if len(name) <= room else name[: room - 1] + "…") + suffix
+
+
+_CHECK_FROM = datetime(2000, 1, 1, tzinfo=UTC)
+"""Where :func:`check_cron` looks for a first fire time (any instant does; no clock is read)."""
+
+
+async def db_now(conn: AsyncConnection) -> datetime:
+    """The database's clock, the one every due time is compared with (``now()``: this transaction's
+    start). Web hosts and workers may be minutes off; a first fire computed from their clock would be
+    that much early (fired at once, for a stale time) or late."""
+    return (await conn.execute(text("SELECT now()"))).scalar_one()
 
 
 def check_cron(cron: str) -> str:
@@ -87,7 +140,7 @@ def check_cron(cron: str) -> str:
             "a cron expression has five fields: minute hour day month weekday, e.g. '*/15 * * * *' "
             "(a sixth field, seconds, fires more often than once a minute)",
         )
-    next_fire(cron, "UTC", datetime.now(UTC))
+    next_fire(cron, "UTC", _CHECK_FROM)
     return cron
 
 
@@ -197,9 +250,9 @@ async def create_schedule(
         "enabled": enabled,
         "catch_up": catch_up,
         "source": source,
-        "next_fire_at": next_fire(cron, timezone, datetime.now(UTC)) if enabled else None,
     }
     conn = await queue.conn_of(db)
+    params["next_fire_at"] = next_fire(cron, timezone, await db_now(conn)) if enabled else None
     row = (await conn.execute(INSERT_SCHEDULE, params)).mappings().first()
     if row is None:
         raise BadInput.field("name", f"a schedule named {name!r} already exists")
@@ -216,7 +269,7 @@ async def set_schedule_enabled(
     """
     conn = await queue.conn_of(db)
     row = await get_schedule(conn, schedule_id)
-    nxt = next_fire(row["cron"], row["timezone"], datetime.now(UTC)) if enabled else None
+    nxt = next_fire(row["cron"], row["timezone"], await db_now(conn)) if enabled else None
     updated = (
         (
             await conn.execute(
@@ -422,6 +475,26 @@ async def _skip(conn: AsyncConnection, row: RowMapping, at: datetime, nxt: datet
     )
 
 
+HELD_BY_PAUSE = text(
+    """
+    SELECT EXISTS (
+        SELECT 1 FROM jobs j
+        WHERE (j.id = CAST(:job_id AS uuid) OR j.pipeline_id = CAST(:pipeline_id AS uuid))
+          AND j.status = 'queued' AND j.attempts = 0
+          AND EXISTS (SELECT 1 FROM job_type_controls c WHERE c.paused AND c.type IN (j.type, '*'))
+    )
+    """
+)
+TYPE_PAUSED = text("SELECT EXISTS (SELECT 1 FROM job_type_controls WHERE paused AND type IN (:type, '*'))")
+async def _held_by_pause(conn: AsyncConnection, row: RowMapping) -> bool:
+    """Whether the schedule's previous fire has not started because its type is paused: its job, or a
+    step of its pipeline, still waits for its first attempt in a paused type."""
+    if row["last_job_id"] is None and row["last_pipeline_id"] is None:
+        return False
+    params = {"job_id": row["last_job_id"], "pipeline_id": row["last_pipeline_id"]}
+    return bool((await conn.execute(HELD_BY_PAUSE, params)).scalar())
+
+
 def owner_refusal(row: RowMapping) -> str | None:
     """Why the schedule's owner may no longer start its target (they lost their admin rights, or the
     type became admins-only, or their account is disabled), or ``None`` when they may — the same rule as
@@ -449,6 +522,10 @@ async def fire_due(conn: AsyncConnection, settings: Settings, *, limit: int = 50
     disabled, with an admin notice naming the reason, rather than failing the sweep; so is one whose
     owner's account is disabled. A firing whose owner has ``USER_MAX_WAITING_JOBS`` jobs waiting is
     skipped (the schedule moves on to its next time) with an admin notice.
+
+    A paused type does not pile up a schedule's jobs: while the previous fire's job (or a step of its
+    pipeline) waits in a paused type, the due times pass without a new job, so at most one fire per
+    schedule waits and a resume starts one job, not one per missed time.
     """
     rows = (await conn.execute(DUE_SCHEDULES, {"limit": limit})).mappings().all()
     fired: list[dict[str, Any]] = []
@@ -460,6 +537,12 @@ async def fire_due(conn: AsyncConnection, settings: Settings, *, limit: int = 50
         if refused is not None:
             await _disable(conn, row, refused)
             continue
+        if await _held_by_pause(conn, row):
+            await conn.execute(ADVANCE_ONLY, {"id": row["id"], "next": nxt})
+            continue
+        if len(times) > 1 and row["job_type"]:
+            if (await conn.execute(TYPE_PAUSED, {"type": row["job_type"]})).scalar():
+                times = times[-1:]  # a catch-up into a paused type: one waiting job, not a pile
         full = await quotas.schedule_refusal(conn, settings, row["user_id"], bool(row["owner_is_admin"]))
         if full is not None:
             await _skip(conn, row, times[-1], nxt, full)

@@ -80,6 +80,8 @@ async def perform_from_page(
         )
     except BadInput as exc:
         message = sentence(exc.errors.get("reason") or exc.errors.get("run_at") or exc.detail)
+        if "run_at" in exc.errors:
+            message = "Nothing changed: " + message
         return ActionOutcome(action, False, message, 422, parse_uuid(job_id))
     await keep_refusal(db, outcome.status_code)
     return outcome

@@ -1,7 +1,12 @@
 """Submitted form strings turned into schema values, one converter per kind of control, each answering
 ``(value, None)`` or ``(None, message in plain words)``.
 
-Only standard types here (no app imports), so :mod:`app.web.forms` can use it without a cycle.
+Also the one reading of a local date and time in a time zone that every form uses ("Run later",
+reschedule, datetime fields: :func:`read_local`): a time the clocks skip is an error that says so, and a
+time that happens twice is read as the first one, with a note the page shows.
+
+Only standard types and :mod:`app.localtime` (standard library only) here, so :mod:`app.web.forms` can
+use it without a cycle.
 """
 
 from __future__ import annotations
@@ -9,10 +14,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from datetime import date, datetime, time
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
+
+from app import localtime
 
 _INT_RE = re.compile(r"^[+-]?\d{1,30}$")
 
@@ -45,16 +53,102 @@ def parse_decimal(raw: str) -> Decimal | None:
     return value if value.is_finite() else None
 
 
-def parse_local_datetime(raw: str, tz: ZoneInfo) -> datetime | None:
-    """``2026-12-01T09:30`` (as ``<input type=datetime-local>`` sends it) in ``tz``, made aware;
-    ``None`` when it is not a date and time."""
+def _zone_name(tz: ZoneInfo) -> str:
+    return tz.key or str(tz)
+
+
+def _gap_error(found: localtime.WallTime, tz: ZoneInfo) -> str:
+    assert found.gap_end is not None
+    end = found.gap_end.astimezone(tz)
+    start = (found.gap_end - timedelta(seconds=1)).astimezone(tz) + timedelta(seconds=1)
+    return (
+        f"{found.wall:%H:%M} does not exist on {found.wall:%Y-%m-%d} in {_zone_name(tz)}: the clocks jump "
+        f"from {start:%H:%M} to {end:%H:%M} {end.tzname()}. Choose a time outside that gap."
+    )
+
+
+def _repeat_note(found: localtime.WallTime, tz: ZoneInfo) -> str:
+    first, second = found.instants[0], found.instants[-1]
+    return (
+        f"{found.wall:%H:%M} on {found.wall:%Y-%m-%d} happens twice in {_zone_name(tz)} (the clocks go back); "
+        f"the first was used: {localtime.describe(first, tz)}, not {localtime.describe(second, tz)}."
+    )
+
+
+@dataclass(frozen=True)
+class LocalReading:
+    """A local date and time read in a zone: the moment (``None`` with an ``error``), and a ``note``
+    for a time that happens twice (the first is used)."""
+
+    when: datetime | None
+    error: str | None = None
+    note: str | None = None
+
+
+def read_local(wall: datetime, tz: ZoneInfo) -> LocalReading:
+    """``wall`` (naive) in ``tz``: an error for a time the clocks skip (02:30 on the day they jump from
+    02:00 to 03:00), the first of the two for a time that happens twice, with a note saying so. An aware
+    ``wall`` is taken as it is."""
+    if wall.tzinfo is not None:
+        return LocalReading(wall)
+    found = localtime.resolve(wall, tz)
+    if found.skipped:
+        return LocalReading(None, _gap_error(found, tz))
+    when = found.instants[0].astimezone(tz)
+    return LocalReading(when, note=_repeat_note(found, tz) if found.repeated else None)
+
+
+def parse_local_datetime(raw: str, tz: ZoneInfo) -> LocalReading:
+    """``2026-12-01T09:30`` (as ``<input type=datetime-local>`` sends it) in ``tz``; an error when it is
+    not a date and time, or names a time the clocks skip (see :func:`read_local`)."""
     try:
         dt = datetime.fromisoformat(raw.strip())
     except ValueError:
-        return None
+        return LocalReading(None, "Enter a date and a time.")
     if not 1970 <= dt.year <= 9000:
-        return None
-    return dt.replace(tzinfo=tz) if dt.tzinfo is None else dt
+        return LocalReading(None, "Enter a date and a time.")
+    return read_local(dt, tz)
+
+
+def datetime_notes(fields: Any, form: Any, tz: ZoneInfo) -> list[str]:
+    """The notes of a form's datetime fields whose time happens twice (see :func:`read_local`)."""
+    notes = []
+    for f in fields:
+        raw = form.get(f.name) if f.kind == "datetime" else None
+        if isinstance(raw, str) and raw.strip():
+            note = parse_local_datetime(raw, tz).note
+            if note:
+                notes.append(f"{f.label}: {note}")
+    return notes
+
+
+def parse_run_at(date_raw: str | None, time_raw: str | None, tz_name: str | None) -> LocalReading:
+    """The job form's optional "Run at" and the reschedule form: ``when`` is ``None`` without an
+    ``error`` when both fields are empty (run now).
+
+    A date without a time (or the reverse), an unknown time zone or a time the clocks skip is an
+    error. Whether the moment has passed is decided by the action, on the database's clock, the same
+    check the JSON API gets."""
+    d = (date_raw or "").strip()
+    t = (time_raw or "").strip()
+    if not d and not t:
+        return LocalReading(None)
+    if not d:
+        return LocalReading(None, "Choose a date as well as a time, or leave both empty to start now.")
+    if not t:
+        return LocalReading(None, "Choose a time as well as a date, or leave both empty to start now.")
+    try:
+        tz = ZoneInfo((tz_name or "UTC").strip() or "UTC")
+    except (ValueError, KeyError, OSError):
+        return LocalReading(None, "Choose a time zone from the list.")
+    try:
+        day = date.fromisoformat(d)
+        clock = time.fromisoformat(t)
+    except ValueError:
+        return LocalReading(None, "Enter a date like 2026-12-31 and a time like 09:30.")
+    if not 1970 <= day.year <= 9000:
+        return LocalReading(None, "Choose a date between 1970 and 9000.")
+    return read_local(datetime.combine(day, clock.replace(tzinfo=None)), tz)
 
 
 Converted = tuple[Any, str | None]
@@ -96,10 +190,10 @@ def _time(f: Control, raw: str, tz: ZoneInfo) -> Converted:
 
 
 def _datetime(f: Control, raw: str, tz: ZoneInfo) -> Converted:
-    dt = parse_local_datetime(raw.strip(), tz)
-    if dt is None:
-        return None, "Enter a date and a time."
-    return dt.isoformat(), None
+    reading = parse_local_datetime(raw, tz)
+    if reading.when is None:
+        return None, reading.error
+    return reading.when.isoformat(), None
 
 
 def _lines(f: Control, raw: str, tz: ZoneInfo) -> Converted:

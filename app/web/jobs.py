@@ -16,6 +16,7 @@
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
 
+import dataclasses
 import uuid
 from typing import Annotated, Any
 
@@ -171,9 +172,11 @@ class JobsController(Controller):
         spec = access.page_spec(user, type_name)
         sub = await submit.read_form(request, db_session, spec.input_model)
         run_at_raw = _run_at_raw(sub.form, user)
-        run_at, run_at_error = submit.parse_run_at(run_at_raw["date"], run_at_raw["time"], run_at_raw["tz"])
-        if run_at_error:
-            sub.errors[forms.RUN_AT] = run_at_error
+        run_at = submit.parse_run_at(run_at_raw["date"], run_at_raw["time"], run_at_raw["tz"])
+        if run_at.error:
+            sub.errors[forms.RUN_AT] = run_at.error
+        if run_at.note:
+            sub.notes.insert(0, f"Run at: {run_at.note}")
         submit.check_schema(sub, spec.input_model)
         key = _form_key(sub.form.get("_form_key"))
         actor = actor_of(request)
@@ -181,7 +184,7 @@ class JobsController(Controller):
             db_session,
             sub,
             lambda: job_actions.submit_form(
-                db_session, actor, spec, sub.parsed.data, run_at=run_at, form_key=key, title=sub.title
+                db_session, actor, spec, sub.parsed.data, run_at=run_at.when, form_key=key, title=sub.title
             ),
         )
         return await submit.answer(
@@ -195,10 +198,14 @@ class JobsController(Controller):
 
     @get("/{job_id:str}", name="jobs.detail")
     async def job_page(
-        self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        job_id: FromPath[str],
+        done: Annotated[str | None, QueryParameter()] = None,
     ) -> Template:
-        """The job page (htmx: just its status part)."""
-        ctx = await page_context(db_session, job_id, request.user)
+        """The job page (htmx: just its status part); ``done`` is a notice from the form that made it."""
+        ctx = await page_context(db_session, job_id, request.user, notice=(done or "")[:300] or None)
         return render(request, "jobs/detail.html", ctx, fragment="jobs/_status.html")
 
     @get("/{job_id:str}/status", name="jobs.status")
@@ -266,9 +273,10 @@ class JobsController(Controller):
         """Admins: move a waiting job to a date, time and time zone; audited like the other actions. A
         bad or past moment answers 422 with the reason in place; a job no longer waiting, 409."""
         form = await request.form()
-        run_at, error = submit.parse_run_at(
+        reading = submit.parse_run_at(
             str(form.get("date") or ""), str(form.get("time") or ""), str(form.get("tz") or "")
         )
+        run_at, error = reading.when, reading.error
         if error is None and run_at is None:
             error = "Choose a date and a time (or use Run now)."
         if error:
@@ -277,6 +285,8 @@ class JobsController(Controller):
             outcome = ActionOutcome("reschedule", False, "Nothing changed: " + error, 422, row["id"])
         else:
             outcome = await perform_from_page(db_session, request, "reschedule", job_id, run_at=run_at)
+            if outcome.ok and reading.note:
+                outcome = dataclasses.replace(outcome, message=f"{outcome.message} {reading.note}")
         return await action_response(request, db_session, outcome, str(form.get("view") or ""))
 
 

@@ -5,7 +5,7 @@ over a person's limit, the limit and when to try again in words above the form).
 
 Also the plain-words messages both forms show: pydantic errors per field (:func:`validate`), the
 queue's :class:`~app.errors.BadInput` paths mapped back to controls (:func:`errors_from_bad_input`) and
-the job form's optional "Run at" (:func:`parse_run_at`).
+the job form's optional "Run at" (:func:`~app.web.form_values.parse_run_at`, re-exported here).
 
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
@@ -13,9 +13,7 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from litestar import Request
 from litestar.response import Redirect, Template
@@ -23,8 +21,10 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadInput, RateLimited, TooLarge
-from app.web import forms, render, zone
+from app.web import forms, redirect_with_notice, render, zone
 from app.web.deps import file_store, settings_of
+from app.web.form_values import datetime_notes
+from app.web.form_values import parse_run_at as parse_run_at
 
 STEP_PROBLEMS_MAX = 500
 """Characters of the steps' problems shown above a pipeline form."""
@@ -42,6 +42,8 @@ class Submission:
     title: str = ""
     too_large: bool = False
     limited: bool = False
+    notes: list[str] = field(default_factory=list)
+    """What the page the form lands on says about how a value was read (a time that happens twice)."""
 
 
 async def read_form(request: Request[Any, Any, Any], db: AsyncSession, model: type[BaseModel]) -> Submission:
@@ -60,7 +62,8 @@ async def read_form(request: Request[Any, Any, Any], db: AsyncSession, model: ty
         settings=settings,
     )
     title = str(form.get(forms.TITLE) or "").strip()
-    return Submission(fields, form, parsed, dict(parsed.errors), title, parsed.too_large)
+    notes = datetime_notes(fields, form, zone(user.timezone))
+    return Submission(fields, form, parsed, dict(parsed.errors), title, parsed.too_large, notes=notes)
 
 
 def check_schema(sub: Submission, model: type[BaseModel]) -> None:
@@ -109,6 +112,8 @@ async def answer(
     """A 303 to ``url`` + the new id, or the form again with its errors (uploads are kept: the re-shown
     form refers to them)."""
     if created is not None:
+        if sub.notes:
+            return redirect_with_notice(f"{url}{created['id']}", " ".join(sub.notes))
         return Redirect(f"{url}{created['id']}", status_code=303)
     if sub.parsed.new_files:
         await db.commit()
@@ -206,40 +211,3 @@ def errors_from_bad_input(exc: BadInput, fields: list[forms.FormField]) -> dict[
                 forms.FORM_ERROR, text if path in (forms.FORM_ERROR, "input_data") else f"{path}: {text}"
             )
     return errors
-
-
-# --- "Run at" ---------------------------------------------------------------------------------------------
-
-
-def parse_run_at(
-    date_raw: str | None, time_raw: str | None, tz_name: str | None, *, now: datetime | None = None
-) -> tuple[datetime | None, str | None]:
-    """The job form's optional "Run at": ``(aware datetime | None, error message | None)``.
-
-    Both empty → run now. A date without a time (or the reverse), an unknown time zone, or a moment
-    more than a minute in the past is an error.
-    """
-    d = (date_raw or "").strip()
-    t = (time_raw or "").strip()
-    if not d and not t:
-        return None, None
-    if not d:
-        return None, "Choose a date as well as a time, or leave both empty to start now."
-    if not t:
-        return None, "Choose a time as well as a date, or leave both empty to start now."
-    try:
-        tz = ZoneInfo((tz_name or "UTC").strip() or "UTC")
-    except (ValueError, KeyError, OSError):
-        return None, "Choose a time zone from the list."
-    try:
-        day = date.fromisoformat(d)
-        clock = time.fromisoformat(t)
-    except ValueError:
-        return None, "Enter a date like 2026-12-31 and a time like 09:30."
-    if not 1970 <= day.year <= 9000:
-        return None, "Choose a date between 1970 and 9000."
-    when = datetime.combine(day, clock).replace(tzinfo=tz)
-    now = now or datetime.now(UTC)
-    if when < now - timedelta(minutes=1):
-        return None, "That moment has already passed. Choose a later time, or leave both empty to start now."
-    return when, None

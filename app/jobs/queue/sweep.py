@@ -144,13 +144,46 @@ PRUNE_PIPELINES = sql(
 )
 PRUNE_ORPHAN_FILES = sql(
     """
-    DELETE FROM files WHERE id IN (
-        SELECT id FROM files WHERE job_id IS NULL AND created_at < now() - make_interval(days => :days)
-        ORDER BY created_at LIMIT :batch
+    WITH candidate AS MATERIALIZED (
+        SELECT f.id, f.user_id FROM files f
+        WHERE f.job_id IS NULL AND f.created_at < now() - make_interval(days => :days)
+          AND NOT EXISTS (
+              SELECT 1 FROM schedules s WHERE strpos(lower(CAST(s.input_data AS text)), CAST(f.id AS text)) > 0
+          )
+        ORDER BY f.created_at LIMIT :batch
+        FOR UPDATE OF f SKIP LOCKED
+    ), owner AS (
+        SELECT DISTINCT user_id FROM candidate
+    ), named AS (
+        SELECT lower(v #>> '{}') AS ref, j.id AS job_id
+        FROM jobs j CROSS JOIN LATERAL jsonb_path_query(j.input_data, 'strict $.**') v
+        WHERE j.user_id IN (SELECT user_id FROM owner) AND jsonb_typeof(v) = 'string'
+        UNION ALL
+        SELECT lower(v #>> '{}'), (SELECT pj.id FROM jobs pj WHERE pj.pipeline_id = p.id ORDER BY pj.id DESC LIMIT 1)
+        FROM pipelines p CROSS JOIN LATERAL jsonb_path_query(p.input_data, 'strict $.**') v
+        WHERE p.user_id IN (SELECT user_id FROM owner) AND jsonb_typeof(v) = 'string'
+    ), holder AS (
+        SELECT DISTINCT ON (c.id) c.id, n.job_id
+        FROM candidate c JOIN named n ON n.ref = CAST(c.id AS text)
+        WHERE n.job_id IS NOT NULL
+        ORDER BY c.id, n.job_id DESC
+    ), rehomed AS (
+        UPDATE files f SET job_id = holder.job_id FROM holder WHERE f.id = holder.id RETURNING f.id
     )
+    DELETE FROM files WHERE id IN (SELECT id FROM candidate) AND id NOT IN (SELECT id FROM holder)
     RETURNING id
     """
 )
+"""One batch of files no job holds (``files.job_id`` is empty: an upload no job took, or a file whose
+job was deleted) and older than the retention. Each is kept if something that can still run names it:
+
+* a job still in the database (waiting, running, or finished and not yet pruned — "Run again" reuses
+  its input) or a pipeline: the file is attached to the newest such job (the pipeline's newest step),
+  so it lives as long as that job and is not looked for again on every pass;
+* a schedule's input: it stays unattached (schedules are few; their inputs are searched every pass).
+
+The rest are deleted. A job may only name its owner's files, so only the owners' jobs and pipelines
+are read — once per batch, every value of their input (``jsonb_path_query``), matched by a hash join."""
 
 
 async def prune(conn: AsyncConnection, retention_days: float, *, batch: int = PRUNE_BATCH) -> dict[str, Any]:
@@ -158,8 +191,9 @@ async def prune(conn: AsyncConnection, retention_days: float, *, batch: int = PR
 
     Standalone jobs go individually (with their events, by cascade); a pipeline's jobs go only with the
     whole pipeline, once it has finished — never from under a running one. Files then left without a
-    job and older than the retention (those of deleted jobs, and uploads no job ever used) are deleted
-    too. Returns ``{"jobs": n, "pipelines": n, "files": [deleted file ids]}``; the caller removes those
+    job and older than the retention (those of deleted jobs, and uploads) are deleted too, unless a job,
+    pipeline or schedule still in the database names them in its input: then a job or pipeline takes
+    the file over (:data:`PRUNE_ORPHAN_FILES`). Returns ``{"jobs": n, "pipelines": n, "files": [deleted file ids]}``; the caller removes those
     files' bytes after commit (:meth:`app.files.FileStore.remove`).
     """
     days = float(retention_days)
