@@ -486,6 +486,8 @@ HELD_BY_PAUSE = text(
     """
 )
 TYPE_PAUSED = text("SELECT EXISTS (SELECT 1 FROM job_type_controls WHERE paused AND type IN (:type, '*'))")
+
+
 async def _held_by_pause(conn: AsyncConnection, row: RowMapping) -> bool:
     """Whether the schedule's previous fire has not started because its type is paused: its job, or a
     step of its pipeline, still waits for its first attempt in a paused type."""

@@ -1,4 +1,4 @@
-"""Crash and restart suite (issue 10 §2; marker ``chaos``).
+"""Crash and restart suite (marker ``chaos``).
 
 Three standalone worker processes drain a mix of jobs — ``noop``, ``sleep`` (0.05 s up to 2 s), ``fail``
 that recovers on its second attempt, ``test.effect`` jobs that append one row to ``side_effects``, and
@@ -306,7 +306,7 @@ async def _busy_worker(watch: Watch, procs: list[WorkerProcess], start: int) -> 
 
 
 async def test_no_job_is_lost_or_finished_twice_through_kills_and_a_database_restart(long_run: bool) -> None:
-    """The suite (issue 10 §2): see the module docstring. CI: 2,000 jobs, sleeps up to 0.5 s; ``--long``:
+    """The suite: see the module docstring. CI: 2,000 jobs, sleeps up to 0.5 s; ``--long``:
     2,000 jobs, sleeps up to 2 s; a kill every 3 s in both."""
     n, max_sleep, kill_every, budget = (2000, 2.0, 3.0, 900) if long_run else (2000, 0.5, 3.0, 300)
     r = await run_chaos(n, max_sleep, kill_every, budget)

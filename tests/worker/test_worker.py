@@ -1,4 +1,4 @@
-"""The worker runtime in-process (issue 4): end to end, retries, timeouts, cancellation, CPU-bound work,
+"""The worker runtime in-process: end to end, retries, timeouts, cancellation, CPU-bound work,
 leases, durable cancel checks, pool starvation (case C15), side-task supervision."""
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ async def test_a_non_cooperative_job_is_cancelled_within_grace_plus_one_second(
 async def test_a_lost_cancel_notification_does_not_lose_the_cancel(
     engine, settings, owner, pg, monkeypatch, durable_check
 ) -> None:
-    """Issue 4 §5: the worker also checks ``is_active`` durably. With the NOTIFY lost, the running job is
+    """The worker also checks ``is_active`` durably. With the NOTIFY lost, the running job is
     still stopped within about a second; with the durable check switched off too, nothing stops it and it
     runs its full 4 seconds (its completion then loses to the cancel, but the work was not stopped)."""
     if not durable_check:
@@ -222,7 +222,7 @@ async def test_a_lost_cancel_notification_does_not_lose_the_cancel(
 
 
 async def test_cpu_bound_work_does_not_stall_the_event_loop(engine, settings, owner, pg) -> None:
-    # Issue 4 §1: while a CPU-bound job runs, the loop's lag stays under 100 ms.
+    # While a CPU-bound job runs, the loop's lag stays under 100 ms.
     lags: list[float] = []
     stop = asyncio.Event()
 

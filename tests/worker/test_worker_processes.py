@@ -1,4 +1,4 @@
-"""Workers as real processes, and a database that goes away (issue 4 tests; cases C01, C03, C04, C11).
+"""Workers as real processes, and a database that goes away (cases C01, C03, C04, C11).
 
 Timings are scaled down for CI (leases of a few seconds); ``pytest --long`` runs the cases' own numbers.
 Every safety test also runs once with its mechanism switched off and shows the failure it prevents.
@@ -347,7 +347,7 @@ async def test_a_half_open_listener_connection_is_noticed_and_replaced(
 
 
 async def test_the_worker_carries_on_by_itself_after_a_database_restart(long_run) -> None:
-    """Case C11 / issue 4 §3, on a PostgreSQL this test owns: restart it (a full outage of a few
+    """Case C11, on a PostgreSQL this test owns: restart it (a full outage of a few
     seconds; two minutes with --long). The worker never busy-spins while it is down, reconnects, LISTENs
     again and starts a job enqueued after the restart within about 2 s, with polling at 30 s."""
     base = Path(tempfile.mkdtemp(prefix="jobdesk-c11-"))
@@ -417,7 +417,7 @@ async def test_the_worker_carries_on_by_itself_after_a_database_restart(long_run
 async def test_outcomes_are_kept_and_retried_when_the_worker_loses_its_connections(
     make_settings, engine, owner, pg
 ) -> None:
-    """Issue 4 §11: a finishing write that fails because the connection dropped is retried on the same
+    """A finishing write that fails because the connection dropped is retried on the same
     lease once the database answers, instead of losing the outcome and running the job again."""
     settings = make_settings(worker_visibility_timeout_secs=30)
     async with running_worker(settings):
