@@ -86,8 +86,8 @@ from app.web.api import (
     JobsApiController,
     JobTypesApiController,
     PipelinesApiController,
+    UsersApiController,
 )
-from app.web.api_users import UsersApiController
 from app.web.auth import AuthController
 from app.web.csrf import FAILED as CSRF_FAILED
 from app.web.csrf import CsrfMiddleware

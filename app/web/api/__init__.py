@@ -5,6 +5,7 @@
 * :mod:`.pipelines` — ``/api/pipelines``;
 * :mod:`.job_types` — ``/api/job-types``, ``/api/pipeline-templates`` and the job types' controls;
 * :mod:`.schedules` — ``/api/schedules``;
+* :mod:`.users` — ``/api/users/{id}/unlock``;
 * :mod:`.held_jobs` — ``/api/users/{id}/usage``, ``/release-jobs``, ``/cancel-jobs``.
 
 (Files are served by :mod:`app.web.files`.) API routes authenticate with ``Authorization: Bearer
@@ -22,6 +23,7 @@ from app.web.api.jobs import JobsApiController
 from app.web.api.me import AccountApiController
 from app.web.api.pipelines import PipelinesApiController
 from app.web.api.schedules import SchedulesApiController
+from app.web.api.users import UsersApiController
 
 ControlsApiController = Router(
     path="/", route_handlers=[JobTypeControlsApiController, SchedulesApiController, HeldJobsApiController]
@@ -37,6 +39,7 @@ ROUTE_HANDLERS = [
     JobTypeControlsApiController,
     SchedulesApiController,
     HeldJobsApiController,
+    UsersApiController,
 ]
 """Every API controller, for an app that registers them one by one."""
 
@@ -50,4 +53,5 @@ __all__ = [
     "JobsApiController",
     "PipelinesApiController",
     "SchedulesApiController",
+    "UsersApiController",
 ]
