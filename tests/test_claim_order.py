@@ -221,11 +221,11 @@ async def test_workers_of_two_versions_claim_only_the_types_they_run(
     new: WorkerProcess | None = None
     try:
         await wait_until(lambda: pg.fetchval("SELECT count(*) = 1 FROM workers"), what="worker A")
-        assert "test.effect" not in await pg.fetchval("SELECT types FROM workers")
         await enqueue(engine, settings, admin, [("test.effect", {}, 0)] * 5 + [("noop", {}, 0)] * 5)
         await wait_until(all_of(pg, "type = 'noop' AND status = 'completed'", 5), what="noop on A")
         await asyncio.sleep(1.0)
         assert await _statuses(pg, "test.effect") == {"queued": 5}
+        assert "test.effect" not in await pg.fetchval("SELECT types FROM workers")
         async with engine.connect() as conn:
             assert [(r["type"], r["waiting"]) for r in await queue.types_without_workers(conn)] == [
                 ("test.effect", 5)
