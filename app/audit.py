@@ -2,6 +2,7 @@
 Written in the same transaction as the action, so an entry exists exactly
 when the action committed. Shown on ``/admin/audit``; actions on a job also appear in that job's own
 history, because :mod:`app.jobs.queue` writes a ``job_events`` row naming the admin (``user:<id>``).
+Details and outcomes are made storable (:mod:`app.jobs.payload`) so an entry cannot fail its action.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app.jobs.payload import json_text
+from app.jobs.payload import json_text, storable_text
 
 INSERT = text(
     """
@@ -55,7 +56,7 @@ async def record(
                     "target_type": target_type,
                     "target_ids": json_text(ids[:MAX_IDS]) if ids else None,
                     "count": len(ids) if count is None else count,
-                    "outcome": outcome,
+                    "outcome": storable_text(outcome),
                     "detail": json_text(detail) if detail else None,
                     "ip": ip,
                 },

@@ -9,8 +9,9 @@
   lock), so no worker overshoots, and a limited type keeps its place in the claim order (priority, due
   time, id) among all the others; changes apply at the next claim.
 
-Every change is recorded in the audit trail and wakes idle workers (NOTIFY) when it can make jobs
-claimable. Periodic schedules are in :mod:`app.schedules`; their names are re-exported here for the
+Every change wakes idle workers (NOTIFY) when it can make jobs claimable. Who may change them, the
+audit entry and the admin notice are :mod:`app.actions.controls`, which every page and API route
+calls. Periodic schedules are in :mod:`app.schedules`; their names are re-exported here for the
 callers that know them as ``controls.<name>``.
 """
 
@@ -22,7 +23,6 @@ from sqlalchemy import text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app import audit
 from app.errors import BadInput, NotFound
 from app.jobs import queue
 from app.jobs.types import registry
@@ -54,6 +54,7 @@ __all__ = [
     "SCHEDULE_COLUMNS",
     "ScheduleSpec",
     "check_cron",
+    "check_type",
     "controls",
     "create_schedule",
     "delete_schedule",
@@ -77,7 +78,8 @@ ALL_TYPES = "*"
 MAX_LIMIT = 100_000
 
 
-def _check_type(job_type: str) -> None:
+def check_type(job_type: str) -> None:
+    """Raises NotFound for a job type that is not registered (``*`` is every type)."""
     if job_type != ALL_TYPES and registry.get(job_type) is None:
         raise NotFound(f"No job type {job_type[:100]!r}.")
 
@@ -109,27 +111,19 @@ LIST_CONTROLS = text(
 
 
 async def set_paused(
-    db: AsyncConnection | AsyncSession, job_type: str, paused: bool, admin: Any, *, ip: str | None = None
+    db: AsyncConnection | AsyncSession, job_type: str, paused: bool, admin: Any
 ) -> RowMapping:
-    """Pause (or resume) ``job_type`` (``*`` = every type). Returns the control row.
+    """Pause (or resume) ``job_type`` (``*`` = every type) in ``admin``'s name. Returns the control row.
 
     Raises:
         NotFound: an unknown job type.
     """
-    _check_type(job_type)
+    check_type(job_type)
     conn = await queue.conn_of(db)
     row = (
         (await conn.execute(UPSERT_PAUSE, {"type": job_type, "paused": paused, "by": admin.email}))
         .mappings()
         .one()
-    )
-    await audit.record(
-        conn,
-        user=admin,
-        action="job_type.pause" if paused else "job_type.resume",
-        target_type="job_type",
-        target_ids=[job_type],
-        ip=ip,
     )
     if not paused:
         await queue.notify_jobs(conn)
@@ -156,16 +150,16 @@ async def set_limits(
     max_running: int | None,
     max_per_minute: int | None,
     admin: Any,
-    ip: str | None = None,
 ) -> RowMapping:
-    """Set (``None`` removes) the concurrency and rate limits of ``job_type``; takes effect at the next claim.
+    """Set (``None`` removes) the concurrency and rate limits of ``job_type`` in ``admin``'s name; takes
+    effect at the next claim.
 
     Raises:
         NotFound: unknown type (``*`` cannot have limits). BadInput: a limit outside 0–100000.
     """
     if job_type == ALL_TYPES:
         raise BadInput.field("type", "limits apply to one job type, not to every type at once")
-    _check_type(job_type)
+    check_type(job_type)
     values = {
         "max_running": _limit(max_running, "max_running"),
         "max_per_minute": _limit(max_per_minute, "max_per_minute"),
@@ -173,15 +167,6 @@ async def set_limits(
     conn = await queue.conn_of(db)
     row = (
         (await conn.execute(UPSERT_LIMITS, {"type": job_type, "by": admin.email, **values})).mappings().one()
-    )
-    await audit.record(
-        conn,
-        user=admin,
-        action="job_type.limits",
-        target_type="job_type",
-        target_ids=[job_type],
-        detail=values,
-        ip=ip,
     )
     await queue.notify_jobs(conn)
     return row

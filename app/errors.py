@@ -80,15 +80,3 @@ class Unavailable(AppError):
     retry, rather than a request that hangs)."""
 
     status_code = 503
-
-
-def format_bytes(n: int) -> str:
-    """``1048576`` → ``"1 MiB"``, ``1536`` → ``"1.5 KiB"``: sizes in words for limit messages."""
-    value = float(n)
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            if unit == "bytes":
-                return f"{int(value)} bytes"
-            return f"{value:.1f}".rstrip("0").rstrip(".") + f" {unit}"
-        value /= 1024
-    return f"{n} bytes"

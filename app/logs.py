@@ -48,7 +48,10 @@ class _LineLogger:
 
     def msg(self, message: str) -> None:
         out = self._stream or sys.stdout
-        out.write(message + "\n")
+        try:
+            out.write(message + "\n")
+        except UnicodeEncodeError:  # a lone surrogate in a readable line: written as its escape
+            out.write(message.encode("utf-8", "backslashreplace").decode("utf-8") + "\n")
         out.flush()
 
     log = debug = info = warn = warning = error = critical = exception = fatal = msg
@@ -92,7 +95,8 @@ def _json_renderer() -> Processor:
         try:
             return encode(event_dict).decode()
         except (TypeError, ValueError, OverflowError):  # e.g. keys msgspec refuses (tuples): never raise
-            return _json.dumps(event_dict, default=repr, ensure_ascii=False, skipkeys=True)
+            # ASCII escapes: a lone surrogate (which msgspec refuses) could not be written to the stream
+            return _json.dumps(event_dict, default=repr, ensure_ascii=True, skipkeys=True)
 
     return render
 

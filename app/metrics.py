@@ -29,6 +29,14 @@ QUEUE_WAIT = Histogram(
 )
 LISTENER_CONNECTED = Gauge("jobdesk_listener_connected", "1 while this worker's LISTEN connection is up")
 RUNNING = Gauge("jobdesk_worker_running_jobs", "Jobs this process's worker is running now")
+LINGERING = Gauge(
+    "jobdesk_worker_lingering_tasks",
+    "Processor tasks that did not stop when their job was stopped (timeout, cancel) and still run, each "
+    "holding a slot",
+)
+LOOP_STALLED = Gauge(
+    "jobdesk_worker_loop_stalled_seconds", "Seconds this process's worker's event loop has been blocked now"
+)
 
 
 @functools.lru_cache(maxsize=8192)

@@ -480,6 +480,9 @@ class WorkerRow(Base):
     stopping: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
     listener_connected: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
     version: Mapped[str] = mapped_column(Text, nullable=False)
+    health: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    """What the worker reports about itself: event loop stalls (now, last, count), processor tasks
+    lingering after their job was stopped, and how long lease renewal has been failing."""
     types: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     """The job types this worker runs (it claims no others); ``NULL``: a worker of an earlier version,
     which claims every type."""

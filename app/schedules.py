@@ -6,8 +6,10 @@ Each due time fires exactly once however many workers run: the sweep takes the s
 carries the idempotency key ``schedule:<id>:<fire time>``. After downtime only the latest missed time
 fires, unless ``catch_up`` is set (then each missed time, at most :data:`MAX_CATCH_UP`).
 
-Every change a person makes is recorded in the audit trail, and so is a schedule the sweep disables
-because its target is no longer valid.
+Who may change schedules, the audit entry and the admin notice of each change are
+:mod:`app.actions.schedules`. A schedule the sweep disables — its target is no longer valid, or its
+owner may no longer start it — has no person behind it: the sweep records an admin notice from
+``system`` naming the reason (:func:`app.jobs.outbox.record_admin_action`), in the same transaction.
 """
 
 from __future__ import annotations
@@ -24,24 +26,16 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from uuid_utils.compat import uuid7
 
-from app import audit, pipelines
+from app import pipelines
 from app.errors import BadInput, Conflict, NotFound
-from app.jobs import queue
+from app.jobs import outbox, queue
 from app.jobs.payload import check_input, json_text
 from app.jobs.queue import NewJob, SystemPrincipal
-from app.jobs.types import registry
+from app.jobs.types import may_submit, refusal, registry
 from app.settings import Settings
 
 MAX_CATCH_UP = 100
 """At most this many missed fire times are back-filled at once for a ``catch_up`` schedule."""
-
-
-@dataclass(frozen=True)
-class _Sweep:
-    """Who the audit trail names when the sweep disables a schedule."""
-
-    id: None = None
-    email: str = "system"
 
 
 def zone(name: str) -> ZoneInfo:
@@ -178,12 +172,9 @@ async def create_schedule(
     owner: Any,
     settings: Settings,
     source: str = "ui",
-    ip: str | None = None,
-    admin: Any = None,
 ) -> RowMapping:
-    """Create (or, for a code schedule, update by name) a schedule; its jobs belong to ``owner``.
-    ``admin`` is who is recorded in the audit trail (default: ``owner``). A UI schedule whose name is
-    taken is refused, never overwritten.
+    """Create (or, for a code schedule, update by name) a schedule; its jobs belong to ``owner``. A UI
+    schedule whose name is taken is refused, never overwritten.
 
     Raises:
         BadInput: invalid cron, time zone, target or input — each naming its field.
@@ -212,21 +203,11 @@ async def create_schedule(
     row = (await conn.execute(INSERT_SCHEDULE, params)).mappings().first()
     if row is None:
         raise BadInput.field("name", f"a schedule named {name!r} already exists")
-    if source == "ui":
-        await audit.record(
-            conn,
-            user=admin or owner,
-            action="schedule.create",
-            target_type="schedule",
-            target_ids=[row["id"]],
-            detail={"name": name, "cron": cron, "timezone": timezone, "type": job_type, "template": template},
-            ip=ip,
-        )
     return row
 
 
 async def set_schedule_enabled(
-    db: AsyncConnection | AsyncSession, schedule_id: Any, enabled: bool, admin: Any, *, ip: str | None = None
+    db: AsyncConnection | AsyncSession, schedule_id: Any, enabled: bool
 ) -> RowMapping:
     """Enable (next fire computed from now, no back-fill) or disable a schedule.
 
@@ -248,21 +229,11 @@ async def set_schedule_enabled(
         .mappings()
         .one()
     )
-    await audit.record(
-        conn,
-        user=admin,
-        action="schedule.enable" if enabled else "schedule.disable",
-        target_type="schedule",
-        target_ids=[row["id"]],
-        ip=ip,
-    )
     return updated
 
 
-async def delete_schedule(
-    db: AsyncConnection | AsyncSession, schedule_id: Any, admin: Any, *, ip: str | None = None
-) -> None:
-    """Delete a schedule (its past jobs stay). A schedule defined in code cannot be deleted (the next
+async def delete_schedule(db: AsyncConnection | AsyncSession, schedule_id: Any) -> RowMapping:
+    """Delete a schedule (its past jobs stay); returns the deleted row. A schedule defined in code cannot be deleted (the next
     worker start would create it again): disable it, or remove it from the code.
 
     Raises:
@@ -276,15 +247,7 @@ async def delete_schedule(
             "or remove it from the code."
         )
     await conn.execute(text("DELETE FROM schedules WHERE id = :id"), {"id": row["id"]})
-    await audit.record(
-        conn,
-        user=admin,
-        action="schedule.delete",
-        target_type="schedule",
-        target_ids=[row["id"]],
-        detail={"name": row["name"]},
-        ip=ip,
-    )
+    return row
 
 
 async def get_schedule(db: AsyncConnection | AsyncSession, schedule_id: Any) -> RowMapping:
@@ -356,7 +319,9 @@ async def sync_code_schedules(db: AsyncConnection | AsyncSession, settings: Sett
 
 DUE_SCHEDULES = text(
     f"""
-    SELECT {SCHEDULE_COLUMNS}, now() AS db_now FROM schedules
+    SELECT {SCHEDULE_COLUMNS}, now() AS db_now,
+           (SELECT u.is_admin FROM users u WHERE u.id = schedules.user_id) AS owner_is_admin
+    FROM schedules
     WHERE enabled AND next_fire_at <= now()
     ORDER BY next_fire_at LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -423,25 +388,44 @@ DISABLE_INVALID = text(
 )
 
 
-async def _disable(conn: AsyncConnection, row: RowMapping, exc: BadInput) -> None:
-    """Disable a schedule whose target is no longer valid, saying why in the audit trail."""
+async def _disable(conn: AsyncConnection, row: RowMapping, reason: str) -> None:
+    """Disable a schedule the sweep may not fire any more. No person acts, so there is no audit entry:
+    the admins get a notice from ``system`` naming the schedule and the reason."""
     await conn.execute(DISABLE_INVALID, {"id": row["id"]})
-    await audit.record(
+    await outbox.record_admin_action(
         conn,
-        user=_Sweep(),
+        admin_email="system",
         action="schedule.disable",
+        count=1,
         target_type="schedule",
-        target_ids=[row["id"]],
-        outcome=f"its target is no longer valid: {exc.detail}"[:500],
+        targets=[row["id"]],
+        outcome=reason[:500],
+        detail={"name": row["name"]},
     )
+
+
+def owner_refusal(row: RowMapping) -> str | None:
+    """Why the schedule's owner may no longer start its target (they lost their admin rights, or the
+    type became admins-only), or ``None`` when they may — the same rule as when a person submits."""
+    if row["owner_is_admin"]:
+        return None
+    if row["job_type"]:
+        spec = registry.get(row["job_type"])
+        if spec is not None and not may_submit(False, spec):
+            return f"its owner may no longer start it: {refusal(spec)}"
+        return None
+    tpl = pipelines.get_template(row["template"] or "")
+    if tpl is not None and tpl.diagnostic:
+        return f"its owner may no longer start it: only admins may start {tpl.name!r}"
+    return None
 
 
 async def fire_due(conn: AsyncConnection, settings: Settings, *, limit: int = 50) -> list[dict[str, Any]]:
     """Fire every due schedule once (called by the worker's sweep loop, in the caller's transaction).
 
     Returns ``[{"schedule": name, "fired_at": …, "job_id"|"pipeline_id": …}]``. A schedule whose target
-    became invalid (type removed, input no longer valid) is disabled and the reason logged in the audit
-    trail, rather than failing the sweep.
+    became invalid (type removed, input no longer valid) or whose owner may no longer start it is
+    disabled, with an admin notice naming the reason, rather than failing the sweep.
     """
     rows = (await conn.execute(DUE_SCHEDULES, {"limit": limit})).mappings().all()
     fired: list[dict[str, Any]] = []
@@ -449,11 +433,15 @@ async def fire_due(conn: AsyncConnection, settings: Settings, *, limit: int = 50
         times, nxt = fire_times(
             row["cron"], row["timezone"], row["next_fire_at"], row["db_now"], row["catch_up"]
         )
+        refused = owner_refusal(row)
+        if refused is not None:
+            await _disable(conn, row, refused)
+            continue
         try:
             async with conn.begin_nested():
                 these = [await _fire(conn, row, at, settings) for at in times]
         except BadInput as exc:
-            await _disable(conn, row, exc)
+            await _disable(conn, row, f"its target is no longer valid: {exc.detail}")
             continue
         fired.extend(these)
         last = these[-1] if these else {}

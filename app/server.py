@@ -9,7 +9,8 @@ Start-up (the lifespan, in this order):
    ``jobdesk serve`` does by default) or refuse to start, saying to run ``jobdesk migrate``;
 3. advanced-alchemy's plugin provides ``db_session: AsyncSession`` to handlers, committing on 2xx/3xx
    responses and rolling back otherwise;
-4. when ``WORKER_ENABLED``, start the in-app worker (:class:`app.worker.runner.Worker`); on shutdown it
+4. when ``WORKER_ENABLED``, start the in-app worker in a thread of its own
+   (:func:`app.worker.threaded.start_in_thread`); on shutdown it
    is stopped, and awaited, before the engine is disposed.
 
 Every response carries security headers (a strict Content Security Policy without inline scripts; ``/schema`` alone gets the relaxed policy its Swagger page needs), ``X-Request-ID`` and
@@ -70,11 +71,10 @@ from app.db import (
     resolve_database_url,
     run_migrations,
 )
-from app.errors import AppError, BadInput, format_bytes
+from app.errors import AppError, BadInput
+from app.formatting import format_bytes
 from app.settings import Settings, get_settings
 from app.web import admin, current_user, is_htmx, register_filters
-from app.web.admin_jobs import AdminJobsController
-from app.web.alerts import AlertsAdminController
 from app.web.api import (
     AccountApiController,
     ControlsApiController,
@@ -87,9 +87,10 @@ from app.web.files import FilesApiController, FilesController
 from app.web.health import HealthController
 from app.web.home import HomeController
 from app.web.jobs import JobsController
+from app.web.json_body import JsonBodyRequest
 from app.web.metrics import MetricsController
 from app.web.pipelines import PipelinesController
-from app.worker.runner import Worker
+from app.worker.threaded import start_in_thread
 
 log = structlog.get_logger("jobdesk.web")
 
@@ -429,31 +430,17 @@ def _worker_lifespan(settings: Settings) -> Callable[[Litestar], AbstractAsyncCo
         if not settings.worker_enabled:
             yield
             return
-        worker = Worker(settings, app.state.database_url, app_engine=app.state.engine)
-        task = asyncio.create_task(worker.run(), name="jobdesk-in-app-worker")
-        task.add_done_callback(_report_worker_exit)
-        app.state.worker = worker
-        app.state.worker_task = task
+        # The in-app worker runs in a thread with its own event loop (and its own engines), so that a
+        # processor blocking its loop cannot block the pages.
+        handle = await asyncio.to_thread(start_in_thread, settings, app.state.database_url)
+        app.state.worker = handle.worker
+        app.state.worker_task = handle  # done() like a task's, for /readyz
         try:
             yield
         finally:
-            worker.stop()  # asks for a graceful stop; the task ends once running jobs have drained
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-            except Exception:
-                log.exception("the in-app worker failed while stopping")
+            await handle.stop_async()  # graceful: running jobs drain; the handle logs a worker that died
 
     return lifespan
-
-
-def _report_worker_exit(task: asyncio.Task[Any]) -> None:
-    if task.cancelled():
-        return
-    exc = task.exception()
-    if exc is not None:
-        log.error("the in-app worker stopped with an error", exc_info=exc)
 
 
 # --- the app ------------------------------------------------------------------------------------------------
@@ -469,9 +456,7 @@ CONTROLLERS: list[ControllerRouterHandler] = [
     PipelinesApiController,
     JobTypesApiController,
     ControlsApiController,
-    AlertsAdminController,
     *admin.CONTROLLERS,
-    AdminJobsController,
     JobsController,
     PipelinesController,
     FilesController,
@@ -556,6 +541,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
         openapi_config=_openapi(),
         exception_handlers={Exception: make_exception_handler(settings)},
         request_max_body_size=settings.upload_max_bytes,
+        request_class=JsonBodyRequest,
         logging_config=None,
         debug=False,
     )

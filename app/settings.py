@@ -106,6 +106,9 @@ class Settings(BaseSettings):
     """Per-attempt time limit for job types that set none."""
     job_cancel_grace_secs: float = Field(3, ge=0, le=3600)
     """Seconds a processor gets to stop by itself after a cancel before its task is cancelled."""
+    cpu_job_max_memory_mb: int = Field(1024, ge=0)
+    """Address-space cap of each CPU-bound job's process, in MiB (0: no cap); a job that needs more fails
+    for good, saying its file is too large to process."""
     job_retention_days: float = Field(30, gt=0)
     """Finished jobs older than this are deleted, with their events and files."""
     job_max_input_bytes: int = Field(1 * MIB, ge=1 * KIB)

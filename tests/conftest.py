@@ -182,6 +182,21 @@ async def pg(db_url: str) -> AsyncIterator[asyncpg.Connection]:
     await conn.close()
 
 
+@pytest.fixture
+def tcp_proxy(pg_server_url: str) -> Iterator[Any]:
+    """A TCP proxy in front of the test server (:class:`netproxy.TcpProxy`): ``tcp_proxy.url(db_url)``
+    is a database URL through it; ``cut()`` and ``restore()`` cut a client off and let it back."""
+    from netproxy import TcpProxy
+    from sqlalchemy.engine import make_url
+
+    target = make_url(pg_server_url)
+    proxy = TcpProxy(target.host or "127.0.0.1", target.port or 5432).start()
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
 @pytest.fixture(scope="session")
 def artifacts_dir() -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
+import time
 from typing import Any
 
 from pydantic import Field
@@ -202,3 +204,115 @@ async def temporary_trouble(ctx: JobContext[Any]) -> dict[str, Any]:
     from app.processors import RetryableError
 
     raise RetryableError("The printer is out of paper; it will be tried again.")
+
+
+# --- runtime faults: blocked loops, swallowed cancels, partitions, memory ----------------------------------
+
+
+@processor(
+    "test.block",
+    title="Block the loop",
+    description="Calls time.sleep inside async def (a common mistake), then appends a side effect.",
+    input=SecondsInput,
+    diagnostic=True,
+)
+async def block(ctx: JobContext[SecondsInput]) -> dict[str, Any]:
+    time.sleep(ctx.input.seconds)  # noqa: ASYNC251 - blocks the worker's event loop on purpose
+    await _record(ctx)
+    return {"blocked_secs": ctx.input.seconds}
+
+
+@processor(
+    "test.swallow",
+    title="Swallow cancellation",
+    description="Catches every cancellation and goes on for the given seconds, then returns.",
+    input=SecondsInput,
+    timeout=1,
+    diagnostic=True,
+)
+async def swallow(ctx: JobContext[SecondsInput]) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ctx.input.seconds
+    while loop.time() < deadline:
+        try:
+            await asyncio.sleep(min(0.05, max(0.0, deadline - loop.time())))
+        except asyncio.CancelledError:
+            continue
+    await _record(ctx)
+    return {"late": True}
+
+
+SPANS_DDL = """
+CREATE TABLE IF NOT EXISTS spans (
+    id bigserial PRIMARY KEY, job_id uuid NOT NULL, attempt int NOT NULL, worker text NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT clock_timestamp(), ended_at timestamptz, how text
+)
+"""
+DIRECT_DB_ENV = "JOBDESK_TEST_DIRECT_DSN"
+"""A DSN that bypasses any proxy in front of the worker's database, so a worker cut off from the database
+still records when its processors run (the spans are the test's probe, not the worker's traffic). Set in
+the environment of every process that runs ``test.span``."""
+
+
+async def _span_write(sql: str, *args: Any) -> Any:
+    import asyncpg
+
+    conn = await asyncpg.connect(os.environ[DIRECT_DB_ENV])
+    try:
+        return await conn.fetchval(sql, *args)
+    finally:
+        await conn.close()
+
+
+@processor(
+    "test.span",
+    title="Span",
+    description="Records when it starts and when it stops (finished or stopped) in the spans table.",
+    input=EffectInput,
+    diagnostic=True,
+)
+async def span(ctx: JobContext[EffectInput]) -> dict[str, Any]:
+    span_id = await _span_write(
+        "INSERT INTO spans (job_id, attempt, worker) VALUES ($1, $2, $3) RETURNING id",
+        ctx.job["id"],
+        ctx.attempt,
+        ctx.worker_id,
+    )
+    how = "stopped"
+    try:
+        if ctx.input.cooperative:
+            await ctx.sleep(ctx.input.seconds)
+        else:
+            await asyncio.sleep(ctx.input.seconds)
+        how = "finished"
+    finally:
+        await asyncio.shield(
+            _span_write("UPDATE spans SET ended_at = clock_timestamp(), how = $2 WHERE id = $1", span_id, how)
+        )
+    return {"span": span_id}
+
+
+class MemoryInput(Input):
+    mb: int = Field(64, ge=0)
+    mode: str = "allocate"
+
+
+def _hog(ctx: Any) -> dict[str, Any]:
+    if ctx.input.mode == "exit0":
+        os._exit(0)
+    if ctx.input.mode == "sys_exit":
+        raise SystemExit(0)
+    if ctx.input.mode == "unpicklable":
+        return {"lock": threading.Lock()}
+    block = bytearray(ctx.input.mb * 1024 * 1024)
+    return {"allocated_mb": len(block) // (1024 * 1024)}
+
+
+processor(
+    "test.memory",
+    title="Use memory",
+    description="In its own process: allocates mb MiB, or exits without a result.",
+    input=MemoryInput,
+    cpu_bound=True,
+    diagnostic=True,
+)(_hog)

@@ -396,8 +396,8 @@ async def test_run_again_of_a_diagnostic_job_is_refused_to_a_non_admin_owner(
 
 
 def test_the_catalogue_and_next_job_rules() -> None:
-    """The rules themselves: internal steps are allowed as next jobs; a public type cannot turn into a
-    diagnostic one for a non-admin."""
+    """The rules themselves: an internal step is a next job only of a step of its own group (or of a
+    type that declares it); a public type cannot turn into a diagnostic one for a non-admin."""
     ann = CurrentUser(id=1, email="ann@example.com", is_admin=False)
     root = CurrentUser(id=2, email="root@example.com", is_admin=True)
     public = {s.type for s in access.submittable_types(ann)}
@@ -405,7 +405,8 @@ def test_the_catalogue_and_next_job_rules() -> None:
     assert {"http.request", "images.thumbnail", "test.step"} <= public
     assert {"noop", "images.batch"} <= {s.type for s in access.submittable_types(root)}
     assert access.may_create_next(ann, "images.batch", "images.thumbnail")
-    assert access.may_create_next(ann, "test.step", "images.batch")  # an internal step
+    assert not access.may_create_next(ann, "test.step", "images.batch")  # another pipeline's step
+    assert access.may_create_next(ann, "images.batch", "report.csv_report")  # a step of its own group
     assert not access.may_create_next(ann, "test.step", "noop")
     assert access.may_create_next(root, "test.step", "noop")
     assert not access.may_create_next(ann, "test.step", "no.such.type")

@@ -26,7 +26,7 @@ from webkit import app_client
 from app.actions import bulk, selection
 from app.db import asyncpg_dsn
 from app.settings import Settings
-from app.web import admin_jobs
+from app.web.admin import jobs as admin_jobs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))  # bench/seed.py
 HX = {"HX-Request": "true"}

@@ -36,7 +36,7 @@ import pytest
 import support_processors
 from factories import make_user
 from pg_owned import OwnedPostgres
-from workers import WorkerProcess
+from workers import WorkerProcess, wait_until
 
 from app.db import asyncpg_dsn, create_engine, run_migrations
 from app.jobs import queue
@@ -327,3 +327,155 @@ async def test_negative_control_without_the_rescue_sweep_killed_workers_leave_jo
     assert r.kills == 1
     assert r.counts.get("in_progress", 0) > 0, r.counts
     assert r.counts != {"completed": r.n}
+
+
+# --- partitions and blocked loops ------------------------------------------------------------------------
+
+
+async def _spans_by_job(pg: asyncpg.Connection) -> dict[Any, list[Any]]:
+    spans: dict[Any, list[Any]] = {}
+    for r in await pg.fetch("SELECT * FROM spans ORDER BY started_at"):
+        spans.setdefault(r["job_id"], []).append(r)
+    return spans
+
+
+def _worst_overlap(spans: dict[Any, list[Any]]) -> float:
+    """The longest time (seconds) any job ran in two places at once; negative: the shortest gap between
+    one attempt's end and the next one's start."""
+    worst = float("-inf")
+    for runs in spans.values():
+        for earlier, later in zip(runs, runs[1:], strict=False):
+            assert earlier["ended_at"] is not None, f"a run of {earlier['job_id']} never ended"
+            worst = max(worst, (earlier["ended_at"] - later["started_at"]).total_seconds())
+    return worst
+
+
+async def _finish_cleanly(pg: asyncpg.Connection, ids: list[Any], timeout: float) -> None:
+    """Every job completes (none lost, none stuck) with exactly one ``completed`` event."""
+    await wait_until(lambda: _all_completed(pg, ids), timeout=timeout, what=f"all {len(ids)} jobs completed")
+    counts = await pg.fetch(
+        "SELECT j.id, count(e.id) FILTER (WHERE e.kind = 'completed') AS n FROM jobs j "
+        "LEFT JOIN job_events e ON e.job_id = j.id GROUP BY j.id"
+    )
+    assert {r["n"] for r in counts} == {1}, counts
+
+
+async def _all_completed(pg: asyncpg.Connection, ids: list[Any]) -> bool:
+    done = await pg.fetchval("SELECT count(*) FROM jobs WHERE id = ANY($1) AND status = 'completed'", ids)
+    return done == len(ids)
+
+
+async def _enqueue_spans(engine: Any, settings: Settings, user_id: int, seconds: list[float]) -> list[Any]:
+    jobs = [
+        NewJob(
+            type="test.span",
+            input_data={"seconds": s, "cooperative": i % 2 == 0},
+            user_id=user_id,
+            max_attempts=20,
+        )
+        for i, s in enumerate(seconds)
+    ]
+    async with engine.begin() as conn:
+        return list(await queue.enqueue_many(conn, jobs, settings))
+
+
+@pytest.mark.parametrize("cut", ["blackhole", "drop"])
+async def test_a_worker_cut_off_from_the_database_stops_its_jobs_before_they_are_rescued(
+    make_settings, db_url, engine, pg, tmp_path, tcp_proxy, long_run, cut
+) -> None:
+    """Two workers, A behind a TCP proxy. While A runs four 10 s jobs the proxy cuts it off for two leases
+    (a partition: nothing gets through; or a refusal: connections reset). A's lease keeper cannot renew, and
+    A stops each job a heartbeat before its lease ends by A's own clock; B rescues and runs them. No job
+    runs on two workers at once (the spans, recorded on a connection that bypasses the proxy, never
+    overlap), none is lost, none stuck, each completes exactly once."""
+    if cut == "drop" and not long_run:
+        pytest.skip("the refused-connection variant runs with --long")
+    lease = 3.0
+    common: dict[str, Any] = {
+        "worker_visibility_timeout_secs": lease,
+        "worker_sweep_interval_secs": 0.5,
+        "max_concurrent_jobs": 4,
+        "job_cancel_grace_secs": 0.5,
+    }
+    settings = make_settings(**common)
+    cut_off = make_settings(database_url=tcp_proxy.url(db_url), **common)
+    await pg.execute(support_processors.SIDE_EFFECTS_DDL)
+    await pg.execute(support_processors.SPANS_DDL)
+    user = await make_user(pg)
+    direct = {support_processors.DIRECT_DB_ENV: asyncpg_dsn(db_url)}
+    # A takes four jobs longer than the cut; B starts idle, so it can take over at once what A lets go.
+    ids = await _enqueue_spans(engine, settings, user.id, [10.0] * 4)
+    a = WorkerProcess(cut_off, tmp_path / "a.log", **direct)
+    b: WorkerProcess | None = None
+    try:
+        await wait_until(
+            lambda: pg.fetchval(
+                "SELECT count(*) = 4 FROM jobs WHERE status = 'in_progress' AND locked_by LIKE $1",
+                f"%-{a.pid}-%",
+            ),
+            what="A running the jobs",
+        )
+        b = WorkerProcess(settings, tmp_path / "b.log", **direct)
+        await wait_until(lambda: pg.fetchval("SELECT count(*) = 2 FROM workers"), what="B started")
+        tcp_proxy.cut(cut)
+        ids += await _enqueue_spans(engine, settings, user.id, [0.5] * 8)  # B's own work meanwhile
+        await asyncio.sleep(2 * lease)
+        tcp_proxy.restore()
+        await _finish_cleanly(pg, ids, timeout=90)
+    finally:
+        for p in (a, b):
+            if p is not None:
+                p.terminate()
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(p.wait, 30)
+                p.close()
+    spans = await _spans_by_job(pg)
+    moved = [job for job, runs in spans.items() if len({r["worker"] for r in runs}) > 1]
+    worst = _worst_overlap(spans)
+    print(f"\n{cut}: {len(moved)} jobs moved from A to B; worst overlap {worst:+.2f} s (negative: a gap)")
+    assert moved, "the cut should have moved some of A's jobs to B"
+    assert worst <= 0.25, f"a job ran on two workers at once for {worst:.2f} s"
+    assert "stopping the job before it can be rescued" in a.log_path.read_text()
+
+
+async def test_a_loop_blocked_longer_than_the_lease_loses_no_lease(
+    make_settings, engine, pg, tmp_path, db_url
+) -> None:
+    """Two workers run span jobs while processors block their event loops for twice the lease (3 s). The
+    lease keepers renew from their own threads, without waiting for row locks the blocked loops hold, and a
+    claim answered while a loop was blocked is left to the rescue: nothing runs twice, nothing is lost."""
+    lease = 3.0
+    settings = make_settings(
+        worker_visibility_timeout_secs=lease, worker_sweep_interval_secs=0.5, max_concurrent_jobs=3
+    )
+    await pg.execute(support_processors.SIDE_EFFECTS_DDL)
+    await pg.execute(support_processors.SPANS_DDL)
+    user = await make_user(pg)
+    direct = {support_processors.DIRECT_DB_ENV: asyncpg_dsn(db_url)}
+    ids = await _enqueue_spans(engine, settings, user.id, [1.0 + (i % 3) * 0.5 for i in range(16)])
+    async with engine.begin() as conn:
+        for _ in range(2):
+            new = NewJob(
+                type="test.block", input_data={"seconds": 2 * lease}, user_id=user.id, max_attempts=5
+            )
+            ids.append((await queue.enqueue(conn, new, settings)).job["id"])
+    procs = [WorkerProcess(settings, tmp_path / f"w{i}.log", **direct) for i in range(2)]
+    try:
+        await _finish_cleanly(pg, ids, timeout=90)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(p.wait, 30)
+            p.close()
+    spans = await _spans_by_job(pg)
+    assert {len(runs) for runs in spans.values()} == {1}, "a span job ran more than once"
+    # A claim whose answer arrives while its worker's loop is blocked is not run there but rescued (the
+    # lease may be running out by then); so rescues may happen, repeated runs may not.
+    rescued_then_run_twice = await pg.fetchval(
+        "SELECT count(*) FROM side_effects GROUP BY job_id HAVING count(*) > 1 LIMIT 1"
+    )
+    assert rescued_then_run_twice is None
+    assert await pg.fetchval("SELECT count(*) FROM side_effects") == 2
+    assert any("event loop blocked" in p.log_path.read_text() for p in procs)

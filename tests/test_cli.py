@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from app.auth import verify_password
+from app.db import head_revision
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBDESK = Path(sys.executable).parent / "jobdesk"
@@ -92,12 +93,13 @@ def test_bad_setting_is_one_readable_line(tmp_path: Path, name: str, value: str,
 async def test_migrate_applies_then_reports_up_to_date(tmp_path: Path, fresh_db_url: str) -> None:
     first = run(tmp_path, "migrate", DATABASE_URL=fresh_db_url)
     assert first.returncode == 0, first.stderr
-    assert "Migrated the database at" in first.stdout and "to 0001" in first.stdout
+    head = head_revision()
+    assert "Migrated the database at" in first.stdout and f"to {head}" in first.stdout
     second = run(tmp_path, "migrate", DATABASE_URL=fresh_db_url.replace("+asyncpg", ""))
-    assert second.returncode == 0 and "is up to date (0001)" in second.stdout
+    assert second.returncode == 0 and f"is up to date ({head})" in second.stdout
     conn = await asyncpg.connect(fresh_db_url.replace("+asyncpg", ""))
     try:
-        assert await conn.fetchval("SELECT version_num FROM alembic_version") == "0001"
+        assert await conn.fetchval("SELECT version_num FROM alembic_version") == head
     finally:
         await conn.close()
 

@@ -1,4 +1,4 @@
-"""Operator controls (issue 11): pause/resume, per-type concurrency and rate limits held across worker
+"""Operator controls: pause/resume, per-type concurrency and rate limits held across worker
 processes, cron schedules firing exactly once per due time, no back-fill after downtime unless asked,
 and clear errors for every bad input."""
 
@@ -16,6 +16,7 @@ from webkit import add_token, add_user, app_client
 from workers import WorkerProcess, running_worker, wait_until
 
 from app import controls
+from app.actions import controls as control_actions
 from app.db import asyncpg_dsn
 from app.errors import BadInput, NotFound
 from app.jobs import queue
@@ -80,7 +81,7 @@ async def test_a_paused_type_accepts_jobs_but_none_is_claimed_until_resumed(
     engine, settings, admin, pg
 ) -> None:
     async with engine.begin() as conn:
-        row = await controls.set_paused(conn, "noop", True, admin)
+        row = await control_actions.pause(conn, admin, "noop")
     assert row["paused"] and row["paused_by"] == admin.email and row["paused_at"] is not None
     async with running_worker(settings):
         await enqueue_many(engine, settings, admin, "noop", {}, 5)
@@ -94,7 +95,7 @@ async def test_a_paused_type_accepts_jobs_but_none_is_claimed_until_resumed(
         await asyncio.sleep(1.0)
         assert await pg.fetchval("SELECT count(*) FROM jobs WHERE type = 'noop' AND status = 'queued'") == 5
         async with engine.begin() as conn:
-            await controls.set_paused(conn, "noop", False, admin)
+            await control_actions.resume(conn, admin, "noop")
         await wait_until(
             lambda: pg.fetchval("SELECT count(*) = 5 FROM jobs WHERE type = 'noop' AND status = 'completed'"),
             timeout=5,

@@ -17,7 +17,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "app"
 
-FOUNDATION = {"app.settings", "app.db", "app.models", "app.errors", "app.logs", "app.metrics", "app.files"}
+FOUNDATION = {
+    "app.settings",
+    "app.db",
+    "app.models",
+    "app.errors",
+    "app.logs",
+    "app.metrics",
+    "app.files",
+    "app.formatting",
+}
 """What the job core may use besides ``app.jobs.*`` (and the ``app`` package itself)."""
 
 NO_FUNCTION_LEVEL_IMPORTS = ["app/jobs", "app/pipelines.py", "app/controls.py", "app/schedules.py"]

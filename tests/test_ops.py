@@ -532,15 +532,17 @@ async def _poll(base: str, token: str, stop: asyncio.Event, tabs: int) -> list[t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pool_timeout", [0.5, 30.0], ids=["timeout-0.5s", "negative-control-30s"])
+@pytest.mark.parametrize("pool_timeout", [0.5, 30.0], ids=["timeout-0.5s", "timeout-30s"])
 async def test_ui_answers_quickly_while_processors_hold_the_pool_and_every_job_runs_once(
     db_url: str, pg: asyncpg.Connection, engine: Any, make_settings: Any, tmp_path: Path, pool_timeout: float
 ) -> None:
-    """Case C15 (scaled): ``jobdesk serve`` with its in-app worker, a pool of 4, 10 concurrent jobs that
-    each hold a pooled connection for 2 s, and 5 tabs polling the job list. Requests that find the pool
-    exhausted get a 503 within the pool timeout instead of hanging; the worker's claims, lease renewals and
-    completions use their own connections, so no lease expires and every job completes exactly once.
-    Negative control: with a 30 s pool timeout the same requests hang for seconds behind the processors."""
+    """Case C15 (scaled): ``jobdesk serve`` with its in-app worker, pools of 4, 10 concurrent jobs that
+    each hold a pooled connection for 2 s, and 5 tabs polling the job list. The in-app worker runs in its
+    own thread and event loop with its own processors' pool, so the pages never wait behind processors,
+    even with a 30 s pool timeout (before, the processors shared the web's pool, and with that timeout the
+    same requests hung for seconds); a request that finds the web pool exhausted gets a 503 within the
+    pool timeout. The worker's claims, lease renewals and completions use their own connections, so no
+    lease expires and every job completes exactly once."""
     await pg.execute(support_processors.SIDE_EFFECTS_DDL)
     user = await add_user(db_url, "ops@example.com")
     token = await add_token(db_url, user.id)
@@ -579,11 +581,9 @@ async def test_ui_answers_quickly_while_processors_hold_the_pool_and_every_job_r
     assert await pg.fetchval("SELECT count(DISTINCT job_id) FROM side_effects") == jobs
     assert await pg.fetchval("SELECT count(*) FROM job_events WHERE kind = 'rescued'") == 0
     assert await pg.fetchval("SELECT count(*) FROM job_events WHERE kind = 'completed'") == jobs
-    if pool_timeout < 1:
-        assert 503 in statuses, "the pool was never exhausted: the scenario did not happen"
-        assert slowest < pool_timeout + 2.0
-    else:
-        assert slowest > 1.5, "without a short pool timeout requests wait behind the processors"
+    if pool_timeout < 1:  # processors that find their pool exhausted fail fast and are retried
+        assert attempts > jobs, "the processors never ran short of connections: the scenario did not happen"
+    assert slowest < 2.0, "the pages waited behind the processors"
 
 
 # --- the worker's hot path: statements straight on asyncpg --------------------------------------------------

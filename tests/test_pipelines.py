@@ -400,7 +400,7 @@ async def test_an_approval_step_waits_then_proceeds_on_approve(engine, settings,
         "SELECT actor, at FROM job_events WHERE job_id = $1 AND kind = 'approved'", draft
     )
     assert approved["actor"] == f"user:{admin.id}"
-    with pytest.raises(Conflict, match=f"already approved by user:{admin.id}"):
+    with pytest.raises(Conflict, match=f"already approved by {admin.email} at "):
         async with engine.begin() as conn:
             await queue.reject(conn, draft, admin, "too late")
 

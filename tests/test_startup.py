@@ -57,31 +57,33 @@ async def test_unreachable_database_stops_start_up_with_a_clear_message(make_set
 
 
 class FakeWorker:
-    """Stands in for app.worker.runner.Worker to check the lifespan's wiring."""
+    """Stands in for the in-app worker's thread handle (app.worker.threaded) to check the lifespan's
+    wiring: started with the app's settings and database, stopped (and waited for) at shutdown."""
 
     instances: list[FakeWorker] = []
 
-    def __init__(self, settings: Any, database_url: str, *, app_engine: Any) -> None:
-        self.settings, self.database_url, self.app_engine = settings, database_url, app_engine
-        self.running = False
+    def __init__(self, settings: Any, database_url: str) -> None:
+        self.settings, self.database_url = settings, database_url
+        self.worker = self
+        self.running = True
         self.stopped = False
         self.finished = False
-        self._stop = asyncio.Event()
         FakeWorker.instances.append(self)
 
-    async def run(self) -> None:
-        self.running = True
-        await self._stop.wait()
-        self.finished = True
+    def health(self) -> str | None:
+        return None
 
-    def stop(self) -> None:
-        self.stopped = True
-        self._stop.set()
+    def done(self) -> bool:
+        return self.finished
+
+    async def stop_async(self) -> bool:
+        self.stopped = self.finished = True
+        return True
 
 
 @pytest.fixture
 def fake_worker_module(monkeypatch: pytest.MonkeyPatch) -> type[FakeWorker]:
-    monkeypatch.setattr(server, "Worker", FakeWorker)
+    monkeypatch.setattr(server, "start_in_thread", FakeWorker)
     FakeWorker.instances = []
     return FakeWorker
 
@@ -95,16 +97,14 @@ async def test_in_app_worker_is_started_and_stopped_with_the_app(
         (worker,) = fake_worker_module.instances
         assert worker.settings is settings
         assert worker.database_url == settings.database_url
-        assert worker.app_engine is c.app.state.engine
         assert c.app.state.worker is worker
-        assert c.blocking_portal.call(asyncio.sleep, 0.05) is None and worker.running
         r = await c.get("/readyz")
         assert r.status_code == 200 and r.json()["checks"]["worker"] == "ok"
         # a worker that dies makes the app unready
-        c.blocking_portal.call(worker._stop.set)
-        c.blocking_portal.call(asyncio.sleep, 0.05)
+        worker.finished = True
         r = await c.get("/readyz")
         assert r.status_code == 503 and "worker: the in-app worker has stopped" in r.json()["detail"]
+        worker.finished = False
     assert worker.stopped and worker.finished
 
 

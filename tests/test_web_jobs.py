@@ -724,7 +724,8 @@ async def test_approval_steps_from_the_pipeline_page_approve_reject_with_reason_
     assert r.status_code == 200 and r.text.lstrip().startswith('<article id="pipeline-status"')
     assert "Approved. The steps after it can run now." in r.text
     r = await client.post(f"/jobs/{step}/approve", data={"view": "pipeline"}, headers=h)
-    assert r.status_code == 409 and "Nothing changed: someone already approved this step." in r.text
+    assert r.status_code == 409
+    assert "Nothing changed: this step was already approved by root@example.com at " in r.text
 
     pid, step = await waiting_step()
     r = await client.post(f"/jobs/{step}/reject", data={"view": "pipeline", "reason": "  "}, headers=h)
@@ -1056,14 +1057,16 @@ async def test_negative_controls_the_escaping_and_ownership_checks_catch_a_leak(
     reaches the page and TagAudit sees its handler; without the owner check another user's job is shown."""
     from app.db import read_rows
     from app.web import jobs as web_jobs
+    from app.web.deps import parse_uuid
+    from app.web.job_page import JOB_STATUS
 
     ann = await add_user(db_url, "ann@example.com")
     jid = await enqueue(engine, settings, ann.id, title="<img src=x onerror=alert(1)>")
     await sign_in_as(client, db_url, "bob@example.com")
     assert (await client.get(f"/jobs/{jid}/status", headers=HX)).status_code == 404
 
-    async def no_owner_check(request: Any, job_id: Any, user: Any, query: Any = web_jobs.JOB_STATUS) -> Any:
-        rows = await read_rows(request.app.state.engine, query, {"id": web_jobs.parse_uuid(job_id)})
+    async def no_owner_check(request: Any, job_id: Any, user: Any, query: Any = JOB_STATUS) -> Any:
+        rows = await read_rows(request.app.state.engine, query, {"id": parse_uuid(job_id)})
         return rows[0]
 
     monkeypatch.setattr(web_jobs, "poll_row", no_owner_check)  # the polls' owner check

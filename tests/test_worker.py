@@ -120,7 +120,7 @@ async def test_an_attempt_past_its_timeout_is_a_failure_saying_so(engine, settin
     async with running_worker(settings):
         job = await enqueue(engine, settings, owner, "test.hang", {"seconds": 10}, max_attempts=1)
         row = await wait_status(pg, job, {"failed"}, timeout=5)
-    assert row["error_message"] == "timed out after 0.5 s"
+    assert row["error_message"] == "took longer than its 0.5 s limit"
 
 
 @pytest.mark.parametrize("mode", ["big", "recursion"])
@@ -200,11 +200,13 @@ async def test_a_lost_cancel_notification_does_not_lose_the_cancel(
             return set()
 
         monkeypatch.setattr(queue, "cancel_requested", never)
-        monkeypatch.setattr(
-            queue.leases,
-            "RENEW_LEASES",
-            queue._sql(queue.RENEW_LEASES.text.replace("RETURNING id, is_active", "RETURNING id, true")),
-        )
+        for name, returned in (("RENEW_LEASES", "id, is_active"), ("KEEP_LEASES", "jobs.id, jobs.is_active")):
+            statement = getattr(queue.leases, name)
+            patched = statement.text.replace(
+                f"RETURNING {returned}", f"RETURNING {returned.split(',')[0]}, true"
+            )
+            assert patched != statement.text
+            monkeypatch.setattr(queue.leases, name, queue._sql(patched))
     async with running_worker(settings) as worker:
         worker.listener.on_cancel = lambda payload: None  # the notification is lost
         job = await enqueue(engine, settings, owner, "sleep", {"seconds": 4})

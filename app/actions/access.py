@@ -8,10 +8,13 @@ A job type is marked in its ``@processor`` registration:
 
 Both are for admins only when submitted directly: through the form, ``POST /api/jobs``, a step of an
 ad-hoc pipeline, a schedule, or "run again". Internal types stay usable as steps of the registered
-templates (their steps are code, not input) and as next jobs that processors create. The same rules
-serve every path, so no entry point re-implements them.
+templates (their steps are code, not input) and as next jobs of a step of the same pipeline group
+(or of a type that declares them in ``next_types``).
 
-This module depends only on the processor registry, so lower layers (pipelines, schedules) can ask it.
+The rules are pure functions in :mod:`app.jobs.types`; this module applies them to a person for every
+path that starts work (form, API, ad-hoc pipelines, templates, schedules), and the layers below the
+actions use the same functions directly: the queue for a processor's next jobs, the schedule sweep for
+a schedule's owner at each firing. So no entry point re-implements them.
 """
 
 from __future__ import annotations
@@ -19,10 +22,23 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from app.errors import BadInput, NotFound
+from app.jobs import types
+from app.jobs.types import INTERNAL_GROUP, admins_only, is_internal, refusal
 from app.processors import ProcessorSpec, registry
 
-INTERNAL_GROUP = "Pipeline steps"
-"""The catalogue group that marks a type as a step of a built-in pipeline."""
+__all__ = [
+    "INTERNAL_GROUP",
+    "admins_only",
+    "check_template",
+    "check_type",
+    "is_internal",
+    "may_create_next",
+    "may_start_template",
+    "may_submit",
+    "page_spec",
+    "refusal",
+    "submittable_types",
+]
 
 
 class Person(Protocol):
@@ -33,32 +49,22 @@ class Person(Protocol):
 
 
 class HasDiagnostic(Protocol):
-    """A pipeline template (only its ``diagnostic`` mark matters here)."""
+    """A pipeline template (only its ``name`` and ``diagnostic`` mark matter here)."""
+
+    @property
+    def name(self) -> str: ...
 
     @property
     def diagnostic(self) -> bool: ...
 
 
-def is_internal(spec: ProcessorSpec) -> bool:
-    """A step of a built-in pipeline, not a job on its own."""
-    return spec.group == INTERNAL_GROUP
-
-
-def admins_only(spec: ProcessorSpec) -> bool:
-    """Diagnostic and internal types may be submitted directly by admins only."""
-    return spec.diagnostic or is_internal(spec)
+def _is_admin(person: Any) -> bool:
+    return bool(getattr(person, "is_admin", False))
 
 
 def may_submit(person: Any, spec: ProcessorSpec) -> bool:
     """Whether ``person`` may submit a job of this type directly (form, API, ad-hoc step, schedule)."""
-    return bool(getattr(person, "is_admin", False)) or not admins_only(spec)
-
-
-def refusal(spec: ProcessorSpec) -> str:
-    """Why a non-admin may not submit ``spec`` directly, in plain words."""
-    if is_internal(spec):
-        return f"only admins may start {spec.type!r} on its own: it is a step of a built-in pipeline"
-    return f"only admins may start {spec.type!r}: it is for testing and diagnostics"
+    return types.may_submit(_is_admin(person), spec)
 
 
 def check_type(person: Any, type_name: Any, field: str = "type") -> ProcessorSpec | None:
@@ -94,16 +100,23 @@ def submittable_types(person: Any) -> list[ProcessorSpec]:
 def may_start_template(person: Any, template: HasDiagnostic) -> bool:
     """Templates marked ``diagnostic`` are for admins; the others for everyone, whatever their steps
     (a template's steps are code, so its internal steps are allowed)."""
-    return bool(getattr(person, "is_admin", False)) or not template.diagnostic
+    return _is_admin(person) or not template.diagnostic
+
+
+def check_template(person: Any, template: HasDiagnostic, field: str = "template") -> None:
+    """Raises:
+    BadInput: a template marked ``diagnostic`` for a non-admin, named by ``field`` (422).
+    """
+    if not may_start_template(person, template):
+        raise BadInput.field(
+            field, f"only admins may start {template.name!r}: it is for testing and diagnostics"
+        )
 
 
 def may_create_next(owner: Any, creator_type: str, next_type: str) -> bool:
-    """Whether a job of ``creator_type`` owned by ``owner`` may create a next job of ``next_type``:
-    internal steps always (that is what they are for); a type the owner may submit; or any type when
-    the creator's own type is admins-only (it was admitted already, so its follow-ups are too). What a
-    public type's processor cannot do is turn a non-admin's job into a diagnostic one."""
+    """Whether a job of ``creator_type`` owned by ``owner`` may create a next job of ``next_type``: the
+    rule :func:`app.jobs.types.may_create_next`, which the queue applies when it inserts next jobs."""
     spec = registry.get(next_type)
-    creator = registry.get(creator_type)
     if spec is None:
         return False
-    return is_internal(spec) or may_submit(owner, spec) or (creator is not None and admins_only(creator))
+    return types.may_create_next(_is_admin(owner), registry.get(creator_type), spec)

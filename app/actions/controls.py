@@ -1,12 +1,15 @@
 """Admin actions on job types: pause, resume, and the concurrency and rate limits.
 
 Each action takes ``(db, actor, job type, …)`` — ``db`` an ``AsyncSession`` or ``AsyncConnection``
-whose transaction the caller commits, ``actor`` the signed-in user — checks that the actor is an admin,
-makes the change through :mod:`app.controls` (which writes the audit entry with it) and adds the admin
-notice, all inside one savepoint. ``*`` (:data:`app.controls.ALL_TYPES`) pauses or resumes every type.
+whose transaction the caller commits, ``actor`` the signed-in user or an
+:class:`~app.actions.trail.Actor` — checks that the actor is an admin, makes the change through
+:mod:`app.controls` and writes its audit entry and admin notice (:mod:`app.actions.trail`), all inside
+one savepoint. The admin pages and the JSON API both call these, so either leaves the same record.
+``*`` (:data:`app.controls.ALL_TYPES`) pauses or resumes every type.
 
 Errors: :class:`~app.errors.Forbidden` (403), :class:`~app.errors.NotFound` (an unknown job type, 404),
-:class:`~app.errors.BadInput` (a limit out of range, or limits for ``*``; 422 naming the field).
+:class:`~app.errors.Conflict` (resuming a type that is not paused, 409), :class:`~app.errors.BadInput`
+(a limit out of range, or limits for ``*``; 422 naming the field).
 """
 
 from __future__ import annotations
@@ -16,15 +19,42 @@ from typing import Any
 from sqlalchemy.engine import RowMapping
 
 from app import controls
-from app.actions.admin_trail import Db, notify, require_admin
+from app.actions.trail import Db, acting, record_done, require_admin
+from app.errors import Conflict
+
+
+def type_label(job_type: str) -> str:
+    """``job_type`` in words: ``*`` is "every job type"."""
+    return "every job type" if job_type == controls.ALL_TYPES else job_type
+
+
+async def _check_paused(db: Db, job_type: str) -> None:
+    """Raises:
+    Conflict: ``job_type`` is not paused on its own, so resuming it would change nothing.
+    """
+    rows = await controls.controls(db)
+    own = rows.get(job_type)
+    if own is not None and own["paused"]:
+        return
+    every = rows.get(controls.ALL_TYPES)
+    if job_type != controls.ALL_TYPES and every is not None and every["paused"]:
+        raise Conflict(
+            f"Nothing changed: {job_type} is not paused on its own; every job type is paused. "
+            "Resume every job type (*) to lift that pause."
+        )
+    raise Conflict(f"Nothing changed: {type_label(job_type)} is not paused.")
 
 
 async def _set_paused(db: Db, actor: Any, job_type: str, paused: bool, ip: str | None) -> RowMapping:
     require_admin(actor, "pause or resume job types")
+    who = acting(actor, ip)
     async with db.begin_nested():
-        row = await controls.set_paused(db, job_type, paused, actor, ip=ip)
+        if not paused:
+            controls.check_type(job_type)
+            await _check_paused(db, job_type)
+        row = await controls.set_paused(db, job_type, paused, who.user)
         action = "job_type.pause" if paused else "job_type.resume"
-        await notify(db, actor, action, target_type="job_type", target_ids=[job_type])
+        await record_done(db, who, action, target_type="job_type", target_ids=[job_type])
     return row
 
 
@@ -35,7 +65,11 @@ async def pause(db: Db, actor: Any, job_type: str, *, ip: str | None = None) -> 
 
 
 async def resume(db: Db, actor: Any, job_type: str, *, ip: str | None = None) -> RowMapping:
-    """Resume ``job_type`` (``*``: lift the pause of every type) and wake idle workers."""
+    """Resume ``job_type`` (``*``: lift the pause of every type) and wake idle workers.
+
+    Raises:
+        Conflict: the type is not paused (nothing is recorded).
+    """
     return await _set_paused(db, actor, job_type, False, ip)
 
 
@@ -51,13 +85,14 @@ async def set_limits(
     """Set (``None`` removes) how many jobs of ``job_type`` run at once and start per minute, across all
     workers; applies at the next claim."""
     require_admin(actor, "change job type limits")
+    who = acting(actor, ip)
     async with db.begin_nested():
         row = await controls.set_limits(
-            db, job_type, max_running=max_running, max_per_minute=max_per_minute, admin=actor, ip=ip
+            db, job_type, max_running=max_running, max_per_minute=max_per_minute, admin=who.user
         )
-        await notify(
+        await record_done(
             db,
-            actor,
+            who,
             "job_type.limits",
             target_type="job_type",
             target_ids=[job_type],

@@ -23,6 +23,7 @@ from app.actions import access
 from app.actions.trail import Actor, record_done, record_refused
 from app.errors import Conflict, Forbidden, NotFound
 from app.jobs import queue
+from app.jobs.decisions import Decision, decision_words
 from app.jobs.queue import Enqueued, NewJob
 from app.jobs.states import LABELS, LIVE, Status
 from app.processors import ProcessorSpec, registry
@@ -233,13 +234,13 @@ def _words(status: str) -> str:
     return LABELS.get(Status(status), status) if status in Status._value2member_map_ else status
 
 
-def conflict_words(exc: Conflict, action: str) -> str:
-    """A :class:`Conflict` from the queue as "Nothing changed: …" in plain words."""
+def conflict_words(exc: Conflict, action: str, timezone: str | None = None) -> str:
+    """A :class:`Conflict` from the queue as "Nothing changed: …" in plain words; a decision already
+    taken names who took it and when (in ``timezone``, the person's own)."""
     extra = exc.extra or {}
-    decision = extra.get("decision")
-    if decision:
-        done = {"approved": "approved", "rejected": "rejected", "rerun_requested": "sent back to run again"}
-        return f"Nothing changed: someone already {done.get(decision, decision)} this step."
+    decided = extra.get("decided")
+    if isinstance(decided, Decision):
+        return f"Nothing changed: this step was {decision_words(decided, timezone or 'UTC')}."
     status = extra.get("status")
     if status == "cancelling":
         return "Nothing changed: the job is already being stopped."
@@ -287,7 +288,7 @@ async def perform(
         async with db.begin_nested():
             row, new_job = await CALLS[action](db, actor, jid, {"reason": reason, "run_at": run_at})
     except Conflict as exc:
-        message = conflict_words(exc, action)
+        message = conflict_words(exc, action, getattr(actor.user, "timezone", None))
         await record_refused(db, actor, audit_action, target_type="job", target_ids=[jid], reason=message)
         return ActionOutcome(action, False, message, 409, jid, conflict=exc)
     detail = _detail(action, row, new_job, reason)

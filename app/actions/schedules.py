@@ -1,14 +1,19 @@
 """Admin actions on schedules: create one, enable or disable it, delete it.
 
 Each action takes ``(db, actor, parameters…)`` — ``db`` an ``AsyncSession`` or ``AsyncConnection``
-whose transaction the caller commits, ``actor`` the signed-in user — checks that the actor is an admin,
-makes the change through :mod:`app.controls` (which writes the audit entry with it) and adds the admin
-notice, all inside one savepoint.
+whose transaction the caller commits, ``actor`` the signed-in user or an
+:class:`~app.actions.trail.Actor` — checks that the actor is an admin, makes the change through
+:mod:`app.schedules` and writes its audit entry and admin notice (:mod:`app.actions.trail`), all inside
+one savepoint. The admin page and the JSON API both call these, so either leaves the same record.
+
+A schedule's jobs belong to its owner, so the owner must be allowed to start its target
+(:mod:`app.actions.access`): an admin cannot schedule a diagnostic type for a non-admin. The sweep
+checks the owner again at each firing (:func:`app.schedules.owner_refusal`).
 
 Errors: :class:`~app.errors.Forbidden` (403), :class:`~app.errors.NotFound` (an unknown schedule, 404),
 :class:`~app.errors.Conflict` (deleting a schedule defined in code, 409), :class:`~app.errors.BadInput`
 (422, naming the field: ``cron``, ``timezone``, ``type``, ``template``, ``input_data…``, ``name``,
-``owner``), :class:`~app.errors.TooLarge` (the input is over ``JOB_MAX_INPUT_BYTES``, 413).
+``owner``; ``type`` or ``template`` also for a target the owner may not start), :class:`~app.errors.TooLarge` (the input is over ``JOB_MAX_INPUT_BYTES``, 413).
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from typing import Any
 
 from sqlalchemy.engine import RowMapping
 
-from app import auth, controls
-from app.actions.admin_trail import Db, notify, require_admin
+from app import auth, pipelines, schedules
+from app.actions import access
+from app.actions.trail import Db, acting, record_done, require_admin
 from app.errors import BadInput, NotFound
 from app.settings import Settings
 
@@ -55,7 +61,7 @@ def _encodable(value: Any) -> bool:
     except UnicodeEncodeError:
         return False
     except (TypeError, ValueError, RecursionError):
-        return True  # not JSON, or nested too deeply: the input checks of app.controls say which field
+        return True  # not JSON, or nested too deeply: the input checks of app.schedules say which field
     return True
 
 
@@ -68,6 +74,39 @@ async def _owner(db: Db, actor: Any, owner_email: str | None) -> Any:
         return await auth.get_user_by_email(db, email)
     except NotFound as exc:
         raise BadInput.field("owner", exc.detail) from None
+
+
+def _texts(cron: Any, timezone: Any, name: Any, input_data: Any) -> tuple[str, str, str]:
+    """The schedule's cron, time zone and name as storable text.
+
+    Raises:
+        BadInput: a value that is not text, too long, or holds a NUL or a lone surrogate; an empty
+        time zone.
+    """
+    cron = _text(cron, "cron", CRON_MAX)
+    timezone = _text(timezone, "timezone", TIMEZONE_MAX).strip()
+    name = _text(name or "", "name", NAME_MAX)
+    if not timezone:
+        raise BadInput.field("timezone", "Choose a time zone.")
+    if not _encodable(input_data):
+        raise BadInput.field(
+            "input_data", "contains text with a lone surrogate (like \\ud800), which is not a character"
+        )
+    return cron, timezone, name
+
+
+def _check_target(owner: Any, job_type: str | None, template: str | None) -> None:
+    """Raises:
+    BadInput: (``type`` or ``template``) the owner may not start the target: a diagnostic or internal
+    type, or a template for admins, for an owner who is not an admin. Unknown targets are left to
+    :func:`app.schedules.create_schedule`, which names them.
+    """
+    if job_type is not None:
+        access.check_type(owner, job_type)
+    elif template is not None:
+        tpl = pipelines.get_template(template) if isinstance(template, str) else None
+        if tpl is not None:
+            access.check_template(owner, tpl)
 
 
 async def create_schedule(
@@ -90,18 +129,12 @@ async def create_schedule(
     ``timezone``); its jobs belong to ``owner_email``'s account (default: the actor). A taken name is
     refused, never overwritten. Returns the schedule row."""
     require_admin(actor, "create schedules")
-    cron = _text(cron, "cron", CRON_MAX)
-    timezone = _text(timezone, "timezone", TIMEZONE_MAX).strip()
-    name = _text(name or "", "name", NAME_MAX)
-    if not timezone:
-        raise BadInput.field("timezone", "Choose a time zone.")
-    if not _encodable(input_data):
-        raise BadInput.field(
-            "input_data", "contains text with a lone surrogate (like \\ud800), which is not a character"
-        )
-    owner = await _owner(db, actor, owner_email)
+    cron, timezone, name = _texts(cron, timezone, name, input_data)
+    who = acting(actor, ip)
+    owner = await _owner(db, who.user, owner_email)
+    _check_target(owner, job_type, template)
     async with db.begin_nested():
-        row = await controls.create_schedule(
+        row = await schedules.create_schedule(
             db,
             cron=cron,
             timezone=timezone,
@@ -113,16 +146,21 @@ async def create_schedule(
             name=name,
             owner=owner,
             settings=settings,
-            admin=actor,
-            ip=ip,
         )
-        await notify(
+        await record_done(
             db,
-            actor,
+            who,
             "schedule.create",
             target_type="schedule",
             target_ids=[row["id"]],
-            detail={"name": row["name"], "cron": row["cron"], "timezone": row["timezone"]},
+            detail={
+                "name": row["name"],
+                "cron": row["cron"],
+                "timezone": row["timezone"],
+                "type": job_type,
+                "template": template,
+                "owner": owner.email,
+            },
         )
     return row
 
@@ -134,10 +172,10 @@ async def set_enabled(
     Returns the updated row."""
     require_admin(actor, "enable or disable schedules")
     async with db.begin_nested():
-        row = await controls.set_schedule_enabled(db, schedule_id, enabled, actor, ip=ip)
-        await notify(
+        row = await schedules.set_schedule_enabled(db, schedule_id, enabled)
+        await record_done(
             db,
-            actor,
+            acting(actor, ip),
             "schedule.enable" if enabled else "schedule.disable",
             target_type="schedule",
             target_ids=[row["id"]],
@@ -151,11 +189,10 @@ async def delete_schedule(db: Db, actor: Any, schedule_id: Any, *, ip: str | Non
     row. One defined in code is refused with Conflict: the next worker start would create it again."""
     require_admin(actor, "delete schedules")
     async with db.begin_nested():
-        row = await controls.get_schedule(db, schedule_id)
-        await controls.delete_schedule(db, row["id"], actor, ip=ip)
-        await notify(
+        row = await schedules.delete_schedule(db, schedule_id)
+        await record_done(
             db,
-            actor,
+            acting(actor, ip),
             "schedule.delete",
             target_type="schedule",
             target_ids=[row["id"]],

@@ -1,8 +1,10 @@
-"""Who acts, and the record an admin's action leaves: one audit entry and one admin notice.
+"""Who acts, who may, and the record an admin's action leaves: one audit entry (:mod:`app.audit`,
+shown on ``/admin/audit``) and one admin notice (:func:`app.jobs.outbox.record_admin_action`, delivered
+to the alert channels).
 
 Both rows are written in the caller's transaction, so they exist exactly when the action committed.
-An admin's refused action (the job had moved on) is audited with the reason and no notice; the caller
-commits to keep that entry although nothing else changed.
+An admin's refused action (the job had moved on, an admin tried to lock themselves out) is audited with
+the reason and no notice; the caller commits to keep that entry although nothing else changed.
 """
 
 from __future__ import annotations
@@ -11,10 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app import audit
+from app.errors import Forbidden
 from app.jobs import outbox
+
+Db = AsyncConnection | AsyncSession
+"""Where an action writes: a session or a connection whose transaction the caller commits."""
 
 OUTCOME_MAX = 300
 """Characters of a refusal's reason kept in the audit entry's outcome."""
@@ -23,11 +29,11 @@ OUTCOME_MAX = 300
 @dataclass(frozen=True)
 class Actor:
     """The person acting and the request's context: ``user`` has ``id``, ``email``, ``is_admin``;
-    ``settings`` are the app's settings; ``ip`` and ``request_id`` go into the audit entry and the job's
-    events."""
+    ``settings`` are the app's settings (``None`` where the action needs none); ``ip`` and
+    ``request_id`` go into the audit entry and the job's events."""
 
     user: Any
-    settings: Any
+    settings: Any = None
     ip: str | None = None
     request_id: str | None = None
 
@@ -36,8 +42,27 @@ class Actor:
         return bool(getattr(self.user, "is_admin", False))
 
 
+def acting(who: Any, ip: str | None = None) -> Actor:
+    """``who`` as an :class:`Actor`: an actor as it is, a signed-in user with the request's ``ip``."""
+    return who if isinstance(who, Actor) else Actor(who, ip=ip)
+
+
+def require_admin(actor: Any, what: str) -> None:
+    """Raises:
+    Forbidden: ``actor`` (an :class:`Actor` or a user) is nobody or not an admin; the message names
+    ``what`` was refused.
+    """
+    user = actor.user if isinstance(actor, Actor) else actor
+    if user is None or not getattr(user, "is_admin", False):
+        raise Forbidden(f"Only administrators may {what}.")
+
+
+async def _connection(db: Db) -> AsyncConnection:
+    return await db.connection() if isinstance(db, AsyncSession) else db
+
+
 async def record_done(
-    db: AsyncSession,
+    db: Db,
     actor: Actor,
     action: str,
     *,
@@ -47,7 +72,9 @@ async def record_done(
     outcome: str = "ok",
     detail: dict[str, Any] | None = None,
 ) -> None:
-    """An admin's completed action: the audit entry and the admin notice (nothing for non-admins)."""
+    """An admin's completed action: the audit entry and the admin notice (nothing for non-admins).
+    ``target_type`` (``job``, ``pipeline``, ``job_type``, ``user``, ``schedule``) and ``target_ids`` say
+    what it acted on, in both."""
     if not actor.is_admin:
         return
     n = len(target_ids) if count is None else count
@@ -63,18 +90,20 @@ async def record_done(
         ip=actor.ip,
     )
     await outbox.record_admin_action(
-        await db.connection(),
+        await _connection(db),
         admin_email=actor.user.email,
         action=action,
         count=n,
         job_ids=target_ids if target_type == "job" else (),
+        target_type=target_type,
+        targets=target_ids,
         outcome=outcome,
         detail=detail,
     )
 
 
 async def record_refused(
-    db: AsyncSession, actor: Actor, action: str, *, target_type: str, target_ids: Sequence[Any], reason: str
+    db: Db, actor: Actor, action: str, *, target_type: str, target_ids: Sequence[Any], reason: str
 ) -> None:
     """An admin's action that changed nothing: audited with the reason, no notice."""
     if not actor.is_admin:

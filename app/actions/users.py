@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy.engine import RowMapping
 
 from app import auth, users
-from app.actions.admin_trail import Db, record, refused, require_admin
+from app.actions.trail import Db, acting, record_done, record_refused, require_admin
 from app.auth import CurrentUser
 from app.errors import Conflict
 
@@ -57,28 +57,26 @@ async def create_user(
         password = auth.generate_password()
     async with db.begin_nested():
         new = await auth.create_user(db, email, password, is_admin=is_admin)
-        await record(
+        await record_done(
             db,
-            actor,
+            acting(actor, ip),
             "user.create",
             target_type="user",
             target_ids=[new.id],
             detail={"email": new.email, "admin": is_admin},
-            ip=ip,
         )
     return NewUser(new, password if generated else None)
 
 
 async def _refuse_own(db: Db, actor: Any, action: str, target: RowMapping, what: str, ip: str | None) -> None:
     """An admin may not lock themselves out: the refusal is audited (the caller commits it) and raised."""
-    await refused(
+    await record_refused(
         db,
-        actor,
+        acting(actor, ip),
         action,
         target_type="user",
         target_ids=[target["id"]],
         reason="it is your own account",
-        ip=ip,
     )
     raise Conflict(f"Nothing changed: you cannot {what}. Ask another admin.")
 
@@ -97,14 +95,13 @@ async def set_admin(db: Db, actor: Any, user_id: int, is_admin: bool, *, ip: str
         await _refuse_own(db, actor, action, target, "revoke your own admin rights", ip)
     async with db.begin_nested():
         await users.set_admin(db, target["id"], is_admin)
-        await record(
+        await record_done(
             db,
-            actor,
+            acting(actor, ip),
             action,
             target_type="user",
             target_ids=[target["id"]],
             detail={"email": target["email"]},
-            ip=ip,
         )
     return target
 
@@ -126,7 +123,9 @@ async def set_active(db: Db, actor: Any, user_id: int, active: bool, *, ip: str 
         detail: dict[str, Any] = {"email": target["email"]}
         if not active:
             detail["sessions_ended"] = ended
-        await record(db, actor, action, target_type="user", target_ids=[target["id"]], detail=detail, ip=ip)
+        await record_done(
+            db, acting(actor, ip), action, target_type="user", target_ids=[target["id"]], detail=detail
+        )
     return ended
 
 
@@ -149,14 +148,13 @@ async def issue_token(
     label = token_name(name)
     async with db.begin_nested():
         token, token_id = await auth.create_token(db, target["id"], label)
-        await record(
+        await record_done(
             db,
-            actor,
+            acting(actor, ip),
             "token.create",
             target_type="user",
             target_ids=[target["id"]],
-            detail={"token_id": token_id, "name": label},
-            ip=ip,
+            detail={"token_id": token_id, "name": label, "email": target["email"]},
         )
     return IssuedToken(token, token_id, target["id"], target["email"])
 
@@ -171,12 +169,11 @@ async def revoke_token(db: Db, actor: Any, token_id: int, *, ip: str | None = No
     async with db.begin_nested():
         owner = await users.token_owner(db, token_id)
         await auth.revoke_token(db, token_id)
-        await record(
+        await record_done(
             db,
-            actor,
+            acting(actor, ip),
             "token.revoke",
             target_type="user",
             target_ids=[owner] if owner else [],
             detail={"token_id": token_id},
-            ip=ip,
         )

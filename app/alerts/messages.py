@@ -79,6 +79,9 @@ _VERBS = {
     "run_at": "rescheduled",
     "pause": "paused",
     "resume": "resumed",
+    "create": "created",
+    "enable": "enabled",
+    "disable": "disabled",
 }
 
 
@@ -245,13 +248,55 @@ def _approval_needed(kind: str, row: _Row) -> Message:
     )
 
 
+_TARGET_NOUNS = {"job_type": "job type", "user": "user", "schedule": "schedule", "pipeline": "pipeline"}
+"""How an admin notice names what was acted on, by the audit's ``target_type``."""
+_TARGET_LABELS = {"user": "email", "schedule": "name"}
+"""The detail that names a single target in words (shown with its id)."""
+_ACTION_PHRASES = {
+    "job_type.limits": "limits of {what} changed",
+    "user.create": "user account created",
+    "user.enable": "user account enabled",
+    "user.disable": "user account disabled",
+    "user.make_admin": "admin rights granted to a user",
+    "user.revoke_admin": "admin rights of a user revoked",
+    "token.create": "API token issued for a user",
+    "token.revoke": "API token of a user revoked",
+}
+"""Headlines that do not read as "<target> <verb>" (``{what}`` names the targets, e.g. "job type
+noop")."""
+
+
 def _admin_action(kind: str, row: _Row) -> Message:
+    p = row.p
+    target_type = str(p.get("target_type") or "job")
+    if target_type == "job":
+        return _admin_job_action(kind, row)
+    return _admin_other_action(kind, row, target_type)
+
+
+def _admin_facts(p: dict[str, Any]) -> list[Fact]:
+    return [
+        Fact("Admin", one_line(p.get("admin") or "unknown"), "literal"),
+        Fact("Action", one_line(p.get("action") or "unknown"), "literal"),
+    ]
+
+
+def _admin_tail(p: dict[str, Any], row: _Row) -> list[Fact]:
+    facts = []
+    if p.get("outcome") and p["outcome"] != "ok":
+        facts.append(Fact("Outcome", one_line(p["outcome"]), "literal"))
+    if p.get("detail"):
+        facts.append(Fact("Details", one_line(json_text(p["detail"])), "literal"))
+    facts.append(row.when)
+    return facts
+
+
+def _admin_job_action(kind: str, row: _Row) -> Message:
+    """An action on jobs: how many, and which (linked when it is one)."""
     p = row.p
     count = int(p.get("count") or 0)
     ids = [str(i) for i in p.get("job_ids") or []]
-    facts = [Fact("Admin", one_line(p.get("admin") or "unknown"), "literal")]
-    facts.append(Fact("Action", one_line(p.get("action") or "unknown"), "literal"))
-    facts.append(Fact("Jobs", str(count)))
+    facts = [*_admin_facts(p), Fact("Jobs", str(count))]
     url = None
     if count == 1 and len(ids) == 1:
         url = row.job_link(ids[0])
@@ -259,11 +304,7 @@ def _admin_action(kind: str, row: _Row) -> Message:
     elif ids:
         shown = ", ".join(ids[:5]) + (f" and {count - 5} more" if count > 5 else "")
         facts.append(Fact("Job ids", one_line(shown), "literal"))
-    if p.get("outcome") and p["outcome"] != "ok":
-        facts.append(Fact("Outcome", one_line(p["outcome"]), "literal"))
-    if p.get("detail"):
-        facts.append(Fact("Details", one_line(json_text(p["detail"])), "literal"))
-    facts.append(row.when)
+    facts += _admin_tail(p, row)
     return Message(
         kind,
         "🛠",
@@ -271,6 +312,38 @@ def _admin_action(kind: str, row: _Row) -> Message:
         tuple(facts),
         url=url,
     )
+
+
+def _admin_other_action(kind: str, row: _Row, target_type: str) -> Message:
+    """An action on job types, users, schedules or a pipeline: the headline names the kind of target
+    (and a job type by name, which is code, not user text); the targets are facts shown as code."""
+    p = row.p
+    action = str(p.get("action") or "")
+    targets = [str(t) for t in p.get("targets") or []]
+    noun = _TARGET_NOUNS.get(target_type, target_type.replace("_", " "))
+    if target_type == "job_type" and targets == ["*"]:
+        what = "every job type"
+    elif target_type == "job_type" and len(targets) == 1:
+        what = f"job type {one_line(targets[0], 100)}"
+    elif len(targets) == 1:
+        what = noun
+    else:
+        what = _plural(len(targets), noun)
+    phrase = _ACTION_PHRASES.get(action, "{what} " + _verb(action)).format(what=what)
+    detail = _dict(p.get("detail"))
+    facts = _admin_facts(p)
+    url = None
+    if target_type == "pipeline" and len(targets) == 1:
+        url = row.pipeline_link(targets[0])
+        facts.append(Fact("Pipeline", targets[0], "link", url))
+        if p.get("count"):
+            facts.append(Fact("Jobs", str(int(p.get("count") or 0))))
+    elif targets:
+        label = detail.get(_TARGET_LABELS.get(target_type, "")) if len(targets) == 1 else None
+        shown = f"{label} ({targets[0]})" if label else ", ".join(targets[:5])
+        facts.append(Fact(noun.capitalize() + ("s" if len(targets) > 1 else ""), one_line(shown), "literal"))
+    facts += _admin_tail(p, row)
+    return Message(kind, "🛠", one_line(f"Admin action: {phrase}"), tuple(facts), url=url)
 
 
 _SUMMARY_FACTS = ("Type", "Step type", "Admin", "Action", "Template")
@@ -287,7 +360,7 @@ def _summary(kind: str, row: _Row) -> Message:
     count = int(p.get("count") or 0)
     between = f"{_when(_parse_time(p.get('first_at')))} and {_when(_parse_time(p.get('last_at')))}"
     facts = [Fact("Between", between)]
-    if of_kind == "admin_action":
+    if of_kind == "admin_action" and (p.get("sample") or {}).get("target_type", "job") == "job":
         facts.append(Fact("Jobs", str(int(p.get("jobs") or 0))))
     facts += [f for f in sample.facts if f.label in _SUMMARY_FACTS]
     examples = [str(i) for i in p.get("examples") or []]

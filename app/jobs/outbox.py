@@ -1,7 +1,9 @@
 """Alert outbox rows, written by the queue in the same transaction as the transition that causes them.
 
 An alert exists if and only if its transition committed; nothing here performs I/O beyond the insert.
-Delivery, grouping and rendering live in :mod:`app.alerts`, which reads these rows later.
+Delivery, grouping and rendering live in :mod:`app.alerts`, which reads these rows later. Every text
+written here goes through :mod:`app.jobs.payload` (``json_text``, ``cap_text``, ``storable_text``), so an
+error text PostgreSQL cannot hold never stops the transition that records it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.jobs.payload import cap_text, json_text
+from app.jobs.payload import cap_text, json_text, storable_text
 
 PAYLOAD_ERROR_CAP = 4000
 """Characters of error text kept in an outbox row; channels trim further to their own limits."""
@@ -48,7 +50,7 @@ async def _insert(conn: AsyncConnection, alerts: Sequence[tuple[str, str, dict[s
         INSERT_ALERTS,
         {
             "kinds": [a[0] for a in alerts],
-            "fingerprints": [a[1] for a in alerts],
+            "fingerprints": [storable_text(a[1]) for a in alerts],
             "payloads": [json_text(a[2]) for a in alerts],
         },
     )
@@ -152,15 +154,22 @@ async def record_admin_action(
     action: str,
     count: int,
     job_ids: Sequence[Any] = (),
+    target_type: str = "job",
+    targets: Sequence[Any] = (),
     outcome: str = "ok",
     detail: dict[str, Any] | None = None,
 ) -> None:
-    """One ``admin_action`` notice per browser action (one per bulk action, with its count)."""
+    """One ``admin_action`` notice per admin action (one per bulk action, with its count).
+    ``target_type`` names what was acted on (``job``, ``pipeline``, ``job_type``, ``user``,
+    ``schedule``) and ``targets`` which ones (the first 20 kept); ``job_ids`` are the jobs, linked in
+    the notice."""
     payload = {
         "admin": admin_email,
         "action": action,
         "count": count,
         "job_ids": [str(j) for j in list(job_ids)[:20]],
+        "target_type": target_type,
+        "targets": [str(t) for t in list(targets or job_ids)[:20]],
         "outcome": outcome,
         "detail": detail or {},
     }

@@ -176,7 +176,8 @@ class PermanentError(Exception):
 class ProcessorSpec:
     """A registered job type. ``timeout`` is seconds per attempt (``None``: ``JOB_DEFAULT_TIMEOUT_SECS``);
     ``max_attempts``/``retry`` override the global retry settings; ``diagnostic`` types are shown only to
-    admins; ``group`` groups the catalogue."""
+    admins; ``group`` groups the catalogue; ``next_types`` are the admins-only types this type's
+    processor creates as next jobs (see :func:`may_create_next`)."""
 
     type: str
     title: str
@@ -189,6 +190,7 @@ class ProcessorSpec:
     retry: RetryPolicy | None = None
     diagnostic: bool = False
     group: str = "General"
+    next_types: tuple[str, ...] = ()
 
     def validate_input(self, data: dict[str, Any], *, field_prefix: str = "input_data") -> dict[str, Any]:
         """Validate ``data`` against the input schema; return it normalised (defaults filled, JSON types).
@@ -242,6 +244,58 @@ class Registry:
     def all(self) -> list[ProcessorSpec]:
         self._load()
         return list(self._specs.values())
+
+
+# --- who may start which type ---------------------------------------------------------------------
+# The rules below are pure functions of the person's admin flag and the specs, so every path that
+# creates jobs applies the same ones: app.actions.access for people (form, API, pipelines, schedules),
+# the queue for a processor's next jobs, the schedule sweep for a schedule's owner at firing time.
+
+INTERNAL_GROUP = "Pipeline steps"
+"""The catalogue group that marks a type as a step of a built-in pipeline."""
+
+
+def is_internal(spec: ProcessorSpec) -> bool:
+    """A step of a built-in pipeline, not a job on its own."""
+    return spec.group == INTERNAL_GROUP
+
+
+def admins_only(spec: ProcessorSpec) -> bool:
+    """Diagnostic and internal types may be submitted directly by admins only."""
+    return spec.diagnostic or is_internal(spec)
+
+
+def may_submit(is_admin: bool, spec: ProcessorSpec) -> bool:
+    """Whether a person (``is_admin``) may submit a job of this type directly."""
+    return is_admin or not admins_only(spec)
+
+
+def refusal(spec: ProcessorSpec) -> str:
+    """Why a non-admin may not submit ``spec`` directly, in plain words."""
+    if is_internal(spec):
+        return f"only admins may start {spec.type!r} on its own: it is a step of a built-in pipeline"
+    return f"only admins may start {spec.type!r}: it is for testing and diagnostics"
+
+
+def may_create_next(owner_is_admin: bool, creator: ProcessorSpec | None, spec: ProcessorSpec) -> bool:
+    """Whether a job of type ``creator``, owned by someone who is (not) an admin, may create a next job
+    of type ``spec`` (the next job belongs to the same owner).
+
+    A type the owner may submit is always allowed. Otherwise: an internal step only when the creator
+    declares it in ``next_types`` or is a step of the same group (a built-in pipeline's planning step
+    creating its own steps); a diagnostic type only when the creator is admins-only itself (it was
+    admitted already, so its follow-ups are too). What a public type's processor cannot do is turn a
+    non-admin's job into a diagnostic one or into another pipeline's internal step.
+    """
+    if may_submit(owner_is_admin, spec):
+        return True
+    if creator is None:
+        return False
+    if spec.type in creator.next_types:
+        return True
+    if is_internal(spec):
+        return creator.group == spec.group
+    return admins_only(creator)
 
 
 def _extra_modules() -> list[str]:

@@ -30,7 +30,7 @@ import asyncio
 import inspect
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar
@@ -280,17 +280,21 @@ def processor(
     jitter: float | None = None,
     diagnostic: bool = False,
     group: str = "General",
+    next_types: Sequence[str] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the processor of job type ``type``.
 
     ``retry_intervals`` (seconds) or ``backoff_base``/``backoff_cap`` (seconds, exponential) override
-    ``JOB_RETRY_INTERVALS`` for this type. ``timeout`` is seconds per attempt.
+    ``JOB_RETRY_INTERVALS`` for this type. ``timeout`` is seconds per attempt. ``next_types`` names the
+    diagnostic or internal types its processor returns as next jobs for owners who could not submit
+    them directly (see :func:`app.jobs.types.may_create_next`).
 
     Raises:
         TypeError: an async function marked ``cpu_bound``, or a plain one not marked.
         ValueError: the type is already registered.
     """
 
+    # Long only by its keyword list and the nested decorator that turns them into one ProcessorSpec.
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         is_async = inspect.iscoroutinefunction(func)
         if cpu_bound and is_async:
@@ -320,6 +324,7 @@ def processor(
                 retry=policy,
                 diagnostic=diagnostic,
                 group=group,
+                next_types=tuple(next_types),
             )
         )
         return func

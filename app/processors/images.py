@@ -349,6 +349,15 @@ def _font(size: int) -> Any:
         return ImageFont.load_default()
 
 
+def _zip_pictures(zip_path: Path, entries: list[tuple[str, Path]]) -> set[str]:
+    """Write ``(name, path)`` pictures into ``zip_path`` under safe, unique member names; returns them."""
+    used: set[str] = set()
+    with zipfile.ZipFile(zip_path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, path in entries:
+            zf.write(path, unique_name(member_name(name, "picture.jpg"), used))
+    return used
+
+
 def make_contact_sheet(ctx: CpuContext) -> Result:
     """Lay the pictures out in a grid (``columns`` per row, each fitted into ``cell``×``cell`` with its
     name under it) → ``contact-sheet.jpg``, and put every thumbnail in ``thumbnails.zip`` (standalone:
@@ -359,6 +368,8 @@ def make_contact_sheet(ctx: CpuContext) -> Result:
     """
     from PIL import Image, ImageDraw
 
+    # Long because the layout arithmetic and the drawing share every measure; split, they would pass a
+    # dozen values back and forth.
     inp: ContactSheetInput = ctx.input
     tiles, members = _sheet_sources(ctx)
     if not tiles:
@@ -399,10 +410,7 @@ def make_contact_sheet(ctx: CpuContext) -> Result:
     sheet_path = out_dir / "contact-sheet.jpg"
     save_image(sheet, sheet_path, "JPEG", 88)
     zip_path = out_dir / "thumbnails.zip"
-    used: set[str] = set()
-    with zipfile.ZipFile(zip_path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for name, path in members or fitted:
-            zf.write(path, unique_name(member_name(name, "picture.jpg"), used))
+    used = _zip_pictures(zip_path, members or fitted)
     for _, tile_path in fitted:
         tile_path.unlink(missing_ok=True)
     return Result(

@@ -12,12 +12,11 @@ Filters available in every template (registered by :func:`register_filters`):
 * ``filesize`` — bytes as ``512 bytes``, ``1.5 KiB``, ``25 MiB``.
 """
 
-import functools
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from jinja2 import pass_context
 from litestar import Request
@@ -26,7 +25,7 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.errors import format_bytes
+from app.formatting import format_bytes, format_localtime, zone
 
 #: Annotation for the request's database session (advanced-alchemy, committed on 2xx/3xx responses,
 #: rolled back otherwise): ``async def handler(self, db_session: DbSession) -> …``.
@@ -76,15 +75,6 @@ def redirect_with_notice(path: str, notice: str) -> Redirect:
 # --- filters ------------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=256)
-def zone(name: str | None) -> ZoneInfo:
-    """``ZoneInfo(name)``; UTC for an empty or unknown name."""
-    try:
-        return ZoneInfo(name or "UTC")
-    except (ZoneInfoNotFoundError, ValueError):
-        return ZoneInfo("UTC")
-
-
 def _user_zone(ctx: Mapping[str, Any]) -> ZoneInfo:
     user = ctx.get("user")
     return zone(getattr(user, "timezone", None))
@@ -92,15 +82,6 @@ def _user_zone(ctx: Mapping[str, Any]) -> ZoneInfo:
 
 def _aware(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def format_localtime(value: datetime | None, tz: ZoneInfo, *, seconds: bool = False) -> str:
-    """``29 Nov 2026, 20:25 CET`` (with ``:05`` seconds when asked); ``""`` for ``None``."""
-    if value is None:
-        return ""
-    local = _aware(value).astimezone(tz)
-    clock = "%H:%M:%S" if seconds else "%H:%M"
-    return f"{local.day} {local.strftime('%b %Y, ' + clock + ' %Z')}"
 
 
 def format_ago(value: datetime | None, now: datetime | None = None) -> str:

@@ -18,8 +18,10 @@ from litestar import Request, Response
 from litestar.response import Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.actions.jobs import parse_id
+from app.actions import jobs as job_actions
+from app.actions.jobs import ActionOutcome, parse_id
 from app.actions.trail import Actor
+from app.errors import BadInput
 from app.files import FileStore
 
 NO_NEWS = 204
@@ -59,6 +61,28 @@ async def keep_refusal(db: AsyncSession, status_code: int) -> None:
     refusal's audit entry must stay."""
     if status_code == 409:
         await db.commit()
+
+
+async def perform_from_page(
+    db: AsyncSession,
+    request: Request[Any, Any, Any],
+    action: str,
+    job_id: Any,
+    *,
+    reason: str = "",
+    run_at: Any = None,
+) -> ActionOutcome:
+    """:func:`app.actions.jobs.perform` for a page: a bad reason or time is a 422 shown in place, and a
+    refusal (409) is committed so an admin's audit entry of it stays."""
+    try:
+        outcome = await job_actions.perform(
+            db, actor_of(request), action, job_id, reason=reason, run_at=run_at
+        )
+    except BadInput as exc:
+        message = sentence(exc.errors.get("reason") or exc.errors.get("run_at") or exc.detail)
+        return ActionOutcome(action, False, message, 422, parse_uuid(job_id))
+    await keep_refusal(db, outcome.status_code)
+    return outcome
 
 
 def sentence(message: str) -> str:

@@ -26,11 +26,12 @@ from litestar.params import FromPath
 from litestar.response import File
 
 from app.auth import requires_user
-from app.errors import BadInput, NotFound, TooLarge, format_bytes
+from app.errors import BadInput, NotFound, TooLarge
 from app.files import INLINE_TYPES, served_type
+from app.formatting import format_bytes
 from app.web import DbSession
+from app.web.deps import file_store, settings_of
 from app.web.forms import store_upload
-from app.web.jobs import file_store, settings_of
 
 
 @dataclass

@@ -53,8 +53,9 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from app.errors import NotFound, format_bytes
+from app.errors import NotFound
 from app.files import FileStore
+from app.formatting import format_bytes
 from app.processors import widget_of
 from app.web.form_values import convert, is_subclass
 

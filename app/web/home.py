@@ -2,7 +2,8 @@
 
 The catalogue lists registered job types grouped by their ``group`` and the pipeline templates, each with
 its title, one-line description and a link to its form. Diagnostic types and templates (``noop``,
-``sleep``, ``fail``, …) are shown to admins only.
+``sleep``, ``fail``, …) are shown to admins only: :mod:`app.actions.access` decides, as for every path
+that starts work.
 
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
@@ -13,9 +14,9 @@ from urllib.parse import quote
 from litestar import Controller, Request, get
 from litestar.response import Redirect, Template
 
-from app import pipelines
+from app.actions import access
+from app.actions.pipelines import startable_templates
 from app.auth import any_user_exists, login_url
-from app.processors import registry
 from app.web import DbSession, current_user, render
 
 FIRST_ADMIN_COMMAND = "jobdesk create-user you@example.com --admin"
@@ -26,9 +27,7 @@ def catalogue(user: Any) -> list[dict[str, Any]]:
     """``[{"name": group, "diagnostic": bool, "entries": [{"title", "description", "url", "kind"}]}]``:
     job types by group (alphabetical, diagnostic groups last), then pipeline templates by group."""
     groups: dict[tuple[bool, str], list[dict[str, Any]]] = {}
-    for spec in registry.all():
-        if spec.diagnostic and not user.is_admin:
-            continue
+    for spec in access.submittable_types(user):
         group = spec.group if not spec.diagnostic or spec.group != "General" else DIAGNOSTIC_GROUP
         groups.setdefault((spec.diagnostic, group), []).append(
             {
@@ -39,9 +38,7 @@ def catalogue(user: Any) -> list[dict[str, Any]]:
                 "diagnostic": spec.diagnostic,
             }
         )
-    for tpl in pipelines.all_templates():
-        if tpl.diagnostic and not user.is_admin:
-            continue
+    for tpl in startable_templates(user):
         groups.setdefault((tpl.diagnostic, tpl.group), []).append(
             {
                 "title": tpl.title,

@@ -27,23 +27,29 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import controls
 from app.actions import access
 from app.actions import jobs as job_actions
-from app.actions.jobs import ACTIONS as ACTIONS
-from app.actions.jobs import ActionOutcome
+from app.actions.jobs import ACTIONS, ActionOutcome
 from app.auth import requires_user
-from app.errors import BadInput, NotFound
+from app.errors import NotFound
 from app.jobs import queue
 from app.processors import ProcessorSpec
 from app.web import DbSession, display, forms, is_htmx, render, submit, zone
-from app.web.deps import actor_of, keep_refusal, poll_status, sentence, unchanged
-from app.web.deps import cell_response as cell_response
-from app.web.deps import client_ip as client_ip
-from app.web.deps import file_store as file_store
-from app.web.deps import parse_uuid as parse_uuid
-from app.web.deps import settings_of as settings_of
-from app.web.job_page import CONFIRM as CONFIRM
-from app.web.job_page import JOB_CELL, load_status_row, page_context, poll_row, status_context
-from app.web.job_page import JOB_STATUS as JOB_STATUS
-from app.web.job_page import timezone_names as timezone_names
+from app.web.deps import (
+    actor_of,
+    cell_response,
+    file_store,
+    perform_from_page,
+    poll_status,
+    settings_of,
+    unchanged,
+)
+from app.web.job_page import (
+    JOB_CELL,
+    load_status_row,
+    page_context,
+    poll_row,
+    status_context,
+    timezone_names,
+)
 from app.web.my_jobs import job_list_item, list_context
 from app.web.pipeline_page import pipeline_page_context, pipeline_status_context
 
@@ -272,28 +278,6 @@ class JobsController(Controller):
         else:
             outcome = await perform_from_page(db_session, request, "reschedule", job_id, run_at=run_at)
         return await action_response(request, db_session, outcome, str(form.get("view") or ""))
-
-
-async def perform_from_page(
-    db: AsyncSession,
-    request: Request[Any, Any, Any],
-    action: str,
-    job_id: Any,
-    *,
-    reason: str = "",
-    run_at: Any = None,
-) -> ActionOutcome:
-    """:func:`app.actions.jobs.perform` for a page: a bad reason or time is a 422 shown in place, and a
-    refusal (409) is committed so an admin's audit entry of it stays."""
-    try:
-        outcome = await job_actions.perform(
-            db, actor_of(request), action, job_id, reason=reason, run_at=run_at
-        )
-    except BadInput as exc:
-        message = sentence(exc.errors.get("reason") or exc.errors.get("run_at") or exc.detail)
-        return ActionOutcome(action, False, message, 422, parse_uuid(job_id))
-    await keep_refusal(db, outcome.status_code)
-    return outcome
 
 
 async def action_response(

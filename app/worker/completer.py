@@ -10,9 +10,10 @@ go of it then.
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -31,30 +32,42 @@ COMPLETER_BATCH = 1000
 @dataclass
 class Tally:
     """Jobs this worker finished: totals for its log line at the end, and the counts not yet added to its
-    ``workers`` row (the throughput sample behind /admin's "failures in the last hour"), which lease
-    renewal writes."""
+    ``workers`` row (the throughput sample behind /admin's "failures in the last hour"), which the lease
+    keeper writes from its own thread (hence the lock)."""
 
     completed: int = 0
     failed: int = 0
     unsent_completed: int = 0
     unsent_failed: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def count_completed(self) -> None:
-        self.completed += 1
-        self.unsent_completed += 1
+        with self._lock:
+            self.completed += 1
+            self.unsent_completed += 1
 
     def count_failed(self) -> None:
-        self.failed += 1
-        self.unsent_failed += 1
+        with self._lock:
+            self.failed += 1
+            self.unsent_failed += 1
 
     def count_swept_failures(self, n: int) -> None:
         """Jobs the rescue sweep failed (no attempts left) count in this worker's sample, not its total."""
-        self.unsent_failed += n
+        with self._lock:
+            self.unsent_failed += n
 
-    def sent(self, completed: int, failed: int) -> None:
-        """These counts are now in the worker's row."""
-        self.unsent_completed -= completed
-        self.unsent_failed -= failed
+    def take_unsent(self) -> tuple[int, int]:
+        """The completed and failed counts not yet in the worker's row, now taken out of the tally; give
+        them back with :meth:`give_back` if they could not be written."""
+        with self._lock:
+            taken = self.unsent_completed, self.unsent_failed
+            self.unsent_completed = self.unsent_failed = 0
+            return taken
+
+    def give_back(self, completed: int, failed: int) -> None:
+        with self._lock:
+            self.unsent_completed += completed
+            self.unsent_failed += failed
 
 
 class Completer:

@@ -3,7 +3,14 @@ renews leases never stalls.
 
 Each attempt gets its own child process from a ``forkserver`` (fast to start, safe with asyncio, with
 the processor modules preloaded), so a cancel or timeout can kill it — a process pool could only abandon
-a running task. At most ``os.cpu_count()`` such processes run at once per worker.
+a running task. At most ``os.cpu_count()`` such processes run at once per event loop (the slots are kept
+per loop: an asyncio primitive belongs to the loop that first used it, and the in-app worker runs its
+own loop in a thread).
+
+Each child's address space is capped (``CPU_JOB_MAX_MEMORY_MB``, through ``RLIMIT_AS``), so one large
+file cannot take the host's memory. A child that runs out — a ``MemoryError``, or killed by the kernel —
+is a permanent failure saying the file is too large to process; a child that ends without sending a
+result (it exited by itself, or its result could not be sent back) is a failure that says so.
 """
 
 from __future__ import annotations
@@ -13,7 +20,10 @@ import contextlib
 import importlib
 import multiprocessing
 import os
+import resource
+import signal
 import traceback
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,8 +34,12 @@ _ctx = multiprocessing.get_context("forkserver")
 _ctx.set_forkserver_preload(
     ["app.processors", "app.processors.builtin", "app.processors.images", "app.processors.reports"]
 )
-# Children import the processor's own module; make the parent's import path theirs (tests, plug-ins).
-_slots: asyncio.Semaphore | None = None
+_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+EXIT_OUT_OF_MEMORY = 75
+"""Exit code of a child that ran out of memory and could not even report it."""
+EXIT_UNSENDABLE = 76
+"""Exit code of a child whose result and error report could not be sent back."""
 
 
 class ProcessFailure(Exception):
@@ -37,87 +51,158 @@ class ProcessFailure(Exception):
         self.traceback_text = traceback_text
 
 
-def _child(conn: Any, module: str, qualname: str, ctx: CpuContext) -> None:
-    processors._set_cpu_progress(lambda fraction, message: conn.send(("progress", fraction, message)))
+def too_large(max_memory_mb: int) -> PermanentError:
+    cap = f"its limit of {max_memory_mb} MB" if max_memory_mb else "the memory available"
+    return PermanentError(
+        f"The file is too large to process: the job needed more memory than {cap} "
+        "(CPU_JOB_MAX_MEMORY_MB). Try a smaller file."
+    )
+
+
+def _limit_memory(max_memory_mb: int) -> None:
+    if max_memory_mb > 0:
+        cap = max_memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+def _child(conn: Any, module: str, qualname: str, ctx: CpuContext, max_memory_mb: int) -> None:
+    """The child's body. Whatever happens, it sends exactly one final message or exits with a code
+    that says why it could not (the parent maps both to a clear error)."""
+    code = 0
     try:
+        _limit_memory(max_memory_mb)
+        processors._set_cpu_progress(lambda fraction, message: conn.send(("progress", fraction, message)))
         target: Any = importlib.import_module(module)
         for part in qualname.split("."):
             target = getattr(target, part)
-        result = target(ctx)
-        conn.send(("ok", result))
+        message: Any = ("ok", target(ctx))
+        conn.send(message)
+    except MemoryError:
+        message = None  # free what we can before trying to say so
+        code = _send_quietly(conn, ("memory",), EXIT_OUT_OF_MEMORY)
     except BaseException as exc:  # report everything, including SystemExit, to the parent
-        with contextlib.suppress(Exception):
-            conn.send(
-                (
-                    "error",
-                    type(exc).__name__,
-                    str(exc),
-                    traceback.format_exc(),
-                    isinstance(exc, PermanentError),
-                )
-            )
+        report = ("error", type(exc).__name__, str(exc)[:100_000], traceback.format_exc()[-100_000:])
+        code = _send_quietly(conn, (*report, isinstance(exc, PermanentError)), EXIT_UNSENDABLE)
     finally:
-        conn.close()
+        with contextlib.suppress(Exception):
+            conn.close()
+    if code:
+        os._exit(code)
+
+
+def _send_quietly(conn: Any, message: tuple[Any, ...], failure_code: int) -> int:
+    """Send ``message``; the exit code to end with (0 when it was sent)."""
+    try:
+        conn.send(message)
+    except MemoryError:
+        return EXIT_OUT_OF_MEMORY
+    except BaseException:
+        return failure_code
+    return 0
 
 
 def _semaphore() -> asyncio.Semaphore:
-    global _slots
-    if _slots is None:
-        _slots = asyncio.Semaphore(max(1, os.cpu_count() or 1))
-    return _slots
+    loop = asyncio.get_running_loop()
+    slots = _slots.get(loop)
+    if slots is None:
+        slots = _slots[loop] = asyncio.Semaphore(max(1, os.cpu_count() or 1))
+    return slots
 
 
 async def run_in_process(
     func: Any,
     ctx: CpuContext,
     on_progress: Callable[[float | None, str | None], Awaitable[None]] | None = None,
+    *,
+    max_memory_mb: int = 0,
 ) -> Any:
     """Run ``func(ctx)`` in a child process and return its result; ``on_progress`` receives the
-    processor's :meth:`CpuContext.report_progress` calls.
+    processor's :meth:`CpuContext.report_progress` calls. ``max_memory_mb`` caps the child's address
+    space (0: no cap).
 
     Cancelling the awaiting task kills the child (used for cancel requests and timeouts).
 
     Raises:
-        PermanentError: the processor raised one.
+        PermanentError: the processor raised one, or the child ran out of memory.
         ProcessFailure: the processor raised anything else.
-        RuntimeError: the child died without answering (killed, out of memory, crashed).
+        RuntimeError: the child ended without a result (crashed, exited by itself, result not sendable).
     """
     async with _semaphore():
         loop = asyncio.get_running_loop()
         parent, child = _ctx.Pipe(duplex=False)
-        proc = _ctx.Process(target=_child, args=(child, func.__module__, func.__qualname__, ctx), daemon=True)
+        proc = _ctx.Process(
+            target=_child, args=(child, func.__module__, func.__qualname__, ctx, max_memory_mb), daemon=True
+        )
         await loop.run_in_executor(None, proc.start)
         child.close()
-        readable = asyncio.Event()
-        loop.add_reader(parent.fileno(), readable.set)
-        message: Any = None
         try:
-            while message is None:
-                await readable.wait()
-                readable.clear()
-                try:
-                    while parent.poll():
-                        item = parent.recv()
-                        if item[0] == "progress":
-                            if on_progress is not None:
-                                await on_progress(item[1], item[2])
-                            continue
-                        message = item
-                        break
-                except (EOFError, OSError):
-                    break  # the child died without a result
+            message = await _receive(loop, parent, on_progress)
         except asyncio.CancelledError:
             proc.kill()
             raise
         finally:
-            loop.remove_reader(parent.fileno())
             parent.close()
             await loop.run_in_executor(None, proc.join, 10)
-        if message is None:
-            raise RuntimeError(f"the processor's process ended without a result (exit code {proc.exitcode})")
-        if message[0] == "ok":
-            return message[1]
-        _, name, text, tb, permanent = message
-        if permanent:
-            raise PermanentError(text)
-        raise ProcessFailure(f"{name}: {text}", tb)
+    return _result(message, proc.exitcode, max_memory_mb)
+
+
+async def _receive(
+    loop: asyncio.AbstractEventLoop,
+    parent: Any,
+    on_progress: Callable[[float | None, str | None], Awaitable[None]] | None,
+) -> Any:
+    """The child's final message (``None`` when it ended without one), passing progress on."""
+    readable = asyncio.Event()
+    loop.add_reader(parent.fileno(), readable.set)
+    try:
+        while True:
+            await readable.wait()
+            readable.clear()
+            try:
+                while parent.poll():
+                    item = parent.recv()
+                    if item[0] != "progress":
+                        return item
+                    if on_progress is not None:
+                        await on_progress(item[1], item[2])
+            except (EOFError, OSError):
+                return None  # the child died without a result
+    finally:
+        loop.remove_reader(parent.fileno())
+
+
+def _result(message: Any, exitcode: int | None, max_memory_mb: int) -> Any:
+    if message is None:
+        raise _no_result(exitcode, max_memory_mb)
+    if message[0] == "ok":
+        return message[1]
+    if message[0] == "memory":
+        raise too_large(max_memory_mb)
+    _, name, text, tb, permanent = message
+    if name == "MemoryError":
+        raise too_large(max_memory_mb)
+    if name == "SystemExit":
+        raise ProcessFailure(
+            f"the processor called sys.exit({text}) instead of returning a result or raising an error", tb
+        )
+    if permanent:
+        raise PermanentError(text)
+    raise ProcessFailure(f"{name}: {text}", tb)
+
+
+def _no_result(exitcode: int | None, max_memory_mb: int) -> Exception:
+    """The error for a child that ended without a final message."""
+    if exitcode == EXIT_OUT_OF_MEMORY or exitcode == -signal.SIGKILL:
+        # SIGKILL that we did not send: the kernel's out-of-memory killer is by far the likeliest sender
+        return too_large(max_memory_mb)
+    if exitcode == EXIT_UNSENDABLE:
+        return RuntimeError(
+            "the processor finished, but neither its result nor its error could be sent back from its "
+            "process (is the result too large, or not picklable?)"
+        )
+    if exitcode == 0:
+        return RuntimeError(
+            "the processor's process exited without returning a result (exit code 0): the processor "
+            "ended its process itself (os._exit or similar) instead of returning"
+        )
+    return RuntimeError(f"the processor's process ended without a result (exit code {exitcode})")

@@ -14,6 +14,7 @@ import asyncio
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,8 @@ PROGRESS_MIN_INTERVAL_SECS = 0.5
 @dataclass
 class RunningJob:
     """A job this worker holds. ``stop_reason`` says why its task was cancelled: ``cancel`` (a cancel
-    request past its grace), ``shutdown`` (past the shutdown grace), ``lost`` (lease taken away)."""
+    request past its grace), ``shutdown`` (past the shutdown grace), ``lost`` (lease taken away, or
+    running out without renewal)."""
 
     row: Any
     started: float
@@ -60,6 +62,8 @@ class RunningJob:
     progress_at: float = 0.0
     progress_pending: tuple[float | None, str | None] | None = None
     duration: float = 0.0
+    claim_sent: float = 0.0
+    """When the claim that took this job was sent (monotonic): the start of its lease by our clock."""
 
     @property
     def id(self) -> uuid.UUID:
@@ -84,6 +88,7 @@ class Executor:
         engine: AsyncEngine,
         app_engine: AsyncEngine,
         debug: bool = False,
+        on_settled: Callable[[], None] = lambda: None,
     ) -> None:
         self.settings = settings
         self.worker_id = worker_id
@@ -91,6 +96,11 @@ class Executor:
         self.engine = engine
         self.app_engine = app_engine
         self.debug = debug
+        self.on_settled = on_settled
+        """Called when a lingering processor task finally ends (its slot is free again)."""
+        self.lingering: set[asyncio.Task[Any]] = set()
+        """Processor tasks that did not stop when cancelled: their jobs' outcomes are recorded, their
+        results will be discarded, and each still holds a slot until it ends."""
 
     def policy(self, spec: ProcessorSpec | None) -> RetryPolicy:
         """The retry policy of a job type: its own override, else ``JOB_RETRY_INTERVALS`` with jitter."""
@@ -102,19 +112,18 @@ class Executor:
         """Run ``job`` to its outcome; ``None`` when there is nothing to record (its lease was lost).
 
         A cancellation of the job's task is an outcome only when the worker asked for it (a cancel request,
-        a shutdown, a lost lease: ``job.stop_reason``); any other cancellation is re-raised.
+        a shutdown, a lost lease: ``job.stop_reason``); any other cancellation is re-raised. The time
+        limit holds whatever the processor does: see :meth:`_supervise`.
         """
         row = job.row
         spec = registry.get(row["type"])
         timeout = (spec.timeout if spec and spec.timeout else None) or self.settings.job_default_timeout_secs
         job.log.info("job started", max_attempts=row["max_attempts"])
-        timer: asyncio.Timeout | None = None
         try:
             if spec is None:
                 raise PermanentError(f"no processor for job type {row['type']!r} is installed in this worker")
             model = _parse_input(spec, row)
-            async with asyncio.timeout(timeout) as timer:
-                result = await self._call(spec, job, model)
+            result = await self._supervise(spec, job, model, timeout)
             return await self._success(job, result)
         except JobCancelled:
             return self._stopped(job, "stopped by the processor after a cancel request")
@@ -122,14 +131,62 @@ class Executor:
             if job.stop_reason is None:
                 raise
             return self._stopped(job, "stopped after a cancel request")
-        except TimeoutError as exc:
-            if timer is not None and timer.expired():
-                return self._failure(job, spec, f"timed out after {timeout:g} s", permanent=False)
-            return self._failure(job, spec, describe(exc), permanent=False)
+        except _TimeLimit:
+            return self._failure(job, spec, f"took longer than its {timeout:g} s limit", permanent=False)
         except PermanentError as exc:
             return self._failure(job, spec, str(exc) or type(exc).__name__, permanent=True)
         except Exception as exc:
             return self._failure(job, spec, describe(exc), permanent=False)
+
+    async def _supervise(self, spec: ProcessorSpec, job: RunningJob, model: Any, limit: float) -> Any:
+        """Run the processor in a task of its own and wait for it at most ``limit`` seconds.
+
+        Past the limit — or when the worker stops the job (its own task is cancelled) — the processor is
+        asked to stop (``ctx`` cancel signal, then its task cancelled) and given the cancel grace. The
+        outcome is decided then, whatever the processor does afterwards: a processor that swallows the
+        cancellation keeps running as a *lingering* task, counted in :attr:`lingering`, holding its slot
+        until it really ends, and whatever it returns is discarded (and logged).
+        """
+        work = asyncio.create_task(self._call(spec, job, model), name=f"processor:{job.id}")
+        try:
+            done, _ = await asyncio.wait({work}, timeout=limit)
+        except asyncio.CancelledError:
+            await self._reap(job, work, job.stop_reason or "cancelled")
+            raise
+        if work in done:
+            if work.cancelled():
+                raise RuntimeError("the processor's task was cancelled by the processor itself")
+            return work.result()
+        job.log.warning("job past its time limit; stopping it", timeout_secs=limit)
+        await self._reap(job, work, "timeout")
+        raise _TimeLimit
+
+    async def _reap(self, job: RunningJob, work: asyncio.Task[Any], why: str) -> None:
+        """Stop a processor's task: signal, cancel, wait the cancel grace; it lingers if still running."""
+        job.cancel_event.set()
+        work.cancel()
+        try:
+            await asyncio.wait({work}, timeout=self.settings.job_cancel_grace_secs)
+        finally:
+            if work.done():
+                _discard(job, work, why)
+            else:
+                self._linger(job, work, why)
+
+    def _linger(self, job: RunningJob, work: asyncio.Task[Any], why: str) -> None:
+        self.lingering.add(work)
+        job.log.error(
+            "the processor did not stop when cancelled; it lingers, holding its slot until it ends",
+            reason=why,
+            lingering=len(self.lingering),
+        )
+
+        def settled(task: asyncio.Task[Any]) -> None:
+            self.lingering.discard(task)
+            _discard(job, task, why)
+            self.on_settled()
+
+        work.add_done_callback(settled)
 
     # --- calling the processor ----------------------------------------------------------------
 
@@ -169,7 +226,12 @@ class Executor:
             files=paths,
         )
         await self.report_progress(job, 0.0, "Working…")
-        return await run_in_process(spec.func, ctx, lambda f, m: self.report_progress(job, f, m))
+        return await run_in_process(
+            spec.func,
+            ctx,
+            lambda f, m: self.report_progress(job, f, m),
+            max_memory_mb=self.settings.cpu_job_max_memory_mb,
+        )
 
     def _scratch(self) -> Path:
         path = self.settings.data_dir / "scratch"
@@ -257,6 +319,22 @@ class Executor:
             if not is_transient(exc):
                 raise
             job.log.warning("could not record progress", error=first_line(exc))
+
+
+class _TimeLimit(Exception):
+    """The processor ran past its time limit (raised only by the executor itself, so that a
+    ``TimeoutError`` of the processor's own is not mistaken for it)."""
+
+
+def _discard(job: RunningJob, work: asyncio.Task[Any], why: str) -> None:
+    """A processor task that ended after its job's outcome was decided: log what it left behind."""
+    if work.cancelled():
+        return
+    exc = work.exception()
+    if exc is None:
+        job.log.warning("late result discarded: the processor returned after its job was stopped", reason=why)
+    elif not isinstance(exc, JobCancelled):
+        job.log.info("the stopped processor ended with an error", reason=why, error=first_line(exc))
 
 
 def _parse_input(spec: ProcessorSpec, row: Any) -> Input:

@@ -1,83 +1,126 @@
-"""Lease renewal: the worker's side task that keeps the leases of its jobs alive.
+"""The leases a worker holds, and the checks on its running jobs that run in its event loop.
 
-Every tick (at most 1 s) it checks, durably, whether a cancel was requested for a running job —
-NOTIFY is only the fast path, and a lost notification must not lose the cancel. Every
-``heartbeat_secs`` (a third of the visibility timeout by default) it renews the lease of every job the
-worker holds in one statement, stops jobs whose lease was taken away, and refreshes the worker's row
-(its heartbeat). It also writes progress reports that were held back. Renewal goes on during a graceful
-shutdown until every outcome is recorded, so a job that finishes during the drain is not rescued under
-the worker's feet.
+* :class:`HeldJobs` — the jobs whose lease the worker holds (running, plus finished ones whose outcome is
+  not recorded yet), with, for each, when its lease was last renewed by the worker's own clock. It is
+  shared with the lease keeper's thread (:mod:`app.worker.keeper`), which renews those leases on its own
+  connection, so a lock guards it.
+* :class:`JobChecks` — the worker's ``checks`` side task: every second it checks, durably, whether a cancel
+  was requested for a running job (NOTIFY is only the fast path, and a lost notification must not lose
+  the cancel) and writes progress reports that were held back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import is_transient
 from app.jobs import queue
-from app.settings import Settings
-from app.worker.completer import Tally
 from app.worker.executor import PROGRESS_MIN_INTERVAL_SECS, RunningJob
 from app.worker.faults import first_line
 
 
-class LeaseHolder(Protocol):
-    """What lease renewal needs of its worker."""
+@dataclass
+class Lease:
+    """One held lease. ``renewed_at`` is the monotonic time at which the statement that last set its
+    expiry (the claim, then each renewal) was sent: the database's clock read that statement later, so
+    ``renewed_at + lease_secs`` is never after the moment the database considers the lease expired."""
+
+    attempt: int
+    renewed_at: float
+    expiry_acted: bool = False
+    """Whether the worker was already told this lease is about to run out."""
+
+
+class HeldJobs(dict[uuid.UUID, RunningJob]):
+    """The worker's held jobs by id, with their :class:`Lease`; safe to read from the lease keeper's
+    thread through :meth:`leases` and :meth:`renewed`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._leases: dict[uuid.UUID, Lease] = {}
+
+    def __setitem__(self, job_id: uuid.UUID, job: RunningJob) -> None:
+        with self._lock:
+            super().__setitem__(job_id, job)
+            self._leases[job_id] = Lease(attempt=job.row["attempts"], renewed_at=job.claim_sent)
+
+    def __delitem__(self, job_id: uuid.UUID) -> None:
+        with self._lock:
+            super().__delitem__(job_id)
+            self._leases.pop(job_id, None)
+
+    def pop(self, job_id: uuid.UUID, default: Any = None) -> Any:
+        with self._lock:
+            self._leases.pop(job_id, None)
+            return super().pop(job_id, default)
+
+    def leases(self) -> dict[uuid.UUID, Lease]:
+        """A copy of the held leases (id → lease)."""
+        with self._lock:
+            return {job_id: Lease(**vars(lease)) for job_id, lease in self._leases.items()}
+
+    def renewed(self, job_ids: Iterable[uuid.UUID], sent_at: float) -> None:
+        """The leases of ``job_ids`` were renewed by a statement sent at ``sent_at`` (monotonic)."""
+        with self._lock:
+            for job_id in job_ids:
+                lease = self._leases.get(job_id)
+                if lease is not None and sent_at > lease.renewed_at:
+                    lease.renewed_at = sent_at
+                    lease.expiry_acted = False
+
+    def running_out(self, deadline: float) -> list[uuid.UUID]:
+        """Ids of held jobs whose lease was last renewed before ``deadline`` and that were not reported
+        yet; each is reported once per renewal."""
+        out = []
+        with self._lock:
+            for job_id, lease in self._leases.items():
+                if lease.renewed_at <= deadline and not lease.expiry_acted:
+                    lease.expiry_acted = True
+                    out.append(job_id)
+        return out
+
+
+class CheckHost(Protocol):
+    """What :class:`JobChecks` needs of its worker."""
 
     id: str
-    settings: Settings
     engine: AsyncEngine
-    lease_secs: float
     running: dict[uuid.UUID, RunningJob]
-    held: dict[uuid.UUID, RunningJob]
-    tally: Tally
-    stopping: bool
-    debug: bool
     log: Any
-    last_beat: float
-
-    @property
-    def listening(self) -> bool: ...
 
     def request_cancel(self, job_id: uuid.UUID) -> None: ...
-
-    def lost(self, job_ids: set[uuid.UUID]) -> None: ...
 
     async def flush_progress(self, job: RunningJob) -> None: ...
 
 
-class LeaseRenewal:
-    """The ``leases`` side task of a worker: :meth:`run` until cancelled."""
+class JobChecks:
+    """The ``checks`` side task of a worker: :meth:`run` until cancelled."""
 
-    def __init__(self, worker: LeaseHolder) -> None:
+    def __init__(self, worker: CheckHost, *, tick: float = 1.0) -> None:
         self.worker = worker
-        self.enabled = True
-        """Tests switch this off to show that without lease renewal a long job runs twice. The worker's
-        heartbeat is still written."""
+        self.tick = tick
 
     async def run(self) -> None:
         worker = self.worker
-        heartbeat = worker.settings.heartbeat_secs
-        tick = min(1.0, heartbeat)
-        last_renewal = time.monotonic()
         while True:
-            await asyncio.sleep(tick)
+            await asyncio.sleep(self.tick)
             try:
-                if time.monotonic() - last_renewal >= heartbeat:
-                    await self.renew_once()
-                    last_renewal = time.monotonic()
-                elif worker.running:
+                if worker.running:
                     await self.check_cancels()
                 await self.flush_progress()
             except Exception as exc:
                 if not is_transient(exc):
                     raise
-                worker.log.warning("lease upkeep failed: database unavailable", error=first_line(exc))
+                worker.log.warning("job checks failed: database unavailable", error=first_line(exc))
 
     async def check_cancels(self) -> None:
         """The durable check for cancel requests of running jobs."""
@@ -95,34 +138,3 @@ class LeaseRenewal:
                 and time.monotonic() - job.progress_at >= PROGRESS_MIN_INTERVAL_SECS
             ):
                 await self.worker.flush_progress(job)
-
-    async def renew_once(self) -> None:
-        """Renew the leases of held jobs and write the worker's heartbeat, in one transaction; then stop
-        the jobs whose lease is gone and pass on cancel requests found on the way."""
-        worker = self.worker
-        held = list(worker.held)
-        tally = worker.tally
-        completed, failed = tally.unsent_completed, tally.unsent_failed
-        async with worker.engine.begin() as conn:
-            report = None
-            if held and self.enabled:
-                report = await queue.heartbeat(conn, worker.id, held, worker.lease_secs)
-            await queue.touch_worker(
-                conn,
-                worker.id,
-                running=len(worker.running),
-                stopping=worker.stopping,
-                listener_connected=worker.listening,
-                completed=completed,
-                failed=failed,
-            )
-        tally.sent(completed, failed)
-        worker.last_beat = time.monotonic()
-        if report is None:
-            return
-        if worker.debug:
-            worker.log.debug("leases renewed", renewed=len(report.renewed), lost=len(report.lost))
-        for job_id in report.cancelled:
-            worker.request_cancel(job_id)
-        if report.lost:
-            worker.lost(set(report.lost))

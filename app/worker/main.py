@@ -9,7 +9,9 @@ SIGTERM or SIGINT asks it to stop gracefully.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import sys
 from collections.abc import Callable
 
 import structlog
@@ -31,9 +33,9 @@ log = structlog.get_logger("jobdesk.worker")
 try:
     import uvloop
 
-    _loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
 except ImportError:  # pragma: no cover - uvloop comes with litestar[standard], except where it cannot build
-    _loop_factory = None
+    loop_factory = None
 
 
 def run_standalone(settings: Settings) -> int:
@@ -44,7 +46,7 @@ def run_standalone(settings: Settings) -> int:
     scheduling (measured with ``bench/throughput.py``); uvicorn uses it for the in-app worker too.
     """
     configure_logging(settings)
-    with asyncio.Runner(loop_factory=_loop_factory) as runner:
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(_main(settings))
 
 
@@ -62,12 +64,21 @@ async def _main(settings: Settings) -> int:
         return 1
     worker = Worker(settings, url)
     _stop_on_signals(worker.stop)
+    code = 0
     try:
         await worker.run()
     except Exception as exc:
         log.error("worker crashed", error=repr(exc))
-        return 1
-    return 0
+        code = 1
+    if worker.executor.lingering:
+        # Processors that ignore cancellation would hold the event loop's shutdown forever; their jobs'
+        # outcomes are recorded, so nothing is lost by ending the process here.
+        log.warning(
+            "exiting with processor tasks that ignore cancellation", count=len(worker.executor.lingering)
+        )
+        sys.stdout.flush()
+        os._exit(code)
+    return code
 
 
 async def _schema_problem(url: str) -> str | None:

@@ -8,10 +8,12 @@ Shape (River's producer/executor/completer split, without threads):
 * **one task per job** — :class:`~app.worker.executor.Executor` runs the processor and turns whatever
   happens into an :class:`~app.jobs.queue.Outcome`.
 * **completer** (:mod:`app.worker.completer`) — records outcomes in batches, retrying through outages.
-* **side tasks** — lease renewal and cancel checks (:mod:`app.worker.leases`), the sweep
-  (:mod:`app.worker.maintenance`), LISTEN (:mod:`app.worker.listener`) and alert delivery
-  (:class:`app.alerts.Deliverer`). They are supervised: if one dies of a bug, the worker stops loudly
-  instead of running on without it.
+* **side tasks** — durable cancel checks and held-back progress (:mod:`app.worker.leases`), the sweep
+  (:mod:`app.worker.maintenance`), LISTEN (:mod:`app.worker.listener`), alert delivery
+  (:class:`app.alerts.Deliverer`) and the loop's watchdog tick. They are supervised: if one dies of a
+  bug, the worker stops loudly instead of running on without it.
+* **the lease keeper** (:mod:`app.worker.keeper`) — a thread with its own loop and connection: leases,
+  heartbeat, stopping jobs whose lease runs out unrenewed, and the watchdog of a blocked loop.
 
 Internal operations use the worker's own small engine (claim, finish, leases, sweep) and a dedicated LISTEN
 connection, so processors that use the database through ``ctx.db`` can never starve them of connections.
@@ -28,6 +30,7 @@ import functools
 import os
 import secrets
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -41,13 +44,16 @@ from app.db import create_engine, is_transient
 from app.files import FileStore
 from app.jobs import queue
 from app.settings import Settings
+from app.worker import health
 from app.worker.claiming import Claimer, wait_any
 from app.worker.completer import Completer, Tally
 from app.worker.executor import Executor, RunningJob
 from app.worker.faults import first_line, retrying
-from app.worker.leases import LeaseRenewal
+from app.worker.keeper import LeaseKeeper
+from app.worker.leases import HeldJobs, JobChecks
 from app.worker.listener import Listener
 from app.worker.maintenance import Maintenance
+from app.worker.watchdog import TICK_SECS, LoopWatchdog
 
 log = structlog.get_logger("jobdesk.worker")
 
@@ -65,7 +71,9 @@ class Worker:
     """One worker process's (or the web app's in-app) job runner: :meth:`run` until :meth:`stop`.
 
     ``url`` is the asyncpg database URL; ``app_engine`` is the pooled engine given to processors as
-    ``ctx.db`` (the web app passes its own; otherwise the worker makes one of ``DB_POOL_SIZE``).
+    ``ctx.db`` (otherwise the worker makes one of ``DB_POOL_SIZE``; it must belong to the worker's loop).
+    ``lease_margin``: a job whose lease could not be renewed is stopped this many seconds before the lease
+    ends by the worker's clock (default: one heartbeat interval).
     ``job_types``: the types it claims (default: every type whose processor is installed).
     """
 
@@ -77,6 +85,7 @@ class Worker:
         app_engine: AsyncEngine | None = None,
         worker_id: str | None = None,
         concurrency: int | None = None,
+        lease_margin: float | None = None,
         job_types: Iterable[str] | None = None,
     ) -> None:
         self.settings = settings
@@ -105,7 +114,7 @@ class Worker:
         )
         self.running: dict[uuid.UUID, RunningJob] = {}
         """Jobs being processed (they hold a slot)."""
-        self.held: dict[uuid.UUID, RunningJob] = {}
+        self.held = HeldJobs()
         """Jobs whose lease we hold: running, plus finished ones whose outcome is not recorded yet."""
         self.tally = Tally()
         self.stopping = False
@@ -119,10 +128,10 @@ class Worker:
         )
         self._fatal: BaseException | None = None
         self._side: dict[str, asyncio.Task[None]] = {}
-        self._started = asyncio.Event()
-        self._assemble()
+        self._started = threading.Event()
+        self._assemble(lease_margin)
 
-    def _assemble(self) -> None:
+    def _assemble(self, lease_margin: float | None) -> None:
         """The parts the worker drives: LISTEN, job execution, the completer, lease renewal, the sweep."""
         settings = self.settings
         self.listener = Listener(
@@ -138,6 +147,7 @@ class Worker:
             engine=self.engine,
             app_engine=self.app_engine,
             debug=self.debug,
+            on_settled=self._slot_freed.set,
         )
         self.completer = Completer(
             settings,
@@ -148,7 +158,9 @@ class Worker:
             log=self.log,
             on_notify=self.wake,
         )
-        self.leases = LeaseRenewal(self)
+        self.checks = JobChecks(self)
+        self.watchdog = LoopWatchdog(Executor._call.__code__, self.log)
+        self.leases = LeaseKeeper(self, margin=lease_margin)
         self.maintenance = Maintenance(
             self.engine, settings, files=self.files, tally=self.tally, log=self.log, wake=self.wake
         )
@@ -179,6 +191,18 @@ class Worker:
         return self.listener.connected
 
     @property
+    def fatal(self) -> BaseException | None:
+        """What a side task (or the lease keeper) died of, if one did."""
+        return self._fatal
+
+    @property
+    def started(self) -> bool:
+        return self._started.is_set()
+
+    def dead_side_tasks(self) -> list[str]:
+        return sorted(name for name, task in list(self._side.items()) if task.done())
+
+    @property
     def completed_count(self) -> int:
         return self.tally.completed
 
@@ -205,30 +229,28 @@ class Worker:
         return first
 
     async def wait_started(self) -> None:
-        await self._started.wait()
+        """Return once the worker runs (callable from any event loop: the in-app worker has its own)."""
+        while not await asyncio.to_thread(self._started.wait, 0.1):  # short waits: cancellable between
+            continue
 
     def health(self) -> str | None:
-        """``None`` while this worker is doing its job, else a plain reason (for ``GET /readyz``): not
-        started yet (the database may be unreachable), stopping, a side task (listener, leases, sweep,
-        completer) stopped, or no heartbeat written for two heartbeat intervals and 30 s."""
-        if self._fatal is not None:
-            return f"a side task died: {self._fatal!r}"[:300]
-        if self.stopping:
-            return "the worker is stopping"
-        if not self._started.is_set():
-            return "the worker has not started yet (is the database reachable?)"
-        dead = sorted(name for name, task in self._side.items() if task.done())
-        if dead:
-            return f"its {', '.join(dead)} task stopped"
-        silent = time.monotonic() - self.last_beat
-        if silent > 2 * self.settings.heartbeat_secs + 30:
-            return f"no heartbeat written for {silent:.0f} s: the worker cannot reach the database"
-        return None
+        """``None`` while this worker is doing its job, else a plain reason (for ``GET /readyz``); see
+        :func:`app.worker.health.problem`. Safe to call from another thread."""
+        return health.problem(self)
+
+    def health_report(self) -> dict[str, Any]:
+        """What the worker's row carries besides its counts (``workers.health``, shown by ``/admin``)."""
+        return health.report(self)
+
+    def running_count(self) -> int:
+        return len(self.running)
 
     async def run(self) -> None:
         """Run until :meth:`stop` (then drain and return) or until a side task dies (then raise)."""
         started = time.monotonic()
         await self._register()
+        self.watchdog.thread_id = threading.get_ident()
+        self.leases.start()
         self._start_side_tasks()
         completer = asyncio.create_task(self.completer.run(), name=f"{self.id}:completer")
         completer.add_done_callback(functools.partial(self._side_done, "completer"))
@@ -240,6 +262,8 @@ class Worker:
             startup_ms=round((time.monotonic() - started) * 1000),
         )
         metrics.RUNNING.set_function(lambda: len(self.running))  # read at scrape time
+        metrics.LINGERING.set_function(lambda: len(self.executor.lingering))
+        metrics.LOOP_STALLED.set_function(self.watchdog.stalled_secs)
         self._started.set()
         try:
             await self._claim_loop()
@@ -279,13 +303,20 @@ class Worker:
         deliverer = alerts.Deliverer(self.app_engine, self.settings, logger=self.log.bind(task="alerts"))
         self._side = {
             "listener": asyncio.create_task(self.listener.run(), name=f"{self.id}:listener"),
-            "leases": asyncio.create_task(self.leases.run(), name=f"{self.id}:leases"),
+            "checks": asyncio.create_task(self.checks.run(), name=f"{self.id}:checks"),
+            "ticker": asyncio.create_task(self._tick(), name=f"{self.id}:ticker"),
             "sweep": asyncio.create_task(self.maintenance.run(), name=f"{self.id}:sweep"),
             # Alert delivery: its own task on the processors' pool, never on the job path.
             "alerts": asyncio.create_task(deliverer.run(), name=f"{self.id}:alerts"),
         }
         for name, task in self._side.items():
             task.add_done_callback(functools.partial(self._side_done, name))
+
+    async def _tick(self) -> None:
+        """Tell the watchdog the loop runs."""
+        while True:
+            self.watchdog.tick()
+            await asyncio.sleep(TICK_SECS)
 
     async def _shut_down(self, completer: asyncio.Task[None]) -> None:
         """Record what is left, stop the side tasks, unregister, release the engines."""
@@ -298,6 +329,7 @@ class Worker:
             task.cancel()
         completer.cancel()
         await asyncio.gather(*self._side.values(), completer, return_exceptions=True)
+        await self.leases.stop()
         await self.listener.aclose()
         if self._fatal is None:
             with contextlib.suppress(Exception):
@@ -316,6 +348,16 @@ class Worker:
         if exc is None and (self.stopping and name == "completer"):
             return
         self._fatal = exc or RuntimeError(f"{name} task ended unexpectedly")
+        self._die(name)
+
+    def keeper_died(self, exc: BaseException) -> None:
+        """The lease keeper's thread ended with ``exc`` (called in the worker's loop)."""
+        if self.stopped.is_set() or self._fatal is not None:
+            return
+        self._fatal = exc
+        self._die("lease keeper")
+
+    def _die(self, name: str) -> None:
         self.log.error("worker side task died; stopping the worker", task=name, error=repr(self._fatal))
         self.stop()
         for job in list(self.running.values()):  # no leases, no completer: stop now, the sweep rescues them
@@ -331,7 +373,7 @@ class Worker:
         poll = self.settings.job_processor_poll_interval
         error_delay = CLAIM_RETRY_FIRST_SECS
         while not self.stopping:
-            free = self.concurrency - len(self.running)
+            free = self.concurrency - len(self.running) - len(self.executor.lingering)
             if free <= 0:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
@@ -367,9 +409,17 @@ class Worker:
     async def _claim_and_start(self, want: int) -> tuple[int, float | None]:
         """Claim up to ``want`` jobs and start them; returns how many were claimed and, when fewer than
         ``want``, the seconds until the next scheduled job is due (``None``: nothing scheduled)."""
+        sent = time.monotonic()  # the leases start no earlier than this, by our clock
         rows = await self.claimer.claim(want)
+        if time.monotonic() - sent >= self.lease_secs - self.leases.margin:
+            # The answer came too late to run these safely (the loop was blocked while it waited): their
+            # leases may be running out already. The rescue gives them to a worker in time.
+            self.log.warning(
+                "claimed jobs arrived too late to run; leaving them to the rescue", count=len(rows)
+            )
+            return len(rows), None
         for row in rows:  # start at once: the lookup below must not delay them (latency)
-            self._start(row)
+            self._start(row, sent)
         if rows and self.debug:
             self.log.debug("claimed", count=len(rows), ids=[str(r["id"]) for r in rows])
         if len(rows) >= want:
@@ -386,7 +436,7 @@ class Worker:
         async with self.autocommit.connect() as conn:
             return await queue.seconds_until_next_due(conn)
 
-    def _start(self, row: Any) -> None:
+    def _start(self, row: Any, claim_sent: float) -> None:
         stale = self.running.get(row["id"])
         if stale is not None:
             # Our earlier attempt of this job lost its lease (it was rescued) and we claimed the job
@@ -396,6 +446,7 @@ class Worker:
         job = RunningJob(
             row=row,
             started=time.monotonic(),
+            claim_sent=claim_sent,
             log=self.log.bind(
                 job_id=str(row["id"]),
                 job_type=row["type"],
@@ -476,6 +527,18 @@ class Worker:
         job.cancel_event.set()
         self._force_stop(job, "lost")
 
+    def lease_running_out(self, job_ids: list[uuid.UUID]) -> None:
+        """These jobs' leases end within the margin and could not be renewed (the database is out of
+        reach): stop them now, before another worker can have claimed them."""
+        for job_id in job_ids:
+            job = self.running.get(job_id)
+            if job is not None and job.stop_reason is None:
+                job.log.warning(
+                    "lease not renewed and about to run out; stopping the job before it can be rescued",
+                    lease_secs=self.lease_secs,
+                )
+                self._abandon(job)
+
     def lost(self, job_ids: set[uuid.UUID]) -> None:
         """Our lease on these jobs is gone (rescued elsewhere): stop them without recording anything."""
         for job_id in job_ids:
@@ -511,3 +574,5 @@ class Worker:
             self.log.warning(
                 "stopping with outcomes not recorded; the sweep will rescue these jobs", count=len(self.held)
             )
+        if self.executor.lingering:  # their outcomes are recorded; give them a last chance to end
+            await asyncio.wait(set(self.executor.lingering), timeout=grace)

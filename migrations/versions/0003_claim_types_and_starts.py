@@ -1,7 +1,7 @@
 """Claims by type: the job types each worker runs, starts of rate-limited types, a per-type claim index.
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0002
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0003"
-down_revision = "0001"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 

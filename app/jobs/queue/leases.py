@@ -57,6 +57,43 @@ async def heartbeat(
     )
 
 
+KEEP_LEASES = sql(
+    """
+    WITH mine AS (
+        SELECT id FROM jobs
+        WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'in_progress' AND locked_by = :worker
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE jobs SET lease_expires_at = now() + make_interval(secs => :lease)
+    FROM mine WHERE jobs.id = mine.id
+    RETURNING jobs.id, jobs.is_active
+    """
+)
+STILL_MINE = sql(
+    "SELECT id FROM jobs WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'in_progress' AND locked_by = :worker"
+)
+
+
+async def keep_leases(
+    conn: AsyncConnection, worker_id: str, job_ids: Iterable[uuid.UUID], lease_secs: float
+) -> LeaseReport:
+    """:func:`heartbeat` for a renewal that must never wait for a row lock: the worker's lease keeper
+    thread, whose worker may hold a job's row in a transaction its stalled event loop cannot finish (an
+    outcome or a progress report being written). Such a job is neither renewed nor lost this time."""
+    ids = list(job_ids)
+    if not ids:
+        return LeaseReport(frozenset(), frozenset(), frozenset())
+    params = {"ids": ids, "lease": float(lease_secs), "worker": worker_id}
+    rows = (await conn.execute(KEEP_LEASES, params)).all()
+    renewed = frozenset(r[0] for r in rows)
+    mine = set((await conn.execute(STILL_MINE, {"ids": ids, "worker": worker_id})).scalars())
+    return LeaseReport(
+        renewed=renewed,
+        cancelled=frozenset(r[0] for r in rows if not r[1]),
+        lost=frozenset(ids) - renewed - mine,
+    )
+
+
 CANCEL_REQUESTED = sql(
     "SELECT id FROM jobs WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'in_progress' AND locked_by = :worker "
     "AND NOT is_active"

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput
-from app.jobs.payload import check_input, json_text
+from app.jobs.payload import check_input, check_text, json_text
 from app.jobs.queue.common import JOB_COLUMNS, JOBS_CHANNEL, conn_of, new_id, notify_jobs, sql
 from app.jobs.rows import JobRow, job_row
 from app.jobs.states import Status
@@ -82,6 +82,8 @@ def _check_fields(job: NewJob, max_attempts: Any, p: str) -> None:
         raise BadInput.field(f"{p}idempotency_key", "must be 1 to 200 characters without NUL")
     if job.title is not None and (len(job.title) > 200 or "\x00" in job.title):
         raise BadInput.field(f"{p}title", "must be at most 200 characters without NUL")
+    check_text(key, f"{p}idempotency_key")
+    check_text(job.title, f"{p}title")
 
 
 def prepare(
@@ -89,7 +91,7 @@ def prepare(
 ) -> dict[str, Any]:
     """Validate ``job`` and return the insert parameters.
 
-    Checks: the type is registered; ``input_data`` has no NUL, fits ``JOB_MAX_INPUT_BYTES`` and
+    Checks: the type is registered; ``input_data`` has no NUL or lone surrogate, fits ``JOB_MAX_INPUT_BYTES`` and
     validates against the processor's input schema (stored in its normalised form, defaults filled in);
     ``max_attempts`` and ``priority`` are in range; ``run_at`` has a UTC offset.
 

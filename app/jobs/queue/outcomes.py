@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.jobs.payload import cap_text
+from app.jobs.payload import cap_text, storable_json
 from app.jobs.queue.common import JOBS_CHANNEL, fetch_rows, lock_pipelines, sql
 from app.jobs.queue.consequences import Changed, consequences
 from app.jobs.queue.pipelines import insert_next_jobs
@@ -202,7 +202,7 @@ async def _complete(batch: _Batch, done: list[Outcome]) -> None:
         COMPLETE_MANY,
         {
             "ids": [o.job_id for o in done],
-            "results": [o.result or "null" for o in done],
+            "results": [storable_json(o.result) or "null" for o in done],
             "attempts": [o.attempt for o in done],
         },
     )
@@ -237,7 +237,7 @@ async def _acknowledge_cancels(batch: _Batch, cancelled: list[Outcome]) -> None:
     message = next((o.message for o in cancelled if o.message), None) or "cancelled while running"
     for ids, only_inactive in (([o.job_id for o in cancelled], False), (batch.cancel_instead, True)):
         if ids:
-            params = {"ids": ids, "message": message, "only_inactive": only_inactive}
+            params = {"ids": ids, "message": cap_text(message), "only_inactive": only_inactive}
             await batch.write(CANCEL_ACK_MANY, params, fast=False)
 
 
@@ -247,7 +247,7 @@ async def _release(batch: _Batch, released: list[Outcome]) -> bool:
     if not released:
         return False
     message = released[0].message or "released: worker shutting down"
-    params = {"ids": [o.job_id for o in released], "message": message}
+    params = {"ids": [o.job_id for o in released], "message": cap_text(message)}
     rows = await batch.write(RELEASE_MANY, params, fast=False)
     return bool(rows)
 

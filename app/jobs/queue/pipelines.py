@@ -17,11 +17,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from app.errors import BadInput
 from app.jobs import outbox
 from app.jobs.graph import check_graph, topo_order, validate_step_input
-from app.jobs.payload import json_text
+from app.jobs.payload import json_text, text_problem
 from app.jobs.queue.common import conn_of, new_id, sql
 from app.jobs.queue.new_jobs import NewJob, enqueue_many, lock_parents
 from app.jobs.rows import Fetched
-from app.jobs.types import NextJob
+from app.jobs.types import NextJob, may_create_next, refusal, registry
 from app.settings import Settings
 
 # --- status ---------------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ def _check_spec(name: Any, steps: Any, settings: Settings) -> tuple[str, dict[st
         BadInput: see :func:`create_pipeline`.
     """
     name = (name or "").strip()
-    if not name or len(name) > 200 or "\x00" in name:
+    if not name or len(name) > 200 or text_problem(name):
         raise BadInput.field("name", "give the pipeline a name of 1 to 200 characters")
     if not isinstance(steps, list):
         raise BadInput.field("steps", "must be a list of steps")
@@ -239,6 +239,32 @@ NEW_PIPELINE_FOR = sql(
     """
 )
 PIPELINE_KEYS = sql("SELECT id, step_key, user_id FROM jobs WHERE pipeline_id = :pid")
+OWNER_IS_ADMIN = sql("SELECT is_admin FROM users WHERE id = :id")
+
+
+async def check_next_types(
+    conn: AsyncConnection, creator: Mapping[str, Any], next_jobs: Sequence[NextJob]
+) -> None:
+    """Refuse next jobs of types the creator may not create for its owner
+    (:func:`app.jobs.types.may_create_next`); the owner's admin flag is read only when one of them is
+    admins-only.
+
+    Raises:
+        BadInput: naming the refused next job's ``type``.
+    """
+    creator_spec = registry.get(creator["type"])
+    is_admin: bool | None = None
+    for i, nj in enumerate(next_jobs):
+        spec = registry.get(nj.type)
+        if spec is None or may_create_next(False, creator_spec, spec):
+            continue  # an unknown type is refused by the input check, with the list of known types
+        if is_admin is None:
+            is_admin = bool((await conn.execute(OWNER_IS_ADMIN, {"id": creator["user_id"]})).scalar())
+        if not is_admin:
+            raise BadInput.field(
+                f"next_jobs[{i}].type",
+                f"{refusal(spec)}, and {creator['type']!r} does not declare it among its next types",
+            )
 
 
 async def _pipeline_of(conn: AsyncConnection, creator: Mapping[str, Any]) -> uuid.UUID:
@@ -276,8 +302,10 @@ async def insert_next_jobs(
     pipeline id.
 
     Raises:
-        BadInput: a dependency that is not in the pipeline.
+        BadInput: a dependency that is not in the pipeline; a type the creator may not create for its
+        owner (:func:`check_next_types`).
     """
+    await check_next_types(conn, creator, next_jobs)
     pipeline_id = await _pipeline_of(conn, creator)
     existing = (await conn.execute(PIPELINE_KEYS, {"pid": pipeline_id})).mappings().all()
     by_id = {str(r["id"]): r["id"] for r in existing}

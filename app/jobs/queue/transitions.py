@@ -12,7 +12,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput, Conflict, Forbidden
-from app.jobs.payload import cap_text
+from app.jobs.decisions import Decision, decided_by, decision_words
+from app.jobs.payload import cap_text, check_text
 from app.jobs.queue.common import (
     JOB_COLUMNS,
     Principal,
@@ -241,19 +242,25 @@ RERUN = sql(
     """
 )
 LAST_DECISION = sql(
-    "SELECT kind, actor, at FROM job_events WHERE job_id = :id AND kind IN ('approved', 'rejected', 'rerun_requested') "
-    "ORDER BY id DESC LIMIT 1"
+    """
+    SELECT e.kind, e.actor, e.at, u.email
+    FROM job_events e
+    LEFT JOIN users u ON u.id = CASE WHEN e.actor ~ '^user:[0-9]{1,9}$' THEN substr(e.actor, 6)::int END
+    WHERE e.job_id = :id AND e.kind IN ('approved', 'rejected', 'rerun_requested')
+    ORDER BY e.id DESC LIMIT 1
+    """
 )
 
 
 async def _decision_conflict(conn: AsyncConnection, row: JobRow, action: str) -> Conflict:
+    """The refusal of a second decision: names the earlier one, who made it and when (``decided``
+    carries it as a :class:`~app.jobs.decisions.Decision`, so that a page can word it in its own way)."""
     last = (await conn.execute(LAST_DECISION, {"id": row["id"]})).mappings().first()
     if last:
-        who = last["actor"]
+        decided = Decision(last["kind"], decided_by(last["actor"], last["email"]), last["at"])
         return Conflict(
-            f"Cannot {action} job {row['id']}: it was already {last['kind'].replace('_requested', '')} by {who} "
-            f"at {last['at']:%Y-%m-%d %H:%M:%S %Z}.",
-            extra={"status": row["status"], "decision": last["kind"]},
+            f"Cannot {action} job {row['id']}: it was {decision_words(decided)}.",
+            extra={"status": row["status"], "decision": last["kind"], "decided": decided},
         )
     return Conflict(
         f"Cannot {action} job {row['id']}: it is {row['status']}, not waiting for approval.",
@@ -310,6 +317,7 @@ async def reject(
         raise BadInput.field(
             "reason", f"must be at most {REJECT_REASON_MAX:,} characters (it has {len(reason):,})"
         )
+    check_text(reason, "reason")
     conn = await conn_of(db)
     row = await _decide(conn, job_id, principal, "reject")
     message = cap_text(f"rejected: {reason}")

@@ -115,6 +115,15 @@ async def touch_worker(
         await conn.execute(RECORD_THROUGHPUT, {"id": worker_id, "completed": completed, "failed": failed})
 
 
+SET_WORKER_HEALTH = sql("UPDATE workers SET health = CAST(:health AS jsonb) WHERE id = :id")
+
+
+async def set_worker_health(conn: AsyncConnection, worker_id: str, health: str) -> None:
+    """Store what the worker reports about itself besides its counts (JSON text: event loop stalls,
+    lingering processor tasks, failing lease renewal), for the admin health page."""
+    await conn.execute(SET_WORKER_HEALTH, {"id": worker_id, "health": health})
+
+
 async def unregister_worker(conn: AsyncConnection, worker_id: str) -> None:
     await conn.execute(UNREGISTER_WORKER, {"id": worker_id})
 

@@ -2,25 +2,42 @@
 page for visitors).
 
 * :mod:`.health` — ``/admin``: workers and queue health, pause/resume and limits per job type;
+* :mod:`.jobs` — ``/admin/jobs``: every user's jobs, filtered, with row and bulk actions;
+* :mod:`.failed` — ``/admin/failed``: failed jobs grouped by type and error, "Retry all in this group";
 * :mod:`.users` — ``/admin/users``: accounts and API tokens;
 * :mod:`.schedules` — ``/admin/schedules``: periodic jobs and pipelines;
+* :mod:`.alerts` — ``/admin/alerts``: alert channels, test sends and recent deliveries;
 * :mod:`.audit` — ``/admin/audit``: the audit trail.
 
 The pages read forms and render; every change goes through :mod:`app.actions`, which writes its audit
 entry and admin notice in the same transaction. :data:`CONTROLLERS` is what the app mounts.
 """
 
+from app.web.admin.alerts import AlertsAdminController
 from app.web.admin.audit import AuditController
+from app.web.admin.failed import FailedJobsController
 from app.web.admin.health import HEALTH_QUERIES, HealthController
+from app.web.admin.jobs import AdminJobsController
 from app.web.admin.schedules import SchedulesController
 from app.web.admin.users import UsersController
 
-CONTROLLERS = [HealthController, UsersController, SchedulesController, AuditController]
+CONTROLLERS = [
+    AlertsAdminController,
+    HealthController,
+    UsersController,
+    SchedulesController,
+    AuditController,
+    AdminJobsController,
+    FailedJobsController,
+]
 
 __all__ = [
     "CONTROLLERS",
     "HEALTH_QUERIES",
+    "AdminJobsController",
+    "AlertsAdminController",
     "AuditController",
+    "FailedJobsController",
     "HealthController",
     "SchedulesController",
     "UsersController",

@@ -28,11 +28,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import auth, controls
 from app.actions import controls as control_actions
-from app.errors import BadInput, NotFound
+from app.errors import BadInput, Conflict, NotFound
 from app.jobs import queue
 from app.processors import registry
 from app.web import DbSession, is_htmx, redirect_with_notice, render
-from app.web.jobs import client_ip, settings_of
+from app.web.deps import client_ip, settings_of
 
 POLL = "every 5s"
 """How often the live part of ``/admin`` refreshes (paused while the tab is hidden, static/app.js)."""
@@ -306,11 +306,16 @@ class HealthController(Controller):
         act = control_actions.pause if paused else control_actions.resume
         try:
             await act(db_session, request.user, job_type, ip=client_ip(request))
-        except NotFound as exc:
+        except (NotFound, Conflict) as exc:
             return await self._index(
-                request, db_session, notice=exc.detail, notice_ok=False, status_code=404, fragment=True
+                request,
+                db_session,
+                notice=exc.detail,
+                notice_ok=False,
+                status_code=exc.status_code,
+                fragment=True,
             )
-        label = "every job type" if job_type == controls.ALL_TYPES else job_type
+        label = control_actions.type_label(job_type)
         return await self._done(request, db_session, f"Paused {label}." if paused else f"Resumed {label}.")
 
     @post("/controls/limits", name="admin.controls.limits", status_code=200)

@@ -28,7 +28,8 @@ from app.actions import schedules as schedule_actions
 from app.errors import AppError, BadInput, Conflict, TooLarge
 from app.processors import registry
 from app.web import DbSession, redirect_with_notice, render
-from app.web.jobs import client_ip, settings_of, timezone_names
+from app.web.deps import client_ip, settings_of
+from app.web.job_page import timezone_names
 
 INPUT_MAX_CHARS = 100_000
 """The input JSON typed in the form is refused above this many characters (it is echoed back on errors)."""

@@ -25,7 +25,7 @@ from app import auth, users
 from app.actions import users as user_actions
 from app.errors import BadInput, Conflict
 from app.web import DbSession, redirect_with_notice, render
-from app.web.jobs import client_ip
+from app.web.deps import client_ip
 
 USER_ACTIONS = {
     "make-admin": "user.make_admin",

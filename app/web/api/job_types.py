@@ -1,5 +1,6 @@
 """``/api/job-types`` and ``/api/pipeline-templates`` (what a person may start, with input schemas) and
-the operator controls of job types (``pause``, ``resume``, ``limits``; admins).
+the operator controls of job types (``pause``, ``resume``, ``limits``; admins), carried out by
+:mod:`app.actions.controls` as on the admin page.
 
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
@@ -12,6 +13,7 @@ from litestar.params import FromPath, JSONBody
 
 from app import controls
 from app.actions import access
+from app.actions import controls as control_actions
 from app.actions.pipelines import startable_templates
 from app.auth import requires_admin, requires_user
 from app.web import DbSession
@@ -91,15 +93,15 @@ class JobTypeControlsApiController(Controller):
         self, request: Request[Any, Any, Any], db_session: DbSession, job_type: FromPath[str]
     ) -> dict[str, Any]:
         """Pause a job type (``*`` = all): it keeps accepting jobs but none is claimed until resumed."""
-        row = await controls.set_paused(db_session, job_type, True, request.user, ip=client_ip(request))
+        row = await control_actions.pause(db_session, request.user, job_type, ip=client_ip(request))
         return dict(row)
 
     @post("/job-types/{job_type:str}/resume", name="api.job_types.resume", status_code=200)
     async def resume(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_type: FromPath[str]
     ) -> dict[str, Any]:
-        """Resume a paused job type (``*`` = the pause of all types)."""
-        row = await controls.set_paused(db_session, job_type, False, request.user, ip=client_ip(request))
+        """Resume a paused job type (``*`` = the pause of all types); 409 when it is not paused."""
+        row = await control_actions.resume(db_session, request.user, job_type, ip=client_ip(request))
         return dict(row)
 
     @put("/job-types/{job_type:str}/limits", name="api.job_types.limits", status_code=200)
@@ -111,12 +113,12 @@ class JobTypeControlsApiController(Controller):
         data: JSONBody[LimitsBody],
     ) -> dict[str, Any]:
         """Set or remove a job type's concurrency and rate limits; enforced in the claim by every worker."""
-        row = await controls.set_limits(
+        row = await control_actions.set_limits(
             db_session,
+            request.user,
             job_type,
             max_running=data.max_running,
             max_per_minute=data.max_per_minute,
-            admin=request.user,
             ip=client_ip(request),
         )
         return dict(row)

@@ -1,4 +1,5 @@
-"""``/api/schedules``: periodic jobs and pipelines (admins).
+"""``/api/schedules``: periodic jobs and pipelines (admins), carried out by
+:mod:`app.actions.schedules` as on the admin page.
 
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
@@ -9,8 +10,8 @@ from typing import Any
 from litestar import Controller, Request, delete, get, post
 from litestar.params import FromPath, JSONBody
 
-from app import controls
-from app.actions import access
+from app import schedules
+from app.actions import schedules as schedule_actions
 from app.auth import requires_admin
 from app.web import DbSession
 from app.web.deps import client_ip, settings_of
@@ -41,7 +42,7 @@ class SchedulesApiController(Controller):
     @get("/schedules", name="api.schedules.list")
     async def list_schedules(self, db_session: DbSession) -> list[dict[str, Any]]:
         """Every schedule with its next and last fire time and last job or pipeline."""
-        return [dict(r) for r in await controls.list_schedules(db_session)]
+        return [dict(r) for r in await schedules.list_schedules(db_session)]
 
     @post("/schedules", name="api.schedules.create", status_code=201)
     async def create_schedule(
@@ -49,10 +50,9 @@ class SchedulesApiController(Controller):
     ) -> dict[str, Any]:
         """Create a schedule; its jobs belong to you. 422 naming the field for a bad cron expression, time
         zone, type (or one you may not submit), template or input."""
-        if data.type is not None:
-            access.check_type(request.user, data.type)
-        row = await controls.create_schedule(
+        row = await schedule_actions.create_schedule(
             db_session,
+            request.user,
             cron=data.cron,
             timezone=data.timezone,
             job_type=data.type,
@@ -61,9 +61,24 @@ class SchedulesApiController(Controller):
             enabled=data.enabled,
             catch_up=data.catch_up,
             name=data.name,
-            owner=request.user,
             settings=settings_of(request),
             ip=client_ip(request),
+        )
+        return dict(row)
+
+    @post(
+        ["/schedules/{schedule_id:str}/enable", "/schedules/{schedule_id:str}/disable"],
+        name="api.schedules.enable",
+        status_code=200,
+    )
+    async def enable_schedule(
+        self, request: Request[Any, Any, Any], db_session: DbSession, schedule_id: FromPath[str]
+    ) -> dict[str, Any]:
+        """Enable a schedule (its next run is computed from now; missed runs are not back-filled) or
+        disable it. Returns the schedule."""
+        enabled = request.url.path.rstrip("/").endswith("/enable")
+        row = await schedule_actions.set_enabled(
+            db_session, request.user, schedule_id, enabled, ip=client_ip(request)
         )
         return dict(row)
 
@@ -72,4 +87,4 @@ class SchedulesApiController(Controller):
         self, request: Request[Any, Any, Any], db_session: DbSession, schedule_id: FromPath[str]
     ) -> None:
         """Delete a schedule; jobs it already created stay."""
-        await controls.delete_schedule(db_session, schedule_id, request.user, ip=client_ip(request))
+        await schedule_actions.delete_schedule(db_session, request.user, schedule_id, ip=client_ip(request))

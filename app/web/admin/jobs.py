@@ -1,4 +1,5 @@
-"""The admin job console: ``/admin/jobs`` and ``/admin/failed``.
+"""The admin job console ``/admin/jobs`` (the failed-jobs groups ``/admin/failed`` are
+:mod:`app.web.admin.failed`).
 
 * ``GET /admin/jobs`` — every user's jobs, newest first, filtered by status, type, owner e-mail, pipeline
   and a created-from/to range, or searched by job id or idempotency key (:mod:`app.actions.selection`);
@@ -13,11 +14,9 @@
 * ``POST /admin/jobs/bulk/confirm`` then ``POST /admin/jobs/bulk`` — bulk retry or cancel of the ticked
   rows or of every row matching the filter (:mod:`app.actions.bulk`): the first shows how many jobs will
   be affected, the second does it and writes one audit entry and one admin notice with the count.
-* ``GET /admin/failed`` — the newest failed jobs grouped by type and normalised error, newest group
-  first, each with "Retry all in this group" (confirm with the count, then bulk retry).
 
 Every list query is served by an index; the created-time range is turned into an id range, since ids
-are UUIDv7 (``tests/test_admin_jobs.py`` checks the plans on 100,000 rows).
+are UUIDv7 (the admin console's tests check the plans on 100,000 rows).
 
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
@@ -50,9 +49,8 @@ from app.auth import requires_admin
 from app.errors import BadInput, NotFound
 from app.processors import registry
 from app.web import DbSession, display, is_htmx, render
-from app.web.deps import actor_of
+from app.web.deps import actor_of, perform_from_page
 from app.web.job_page import CONFIRM, available_actions, emails_for
-from app.web.jobs import perform_from_page
 from app.web.metrics import CAPPED_COUNT, EXACT_CAP, planner_estimate
 
 PAGE_SIZE = 50
@@ -184,11 +182,12 @@ async def list_context(db: AsyncSession, f: JobFilter, user: Any, after: str | N
 # --- the controller -----------------------------------------------------------------------------------------
 
 
-def _form_str(form: Any, name: str, limit: int = 500) -> str:
+def form_str(form: Any, name: str, limit: int = 500) -> str:
+    """A form field as stripped text of at most ``limit`` characters."""
     return str(form.get(name) or "").strip()[:limit]
 
 
-def _uuid_or_none(value: str) -> uuid.UUID | None:
+def uuid_or_none(value: str) -> uuid.UUID | None:
     try:
         return uuid.UUID(value) if value else None
     except ValueError:
@@ -196,13 +195,13 @@ def _uuid_or_none(value: str) -> uuid.UUID | None:
 
 
 class AdminJobsController(Controller):
-    """``/admin/jobs`` and ``/admin/failed``; admins only (403 for others, sign-in page when signed out)."""
+    """``/admin/jobs``; admins only (403 for others, sign-in page when signed out)."""
 
-    path = "/admin"
+    path = "/admin/jobs"
     guards = [requires_admin]
     include_in_schema = False
 
-    @get("/jobs", name="admin.jobs")
+    @get("/", name="admin.jobs")
     async def jobs_page(
         self,
         request: Request[Any, Any, Any],
@@ -216,7 +215,7 @@ class AdminJobsController(Controller):
         ctx["paused"] = await controls.paused_for(db_session, [f.type] if f.type else None)
         return render(request, "admin/jobs.html", ctx, fragment="admin/_jobs_list.html")
 
-    @get("/jobs/counts", name="admin.jobs.counts")
+    @get("/counts", name="admin.jobs.counts")
     async def counts(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
         """The counts strip (a fragment; polled every 30 s by the page)."""
         return Template(
@@ -224,7 +223,7 @@ class AdminJobsController(Controller):
             context={"counts": await status_counts(db_session), "cap": COUNT_CAP, "user": request.user},
         )
 
-    @post([f"/jobs/{{job_id:str}}/{action}" for action in ACTIONS], name="admin.jobs.action", status_code=200)
+    @post([f"/{{job_id:str}}/{action}" for action in ACTIONS], name="admin.jobs.action", status_code=200)
     async def row_action(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Template:
@@ -234,7 +233,7 @@ class AdminJobsController(Controller):
         form = await request.form()
         user = request.user
         outcome = await perform_from_page(
-            db_session, request, action, job_id, reason=_form_str(form, "reason", 2000)
+            db_session, request, action, job_id, reason=form_str(form, "reason", 2000)
         )
         await db_session.flush()
         row = (await db_session.execute(ROW, {"id": outcome.job_id})).mappings().first()
@@ -254,7 +253,7 @@ class AdminJobsController(Controller):
             request, "admin/jobs_result.html", {**ctx, "back": "/admin/jobs"}, status_code=outcome.status_code
         )
 
-    @post("/jobs/bulk/confirm", name="admin.jobs.bulk_confirm", status_code=200)
+    @post("/bulk/confirm", name="admin.jobs.bulk_confirm", status_code=200)
     async def bulk_confirm(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
         """Step 1 of a bulk action: how many jobs it will affect, with Confirm / Back."""
         form = await request.form()
@@ -267,57 +266,27 @@ class AdminJobsController(Controller):
             "target_url": "/admin/jobs/bulk",
             "back": f.url() if f else "/admin/jobs",
         }
-        return self._panel(request, ctx)
+        return bulk_panel(request, ctx)
 
-    @post("/jobs/bulk", name="admin.jobs.bulk", status_code=200)
+    @post("/bulk", name="admin.jobs.bulk", status_code=200)
     async def bulk(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
         """Step 2: do it; the outcome ("Retried 12 jobs; 1 skipped …") replaces the confirm panel."""
         form = await request.form()
         plan, f = await self._plan(request, db_session, form, confirmed=True)
-        expected = _int(_form_str(form, "expected", 20))
+        expected = form_int(form_str(form, "expected", 20))
         detail = {"filter": {k: v for k, v in f.raw.items() if v}} if f is not None else {}
         outcome = await bulk.run_bulk(db_session, actor_of(request), plan, expected=expected, detail=detail)
         ctx = {
             "outcome": outcome,
             "back": f.url() if f else "/admin/failed" if plan.scope == "group" else "/admin/jobs",
         }
-        return self._panel(request, ctx)
-
-    @get("/failed", name="admin.failed")
-    async def failed_page(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
-        """Failed jobs grouped by type and error, newest group first."""
-        return render(request, "admin/failed.html", await bulk.failed_groups(db_session))
-
-    @post("/failed/retry/confirm", name="admin.failed.confirm", status_code=200)
-    async def group_confirm(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
-        """Step 1 of "Retry all in this group": the count."""
-        form = await request.form()
-        plan = await _group_plan(db_session, form)
-        ctx = {
-            "plan": plan,
-            "filter": None,
-            "spec": BULK_ACTIONS["retry"],
-            "bulk_max": BULK_MAX,
-            "target_url": "/admin/failed/retry",
-            "back": "/admin/failed",
-        }
-        return self._panel(request, ctx)
-
-    @post("/failed/retry", name="admin.failed.retry", status_code=200)
-    async def group_retry(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
-        """Step 2: retry the group's jobs (one audit entry ``jobs.bulk_retry``)."""
-        form = await request.form()
-        plan = await _group_plan(db_session, form)
-        outcome = await bulk.run_bulk(
-            db_session, actor_of(request), plan, expected=_int(_form_str(form, "expected", 20))
-        )
-        return self._panel(request, {"outcome": outcome, "back": "/admin/failed"})
+        return bulk_panel(request, ctx)
 
     async def _plan(
         self, request: Request[Any, Any, Any], db: AsyncSession, form: Any, *, confirmed: bool
     ) -> tuple[BulkPlan, JobFilter | None]:
-        action = _form_str(form, "action", 20)
-        scope = _form_str(form, "scope", 20)
+        action = form_str(form, "action", 20)
+        scope = form_str(form, "scope", 20)
         if action not in BULK_ACTIONS or scope not in ("selected", "filter"):
             raise BadInput("Choose Retry or Cancel, for the ticked rows or for every matching row.")
         f = await parse_filter(db, form, request.user)
@@ -326,26 +295,18 @@ class AdminJobsController(Controller):
             if not ids:
                 raise BadInput("Tick at least one row first.")
             return await bulk.plan_for(db, action, ids=ids), f
-        upto = _uuid_or_none(_form_str(form, "upto", 64)) if confirmed else None
+        upto = uuid_or_none(form_str(form, "upto", 64)) if confirmed else None
         return await bulk.plan_for(db, action, job_filter=f, upto=upto), f
 
-    def _panel(self, request: Request[Any, Any, Any], ctx: dict[str, Any]) -> Template:
-        if is_htmx(request):
-            return render(request, "admin/_jobs_bulk.html", ctx)
-        return render(request, "admin/jobs_result.html", ctx)
+
+def bulk_panel(request: Request[Any, Any, Any], ctx: dict[str, Any]) -> Template:
+    """A bulk action's confirm step or outcome: the panel for htmx, a page otherwise."""
+    if is_htmx(request):
+        return render(request, "admin/_jobs_bulk.html", ctx)
+    return render(request, "admin/jobs_result.html", ctx)
 
 
-async def _group_plan(db: AsyncSession, form: Any) -> BulkPlan:
-    """The failed group a "Retry all" form names (type, error signature, newest id shown)."""
-    return await bulk.plan_group(
-        db,
-        _form_str(form, "type", 200),
-        _form_str(form, "signature"),
-        _uuid_or_none(_form_str(form, "upto", 64)),
-    )
-
-
-def _int(value: str) -> int | None:
+def form_int(value: str) -> int | None:
     try:
         return int(value)
     except ValueError:

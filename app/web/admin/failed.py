@@ -1,0 +1,66 @@
+"""``/admin/failed``: the newest failed jobs grouped by type and normalised error, newest group first,
+each with "Retry all in this group" — first the count to confirm, then the bulk retry
+(:mod:`app.actions.bulk`), which writes one audit entry and one admin notice with the count.
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+from typing import Any
+
+from litestar import Controller, Request, get, post
+from litestar.response import Template
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.actions import bulk
+from app.actions.bulk import BULK_ACTIONS, BULK_MAX, BulkPlan
+from app.auth import requires_admin
+from app.web import DbSession, render
+from app.web.admin.jobs import bulk_panel, form_int, form_str, uuid_or_none
+from app.web.deps import actor_of
+
+
+async def group_plan(db: AsyncSession, form: Any) -> BulkPlan:
+    """The failed group a "Retry all" form names (type, error signature, newest id shown)."""
+    return await bulk.plan_group(
+        db,
+        form_str(form, "type", 200),
+        form_str(form, "signature"),
+        uuid_or_none(form_str(form, "upto", 64)),
+    )
+
+
+class FailedJobsController(Controller):
+    """``/admin/failed``; admins only (403 for others, sign-in page when signed out)."""
+
+    path = "/admin/failed"
+    guards = [requires_admin]
+    include_in_schema = False
+
+    @get("/", name="admin.failed")
+    async def failed_page(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
+        """Failed jobs grouped by type and error, newest group first."""
+        return render(request, "admin/failed.html", await bulk.failed_groups(db_session))
+
+    @post("/retry/confirm", name="admin.failed.confirm", status_code=200)
+    async def group_confirm(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
+        """Step 1 of "Retry all in this group": the count."""
+        plan = await group_plan(db_session, await request.form())
+        ctx = {
+            "plan": plan,
+            "filter": None,
+            "spec": BULK_ACTIONS["retry"],
+            "bulk_max": BULK_MAX,
+            "target_url": "/admin/failed/retry",
+            "back": "/admin/failed",
+        }
+        return bulk_panel(request, ctx)
+
+    @post("/retry", name="admin.failed.retry", status_code=200)
+    async def group_retry(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
+        """Step 2: retry the group's jobs (one audit entry ``jobs.bulk_retry``)."""
+        form = await request.form()
+        plan = await group_plan(db_session, form)
+        outcome = await bulk.run_bulk(
+            db_session, actor_of(request), plan, expected=form_int(form_str(form, "expected", 20))
+        )
+        return bulk_panel(request, {"outcome": outcome, "back": "/admin/failed"})

@@ -1,0 +1,95 @@
+"""The in-app worker (``WORKER_ENABLED`` in ``jobdesk serve``): a :class:`~app.worker.runner.Worker` in a
+thread with an event loop of its own, so that a processor that blocks its loop never blocks the web's
+pages, and the web's load never delays the worker.
+
+The worker uses its own engines (an engine's connections belong to the loop that opened them); the web
+app's lifespan calls :func:`start_in_thread` at start-up and :meth:`ThreadedWorker.stop` (or
+:meth:`ThreadedWorker.stop_async`) at shutdown, which stops the worker gracefully and waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import structlog
+
+from app.settings import Settings
+from app.worker.main import loop_factory
+from app.worker.runner import Worker
+
+log = structlog.get_logger("jobdesk.worker")
+
+START_TIMEOUT_SECS = 30.0
+
+
+class ThreadedWorker:
+    """A worker running in its own thread and event loop. ``worker`` is the
+    :class:`~app.worker.runner.Worker` (its ``health()`` is safe to call from any thread); ``error`` is
+    what it died of, if it did."""
+
+    def __init__(self, settings: Settings, url: str, **worker_kw: Any) -> None:
+        self.settings = settings
+        self.url = url
+        self.worker_kw = worker_kw
+        self.worker: Worker | None = None
+        self.error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="jobdesk-in-app-worker", daemon=True)
+
+    def start(self) -> ThreadedWorker:
+        """Start the thread; return once the worker exists (it then connects and starts by itself)."""
+        self._thread.start()
+        self._ready.wait(START_TIMEOUT_SECS)
+        return self
+
+    def done(self) -> bool:
+        """Whether the worker has stopped (or died)."""
+        return self._ready.is_set() and not self._thread.is_alive()
+
+    def health(self) -> str | None:
+        if self.worker is None:
+            return "the in-app worker has not started"
+        return self.worker.health()
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Ask the worker to stop gracefully and wait for its thread (at most ``timeout`` seconds);
+        ``True`` when it ended."""
+        loop, worker = self._loop, self.worker
+        if loop is not None and worker is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(worker.stop)
+            except RuntimeError:  # its loop closed meanwhile
+                pass
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    async def stop_async(self) -> bool:
+        """:meth:`stop` without blocking the calling event loop."""
+        return await asyncio.to_thread(self.stop)
+
+    def _main(self) -> None:
+        try:
+            with asyncio.Runner(loop_factory=loop_factory) as runner:
+                runner.run(self._run())
+        except BaseException as exc:
+            self.error = exc
+            log.error("the in-app worker stopped with an error", error=repr(exc))
+        finally:
+            self._ready.set()
+
+    async def _run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        try:
+            self.worker = Worker(self.settings, self.url, **self.worker_kw)
+        finally:
+            self._ready.set()
+        await self.worker.run()
+
+
+def start_in_thread(settings: Settings, url: str, **worker_kw: Any) -> ThreadedWorker:
+    """Start a worker on ``url`` in a thread of its own; stop it with the handle's ``stop()``."""
+    return ThreadedWorker(settings, url, **worker_kw).start()
