@@ -12,9 +12,9 @@
   setting a limit wakes the workers anyway.
 * **Short claims.** A claim that took fewer jobs than asked either found nothing more to claim — the
   worker may sleep until a NOTIFY, the next due time or the poll interval — or was held back by a limit
-  (:attr:`Claimer.held_back`): then a job of it finishing here (once its outcome is recorded), or the
-  per-minute window moving on, lifts it,
-  and the worker waits for that instead of a whole poll interval.
+  (:attr:`Claimer.held_back`): then an outcome recorded here (a job of that type finishing), or the
+  per-minute window moving on, lifts it, and the worker waits for that instead of a poll interval. (A
+  job of the type finishing on another worker lets that worker, which has just freed a slot, claim.)
 """
 
 from __future__ import annotations
