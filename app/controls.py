@@ -4,9 +4,10 @@
   paused types (:data:`app.jobs.queue.NOT_CONTROLLED`), so the pause holds across every worker and
   survives restarts (it is a row in ``job_type_controls``). ``*`` pauses every type.
 * **Limits**: ``max_running`` caps the jobs of a type running at once across all workers;
-  ``max_per_minute`` caps its starts per one-minute window. Both are enforced in the claim
-  (:func:`app.jobs.queue.claim_limited`, under the type's row lock), so no worker overshoots; changes
-  apply at the next claim.
+  ``max_per_minute`` caps its starts in any 60 seconds (a rolling minute, by the database's clock).
+  Both are enforced in the claim (:func:`app.jobs.queue.claim_within_limits`, under the type's row
+  lock), so no worker overshoots, and a limited type keeps its place in the claim order (priority, due
+  time, id) among all the others; changes apply at the next claim.
 
 Every change wakes idle workers (NOTIFY) when it can make jobs claimable. Who may change them, the
 audit entry and the admin notice are :mod:`app.actions.controls`, which every page and API route

@@ -29,7 +29,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING = {
@@ -212,6 +212,16 @@ class Job(Base):
         # entries however many finished jobs the table holds.
         Index(
             "ix_jobs_claim",
+            text("priority DESC"),
+            "run_at",
+            "id",
+            postgresql_where=text("status = 'queued' AND is_active AND pending_parents = 0"),
+        ),
+        # The same rows by type: a limited type's next jobs within its room, however many jobs of other
+        # types come first in claim order.
+        Index(
+            "ix_jobs_claim_by_type",
+            "type",
             text("priority DESC"),
             "run_at",
             "id",
@@ -425,7 +435,9 @@ class JobTypeControl(Base):
     """Operator controls of one job type (pause, concurrency and rate limits); the row ``type = '*'`` pauses every type.
 
     ``max_running``: at most this many ``in_progress`` across all workers. ``max_per_minute``: at most
-    this many starts per rolling minute, counted in ``window_start``/``window_count``.
+    this many starts in any 60 seconds, counted in :class:`JobTypeStart` (``window_start`` and
+    ``window_count`` are no longer written: they held a fixed window, which let twice the limit start
+    around its edge).
     """
 
     __tablename__ = "job_type_controls"
@@ -443,6 +455,16 @@ class JobTypeControl(Base):
         CheckConstraint("max_running IS NULL OR max_running >= 0", name="max_running_non_negative"),
         CheckConstraint("max_per_minute IS NULL OR max_per_minute >= 0", name="max_per_minute_non_negative"),
     )
+
+
+class JobTypeStart(Base):
+    """Starts of a rate-limited job type (``n`` jobs claimed at ``at``, the claim statement's time), kept
+    for one minute: the claim counts them to start at most ``max_per_minute`` in any 60 seconds."""
+
+    __tablename__ = "job_type_starts"
+    type: Mapped[str] = mapped_column(Text, primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    n: Mapped[int] = mapped_column(Integer, nullable=False)
 
 
 class WorkerRow(Base):
@@ -463,6 +485,9 @@ class WorkerRow(Base):
     health: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
     """What the worker reports about itself: event loop stalls (now, last, count), processor tasks
     lingering after their job was stopped, and how long lease renewal has been failing."""
+    types: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    """The job types this worker runs (it claims no others); ``NULL``: a worker of an earlier version,
+    which claims every type."""
     __table_args__ = (Index("ix_workers_last_seen_at", "last_seen_at"),)
 
 

@@ -33,6 +33,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 import structlog
@@ -44,6 +45,7 @@ from app.files import FileStore
 from app.jobs import queue
 from app.settings import Settings
 from app.worker import health
+from app.worker.claiming import Claimer, wait_any
 from app.worker.completer import Completer, Tally
 from app.worker.executor import Executor, RunningJob
 from app.worker.faults import first_line, retrying
@@ -72,6 +74,7 @@ class Worker:
     ``ctx.db`` (otherwise the worker makes one of ``DB_POOL_SIZE``; it must belong to the worker's loop).
     ``lease_margin``: a job whose lease could not be renewed is stopped this many seconds before the lease
     ends by the worker's clock (default: one heartbeat interval).
+    ``job_types``: the types it claims (default: every type whose processor is installed).
     """
 
     def __init__(
@@ -83,6 +86,7 @@ class Worker:
         worker_id: str | None = None,
         concurrency: int | None = None,
         lease_margin: float | None = None,
+        job_types: Iterable[str] | None = None,
     ) -> None:
         self.settings = settings
         self.url = url
@@ -119,8 +123,9 @@ class Worker:
         """When the worker last wrote its heartbeat (registration, then each lease renewal), monotonic."""
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
-        self._limited: list[str] = []
-        self._limited_checked = 0.0
+        self.claimer = Claimer(
+            self.engine, self.autocommit, worker_id=self.id, lease_secs=self.lease_secs, types=job_types
+        )
         self._fatal: BaseException | None = None
         self._side: dict[str, asyncio.Task[None]] = {}
         self._started = threading.Event()
@@ -288,6 +293,7 @@ class Worker:
                 pid=os.getpid(),
                 concurrency=self.concurrency,
                 version=__version__,
+                types=self.claimer.types,
             ),
             self.log,
         )
@@ -373,6 +379,7 @@ class Worker:
                 await self._slot_freed.wait()
                 continue
             self._wake.clear()
+            self.completer.recorded.clear()  # an outcome recorded during the claim may lift a limit
             want = min(free, self.claim_batch)
             try:
                 claimed, next_due = await self._claim_and_start(want)
@@ -391,19 +398,19 @@ class Worker:
                 # claim waits for the database, so Python work and database work overlap.
                 continue
             timeout = poll if next_due is None else max(0.0, min(poll, next_due))
+            if self.claimer.held_back:
+                # Claimable jobs were left behind by a limit: an outcome recorded here (or the per-minute
+                # window moving on) lifts it, so wait for that rather than a whole poll interval.
+                timeout = self.claimer.sleep_limit(timeout)
             if self.debug:
                 self.log.debug("poll", claimed=claimed, free=free, sleep_secs=round(timeout, 3))
-            await self._sleep(timeout)
+            await self._sleep(timeout, finished=bool(self.claimer.held_back))
 
     async def _claim_and_start(self, want: int) -> tuple[int, float | None]:
         """Claim up to ``want`` jobs and start them; returns how many were claimed and, when fewer than
         ``want``, the seconds until the next scheduled job is due (``None``: nothing scheduled)."""
-        # Limited types first (within their allowance), so a flood of other jobs cannot starve them;
-        # then one fast claim for the rest.
         sent = time.monotonic()  # the leases start no earlier than this, by our clock
-        rows = await self._claim_limited(want)
-        if len(rows) < want:
-            rows.extend(await self._claim(want - len(rows)))
+        rows = await self.claimer.claim(want)
         if time.monotonic() - sent >= self.lease_secs - self.leases.margin:
             # The answer came too late to run these safely (the loop was blocked while it waited): their
             # leases may be running out already. The rescue gives them to a worker in time.
@@ -419,37 +426,10 @@ class Worker:
             return len(rows), None
         return len(rows), await self._next_due()
 
-    async def _sleep(self, seconds: float) -> None:
-        """Sleep up to ``seconds``, returning early on :meth:`wake`."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
-
-    async def _claim(self, free: int) -> list[Any]:
-        """One claim statement for up to ``free`` jobs. The statement is atomic by itself, so it runs in
-        autocommit mode: one round trip instead of three (``BEGIN``, claim, ``COMMIT``)."""
-        async with self.autocommit.connect() as conn:
-            return list(await queue.claim(conn, self.id, free, self.lease_secs))
-
-    async def _claim_limited(self, free: int) -> list[Any]:
-        """Jobs of types with a concurrency or rate limit, each claimed under its control row's lock in
-        one transaction. Which types are limited is looked up at most once a second while none is (a
-        limit set meanwhile also wakes the worker), so unlimited queues pay nothing."""
-        now = time.monotonic()
-        if not self._limited and now - self._limited_checked < 1.0:
-            return []
-        async with self.autocommit.connect() as conn:
-            self._limited = [c["type"] for c in await queue.limited_types(conn)]
-        self._limited_checked = now
-        rows: list[Any] = []
-        if not self._limited:
-            return rows
-        async with self.engine.begin() as conn:
-            for job_type in self._limited:
-                room = free - len(rows)
-                if room <= 0:
-                    break
-                rows.extend(await queue.claim_limited(conn, self.id, job_type, room, self.lease_secs))
-        return rows
+    async def _sleep(self, seconds: float, *, finished: bool = False) -> None:
+        """Sleep up to ``seconds``, returning early on :meth:`wake` (and, if ``finished``, when the outcome
+        of a job that ran here is recorded)."""
+        await wait_any([self._wake, self.completer.recorded] if finished else [self._wake], seconds)
 
     async def _next_due(self) -> float | None:
         """Seconds until the next scheduled job is due (``None``: nothing scheduled)."""

@@ -244,11 +244,16 @@ def indexes_used(nodes: list[dict[str, Any]]) -> set[str]:
 def _plan_cases() -> list[Any]:
     now = datetime.now(UTC)
     ids = [queue.new_id() for _ in range(3)]
-    claim = {"worker": "w", "limit": 50, "lease": 300.0, "actor": "worker:w"}
+    claim = {"worker": "w", "limit": 50, "lease": 300.0, "actor": "worker:w", "types": None, "locked": []}
     by_id = ("pk_jobs", "ix_jobs_status_id", "ix_jobs_running")  # any of these finds rows by id
     return [
         pytest.param(queue.CLAIM, claim, ("ix_jobs_claim",), id="claim"),
-        pytest.param(queue.CLAIM_LIMITED, {**claim, "type": "noop"}, ("ix_jobs_claim",), id="claim-limited"),
+        pytest.param(
+            queue.CLAIM, {**claim, "types": ["noop", "sleep"]}, ("ix_jobs_claim",), id="claim-types"
+        ),
+        pytest.param(queue.CLAIM, {**claim, "locked": ["noop"]}, ("ix_jobs_claim",), id="claim-limited"),
+        pytest.param(queue.LOCK_LIMITS, {"types": None}, None, id="lock-limits"),
+        pytest.param(queue.HELD_BACK, {"locked": ["noop"]}, None, id="held-back"),
         pytest.param(queue.EXPIRED, {"limit": 500}, ("ix_jobs_running",), id="sweep-expired"),
         pytest.param(queue.RESCUE, {"ids": ids, "delays": [0.0] * 3, "actor": "s"}, by_id, id="sweep-rescue"),
         pytest.param(queue.NEXT_DUE, {}, ("ix_jobs_queued_run_at",), id="next-due"),
@@ -314,7 +319,16 @@ async def test_without_its_index_the_claim_would_scan_the_table(seeded_url: str)
             ):
                 await conn.execute(f'DROP INDEX "{r["name"]}"')
             nodes = await explain(
-                conn, queue.CLAIM, {"worker": "w", "limit": 50, "lease": 300.0, "actor": "worker:w"}
+                conn,
+                queue.CLAIM,
+                {
+                    "worker": "w",
+                    "limit": 50,
+                    "lease": 300.0,
+                    "actor": "worker:w",
+                    "types": None,
+                    "locked": [],
+                },
             )
             assert seq_scans_of_jobs(nodes)
             assert "ix_jobs_claim" not in indexes_used(nodes)

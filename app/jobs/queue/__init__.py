@@ -16,7 +16,7 @@ Semantics are at-least-once: a job whose worker dies is rescued by the sweep and
 processors should be idempotent (README "At-least-once").
 
 One module per group of verbs: :mod:`.new_jobs` (``NewJob``, ``prepare``, ``enqueue``,
-``enqueue_many``), :mod:`.claims` (``claim``, ``claim_limited``, ``seconds_until_next_due``),
+``enqueue_many``), :mod:`.claims` (``claim``, ``claim_within_limits``, ``seconds_until_next_due``),
 :mod:`.leases` (``heartbeat``, ``cancel_requested``, ``set_progress``), :mod:`.outcomes` (``Outcome``,
 ``FinishReport``, ``finish``), :mod:`.consequences` (what a finished job causes), :mod:`.pipelines`
 (creating pipelines, processors' next jobs, pipeline status), :mod:`.transitions` (people's actions:
@@ -31,19 +31,17 @@ from __future__ import annotations
 
 from app.db import compiled_sql, driver_connection
 from app.jobs.queue.claims import (
-    BUMP_WINDOW,
     CLAIM,
     CLAIM_COLUMNS,
-    CLAIM_LIMITED,
     CLAIMABLE,
-    COUNT_RUNNING_OF_TYPE,
-    LIMITED_TYPES,
-    LOCK_CONTROL,
+    HELD_BACK,
+    LOCK_LIMITS,
     NEXT_DUE,
     NOT_CONTROLLED,
+    Claimed,
     claim,
-    claim_limited,
-    limited_types,
+    claim_within_limits,
+    lock_limits,
     seconds_until_next_due,
 )
 from app.jobs.queue.common import (
@@ -183,11 +181,13 @@ from app.jobs.queue.workers import (
     REGISTER_WORKER,
     SET_WORKER_HEALTH,
     TOUCH_WORKER,
+    TYPES_WITHOUT_WORKERS,
     UNREGISTER_WORKER,
     forget_old,
     register_worker,
     set_worker_health,
     touch_worker,
+    types_without_workers,
     unregister_worker,
 )
 
@@ -244,14 +244,12 @@ __all__ = [
     "CLAIMABLE",
     "NOT_CONTROLLED",
     "CLAIM",
-    "CLAIM_LIMITED",
-    "LIMITED_TYPES",
-    "LOCK_CONTROL",
-    "COUNT_RUNNING_OF_TYPE",
-    "BUMP_WINDOW",
+    "LOCK_LIMITS",
+    "HELD_BACK",
+    "Claimed",
     "claim",
-    "limited_types",
-    "claim_limited",
+    "lock_limits",
+    "claim_within_limits",
     "NEXT_DUE",
     "seconds_until_next_due",
     "RENEW_LEASES",
@@ -340,4 +338,6 @@ __all__ = [
     "CANCEL_HELD",
     "Cancelled",
     "cancel_user_jobs",
+    "TYPES_WITHOUT_WORKERS",
+    "types_without_workers",
 ]

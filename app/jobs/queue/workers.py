@@ -1,17 +1,23 @@
-"""The worker registry: each worker's row (listed on the admin health page while it is seen recently) and
-its per-minute throughput samples."""
+"""The worker registry: each worker's row (listed on the admin health page while it is seen recently),
+with the job types it runs, and its per-minute throughput samples."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.jobs.queue.common import sql
 
+FRESH_SECS = 90.0
+"""A worker is live while its heartbeat is at most this old (the admin page passes its own figure)."""
+
 REGISTER_WORKER = sql(
     """
-    INSERT INTO workers (id, hostname, pid, concurrency, version, listener_connected)
-    VALUES (:id, :hostname, :pid, :concurrency, :version, false)
-    ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), stopping = false
+    INSERT INTO workers (id, hostname, pid, concurrency, version, listener_connected, types)
+    VALUES (:id, :hostname, :pid, :concurrency, :version, false, CAST(:types AS text[]))
+    ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), stopping = false, types = EXCLUDED.types
     """
 )
 TOUCH_WORKER = sql(
@@ -34,19 +40,59 @@ UNREGISTER_WORKER = sql("DELETE FROM workers WHERE id = :id")
 FORGET_OLD = sql(
     """
     WITH w AS (DELETE FROM workers WHERE last_seen_at < now() - interval '1 day' RETURNING 1),
-         t AS (DELETE FROM throughput_samples WHERE minute < now() - interval '1 day' RETURNING 1)
-    SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM t)
+         t AS (DELETE FROM throughput_samples WHERE minute < now() - interval '1 day' RETURNING 1),
+         s AS (DELETE FROM job_type_starts WHERE at < now() - interval '1 minute' RETURNING 1)
+    SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM t), (SELECT count(*) FROM s)
+    """
+)
+# Waiting types by a skip scan of ix_jobs_live (status, type), each kept only when no live worker that is
+# not stopping runs it (a worker row without types is of an earlier version, which runs every type).
+TYPES_WITHOUT_WORKERS = sql(
+    """
+    WITH RECURSIVE t(type) AS (
+        (SELECT type FROM jobs WHERE status = 'queued' ORDER BY type LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.type FROM jobs j WHERE status = 'queued' AND j.type > t.type ORDER BY j.type LIMIT 1)
+        FROM t WHERE t.type IS NOT NULL
+    ), live AS MATERIALIZED (
+        SELECT types FROM workers
+        WHERE last_seen_at > now() - make_interval(secs => :fresh) AND NOT stopping
+    )
+    SELECT t.type,
+           (SELECT count(*) FROM (
+                SELECT 1 FROM jobs j WHERE j.status = 'queued' AND j.type = t.type LIMIT 10001
+            ) n) AS waiting
+    FROM t
+    WHERE t.type IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM live WHERE live.types IS NULL OR t.type = ANY(live.types))
+    ORDER BY t.type
+    LIMIT 200
     """
 )
 
 
 async def register_worker(
-    conn: AsyncConnection, *, worker_id: str, hostname: str, pid: int, concurrency: int, version: str
+    conn: AsyncConnection,
+    *,
+    worker_id: str,
+    hostname: str,
+    pid: int,
+    concurrency: int,
+    version: str,
+    types: Sequence[str] | None = None,
 ) -> None:
-    """Insert this worker's row, listed by the admin health page while it is seen recently."""
+    """Insert this worker's row, listed by the admin health page while it is seen recently. ``types``: the
+    job types it runs (``None``: every type)."""
     await conn.execute(
         REGISTER_WORKER,
-        {"id": worker_id, "hostname": hostname, "pid": pid, "concurrency": concurrency, "version": version},
+        {
+            "id": worker_id,
+            "hostname": hostname,
+            "pid": pid,
+            "concurrency": concurrency,
+            "version": version,
+            "types": None if types is None else sorted(types),
+        },
     )
 
 
@@ -83,5 +129,17 @@ async def unregister_worker(conn: AsyncConnection, worker_id: str) -> None:
 
 
 async def forget_old(conn: AsyncConnection) -> None:
-    """Housekeeping: worker rows and throughput samples older than a day."""
+    """Housekeeping: worker rows and throughput samples older than a day, starts older than a minute (the
+    claim prunes those of the types it takes; these are of types whose limit was lifted)."""
     await conn.execute(FORGET_OLD)
+
+
+async def types_without_workers(conn: AsyncConnection, *, fresh_secs: float = FRESH_SECS) -> list[RowMapping]:
+    """Job types with queued jobs that no live worker runs (during a rolling deploy, or with a processor
+    module missing on every worker): their jobs wait until a worker that runs them starts.
+
+    Rows ``{"type", "waiting"}``: the queued jobs of the type, counted up to 10,001 (a poll stays cheap
+    however long the backlog). A worker is live while its heartbeat is at most ``fresh_secs`` old and it
+    is not stopping.
+    """
+    return list((await conn.execute(TYPES_WITHOUT_WORKERS, {"fresh": fresh_secs})).mappings().all())

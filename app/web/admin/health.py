@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import auth, controls
 from app.actions import controls as control_actions
 from app.errors import BadInput, Conflict, NotFound
+from app.jobs import queue
 from app.processors import registry
 from app.web import DbSession, is_htmx, redirect_with_notice, render
 from app.web.deps import client_ip, settings_of
@@ -104,6 +105,7 @@ HEALTH_QUERIES = {
     "oldest_waiting": OLDEST_WAITING,
     "throughput": THROUGHPUT,
     "failed_last_hour": FAILED_LAST_HOUR,
+    "types_without_workers": queue.TYPES_WITHOUT_WORKERS,
 }
 """Every query a poll of ``/admin/health`` runs, by name (a test EXPLAINs each on a large table)."""
 
@@ -178,7 +180,9 @@ async def health(db: AsyncSession, settings: Any) -> dict[str, Any]:
     end = (await db.execute(DB_NOW)).scalar_one()
     samples = (await db.execute(THROUGHPUT, {"minutes": CHART_MINUTES})).mappings().all()
     failed_hour = int((await db.execute(FAILED_LAST_HOUR)).scalar_one())
+    unserved = await queue.types_without_workers(await queue.conn_of(db), fresh_secs=fresh)
     return {
+        "unserved": unserved,
         "workers": workers,
         "waiting": waiting,
         "running": running,
