@@ -52,9 +52,9 @@ REQUEST_CANCEL = sql(
 
 
 def _terminal_conflict(row: JobRow, action: str) -> Conflict:
-    words = {"completed": "already completed", "failed": "already failed", "cancelled": "already cancelled"}
-    state = words.get(row["status"], f"{row['status']}")
-    return Conflict(f"Cannot {action} job {row['id']}: it has {state}.", extra={"status": row["status"]})
+    words = {"completed": "has already completed", "failed": "has already failed", "cancelled": "was already cancelled"}
+    state = words.get(row["status"], f"is {row['status']}")
+    return Conflict(f"Cannot {action} job {row['id']}: it {state}.", extra={"status": row["status"]})
 
 
 async def cancel(
