@@ -52,7 +52,11 @@ REQUEST_CANCEL = sql(
 
 
 def _terminal_conflict(row: JobRow, action: str) -> Conflict:
-    words = {"completed": "has already completed", "failed": "has already failed", "cancelled": "was already cancelled"}
+    words = {
+        "completed": "has already completed",
+        "failed": "has already failed",
+        "cancelled": "was already cancelled",
+    }
     state = words.get(row["status"], f"is {row['status']}")
     return Conflict(f"Cannot {action} job {row['id']}: it {state}.", extra={"status": row["status"]})
 
