@@ -131,11 +131,16 @@ async def test_a_concurrency_limit_is_never_exceeded_by_four_worker_processes(
     settings = make_settings(max_concurrent_jobs=5)
     async with engine.begin() as conn:
         await controls.set_limits(conn, "test.effect", max_running=3, max_per_minute=None, admin=admin)
-    await enqueue_many(engine, settings, admin, "test.effect", {"seconds": 0.4}, 24)
-    await enqueue_many(engine, settings, admin, "noop", {}, 50)  # unlimited work alongside
     async with RunningSampler(asyncpg_dsn(db_url), "test.effect") as sampler:
         procs = [WorkerProcess(settings, tmp_path / f"w{i}.log") for i in range(4)]
         try:
+            # Work appears only once all four are up, so that they compete for it: on a busy machine
+            # the first one to start could otherwise finish everything alone.
+            await wait_until(
+                lambda: pg.fetchval("SELECT count(*) >= 4 FROM workers"), timeout=60, what="four workers"
+            )
+            await enqueue_many(engine, settings, admin, "test.effect", {"seconds": 0.4}, 24)
+            await enqueue_many(engine, settings, admin, "noop", {}, 50)  # unlimited work alongside
             await wait_until(
                 lambda: pg.fetchval("SELECT count(*) = 74 FROM jobs WHERE status = 'completed'"),
                 timeout=90,

@@ -141,9 +141,32 @@ async def test_worker_outcomes_for_jobs_not_running_change_nothing(engine, setti
 # --- only the queue package writes jobs.status -----------------------------------------------------------
 
 STATUS_WRITE = re.compile(
-    r"(UPDATE\s+jobs\b[^;\"]{0,400}?\bSET\b[^;\"]{0,400}?\bstatus\s*=)|(INSERT\s+INTO\s+jobs\s*\([^)]*\bstatus\b)|(\.status\s*=(?!=))",
-    re.IGNORECASE | re.DOTALL,
+    # An UPDATE of jobs that sets status, an INSERT into jobs naming status, or a Python statement
+    # assigning to an attribute called status (one that starts its line: a SQL comparison such as
+    # ``AND j.status = 'queued'`` in a WHERE clause reads the status and is not a write).
+    r"(UPDATE\s+jobs\b[^;\"]{0,400}?\bSET\b[^;\"]{0,400}?\bstatus\s*=)|(INSERT\s+INTO\s+jobs\s*\([^)]*\bstatus\b)"
+    r"|(^[ \t]*[A-Za-z_][\w.\[\]\"']*\.status\s*=(?!=))",
+    re.IGNORECASE | re.DOTALL | re.MULTILINE,
 )
+
+
+def test_the_status_write_pattern_tells_writes_from_reads() -> None:
+    """The guard below finds every kind of write and passes reads, so it can fail and does not cry wolf."""
+    writes = [
+        "UPDATE jobs SET attempts = 1, status = 'failed' WHERE id = :id",
+        "INSERT INTO jobs (id, type, status) VALUES (1, 'x', 'queued')",
+        "    job.status = 'completed'",
+        "row.job.status = Status.FAILED",
+    ]
+    reads = [
+        "    AND j.status = 'queued' AND j.attempts = 0",
+        "WHERE status = 'queued'",
+        "    if job.status == 'failed':",
+    ]
+    for text in writes:
+        assert STATUS_WRITE.search(text), text
+    for text in reads:
+        assert not STATUS_WRITE.search(text), text
 
 
 QUEUE_PACKAGE = ROOT / "app" / "jobs" / "queue"

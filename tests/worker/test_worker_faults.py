@@ -99,6 +99,13 @@ async def test_a_processor_blocking_the_loop_costs_no_other_job_its_lease(
             b_claims = await pg.fetchval(
                 "SELECT count(*) FROM job_events WHERE actor = $1", await worker_of(pg, b)
             )
+
+        async def resumed() -> bool:
+            # The keeper thread notices the loop running again on its next check, which can come a
+            # moment after the jobs' outcomes are written.
+            return "event loop running again after a stall" in a.output()
+
+        await wait_until(resumed, timeout=10, what="the stall's end in A's log")
         log = a.output()
     for job in (calm, blocker):
         assert await effects(pg, job) == 1
