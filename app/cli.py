@@ -175,7 +175,7 @@ def _exit_after_graceful_shutdown() -> None:
 
 @main.command()
 def worker() -> None:
-    """Run a standalone worker (no web server); ``python worker.py`` does the same."""
+    """Run a standalone worker (no web server); `python worker.py` does the same."""
     from app.worker.main import run_standalone
 
     settings = _settings()
