@@ -71,6 +71,7 @@ async def test_jobs_table_has_its_own_fillfactor_and_autovacuum_settings(pg: asy
     assert {k: float(v) for k, v in parsed.items()} == {k: float(v) for k, v in JOBS_STORAGE.items()}
 
 
+# Case N12 (docs/cases.md).
 def test_concurrent_migrate_commands_all_succeed(tmp_path: Path, fresh_db_url: str) -> None:
     """Four ``jobdesk migrate`` started together on a fresh database (as several hosts deploying at once):
     each waits for the migration lock; one migrates, the others then find nothing to do. All exit 0."""

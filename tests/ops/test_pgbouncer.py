@@ -73,6 +73,7 @@ async def _mixed_workload(engines: list[Any], count: int) -> tuple[int, int, lis
     return wrong, errors, texts
 
 
+# Case N11 (docs/cases.md).
 async def test_transaction_mode_shares_server_connections_without_prepared_statement_mix_ups(
     pgbouncer: Start, db_url: str
 ) -> None:
@@ -307,6 +308,7 @@ def _exercise(api: _Api) -> None:
     assert set(codes) == {200}, codes
 
 
+# Case N11 (docs/cases.md).
 @pytest.mark.parametrize("mode", ["transaction", "session"])
 def test_serve_worker_and_migrate_behind_pgbouncer(
     tmp_path: Path, pgbouncer: Start, fresh_db_url: str, mode: str

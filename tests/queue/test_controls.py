@@ -125,6 +125,7 @@ async def test_pausing_every_type_stops_all_claims_and_survives_a_worker_restart
         )
 
 
+# Case N08 (docs/cases.md).
 async def test_a_concurrency_limit_is_never_exceeded_by_four_worker_processes(
     make_settings, engine, admin, pg, tmp_path, db_url
 ) -> None:
@@ -218,6 +219,7 @@ async def test_unknown_types_cannot_be_paused_or_limited(engine, admin) -> None:
 # --- schedules ----------------------------------------------------------------------------------------
 
 
+# Case N06 (docs/cases.md).
 async def test_a_schedule_fires_exactly_once_per_due_time_across_two_worker_processes(
     make_settings, engine, admin, pg, tmp_path
 ) -> None:
@@ -251,6 +253,7 @@ async def test_a_schedule_fires_exactly_once_per_due_time_across_two_worker_proc
     assert sched["next_fire_at"] > sched["last_fire_at"]
 
 
+# Case N07 (docs/cases.md).
 @pytest.mark.parametrize("catch_up", [False, True])
 async def test_after_downtime_a_schedule_fires_once_unless_catch_up_is_set(
     engine, settings, admin, pg, catch_up

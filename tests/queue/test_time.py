@@ -255,6 +255,7 @@ async def queue_job(
         return (await queue.enqueue(conn, new, settings)).job["id"]
 
 
+# Case N13 (docs/cases.md).
 async def test_a_past_run_at_is_refused_alike_by_form_and_api_on_the_database_clock(
     web: tuple[httpx.AsyncClient, str, Any], db_url: str, pg: asyncpg.Connection, engine: Any, settings: Any
 ) -> None:
@@ -310,6 +311,7 @@ async def test_a_past_run_at_is_refused_alike_by_form_and_api_on_the_database_cl
 @pytest.mark.skipif(
     not FAKETIME_LIB.exists(), reason="libfaketime is not installed (apt-get install faketime)"
 )
+# Case N13 (docs/cases.md).
 @pytest.mark.parametrize("offset", ["+10m", "-10m"])
 async def test_a_new_schedules_first_fire_follows_the_database_clock_not_the_web_hosts(
     db_url: str, pg: asyncpg.Connection, tmp_path: Path, offset: str
@@ -354,6 +356,7 @@ async def test_schedule_times_read_no_process_clock(
 # --- a paused type's schedules ------------------------------------------------------------------------------
 
 
+# Case N10 (docs/cases.md).
 async def test_a_paused_types_schedule_keeps_one_waiting_job_and_resumes_without_a_burst(
     make_settings: Any, engine: Any, pg: asyncpg.Connection, tmp_path: Path
 ) -> None:
@@ -390,6 +393,7 @@ async def test_a_paused_types_schedule_keeps_one_waiting_job_and_resumes_without
     assert row["id"] is not None
 
 
+# Case N10 (docs/cases.md).
 async def test_a_catch_up_into_a_paused_type_adds_one_job(
     engine: Any, settings: Any, pg: asyncpg.Connection
 ) -> None:

@@ -103,6 +103,7 @@ class PeakRunning:
         await self._task
 
 
+# Case N08 (docs/cases.md).
 async def test_a_type_limited_below_the_free_slots_runs_at_the_speed_its_limit_allows(
     make_settings, engine, admin, pg, db_url
 ) -> None:

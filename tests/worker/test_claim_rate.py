@@ -40,6 +40,7 @@ def most_in_a_minute(times: list[Any]) -> int:
     return max((sum(1 for u in times if t <= u < t + timedelta(seconds=60)) for t in times), default=0)
 
 
+# Case N09 (docs/cases.md).
 async def test_at_most_n_starts_in_any_sixty_seconds_across_two_worker_processes(
     make_settings, engine, pg, tmp_path
 ) -> None:

@@ -186,6 +186,7 @@ async def _answers(http: httpx.AsyncClient, path: str) -> bool:
 # --- a processor that swallows its cancellation --------------------------------------------------------
 
 
+# Case N03 (docs/cases.md).
 async def test_a_time_limit_holds_when_the_processor_swallows_cancellation(
     make_settings, engine, owner, pg, tmp_path
 ) -> None:
