@@ -18,7 +18,6 @@ Errors: :class:`~app.errors.Forbidden` (403), :class:`~app.errors.NotFound` (an 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sqlalchemy.engine import RowMapping
@@ -27,6 +26,7 @@ from app import auth, pipelines, schedules
 from app.actions import access
 from app.actions.trail import Db, acting, record_done, require_admin
 from app.errors import BadInput, NotFound
+from app.jobs import payload
 from app.settings import Settings
 
 CRON_MAX = 300
@@ -39,30 +39,17 @@ def _text(value: Any, field: str, limit: int) -> str:
     """``value`` when it is storable text of at most ``limit`` characters.
 
     Raises:
-        BadInput: not text, too long, or holding a NUL character (which PostgreSQL text cannot store,
-        and which the time-zone lookup rejects with an error of its own).
+        BadInput: not text, too long, or holding a NUL or a lone surrogate (which PostgreSQL text
+        cannot store, and which the time-zone lookup rejects with an error of its own).
     """
     if not isinstance(value, str):
         raise BadInput.field(field, "must be text")
-    if "\x00" in value:
-        raise BadInput.field(field, "contains a NUL character (U+0000), which is not allowed")
+    problem = payload.text_problem(value)
+    if problem is not None:
+        raise BadInput.field(field, problem)
     if len(value) > limit:
         raise BadInput.field(field, f"is {len(value):,} characters long; at most {limit:,} are allowed")
-    if not _encodable(value):
-        raise BadInput.field(field, "contains a lone surrogate (like \\ud800), which is not a character")
     return value
-
-
-def _encodable(value: Any) -> bool:
-    """Whether ``value`` (text, or a JSON value holding text) can be sent to the database as UTF-8: a
-    lone surrogate (``"\\ud800"`` in JSON) cannot, and would fail the query instead of the input."""
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    except (TypeError, ValueError, RecursionError):
-        return True  # not JSON, or nested too deeply: the input checks of app.schedules say which field
-    return True
 
 
 async def _owner(db: Db, actor: Any, owner_email: str | None) -> Any:
@@ -88,10 +75,6 @@ def _texts(cron: Any, timezone: Any, name: Any, input_data: Any) -> tuple[str, s
     name = _text(name or "", "name", NAME_MAX)
     if not timezone:
         raise BadInput.field("timezone", "Choose a time zone.")
-    if not _encodable(input_data):
-        raise BadInput.field(
-            "input_data", "contains text with a lone surrogate (like \\ud800), which is not a character"
-        )
     return cron, timezone, name
 
 
