@@ -293,6 +293,32 @@ class JobDependency(Base):
     )
 
 
+class PipelineFanout(Base):
+    """A ``for_each`` step whose list is in a parent's result: expanded into its instances in the
+    transaction that completes its last parent (``pending`` reaches 0). ``dependents`` are the jobs that
+    wait for every instance (each holds one extra pending parent until then)."""
+
+    __tablename__ = "pipeline_fanouts"
+    pipeline_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("pipelines.id", ondelete="CASCADE"), primary_key=True
+    )
+    step_key: Mapped[str] = mapped_column(Text, primary_key=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    parents: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID(as_uuid=True)), nullable=False)
+    pending: Mapped[int] = mapped_column(Integer, nullable=False)
+    dependents: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID(as_uuid=True)), nullable=False)
+    expanded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    instances: Mapped[int | None] = mapped_column(Integer)
+    __table_args__ = (
+        Index(
+            "ix_pipeline_fanouts_parents",
+            "parents",
+            postgresql_using="gin",
+            postgresql_where=text("expanded_at IS NULL"),
+        ),
+    )
+
+
 class JobEvent(Base):
     """One line of a job's history: every status change, plus cancel requests, admin actions, etc.
 

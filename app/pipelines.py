@@ -86,6 +86,9 @@ class TemplateStep:
     depends_on: tuple[str, ...] = ()
     requires_approval: bool = False
     title: str | None = None
+    for_each: Callable[[dict[str, Any]], Any] | None = None
+    """The step's ``for_each`` list (or ``{"$ref": …}``) from the pipeline's input: the step then runs
+    once per item (see :mod:`app.jobs.fanout`)."""
 
 
 @dataclass(frozen=True)
@@ -117,16 +120,17 @@ class Template:
         steps = []
         for s in self.steps:
             step_input = s.input(values) if callable(s.input) else dict(s.input)
-            steps.append(
-                {
-                    "key": s.key,
-                    "type": s.type,
-                    "input_data": step_input,
-                    "depends_on": list(s.depends_on),
-                    "requires_approval": s.requires_approval,
-                    "title": s.title,
-                }
-            )
+            step = {
+                "key": s.key,
+                "type": s.type,
+                "input_data": step_input,
+                "depends_on": list(s.depends_on),
+                "requires_approval": s.requires_approval,
+                "title": s.title,
+            }
+            if s.for_each is not None:
+                step["for_each"] = s.for_each(values)
+            steps.append(step)
         return values, steps
 
 

@@ -71,8 +71,12 @@ def check_steps(settings: Settings, steps: Sequence[Any]) -> None:
     Raises:
         BadInput: 422 naming ``steps``: more steps or dependencies than a pipeline may have.
     """
-    edges = sum(len(s.get("depends_on") or ()) for s in steps if isinstance(s, dict))
-    refused = quotas.pipeline_refusal(settings, len(steps), edges)
+    dicts = [s for s in steps if isinstance(s, dict)]
+    edges = sum(len(s.get("depends_on") or ()) for s in dicts)
+    # A step run for each item of a literal list is as many steps (a list from a parent's result is
+    # counted when it is expanded).
+    size = len(steps) + sum(len(s["for_each"]) - 1 for s in dicts if isinstance(s.get("for_each"), list))
+    refused = quotas.pipeline_refusal(settings, size, edges)
     if refused is not None:
         raise refused
 

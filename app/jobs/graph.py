@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.errors import BadInput
+from app.jobs.fanout import group_instances, has_items
 from app.jobs.payload import check_input
 from app.jobs.types import NextJob, PermanentError, registry, validation_errors
 from app.settings import Settings
@@ -141,8 +142,8 @@ def has_refs(value: Any) -> bool:
 
 
 def validate_step_input(type_: Any, input_data: Any, path: str, settings: Settings) -> dict[str, Any]:
-    """Validate one step's input against its type; fields holding a ``{"$ref": …}`` are checked at run
-    time instead. Returns the input to store.
+    """Validate one step's input against its type; fields holding a ``{"$ref": …}`` (or an ``{"$item":
+    …}`` not yet replaced) are checked at run time instead. Returns the input to store.
 
     Raises:
         BadInput: unknown type, or a bad field (named by its full path).
@@ -152,7 +153,7 @@ def validate_step_input(type_: Any, input_data: Any, path: str, settings: Settin
     if spec is None:
         raise BadInput.field(path.rsplit(".", 1)[0] + ".type", f"unknown job type {str(type_)[:100]!r}")
     check_input(input_data, settings.job_max_input_bytes, field=path)
-    ref_fields = {k for k, v in input_data.items() if has_refs(v)}
+    ref_fields = {k for k, v in input_data.items() if has_refs(v) or has_items(v)}
     if not ref_fields:
         return spec.validate_input(input_data, field_prefix=path)
     try:
@@ -184,8 +185,15 @@ def resolve_refs(input_data: Any, parents: dict[str, Any]) -> Any:
 def _resolve_ref(ref: str, parents: dict[str, Any]) -> Any:
     key, *fields = ref.split(".")
     if key not in parents:
-        raise PermanentError(f"input refers to step {key!r}, which is not an upstream step of this one")
-    value: Any = parents[key]
+        instances = group_instances(parents).get(key)
+        if instances is None:
+            raise PermanentError(f"input refers to step {key!r}, which is not an upstream step of this one")
+        # A step run once per item: the field of every instance's result, in item order.
+        return [_field(ref, key, result, fields) for result in instances]
+    return _field(ref, key, parents[key], fields)
+
+
+def _field(ref: str, key: str, value: Any, fields: list[str]) -> Any:
     for f in fields:
         if isinstance(value, dict) and f in value:
             value = value[f]

@@ -190,7 +190,8 @@ class ThumbnailInput(Input):
         "",
         max_length=120,
         title="Name for the results",
-        description="For example holiday gives holiday-160.jpg. Empty: thumbnail-160.jpg.",
+        description="For example holiday gives holiday-160.jpg. Empty: the picture's own name "
+        "(holiday.png gives holiday-160.jpg).",
     )
 
     @field_validator("sizes")
@@ -210,9 +211,11 @@ def make_thumbnails(ctx: CpuContext) -> Result:
     from PIL import Image
 
     inp: ThumbnailInput = ctx.input
-    base = safe_stem(inp.name) if inp.name else "thumbnail"
+    # A picture's own name tells the thumbnails of a batch apart (one step per picture gives no name).
+    picture = inp.name or ctx.file_names.get(str(inp.image)) or ""
+    base = safe_stem(picture) if picture else "thumbnail"
     path = stored_file(ctx, inp.image, "picture")
-    label = f"The file {inp.name!r}" if inp.name else "The uploaded file"
+    label = f"The file {picture!r}" if picture else "The uploaded file"
     img, fmt, frames = open_image(path, label)
     source = {"width": img.width, "height": img.height, "format": fmt, "mode": img.mode, "frames": frames}
     img = normalized(img)
@@ -237,8 +240,8 @@ def make_thumbnails(ctx: CpuContext) -> Result:
             }
         )
     data: dict[str, Any] = {"source": source, "format": inp.format, "variants": variants}
-    if inp.name:
-        data["source"]["name"] = inp.name
+    if picture:
+        data["source"]["name"] = picture
     if source["frames"] > 1:
         data["note"] = "The picture is animated: the first frame was used."
     return Result(data=data, files=files)

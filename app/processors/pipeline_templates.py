@@ -18,8 +18,12 @@ from app.processors.reports import Delimiter, Encoding
 # --- Photo batch ------------------------------------------------------------------------------------
 
 
-def _photo_batch_step(values: dict[str, Any]) -> dict[str, Any]:
-    return dict(values)
+def _thumb_step(values: dict[str, Any]) -> dict[str, Any]:
+    return {"image": {"$item": ""}, "sizes": values["sizes"], "format": values["format"]}
+
+
+def _sheet_step(values: dict[str, Any]) -> dict[str, Any]:
+    return {"columns": values["columns"], "title": values["title"] or f"{len(values['images'])} pictures"}
 
 
 PHOTO_BATCH = template(
@@ -33,13 +37,24 @@ PHOTO_BATCH = template(
         steps_note="one step per picture, then a contact sheet",
         steps=(
             TemplateStep(
-                "plan", "images.batch", _photo_batch_step, title="Plan one thumbnail job per picture"
+                "thumb",
+                "images.thumbnail",
+                _thumb_step,
+                title="Thumbnails",
+                for_each=lambda values: list(values["images"]),
+            ),
+            TemplateStep(
+                "sheet",
+                "images.contact_sheet",
+                _sheet_step,
+                ("thumb",),
+                title="Contact sheet and zip of all thumbnails",
             ),
         ),
     )
 )
-"""One static step, ``plan`` (``images.batch``); it creates ``thumb-1``… (``images.thumbnail``, in
-parallel) and ``sheet`` (``images.contact_sheet``, after all of them) when it completes."""
+"""``thumb`` runs once per picture (steps ``thumb[0]``, ``thumb[1]``…, in parallel, ``for_each`` over
+the uploaded pictures); ``sheet`` waits for all of them and lays out their thumbnails."""
 
 
 # --- CSV report with review -------------------------------------------------------------------------

@@ -224,7 +224,7 @@ async def test_thumbnail_job_through_a_worker_stores_files_owned_by_the_user(set
     assert row["size"] == ref["size"]
     assert open_result(FileStore(settings.files_dir).path(ref["file_id"])).size == (120, 80)
     assert failed["attempts"] == 1
-    assert "The uploaded file is a damaged JPEG file" in failed["error_message"]
+    assert "The file 'damaged-photo.jpg' is a damaged JPEG file" in failed["error_message"]
     assert "Traceback" not in failed["error_message"]
 
 
@@ -306,9 +306,10 @@ async def test_photo_batch_end_to_end_through_the_api(
         view = (await client.get(f"/api/pipelines/{pid}", headers=headers)).json()
     steps = {s["key"]: s for s in view["steps"]}
     assert view["status"] == "completed", view
-    assert set(steps) == {"plan", "thumb-1", "thumb-2", "thumb-3", "thumb-4", "sheet"}
+    # One thumbnail step per picture (for_each), no step "thumb" itself.
+    assert set(steps) == {"thumb[0]", "thumb[1]", "thumb[2]", "thumb[3]", "sheet"}
     assert all(s["status"] == "completed" for s in steps.values())
-    assert sorted(steps["sheet"]["depends_on"]) == ["thumb-1", "thumb-2", "thumb-3", "thumb-4"]
+    assert sorted(steps["sheet"]["depends_on"]) == ["thumb[0]", "thumb[1]", "thumb[2]", "thumb[3]"]
     sheet = as_dict(
         await pg.fetchval("SELECT result_data FROM jobs WHERE id = $1::uuid", steps["sheet"]["job_id"])
     )
@@ -350,9 +351,9 @@ async def test_photo_batch_with_a_damaged_picture_fails_that_step_and_cancels_th
             )
         view = (await client.get(f"/api/pipelines/{pid}", headers=headers)).json()
     status = {s["key"]: s["status"] for s in view["steps"]}
-    assert status == {"plan": "completed", "thumb-1": "completed", "thumb-2": "failed", "sheet": "cancelled"}
+    assert status == {"thumb[0]": "completed", "thumb[1]": "failed", "sheet": "cancelled"}
     err = await pg.fetchval(
-        "SELECT error_message FROM jobs WHERE pipeline_id = $1::uuid AND step_key = 'thumb-2'", pid
+        "SELECT error_message FROM jobs WHERE pipeline_id = $1::uuid AND step_key = 'thumb[1]'", pid
     )
     assert err.startswith("The file 'damaged-photo.jpg' is a damaged JPEG file")
 

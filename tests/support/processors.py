@@ -17,6 +17,7 @@ from pydantic import Field
 from sqlalchemy import text
 
 from app.processors import Input, JobContext, NextJob, Result, processor
+from app.processors.builtin import AnyInput
 from tests.support.factories import SIDE_EFFECTS_DDL  # noqa: F401  (the table test.effect writes to)
 
 
@@ -130,6 +131,17 @@ async def fanout(ctx: JobContext[FanoutInput]) -> Result:
 @processor("test.collect", title="Collect", description="Returns its parents' results.", diagnostic=True)
 async def collect(ctx: JobContext[Any]) -> dict[str, Any]:
     return {"parents": sorted(ctx.parents)}
+
+
+@processor(
+    "test.echo",
+    title="Echo",
+    description="Returns its input with references to parents' results resolved.",
+    input=AnyInput,
+    diagnostic=True,
+)
+async def echo(ctx: JobContext[AnyInput]) -> dict[str, Any]:
+    return ctx.input.model_dump(mode="json")
 
 
 class HugeErrorInput(Input):

@@ -1,6 +1,6 @@
 """What a job's transition causes, in the same transaction: dependents released (a parent completed) or
-cancelled (a parent failed or was cancelled), the pipeline's status derived again, and alert outbox
-rows written."""
+cancelled (a parent failed or was cancelled), ``for_each`` steps expanded once their parents completed,
+the pipeline's status derived again, and alert outbox rows written."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.jobs import outbox
 from app.jobs.queue.common import fetch_rows, notify_jobs, sql
+from app.jobs.queue.fanouts import expand_ready
 from app.jobs.queue.pipelines import refresh_pipelines
 from app.jobs.rows import Fetched
 from app.jobs.states import Status
@@ -108,6 +109,12 @@ async def consequences(
     pipelines = _pipelines_of(changed) | (extra_pipelines or set())
     if completed:
         notified = await _release_dependents(conn, completed)
+        in_pipelines = [r["id"] for r in changed if r["status"] == Status.COMPLETED and r.get("pipeline_id")]
+        if in_pipelines:
+            expansion = await expand_ready(conn, in_pipelines)
+            notified |= expansion.notified
+            pipelines |= expansion.pipelines
+            dead += expansion.failed
     if dead:
         pipelines |= await _cancel_dependents(conn, dead)
     failed_standalone = [r for r in changed if r["status"] == Status.FAILED and r.get("pipeline_id") is None]

@@ -16,9 +16,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput
 from app.jobs import outbox
+from app.jobs.fanout import check_for_each, expand_literal
 from app.jobs.graph import check_graph, topo_order, validate_step_input
 from app.jobs.payload import json_text, text_problem
 from app.jobs.queue.common import conn_of, new_id, sql
+from app.jobs.queue.fanouts import store as store_fanout
 from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.new_jobs import NewJob, enqueue_many, lock_parents
 from app.jobs.rows import Fetched
@@ -100,8 +102,11 @@ INSERT_PIPELINE = sql(
 )
 
 
-def _check_spec(name: Any, steps: Any, settings: Settings) -> tuple[str, dict[str, dict[str, Any]]]:
-    """The pipeline's name, stripped, and each step's input to store, by step key.
+def _check_spec(
+    name: Any, steps: Any, settings: Settings
+) -> tuple[str, list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The pipeline's name, stripped; the steps with each literal ``for_each`` expanded
+    (:func:`app.jobs.fanout.expand_literal`); and each step's input to store, by step key.
 
     Raises:
         BadInput: see :func:`create_pipeline`.
@@ -114,17 +119,68 @@ def _check_spec(name: Any, steps: Any, settings: Settings) -> tuple[str, dict[st
     for i, step in enumerate(steps):
         if not isinstance(step, dict):
             raise BadInput.field(f"steps[{i}]", "must be an object with key, type and input_data")
+    steps = [dict(s) for s in steps]
+    check_for_each(steps, "steps", settings.pipeline_max_steps)
     check_graph(steps, "steps")
-    stored_inputs = {}
+    paths: dict[str, str] = {}
     for i, step in enumerate(steps):
         if not isinstance(step.get("input_data", {}), dict):
             raise BadInput.field(f"steps[{i}].input_data", "must be a JSON object")
-        stored_inputs[step["key"]] = validate_step_input(
-            step.get("type"), step.get("input_data") or {}, f"steps[{i}].input_data", settings
-        )
         if not isinstance(step.get("requires_approval", False), bool):
             raise BadInput.field(f"steps[{i}].requires_approval", "must be true or false")
-    return name, stored_inputs
+        items = step.get("for_each")
+        if isinstance(items, list):
+            paths.update({f"{step['key']}[{n}]": f"steps[{i}].for_each[{n}]" for n in range(len(items))})
+        else:
+            paths[step["key"]] = f"steps[{i}].input_data"
+    expanded = expand_literal(steps)
+    _check_deferred(expanded)
+    stored_inputs = {
+        s["key"]: validate_step_input(s.get("type"), s.get("input_data") or {}, paths[s["key"]], settings)
+        for s in expanded
+    }
+    return name, expanded, stored_inputs
+
+
+def _check_deferred(steps: list[dict[str, Any]]) -> None:
+    """A step whose list comes from a parent's result cannot wait for another such step: its parents
+    must be steps that exist when the pipeline is created.
+
+    Raises:
+        BadInput: naming the step's ``depends_on``.
+    """
+    deferred = {s["key"] for s in steps if "for_each" in s}
+    for i, s in enumerate(steps):
+        if s["key"] in deferred:
+            bad = [d for d in s.get("depends_on") or [] if d in deferred]
+            if bad:
+                raise BadInput.field(
+                    f"steps[{i}].depends_on",
+                    f"a step run for each item of a parent's result cannot depend on another such step "
+                    f"({bad[0]!r}); give it a literal list, or let a step in between collect the items",
+                )
+
+
+def _gated(
+    steps: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], dict[str, int]]:
+    """``(steps to insert, for_each steps expanded later by key, gates)``: a step that depends on a
+    later-expanded step waits for that step's parents instead, plus one gate per such step."""
+    deferred = {s["key"]: s for s in steps if "for_each" in s}
+    gates: dict[str, int] = {}
+    regular = []
+    for s in steps:
+        if s["key"] in deferred:
+            continue
+        deps = list(dict.fromkeys(s.get("depends_on") or []))
+        if any(d in deferred for d in deps):
+            gates[s["key"]] = sum(1 for d in deps if d in deferred)
+            stand_ins: list[str] = []
+            for d in deps:
+                stand_ins.extend(deferred[d].get("depends_on") or [] if d in deferred else [d])
+            s = {**s, "depends_on": list(dict.fromkeys(stand_ins))}
+        regular.append(s)
+    return regular, deferred, gates
 
 
 def _step_jobs(
@@ -133,18 +189,19 @@ def _step_jobs(
     user_id: int,
     pipeline_id: uuid.UUID,
     request_id: str | None,
+    ids: dict[str, uuid.UUID],
+    gates: dict[str, int],
 ) -> tuple[list[NewJob], dict[uuid.UUID, int], list[tuple[uuid.UUID, uuid.UUID]]]:
-    """The jobs of a checked spec, parents first; how many parents each waits for; the ``(child,
-    parent)`` edges."""
+    """The jobs of a checked spec, parents first; how many parents each waits for (plus its gates);
+    the ``(child, parent)`` edges."""
     ordered = topo_order(steps)
-    ids = {s["key"]: new_id() for s in ordered}
     jobs = []
     pending: dict[uuid.UUID, int] = {}
     edges: list[tuple[uuid.UUID, uuid.UUID]] = []
     for s in ordered:
         jid = ids[s["key"]]
         deps = list(dict.fromkeys(s.get("depends_on") or []))
-        pending[jid] = len(deps)
+        pending[jid] = len(deps) + gates.get(s["key"], 0)
         edges.extend((jid, ids[d]) for d in deps)
         jobs.append(
             NewJob(
@@ -185,7 +242,7 @@ async def create_pipeline(
         TooLarge: a step's input above ``JOB_MAX_INPUT_BYTES``.
     """
     conn = await conn_of(db)
-    name, stored_inputs = _check_spec(name, steps, settings)
+    name, expanded, stored_inputs = _check_spec(name, steps, settings)
     pipeline_id = new_id()
     row = (
         (
@@ -203,8 +260,18 @@ async def create_pipeline(
         .mappings()
         .one()
     )
-    jobs, pending, edges = _step_jobs(steps, stored_inputs, user_id, pipeline_id, request_id)
+    regular, deferred, gates = _gated(expanded)
+    ids = {s["key"]: new_id() for s in regular}
+    jobs, pending, edges = _step_jobs(regular, stored_inputs, user_id, pipeline_id, request_id, ids, gates)
     await insert_steps(conn, jobs, settings, pending, edges, actor or f"user:{user_id}")
+    for key, step in deferred.items():
+        parents = [ids[d] for d in step.get("depends_on") or []]
+        dependents = [
+            ids[s["key"]] for s in expanded if s["key"] in ids and key in (s.get("depends_on") or [])
+        ]
+        await store_fanout(
+            conn, pipeline_id, {**step, "input_data": stored_inputs[key]}, parents, dependents, settings
+        )
     return row
 
 

@@ -28,6 +28,7 @@ from app.jobs.queue.common import (
     sql,
 )
 from app.jobs.queue.consequences import consequences
+from app.jobs.queue.fanouts import GATES_OF
 from app.jobs.queue.new_jobs import Enqueued, NewJob, enqueue
 from app.jobs.queue.pipelines import refresh_pipelines
 from app.jobs.rows import JobRow, job_row
@@ -115,7 +116,7 @@ RETRY_FAILED = sql(
     """
 )
 REOPEN_BLOCKED = sql(
-    """
+    f"""
     WITH reopened AS (
         UPDATE jobs c
         SET status = 'queued', completed_at = NULL, blocked_by = NULL, error_message = NULL, attempts = 0,
@@ -123,7 +124,7 @@ REOPEN_BLOCKED = sql(
             pending_parents = (
                 SELECT count(*) FROM job_dependencies d JOIN jobs p ON p.id = d.depends_on
                 WHERE d.job_id = c.id AND p.status <> 'completed'
-            )
+            ) + {GATES_OF.format(job="c")}
         WHERE c.blocked_by = :id AND c.status = 'cancelled'
         RETURNING c.id, c.pipeline_id, c.pending_parents
     ), ev AS (

@@ -54,6 +54,9 @@ class PipelineStep:
     depends_on: list[str] = field(default_factory=list)
     requires_approval: bool = False
     title: str | None = None
+    for_each: list[Any] | dict[str, Any] | None = None
+    """Run the step once per item: a list, or ``{"$ref": "<step>.<field>"}`` naming a list in a
+    parent's result; ``{"$item": ""}`` in ``input_data`` is the item (``{"$item": "name"}`` its field)."""
 
 
 @dataclass
@@ -109,7 +112,9 @@ class PipelinesApiController(Controller):
                 raise BadInput.field(
                     "template", "give a template name (with input_data), or a name and steps"
                 )
-            steps = [asdict(s) for s in data.steps]
+            steps = [
+                {k: v for k, v in asdict(s).items() if k != "for_each" or v is not None} for s in data.steps
+            ]
             row = await pipeline_actions.submit_steps(db_session, actor, data.name or "", steps)
         return pipeline_json(await pipelines.get(db_session, row["id"], actor.user))
 

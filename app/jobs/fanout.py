@@ -1,0 +1,185 @@
+"""One step per item (``for_each``) without the database: the checks, the ``$item`` substitution and the
+expansion of a step into its instances.
+
+A pipeline step may carry ``"for_each"``: a list, or ``{"$ref": "<step>.<field>"}`` naming a list in a
+parent's result. The step then runs once per item, in parallel, as steps ``<key>[0]``, ``<key>[1]``, …
+and there is no step ``<key>`` itself. In the step's ``input_data`` the value ``{"$item": ""}`` becomes
+the item and ``{"$item": "name"}`` that field of an object item. Steps that depend on ``<key>`` wait for
+every instance, and a ``{"$ref": "<key>.<field>"}`` in their input reads the instances' results as a
+list, in item order.
+
+A literal list is expanded when the pipeline is created. A ``$ref`` list is expanded in the transaction
+that completes the last of the step's parents (:mod:`app.jobs.queue.fanouts`). An empty list skips the
+step: nothing runs for it, its dependents do not wait for it, and a ``$ref`` to it reads ``[]``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from app.errors import BadInput
+
+INSTANCE_KEY = re.compile(r"^(?P<base>.+)\[(?P<index>\d+)\]$")
+
+
+def instance_key(key: str, index: int) -> str:
+    return f"{key}[{index}]"
+
+
+def base_key(key: str) -> str | None:
+    """``thumb`` for ``thumb[3]``; ``None`` for a key that is not an instance's."""
+    m = INSTANCE_KEY.match(key)
+    return m["base"] if m else None
+
+
+def is_item(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"$item"}
+
+
+def has_items(value: Any) -> bool:
+    """Whether ``value`` holds an ``{"$item": …}`` anywhere."""
+    if isinstance(value, dict):
+        return is_item(value) or any(has_items(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_items(v) for v in value)
+    return False
+
+
+def substitute(value: Any, item: Any, path: str = "input_data") -> Any:
+    """``value`` with each ``{"$item": ""}`` replaced by ``item`` and ``{"$item": "name"}`` by
+    ``item["name"]``.
+
+    Raises:
+        BadInput: a field asked of an item that is not an object or lacks it (``path``).
+    """
+    if is_item(value):
+        name = value["$item"]
+        if not isinstance(name, str):
+            raise BadInput.field(path, '"$item" takes "" (the item) or the name of one of its fields')
+        if name == "":
+            return item
+        if not isinstance(item, dict) or name not in item:
+            raise BadInput.field(path, f"the item {_short(item)} has no field {name[:60]!r}")
+        return item[name]
+    if isinstance(value, dict):
+        return {k: substitute(v, item, f"{path}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [substitute(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _short(item: Any) -> str:
+    text = repr(item)
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
+def source_of(for_each: Any) -> str | None:
+    """The parent step key a ``{"$ref": "<step>.<field>"}`` list comes from; ``None`` for a literal."""
+    if isinstance(for_each, dict) and set(for_each) == {"$ref"} and isinstance(for_each["$ref"], str):
+        return for_each["$ref"].split(".", 1)[0]
+    return None
+
+
+def check_for_each(steps: Sequence[dict[str, Any]], prefix: str, max_items: int) -> None:
+    """Each ``for_each`` is a list (at most ``max_items`` long) or a ``$ref`` to a parent's field; an
+    ``$item`` appears only in a step with ``for_each``.
+
+    A ``$ref`` source that is not among the step's ``depends_on`` is added to it (the step cannot run
+    before its list exists), so the graph check sees the edge and any cycle through it.
+
+    Raises:
+        BadInput: named by field path (``steps[2].for_each``).
+    """
+    for i, step in enumerate(steps):
+        field = f"{prefix}[{i}].for_each"
+        if "for_each" not in step:
+            if has_items(step.get("input_data")):
+                raise BadInput.field(
+                    f"{prefix}[{i}].input_data", '"$item" is only allowed in a step with "for_each"'
+                )
+            continue
+        value = step["for_each"]
+        source = source_of(value)
+        if source is not None:
+            if "." not in value["$ref"] or not value["$ref"].split(".", 1)[1]:
+                raise BadInput.field(field, 'a "$ref" list names a field: "<step>.<field>"')
+            if source == step.get("key"):
+                raise BadInput.field(field, f"dependency cycle: {source} → {source} (its own result)")
+            deps = step.get("depends_on") or []
+            if isinstance(deps, list) and source not in deps:
+                step["depends_on"] = [*deps, source]
+        elif not isinstance(value, list):
+            raise BadInput.field(field, 'must be a list, or {"$ref": "<step>.<field>"} naming a list')
+        elif max_items and len(value) > max_items:
+            raise BadInput.field(
+                field, f"has {len(value):,} items; a pipeline may have at most {max_items:,} steps"
+            )
+
+
+def expand_literal(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The steps with each literal ``for_each`` step replaced by its instances (keys ``<key>[i]``,
+    ``$item`` substituted) and each dependency on it by dependencies on every instance. A step with an
+    empty list disappears, and ``{"$ref": "<key>…"}`` values in its dependents read ``[]``. Steps with a
+    ``$ref`` list are returned as they are.
+
+    Raises:
+        BadInput: an ``$item`` field the item does not have (``steps[i].for_each[n]``).
+    """
+    instances: dict[str, list[str]] = {}
+    out: list[dict[str, Any]] = []
+    for i, step in enumerate(steps):
+        value = step.get("for_each")
+        if not isinstance(value, list):
+            out.append(step)
+            continue
+        key = step["key"]
+        instances[key] = [instance_key(key, n) for n in range(len(value))]
+        base = {k: v for k, v in step.items() if k != "for_each"}
+        for n, item in enumerate(value):
+            out.append(
+                {
+                    **base,
+                    "key": instance_key(key, n),
+                    "input_data": substitute(step.get("input_data") or {}, item, f"steps[{i}].for_each[{n}]"),
+                }
+            )
+    if not instances:
+        return list(steps)
+    return [rewire(s, instances) for s in out]
+
+
+def rewire(step: dict[str, Any], instances: dict[str, list[str]]) -> dict[str, Any]:
+    """``step`` depending on every instance of each expanded key it depended on; its ``$ref`` values
+    to an expanded key without instances read ``[]``."""
+    deps = step.get("depends_on") or []
+    if not any(d in instances for d in deps):
+        return step
+    new_deps: list[str] = []
+    for d in deps:
+        new_deps.extend(instances.get(d, [d]))
+    empty = {k for k, v in instances.items() if not v and k in deps}
+    data = step.get("input_data") or {}
+    return {**step, "depends_on": new_deps, "input_data": empty_refs(data, empty) if empty else data}
+
+
+def empty_refs(value: Any, keys: set[str]) -> Any:
+    """``value`` with each ``{"$ref": "<key>…"}`` to one of ``keys`` replaced by ``[]``."""
+    if isinstance(value, dict):
+        if set(value) == {"$ref"} and isinstance(value["$ref"], str):
+            return [] if value["$ref"].split(".", 1)[0] in keys else value
+        return {k: empty_refs(v, keys) for k, v in value.items()}
+    if isinstance(value, list):
+        return [empty_refs(v, keys) for v in value]
+    return value
+
+
+def group_instances(parents: dict[str, Any]) -> dict[str, list[Any]]:
+    """The parents' results of instance steps, as one list per base key in item order."""
+    grouped: dict[str, list[tuple[int, Any]]] = {}
+    for key, result in parents.items():
+        m = INSTANCE_KEY.match(key)
+        if m:
+            grouped.setdefault(m["base"], []).append((int(m["index"]), result))
+    return {k: [r for _, r in sorted(v, key=lambda p: p[0])] for k, v in grouped.items()}
