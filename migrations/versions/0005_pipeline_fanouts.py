@@ -1,6 +1,6 @@
 """Steps that run once per item of a list in a parent's result, waiting to be expanded.
 
-Revision ID: 0013
+Revision ID: 0005
 Revises: 0004
 """
 
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision = "0013"
+revision = "0005"
 down_revision = "0004"
 branch_labels = None
 depends_on = None
