@@ -319,6 +319,36 @@ class PipelineFanout(Base):
     )
 
 
+class JobTag(Base):
+    """A short label on a job (``tags`` of ``POST /api/jobs``), for ``?tag=`` filters."""
+
+    __tablename__ = "job_tags"
+    tag: Mapped[str] = mapped_column(Text, primary_key=True)
+    job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    __table_args__ = (Index("ix_job_tags_job_id", "job_id"),)
+
+
+class JobCallback(Base):
+    """The ``callback_url`` a job's submitter gave: POSTed the job's JSON once the job has ended,
+    retried with backoff until ``delivered_at`` or ``given_up_at`` (see :mod:`app.callbacks`)."""
+
+    __tablename__ = "job_callbacks"
+    job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    url: Mapped[str] = mapped_column(Text, nullable=False)
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
+    next_at: Mapped[datetime] = _now()
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    given_up_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str | None] = mapped_column(Text)
+    __table_args__ = (
+        Index(
+            "ix_job_callbacks_due",
+            "next_at",
+            postgresql_where=text("delivered_at IS NULL AND given_up_at IS NULL"),
+        ),
+    )
+
+
 class JobEvent(Base):
     """One line of a job's history: every status change, plus cancel requests, admin actions, etc.
 

@@ -182,6 +182,16 @@ class Settings(BaseSettings):
     http_request_allow_private: bool = False
     """Let ``http.request`` jobs reach any loopback, private or link-local address (trusted users only)."""
 
+    # --- callbacks ---------------------------------------------------------------------------------
+    callback_signing_secret: str | None = None
+    """Key of the ``X-Jobdesk-Signature: sha256=<HMAC of the body>`` header on the POST a job's
+    ``callback_url`` gets when the job ends. Unset: ``callback_url`` is refused (422)."""
+    callback_retry_intervals: Annotated[list[float], NoDecode] = Field(
+        default_factory=lambda: [10.0, 60.0, 300.0, 1800.0, 7200.0, 21600.0]
+    )
+    """Seconds between attempts of a callback that failed (a 5xx, 408, 429, a timeout or no connection);
+    after the last one it is given up. A refused address or another 4xx is given up at once."""
+
     # --- email -----------------------------------------------------------------------------------
     smtp_host: str | None = None
     smtp_port: int = Field(25, ge=1, le=65535)
@@ -191,7 +201,7 @@ class Settings(BaseSettings):
     smtp_from: str = "jobdesk@localhost"
 
     # --- validators -------------------------------------------------------------------------------
-    @field_validator("job_retry_intervals", mode="before")
+    @field_validator("job_retry_intervals", "callback_retry_intervals", mode="before")
     @classmethod
     def _parse_intervals(cls, value: Any) -> Any:
         return _csv_floats(value)

@@ -11,7 +11,7 @@ finished, no longer waiting) is not an error here: the outcome says "Nothing cha
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import callbacks
 from app.actions import access, quotas
 from app.actions.trail import Actor, record_done, record_refused
 from app.errors import BadInput, Conflict, Forbidden, NotFound
@@ -26,6 +27,7 @@ from app.jobs import queue
 from app.jobs.decisions import Decision, decision_words
 from app.jobs.queue import Enqueued, NewJob
 from app.jobs.states import LABELS, LIVE, Status
+from app.jobs.tags import add_tags, check_tags
 from app.processors import ProcessorSpec, registry
 
 OWNER = "owner or admin"
@@ -139,18 +141,33 @@ async def authorize(db: AsyncSession, user: Any, action: str, jid: uuid.UUID) ->
 # --- submit -----------------------------------------------------------------------------------------------
 
 
-async def submit(db: AsyncSession, actor: Actor, new: NewJob) -> Enqueued:
-    """Enqueue a job for ``actor`` (``POST /api/jobs``): the type must be one they may submit.
+async def submit(
+    db: AsyncSession,
+    actor: Actor,
+    new: NewJob,
+    *,
+    tags: Sequence[str] | None = None,
+    callback_url: str | None = None,
+) -> Enqueued:
+    """Enqueue a job for ``actor`` (``POST /api/jobs``): the type must be one they may submit. ``tags``
+    label it (:mod:`app.jobs.tags`); ``callback_url`` is POSTed the job when it ends (:mod:`app.callbacks`).
 
     Raises:
-        BadInput: a diagnostic or internal type for a non-admin (``type``), and every queue check.
+        BadInput: a diagnostic or internal type for a non-admin (``type``), bad ``tags`` or
+            ``callback_url``, and every queue check.
         TooLarge: input above ``JOB_MAX_INPUT_BYTES``.
         RateLimited: over the person's waiting or per-minute limit (:mod:`app.actions.quotas`).
     """
     access.check_type(actor.user, new.type)
+    checked_tags = check_tags(list(tags) if tags is not None else None)
+    url = callbacks.check_url(callback_url, actor.settings) if callback_url is not None else None
     await check_run_at(db, new.run_at)
     await quotas.before_submit(db, actor.user, actor.settings)
     result = await queue.enqueue(db, new, actor.settings)
+    if result.created:
+        await add_tags(db, result.job["id"], checked_tags)
+        if url is not None:
+            await callbacks.add(db, result.job["id"], url)
     await quotas.after_submit(db, actor.user, actor.settings, 1 if result.created else 0)
     return result
 

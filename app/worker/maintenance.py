@@ -23,6 +23,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import auth, controls, metrics
+from app.callbacks import CallbackSender, send_loop
 from app.db import is_transient
 from app.files import FileStore
 from app.jobs import queue
@@ -160,8 +161,18 @@ class Maintenance:
         self.schedules = ScheduleFiring(engine, settings, log=log, on_fired=wake)
         self.retention = Retention(engine, settings, files=files, log=log)
         self.upkeep = Upkeep(engine)
+        self.callbacks = CallbackSender(engine, settings, log=log.bind(task="callbacks"))
 
     async def run(self) -> None:
+        # Callbacks wait on receivers (up to their timeout), so they have a loop of their own that
+        # never delays a rescue.
+        sender = asyncio.create_task(send_loop(self.callbacks), name="callbacks")
+        try:
+            await self._sweep()
+        finally:
+            sender.cancel()
+
+    async def _sweep(self) -> None:
         last_maintenance = 0.0
         while True:
             await asyncio.sleep(self.settings.worker_sweep_interval_secs)

@@ -9,6 +9,7 @@ admin's action writes one audit entry and one admin notice; a refused one ("alre
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any
@@ -27,8 +28,10 @@ from app.errors import BadInput
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.jobs.states import Status, label
+from app.jobs.tags import TAG_FILTER, tags_of
 from app.web import DbSession, display
 from app.web.deps import MAX_PAGE, actor_of, keep_refusal
+from app.web.job_page import poll_row
 
 
 @dataclass
@@ -47,6 +50,11 @@ class JobCreate:
     idempotency_key: str | None = None
     title: str | None = None
     dependent_on_jobs: list[UUID] | None = None
+    tags: list[str] | None = None
+    """Short labels (at most 20, 1–50 characters each) to find the job again with ``?tag=``."""
+    callback_url: str | None = None
+    """POSTed the job's JSON when it ends, signed with ``X-Jobdesk-Signature: sha256=<HMAC>`` keyed by
+    ``CALLBACK_SIGNING_SECRET``; retried with backoff; the address rules of ``http.request`` apply."""
 
 
 @dataclass
@@ -76,7 +84,9 @@ class BulkBody:
     group: dict[str, Any] | None = None
 
 
-def job_json(row: Any, dependent_on_jobs: list[UUID] | None = None) -> dict[str, Any]:
+def job_json(
+    row: Any, dependent_on_jobs: list[UUID] | None = None, tags: list[str] | None = None
+) -> dict[str, Any]:
     """The API shape of a job."""
     keys = (
         "id type title status is_active input_data result_data error_message attempts max_attempts "
@@ -90,6 +100,7 @@ def job_json(row: Any, dependent_on_jobs: list[UUID] | None = None) -> dict[str,
         "status_label": status_label(row),
         **{k: row[k] for k in keys[4:]},
         "dependent_on_jobs": dependent_on_jobs or [],
+        "tags": tags or [],
         **{k: row[k] for k in tail},
     }
 
@@ -110,7 +121,8 @@ async def job_response(
 ) -> Response[dict[str, Any]]:
     """The job as ``viewer`` may read it (a traceback is for admins: :func:`app.web.display.job_for`)."""
     deps = await queue.dependencies_of(db, row["id"])
-    return Response(display.job_for(job_json(row, deps), viewer), status_code=status_code)
+    tags = (await tags_of(db, [row["id"]])).get(row["id"], [])
+    return Response(display.job_for(job_json(row, deps, tags), viewer), status_code=status_code)
 
 
 async def act(
@@ -126,7 +138,7 @@ async def act(
 
 
 # Newest first by UUIDv7 id, keyset-paginated; never loads input, result or error text.
-_LIST_JOBS = """
+_LIST_JOBS = f"""
     SELECT id, type, title, status, is_active, pending_parents, attempts, max_attempts, priority, run_at,
            pipeline_id, step_key, progress, user_id, created_at, updated_at, started_at, completed_at,
            error_message IS NOT NULL AS has_error
@@ -135,6 +147,7 @@ _LIST_JOBS = """
       AND (CAST(:status AS text) IS NULL OR status = :status)
       AND (CAST(:type AS text) IS NULL OR type = :type)
       AND (CAST(:after AS uuid) IS NULL OR id < :after)
+      AND {TAG_FILTER}
     ORDER BY id DESC
     LIMIT :limit
 """
@@ -142,6 +155,30 @@ _EVENTS = text(
     "SELECT id, at, kind, from_status, to_status, actor, message, data FROM job_events "
     "WHERE job_id = :id ORDER BY id"
 )
+
+
+MAX_WAIT_SECS = 60
+ENDED = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+
+
+async def wait_for_end(request: Request[Any, Any, Any], job_id: str, seconds: float) -> None:
+    """Return once the job has ended or ``seconds`` have passed. Each look is one autocommit read that
+    gives its connection back at once (:func:`app.web.job_page.poll_row`), so many waiting clients do
+    not take the pool from everyone else; the looks start 50 ms apart and slow to half a second.
+
+    Raises:
+        NotFound: unknown or another user's job (at the first look).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    delay = 0.05
+    while True:
+        row = await poll_row(request, job_id, request.user)
+        remaining = deadline - loop.time()
+        if row["status"] in ENDED or remaining <= 0:
+            return
+        await asyncio.sleep(min(delay, remaining))
+        delay = min(delay * 1.5, 0.5)
 
 
 class JobsApiController(Controller):
@@ -172,7 +209,9 @@ class JobsApiController(Controller):
             request_id=actor.request_id,
             depends_on=list(data.dependent_on_jobs or []),
         )
-        result = await job_actions.submit(db_session, actor, new)
+        result = await job_actions.submit(
+            db_session, actor, new, tags=data.tags, callback_url=data.callback_url
+        )
         return await job_response(db_session, result.job, 201 if result.created else 200, viewer=request.user)
 
     @get("/", name="api.jobs.list")
@@ -187,16 +226,28 @@ class JobsApiController(Controller):
         user_id: Annotated[
             int | None, QueryParameter(ge=1, le=2**31 - 1, description="Admins only: one user's jobs.")
         ] = None,
+        tag: Annotated[
+            str | None, QueryParameter(max_length=50, description="Only jobs with this tag.")
+        ] = None,
     ) -> dict[str, Any]:
-        """Jobs newest first: your own, or (admins) everyone's. Keyset pagination: pass the response's
-        ``next`` as ``after``. Rows omit input, result and error text (fetch one job for those)."""
+        """Jobs newest first: your own, or (admins) everyone's; ``tag`` keeps those with that tag. Keyset
+        pagination: pass the response's ``next`` as ``after``. Rows omit input, result and error text
+        (fetch one job for those)."""
         if status is not None and status not in Status._value2member_map_:
             raise BadInput.field("status", f"unknown status; one of {', '.join(s.value for s in Status)}")
         user = request.user
         owner = user_id if user.is_admin else user.id
-        params = {"user_id": owner, "status": status, "type": job_type, "after": after, "limit": limit}
+        params = {
+            "user_id": owner,
+            "status": status,
+            "type": job_type,
+            "after": after,
+            "limit": limit,
+            "tag": tag,
+        }
         rows = (await db_session.execute(text(_LIST_JOBS), params)).mappings().all()
-        items = [{**dict(r), "status_label": status_label(r)} for r in rows]
+        tags = await tags_of(db_session, [r["id"] for r in rows])
+        items = [{**dict(r), "status_label": status_label(r), "tags": tags.get(r["id"], [])} for r in rows]
         return {"items": items, "next": rows[-1]["id"] if len(rows) == limit else None}
 
     @post("/bulk", name="api.jobs.bulk", status_code=200, guards=[requires_admin])
@@ -223,9 +274,25 @@ class JobsApiController(Controller):
 
     @get("/{job_id:str}", name="api.jobs.get")
     async def get_job(
-        self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        job_id: FromPath[str],
+        wait: Annotated[
+            float | None,
+            QueryParameter(
+                ge=0,
+                le=MAX_WAIT_SECS,
+                description="Answer once the job has ended, or after this many seconds.",
+            ),
+        ] = None,
     ) -> Response[dict[str, Any]]:
-        """One job with its input, result, error and ``dependent_on_jobs``. 404 for unknown or others' ids."""
+        """One job with its input, result, error, ``dependent_on_jobs`` and ``tags``. With ``wait=N``
+        (at most 60) the answer comes as soon as the job has ended (completed, failed or cancelled) or
+        after N seconds, whichever is first; no database connection is held while it waits. 404 for
+        unknown or others' ids."""
+        if wait:
+            await wait_for_end(request, job_id, wait)
         row = await queue.get_job(db_session, job_id, request.user)
         return await job_response(db_session, row, viewer=request.user)
 
