@@ -80,6 +80,7 @@ from app.errors import AppError, BadInput
 from app.formatting import format_bytes
 from app.settings import Settings, get_settings
 from app.web import admin, current_user, is_htmx, register_filters
+from app.web.account import AccountController
 from app.web.api import (
     AccountApiController,
     ControlsApiController,
@@ -458,6 +459,7 @@ def _worker_lifespan(settings: Settings) -> Callable[[Litestar], AbstractAsyncCo
 CONTROLLERS: list[ControllerRouterHandler] = [
     HomeController,
     AuthController,
+    AccountController,
     HealthController,
     MetricsController,
     AccountApiController,
