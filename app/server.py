@@ -89,6 +89,7 @@ from app.web.api import (
     PipelinesApiController,
     UsersApiController,
 )
+from app.web.api.openapi import plain_descriptions
 from app.web.auth import AuthController
 from app.web.csrf import FAILED as CSRF_FAILED
 from app.web.csrf import CsrfMiddleware
@@ -510,6 +511,7 @@ def _openapi() -> OpenAPIConfig:
         ],
         components=Components(security_schemes={"BearerToken": SecurityScheme(type="http", scheme="bearer")}),
         security=[{"BearerToken": []}],
+        use_handler_docstrings=True,
     )
 
 
@@ -553,6 +555,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=register_filters
         ),
         openapi_config=_openapi(),
+        on_startup=[plain_descriptions],
         exception_handlers={Exception: make_exception_handler(settings)},
         request_max_body_size=settings.upload_max_bytes,
         request_class=JsonBodyRequest,

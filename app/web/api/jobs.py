@@ -28,6 +28,7 @@ from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.jobs.states import Status, label
 from app.web import DbSession, display
+from app.web.api.openapi import errors
 from app.web.deps import MAX_PAGE, actor_of, keep_refusal
 
 
@@ -151,7 +152,7 @@ class JobsApiController(Controller):
     guards = [requires_user]
     tags = ["jobs"]
 
-    @post("/", name="api.jobs.create", status_code=201)
+    @post("/", name="api.jobs.create", responses=errors(401, 403, 409, 413, 422, 429), status_code=201)
     async def create(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[JobCreate]
     ) -> Response[dict[str, Any]]:
@@ -175,7 +176,7 @@ class JobsApiController(Controller):
         result = await job_actions.submit(db_session, actor, new)
         return await job_response(db_session, result.job, 201 if result.created else 200, viewer=request.user)
 
-    @get("/", name="api.jobs.list")
+    @get("/", name="api.jobs.list", responses=errors(401, 422))
     async def list_jobs(
         self,
         request: Request[Any, Any, Any],
@@ -199,7 +200,13 @@ class JobsApiController(Controller):
         items = [{**dict(r), "status_label": status_label(r)} for r in rows]
         return {"items": items, "next": rows[-1]["id"] if len(rows) == limit else None}
 
-    @post("/bulk", name="api.jobs.bulk", status_code=200, guards=[requires_admin])
+    @post(
+        "/bulk",
+        name="api.jobs.bulk",
+        responses=errors(401, 403, 413, 422),
+        status_code=200,
+        guards=[requires_admin],
+    )
     async def bulk_action(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[BulkBody]
     ) -> dict[str, Any]:
@@ -221,7 +228,7 @@ class JobsApiController(Controller):
             "message": outcome.message,
         }
 
-    @get("/{job_id:str}", name="api.jobs.get")
+    @get("/{job_id:str}", name="api.jobs.get", responses=errors(401, 404))
     async def get_job(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Response[dict[str, Any]]:
@@ -229,7 +236,7 @@ class JobsApiController(Controller):
         row = await queue.get_job(db_session, job_id, request.user)
         return await job_response(db_session, row, viewer=request.user)
 
-    @get("/{job_id:str}/events", name="api.jobs.events")
+    @get("/{job_id:str}/events", name="api.jobs.events", responses=errors(401, 404))
     async def events(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> list[dict[str, Any]]:
@@ -238,7 +245,9 @@ class JobsApiController(Controller):
         rows = (await db_session.execute(_EVENTS, {"id": row["id"]})).mappings().all()
         return [display.event_for(r, request.user) for r in rows]
 
-    @post("/{job_id:str}/cancel", name="api.jobs.cancel", status_code=200)
+    @post(
+        "/{job_id:str}/cancel", name="api.jobs.cancel", responses=errors(401, 403, 404, 409), status_code=200
+    )
     async def cancel(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Response[dict[str, Any]]:
@@ -247,7 +256,7 @@ class JobsApiController(Controller):
         outcome = await act(request, db_session, "cancel", job_id)
         return await job_response(db_session, outcome.row, viewer=request.user)
 
-    @post("/{job_id:str}/retry", name="api.jobs.retry", status_code=200)
+    @post("/{job_id:str}/retry", name="api.jobs.retry", responses=errors(401, 403, 404, 409), status_code=200)
     async def retry(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Response[dict[str, Any]]:
@@ -255,7 +264,12 @@ class JobsApiController(Controller):
         outcome = await act(request, db_session, "retry", job_id)
         return await job_response(db_session, outcome.row, viewer=request.user)
 
-    @post("/{job_id:str}/run-again", name="api.jobs.run_again", status_code=201)
+    @post(
+        "/{job_id:str}/run-again",
+        name="api.jobs.run_again",
+        responses=errors(401, 403, 404, 409, 413, 422, 429),
+        status_code=201,
+    )
     async def run_again(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Response[dict[str, Any]]:
@@ -263,7 +277,12 @@ class JobsApiController(Controller):
         outcome = await act(request, db_session, "run-again", job_id)
         return await job_response(db_session, outcome.new_job, 201, viewer=request.user)
 
-    @post("/{job_id:str}/approve", name="api.jobs.approve", status_code=200)
+    @post(
+        "/{job_id:str}/approve",
+        name="api.jobs.approve",
+        responses=errors(401, 403, 404, 409),
+        status_code=200,
+    )
     async def approve(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Response[dict[str, Any]]:
@@ -271,7 +290,12 @@ class JobsApiController(Controller):
         outcome = await act(request, db_session, "approve", job_id)
         return await job_response(db_session, outcome.row, viewer=request.user)
 
-    @post("/{job_id:str}/reject", name="api.jobs.reject", status_code=200)
+    @post(
+        "/{job_id:str}/reject",
+        name="api.jobs.reject",
+        responses=errors(401, 403, 404, 409, 413, 422),
+        status_code=200,
+    )
     async def reject(
         self,
         request: Request[Any, Any, Any],
@@ -283,7 +307,7 @@ class JobsApiController(Controller):
         outcome = await act(request, db_session, "reject", job_id, reason=data.reason)
         return await job_response(db_session, outcome.row, viewer=request.user)
 
-    @post("/{job_id:str}/rerun", name="api.jobs.rerun", status_code=200)
+    @post("/{job_id:str}/rerun", name="api.jobs.rerun", responses=errors(401, 403, 404, 409), status_code=200)
     async def rerun(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Response[dict[str, Any]]:
@@ -291,7 +315,12 @@ class JobsApiController(Controller):
         outcome = await act(request, db_session, "rerun", job_id)
         return await job_response(db_session, outcome.row, viewer=request.user)
 
-    @post("/{job_id:str}/run-now", name="api.jobs.run_now", status_code=200)
+    @post(
+        "/{job_id:str}/run-now",
+        name="api.jobs.run_now",
+        responses=errors(401, 403, 404, 409),
+        status_code=200,
+    )
     async def run_now(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Response[dict[str, Any]]:
@@ -299,7 +328,12 @@ class JobsApiController(Controller):
         outcome = await act(request, db_session, "run-now", job_id)
         return await job_response(db_session, outcome.row, viewer=request.user)
 
-    @post("/{job_id:str}/reschedule", name="api.jobs.reschedule", status_code=200)
+    @post(
+        "/{job_id:str}/reschedule",
+        name="api.jobs.reschedule",
+        responses=errors(401, 403, 404, 409, 413, 422),
+        status_code=200,
+    )
     async def reschedule(
         self,
         request: Request[Any, Any, Any],
@@ -311,7 +345,7 @@ class JobsApiController(Controller):
         outcome = await act(request, db_session, "reschedule", job_id, run_at=data.run_at)
         return await job_response(db_session, outcome.row, viewer=request.user)
 
-    @delete("/{job_id:str}", name="api.jobs.delete", status_code=204)
+    @delete("/{job_id:str}", name="api.jobs.delete", responses=errors(401, 403, 404, 409), status_code=204)
     async def delete_job(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> None:

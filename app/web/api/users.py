@@ -15,6 +15,7 @@ from litestar.params import FromPath
 from app.actions import users as user_actions
 from app.auth import requires_admin
 from app.web import DbSession
+from app.web.api.openapi import errors
 
 
 class UsersApiController(Controller):
@@ -24,7 +25,7 @@ class UsersApiController(Controller):
     guards = [requires_admin]
     tags = ["users"]
 
-    @post("/{user_id:int}/unlock", name="api.users.unlock", status_code=200)
+    @post("/{user_id:int}/unlock", name="api.users.unlock", responses=errors(401, 403, 404), status_code=200)
     async def unlock(
         self, request: Request[Any, Any, Any], db_session: DbSession, user_id: FromPath[int]
     ) -> dict[str, Any]:
