@@ -68,6 +68,30 @@ async def test_me_settings_and_own_tokens_through_the_api(
     assert actions == ["account.timezone", "account.theme", "account.token_create", "account.token_revoke"]
 
 
+async def test_admin_resets_a_password_through_the_api(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    admin, admin_auth = await bearer(db_url, "root@example.com", admin=True)
+    ann, ann_auth = await bearer(db_url, "ann@example.com")
+    assert (await client.post(f"/api/users/{ann.id}/reset-password", headers=ann_auth)).status_code == 403
+    assert (await client.post(f"/api/users/{admin.id}/reset-password", headers=admin_auth)).status_code == 409
+    assert (await client.post("/api/users/999999/reset-password", headers=admin_auth)).status_code == 404
+    r = await client.post(f"/api/users/{ann.id}/reset-password", headers=admin_auth)
+    assert r.status_code == 200
+    body = r.json()
+    assert body["email"] == "ann@example.com" and len(body["password"]) >= 16
+    assert await pg.fetchval("SELECT must_change_password FROM users WHERE id = $1", ann.id)
+    # the person's own token is not affected
+    assert (await client.get("/api/me", headers=ann_auth)).status_code == 200
+    outcomes = [
+        r["outcome"]
+        for r in await pg.fetch(
+            "SELECT outcome FROM audit_log WHERE action = 'user.reset_password' ORDER BY id"
+        )
+    ]
+    assert outcomes == ["refused: it is your own account", "ok"]
+
+
 def _expected_errors(path: str, method: str, operation: dict[str, Any], admin_paths: set[str]) -> set[str]:
     """The error statuses a route must document, from what it is: every /api route needs a token (401);
     an id in the path can be unknown (404); a body can be too large (413) or wrong (422); an admin
@@ -83,12 +107,15 @@ def _expected_errors(path: str, method: str, operation: dict[str, Any], admin_pa
 
 
 async def test_openapi_documents_every_api_routes_errors_and_bodies(client: AsyncTestClient) -> None:
+    swagger = await client.get("/schema")
+    assert swagger.status_code == 200 and "swagger-ui" in swagger.text.lower()  # linked from /account
     doc = (await client.get("/schema/openapi.json")).json()
     admin_routes = {
         ("/api/jobs/bulk", "post"),
         ("/api/schedules", "get"),
         ("/api/schedules", "post"),
         ("/api/users/{user_id}/unlock", "post"),
+        ("/api/users/{user_id}/reset-password", "post"),
         ("/api/users/{user_id}/usage", "get"),
         ("/api/job-types/{job_type}/pause", "post"),
         ("/api/job-types/{job_type}/limits", "put"),
