@@ -114,7 +114,6 @@ async def test_first_sign_in_stores_the_browser_zone_and_times_show_its_abbrevia
     assert (await _sign_in_with_zone(client, "ann@example.com", "Europe/Copenhagen")).status_code == 303
     row = await pg.fetchrow("SELECT timezone, last_sign_in_at FROM users WHERE email = 'ann@example.com'")
     assert row["timezone"] == "Europe/Copenhagen" and row["last_sign_in_at"] is not None
-    await pg.execute("UPDATE api_tokens SET name = name")  # nothing; keeps the flow readable
     ann_id = await pg.fetchval("SELECT id FROM users WHERE email = 'ann@example.com'")
     await add_token(db_url, ann_id)
     page = (await client.get("/account")).text
@@ -147,6 +146,11 @@ async def test_time_zone_and_theme_are_saved_and_junk_is_a_field_error(
     assert (
         await pg.fetchval("SELECT timezone FROM users WHERE email = 'ann@example.com'") == "Europe/Copenhagen"
     )
+    # "Run later" starts in the person's zone, in the same searchable picker
+    await pg.execute("UPDATE users SET is_admin = true WHERE email = 'ann@example.com'")
+    form = (await client.get("/jobs/new/sleep")).text
+    assert 'id="run-at-tz" name="_run_at_tz" value="Europe/Copenhagen" list="run-at-tz-zones"' in form
+    await pg.execute("UPDATE users SET is_admin = false WHERE email = 'ann@example.com'")
 
     assert (await _post(client, "/account/theme", theme="purple")).status_code == 422
     assert (await _post(client, "/account/theme", theme="dark")).status_code == 303
