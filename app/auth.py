@@ -5,7 +5,11 @@ Rules:
 
 * Passwords are hashed with argon2id (argon2-cffi's defaults); emails are stored lower-cased.
 * API tokens are random; only their SHA-256 is stored, with a short display prefix. The plaintext is
-  returned once, by :func:`create_token`.
+  returned once, by :func:`create_token`. A token may expire (``expires_at``); from then on it is refused
+  like a revoked one.
+* A person whose password an administrator reset (``users.must_change_password``) is sent from every
+  page to the account's password form until they choose a new one (:data:`MUST_CHANGE_OPEN`); their API
+  tokens are not affected.
 * A browser session is a random token in an HttpOnly, SameSite=Lax cookie (``Secure`` when
   ``JOBDESK_BASE_URL`` is https); the ``web_sessions`` row holds its SHA-256, so deleting the row signs
   the browser out server-side.
