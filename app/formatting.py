@@ -68,26 +68,36 @@ def zone(name: str | None) -> ZoneInfo:
         return ZoneInfo("UTC")
 
 
+#: Files in the zone database that are no place a person lives in.
+_NOT_PLACES = frozenset({"localtime", "Factory", "posixrules"})
+
+
 @functools.lru_cache(maxsize=1)
 def zone_names() -> tuple[str, ...]:
     """Every IANA zone name for a picker: :data:`COMMON_ZONES` first, then all the others sorted (without
     the ``posix/`` and ``right/`` copies). Nothing is left out."""
-    known = {n for n in zoneinfo.available_timezones() if not n.startswith(("posix/", "right/"))}
+    known = {
+        n
+        for n in zoneinfo.available_timezones()
+        if not n.startswith(("posix/", "right/")) and n not in _NOT_PLACES
+    }
     known.add("UTC")
     common = [n for n in COMMON_ZONES if n in known]
     return (*common, *sorted(known - set(common)))
 
 
 def known_zone(name: str | None) -> str | None:
-    """``name`` when it is an IANA zone zoneinfo knows (``Europe/Copenhagen``), else ``None``: for zone
-    names that come from outside (a browser, a form), which may be junk."""
-    if not name or len(name) > 64 or name.startswith(("posix/", "right/")) or "\x00" in name:
+    """``name`` when it is one of the IANA zones every picker offers (:func:`zone_names`), else ``None``:
+    for zone names that come from outside (a browser, a form), which may be junk — including names
+    zoneinfo would open but that are no zone a person lives in (``localtime``, ``posix/…``)."""
+    if not name or len(name) > 64:
         return None
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        return None
-    return name
+    return name if name in _zone_set() else None
+
+
+@functools.lru_cache(maxsize=1)
+def _zone_set() -> frozenset[str]:
+    return frozenset(zone_names())
 
 
 def format_localtime(value: datetime | None, tz: tzinfo, *, seconds: bool = False) -> str:

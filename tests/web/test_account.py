@@ -278,3 +278,22 @@ async def test_users_list_shows_last_sign_in_and_pages_past_500(
     assert "user0520@example.com" in second.text and "user0499@example.com" in first.text
     assert "user0499@example.com" not in second.text
     assert 'id="users-next"' not in second.text
+
+
+def test_only_zone_names_a_picker_offers_are_taken_from_outside() -> None:
+    from app.formatting import COMMON_ZONES, known_zone, zone_names
+
+    names = zone_names()
+    assert names[: len(COMMON_ZONES)] == COMMON_ZONES and len(set(names)) == len(names) > 400
+    assert known_zone("Europe/Copenhagen") == "Europe/Copenhagen"
+    for junk in (
+        "localtime",
+        "Factory",
+        "posix/Europe/Berlin",
+        "../../etc/passwd",
+        "Mars/Base",
+        "",
+        None,
+        "UTC\x00",
+    ):
+        assert known_zone(junk) is None, junk
