@@ -5,7 +5,11 @@ Rules:
 
 * Passwords are hashed with argon2id (argon2-cffi's defaults); emails are stored lower-cased.
 * API tokens are random; only their SHA-256 is stored, with a short display prefix. The plaintext is
-  returned once, by :func:`create_token`.
+  returned once, by :func:`create_token`. A token may expire (``expires_at``); from then on it is refused
+  like a revoked one.
+* A person whose password an administrator reset (``users.must_change_password``) is sent from every
+  page to the account's password form until they choose a new one (:data:`MUST_CHANGE_OPEN`); their API
+  tokens are not affected.
 * A browser session is a random token in an HttpOnly, SameSite=Lax cookie (``Secure`` when
   ``JOBDESK_BASE_URL`` is https); the ``web_sessions`` row holds its SHA-256, so deleting the row signs
   the browser out server-side.
@@ -42,7 +46,7 @@ from app.errors import BadInput, Conflict, Forbidden, NotFound, Unauthorized
 if TYPE_CHECKING:
     from litestar.connection import ASGIConnection
     from litestar.handlers.base import BaseRouteHandler
-    from litestar.types import ASGIApp, Receive, Scope, Send
+    from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
 
 Db = AsyncConnection | AsyncSession
 
@@ -66,13 +70,29 @@ DUMMY_HASH = _hasher.hash("jobdesk-dummy-password")
 class CurrentUser:
     """The signed-in person of a request (``request.user``); ``None`` there means anonymous.
 
-    ``timezone`` is an IANA name (e.g. ``Europe/Berlin``) used to show times.
+    ``timezone`` is an IANA name (e.g. ``Europe/Berlin``) used to show times; ``theme`` is ``auto``
+    (the browser's ``prefers-color-scheme``), ``light`` or ``dark``; ``must_change_password`` is set by an
+    administrator's password reset until the person chooses a new password.
     """
 
     id: int
     email: str
     is_admin: bool
     timezone: str = "UTC"
+    theme: str = "auto"
+    must_change_password: bool = False
+
+
+#: The columns :func:`user_of` reads, for every query that builds a :class:`CurrentUser`.
+USER_COLUMNS = "u.id, u.email, u.is_admin, u.timezone, u.theme, u.must_change_password"
+
+
+def user_of(row: Any) -> CurrentUser:
+    """A :class:`CurrentUser` from a row (or mapping) holding :data:`USER_COLUMNS`."""
+    m = row if isinstance(row, dict) else row._mapping
+    return CurrentUser(
+        m["id"], m["email"], m["is_admin"], m["timezone"], m["theme"], bool(m["must_change_password"])
+    )
 
 
 # --- passwords ----------------------------------------------------------------------------------------
@@ -144,14 +164,15 @@ async def create_user(db: Db, email: str, password: str, *, is_admin: bool = Fal
         await db.execute(
             text(
                 "INSERT INTO users (email, password_hash, is_admin) VALUES (:email, :hash, :admin) "
-                "ON CONFLICT (email) DO NOTHING RETURNING id, email, is_admin, timezone"
+                "ON CONFLICT (email) DO NOTHING RETURNING id, email, is_admin, timezone, theme, "
+                "must_change_password"
             ),
             {"email": email, "hash": password_hash, "admin": is_admin},
         )
     ).first()
     if row is None:
         raise Conflict(f"A user with the email {email} already exists.")
-    return CurrentUser(row.id, row.email, row.is_admin, row.timezone)
+    return user_of(row)
 
 
 async def get_user_by_email(db: Db, email: str) -> CurrentUser:
@@ -163,13 +184,13 @@ async def get_user_by_email(db: Db, email: str) -> CurrentUser:
     wanted = (email or "").replace("\x00", "\ufffd").strip().lower()[:254]
     row = (
         await db.execute(
-            text("SELECT id, email, is_admin, timezone FROM users WHERE email = :email"),
+            text(f"SELECT {USER_COLUMNS} FROM users u WHERE u.email = :email"),
             {"email": wanted},
         )
     ).first()
     if row is None:
         raise NotFound(f"No user with the email {wanted}.")
-    return CurrentUser(row.id, row.email, row.is_admin, row.timezone)
+    return user_of(row)
 
 
 async def any_user_exists(db: Db) -> bool:
@@ -180,8 +201,11 @@ async def any_user_exists(db: Db) -> bool:
 # --- API tokens ----------------------------------------------------------------------------------------
 
 
-async def create_token(db: Db, user_id: int, name: str = "") -> tuple[str, int]:
-    """Create an API token for ``user_id``; return ``(plaintext, token_id)``.
+async def create_token(
+    db: Db, user_id: int, name: str = "", *, expires_at: datetime | None = None
+) -> tuple[str, int]:
+    """Create an API token for ``user_id``; return ``(plaintext, token_id)``. From ``expires_at`` on (when
+    given) the token is refused like a revoked one.
 
     The plaintext (``jd_`` + 43 URL-safe chars) is not stored and cannot be shown again; the row keeps
     its SHA-256 and a display prefix (the first 10 characters).
@@ -190,13 +214,32 @@ async def create_token(db: Db, user_id: int, name: str = "") -> tuple[str, int]:
     token_id = (
         await db.execute(
             text(
-                "INSERT INTO api_tokens (user_id, name, prefix, token_hash) "
-                "VALUES (:user_id, :name, :prefix, :hash) RETURNING id"
+                "INSERT INTO api_tokens (user_id, name, prefix, token_hash, expires_at) "
+                "VALUES (:user_id, :name, :prefix, :hash, :expires_at) RETURNING id"
             ),
-            {"user_id": user_id, "name": name, "prefix": token[:10], "hash": _sha256(token)},
+            {
+                "user_id": user_id,
+                "name": name,
+                "prefix": token[:10],
+                "hash": _sha256(token),
+                "expires_at": expires_at,
+            },
         )
     ).scalar_one()
     return token, token_id
+
+
+_USER_TOKENS = text(
+    "SELECT id, name, prefix, created_at, last_used_at, expires_at, "
+    "(expires_at IS NOT NULL AND expires_at <= now()) AS expired "
+    "FROM api_tokens WHERE user_id = :user_id AND revoked_at IS NULL ORDER BY id DESC"
+)
+
+
+async def user_tokens(db: Db, user_id: int) -> list[dict[str, Any]]:
+    """The user's tokens that are not revoked (expired ones included, marked ``expired``), newest first,
+    without secrets: ``id, name, prefix, created_at, last_used_at, expires_at, expired``."""
+    return [dict(r) for r in (await db.execute(_USER_TOKENS, {"user_id": user_id})).mappings()]
 
 
 async def revoke_token(db: Db, token_id: int, *, user_id: int | None = None) -> None:
@@ -221,9 +264,10 @@ async def revoke_token(db: Db, token_id: int, *, user_id: int | None = None) -> 
 
 
 _TOKEN_USER = text(
-    "SELECT t.id AS token_id, t.last_used_at, u.id, u.email, u.is_admin, u.timezone "
+    f"SELECT t.id AS token_id, t.last_used_at, {USER_COLUMNS} "
     "FROM api_tokens t JOIN users u ON u.id = t.user_id "
-    "WHERE t.token_hash = :hash AND t.revoked_at IS NULL AND u.is_active"
+    "WHERE t.token_hash = :hash AND t.revoked_at IS NULL AND u.is_active "
+    "AND (t.expires_at IS NULL OR t.expires_at > now())"
 )
 _TOKEN_TOUCH = text(
     "UPDATE api_tokens SET last_used_at = now() WHERE id = :id "
@@ -232,7 +276,7 @@ _TOKEN_TOUCH = text(
 
 
 async def user_for_token(engine: AsyncEngine, token: str) -> CurrentUser | None:
-    """The active user owning the live API token ``token``, or ``None``.
+    """The active user owning the live (not revoked, not expired) API token ``token``, or ``None``.
 
     One indexed lookup (``api_tokens.token_hash`` is unique); ``last_used_at`` is updated at most once
     per :data:`TOKEN_TOUCH_INTERVAL` in a separate short transaction.
@@ -249,7 +293,7 @@ async def user_for_token(engine: AsyncEngine, token: str) -> CurrentUser | None:
             await conn.execute(
                 _TOKEN_TOUCH, {"id": row.token_id, "secs": TOKEN_TOUCH_INTERVAL.total_seconds()}
             )
-    return CurrentUser(row.id, row.email, row.is_admin, row.timezone)
+    return user_of(row)
 
 
 # --- browser sessions ------------------------------------------------------------------------------------
@@ -276,13 +320,48 @@ async def create_session(
     return token
 
 
+async def end_other_sessions(db: Db, user_id: int, keep_hash: str | None) -> int:
+    """Delete every session of ``user_id`` except the one whose id hash is ``keep_hash``; return how many
+    ended. API tokens are a separate credential and are left alone."""
+    ended = await db.execute(
+        text(
+            "WITH d AS (DELETE FROM web_sessions WHERE user_id = :user_id "
+            "AND id_hash IS DISTINCT FROM :keep RETURNING 1) SELECT count(*) FROM d"
+        ),
+        {"user_id": user_id, "keep": keep_hash},
+    )
+    return int(ended.scalar_one())
+
+
+async def password_hash_of(db: Db, user_id: int) -> str | None:
+    """The stored password hash of ``user_id`` (``None``: no such user)."""
+    return (
+        await db.execute(text("SELECT password_hash FROM users WHERE id = :id"), {"id": user_id})
+    ).scalar()
+
+
+async def set_password(db: Db, user_id: int, password: str, *, must_change: bool = False) -> None:
+    """Store a new password for ``user_id``; ``must_change`` makes the person choose another one at their
+    next sign-in (an administrator's reset).
+
+    Raises:
+        BadInput: (field ``password``) too short.
+    """
+    check_password_rules(password)
+    password_hash = await asyncio.to_thread(hash_password, password)
+    await db.execute(
+        text("UPDATE users SET password_hash = :h, must_change_password = :must WHERE id = :id"),
+        {"h": password_hash, "must": must_change, "id": user_id},
+    )
+
+
 async def delete_session(db: Db, token: str) -> None:
     """Delete the session whose cookie value is ``token`` (sign-out); unknown tokens are ignored."""
     await db.execute(text("DELETE FROM web_sessions WHERE id_hash = :hash"), {"hash": _sha256(token)})
 
 
 _SESSION_USER = text(
-    "SELECT u.id, u.email, u.is_admin, u.timezone "
+    f"SELECT {USER_COLUMNS} "
     "FROM web_sessions s JOIN users u ON u.id = s.user_id "
     "WHERE s.id_hash = :hash AND s.expires_at > now() AND u.is_active"
 )
@@ -296,8 +375,7 @@ async def user_for_session(engine: AsyncEngine, token: str) -> CurrentUser | Non
     rows = await read_rows(engine, _SESSION_USER, {"hash": _sha256(token)})
     if not rows:
         return None
-    row = rows[0]
-    return CurrentUser(row["id"], row["email"], row["is_admin"], row["timezone"])
+    return user_of(dict(rows[0]))
 
 
 async def prune_auth_rows(db: Db, *, attempts_older_than: timedelta = timedelta(days=1)) -> int:
@@ -342,6 +420,28 @@ def _cookie(scope: Scope, name: str) -> str | None:
     return None
 
 
+#: Where a person whose password an administrator reset may still go before choosing a new one: the
+#: account page (its password form) and signing out. Every other page answers with a redirect there.
+#: The JSON API is not affected: it never accepts the browser session, and API tokens stay valid.
+MUST_CHANGE_OPEN = ("/account", "/logout", "/login")
+PASSWORD_FORM = "/account#password"
+
+
+async def _send_to_password_form(scope: Scope, send: Send) -> None:
+    """303 to the password form; an htmx request gets ``HX-Redirect`` instead (it would swap the form
+    into the fragment's place otherwise)."""
+    htmx = any(k == b"hx-request" and v == b"true" for k, v in scope["headers"])
+    where = (b"hx-redirect" if htmx else b"location", PASSWORD_FORM.encode())
+    start: HTTPResponseStartEvent = {
+        "type": "http.response.start",
+        "status": 200 if htmx else 303,
+        "headers": [(b"content-length", b"0"), (b"cache-control", b"no-store"), where],
+    }
+    body: HTTPResponseBodyEvent = {"type": "http.response.body", "body": b"", "more_body": False}
+    await send(start)
+    await send(body)
+
+
 class AuthenticationMiddleware(ASGIMiddleware):
     """Sets ``scope["user"]`` (``request.user``) to a :class:`CurrentUser` or ``None`` (anonymous), and
     the request state's ``session_hash`` to the signed-in session's id hash (CSRF tokens are bound to it:
@@ -349,7 +449,9 @@ class AuthenticationMiddleware(ASGIMiddleware):
 
     ``/api/…`` requests: only ``Authorization: Bearer <token>``; other requests: only the session cookie
     (so API calls need no CSRF token, and a page can never act through the API with the browser's cookie).
-    Never rejects a request itself: the guards below do. Static files and health probes are skipped.
+    Never rejects a request itself (the guards below do), except one: a person who must change the
+    password an administrator reset is sent to the password form from every page but
+    :data:`MUST_CHANGE_OPEN`. Static files and health probes are skipped.
     At most one indexed query per request.
     """
 
@@ -376,6 +478,9 @@ class AuthenticationMiddleware(ASGIMiddleware):
                     scope["auth"] = "session"
                     if scope["user"] is not None:
                         state["session_hash"] = _sha256(cookie)
+                        if scope["user"].must_change_password and not path.startswith(MUST_CHANGE_OPEN):
+                            await _send_to_password_form(scope, send)
+                            return
         await next_app(scope, receive, send)
 
 

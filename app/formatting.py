@@ -5,8 +5,46 @@ abbreviation. Used by the pages and by messages built below the web layer (limit
 from __future__ import annotations
 
 import functools
+import zoneinfo
 from datetime import UTC, datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+#: Offered first by every zone picker: the zones most people here live in, west to east.
+COMMON_ZONES = (
+    "UTC",
+    "Europe/London",
+    "Europe/Dublin",
+    "Europe/Lisbon",
+    "Europe/Paris",
+    "Europe/Brussels",
+    "Europe/Amsterdam",
+    "Europe/Berlin",
+    "Europe/Copenhagen",
+    "Europe/Oslo",
+    "Europe/Stockholm",
+    "Europe/Madrid",
+    "Europe/Rome",
+    "Europe/Vienna",
+    "Europe/Zurich",
+    "Europe/Warsaw",
+    "Europe/Helsinki",
+    "Europe/Athens",
+    "Europe/Istanbul",
+    "America/New_York",
+    "America/Chicago",
+    "America/Denver",
+    "America/Los_Angeles",
+    "America/Toronto",
+    "America/Sao_Paulo",
+    "Africa/Johannesburg",
+    "Asia/Dubai",
+    "Asia/Kolkata",
+    "Asia/Singapore",
+    "Asia/Shanghai",
+    "Asia/Tokyo",
+    "Australia/Sydney",
+    "Pacific/Auckland",
+)
 
 
 def format_bytes(n: int) -> str:
@@ -28,6 +66,38 @@ def zone(name: str | None) -> ZoneInfo:
         return ZoneInfo(name or "UTC")
     except (ZoneInfoNotFoundError, ValueError):
         return ZoneInfo("UTC")
+
+
+#: Files in the zone database that are no place a person lives in.
+_NOT_PLACES = frozenset({"localtime", "Factory", "posixrules"})
+
+
+@functools.lru_cache(maxsize=1)
+def zone_names() -> tuple[str, ...]:
+    """Every IANA zone name for a picker: :data:`COMMON_ZONES` first, then all the others sorted (without
+    the ``posix/`` and ``right/`` copies). Nothing is left out."""
+    known = {
+        n
+        for n in zoneinfo.available_timezones()
+        if not n.startswith(("posix/", "right/")) and n not in _NOT_PLACES
+    }
+    known.add("UTC")
+    common = [n for n in COMMON_ZONES if n in known]
+    return (*common, *sorted(known - set(common)))
+
+
+def known_zone(name: str | None) -> str | None:
+    """``name`` when it is one of the IANA zones every picker offers (:func:`zone_names`), else ``None``:
+    for zone names that come from outside (a browser, a form), which may be junk — including names
+    zoneinfo would open but that are no zone a person lives in (``localtime``, ``posix/…``)."""
+    if not name or len(name) > 64:
+        return None
+    return name if name in _zone_set() else None
+
+
+@functools.lru_cache(maxsize=1)
+def _zone_set() -> frozenset[str]:
+    return frozenset(zone_names())
 
 
 def format_localtime(value: datetime | None, tz: tzinfo, *, seconds: bool = False) -> str:

@@ -67,7 +67,13 @@ class User(Base):
     is_active: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
     timezone: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("'UTC'"))
     created_at: Mapped[datetime] = _now()
-    __table_args__ = (CheckConstraint("email = lower(email)", name="email_lower"),)
+    theme: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("'auto'"))
+    must_change_password: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
+    last_sign_in_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    __table_args__ = (
+        CheckConstraint("email = lower(email)", name="email_lower"),
+        CheckConstraint("theme IN ('auto', 'light', 'dark')", name="theme_known"),
+    )
 
 
 class ApiToken(Base):
@@ -84,6 +90,7 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = _now()
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class WebSession(Base):

@@ -80,6 +80,7 @@ from app.errors import AppError, BadInput
 from app.formatting import format_bytes
 from app.settings import Settings, get_settings
 from app.web import admin, current_user, is_htmx, register_filters
+from app.web.account import AccountController
 from app.web.api import (
     AccountApiController,
     ControlsApiController,
@@ -88,6 +89,7 @@ from app.web.api import (
     PipelinesApiController,
     UsersApiController,
 )
+from app.web.api.openapi import plain_descriptions
 from app.web.auth import AuthController
 from app.web.csrf import FAILED as CSRF_FAILED
 from app.web.csrf import CsrfMiddleware
@@ -458,6 +460,7 @@ def _worker_lifespan(settings: Settings) -> Callable[[Litestar], AbstractAsyncCo
 CONTROLLERS: list[ControllerRouterHandler] = [
     HomeController,
     AuthController,
+    AccountController,
     HealthController,
     MetricsController,
     AccountApiController,
@@ -508,6 +511,7 @@ def _openapi() -> OpenAPIConfig:
         ],
         components=Components(security_schemes={"BearerToken": SecurityScheme(type="http", scheme="bearer")}),
         security=[{"BearerToken": []}],
+        use_handler_docstrings=True,
     )
 
 
@@ -551,6 +555,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=register_filters
         ),
         openapi_config=_openapi(),
+        on_startup=[plain_descriptions],
         exception_handlers={Exception: make_exception_handler(settings)},
         request_max_body_size=settings.upload_max_bytes,
         request_class=JsonBodyRequest,

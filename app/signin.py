@@ -27,13 +27,24 @@ from __future__ import annotations
 
 import asyncio
 import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.auth import DUMMY_HASH, CurrentUser, Db, hash_password, password_needs_rehash, verify_password
+from app.auth import (
+    DUMMY_HASH,
+    USER_COLUMNS,
+    CurrentUser,
+    Db,
+    hash_password,
+    password_needs_rehash,
+    user_of,
+    verify_password,
+)
 from app.errors import RateLimited, Unauthorized
+from app.formatting import known_zone
 
 #: Failures are counted over this window …
 LOGIN_WINDOW = timedelta(minutes=15)
@@ -66,7 +77,14 @@ _RECENT_FAILURES = {
 # attempts never wait for each other in a cycle.
 _LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
 _RESERVE = text("INSERT INTO login_attempts (email, ip, ok) VALUES (:email, :ip, false) RETURNING id")
-_USER = text("SELECT id, email, password_hash, is_admin, is_active, timezone FROM users WHERE email = :email")
+_USER = text(f"SELECT {USER_COLUMNS}, u.password_hash, u.is_active FROM users u WHERE u.email = :email")
+# The first sign-in takes the browser's zone while the account still has the default one: a zone chosen
+# on the account page (or by an earlier sign-in) is never overwritten.
+_SIGNED_IN = text(
+    "UPDATE users SET last_sign_in_at = now(), timezone = CASE WHEN last_sign_in_at IS NULL "
+    "AND timezone = 'UTC' AND CAST(:zone AS text) IS NOT NULL THEN :zone ELSE timezone END "
+    "WHERE id = :id RETURNING timezone"
+)
 _SUCCEEDED = text("UPDATE login_attempts SET ok = true WHERE id = :id")
 _REHASH = text("UPDATE users SET password_hash = :h WHERE id = :id")
 _UNLOCK = text(
@@ -130,8 +148,12 @@ async def _reserve(engine: AsyncEngine, email: str, ip: str) -> int:
         return int((await conn.execute(_RESERVE, {"email": email, "ip": ip})).scalar_one())
 
 
-async def sign_in(engine: AsyncEngine, email: str, password: str, ip: str) -> CurrentUser:
-    """Check ``email``/``password`` from the client address ``ip``; return the user.
+async def sign_in(
+    engine: AsyncEngine, email: str, password: str, ip: str, browser_zone: str | None = None
+) -> CurrentUser:
+    """Check ``email``/``password`` from the client address ``ip``; return the user. A success records
+    the time of the sign-in and, at the first one, stores ``browser_zone`` (the browser's IANA zone, ignored
+    unless zoneinfo knows it) as the person's zone when theirs is still the default.
 
     Raises:
         RateLimited: too many recent failures (see the module docstring); nothing is recorded.
@@ -151,7 +173,8 @@ async def sign_in(engine: AsyncEngine, email: str, password: str, ip: str) -> Cu
         await conn.execute(_SUCCEEDED, {"id": attempt})
         if new_hash is not None:
             await conn.execute(_REHASH, {"h": new_hash, "id": row.id})
-    return CurrentUser(row.id, row.email, row.is_admin, row.timezone)
+        zone = (await conn.execute(_SIGNED_IN, {"id": row.id, "zone": known_zone(browser_zone)})).scalar_one()
+    return replace(user_of(row), timezone=zone)
 
 
 async def unlock(db: Db, email: str) -> int:

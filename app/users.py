@@ -18,20 +18,21 @@ from app.errors import NotFound
 from app.signin import locked_emails
 
 USERS_LIMIT = 500
-"""At most this many users are listed (ordered by email); the page says when there are more."""
+"""At most this many users are listed on one page (ordered by email); the next page starts after the
+last email shown (keyset paging: any page costs one index range scan)."""
 MAX_ID = 2**31 - 1
 """User and token ids are PostgreSQL ``integer``s: a larger number names no row (and cannot be sent)."""
 
 USERS = text(
     """
-    SELECT u.id, u.email, u.is_admin, u.is_active, u.created_at,
+    SELECT u.id, u.email, u.is_admin, u.is_active, u.created_at, u.last_sign_in_at, u.must_change_password,
            (SELECT count(*) FROM web_sessions s WHERE s.user_id = u.id AND s.expires_at > now()) AS sessions
-    FROM users u ORDER BY u.email LIMIT :limit
+    FROM users u WHERE u.email > :after ORDER BY u.email LIMIT :limit
     """
 )
 TOKENS = text(
     """
-    SELECT id, user_id, name, prefix, created_at, last_used_at FROM api_tokens
+    SELECT id, user_id, name, prefix, created_at, last_used_at, expires_at FROM api_tokens
     WHERE revoked_at IS NULL AND user_id = ANY(CAST(:ids AS int[])) ORDER BY id
     """
 )
@@ -45,11 +46,13 @@ TOKEN_OWNER = text("SELECT user_id FROM api_tokens WHERE id = :id AND revoked_at
 EMAILS = text("SELECT id, email FROM users WHERE id = ANY(CAST(:ids AS int[]))")
 
 
-async def list_users(db: Db, limit: int = USERS_LIMIT) -> list[dict[str, Any]]:
-    """Users by email (at most ``limit``), each with ``sessions`` (live browser sessions), ``tokens``
-    (their live API tokens, without secrets) and ``locked_failures`` (recent failed sign-ins when a limit
-    now refuses the account, from every address or from one; else 0)."""
-    users = [dict(r) for r in (await db.execute(USERS, {"limit": limit})).mappings().all()]
+async def list_users(db: Db, limit: int = USERS_LIMIT, *, after: str = "") -> list[dict[str, Any]]:
+    """Users by email (at most ``limit``, those whose email sorts after ``after``), each with
+    ``last_sign_in_at``, ``must_change_password``, ``sessions`` (live browser sessions), ``tokens`` (their
+    live API tokens, without secrets) and ``locked_failures`` (recent failed sign-ins when a limit now
+    refuses the account, from every address or from one; else 0)."""
+    params = {"limit": limit, "after": (after or "").replace("\x00", "")[:254]}
+    users = [dict(r) for r in (await db.execute(USERS, params)).mappings().all()]
     tokens: dict[int, list[Any]] = {}
     locked: dict[str, int] = {}
     if users:

@@ -1,5 +1,5 @@
 """Admin actions on accounts: create a user, grant or revoke admin rights, disable or enable an account,
-unlock its sign-in, issue or revoke an API token.
+unlock its sign-in, reset its password, issue or revoke an API token.
 
 Each action takes ``(db, actor, parameters…)`` — ``db`` an ``AsyncSession`` or ``AsyncConnection``
 whose transaction the caller commits, ``actor`` the signed-in user (:class:`app.auth.CurrentUser`) —
@@ -177,6 +177,51 @@ async def unlock_sign_in(db: Db, actor: Any, user_id: int, *, ip: str | None = N
             detail={"email": target["email"], "failures_cleared": cleared},
         )
     return Unlocked(target["id"], target["email"], cleared)
+
+
+@dataclass(frozen=True, slots=True)
+class PasswordReset:
+    """A reset password: ``password`` is the one-time password (show it once; it is not stored)."""
+
+    user_id: int
+    email: str
+    password: str
+    sessions_ended: int
+
+
+async def reset_password(db: Db, actor: Any, user_id: int, *, ip: str | None = None) -> PasswordReset:
+    """Give a user a generated one-time password that they must change at their next sign-in (until then
+    every page sends them to their account's password form). Their browser sessions end; their API
+    tokens keep working (a separate credential, revoked on its own).
+
+    Raises:
+        NotFound: no such user. Conflict: your own account (change it on your account page; audited as
+        refused).
+    """
+    require_admin(actor, "reset passwords")
+    target = await users.get_user(db, user_id)
+    if target["id"] == actor.id:
+        await _refuse_own(
+            db,
+            actor,
+            "user.reset_password",
+            target,
+            "reset your own password here (change it on your account page)",
+            ip,
+        )
+    password = auth.generate_password()
+    async with db.begin_nested():
+        await auth.set_password(db, target["id"], password, must_change=True)
+        ended = await auth.end_other_sessions(db, target["id"], None)
+        await record_done(
+            db,
+            acting(actor, ip),
+            "user.reset_password",
+            target_type="user",
+            target_ids=[target["id"]],
+            detail={"email": target["email"], "sessions_ended": ended},
+        )
+    return PasswordReset(target["id"], target["email"], password, ended)
 
 
 def token_name(name: str) -> str:

@@ -25,7 +25,7 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.formatting import format_bytes, format_localtime, zone
+from app.formatting import COMMON_ZONES, format_bytes, format_localtime, zone, zone_names
 
 #: Annotation for the request's database session (advanced-alchemy, committed on 2xx/3xx responses,
 #: rolled back otherwise): ``async def handler(self, db_session: DbSession) -> …``.
@@ -146,3 +146,5 @@ def register_filters(engine: JinjaTemplateEngine) -> None:
         duration=format_duration,
         filesize=format_filesize,
     )
+    # the shared zone picker (templates/_zone_picker.html) lists these itself, so no page has to pass them
+    engine.engine.globals.update(zone_names=zone_names, common_zone_count=len(COMMON_ZONES))

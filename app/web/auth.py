@@ -12,7 +12,7 @@ from litestar.enums import RequestEncodingType
 from litestar.params import Body, QueryParameter
 from litestar.response import Redirect, Template
 
-from app.auth import SESSION_COOKIE, create_session, delete_session, safe_next
+from app.auth import PASSWORD_FORM, SESSION_COOKIE, create_session, delete_session, safe_next
 from app.errors import RateLimited, Unauthorized
 from app.signin import sign_in
 from app.web import DbSession, current_user, render
@@ -27,6 +27,8 @@ class LoginForm:
     email: str = ""
     password: str = ""
     next: str = "/"
+    timezone: str = ""
+    """The browser's IANA zone, filled in by static/account.js; stored at the first sign-in."""
 
 
 def _client_ip(request: Request[Any, Any, Any]) -> str:
@@ -75,7 +77,7 @@ class AuthController(Controller):
             )
         ip = _client_ip(request)
         try:
-            user = await sign_in(request.app.state.engine, email, data.password, ip)
+            user = await sign_in(request.app.state.engine, email, data.password, ip, data.timezone[:64])
         except (Unauthorized, RateLimited) as exc:
             return render(
                 request,
@@ -87,7 +89,8 @@ class AuthController(Controller):
         token = await create_session(
             db_session, user.id, max_age=max_age, ip=ip, user_agent=request.headers.get("user-agent")
         )
-        response = Redirect(target, status_code=303)
+        # an administrator reset the password: the person chooses their own before anything else
+        response = Redirect(PASSWORD_FORM if user.must_change_password else target, status_code=303)
         response.set_cookie(
             SESSION_COOKIE,
             token,

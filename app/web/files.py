@@ -32,6 +32,7 @@ from app.errors import BadInput, NotFound, TooLarge
 from app.files import INLINE_TYPES, served_type
 from app.formatting import format_bytes
 from app.web import DbSession
+from app.web.api.openapi import errors
 from app.web.deps import file_store, settings_of
 
 
@@ -100,7 +101,7 @@ class FilesApiController(Controller):
     guards = [requires_user]
     tags = ["files"]
 
-    @post("/", name="api.files.upload", status_code=201)
+    @post("/", name="api.files.upload", responses=errors(401, 413, 422, 429), status_code=201)
     async def upload(self, request: Request[Any, Any, Any], db_session: DbSession) -> UploadedFile:
         """Upload one file (multipart form field ``file``); returns its id for a job's input. 413 above
         ``UPLOAD_MAX_BYTES`` (the limit in words), 422 without a file or for an empty one."""
@@ -128,7 +129,7 @@ class FilesApiController(Controller):
             id=str(row["id"]), name=row["name"], size=row["size"], content_type=row["content_type"]
         )
 
-    @get("/{file_id:str}", name="api.files.download")
+    @get("/{file_id:str}", name="api.files.download", responses=errors(401, 404))
     async def download_file(
         self, request: Request[Any, Any, Any], db_session: DbSession, file_id: FromPath[str]
     ) -> File:

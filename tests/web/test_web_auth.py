@@ -264,7 +264,13 @@ async def test_bearer_token_works_on_the_api(
     token = await add_token(db_url, user.id)
     r = await client.get("/api/me", headers={"Authorization": f"Bearer {token}"})
     assert r.status_code == 200
-    assert r.json() == {"id": user.id, "email": "ann@example.com", "is_admin": True}
+    assert r.json() == {
+        "id": user.id,
+        "email": "ann@example.com",
+        "is_admin": True,
+        "timezone": "UTC",
+        "theme": "auto",
+    }
     row = await pg.fetchrow("SELECT token_hash, prefix, last_used_at FROM api_tokens")
     assert row["token_hash"] != token
     assert token not in row["token_hash"]

@@ -6,8 +6,12 @@
 * ``POST /admin/users/{id}/{make-admin,revoke-admin,disable,enable,unlock}`` — an admin cannot revoke
   their own admin rights or disable themselves (409, kept in the audit trail as refused); ``unlock``
   forgets a locked account's failed sign-ins (:mod:`app.signin`);
+* ``POST /admin/users/{id}/reset-password`` — a one-time password, shown once; the user must change it
+  at their next sign-in (their sessions end);
 * ``POST /admin/users/{id}/tokens`` and ``POST /admin/tokens/{id}/revoke`` — issue (the plaintext is
   shown once) and revoke API tokens.
+
+The list pages by email (``?after=<last email shown>``), :data:`app.users.USERS_LIMIT` users a page.
 
 The changes themselves, their audit entries and admin notices are :mod:`app.actions.users`; this module
 reads the forms and renders.
@@ -39,13 +43,19 @@ USER_ACTIONS = {
 """The per-user buttons (path suffix) and the audit action each one records."""
 
 
-async def users_context(db: AsyncSession, settings: Any = None) -> dict[str, Any]:
-    rows = await users.list_users(db)
+async def users_context(
+    db: AsyncSession, settings: Any = None, *, after: str = "", page_size: int = users.USERS_LIMIT
+) -> dict[str, Any]:
+    rows = await users.list_users(db, page_size + 1, after=after)
+    more = len(rows) > page_size
+    rows = rows[:page_size]
     return {
         "users": rows,
         "usage": await quotas.usage_of(db, [u["id"] for u in rows]),
         "limits": quotas.limits(settings) if settings is not None else {},
-        "more_users": len(rows) >= users.USERS_LIMIT,
+        "more_users": more,
+        "after": after,
+        "next_after": rows[-1]["email"] if more and rows else None,
         "errors": {},
         "values": {"email": "", "is_admin": False},
         "notice": None,
@@ -79,9 +89,11 @@ class UsersController(Controller):
         request: Request[Any, Any, Any],
         db_session: DbSession,
         done: Annotated[str | None, QueryParameter()] = None,
+        after: Annotated[str, QueryParameter(max_length=254)] = "",
     ) -> Template:
-        """Users with their admin flag, state, sessions and live API tokens, and the create form."""
-        ctx = await users_context(db_session, settings_of(request))
+        """Users with their admin flag, state, last sign-in, sessions and live API tokens, and the create
+        form; ``after`` pages on (the users whose email sorts after it)."""
+        ctx = await users_context(db_session, settings_of(request), after=after)
         ctx["notice"] = (done or "")[:200] or None
         return render(request, "admin/users.html", ctx)
 
@@ -146,6 +158,30 @@ class UsersController(Controller):
             "enable": f"{email} can sign in again.",
         }
         return redirect_with_notice("/admin/users", words[action])
+
+    @post("/users/{user_id:int}/reset-password", name="admin.users.reset_password", status_code=200)
+    async def reset_password(
+        self, request: Request[Any, Any, Any], db_session: DbSession, user_id: FromPath[int]
+    ) -> Template:
+        """A one-time password for the user, shown once on the page that answers; they must change it at
+        their next sign-in. Your own account is refused with 409 (recorded as refused)."""
+        try:
+            reset = await user_actions.reset_password(
+                db_session, request.user, user_id, ip=client_ip(request)
+            )
+        except Conflict as exc:
+            await db_session.commit()  # keeps the refusal's audit entry
+            ctx = await users_context(db_session, settings_of(request))
+            ctx.update(notice=exc.detail, notice_ok=False)
+            return render(request, "admin/users.html", ctx, status_code=409)
+        ctx = await users_context(db_session, settings_of(request))
+        ended = reset.sessions_ended
+        ctx["notice"] = (
+            f"Password of {reset.email} reset: {ended} session{'s' if ended != 1 else ''} signed out. "
+            "They must choose a new password when they sign in with this one."
+        )
+        ctx["secret"] = {"label": f"One-time password for {reset.email}", "value": reset.password}
+        return render(request, "admin/users.html", ctx)
 
     @post("/users/{user_id:int}/tokens", name="admin.users.token", status_code=200)
     async def issue_token(

@@ -18,6 +18,7 @@ from app.actions.held_jobs import act_on_held
 from app.auth import requires_admin
 from app.errors import Conflict
 from app.web import DbSession
+from app.web.api.openapi import errors
 from app.web.deps import client_ip, settings_of
 
 
@@ -49,7 +50,7 @@ class HeldJobsApiController(Controller):
     guards = [requires_admin]
     tags = ["users"]
 
-    @get("/{user_id:int}/usage", name="api.users.usage")
+    @get("/{user_id:int}/usage", name="api.users.usage", responses=errors(401, 403, 404))
     async def usage(
         self, request: Request[Any, Any, Any], db_session: DbSession, user_id: FromPath[int]
     ) -> UsageAnswer:
@@ -59,14 +60,24 @@ class HeldJobsApiController(Controller):
         limits = quotas.limits(settings_of(request))
         return UsageAnswer(target["id"], use.waiting, use.held, use.stored_bytes, limits)
 
-    @post("/{user_id:int}/release-jobs", name="api.users.release_jobs", status_code=200)
+    @post(
+        "/{user_id:int}/release-jobs",
+        name="api.users.release_jobs",
+        responses=errors(401, 403, 404, 409),
+        status_code=200,
+    )
     async def release(
         self, request: Request[Any, Any, Any], db_session: DbSession, user_id: FromPath[int]
     ) -> HeldAnswer:
         """Let the jobs held when the person was disabled run. 409 when none are held."""
         return await _act(request, db_session, user_id, "release-jobs")
 
-    @post("/{user_id:int}/cancel-jobs", name="api.users.cancel_jobs", status_code=200)
+    @post(
+        "/{user_id:int}/cancel-jobs",
+        name="api.users.cancel_jobs",
+        responses=errors(401, 403, 404, 409),
+        status_code=200,
+    )
     async def cancel(
         self, request: Request[Any, Any, Any], db_session: DbSession, user_id: FromPath[int]
     ) -> HeldAnswer:

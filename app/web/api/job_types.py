@@ -17,6 +17,7 @@ from app.actions import controls as control_actions
 from app.actions.pipelines import startable_templates
 from app.auth import requires_admin, requires_user
 from app.web import DbSession
+from app.web.api.openapi import errors
 from app.web.deps import client_ip
 
 
@@ -33,7 +34,7 @@ class JobTypesApiController(Controller):
     guards = [requires_user]
     tags = ["catalogue"]
 
-    @get("/job-types", name="api.job_types")
+    @get("/job-types", name="api.job_types", responses=errors(401))
     async def job_types(self, request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
         """The job types you may submit with title, description and input JSON schema (diagnostic and
         internal ones for admins only)."""
@@ -49,7 +50,7 @@ class JobTypesApiController(Controller):
             for s in access.submittable_types(request.user)
         ]
 
-    @get("/pipeline-templates", name="api.pipeline_templates")
+    @get("/pipeline-templates", name="api.pipeline_templates", responses=errors(401))
     async def templates(self, request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
         """The pipeline templates you may start, with their steps and input JSON schema."""
         return [
@@ -88,7 +89,12 @@ class JobTypeControlsApiController(Controller):
     guards = [requires_admin]
     tags = ["operator controls"]
 
-    @post("/job-types/{job_type:str}/pause", name="api.job_types.pause", status_code=200)
+    @post(
+        "/job-types/{job_type:str}/pause",
+        name="api.job_types.pause",
+        responses=errors(401, 403, 404, 409),
+        status_code=200,
+    )
     async def pause(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_type: FromPath[str]
     ) -> dict[str, Any]:
@@ -96,7 +102,12 @@ class JobTypeControlsApiController(Controller):
         row = await control_actions.pause(db_session, request.user, job_type, ip=client_ip(request))
         return dict(row)
 
-    @post("/job-types/{job_type:str}/resume", name="api.job_types.resume", status_code=200)
+    @post(
+        "/job-types/{job_type:str}/resume",
+        name="api.job_types.resume",
+        responses=errors(401, 403, 404, 409),
+        status_code=200,
+    )
     async def resume(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_type: FromPath[str]
     ) -> dict[str, Any]:
@@ -104,7 +115,12 @@ class JobTypeControlsApiController(Controller):
         row = await control_actions.resume(db_session, request.user, job_type, ip=client_ip(request))
         return dict(row)
 
-    @put("/job-types/{job_type:str}/limits", name="api.job_types.limits", status_code=200)
+    @put(
+        "/job-types/{job_type:str}/limits",
+        name="api.job_types.limits",
+        responses=errors(401, 403, 404, 413, 422),
+        status_code=200,
+    )
     async def limits(
         self,
         request: Request[Any, Any, Any],
@@ -123,7 +139,7 @@ class JobTypeControlsApiController(Controller):
         )
         return dict(row)
 
-    @get("/job-types/controls", name="api.job_types.controls")
+    @get("/job-types/controls", name="api.job_types.controls", responses=errors(401, 403))
     async def list_controls(self, db_session: DbSession) -> list[dict[str, Any]]:
         """Every paused or limited type."""
         return [dict(r) for r in (await controls.controls(db_session)).values()]

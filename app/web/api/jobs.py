@@ -30,6 +30,7 @@ from app.jobs.queue import NewJob
 from app.jobs.states import Status, label
 from app.jobs.tags import TAG_FILTER, tags_of
 from app.web import DbSession, display
+from app.web.api.openapi import errors
 from app.web.deps import MAX_PAGE, actor_of, keep_refusal
 from app.web.job_page import poll_row
 
@@ -188,7 +189,7 @@ class JobsApiController(Controller):
     guards = [requires_user]
     tags = ["jobs"]
 
-    @post("/", name="api.jobs.create", status_code=201)
+    @post("/", name="api.jobs.create", responses=errors(401, 403, 409, 413, 422, 429), status_code=201)
     async def create(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[JobCreate]
     ) -> Response[dict[str, Any]]:
@@ -214,7 +215,7 @@ class JobsApiController(Controller):
         )
         return await job_response(db_session, result.job, 201 if result.created else 200, viewer=request.user)
 
-    @get("/", name="api.jobs.list")
+    @get("/", name="api.jobs.list", responses=errors(401, 422))
     async def list_jobs(
         self,
         request: Request[Any, Any, Any],
@@ -250,7 +251,13 @@ class JobsApiController(Controller):
         items = [{**dict(r), "status_label": status_label(r), "tags": tags.get(r["id"], [])} for r in rows]
         return {"items": items, "next": rows[-1]["id"] if len(rows) == limit else None}
 
-    @post("/bulk", name="api.jobs.bulk", status_code=200, guards=[requires_admin])
+    @post(
+        "/bulk",
+        name="api.jobs.bulk",
+        responses=errors(401, 403, 413, 422),
+        status_code=200,
+        guards=[requires_admin],
+    )
     async def bulk_action(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[BulkBody]
     ) -> dict[str, Any]:
@@ -272,7 +279,7 @@ class JobsApiController(Controller):
             "message": outcome.message,
         }
 
-    @get("/{job_id:str}", name="api.jobs.get")
+    @get("/{job_id:str}", name="api.jobs.get", responses=errors(401, 404))
     async def get_job(
         self,
         request: Request[Any, Any, Any],
@@ -296,7 +303,7 @@ class JobsApiController(Controller):
         row = await queue.get_job(db_session, job_id, request.user)
         return await job_response(db_session, row, viewer=request.user)
 
-    @get("/{job_id:str}/events", name="api.jobs.events")
+    @get("/{job_id:str}/events", name="api.jobs.events", responses=errors(401, 404))
     async def events(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> list[dict[str, Any]]:
@@ -305,7 +312,9 @@ class JobsApiController(Controller):
         rows = (await db_session.execute(_EVENTS, {"id": row["id"]})).mappings().all()
         return [display.event_for(r, request.user) for r in rows]
 
-    @post("/{job_id:str}/cancel", name="api.jobs.cancel", status_code=200)
+    @post(
+        "/{job_id:str}/cancel", name="api.jobs.cancel", responses=errors(401, 403, 404, 409), status_code=200
+    )
     async def cancel(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Response[dict[str, Any]]:
@@ -314,7 +323,7 @@ class JobsApiController(Controller):
         outcome = await act(request, db_session, "cancel", job_id)
         return await job_response(db_session, outcome.row, viewer=request.user)
 
-    @post("/{job_id:str}/retry", name="api.jobs.retry", status_code=200)
+    @post("/{job_id:str}/retry", name="api.jobs.retry", responses=errors(401, 403, 404, 409), status_code=200)
     async def retry(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Response[dict[str, Any]]:
@@ -322,7 +331,12 @@ class JobsApiController(Controller):
         outcome = await act(request, db_session, "retry", job_id)
         return await job_response(db_session, outcome.row, viewer=request.user)
 
-    @post("/{job_id:str}/run-again", name="api.jobs.run_again", status_code=201)
+    @post(
+        "/{job_id:str}/run-again",
+        name="api.jobs.run_again",
+        responses=errors(401, 403, 404, 409, 413, 422, 429),
+        status_code=201,
+    )
     async def run_again(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Response[dict[str, Any]]:
@@ -330,7 +344,12 @@ class JobsApiController(Controller):
         outcome = await act(request, db_session, "run-again", job_id)
         return await job_response(db_session, outcome.new_job, 201, viewer=request.user)
 
-    @post("/{job_id:str}/approve", name="api.jobs.approve", status_code=200)
+    @post(
+        "/{job_id:str}/approve",
+        name="api.jobs.approve",
+        responses=errors(401, 403, 404, 409),
+        status_code=200,
+    )
     async def approve(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Response[dict[str, Any]]:
@@ -338,7 +357,12 @@ class JobsApiController(Controller):
         outcome = await act(request, db_session, "approve", job_id)
         return await job_response(db_session, outcome.row, viewer=request.user)
 
-    @post("/{job_id:str}/reject", name="api.jobs.reject", status_code=200)
+    @post(
+        "/{job_id:str}/reject",
+        name="api.jobs.reject",
+        responses=errors(401, 403, 404, 409, 413, 422),
+        status_code=200,
+    )
     async def reject(
         self,
         request: Request[Any, Any, Any],
@@ -350,7 +374,7 @@ class JobsApiController(Controller):
         outcome = await act(request, db_session, "reject", job_id, reason=data.reason)
         return await job_response(db_session, outcome.row, viewer=request.user)
 
-    @post("/{job_id:str}/rerun", name="api.jobs.rerun", status_code=200)
+    @post("/{job_id:str}/rerun", name="api.jobs.rerun", responses=errors(401, 403, 404, 409), status_code=200)
     async def rerun(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Response[dict[str, Any]]:
@@ -358,7 +382,12 @@ class JobsApiController(Controller):
         outcome = await act(request, db_session, "rerun", job_id)
         return await job_response(db_session, outcome.row, viewer=request.user)
 
-    @post("/{job_id:str}/run-now", name="api.jobs.run_now", status_code=200)
+    @post(
+        "/{job_id:str}/run-now",
+        name="api.jobs.run_now",
+        responses=errors(401, 403, 404, 409),
+        status_code=200,
+    )
     async def run_now(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Response[dict[str, Any]]:
@@ -366,7 +395,12 @@ class JobsApiController(Controller):
         outcome = await act(request, db_session, "run-now", job_id)
         return await job_response(db_session, outcome.row, viewer=request.user)
 
-    @post("/{job_id:str}/reschedule", name="api.jobs.reschedule", status_code=200)
+    @post(
+        "/{job_id:str}/reschedule",
+        name="api.jobs.reschedule",
+        responses=errors(401, 403, 404, 409, 413, 422),
+        status_code=200,
+    )
     async def reschedule(
         self,
         request: Request[Any, Any, Any],
@@ -378,7 +412,7 @@ class JobsApiController(Controller):
         outcome = await act(request, db_session, "reschedule", job_id, run_at=data.run_at)
         return await job_response(db_session, outcome.row, viewer=request.user)
 
-    @delete("/{job_id:str}", name="api.jobs.delete", status_code=204)
+    @delete("/{job_id:str}", name="api.jobs.delete", responses=errors(401, 403, 404, 409), status_code=204)
     async def delete_job(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> None:

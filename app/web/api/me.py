@@ -1,14 +1,30 @@
-"""``GET /api/me``: who the bearer token belongs to.
+"""``/api/me``: the bearer token's owner, their settings and their own API tokens.
+
+* ``GET /api/me`` — who the token belongs to, with their time zone and colour theme;
+* ``PUT /api/me`` — change ``timezone`` and/or ``theme`` (the account page's actions);
+* ``GET /api/me/tokens`` — their tokens (no secrets); ``POST /api/me/tokens`` — a new one (the plaintext
+  is in this answer only); ``DELETE /api/me/tokens/{id}`` — revoke one.
+
+Password changes are page-only: the API has no session to keep. A person whose password an
+administrator reset keeps using their API tokens (they are a separate credential; the browser session
+is what waits for the new password).
 
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from litestar import Controller, Request, get
+from litestar import Controller, Request, delete, get, post, put
+from litestar.params import FromPath, JSONBody
 
+from app import auth
+from app.actions import account as account_actions
 from app.auth import requires_user
+from app.web import DbSession
+from app.web.api.openapi import errors
+from app.web.deps import client_ip
 
 
 @dataclass
@@ -18,17 +34,116 @@ class Me:
     id: int
     email: str
     is_admin: bool
+    timezone: str
+    theme: str
+
+
+@dataclass
+class MeUpdate:
+    """Settings to change; a field left out stays as it is."""
+
+    timezone: str | None = None
+    theme: str | None = None
+
+
+@dataclass
+class TokenInfo:
+    """One of your API tokens, without its secret."""
+
+    id: int
+    name: str
+    prefix: str
+    created_at: datetime
+    last_used_at: datetime | None
+    expires_at: datetime | None
+    expired: bool
+
+
+@dataclass
+class TokenCreate:
+    """A new token: a name, and optionally the days until it expires (none: until revoked)."""
+
+    name: str
+    expires_in_days: int | None = None
+
+
+@dataclass
+class NewToken:
+    """A created token: ``token`` is its secret, shown in this answer only."""
+
+    id: int
+    name: str
+    prefix: str
+    token: str
+    expires_at: datetime | None
+
+
+def _me(user: Any, **changes: Any) -> Me:
+    return Me(
+        id=user.id,
+        email=user.email,
+        is_admin=user.is_admin,
+        timezone=changes.get("timezone", user.timezone),
+        theme=changes.get("theme", user.theme),
+    )
 
 
 class AccountApiController(Controller):
-    """``/api/me``."""
+    """``/api/me`` and ``/api/me/tokens``."""
 
     path = "/api"
     guards = [requires_user]
     tags = ["account"]
 
-    @get("/me", name="api.me")
+    @get("/me", name="api.me", responses=errors(401))
     async def me(self, request: Request[Any, Any, Any]) -> Me:
-        """The user the bearer token belongs to. 401 ``{"detail": …}`` without a valid token."""
-        user = request.user
-        return Me(id=user.id, email=user.email, is_admin=user.is_admin)
+        """The user the bearer token belongs to."""
+        return _me(request.user)
+
+    @put("/me", name="api.me.update", status_code=200, responses=errors(401, 413, 422))
+    async def update_me(
+        self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[MeUpdate]
+    ) -> Me:
+        """Change your time zone (an IANA name such as Europe/Copenhagen) and/or colour theme (auto, light
+        or dark). 422 naming the field for an unknown zone or theme."""
+        changes: dict[str, Any] = {}
+        ip = client_ip(request)
+        if data.timezone is not None:
+            changes["timezone"] = await account_actions.set_timezone(
+                db_session, request.user, data.timezone, ip=ip
+            )
+        if data.theme is not None:
+            changes["theme"] = await account_actions.set_theme(db_session, request.user, data.theme, ip=ip)
+        return _me(request.user, **changes)
+
+    @get("/me/tokens", name="api.me.tokens", responses=errors(401))
+    async def tokens(self, request: Request[Any, Any, Any], db_session: DbSession) -> list[TokenInfo]:
+        """Your API tokens that are not revoked, newest first (expired ones are marked)."""
+        return [TokenInfo(**row) for row in await auth.user_tokens(db_session, request.user.id)]
+
+    @post("/me/tokens", name="api.me.tokens.create", status_code=201, responses=errors(401, 413, 422))
+    async def create_token(
+        self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[TokenCreate]
+    ) -> NewToken:
+        """Create an API token for yourself. Its secret is in this answer only. 422 naming the field for
+        an empty name or days outside 1 to 3650."""
+        token = await account_actions.create_token(
+            db_session, request.user, data.name, expires_in_days=data.expires_in_days, ip=client_ip(request)
+        )
+        return NewToken(
+            id=token.token_id,
+            name=token.name,
+            prefix=token.prefix,
+            token=token.token,
+            expires_at=token.expires_at,
+        )
+
+    @delete(
+        "/me/tokens/{token_id:int}", name="api.me.tokens.revoke", status_code=204, responses=errors(401, 404)
+    )
+    async def revoke_token(
+        self, request: Request[Any, Any, Any], db_session: DbSession, token_id: FromPath[int]
+    ) -> None:
+        """Revoke one of your tokens (programs using it stop working at once); 404 for an unknown,
+        revoked or someone else's token."""
+        await account_actions.revoke_token(db_session, request.user, token_id, ip=client_ip(request))

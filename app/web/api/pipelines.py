@@ -17,6 +17,7 @@ from app.actions import pipelines as pipeline_actions
 from app.auth import requires_user
 from app.errors import BadInput
 from app.web import DbSession, display
+from app.web.api.openapi import errors
 from app.web.deps import MAX_PAGE, actor_of
 
 STEP_FIELDS = (
@@ -93,7 +94,7 @@ class PipelinesApiController(Controller):
     guards = [requires_user]
     tags = ["pipelines"]
 
-    @post("/", name="api.pipelines.create", status_code=201)
+    @post("/", name="api.pipelines.create", responses=errors(401, 403, 413, 422, 429), status_code=201)
     async def create(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[PipelineCreate]
     ) -> dict[str, Any]:
@@ -118,7 +119,7 @@ class PipelinesApiController(Controller):
             row = await pipeline_actions.submit_steps(db_session, actor, data.name or "", steps)
         return pipeline_json(await pipelines.get(db_session, row["id"], actor.user))
 
-    @get("/", name="api.pipelines.list")
+    @get("/", name="api.pipelines.list", responses=errors(401, 422))
     async def list_pipelines(
         self,
         request: Request[Any, Any, Any],
@@ -132,14 +133,14 @@ class PipelinesApiController(Controller):
         rows = (await db_session.execute(_LIST_PIPELINES, params)).mappings().all()
         return {"items": [dict(r) for r in rows], "next": rows[-1]["id"] if len(rows) == limit else None}
 
-    @get("/{pipeline_id:str}", name="api.pipelines.get")
+    @get("/{pipeline_id:str}", name="api.pipelines.get", responses=errors(401, 404))
     async def get_pipeline(
         self, request: Request[Any, Any, Any], db_session: DbSession, pipeline_id: FromPath[str]
     ) -> dict[str, Any]:
         """The pipeline's status, percentage done, current steps and every step."""
         return pipeline_json(await pipelines.get(db_session, pipeline_id, request.user))
 
-    @get("/{pipeline_id:str}/events", name="api.pipelines.events")
+    @get("/{pipeline_id:str}/events", name="api.pipelines.events", responses=errors(401, 404))
     async def events(
         self, request: Request[Any, Any, Any], db_session: DbSession, pipeline_id: FromPath[str]
     ) -> list[dict[str, Any]]:
@@ -147,7 +148,12 @@ class PipelinesApiController(Controller):
         rows = await pipelines.events(db_session, pipeline_id, request.user)
         return [display.event_for(r, request.user) for r in rows]
 
-    @post("/{pipeline_id:str}/cancel", name="api.pipelines.cancel", status_code=200)
+    @post(
+        "/{pipeline_id:str}/cancel",
+        name="api.pipelines.cancel",
+        responses=errors(401, 403, 404, 409),
+        status_code=200,
+    )
     async def cancel(
         self, request: Request[Any, Any, Any], db_session: DbSession, pipeline_id: FromPath[str]
     ) -> dict[str, Any]:

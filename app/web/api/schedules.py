@@ -14,6 +14,7 @@ from app import schedules
 from app.actions import schedules as schedule_actions
 from app.auth import requires_admin
 from app.web import DbSession
+from app.web.api.openapi import errors
 from app.web.deps import client_ip, settings_of
 
 
@@ -39,12 +40,12 @@ class SchedulesApiController(Controller):
     guards = [requires_admin]
     tags = ["operator controls"]
 
-    @get("/schedules", name="api.schedules.list")
+    @get("/schedules", name="api.schedules.list", responses=errors(401, 403))
     async def list_schedules(self, db_session: DbSession) -> list[dict[str, Any]]:
         """Every schedule with its next and last fire time and last job or pipeline."""
         return [dict(r) for r in await schedules.list_schedules(db_session)]
 
-    @post("/schedules", name="api.schedules.create", status_code=201)
+    @post("/schedules", name="api.schedules.create", responses=errors(401, 403, 413, 422), status_code=201)
     async def create_schedule(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[ScheduleCreate]
     ) -> dict[str, Any]:
@@ -70,6 +71,7 @@ class SchedulesApiController(Controller):
         ["/schedules/{schedule_id:str}/enable", "/schedules/{schedule_id:str}/disable"],
         name="api.schedules.enable",
         status_code=200,
+        responses=errors(401, 403, 404, 409),
     )
     async def enable_schedule(
         self, request: Request[Any, Any, Any], db_session: DbSession, schedule_id: FromPath[str]
@@ -82,7 +84,12 @@ class SchedulesApiController(Controller):
         )
         return dict(row)
 
-    @delete("/schedules/{schedule_id:str}", name="api.schedules.delete", status_code=204)
+    @delete(
+        "/schedules/{schedule_id:str}",
+        name="api.schedules.delete",
+        responses=errors(401, 403, 404),
+        status_code=204,
+    )
     async def delete_schedule(
         self, request: Request[Any, Any, Any], db_session: DbSession, schedule_id: FromPath[str]
     ) -> None:

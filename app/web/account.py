@@ -1,0 +1,179 @@
+"""``/account``: a person's own account — password, time zone, colour theme, personal API tokens, and a
+link to the API's documentation.
+
+* ``GET /account`` — the page; ``#password`` is the password form (where a person whose password an
+  administrator reset is sent until they choose a new one);
+* ``POST /account/password`` — change the password (current one required); every OTHER browser session
+  of theirs is signed out, this one and their API tokens stay;
+* ``POST /account/timezone``, ``POST /account/theme`` — set the zone every time is shown in, and light,
+  dark or the browser's choice;
+* ``POST /account/tokens`` — create a token (name, optional days until it expires); the plaintext is
+  shown once, with a copy button; ``POST /account/tokens/{id}/revoke`` — revoke one.
+
+The changes and their audit entries are :mod:`app.actions.account` (the JSON API's ``/api/me…`` calls
+the same actions); this module reads the forms and renders. Errors are shown next to their fields (422).
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+from typing import Annotated, Any
+
+from litestar import Controller, Request, get, post
+from litestar.params import FromPath, QueryParameter
+from litestar.response import Redirect, Template
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import auth
+from app.actions import account as account_actions
+from app.errors import BadInput
+from app.web import DbSession, redirect_with_notice, render
+from app.web.deps import client_ip
+
+THEME_WORDS = {"auto": "Automatic (follow this device)", "light": "Light", "dark": "Dark"}
+
+
+async def account_context(db: AsyncSession, user: Any) -> dict[str, Any]:
+    return {
+        "tokens": await auth.user_tokens(db, user.id),
+        "themes": THEME_WORDS,
+        "min_password": auth.MIN_PASSWORD_LENGTH,
+        "max_token_days": account_actions.MAX_TOKEN_DAYS,
+        "errors": {},
+        "values": {"timezone": user.timezone, "token_name": "", "expires_in_days": ""},
+        "notice": None,
+        "notice_ok": True,
+        "secret": None,
+        "must_change": user.must_change_password,
+    }
+
+
+def _days(value: str) -> int | None:
+    """The "expires after N days" field: empty means never.
+
+    Raises:
+        BadInput: (field ``expires_in_days``) not a whole number.
+    """
+    value = value.strip()
+    if not value:
+        return None
+    if not value.isdigit() or len(value) > 6:
+        raise BadInput.field(
+            "expires_in_days",
+            f"Give a number of days from 1 to {account_actions.MAX_TOKEN_DAYS}, or leave it empty.",
+        )
+    return int(value)
+
+
+class AccountController(Controller):
+    """``/account`` (see the module docstring); any signed-in person, for their own account only."""
+
+    path = "/account"
+    guards = [auth.requires_user]
+    include_in_schema = False
+
+    async def _page(
+        self, request: Request[Any, Any, Any], db: AsyncSession, status_code: int = 200, **extra: Any
+    ) -> Template:
+        ctx = await account_context(db, request.user)
+        values = {**ctx["values"], **extra.pop("values", {})}
+        ctx.update(extra, values=values)
+        return render(request, "account/index.html", ctx, status_code=status_code)
+
+    @get("/", name="account")
+    async def page(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        done: Annotated[str | None, QueryParameter()] = None,
+    ) -> Template:
+        """The account page."""
+        return await self._page(request, db_session, notice=(done or "")[:200] or None)
+
+    @post("/password", name="account.password", status_code=200)
+    async def change_password(
+        self, request: Request[Any, Any, Any], db_session: DbSession
+    ) -> Template | Redirect:
+        """Change the password; other sessions end. Wrong current password, a short or repeated new one:
+        422 with the message next to the field."""
+        form = await request.form()
+        try:
+            changed = await account_actions.change_password(
+                db_session,
+                request.user,
+                current=str(form.get("current_password") or ""),
+                new=str(form.get("password") or ""),
+                repeat=str(form.get("password_repeat") or ""),
+                keep_session=auth.session_hash_of(request.scope),
+                ip=client_ip(request),
+            )
+        except BadInput as exc:
+            return await self._page(
+                request, db_session, 422, errors=dict(exc.errors) or {"password": exc.detail}
+            )
+        n = changed.sessions_ended
+        others = (
+            f"{n} other session{'s' if n != 1 else ''} signed out" if n else "no other session was signed in"
+        )
+        return redirect_with_notice("/account", f"Password changed; {others}.")
+
+    @post("/timezone", name="account.timezone", status_code=200)
+    async def set_timezone(
+        self, request: Request[Any, Any, Any], db_session: DbSession
+    ) -> Template | Redirect:
+        """Set the time zone (an IANA name); an unknown one is a 422 next to the field, as typed."""
+        form = await request.form()
+        typed = str(form.get("timezone") or "")
+        try:
+            zone_name = await account_actions.set_timezone(
+                db_session, request.user, typed, ip=client_ip(request)
+            )
+        except BadInput as exc:
+            return await self._page(
+                request, db_session, 422, errors=dict(exc.errors), values={"timezone": typed[:64]}
+            )
+        return redirect_with_notice("/account", f"Times are now shown in {zone_name}.")
+
+    @post("/theme", name="account.theme", status_code=200)
+    async def set_theme(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template | Redirect:
+        """Light, dark or automatic (the device's setting)."""
+        form = await request.form()
+        try:
+            theme = await account_actions.set_theme(
+                db_session, request.user, str(form.get("theme") or ""), ip=client_ip(request)
+            )
+        except BadInput as exc:
+            return await self._page(request, db_session, 422, errors=dict(exc.errors))
+        return redirect_with_notice("/account", f"Colours: {THEME_WORDS[theme].lower()}.")
+
+    @post("/tokens", name="account.tokens.create", status_code=200)
+    async def create_token(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
+        """Create an API token; the page that answers shows it once."""
+        form = await request.form()
+        name = str(form.get("name") or "")
+        days = str(form.get("expires_in_days") or "")
+        try:
+            token = await account_actions.create_token(
+                db_session, request.user, name, expires_in_days=_days(days), ip=client_ip(request)
+            )
+        except BadInput as exc:
+            return await self._page(
+                request,
+                db_session,
+                422,
+                errors=dict(exc.errors),
+                values={"token_name": name[:100], "expires_in_days": days[:10]},
+            )
+        return await self._page(
+            request,
+            db_session,
+            notice=f"API token “{token.name}” created.",
+            secret={"label": f"Your new API token “{token.name}”", "value": token.token},
+        )
+
+    @post("/tokens/{token_id:int}/revoke", name="account.tokens.revoke", status_code=200)
+    async def revoke_token(
+        self, request: Request[Any, Any, Any], db_session: DbSession, token_id: FromPath[int]
+    ) -> Redirect:
+        """Revoke one of your tokens (404 for anyone else's)."""
+        await account_actions.revoke_token(db_session, request.user, token_id, ip=client_ip(request))
+        return redirect_with_notice("/account", "API token revoked: programs using it stop working.")
