@@ -2,7 +2,7 @@
 sign-in), the last sign-in, and API tokens that expire.
 
 Revision ID: 0007
-Revises: 0004
+Revises: 0006
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0007"
-down_revision = "0004"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
