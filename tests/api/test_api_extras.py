@@ -210,6 +210,6 @@ async def test_wait_answers_when_the_job_ends_and_holds_no_connection_while_wait
             timed = time.monotonic()
             still = await client.get(f"/api/jobs/{other}", params={"wait": 1})
             assert still.json()["status"] == "queued" and 0.9 < time.monotonic() - timed < 4
-            assert (await client.get(f"/api/jobs/{other}", params={"wait": 61})).status_code == 400
+            assert (await client.get(f"/api/jobs/{other}", params={"wait": 61})).status_code == 422
             missing = await client.get("/api/jobs/01a23312-3c1d-76f9-b573-32395ae170d8", params={"wait": 5})
             assert missing.status_code == 404
