@@ -82,6 +82,7 @@ from app.settings import Settings, get_settings
 from app.web import admin, current_user, is_htmx, register_filters
 from app.web.api import (
     AccountApiController,
+    BatchesApiController,
     ControlsApiController,
     JobsApiController,
     JobTypesApiController,
@@ -89,6 +90,7 @@ from app.web.api import (
     UsersApiController,
 )
 from app.web.auth import AuthController
+from app.web.batches import BatchesController
 from app.web.csrf import FAILED as CSRF_FAILED
 from app.web.csrf import CsrfMiddleware
 from app.web.files import FilesApiController, FilesController
@@ -463,12 +465,14 @@ CONTROLLERS: list[ControllerRouterHandler] = [
     AccountApiController,
     JobsApiController,
     PipelinesApiController,
+    BatchesApiController,
     JobTypesApiController,
     ControlsApiController,
     UsersApiController,
     *admin.CONTROLLERS,
     JobsController,
     PipelinesController,
+    BatchesController,
     FilesController,
     FilesApiController,
 ]
