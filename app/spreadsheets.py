@@ -224,10 +224,10 @@ def match_columns(fields: Iterable[SheetField], columns: Sequence[str]) -> dict[
     used = {i for i in chosen.values() if i is not None}
     for f in fields:
         if chosen[f.name] is None:
-            i = index.get(squash(f.title))
-            if i is not None and i not in used:
-                chosen[f.name] = i
-                used.add(i)
+            by_title = index.get(squash(f.title))
+            if by_title is not None and by_title not in used:
+                chosen[f.name] = by_title
+                used.add(by_title)
     return chosen
 
 
