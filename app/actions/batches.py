@@ -15,6 +15,7 @@ retry is audited.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,7 +65,8 @@ async def submit(
         waiting limit (the whole batch is refused).
     """
     spec = spec_for(actor, type_name)
-    inputs = batches.check_rows(spec, rows, actor.settings)
+    # Thousands of rows take a while to check: in a thread, so the server keeps answering meanwhile.
+    inputs = await asyncio.to_thread(batches.check_rows, spec, rows, actor.settings)
     await quotas.before_submit(db, actor.user, actor.settings)
     await quotas.before_adding(db, actor.user, actor.settings, len(inputs))
     row, created = await batches.create(
