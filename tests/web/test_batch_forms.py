@@ -195,3 +195,24 @@ async def test_an_unreadable_sheet_and_another_persons_sheet_id_are_refused(
         "/batches/new/http.request", data={"_csrf_token": token, "sheet_id": str(fid), "map.url": "0"}
     )
     assert other.status_code == 422 and "Upload it again" in other.text
+
+
+async def test_many_files_dropped_on_a_file_field_start_one_job_each(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    await sign_in_as(client, db_url, "ann@example.com")
+    page = await client.get("/batches/new/report.csv_check")
+    assert 'name="files" multiple' in page.text
+    token = csrf_from(page.text)
+    files = [("files", (f"t{i}.csv", f"a,b\n{i},2\n".encode(), "text/csv")) for i in range(3)]
+    r = await client.post(
+        "/batches/new/report.csv_check", data={"_csrf_token": token}, files=files, follow_redirects=False
+    )
+    assert r.status_code == 303, r.text
+    rows = await pg.fetch(
+        "SELECT j.input_data->>'file' AS file, f.name, f.user_id = j.user_id AS same_owner FROM jobs j "
+        "JOIN files f ON f.id = (j.input_data->>'file')::uuid WHERE j.batch_id IS NOT NULL ORDER BY j.id"
+    )
+    assert [x["name"] for x in rows] == ["t0.csv", "t1.csv", "t2.csv"] and all(x["same_owner"] for x in rows)
+    # a type without a file field offers only the spreadsheet
+    assert 'name="files"' not in (await client.get("/batches/new/http.request")).text
