@@ -1,5 +1,6 @@
 """Batch pages: "Run for each row of a spreadsheet", "One job per file", and a batch's page.
 
+* ``GET /batches`` — your latest batches with their status and progress.
 * ``GET /batches/new/{type}`` — upload a CSV or XLSX (or, for a type with a file field, many files).
 * ``POST /batches/new/{type}`` — three steps in one form: a new spreadsheet is read (its problems are
   a 422 on the file) and stored as the person's upload, then its columns are matched to the type's
@@ -31,7 +32,7 @@ from app.jobs.types import file_fields
 from app.processors import ProcessorSpec, registry
 from app.web import DbSession, is_htmx, render
 from app.web.batch_downloads import csv_chunks, zip_chunks
-from app.web.batch_page import batch_context, mapping_view, problems_of
+from app.web.batch_page import batch_context, batch_state, mapping_view, problems_of
 from app.web.deps import actor_of, file_store, poll_status, settings_of, unchanged
 
 FORM_ERROR = "_form"
@@ -82,6 +83,16 @@ class BatchesController(Controller):
             "name": "",
             **kw,
         }
+
+    @get("/", name="batches.list")
+    async def batches_list(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
+        """Your latest batches, newest first, with their status and progress."""
+        rows = await batches.list_for(db_session, request.user)
+        items = []
+        for row in rows:
+            view = await batches.get(db_session, row["id"], request.user)
+            items.append({"batch": row, "view": view, "state": batch_state(view)})
+        return render(request, "batches/list.html", {"items": items})
 
     @get("/new/{type_name:str}", name="batches.new")
     async def new_batch(self, request: Request[Any, Any, Any], type_name: FromPath[str]) -> Template:

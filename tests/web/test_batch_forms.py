@@ -171,6 +171,8 @@ async def test_upload_map_see_problems_by_row_and_column_then_start(
     await pg.execute("UPDATE jobs SET status = 'completed', completed_at = now(), result_data = '{}'")
     final = await client.get(f"{url}/status?v={version}", headers={"HX-Request": "true"})
     assert final.status_code == 286 and "Done: <strong>3</strong>" in final.text
+    listed = await client.get("/batches")
+    assert listed.status_code == 200 and f'href="{url}"' in listed.text and "100%" in listed.text
 
 
 async def test_an_unreadable_sheet_and_another_persons_sheet_id_are_refused(
