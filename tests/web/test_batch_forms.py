@@ -168,11 +168,26 @@ async def test_upload_map_see_problems_by_row_and_column_then_start(
     version = re.search(r"/status\?v=([0-9a-f]+)", batch.text).group(1)  # type: ignore[union-attr]
     quiet = await client.get(f"{url}/status?v={version}", headers={"HX-Request": "true"})
     assert quiet.status_code == 204
-    await pg.execute("UPDATE jobs SET status = 'completed', completed_at = now(), result_data = '{}'")
+    first = await pg.fetchval("SELECT min(id::text)::uuid FROM jobs")
+    await pg.execute(
+        "UPDATE jobs SET status = 'failed', attempts = max_attempts, completed_at = now(), "
+        "error_message = 'Connection refused by 127.0.0.1:9' WHERE id = $1",
+        first,
+    )
+    await pg.execute(
+        "UPDATE jobs SET status = 'completed', completed_at = now(), result_data = '{}' WHERE id <> $1", first
+    )
     final = await client.get(f"{url}/status?v={version}", headers={"HX-Request": "true"})
-    assert final.status_code == 286 and "Done: <strong>3</strong>" in final.text
+    assert final.status_code == 286 and "Done: <strong>2</strong>" in final.text
+    assert "Failed: <strong>1</strong>" in final.text and "Connection refused by 127.0.0.1:9" in final.text
+    assert "row 2</a>" in final.text  # the file's own row number (the header is row 1)
+    retried = await client.post(
+        f"{url}/retry-failed", data={"_csrf_token": token}, headers={"HX-Request": "true"}
+    )
+    assert retried.status_code == 200 and "Retrying 1 failed row" in retried.text
+    assert "Waiting: <strong>1</strong>" in retried.text and 'hx-get="' in retried.text  # polling again
     listed = await client.get("/batches")
-    assert listed.status_code == 200 and f'href="{url}"' in listed.text and "100%" in listed.text
+    assert listed.status_code == 200 and f'href="{url}"' in listed.text and "66%" in listed.text
 
 
 async def test_an_unreadable_sheet_and_another_persons_sheet_id_are_refused(
