@@ -168,6 +168,9 @@ class BatchesController(Controller):
             ctx["errors"] = {"file": problem or "This file could not be stored."}
             return render(request, "batches/new.html", ctx, status_code=422)
         fields = ctx["fields"]
+        # A new key for each file read: a double click on "start" makes one batch, and the same form
+        # used again with another file (the back button) makes a new one.
+        ctx["form_key"] = str(uuid.uuid4())
         ctx["step"] = mapping_view(
             str(row["id"]), sheet, fields, spreadsheets.match_columns(fields, sheet.columns)
         )

@@ -150,6 +150,7 @@ async def test_upload_map_see_problems_by_row_and_column_then_start(
         files=_post_file("b.csv", fixed),
     )
     sheet_id = re.search(r'name="sheet_id" value="([^"]+)"', again.text).group(1)  # type: ignore[union-attr]
+    start["_form_key"] = re.search(r'name="_form_key" value="([^"]+)"', again.text).group(1)  # type: ignore[union-attr]
     done = await client.post(
         "/batches/new/http.request", data={**start, "sheet_id": sheet_id}, follow_redirects=False
     )
