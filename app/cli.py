@@ -306,8 +306,8 @@ def unlock_user_cmd(email: str) -> None:
     help="Without SMTP_HOST: seconds to keep the local mail server up for the email job.",
 )
 def demo(email: str, samples: Path | None, wait_secs: int) -> None:
-    """Submit, as the user EMAIL, one job of each built-in type and one run of each example pipeline,
-    using the sample files, and print the page of each.
+    """Submit, as the user EMAIL, one job of each built-in type, one run of each example pipeline and a
+    spreadsheet batch of web requests, using the sample files, and print the page of each.
 
     Without SMTP_HOST the email job is delivered to a local mail server that this command runs until
     the job has finished (at most --wait seconds); the message is saved under JOBDESK_DATA_DIR/demo-mail.

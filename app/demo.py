@@ -1,5 +1,6 @@
-"""``jobdesk demo --email EMAIL``: submit, as an existing user, one job of each built-in type
-and one run of each pipeline template, using the sample files in ``examples/``.
+"""``jobdesk demo --email EMAIL``: submit, as an existing user, one job of each built-in type,
+one run of each pipeline template, and a batch read from a small spreadsheet of web requests to
+Jobdesk's own pages (:func:`demo_sheet`), using the sample files in ``examples/``.
 
 Everything goes through the same checks as the API: files are stored with :class:`app.files.FileStore`
 and must be the user's (:func:`app.jobs.queue.check_file_owners`), jobs are created with
@@ -32,7 +33,7 @@ from aiosmtpd.smtp import SMTP
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import pipelines
+from app import batches, pipelines, spreadsheets
 from app.errors import AppError
 from app.files import FileStore
 from app.jobs import queue
@@ -68,7 +69,7 @@ class DemoError(AppError):
 class Submitted:
     """One job or pipeline the demo created: what it is, its page, and the end state to expect."""
 
-    kind: str  # "job" | "pipeline"
+    kind: str  # "job" | "pipeline" | "batch"
     id: uuid.UUID
     type: str
     label: str
@@ -295,6 +296,40 @@ async def _create(conn: Any, item: _Planned, user: Any, settings: Settings, base
     )
 
 
+DEMO_SHEET_PATHS = ("/healthz", "/readyz", "/login", "/static/app.css", "/static/favicon.svg")
+"""The demo's own pages that its spreadsheet batch requests: loopback only, never outside."""
+
+
+def demo_sheet(base: str) -> bytes:
+    """A small spreadsheet of web requests to Jobdesk's own pages, as a person would upload it."""
+    lines = ["Address (URL),Method,Time limit (seconds)"]
+    lines += [f"{base}{path},GET,10" for path in DEMO_SHEET_PATHS]
+    return ("\n".join(lines) + "\n").encode()
+
+
+async def _create_batch(conn: Any, user: Any, settings: Settings, base: str) -> Submitted:
+    """The spreadsheet batch: read like an upload, every row checked, one ``http.request`` per row."""
+    spec = registry.get("http.request")
+    assert spec is not None
+    sheet = spreadsheets.read(demo_sheet(base), "demo-requests.csv")
+    fields = spreadsheets.fields_of(spec.input_model)
+    mapping = spreadsheets.match_columns(fields, sheet.columns)
+    rows = [spreadsheets.row_input(fields, cells, mapping) for _, cells in sheet.rows]
+    inputs = batches.check_rows(spec, rows, settings)
+    batch, _ = await batches.create(
+        conn,
+        spec=spec,
+        inputs=inputs,
+        user_id=user["id"],
+        settings=settings,
+        name="Demo: web requests from a spreadsheet",
+        source="spreadsheet demo-requests.csv",
+        row_numbers=[n for n, _ in sheet.rows],
+    )
+    label = f"spreadsheet batch of {len(inputs)} web requests to Jobdesk's own pages"
+    return Submitted("batch", batch["id"], spec.type, label, "completed", f"{base}/batches/{batch['id']}")
+
+
 async def submit(
     engine: AsyncEngine,
     settings: Settings,
@@ -330,6 +365,7 @@ async def submit(
                 files[key] = str(row["id"])
             for item in _plan(base, user["email"], files, run.email_job):
                 run.items.append(await _create(conn, item, user, settings, base))
+            run.items.append(await _create_batch(conn, user, settings, base))
     except BaseException:
         store.remove(stored)
         if note_path is not None:

@@ -151,6 +151,32 @@ class Pipeline(Base):
     )
 
 
+class Batch(Base):
+    """Many jobs of one type started together: the rows of a spreadsheet, many files, or
+    ``POST /api/batches``. Its status is derived from its jobs when read (:mod:`app.batches`);
+    ``form_key`` makes a double-clicked form create one batch."""
+
+    __tablename__ = "batches"
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), nullable=False)
+    type: Mapped[str] = mapped_column(Text, nullable=False)
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    source: Mapped[str] = mapped_column(Text, nullable=False)
+    total: Mapped[int] = mapped_column(Integer, nullable=False)
+    form_key: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    __table_args__ = (
+        Index("ix_batches_user_id_id", "user_id", text("id DESC")),
+        Index(
+            "uq_batches_user_id_form_key",
+            "user_id",
+            "form_key",
+            unique=True,
+            postgresql_where=text("form_key IS NOT NULL"),
+        ),
+    )
+
+
 class Job(Base):
     """One unit of work: a job of a registered type, with its input, status, attempts, lease and result.
 
@@ -171,6 +197,7 @@ class Job(Base):
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), nullable=False)
     pipeline_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("pipelines.id", ondelete="CASCADE"))
     step_key: Mapped[str | None] = mapped_column(Text)
+    batch_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("batches.id", ondelete="SET NULL"))
     title: Mapped[str | None] = mapped_column(Text)
     input_data: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
     result_data: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
@@ -253,6 +280,8 @@ class Job(Base):
         Index("ix_jobs_status_id", "status", text("id DESC")),
         Index("ix_jobs_type_id", "type", text("id DESC")),
         Index("ix_jobs_pipeline_id", "pipeline_id", postgresql_where=text("pipeline_id IS NOT NULL")),
+        # A batch's counts by status, read by every poll of its page.
+        Index("ix_jobs_batch_id_status", "batch_id", "status", postgresql_where=text("batch_id IS NOT NULL")),
         Index("ix_jobs_blocked_by", "blocked_by", postgresql_where=text("blocked_by IS NOT NULL")),
         Index(
             "ix_jobs_created_by_job", "created_by_job", postgresql_where=text("created_by_job IS NOT NULL")

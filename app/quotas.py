@@ -41,14 +41,14 @@ WAITING_RETRY_SECS = 60
 
 LOCK = text("SELECT pg_advisory_xact_lock(:ns, :user_id)")
 WAITING = text("SELECT count(*) FROM jobs WHERE user_id = :user_id AND status = 'queued'")
-# One row per submission in the window (a pipeline's jobs share one), oldest first. ``id >= :since_id``
+# One row per submission in the window (a pipeline's or a batch's jobs share one), oldest first. ``id >= :since_id``
 # bounds the scan of the owner's index: ids are UUIDv7, ordered by creation time.
 RECENT = text(
     """
     SELECT min(created_at) AS first, now() AS db_now FROM jobs
     WHERE user_id = :user_id AND id >= :since_id AND created_by_job IS NULL
       AND created_at > now() - make_interval(secs => :window)
-    GROUP BY COALESCE(pipeline_id, id) ORDER BY first
+    GROUP BY COALESCE(pipeline_id, batch_id, id) ORDER BY first
     """
 )
 STORED = text("SELECT COALESCE(sum(size), 0) FROM files WHERE user_id = :user_id")

@@ -83,6 +83,7 @@ from app.web import admin, current_user, is_htmx, register_filters
 from app.web.account import AccountController
 from app.web.api import (
     AccountApiController,
+    BatchesApiController,
     ControlsApiController,
     JobsApiController,
     JobTypesApiController,
@@ -91,6 +92,7 @@ from app.web.api import (
 )
 from app.web.api.openapi import plain_descriptions
 from app.web.auth import AuthController
+from app.web.batches import BatchesController
 from app.web.csrf import FAILED as CSRF_FAILED
 from app.web.csrf import CsrfMiddleware
 from app.web.files import FilesApiController, FilesController
@@ -466,12 +468,14 @@ CONTROLLERS: list[ControllerRouterHandler] = [
     AccountApiController,
     JobsApiController,
     PipelinesApiController,
+    BatchesApiController,
     JobTypesApiController,
     ControlsApiController,
     UsersApiController,
     *admin.CONTROLLERS,
     JobsController,
     PipelinesController,
+    BatchesController,
     FilesController,
     FilesApiController,
 ]

@@ -65,6 +65,23 @@ async def after_submit(
         raise refused
 
 
+async def before_adding(
+    db: AsyncConnection | AsyncSession, person: Any, settings: Settings, adding: int
+) -> None:
+    """Refuse, before they are built, ``adding`` jobs that would take the person above the waiting
+    limit (a batch of thousands is refused whole without inserting it first); call after
+    :func:`before_submit`, which holds the lock. :func:`after_submit` still checks what was added.
+
+    Raises:
+        RateLimited: 429, the limit, how many this would add, and when to try again.
+    """
+    if _exempt(person) or not settings.user_max_waiting_jobs or adding <= 0:
+        return
+    refused = quotas.waiting_refusal(settings, await quotas.waiting(db, person.id) + adding, adding)
+    if refused is not None:
+        raise refused
+
+
 def check_steps(settings: Settings, steps: Sequence[Any]) -> None:
     """An ad-hoc pipeline's size, from what was sent, before anything is validated or built.
 

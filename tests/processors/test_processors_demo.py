@@ -69,6 +69,7 @@ async def test_demo_submits_everything_and_each_reaches_its_end_state(db_url, tm
         out = result.stdout
         links = re.findall(rf"{re.escape(base)}/(jobs|pipelines)/([0-9a-f-]{{36}})", out)
         assert len(links) == 10, out
+        (batch,) = re.findall(rf"{re.escape(base)}/batches/([0-9a-f-]{{36}})", out)
         assert "No SMTP_HOST is set: the email goes to a local mail server on 127.0.0.1:" in out
         assert "The email was delivered to the local mail server and saved as" in out
         assert "Two jobs fail on purpose" in out
@@ -158,6 +159,15 @@ async def test_demo_submits_everything_and_each_reaches_its_end_state(db_url, tm
                 lambda: pg.fetchval("SELECT status = 'completed' FROM pipelines WHERE id = $1::uuid", review),
                 timeout=120,
                 what="the review pipeline after approval",
+            )
+            # the spreadsheet batch: one web request per row, to the demo's own pages, all done
+            await wait_until(
+                lambda: pg.fetchval(
+                    "SELECT count(*) = 5 AND bool_and(status = 'completed') FROM jobs WHERE batch_id = $1::uuid",
+                    batch,
+                ),
+                timeout=120,
+                what="the spreadsheet batch",
             )
             outputs = await pg.fetchval(
                 "SELECT count(*) FROM files WHERE job_id IS NOT NULL AND user_id = $1", user.id

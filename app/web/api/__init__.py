@@ -3,6 +3,7 @@
 * :mod:`.me` — ``/api/me``;
 * :mod:`.jobs` — ``/api/jobs`` (enqueue, read, list, history, every action, bulk);
 * :mod:`.pipelines` — ``/api/pipelines``;
+* :mod:`.batches` — ``/api/batches``;
 * :mod:`.job_types` — ``/api/job-types``, ``/api/pipeline-templates`` and the job types' controls;
 * :mod:`.schedules` — ``/api/schedules``;
 * :mod:`.users` — ``/api/users/{id}/unlock``;
@@ -17,6 +18,7 @@ for bad input. Every change goes through :mod:`app.actions`, as the pages' chang
 
 from litestar import Router
 
+from app.web.api.batches import BatchesApiController
 from app.web.api.held_jobs import HeldJobsApiController
 from app.web.api.job_types import JobTypeControlsApiController, JobTypesApiController
 from app.web.api.jobs import JobsApiController
@@ -35,6 +37,7 @@ ROUTE_HANDLERS = [
     AccountApiController,
     JobsApiController,
     PipelinesApiController,
+    BatchesApiController,
     JobTypesApiController,
     JobTypeControlsApiController,
     SchedulesApiController,
@@ -46,6 +49,7 @@ ROUTE_HANDLERS = [
 __all__ = [
     "ROUTE_HANDLERS",
     "AccountApiController",
+    "BatchesApiController",
     "ControlsApiController",
     "HeldJobsApiController",
     "JobTypeControlsApiController",

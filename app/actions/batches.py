@@ -1,0 +1,146 @@
+"""A person's actions on batches: start one (from a spreadsheet's rows, many files, or the JSON API) and
+retry its failed rows.
+
+Starting a batch is a submission like any other: the type must be one the person may submit
+(:mod:`app.actions.access`), and the per-person limits apply the same way as to one job
+(:mod:`app.actions.quotas`) — a batch counts once per minute, like a pipeline, and all its rows count
+as waiting jobs; a batch that would go over the waiting limit is refused whole, before it is built.
+
+"Retry failed rows" is for the batch's owner and admins. One failed job is retried by an admin only,
+because its owner cannot tell a fault of the job type from one of the input; a batch's owner sees its
+rows side by side, and a batch is theirs to finish, so they may give its failed rows a fresh set of
+attempts — counted against their waiting limit, through the queue's own retry transition. An admin's
+retry is audited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import batches
+from app.actions import access, quotas
+from app.actions.trail import Actor, record_done
+from app.errors import BadInput, Conflict
+from app.jobs import queue
+from app.processors import ProcessorSpec
+
+
+def spec_for(actor: Actor, type_name: Any) -> ProcessorSpec:
+    """The job type a batch is of, if the person may submit it.
+
+    Raises:
+        BadInput: on ``type``: unknown, or a diagnostic/internal type for a non-admin.
+    """
+    spec = access.check_type(actor.user, type_name)
+    if spec is None:
+        known = ", ".join(sorted(s.type for s in access.submittable_types(actor.user)))
+        raise BadInput.field("type", f"unknown job type {str(type_name)[:100]!r}; known types: {known}")
+    return spec
+
+
+async def submit(
+    db: AsyncSession,
+    actor: Actor,
+    type_name: Any,
+    rows: Any,
+    *,
+    name: str | None = None,
+    source: str = "api",
+    row_numbers: Sequence[int] | None = None,
+    form_key: str | None = None,
+) -> tuple[RowMapping, bool]:
+    """Start a batch of ``type_name`` with one job per row of ``rows`` (input objects); all rows are
+    checked first and nothing is created unless all pass. ``(batch row, created)``: a repeated
+    ``form_key`` returns the earlier batch.
+
+    Raises:
+        BadInput: ``type``; ``rows`` (empty, too many); ``rows[i].<field>`` for every bad row.
+        RateLimited: over the person's per-minute limit, or the rows would take them above the
+        waiting limit (the whole batch is refused).
+    """
+    spec = spec_for(actor, type_name)
+    # Thousands of rows take a while to check: in a thread, so the server keeps answering meanwhile.
+    inputs = await asyncio.to_thread(batches.check_rows, spec, rows, actor.settings)
+    await quotas.before_submit(db, actor.user, actor.settings)
+    await quotas.before_adding(db, actor.user, actor.settings, len(inputs))
+    row, created = await batches.create(
+        db,
+        spec=spec,
+        inputs=inputs,
+        user_id=actor.user.id,
+        settings=actor.settings,
+        name=name or "",
+        source=source,
+        row_numbers=row_numbers,
+        request_id=actor.request_id,
+        form_key=form_key,
+    )
+    if created:
+        await quotas.after_submit(db, actor.user, actor.settings, len(inputs))
+    return row, created
+
+
+@dataclass
+class _ForOwner:
+    """The queue's principal for a retry this module has allowed (see the module's words)."""
+
+    id: int
+    is_admin: bool = True
+
+
+@dataclass
+class RetryOutcome:
+    """What "Retry failed rows" did: how many rows went back to the queue, and in plain words."""
+
+    batch_id: Any
+    retried: int
+    skipped: int
+    message: str
+    status_code: int = 200
+
+
+def _retry_message(retried: int, skipped: int) -> str:
+    if not retried:
+        return "Nothing changed: no row of this batch has failed."
+    rows = f"{retried:,} failed row{'s' if retried != 1 else ''}"
+    extra = f" ({skipped:,} had already moved on)" if skipped else ""
+    return f"Retrying {rows} with a fresh set of attempts{extra}."
+
+
+async def retry_failed(db: AsyncSession, actor: Actor, batch_id: Any) -> RetryOutcome:
+    """Put every failed row of the batch back in the queue with a fresh attempt budget (owner or admin),
+    each through :func:`app.jobs.queue.retry` (its compare-and-set and event), within the person's
+    waiting limit; 409 "Nothing changed" when no row has failed.
+
+    Raises:
+        NotFound: unknown or another person's batch. RateLimited: the retried rows would take the
+        person above their waiting limit (nothing is retried).
+    """
+    row = await batches.load(db, batch_id, actor.user)
+    ids = await batches.failed_ids(db, row["id"])
+    await quotas.before_submit(db, actor.user, actor.settings)
+    await quotas.before_adding(db, actor.user, actor.settings, len(ids))
+    # The batch rule above decides who may; the queue's retry checks an admin, so it acts for the owner
+    # as the system does for schedules, with the events naming the person who asked.
+    principal = _ForOwner(id=actor.user.id)
+    retried = skipped = 0
+    for jid in ids:
+        try:
+            async with db.begin_nested():
+                await queue.retry(db, jid, principal)
+            retried += 1
+        except Conflict:
+            skipped += 1  # retried or deleted meanwhile by someone else
+    await quotas.after_submit(db, actor.user, actor.settings, retried)
+    message = _retry_message(retried, skipped)
+    if retried:
+        await record_done(
+            db, actor, "batch.retry_failed", target_type="batch", target_ids=[row["id"]], count=retried
+        )
+    return RetryOutcome(row["id"], retried, skipped, message, 200 if retried else 409)

@@ -1,0 +1,308 @@
+"""Batches: many jobs of one type started together — the rows of a spreadsheet, many dropped files, or
+``POST /api/batches``.
+
+A batch is a ``batches`` row and its jobs (``jobs.batch_id``). Every row is validated before anything
+is created (:func:`check_rows`: each problem named ``rows[<i>].<field>``), then all jobs go in with
+:func:`app.jobs.queue.enqueue_many` — one statement, in the caller's transaction, so a batch is created
+whole or not at all. The jobs' ids are made in row order (UUIDv7, sorted), so a job's row number is its
+rank by id within the batch, whatever happens to it later (a retry keeps its id).
+
+A batch's status is derived from its jobs' statuses whenever it is read (:func:`derive_status`), one
+indexed count per read (``ix_jobs_batch_id_status``), so no transition anywhere has to keep it current:
+``queued`` until a row starts, ``running`` while any row is live, then ``completed`` when every row
+completed, ``failed`` when any failed, ``cancelled`` when the rest were cancelled.
+
+Who may start one, the limits and the retry of failed rows are :mod:`app.actions.batches`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from app.errors import BadInput, NotFound, TooLarge
+from app.jobs import queue
+from app.jobs.payload import check_input, storable_text
+from app.jobs.queue import NewJob, new_id
+from app.jobs.types import ProcessorSpec, file_refs
+from app.settings import Settings
+from app.spreadsheets import MAX_ROWS
+
+__all__ = ["MAX_ROWS", "BatchView", "check_rows", "create", "derive_status", "get", "load", "results"]
+
+MAX_ERRORS = 500
+"""Row problems reported at most; a file with more is almost always mapped wrong, and the first few
+hundred say how."""
+NAME_MAX = 200
+STATUSES = ("queued", "in_progress", "waiting_approval", "completed", "failed", "cancelled")
+LIVE = ("queued", "in_progress", "waiting_approval")
+
+BATCH_COLUMNS = "id, user_id, type, name, source, total, form_key, created_at"
+INSERT_BATCH = text(
+    f"""
+    INSERT INTO batches (id, user_id, type, name, source, total, form_key)
+    VALUES (:id, :user_id, :type, :name, :source, :total, :form_key)
+    ON CONFLICT (user_id, form_key) WHERE form_key IS NOT NULL DO NOTHING
+    RETURNING {BATCH_COLUMNS}
+    """
+)
+BY_FORM_KEY = text(f"SELECT {BATCH_COLUMNS} FROM batches WHERE user_id = :user_id AND form_key = :form_key")
+BATCH_ROW = text(f"SELECT {BATCH_COLUMNS} FROM batches WHERE id = :id")
+# Sets the batch of jobs created a moment ago in this same transaction (no worker can see them yet).
+# Not a status change: the queue's enqueue knows nothing of batches, and this keeps it so.
+SET_BATCH = text("UPDATE jobs SET batch_id = :batch_id WHERE id = ANY(CAST(:ids AS uuid[]))")
+COUNTS = text("SELECT status, count(*) AS n FROM jobs WHERE batch_id = :id GROUP BY status")
+JOBS = text(
+    """
+    SELECT id, row_number() OVER (ORDER BY id) AS row, status, title, attempts, max_attempts, error_message,
+           created_at, started_at, completed_at, progress
+    FROM jobs WHERE batch_id = :id ORDER BY id
+    """
+)
+FAILED_IDS = text("SELECT id FROM jobs WHERE batch_id = :id AND status = 'failed' ORDER BY id")
+RESULTS_PAGE = text(
+    """
+    SELECT id, status, input_data, result_data, error_message, completed_at FROM jobs
+    WHERE batch_id = :id AND (CAST(:after AS uuid) IS NULL OR id > :after) ORDER BY id LIMIT :limit
+    """
+)
+LIST_BATCHES = text(
+    f"""
+    SELECT {BATCH_COLUMNS} FROM batches WHERE (CAST(:user_id AS int) IS NULL OR user_id = :user_id)
+    ORDER BY id DESC LIMIT :limit
+    """
+)
+
+
+@dataclass
+class BatchView:
+    """A batch as pages and the API show it: its row, counts by status, the derived status."""
+
+    row: RowMapping
+    counts: dict[str, int]
+    status: str
+    finished: bool
+
+    @property
+    def id(self) -> uuid.UUID:
+        return uuid.UUID(str(self.row["id"]))
+
+    @property
+    def total(self) -> int:
+        return int(self.row["total"])
+
+    @property
+    def done(self) -> int:
+        return sum(self.counts.get(s, 0) for s in ("completed", "failed", "cancelled"))
+
+    @property
+    def percent(self) -> int:
+        jobs = sum(self.counts.values())
+        return 100 if jobs == 0 else int(100 * self.done / jobs)
+
+
+def derive_status(counts: Mapping[str, int]) -> tuple[str, bool]:
+    """``(status, finished)`` of a batch from its jobs' counts by status (see the module's words)."""
+    live = sum(counts.get(s, 0) for s in LIVE)
+    started = counts.get("in_progress", 0) + sum(
+        counts.get(s, 0) for s in ("completed", "failed", "cancelled")
+    )
+    if live:
+        if counts.get("waiting_approval", 0) and live == counts["waiting_approval"]:
+            return "waiting_approval", False
+        return ("running" if started else "queued"), False
+    if counts.get("failed", 0):
+        return "failed", True
+    if counts.get("cancelled", 0) and not counts.get("completed", 0):
+        return "cancelled", True
+    return "completed", True
+
+
+# --- checking and creating ---------------------------------------------------------------------------
+
+
+def _check_row(spec: ProcessorSpec, row: Any, settings: Settings, path: str) -> dict[str, Any]:
+    if not isinstance(row, dict):
+        raise BadInput.field(path, "must be an object of the job type's input fields")
+    try:
+        check_input(row, settings.job_max_input_bytes, field=path)
+    except TooLarge as exc:
+        raise BadInput.field(path, exc.detail) from None
+    return spec.validate_input(row, field_prefix=path)
+
+
+def check_rows(spec: ProcessorSpec, rows: Any, settings: Settings) -> list[dict[str, Any]]:
+    """Every row validated against the type's input schema; their normalised inputs (defaults filled in).
+
+    Raises:
+        BadInput: ``rows`` empty, not a list or longer than :data:`MAX_ROWS`; otherwise one entry per
+        problem, keyed ``rows[<index>].<field>`` (at most :data:`MAX_ERRORS`), for all rows at once.
+    """
+    if not isinstance(rows, list) or not rows:
+        raise BadInput.field("rows", "give at least one row (a list of input objects)")
+    if len(rows) > MAX_ROWS:
+        raise BadInput.field(
+            "rows", f"a batch may have at most {MAX_ROWS:,} rows (this one has {len(rows):,})"
+        )
+    errors: dict[str, str] = {}
+    bad_rows = 0
+    inputs: list[dict[str, Any]] = []
+    for i, row in enumerate(rows):
+        try:
+            inputs.append(_check_row(spec, row, settings, f"rows[{i}]"))
+        except BadInput as exc:
+            bad_rows += 1
+            errors.update(exc.errors or {f"rows[{i}]": exc.detail})
+            if len(errors) >= MAX_ERRORS:
+                break
+    if errors:
+        first, message = next(iter(errors.items()))
+        more = (
+            ""
+            if bad_rows == 1
+            else f" (and problems in {bad_rows - 1:,} more row{'s' if bad_rows > 2 else ''})"
+        )
+        raise BadInput(f"{first}: {message}{more}. Nothing was started.", errors=errors)
+    return inputs
+
+
+def _title(name: str, row_number: int) -> str:
+    return f"{name[: NAME_MAX - 20]} · row {row_number}"
+
+
+async def create(
+    db: AsyncConnection | AsyncSession,
+    *,
+    spec: ProcessorSpec,
+    inputs: Sequence[dict[str, Any]],
+    user_id: int,
+    settings: Settings,
+    name: str,
+    source: str,
+    row_numbers: Sequence[int] | None = None,
+    request_id: str | None = None,
+    form_key: str | None = None,
+) -> tuple[RowMapping, bool]:
+    """Create the batch and one queued job per input (already checked by :func:`check_rows`), in the
+    caller's transaction; ``(batch row, created)``. A repeated ``form_key`` returns the batch it made
+    before, with ``created=False``. ``row_numbers`` name each row in its job's title (the spreadsheet's
+    own row numbers; 1, 2, … by default).
+
+    Raises:
+        BadInput: a file id in a row that is not the owner's (``rows[i].<field>``).
+    """
+    conn = await queue.conn_of(db)
+    if form_key is not None:
+        existing = (
+            (await conn.execute(BY_FORM_KEY, {"user_id": user_id, "form_key": form_key})).mappings().first()
+        )
+        if existing is not None:
+            return existing, False
+    refs = [
+        (user_id, path, fid)
+        for i, data in enumerate(inputs)
+        for path, fid in file_refs(spec.input_model, data, f"rows[{i}]")
+    ]
+    await queue.check_file_owners(conn, refs)
+    name = storable_text((name or "").strip())[:NAME_MAX] or spec.title
+    values = {
+        "id": new_id(),
+        "user_id": user_id,
+        "type": spec.type,
+        "name": name,
+        "source": storable_text(source)[:200],
+        "total": len(inputs),
+        "form_key": form_key,
+    }
+    row = (await conn.execute(INSERT_BATCH, values)).mappings().first()
+    if row is None:  # the same form sent twice at once: the other request made it
+        existing = (
+            (await conn.execute(BY_FORM_KEY, {"user_id": user_id, "form_key": form_key})).mappings().one()
+        )
+        return existing, False
+    numbers = list(row_numbers) if row_numbers is not None else list(range(1, len(inputs) + 1))
+    ids = sorted(new_id() for _ in inputs)
+    jobs = [
+        NewJob(
+            type=spec.type,
+            input_data=data,
+            user_id=user_id,
+            title=_title(name, numbers[i]),
+            request_id=request_id,
+            id=ids[i],
+        )
+        for i, data in enumerate(inputs)
+    ]
+    await queue.enqueue_many(conn, jobs, settings, actor=f"user:{user_id}", skip_schema=True)
+    await conn.execute(SET_BATCH, {"batch_id": row["id"], "ids": ids})
+    return row, True
+
+
+# --- reading -----------------------------------------------------------------------------------------
+
+
+def _batch_id(value: Any) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise NotFound(f"No batch with id {str(value)[:64]!r}.") from None
+
+
+async def load(db: AsyncConnection | AsyncSession, batch_id: Any, principal: Any) -> RowMapping:
+    """The batch's row, for its owner or an admin.
+
+    Raises:
+        NotFound: unknown, malformed or another person's id (one answer for all).
+    """
+    bid = _batch_id(batch_id)
+    row = (await (await queue.conn_of(db)).execute(BATCH_ROW, {"id": bid})).mappings().first()
+    if row is None or (not principal.is_admin and row["user_id"] != principal.id):
+        raise NotFound(f"No batch with id {bid}.")
+    return row
+
+
+async def get(db: AsyncConnection | AsyncSession, batch_id: Any, principal: Any) -> BatchView:
+    """The batch with its counts by status and derived status (owner or admin; else :class:`NotFound`)."""
+    row = await load(db, batch_id, principal)
+    result = await (await queue.conn_of(db)).execute(COUNTS, {"id": row["id"]})
+    counts = {r["status"]: int(r["n"]) for r in result.mappings()}
+    status, finished = derive_status(counts)
+    return BatchView(row, counts, status, finished)
+
+
+async def jobs_of(db: AsyncConnection | AsyncSession, batch_id: uuid.UUID) -> list[RowMapping]:
+    """The batch's jobs in row order, with their row numbers (``row``)."""
+    return list((await (await queue.conn_of(db)).execute(JOBS, {"id": batch_id})).mappings().all())
+
+
+async def failed_ids(db: AsyncConnection | AsyncSession, batch_id: uuid.UUID) -> list[uuid.UUID]:
+    return list((await (await queue.conn_of(db)).execute(FAILED_IDS, {"id": batch_id})).scalars())
+
+
+async def list_for(db: AsyncConnection | AsyncSession, principal: Any, limit: int = 50) -> list[RowMapping]:
+    """The person's latest batches (an admin's own too: the list is "mine")."""
+    params = {"user_id": principal.id, "limit": limit}
+    return list((await (await queue.conn_of(db)).execute(LIST_BATCHES, params)).mappings().all())
+
+
+async def results(
+    conn: AsyncConnection, batch_id: uuid.UUID, page: int = 1000
+) -> AsyncIterator[list[RowMapping]]:
+    """The batch's jobs in row order, ``page`` at a time (input, result, error), for the download."""
+    after: uuid.UUID | None = None
+    while True:
+        rows = (
+            (await conn.execute(RESULTS_PAGE, {"id": batch_id, "after": after, "limit": page}))
+            .mappings()
+            .all()
+        )
+        if not rows:
+            return
+        yield list(rows)
+        after = rows[-1]["id"]

@@ -1,0 +1,314 @@
+"""Spreadsheets as rows of job input: read a CSV or XLSX file, match its columns to a job type's input
+fields, and turn each row into an ``input_data`` dict.
+
+* **Reading** (:func:`read`): a CSV (UTF-8 with or without a byte-order mark, else Windows-1252;
+  comma, semicolon or tab separated, as Excel writes it in different countries) or the first sheet of
+  an XLSX workbook, opened with openpyxl in read-only mode so a large file is streamed, not loaded.
+  The first non-empty row is the header; empty rows are skipped; at most :data:`MAX_ROWS` data rows —
+  one more and reading stops with a clear error, so a huge file costs no more than that.
+* **Matching** (:func:`match_columns`): a field matches a column whose header equals its name or its
+  title, ignoring case, spaces, underscores and hyphens ("Address (URL)", "url", "URL").
+* **Converting** (:func:`row_input`): a cell becomes the field's JSON type where that is unambiguous
+  (``"42"`` for a whole number, ``"yes"`` for a yes/no field, ``"a, b"`` for a list); an empty cell
+  is left out, so the field's default applies. Everything else is left as text for the job type's
+  schema to judge, which names the row and field of each problem.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import zipfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, time
+from typing import Any
+
+from app.errors import BadInput
+from app.jobs.types import InputModel, widget_of
+
+MAX_ROWS = 10_000
+"""Most data rows one spreadsheet (and one batch) may have."""
+MAX_COLUMNS = 200
+MAX_CELL_CHARS = 100_000
+SNIFF_BYTES = 16_384
+DELIMITERS = ",;\t"
+TRUE_WORDS = frozenset({"true", "yes", "y", "1", "x", "on", "ja", "oui", "si", "sí"})
+FALSE_WORDS = frozenset({"false", "no", "n", "0", "off", "nein", "non"})
+_LIST_SPLIT = re.compile(r"\s*(?:\r?\n|;|,)\s*")
+_QUOTED = re.compile(r'"[^"]*"')
+_SQUASH = re.compile(r"[\s_\-]+")
+
+
+@dataclass
+class Sheet:
+    """A spreadsheet read: its ``columns`` (header texts, made unique), and ``rows`` as ``(row number
+    in the file, cells)`` where the header is row 1 as a spreadsheet program counts."""
+
+    name: str
+    columns: list[str]
+    rows: list[tuple[int, list[Any]]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SheetField:
+    """One input field of a job type, as the mapping page and the converter see it."""
+
+    name: str
+    title: str
+    kind: str  # string | integer | number | boolean | array | object | file | files
+    required: bool
+    item_kind: str = "string"
+
+
+def too_many_rows(limit: int = MAX_ROWS) -> BadInput:
+    return BadInput.field(
+        "file",
+        f"This spreadsheet has more than {limit:,} rows; a batch may have at most {limit:,}. "
+        "Split it into smaller files.",
+    )
+
+
+def _unreadable(why: str) -> BadInput:
+    return BadInput.field(
+        "file", f"This file cannot be read as a spreadsheet: {why}. Save it as CSV or XLSX."
+    )
+
+
+def is_xlsx(data: bytes, name: str) -> bool:
+    """An XLSX file is a zip archive (``PK``); the name decides only for an empty or odd file."""
+    return data[:4] == b"PK\x03\x04" or name.lower().endswith((".xlsx", ".xlsm"))
+
+
+def read(data: bytes, name: str, *, max_rows: int = MAX_ROWS) -> Sheet:
+    """The spreadsheet in ``data`` (a file called ``name``).
+
+    Raises:
+        BadInput: on ``file``: not a CSV or XLSX file, no header row, no data rows, more than
+        ``max_rows`` data rows or :data:`MAX_COLUMNS` columns.
+    """
+    rows = _xlsx_rows(data) if is_xlsx(data, name) else _csv_rows(data)
+    sheet: Sheet | None = None
+    for number, cells in rows:
+        cleaned = [_clean(c) for c in cells]
+        while cleaned and (cleaned[-1] is None or cleaned[-1] == ""):
+            cleaned.pop()  # a workbook's rows are padded to its widest row
+        if not cleaned:
+            continue
+        if sheet is None:
+            if len(cleaned) > MAX_COLUMNS:
+                raise BadInput.field("file", f"This spreadsheet has more than {MAX_COLUMNS} columns.")
+            sheet = Sheet(name=name, columns=_headers(cleaned))
+            continue
+        if len(sheet.rows) >= max_rows:
+            raise too_many_rows(max_rows)
+        sheet.rows.append((number, cleaned[: len(sheet.columns)]))
+    if sheet is None:
+        raise BadInput.field("file", "This spreadsheet is empty: the first row should name the columns.")
+    if not sheet.rows:
+        raise BadInput.field("file", "This spreadsheet has a header row but no rows below it.")
+    return sheet
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        value = value.replace("\x00", "").strip()
+        if len(value) > MAX_CELL_CHARS:
+            value = value[:MAX_CELL_CHARS]
+    return value
+
+
+def _headers(cells: Sequence[Any]) -> list[str]:
+    """Header texts, each unique: a blank header becomes "Column 3", a repeated one "Name (2)"."""
+    seen: dict[str, int] = {}
+    out = []
+    for i, cell in enumerate(cells, start=1):
+        text = cell_text(cell) or f"Column {i}"
+        n = seen.get(text.lower(), 0) + 1
+        seen[text.lower()] = n
+        out.append(text if n == 1 else f"{text} ({n})")
+    return out
+
+
+def _decode(data: bytes) -> str:
+    if data.startswith(b"\xef\xbb\xbf"):
+        return data[3:].decode("utf-8", errors="replace")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("cp1252", errors="replace")
+
+
+def _delimiter(sample: str) -> str:
+    """The separator of the header line: the candidate it holds most of outside quotes (Excel writes
+    semicolons where the decimal mark is a comma); a comma when it holds none."""
+    first = _QUOTED.sub("", sample.split("\n", 1)[0])
+    best = max(DELIMITERS, key=lambda d: (first.count(d), d == ","))
+    return best if first.count(best) > 0 else ","
+
+
+def _csv_rows(data: bytes) -> Iterator[tuple[int, list[Any]]]:
+    if b"\x00" in data[:SNIFF_BYTES]:
+        raise _unreadable("it holds binary data")
+    text = _decode(data)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=_delimiter(text[:SNIFF_BYTES]))
+    try:
+        for number, cells in enumerate(reader, start=1):
+            yield number, list(cells)
+    except csv.Error as exc:
+        raise _unreadable(f"line {reader.line_num}: {exc}") from None
+
+
+def _xlsx_rows(data: bytes) -> Iterator[tuple[int, list[Any]]]:
+    from openpyxl import load_workbook  # imported here: only spreadsheet uploads need it
+
+    try:
+        book = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
+        raise _unreadable(f"not a valid XLSX workbook ({type(exc).__name__})") from None
+    try:
+        sheet = book.worksheets[0] if book.worksheets else None
+        if sheet is None:
+            return
+        for number, cells in enumerate(sheet.iter_rows(values_only=True, max_col=MAX_COLUMNS + 1), start=1):
+            yield number, list(cells)
+    finally:
+        book.close()
+
+
+# --- fields and columns ------------------------------------------------------------------------------
+
+
+def _kind(prop: dict[str, Any]) -> tuple[str, str]:
+    widget = widget_of(prop)
+    if widget in ("file", "files"):
+        return widget, "string"
+    options = [prop, *[s for s in prop.get("anyOf") or [] if isinstance(s, dict)]]
+    for option in options:
+        kind = option.get("type")
+        if kind == "array":
+            items = option.get("items") or {}
+            return "array", str(items.get("type") or "string") if isinstance(items, dict) else "string"
+        if isinstance(kind, str) and kind != "null":
+            return kind, "string"
+    return "string", "string"
+
+
+def fields_of(model: InputModel) -> list[SheetField]:
+    """The input fields of a job type, in the schema's order."""
+    schema = model.model_json_schema()
+    required = set(schema.get("required") or [])
+    out = []
+    for name, prop in (schema.get("properties") or {}).items():
+        kind, item_kind = _kind(prop)
+        out.append(SheetField(name, str(prop.get("title") or name), kind, name in required, item_kind))
+    return out
+
+
+def squash(text: str) -> str:
+    """A header or field name as compared: lower case without spaces, underscores or hyphens."""
+    return _SQUASH.sub("", text).casefold()
+
+
+def match_columns(fields: Iterable[SheetField], columns: Sequence[str]) -> dict[str, int | None]:
+    """Each field's column index (or ``None``): first every field whose name a header spells, then the
+    others by title, each column used once (a "body" column is the field ``body``, not the field
+    titled "Body" next to it)."""
+    fields = list(fields)
+    index: dict[str, int] = {}
+    for i, column in enumerate(columns):
+        index.setdefault(squash(column), i)
+    chosen: dict[str, int | None] = {f.name: index.get(squash(f.name)) for f in fields}
+    used = {i for i in chosen.values() if i is not None}
+    for f in fields:
+        if chosen[f.name] is None:
+            by_title = index.get(squash(f.title))
+            if by_title is not None and by_title not in used:
+                chosen[f.name] = by_title
+                used.add(by_title)
+    return chosen
+
+
+# --- cells to JSON -----------------------------------------------------------------------------------
+
+
+def cell_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    return str(value).strip()
+
+
+def _number(value: Any, whole: bool) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return int(value) if whole and float(value).is_integer() else value
+    text = cell_text(value)
+    try:
+        number = float(text) if not whole else int(text)
+    except ValueError:
+        try:
+            as_float = float(text)
+        except ValueError:
+            return text  # the schema says what is wrong with it
+        return int(as_float) if whole and as_float.is_integer() else text
+    return number
+
+
+def _boolean(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    word = cell_text(value).casefold()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    return cell_text(value)
+
+
+def convert(f: SheetField, value: Any) -> Any:
+    """One cell as the JSON value of field ``f``; ``None`` for an empty cell (the field is left out)."""
+    if value is None or (isinstance(value, str) and value == ""):
+        return None
+    if f.kind == "integer":
+        return _number(value, True)
+    if f.kind == "number":
+        return _number(value, False)
+    if f.kind == "boolean":
+        return _boolean(value)
+    if f.kind in ("array", "files"):
+        parts = [p for p in _LIST_SPLIT.split(cell_text(value)) if p]
+        if f.item_kind == "integer":
+            return [_number(p, True) for p in parts]
+        if f.item_kind == "number":
+            return [_number(p, False) for p in parts]
+        return parts
+    if f.kind == "object":
+        try:
+            return json.loads(cell_text(value))
+        except ValueError:
+            return cell_text(value)
+    return cell_text(value)
+
+
+def row_input(
+    fields: Sequence[SheetField], cells: Sequence[Any], mapping: dict[str, int | None]
+) -> dict[str, Any]:
+    """The ``input_data`` of one row: each mapped field's converted cell, empty cells left out."""
+    data: dict[str, Any] = {}
+    for f in fields:
+        column = mapping.get(f.name)
+        if column is None or column >= len(cells):
+            continue
+        value = convert(f, cells[column])
+        if value is not None:
+            data[f.name] = value
+    return data

@@ -1,0 +1,108 @@
+"""``/api/batches``: start a batch (one job per row), read it with its counts and jobs, list them, retry
+its failed rows — through :mod:`app.actions.batches`, like the batch pages.
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from litestar import Controller, Request, Response, get, post
+from litestar.params import FromPath, JSONBody
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import batches
+from app.actions import batches as batch_actions
+from app.auth import requires_user
+from app.errors import Conflict
+from app.web import DbSession
+from app.web.deps import actor_of, keep_refusal
+
+JOB_FIELDS = ("id", "row", "status", "title", "attempts", "max_attempts", "error_message", "completed_at")
+
+
+@dataclass
+class BatchCreate:
+    """``type``: a job type you may submit; ``rows``: one ``input_data`` object per job (at most 10,000);
+    ``name``: optional, shown on the batch page."""
+
+    type: Any = None
+    rows: Any = field(default_factory=list)
+    name: Any = None
+
+
+def batch_json(view: batches.BatchView, jobs: list[Any] | None = None) -> dict[str, Any]:
+    """The API shape of a batch: ``{id, type, status, total, counts: {<status>: n}, jobs: […]}`` and more."""
+    row = view.row
+    body: dict[str, Any] = {
+        "id": row["id"],
+        "type": row["type"],
+        "name": row["name"],
+        "status": view.status,
+        "finished": view.finished,
+        "total": row["total"],
+        "done": view.done,
+        "progress": view.percent,
+        "counts": {s: view.counts.get(s, 0) for s in batches.STATUSES},
+        "source": row["source"],
+        "user_id": row["user_id"],
+        "created_at": row["created_at"],
+    }
+    if jobs is not None:
+        body["jobs"] = [{k: j[k] for k in JOB_FIELDS} for j in jobs]
+    return body
+
+
+async def full_json(db: AsyncSession, batch_id: Any, user: Any) -> dict[str, Any]:
+    view = await batches.get(db, batch_id, user)
+    return batch_json(view, await batches.jobs_of(db, view.id))
+
+
+class BatchesApiController(Controller):
+    """``/api/batches``: create, read, list, retry failed rows."""
+
+    path = "/api/batches"
+    guards = [requires_user]
+    tags = ["batches"]
+
+    @post("/", name="api.batches.create", status_code=201)
+    async def create(
+        self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[BatchCreate]
+    ) -> dict[str, Any]:
+        """Start one job of ``type`` per row. Every row is checked first; any problem is a 422 naming
+        each bad row's field (``rows[3].url``) and nothing is created. Over your limits: 429, whole."""
+        name = data.name if isinstance(data.name, str) else None
+        row, _ = await batch_actions.submit(db_session, actor_of(request), data.type, data.rows, name=name)
+        return await full_json(db_session, row["id"], request.user)
+
+    @get("/", name="api.batches.list")
+    async def list_batches(self, request: Request[Any, Any, Any], db_session: DbSession) -> dict[str, Any]:
+        """Your latest 50 batches, newest first (without their jobs)."""
+        rows = await batches.list_for(db_session, request.user)
+        items = [batch_json(await batches.get(db_session, r["id"], request.user)) for r in rows]
+        return {"items": items}
+
+    @get("/{batch_id:str}", name="api.batches.get")
+    async def get_batch(
+        self, request: Request[Any, Any, Any], db_session: DbSession, batch_id: FromPath[str]
+    ) -> dict[str, Any]:
+        """The batch's status (derived from its jobs), counts by status, and every job in row order."""
+        return await full_json(db_session, batch_id, request.user)
+
+    @post("/{batch_id:str}/retry-failed", name="api.batches.retry_failed", status_code=200)
+    async def retry_failed(
+        self, request: Request[Any, Any, Any], db_session: DbSession, batch_id: FromPath[str]
+    ) -> Response[dict[str, Any]]:
+        """Give every failed row a fresh set of attempts (owner or admin); ``{"retried": n, "message",
+        "batch": …}``. 409 when no row has failed."""
+        outcome = await batch_actions.retry_failed(db_session, actor_of(request), batch_id)
+        if outcome.status_code == 409:
+            await keep_refusal(db_session, 409)
+            raise Conflict(outcome.message)
+        body = {
+            "retried": outcome.retried,
+            "skipped": outcome.skipped,
+            "message": outcome.message,
+            "batch": batch_json(await batches.get(db_session, outcome.batch_id, request.user)),
+        }
+        return Response(body, status_code=200)

@@ -1,0 +1,144 @@
+"""What the batch pages show: the spreadsheet form's mapping and its problems by row and column, and a
+batch's progress, counts by status and failed rows.
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import batches, spreadsheets
+from app.web import display
+from app.web.job_page import POLL
+
+FAILED_SHOWN = 100
+"""Failed rows listed on the page; the download has them all."""
+PREVIEW_ROWS = 5
+STATUS_WORDS = {
+    "queued": "Waiting",
+    "in_progress": "Running",
+    "waiting_approval": "Needs approval",
+    "completed": "Done",
+    "failed": "Failed",
+    "cancelled": "Cancelled",
+}
+STATUS_CSS = {
+    "queued": "waiting",
+    "in_progress": "running",
+    "waiting_approval": "approval",
+    "completed": "done",
+    "failed": "failed",
+    "cancelled": "cancelled",
+}
+BATCH_LABELS = {**display.PIPELINE_LABELS, "queued": "Waiting"}
+FAILED_ROWS = text(
+    """
+    SELECT id, row, title, error_message FROM (
+        SELECT id, status, title, error_message, row_number() OVER (ORDER BY id) AS row
+        FROM jobs WHERE batch_id = :id
+    ) j WHERE status = 'failed' ORDER BY id LIMIT :limit
+    """
+)
+_ROW_PATH = re.compile(r"^rows\[(\d+)\](?:\.([^.\[]+))?(.*)$")
+
+
+@dataclass
+class RowProblem:
+    """One problem of the spreadsheet, as the person sees it: the row number in their file, the column
+    (or "no column" when the field is not mapped), the field and what is wrong."""
+
+    row: int | None
+    column: str
+    field: str
+    message: str
+
+
+@dataclass
+class MappingStep:
+    """The mapping step: the file, its columns, each field's chosen column, a preview and problems."""
+
+    sheet_id: str
+    sheet_name: str
+    columns: list[str]
+    fields: list[spreadsheets.SheetField]
+    chosen: dict[str, int | None]
+    preview: list[list[str]]
+    row_count: int
+    problems: list[RowProblem] = field(default_factory=list)
+    more_problems: int = 0
+
+
+def mapping_view(
+    sheet_id: str,
+    sheet: spreadsheets.Sheet,
+    fields: list[spreadsheets.SheetField],
+    chosen: dict[str, int | None],
+) -> MappingStep:
+    preview = [[spreadsheets.cell_text(c) for c in cells] for _, cells in sheet.rows[:PREVIEW_ROWS]]
+    return MappingStep(sheet_id, sheet.name, sheet.columns, fields, chosen, preview, len(sheet.rows))
+
+
+def problems_of(
+    errors: Mapping[str, str],
+    numbers: Sequence[int],
+    fields: Sequence[spreadsheets.SheetField],
+    columns: Sequence[str],
+    chosen: Mapping[str, int | None],
+) -> list[RowProblem]:
+    """A batch's ``rows[i].<field>`` errors as problems by the file's row number and column."""
+    titles = {f.name: f.title for f in fields}
+    out = []
+    for path, message in errors.items():
+        match = _ROW_PATH.match(path)
+        if match is None:
+            out.append(RowProblem(None, "", "", message))
+            continue
+        index, name, rest = int(match.group(1)), match.group(2) or "", match.group(3)
+        column_index = chosen.get(name) if name else None
+        column = columns[column_index] if column_index is not None else ("no column chosen" if name else "")
+        label = titles.get(name, name) + rest
+        number = numbers[index] if index < len(numbers) else index + 1
+        out.append(RowProblem(number, column, label, message))
+    return out
+
+
+def batch_state(view: batches.BatchView) -> dict[str, Any]:
+    label = BATCH_LABELS.get(view.status, view.status)
+    if view.status == "failed" and not view.finished:
+        label = "Failed"
+    css = display.STATUS_CLASS.get(label, "waiting")
+    version = display.fingerprint(view.status, sorted(view.counts.items()))
+    return {"label": label, "css": css, "finished": view.finished, "version": version}
+
+
+async def batch_context(db: AsyncSession, batch_id: Any, user: Any, **kw: Any) -> dict[str, Any]:
+    """What ``batches/_status.html`` shows."""
+    view = await batches.get(db, batch_id, user)
+    state = batch_state(view)
+    failed = []
+    if view.counts.get("failed"):
+        params = {"id": view.id, "limit": FAILED_SHOWN}
+        failed = list((await db.execute(FAILED_ROWS, params)).mappings().all())
+    counts = [
+        {"status": s, "label": STATUS_WORDS[s], "css": STATUS_CSS[s], "n": view.counts.get(s, 0)}
+        for s in batches.STATUSES
+        if view.counts.get(s, 0)
+    ]
+    return {
+        "batch": view.row,
+        "view": view,
+        "state": state,
+        "counts": counts,
+        "failed": failed,
+        "failed_more": max(0, view.counts.get("failed", 0) - len(failed)),
+        "can_retry": bool(view.counts.get("failed")),
+        "poll_url": None if view.finished else f"/batches/{view.id}/status?v={state['version']}",
+        "poll": POLL,
+        "notice": kw.get("notice"),
+        "notice_ok": kw.get("notice_ok", True),
+    }

@@ -1,0 +1,341 @@
+"""Batch pages: "Run for each row of a spreadsheet", "One job per file", and a batch's page.
+
+* ``GET /batches`` — your latest batches with their status and progress.
+* ``GET /batches/new/{type}`` — upload a CSV or XLSX (or, for a type with a file field, many files).
+* ``POST /batches/new/{type}`` — three steps in one form: a new spreadsheet is read (its problems are
+  a 422 on the file) and stored as the person's upload, then its columns are matched to the type's
+  fields and shown with a select per field (200); "Check and start" converts every row, checks them
+  all, and either lists each problem by row and column (422, nothing created) or starts the batch
+  (303 to its page). A corrected file can be uploaded on the same page. Many files given to
+  ``files`` start one job per file.
+* ``GET /batches/{id}`` — progress, counts by status, failed rows and why; ``/status?v=…`` is its
+  polled fragment (204 while unchanged, 286 once finished); ``POST /batches/{id}/retry-failed``;
+  ``GET /batches/{id}/results.csv`` and ``/results.zip`` — the downloads (:mod:`app.web.batch_downloads`).
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+import uuid
+from typing import Annotated, Any
+
+from litestar import Controller, Request, Response, get, post
+from litestar.params import FromPath, QueryParameter
+from litestar.response import Redirect, Stream, Template
+
+from app import batches, spreadsheets
+from app.actions import access
+from app.actions import batches as batch_actions
+from app.actions.files import store_upload
+from app.auth import requires_user
+from app.errors import BadInput, RateLimited
+from app.jobs.types import file_fields
+from app.processors import ProcessorSpec, registry
+from app.web import DbSession, is_htmx, render
+from app.web.batch_downloads import csv_chunks, zip_chunks
+from app.web.batch_page import batch_context, batch_state, mapping_view, problems_of
+from app.web.deps import actor_of, file_store, poll_status, settings_of, unchanged
+
+FORM_ERROR = "_form"
+
+
+def _is_upload(value: Any) -> bool:
+    return hasattr(value, "filename") and hasattr(value, "file") and bool(getattr(value, "filename", ""))
+
+
+def _form_key(value: Any) -> str:
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        return str(uuid.uuid4())
+
+
+def _file_field(spec: ProcessorSpec) -> str | None:
+    """The type's one-file field, if it has one: many files dropped there start one job each."""
+    single = [name for name, kind in file_fields(spec.input_model).items() if kind == "file"]
+    return single[0] if single else None
+
+
+def _chosen(form: Any, fields: list[spreadsheets.SheetField], columns: list[str]) -> dict[str, int | None]:
+    out: dict[str, int | None] = {}
+    for f in fields:
+        raw = str(form.get(f"map.{f.name}") or "")
+        out[f.name] = int(raw) if raw.isdigit() and int(raw) < len(columns) else None
+    return out
+
+
+class BatchesController(Controller):
+    """``/batches``: the spreadsheet and many-files forms, batch pages, their fragment and downloads."""
+
+    path = "/batches"
+    guards = [requires_user]
+    include_in_schema = False
+
+    def _context(self, request: Request[Any, Any, Any], spec: ProcessorSpec, **kw: Any) -> dict[str, Any]:
+        return {
+            "spec": spec,
+            "fields": spreadsheets.fields_of(spec.input_model),
+            "file_field": _file_field(spec),
+            "form_key": kw.pop("form_key", None) or str(uuid.uuid4()),
+            "max_rows": batches.MAX_ROWS,
+            "upload_limit": settings_of(request).upload_max_bytes,
+            "errors": {},
+            "step": None,
+            "name": "",
+            **kw,
+        }
+
+    @get("/", name="batches.list")
+    async def batches_list(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
+        """Your latest batches, newest first, with their status and progress."""
+        rows = await batches.list_for(db_session, request.user)
+        items = []
+        for row in rows:
+            view = await batches.get(db_session, row["id"], request.user)
+            items.append({"batch": row, "view": view, "state": batch_state(view)})
+        return render(request, "batches/list.html", {"items": items})
+
+    @get("/new/{type_name:str}", name="batches.new")
+    async def new_batch(self, request: Request[Any, Any, Any], type_name: FromPath[str]) -> Template:
+        """The upload form for ``type_name``."""
+        spec = access.page_spec(request.user, type_name)
+        return render(request, "batches/new.html", self._context(request, spec))
+
+    @post("/new/{type_name:str}", name="batches.create", status_code=200)
+    async def create_batch(
+        self, request: Request[Any, Any, Any], db_session: DbSession, type_name: FromPath[str]
+    ) -> Template | Redirect:
+        """Read a spreadsheet, map it, check it, start it — or start one job per uploaded file."""
+        spec = access.page_spec(request.user, type_name)
+        form = await request.form()
+        ctx = self._context(
+            request, spec, form_key=_form_key(form.get("_form_key")), name=str(form.get("_name") or "")[:200]
+        )
+        sheet_upload = form.get("sheet")
+        files = [u for u in form.getall("files", []) if _is_upload(u)]
+        if _is_upload(sheet_upload):
+            return await self._read_sheet(request, db_session, spec, sheet_upload, ctx)
+        if files:
+            return await self._per_file(request, db_session, spec, files, ctx)
+        if form.get("sheet_id"):
+            return await self._start_sheet(request, db_session, spec, form, ctx)
+        ctx["errors"] = {"file": "Choose a CSV or XLSX file first."}
+        return render(request, "batches/new.html", ctx, status_code=422)
+
+    async def _load_sheet(
+        self, request: Request[Any, Any, Any], db_session: Any, sheet_id: Any
+    ) -> tuple[str, spreadsheets.Sheet] | None:
+        found = await file_store(request).owned_files(
+            await db_session.connection(), request.user.id, [sheet_id]
+        )
+        stored = next(iter(found.values()), None)
+        if stored is None:
+            return None
+        data = stored.path.read_bytes()
+        return str(stored.row["id"]), spreadsheets.read(data, str(stored.row["name"]))
+
+    async def _read_sheet(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: Any,
+        spec: ProcessorSpec,
+        upload: Any,
+        ctx: dict[str, Any],
+    ) -> Template:
+        settings = settings_of(request)
+        data = await upload.read()
+        if len(data) > settings.upload_max_bytes:
+            ctx["errors"] = {"file": "This file is larger than you can upload."}
+            return render(request, "batches/new.html", ctx, status_code=413)
+        try:
+            sheet = spreadsheets.read(data, upload.filename or "spreadsheet.csv")
+        except BadInput as exc:
+            ctx["errors"] = {"file": exc.errors.get("file") or exc.detail}
+            return render(request, "batches/new.html", ctx, status_code=422)
+        await upload.seek(0)
+        try:
+            row, problem, _ = await store_upload(
+                upload,
+                await db_session.connection(),
+                file_store(request),
+                user_id=request.user.id,
+                max_bytes=settings.upload_max_bytes,
+                person=request.user,
+                settings=settings,
+            )
+        except RateLimited as exc:
+            row, problem = None, exc.detail
+        if row is None:
+            ctx["errors"] = {"file": problem or "This file could not be stored."}
+            return render(request, "batches/new.html", ctx, status_code=422)
+        fields = ctx["fields"]
+        # A new key for each file read: a double click on "start" makes one batch, and the same form
+        # used again with another file (the back button) makes a new one.
+        ctx["form_key"] = str(uuid.uuid4())
+        ctx["step"] = mapping_view(
+            str(row["id"]), sheet, fields, spreadsheets.match_columns(fields, sheet.columns)
+        )
+        if not ctx["name"]:
+            ctx["name"] = f"{spec.title} — {sheet.name}"[:200]
+        return render(request, "batches/new.html", ctx)
+
+    async def _start_sheet(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: Any,
+        spec: ProcessorSpec,
+        form: Any,
+        ctx: dict[str, Any],
+    ) -> Template | Redirect:
+        try:
+            loaded = await self._load_sheet(request, db_session, form.get("sheet_id"))
+        except BadInput as exc:
+            loaded, ctx["errors"] = None, {"file": exc.detail}
+        if loaded is None:
+            ctx["errors"] = ctx["errors"] or {"file": "That spreadsheet is no longer here. Upload it again."}
+            return render(request, "batches/new.html", ctx, status_code=422)
+        sheet_id, sheet = loaded
+        fields = ctx["fields"]
+        chosen = _chosen(form, fields, sheet.columns)
+        step = ctx["step"] = mapping_view(sheet_id, sheet, fields, chosen)
+        rows = [spreadsheets.row_input(fields, cells, chosen) for _, cells in sheet.rows]
+        numbers = [n for n, _ in sheet.rows]
+        try:
+            async with db_session.begin_nested():
+                batch, _ = await batch_actions.submit(
+                    db_session,
+                    actor_of(request),
+                    spec.type,
+                    rows,
+                    name=ctx["name"],
+                    source=f"spreadsheet {sheet.name}",
+                    row_numbers=numbers,
+                    form_key=ctx["form_key"],
+                )
+        except BadInput as exc:
+            step.problems = problems_of(
+                exc.errors or {"": exc.detail}, numbers, fields, sheet.columns, chosen
+            )
+            ctx["errors"] = {FORM_ERROR: "Nothing was started: fix these rows, or choose other columns."}
+            return render(request, "batches/new.html", ctx, status_code=422)
+        except RateLimited as exc:
+            ctx["errors"] = {FORM_ERROR: exc.detail}
+            return render(request, "batches/new.html", ctx, status_code=429)
+        return Redirect(f"/batches/{batch['id']}", status_code=303)
+
+    async def _per_file(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: Any,
+        spec: ProcessorSpec,
+        uploads: list[Any],
+        ctx: dict[str, Any],
+    ) -> Template | Redirect:
+        field = ctx["file_field"]
+        settings = settings_of(request)
+        if field is None:
+            ctx["errors"] = {"files": "This job type takes no file."}
+            return render(request, "batches/new.html", ctx, status_code=422)
+        if len(uploads) > batches.MAX_ROWS:
+            ctx["errors"] = {"files": f"At most {batches.MAX_ROWS:,} files at once."}
+            return render(request, "batches/new.html", ctx, status_code=422)
+        try:
+            async with db_session.begin_nested():
+                rows = []
+                for upload in uploads:
+                    row, problem, _ = await store_upload(
+                        upload,
+                        await db_session.connection(),
+                        file_store(request),
+                        user_id=request.user.id,
+                        max_bytes=settings.upload_max_bytes,
+                        person=request.user,
+                        settings=settings,
+                    )
+                    if row is None:
+                        raise BadInput.field("files", f"{upload.filename}: {problem}")
+                    rows.append({field: str(row["id"])})
+                batch, _ = await batch_actions.submit(
+                    db_session,
+                    actor_of(request),
+                    spec.type,
+                    rows,
+                    name=ctx["name"] or f"{spec.title} — {len(rows)} files",
+                    source="files",
+                    form_key=ctx["form_key"],
+                )
+        except (BadInput, RateLimited) as exc:
+            detail = exc.detail
+            if isinstance(exc, BadInput) and exc.errors:
+                detail = "; ".join(f"{p}: {m}" for p, m in list(exc.errors.items())[:5])
+            ctx["errors"] = {"files": detail}
+            return render(request, "batches/new.html", ctx, status_code=exc.status_code)
+        return Redirect(f"/batches/{batch['id']}", status_code=303)
+
+    @get("/{batch_id:str}", name="batches.detail")
+    async def batch_page(
+        self, request: Request[Any, Any, Any], db_session: DbSession, batch_id: FromPath[str]
+    ) -> Template:
+        ctx = await batch_context(db_session, batch_id, request.user)
+        return render(request, "batches/detail.html", ctx, fragment="batches/_status.html")
+
+    @get("/{batch_id:str}/status", name="batches.status")
+    async def batch_status(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        batch_id: FromPath[str],
+        v: Annotated[str | None, QueryParameter()] = None,
+    ) -> Template | Response[Any]:
+        """The polled fragment: 204 while unchanged; 286 with the final state once finished."""
+        ctx = await batch_context(db_session, batch_id, request.user)
+        if not is_htmx(request):
+            return render(request, "batches/detail.html", ctx)
+        finished = ctx["state"]["finished"]
+        quiet = unchanged(v, ctx["state"]["version"], finished)
+        if quiet is not None:
+            return quiet
+        return render(request, "batches/_status.html", ctx, status_code=poll_status(finished))
+
+    @post("/{batch_id:str}/retry-failed", name="batches.retry_failed", status_code=200)
+    async def retry_failed(
+        self, request: Request[Any, Any, Any], db_session: DbSession, batch_id: FromPath[str]
+    ) -> Template:
+        outcome = await batch_actions.retry_failed(db_session, actor_of(request), batch_id)
+        ctx = await batch_context(
+            db_session, outcome.batch_id, request.user, notice=outcome.message, notice_ok=outcome.retried > 0
+        )
+        name = "batches/_status.html" if is_htmx(request) else "batches/detail.html"
+        return render(request, name, ctx)
+
+    async def _download_parts(
+        self, request: Request[Any, Any, Any], db_session: Any, batch_id: str
+    ) -> tuple[Any, list[str]]:
+        row = await batches.load(db_session, batch_id, request.user)
+        spec = registry.get(row["type"])
+        fields = [f.name for f in spreadsheets.fields_of(spec.input_model)] if spec else []
+        return row, fields
+
+    @get("/{batch_id:str}/results.csv", name="batches.results_csv")
+    async def results_csv(
+        self, request: Request[Any, Any, Any], db_session: DbSession, batch_id: FromPath[str]
+    ) -> Stream:
+        """Every row's input, status, result and error as CSV (owner or admin), streamed."""
+        row, fields = await self._download_parts(request, db_session, batch_id)
+        return Stream(
+            csv_chunks(request.app.state.engine, row["id"], fields),
+            media_type="text/csv; charset=utf-8",
+            headers={"Content-Disposition": f'attachment; filename="batch-{row["id"]}-results.csv"'},
+        )
+
+    @get("/{batch_id:str}/results.zip", name="batches.results_zip")
+    async def results_zip(
+        self, request: Request[Any, Any, Any], db_session: DbSession, batch_id: FromPath[str]
+    ) -> Stream:
+        """``results.csv`` and every file the rows produced, in one zip (owner or admin), streamed."""
+        row, fields = await self._download_parts(request, db_session, batch_id)
+        chunks = zip_chunks(request.app.state.engine, file_store(request), row["id"], row["user_id"], fields)
+        return Stream(
+            chunks,
+            media_type="application/zip",
+            headers={"Content-Disposition": f'attachment; filename="batch-{row["id"]}-results.zip"'},
+        )

@@ -1,0 +1,236 @@
+"""Spreadsheets read into job input (CSV with a byte-order mark, semicolons, XLSX made here with openpyxl,
+headers matched by title, empty rows, the row limit), and the "Run for each row" pages: upload, map,
+every problem listed by row and column with nothing created, then the batch started."""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import Any
+
+import asyncpg
+import pytest
+from litestar.testing import AsyncTestClient
+
+from app import spreadsheets
+from app.errors import BadInput
+from app.processors import registry
+from app.web.batch_downloads import csv_line
+from tests.support.webkit import csrf_from, sign_in_as
+
+HTTP_FIELDS = spreadsheets.fields_of(registry.get("http.request").input_model)  # type: ignore[union-attr]
+
+
+def inputs(sheet: spreadsheets.Sheet) -> list[dict[str, Any]]:
+    mapping = spreadsheets.match_columns(HTTP_FIELDS, sheet.columns)
+    return [spreadsheets.row_input(HTTP_FIELDS, cells, mapping) for _, cells in sheet.rows]
+
+
+def test_a_csv_with_a_byte_order_mark_and_semicolons_matches_headers_by_title() -> None:
+    data = "\ufeffAddress (URL);METHOD;Time limit (seconds)\r\nhttp://a/;post;2,5\r\n;;\r\n\r\nhttp://b/;GET;7\r\n"
+    sheet = spreadsheets.read(data.encode("utf-8"), "list.csv")
+    assert sheet.columns == ["Address (URL)", "METHOD", "Time limit (seconds)"]
+    assert [n for n, _ in sheet.rows] == [2, 5]  # empty rows skipped; numbers as a spreadsheet shows them
+    rows = inputs(sheet)
+    assert rows[1] == {"url": "http://b/", "method": "GET", "timeout": 7.0}
+    assert rows[0]["url"] == "http://a/" and rows[0]["timeout"] == "2,5"  # left for the schema to judge
+
+
+def test_a_comma_csv_in_windows_1252_with_quoted_commas() -> None:
+    data = 'url,body\n"http://a/","café, crème"\n'.encode("cp1252")
+    sheet = spreadsheets.read(data, "x.csv")
+    assert inputs(sheet) == [{"url": "http://a/", "body": "café, crème"}]
+
+
+def test_an_xlsx_made_with_openpyxl_reads_typed_cells() -> None:
+    from openpyxl import Workbook
+
+    book = Workbook()
+    ws = book.active
+    assert ws is not None
+    ws.append(["URL", "Timeout", None])
+    ws.append(["http://a/", 3, None])
+    ws.append([None, None, None])
+    ws.append(["http://b/", 4.0, "extra"])
+    out = io.BytesIO()
+    book.save(out)
+    sheet = spreadsheets.read(out.getvalue(), "book.xlsx")
+    assert sheet.columns == ["URL", "Timeout"]  # a cell beyond the last named column is left out
+    assert inputs(sheet) == [{"url": "http://a/", "timeout": 3}, {"url": "http://b/", "timeout": 4}]
+    assert [n for n, _ in sheet.rows] == [2, 4]
+
+
+def test_too_many_rows_and_unreadable_files_are_clear_errors() -> None:
+    data = ("url\n" + "http://a/\n" * 11).encode()
+    with pytest.raises(BadInput) as exc:
+        spreadsheets.read(data, "big.csv", max_rows=10)
+    assert "more than 10 rows" in exc.value.errors["file"]
+    assert len(spreadsheets.read(data[: -len("http://a/\n")], "ok.csv", max_rows=10).rows) == 10
+    for bad, why in (
+        (b"PK\x03\x04garbage", "XLSX"),
+        (b"", "empty"),
+        (b"url\n", "no rows"),
+        (b"\x00\x01\x02", "binary"),
+    ):
+        with pytest.raises(BadInput) as exc:
+            spreadsheets.read(bad, "f.xlsx" if why == "XLSX" else "f.csv")
+        assert exc.value.errors["file"], why
+
+
+def test_cells_convert_to_the_fields_types() -> None:
+    fields = {f.name: f for f in spreadsheets.fields_of(registry.get("email.send").input_model)}  # type: ignore[union-attr]
+    assert spreadsheets.convert(fields["to"], "a@x.org; b@x.org\nc@x.org") == [
+        "a@x.org",
+        "b@x.org",
+        "c@x.org",
+    ]
+    assert spreadsheets.convert(fields["subject"], 12.0) == "12"
+    assert spreadsheets.convert(fields["subject"], "") is None
+    flag = spreadsheets.SheetField("f", "F", "boolean", False)
+    assert [spreadsheets.convert(flag, v) for v in ("Yes", "no", "1", "maybe")] == [
+        True,
+        False,
+        True,
+        "maybe",
+    ]
+
+
+def test_a_result_cell_cannot_become_a_formula() -> None:
+    assert csv_line(["=HYPERLINK(1)", "+1", "ok"]) == b"'=HYPERLINK(1),'+1,ok\r\n"
+
+
+# --- the pages ---------------------------------------------------------------------------------------------
+
+
+def _post_file(name: str, data: bytes) -> dict[str, Any]:
+    return {"sheet": (name, data, "text/csv")}
+
+
+async def test_upload_map_see_problems_by_row_and_column_then_start(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    await sign_in_as(client, db_url, "ann@example.com")
+    form = await client.get("/jobs/new/http.request")
+    assert (
+        'href="/batches/new/http.request"' in form.text and "Run for each row of a spreadsheet" in form.text
+    )
+    page = await client.get("/batches/new/http.request")
+    assert page.status_code == 200
+    token = csrf_from(page.text)
+    key = re.search(r'name="_form_key" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+
+    bad = b"Web address,Verb\nhttp://127.0.0.1:9/a,GET\nftp://nowhere/b,GET\nhttp://127.0.0.1:9/c,FETCH\n"
+    mapped = await client.post(
+        "/batches/new/http.request",
+        data={"_csrf_token": token, "_form_key": key},
+        files=_post_file("a.csv", bad),
+    )
+    assert mapped.status_code == 200, mapped.text
+    assert "3 rows" in mapped.text
+    sheet_id = re.search(r'name="sheet_id" value="([^"]+)"', mapped.text).group(1)  # type: ignore[union-attr]
+    # "Web address" matches no field by name or title: the person chooses it
+    assert re.search(r'<option value=""\s+selected>', mapped.text)
+
+    start = {"_csrf_token": token, "_form_key": key, "sheet_id": sheet_id, "map.url": "0", "map.method": "1"}
+    refused = await client.post("/batches/new/http.request", data=start)
+    assert refused.status_code == 422
+    problems = re.findall(
+        r'<tr class="row-problem"><td>(\d+)</td><td>([^<]*)</td><td>([^<]*)</td>', refused.text
+    )
+    assert problems == [("3", "Web address", "Address (URL)"), ("4", "Verb", "Method")]
+    assert "Nothing was started" in refused.text
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
+
+    fixed = (
+        b"Web address,Verb\nhttp://127.0.0.1:9/a,GET\nhttp://127.0.0.1:9/b,GET\nhttp://127.0.0.1:9/c,POST\n"
+    )
+    again = await client.post(
+        "/batches/new/http.request",
+        data={"_csrf_token": token, "_form_key": key},
+        files=_post_file("b.csv", fixed),
+    )
+    sheet_id = re.search(r'name="sheet_id" value="([^"]+)"', again.text).group(1)  # type: ignore[union-attr]
+    start["_form_key"] = re.search(r'name="_form_key" value="([^"]+)"', again.text).group(1)  # type: ignore[union-attr]
+    done = await client.post(
+        "/batches/new/http.request", data={**start, "sheet_id": sheet_id}, follow_redirects=False
+    )
+    assert done.status_code == 303, done.text
+    url = done.headers["location"]
+    assert await pg.fetchval("SELECT count(*) FROM jobs WHERE batch_id IS NOT NULL") == 3
+    # the same form sent twice (a double click) makes one batch
+    twice = await client.post(
+        "/batches/new/http.request", data={**start, "sheet_id": sheet_id}, follow_redirects=False
+    )
+    assert twice.headers["location"] == url
+    assert await pg.fetchval("SELECT count(*) FROM batches") == 1
+
+    batch = await client.get(url)
+    assert batch.status_code == 200 and "Waiting: <strong>3</strong>" in batch.text
+    version = re.search(r"/status\?v=([0-9a-f]+)", batch.text).group(1)  # type: ignore[union-attr]
+    quiet = await client.get(f"{url}/status?v={version}", headers={"HX-Request": "true"})
+    assert quiet.status_code == 204
+    first = await pg.fetchval("SELECT min(id::text)::uuid FROM jobs")
+    await pg.execute(
+        "UPDATE jobs SET status = 'failed', attempts = max_attempts, completed_at = now(), "
+        "error_message = 'Connection refused by 127.0.0.1:9' WHERE id = $1",
+        first,
+    )
+    await pg.execute(
+        "UPDATE jobs SET status = 'completed', completed_at = now(), result_data = '{}' WHERE id <> $1", first
+    )
+    final = await client.get(f"{url}/status?v={version}", headers={"HX-Request": "true"})
+    assert final.status_code == 286 and "Done: <strong>2</strong>" in final.text
+    assert "Failed: <strong>1</strong>" in final.text and "Connection refused by 127.0.0.1:9" in final.text
+    assert "row 2</a>" in final.text  # the file's own row number (the header is row 1)
+    retried = await client.post(
+        f"{url}/retry-failed", data={"_csrf_token": token}, headers={"HX-Request": "true"}
+    )
+    assert retried.status_code == 200 and "Retrying 1 failed row" in retried.text
+    assert "Waiting: <strong>1</strong>" in retried.text and 'hx-get="' in retried.text  # polling again
+    listed = await client.get("/batches")
+    assert listed.status_code == 200 and f'href="{url}"' in listed.text and "66%" in listed.text
+
+
+async def test_an_unreadable_sheet_and_another_persons_sheet_id_are_refused(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    await sign_in_as(client, db_url, "ann@example.com")
+    page = await client.get("/batches/new/http.request")
+    token = csrf_from(page.text)
+    r = await client.post(
+        "/batches/new/http.request", data={"_csrf_token": token}, files=_post_file("a.csv", b"url\n")
+    )
+    assert r.status_code == 422 and "no rows below it" in r.text
+    bob = await pg.fetchval(
+        "INSERT INTO users (email, password_hash) VALUES ('bob@example.com', 'x') RETURNING id"
+    )
+    fid = await pg.fetchval(
+        "INSERT INTO files (id, user_id, name, content_type, size, sha256) "
+        "VALUES (gen_random_uuid(), $1, 'b.csv', 'text/csv', 4, '') RETURNING id",
+        bob,
+    )
+    other = await client.post(
+        "/batches/new/http.request", data={"_csrf_token": token, "sheet_id": str(fid), "map.url": "0"}
+    )
+    assert other.status_code == 422 and "Upload it again" in other.text
+
+
+async def test_many_files_dropped_on_a_file_field_start_one_job_each(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    await sign_in_as(client, db_url, "ann@example.com")
+    page = await client.get("/batches/new/report.csv_check")
+    assert 'name="files" multiple' in page.text
+    token = csrf_from(page.text)
+    files = [("files", (f"t{i}.csv", f"a,b\n{i},2\n".encode(), "text/csv")) for i in range(3)]
+    r = await client.post(
+        "/batches/new/report.csv_check", data={"_csrf_token": token}, files=files, follow_redirects=False
+    )
+    assert r.status_code == 303, r.text
+    rows = await pg.fetch(
+        "SELECT j.input_data->>'file' AS file, f.name, f.user_id = j.user_id AS same_owner FROM jobs j "
+        "JOIN files f ON f.id = (j.input_data->>'file')::uuid WHERE j.batch_id IS NOT NULL ORDER BY j.id"
+    )
+    assert [x["name"] for x in rows] == ["t0.csv", "t1.csv", "t2.csv"] and all(x["same_owner"] for x in rows)
+    # a type without a file field offers only the spreadsheet
+    assert 'name="files"' not in (await client.get("/batches/new/http.request")).text
