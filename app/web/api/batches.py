@@ -16,6 +16,7 @@ from app.actions import batches as batch_actions
 from app.auth import requires_user
 from app.errors import Conflict
 from app.web import DbSession
+from app.web.api.openapi import errors
 from app.web.deps import actor_of, keep_refusal
 
 JOB_FIELDS = ("id", "row", "status", "title", "attempts", "max_attempts", "error_message", "completed_at")
@@ -65,7 +66,7 @@ class BatchesApiController(Controller):
     guards = [requires_user]
     tags = ["batches"]
 
-    @post("/", name="api.batches.create", status_code=201)
+    @post("/", name="api.batches.create", responses=errors(401, 403, 413, 422, 429), status_code=201)
     async def create(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[BatchCreate]
     ) -> dict[str, Any]:
@@ -75,21 +76,26 @@ class BatchesApiController(Controller):
         row, _ = await batch_actions.submit(db_session, actor_of(request), data.type, data.rows, name=name)
         return await full_json(db_session, row["id"], request.user)
 
-    @get("/", name="api.batches.list")
+    @get("/", name="api.batches.list", responses=errors(401, 422))
     async def list_batches(self, request: Request[Any, Any, Any], db_session: DbSession) -> dict[str, Any]:
         """Your latest 50 batches, newest first (without their jobs)."""
         rows = await batches.list_for(db_session, request.user)
         items = [batch_json(await batches.get(db_session, r["id"], request.user)) for r in rows]
         return {"items": items}
 
-    @get("/{batch_id:str}", name="api.batches.get")
+    @get("/{batch_id:str}", name="api.batches.get", responses=errors(401, 404))
     async def get_batch(
         self, request: Request[Any, Any, Any], db_session: DbSession, batch_id: FromPath[str]
     ) -> dict[str, Any]:
         """The batch's status (derived from its jobs), counts by status, and every job in row order."""
         return await full_json(db_session, batch_id, request.user)
 
-    @post("/{batch_id:str}/retry-failed", name="api.batches.retry_failed", status_code=200)
+    @post(
+        "/{batch_id:str}/retry-failed",
+        name="api.batches.retry_failed",
+        responses=errors(401, 404, 409, 429),
+        status_code=200,
+    )
     async def retry_failed(
         self, request: Request[Any, Any, Any], db_session: DbSession, batch_id: FromPath[str]
     ) -> Response[dict[str, Any]]:

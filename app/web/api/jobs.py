@@ -279,7 +279,7 @@ class JobsApiController(Controller):
             "message": outcome.message,
         }
 
-    @get("/{job_id:str}", name="api.jobs.get", responses=errors(401, 404))
+    @get("/{job_id:str}", name="api.jobs.get", responses=errors(401, 404, 422))
     async def get_job(
         self,
         request: Request[Any, Any, Any],
