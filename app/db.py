@@ -472,6 +472,14 @@ async def read_rows(engine: AsyncEngine, statement: Any, params: dict[str, Any])
         return await fetch_dicts(conn, statement, params)
 
 
+async def write_rows(engine: AsyncEngine, statement: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run one writing ``text()`` statement on its own, in autocommit: the statement is its own transaction,
+    so everything it writes (its CTEs) and any ``pg_notify`` in it commit together or not at all, in one
+    round trip. Behind PgBouncer in transaction mode it is one exchange on one server connection, with
+    no prepared statement left behind, as for :func:`read_rows`."""
+    return await read_rows(engine, statement, params)
+
+
 async def _read_rows_bounded(
     engine: AsyncEngine, statement: Any, params: dict[str, Any]
 ) -> list[dict[str, Any]]:
