@@ -22,20 +22,20 @@ import threading
 import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import psutil
 import structlog
-from alembic import command as alembic_command
-from alembic.config import Config as AlembicConfig
-from alembic.script import ScriptDirectory
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
+
+if TYPE_CHECKING:
+    from alembic.config import Config as AlembicConfig
 
 from app.pooler import PoolerMode, connect_args, install, pooler_refusal, session_settings
 from app.settings import Settings, SettingsError, get_settings
@@ -302,6 +302,10 @@ def _reason(exc: BaseException) -> str:
 
 def alembic_config(url: str) -> AlembicConfig:
     """An Alembic ``Config`` pointing at ``migrations/`` and ``url``."""
+    # Alembic is imported where it is used: importing it costs about 0.3 s that the worker and most
+    # commands would pay at every start for migrations they do not run.
+    from alembic.config import Config as AlembicConfig
+
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
@@ -310,6 +314,8 @@ def alembic_config(url: str) -> AlembicConfig:
 
 def head_revision() -> str:
     """The newest migration's revision id."""
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory.from_config(alembic_config("postgresql+asyncpg://x@localhost/x"))
     heads = script.get_heads()
     assert len(heads) == 1, f"migrations have {len(heads)} heads: {heads}"
@@ -355,10 +361,14 @@ def migration_engine(url: str) -> AsyncEngine:
 
 
 def _upgrade_sync(url: str, revision: str) -> None:
+    from alembic import command as alembic_command
+
     alembic_command.upgrade(alembic_config(url), revision)
 
 
 def _downgrade_sync(url: str, revision: str) -> None:
+    from alembic import command as alembic_command
+
     alembic_command.downgrade(alembic_config(url), revision)
 
 
