@@ -119,7 +119,10 @@ def _validated(check: _TypeCheck, data: dict[str, Any], path: str) -> tuple[str,
     if check.has_files:
         normalized = model.model_dump(mode="json")
         return json_text(normalized), normalized
-    text = model.model_dump_json()
+    try:
+        text = model.model_dump_json()
+    except ValueError:  # something pydantic's encoder refuses (e.g. a lone surrogate a validator made)
+        return json_text(model.model_dump(mode="json")), None
     return (json_text(model.model_dump(mode="json")) if unstorable_json(text) else text), None
 
 
