@@ -22,20 +22,20 @@ import threading
 import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import psutil
 import structlog
-from alembic import command as alembic_command
-from alembic.config import Config as AlembicConfig
-from alembic.script import ScriptDirectory
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
+
+if TYPE_CHECKING:
+    from alembic.config import Config as AlembicConfig
 
 from app.pooler import PoolerMode, connect_args, install, pooler_refusal, session_settings
 from app.settings import Settings, SettingsError, get_settings
@@ -302,6 +302,10 @@ def _reason(exc: BaseException) -> str:
 
 def alembic_config(url: str) -> AlembicConfig:
     """An Alembic ``Config`` pointing at ``migrations/`` and ``url``."""
+    # Alembic is imported where it is used: importing it costs about 0.3 s that the worker and most
+    # commands would pay at every start for migrations they do not run.
+    from alembic.config import Config as AlembicConfig
+
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
@@ -310,6 +314,8 @@ def alembic_config(url: str) -> AlembicConfig:
 
 def head_revision() -> str:
     """The newest migration's revision id."""
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory.from_config(alembic_config("postgresql+asyncpg://x@localhost/x"))
     heads = script.get_heads()
     assert len(heads) == 1, f"migrations have {len(heads)} heads: {heads}"
@@ -355,10 +361,14 @@ def migration_engine(url: str) -> AsyncEngine:
 
 
 def _upgrade_sync(url: str, revision: str) -> None:
+    from alembic import command as alembic_command
+
     alembic_command.upgrade(alembic_config(url), revision)
 
 
 def _downgrade_sync(url: str, revision: str) -> None:
+    from alembic import command as alembic_command
+
     alembic_command.downgrade(alembic_config(url), revision)
 
 
@@ -470,6 +480,14 @@ async def read_rows(engine: AsyncEngine, statement: Any, params: dict[str, Any])
         return await _read_rows_bounded(engine, statement, params)
     async with autocommit_engine(engine).connect() as conn:
         return await fetch_dicts(conn, statement, params)
+
+
+async def write_rows(engine: AsyncEngine, statement: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run one writing ``text()`` statement on its own, in autocommit: the statement is its own transaction,
+    so everything it writes (its CTEs) and any ``pg_notify`` in it commit together or not at all, in one
+    round trip. Behind PgBouncer in transaction mode it is one exchange on one server connection, with
+    no prepared statement left behind, as for :func:`read_rows`."""
+    return await read_rows(engine, statement, params)
 
 
 async def _read_rows_bounded(

@@ -193,6 +193,9 @@ def configure_logging(settings: Settings, *, stream: TextIO | None = None, json:
             root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(base)
+    # Alembic announces each of its plugins at INFO when it is imported, and it is imported lazily (by the
+    # worker's schema check, after logging is set up): noise at every start, not news.
+    logging.getLogger("alembic.runtime.plugins").setLevel(max(base, logging.WARNING))
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         lg = logging.getLogger(name)
         lg.handlers.clear()

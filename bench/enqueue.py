@@ -53,15 +53,21 @@ async def reset(conn: asyncpg.Connection) -> None:
     await conn.execute("TRUNCATE jobs, job_events CASCADE")
 
 
-async def single_api(url: str, user_id: int, n: int) -> list[float]:
+async def single_api(url: str, user_id: int, n: int, *, in_transaction: bool = False) -> list[float]:
+    """``queue.enqueue`` given the engine (one autocommit statement), or with ``in_transaction`` given a
+    connection in ``engine.begin()`` (BEGIN, the statement, COMMIT)."""
     settings = load_settings(database_url=url)
     engine = create_engine(url, pool_size=1)
     times = []
     try:
         for i in range(n):
+            job = NewJob(type="noop", input_data={"i": i}, user_id=user_id)
             t = time.perf_counter()
-            async with engine.begin() as conn:
-                await queue.enqueue(conn, NewJob(type="noop", input_data={"i": i}, user_id=user_id), settings)
+            if in_transaction:
+                async with engine.begin() as conn:
+                    await queue.enqueue(conn, job, settings)
+            else:
+                await queue.enqueue(engine, job, settings)
             times.append(time.perf_counter() - t)
     finally:
         await engine.dispose()
@@ -200,6 +206,10 @@ async def main() -> None:
             raw = await single_raw(url, user_id, args.single)
             await reset(conn)
             api = await single_api(url, user_id, args.single)
+            await reset(conn)
+            in_tx = await single_api(url, user_id, args.single, in_transaction=True)
+            r["single_tx_per_s"] = len(in_tx) / sum(in_tx)
+            r["engine_over_tx"] = (len(api) / sum(api)) / r["single_tx_per_s"]
             r["single_raw_per_s"] = len(raw) / sum(raw)
             r["single_per_s"] = len(api) / sum(api)
             r["single_p50_ms"] = c.percentile(api, 50) * 1000
@@ -225,7 +235,16 @@ async def main() -> None:
     med = {k: c.median(r[k] for r in rounds) for k in rounds[0]}
     rows = [
         [
-            "single: queue.enqueue, own transaction",
+            "single: queue.enqueue(conn) in engine.begin()",
+            med["single_tx_per_s"],
+            float("nan"),
+            "raw INSERT",
+            med["single_raw_per_s"],
+            med["single_raw_p50_ms"],
+            med["single_tx_per_s"] / med["single_raw_per_s"],
+        ],
+        [
+            "single: queue.enqueue(engine), one statement",
             med["single_per_s"],
             med["single_p50_ms"],
             "raw INSERT",
@@ -266,8 +285,10 @@ async def main() -> None:
         c.kv_line(
             single_per_s=round(med["single_per_s"]),
             single_raw_per_s=round(med["single_raw_per_s"]),
-            http_per_s=round(med.get("http_per_s", float("nan"))),
-            http_p50_ms=round(med.get("http_p50_ms", float("nan")), 2),
+            single_tx_per_s=round(med["single_tx_per_s"]),
+            engine_over_tx=round(med["engine_over_tx"], 2),
+            http_per_s=round(med["http_per_s"]) if "http_per_s" in med else "n/a",
+            http_p50_ms=round(med["http_p50_ms"], 2) if "http_p50_ms" in med else "n/a",
             bulk_per_s=round(med["bulk_per_s"]),
             copy_per_s=round(med["copy_per_s"]),
             bulk_ratio=round(med["bulk_ratio"], 3),

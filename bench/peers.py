@@ -161,10 +161,10 @@ class Jobdesk(Peer):
         await throughput.enqueue_in_chunks(client, self.settings, self.user_id, n, self.job_type)
 
     async def enqueue_one(self, client: Any, tag: int) -> float:
-        async with client.begin() as conn:
-            await queue.enqueue(
-                conn, NewJob(type=self.job_type, input_data={"i": tag}, user_id=self.user_id), self.settings
-            )
+        # Given the engine, the enqueue commits on its own (one autocommit statement).
+        await queue.enqueue(
+            client, NewJob(type=self.job_type, input_data={"i": tag}, user_id=self.user_id), self.settings
+        )
         return time.time()
 
     def start_worker(self, stamp_file: Path, log_path: Path) -> subprocess.Popen[bytes]:

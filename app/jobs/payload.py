@@ -66,6 +66,10 @@ def _unstorable_json(text: str) -> bool:
     return not text.isascii() and _BAD_CHAR.search(text) is not None
 
 
+unstorable_json = _unstorable_json
+"""For callers that have JSON text from elsewhere (pydantic's own encoder) and must check it."""
+
+
 def text_problem(text: str) -> str | None:
     """Why ``text`` cannot be stored as it is (:data:`NUL_PROBLEM`, :data:`SURROGATE_PROBLEM`), or
     ``None`` — for checks that refuse input with a message naming the field."""

@@ -2,9 +2,11 @@
 
 Shape (River's producer/executor/completer split, without threads):
 
-* **claim loop** (here) — while slots are free, one claim takes as many due jobs as there are free slots
-  (``MAX_CONCURRENT_JOBS`` in all, half of them per claim); then it sleeps until a NOTIFY, the next
-  scheduled ``run_at``, or the poll interval (``JOB_PROCESSOR_POLL_INTERVAL``, only the fallback).
+* **claim loop** (here) — as soon as a slot frees, one claim takes as many due jobs as there are free
+  slots (``MAX_CONCURRENT_JOBS`` in all) plus room in a small buffer of claimed jobs ahead of the slots
+  (:mod:`app.worker.buffer`, at most one per slot), from which a freed slot starts its next job without
+  a round trip; then it sleeps until a NOTIFY, the next scheduled ``run_at``, or the poll interval
+  (``JOB_PROCESSOR_POLL_INTERVAL``, only the fallback).
 * **one task per job** — :class:`~app.worker.executor.Executor` runs the processor and turns whatever
   happens into an :class:`~app.jobs.queue.Outcome`.
 * **completer** (:mod:`app.worker.completer`) — records outcomes in batches, retrying through outages.
@@ -39,16 +41,17 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import __version__, alerts, controls, metrics
+from app import alerts, metrics
 from app.db import create_engine, is_transient
 from app.files import FileStore
 from app.jobs import queue
 from app.settings import Settings
-from app.worker import health
+from app.worker import health, lifecycle
+from app.worker.buffer import ClaimBuffer
 from app.worker.claiming import Claimer, wait_any
 from app.worker.completer import Completer, Tally
 from app.worker.executor import Executor, RunningJob
-from app.worker.faults import first_line, retrying
+from app.worker.faults import first_line
 from app.worker.keeper import LeaseKeeper
 from app.worker.leases import HeldJobs, JobChecks
 from app.worker.listener import Listener
@@ -75,6 +78,7 @@ class Worker:
     ``lease_margin``: a job whose lease could not be renewed is stopped this many seconds before the lease
     ends by the worker's clock (default: one heartbeat interval).
     ``job_types``: the types it claims (default: every type whose processor is installed).
+    ``buffer``: how many claimed jobs may wait for a slot (default and most: one per slot).
     """
 
     def __init__(
@@ -87,15 +91,16 @@ class Worker:
         concurrency: int | None = None,
         lease_margin: float | None = None,
         job_types: Iterable[str] | None = None,
+        buffer: int | None = None,
     ) -> None:
         self.settings = settings
         self.url = url
         self.id = worker_id or make_worker_id()
         self.concurrency = concurrency or settings.max_concurrent_jobs
         self.lease_secs = settings.worker_visibility_timeout_secs
-        self.claim_batch = max(1, -(-self.concurrency // 2))
-        """Most jobs one claim takes: half the slots, so that the next claim can be on its way while the
-        jobs of the last one run (measured with ``bench/throughput.py``)."""
+        self.buffer = ClaimBuffer(self.concurrency if buffer is None else min(buffer, self.concurrency))
+        """Claimed jobs waiting for a slot, so that a freed slot starts its next job without a round trip
+        while the claim loop refills the buffer (measured with ``bench/peers.py``)."""
         level = settings.job_worker_log_level or settings.log_level
         self.debug = level == "DEBUG"
         self.log = log.bind(worker_id=self.id)
@@ -276,27 +281,7 @@ class Worker:
             ) from self._fatal
 
     async def _register(self) -> None:
-        """Bring the code's schedules up to date and write this worker's row, waiting out an outage."""
-        await retrying(
-            self.engine,
-            "sync schedules",
-            lambda conn: controls.sync_code_schedules(conn, self.settings, self.log),
-            self.log,
-        )
-        await retrying(
-            self.engine,
-            "register",
-            lambda conn: queue.register_worker(
-                conn,
-                worker_id=self.id,
-                hostname=socket.gethostname(),
-                pid=os.getpid(),
-                concurrency=self.concurrency,
-                version=__version__,
-                types=self.claimer.types,
-            ),
-            self.log,
-        )
+        await lifecycle.register(self)
         self.last_beat = time.monotonic()
 
     def _start_side_tasks(self) -> None:
@@ -373,14 +358,17 @@ class Worker:
         poll = self.settings.job_processor_poll_interval
         error_delay = CLAIM_RETRY_FIRST_SECS
         while not self.stopping:
-            free = self.concurrency - len(self.running) - len(self.executor.lingering)
-            if free <= 0:
+            self._fill_slots()
+            free = self._free_slots()
+            room = self.buffer.room()
+            if free <= 0 and room < max(1, self.buffer.capacity // 2):
+                # Every slot busy and the buffer mostly full: refill it once half of it has started.
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
             self._wake.clear()
             self.completer.recorded.clear()  # an outcome recorded during the claim may lift a limit
-            want = min(free, self.claim_batch)
+            want = max(0, free) + room
             try:
                 claimed, next_due = await self._claim_and_start(want)
                 error_delay = CLAIM_RETRY_FIRST_SECS
@@ -394,8 +382,8 @@ class Worker:
                 error_delay = min(error_delay * 2, max(poll, 5.0))
                 continue
             if claimed >= want:
-                # A full batch: claim the next one straight away. The jobs just started run while that
-                # claim waits for the database, so Python work and database work overlap.
+                # A full batch: claim the next one once there is room. The jobs just started run while
+                # that claim waits for the database, so Python work and database work overlap.
                 continue
             timeout = poll if next_due is None else max(0.0, min(poll, next_due))
             if self.claimer.held_back:
@@ -420,6 +408,7 @@ class Worker:
             return len(rows), None
         for row in rows:  # start at once: the lookup below must not delay them (latency)
             self._start(row, sent)
+        self._fill_slots()
         if rows and self.debug:
             self.log.debug("claimed", count=len(rows), ids=[str(r["id"]) for r in rows])
         if len(rows) >= want:
@@ -436,13 +425,25 @@ class Worker:
         async with self.autocommit.connect() as conn:
             return await queue.seconds_until_next_due(conn)
 
+    def _free_slots(self) -> int:
+        return self.concurrency - len(self.running) - len(self.executor.lingering)
+
+    def _fill_slots(self) -> None:
+        """Start buffered jobs in the free slots (called whenever a slot frees, and by the claim loop)."""
+        while not self.stopping and self.buffer and self._free_slots() > 0:
+            job = self.buffer.pop()
+            if job is not None:
+                self._launch(job)
+
     def _start(self, row: Any, claim_sent: float) -> None:
+        """Hold a claimed job (its lease is ours from now) and buffer it; it starts when a slot is free."""
         stale = self.running.get(row["id"])
         if stale is not None:
             # Our earlier attempt of this job lost its lease (it was rescued) and we claimed the job
             # again: stop the old attempt without recording anything; the new one takes over.
             stale.log.warning("job claimed again while an earlier attempt still ran here; stopping that one")
             self._abandon(stale)
+        self.buffer.drop({row["id"]})
         job = RunningJob(
             row=row,
             started=time.monotonic(),
@@ -455,14 +456,18 @@ class Worker:
                 request_id=row["request_id"],
             ),
         )
-        self.running[row["id"]] = job
         self.held[row["id"]] = job
         metrics.by_type(metrics.CLAIMED, row["type"]).inc()
         claimed_at = row["lease_expires_at"].timestamp() - self.lease_secs
         metrics.by_type(metrics.QUEUE_WAIT, row["type"]).observe(
             max(0.0, claimed_at - row["run_at"].timestamp())
         )
-        job.task = asyncio.create_task(self._run_job(job), name=f"job:{row['id']}")
+        self.buffer.add(job)
+
+    def _launch(self, job: RunningJob) -> None:
+        job.started = time.monotonic()
+        self.running[job.id] = job
+        job.task = asyncio.create_task(self._run_job(job), name=f"job:{job.id}")
 
     # --- one job's task -----------------------------------------------------------------------
 
@@ -473,6 +478,7 @@ class Worker:
         finally:
             if self.running.get(job.id) is job:  # not a newer attempt of the same job (see _start)
                 del self.running[job.id]
+            self._fill_slots()
             self._slot_freed.set()
             job.cancel_event.set()  # wakes nothing further; makes late ctx.sleep calls return at once
         duration = time.monotonic() - job.started
@@ -513,10 +519,10 @@ class Worker:
         )
         job.cancel_event.set()
         asyncio.get_running_loop().call_later(
-            self.settings.job_cancel_grace_secs, self._force_stop, job, "cancel"
+            self.settings.job_cancel_grace_secs, self.force_stop, job, "cancel"
         )
 
-    def _force_stop(self, job: RunningJob, reason: str) -> None:
+    def force_stop(self, job: RunningJob, reason: str) -> None:
         if job.task is not None and not job.task.done():
             job.stop_reason = job.stop_reason or reason
             job.task.cancel()
@@ -525,11 +531,12 @@ class Worker:
         """Stop a job at once without recording anything: its lease is gone or cannot be kept."""
         job.stop_reason = "lost"
         job.cancel_event.set()
-        self._force_stop(job, "lost")
+        self.force_stop(job, "lost")
 
     def lease_running_out(self, job_ids: list[uuid.UUID]) -> None:
         """These jobs' leases end within the margin and could not be renewed (the database is out of
         reach): stop them now, before another worker can have claimed them."""
+        lifecycle.drop_buffered(self, set(job_ids), "lease not renewed and about to run out")
         for job_id in job_ids:
             job = self.running.get(job_id)
             if job is not None and job.stop_reason is None:
@@ -541,6 +548,7 @@ class Worker:
 
     def lost(self, job_ids: set[uuid.UUID]) -> None:
         """Our lease on these jobs is gone (rescued elsewhere): stop them without recording anything."""
+        lifecycle.drop_buffered(self, job_ids, "lease lost")
         for job_id in job_ids:
             job = self.running.get(job_id)
             if job is not None:
@@ -550,29 +558,6 @@ class Worker:
     # --- shutdown -----------------------------------------------------------------------------
 
     async def _drain(self) -> None:
-        """Let running jobs finish within the grace period; then release the rest and wait (a while) for
-        the outcomes to be recorded."""
-        grace = self.settings.worker_shutdown_grace_secs
-        tasks = [j.task for j in self.running.values() if j.task is not None]
-        if tasks:
-            self.log.info("waiting for running jobs to finish", count=len(tasks), grace_secs=grace)
-            _, pending = await asyncio.wait(tasks, timeout=grace)
-            if pending:
-                self.log.warning("grace period over; releasing unfinished jobs", count=len(pending))
-                for job in list(self.running.values()):
-                    job.stop_reason = job.stop_reason or "shutdown"
-                    job.cancel_event.set()
-                    self._force_stop(job, "shutdown")
-                await asyncio.wait(pending, timeout=10)
-        deadline = time.monotonic() + max(10.0, grace)
-        recorded = self.completer.recorded
-        while self.held and self._fatal is None and time.monotonic() < deadline:  # outcomes being recorded
-            recorded.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(recorded.wait(), timeout=max(0.0, deadline - time.monotonic()))
-        if self.held:
-            self.log.warning(
-                "stopping with outcomes not recorded; the sweep will rescue these jobs", count=len(self.held)
-            )
-        if self.executor.lingering:  # their outcomes are recorded; give them a last chance to end
-            await asyncio.wait(set(self.executor.lingering), timeout=grace)
+        """Hand back buffered jobs, let running jobs finish within the grace period, then release the rest
+        and wait (a while) for the outcomes to be recorded (:func:`app.worker.lifecycle.drain`)."""
+        await lifecycle.drain(self)

@@ -9,14 +9,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
+from app.db import write_rows
 from app.errors import BadInput
-from app.jobs.payload import check_input, check_text, json_text
+from app.jobs.payload import check_input, check_text, json_text, unstorable_json
 from app.jobs.queue.common import JOB_COLUMNS, JOBS_CHANNEL, conn_of, new_id, notify_jobs, sql
 from app.jobs.rows import JobRow, job_row
 from app.jobs.states import Status
-from app.jobs.types import file_refs, registry
+from app.jobs.types import ProcessorSpec, file_fields, file_refs, registry, validation_error
 from app.settings import Settings
 
 MAX_ATTEMPTS_RANGE = (1, 1000)
@@ -86,6 +88,44 @@ def _check_fields(job: NewJob, max_attempts: Any, p: str) -> None:
     check_text(job.title, f"{p}title")
 
 
+@dataclass(frozen=True)
+class _TypeCheck:
+    """What validating a type's input needs, looked up once per registered type: its spec (the input
+    model, whose schema pydantic compiles once) and whether any input field holds file ids (most types
+    have none, and then the input is validated and written as JSON text in one pass)."""
+
+    spec: ProcessorSpec
+    has_files: bool
+
+
+_TYPE_CHECKS: dict[str, _TypeCheck] = {}
+
+
+def _type_check(spec: ProcessorSpec) -> _TypeCheck:
+    hit = _TYPE_CHECKS.get(spec.type)
+    if hit is None or hit.spec is not spec:  # a type registered again (tests) gets a fresh entry
+        hit = _TypeCheck(spec, bool(file_fields(spec.input_model)))
+        _TYPE_CHECKS[spec.type] = hit
+    return hit
+
+
+def _validated(check: _TypeCheck, data: dict[str, Any], path: str) -> tuple[str, dict[str, Any] | None]:
+    """``data`` validated against the type's schema: its normalised JSON text, and the normalised dict
+    when the type has file fields (to find the file ids), else ``None``."""
+    try:
+        model = check.spec.input_model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, path) from None
+    if check.has_files:
+        normalized = model.model_dump(mode="json")
+        return json_text(normalized), normalized
+    try:
+        text = model.model_dump_json()
+    except ValueError:  # something pydantic's encoder refuses (e.g. a lone surrogate a validator made)
+        return json_text(model.model_dump(mode="json")), None
+    return (json_text(model.model_dump(mode="json")) if unstorable_json(text) else text), None
+
+
 def prepare(
     job: NewJob, settings: Settings, *, field_prefix: str = "", skip_schema: bool = False
 ) -> dict[str, Any]:
@@ -104,10 +144,13 @@ def prepare(
     if spec is None:
         known = ", ".join(sorted(registry.names())) or "none"
         raise BadInput.field(f"{p}type", f"unknown job type {job.type[:100]!r}; known types: {known}")
-    check_input(job.input_data, settings.job_max_input_bytes, field=f"{p}input_data")
-    normalized = (
-        job.input_data if skip_schema else spec.validate_input(job.input_data, field_prefix=f"{p}input_data")
-    )
+    raw_text = check_input(job.input_data, settings.job_max_input_bytes, field=f"{p}input_data")
+    check = _type_check(spec)
+    normalized: dict[str, Any] | None
+    if skip_schema:
+        text, normalized = raw_text, job.input_data
+    else:
+        text, normalized = _validated(check, job.input_data, f"{p}input_data")
     max_attempts = (
         job.max_attempts
         if job.max_attempts is not None
@@ -118,7 +161,7 @@ def prepare(
         "id": job.id,
         "type": job.type,
         "user_id": job.user_id,
-        "input": json_text(normalized),
+        "input": text,
         "priority": job.priority,
         "run_at": job.run_at,
         "max_attempts": max_attempts,
@@ -129,7 +172,9 @@ def prepare(
         "step_key": job.step_key,
         "requires_approval": job.requires_approval,
         "created_by_job": job.created_by_job,
-        "files": file_refs(spec.input_model, normalized, f"{p}input_data"),
+        "files": file_refs(spec.input_model, normalized, f"{p}input_data")
+        if check.has_files and normalized
+        else [],
     }
 
 
@@ -251,10 +296,19 @@ GET_BY_IDEMPOTENCY_KEY = sql(
 
 
 async def enqueue(
-    db: AsyncConnection | AsyncSession, job: NewJob, settings: Settings, *, actor: str | None = None
+    db: AsyncEngine | AsyncConnection | AsyncSession,
+    job: NewJob,
+    settings: Settings,
+    *,
+    actor: str | None = None,
 ) -> Enqueued:
     """Insert one job (status ``queued``) with its ``enqueued`` event; NOTIFY idle workers on commit
     (also for a job due later, so that they shorten their sleep to its ``run_at``).
+
+    Given a connection or session, it joins the caller's transaction (so a job can be enqueued atomically
+    with the caller's own writes). Given the engine, it commits on its own: a job without dependencies or
+    file inputs is one autocommit statement — the row, its event and the NOTIFY together, one round
+    trip — and any other job one short transaction.
 
     An ``idempotency_key`` is unique per owner: a repeat returns the existing row untouched with
     ``created=False``, and concurrent repeats create exactly one row (``INSERT … ON CONFLICT``).
@@ -264,19 +318,48 @@ async def enqueue(
         BadInput: see :func:`prepare`; also unknown/foreign dependency ids (422 "unknown dependency").
         TooLarge: input above ``JOB_MAX_INPUT_BYTES``.
     """
-    conn = await conn_of(db)
     params = prepare(job, settings)
+    if isinstance(db, AsyncEngine):
+        if params["files"] or job.depends_on:
+            async with db.begin() as conn:
+                return await _insert_one(conn, job, params, actor)
+        return await _insert_alone(db, job, params, actor)
+    return await _insert_one(await conn_of(db), job, params, actor)
+
+
+def _insert_params(params: dict[str, Any], pending: int, actor: str | None, user_id: int) -> dict[str, Any]:
+    return {
+        **params,
+        "pending_parents": pending,
+        "actor": actor or f"user:{user_id}",
+        "event_data": json_text({"attempts_allowed": params["max_attempts"]}),
+    }
+
+
+async def _insert_alone(
+    engine: AsyncEngine, job: NewJob, params: dict[str, Any], actor: str | None
+) -> Enqueued:
+    """A job without dependencies or files, as one autocommit statement."""
+    params.pop("files")
+    rows = await write_rows(engine, INSERT_JOB, _insert_params(params, 0, actor, job.user_id))
+    if rows:
+        return Enqueued(job=job_row(rows[0]), created=True)
+    key = {"user_id": job.user_id, "key": job.idempotency_key}
+    existing = await write_rows(engine, GET_BY_IDEMPOTENCY_KEY, key)
+    assert existing, "ON CONFLICT without an existing row"
+    return Enqueued(job=job_row(existing[0]), created=False)
+
+
+async def _insert_one(
+    conn: AsyncConnection, job: NewJob, params: dict[str, Any], actor: str | None
+) -> Enqueued:
+    """:func:`enqueue` in the caller's transaction."""
     await _check_files(conn, [params])
     files = params.pop("files")
     pending = 0
     if job.depends_on:
         pending = await lock_parents(conn, job.user_id, list(job.depends_on), owner_is_admin=False)
-    inserted = {
-        **params,
-        "pending_parents": pending,
-        "actor": actor or f"user:{job.user_id}",
-        "event_data": json_text({"attempts_allowed": params["max_attempts"]}),
-    }
+    inserted = _insert_params(params, pending, actor, job.user_id)
     row = (await conn.execute(INSERT_JOB, inserted)).mappings().first()
     if row is None:
         key = {"user_id": job.user_id, "key": job.idempotency_key}
@@ -340,6 +423,30 @@ _MANY_COLUMNS = {
 """Array parameter of :data:`INSERT_MANY` → key of :func:`prepare`'s parameters."""
 
 
+MANY_ERRORS_SHOWN = 50
+"""Most bad jobs a bulk enqueue reports at once (each with its index); the rest are counted."""
+
+
+def _prepare_all(jobs: Sequence[NewJob], settings: Settings, skip_schema: bool) -> list[dict[str, Any]]:
+    """Every job validated (each type's schema compiled once, see :func:`_type_check`); the problems of
+    every bad job, by index, in one :class:`BadInput`."""
+    prepared: list[dict[str, Any]] = []
+    errors: dict[str, str] = {}
+    bad = 0
+    for i, j in enumerate(jobs):
+        try:
+            prepared.append(prepare(j, settings, field_prefix=f"jobs[{i}].", skip_schema=skip_schema))
+        except BadInput as exc:
+            bad += 1
+            if bad <= MANY_ERRORS_SHOWN:
+                errors.update(exc.errors or {f"jobs[{i}]": str(exc)})
+    if bad:
+        first, message = next(iter(errors.items()))
+        more = f" (and {bad - 1} more bad jobs)" if bad > 1 else ""
+        raise BadInput(f"{first}: {message}{more}", errors=errors)
+    return prepared
+
+
 async def enqueue_many(
     db: AsyncConnection | AsyncSession,
     jobs: Sequence[NewJob],
@@ -357,15 +464,14 @@ async def enqueue_many(
     them empty.
 
     Raises:
-        BadInput: with the index of the bad job in the field path (``jobs[3].input_data.seconds``).
+        BadInput: with the index of each bad job in its field paths (``jobs[3].input_data.seconds``), for
+            every bad job (up to :data:`MANY_ERRORS_SHOWN`), not only the first.
         TooLarge: an input above ``JOB_MAX_INPUT_BYTES``.
     """
     conn = await conn_of(db)
     if not jobs:
         return []
-    prepared = [
-        prepare(j, settings, field_prefix=f"jobs[{i}].", skip_schema=skip_schema) for i, j in enumerate(jobs)
-    ]
+    prepared = _prepare_all(jobs, settings, skip_schema)
     await _check_files(conn, prepared)
     pending = pending or {}
     params: dict[str, Any] = {name: [p[key] for p in prepared] for name, key in _MANY_COLUMNS.items()}

@@ -1,0 +1,112 @@
+"""The worker's start (its registration) and graceful stop, and what happens to jobs it claimed but has
+not started.
+
+* **Start** — bring the code's schedules up to date and write the worker's row, waiting out an outage.
+
+* **Buffered jobs** (:mod:`app.worker.buffer`) are handed back first: each gets a ``released`` outcome,
+  recorded by the completer through :func:`app.jobs.queue.finish` — ``queued`` again, the attempt not
+  counted, a ``released`` event — so another worker can run them at once instead of after their lease.
+* **Running jobs** get ``WORKER_SHUTDOWN_GRACE_SECS`` to finish; the rest are cancelled and released the
+  same way (the executor turns a shutdown cancel into a ``released`` outcome).
+* Then the worker waits (a while) for the completer to record every outcome; jobs whose outcome could
+  not be recorded are left to the rescue sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+from app import __version__, controls
+from app.jobs import queue
+from app.jobs.queue import Outcome
+from app.worker.faults import retrying
+
+if TYPE_CHECKING:
+    from app.worker.runner import Worker
+
+RELEASED_UNSTARTED = "released: claimed ahead of a free slot, not started before the worker stopped"
+
+
+async def register(worker: Worker) -> None:
+    """Bring the code's schedules up to date and write this worker's row, waiting out an outage."""
+    await retrying(
+        worker.engine,
+        "sync schedules",
+        lambda conn: controls.sync_code_schedules(conn, worker.settings, worker.log),
+        worker.log,
+    )
+    await retrying(
+        worker.engine,
+        "register",
+        lambda conn: queue.register_worker(
+            conn,
+            worker_id=worker.id,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            concurrency=worker.concurrency,
+            version=__version__,
+            types=worker.claimer.types,
+        ),
+        worker.log,
+    )
+
+
+def release_buffered(worker: Worker) -> int:
+    """Hand every buffered job back to the queue through the completer; returns how many."""
+    jobs = worker.buffer.take_all()
+    for job in jobs:
+        worker.completer.submit(
+            Outcome(
+                job.id,
+                "released",
+                message=RELEASED_UNSTARTED,
+                pipeline_id=job.row["pipeline_id"],
+                attempt=job.row["attempts"],
+            )
+        )
+    if jobs:
+        worker.log.info("releasing claimed jobs that have not started", count=len(jobs))
+    return len(jobs)
+
+
+def drop_buffered(worker: Worker, job_ids: set[uuid.UUID], why: str) -> None:
+    """Forget buffered jobs whose lease is lost or about to run out: they must not start here."""
+    for job in worker.buffer.drop(job_ids):
+        job.log.warning(f"{why}; dropping the claimed job before it started")
+        worker.completer.forget(job)
+
+
+async def drain(worker: Worker) -> None:
+    """Release buffered jobs, let running jobs finish within the grace period; then release the rest and
+    wait (a while) for the outcomes to be recorded."""
+    release_buffered(worker)
+    grace = worker.settings.worker_shutdown_grace_secs
+    tasks = [j.task for j in worker.running.values() if j.task is not None]
+    if tasks:
+        worker.log.info("waiting for running jobs to finish", count=len(tasks), grace_secs=grace)
+        _, pending = await asyncio.wait(tasks, timeout=grace)
+        if pending:
+            worker.log.warning("grace period over; releasing unfinished jobs", count=len(pending))
+            for job in list(worker.running.values()):
+                job.stop_reason = job.stop_reason or "shutdown"
+                job.cancel_event.set()
+                worker.force_stop(job, "shutdown")
+            await asyncio.wait(pending, timeout=10)
+    deadline = time.monotonic() + max(10.0, grace)
+    recorded = worker.completer.recorded
+    while worker.held and worker.fatal is None and time.monotonic() < deadline:  # outcomes being recorded
+        recorded.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(recorded.wait(), timeout=max(0.0, deadline - time.monotonic()))
+    if worker.held:
+        worker.log.warning(
+            "stopping with outcomes not recorded; the sweep will rescue these jobs", count=len(worker.held)
+        )
+    if worker.executor.lingering:  # their outcomes are recorded; give them a last chance to end
+        await asyncio.wait(set(worker.executor.lingering), timeout=grace)

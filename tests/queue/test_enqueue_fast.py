@@ -1,0 +1,134 @@
+"""Enqueue given the engine (one autocommit statement: the row, its event and the NOTIFY together), also
+behind PgBouncer in transaction mode, and bulk enqueue reporting every bad job by its index."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from app.db import asyncpg_dsn, create_engine
+from app.errors import BadInput
+from app.jobs import queue
+from app.jobs.queue import NewJob
+from app.settings import Settings
+from tests.support.factories import TestUser, event_kinds, job_row
+
+pytest_plugins = ("tests.support.pgbouncer",)
+
+REFUSE_EVENTS = """
+CREATE FUNCTION refuse_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.actor = 'test:refused' THEN RAISE EXCEPTION 'event refused'; END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_event BEFORE INSERT ON job_events FOR EACH ROW EXECUTE FUNCTION refuse_event();
+"""
+
+
+async def _listen(pg: asyncpg.Connection) -> asyncio.Queue[str]:
+    got: asyncio.Queue[str] = asyncio.Queue()
+    await pg.add_listener(queue.JOBS_CHANNEL, lambda *args: got.put_nowait(args[3]))
+    return got
+
+
+async def test_engine_enqueue_writes_the_job_its_event_and_the_notify_together(
+    engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection, db_url: str
+) -> None:
+    """Given the engine, the row, its ``enqueued`` event and the NOTIFY commit together; when the event
+    cannot be written, neither the job nor the NOTIFY exists (one statement, not a job row followed by
+    separate writes)."""
+    listener = await asyncpg.connect(asyncpg_dsn(db_url))
+    try:
+        notes = await _listen(listener)
+        done = await queue.enqueue(engine, NewJob(type="noop", input_data={}, user_id=owner.id), settings)
+        assert done.created and done.job["status"] == "queued"
+        assert await event_kinds(pg, done.job["id"]) == ["enqueued"]
+        await asyncio.wait_for(notes.get(), 5)
+
+        await pg.execute(REFUSE_EVENTS)
+        refused = NewJob(type="noop", input_data={}, user_id=owner.id)
+        with pytest.raises(Exception, match="event refused"):
+            await queue.enqueue(engine, refused, settings, actor="test:refused")
+        assert await pg.fetchval("SELECT count(*) FROM jobs WHERE id = $1", refused.id) == 0
+        await asyncio.sleep(0.3)
+        assert notes.empty(), "a NOTIFY went out for a job that was never committed"
+    finally:
+        await listener.close()
+
+
+async def test_engine_enqueue_validates_and_repeats_idempotently(
+    engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection
+) -> None:
+    """The engine path validates as the connection path does, returns the existing job for a repeated
+    idempotency key, and a job with dependencies still gets its edges (in a transaction of its own)."""
+    with pytest.raises(BadInput) as err:
+        await queue.enqueue(
+            engine, NewJob(type="sleep", input_data={"seconds": -1}, user_id=owner.id), settings
+        )
+    assert "input_data.seconds" in err.value.errors
+    first = await queue.enqueue(
+        engine, NewJob(type="noop", input_data={}, user_id=owner.id, idempotency_key="k"), settings
+    )
+    again = await queue.enqueue(
+        engine, NewJob(type="noop", input_data={}, user_id=owner.id, idempotency_key="k"), settings
+    )
+    assert (first.created, again.created, again.job["id"]) == (True, False, first.job["id"])
+    child = await queue.enqueue(
+        engine, NewJob(type="noop", input_data={}, user_id=owner.id, depends_on=[first.job["id"]]), settings
+    )
+    row = await job_row(pg, child.job["id"])
+    assert row["pending_parents"] == 1
+    assert await pg.fetchval("SELECT count(*) FROM job_dependencies WHERE job_id = $1", child.job["id"]) == 1
+
+
+async def test_engine_enqueue_behind_pgbouncer_in_transaction_mode(
+    pgbouncer: Any, db_url: str, settings: Settings, owner: TestUser, pg: asyncpg.Connection
+) -> None:
+    """Through a transaction-mode PgBouncer with two server connections shared by two engines, concurrent
+    engine enqueues each create their own job with its event, and no prepared statement is left behind."""
+    bouncer = pgbouncer("transaction", default_pool_size=2)
+    url = bouncer.url(str(make_url(db_url).database))
+    engines = [create_engine(url, pool_size=4, pooler="transaction") for _ in range(2)]
+    try:
+        jobs = [NewJob(type="noop", input_data={"n": i}, user_id=owner.id, title=f"t{i}") for i in range(60)]
+        done = await asyncio.gather(*(queue.enqueue(engines[i % 2], j, settings) for i, j in enumerate(jobs)))
+        assert [d.job["id"] for d in done] == [j.id for j in jobs]
+        assert [d.job["title"] for d in done] == [f"t{i}" for i in range(60)]
+        counted = await pg.fetchval(
+            "SELECT count(*) FROM job_events WHERE kind = 'enqueued' AND job_id = ANY($1::uuid[])",
+            [j.id for j in jobs],
+        )
+        assert counted == 60
+        for engine in engines:  # both server connections
+            async with engine.connect() as conn:
+                assert (await conn.execute(text("SELECT count(*) FROM pg_prepared_statements"))).scalar() == 0
+    finally:
+        for engine in engines:
+            await engine.dispose()
+
+
+async def test_bulk_enqueue_names_every_bad_job_by_its_index(
+    engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection
+) -> None:
+    """A bulk enqueue with several bad jobs rejects the batch and names each bad one by its index, so a
+    caller can fix them all at once; nothing is inserted."""
+    jobs = [NewJob(type="noop", input_data={}, user_id=owner.id) for _ in range(6)]
+    jobs[1] = NewJob(type="sleep", input_data={"seconds": -1}, user_id=owner.id)
+    jobs[4] = NewJob(type="noop", input_data={}, user_id=owner.id, priority=1000)
+    jobs[5] = NewJob(type="no.such.type", input_data={}, user_id=owner.id)
+    async with engine.begin() as conn:
+        with pytest.raises(BadInput) as err:
+            await queue.enqueue_many(conn, jobs, settings)
+    assert set(err.value.errors) == {"jobs[1].input_data.seconds", "jobs[4].priority", "jobs[5].type"}
+    assert "2 more bad jobs" in err.value.detail
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
+    async with engine.begin() as conn:
+        ids = await queue.enqueue_many(conn, [jobs[0], jobs[2]], settings)
+    assert len(ids) == 2
+    kinds = await pg.fetch("SELECT kind FROM job_events WHERE job_id = ANY($1::uuid[])", ids)
+    assert [k["kind"] for k in kinds] == ["enqueued", "enqueued"]
