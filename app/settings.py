@@ -10,6 +10,7 @@ are the ones deployments already set, so they stay. A bad value stops start-up w
 from __future__ import annotations
 
 import functools
+import os
 import secrets
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -346,10 +347,18 @@ class Settings(BaseSettings):
         if path.exists():
             return path.read_text().strip()
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_urlsafe(48)
-        path.touch(mode=0o600)
-        path.write_text(key)
-        return key
+        # written aside and linked into place: of several processes starting at once, the first link
+        # wins and every process reads that one key (a key per process would fail forms across them)
+        draft = path.with_name(f".secret_key.{os.getpid()}")
+        draft.touch(mode=0o600)
+        draft.write_text(secrets.token_urlsafe(48))
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
+        return path.read_text().strip()
 
 
 def normalize_database_url(url: str) -> str:
