@@ -145,6 +145,9 @@ class Settings(BaseSettings):
     user_max_waiting_jobs: int = Field(20_000, ge=0)
     """Jobs one person may have waiting (queued, scheduled, waiting for earlier steps or held) at once;
     admins are exempt. Room for a 10,000-row batch with as much again already waiting."""
+    user_max_running_jobs: int = Field(0, ge=0)
+    """Jobs of one person running at once, over every type (0: no limit); enforced in the claim, so set
+    it alike on every worker (admins' jobs count too: the rule is about running slots, not permission)."""
     user_max_jobs_per_minute: int = Field(120, ge=0)
     """Submissions one person may make per minute (a job, a whole pipeline or a whole batch each count
     once; processors' next jobs do not count); admins are exempt."""
