@@ -22,6 +22,7 @@ from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.settings import Settings
 from tests.support.factories import make_user
+from tests.support.webkit import app_client, bearer, sign_in_as
 from tests.support.workers import WorkerProcess, wait_until
 
 CAP = 2
@@ -88,3 +89,25 @@ async def test_one_persons_long_jobs_leave_room_for_another_person(
             with contextlib.suppress(Exception):
                 p.kill()
             p.close()
+
+
+async def test_the_per_person_limit_through_the_api_and_on_admin(make_settings: Any, db_url: str) -> None:
+    """``PUT /api/job-types/{type}/limits {"max_running_per_user": N}`` sets it (422 for 0, with the
+    field), ``/admin`` shows it in the limits form, and USER_MAX_RUNNING_JOBS is named there when set."""
+    settings = make_settings(user_max_running_jobs=5)
+    _, headers = await bearer(db_url, "api-admin@example.com", admin=True)
+    async with app_client(settings) as client:
+        r = await client.put("/api/job-types/sleep/limits", json={"max_running_per_user": 0}, headers=headers)
+        assert r.status_code == 422, r.text
+        assert "max_running_per_user" in r.text
+        r = await client.put(
+            "/api/job-types/sleep/limits", json={"max_running": 4, "max_running_per_user": 2}, headers=headers
+        )
+        assert r.status_code == 200, r.text
+        assert (r.json()["max_running"], r.json()["max_running_per_user"]) == (4, 2)
+        listed = (await client.get("/api/job-types/controls", headers=headers)).json()
+        assert [(c["type"], c["max_running_per_user"]) for c in listed] == [("sleep", 2)]
+        await sign_in_as(client, db_url, "page-admin@example.com", admin=True)
+        page = (await client.get("/admin")).text
+        assert 'name="max_running_per_user" inputmode="numeric"\n                   value="2"' in page
+        assert "at most 5 jobs at once" in page
