@@ -99,8 +99,21 @@ def main() -> None:
     "--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on."
 )
 @click.option("--no-migrate", is_flag=True, help="Do not apply pending migrations; refuse to start instead.")
-def serve(host: str, port: int, no_migrate: bool) -> None:
-    """Run the web app (and, unless WORKER_ENABLED=false, the in-app worker) in one process."""
+@click.option(
+    "--workers",
+    "web_processes",
+    default=1,
+    show_default=True,
+    envvar="WEB_CONCURRENCY",
+    type=click.IntRange(1, 64),
+    help="Web processes sharing the port (env WEB_CONCURRENCY); one of them runs the in-app worker.",
+)
+def serve(host: str, port: int, no_migrate: bool, web_processes: int) -> None:
+    """Run the web app (and, unless WORKER_ENABLED=false, the in-app worker).
+
+    With --workers N, N web processes share the port; the in-app worker runs in one of them per host
+    (another takes it over within seconds if that process dies).
+    """
     import uvicorn
 
     from app.server import create_app
@@ -109,22 +122,32 @@ def serve(host: str, port: int, no_migrate: bool) -> None:
     _check_port_free(host, port)
     configure_logging(settings)
 
-    async def prepare(engine: AsyncEngine, url: str) -> None:
+    async def prepare(engine: AsyncEngine, url: str) -> str:
         current, message = await migration_status(engine)
         if not current:
             if no_migrate:
                 raise DatabaseUnavailable(f"Refusing to start: {message}.")
             click.echo(f"Applying migrations ({message.split(':')[0]})…", err=True)
             await run_migrations(settings.database_migrate_url or url)
+        return url
 
     # Check (and migrate) before uvicorn starts, so problems read as one line rather than a
     # lifespan traceback; the app's own start-up repeats the (now cheap) checks.
-    _run(lambda: _with_engine(settings, prepare, need_schema=False))
-    app = create_app(settings, auto_migrate=not no_migrate)
+    url = _run(lambda: _with_engine(settings, prepare, need_schema=False))
+    app: Any = (
+        _several_web_processes(settings, url)
+        if web_processes > 1
+        else create_app(settings, auto_migrate=not no_migrate)
+    )
     click.echo(f"Jobdesk on http://{host}:{port} (Ctrl+C stops it)", err=True)
     _exit_after_graceful_shutdown()
     uvicorn.run(
         app,
+        factory=web_processes > 1,
+        workers=web_processes,
+        # uvicorn replaces a web process that does not answer its ping in time; a process still importing
+        # the app on a busy machine is slow, not hung
+        timeout_worker_healthcheck=60,
         host=host,
         port=port,
         log_config=None,
@@ -136,6 +159,21 @@ def serve(host: str, port: int, no_migrate: bool) -> None:
         proxy_headers=bool(settings.forwarded_allow_ips.strip()),
         forwarded_allow_ips=settings.forwarded_allow_ips.strip() or None,
     )
+
+
+def _several_web_processes(settings: Settings, url: str) -> str:
+    """Prepare the environment uvicorn's web processes start from; return the app factory's import path.
+
+    Each process builds its app from the environment (uvicorn starts them fresh), so this process hands
+    on what it resolved: the database's address (the embedded server, which this process owns and stops)
+    and the CSRF secret, created here once so that every process signs with the same key — a form
+    served by one process is posted to another.
+    """
+    import os
+
+    os.environ["DATABASE_URL"] = url
+    settings.resolved_secret_key()
+    return "app.web_processes:create_app_from_environment"
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -4,6 +4,8 @@
   paused types (:data:`app.jobs.queue.NOT_CONTROLLED`), so the pause holds across every worker and
   survives restarts (it is a row in ``job_type_controls``). ``*`` pauses every type.
 * **Limits**: ``max_running`` caps the jobs of a type running at once across all workers;
+  ``max_running_per_user`` caps one person's (with ``USER_MAX_RUNNING_JOBS``, the cap over every type:
+  fair claims, :mod:`app.jobs.queue.fair_claims`);
   ``max_per_minute`` caps its starts in any 60 seconds (a rolling minute, by the database's clock).
   Both are enforced in the claim (:func:`app.jobs.queue.claim_within_limits`, under the type's row
   lock), so no worker overshoots, and a limited type keeps its place in the claim order (priority, due
@@ -92,20 +94,23 @@ UPSERT_PAUSE = text(
     VALUES (:type, :paused, CASE WHEN :paused THEN :by END, CASE WHEN :paused THEN now() END, now(), :by)
     ON CONFLICT (type) DO UPDATE SET paused = EXCLUDED.paused, paused_by = EXCLUDED.paused_by,
         paused_at = EXCLUDED.paused_at, updated_at = now(), updated_by = EXCLUDED.updated_by
-    RETURNING type, paused, paused_by, paused_at, max_running, max_per_minute, updated_at, updated_by
+    RETURNING type, paused, paused_by, paused_at, max_running, max_per_minute, max_running_per_user,
+        updated_at, updated_by
     """
 )
 UPSERT_LIMITS = text(
     """
-    INSERT INTO job_type_controls (type, max_running, max_per_minute, updated_at, updated_by)
-    VALUES (:type, :max_running, :max_per_minute, now(), :by)
+    INSERT INTO job_type_controls (type, max_running, max_per_minute, max_running_per_user, updated_at, updated_by)
+    VALUES (:type, :max_running, :max_per_minute, :max_running_per_user, now(), :by)
     ON CONFLICT (type) DO UPDATE SET max_running = EXCLUDED.max_running, max_per_minute = EXCLUDED.max_per_minute,
-        updated_at = now(), updated_by = EXCLUDED.updated_by
-    RETURNING type, paused, paused_by, paused_at, max_running, max_per_minute, updated_at, updated_by
+        max_running_per_user = EXCLUDED.max_running_per_user, updated_at = now(), updated_by = EXCLUDED.updated_by
+    RETURNING type, paused, paused_by, paused_at, max_running, max_per_minute, max_running_per_user,
+        updated_at, updated_by
     """
 )
 LIST_CONTROLS = text(
-    "SELECT type, paused, paused_by, paused_at, max_running, max_per_minute, updated_at, updated_by "
+    "SELECT type, paused, paused_by, paused_at, max_running, max_per_minute, max_running_per_user, "
+    "updated_at, updated_by "
     "FROM job_type_controls ORDER BY type"
 )
 
@@ -150,9 +155,11 @@ async def set_limits(
     max_running: int | None,
     max_per_minute: int | None,
     admin: Any,
+    max_running_per_user: int | None = None,
 ) -> RowMapping:
     """Set (``None`` removes) the concurrency and rate limits of ``job_type`` in ``admin``'s name; takes
-    effect at the next claim.
+    effect at the next claim. ``max_running_per_user``: at most this many of one person's jobs of the type
+    run at once (:mod:`app.jobs.queue.fair_claims`).
 
     Raises:
         NotFound: unknown type (``*`` cannot have limits). BadInput: a limit outside 0–100000.
@@ -163,6 +170,7 @@ async def set_limits(
     values = {
         "max_running": _limit(max_running, "max_running"),
         "max_per_minute": _limit(max_per_minute, "max_per_minute"),
+        "max_running_per_user": _limit(max_running_per_user, "max_running_per_user"),
     }
     conn = await queue.conn_of(db)
     row = (

@@ -526,7 +526,8 @@ class Schedule(Base):
 class JobTypeControl(Base):
     """Operator controls of one job type (pause, concurrency and rate limits); the row ``type = '*'`` pauses every type.
 
-    ``max_running``: at most this many ``in_progress`` across all workers. ``max_per_minute``: at most
+    ``max_running``: at most this many ``in_progress`` across all workers; ``max_running_per_user``: at
+    most this many of one person's. ``max_per_minute``: at most
     this many starts in any 60 seconds, counted in :class:`JobTypeStart` (``window_start`` and
     ``window_count`` are no longer written: they held a fixed window, which let twice the limit start
     around its edge).
@@ -539,6 +540,7 @@ class JobTypeControl(Base):
     paused_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     max_running: Mapped[int | None] = mapped_column(Integer)
     max_per_minute: Mapped[int | None] = mapped_column(Integer)
+    max_running_per_user: Mapped[int | None] = mapped_column(Integer)
     window_start: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     window_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
     updated_at: Mapped[datetime] = _now()
@@ -546,6 +548,10 @@ class JobTypeControl(Base):
     __table_args__ = (
         CheckConstraint("max_running IS NULL OR max_running >= 0", name="max_running_non_negative"),
         CheckConstraint("max_per_minute IS NULL OR max_per_minute >= 0", name="max_per_minute_non_negative"),
+        CheckConstraint(
+            "max_running_per_user IS NULL OR max_running_per_user >= 0",
+            name="max_running_per_user_non_negative",
+        ),
     )
 
 

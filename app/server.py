@@ -10,15 +10,15 @@ Start-up (the lifespan, in this order):
 3. advanced-alchemy's plugin provides ``db_session: AsyncSession`` to handlers, committing on 2xx/3xx
    responses and rolling back otherwise;
 4. when ``WORKER_ENABLED``, start the in-app worker in a thread of its own
-   (:func:`app.worker.threaded.start_in_thread`); on shutdown it
-   is stopped, and awaited, before the engine is disposed.
+   (:func:`app.worker.threaded.start_in_thread`) — in one web process per host
+   (:mod:`app.worker.host_lock`); on shutdown it is stopped, and awaited, before the engine is disposed.
 
 Before any handler: :class:`app.auth.AuthenticationMiddleware` finds the user,
 :class:`app.web.csrf.CsrfMiddleware` checks the session-bound CSRF token of every form post, and
 :class:`app.web.input_guard.InputGuardMiddleware` refuses NUL characters, lone surrogates and over-deep
 JSON with a 422 naming the field.
 
-Every response carries security headers (a strict Content Security Policy without inline scripts; ``/schema`` alone gets the relaxed policy its Swagger page needs), ``X-Request-ID`` and
+Every response carries security headers (a strict Content Security Policy without inline scripts; ``/schema`` alone gets the relaxed policy its Swagger page needs), ``X-Request-ID``, ``X-Process-ID`` and
 ``Cache-Control: no-store`` (except static files). Errors become JSON ``{"detail": …}`` under ``/api/``,
 a small fragment for htmx, and a page otherwise — never a traceback.
 """
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import os
 import re
 import time
 import uuid
@@ -103,6 +104,7 @@ from app.web.jobs import JobsController
 from app.web.json_body import JsonBodyRequest
 from app.web.metrics import MetricsController
 from app.web.pipelines import PipelinesController
+from app.worker.host_lock import InAppWorkerSlot
 from app.worker.threaded import start_in_thread
 
 log = structlog.get_logger("jobdesk.web")
@@ -203,6 +205,7 @@ async def security_headers(message: Message, scope: Scope) -> None:
     raw.append((b"content-security-policy", _RAW_CSP[csp]))
     raw.extend(_RAW_SECURITY)
     raw.append((b"x-request-id", request_id_for(scope).encode()))
+    raw.append((b"x-process-id", str(os.getpid()).encode()))  # which of `serve --workers N` answered
     if not path.startswith("/static/") and not any(h[0].lower() == b"cache-control" for h in raw):
         raw.append((b"cache-control", b"no-store"))
     message["headers"] = raw
@@ -444,14 +447,13 @@ def _worker_lifespan(settings: Settings) -> Callable[[Litestar], AbstractAsyncCo
             yield
             return
         # The in-app worker runs in a thread with its own event loop (and its own engines), so that a
-        # processor blocking its loop cannot block the pages.
-        handle = await asyncio.to_thread(start_in_thread, settings, app.state.database_url)
-        app.state.worker = handle.worker
-        app.state.worker_task = handle  # done() like a task's, for /readyz
+        # processor blocking its loop cannot block the pages; one web process per host runs it.
+        slot = InAppWorkerSlot(settings, lambda: start_in_thread(settings, app.state.database_url), app.state)
+        await slot.start()
         try:
             yield
         finally:
-            await handle.stop_async()  # graceful: running jobs drain; the handle logs a worker that died
+            await slot.stop()  # graceful: running jobs drain; the handle logs a worker that died
 
     return lifespan
 

@@ -10,6 +10,7 @@ are the ones deployments already set, so they stay. A bad value stops start-up w
 from __future__ import annotations
 
 import functools
+import os
 import secrets
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -144,6 +145,9 @@ class Settings(BaseSettings):
     user_max_waiting_jobs: int = Field(20_000, ge=0)
     """Jobs one person may have waiting (queued, scheduled, waiting for earlier steps or held) at once;
     admins are exempt. Room for a 10,000-row batch with as much again already waiting."""
+    user_max_running_jobs: int = Field(0, ge=0)
+    """Jobs of one person running at once, over every type (0: no limit); enforced in the claim, so set
+    it alike on every worker (admins' jobs count too: the rule is about running slots, not permission)."""
     user_max_jobs_per_minute: int = Field(120, ge=0)
     """Submissions one person may make per minute (a job, a whole pipeline or a whole batch each count
     once; processors' next jobs do not count); admins are exempt."""
@@ -356,10 +360,18 @@ class Settings(BaseSettings):
         if path.exists():
             return path.read_text().strip()
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_urlsafe(48)
-        path.touch(mode=0o600)
-        path.write_text(key)
-        return key
+        # written aside and linked into place: of several processes starting at once, the first link
+        # wins and every process reads that one key (a key per process would fail forms across them)
+        draft = path.with_name(f".secret_key.{os.getpid()}")
+        draft.touch(mode=0o600)
+        draft.write_text(secrets.token_urlsafe(48))
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
+        return path.read_text().strip()
 
 
 def normalize_database_url(url: str) -> str:

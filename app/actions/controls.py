@@ -80,15 +80,21 @@ async def set_limits(
     *,
     max_running: int | None,
     max_per_minute: int | None,
+    max_running_per_user: int | None = None,
     ip: str | None = None,
 ) -> RowMapping:
-    """Set (``None`` removes) how many jobs of ``job_type`` run at once and start per minute, across all
-    workers; applies at the next claim."""
+    """Set (``None`` removes) how many jobs of ``job_type`` run at once (in all, and of one person) and
+    start per minute, across all workers; applies at the next claim."""
     require_admin(actor, "change job type limits")
     who = acting(actor, ip)
     async with db.begin_nested():
         row = await controls.set_limits(
-            db, job_type, max_running=max_running, max_per_minute=max_per_minute, admin=who.user
+            db,
+            job_type,
+            max_running=max_running,
+            max_per_minute=max_per_minute,
+            max_running_per_user=max_running_per_user,
+            admin=who.user,
         )
         await record_done(
             db,
@@ -96,6 +102,10 @@ async def set_limits(
             "job_type.limits",
             target_type="job_type",
             target_ids=[job_type],
-            detail={"max_running": row["max_running"], "max_per_minute": row["max_per_minute"]},
+            detail={
+                "max_running": row["max_running"],
+                "max_per_minute": row["max_per_minute"],
+                "max_running_per_user": row["max_running_per_user"],
+            },
         )
     return row

@@ -6,7 +6,8 @@
   failing on one that does not (``/admin`` lists the types no live worker runs).
 * **Path.** While none of its types has a concurrency or rate limit, a claim is one statement in
   autocommit mode (one round trip). Otherwise it is a short transaction that locks the limited types'
-  control rows first (:func:`app.jobs.queue.claim_within_limits`). Whether any of its types is limited is
+  control rows first (:func:`app.jobs.queue.claim_within_limits`), and while a per-person limit applies
+  takes the fair claims' lock too (:func:`app.jobs.queue.claim_within_all_limits`). Whether any of its types is limited is
   learnt from that transaction, taken at least once every :data:`LIMITS_RECHECK_SECS`; a limit set
   meanwhile only keeps that type's jobs waiting until then (the fast path skips limited types), and
   setting a limit wakes the workers anyway.
@@ -50,12 +51,15 @@ class Claimer:
         worker_id: str,
         lease_secs: float,
         types: Iterable[str] | None = None,
+        user_max: int = 0,
     ) -> None:
         self.engine = engine
         self.autocommit = autocommit
         self.worker_id = worker_id
         self.lease_secs = lease_secs
         self.types = served_types(types)
+        self.user_max = user_max
+        """``USER_MAX_RUNNING_JOBS``: with it, every claim takes the locking path (a fair claim)."""
         self.limited = False
         """Whether one of :attr:`types` had a limit at the last look."""
         self.held_back: tuple[str, ...] = ()
@@ -73,8 +77,8 @@ class Claimer:
                 return list(await queue.claim(conn, self.worker_id, want, self.lease_secs, types=self.types))
         self._looked = now
         async with self.engine.begin() as conn:
-            result = await queue.claim_within_limits(
-                conn, self.worker_id, want, self.lease_secs, types=self.types
+            result = await queue.claim_within_all_limits(
+                conn, self.worker_id, want, self.lease_secs, types=self.types, user_max=self.user_max
             )
         self.limited, self.held_back, self.room_in = result.limited, result.held_back, result.room_in
         return list(result.jobs)

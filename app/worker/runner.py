@@ -129,7 +129,12 @@ class Worker:
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self.claimer = Claimer(
-            self.engine, self.autocommit, worker_id=self.id, lease_secs=self.lease_secs, types=job_types
+            self.engine,
+            self.autocommit,
+            worker_id=self.id,
+            lease_secs=self.lease_secs,
+            types=job_types,
+            user_max=settings.user_max_running_jobs,
         )
         self._fatal: BaseException | None = None
         self._side: dict[str, asyncio.Task[None]] = {}

@@ -279,6 +279,7 @@ async def test_limits_change_is_audited_and_bad_limits_are_field_errors(
     assert json.loads(entry["detail"]) == {
         "max_running": 3,
         "max_per_minute": None,
+        "max_running_per_user": None,
     }
     page = (await client.get("/admin")).text
     assert "set limits of" in page

@@ -22,10 +22,11 @@ from sqlalchemy.engine import make_url
 
 
 class TcpProxy:
-    """Listens on ``127.0.0.1:<port>`` and forwards to ``target_host:target_port``."""
+    """Listens on ``listen_host:<port>`` and forwards to ``target_host:target_port``."""
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, listen_host: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
+        self.listen_host = listen_host
         self.port = 0
         self.mode: str | None = None
         """``None`` while forwarding, else the kind of cut."""
@@ -45,7 +46,9 @@ class TcpProxy:
     def url(self, database_url: str) -> str:
         """``database_url`` pointed at the proxy."""
         return (
-            make_url(database_url).set(host="127.0.0.1", port=self.port).render_as_string(hide_password=False)
+            make_url(database_url)
+            .set(host=self.listen_host, port=self.port)
+            .render_as_string(hide_password=False)
         )
 
     def cut(self, mode: str = "blackhole") -> None:
@@ -68,7 +71,9 @@ class TcpProxy:
     # --- the proxy's loop ------------------------------------------------------------------------
 
     async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port, reuse_address=True)
+        self._server = await asyncio.start_server(
+            self._accept, self.listen_host, self.port, reuse_address=True
+        )
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _cut(self, mode: str) -> None:

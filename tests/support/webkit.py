@@ -113,7 +113,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(db_url: str, data_dir: Path, **env: str) -> Iterator[str]:
+def running_server(db_url: str, data_dir: Path, start_timeout: float = 30, **env: str) -> Iterator[str]:
     """``jobdesk serve`` in a subprocess on a free loopback port; yields its base URL.
 
     ``env`` adds environment variables (``WORKER_ENABLED`` defaults to ``false``). The server gets
@@ -139,7 +139,7 @@ def running_server(db_url: str, data_dir: Path, **env: str) -> Iterator[str]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + start_timeout
         while True:
             try:
                 httpx.get(base + "/healthz", timeout=1)

@@ -17,6 +17,7 @@ processors should be idempotent (README "At-least-once").
 
 One module per group of verbs: :mod:`.new_jobs` (``NewJob``, ``prepare``, ``enqueue``,
 ``enqueue_many``), :mod:`.claims` (``claim``, ``claim_within_limits``, ``seconds_until_next_due``),
+:mod:`.fair_claims` (``claim_within_all_limits``: per-person limits too),
 :mod:`.leases` (``heartbeat``, ``cancel_requested``, ``set_progress``), :mod:`.outcomes` (``Outcome``,
 ``FinishReport``, ``finish``), :mod:`.consequences` (what a finished job causes), :mod:`.pipelines`
 (creating pipelines, processors' next jobs, pipeline status), :mod:`.transitions` (people's actions:
@@ -76,6 +77,7 @@ from app.jobs.queue.consequences import (
     consequences,
     consequences_of_lost_jobs,
 )
+from app.jobs.queue.fair_claims import FAIR_CLAIM, claim_fairly, claim_within_all_limits
 from app.jobs.queue.held_cancel import CANCEL_HELD, Cancelled, cancel_user_jobs
 from app.jobs.queue.holds import (
     HOLD,
@@ -200,6 +202,9 @@ _rows = fetch_rows
 _lock_parents = lock_parents
 
 __all__ = [
+    "FAIR_CLAIM",
+    "claim_fairly",
+    "claim_within_all_limits",
     "JOBS_CHANNEL",
     "CANCEL_CHANNEL",
     "JOB_COLUMNS",

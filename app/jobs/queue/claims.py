@@ -32,9 +32,11 @@ CLAIMABLE = """
 """
 # The types a worker runs (``NULL``: every type, for callers that are not a worker).
 SERVED = "(CAST(:types AS text[]) IS NULL OR type = ANY(CAST(:types AS text[])))"
-# A control row that limits its type (and does not pause it).
+# A control row that limits its type (and does not pause it). A limit per person
+# (``max_running_per_user``) counts: such a type is claimed only by a fair claim (fair_claims.py).
 LIMITED_ROW = """
-    type <> '*' AND NOT paused AND (max_running IS NOT NULL OR max_per_minute IS NOT NULL)
+    type <> '*' AND NOT paused
+    AND (max_running IS NOT NULL OR max_per_minute IS NOT NULL OR max_running_per_user IS NOT NULL)
     AND NOT EXISTS (SELECT 1 FROM job_type_controls a WHERE a.type = '*' AND a.paused)
 """
 # Types that are neither paused nor limited. Written as an uncorrelated check of the '*' row (one InitPlan
@@ -48,7 +50,8 @@ NOT_CONTROLLED = """
     AND NOT EXISTS (
         SELECT 1 FROM job_type_controls c
         WHERE c.type = jobs.type
-          AND (c.paused OR (c.type <> '*' AND (c.max_running IS NOT NULL OR c.max_per_minute IS NOT NULL)))
+          AND (c.paused OR (c.type <> '*' AND (c.max_running IS NOT NULL OR c.max_per_minute IS NOT NULL
+                                               OR c.max_running_per_user IS NOT NULL)))
         OFFSET 0
     )
 """

@@ -260,6 +260,7 @@ class HealthController(Controller):
             "form_type": None,
             "notice": notice,
             "notice_ok": notice_ok,
+            "user_max_running": settings_of(request).user_max_running_jobs,
         }
         if errors:
             ctx["form_type"] = errors.pop("_type", None)
@@ -326,6 +327,7 @@ class HealthController(Controller):
         errors: dict[str, str] = {}
         max_running = _int_or_none(form.get("max_running"), "max_running", errors)
         max_per_minute = _int_or_none(form.get("max_per_minute"), "max_per_minute", errors)
+        per_user = _int_or_none(form.get("max_running_per_user"), "max_running_per_user", errors)
         if not errors:
             try:
                 await control_actions.set_limits(
@@ -334,6 +336,7 @@ class HealthController(Controller):
                     job_type,
                     max_running=max_running,
                     max_per_minute=max_per_minute,
+                    max_running_per_user=per_user,
                     ip=client_ip(request),
                 )
             except BadInput as exc:

@@ -76,10 +76,12 @@ class JobTypesApiController(Controller):
 @dataclass
 class LimitsBody:
     """``max_running``: at most this many running at once across all workers; ``max_per_minute``: at most
-    this many starts per minute. ``null`` removes a limit."""
+    this many starts per minute; ``max_running_per_user``: at most this many of one person's running at
+    once. ``null`` (or leaving a field out) removes that limit."""
 
     max_running: int | None = None
     max_per_minute: int | None = None
+    max_running_per_user: int | None = None
 
 
 class JobTypeControlsApiController(Controller):
@@ -135,6 +137,7 @@ class JobTypeControlsApiController(Controller):
             job_type,
             max_running=data.max_running,
             max_per_minute=data.max_per_minute,
+            max_running_per_user=data.max_running_per_user,
             ip=client_ip(request),
         )
         return dict(row)
