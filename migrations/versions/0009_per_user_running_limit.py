@@ -1,7 +1,7 @@
 """Fair limits per person: at most this many of a job type's jobs running at once for one person.
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0009
+Revises: 0008
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005"
-down_revision = "0004"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
