@@ -95,6 +95,7 @@ from app.web.files import FilesApiController, FilesController
 from app.web.health import HealthController
 from app.web.home import HomeController
 from app.web.input_guard import InputGuardMiddleware
+from app.web.job_log import JobLogApiController, JobLogController
 from app.web.jobs import JobsController
 from app.web.json_body import JsonBodyRequest
 from app.web.metrics import MetricsController
@@ -468,6 +469,8 @@ CONTROLLERS: list[ControllerRouterHandler] = [
     UsersApiController,
     *admin.CONTROLLERS,
     JobsController,
+    JobLogController,
+    JobLogApiController,
     PipelinesController,
     FilesController,
     FilesApiController,

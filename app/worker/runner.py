@@ -49,6 +49,7 @@ from app.worker.claiming import Claimer, wait_any
 from app.worker.completer import Completer, Tally
 from app.worker.executor import Executor, RunningJob
 from app.worker.faults import first_line, retrying
+from app.worker.joblog import JobLogWriter
 from app.worker.keeper import LeaseKeeper
 from app.worker.leases import HeldJobs, JobChecks
 from app.worker.listener import Listener
@@ -148,6 +149,7 @@ class Worker:
             app_engine=self.app_engine,
             debug=self.debug,
             on_settled=self._slot_freed.set,
+            joblog=JobLogWriter(self.engine, log=self.log),
         )
         self.completer = Completer(
             settings,
@@ -308,6 +310,7 @@ class Worker:
             "sweep": asyncio.create_task(self.maintenance.run(), name=f"{self.id}:sweep"),
             # Alert delivery: its own task on the processors' pool, never on the job path.
             "alerts": asyncio.create_task(deliverer.run(), name=f"{self.id}:alerts"),
+            "joblog": asyncio.create_task(self.executor.write_logs(), name=f"{self.id}:joblog"),
         }
         for name, task in self._side.items():
             task.add_done_callback(functools.partial(self._side_done, name))
