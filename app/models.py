@@ -361,6 +361,7 @@ class Notification(Base):
     emailed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     __table_args__ = (
         Index("ix_notifications_user_id_id", "user_id", "id"),
+        Index("ix_notifications_unread", "user_id", postgresql_where=_sql("read_at IS NULL")),
         Index("ix_notifications_email_due", "id", postgresql_where=_sql("email_due")),
     )
 

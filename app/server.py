@@ -88,6 +88,7 @@ from app.web.api import (
     PipelinesApiController,
     UsersApiController,
 )
+from app.web.api.notifications import NotificationsApiController
 from app.web.auth import AuthController
 from app.web.csrf import FAILED as CSRF_FAILED
 from app.web.csrf import CsrfMiddleware
@@ -99,6 +100,7 @@ from app.web.job_log import JobLogApiController, JobLogController
 from app.web.jobs import JobsController
 from app.web.json_body import JsonBodyRequest
 from app.web.metrics import MetricsController
+from app.web.notifications import NotificationsController
 from app.web.pipelines import PipelinesController
 from app.worker.threaded import start_in_thread
 
@@ -471,6 +473,8 @@ CONTROLLERS: list[ControllerRouterHandler] = [
     JobsController,
     JobLogController,
     JobLogApiController,
+    NotificationsController,
+    NotificationsApiController,
     PipelinesController,
     FilesController,
     FilesApiController,

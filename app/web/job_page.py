@@ -51,7 +51,8 @@ JOB_STATUS = text(
     SELECT id, user_id, type, title, status, is_active, pending_parents, run_at, attempts, max_attempts,
            progress, progress_message, requires_approval, pipeline_id, step_key, blocked_by,
            created_at, updated_at, started_at, completed_at, left(error_message, 2000) AS error_preview,
-           (SELECT max(seq) FROM job_logs l WHERE l.job_id = jobs.id) AS log_seq
+           (SELECT max(seq) FROM job_logs l WHERE l.job_id = jobs.id) AS log_seq,
+           (SELECT count(*) FROM notifications n WHERE n.user_id = jobs.user_id AND n.read_at IS NULL) AS unread
     FROM jobs WHERE id = :id
     """
 )
@@ -189,7 +190,8 @@ async def status_context(
         "new_job_id": new_job_id,
         "poll_url": None
         if state["terminal"]
-        else f"/jobs/{row['id']}/status?v={state['version']}&log={row.get('log_seq') or 0}",
+        else f"/jobs/{row['id']}/status?v={state['version']}&log={row.get('log_seq') or 0}"
+        + (f"&bell={row['unread']}" if row.get("unread") is not None and row["user_id"] == user.id else ""),
         "poll": POLL,
         "confirms": CONFIRM,
         "result_items": [],

@@ -43,6 +43,7 @@ from app import __version__, alerts, controls, metrics
 from app.db import create_engine, is_transient
 from app.files import FileStore
 from app.jobs import queue
+from app.notifications import Mailer
 from app.settings import Settings
 from app.worker import health
 from app.worker.claiming import Claimer, wait_any
@@ -311,6 +312,7 @@ class Worker:
             # Alert delivery: its own task on the processors' pool, never on the job path.
             "alerts": asyncio.create_task(deliverer.run(), name=f"{self.id}:alerts"),
             "joblog": asyncio.create_task(self.executor.write_logs(), name=f"{self.id}:joblog"),
+            "notices": asyncio.create_task(Mailer(self.app_engine, self.settings, log=self.log).run()),
         }
         for name, task in self._side.items():
             task.add_done_callback(functools.partial(self._side_done, name))

@@ -52,6 +52,13 @@ def upgrade() -> None:
     )
     op.create_index("ix_notifications_user_id_id", "notifications", ["user_id", "id"], unique=False)
     op.create_index(
+        "ix_notifications_unread",
+        "notifications",
+        ["user_id"],
+        unique=False,
+        postgresql_where=sa.text("read_at IS NULL"),
+    )
+    op.create_index(
         "ix_notifications_email_due",
         "notifications",
         ["id"],
@@ -68,6 +75,9 @@ def downgrade() -> None:
     op.drop_column("users", "email_notifications")
     op.drop_index(
         "ix_notifications_email_due", table_name="notifications", postgresql_where=sa.text("email_due")
+    )
+    op.drop_index(
+        "ix_notifications_unread", table_name="notifications", postgresql_where=sa.text("read_at IS NULL")
     )
     op.drop_index("ix_notifications_user_id_id", table_name="notifications")
     op.drop_table("notifications")
