@@ -59,6 +59,13 @@ def test_log_lines_appear_while_the_job_runs_without_a_reload(server: tuple[str,
     page.goto(f"{base}/jobs/{job}")
     page.evaluate("window.__sameDocument = true")
     box = page.locator("#job-log-lines")
+    page.wait_for_selector("#notif-bell:not([hx-trigger])")  # the bell's count, fetched once on load
+    assert page.locator("#notif-count").count() == 0
+    # another job of Ann's fails while this page is open: the page's own poll brings the bell's count
+    submit(base, token, {"lines": 0, "fail": True}, max_attempts=1)
+    page.wait_for_selector("#notif-count", timeout=15_000)
+    assert page.locator("#notif-count").inner_text() == "1"
+    assert "line 5" not in box.inner_text()  # still running: the count came with a poll, not at the end
     started = time.monotonic()
     page.wait_for_function(
         "document.querySelector('#job-log-lines').textContent.includes('line 1')", timeout=15_000
@@ -76,4 +83,5 @@ def test_log_lines_appear_while_the_job_runs_without_a_reload(server: tuple[str,
         f"line {i}" for i in range(6)
     ]  # each once, in order
     assert page.locator("a[href$='/log.txt']").count() == 1
+    page.wait_for_function("document.querySelector('#notif-count').textContent === '2'", timeout=10_000)
     assert not watch.errors and not watch.alerts
