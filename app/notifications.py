@@ -204,10 +204,10 @@ class Mailer:
         )
 
     async def run(self) -> None:
-        """Until cancelled; without ``SMTP_HOST`` it does nothing. A mail server or database outage is
+        """Until cancelled; without ``SMTP_HOST`` it only waits. A mail server or database outage is
         logged and waited out (doubling the wait up to five minutes)."""
         if not self.settings.smtp_host:
-            return
+            await asyncio.Event().wait()  # nothing to send, ever; a side task must not end by itself
         poll = min(POLL_SECS, max(0.2, self.quiet_secs))
         delay = poll
         while True:
