@@ -138,6 +138,20 @@ async def test_steps_of_a_pipeline_do_not_notify_one_by_one(
     assert [(n["kind"], n["pipeline_id"], n["job_id"]) for n in rows] == [("pipeline_completed", pid, None)]
     assert rows[0]["text"] == "Your pipeline “Two steps” has finished."
 
+    # a step that waits for approval tells its owner
+    async with engine.begin() as conn:
+        p = await queue.create_pipeline(
+            conn,
+            name="Checked",
+            steps=[{"key": "a", "type": "test.form", "input_data": {"name": "A"}, "requires_approval": True}],
+            user_id=user.id,
+            settings=ui_settings,
+        )
+    jid = await claim(engine)
+    await finish(engine, ui_settings, jid, "completed", result={})
+    last = (await notices(pg, user.id))[-1]
+    assert (last["kind"], last["job_id"], last["pipeline_id"]) == ("approval_waiting", jid, p["id"])
+
 
 async def test_a_failing_batch_sends_one_email(
     make_settings: Any, engine: AsyncEngine, pg: asyncpg.Connection, mx: tuple[Inbox, int], long_run: bool
