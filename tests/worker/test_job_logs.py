@@ -35,12 +35,13 @@ async def test_lines_are_written_while_the_job_runs_also_from_a_cpu_bound_proces
         assert still == "in_progress" and seen[0]["text"] == "line 0"
         await wait_status(pg, job["id"], {"completed"})
         await wait_status(pg, cpu["id"], {"completed"}, timeout=30)
-    texts = [ln["text"] for ln in await lines_of(pg, job["id"])]
+    lines = await lines_of(pg, job["id"])
+    last = max(ln["attempt"] for ln in lines)  # a busy machine may have run it twice: each line says which
+    texts = [ln["text"] for ln in lines if ln["attempt"] == last]
     assert texts[:6] == [f"line {i}" for i in range(6)]
     # NUL bytes are stored as U+FFFD; Python logging in the task and in a thread it started are kept
     assert "nul \ufffd byte where=here\ufffd" in texts
     assert texts[-2:] == ["from std logging ok", "from a thread"]
-    assert {ln["attempt"] for ln in await lines_of(pg, job["id"])} == {1}
     # a CPU-bound processor's ctx.log and logging records come over from its child process
     rows = await lines_of(pg, cpu["id"])
     assert [(r["level"], r["text"]) for r in rows] == [
