@@ -29,6 +29,7 @@ from sqlalchemy import (
     func,
     text,
 )
+from sqlalchemy import text as _sql  # for tables with a column named ``text``
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -66,6 +67,8 @@ class User(Base):
     is_admin: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
     is_active: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
     timezone: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("'UTC'"))
+    email_notifications: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
+    """Whether notices about their own jobs are also e-mailed (when SMTP is set)."""
     created_at: Mapped[datetime] = _now()
     theme: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("'auto'"))
     must_change_password: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
@@ -413,6 +416,45 @@ class JobEvent(Base):
             postgresql_where=text("pipeline_id IS NOT NULL"),
         ),
         Index("ix_job_events_at", "at"),
+    )
+
+
+class JobLog(Base):
+    """One line a processor logged while its job ran (:mod:`app.worker.joblog`). Bounded per job: the
+    oldest lines are cut, leaving one ``level = 'cut'`` marker row whose ``cut`` counts them."""
+
+    __tablename__ = "job_logs"
+    seq: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False)
+    attempt: Mapped[int] = mapped_column(Integer, nullable=False)
+    at: Mapped[datetime] = _now()
+    level: Mapped[str] = mapped_column(Text, nullable=False)
+    text: Mapped[str] = mapped_column(Text, nullable=False)
+    cut: Mapped[int] = mapped_column(Integer, nullable=False, server_default=_sql("0"))
+    __table_args__ = (Index("ix_job_logs_job_id_seq", "job_id", "seq"),)
+
+
+class Notification(Base):
+    """A notice to a person about their own job or pipeline (:mod:`app.jobs.notices`), written with the
+    transition that causes it; ``count`` folds many alike notices of a short window into one row, and
+    ``email_due`` marks rows the e-mail outbox still has to send."""
+
+    __tablename__ = "notifications"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), nullable=False)
+    kind: Mapped[str] = mapped_column(Text, nullable=False)
+    job_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    pipeline_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    text: Mapped[str] = mapped_column(Text, nullable=False)
+    count: Mapped[int] = mapped_column(Integer, nullable=False, server_default=_sql("1"))
+    at: Mapped[datetime] = _now()
+    read_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    email_due: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=_sql("false"))
+    emailed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    __table_args__ = (
+        Index("ix_notifications_user_id_id", "user_id", "id"),
+        Index("ix_notifications_unread", "user_id", postgresql_where=_sql("read_at IS NULL")),
+        Index("ix_notifications_email_due", "id", postgresql_where=_sql("email_due")),
     )
 
 

@@ -91,6 +91,7 @@ from app.web.api import (
     PipelinesApiController,
     UsersApiController,
 )
+from app.web.api.notifications import NotificationsApiController
 from app.web.api.openapi import plain_descriptions
 from app.web.auth import AuthController
 from app.web.batches import BatchesController
@@ -100,9 +101,11 @@ from app.web.files import FilesApiController, FilesController
 from app.web.health import HealthController
 from app.web.home import HomeController
 from app.web.input_guard import InputGuardMiddleware
+from app.web.job_log import JobLogApiController, JobLogController
 from app.web.jobs import JobsController
 from app.web.json_body import JsonBodyRequest
 from app.web.metrics import MetricsController
+from app.web.notifications import NotificationsController
 from app.web.pipelines import PipelinesController
 from app.worker.host_lock import InAppWorkerSlot
 from app.worker.threaded import start_in_thread
@@ -476,6 +479,10 @@ CONTROLLERS: list[ControllerRouterHandler] = [
     UsersApiController,
     *admin.CONTROLLERS,
     JobsController,
+    JobLogController,
+    JobLogApiController,
+    NotificationsController,
+    NotificationsApiController,
     PipelinesController,
     BatchesController,
     FilesController,

@@ -203,6 +203,8 @@ class Settings(BaseSettings):
     smtp_password: str | None = None
     smtp_starttls: bool = False
     smtp_from: str = "jobdesk@localhost"
+    notification_email_quiet_secs: float = Field(60.0, ge=0, le=3600)
+    """A person's notices are e-mailed once none came for this long (a failing batch is one e-mail)."""
 
     # --- validators -------------------------------------------------------------------------------
     @field_validator("job_retry_intervals", "callback_retry_intervals", mode="before")

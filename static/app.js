@@ -176,4 +176,13 @@
       evt.stopImmediatePropagation();
     }
   }, true);
+
+  /* 3. The notification bell's unread count is fetched once as a page loads; after that the polls the
+        page already makes bring it out of band (hx-swap-oob). It has no timer of its own. */
+  document.addEventListener("DOMContentLoaded", function () {
+    var bell = document.getElementById("notif-bell");
+    if (bell && !bell.hasAttribute("data-count") && typeof htmx !== "undefined") {
+      htmx.ajax("GET", "/notifications/bell", { target: bell, swap: "outerHTML" });
+    }
+  });
 })();

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -145,7 +146,8 @@ class JobContext(Generic[InputT]):
 
     Attributes: ``job`` (the claimed row: ``id``, ``type``, ``attempts``, ``max_attempts``, ``user_id``,
     ``pipeline_id``, ``step_key``, ``input_data``…), ``input`` (the validated input model), ``attempt``
-    (1-based), ``log`` (a structlog logger bound to the job), ``parents`` (``{step key or job id:
+    (1-based), ``log`` (a structlog logger bound to the job; its lines, and Python ``logging`` records
+    of the processor, are also kept as the job's log, shown live on its page), ``parents`` (``{step key or job id:
     result_data}`` of the jobs this one depends on), ``settings``, ``db`` (the app's pooled engine, for
     processors that use the database), ``files`` (:class:`app.files.JobFiles`: read inputs, save outputs),
     ``worker_id`` (the worker running it).
@@ -209,7 +211,8 @@ class CpuContext:
     """What a CPU-bound processor gets, in a separate process: picklable, no database access.
 
     ``input`` is the validated model; :meth:`input_path` gives the bytes of one of the job's files;
-    write outputs under ``output_dir`` and return them as :class:`OutputFile`.
+    write outputs under ``output_dir`` and return them as :class:`OutputFile`. :attr:`log` (or any
+    ``logging`` logger) writes to the job's log.
     """
 
     job_id: str
@@ -238,6 +241,12 @@ class CpuContext:
                 "is no longer stored, or it is not yours. Upload it again."
             )
         return path
+
+    @property
+    def log(self) -> logging.Logger:
+        """A standard-library logger whose lines (``info`` and above) are kept in the job's log, like
+        any ``logging`` call in the processor's process."""
+        return logging.getLogger(f"jobdesk.job.{self.job_id}")
 
     def report_progress(self, fraction: float | None, message: str | None = None) -> None:
         """Report progress (``fraction`` in 0..1) to the job page from the processor's process; sent to

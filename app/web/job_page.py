@@ -26,7 +26,7 @@ from app.errors import NotFound
 from app.jobs import queue
 from app.jobs.states import LIVE, Status
 from app.processors import registry
-from app.web import display, forms, zone
+from app.web import display, forms, job_log, zone
 from app.web.deps import parse_uuid
 
 HISTORY_LIMIT = 200
@@ -50,7 +50,9 @@ JOB_STATUS = text(
     """
     SELECT id, user_id, type, title, status, is_active, pending_parents, run_at, attempts, max_attempts,
            progress, progress_message, requires_approval, pipeline_id, step_key, blocked_by,
-           created_at, updated_at, started_at, completed_at, left(error_message, 2000) AS error_preview
+           created_at, updated_at, started_at, completed_at, left(error_message, 2000) AS error_preview,
+           (SELECT max(seq) FROM job_logs l WHERE l.job_id = jobs.id) AS log_seq,
+           (SELECT count(*) FROM notifications n WHERE n.user_id = jobs.user_id AND n.read_at IS NULL) AS unread
     FROM jobs WHERE id = :id
     """
 )
@@ -186,7 +188,10 @@ async def status_context(
         "notice": notice,
         "notice_ok": notice_ok,
         "new_job_id": new_job_id,
-        "poll_url": None if state["terminal"] else f"/jobs/{row['id']}/status?v={state['version']}",
+        "poll_url": None
+        if state["terminal"]
+        else f"/jobs/{row['id']}/status?v={state['version']}&log={row.get('log_seq') or 0}"
+        + (f"&bell={row['unread']}" if row.get("unread") is not None and row["user_id"] == user.id else ""),
         "poll": POLL,
         "confirms": CONFIRM,
         "result_items": [],
@@ -240,6 +245,7 @@ async def page_context(db: AsyncSession, job_id: Any, user: Any, **status_kw: An
         pipeline=pipeline,
         history=await job_history(db, row["id"], user),
         history_oob=False,
+        log=await job_log.log_view(db, row),
         paused=await controls.paused_for(db, [row["type"]]) if row["status"] == Status.QUEUED else [],
     )
     return ctx

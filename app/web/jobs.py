@@ -33,7 +33,7 @@ from app.auth import requires_user
 from app.errors import NotFound
 from app.jobs import queue
 from app.processors import ProcessorSpec
-from app.web import DbSession, display, forms, is_htmx, render, submit, zone
+from app.web import DbSession, display, forms, is_htmx, job_log, render, submit, zone
 from app.web.deps import (
     actor_of,
     cell_response,
@@ -52,6 +52,7 @@ from app.web.job_page import (
     timezone_names,
 )
 from app.web.my_jobs import job_list_item, list_context
+from app.web.notifications import poll_bell
 from app.web.pipeline_page import pipeline_page_context, pipeline_status_context
 
 
@@ -214,27 +215,32 @@ class JobsController(Controller):
         request: Request[Any, Any, Any],
         job_id: FromPath[str],
         v: Annotated[str | None, QueryParameter()] = None,
+        log: Annotated[int | None, QueryParameter(ge=0, le=2**62)] = None,
+        bell: Annotated[int | None, QueryParameter(ge=0, le=2**62)] = None,
     ) -> Template | Response[Any]:
-        """The status fragment, polled every 2 s: 204 while its fingerprint ``v`` still matches; 286 —
-        htmx's "stop polling" — with the final fragment (result, error, history) once finished. The
-        unchanged case costs one autocommit query (:func:`poll_row`) and no session; a read-only session
-        is opened only to render."""
+        """The status fragment, polled every 2 s: 204 while its fingerprint ``v`` still matches and no
+        log line came after ``log``; 286 — htmx's "stop polling" — with the final fragment (result, error,
+        history) once finished. New log lines ride along out of band. The unchanged case costs one
+        autocommit query (:func:`poll_row`) and no session; a read-only session is opened only to render."""
         user = request.user
         row = await poll_row(request, job_id, user)
         state = display.job_state(row)
         quiet = unchanged(v, state["version"], state["terminal"])
-        if quiet is not None and is_htmx(request):
+        bell_news, bell_count = poll_bell(row, user, bell)
+        if quiet is not None and is_htmx(request) and not (job_log.has_news(row, log) or bell_news):
             return quiet
         async with AsyncSession(request.app.state.engine) as db:
             if not is_htmx(request):
                 ctx = await page_context(db, row["id"], user)
                 return render(request, "jobs/detail.html", ctx)
             ctx = await status_context(db, row, user, with_history=state["terminal"])
+            ctx["log_lines"] = await job_log.new_lines(db, row, log)
+            ctx["bell"] = bell_count
         return render(
             request,
             "jobs/detail.html",
             ctx,
-            fragment="jobs/_status.html",
+            fragment="jobs/_status_poll.html",
             status_code=poll_status(state["terminal"]),
         )
 

@@ -18,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import logging
 import multiprocessing
 import os
 import resource
 import signal
+import threading
 import traceback
 import weakref
 from collections.abc import Awaitable, Callable
@@ -65,13 +67,47 @@ def _limit_memory(max_memory_mb: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
+class _PipeLogHandler(logging.Handler):
+    """In the child: each log record goes to the parent as a ``("log", level, text)`` message, which
+    the worker keeps in the job's log (:mod:`app.worker.joblog`)."""
+
+    def __init__(self, send: Any) -> None:
+        super().__init__()
+        self._send = send
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+            if record.exc_info:
+                text = f"{text}\n{''.join(traceback.format_exception(*record.exc_info)).rstrip()}"
+            self._send(("log", record.levelname.lower(), text[:100_000]))
+        except Exception:
+            self.handleError(record)
+
+
+def _child_logging(conn: Any) -> Any:
+    """Route the child's logging (``ctx.log`` and any ``logging`` logger) to the parent; returns the
+    locked ``send`` that progress reports share (a thread of the processor may log too)."""
+    lock = threading.Lock()
+
+    def send(message: Any) -> None:
+        with lock:
+            conn.send(message)
+
+    root = logging.getLogger()
+    root.handlers[:] = [_PipeLogHandler(send)]
+    root.setLevel(logging.INFO)
+    return send
+
+
 def _child(conn: Any, module: str, qualname: str, ctx: CpuContext, max_memory_mb: int) -> None:
     """The child's body. Whatever happens, it sends exactly one final message or exits with a code
     that says why it could not (the parent maps both to a clear error)."""
     code = 0
     try:
         _limit_memory(max_memory_mb)
-        processors._set_cpu_progress(lambda fraction, message: conn.send(("progress", fraction, message)))
+        send = _child_logging(conn)
+        processors._set_cpu_progress(lambda fraction, message: send(("progress", fraction, message)))
         target: Any = importlib.import_module(module)
         for part in qualname.split("."):
             target = getattr(target, part)
@@ -115,10 +151,11 @@ async def run_in_process(
     on_progress: Callable[[float | None, str | None], Awaitable[None]] | None = None,
     *,
     max_memory_mb: int = 0,
+    on_log: Callable[[str, str], None] | None = None,
 ) -> Any:
     """Run ``func(ctx)`` in a child process and return its result; ``on_progress`` receives the
-    processor's :meth:`CpuContext.report_progress` calls. ``max_memory_mb`` caps the child's address
-    space (0: no cap).
+    processor's :meth:`CpuContext.report_progress` calls, ``on_log`` its log records as ``(level,
+    text)``. ``max_memory_mb`` caps the child's address space (0: no cap).
 
     Cancelling the awaiting task kills the child (used for cancel requests and timeouts).
 
@@ -136,7 +173,7 @@ async def run_in_process(
         await loop.run_in_executor(None, proc.start)
         child.close()
         try:
-            message = await _receive(loop, parent, on_progress)
+            message = await _receive(loop, parent, on_progress, on_log)
         except asyncio.CancelledError:
             proc.kill()
             raise
@@ -150,8 +187,10 @@ async def _receive(
     loop: asyncio.AbstractEventLoop,
     parent: Any,
     on_progress: Callable[[float | None, str | None], Awaitable[None]] | None,
+    on_log: Callable[[str, str], None] | None = None,
 ) -> Any:
-    """The child's final message (``None`` when it ended without one), passing progress on."""
+    """The child's final message (``None`` when it ended without one), passing progress and log
+    records on."""
     readable = asyncio.Event()
     loop.add_reader(parent.fileno(), readable.set)
     try:
@@ -161,6 +200,10 @@ async def _receive(
             try:
                 while parent.poll():
                     item = parent.recv()
+                    if item[0] == "log":
+                        if on_log is not None:
+                            on_log(item[1], item[2])
+                        continue
                     if item[0] != "progress":
                         return item
                     if on_progress is not None:

@@ -42,6 +42,7 @@ from app.processors import (
 from app.settings import Settings
 from app.worker.cpu import run_in_process
 from app.worker.faults import describe, first_line
+from app.worker.joblog import JobLogger, JobLogWriter, current
 
 PROGRESS_MIN_INTERVAL_SECS = 0.5
 """Progress reports of one job are written at most this often (the rest are coalesced)."""
@@ -64,6 +65,8 @@ class RunningJob:
     duration: float = 0.0
     claim_sent: float = 0.0
     """When the claim that took this job was sent (monotonic): the start of its lease by our clock."""
+    log_buffer: Any = None
+    """The job's log lines not written yet (:class:`app.worker.joblog.JobLogBuffer`), once it runs."""
 
     @property
     def id(self) -> uuid.UUID:
@@ -89,6 +92,7 @@ class Executor:
         app_engine: AsyncEngine,
         debug: bool = False,
         on_settled: Callable[[], None] = lambda: None,
+        joblog: JobLogWriter | None = None,
     ) -> None:
         self.settings = settings
         self.worker_id = worker_id
@@ -97,6 +101,8 @@ class Executor:
         self.app_engine = app_engine
         self.debug = debug
         self.on_settled = on_settled
+        self.joblog = joblog
+        """Keeps what processors log as their jobs' logs (``None``: not kept)."""
         """Called when a lingering processor task finally ends (its slot is free again)."""
         self.lingering: set[asyncio.Task[Any]] = set()
         """Processor tasks that did not stop when cancelled: their jobs' outcomes are recorded, their
@@ -108,7 +114,20 @@ class Executor:
             return spec.retry
         return RetryPolicy.schedule(self.settings.job_retry_intervals, self.settings.job_retry_jitter)
 
+    async def write_logs(self) -> None:
+        """Write processors' log lines as they come (a side task of the worker)."""
+        if self.joblog is not None:
+            await self.joblog.run()
+
     async def execute(self, job: RunningJob) -> Outcome | None:
+        """Run ``job`` to its outcome (:meth:`run`), then write what it logged and has not been written
+        yet, so that the page showing the outcome shows every line."""
+        outcome = await self.run(job)
+        if self.joblog is not None and job.log_buffer is not None and job.log_buffer.logged:
+            await self.joblog.flush(job.id)
+        return outcome
+
+    async def run(self, job: RunningJob) -> Outcome | None:
         """Run ``job`` to its outcome; ``None`` when there is nothing to record (its lease was lost).
 
         A cancellation of the job's task is an outcome only when the worker asked for it (a cancel request,
@@ -191,13 +210,20 @@ class Executor:
     # --- calling the processor ----------------------------------------------------------------
 
     async def _call(self, spec: ProcessorSpec, job: RunningJob, model: Any) -> Any:
+        row = job.row
+        log = job.log
+        if self.joblog is not None:
+            # This task's context (copied into the tasks and threads the processor starts) names the
+            # job, so its logging records reach the job's log; nothing is written unless it logs.
+            job.log_buffer = self.joblog.buffer(row["id"], row["attempts"], debug=self.debug)
+            current.set(job.log_buffer)
+            log = JobLogger(job.log, job.log_buffer)
         if spec.cpu_bound:
             return await self._call_in_process(spec, job, model)
-        row = job.row
         ctx: JobContext[Any] = JobContext(
             job=row,
             input=model,
-            log=job.log,
+            log=log,
             settings=self.settings,
             db=self.app_engine,
             files=JobFiles(self.files, self.app_engine, row),
@@ -231,6 +257,7 @@ class Executor:
             ctx,
             lambda f, m: self.report_progress(job, f, m),
             max_memory_mb=self.settings.cpu_job_max_memory_mb,
+            on_log=job.log_buffer.add if job.log_buffer is not None else None,
         )
 
     def _scratch(self) -> Path:

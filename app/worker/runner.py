@@ -45,6 +45,7 @@ from app import alerts, metrics
 from app.db import create_engine, is_transient
 from app.files import FileStore
 from app.jobs import queue
+from app.notifications import Mailer
 from app.settings import Settings
 from app.worker import health, lifecycle
 from app.worker.buffer import ClaimBuffer
@@ -52,6 +53,7 @@ from app.worker.claiming import Claimer, wait_any
 from app.worker.completer import Completer, Tally
 from app.worker.executor import Executor, RunningJob
 from app.worker.faults import first_line
+from app.worker.joblog import JobLogWriter
 from app.worker.keeper import LeaseKeeper
 from app.worker.leases import HeldJobs, JobChecks
 from app.worker.listener import Listener
@@ -158,6 +160,7 @@ class Worker:
             app_engine=self.app_engine,
             debug=self.debug,
             on_settled=self._slot_freed.set,
+            joblog=JobLogWriter(self.engine, log=self.log),
         )
         self.completer = Completer(
             settings,
@@ -298,6 +301,8 @@ class Worker:
             "sweep": asyncio.create_task(self.maintenance.run(), name=f"{self.id}:sweep"),
             # Alert delivery: its own task on the processors' pool, never on the job path.
             "alerts": asyncio.create_task(deliverer.run(), name=f"{self.id}:alerts"),
+            "joblog": asyncio.create_task(self.executor.write_logs(), name=f"{self.id}:joblog"),
+            "notices": asyncio.create_task(Mailer(self.app_engine, self.settings, log=self.log).run()),
         }
         for name, task in self._side.items():
             task.add_done_callback(functools.partial(self._side_done, name))

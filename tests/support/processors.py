@@ -322,3 +322,54 @@ processor(
     cpu_bound=True,
     diagnostic=True,
 )(_hog)
+
+
+class LogsInput(Input):
+    lines: int = Field(3, ge=0, le=100_000)
+    interval: float = Field(0.0, ge=0)
+    size: int = Field(0, ge=0, le=100_000)
+    """Characters of padding per line (for the byte bound)."""
+    nul: bool = False
+    fail: bool = False
+
+
+@processor(
+    "test.logs",
+    title="Logs lines",
+    description="Logs lines through ctx.log and Python logging, slowly if asked.",
+    input=LogsInput,
+    diagnostic=True,
+)
+async def logs(ctx: JobContext[LogsInput]) -> dict[str, Any]:
+    import logging
+
+    std = logging.getLogger("tests.support.processors.logs")
+    pad = "x" * ctx.input.size
+    for i in range(ctx.input.lines):
+        ctx.log.info(f"line {i}{pad}")
+        if ctx.input.interval:
+            await ctx.sleep(ctx.input.interval)
+    if ctx.input.nul:
+        ctx.log.warning("nul \x00 byte", where="here\x00")
+    std.warning("from std logging %s", "ok")
+    await asyncio.to_thread(std.error, "from a thread")
+    if ctx.input.fail:
+        raise RuntimeError("failed on purpose")
+    return {"logged": ctx.input.lines}
+
+
+@processor(
+    "test.cpu_logs",
+    title="Logs lines in a process",
+    description="A CPU-bound processor that logs.",
+    input=LogsInput,
+    cpu_bound=True,
+    diagnostic=True,
+)
+def cpu_logs(ctx: Any) -> dict[str, Any]:
+    import logging
+
+    for i in range(ctx.input.lines):
+        ctx.log.info("cpu line %d", i)
+    logging.getLogger("somewhere.else").warning("cpu std \x00 warning")
+    return {"logged": ctx.input.lines}

@@ -407,7 +407,7 @@ async def test_job_page_and_fragment_follow_the_job_from_waiting_to_done(
     assert "<h1>Quarterly &lt;report&gt;</h1>" in page
     assert '<div class="live-region" aria-live="polite">' in page
     poll = re.search(
-        r'hx-get="(/jobs/[^"]+/status\?v=([0-9a-f]+))" hx-trigger="every 2s" hx-swap="outerHTML"', page
+        r'hx-get="(/jobs/[^"]+/status\?v=([0-9a-f]+)[^"]*)" hx-trigger="every 2s" hx-swap="outerHTML"', page
     )
     assert poll, "the status part polls every 2 s"
     assert "Waiting</span>" in page

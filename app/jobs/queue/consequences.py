@@ -1,6 +1,6 @@
 """What a job's transition causes, in the same transaction: dependents released (a parent completed) or
 cancelled (a parent failed or was cancelled), ``for_each`` steps expanded once their parents completed,
-the pipeline's status derived again, and alert outbox rows written."""
+the pipeline's status derived again, and alert outbox rows and owners' notices written."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.jobs import outbox
+from app.jobs import notices, outbox
 from app.jobs.queue.common import fetch_rows, notify_jobs, sql
 from app.jobs.queue.fanouts import expand_ready
 from app.jobs.queue.pipelines import refresh_pipelines
@@ -125,6 +125,7 @@ async def consequences(
         await outbox.record_approvals(conn, approvals)
     if pipelines:
         await refresh_pipelines(conn, pipelines)
+    await notices.record_transitions(conn, changed, pipelines)
     return notified
 
 
@@ -134,3 +135,4 @@ async def consequences_of_lost_jobs(conn: AsyncConnection, rows: Sequence[Change
     pipelines = _pipelines_of(rows) | await _cancel_dependents(conn, [r["id"] for r in rows])
     if pipelines:
         await refresh_pipelines(conn, pipelines)
+    await notices.record_transitions(conn, rows, pipelines)

@@ -1,0 +1,63 @@
+"""``/api/notifications`` and ``/api/me/notifications``: a person's own notices and their e-mail choice.
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+from typing import Any
+
+from litestar import Controller, Request, get, post, put
+from litestar.params import Body
+
+from app import notifications
+from app.auth import requires_user
+from app.errors import BadInput
+from app.web import DbSession
+
+
+class NotificationsApiController(Controller):
+    """A person's notices: list, mark read, e-mail choice."""
+
+    path = "/api"
+    guards = [requires_user]
+    tags = ["notifications"]
+
+    @get("/notifications", name="api.notifications.list")
+    async def list_notices(self, request: Request[Any, Any, Any], db_session: DbSession) -> dict[str, Any]:
+        """``{"items": [{id, kind, job_id?, pipeline_id?, text, at, read}], "unread": n}``, newest first."""
+        uid = request.user.id
+        rows = await notifications.listing(db_session, uid)
+        return {
+            "items": [notifications.as_json(r) for r in rows],
+            "unread": await notifications.unread_count(db_session, uid),
+        }
+
+    @post("/notifications/read", name="api.notifications.read", status_code=200)
+    async def mark_read(
+        self, request: Request[Any, Any, Any], db_session: DbSession, data: Any = Body(default=None)
+    ) -> dict[str, Any]:
+        """Mark notices read: ``{"ids": [1, 2]}`` or ``{"all": true}``. Others' ids change nothing.
+        Answers ``{"marked": n, "unread": n}``."""
+        if not isinstance(data, dict):
+            raise BadInput.field("ids", 'send {"ids": [...]} or {"all": true}')
+        ids = None
+        if data.get("all") is not True:
+            raw = data.get("ids")
+            if not isinstance(raw, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in raw
+            ):
+                raise BadInput.field("ids", 'must be a list of notification ids, or send {"all": true}')
+            if any(not 0 < i < 2**63 for i in raw):
+                raise BadInput.field("ids", "must be notification ids")
+            ids = raw
+        marked = await notifications.mark_read(db_session, request.user.id, ids)
+        return {"marked": marked, "unread": await notifications.unread_count(db_session, request.user.id)}
+
+    @put("/me/notifications", name="api.me.notifications")
+    async def email_choice(
+        self, request: Request[Any, Any, Any], db_session: DbSession, data: Any = Body(default=None)
+    ) -> dict[str, Any]:
+        """``{"email": true}``: notices are also e-mailed (when the server has SMTP set)."""
+        if not isinstance(data, dict) or not isinstance(data.get("email"), bool):
+            raise BadInput.field("email", "must be true or false")
+        await notifications.set_email_choice(db_session, request.user.id, data["email"])
+        return {"email": data["email"], "smtp": bool(request.app.state.settings.smtp_host)}

@@ -1,0 +1,91 @@
+"""A person's notices on the web: the bell (an unread count on every page, refreshed out of band by the
+polls the pages already make), the ``/notifications`` page with "Mark as read", and the e-mail choice
+form (``templates/account/_notifications.html``) that the account page includes.
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+from typing import Any
+
+from litestar import Controller, Request, get, post
+from litestar.response import Redirect, Template
+
+from app import notifications
+from app.auth import requires_user
+from app.web import DbSession, is_htmx, render
+
+
+def poll_bell(row: Any, user: Any, bell: int | None) -> tuple[bool, int | None]:
+    """For a job page's poll: ``(news, count)`` — whether the viewer's unread count differs from the
+    ``bell`` the page shows, and the count to show (``None`` when the poll cannot tell: the viewer is
+    not the job's owner, or the page did not say)."""
+    if bell is None or row.get("unread") is None or row["user_id"] != user.id:
+        return False, None
+    count = int(row["unread"])
+    return count != bell, count
+
+
+def _ids(values: list[str]) -> list[int]:
+    out = []
+    for v in values:
+        try:
+            out.append(int(v))
+        except ValueError:
+            continue
+    return out
+
+
+def _back(target: Any) -> str:
+    """A local path to return to (never another site)."""
+    path = str(target or "")
+    return path if path.startswith("/") and not path.startswith("//") else "/notifications"
+
+
+async def _page(request: Request[Any, Any, Any], db: Any) -> Template:
+    uid = request.user.id
+    items = await notifications.listing(db, uid)
+    for item in items:
+        item["href"] = notifications.link(item)
+    ctx = {
+        "items": items,
+        "bell": await notifications.unread_count(db, uid),
+        "email_on": await notifications.email_choice(db, uid),
+        "smtp": bool(request.app.state.settings.smtp_host),
+    }
+    return render(request, "notifications/list.html", ctx)
+
+
+class NotificationsController(Controller):
+    """``/notifications``, its bell and its forms."""
+
+    path = "/notifications"
+    guards = [requires_user]
+    include_in_schema = False
+
+    @get("/", name="notifications.list")
+    async def page(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
+        """The person's newest notices, unread ones in bold, each linking to its job or pipeline."""
+        return await _page(request, db_session)
+
+    @get("/bell", name="notifications.bell")
+    async def bell(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
+        """The bell with the unread count (fetched once as a page loads; polls refresh it out of band)."""
+        count = await notifications.unread_count(db_session, request.user.id)
+        return Template(template_name="notifications/_bell_link.html", context={"bell": count})
+
+    @post("/read", name="notifications.read", status_code=303)
+    async def read(self, request: Request[Any, Any, Any], db_session: DbSession) -> Redirect | Template:
+        """Mark the ticked notices (or, with ``all``, every one) read."""
+        form = await request.form()
+        ids = None if form.get("all") else _ids(form.getall("id") if hasattr(form, "getall") else [])
+        await notifications.mark_read(db_session, request.user.id, ids)
+        if is_htmx(request):
+            return await _page(request, db_session)
+        return Redirect("/notifications", status_code=303)
+
+    @post("/email", name="notifications.email", status_code=303)
+    async def email(self, request: Request[Any, Any, Any], db_session: DbSession) -> Redirect:
+        """The account page's e-mail choice: ``email=on`` sends notices by e-mail too."""
+        form = await request.form()
+        await notifications.set_email_choice(db_session, request.user.id, form.get("email") == "on")
+        return Redirect(_back(form.get("next")), status_code=303)

@@ -1,0 +1,80 @@
+"""A running job's log and the notification bell in a real browser (headless Chromium), against
+``jobdesk serve`` with its in-app worker: the lines a slow processor logs appear on its page while it
+runs, appended by the page's existing 2-second poll, without a reload; the bell's unread count follows
+on a poll when another job of the same person fails."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.browser import BROWSER_MARKS, Watch
+from tests.support.webkit import FORMS_ENV, PASSWORD, add_token, add_user, running_server
+
+pytestmark = BROWSER_MARKS
+
+
+@pytest.fixture
+def server(db_url: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    user = asyncio.run(add_user(db_url, "ann@example.com", admin=True))
+    token = asyncio.run(add_token(db_url, user.id))
+    env = {
+        "WORKER_ENABLED": "true",
+        **FORMS_ENV,
+        "JOBDESK_PROCESSOR_MODULES": "tests.support.forms,tests.support.processors",
+        "JOB_PROCESSOR_POLL_INTERVAL": "0.5",
+        "LOG_LEVEL": "WARNING",
+    }
+    with running_server(db_url, tmp_path / "data", **env) as base:
+        yield base, token
+
+
+def submit(base: str, token: str, input_data: dict[str, Any], **kw: Any) -> str:
+    r = httpx.post(
+        base + "/api/jobs",
+        json={"type": "test.logs", "input_data": input_data, **kw},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def test_log_lines_appear_while_the_job_runs_without_a_reload(server: tuple[str, str], browser: Any) -> None:
+    base, token = server
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    watch = Watch(page)
+    page.goto(base + "/login")
+    page.fill("#email", "ann@example.com")
+    page.fill("#password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(base + "/")
+
+    job = submit(base, token, {"lines": 6, "interval": 1.0})
+    page.goto(f"{base}/jobs/{job}")
+    page.evaluate("window.__sameDocument = true")
+    box = page.locator("#job-log-lines")
+    page.wait_for_selector("#notif-bell[data-count]")  # the bell's count, fetched once on load
+    assert page.locator("#notif-count").count() == 0
+    # another job of Ann's fails while this page is open: the page's own poll brings the bell's count
+    submit(base, token, {"lines": 0, "fail": True}, max_attempts=1)
+    page.wait_for_selector("#notif-count", timeout=15_000)
+    assert page.locator("#notif-count").inner_text() == "1"
+    assert "line 5" not in box.inner_text()  # still running: the count came with a poll, not at the end
+    page.locator("#job-log-lines", has_text="line 1").wait_for(timeout=15_000)
+    # still running when the first lines are shown: they came through the poll, not at the end
+    assert "line 5" not in box.inner_text()
+    page.locator("#job-log-lines", has_text="from a thread").wait_for(timeout=20_000)
+    assert page.evaluate("window.__sameDocument === true")  # appended in place, never reloaded
+    texts = page.locator("#job-log-lines .log-line").all_inner_texts()
+    body = [t.split(" ", 1)[1] for t in texts]
+    assert [b for b in body if b.startswith("line ")] == [
+        f"line {i}" for i in range(6)
+    ]  # each once, in order
+    assert page.locator("a[href$='/log.txt']").count() == 1
+    page.locator("#notif-count", has_text="2").wait_for(timeout=10_000)
+    assert not watch.errors and not watch.alerts
