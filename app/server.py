@@ -92,7 +92,6 @@ from app.web.api import (
     UsersApiController,
 )
 from app.web.api.notifications import NotificationsApiController
-from app.web.api.openapi import plain_descriptions
 from app.web.auth import AuthController
 from app.web.batches import BatchesController
 from app.web.csrf import FAILED as CSRF_FAILED
@@ -106,6 +105,7 @@ from app.web.jobs import JobsController
 from app.web.json_body import JsonBodyRequest
 from app.web.metrics import MetricsController
 from app.web.notifications import NotificationsController
+from app.web.openapi import plain_descriptions
 from app.web.pipelines import PipelinesController
 from app.worker.host_lock import InAppWorkerSlot
 from app.worker.threaded import start_in_thread

@@ -32,8 +32,8 @@ from app.errors import BadInput, NotFound, TooLarge
 from app.files import INLINE_TYPES, served_type
 from app.formatting import format_bytes
 from app.web import DbSession
-from app.web.api.openapi import errors
 from app.web.deps import file_store, settings_of
+from app.web.openapi import errors
 
 
 @dataclass

@@ -15,6 +15,7 @@ from app.errors import BadInput
 from app.jobs import joblog, queue
 from app.jobs.states import LIVE
 from app.web import DbSession
+from app.web.openapi import errors
 
 
 async def log_view(db: Any, row: Any) -> dict[str, Any]:
@@ -70,7 +71,7 @@ class JobLogApiController(Controller):
     guards = [requires_user]
     tags = ["jobs"]
 
-    @get("/{job_id:str}/log", name="api.jobs.log")
+    @get("/{job_id:str}/log", name="api.jobs.log", responses=errors(401, 404, 422))
     async def log(
         self,
         request: Request[Any, Any, Any],

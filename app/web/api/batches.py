@@ -16,8 +16,8 @@ from app.actions import batches as batch_actions
 from app.auth import requires_user
 from app.errors import Conflict
 from app.web import DbSession
-from app.web.api.openapi import errors
 from app.web.deps import actor_of, keep_refusal
+from app.web.openapi import errors
 
 JOB_FIELDS = ("id", "row", "status", "title", "attempts", "max_attempts", "error_message", "completed_at")
 

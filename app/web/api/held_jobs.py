@@ -18,8 +18,8 @@ from app.actions.held_jobs import act_on_held
 from app.auth import requires_admin
 from app.errors import Conflict
 from app.web import DbSession
-from app.web.api.openapi import errors
 from app.web.deps import client_ip, settings_of
+from app.web.openapi import errors
 
 
 @dataclass

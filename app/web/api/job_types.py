@@ -17,8 +17,8 @@ from app.actions import controls as control_actions
 from app.actions.pipelines import startable_templates
 from app.auth import requires_admin, requires_user
 from app.web import DbSession
-from app.web.api.openapi import errors
 from app.web.deps import client_ip
+from app.web.openapi import errors
 
 
 def schema_of(model: Any) -> dict[str, Any]:

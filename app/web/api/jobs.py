@@ -30,9 +30,9 @@ from app.jobs.queue import NewJob
 from app.jobs.states import Status, label
 from app.jobs.tags import TAG_FILTER, tags_of
 from app.web import DbSession, display
-from app.web.api.openapi import errors
 from app.web.deps import MAX_PAGE, actor_of, keep_refusal
 from app.web.job_page import poll_row
+from app.web.openapi import errors
 
 
 @dataclass

@@ -23,8 +23,8 @@ from app import auth
 from app.actions import account as account_actions
 from app.auth import requires_user
 from app.web import DbSession
-from app.web.api.openapi import errors
 from app.web.deps import client_ip
+from app.web.openapi import errors
 
 
 @dataclass

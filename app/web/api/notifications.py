@@ -12,6 +12,7 @@ from app import notifications
 from app.auth import requires_user
 from app.errors import BadInput
 from app.web import DbSession
+from app.web.openapi import errors
 
 
 class NotificationsApiController(Controller):
@@ -21,7 +22,7 @@ class NotificationsApiController(Controller):
     guards = [requires_user]
     tags = ["notifications"]
 
-    @get("/notifications", name="api.notifications.list")
+    @get("/notifications", name="api.notifications.list", responses=errors(401))
     async def list_notices(self, request: Request[Any, Any, Any], db_session: DbSession) -> dict[str, Any]:
         """``{"items": [{id, kind, job_id?, pipeline_id?, text, at, read}], "unread": n}``, newest first."""
         uid = request.user.id
@@ -31,7 +32,9 @@ class NotificationsApiController(Controller):
             "unread": await notifications.unread_count(db_session, uid),
         }
 
-    @post("/notifications/read", name="api.notifications.read", status_code=200)
+    @post(
+        "/notifications/read", name="api.notifications.read", responses=errors(401, 413, 422), status_code=200
+    )
     async def mark_read(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: Any = Body(default=None)
     ) -> dict[str, Any]:
@@ -52,7 +55,7 @@ class NotificationsApiController(Controller):
         marked = await notifications.mark_read(db_session, request.user.id, ids)
         return {"marked": marked, "unread": await notifications.unread_count(db_session, request.user.id)}
 
-    @put("/me/notifications", name="api.me.notifications")
+    @put("/me/notifications", name="api.me.notifications", responses=errors(401, 413, 422))
     async def email_choice(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: Any = Body(default=None)
     ) -> dict[str, Any]:

@@ -17,8 +17,8 @@ from app.actions import pipelines as pipeline_actions
 from app.auth import requires_user
 from app.errors import BadInput
 from app.web import DbSession, display
-from app.web.api.openapi import errors
 from app.web.deps import MAX_PAGE, actor_of
+from app.web.openapi import errors
 
 STEP_FIELDS = (
     "job_id",

@@ -14,8 +14,8 @@ from app import schedules
 from app.actions import schedules as schedule_actions
 from app.auth import requires_admin
 from app.web import DbSession
-from app.web.api.openapi import errors
 from app.web.deps import client_ip, settings_of
+from app.web.openapi import errors
 
 
 @dataclass

@@ -19,7 +19,7 @@ from app.actions import users as user_actions
 from app.auth import requires_admin
 from app.errors import Conflict
 from app.web import DbSession
-from app.web.api.openapi import errors
+from app.web.openapi import errors
 
 
 class UsersApiController(Controller):
