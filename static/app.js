@@ -164,16 +164,4 @@
   }
 })();
 
-/* 6. Plain (non-htmx) forms with data-confirm="question" ask before they are sent: the admin console's
-      make/revoke admin, disable, revoke token, disable and delete schedule. */
-(function () {
-  "use strict";
-  document.addEventListener("submit", function (evt) {
-    var form = evt.target;
-    var question = form && form.getAttribute && form.getAttribute("data-confirm");
-    if (question && !window.confirm(question)) {
-      evt.preventDefault();
-      evt.stopImmediatePropagation();
-    }
-  }, true);
-})();
+/* 6. Confirmations (hx-confirm and data-confirm) are asked in an in-page dialog: static/confirm.js. */

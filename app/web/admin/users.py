@@ -15,17 +15,17 @@ reads the forms and renders.
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
 
-from typing import Annotated, Any
+from typing import Any
 
 from litestar import Controller, Request, get, post
-from litestar.params import FromPath, QueryParameter
+from litestar.params import FromPath
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import auth, quotas, signin, users
 from app.actions import users as user_actions
 from app.errors import BadInput, Conflict
-from app.web import DbSession, redirect_with_notice, render
+from app.web import DbSession, flash, render
 from app.web.deps import client_ip, settings_of
 from app.web.input_guard import FORM_CHECKED
 
@@ -78,11 +78,9 @@ class UsersController(Controller):
         self,
         request: Request[Any, Any, Any],
         db_session: DbSession,
-        done: Annotated[str | None, QueryParameter()] = None,
     ) -> Template:
         """Users with their admin flag, state, sessions and live API tokens, and the create form."""
         ctx = await users_context(db_session, settings_of(request))
-        ctx["notice"] = (done or "")[:200] or None
         return render(request, "admin/users.html", ctx)
 
     @post("/users", name="admin.users.create", status_code=200, opt={FORM_CHECKED: True})
@@ -124,7 +122,7 @@ class UsersController(Controller):
         ip = client_ip(request)
         if action == "unlock":
             unlocked = await user_actions.unlock_sign_in(db_session, request.user, user_id, ip=ip)
-            return redirect_with_notice("/admin/users", unlock_words(unlocked))
+            return flash.redirect(request, "/admin/users", unlock_words(unlocked))
         try:
             if action in ("make-admin", "revoke-admin"):
                 target = await user_actions.set_admin(
@@ -145,7 +143,7 @@ class UsersController(Controller):
             "disable": f"{email} is disabled: signed out everywhere; sign-in and API tokens refused.",
             "enable": f"{email} can sign in again.",
         }
-        return redirect_with_notice("/admin/users", words[action])
+        return flash.redirect(request, "/admin/users", words[action])
 
     @post("/users/{user_id:int}/tokens", name="admin.users.token", status_code=200)
     async def issue_token(
@@ -167,4 +165,4 @@ class UsersController(Controller):
     ) -> Redirect:
         """Revoke an API token (any user's)."""
         await user_actions.revoke_token(db_session, request.user, token_id, ip=client_ip(request))
-        return redirect_with_notice("/admin/users", "API token revoked.")
+        return flash.redirect(request, "/admin/users", "API token revoked.")
