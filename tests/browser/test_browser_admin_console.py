@@ -39,7 +39,7 @@ ERROR = "ConnectionError: upstream https://files.example.com/exports/2026/report
 
 async def _fill(db_url: str) -> dict[str, Any]:
     """Users, two pipelines and :data:`VOLUME` jobs of four types in every finished and waiting status."""
-    await add_user(db_url, "root@example.com", admin=True)
+    root = await add_user(db_url, "root@example.com", admin=True)
     ann = await add_user(db_url, LONG_EMAIL)
     bob = await add_user(db_url, "bob@example.com")
     conn = await asyncpg.connect(asyncpg_dsn(db_url))
@@ -98,7 +98,7 @@ async def _fill(db_url: str) -> dict[str, Any]:
         await conn.execute("ANALYZE jobs")
     finally:
         await conn.close()
-    return {"ann": ann, "bob": bob}
+    return {"ann": ann, "bob": bob, "admin_id": root.id}
 
 
 async def _api_sample(base: str, db_url: str, ann_id: int) -> list[str]:
@@ -217,6 +217,30 @@ def test_admin_jobs_reads_at_a_glance_with_dialogs_and_flash(
     assert "?" not in page.url
     page.reload()
     assert page.locator("#flash-notice").count() == 0
+
+    # a schedule's edit form: the type's own form, errors next to their fields, the next five runs
+    token = asyncio.run(add_token(db_url, data["admin_id"]))
+    made = httpx.post(
+        base + "/api/schedules",
+        json={
+            "cron": "30 2 * * *",
+            "timezone": "Europe/Berlin",
+            "type": "http.request",
+            "input_data": {"url": "https://hooks.example.com/nightly"},
+            "name": "Nightly webhook",
+        },
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert made.status_code == 201, made.text
+    page.goto(base + f"/admin/schedules/{made.json()['id']}/edit")
+    assert page.locator("#fire-times li").count() == 5
+    page.fill("#s-cron", "99 * * * *")
+    page.fill("#f-url", "not a web address")
+    page.click("#save-schedule")
+    page.wait_for_selector("#form-errors")
+    assert page.locator("#e-cron").is_visible() and page.locator("#e-url").is_visible()
+    assert page.input_value("#s-cron") == "99 * * * *" and page.input_value("#f-url") == "not a web address"
+    page.screenshot(path=str(SHOTS / "schedule-form.png"), full_page=True)
 
     phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
     phone_watch = Watch(phone)

@@ -48,6 +48,7 @@ ACTION_WORDS = {
     "schedule.create": "Created a schedule",
     "schedule.enable": "Enabled a schedule",
     "schedule.disable": "Disabled a schedule",
+    "schedule.update": "Edited a schedule",
     "schedule.delete": "Deleted a schedule",
     "alerts.test": "Sent a test alert",
 }
