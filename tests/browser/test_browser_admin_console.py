@@ -121,6 +121,7 @@ def console(db_url: str, tmp_path: Path) -> Iterator[tuple[str, dict[str, Any]]]
     data = asyncio.run(_fill(db_url))
     with running_server(db_url, tmp_path / "data", LOG_LEVEL="WARNING") as base:
         data["api_jobs"] = asyncio.run(_api_sample(base, db_url, data["ann"].id))
+        data["admin_token"] = asyncio.run(add_token(db_url, data["admin_id"]))
         yield base, data
 
 
@@ -219,7 +220,6 @@ def test_admin_jobs_reads_at_a_glance_with_dialogs_and_flash(
     assert page.locator("#flash-notice").count() == 0
 
     # a schedule's edit form: the type's own form, errors next to their fields, the next five runs
-    token = asyncio.run(add_token(db_url, data["admin_id"]))
     made = httpx.post(
         base + "/api/schedules",
         json={
@@ -229,7 +229,7 @@ def test_admin_jobs_reads_at_a_glance_with_dialogs_and_flash(
             "input_data": {"url": "https://hooks.example.com/nightly"},
             "name": "Nightly webhook",
         },
-        headers={"Authorization": f"Bearer {token}"},
+        headers={"Authorization": f"Bearer {data['admin_token']}"},
     )
     assert made.status_code == 201, made.text
     page.goto(base + f"/admin/schedules/{made.json()['id']}/edit")
