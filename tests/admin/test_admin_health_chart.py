@@ -52,3 +52,23 @@ async def test_range_choice_and_heartbeat_age(
     assert age is not None and 12 <= int(age.group(1)) < 120  # seconds, not "just now"
     odd = (await client.get("/admin/health?range=forever", headers=HX)).text
     assert "last hour" in odd
+
+
+async def test_per_type_figures_of_the_last_hour(
+    client: AsyncTestClient, admin: CurrentUser, pg: asyncpg.Connection
+) -> None:
+    # noop: 3 done in the last hour, each waited 4 s and ran 2 s; one failed; one finished two hours ago
+    await pg.execute(
+        "INSERT INTO jobs (id, type, status, user_id, input_data, max_attempts, run_at, started_at, completed_at) "
+        "SELECT gen_random_uuid(), 'noop', CASE WHEN i = 4 THEN 'failed' ELSE 'completed' END, $1, '{}', 3, "
+        "now() - interval '10 minutes' - CASE WHEN i = 5 THEN interval '2 hours' ELSE interval '0' END, "
+        "now() - interval '10 minutes' + interval '4 seconds' - CASE WHEN i = 5 THEN interval '2 hours' ELSE interval '0' END, "
+        "now() - interval '10 minutes' + interval '6 seconds' - CASE WHEN i = 5 THEN interval '2 hours' ELSE interval '0' END "
+        "FROM generate_series(1, 5) i",
+        admin.id,
+    )
+    page = (await client.get("/admin/health", headers=HX)).text
+    row = page[page.index('id="type-noop"') :]
+    row = row[: row.index("</tr>")]
+    cells = re.findall(r"<td>(.*?)</td>", row.replace("\n", " "))
+    assert [c.strip() for c in cells[-4:]] == ["3", "1", "2 s", "4 s"], cells

@@ -97,6 +97,29 @@ THROUGHPUT = text(
 #: ``throughput_samples`` (a row per worker per minute), at most a week of them.
 CHART_RANGES = {"1h": (60, 1), "24h": (48, 30), "7d": (42, 240)}
 CHART_DEFAULT = "1h"
+HOUR_SAMPLE = 5_000
+"""Per-type figures of the last hour are read from at most this many newest finished jobs."""
+#: Per type over the last hour: finished and failed, median run time and median wait (due → started),
+#: from the newest :data:`HOUR_SAMPLE` finished jobs through ``ix_jobs_finished`` (a bounded index range).
+TYPE_HOUR = text(
+    f"""
+    SELECT type, count(*) FILTER (WHERE status = 'completed') AS done,
+           count(*) FILTER (WHERE status = 'failed') AS failed,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - started_at))
+               FILTER (WHERE started_at IS NOT NULL) AS median_run,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - run_at))
+               FILTER (WHERE started_at IS NOT NULL) AS median_wait,
+           (SELECT count(*) FROM (
+               SELECT 1 FROM jobs WHERE status IN ('completed', 'failed', 'cancelled')
+               AND completed_at > now() - interval '1 hour' LIMIT {HOUR_SAMPLE + 1}) c) > {HOUR_SAMPLE} AS capped
+    FROM (
+        SELECT type, status, started_at, completed_at, run_at FROM jobs
+        WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at > now() - interval '1 hour'
+        ORDER BY completed_at DESC LIMIT {HOUR_SAMPLE}
+    ) recent
+    GROUP BY type ORDER BY type LIMIT 200
+    """
+)
 FAILED_LAST_HOUR = text(
     "SELECT COALESCE(sum(failed), 0) FROM throughput_samples WHERE minute > now() - interval '1 hour'"
 )
@@ -110,6 +133,7 @@ HEALTH_QUERIES = {
     "oldest_waiting": OLDEST_WAITING,
     "throughput": THROUGHPUT,
     "failed_last_hour": FAILED_LAST_HOUR,
+    "type_hour": TYPE_HOUR,
     "types_without_workers": queue.TYPES_WITHOUT_WORKERS,
 }
 """Every query a poll of ``/admin/health`` runs, by name (a test EXPLAINs each on a large table)."""
@@ -203,6 +227,7 @@ async def health(db: AsyncSession, settings: Any, chart_range: str = CHART_DEFAU
     origin = chart_origin(end, bars, step)
     samples = (await db.execute(THROUGHPUT, {"step": step, "origin": origin})).mappings().all()
     failed_hour = int((await db.execute(FAILED_LAST_HOUR)).scalar_one())
+    hour = {r["type"]: dict(r) for r in (await db.execute(TYPE_HOUR)).mappings().all()}
     unserved = await queue.types_without_workers(await queue.conn_of(db), fresh_secs=fresh)
     return {
         "unserved": unserved,
@@ -211,6 +236,8 @@ async def health(db: AsyncSession, settings: Any, chart_range: str = CHART_DEFAU
         "running": running,
         "oldest": oldest,
         "failed_hour": failed_hour,
+        "hour": hour,
+        "hour_capped": any(h["capped"] for h in hour.values()),
         "chart": throughput_chart(samples, end, bars, step),
         "chart_range": chart_range,
         "chart_ranges": list(CHART_RANGES),
