@@ -95,6 +95,11 @@ async def _fill(db_url: str) -> dict[str, Any]:
                 "completed_at",
             ],
         )
+        await conn.execute(
+            "INSERT INTO throughput_samples (minute, worker_id, completed, failed) "
+            "SELECT date_trunc('minute', now()) - i * interval '1 minute', 'w-1', 20 + (i * 7) % 30, (i * 3) % 5 "
+            "FROM generate_series(0, 60 * 24 * 7, 7) i"
+        )
         await conn.execute("ANALYZE jobs")
     finally:
         await conn.close()
@@ -160,6 +165,9 @@ def test_admin_jobs_reads_at_a_glance_with_dialogs_and_flash(
     watch = Watch(page)
     _sign_in(page, base)
     page.goto(base + "/admin")
+    page.click("#range-24h")  # the chart's range, swapped in place
+    page.wait_for_selector("#range-24h[aria-current]")
+    assert "last 24 hours" in page.locator("#chart-heading").inner_text()
     page.screenshot(path=str(SHOTS / "admin.png"), full_page=True)
     page.goto(base + "/admin/jobs")
     page.wait_for_selector("#count-queued")
