@@ -259,6 +259,79 @@ async def create_schedule(
     return row
 
 
+def upcoming(cron: str, tz: str, after: datetime, count: int = 5) -> list[datetime]:
+    """The next ``count`` fire times of ``cron`` in ``tz`` after ``after`` (UTC), each as :func:`next_fire`
+    finds it, so a preview across a daylight-saving change shows what will really happen.
+
+    Raises:
+        BadInput: an invalid cron expression or time zone.
+    """
+    times: list[datetime] = []
+    at = after
+    for _ in range(count):
+        at = next_fire(cron, tz, at)
+        times.append(at)
+    return times
+
+
+async def update_schedule(
+    db: AsyncConnection | AsyncSession,
+    schedule_id: Any,
+    *,
+    cron: str,
+    timezone: str,
+    input_data: dict[str, Any],
+    enabled: bool,
+    settings: Settings,
+) -> tuple[RowMapping, RowMapping]:
+    """Change a schedule's cron expression, time zone, input and enabled flag (its target and owner stay);
+    the next run is computed again from now. Returns the row before and after.
+
+    Raises:
+        NotFound: unknown id. BadInput: invalid cron, time zone or input, each naming its field.
+    """
+    conn = await queue.conn_of(db)
+    before = await get_schedule(conn, schedule_id)
+    # every bad field at once, so a form can show them all next to their fields
+    errors: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    for check in (
+        lambda: check_cron(cron),
+        lambda: zone(timezone),
+        lambda: values.update(_validate_target(before["job_type"], before["template"], input_data, settings)),
+    ):
+        try:
+            check()
+        except BadInput as exc:
+            errors.update(exc.errors or {"input_data": exc.detail})
+    if errors:
+        raise BadInput("; ".join(f"{k}: {v}" for k, v in errors.items()), errors=errors)
+    cron = check_cron(cron)
+    nxt = next_fire(cron, timezone, await db_now(conn)) if enabled else None
+    after = (
+        (
+            await conn.execute(
+                text(
+                    "UPDATE schedules SET cron = :cron, timezone = :tz, input_data = CAST(CAST(:input AS text) AS jsonb),"
+                    " enabled = :e,"
+                    f" next_fire_at = :n, updated_at = now() WHERE id = :id RETURNING {SCHEDULE_COLUMNS}"
+                ),
+                {
+                    "cron": cron,
+                    "tz": timezone,
+                    "input": json_text(values),
+                    "e": enabled,
+                    "n": nxt,
+                    "id": before["id"],
+                },
+            )
+        )
+        .mappings()
+        .one()
+    )
+    return before, after
+
+
 async def set_schedule_enabled(
     db: AsyncConnection | AsyncSession, schedule_id: Any, enabled: bool
 ) -> RowMapping:

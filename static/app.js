@@ -164,21 +164,12 @@
   }
 })();
 
-/* 6. Plain (non-htmx) forms with data-confirm="question" ask before they are sent: the admin console's
-      make/revoke admin, disable, revoke token, disable and delete schedule. */
+/* 6. Confirmations (hx-confirm and data-confirm) are asked in an in-page dialog: static/confirm.js. */
+
+/* 7. The notification bell's unread count is fetched once as a page loads; after that the polls the
+      page already makes bring it out of band (hx-swap-oob). It has no timer of its own. */
 (function () {
   "use strict";
-  document.addEventListener("submit", function (evt) {
-    var form = evt.target;
-    var question = form && form.getAttribute && form.getAttribute("data-confirm");
-    if (question && !window.confirm(question)) {
-      evt.preventDefault();
-      evt.stopImmediatePropagation();
-    }
-  }, true);
-
-  /* 3. The notification bell's unread count is fetched once as a page loads; after that the polls the
-        page already makes bring it out of band (hx-swap-oob). It has no timer of its own. */
   document.addEventListener("DOMContentLoaded", function () {
     var bell = document.getElementById("notif-bell");
     if (bell && !bell.hasAttribute("data-count") && typeof htmx !== "undefined") {

@@ -167,6 +167,53 @@ async def set_enabled(
     return row
 
 
+async def update_schedule(
+    db: Db,
+    actor: Any,
+    schedule_id: Any,
+    *,
+    cron: str,
+    timezone: str,
+    input_data: dict[str, Any] | None,
+    enabled: bool,
+    settings: Settings,
+    ip: str | None = None,
+) -> RowMapping:
+    """Change a schedule's cron expression, time zone, input and enabled flag (its target, owner and name
+    stay); the next run is computed from now. The audit entry names what changed. Returns the row.
+
+    Raises:
+        NotFound: unknown id. BadInput: each bad field named (cron, timezone, input fields).
+    """
+    require_admin(actor, "edit schedules")
+    cron, timezone, _name = _texts(cron, timezone, None, input_data)
+    async with db.begin_nested():
+        before, row = await schedules.update_schedule(
+            db,
+            schedule_id,
+            cron=cron,
+            timezone=timezone,
+            input_data=input_data if input_data is not None else {},
+            enabled=enabled,
+            settings=settings,
+        )
+        changed = [k for k in ("cron", "timezone", "input_data", "enabled") if before[k] != row[k]]
+        await record_done(
+            db,
+            acting(actor, ip),
+            "schedule.update",
+            target_type="schedule",
+            target_ids=[row["id"]],
+            detail={
+                "name": row["name"],
+                "changed": changed,
+                "cron": row["cron"],
+                "timezone": row["timezone"],
+            },
+        )
+    return row
+
+
 async def delete_schedule(db: Db, actor: Any, schedule_id: Any, *, ip: str | None = None) -> RowMapping:
     """Delete a schedule made in the console or the API (the jobs it started stay); returns the deleted
     row. One defined in code is refused with Conflict: the next worker start would create it again."""

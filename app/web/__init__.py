@@ -26,6 +26,7 @@ from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.formatting import COMMON_ZONES, format_bytes, format_localtime, zone, zone_names
+from app.web import flash
 
 #: Annotation for the request's database session (advanced-alchemy, committed on 2xx/3xx responses,
 #: rolled back otherwise): ``async def handler(self, db_session: DbSession) -> …``.
@@ -63,12 +64,18 @@ def render(
     hdrs = dict(headers or {})
     if fragment:
         hdrs["Vary"] = "HX-Request"
-    return Template(template_name=name, context=ctx, status_code=status_code, headers=hdrs)
+    cookies: list[Any] = []
+    if not is_htmx(request):
+        # a full page shows the notice an action left for it (app.web.flash), once
+        ctx["flash"], cookies = flash.render_flash(request)
+    return Template(template_name=name, context=ctx, status_code=status_code, headers=hdrs, cookies=cookies)
 
 
 def redirect_with_notice(path: str, notice: str) -> Redirect:
     """303 to ``path?done=<notice>``: the page it lands on shows the notice (cut to 200 characters), and
-    reloading it does not repeat the action."""
+    reloading it does not repeat the action. Only for a note about the job just submitted (the job page
+    words it as a note on its input); admin actions use :func:`app.web.flash.redirect`, which a crafted
+    link cannot fake."""
     return Redirect(f"{path}?{urlencode({'done': notice[:200]})}", status_code=303)
 
 

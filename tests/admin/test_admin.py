@@ -6,7 +6,7 @@ POST-only and CSRF on every action; form errors; the C17 EXPLAIN check of the he
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -220,11 +220,17 @@ async def test_health_poll_queries_use_indexes(
         " FROM jobs WHERE completed_at IS NOT NULL"
     )
     await pg.execute("ANALYZE")
-    params = {"fresh": 60, "ids": ["w-1"], "minutes": 30}
+    params = {
+        "fresh": 60,
+        "ids": ["w-1"],
+        "minutes": 30,
+        "step": 240,
+        "origin": datetime.now(UTC) - timedelta(days=7),
+    }
     for name, stmt in HEALTH_QUERIES.items():
         sql = str(stmt)
         args = []
-        for key in ("fresh", "ids", "minutes"):
+        for key in ("fresh", "ids", "minutes", "step", "origin"):
             if f":{key}" in sql:
                 args.append(params[key])
                 sql = sql.replace(f":{key}", f"${len(args)}")

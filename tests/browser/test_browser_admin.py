@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.browser import BROWSER_MARKS, XSS, Watch, no_horizontal_scroll
+from tests.support.browser import BROWSER_MARKS, XSS, Watch, answer_confirm, no_horizontal_scroll
 from tests.support.webkit import FORMS_ENV, PASSWORD, add_user, running_server
 
 pytestmark = BROWSER_MARKS
@@ -45,13 +45,11 @@ def test_admin_console_walk_forms_and_no_script_runs(server: str, browser: Any, 
     page.wait_for_selector("#secret-value")
     assert page.inner_text("#secret-value").strip()
     page.screenshot(path=str(artifacts_dir / "admin-users.png"), full_page=True)
-    # destructive buttons ask first (data-confirm, static/app.js); Watch says yes to a confirm
-    questions: list[str] = []
-    page.on("dialog", lambda d: questions.append(d.message))
+    # destructive buttons ask first, in the page (data-confirm, static/confirm.js)
     page.goto(base + "/admin/users")
     page.locator("form[action$='/disable'] button").first.click()
+    assert answer_confirm(page).startswith("Disable this user?")
     page.wait_for_selector("form[action$='/enable']")
-    assert any(q.startswith("Disable this user?") for q in questions), questions
 
     # schedules: a bad cron is a form error; XSS in name and input is stored and shown as text
     page.goto(base + "/admin/schedules")
@@ -71,8 +69,8 @@ def test_admin_console_walk_forms_and_no_script_runs(server: str, browser: Any, 
     # health, with a paused type; the live part refreshes by itself
     page.goto(base + "/admin")
     page.wait_for_selector("#admin-health")
-    page.once("dialog", lambda d: d.accept())
     page.locator("form[action='/admin/controls/pause']").nth(1).locator("button").click()
+    answer_confirm(page)
     page.wait_for_selector(".badge-paused")
     with page.expect_response(lambda r: "/admin/health" in r.url, timeout=15_000):
         pass

@@ -17,7 +17,7 @@ import pytest
 
 from app.db import asyncpg_dsn
 from app.jobs.queue import new_id
-from tests.support.browser import BROWSER_MARKS, XSS, Watch, no_horizontal_scroll
+from tests.support.browser import BROWSER_MARKS, XSS, Watch, answer_confirm, no_horizontal_scroll
 from tests.support.webkit import PASSWORD, add_user, running_server
 
 pytestmark = BROWSER_MARKS
@@ -115,6 +115,7 @@ def test_bulk_cancel_from_the_admin_list_and_no_stored_xss_runs(
 
     # a row action with its confirmation, answered in place
     page.click(f"#cancel-{q2}")
+    answer_confirm(page)
     page.wait_for_selector(f"#row-{q2} .notice")
     assert "Cancelled." in page.locator(f"#row-{q2} .notice").inner_text()
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll
+from tests.support.browser import BROWSER_MARKS, Watch, answer_confirm, no_horizontal_scroll
 from tests.support.webkit import FORMS_ENV, PASSWORD, add_user, running_server
 
 pytestmark = BROWSER_MARKS
@@ -192,6 +192,7 @@ def test_pipeline_steps_advance_cancel_in_place_and_my_jobs_on_a_phone(
     page.wait_for_timeout(400)
     assert any(t >= shown for t in polls), "a poll right after the tab is shown"
     page.click("#act-cancel")
+    answer_confirm(page)
     page.locator("#job-status .notice", has_text="Stopping the job").wait_for(timeout=10_000)
     page.locator("#job-status .status-head .status", has_text="Cancelled").wait_for(timeout=20_000)
     assert page.evaluate("window.__sameDocument === true")

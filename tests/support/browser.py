@@ -42,12 +42,20 @@ class Watch:
         page.on("dialog", self._dialog)
 
     def _dialog(self, dialog: Any) -> None:
-        if dialog.type == "confirm":  # hx-confirm: the person says yes
-            dialog.accept()
-        else:
-            self.alerts.append(f"{dialog.type}: {dialog.message}")
-            dialog.dismiss()
+        # every confirmation is an in-page <dialog> (static/confirm.js): a browser dialog of any kind is
+        # either a payload running or a confirm() that slipped back in
+        self.alerts.append(f"{dialog.type}: {dialog.message}")
+        dialog.dismiss()
 
 
 def no_horizontal_scroll(page: Any) -> bool:
     return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"))
+
+
+def answer_confirm(page: Any, yes: bool = True) -> str:
+    """Answer the in-page confirmation dialog (static/confirm.js) that a click opened; returns its question."""
+    page.wait_for_selector("#confirm-dialog[open]")
+    question = str(page.locator("#confirm-dialog-question").inner_text())
+    page.click("#confirm-dialog-ok" if yes else "#confirm-dialog-cancel")
+    page.wait_for_selector("#confirm-dialog", state="hidden")
+    return question

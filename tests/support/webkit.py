@@ -113,7 +113,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(db_url: str, data_dir: Path, start_timeout: float = 30, **env: str) -> Iterator[str]:
+def running_server(db_url: str, data_dir: Path, start_timeout: float = 90, **env: str) -> Iterator[str]:
     """``jobdesk serve`` in a subprocess on a free loopback port; yields its base URL.
 
     ``env`` adds environment variables (``WORKER_ENABLED`` defaults to ``false``). The server gets

@@ -19,6 +19,7 @@ from app.web.admin.failed import FailedJobsController
 from app.web.admin.health import HEALTH_QUERIES, HealthController
 from app.web.admin.held_jobs import HeldJobsController
 from app.web.admin.jobs import AdminJobsController
+from app.web.admin.schedule_edit import ScheduleEditController
 from app.web.admin.schedules import SchedulesController
 from app.web.admin.users import UsersController
 
@@ -28,6 +29,7 @@ CONTROLLERS = [
     UsersController,
     HeldJobsController,
     SchedulesController,
+    ScheduleEditController,
     AuditController,
     AdminJobsController,
     FailedJobsController,
@@ -42,6 +44,7 @@ __all__ = [
     "FailedJobsController",
     "HealthController",
     "HeldJobsController",
+    "ScheduleEditController",
     "SchedulesController",
     "UsersController",
 ]

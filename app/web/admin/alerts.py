@@ -32,12 +32,16 @@ KIND_WORDS = {
 
 async def _context(request: Request[Any, Any, Any], db_session: Any) -> dict[str, Any]:
     settings = request.app.state.settings
+    channels = channel_overview(settings)
+    # without a channel nothing is ever sent, so no row is "waiting": say so instead of counting them
+    any_channel = any(c["configured"] for c in channels)
     return {
-        "channels": channel_overview(settings),
+        "channels": channels,
+        "any_channel": any_channel,
         "alert_on": settings.alert_on,
         "throttle_secs": settings.alert_throttle_secs,
         "base_url": settings.jobdesk_base_url,
-        "counts": await pending_counts(db_session),
+        "counts": await pending_counts(db_session) if any_channel else {},
         "deliveries": await recent_deliveries(db_session, limit=50),
         "kind_words": KIND_WORDS,
         "results": {},

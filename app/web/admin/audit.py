@@ -48,6 +48,7 @@ ACTION_WORDS = {
     "schedule.create": "Created a schedule",
     "schedule.enable": "Enabled a schedule",
     "schedule.disable": "Disabled a schedule",
+    "schedule.update": "Edited a schedule",
     "schedule.delete": "Deleted a schedule",
     "alerts.test": "Sent a test alert",
 }
@@ -91,9 +92,50 @@ def audit_line(row: Mapping[Any, Any]) -> dict[str, Any]:
         "more_targets": max(0, int(row["count"] or 0) - min(TARGETS_SHOWN, len(row["target_ids"] or []))),
         "count": row["count"],
         "outcome": row["outcome"],
-        "ok": row["outcome"] == "ok",
-        "detail": json.dumps(detail, ensure_ascii=False, sort_keys=True)[:2000] if detail else "",
+        # only a refusal is one: a bulk action's "2 done, 0 skipped" worked
+        "ok": not str(row["outcome"] or "").startswith("refused"),
+        "detail": detail_fields(detail),
     }
+
+
+DETAIL_FIELDS_MAX = 30
+VALUE_MAX = 300
+
+
+def detail_fields(detail: Any, prefix: str = "") -> list[dict[str, str]]:
+    """An entry's detail as labelled fields (``filter status: failed``), nested objects flattened, lists
+    joined; at most :data:`DETAIL_FIELDS_MAX` fields of :data:`VALUE_MAX` characters each."""
+    if not isinstance(detail, dict):
+        return (
+            [{"label": prefix or "detail", "value": _value_words(detail)}] if detail not in (None, "") else []
+        )
+    out: list[dict[str, str]] = []
+    for key in sorted(detail):
+        label = f"{prefix} {key}".strip().replace("_", " ")
+        value = detail[key]
+        if isinstance(value, dict) and value:
+            out.extend(detail_fields(value, label))
+        else:
+            out.append({"label": label, "value": _value_words(value)})
+        if len(out) >= DETAIL_FIELDS_MAX:
+            break
+    return out[:DETAIL_FIELDS_MAX]
+
+
+def _value_words(value: Any) -> str:
+    if value is None:
+        text = "—"
+    elif isinstance(value, bool):
+        text = "yes" if value else "no"
+    elif isinstance(value, list):
+        text = ", ".join(_value_words(v) for v in value[:20]) + (
+            f" and {len(value) - 20} more" if len(value) > 20 else ""
+        )
+    elif isinstance(value, dict):
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    else:
+        text = str(value)
+    return text[:VALUE_MAX] + ("…" if len(text) > VALUE_MAX else "")
 
 
 def _filter(value: str | None, limit: int) -> str | None:

@@ -1,8 +1,8 @@
 """``/admin``: workers and queue health, and the controls per job type (admins only).
 
 * ``GET /admin`` — live workers with their running jobs and last heartbeat, jobs waiting per type, the
-  oldest waiting job's age, failures in the last hour, throughput over the last :data:`CHART_MINUTES`
-  minutes as inline SVG bars; pause/resume and limits per job type; recent control changes.
+  oldest waiting job's age, failures in the last hour, throughput over the last hour, day or week
+  (:data:`CHART_RANGES`) as inline SVG bars with a time and a count axis; pause/resume and limits per job type; recent control changes.
   ``GET /admin/health`` is the live part, polled by htmx every 5 s.
 * ``POST /admin/controls/{pause,resume,limits}`` — through :mod:`app.actions.controls` (audited, with an
   admin notice).
@@ -31,18 +31,17 @@ from app.actions import controls as control_actions
 from app.errors import BadInput, Conflict, NotFound
 from app.jobs import queue
 from app.processors import registry
-from app.web import DbSession, is_htmx, redirect_with_notice, render
+from app.web import DbSession, flash, is_htmx, render
 from app.web.deps import client_ip, settings_of
 
 POLL = "every 5s"
 """How often the live part of ``/admin`` refreshes (paused while the tab is hidden, static/app.js)."""
-CHART_MINUTES = 30
 WAITING_CAP = 10_000
 """Waiting jobs of one type are counted exactly up to this many, then shown as "10,000+"."""
 LIVE_WORKERS = text(
     """
     SELECT id, hostname, pid, concurrency, running, started_at, last_seen_at, stopping, listener_connected,
-           version
+           version, greatest(0, extract(epoch FROM now() - last_seen_at))::int AS heartbeat_age
     FROM workers WHERE last_seen_at > now() - make_interval(secs => :fresh)
     ORDER BY started_at LIMIT 100
     """
@@ -87,9 +86,38 @@ OLDEST_WAITING = text(
 )
 THROUGHPUT = text(
     """
-    SELECT minute, sum(completed) AS completed, sum(failed) AS failed FROM throughput_samples
-    WHERE minute >= date_trunc('minute', now()) - make_interval(mins => :minutes - 1)
-    GROUP BY minute ORDER BY minute
+    SELECT date_bin(make_interval(mins => :step), minute, :origin) AS minute,
+           sum(completed) AS completed, sum(failed) AS failed
+    FROM throughput_samples
+    WHERE minute >= :origin
+    GROUP BY 1 ORDER BY 1
+    """
+)
+#: The chart's choices: label → (bars, minutes per bar). A range is a primary-key range of
+#: ``throughput_samples`` (a row per worker per minute), at most a week of them.
+CHART_RANGES = {"1h": (60, 1), "24h": (48, 30), "7d": (42, 240)}
+CHART_DEFAULT = "1h"
+HOUR_SAMPLE = 5_000
+"""Per-type figures of the last hour are read from at most this many newest finished jobs."""
+#: Per type over the last hour: finished and failed, median run time and median wait (due → started),
+#: from the newest :data:`HOUR_SAMPLE` finished jobs through ``ix_jobs_finished`` (a bounded index range).
+TYPE_HOUR = text(
+    f"""
+    SELECT type, count(*) FILTER (WHERE status = 'completed') AS done,
+           count(*) FILTER (WHERE status = 'failed') AS failed,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - started_at))
+               FILTER (WHERE started_at IS NOT NULL) AS median_run,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - run_at))
+               FILTER (WHERE started_at IS NOT NULL) AS median_wait,
+           (SELECT count(*) FROM (
+               SELECT 1 FROM jobs WHERE status IN ('completed', 'failed', 'cancelled')
+               AND completed_at > now() - interval '1 hour' LIMIT {HOUR_SAMPLE + 1}) c) > {HOUR_SAMPLE} AS capped
+    FROM (
+        SELECT type, status, started_at, completed_at, run_at FROM jobs
+        WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at > now() - interval '1 hour'
+        ORDER BY completed_at DESC LIMIT {HOUR_SAMPLE}
+    ) recent
+    GROUP BY type ORDER BY type LIMIT 200
     """
 )
 FAILED_LAST_HOUR = text(
@@ -105,6 +133,7 @@ HEALTH_QUERIES = {
     "oldest_waiting": OLDEST_WAITING,
     "throughput": THROUGHPUT,
     "failed_last_hour": FAILED_LAST_HOUR,
+    "type_hour": TYPE_HOUR,
     "types_without_workers": queue.TYPES_WITHOUT_WORKERS,
 }
 """Every query a poll of ``/admin/health`` runs, by name (a test EXPLAINs each on a large table)."""
@@ -118,17 +147,26 @@ RECENT_CONTROLS = text(
 )
 
 
+def chart_origin(end_minute: datetime, bars: int, step: int) -> datetime:
+    """The first bar's start: ``bars - 1`` steps of ``step`` minutes before the bar holding ``end_minute``
+    (bars start at whole multiples of ``step`` minutes since midnight UTC)."""
+    since_midnight = end_minute - end_minute.replace(hour=0, minute=0, second=0, microsecond=0)
+    aligned = end_minute - timedelta(minutes=(since_midnight.total_seconds() // 60) % step)
+    return aligned - timedelta(minutes=step * (bars - 1))
+
+
 def throughput_chart(
-    rows: Sequence[Mapping[Any, Any]], end_minute: datetime, minutes: int = CHART_MINUTES
+    rows: Sequence[Mapping[Any, Any]], end_minute: datetime, minutes: int = 60, step: int = 1
 ) -> dict:
-    """Bars for the last ``minutes`` minutes ending at ``end_minute`` (missing minutes are 0):
-    ``{"bars": [{"minute", "completed", "failed", "x", "h_ok", "h_failed", "label"}], "max", "total",
-    "width", "height"}``; heights are in SVG units of a ``width`` × ``height`` view box."""
+    """``minutes`` bars of ``step`` minutes each, the last one holding ``end_minute`` (missing ones are 0):
+    ``{"bars": [{"minute", "completed", "failed", "x", "h_ok", "h_failed"}], "max", "total", "width",
+    "height", "y_ticks", "x_ticks", "step"}``; heights are in SVG units of a ``width`` × ``height`` view
+    box; the ticks label the count axis (0, half, peak) and the time axis (first, middle, last bar)."""
     by_minute = {r["minute"]: (int(r["completed"] or 0), int(r["failed"] or 0)) for r in rows}
-    start = end_minute - timedelta(minutes=minutes - 1)
+    start = chart_origin(end_minute, minutes, step)
     values = []
     for i in range(minutes):
-        m = start + timedelta(minutes=i)
+        m = start + timedelta(minutes=i * step)
         values.append((m, *by_minute.get(m, (0, 0))))
     peak = max([c + f for _, c, f in values] + [1])
     width, height, gap = minutes * 10, 60, 2
@@ -156,10 +194,15 @@ def throughput_chart(
         "total_failed": sum(f for _, _c, f in values),
         "width": width,
         "height": height,
+        "step": step,
+        "y_ticks": [
+            {"value": v, "y": round(height - height * v / peak, 1)} for v in sorted({0, peak // 2, peak})
+        ],
+        "x_ticks": [{"at": bars[i]["minute"], "x": bars[i]["x"]} for i in (0, minutes // 2, minutes - 1)],
     }
 
 
-async def health(db: AsyncSession, settings: Any) -> dict[str, Any]:
+async def health(db: AsyncSession, settings: Any, chart_range: str = CHART_DEFAULT) -> dict[str, Any]:
     """The live figures of ``/admin``: ``{"workers": [row + "jobs"], "waiting": [{"type", "n", "capped"}],
     "running": {type: n}, "oldest": row | None, "failed_hour": int, "chart": throughput_chart(...)}``."""
     fresh = 2 * settings.heartbeat_secs + 30
@@ -178,8 +221,13 @@ async def health(db: AsyncSession, settings: Any) -> dict[str, Any]:
     running = {r["type"]: int(r["n"]) for r in (await db.execute(RUNNING_BY_TYPE)).mappings().all()}
     oldest = (await db.execute(OLDEST_WAITING)).mappings().first()
     end = (await db.execute(DB_NOW)).scalar_one()
-    samples = (await db.execute(THROUGHPUT, {"minutes": CHART_MINUTES})).mappings().all()
+    if chart_range not in CHART_RANGES:
+        chart_range = CHART_DEFAULT
+    bars, step = CHART_RANGES[chart_range]
+    origin = chart_origin(end, bars, step)
+    samples = (await db.execute(THROUGHPUT, {"step": step, "origin": origin})).mappings().all()
     failed_hour = int((await db.execute(FAILED_LAST_HOUR)).scalar_one())
+    hour = {r["type"]: dict(r) for r in (await db.execute(TYPE_HOUR)).mappings().all()}
     unserved = await queue.types_without_workers(await queue.conn_of(db), fresh_secs=fresh)
     return {
         "unserved": unserved,
@@ -188,7 +236,11 @@ async def health(db: AsyncSession, settings: Any) -> dict[str, Any]:
         "running": running,
         "oldest": oldest,
         "failed_hour": failed_hour,
-        "chart": throughput_chart(samples, end),
+        "hour": hour,
+        "hour_capped": any(h["capped"] for h in hour.values()),
+        "chart": throughput_chart(samples, end, bars, step),
+        "chart_range": chart_range,
+        "chart_ranges": list(CHART_RANGES),
         "poll": POLL,
     }
 
@@ -252,9 +304,12 @@ class HealthController(Controller):
         notice_ok: bool = True,
         status_code: int = 200,
         fragment: bool = False,
+        typed: dict[str, str] | None = None,
+        chart_range: str = CHART_DEFAULT,
     ) -> Template:
         ctx = {
-            **await health(db, settings_of(request)),
+            "typed": typed or {},
+            **await health(db, settings_of(request), chart_range),
             **await controls_context(db),
             "errors": errors or {},
             "form_type": None,
@@ -275,22 +330,27 @@ class HealthController(Controller):
         if is_htmx(request):
             await db.flush()
             return await self._index(request, db, notice=message, fragment=True)
-        return redirect_with_notice("/admin", message)
+        return flash.redirect(request, "/admin", message)
 
     @get("/", name="admin.index")
     async def index(
         self,
         request: Request[Any, Any, Any],
         db_session: DbSession,
-        done: Annotated[str | None, QueryParameter()] = None,
+        chart_range: Annotated[str | None, QueryParameter(name="range")] = None,
     ) -> Template:
-        """Workers and queue health, controls, recent control changes."""
-        return await self._index(request, db_session, notice=(done or "")[:200] or None)
+        """Workers and queue health (the chart over ``range``: 1h, 24h or 7d), controls, recent changes."""
+        return await self._index(request, db_session, chart_range=chart_range or CHART_DEFAULT)
 
     @get("/health", name="admin.health")
-    async def health_fragment(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
+    async def health_fragment(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        chart_range: Annotated[str | None, QueryParameter(name="range")] = None,
+    ) -> Template:
         """The live part of ``/admin`` (htmx polls it; a plain GET gets the whole page)."""
-        ctx = await health(db_session, settings_of(request))
+        ctx = await health(db_session, settings_of(request), chart_range or CHART_DEFAULT)
         return render(
             request,
             "admin/index.html",
@@ -347,10 +407,13 @@ class HealthController(Controller):
                 )
         if errors:
             errors["_type"] = job_type
+            # the form comes back with what was typed next to its error, not the stored value
+            typed = {k: str(form.get(k) or "")[:20] for k in ("max_running", "max_per_minute")}
             return await self._index(
                 request,
                 db_session,
                 errors=errors,
+                typed=typed,
                 status_code=422,
                 fragment=True,
                 notice="Nothing changed: check the limits.",

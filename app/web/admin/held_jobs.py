@@ -13,7 +13,7 @@ from litestar.response import Redirect
 from app import auth
 from app.actions.held_jobs import ACTIONS, act_on_held
 from app.errors import Conflict
-from app.web import DbSession, redirect_with_notice
+from app.web import DbSession, flash
 from app.web.deps import client_ip
 
 
@@ -34,5 +34,5 @@ class HeldJobsController(Controller):
             done = await act_on_held(db_session, request.user, user_id, name, ip=client_ip(request))
         except Conflict as exc:
             await db_session.commit()  # keeps the refusal's audit entry
-            return redirect_with_notice("/admin/users", exc.detail)
-        return redirect_with_notice("/admin/users", done.message)
+            return flash.redirect(request, "/admin/users", exc.detail, ok=False)
+        return flash.redirect(request, "/admin/users", done.message)

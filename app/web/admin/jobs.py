@@ -22,7 +22,6 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 """
 
 import uuid
-from collections.abc import Mapping
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -49,8 +48,9 @@ from app.auth import requires_admin
 from app.errors import BadInput, NotFound
 from app.processors import registry
 from app.web import DbSession, display, is_htmx, render
+from app.web.admin.job_rows import row_items
 from app.web.deps import actor_of, perform_from_page
-from app.web.job_page import CONFIRM, available_actions, emails_for
+from app.web.job_page import CONFIRM
 from app.web.metrics import CAPPED_COUNT, EXACT_CAP, planner_estimate
 
 PAGE_SIZE = 50
@@ -127,24 +127,6 @@ def _count(status: str, css: str, n: int, *, exact: bool, capped: bool, label: s
 # --- the list -----------------------------------------------------------------------------------------------
 
 
-def row_item(row: Mapping[Any, Any], emails: Mapping[int, str], user: Any) -> dict[str, Any]:
-    """One table row: the job's columns plus its state, title, owner, error excerpt and buttons."""
-    spec = registry.get(row["type"])
-    state = display.job_state(row)
-    excerpt = (row.get("error_excerpt") or "").strip().split("\n", 1)[0]
-    return {
-        "job": row,
-        "id": row["id"],
-        "short_id": str(row["id"])[-8:],
-        "title": display.job_title(row, spec),
-        "type_title": spec.title if spec is not None else row["type"],
-        "owner": emails.get(row["user_id"], f"user {row['user_id']}"),
-        "state": state,
-        "error": excerpt[:140] + ("…" if len(excerpt) > 140 else ""),
-        "actions": available_actions(row, state, user),
-    }
-
-
 def type_options() -> list[tuple[str, str]]:
     options = [("", "Any type")]
     for spec in sorted(registry.all(), key=lambda s: s.title.lower()):
@@ -165,11 +147,11 @@ async def list_context(db: AsyncSession, f: JobFilter, user: Any, after: str | N
         rows = list((await db.execute(list_sql(where), params)).mappings().all())
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
-    emails = await emails_for(db, sorted({r["user_id"] for r in rows}))
     return {
         "filter": f,
-        "rows": [row_item(r, emails, user) for r in rows],
+        "rows": await row_items(db, rows, user),
         "older_url": f.url(after=str(rows[-1]["id"])) if more and rows else None,
+        "list_url": f.url(after=after) if after_id else f.url(),
         "newest_url": f.url() if after_id else None,
         "status_options": STATUS_OPTIONS,
         "type_options": type_options(),
@@ -239,7 +221,7 @@ class AdminJobsController(Controller):
         row = (await db_session.execute(ROW, {"id": outcome.job_id})).mappings().first()
         if row is None:
             raise NotFound(f"No job with id {outcome.job_id}.")
-        item = row_item(row, await emails_for(db_session, [row["user_id"]]), user)
+        item = (await row_items(db_session, [row], user))[0]
         ctx = {
             "item": item,
             "notice": outcome.message,
@@ -280,7 +262,8 @@ class AdminJobsController(Controller):
             "outcome": outcome,
             "back": f.url() if f else "/admin/failed" if plan.scope == "group" else "/admin/jobs",
         }
-        return bulk_panel(request, ctx)
+        # the list on the page fetches its rows again, so the changed statuses show at once
+        return bulk_panel(request, ctx, headers={"HX-Trigger": "jobs-changed"})
 
     async def _plan(
         self, request: Request[Any, Any, Any], db: AsyncSession, form: Any, *, confirmed: bool
@@ -299,10 +282,12 @@ class AdminJobsController(Controller):
         return await bulk.plan_for(db, action, job_filter=f, upto=upto), f
 
 
-def bulk_panel(request: Request[Any, Any, Any], ctx: dict[str, Any]) -> Template:
+def bulk_panel(
+    request: Request[Any, Any, Any], ctx: dict[str, Any], headers: dict[str, str] | None = None
+) -> Template:
     """A bulk action's confirm step or outcome: the panel for htmx, a page otherwise."""
     if is_htmx(request):
-        return render(request, "admin/_jobs_bulk.html", ctx)
+        return render(request, "admin/_jobs_bulk.html", ctx, headers=headers)
     return render(request, "admin/jobs_result.html", ctx)
 
 

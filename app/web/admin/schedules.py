@@ -15,11 +15,11 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 
 import json
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Any
 
 from litestar import Controller, Request, get, post
 from litestar.datastructures import FormMultiDict
-from litestar.params import FromPath, QueryParameter
+from litestar.params import FromPath
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -27,7 +27,7 @@ from app import auth, controls, pipelines, users
 from app.actions import schedules as schedule_actions
 from app.errors import AppError, BadInput, Conflict, TooLarge
 from app.processors import registry
-from app.web import DbSession, redirect_with_notice, render
+from app.web import DbSession, flash, render
 from app.web.deps import client_ip, settings_of
 from app.web.input_guard import FORM_CHECKED
 from app.web.job_page import timezone_names
@@ -157,11 +157,9 @@ class SchedulesController(Controller):
         self,
         request: Request[Any, Any, Any],
         db_session: DbSession,
-        done: Annotated[str | None, QueryParameter()] = None,
     ) -> Template:
         """Schedules (code and UI) with next and last runs, and the create form."""
         ctx = await schedules_context(db_session, request.user)
-        ctx["notice"] = (done or "")[:200] or None
         return render(request, "admin/schedules.html", ctx)
 
     @post("/", name="admin.schedules.create", status_code=303, opt={FORM_CHECKED: True})
@@ -194,7 +192,7 @@ class SchedulesController(Controller):
             ctx = await schedules_context(db_session, request.user)
             ctx.update(errors=form.errors, values=form.shown())
             return render(request, "admin/schedules.html", ctx, status_code=422)
-        return redirect_with_notice("/admin/schedules", f"Schedule {row['name']!r} created.")
+        return flash.redirect(request, "/admin/schedules", f"Schedule {row['name']!r} created.")
 
     @post(
         ["/{schedule_id:str}/enable", "/{schedule_id:str}/disable"],
@@ -209,8 +207,8 @@ class SchedulesController(Controller):
         row = await schedule_actions.set_enabled(
             db_session, request.user, schedule_id, enabled, ip=client_ip(request)
         )
-        return redirect_with_notice(
-            "/admin/schedules", f"Schedule {row['name']!r} {'enabled' if enabled else 'disabled'}."
+        return flash.redirect(
+            request, "/admin/schedules", f"Schedule {row['name']!r} {'enabled' if enabled else 'disabled'}."
         )
 
     @post("/{schedule_id:str}/delete", name="admin.schedules.delete", status_code=303)
@@ -226,4 +224,4 @@ class SchedulesController(Controller):
             ctx = await schedules_context(db_session, request.user)
             ctx.update(notice="Nothing changed: " + exc.detail, notice_ok=False)
             return render(request, "admin/schedules.html", ctx, status_code=409)
-        return redirect_with_notice("/admin/schedules", f"Schedule {row['name']!r} deleted.")
+        return flash.redirect(request, "/admin/schedules", f"Schedule {row['name']!r} deleted.")

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import auth, quotas, signin, users
 from app.actions import users as user_actions
 from app.errors import BadInput, Conflict
-from app.web import DbSession, redirect_with_notice, render
+from app.web import DbSession, flash, render
 from app.web.deps import client_ip, settings_of
 from app.web.input_guard import FORM_CHECKED
 
@@ -88,13 +88,11 @@ class UsersController(Controller):
         self,
         request: Request[Any, Any, Any],
         db_session: DbSession,
-        done: Annotated[str | None, QueryParameter()] = None,
         after: Annotated[str, QueryParameter(max_length=254)] = "",
     ) -> Template:
         """Users with their admin flag, state, last sign-in, sessions and live API tokens, and the create
         form; ``after`` pages on (the users whose email sorts after it)."""
         ctx = await users_context(db_session, settings_of(request), after=after)
-        ctx["notice"] = (done or "")[:200] or None
         return render(request, "admin/users.html", ctx)
 
     @post("/users", name="admin.users.create", status_code=200, opt={FORM_CHECKED: True})
@@ -136,7 +134,7 @@ class UsersController(Controller):
         ip = client_ip(request)
         if action == "unlock":
             unlocked = await user_actions.unlock_sign_in(db_session, request.user, user_id, ip=ip)
-            return redirect_with_notice("/admin/users", unlock_words(unlocked))
+            return flash.redirect(request, "/admin/users", unlock_words(unlocked))
         try:
             if action in ("make-admin", "revoke-admin"):
                 target = await user_actions.set_admin(
@@ -157,7 +155,7 @@ class UsersController(Controller):
             "disable": f"{email} is disabled: signed out everywhere; sign-in and API tokens refused.",
             "enable": f"{email} can sign in again.",
         }
-        return redirect_with_notice("/admin/users", words[action])
+        return flash.redirect(request, "/admin/users", words[action])
 
     @post("/users/{user_id:int}/reset-password", name="admin.users.reset_password", status_code=200)
     async def reset_password(
@@ -203,4 +201,4 @@ class UsersController(Controller):
     ) -> Redirect:
         """Revoke an API token (any user's)."""
         await user_actions.revoke_token(db_session, request.user, token_id, ip=client_ip(request))
-        return redirect_with_notice("/admin/users", "API token revoked.")
+        return flash.redirect(request, "/admin/users", "API token revoked.")
