@@ -23,7 +23,7 @@ from app.actions import access
 from app.actions.jobs import allowed
 from app.db import read_rows
 from app.errors import NotFound
-from app.jobs import queue
+from app.jobs import naming, queue
 from app.jobs.states import LIVE, Status
 from app.processors import registry
 from app.web import display, forms, zone
@@ -231,6 +231,11 @@ async def page_context(db: AsyncSession, job_id: Any, user: Any, **status_kw: An
         for f in (await db.execute(FILES_BY_ID, {"ids": valid})).mappings().all():
             if user.is_admin or f["user_id"] == user.id:
                 names[str(f["id"])] = f
+    if not row["title"] and spec is not None:  # submitted before jobs were named from their input
+        named = naming.name_from_input(
+            spec.input_model, full["input_data"], {k: v["name"] for k, v in names.items()}
+        )
+        ctx["title"] = named or ctx["title"]
     pipeline = None
     if row["pipeline_id"]:
         pipeline = (await db.execute(PIPELINE_NAME, {"id": row["pipeline_id"]})).mappings().first()

@@ -124,9 +124,10 @@ class JobsController(Controller):
         status: Annotated[str | None, QueryParameter()] = None,
         type_filter: Annotated[str | None, QueryParameter(name="type")] = None,
         after: Annotated[str | None, QueryParameter()] = None,
+        q: Annotated[str | None, QueryParameter()] = None,
     ) -> Template:
-        """My jobs (full page, or ``jobs/_list.html`` for htmx)."""
-        ctx = await list_context(db_session, request.user, status, type_filter, after)
+        """My jobs (full page, or ``jobs/_list.html`` for htmx); ``q`` searches names and input text."""
+        ctx = await list_context(db_session, request.user, status, type_filter, after, q)
         ctx["paused"] = await controls.paused_for(db_session)
         return render(request, "jobs/list.html", ctx, fragment="jobs/_list.html")
 
