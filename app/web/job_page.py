@@ -8,6 +8,8 @@ approval). Another user's job gets the same 404 as an unknown id, so ids cannot 
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
 
+import asyncio
+import csv
 import functools
 import uuid
 import zoneinfo
@@ -23,6 +25,7 @@ from app.actions import access
 from app.actions.jobs import allowed
 from app.db import read_rows
 from app.errors import NotFound
+from app.files import FileStore
 from app.jobs import naming, queue
 from app.jobs.states import LIVE, Status
 from app.processors import registry
@@ -173,9 +176,11 @@ async def status_context(
     notice_ok: bool = True,
     new_job_id: Any = None,
     with_history: bool = False,
+    files: FileStore | None = None,
 ) -> dict[str, Any]:
     """Everything ``jobs/_status.html`` shows; loads the result and full error only when there is an
-    outcome to show (finished, or waiting for approval)."""
+    outcome to show (finished, or waiting for approval). With ``files``, a CSV result shows its first
+    rows."""
     state = display.job_state(row)
     spec = registry.get(row["type"])
     ctx: dict[str, Any] = {
@@ -190,6 +195,7 @@ async def status_context(
         "poll": POLL,
         "confirms": CONFIRM,
         "result_items": [],
+        "previews": {},
         "result_json": None,
         "error": None,
         "history": None,
@@ -198,6 +204,7 @@ async def status_context(
         outcome = (await db.execute(JOB_OUTCOME, {"id": row["id"]})).mappings().one()
         result = outcome["result_data"]
         ctx["result_items"] = display.result_items(result)
+        ctx["previews"] = await csv_previews(db, files, display.output_files(result), row["user_id"])
         ctx["result_json"] = display.pretty_json(result) if result is not None else None
         ctx["error"] = display.error_summary(row, outcome["error_message"], user)
     elif row.get("error_preview"):
@@ -209,6 +216,56 @@ async def status_context(
         ctx["history"] = await job_history(db, row["id"], user)
         ctx["history_oob"] = True
     return ctx
+
+
+PREVIEW_BYTES = 32 * 1024
+"""Bytes of a CSV result read for its preview: enough for the first rows of any sensible file, and a
+bounded read however large the file is."""
+PREVIEW_ROWS = 8
+PREVIEW_COLUMNS = 12
+PREVIEW_FILES = 3
+OWNED_FILES = text("SELECT id FROM files WHERE id = ANY(CAST(:ids AS uuid[])) AND user_id = :owner")
+
+
+def _first_rows(path: Any, tab: bool) -> dict[str, Any] | None:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(PREVIEW_BYTES)
+    except OSError:
+        return None
+    text_ = head.decode("utf-8-sig", errors="replace")
+    lines = text_.splitlines()
+    if len(head) == PREVIEW_BYTES and len(lines) > 1:
+        lines = lines[:-1]  # the last line may be cut in the middle
+    delimiter = "\t" if tab else (csv.Sniffer().sniff(text_[:4096], ",;\t|").delimiter if lines else ",")
+    rows = [r[:PREVIEW_COLUMNS] for r in csv.reader(lines[: PREVIEW_ROWS + 1], delimiter=delimiter)]
+    if not rows:
+        return None
+    return {"columns": rows[0], "rows": rows[1:], "more": len(lines) > PREVIEW_ROWS + 1}
+
+
+async def csv_previews(
+    db: AsyncSession, files: FileStore | None, refs: list[dict[str, Any]], owner_id: int
+) -> dict[str, Any]:
+    """``{file id: {"columns", "rows", "more"}}``: the first rows of up to :data:`PREVIEW_FILES` CSV
+    result files that belong to the job's owner (a result can name any id; only the owner's files are
+    read), each a bounded read of :data:`PREVIEW_BYTES`."""
+    wanted = [r for r in refs if display.preview_kind(r) == "csv"][:PREVIEW_FILES]
+    if files is None or not wanted:
+        return {}
+    ids = [uuid.UUID(r["file_id"]) for r in wanted]
+    owned = {str(r[0]) for r in (await db.execute(OWNED_FILES, {"ids": ids, "owner": owner_id})).all()}
+    out: dict[str, Any] = {}
+    for ref in wanted:
+        if ref["file_id"] in owned:
+            tab = str(ref.get("content_type", "")).startswith("text/tab")
+            try:
+                found = await asyncio.to_thread(_first_rows, files.path(ref["file_id"]), tab)
+            except csv.Error:
+                found = None
+            if found:
+                out[ref["file_id"]] = found
+    return out
 
 
 async def page_context(db: AsyncSession, job_id: Any, user: Any, **status_kw: Any) -> dict[str, Any]:

@@ -206,7 +206,9 @@ class JobsController(Controller):
         done: Annotated[str | None, QueryParameter()] = None,
     ) -> Template:
         """The job page (htmx: just its status part); ``done`` is a notice from the form that made it."""
-        ctx = await page_context(db_session, job_id, request.user, notice=(done or "")[:300] or None)
+        ctx = await page_context(
+            db_session, job_id, request.user, notice=(done or "")[:300] or None, files=file_store(request)
+        )
         return render(request, "jobs/detail.html", ctx, fragment="jobs/_status.html")
 
     @get("/{job_id:str}/status", name="jobs.status")
@@ -228,9 +230,11 @@ class JobsController(Controller):
             return quiet
         async with AsyncSession(request.app.state.engine) as db:
             if not is_htmx(request):
-                ctx = await page_context(db, row["id"], user)
+                ctx = await page_context(db, row["id"], user, files=file_store(request))
                 return render(request, "jobs/detail.html", ctx)
-            ctx = await status_context(db, row, user, with_history=state["terminal"])
+            ctx = await status_context(
+                db, row, user, with_history=state["terminal"], files=file_store(request)
+            )
         return render(
             request,
             "jobs/detail.html",

@@ -9,11 +9,13 @@ import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
 
+import tests.support.forms  # noqa: F401  (registers test.form, test.steps)
 from app.jobs.naming import name_from_input, url_words
 from app.processors import registry
 from app.settings import Settings
 from app.web.my_jobs import like_pattern
-from tests.support.webkit import HX, bearer, switch_to
+from tests.support.jobsteps import claim, enqueue, finish
+from tests.support.webkit import HX, bearer, sign_in_as, switch_to
 
 
 @pytest.fixture
@@ -152,3 +154,93 @@ PNG = (
     b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89"
     b"\x00\x00\x00\rIDATx\x9cc\xf8\x0f\x00\x00\x01\x01\x00\x05\x18\xd8N\x00\x00\x00\x00IEND\xaeB`\x82"
 )
+
+
+# --- results at a glance ------------------------------------------------------------------------------
+
+
+async def _stored(engine: Any, settings: Settings, user_id: int, name: str, data: bytes) -> dict[str, Any]:
+    from app.files import FileStore, file_ref
+
+    async with engine.begin() as conn:
+        row = await FileStore(settings.files_dir).save(conn, user_id=user_id, name=name, data=data)
+    return file_ref(row)
+
+
+async def test_a_job_page_shows_pictures_opens_reports_and_shows_a_csvs_first_rows(
+    client: AsyncTestClient, db_url: str, engine: Any, ui_settings: Settings
+) -> None:
+    user = await sign_in_as(client, db_url, "ann@example.com")
+    png = await _stored(engine, ui_settings, user.id, "thumb-200.png", PNG)
+    html = await _stored(engine, ui_settings, user.id, "report.html", b"<h1>Report</h1>")
+    rows = "\n".join(f"{n},name {n}" for n in range(100))
+    table = await _stored(engine, ui_settings, user.id, "out.csv", f"id,name\n{rows}\n".encode())
+    jid = await enqueue(engine, ui_settings, user.id)
+    await claim(engine, jid)
+    result = {
+        "zeta": 1,
+        "headers": {"X-Request-Id": "abc", "content-type": "text/plain"},
+        "status_code": 200,
+        "files": [png, html, table],
+    }
+    await finish(engine, ui_settings, jid, "completed", result=result)
+    page = (await client.get(f"/jobs/{jid}")).text
+    assert f'<img src="/files/{png["file_id"]}" alt="thumb-200.png"' in page
+    assert f'href="/files/{html["file_id"]}?view=1" target="_blank"' in page
+    assert "<td>name 3</td>" in page and "<td>name 60</td>" not in page  # the first rows only
+    assert "X-Request-Id" in page and "X Request Id" not in page  # keys as written
+    assert page.index("<dt>Files</dt>") < page.index("<dt>Status code</dt>") < page.index("<dt>Zeta</dt>")
+    viewed = await client.get(f"/files/{html['file_id']}", params={"view": "1"})
+    assert viewed.headers["content-disposition"].startswith("inline")
+    assert viewed.headers["content-security-policy"].startswith("sandbox")
+    assert "allow-scripts" not in viewed.headers["content-security-policy"]
+    downloaded = await client.get(f"/files/{html['file_id']}")
+    assert downloaded.headers["content-disposition"].startswith("attachment")
+
+
+async def test_a_pipeline_page_puts_its_outputs_and_why_it_failed_at_the_top(
+    client: AsyncTestClient, db_url: str, engine: Any, ui_settings: Settings, pg: asyncpg.Connection
+) -> None:
+    from app import pipelines
+
+    user = await sign_in_as(client, db_url, "ann@example.com")
+    sheet = await _stored(engine, ui_settings, user.id, "contact-sheet.png", PNG)
+    async with engine.begin() as conn:
+        p = await pipelines.create_from_template(
+            conn, "test.steps", {}, user_id=user.id, settings=ui_settings
+        )
+    page = (await client.get(f"/pipelines/{p['id']}")).text
+    assert '<p id="pipeline-summary">Pipeline of 4 steps' in page
+
+    async def step(key: str) -> Any:
+        return await pg.fetchval("SELECT id FROM jobs WHERE pipeline_id = $1 AND step_key = $2", p["id"], key)
+
+    for key in ("prepare", "left", "right"):
+        jid = await step(key)
+        if key != "right":  # the claim of "left" takes "right" too
+            await claim(engine, jid)
+        await finish(
+            engine, ui_settings, jid, "completed", result={"files": [] if key != "left" else [sheet]}
+        )
+    last = await step("finish")
+    await claim(engine, last)
+    await finish(engine, ui_settings, last, "completed", result={"files": [sheet]})
+    page = (await client.get(f"/pipelines/{p['id']}")).text
+    top = page[page.index('id="outputs"') : page.index('class="steps"')]
+    assert f'<img src="/files/{sheet["file_id"]}"' in top  # the last step's output, not "left"'s
+    assert top.count("<img") == 1
+    fragment = await client.get(f"/pipelines/{p['id']}/status", params={"v": "x"}, headers=HX)
+    assert 'id="pipeline-summary" hx-swap-oob="true">Pipeline of 4 steps' in fragment.text
+
+    async with engine.begin() as conn:
+        q = await pipelines.create_from_template(
+            conn, "test.steps", {}, user_id=user.id, settings=ui_settings
+        )
+    first = await pg.fetchval("SELECT id FROM jobs WHERE pipeline_id = $1 AND step_key = 'prepare'", q["id"])
+    await pg.execute("UPDATE jobs SET max_attempts = 1 WHERE id = $1", first)
+    await claim(engine, first)
+    await finish(engine, ui_settings, first, "failed", error="The column 'price' is missing.")
+    page = (await client.get(f"/pipelines/{q['id']}")).text
+    why = page[page.index('id="pipeline-why-heading"') : page.index('class="steps"')]
+    assert f'<a href="/jobs/{first}">' in why
+    assert "The column &#39;price&#39; is missing." in why
