@@ -20,6 +20,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.actions import access, quotas
+from app.actions.files import check_file_kinds
 from app.actions.trail import Actor, record_by_owner, record_done, record_refused
 from app.errors import BadInput, Conflict, Forbidden, NotFound
 from app.jobs import naming, queue
@@ -152,6 +153,9 @@ async def submit(db: AsyncSession, actor: Actor, new: NewJob) -> Enqueued:
     """
     access.check_type(actor.user, new.type)
     await check_run_at(db, new.run_at)
+    spec = registry.get(new.type)
+    if spec is not None:
+        await check_file_kinds(db, spec.input_model, new.input_data, new.user_id)
     if not new.title:
         new.title = await name_for(db, new)
     await quotas.before_submit(db, actor.user, actor.settings)

@@ -91,6 +91,26 @@ def form_context(
         "user_tz": user.timezone or "UTC",
         "resubmit_of": resubmit_of,
         "upload_limit": settings_of(request).upload_max_bytes,
+        "setup_notice": setup_notice(spec, settings_of(request), user),
+    }
+
+
+NEEDS_SETUP = {"email.send": (("SMTP_HOST", "smtp_host"), ("SMTP_FROM", "smtp_from"))}
+"""Job types that cannot work until an administrator sets these settings (name, attribute): the first
+must be set; the rest are named as what to check too. Their form says so before anyone fills it in."""
+
+
+def setup_notice(spec: ProcessorSpec, settings: Any, user: Any) -> dict[str, Any] | None:
+    """``{"text", "settings"}`` when ``spec`` cannot work yet: everyone reads that it is not set up;
+    admins also get the settings to set (``settings``, empty for others)."""
+    needed = NEEDS_SETUP.get(spec.type)
+    if not needed or getattr(settings, needed[0][1], None):
+        return None
+    return {
+        "text": "Sending e-mail is not set up on this Jobdesk yet, so this job would fail."
+        if spec.type == "email.send"
+        else "This kind of job is not set up on this Jobdesk yet, so it would fail.",
+        "settings": [name for name, _ in needed] if getattr(user, "is_admin", False) else [],
     }
 
 

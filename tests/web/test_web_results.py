@@ -20,7 +20,7 @@ from tests.support.webkit import HX, bearer, sign_in_as, switch_to
 
 @pytest.fixture
 def ui_settings(make_settings: Any) -> Settings:
-    return make_settings(worker_enabled=False, upload_max_bytes=200_000)
+    return make_settings(worker_enabled=False, upload_max_bytes=400_000)
 
 
 def test_a_name_comes_from_the_file_the_url_or_the_subject() -> None:
@@ -244,3 +244,86 @@ async def test_a_pipeline_page_puts_its_outputs_and_why_it_failed_at_the_top(
     why = page[page.index('id="pipeline-why-heading"') : page.index('class="steps"')]
     assert f'<a href="/jobs/{first}">' in why
     assert "The column &#39;price&#39; is missing." in why
+
+
+# --- catching mistakes in the form ---------------------------------------------------------------------
+
+
+async def test_file_fields_say_what_they_take_and_choices_read_in_words(
+    client: AsyncTestClient, db_url: str
+) -> None:
+    await sign_in_as(client, db_url, "ann@example.com")
+    thumbs = (await client.get("/jobs/new/images.thumbnail")).text
+    assert 'accept="image/*"' in thumbs
+    assert '<option value="WEBP"' in thumbs and ">WebP</option>" in thumbs
+    csv_form = (await client.get("/jobs/new/report.csv_check")).text
+    assert 'accept=".csv,' in csv_form
+    assert ">UTF-8 with BOM</option>" in csv_form and 'value="utf-8-sig"' in csv_form
+    assert ">Comma</option>" in csv_form and 'value="comma"' in csv_form
+    batch = (await client.get("/pipelines/new/photo_batch")).text
+    assert "What happens: one step per picture, then a contact sheet" in batch
+    assert 'accept="image/*"' in batch
+
+
+async def test_a_csv_given_as_a_picture_is_a_form_error_next_to_the_field_and_a_422_in_the_api(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    from tests.support.webkit import csrf
+
+    _, h = await bearer(db_url, "ann@example.com")
+    await switch_to(client, "ann@example.com")
+    token = await csrf(client)
+    r = await client.post(
+        "/jobs/new/images.thumbnail",
+        data={"_csrf_token": token, "sizes": "160", "format": "JPEG", "quality": "85"},
+        files=[("image", ("prices.csv", b"a,b\n1,2\n", "text/csv"))],
+        follow_redirects=False,
+    )
+    assert r.status_code == 422
+    assert "This file is a CSV table, not a picture." in r.text
+    assert 'href="#f-image"' in r.text
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
+    up = await client.post("/api/files", files={"file": ("prices.csv", b"a,b\n1,2\n")}, headers=h)
+    api = await client.post(
+        "/api/jobs", json={"type": "images.thumbnail", "input_data": {"image": up.json()["id"]}}, headers=h
+    )
+    assert api.status_code == 422
+    assert "input_data.image" in api.text and "not a picture" in api.text
+    pic = await client.post("/api/files", files={"file": ("p.png", PNG)}, headers=h)
+    csv_job = await client.post(
+        "/api/jobs", json={"type": "report.csv_check", "input_data": {"file": pic.json()["id"]}}, headers=h
+    )
+    assert csv_job.status_code == 422 and "a PNG picture, not a CSV table" in csv_job.text
+    ok = await client.post(
+        "/api/jobs", json={"type": "report.csv_check", "input_data": {"file": up.json()["id"]}}, headers=h
+    )
+    assert ok.status_code == 201
+    tpl = await client.post(
+        "/api/pipelines",
+        json={"template": "photo_batch", "input_data": {"images": [pic.json()["id"], up.json()["id"]]}},
+        headers=h,
+    )
+    assert tpl.status_code == 422 and "input_data.images[1]" in tpl.text
+
+
+async def test_the_email_form_says_when_email_is_not_set_up_and_a_long_body_is_refused(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    from tests.support.webkit import csrf
+
+    await sign_in_as(client, db_url, "ann@example.com")
+    form = (await client.get("/jobs/new/email.send")).text
+    assert "Sending e-mail is not set up on this Jobdesk yet" in form
+    assert "SMTP_HOST" not in form  # the settings are for admins
+    assert "maxlength=" not in form[form.index('name="body"') - 300 : form.index("</textarea>")]
+    token = await csrf(client)
+    r = await client.post(
+        "/jobs/new/email.send",
+        data={"_csrf_token": token, "to": "a@example.com", "subject": "Hi", "body": "x" * 200_001},
+        follow_redirects=False,
+    )
+    assert r.status_code == 422
+    assert "Use at most 200000 characters." in r.text
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
+    await sign_in_as(client, db_url, "root@example.com", admin=True)
+    assert "<code>SMTP_HOST</code>" in (await client.get("/jobs/new/email.send")).text
