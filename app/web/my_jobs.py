@@ -136,6 +136,7 @@ def job_list_item(row: Mapping[str, Any]) -> dict[str, Any]:
         "created_at": row["created_at"],
         "cell_url": None if state["terminal"] else f"/jobs/{row['id']}/cell?v={state['version']}",
         "percent": state["percent"] if row["status"] == Status.IN_PROGRESS else None,
+        "message": (row.get("progress_message") or "")[:80] if row["status"] == Status.IN_PROGRESS else None,
     }
 
 

@@ -327,3 +327,37 @@ async def test_the_email_form_says_when_email_is_not_set_up_and_a_long_body_is_r
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
     await sign_in_as(client, db_url, "root@example.com", admin=True)
     assert "<code>SMTP_HOST</code>" in (await client.get("/jobs/new/email.send")).text
+
+
+# --- how long it usually takes -------------------------------------------------------------------------
+
+
+async def test_a_waiting_job_says_how_long_its_type_usually_takes_once_there_are_five_runs(
+    client: AsyncTestClient, db_url: str, engine: Any, ui_settings: Settings, pg: asyncpg.Connection
+) -> None:
+    from app.web import job_page
+
+    user = await sign_in_as(client, db_url, "ann@example.com")
+    for n in range(4):
+        jid = await enqueue(engine, ui_settings, user.id)
+        await claim(engine, jid)
+        await finish(engine, ui_settings, jid, "completed", result={})
+        await pg.execute(
+            "UPDATE jobs SET started_at = now() - make_interval(secs => $2), completed_at = now() WHERE id = $1",
+            jid,
+            [170.0, 180.0, 200.0, 3000.0][n],
+        )
+    waiting = await enqueue(engine, ui_settings, user.id)
+    job_page._usual_cache.clear()
+    assert "usually take" not in (await client.get(f"/jobs/{waiting}")).text  # four runs are not enough
+    fifth = await claim(engine)
+    assert fifth == waiting
+    await finish(engine, ui_settings, fifth, "completed", result={})
+    await pg.execute("UPDATE jobs SET started_at = now() - interval '190 s' WHERE id = $1", fifth)
+    sixth = await enqueue(engine, ui_settings, user.id)
+    job_page._usual_cache.clear()
+    page = (await client.get(f"/jobs/{sixth}")).text
+    assert "Jobs like this usually take about 3 min." in page  # the median, not the 50-min outlier
+    await pg.execute("UPDATE jobs SET started_at = now() - interval '1 h' WHERE id = $1", fifth)
+    assert "about 3 min" in (await client.get(f"/jobs/{sixth}")).text  # cached for a minute
+    assert job_page.about(4) == "a few seconds" and job_page.about(44) == "about 40 s"
