@@ -379,6 +379,59 @@ _QUOTED_PATH = re.compile(r"""(['"])(?:/|~/|[A-Za-z]:\\)[^'"\n]*\1""")
 UNEXPECTED_ERROR = "It stopped on an unexpected error; an administrator can read the details."
 
 
+_ERRNO_WORDS = (
+    (re.compile(r"(\S+ )?cannot be resolved \(\[Errno -[25]\][^)]*\)"), "the name does not exist"),
+    (
+        re.compile(r"\[Errno -[25]\] (Name or service not known|No address associated with hostname)"),
+        "the name does not exist",
+    ),
+    (
+        re.compile(r"(\S+ )?cannot be resolved \(\[Errno -3\][^)]*\)"),
+        "the name could not be looked up just now",
+    ),
+    (
+        re.compile(r"\[Errno -3\] Temporary failure in name resolution"),
+        "the name could not be looked up just now",
+    ),
+    (re.compile(r"\[Errno 111\] Connection refused"), "the server refused the connection"),
+    (re.compile(r"\[Errno 110\] (Connection|Operation) timed out"), "the server did not answer in time"),
+    (re.compile(r"\[Errno 113\] No route to host"), "the server cannot be reached"),
+    (re.compile(r"\[Errno 101\] Network is unreachable"), "the network cannot reach the server"),
+    (re.compile(r"\[Errno 104\] Connection reset by peer"), "the server closed the connection"),
+    (re.compile(r"\[Errno -?\d+\] ([^\n]*)"), lambda m: m.group(1)[:1].lower() + m.group(1)[1:]),
+)
+"""Operating-system error texts (``[Errno -2] Name or service not known``) in words."""
+_TYPE_PREFIX = re.compile(
+    r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Timeout|Failure)\b(?:: |$)"
+)
+_UPSTREAM = re.compile(
+    r"^upstream (\S+) ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}) (failed|was cancelled|was removed)$"
+)
+
+
+def plain_words(message: str) -> str:
+    """An error text as an owner reads it: operating-system errors in words, no exception type name in
+    front ("ValueError: …"), no internal ids: "Could not connect to example.com: the name does not
+    exist" rather than "… example.com cannot be resolved ([Errno -2] Name or service not known)"."""
+    text = message
+    for pattern, words in _ERRNO_WORDS:
+        text = pattern.sub(words, text)
+    head = _TYPE_PREFIX.match(text)
+    if head is not None:
+        rest = text[head.end() :].strip()
+        text = rest[:1].upper() + rest[1:] if rest else UNEXPECTED_ERROR
+    upstream = _UPSTREAM.match(text.strip())
+    if upstream is not None:
+        text = f"an earlier step {upstream.group(3)}"
+    return text
+
+
+def upstream_of(message: str | None) -> tuple[str, str] | None:
+    """``(job id, "failed" | "was cancelled" | "was removed")`` of an "upstream … failed" cancellation."""
+    m = _UPSTREAM.match((message or "").strip())
+    return (m.group(2), m.group(3)) if m else None
+
+
 def _is_admin(viewer: Any) -> bool:
     return bool(getattr(viewer, "is_admin", False))
 
@@ -393,9 +446,9 @@ def error_text_for(message: str | None, viewer: Any) -> str | None:
         return message
     cut = _TRACEBACK_START.search(message)
     if cut is None:
-        return message
+        return plain_words(message)
     head = _QUOTED_PATH.sub(lambda m: m.group(1) + "…" + m.group(1), message[: cut.start()].strip())
-    return head or UNEXPECTED_ERROR
+    return plain_words(head) if head else UNEXPECTED_ERROR
 
 
 def job_for(job: Mapping[Any, Any], viewer: Any) -> dict[str, Any]:
@@ -414,17 +467,21 @@ def event_for(event: Mapping[Any, Any], viewer: Any) -> dict[str, Any]:
     return out
 
 
-def error_summary(row: Mapping[str, Any], message: str | None, viewer: Any = None) -> dict[str, Any] | None:
-    """The error in plain words: ``{"headline", "reason", "technical"}`` (``technical`` is the full text,
-    shown folded), or ``None`` when there is nothing to say. ``viewer``: who reads it
-    (:func:`error_text_for`; ``None`` reads what a job's owner reads)."""
+def error_summary(
+    row: Mapping[str, Any], message: str | None, viewer: Any = None, upstream: Mapping[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The error in plain words: ``{"headline", "reason", "technical", "upstream"}`` (``technical`` is
+    the text the reason does not already show — a traceback, the rest of a long text — shown folded, or
+    ``None``), or ``None`` when there is nothing to say. ``viewer``: who reads it
+    (:func:`error_text_for`; ``None`` reads what a job's owner reads). ``upstream``: the step whose
+    failure cancelled this one (``{"job_id", "title"}``), named and linked instead of its id."""
     status = row["status"]
     text = (error_text_for(message, viewer) or "").strip()
     first = text.splitlines()[0] if text else ""
     if len(first) > ERROR_SUMMARY_MAX:
         first = first[:ERROR_SUMMARY_MAX] + "…"
     attempts = row.get("attempts") or 0
-    technical = text if text and (text != first or len(text) > 120) else None
+    technical = text if text and text != first else None
     if status == Status.FAILED:
         if text.startswith("rejected: "):
             return {
@@ -445,14 +502,16 @@ def error_summary(row: Mapping[str, Any], message: str | None, viewer: Any = Non
             "technical": technical,
         }
     if status == Status.CANCELLED:
-        if text.startswith("upstream "):
-            failed = text.endswith("failed")
+        cause = upstream_of(message)
+        if cause is not None or text.startswith(("upstream ", "an earlier step ")):
+            failed = (cause[1] if cause else text).endswith("failed")
             return {
                 "headline": "An earlier step "
                 + ("failed" if failed else "did not finish")
                 + ", so this one did not run.",
                 "reason": None,
-                "technical": text,
+                "technical": text if _is_admin(viewer) else None,
+                "upstream": {**upstream, "failed": failed} if upstream else None,
             }
         who = "by an administrator" if text.startswith("cancelled by an admin") else ""
         reason = text.split(": ", 1)[1] if ": " in text and text.startswith("cancelled by") else None

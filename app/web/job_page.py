@@ -198,6 +198,7 @@ async def status_context(
         "result_items": [],
         "previews": {},
         "usually": None,
+        "work": None,
         "result_json": None,
         "error": None,
         "history": None,
@@ -208,7 +209,10 @@ async def status_context(
         ctx["result_items"] = display.result_items(result)
         ctx["previews"] = await csv_previews(db, files, display.output_files(result), row["user_id"])
         ctx["result_json"] = display.pretty_json(result) if result is not None else None
-        ctx["error"] = display.error_summary(row, outcome["error_message"], user)
+        upstream = await upstream_step(db, row) if row["status"] == Status.CANCELLED else None
+        ctx["error"] = display.error_summary(row, outcome["error_message"], user, upstream)
+        if row.get("requires_approval") and row["completed_at"] and row["started_at"]:
+            ctx["work"] = await approval_times(db, row)
     elif row.get("error_preview"):
         ctx["error"] = display.error_summary(row, row["error_preview"], user)
     if row["status"] in (Status.QUEUED, Status.IN_PROGRESS):
@@ -221,6 +225,36 @@ async def status_context(
         ctx["history"] = await job_history(db, row["id"], user)
         ctx["history_oob"] = True
     return ctx
+
+
+UPSTREAM_STEP = text("SELECT id, type, title, step_key FROM jobs WHERE id = :id AND user_id = :owner")
+WORK_DONE = text(
+    "SELECT max(at) FROM job_events WHERE job_id = :id AND kind = 'waiting_approval' AND at >= :started"
+)
+
+
+async def upstream_step(db: AsyncSession, row: Mapping[Any, Any]) -> dict[str, Any] | None:
+    """The step whose failure cancelled ``row`` (``blocked_by``): ``{"job_id", "title"}`` to name and link
+    it instead of its id."""
+    if not row.get("blocked_by"):
+        return None
+    found = (
+        (await db.execute(UPSTREAM_STEP, {"id": row["blocked_by"], "owner": row["user_id"]}))
+        .mappings()
+        .first()
+    )
+    if found is None:
+        return None
+    return {"job_id": found["id"], "title": display.job_title(dict(found), registry.get(found["type"]))}
+
+
+async def approval_times(db: AsyncSession, row: Mapping[Any, Any]) -> dict[str, Any] | None:
+    """An approval step's time apart from the wait for the decision: ``{"work", "waited"}`` (timedeltas)
+    from its last run's start to the moment it asked for approval, and from then to the decision."""
+    asked = (await db.execute(WORK_DONE, {"id": row["id"], "started": row["started_at"]})).scalar()
+    if asked is None or asked > row["completed_at"]:
+        return None
+    return {"work": asked - row["started_at"], "waited": row["completed_at"] - asked}
 
 
 USUAL_RUNS = 5

@@ -361,3 +361,106 @@ async def test_a_waiting_job_says_how_long_its_type_usually_takes_once_there_are
     await pg.execute("UPDATE jobs SET started_at = now() - interval '1 h' WHERE id = $1", fifth)
     assert "about 3 min" in (await client.get(f"/jobs/{sixth}")).text  # cached for a minute
     assert job_page.about(4) == "a few seconds" and job_page.about(44) == "about 40 s"
+
+
+# --- plain words ---------------------------------------------------------------------------------------
+
+
+def test_errors_read_in_plain_words_for_owners_and_in_full_for_admins() -> None:
+    from app.web.display import error_summary, error_text_for
+
+    dns = "Could not connect to example.com: example.com cannot be resolved ([Errno -2] Name or service not known)"
+    owner = object()
+    assert error_text_for(dns, owner) == "Could not connect to example.com: the name does not exist"
+    assert error_text_for("[Errno 111] Connection refused", owner) == "the server refused the connection"
+    assert error_text_for("ValueError: the column is empty", owner) == "The column is empty"
+
+    class Admin:
+        is_admin = True
+
+    assert error_text_for(dns, Admin()) == dns
+    failed = {"status": "failed", "attempts": 3}
+    summary = error_summary(failed, dns, owner)
+    assert (
+        summary is not None
+        and summary["reason"] == "Could not connect to example.com: the name does not exist"
+    )
+    assert summary["technical"] is None  # nothing more to show than the reason: no repeat
+    long_one = "x" * 200
+    assert error_summary(failed, long_one, owner)["technical"] is None  # type: ignore[index]
+    traced = 'boom\nTraceback (most recent call last):\n  File "/srv/app.py", line 1'
+    assert error_summary(failed, traced, Admin())["technical"] == traced  # type: ignore[index]
+
+
+async def test_a_cancelled_step_names_the_step_that_failed_and_a_rejection_is_at_the_top(
+    client: AsyncTestClient, db_url: str, engine: Any, ui_settings: Settings, pg: asyncpg.Connection
+) -> None:
+    from app import pipelines
+    from app.jobs import queue
+
+    user = await sign_in_as(client, db_url, "ann@example.com")
+    async with engine.begin() as conn:
+        p = await pipelines.create_from_template(
+            conn, "test.steps", {}, user_id=user.id, settings=ui_settings
+        )
+    first = await pg.fetchval("SELECT id FROM jobs WHERE pipeline_id = $1 AND step_key = 'prepare'", p["id"])
+    left = await pg.fetchval("SELECT id FROM jobs WHERE pipeline_id = $1 AND step_key = 'left'", p["id"])
+    title = await pg.fetchval("SELECT title FROM jobs WHERE id = $1", first)
+    await pg.execute("UPDATE jobs SET max_attempts = 1 WHERE id = $1", first)
+    await claim(engine, first)
+    await finish(engine, ui_settings, first, "failed", error="OSError: [Errno 113] No route to host")
+    page = (await client.get(f"/jobs/{left}")).text
+    main = page[page.index("<main") :]
+    assert f'It was cancelled because <a href="/jobs/{first}">“{title or "A step"}”</a> failed.' in main
+    assert str(first) not in main.replace(f'href="/jobs/{first}"', "")  # no raw ids in the words
+    assert "Technical details" not in main
+    failed_page = (await client.get(f"/jobs/{first}")).text
+    assert "The server cannot be reached" in failed_page and "Errno" not in failed_page
+    assert "OSError" not in failed_page
+
+    async with engine.begin() as conn:
+        a = await pipelines.create_from_template(
+            conn, "test.approval", {"title": "T"}, user_id=user.id, settings=ui_settings
+        )
+    draft = await pg.fetchval("SELECT id FROM jobs WHERE pipeline_id = $1 AND step_key = 'draft'", a["id"])
+    await claim(engine, draft)
+    await finish(engine, ui_settings, draft, "completed", result={"draft": "text"})
+    root = await sign_in_as(client, db_url, "root@example.com", admin=True)
+    async with engine.begin() as conn:
+        await queue.reject(conn, draft, root, "The totals do not add up")
+    await switch_to(client, "ann@example.com")
+    page = (await client.get(f"/pipelines/{a['id']}")).text
+    top = page[page.index('id="pipeline-why-heading"') : page.index('class="steps"')]
+    assert f'An administrator rejected the result of <a href="/jobs/{draft}">“Draft”</a>' in top
+    assert "The totals do not add up" in top
+    step = (await client.get(f"/jobs/{draft}")).text
+    assert step.index("The totals do not add up") < step.index('<dl class="facts">')
+
+
+async def test_an_approval_steps_time_counts_the_work_and_shows_the_wait_apart(
+    client: AsyncTestClient, db_url: str, engine: Any, ui_settings: Settings, pg: asyncpg.Connection
+) -> None:
+    from app import pipelines
+    from app.jobs import queue
+
+    user = await sign_in_as(client, db_url, "ann@example.com")
+    async with engine.begin() as conn:
+        a = await pipelines.create_from_template(
+            conn, "test.approval", {"title": "T"}, user_id=user.id, settings=ui_settings
+        )
+    draft = await pg.fetchval("SELECT id FROM jobs WHERE pipeline_id = $1 AND step_key = 'draft'", a["id"])
+    await claim(engine, draft)
+    await finish(engine, ui_settings, draft, "completed", result={"draft": "text"})
+    root = await sign_in_as(client, db_url, "root@example.com", admin=True)
+    async with engine.begin() as conn:
+        await queue.approve(conn, draft, root)
+    await pg.execute(
+        "UPDATE jobs SET started_at = now() - interval '2 h 4 min', completed_at = now() WHERE id = $1", draft
+    )
+    await pg.execute(
+        "UPDATE job_events SET at = now() - interval '2 h' WHERE job_id = $1 AND kind = 'waiting_approval'",
+        draft,
+    )
+    await switch_to(client, "ann@example.com")
+    page = (await client.get(f"/jobs/{draft}")).text
+    assert "took 4 min" in page and "then waited 2 h" in page
