@@ -10,6 +10,8 @@
   and plain text are served ``inline``, everything else as an ``attachment`` with a safe file name, so
   an uploaded HTML or script file is never shown as a page of this site; the type is one Jobdesk stores
   (else ``application/octet-stream``) and ``X-Content-Type-Options: nosniff`` comes with every response.
+  ``?view=1`` shows an HTML result (a report) in the browser tab instead, still under the sandboxing
+  Content-Security-Policy of ``/files/``: it runs no script and belongs to no origin.
 
 Uploads through the job and pipeline forms are stored by :mod:`app.web.forms`; a file is removed by
 retention together with the job that used or produced it.

@@ -139,7 +139,7 @@ def running_server(db_url: str, data_dir: Path, **env: str) -> Iterator[str]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90  # a busy 2-core machine imports slowly
         while True:
             try:
                 httpx.get(base + "/healthz", timeout=1)
