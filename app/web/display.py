@@ -235,6 +235,8 @@ def output_files(result: Any) -> list[dict[str, Any]]:
 
 RESULT_KEY_ORDER = (
     "files",
+    "name",
+    "title",
     "status_code",
     "ok",
     "url",
