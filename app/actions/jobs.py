@@ -21,9 +21,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import callbacks
 from app.actions import access, quotas
-from app.actions.trail import Actor, record_done, record_refused
+from app.actions.files import check_file_kinds
+from app.actions.trail import Actor, record_by_owner, record_done, record_refused
 from app.errors import BadInput, Conflict, Forbidden, NotFound
-from app.jobs import queue
+from app.jobs import naming, queue
 from app.jobs.decisions import Decision, decision_words
 from app.jobs.queue import Enqueued, NewJob
 from app.jobs.states import LABELS, LIVE, Status
@@ -37,7 +38,7 @@ ACTIONS = ("cancel", "retry", "run-again", "approve", "reject", "rerun", "run-no
 WHO_MAY = {
     "cancel": OWNER,
     "run-again": OWNER,
-    "retry": ADMIN,
+    "retry": OWNER,
     "approve": ADMIN,
     "reject": ADMIN,
     "rerun": ADMIN,
@@ -46,7 +47,6 @@ WHO_MAY = {
     "delete": ADMIN,
 }
 FORBIDDEN = {
-    "retry": "Only an admin can retry a failed job.",
     "approve": "Only an admin can approve a step.",
     "reject": "Only an admin can reject a step.",
     "rerun": "Only an admin can rerun a step.",
@@ -54,6 +54,10 @@ FORBIDDEN = {
     "reschedule": "Only an admin can reschedule a job.",
     "delete": "Only an admin can delete a job.",
 }
+OWNER_AUDITED = frozenset({"retry"})
+"""Owners' actions that leave an audit entry too (no admin notice): a retry spends the worker time and
+attempts of a job that had already failed, so who asked for it is on record."""
+FILE_NAMES = text("SELECT id, name FROM files WHERE id = ANY(CAST(:ids AS uuid[])) AND user_id = :user_id")
 OWNER_OF = text("SELECT user_id, type FROM jobs WHERE id = :id")
 RUN_AT_GRACE = timedelta(minutes=1)
 """How far in the past a ``run_at`` may be (a form filled in at 09:30 and sent at 09:30:40)."""
@@ -162,6 +166,11 @@ async def submit(
     checked_tags = check_tags(list(tags) if tags is not None else None)
     url = callbacks.check_url(callback_url, actor.settings) if callback_url is not None else None
     await check_run_at(db, new.run_at)
+    spec = registry.get(new.type)
+    if spec is not None:
+        await check_file_kinds(db, spec.input_model, new.input_data, new.user_id)
+    if not new.title:
+        new.title = await name_for(db, new)
     await quotas.before_submit(db, actor.user, actor.settings)
     result = await queue.enqueue(db, new, actor.settings)
     if result.created:
@@ -203,13 +212,27 @@ async def submit_form(
     same = (
         result.job["type"] == spec.type
         and result.job["input_data"] == spec.validate_input(data)
-        and (result.job["title"] or "") == (title or "")
+        and (result.job["title"] or "") == (new.title or "")
     )
     if same:
         return result.job
     new.idempotency_key = None
     new.id = queue.new_id()
+    new.title = title or None
     return (await submit(db, actor, new)).job
+
+
+async def name_for(db: AsyncSession, new: NewJob) -> str | None:
+    """A name for a job submitted without one, from its input (:func:`app.jobs.naming.name_from_input`);
+    a file is named only when it belongs to the job's owner (the queue refuses the job otherwise)."""
+    spec = registry.get(new.type)
+    model = spec.input_model if spec is not None else None
+    ids = naming.file_ids(model, new.input_data)
+    names: dict[str, str] = {}
+    if ids:
+        rows = await db.execute(FILE_NAMES, {"ids": ids, "user_id": new.user_id})
+        names = {str(r["id"]): r["name"] for r in rows.mappings().all()}
+    return naming.name_from_input(model, new.input_data, names)
 
 
 # --- one job's actions ------------------------------------------------------------------------------------
@@ -341,6 +364,8 @@ async def perform(
         return ActionOutcome(action, False, message, 409, jid, conflict=exc)
     detail = _detail(action, row, new_job, reason)
     await record_done(db, actor, audit_action, target_type="job", target_ids=[jid], detail=detail or None)
+    if action in OWNER_AUDITED and not actor.is_admin:
+        await record_by_owner(db, actor, audit_action, target_type="job", target_ids=[jid])
     new_id = new_job["id"] if new_job is not None else None
     return ActionOutcome(action, True, ok_message(action, row), 200, jid, new_id, row, new_job)
 

@@ -102,6 +102,23 @@ async def record_done(
     )
 
 
+async def record_by_owner(
+    db: Db, actor: Actor, action: str, *, target_type: str, target_ids: Sequence[Any]
+) -> None:
+    """A person's action on their own job that is audited although they are not an admin (no notice:
+    admins are not alerted about owners looking after their own work)."""
+    await audit.record(
+        db,
+        user=actor.user,
+        action=action,
+        target_type=target_type,
+        target_ids=target_ids,
+        count=len(target_ids),
+        outcome="ok",
+        ip=actor.ip,
+    )
+
+
 async def record_refused(
     db: Db, actor: Actor, action: str, *, target_type: str, target_ids: Sequence[Any], reason: str
 ) -> None:

@@ -1,5 +1,6 @@
-"""What a job's error says to whoever reads it: all of it for admins, the message in words for its
-owner (a traceback cut, file paths blanked). The one rule for the pages, the API and callbacks."""
+"""What a job's error says to whoever reads it: all of it for admins; for its owner, the message in plain
+words (a traceback cut, file paths blanked, operating-system errors in words, no exception type names or
+internal ids). The one rule for the pages, the API and callbacks."""
 
 from __future__ import annotations
 
@@ -13,7 +14,60 @@ _QUOTED_PATH = re.compile(r"""(['"])(?:/|~/|[A-Za-z]:\\)[^'"\n]*\1""")
 UNEXPECTED_ERROR = "It stopped on an unexpected error; an administrator can read the details."
 
 
-def _is_admin(viewer: Any) -> bool:
+_ERRNO_WORDS = (
+    (re.compile(r"(\S+ )?cannot be resolved \(\[Errno -[25]\][^)]*\)"), "the name does not exist"),
+    (
+        re.compile(r"\[Errno -[25]\] (Name or service not known|No address associated with hostname)"),
+        "the name does not exist",
+    ),
+    (
+        re.compile(r"(\S+ )?cannot be resolved \(\[Errno -3\][^)]*\)"),
+        "the name could not be looked up just now",
+    ),
+    (
+        re.compile(r"\[Errno -3\] Temporary failure in name resolution"),
+        "the name could not be looked up just now",
+    ),
+    (re.compile(r"\[Errno 111\] Connection refused"), "the server refused the connection"),
+    (re.compile(r"\[Errno 110\] (Connection|Operation) timed out"), "the server did not answer in time"),
+    (re.compile(r"\[Errno 113\] No route to host"), "the server cannot be reached"),
+    (re.compile(r"\[Errno 101\] Network is unreachable"), "the network cannot reach the server"),
+    (re.compile(r"\[Errno 104\] Connection reset by peer"), "the server closed the connection"),
+    (re.compile(r"\[Errno -?\d+\] ([^\n]*)"), lambda m: m.group(1)[:1].lower() + m.group(1)[1:]),
+)
+"""Operating-system error texts (``[Errno -2] Name or service not known``) in words."""
+_TYPE_PREFIX = re.compile(
+    r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Timeout|Failure)\b(?:: |$)"
+)
+_UPSTREAM = re.compile(
+    r"^upstream (\S+) ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}) (failed|was cancelled|was removed)$"
+)
+
+
+def plain_words(message: str) -> str:
+    """An error text as an owner reads it: operating-system errors in words, no exception type name in
+    front ("ValueError: …"), no internal ids: "Could not connect to example.com: the name does not
+    exist" rather than "… example.com cannot be resolved ([Errno -2] Name or service not known)"."""
+    text = message
+    for pattern, words in _ERRNO_WORDS:
+        text = pattern.sub(words, text)
+    head = _TYPE_PREFIX.match(text)
+    if head is not None:
+        rest = text[head.end() :].strip()
+        text = rest[:1].upper() + rest[1:] if rest else UNEXPECTED_ERROR
+    upstream = _UPSTREAM.match(text.strip())
+    if upstream is not None:
+        text = f"an earlier step {upstream.group(3)}"
+    return text
+
+
+def upstream_of(message: str | None) -> tuple[str, str] | None:
+    """``(job id, "failed" | "was cancelled" | "was removed")`` of an "upstream … failed" cancellation."""
+    m = _UPSTREAM.match((message or "").strip())
+    return (m.group(2), m.group(3)) if m else None
+
+
+def viewer_is_admin(viewer: Any) -> bool:
     return bool(getattr(viewer, "is_admin", False))
 
 
@@ -23,10 +77,10 @@ def error_text_for(message: str | None, viewer: Any) -> str | None:
     text carries a traceback (an unexpected exception, not a message a processor wrote for people), the
     traceback is cut — its file paths and source lines describe the server, not the job — and quoted
     file paths in the exception's own message become ``'…'``."""
-    if not message or _is_admin(viewer):
+    if not message or viewer_is_admin(viewer):
         return message
     cut = _TRACEBACK_START.search(message)
     if cut is None:
-        return message
+        return plain_words(message)
     head = _QUOTED_PATH.sub(lambda m: m.group(1) + "…" + m.group(1), message[: cut.start()].strip())
-    return head or UNEXPECTED_ERROR
+    return plain_words(head) if head else UNEXPECTED_ERROR

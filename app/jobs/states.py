@@ -20,7 +20,7 @@ class Status(StrEnum):
     QUEUED = "queued"  #: waiting to be claimed; enters by enqueue, retry, rescue, rerun, shutdown release
     IN_PROGRESS = "in_progress"  #: claimed by one worker holding a lease; leaves by that worker or the sweep
     COMPLETED = "completed"  #: terminal: the processor succeeded (or an admin approved its result)
-    FAILED = "failed"  #: terminal: attempts exhausted, permanent error, or rejected; admins may retry
+    FAILED = "failed"  #: terminal: attempts exhausted, permanent error, or rejected; owner or admin may retry
     CANCELLED = "cancelled"  #: terminal: cancelled by a person, or because an upstream step cannot complete
     WAITING_APPROVAL = "waiting_approval"  #: ran; its result waits for an admin's decision
 
@@ -65,7 +65,10 @@ TRANSITIONS: dict[tuple[Status, Status], tuple[frozenset[Actor], str]] = {
         frozenset({Actor.OWNER, Actor.ADMIN, Actor.SYSTEM}),
         "cancelled while waiting for approval",
     ),
-    (Status.FAILED, Status.QUEUED): (frozenset({Actor.ADMIN}), "manual retry with a fresh attempt budget"),
+    (Status.FAILED, Status.QUEUED): (
+        frozenset({Actor.OWNER, Actor.ADMIN}),
+        "manual retry with a fresh attempt budget (owners fix their own failures)",
+    ),
     (Status.CANCELLED, Status.QUEUED): (
         frozenset({Actor.SYSTEM}),
         "re-opened because the upstream job that cancelled it was retried",

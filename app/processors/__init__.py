@@ -63,6 +63,8 @@ __all__ = [
     "EmptyInput",
     "FileId",
     "FileIds",
+    "PICTURES",
+    "TABLES",
     "Input",
     "InputModel",
     "JobCancelled",
@@ -100,6 +102,11 @@ LongText = Annotated[str, Field(json_schema_extra={"widget": "textarea"})]
 FileId = Annotated[uuid.UUID, Field(json_schema_extra={"widget": "file"})]
 """An uploaded file's id (``POST /api/files``): rendered as a file picker."""
 FileIds = Annotated[list[uuid.UUID], Field(json_schema_extra={"widget": "files"})]
+PICTURES: dict[str, Any] = {"accept": "image/*"}
+"""``json_schema_extra`` of a file field that takes pictures: the form's ``accept=`` and the check of the
+uploaded bytes at submission (:func:`app.actions.files.check_file_kinds`)."""
+TABLES: dict[str, Any] = {"accept": ".csv,.tsv,.txt,text/csv,text/tab-separated-values,text/plain"}
+"""``json_schema_extra`` of a file field that takes a CSV (or other delimited text) file."""
 """Several uploaded files' ids: rendered as a multiple file picker."""
 
 

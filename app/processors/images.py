@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from app.processors import (
+    PICTURES,
     CpuContext,
     FileId,
     FileIds,
@@ -171,10 +172,14 @@ def _check_sizes(value: list[int]) -> list[int]:
     return sorted(set(value))
 
 
+FORMAT_LABELS: dict[str, Any] = {"x-labels": {"JPEG": "JPEG", "PNG": "PNG", "WEBP": "WebP"}}
+"""The picture formats in words (the values stay as the API takes them)."""
+
+
 class ThumbnailInput(Input):
     """Input of ``images.thumbnail``."""
 
-    image: FileId = Field(title="Picture", description=f"A {READ_HINT} picture.")
+    image: FileId = Field(title="Picture", description=f"A {READ_HINT} picture.", json_schema_extra=PICTURES)
     sizes: list[int] = Field(
         default_factory=lambda: [160, 640],
         min_length=1,
@@ -183,7 +188,10 @@ class ThumbnailInput(Input):
         description="The longest side of each variant, e.g. 160 and 640. Small pictures are never enlarged.",
     )
     format: Literal["JPEG", "PNG", "WEBP"] = Field(
-        "JPEG", title="Format", description="JPEG for photos; PNG keeps transparency; WebP is smallest."
+        "JPEG",
+        title="Format",
+        description="JPEG for photos; PNG keeps transparency; WebP is smallest.",
+        json_schema_extra=FORMAT_LABELS,
     )
     quality: int = Field(85, ge=1, le=100, title="Quality", description="1–100, for JPEG and WebP.")
     name: str = Field(
@@ -271,6 +279,7 @@ class ContactSheetInput(Input):
         title="Pictures",
         description="The pictures to put on the sheet. Inside a Photo batch pipeline leave this empty: "
         "the thumbnails made by the earlier steps are used.",
+        json_schema_extra=PICTURES,
     )
     columns: int = Field(4, ge=1, le=10, title="Pictures per row")
     cell: int = Field(240, ge=64, le=600, title="Picture size on the sheet (pixels)")
@@ -451,7 +460,11 @@ class PhotoBatchInput(Input):
     """Input of ``images.batch`` and of the "Photo batch" pipeline."""
 
     images: FileIds = Field(
-        min_length=1, max_length=50, title="Pictures", description=f"Up to 50 {READ_HINT} pictures."
+        min_length=1,
+        max_length=50,
+        title="Pictures",
+        description=f"Up to 50 {READ_HINT} pictures.",
+        json_schema_extra=PICTURES,
     )
     sizes: list[int] = Field(
         default_factory=lambda: [160, 640],
@@ -460,7 +473,7 @@ class PhotoBatchInput(Input):
         title="Thumbnail sizes (pixels)",
         description="The longest side of each variant.",
     )
-    format: Literal["JPEG", "PNG", "WEBP"] = Field("JPEG", title="Format")
+    format: Literal["JPEG", "PNG", "WEBP"] = Field("JPEG", title="Format", json_schema_extra=FORMAT_LABELS)
     columns: int = Field(4, ge=1, le=10, title="Pictures per row on the contact sheet")
     title: str = Field("", max_length=120, title="Title of the contact sheet")
 

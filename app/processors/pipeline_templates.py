@@ -11,9 +11,9 @@ from typing import Any
 from pydantic import Field
 
 from app.pipelines import Template, TemplateStep, template
-from app.processors import FileId, Input
+from app.processors import TABLES, FileId, Input
 from app.processors.images import PhotoBatchInput
-from app.processors.reports import Delimiter, Encoding
+from app.processors.reports import DELIMITER_LABELS, ENCODING_LABELS, Delimiter, Encoding
 
 # --- Photo batch ------------------------------------------------------------------------------------
 
@@ -64,12 +64,17 @@ class CsvReviewInput(Input):
     """Input of the "CSV report with review" pipeline."""
 
     file: FileId = Field(
-        title="CSV file", description="A .csv file, for example exported from a spreadsheet."
+        title="CSV file",
+        description="A .csv file, for example exported from a spreadsheet.",
+        json_schema_extra=TABLES,
     )
     encoding: Encoding = Field(
-        "auto", title="Text encoding", description="Leave on auto unless letters come out wrong."
+        "auto",
+        title="Text encoding",
+        description="Leave on auto unless letters come out wrong.",
+        json_schema_extra=ENCODING_LABELS,
     )
-    delimiter: Delimiter = Field("auto", title="Separator")
+    delimiter: Delimiter = Field("auto", title="Separator", json_schema_extra=DELIMITER_LABELS)
     title: str = Field("", max_length=150, title="Report title")
     top: int = Field(5, ge=1, le=20, title="Most common values shown")
 

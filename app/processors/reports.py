@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from app.processors import CpuContext, FileId, Input, OutputFile, PermanentError, Result, processor
+from app.processors import TABLES, CpuContext, FileId, Input, OutputFile, PermanentError, Result, processor
 from app.processors.csv_charts import render_report
 from app.processors.csv_stats import DECIMAL, MISSING, summarise_column
 from app.processors.images import safe_stem
@@ -50,6 +50,27 @@ MARKUP_START = re.compile(r"^<(!doctype\s+html|html[\s>]|\?xml\s)", re.IGNORECAS
 Encoding = Literal["auto", "utf-8", "utf-8-sig", "utf-16", "cp1252", "latin-1"]
 Delimiter = Literal["auto", "comma", "semicolon", "tab", "pipe"]
 Header = Literal["auto", "yes", "no"]
+ENCODING_LABELS: dict[str, Any] = {
+    "x-labels": {
+        "auto": "Find out automatically",
+        "utf-8": "UTF-8",
+        "utf-8-sig": "UTF-8 with BOM",
+        "utf-16": "UTF-16",
+        "cp1252": "Windows (cp1252)",
+        "latin-1": "Latin-1 (ISO 8859-1)",
+    }
+}
+"""Choices in words for the form; the values stay as the API takes them."""
+DELIMITER_LABELS: dict[str, Any] = {
+    "x-labels": {
+        "auto": "Find out automatically",
+        "comma": "Comma",
+        "semicolon": "Semicolon",
+        "tab": "Tab",
+        "pipe": "Pipe (|)",
+    }
+}
+HEADER_LABELS: dict[str, Any] = {"x-labels": {"auto": "Find out automatically", "yes": "Yes", "no": "No"}}
 
 
 def not_csv(why: str) -> PermanentError:
@@ -360,17 +381,23 @@ class CsvLayoutInput(Input):
     """How to read a CSV: everything found automatically unless chosen."""
 
     file: FileId = Field(
-        title="CSV file", description="A .csv file, for example exported from a spreadsheet."
+        title="CSV file",
+        description="A .csv file, for example exported from a spreadsheet.",
+        json_schema_extra=TABLES,
     )
     encoding: Encoding = Field(
         "auto",
         title="Text encoding",
         description="Leave on auto unless letters come out wrong: Excel on Windows often saves cp1252.",
+        json_schema_extra=ENCODING_LABELS,
     )
     delimiter: Delimiter = Field(
-        "auto", title="Separator", description="What separates the values: auto finds it."
+        "auto",
+        title="Separator",
+        description="What separates the values: auto finds it.",
+        json_schema_extra=DELIMITER_LABELS,
     )
-    header: Header = Field("auto", title="First line has the column names")
+    header: Header = Field("auto", title="First line has the column names", json_schema_extra=HEADER_LABELS)
 
 
 class CsvSummaryInput(CsvLayoutInput):

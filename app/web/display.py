@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from app.jobs import states
-from app.jobs.error_text import error_text_for
+from app.jobs.error_text import error_text_for, upstream_of, viewer_is_admin
 from app.jobs.states import Status
 from app.web import format_localtime
 from app.web.forms import humanize
@@ -190,16 +190,84 @@ def _as_table(value: Any) -> dict[str, Any] | None:
     if len(keys) > TABLE_MAX_COLUMNS:
         return None
     return {
-        "columns": [humanize(k) for k in keys],
+        "columns": [key_label(k) for k in keys],
         "rows": [[_cell(row.get(k)) for k in keys] for row in value],
     }
+
+
+_SNAKE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
+
+
+def key_label(key: str) -> str:
+    """A result key as a label: a processor's ``snake_case`` field in words (``status_code`` → "Status
+    code"); anything else exactly as written (an HTTP header ``X-Request-Id`` stays ``X-Request-Id``, not
+    "X Request Id")."""
+    return humanize(key) if _SNAKE.match(key) else key
+
+
+PREVIEW_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+
+
+def preview_kind(ref: Any) -> str | None:
+    """How a result file is shown in place: ``image`` (an ``<img>``), ``html`` (opened in a new tab,
+    sandboxed), ``csv`` (its first rows), or ``None`` (a download link only)."""
+    if not is_file_ref(ref):
+        return None
+    ctype = str(ref.get("content_type") or "").split(";")[0].strip().lower()
+    if ctype in PREVIEW_IMAGE_TYPES:
+        return "image"
+    if ctype == "text/html":
+        return "html"
+    if ctype in ("text/csv", "text/tab-separated-values"):
+        return "csv"
+    return None
+
+
+def output_files(result: Any) -> list[dict[str, Any]]:
+    """The file references at a result's top level (``files`` and any other file field), in order."""
+    if not isinstance(result, dict):
+        return []
+    found: list[dict[str, Any]] = []
+    for _, value in _ordered(result):
+        values = value if isinstance(value, list) else [value]
+        found.extend(v for v in values if is_file_ref(v) and v not in found)
+    return found
+
+
+RESULT_KEY_ORDER = (
+    "files",
+    "name",
+    "title",
+    "status_code",
+    "ok",
+    "url",
+    "final_url",
+    "message",
+    "note",
+    "pictures",
+    "rows",
+    "columns",
+)
+"""Result fields people look for first, in this order; other fields follow by kind (single values, then
+lists, tables and nested objects), each group by name. ``jsonb`` keeps no key order, so without a fixed
+order the same result would read differently from job to job."""
+
+
+def _ordered(result: dict[str, Any]) -> list[tuple[str, Any]]:
+    def rank(kv: tuple[str, Any]) -> tuple[int, int, str]:
+        key, value = kv
+        known = RESULT_KEY_ORDER.index(key) if key in RESULT_KEY_ORDER else len(RESULT_KEY_ORDER)
+        nested = 1 if isinstance(value, dict | list) and not is_file_ref(value) else 0
+        return (known, nested, key.lower())
+
+    return sorted(((str(k), v) for k, v in result.items()), key=rank)
 
 
 def display_item(key: str, value: Any, label: str | None = None, depth: int = 0) -> dict[str, Any]:
     """One readable field: ``{"label", "kind", "value"}`` with ``kind`` one of ``text``, ``multiline``,
     ``url``, ``file``, ``files``, ``yesno``, ``empty``, ``list``, ``table`` (a list of objects),
     ``fields`` (an object, shown as nested fields), ``json`` (anything else)."""
-    label = label or humanize(key)
+    label = label or key_label(key)
     if value is None:
         return {"label": label, "kind": "empty", "value": None}
     if isinstance(value, bool):
@@ -211,9 +279,9 @@ def display_item(key: str, value: Any, label: str | None = None, depth: int = 0)
             return {"label": label, "kind": "url", "value": value}
         return {"label": label, "kind": "multiline" if "\n" in value else "text", "value": value}
     if is_file_ref(value):
-        return {"label": label, "kind": "file", "value": value}
+        return {"label": label, "kind": "file", "value": {**value, "preview": preview_kind(value)}}
     if isinstance(value, list) and value and all(is_file_ref(v) for v in value):
-        return {"label": label, "kind": "files", "value": value}
+        return {"label": label, "kind": "files", "value": [{**v, "preview": preview_kind(v)} for v in value]}
     if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value) and len(value) <= 50:
         return {
             "label": label,
@@ -227,7 +295,7 @@ def display_item(key: str, value: Any, label: str | None = None, depth: int = 0)
         return {
             "label": label,
             "kind": "fields",
-            "value": [display_item(str(k), v, depth=1) for k, v in value.items()],
+            "value": [display_item(k, v, depth=1) for k, v in _ordered(value)],
         }
     return {"label": label, "kind": "json", "value": pretty_json(value)}
 
@@ -244,7 +312,7 @@ def result_items(result: Any) -> list[dict[str, Any]]:
     """A result object's top-level fields as readable items (empty for a non-object result)."""
     if not isinstance(result, dict):
         return []
-    items = [display_item(str(k), v) for k, v in list(result.items())[:100]]
+    items = [display_item(k, v) for k, v in _ordered(result)[:100]]
     nested = ("table", "fields", "json")
     return sorted(items, key=lambda it: nested.index(it["kind"]) + 1 if it["kind"] in nested else 0)
 
@@ -323,17 +391,21 @@ def event_for(event: Mapping[Any, Any], viewer: Any) -> dict[str, Any]:
     return out
 
 
-def error_summary(row: Mapping[str, Any], message: str | None, viewer: Any = None) -> dict[str, Any] | None:
-    """The error in plain words: ``{"headline", "reason", "technical"}`` (``technical`` is the full text,
-    shown folded), or ``None`` when there is nothing to say. ``viewer``: who reads it
-    (:func:`error_text_for`; ``None`` reads what a job's owner reads)."""
+def error_summary(
+    row: Mapping[str, Any], message: str | None, viewer: Any = None, upstream: Mapping[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The error in plain words: ``{"headline", "reason", "technical", "upstream"}`` (``technical`` is
+    the text the reason does not already show — a traceback, the rest of a long text — shown folded, or
+    ``None``), or ``None`` when there is nothing to say. ``viewer``: who reads it
+    (:func:`error_text_for`; ``None`` reads what a job's owner reads). ``upstream``: the step whose
+    failure cancelled this one (``{"job_id", "title"}``), named and linked instead of its id."""
     status = row["status"]
     text = (error_text_for(message, viewer) or "").strip()
     first = text.splitlines()[0] if text else ""
     if len(first) > ERROR_SUMMARY_MAX:
         first = first[:ERROR_SUMMARY_MAX] + "…"
     attempts = row.get("attempts") or 0
-    technical = text if text and (text != first or len(text) > 120) else None
+    technical = text if text and text != first else None
     if status == Status.FAILED:
         if text.startswith("rejected: "):
             return {
@@ -354,14 +426,16 @@ def error_summary(row: Mapping[str, Any], message: str | None, viewer: Any = Non
             "technical": technical,
         }
     if status == Status.CANCELLED:
-        if text.startswith("upstream "):
-            failed = text.endswith("failed")
+        cause = upstream_of(message)
+        if cause is not None or text.startswith(("upstream ", "an earlier step ")):
+            failed = (cause[1] if cause else text).endswith("failed")
             return {
                 "headline": "An earlier step "
                 + ("failed" if failed else "did not finish")
                 + ", so this one did not run.",
                 "reason": None,
-                "technical": text,
+                "technical": text if viewer_is_admin(viewer) else None,
+                "upstream": {**upstream, "failed": failed} if upstream else None,
             }
         who = "by an administrator" if text.startswith("cancelled by an admin") else ""
         reason = text.split(": ", 1)[1] if ": " in text and text.startswith("cancelled by") else None

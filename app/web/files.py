@@ -10,6 +10,8 @@
   and plain text are served ``inline``, everything else as an ``attachment`` with a safe file name, so
   an uploaded HTML or script file is never shown as a page of this site; the type is one Jobdesk stores
   (else ``application/octet-stream``) and ``X-Content-Type-Options: nosniff`` comes with every response.
+  ``?view=1`` shows an HTML result (a report) in the browser tab instead, still under the sandboxing
+  Content-Security-Policy of ``/files/``: it runs no script and belongs to no origin.
 
 Uploads through the job and pipeline forms are stored by :mod:`app.web.forms`; a file is removed by
 retention together with the job that used or produced it.
@@ -19,11 +21,11 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 
 import unicodedata
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from litestar import Controller, Request, get, post
-from litestar.params import FromPath
+from litestar.params import FromPath, QueryParameter
 from litestar.response import File
 
 from app.actions.files import store_upload
@@ -54,8 +56,14 @@ def content_disposition(name: str, disposition: str = "attachment") -> str:
     return f"{disposition}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name, safe='')}"
 
 
-async def download(request: Request[Any, Any, Any], db: Any, file_id: str) -> File:
-    """The file's bytes as an attachment, if ``request.user`` may read it.
+VIEWABLE_TYPES = frozenset({"text/html"})
+"""Types shown in a browser tab on ``?view=1`` (a result's HTML report): served inline under
+``/files/``'s sandboxing Content-Security-Policy, so the page runs no script and has no origin."""
+
+
+async def download(request: Request[Any, Any, Any], db: Any, file_id: str, view: bool = False) -> File:
+    """The file's bytes as an attachment, if ``request.user`` may read it; with ``view``, an HTML
+    report is shown in place (sandboxed) instead.
 
     Raises:
         NotFound: unknown, malformed or another user's id; or its bytes are gone.
@@ -66,7 +74,8 @@ async def download(request: Request[Any, Any, Any], db: Any, file_id: str) -> Fi
     if not path.is_file():
         raise NotFound("This file's contents are no longer available.")
     media_type = served_type(row["content_type"])
-    disposition: Literal["inline", "attachment"] = "inline" if media_type in INLINE_TYPES else "attachment"
+    shown = media_type in INLINE_TYPES or (view and media_type in VIEWABLE_TYPES)
+    disposition: Literal["inline", "attachment"] = "inline" if shown else "attachment"
     return File(
         path=path,
         filename=row["name"],
@@ -88,10 +97,14 @@ class FilesController(Controller):
 
     @get("/{file_id:str}", name="files.download")
     async def download_file(
-        self, request: Request[Any, Any, Any], db_session: DbSession, file_id: FromPath[str]
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        file_id: FromPath[str],
+        view: Annotated[bool, QueryParameter()] = False,
     ) -> File:
-        """Download (owner or admin); 404 otherwise."""
-        return await download(request, db_session, file_id)
+        """Download (owner or admin); 404 otherwise. ``?view=1`` opens an HTML report in the tab."""
+        return await download(request, db_session, file_id, view)
 
 
 class FilesApiController(Controller):

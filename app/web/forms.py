@@ -90,6 +90,8 @@ class FormField:
     attrs: dict[str, str] = field(default_factory=dict)
     python_type: Any = None
     choice_values: tuple[Any, ...] = ()
+    accept: str | None = None
+    """A file field's ``accept=`` (the schema's ``accept`` hint: ``image/*``, ``.csv,…``)."""
 
 
 @dataclass
@@ -214,8 +216,12 @@ def _attrs(kind: str, c: dict[str, Any]) -> dict[str, str]:
             attrs["max"] = num_text(c["le"])
         elif "lt" in c:
             attrs["max"] = num_text(int(c["lt"]) - 1)
-    if kind in ("text", "textarea") and "max_length" in c:
+    if kind == "text" and "max_length" in c:
         attrs["maxlength"] = str(c["max_length"])
+    if kind == "textarea" and "max_length" in c:
+        # Not ``maxlength``: a browser silently cuts a longer paste to it. The server refuses the
+        # whole text with an error next to the field instead, and the help line names the limit.
+        attrs["data-maxlength"] = str(c["max_length"])
     return attrs
 
 
@@ -239,11 +245,15 @@ def form_fields(model: type[BaseModel]) -> list[FormField]:
             if default is PydanticUndefined:
                 default = None
         choices: tuple[Choice, ...] = ()
+        found_words = prop.get("x-labels")
+        words: dict[Any, Any] = found_words if isinstance(found_words, dict) else {}
         if kind == "choice":
             if is_subclass(tp, enum.Enum):
-                choices = tuple(Choice(str(m.value), humanize(m.name.lower())) for m in tp)
+                choices = tuple(
+                    Choice(str(m.value), str(words.get(m.value) or humanize(m.name.lower()))) for m in tp
+                )
             else:
-                choices = tuple(Choice(str(v), str(v)) for v in values)
+                choices = tuple(Choice(str(v), str(words.get(v) or v)) for v in values)
         label = info.title or humanize(name)
         fields.append(
             FormField(
@@ -257,6 +267,7 @@ def form_fields(model: type[BaseModel]) -> list[FormField]:
                 attrs=_attrs(kind, _constraints(list(info.metadata))),
                 python_type=tp,
                 choice_values=tuple(values),
+                accept=str(prop["accept"]) if kind in ("file", "files") and prop.get("accept") else None,
             )
         )
     return fields

@@ -8,7 +8,10 @@ approval). Another user's job gets the same 404 as an unknown id, so ids cannot 
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
 
+import asyncio
+import csv
 import functools
+import time
 import uuid
 import zoneinfo
 from collections.abc import Mapping
@@ -23,7 +26,8 @@ from app.actions import access
 from app.actions.jobs import allowed
 from app.db import read_rows
 from app.errors import NotFound
-from app.jobs import queue
+from app.files import FileStore
+from app.jobs import naming, queue
 from app.jobs.states import LIVE, Status
 from app.processors import registry
 from app.web import display, forms, job_log, zone
@@ -175,9 +179,11 @@ async def status_context(
     notice_ok: bool = True,
     new_job_id: Any = None,
     with_history: bool = False,
+    files: FileStore | None = None,
 ) -> dict[str, Any]:
     """Everything ``jobs/_status.html`` shows; loads the result and full error only when there is an
-    outcome to show (finished, or waiting for approval)."""
+    outcome to show (finished, or waiting for approval). With ``files``, a CSV result shows its first
+    rows."""
     state = display.job_state(row)
     spec = registry.get(row["type"])
     ctx: dict[str, Any] = {
@@ -195,6 +201,9 @@ async def status_context(
         "poll": POLL,
         "confirms": CONFIRM,
         "result_items": [],
+        "previews": {},
+        "usually": None,
+        "work": None,
         "result_json": None,
         "error": None,
         "history": None,
@@ -203,10 +212,17 @@ async def status_context(
         outcome = (await db.execute(JOB_OUTCOME, {"id": row["id"]})).mappings().one()
         result = outcome["result_data"]
         ctx["result_items"] = display.result_items(result)
+        ctx["previews"] = await csv_previews(db, files, display.output_files(result), row["user_id"])
         ctx["result_json"] = display.pretty_json(result) if result is not None else None
-        ctx["error"] = display.error_summary(row, outcome["error_message"], user)
+        upstream = await upstream_step(db, row) if row["status"] == Status.CANCELLED else None
+        ctx["error"] = display.error_summary(row, outcome["error_message"], user, upstream)
+        if row.get("requires_approval") and row["completed_at"] and row["started_at"]:
+            ctx["work"] = await approval_times(db, row)
     elif row.get("error_preview"):
         ctx["error"] = display.error_summary(row, row["error_preview"], user)
+    if row["status"] in (Status.QUEUED, Status.IN_PROGRESS):
+        usual = await usual_duration(db, row["type"])
+        ctx["usually"] = about(usual) if usual is not None else None
     if ctx["actions"]["reschedule"]:
         ctx["timezones"] = timezone_names()
         ctx["reschedule_tz"] = user.timezone or "UTC"
@@ -214,6 +230,132 @@ async def status_context(
         ctx["history"] = await job_history(db, row["id"], user)
         ctx["history_oob"] = True
     return ctx
+
+
+UPSTREAM_STEP = text("SELECT id, type, title, step_key FROM jobs WHERE id = :id AND user_id = :owner")
+WORK_DONE = text(
+    "SELECT max(at) FROM job_events WHERE job_id = :id AND kind = 'waiting_approval' AND at >= :started"
+)
+
+
+async def upstream_step(db: AsyncSession, row: Mapping[Any, Any]) -> dict[str, Any] | None:
+    """The step whose failure cancelled ``row`` (``blocked_by``): ``{"job_id", "title"}`` to name and link
+    it instead of its id."""
+    if not row.get("blocked_by"):
+        return None
+    found = (
+        (await db.execute(UPSTREAM_STEP, {"id": row["blocked_by"], "owner": row["user_id"]}))
+        .mappings()
+        .first()
+    )
+    if found is None:
+        return None
+    return {"job_id": found["id"], "title": display.job_title(dict(found), registry.get(found["type"]))}
+
+
+async def approval_times(db: AsyncSession, row: Mapping[Any, Any]) -> dict[str, Any] | None:
+    """An approval step's time apart from the wait for the decision: ``{"work", "waited"}`` (timedeltas)
+    from its last run's start to the moment it asked for approval, and from then to the decision."""
+    asked = (await db.execute(WORK_DONE, {"id": row["id"], "started": row["started_at"]})).scalar()
+    if asked is None or asked > row["completed_at"]:
+        return None
+    return {"work": asked - row["started_at"], "waited": row["completed_at"] - asked}
+
+
+USUAL_RUNS = 5
+"""Finished runs of a type needed before a waiting or running job says how long it usually takes."""
+USUAL_WINDOW = 200
+"""The type's newest jobs the estimate looks at (through ``ix_jobs_type_id``): one bounded index scan,
+however many jobs the type has, and an estimate that follows recent changes."""
+USUAL_CACHE_SECS = 60.0
+#: The median run time of a type's newest completed jobs (seconds) and how many there were.
+USUAL_DURATION = text(
+    f"""
+    SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - started_at)) AS secs,
+           count(*) AS runs
+    FROM (SELECT status, started_at, completed_at FROM jobs WHERE type = :type
+          ORDER BY id DESC LIMIT {USUAL_WINDOW}) recent
+    WHERE status = 'completed' AND started_at IS NOT NULL AND completed_at >= started_at
+    """
+)
+_usual_cache: dict[str, tuple[float, float | None]] = {}
+
+
+async def usual_duration(db: AsyncSession, job_type: str) -> float | None:
+    """How long a job of ``job_type`` usually runs (the median of its newest completed runs), or ``None``
+    with fewer than :data:`USUAL_RUNS`. Cached for :data:`USUAL_CACHE_SECS` per type, so a page polled
+    every 2 s asks at most once a minute."""
+    now = time.monotonic()
+    cached = _usual_cache.get(job_type)
+    if cached is not None and cached[0] > now:
+        return cached[1]
+    row = (await db.execute(USUAL_DURATION, {"type": job_type})).mappings().one()
+    secs = float(row["secs"]) if row["secs"] is not None and row["runs"] >= USUAL_RUNS else None
+    if len(_usual_cache) > 1000:
+        _usual_cache.clear()
+    _usual_cache[job_type] = (now + USUAL_CACHE_SECS, secs)
+    return secs
+
+
+def about(secs: float) -> str:
+    """A typical run time in round words: "a few seconds", "about 40 s", "about 3 min", "about 2 h"."""
+    if secs < 10:
+        return "a few seconds"
+    if secs < 90:
+        return f"about {int(round(secs / 10) * 10)} s"
+    if secs < 90 * 60:
+        return f"about {round(secs / 60)} min"
+    return f"about {round(secs / 3600, 1):g} h"
+
+
+PREVIEW_BYTES = 32 * 1024
+"""Bytes of a CSV result read for its preview: enough for the first rows of any sensible file, and a
+bounded read however large the file is."""
+PREVIEW_ROWS = 8
+PREVIEW_COLUMNS = 12
+PREVIEW_FILES = 3
+OWNED_FILES = text("SELECT id FROM files WHERE id = ANY(CAST(:ids AS uuid[])) AND user_id = :owner")
+
+
+def _first_rows(path: Any, tab: bool) -> dict[str, Any] | None:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(PREVIEW_BYTES)
+    except OSError:
+        return None
+    text_ = head.decode("utf-8-sig", errors="replace")
+    lines = text_.splitlines()
+    if len(head) == PREVIEW_BYTES and len(lines) > 1:
+        lines = lines[:-1]  # the last line may be cut in the middle
+    delimiter = "\t" if tab else (csv.Sniffer().sniff(text_[:4096], ",;\t|").delimiter if lines else ",")
+    rows = [r[:PREVIEW_COLUMNS] for r in csv.reader(lines[: PREVIEW_ROWS + 1], delimiter=delimiter)]
+    if not rows:
+        return None
+    return {"columns": rows[0], "rows": rows[1:], "more": len(lines) > PREVIEW_ROWS + 1}
+
+
+async def csv_previews(
+    db: AsyncSession, files: FileStore | None, refs: list[dict[str, Any]], owner_id: int
+) -> dict[str, Any]:
+    """``{file id: {"columns", "rows", "more"}}``: the first rows of up to :data:`PREVIEW_FILES` CSV
+    result files that belong to the job's owner (a result can name any id; only the owner's files are
+    read), each a bounded read of :data:`PREVIEW_BYTES`."""
+    wanted = [r for r in refs if display.preview_kind(r) == "csv"][:PREVIEW_FILES]
+    if files is None or not wanted:
+        return {}
+    ids = [uuid.UUID(r["file_id"]) for r in wanted]
+    owned = {str(r[0]) for r in (await db.execute(OWNED_FILES, {"ids": ids, "owner": owner_id})).all()}
+    out: dict[str, Any] = {}
+    for ref in wanted:
+        if ref["file_id"] in owned:
+            tab = str(ref.get("content_type", "")).startswith("text/tab")
+            try:
+                found = await asyncio.to_thread(_first_rows, files.path(ref["file_id"]), tab)
+            except csv.Error:
+                found = None
+            if found:
+                out[ref["file_id"]] = found
+    return out
 
 
 async def page_context(db: AsyncSession, job_id: Any, user: Any, **status_kw: Any) -> dict[str, Any]:
@@ -236,6 +378,11 @@ async def page_context(db: AsyncSession, job_id: Any, user: Any, **status_kw: An
         for f in (await db.execute(FILES_BY_ID, {"ids": valid})).mappings().all():
             if user.is_admin or f["user_id"] == user.id:
                 names[str(f["id"])] = f
+    if not row["title"] and spec is not None:  # submitted before jobs were named from their input
+        named = naming.name_from_input(
+            spec.input_model, full["input_data"], {k: v["name"] for k, v in names.items()}
+        )
+        ctx["title"] = named or ctx["title"]
     pipeline = None
     if row["pipeline_id"]:
         pipeline = (await db.execute(PIPELINE_NAME, {"id": row["pipeline_id"]})).mappings().first()

@@ -92,6 +92,26 @@ def form_context(
         "user_tz": user.timezone or "UTC",
         "resubmit_of": resubmit_of,
         "upload_limit": settings_of(request).upload_max_bytes,
+        "setup_notice": setup_notice(spec, settings_of(request), user),
+    }
+
+
+NEEDS_SETUP = {"email.send": (("SMTP_HOST", "smtp_host"), ("SMTP_FROM", "smtp_from"))}
+"""Job types that cannot work until an administrator sets these settings (name, attribute): the first
+must be set; the rest are named as what to check too. Their form says so before anyone fills it in."""
+
+
+def setup_notice(spec: ProcessorSpec, settings: Any, user: Any) -> dict[str, Any] | None:
+    """``{"text", "settings"}`` when ``spec`` cannot work yet: everyone reads that it is not set up;
+    admins also get the settings to set (``settings``, empty for others)."""
+    needed = NEEDS_SETUP.get(spec.type)
+    if not needed or getattr(settings, needed[0][1], None):
+        return None
+    return {
+        "text": "Sending e-mail is not set up on this Jobdesk yet, so this job would fail."
+        if spec.type == "email.send"
+        else "This kind of job is not set up on this Jobdesk yet, so it would fail.",
+        "settings": [name for name, _ in needed] if getattr(user, "is_admin", False) else [],
     }
 
 
@@ -125,9 +145,10 @@ class JobsController(Controller):
         status: Annotated[str | None, QueryParameter()] = None,
         type_filter: Annotated[str | None, QueryParameter(name="type")] = None,
         after: Annotated[str | None, QueryParameter()] = None,
+        q: Annotated[str | None, QueryParameter()] = None,
     ) -> Template:
-        """My jobs (full page, or ``jobs/_list.html`` for htmx)."""
-        ctx = await list_context(db_session, request.user, status, type_filter, after)
+        """My jobs (full page, or ``jobs/_list.html`` for htmx); ``q`` searches names and input text."""
+        ctx = await list_context(db_session, request.user, status, type_filter, after, q)
         ctx["paused"] = await controls.paused_for(db_session)
         return render(request, "jobs/list.html", ctx, fragment="jobs/_list.html")
 
@@ -206,7 +227,9 @@ class JobsController(Controller):
         done: Annotated[str | None, QueryParameter()] = None,
     ) -> Template:
         """The job page (htmx: just its status part); ``done`` is a notice from the form that made it."""
-        ctx = await page_context(db_session, job_id, request.user, notice=(done or "")[:300] or None)
+        ctx = await page_context(
+            db_session, job_id, request.user, notice=(done or "")[:300] or None, files=file_store(request)
+        )
         return render(request, "jobs/detail.html", ctx, fragment="jobs/_status.html")
 
     @get("/{job_id:str}/status", name="jobs.status")
@@ -231,9 +254,11 @@ class JobsController(Controller):
             return quiet
         async with AsyncSession(request.app.state.engine) as db:
             if not is_htmx(request):
-                ctx = await page_context(db, row["id"], user)
+                ctx = await page_context(db, row["id"], user, files=file_store(request))
                 return render(request, "jobs/detail.html", ctx)
-            ctx = await status_context(db, row, user, with_history=state["terminal"])
+            ctx = await status_context(
+                db, row, user, with_history=state["terminal"], files=file_store(request)
+            )
             ctx["log_lines"] = await job_log.new_lines(db, row, log)
             ctx["bell"] = bell_count
         return render(

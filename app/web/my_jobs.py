@@ -49,9 +49,27 @@ PIPELINE_STATUS_FOR = {
 PIPELINE_TYPE_PREFIX = "pipeline:"
 
 
-def list_jobs_sql(*, status: bool, job_type: bool, after: bool) -> Any:
+SEARCH_WINDOW = 5000
+"""A search looks through the person's newest this many jobs (and pipelines) below the page's keyset
+position: the scan stays bounded however many jobs they have, without an extension (``pg_trgm``) that a
+PostgreSQL server may lack. "Older" pages search on from where the last one stopped."""
+SEARCH_MAX = 100
+"""Characters of the search text used."""
+SEARCHED_INPUT_CHARS = 2000
+"""Characters of a job's input (as JSON text) that the search looks at."""
+
+
+def like_pattern(words: str) -> str:
+    """``words`` as an ``ILIKE … ESCAPE '\\'`` pattern matching them anywhere: ``%``, ``_`` and ``\\``
+    typed by the person match themselves, not any text."""
+    escaped = words.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def list_jobs_sql(*, status: bool, job_type: bool, after: bool, search: bool = False) -> Any:
     """The My jobs query for one combination of filters: ``WHERE user_id = … ORDER BY id DESC`` served by
-    ``ix_jobs_user_id_id`` (each combination is its own statement, so the planner sees real values)."""
+    ``ix_jobs_user_id_id`` (each combination is its own statement, so the planner sees real values).
+    A search filters the newest :data:`SEARCH_WINDOW` of those rows by name and input text."""
     where = ["user_id = :user_id", "pipeline_id IS NULL"]
     if status:
         where.append("status = :status")
@@ -59,13 +77,26 @@ def list_jobs_sql(*, status: bool, job_type: bool, after: bool) -> Any:
         where.append("type = :type")
     if after:
         where.append("id < :after")
+    if not search:
+        return text(
+            f"SELECT {_LIST_JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT :limit"
+        )
     return text(
-        f"SELECT {_LIST_JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT :limit"
+        f"""
+        SELECT {_LIST_JOB_COLUMNS} FROM (
+            SELECT {_LIST_JOB_COLUMNS}, input_data FROM jobs WHERE {" AND ".join(where)}
+            ORDER BY id DESC LIMIT {SEARCH_WINDOW}
+        ) recent
+        WHERE title ILIKE :pattern ESCAPE '\\'
+           OR left(input_data::text, {SEARCHED_INPUT_CHARS}) ILIKE :pattern ESCAPE '\\'
+        ORDER BY id DESC LIMIT :limit
+        """
     )
 
 
-def list_pipelines_sql(*, status: bool, template: bool, after: bool) -> Any:
-    """The pipelines half of My jobs, served by ``ix_pipelines_user_id_id``."""
+def list_pipelines_sql(*, status: bool, template: bool, after: bool, search: bool = False) -> Any:
+    """The pipelines half of My jobs, served by ``ix_pipelines_user_id_id``; a search looks at the name and
+    the input of the newest :data:`SEARCH_WINDOW`."""
     where = ["user_id = :user_id"]
     if status:
         where.append("status = :status")
@@ -73,8 +104,21 @@ def list_pipelines_sql(*, status: bool, template: bool, after: bool) -> Any:
         where.append("template = :template")
     if after:
         where.append("id < :after")
+    if not search:
+        return text(
+            f"SELECT {_LIST_PIPELINE_COLUMNS} FROM pipelines WHERE {' AND '.join(where)} "
+            "ORDER BY id DESC LIMIT :limit"
+        )
     return text(
-        f"SELECT {_LIST_PIPELINE_COLUMNS} FROM pipelines WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT :limit"
+        f"""
+        SELECT {_LIST_PIPELINE_COLUMNS} FROM (
+            SELECT {_LIST_PIPELINE_COLUMNS}, input_data FROM pipelines WHERE {" AND ".join(where)}
+            ORDER BY id DESC LIMIT {SEARCH_WINDOW}
+        ) recent
+        WHERE name ILIKE :pattern ESCAPE '\\'
+           OR left(COALESCE(input_data::text, ''), {SEARCHED_INPUT_CHARS}) ILIKE :pattern ESCAPE '\\'
+        ORDER BY id DESC LIMIT :limit
+        """
     )
 
 
@@ -92,6 +136,7 @@ def job_list_item(row: Mapping[str, Any]) -> dict[str, Any]:
         "created_at": row["created_at"],
         "cell_url": None if state["terminal"] else f"/jobs/{row['id']}/cell?v={state['version']}",
         "percent": state["percent"] if row["status"] == Status.IN_PROGRESS else None,
+        "message": (row.get("progress_message") or "")[:80] if row["status"] == Status.IN_PROGRESS else None,
     }
 
 
@@ -133,27 +178,58 @@ def _params(user: Any, after_id: uuid.UUID | None, **filters: Any) -> dict[str, 
 
 
 async def _job_rows(
-    db: AsyncSession, user: Any, status: str | None, job_type: str | None, after_id: uuid.UUID | None
+    db: AsyncSession,
+    user: Any,
+    status: str | None,
+    job_type: str | None,
+    after_id: uuid.UUID | None,
+    search: str | None,
 ) -> list[Any]:
-    sql = list_jobs_sql(status=bool(status), job_type=bool(job_type), after=bool(after_id))
+    sql = list_jobs_sql(
+        status=bool(status), job_type=bool(job_type), after=bool(after_id), search=bool(search)
+    )
     params = _params(user, after_id, status=status, type=job_type)
+    if search:
+        params["pattern"] = like_pattern(search)
     return list((await db.execute(sql, params)).mappings().all())
 
 
 async def _pipeline_rows(
-    db: AsyncSession, user: Any, status: str | None, template: str | None, after_id: uuid.UUID | None
+    db: AsyncSession,
+    user: Any,
+    status: str | None,
+    template: str | None,
+    after_id: uuid.UUID | None,
+    search: str | None,
 ) -> list[Any]:
-    sql = list_pipelines_sql(status=bool(status), template=bool(template), after=bool(after_id))
+    sql = list_pipelines_sql(
+        status=bool(status), template=bool(template), after=bool(after_id), search=bool(search)
+    )
     params = _params(user, after_id, status=status, template=template)
+    if search:
+        params["pattern"] = like_pattern(search)
     return list((await db.execute(sql, params)).mappings().all())
 
 
+def search_words(q: str | None) -> str | None:
+    """The search text as used: spaces trimmed, NUL bytes dropped, at most :data:`SEARCH_MAX` characters."""
+    words = " ".join((q or "").replace("\x00", "").split())[:SEARCH_MAX]
+    return words or None
+
+
 async def list_context(
-    db: AsyncSession, user: Any, status: str | None, type_filter: str | None, after: str | None
+    db: AsyncSession,
+    user: Any,
+    status: str | None,
+    type_filter: str | None,
+    after: str | None,
+    q: str | None = None,
 ) -> dict[str, Any]:
     """My jobs: the user's own standalone jobs and pipelines merged newest first (both ids are UUIDv7,
-    so id order is creation order), :data:`PAGE_SIZE` per page, keyset-paginated by ``after``."""
+    so id order is creation order), :data:`PAGE_SIZE` per page, keyset-paginated by ``after``; ``q``
+    finds jobs by name and input text (:func:`list_jobs_sql`)."""
     status = status if status in PIPELINE_STATUS_FOR else None
+    search = search_words(q)
     type_filter = (type_filter or "").strip()[:200] or None
     try:
         after_id = uuid.UUID(after) if after else None
@@ -164,11 +240,11 @@ async def list_context(
         template = type_filter.removeprefix(PIPELINE_TYPE_PREFIX)
     elif type_filter:
         job_type = type_filter
-    job_rows = await _job_rows(db, user, status, job_type, after_id) if template is None else []
+    job_rows = await _job_rows(db, user, status, job_type, after_id, search) if template is None else []
     pipeline_status = PIPELINE_STATUS_FOR.get(status) if status else None
     pipeline_rows: list[Any] = []
     if job_type is None and not (status and pipeline_status is None):
-        pipeline_rows = await _pipeline_rows(db, user, pipeline_status, template, after_id)
+        pipeline_rows = await _pipeline_rows(db, user, pipeline_status, template, after_id, search)
     merged = sorted(
         [("job", r) for r in job_rows] + [("pipeline", r) for r in pipeline_rows],
         key=lambda kr: kr[1]["id"],
@@ -176,7 +252,7 @@ async def list_context(
     )
     page = merged[:PAGE_SIZE]
     more = len(merged) > PAGE_SIZE
-    query = {"status": status or "", "type": type_filter or ""}
+    query = {"status": status or "", "type": type_filter or "", "q": search or ""}
     return {
         "items": [job_list_item(r) if kind == "job" else pipeline_list_item(r) for kind, r in page],
         "older_url": _list_url(query, page[-1][1]["id"]) if more and page else None,
@@ -185,7 +261,9 @@ async def list_context(
         "type_filter": type_filter or "",
         "status_options": STATUS_FILTERS,
         "type_options": _type_filter_options(user),
-        "filtered": bool(status or type_filter),
+        "q": search or "",
+        "search_window": SEARCH_WINDOW,
+        "filtered": bool(status or type_filter or search),
         "paged": bool(after_id),
     }
 

@@ -40,6 +40,14 @@ PIPELINE_EVENTS = text(
     WHERE e.pipeline_id = :id ORDER BY e.id DESC LIMIT :limit
     """
 )
+STEP_OUTCOMES = text(
+    "SELECT id, result_data, left(error_message, 4000) AS error_message FROM jobs "
+    "WHERE id = ANY(CAST(:ids AS uuid[])) AND pipeline_id = :pipeline_id"
+)
+#: A pipeline's final outputs and, when it failed, why: the leaf steps' results and the first failed
+#: step's error, loaded only once the pipeline has an outcome to show.
+OUTPUTS_MAX = 12
+"""Result files shown at the top of a pipeline's page."""
 PIPELINE_INPUT = text("SELECT user_id, template, input_data FROM pipelines WHERE id = :id")
 CONFIRM_CANCEL = "Cancel this pipeline? Steps that have not finished will not run."
 
@@ -84,8 +92,10 @@ async def pipeline_status_context(
     notice_ok: bool = True,
     new_job_id: Any = None,
     with_history: bool = False,
+    with_outcome: bool = True,
 ) -> dict[str, Any]:
-    """What ``pipelines/_status.html`` shows: overall state, percentage and the step indicator."""
+    """What ``pipelines/_status.html`` shows: overall state, percentage, the step indicator, and (unless
+    ``with_outcome`` is false: a poll adds it only when something changed) outputs and why it failed."""
     view = await pipelines.get(db, pipeline_id, user)
     state = display.pipeline_state(view, view["steps"])
     steps = {s["key"]: step_view(s, view["user_id"], user) for s in view["steps"]}
@@ -107,10 +117,46 @@ async def pipeline_status_context(
         "confirm_cancel": CONFIRM_CANCEL,
         "confirms": CONFIRM,
     }
+    ctx["template"] = pipelines.get_template(view["template"]) if view["template"] else None
+    ctx["summary_oob"] = True
+    ctx.update({"outputs": [], "why": None})
+    if with_outcome:
+        ctx.update(await outcome_context(db, view, user))
     if with_history:
         ctx["history"] = await pipeline_history(db, view["id"], user)
         ctx["history_oob"] = True
     return ctx
+
+
+def leaf_keys(steps: list[Mapping[str, Any]]) -> list[str]:
+    """The steps nothing else waits for or was created by: their results are the pipeline's outputs."""
+    before = {d for s in steps for d in s.get("depends_on") or ()}
+    before |= {s["created_by"] for s in steps if s.get("created_by")}
+    return [s["key"] for s in steps if s["key"] not in before]
+
+
+async def outcome_context(db: AsyncSession, view: Mapping[str, Any], user: Any) -> dict[str, Any]:
+    """``outputs`` (the completed leaf steps' result files, with previews) and ``why`` (the first failed
+    step: ``{step, error}`` with the error in plain words), for the top of the pipeline's page."""
+    steps = view["steps"]
+    leaves = [s for s in steps if s["key"] in set(leaf_keys(steps)) and s["status"] == "completed"]
+    failed = [s for s in steps if s["status"] == "failed"][:1]
+    wanted = [s["job_id"] for s in [*leaves, *failed]]
+    if not wanted:
+        return {"outputs": [], "why": None}
+    rows = await db.execute(STEP_OUTCOMES, {"ids": wanted, "pipeline_id": view["id"]})
+    by_id = {r["id"]: r for r in rows.mappings().all()}
+    outputs: list[dict[str, Any]] = []
+    for s in leaves:
+        found = by_id.get(s["job_id"])
+        for ref in display.output_files(found["result_data"] if found else None):
+            outputs.append({**ref, "preview": display.preview_kind(ref), "step": s["title"]})
+    why = None
+    if failed and failed[0]["job_id"] in by_id:
+        step = failed[0]
+        error = display.error_summary(step, by_id[step["job_id"]]["error_message"], user)
+        why = {"step": step, "error": error}
+    return {"outputs": outputs[:OUTPUTS_MAX], "why": why}
 
 
 async def pipeline_history(db: AsyncSession, pipeline_id: uuid.UUID, user: Any) -> dict[str, Any]:
@@ -126,8 +172,8 @@ async def pipeline_page_context(db: AsyncSession, pipeline_id: Any, user: Any, *
     ctx = await pipeline_status_context(db, pipeline_id, user, **kw)
     ctx["history"] = await pipeline_history(db, ctx["pipeline"]["id"], user)
     ctx["history_oob"] = False
-    tpl = pipelines.get_template(ctx["pipeline"]["template"]) if ctx["pipeline"]["template"] else None
-    ctx["template"] = tpl
+    tpl = ctx["template"]
+    ctx["summary_oob"] = False
     live_types = {s["type"] for s in ctx["pipeline"]["steps"] if s["status"] in ("queued", "in_progress")}
     ctx["paused"] = await controls.paused_for(db, live_types) if live_types else []
     ctx["can_resubmit"] = (

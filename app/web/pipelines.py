@@ -41,6 +41,7 @@ from app.web.pipeline_page import (
     PIPELINE_INPUT,
     STEP_COUNTS,
     load_pipeline_row,
+    outcome_context,
     pipeline_history,
     pipeline_page_context,
     pipeline_status_context,
@@ -181,11 +182,12 @@ class PipelinesController(Controller):
         if not is_htmx(request):
             ctx = await pipeline_page_context(db_session, pipeline_id, user)
             return render(request, "pipelines/detail.html", ctx)
-        ctx = await pipeline_status_context(db_session, pipeline_id, user)
+        ctx = await pipeline_status_context(db_session, pipeline_id, user, with_outcome=False)
         finished = ctx["state"]["finished"]
         quiet = unchanged(v, ctx["state"]["version"], finished)
         if quiet is not None:
             return quiet
+        ctx.update(await outcome_context(db_session, ctx["pipeline"], user))
         if finished:
             ctx["history"] = await pipeline_history(db_session, ctx["pipeline"]["id"], user)
             ctx["history_oob"] = True

@@ -151,12 +151,15 @@ async def test_cancel_then_cancel_again_gives_a_readable_409(api, db_url) -> Non
     assert "already cancelled" in second.json()["detail"]
 
 
-async def test_retry_is_admin_only_and_409_when_not_failed(api, db_url, pg) -> None:
+async def test_retry_is_for_the_owner_or_an_admin_and_409_when_not_failed(api, db_url, pg) -> None:
     client, _ = api
     _, h = await bearer(db_url, "e@example.com")
+    _, stranger = await bearer(db_url, "e-other@example.com")
     _, admin = await bearer(db_url, "e-admin@example.com", admin=True)
     job = (await client.post("/api/jobs", json={"type": "test.step"}, headers=h)).json()
-    assert (await client.post(f"/api/jobs/{job['id']}/retry", headers=h)).status_code == 403
+    assert (await client.post(f"/api/jobs/{job['id']}/retry", headers=stranger)).status_code == 404
+    mine = await client.post(f"/api/jobs/{job['id']}/retry", headers=h)
+    assert mine.status_code == 409  # the owner may ask; the job has not failed
     not_failed = await client.post(f"/api/jobs/{job['id']}/retry", headers=admin)
     assert not_failed.status_code == 409
     assert "queued, not failed" in not_failed.json()["detail"]

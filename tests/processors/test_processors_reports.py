@@ -18,6 +18,7 @@ from app.files import FileStore
 from app.jobs import queue
 from app.processors import PermanentError, csv_charts, reports
 from app.processors.reports import check_csv, report_from_summary, summarise_csv
+from tests.support.browser import CHROMIUM, LAUNCH_ARGS
 from tests.support.procs import EXAMPLES, as_dict, cpu_context, enqueue, put_file, upload
 from tests.support.webkit import add_token, add_user, app_client
 from tests.support.workers import running_worker, wait_status, wait_until
@@ -265,25 +266,19 @@ def test_the_report_step_needs_a_summary_before_it(tmp_path) -> None:
             report_from_summary(ctx)
 
 
+@pytest.mark.browser
+@pytest.mark.skipif(
+    not CHROMIUM.exists(), reason=f"needs {CHROMIUM} (installed by .ci/run) to render the report"
+)
 def test_the_report_looks_right(tmp_path, artifacts_dir) -> None:
     fid = put_file(tmp_path, source=PENGUINS)
     with cpu_context("report.csv_summary", {"file": fid, "title": "Palmer penguins"}, tmp_path) as ctx:
         (report,) = summarise_csv(ctx).files
         (artifacts_dir / "csv-report-penguins.html").write_text(report.path.read_text())
-    from playwright.sync_api import sync_playwright
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs Playwright to render the report")
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path="/usr/bin/chromium",
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
         try:
             page = browser.new_page(viewport={"width": 375, "height": 800})
             page.goto((artifacts_dir / "csv-report-penguins.html").as_uri())

@@ -222,7 +222,9 @@ async def test_a_lost_cancel_notification_does_not_lose_the_cancel(
 
 
 async def test_cpu_bound_work_does_not_stall_the_event_loop(engine, settings, owner, pg) -> None:
-    # While a CPU-bound job runs, the loop's lag stays under 100 ms.
+    # While a CPU-bound job runs, the loop's lag stays far below the job's 2 s of work. Were the work run
+    # on the loop, one lag would be about 2 s; 0.5 s leaves room for a busy 2-core machine, where a
+    # scheduler hiccup alone has measured just over 100 ms.
     lags: list[float] = []
     stop = asyncio.Event()
 
@@ -242,7 +244,7 @@ async def test_cpu_bound_work_does_not_stall_the_event_loop(engine, settings, ow
     assert row["result_data"]
     assert '"rounds"' in row["result_data"]
     assert len(lags) > 50
-    assert max(lags) < 0.1, f"max event loop lag {max(lags) * 1000:.0f} ms"
+    assert max(lags) < 0.5, f"max event loop lag {max(lags) * 1000:.0f} ms"
 
 
 async def test_cancelling_a_cpu_bound_job_kills_its_process(make_settings, engine, owner, pg) -> None:

@@ -139,7 +139,7 @@ REOPEN_BLOCKED = sql(
 
 
 async def retry(db: AsyncConnection | AsyncSession, job_id: Any, principal: Principal) -> JobRow:
-    """Manually retry a ``failed`` job (admins).
+    """Manually retry a ``failed`` job (its owner or an admin, as :data:`app.jobs.states.TRANSITIONS` says).
 
     Rule: the job goes back to ``queued`` with ``attempts = 0`` — a fresh budget of ``max_attempts`` —
     so the processor really runs again; its earlier attempts and errors stay in its event history. Jobs
@@ -148,12 +148,12 @@ async def retry(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
 
     Raises:
         NotFound: unknown id, or another user's job for a non-admin.
-        Forbidden: the owner is not an admin.
+        Forbidden: the state machine does not let this person retry (see ``TRANSITIONS``).
         Conflict: the job is not ``failed`` (names its status).
     """
     conn = await conn_of(db)
     row = await lock_job(conn, job_id, principal)
-    if not principal.is_admin:
+    if Status.FAILED not in sources(Status.QUEUED, Actor.ADMIN if principal.is_admin else Actor.OWNER):
         raise Forbidden("Only an admin can retry a failed job.")
     if row["status"] != Status.FAILED:
         raise Conflict(
