@@ -86,6 +86,11 @@ class TemplateStep:
     depends_on: tuple[str, ...] = ()
     requires_approval: bool = False
     title: str | None = None
+    approvers: tuple[str, ...] = ()
+    """Who may decide the step (``ann@example.com``, ``admins``, ``owner``); empty: any admin."""
+    approvals_needed: int | None = None
+    approval_timeout: int | None = None
+    on_approval_timeout: str | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,10 @@ class Template:
                     "depends_on": list(s.depends_on),
                     "requires_approval": s.requires_approval,
                     "title": s.title,
+                    "approvers": list(s.approvers) or None,
+                    "approvals_needed": s.approvals_needed,
+                    "approval_timeout": s.approval_timeout,
+                    "on_approval_timeout": s.on_approval_timeout,
                 }
             )
         return values, steps

@@ -82,12 +82,14 @@ from app.settings import Settings, get_settings
 from app.web import admin, current_user, is_htmx, register_filters
 from app.web.api import (
     AccountApiController,
+    ApprovalsApiController,
     ControlsApiController,
     JobsApiController,
     JobTypesApiController,
     PipelinesApiController,
     UsersApiController,
 )
+from app.web.approvals import ApprovalsController
 from app.web.auth import AuthController
 from app.web.csrf import FAILED as CSRF_FAILED
 from app.web.csrf import CsrfMiddleware
@@ -461,6 +463,7 @@ CONTROLLERS: list[ControllerRouterHandler] = [
     HealthController,
     MetricsController,
     AccountApiController,
+    ApprovalsApiController,
     JobsApiController,
     PipelinesApiController,
     JobTypesApiController,
@@ -471,6 +474,7 @@ CONTROLLERS: list[ControllerRouterHandler] = [
     PipelinesController,
     FilesController,
     FilesApiController,
+    ApprovalsController,
 ]
 """Every page and API controller, in the order Litestar registers them."""
 

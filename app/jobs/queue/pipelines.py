@@ -15,7 +15,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput
-from app.jobs import outbox
+from app.jobs import approvals, outbox
 from app.jobs.graph import check_graph, topo_order, validate_step_input
 from app.jobs.payload import json_text, text_problem
 from app.jobs.queue.common import conn_of, new_id, sql
@@ -124,6 +124,7 @@ def _check_spec(name: Any, steps: Any, settings: Settings) -> tuple[str, dict[st
         )
         if not isinstance(step.get("requires_approval", False), bool):
             raise BadInput.field(f"steps[{i}].requires_approval", "must be true or false")
+        approvals.parse_step(step, f"steps[{i}]")
     return name, stored_inputs
 
 
@@ -203,9 +204,28 @@ async def create_pipeline(
         .mappings()
         .one()
     )
+    rules = await _approval_rules(conn, steps, user_id)
     jobs, pending, edges = _step_jobs(steps, stored_inputs, user_id, pipeline_id, request_id)
     await insert_steps(conn, jobs, settings, pending, edges, actor or f"user:{user_id}")
+    by_key = {j.step_key: j.id for j in jobs}
+    await approvals.store_rules(conn, [(by_key[key], spec, rule) for key, (spec, rule) in rules.items()])
     return row
+
+
+async def _approval_rules(
+    conn: AsyncConnection, steps: list[dict[str, Any]], user_id: int
+) -> dict[str, tuple[approvals.ApprovalSpec, approvals.Rule]]:
+    """Each step's named approvers, resolved for the pipeline's owner, by step key.
+
+    Raises:
+        BadInput: see :func:`app.jobs.approvals.resolve`.
+    """
+    rules = {}
+    for i, step in enumerate(steps):
+        spec = approvals.parse_step(step, f"steps[{i}]")
+        if spec is not None:
+            rules[step["key"]] = (spec, await approvals.resolve(conn, spec, user_id, f"steps[{i}]"))
+    return rules
 
 
 async def insert_steps(

@@ -32,6 +32,7 @@ from app.errors import BadInput, Conflict, NotFound
 from app.jobs import queue
 from app.processors import registry
 from app.web import DbSession, is_htmx, redirect_with_notice, render
+from app.web.admin.waiting import WAITING_KINDS, waiting_kinds
 from app.web.deps import client_ip, settings_of
 
 POLL = "every 5s"
@@ -106,6 +107,7 @@ HEALTH_QUERIES = {
     "throughput": THROUGHPUT,
     "failed_last_hour": FAILED_LAST_HOUR,
     "types_without_workers": queue.TYPES_WITHOUT_WORKERS,
+    "waiting_kinds": WAITING_KINDS,
 }
 """Every query a poll of ``/admin/health`` runs, by name (a test EXPLAINs each on a large table)."""
 
@@ -190,6 +192,7 @@ async def health(db: AsyncSession, settings: Any) -> dict[str, Any]:
         "failed_hour": failed_hour,
         "chart": throughput_chart(samples, end),
         "poll": POLL,
+        "waiting_kinds": await waiting_kinds(db),
     }
 
 

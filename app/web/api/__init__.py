@@ -1,6 +1,7 @@
 """The JSON API, documented at ``/schema``: one module per resource.
 
 * :mod:`.me` — ``/api/me``;
+* :mod:`.approvals` — ``/api/approvals`` (the steps you may decide, and deciding them);
 * :mod:`.jobs` — ``/api/jobs`` (enqueue, read, list, history, every action, bulk);
 * :mod:`.pipelines` — ``/api/pipelines``;
 * :mod:`.job_types` — ``/api/job-types``, ``/api/pipeline-templates`` and the job types' controls;
@@ -17,6 +18,7 @@ for bad input. Every change goes through :mod:`app.actions`, as the pages' chang
 
 from litestar import Router
 
+from app.web.api.approvals import ApprovalsApiController
 from app.web.api.held_jobs import HeldJobsApiController
 from app.web.api.job_types import JobTypeControlsApiController, JobTypesApiController
 from app.web.api.jobs import JobsApiController
@@ -33,6 +35,7 @@ jobs), registered as one unit."""
 
 ROUTE_HANDLERS = [
     AccountApiController,
+    ApprovalsApiController,
     JobsApiController,
     PipelinesApiController,
     JobTypesApiController,
@@ -46,6 +49,7 @@ ROUTE_HANDLERS = [
 __all__ = [
     "ROUTE_HANDLERS",
     "AccountApiController",
+    "ApprovalsApiController",
     "ControlsApiController",
     "HeldJobsApiController",
     "JobTypeControlsApiController",

@@ -54,6 +54,11 @@ class PipelineStep:
     depends_on: list[str] = field(default_factory=list)
     requires_approval: bool = False
     title: str | None = None
+    # Checked by the queue (app.jobs.approvals), so that a wrong value gets 422 naming its path.
+    approvers: Any = None
+    approvals_needed: Any = None
+    approval_timeout: Any = None
+    on_approval_timeout: Any = None
 
 
 @dataclass
