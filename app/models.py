@@ -241,6 +241,12 @@ class Job(Base):
             "type",
             postgresql_where=text("status IN ('queued', 'in_progress', 'waiting_approval')"),
         ),
+        # Jobs waiting for an earlier step, counted on /admin.
+        Index(
+            "ix_jobs_waiting_parents",
+            "id",
+            postgresql_where=text("status = 'queued' AND pending_parents > 0"),
+        ),
         # Steps waiting for a decision, oldest first: the approvals inbox pages through these by keyset.
         Index(
             "ix_jobs_waiting_approval",

@@ -25,7 +25,18 @@ from app.errors import BadInput, Forbidden, NotFound
 from app.jobs import approvals, decisions
 from app.jobs.approvals import link, link_problem, link_token
 
-__all__ = ["Page", "decide", "inbox", "link", "link_problem", "link_token", "mine", "refusal", "step_for"]
+__all__ = [
+    "Page",
+    "decide",
+    "inbox",
+    "link",
+    "link_problem",
+    "link_token",
+    "mine",
+    "record_of",
+    "refusal",
+    "step_for",
+]
 
 PAGE = 50
 """Rows per page of the inbox and of a person's list."""
@@ -185,3 +196,12 @@ async def step_for(db: AsyncSession, user: Any, job_id: Any) -> dict[str, Any]:
     step["decisions"] = await decisions.decisions_of(db, jid)
     step["described"] = await approvals.described(await db.connection(), jid)
     return step
+
+
+async def record_of(db: AsyncSession, job_id: Any) -> dict[str, Any]:
+    """What the job page shows of a step that requires approval: its approvers as written
+    (``described``, ``None`` for any admin) and every decision so far (``decisions``)."""
+    return {
+        "described": await approvals.described(await db.connection(), job_id),
+        "decisions": await decisions.decisions_of(db, job_id),
+    }

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import controls
 from app.actions import access
+from app.actions import approvals as approval_actions
 from app.actions.jobs import allowed
 from app.db import read_rows
 from app.errors import NotFound
@@ -241,5 +242,6 @@ async def page_context(db: AsyncSession, job_id: Any, user: Any, **status_kw: An
         history=await job_history(db, row["id"], user),
         history_oob=False,
         paused=await controls.paused_for(db, [row["type"]]) if row["status"] == Status.QUEUED else [],
+        approval=await approval_actions.record_of(db, row["id"]) if full["requires_approval"] else None,
     )
     return ctx

@@ -1,4 +1,5 @@
-"""Approvals by named people: each step's approval rule, each person's decision, an index of waiting steps.
+"""Approvals by named people: each step's approval rule, each person's decision; indexes of the steps
+waiting for a decision and of the jobs waiting for an earlier step.
 
 Revision ID: 0011
 Revises: 0004
@@ -67,6 +68,9 @@ def upgrade() -> None:
         ["updated_at", "id"],
         unique=False,
         postgresql_where=sa.text(WAITING),
+    )
+    op.create_index(
+        "ix_jobs_waiting_parents", "jobs", ["id"], unique=False, postgresql_where=sa.text(PARENTS)
     )
 
 
