@@ -158,6 +158,10 @@ async def test_the_page_and_the_one_click_link_need_a_named_approver_and_a_good_
     assert r.status_code == 200, r.text[-500:]
     assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", jid) == "completed"
     assert "ann@example.com" in r.text and "ok" in r.text  # the decision shows with who and the comment
+    await switch_to(client, "owner@example.com")
+    job_page = (await client.get(f"/jobs/{jid}")).text
+    assert 'id="approvals"' in job_page and "<strong>ann@example.com</strong> approved" in job_page
+    assert "<q>ok</q>" in job_page
 
 
 async def test_the_alert_about_a_waiting_step_carries_a_signed_link(ui_settings: Settings) -> None:
