@@ -213,3 +213,23 @@ async def test_the_sweep_rejects_or_reminds_after_the_timeout(
         assert (await expire_approvals(conn))["reminded"] == [reminding]
     assert await pg.fetchval(reminders) == 2
     assert "rejected" in await event_kinds(pg, rejecting)
+
+
+async def test_a_template_step_names_its_approvers(
+    engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection
+) -> None:
+    tpl = pipelines.Template(
+        name="test.reviewed",
+        title="Reviewed",
+        description="A step its owner approves.",
+        steps=(pipelines.TemplateStep("draft", "noop", requires_approval=True, approvers=("owner",)),),
+    )
+    _, steps = tpl.build({})
+    assert steps[0]["approvers"] == ["owner"]
+    async with engine.begin() as conn:
+        row = await pipelines.create(conn, name="reviewed", steps=steps, user_id=owner.id, settings=settings)
+    rule = await pg.fetchrow(
+        "SELECT r.* FROM job_approval_rules r JOIN jobs j ON j.id = r.job_id WHERE j.pipeline_id = $1",
+        row["id"],
+    )
+    assert (rule["owner"], rule["admins"], rule["approvals_needed"]) == (True, False, 1)
