@@ -205,3 +205,13 @@ async def record_of(db: AsyncSession, job_id: Any) -> dict[str, Any]:
         "described": await approvals.described(await db.connection(), job_id),
         "decisions": await decisions.decisions_of(db, job_id),
     }
+
+
+async def may_decide(db: AsyncSession, user: Any, job_id: Any, owner_id: int) -> bool:
+    """Whether ``user`` gets Approve / Reject for the waiting step (its rule, and not already approved
+    by them); the decision checks again."""
+    conn = await db.connection()
+    rule = await approvals.rule_of(conn, job_id)
+    if approvals.refusal(rule, user_id=user.id, is_admin=bool(user.is_admin), owner_id=owner_id):
+        return False
+    return not (await db.execute(MY_DECISIONS, {"uid": user.id, "ids": [job_id]})).first()

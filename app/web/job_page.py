@@ -201,6 +201,9 @@ async def status_context(
         ctx["result_items"] = display.result_items(result)
         ctx["result_json"] = display.pretty_json(result) if result is not None else None
         ctx["error"] = display.error_summary(row, outcome["error_message"], user)
+        if row["status"] == Status.WAITING_APPROVAL:  # the step's own approvers, not only admins
+            may = await approval_actions.may_decide(db, user, row["id"], row["user_id"])
+            ctx["actions"]["approve"] = ctx["actions"]["reject"] = may
     elif row.get("error_preview"):
         ctx["error"] = display.error_summary(row, row["error_preview"], user)
     if ctx["actions"]["reschedule"]:
