@@ -79,7 +79,7 @@ _WAITING = """
     LEFT JOIN pipelines p ON p.id = j.pipeline_id
     LEFT JOIN job_approval_rules r ON r.job_id = j.id
     WHERE j.status = 'waiting_approval'
-      AND (CAST(:after_at AS timestamptz) IS NULL OR (j.updated_at, j.id) > (:after_at, :after_id))
+      {after}
       {mine}
     ORDER BY j.updated_at, j.id
     LIMIT :limit
@@ -90,9 +90,14 @@ _MINE = """
       AND ((r.job_id IS NULL AND :is_admin) OR :uid = ANY(r.user_ids) OR (r.admins AND :is_admin)
            OR (r.owner AND j.user_id = :uid))
 """
-INBOX = text(_WAITING.format(mine=""))
-MINE = text(_WAITING.format(mine=_MINE))
-ONE = text(_WAITING.format(mine="AND j.id = :id").replace("j.status = 'waiting_approval'", "true"))
+# Two statements each, so that a later page starts its index range at the cursor rather than filtering.
+_AFTER = "AND (j.updated_at, j.id) > (CAST(:after_at AS timestamptz), CAST(:after_id AS uuid))"
+INBOX = {False: text(_WAITING.format(after="", mine="")), True: text(_WAITING.format(after=_AFTER, mine=""))}
+MINE = {
+    False: text(_WAITING.format(after="", mine=_MINE)),
+    True: text(_WAITING.format(after=_AFTER, mine=_MINE)),
+}
+ONE = text(_WAITING.format(after="", mine="AND j.id = :id").replace("j.status = 'waiting_approval'", "true"))
 MY_DECISIONS = text(
     "SELECT job_id FROM job_approvals WHERE user_id = :uid AND job_id = ANY(CAST(:ids AS uuid[]))"
 )
@@ -137,8 +142,9 @@ def _shaped(user: Any, row: Mapping[str, Any], decided: set[Any]) -> dict[str, A
     return out
 
 
-async def _page(db: AsyncSession, user: Any, statement: Any, after: str | None, limit: int) -> Page:
+async def _page(db: AsyncSession, user: Any, statements: Any, after: str | None, limit: int) -> Page:
     after_at, after_id = parse_cursor(after)
+    statement = statements[after_at is not None]
     params = {"after_at": after_at, "after_id": after_id, "limit": limit + 1, "uid": user.id}
     params["is_admin"] = bool(user.is_admin)
     rows = [dict(r) for r in (await db.execute(statement, params)).mappings()]
@@ -183,7 +189,7 @@ async def step_for(db: AsyncSession, user: Any, job_id: Any) -> dict[str, Any]:
     """
     jid = job_actions.parse_id(job_id)
     row = (
-        (await db.execute(ONE, {"id": jid, "after_at": None, "after_id": None, "limit": 1}))
+        (await db.execute(ONE, {"id": jid, "limit": 1}))
         .mappings()
         .first()
     )

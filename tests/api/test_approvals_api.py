@@ -11,9 +11,10 @@ from typing import Any
 
 import asyncpg
 from litestar.testing import AsyncTestClient
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 import tests.support.forms  # noqa: F401  (test.step)
+from app.actions import approvals as approval_actions
 from app.alerts import describe
 from app.jobs.approvals import link_problem, link_token
 from app.settings import Settings
@@ -188,12 +189,18 @@ async def test_the_inbox_lists_oldest_first_and_a_decided_row_goes_away(
     client: AsyncTestClient, db_url: str, engine: AsyncEngine, ui_settings: Settings, pg: asyncpg.Connection
 ) -> None:
     owner = await add_user(db_url, "owner@example.com")
-    await add_user(db_url, "root@example.com", admin=True)
+    root = await add_user(db_url, "root@example.com", admin=True)
     as_owner = await token_of(db_url, owner)
     first = await waiting(client, engine, ui_settings, pg, as_owner, approvers=["admins"])
     second = await waiting(client, engine, ui_settings, pg, as_owner)
     await pg.execute("UPDATE jobs SET updated_at = now() - interval '3 hours' WHERE id = $1", second)
+    async with AsyncSession(engine) as db:  # keyset pages, oldest first
+        one = await approval_actions.inbox(db, root, limit=1)
+        assert [r["id"] for r in one.rows] == [second] and one.after
+        two = await approval_actions.inbox(db, root, after=one.after, limit=1)
+        assert [r["id"] for r in two.rows] == [first] and two.after is None
     await switch_to(client, "root@example.com")
+    assert (await client.get("/admin/approvals?after=nonsense")).status_code == 422
     page = await client.get("/admin/approvals")
     assert page.status_code == 200
     assert page.text.index(f"approval-{second}") < page.text.index(f"approval-{first}")

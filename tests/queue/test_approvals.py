@@ -64,41 +64,31 @@ async def decide(engine: Any, action: str, jid: uuid.UUID, user: TestUser, **kw:
         return await queue.reject(conn, jid, who(user), kw.get("reason", "no"))
 
 
-@pytest.mark.parametrize(
-    ("fields", "path", "words"),
-    [
-        ({"approvers": ["nobody@example.com"]}, "steps[0].approvers[0]", "no account"),
-        (
-            {"approvers": ["ann@example.com"], "approvals_needed": 2},
-            "steps[0].approvals_needed",
-            "only 1 person",
-        ),
-        ({"approvers": ["ann@example.com"], "approvals_needed": 0}, "steps[0].approvals_needed", "from 1"),
-        ({"approvers": "ann@example.com"}, "steps[0].approvers", "must be a list"),
-        ({"approvers": ["ann"]}, "steps[0].approvers[0]", "not an e-mail"),
-        ({"approval_timeout": 60, "on_approval_timeout": "later"}, "steps[0].on_approval_timeout", "reject"),
-        ({"on_approval_timeout": "remind"}, "steps[0].on_approval_timeout", "needs an approval_timeout"),
-    ],
-)
+BAD_RULES = [
+    ({"approvers": ["nobody@example.com"]}, "steps[0].approvers[0]", "no account"),
+    ({"approvers": ["ann@example.com"], "approvals_needed": 2}, "steps[0].approvals_needed", "only 1 person"),
+    ({"approvers": ["ann@example.com"], "approvals_needed": 0}, "steps[0].approvals_needed", "from 1"),
+    ({"approvers": "ann@example.com"}, "steps[0].approvers", "must be a list"),
+    ({"approvers": ["ann"]}, "steps[0].approvers[0]", "not an e-mail"),
+    ({"approval_timeout": 60, "on_approval_timeout": "later"}, "steps[0].on_approval_timeout", "reject"),
+    ({"on_approval_timeout": "remind"}, "steps[0].on_approval_timeout", "needs an approval_timeout"),
+]
+
+
 async def test_a_bad_approval_rule_is_refused_with_the_steps_path(
-    engine: Any,
-    settings: Settings,
-    owner: TestUser,
-    pg: asyncpg.Connection,
-    fields: dict[str, Any],
-    path: str,
-    words: str,
+    engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection
 ) -> None:
     await make_user(pg, email="ann@example.com")
-    with pytest.raises(BadInput) as err:
-        await create(engine, settings, owner, review(**fields))
-    assert path in err.value.errors, err.value.errors
-    assert words in err.value.errors[path]
-    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
+    for fields, path, words in BAD_RULES:
+        with pytest.raises(BadInput) as err:
+            await create(engine, settings, owner, review(**fields))
+        assert path in err.value.errors, (fields, err.value.errors)
+        assert words in err.value.errors[path], (fields, err.value.errors)
     # approvers on a step that needs no approval
     with pytest.raises(BadInput) as err:
         await create(engine, settings, owner, [{"key": "a", "type": "noop", "approvers": ["admins"]}])
     assert "steps[0].approvers" in err.value.errors
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
 
 
 async def test_a_named_approver_who_is_not_an_admin_approves_and_others_are_refused(
