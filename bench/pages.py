@@ -434,6 +434,7 @@ async def main() -> None:
             admin_counts_p95_ms=med["admin_counts"]["p95"],
             admin_list_light_p95_ms=med["admin_list"]["light_p95"],
             admin_counts_light_p95_ms=med["admin_counts"]["light_p95"],
+            admin_approvals_light_p95_ms=med["admin_approvals"]["light_p95"],
             status_light_p95_ms=med["status"]["light_p95"],
         )
     )

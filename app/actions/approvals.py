@@ -188,11 +188,7 @@ async def step_for(db: AsyncSession, user: Any, job_id: Any) -> dict[str, Any]:
         its owner nor an admin).
     """
     jid = job_actions.parse_id(job_id)
-    row = (
-        (await db.execute(ONE, {"id": jid, "limit": 1}))
-        .mappings()
-        .first()
-    )
+    row = (await db.execute(ONE, {"id": jid, "limit": 1})).mappings().first()
     if row is None:
         raise NotFound(f"No job with id {jid}.")
     decided = set((await db.execute(MY_DECISIONS, {"uid": user.id, "ids": [jid]})).scalars())

@@ -32,9 +32,11 @@ WAITING_KINDS = text(
         [
             _capped("status = 'queued' AND is_active AND pending_parents = 0 AND run_at <= now()")
             + " AS ready",
-            _capped("status = 'queued' AND pending_parents > 0") + " AS parents",
+            _capped("status = 'queued' AND pending_parents > 0 AND run_at <= now()") + " AS parents",
             _capped("status = 'waiting_approval'") + " AS approval",
-            _capped("status = 'queued' AND pending_parents = 0 AND run_at > now()") + " AS scheduled",
+            # by run_at alone, so that the count reads the index only (a step due later that also waits
+            # for its parents counts as scheduled)
+            _capped("status = 'queued' AND run_at > now()") + " AS scheduled",
         ]
     )
 )
