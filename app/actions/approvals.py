@@ -38,7 +38,7 @@ __all__ = [
     "step_for",
 ]
 
-PAGE = 50
+PAGE = 25
 """Rows per page of the inbox and of a person's list."""
 
 # --- who may decide -----------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ class ApprovalsInboxController(Controller):
     async def inbox(
         self, request: Request[Any, Any, Any], db_session: DbSession, after: FromQuery[str | None] = None
     ) -> Template:
-        """Every waiting step, oldest first, 50 to a page."""
+        """Every waiting step, oldest first, 25 to a page."""
         page = await approvals.inbox(db_session, request.user, after=after)
         rows = [with_result(r) for r in page.rows]
         total = await approvals.waiting_count(db_session)
