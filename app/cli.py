@@ -365,6 +365,7 @@ def demo(email: str, samples: Path | None, wait_secs: int) -> None:
             "Two jobs fail on purpose, to show how a failure reads. The CSV review pipeline stops at "
             "its first step until an admin approves the columns it found"
             + (" (you are an admin: approve it on its page)." if run.user_is_admin else ".")
+            + f" The health check pipeline names you as its approver: decide it on {settings.jobdesk_base_url}/approvals."
         )
         if not await demo_mod.live_workers(engine, settings):
             click.echo(

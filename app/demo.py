@@ -247,6 +247,14 @@ def _plan(base: str, email: str, files: dict[str, str], email_job: uuid.UUID | N
             "CSV report with review of statecrime.csv (waits for an admin's approval)",
             "waiting_approval",
         ),
+        _Planned(
+            "steps",
+            "http.request",
+            {"method": "GET", "url": f"{base}/healthz", "timeout": 10},
+            f"health check reviewed by {email} (waits for your approval on {base}/approvals)",
+            "waiting_approval",
+            {"approvers": [email, "owner"], "approval_timeout": 7 * 86400, "on_approval_timeout": "remind"},
+        ),
     ]
 
 
@@ -287,6 +295,8 @@ async def _create(conn: Any, item: _Planned, user: Any, settings: Settings, base
         )
         row = (await queue.enqueue(conn, new, settings, actor=f"user:{user['id']}")).job
         return Submitted("job", row["id"], item.type, item.label, item.expect, f"{base}/jobs/{row['id']}")
+    if item.kind == "steps":
+        return await _create_reviewed(conn, item, user, settings, base)
     assert pipelines.get_template(item.type) is not None, item.type
     pipeline = await pipelines.create_from_template(
         conn, item.type, item.input_data, user_id=user["id"], settings=settings
@@ -328,6 +338,22 @@ async def _create_batch(conn: Any, user: Any, settings: Settings, base: str) -> 
     )
     label = f"spreadsheet batch of {len(inputs)} web requests to Jobdesk's own pages"
     return Submitted("batch", batch["id"], spec.type, label, "completed", f"{base}/batches/{batch['id']}")
+
+
+async def _create_reviewed(conn: Any, item: _Planned, user: Any, settings: Settings, base: str) -> Submitted:
+    """An ad-hoc pipeline whose one step waits for a named approver: the demo user, by e-mail (with
+    ``owner``, since a submitter may approve their own step only when the step says so)."""
+    step = {"key": "review", "type": item.type, "input_data": item.input_data, "requires_approval": True}
+    pipeline = await pipelines.create(
+        conn,
+        name=f"Demo: {item.label}",
+        steps=[{**step, **item.options}],
+        user_id=user["id"],
+        settings=settings,
+    )
+    return Submitted(
+        "pipeline", pipeline["id"], item.type, item.label, item.expect, f"{base}/pipelines/{pipeline['id']}"
+    )
 
 
 async def submit(

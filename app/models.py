@@ -26,6 +26,7 @@ from sqlalchemy import (
     MetaData,
     SmallInteger,
     Text,
+    UniqueConstraint,
     func,
     text,
 )
@@ -277,6 +278,19 @@ class Job(Base):
             "type",
             postgresql_where=text("status IN ('queued', 'in_progress', 'waiting_approval')"),
         ),
+        # Jobs waiting for an earlier step, counted on /admin.
+        Index(
+            "ix_jobs_waiting_parents",
+            "id",
+            postgresql_where=text("status = 'queued' AND pending_parents > 0"),
+        ),
+        # Steps waiting for a decision, oldest first: the approvals inbox pages through these by keyset.
+        Index(
+            "ix_jobs_waiting_approval",
+            "updated_at",
+            "id",
+            postgresql_where=text("status = 'waiting_approval'"),
+        ),
         Index("ix_jobs_user_id_id", "user_id", text("id DESC")),
         # Waiting jobs per owner, for the per-user waiting limit: counted on every submission.
         Index("ix_jobs_user_waiting", "user_id", postgresql_where=text("status = 'queued'")),
@@ -455,6 +469,46 @@ class Notification(Base):
         Index("ix_notifications_user_id_id", "user_id", "id"),
         Index("ix_notifications_unread", "user_id", postgresql_where=_sql("read_at IS NULL")),
         Index("ix_notifications_email_due", "id", postgresql_where=_sql("email_due")),
+    )
+
+
+class JobApprovalRule(Base):
+    """Who may decide a step that requires approval, made with the pipeline: named people
+    (``user_ids``, resolved from the e-mails in ``approvers``), any admin (``admins``), the submitter
+    (``owner``); how many approvals it needs; and what happens after ``timeout_seconds`` without a
+    decision (``on_timeout``: ``reject`` or ``remind``; ``reminded_at`` is the last reminder). A step
+    without a row is decided by any admin, as before approvers could be named."""
+
+    __tablename__ = "job_approval_rules"
+    job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    approvers: Mapped[list[str]] = mapped_column(JSONB, nullable=False)
+    user_ids: Mapped[list[int]] = mapped_column(ARRAY(Integer), nullable=False, server_default=text("'{}'"))
+    admins: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
+    owner: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
+    approvals_needed: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("1"))
+    timeout_seconds: Mapped[int | None] = mapped_column(Integer)
+    on_timeout: Mapped[str | None] = mapped_column(Text)
+    reminded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    __table_args__ = (
+        CheckConstraint("approvals_needed >= 1", name="needed_positive"),
+        CheckConstraint("on_timeout IS NULL OR on_timeout IN ('reject', 'remind')", name="on_timeout_known"),
+    )
+
+
+class JobApproval(Base):
+    """One person's decision on a step: ``approved`` or ``rejected``, when, and an optional comment (a
+    rejection's reason). One per person and step, so nobody counts twice."""
+
+    __tablename__ = "job_approvals"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    decision: Mapped[str] = mapped_column(Text, nullable=False)
+    comment: Mapped[str | None] = mapped_column(Text)
+    at: Mapped[datetime] = _now()
+    __table_args__ = (
+        CheckConstraint("decision IN ('approved', 'rejected')", name="decision_known"),
+        UniqueConstraint("job_id", "user_id"),
     )
 
 

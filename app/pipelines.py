@@ -89,6 +89,11 @@ class TemplateStep:
     for_each: Callable[[dict[str, Any]], Any] | None = None
     """The step's ``for_each`` list (or ``{"$ref": …}``) from the pipeline's input: the step then runs
     once per item (see :mod:`app.jobs.fanout`)."""
+    approvers: tuple[str, ...] = ()
+    """Who may decide the step (``ann@example.com``, ``admins``, ``owner``); empty: any admin."""
+    approvals_needed: int | None = None
+    approval_timeout: int | None = None
+    on_approval_timeout: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,10 @@ class Template:
                 "depends_on": list(s.depends_on),
                 "requires_approval": s.requires_approval,
                 "title": s.title,
+                "approvers": list(s.approvers) or None,
+                "approvals_needed": s.approvals_needed,
+                "approval_timeout": s.approval_timeout,
+                "on_approval_timeout": s.on_approval_timeout,
             }
             if s.for_each is not None:
                 step["for_each"] = s.for_each(values)

@@ -84,6 +84,7 @@ from app.web import admin, current_user, is_htmx, register_filters
 from app.web.account import AccountController
 from app.web.api import (
     AccountApiController,
+    ApprovalsApiController,
     BatchesApiController,
     ControlsApiController,
     JobsApiController,
@@ -92,6 +93,7 @@ from app.web.api import (
     UsersApiController,
 )
 from app.web.api.notifications import NotificationsApiController
+from app.web.approvals import ApprovalsController
 from app.web.auth import AuthController
 from app.web.batches import BatchesController
 from app.web.csrf import FAILED as CSRF_FAILED
@@ -471,6 +473,7 @@ CONTROLLERS: list[ControllerRouterHandler] = [
     HealthController,
     MetricsController,
     AccountApiController,
+    ApprovalsApiController,
     JobsApiController,
     PipelinesApiController,
     BatchesApiController,
@@ -487,6 +490,7 @@ CONTROLLERS: list[ControllerRouterHandler] = [
     BatchesController,
     FilesController,
     FilesApiController,
+    ApprovalsController,
 ]
 """Every page and API controller, in the order Litestar registers them."""
 

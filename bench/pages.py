@@ -14,6 +14,8 @@ worker off, plus ``GET /bench/fixed``, a Litestar handler returning a fixed stri
 * the job page (``GET /jobs/{id}``, a finished job with its result and history),
 * My jobs (``GET /jobs``; the signed-in user owns 1/50 of the jobs),
 * the admin list (``GET /admin/jobs``) and its counts (``GET /admin/jobs/counts``),
+* the approvals inbox (``GET /admin/approvals``: the oldest 50 of the seed's ~0.2 % steps waiting for
+  approval, each with its result),
 * the fixed-string handler (baseline),
 
 the peak requests/s of 20 concurrent clients (closed loop, ``--peak-secs`` each) and its ratio to the
@@ -48,7 +50,16 @@ import httpx
 import seed
 
 BENCH = Path(__file__).resolve().parent
-ENDPOINTS = ("fixed", "status_poll", "status", "job_page", "my_jobs", "admin_list", "admin_counts")
+ENDPOINTS = (
+    "fixed",
+    "status_poll",
+    "status",
+    "job_page",
+    "my_jobs",
+    "admin_list",
+    "admin_counts",
+    "admin_approvals",
+)
 LABELS = {
     "fixed": "fixed string (baseline)",
     "status_poll": "status poll, unchanged (204)",
@@ -57,6 +68,7 @@ LABELS = {
     "my_jobs": "My jobs",
     "admin_list": "admin list /admin/jobs",
     "admin_counts": "admin counts",
+    "admin_approvals": "approvals inbox /admin/approvals",
 }
 
 
@@ -104,6 +116,7 @@ async def pick_targets(url: str) -> dict[str, str]:
         "my_jobs": "/jobs",
         "admin_list": "/admin/jobs",
         "admin_counts": "/admin/jobs/counts",
+        "admin_approvals": "/admin/approvals",
     }
 
 
@@ -421,6 +434,7 @@ async def main() -> None:
             admin_counts_p95_ms=med["admin_counts"]["p95"],
             admin_list_light_p95_ms=med["admin_list"]["light_p95"],
             admin_counts_light_p95_ms=med["admin_counts"]["light_p95"],
+            admin_approvals_light_p95_ms=med["admin_approvals"]["light_p95"],
             status_light_p95_ms=med["status"]["light_p95"],
         )
     )

@@ -58,6 +58,9 @@ OWNER_AUDITED = frozenset({"retry"})
 """Owners' actions that leave an audit entry too (no admin notice): a retry spends the worker time and
 attempts of a job that had already failed, so who asked for it is on record."""
 FILE_NAMES = text("SELECT id, name FROM files WHERE id = ANY(CAST(:ids AS uuid[])) AND user_id = :user_id")
+DECIDED_BY_RULE = ("approve", "reject")
+"""Who may approve or reject is the step's own rule (:func:`app.jobs.approvals.refusal`), which the
+queue asks with the job row locked: a named approver need not be an admin or the owner."""
 OWNER_OF = text("SELECT user_id, type FROM jobs WHERE id = :id")
 RUN_AT_GRACE = timedelta(minutes=1)
 """How far in the past a ``run_at`` may be (a form filled in at 09:30 and sent at 09:30:40)."""
@@ -129,7 +132,7 @@ async def authorize(db: AsyncSession, user: Any, action: str, jid: uuid.UUID) ->
         NotFound: another user's or an unknown job, for a non-admin (one answer for both).
         Forbidden: an admin action asked for by the owner; "run again" of a type they may not submit.
     """
-    if user.is_admin:
+    if user.is_admin or action in DECIDED_BY_RULE:
         return
     row = (await db.execute(OWNER_OF, {"id": jid})).mappings().first()
     if row is None or row["user_id"] != user.id:
@@ -256,7 +259,7 @@ async def _run_again(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[st
 
 
 async def _approve(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, Any]) -> tuple[Any, Any]:
-    return await queue.approve(db, jid, actor.user), None
+    return await queue.approve(db, jid, actor.user, comment=kw.get("comment")), None
 
 
 async def _reject(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, Any]) -> tuple[Any, Any]:
@@ -286,6 +289,8 @@ CALLS: dict[str, Call] = {
 
 def ok_message(action: str, row: Mapping[Any, Any]) -> str:
     """The plain-words answer to an action that changed something."""
+    if action == "approve" and row["status"] == Status.WAITING_APPROVAL:
+        return "Your approval is recorded. The step waits for the other approvals it needs."
     if action == "cancel":
         if row["status"] == Status.IN_PROGRESS:
             return "Stopping the job. It will show as Cancelled once it has stopped."
@@ -322,10 +327,14 @@ def conflict_words(exc: Conflict, action: str, timezone: str | None = None) -> s
     return "Nothing changed: " + exc.detail
 
 
-def _detail(action: str, row: Mapping[Any, Any], new_job: Any, reason: str | None) -> dict[str, Any]:
+def _detail(
+    action: str, row: Mapping[Any, Any], new_job: Any, reason: str | None, comment: str | None = None
+) -> dict[str, Any]:
     detail: dict[str, Any] = {}
     if reason:
         detail["reason"] = reason[:2000]
+    if comment:
+        detail["comment"] = comment[:2000]
     if new_job is not None:
         detail["new_job"] = str(new_job["id"])
     if action == "reschedule" and row.get("run_at") is not None:
@@ -341,6 +350,7 @@ async def perform(
     *,
     reason: str | None = None,
     run_at: datetime | None = None,
+    comment: str | None = None,
 ) -> ActionOutcome:
     """Carry out one job ``action`` (one of :data:`ACTIONS`, or ``reschedule`` with an aware ``run_at``)
     in the caller's transaction, with its audit entry and admin notice when an admin acts.
@@ -357,12 +367,14 @@ async def perform(
     audit_action = "job." + action.replace("-", "_")
     try:
         async with db.begin_nested():
-            row, new_job = await CALLS[action](db, actor, jid, {"reason": reason, "run_at": run_at})
+            row, new_job = await CALLS[action](
+                db, actor, jid, {"reason": reason, "run_at": run_at, "comment": comment}
+            )
     except Conflict as exc:
         message = conflict_words(exc, action, getattr(actor.user, "timezone", None))
         await record_refused(db, actor, audit_action, target_type="job", target_ids=[jid], reason=message)
         return ActionOutcome(action, False, message, 409, jid, conflict=exc)
-    detail = _detail(action, row, new_job, reason)
+    detail = _detail(action, row, new_job, reason, comment)
     await record_done(db, actor, audit_action, target_type="job", target_ids=[jid], detail=detail or None)
     if action in OWNER_AUDITED and not actor.is_admin:
         await record_by_owner(db, actor, audit_action, target_type="job", target_ids=[jid])

@@ -65,6 +65,7 @@ async def deliver(
         created_at=item.created_at,
         owner_email=item.owner_email,
         base_url=settings.jobdesk_base_url,
+        link_secret=settings.resolved_secret_key(),
     )
     todo = [c for c in channels if item.channels.get(c.name) not in ("sent", "gave_up")]
     attempts = await asyncio.gather(

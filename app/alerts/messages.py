@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from app.jobs.approvals import LINK_TTL_SECONDS
+from app.jobs.approvals import link as approval_link
 from app.jobs.payload import json_text
 from app.processors import registry
 
@@ -148,6 +150,8 @@ class _Row:
     when: Fact
     owner: Fact
     owner_email: str | None
+    link_secret: str | None = None
+    """The server's secret, to sign a step's one-click approval link (none: the job page instead)."""
 
     def job_link(self, job_id: Any) -> str:
         return f"{self.base}/jobs/{quote(str(job_id))}"
@@ -238,14 +242,15 @@ def _approval_needed(kind: str, row: _Row) -> Message:
     if p.get("step_key"):
         facts.append(Fact("Step", one_line(p["step_key"]), "literal"))
     facts += [row.owner, row.when]
-    return Message(
-        kind,
-        "✋",
-        f"Waiting for approval: {_type_title(p.get('type'))}",
-        tuple(facts),
-        note="An admin can approve or reject it on the job's page.",
-        url=_first_url(facts),
-    )
+    url = _first_url(facts)
+    note = "An admin can approve or reject it on the job's page."
+    if row.link_secret and p.get("job_id"):
+        url = approval_link(row.base, row.link_secret, p["job_id"])
+        facts.append(Fact("Decide", "Approve or reject", "link", url))
+        days = LINK_TTL_SECONDS // 86400
+        note = f"Its approvers can decide through the link (sign-in needed; it works for {days} days)."
+    waiting = "Still waiting for approval" if p.get("reminder") else "Waiting for approval"
+    return Message(kind, "✋", f"{waiting}: {_type_title(p.get('type'))}", tuple(facts), note=note, url=url)
 
 
 _TARGET_NOUNS = {"job_type": "job type", "user": "user", "schedule": "schedule", "pipeline": "pipeline"}
@@ -414,6 +419,7 @@ def describe(
     created_at: datetime | None,
     owner_email: str | None,
     base_url: str,
+    link_secret: str | None = None,
 ) -> Message:
     """The message for one outbox row (any kind, including ``summary`` and ``test``). Never raises on a
     payload with missing or odd fields: what is missing is left out."""
@@ -424,6 +430,7 @@ def describe(
         when=Fact("When", _when(created_at)),
         owner=Fact("Owner", owner_email or f"user {p.get('user_id', '?')}", "literal"),
         owner_email=owner_email,
+        link_secret=link_secret,
     )
     build = _BUILDERS.get(kind)
     if build is None:

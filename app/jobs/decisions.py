@@ -1,5 +1,6 @@
-"""Who decided an approval step, and when: the words both the page and the API use when a second admin
-comes too late ("already approved by ann@example.com at …").
+"""Who decided an approval step, and when: each person's decision with its comment (``job_approvals``),
+and the words both the page and the API use when someone comes too late ("already approved by
+ann@example.com at …").
 
 The decision is read from the job's events (:func:`app.jobs.queue.transitions.approve` and its siblings
 write one naming the admin); :func:`decision_words` is the one place the sentence is built, with the
@@ -10,6 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.formatting import format_localtime, zone
 
@@ -44,3 +49,56 @@ def decision_words(decision: Decision, timezone: str | None = None) -> str:
     else:
         at = format_localtime(decision.at, zone(timezone))
     return f"already {done} by {decision.by} at {at}"
+
+
+# --- each person's decision on a step (``job_approvals``) --------------------------------------------
+
+RECORD = text(
+    """
+    INSERT INTO job_approvals (job_id, user_id, decision, comment) VALUES (:job_id, :user_id, :decision, :comment)
+    ON CONFLICT (job_id, user_id) DO NOTHING
+    RETURNING at
+    """
+)
+APPROVALS_SO_FAR = text("SELECT count(*) FROM job_approvals WHERE job_id = :id AND decision = 'approved'")
+FORGET = text("DELETE FROM job_approvals WHERE job_id = :id")
+DECISIONS_OF = text(
+    """
+    SELECT a.decision, a.comment, a.at, a.user_id, u.email
+    FROM job_approvals a LEFT JOIN users u ON u.id = a.user_id
+    WHERE a.job_id = :id ORDER BY a.at, a.id
+    """
+)
+
+
+async def record(
+    conn: AsyncConnection, job_id: Any, user_id: int, decision: str, comment: str | None
+) -> bool:
+    """Keep one person's decision (``approved``/``rejected``); ``False`` when they had already decided
+    (one person never counts twice)."""
+    params = {"job_id": job_id, "user_id": user_id, "decision": decision, "comment": comment or None}
+    return (await conn.execute(RECORD, params)).first() is not None
+
+
+async def approvals_so_far(conn: AsyncConnection, job_id: Any) -> int:
+    return int((await conn.execute(APPROVALS_SO_FAR, {"id": job_id})).scalar_one())
+
+
+async def forget(conn: AsyncConnection, job_id: Any) -> None:
+    """A step sent back to run again starts its approvals afresh (its events keep the history)."""
+    await conn.execute(FORGET, {"id": job_id})
+
+
+async def decisions_of(db: AsyncConnection | AsyncSession, job_id: Any) -> list[dict[str, Any]]:
+    """Every person's decision on the step, oldest first: ``decision``, ``comment``, ``at``, ``by``."""
+    conn = await db.connection() if isinstance(db, AsyncSession) else db
+    rows = (await conn.execute(DECISIONS_OF, {"id": job_id})).mappings().all()
+    return [
+        {
+            "decision": r["decision"],
+            "comment": r["comment"],
+            "at": r["at"],
+            "by": r["email"] or (f"user {r['user_id']}" if r["user_id"] else "a deleted account"),
+        }
+        for r in rows
+    ]

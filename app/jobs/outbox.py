@@ -109,9 +109,13 @@ async def record_rescue_failures(conn: AsyncConnection, rows: Sequence[Any]) -> 
     )
 
 
-async def record_approvals(conn: AsyncConnection, rows: Sequence[Any]) -> None:
-    """One ``approval_needed`` alert per step that now waits for an admin."""
-    await _insert(conn, [("approval_needed", f"approval_needed:{r['id']}", _job_payload(r)) for r in rows])
+async def record_approvals(conn: AsyncConnection, rows: Sequence[Any], *, reminder: bool = False) -> None:
+    """One ``approval_needed`` alert per step that now waits for a decision (``reminder``: one that has
+    waited a whole ``approval_timeout`` since it began waiting or since the last reminder)."""
+    extra = {"reminder": True} if reminder else {}
+    await _insert(
+        conn, [("approval_needed", f"approval_needed:{r['id']}", {**_job_payload(r), **extra}) for r in rows]
+    )
 
 
 FAILED_STEP = text(

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import controls
 from app.actions import access
+from app.actions import approvals as approval_actions
 from app.actions.jobs import allowed
 from app.db import read_rows
 from app.errors import NotFound
@@ -218,6 +219,8 @@ async def status_context(
         ctx["error"] = display.error_summary(row, outcome["error_message"], user, upstream)
         if row.get("requires_approval") and row["completed_at"] and row["started_at"]:
             ctx["work"] = await approval_times(db, row)
+            may = await approval_actions.may_decide(db, user, row["id"], row["user_id"])
+            ctx["actions"]["approve"] = ctx["actions"]["reject"] = may
     elif row.get("error_preview"):
         ctx["error"] = display.error_summary(row, row["error_preview"], user)
     if row["status"] in (Status.QUEUED, Status.IN_PROGRESS):
@@ -394,5 +397,6 @@ async def page_context(db: AsyncSession, job_id: Any, user: Any, **status_kw: An
         history_oob=False,
         log=await job_log.log_view(db, row),
         paused=await controls.paused_for(db, [row["type"]]) if row["status"] == Status.QUEUED else [],
+        approval=await approval_actions.record_of(db, row["id"]) if full["requires_approval"] else None,
     )
     return ctx

@@ -5,6 +5,8 @@
   worker died or lost the database) go back to the queue, or fail when no attempts remain. One process
   sweeps at a time (an advisory lock in :func:`app.jobs.queue.rescue_expired`).
 * :class:`ScheduleFiring` — every sweep: due schedules fire (:func:`app.controls.fire_due`).
+* :class:`ApprovalTimeouts` — every sweep: steps that waited ``approval_timeout`` without a decision are
+  rejected or their approvers reminded (:func:`app.jobs.queue.expire_approvals`).
 * :class:`Retention` — every minute: finished jobs past ``JOB_RETENTION_DAYS`` are deleted, with their
   files, in small batches.
 * :class:`Upkeep` — every minute: old worker rows, expired sessions and old sign-in attempts are deleted.
@@ -101,6 +103,30 @@ class ScheduleFiring:
         return fired
 
 
+class ApprovalTimeouts:
+    """Steps past their ``approval_timeout``: rejected (dependents cancelled) or reminded once per
+    period, through the queue's compare-and-set with its event; ``on_rejected`` is called when any were
+    rejected (their pipelines may have work to cancel or release)."""
+
+    def __init__(self, engine: AsyncEngine, *, log: Any, on_rejected: Callable[[], None]) -> None:
+        self.engine = engine
+        self.log = log
+        self.on_rejected = on_rejected
+
+    async def run_once(self) -> dict[str, list[Any]]:
+        async with self.engine.begin() as conn:
+            swept = await queue.expire_approvals(conn)
+        if swept["rejected"] or swept["reminded"]:
+            self.log.info(
+                "approval timeouts",
+                rejected=[str(i) for i in swept["rejected"][:20]],
+                reminded=[str(i) for i in swept["reminded"][:20]],
+            )
+        if swept["rejected"]:
+            self.on_rejected()
+        return swept
+
+
 class Retention:
     """Finished jobs and pipelines past ``JOB_RETENTION_DAYS`` are deleted, and their files removed."""
 
@@ -159,6 +185,7 @@ class Maintenance:
         """Tests switch this off to show that without the sweep a lost job stays stuck."""
         self.rescue = ExpiredLeaseRescue(engine, tally=tally, log=log, on_rescued=wake)
         self.schedules = ScheduleFiring(engine, settings, log=log, on_fired=wake)
+        self.approvals = ApprovalTimeouts(engine, log=log, on_rejected=wake)
         self.retention = Retention(engine, settings, files=files, log=log)
         self.upkeep = Upkeep(engine)
         self.callbacks = CallbackSender(engine, settings, log=log.bind(task="callbacks"))
@@ -181,6 +208,7 @@ class Maintenance:
             try:
                 await self.rescue.run_once()
                 await self.schedules.run_once()
+                await self.approvals.run_once()
                 if time.monotonic() - last_maintenance >= MAINTENANCE_INTERVAL_SECS:
                     last_maintenance = time.monotonic()
                     await self.retention.run_once()

@@ -68,7 +68,7 @@ async def test_demo_submits_everything_and_each_reaches_its_end_state(db_url, tm
         assert result.returncode == 0, result.stdout + result.stderr
         out = result.stdout
         links = re.findall(rf"{re.escape(base)}/(jobs|pipelines)/([0-9a-f-]{{36}})", out)
-        assert len(links) == 10, out
+        assert len(links) == 11, out
         (batch,) = re.findall(rf"{re.escape(base)}/batches/([0-9a-f-]{{36}})", out)
         assert "No SMTP_HOST is set: the email goes to a local mail server on 127.0.0.1:" in out
         assert "The email was delivered to the local mail server and saved as" in out
@@ -132,7 +132,7 @@ async def test_demo_submits_everything_and_each_reaches_its_end_state(db_url, tm
             assert "damaged JPEG file" in errors["images.thumbnail"]
             assert "not a CSV file: it is a PNG image" in errors["report.csv_summary"]
 
-            photo, review = pipes
+            photo, review, reviewed = pipes
             await wait_until(
                 lambda: pg.fetchval("SELECT status = 'completed' FROM pipelines WHERE id = $1::uuid", photo),
                 timeout=120,
@@ -169,6 +169,21 @@ async def test_demo_submits_everything_and_each_reaches_its_end_state(db_url, tm
                 timeout=120,
                 what="the spreadsheet batch",
             )
+            # the step that names the demo user as its approver: they decide it, though not an admin
+            named = await wait_until(
+                lambda: pg.fetchval(
+                    "SELECT id FROM jobs WHERE pipeline_id = $1::uuid AND status = 'waiting_approval'",
+                    reviewed,
+                ),
+                timeout=60,
+                what="the reviewed health check to wait for its approver",
+            )
+            engine = create_engine(db_url, pool_size=1)
+            try:
+                async with engine.begin() as conn:
+                    assert (await queue.approve(conn, named, user))["status"] == "completed"
+            finally:
+                await engine.dispose()
             outputs = await pg.fetchval(
                 "SELECT count(*) FROM files WHERE job_id IS NOT NULL AND user_id = $1", user.id
             )

@@ -21,7 +21,8 @@ One module per group of verbs: :mod:`.new_jobs` (``NewJob``, ``prepare``, ``enqu
 :mod:`.leases` (``heartbeat``, ``cancel_requested``, ``set_progress``), :mod:`.outcomes` (``Outcome``,
 ``FinishReport``, ``finish``), :mod:`.consequences` (what a finished job causes), :mod:`.pipelines`
 (creating pipelines, processors' next jobs, pipeline status), :mod:`.transitions` (people's actions:
-``cancel``, ``retry``, ``approve``…), :mod:`.sweep` (``rescue_expired``, ``prune``,
+``cancel``, ``retry``, ``reschedule``…), :mod:`.approvals` (``approve``, ``reject``, ``rerun``, and
+``expire_approvals`` for steps nobody decided in time), :mod:`.sweep` (``rescue_expired``, ``prune``,
 ``stuck_dependents``), :mod:`.holds` and :mod:`.held_cancel` (a disabled person's waiting jobs held,
 released or cancelled), :mod:`.workers` (the worker registry) and :mod:`.common`. Everything public is
 re-exported here: ``from app.jobs import queue`` and ``queue.enqueue(...)``. The modules have noun
@@ -31,6 +32,17 @@ names so that none is shadowed by the function of the same name here (``queue.cl
 from __future__ import annotations
 
 from app.db import compiled_sql, driver_connection
+from app.jobs.queue.approvals import (
+    APPROVE,
+    LAST_DECISION,
+    REJECT,
+    REJECT_REASON_MAX,
+    RERUN,
+    approve,
+    expire_approvals,
+    reject,
+    rerun,
+)
 from app.jobs.queue.claims import (
     CLAIM,
     CLAIM_COLUMNS,
@@ -156,23 +168,15 @@ from app.jobs.queue.sweep import (
     stuck_dependents,
 )
 from app.jobs.queue.transitions import (
-    APPROVE,
     CANCEL_QUEUED,
     CASCADE_CANCEL_REMOVED,
     DELETE_JOB,
-    LAST_DECISION,
-    REJECT,
-    REJECT_REASON_MAX,
     REOPEN_BLOCKED,
     REQUEST_CANCEL,
-    RERUN,
     RESCHEDULE,
     RETRY_FAILED,
-    approve,
     cancel,
     delete,
-    reject,
-    rerun,
     reschedule,
     retry,
     run_again,
@@ -302,6 +306,7 @@ __all__ = [
     "RERUN",
     "LAST_DECISION",
     "approve",
+    "expire_approvals",
     "REJECT_REASON_MAX",
     "reject",
     "rerun",

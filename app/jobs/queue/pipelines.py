@@ -15,8 +15,8 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput
-from app.jobs import outbox
-from app.jobs.fanout import check_for_each, expand_literal
+from app.jobs import approvals, outbox
+from app.jobs.fanout import base_key, check_for_each, expand_literal
 from app.jobs.graph import check_graph, topo_order, validate_step_input
 from app.jobs.payload import json_text, text_problem
 from app.jobs.queue.common import conn_of, new_id, sql
@@ -128,6 +128,7 @@ def _check_spec(
             raise BadInput.field(f"steps[{i}].input_data", "must be a JSON object")
         if not isinstance(step.get("requires_approval", False), bool):
             raise BadInput.field(f"steps[{i}].requires_approval", "must be true or false")
+        approvals.parse_step(step, f"steps[{i}]")
         items = step.get("for_each")
         if isinstance(items, list):
             paths.update({f"{step['key']}[{n}]": f"steps[{i}].for_each[{n}]" for n in range(len(items))})
@@ -260,10 +261,16 @@ async def create_pipeline(
         .mappings()
         .one()
     )
+    rules = await _approval_rules(conn, steps, user_id)
     regular, deferred, gates = _gated(expanded)
     ids = {s["key"]: new_id() for s in regular}
     jobs, pending, edges = _step_jobs(regular, stored_inputs, user_id, pipeline_id, request_id, ids, gates)
     await insert_steps(conn, jobs, settings, pending, edges, actor or f"user:{user_id}")
+    # A step run once per item has its step's approval rule on every instance.
+    await approvals.store_rules(
+        conn,
+        [(j.id, *rules[base]) for j in jobs if (base := base_key(j.step_key or "") or j.step_key) in rules],
+    )
     for key, step in deferred.items():
         parents = [ids[d] for d in step.get("depends_on") or []]
         dependents = [
@@ -273,6 +280,22 @@ async def create_pipeline(
             conn, pipeline_id, {**step, "input_data": stored_inputs[key]}, parents, dependents, settings
         )
     return row
+
+
+async def _approval_rules(
+    conn: AsyncConnection, steps: list[dict[str, Any]], user_id: int
+) -> dict[str, tuple[approvals.ApprovalSpec, approvals.Rule]]:
+    """Each step's named approvers, resolved for the pipeline's owner, by step key.
+
+    Raises:
+        BadInput: see :func:`app.jobs.approvals.resolve`.
+    """
+    rules = {}
+    for i, step in enumerate(steps):
+        spec = approvals.parse_step(step, f"steps[{i}]")
+        if spec is not None:
+            rules[step["key"]] = (spec, await approvals.resolve(conn, spec, user_id, f"steps[{i}]"))
+    return rules
 
 
 async def insert_steps(

@@ -14,6 +14,7 @@ entry and admin notice in the same transaction. :data:`CONTROLLERS` is what the 
 """
 
 from app.web.admin.alerts import AlertsAdminController
+from app.web.admin.approvals import ApprovalsInboxController
 from app.web.admin.audit import AuditController
 from app.web.admin.failed import FailedJobsController
 from app.web.admin.health import HEALTH_QUERIES, HealthController
@@ -33,10 +34,12 @@ CONTROLLERS = [
     AuditController,
     AdminJobsController,
     FailedJobsController,
+    ApprovalsInboxController,
 ]
 
 __all__ = [
     "CONTROLLERS",
+    "ApprovalsInboxController",
     "HEALTH_QUERIES",
     "AdminJobsController",
     "AlertsAdminController",

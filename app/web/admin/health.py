@@ -32,6 +32,7 @@ from app.errors import BadInput, Conflict, NotFound
 from app.jobs import queue
 from app.processors import registry
 from app.web import DbSession, flash, is_htmx, render
+from app.web.admin.waiting import WAITING_KINDS, waiting_kinds
 from app.web.deps import client_ip, settings_of
 
 POLL = "every 5s"
@@ -135,6 +136,7 @@ HEALTH_QUERIES = {
     "failed_last_hour": FAILED_LAST_HOUR,
     "type_hour": TYPE_HOUR,
     "types_without_workers": queue.TYPES_WITHOUT_WORKERS,
+    "waiting_kinds": WAITING_KINDS,
 }
 """Every query a poll of ``/admin/health`` runs, by name (a test EXPLAINs each on a large table)."""
 
@@ -242,6 +244,7 @@ async def health(db: AsyncSession, settings: Any, chart_range: str = CHART_DEFAU
         "chart_range": chart_range,
         "chart_ranges": list(CHART_RANGES),
         "poll": POLL,
+        "waiting_kinds": await waiting_kinds(db),
     }
 
 

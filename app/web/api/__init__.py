@@ -1,6 +1,7 @@
 """The JSON API, documented at ``/schema``: one module per resource.
 
 * :mod:`.me` — ``/api/me``;
+* :mod:`.approvals` — ``/api/approvals`` (the steps you may decide, and deciding them);
 * :mod:`.jobs` — ``/api/jobs`` (enqueue, read, list, history, every action, bulk);
 * :mod:`.pipelines` — ``/api/pipelines``;
 * :mod:`.batches` — ``/api/batches``;
@@ -18,6 +19,7 @@ for bad input. Every change goes through :mod:`app.actions`, as the pages' chang
 
 from litestar import Router
 
+from app.web.api.approvals import ApprovalsApiController
 from app.web.api.batches import BatchesApiController
 from app.web.api.held_jobs import HeldJobsApiController
 from app.web.api.job_types import JobTypeControlsApiController, JobTypesApiController
@@ -35,6 +37,7 @@ jobs), registered as one unit."""
 
 ROUTE_HANDLERS = [
     AccountApiController,
+    ApprovalsApiController,
     JobsApiController,
     PipelinesApiController,
     BatchesApiController,
@@ -49,6 +52,7 @@ ROUTE_HANDLERS = [
 __all__ = [
     "ROUTE_HANDLERS",
     "AccountApiController",
+    "ApprovalsApiController",
     "BatchesApiController",
     "ControlsApiController",
     "HeldJobsApiController",

@@ -58,6 +58,11 @@ class PipelineStep:
     for_each: list[Any] | dict[str, Any] | None = None
     """Run the step once per item: a list, or ``{"$ref": "<step>.<field>"}`` naming a list in a
     parent's result; ``{"$item": ""}`` in ``input_data`` is the item (``{"$item": "name"}`` its field)."""
+    # Checked by the queue (app.jobs.approvals), so that a wrong value gets 422 naming its path.
+    approvers: Any = None
+    approvals_needed: Any = None
+    approval_timeout: Any = None
+    on_approval_timeout: Any = None
 
 
 @dataclass

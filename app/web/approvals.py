@@ -1,0 +1,119 @@
+"""An approver's pages: ``GET /approvals`` (the steps you may decide now, oldest first), ``GET
+/approvals/{id}`` (one step: what to look at, the decisions so far, Approve and Reject) — also where a
+one-click link from an alert or e-mail lands (``?token=…``, signed and expiring) — and ``POST
+/approvals/{id}/approve|reject`` (a form with CSRF; from a list row through htmx, the row goes away).
+
+A GET never decides; every page needs a signed-in person, and the decision is checked against the
+step's own approvers (:mod:`app.actions.approvals`) whichever way the person came.
+
+No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
+"""
+
+from typing import Any
+
+from litestar import Controller, Request, get, post
+from litestar.params import FromPath, FromQuery
+from litestar.response import Template
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.actions import approvals
+from app.actions.jobs import ActionOutcome, parse_id
+from app.auth import requires_user
+from app.errors import BadInput, Forbidden
+from app.web import DbSession, display, is_htmx, render
+from app.web.deps import actor_of, keep_refusal, settings_of
+
+
+def sentence(text: str) -> str:
+    text = text.strip()
+    return text[:1].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
+
+
+def with_result(row: dict[str, Any]) -> dict[str, Any]:
+    """A waiting step with its result as the job page shows it (:func:`app.web.display.result_items`)."""
+    result = row.get("result_data")
+    row["result_items"] = display.result_items(result)
+    row["result_json"] = None if row["result_items"] or result is None else display.pretty_json(result)
+    row["waited"] = display.now_utc() - row["waiting_since"]
+    return row
+
+
+def check_token(request: Request[Any, Any, Any], job_id: Any, token: str | None) -> None:
+    """A one-click link's token, when there is one, must be this step's and unexpired.
+
+    Raises:
+        Forbidden: the token was altered, is for another step, or has expired.
+    """
+    if token is None:
+        return
+    problem = approvals.link_problem(settings_of(request).resolved_secret_key(), job_id, token)
+    if problem:
+        raise Forbidden(problem)
+
+
+async def decide_from_form(
+    db: AsyncSession, request: Request[Any, Any, Any], job_id: str, decision: str
+) -> ActionOutcome:
+    """The decision a form asks for; a missing reason or a bad token answers in place (422, 403)."""
+    form = await request.form()
+    token = form.get("token")
+    check_token(request, job_id, str(token) if token else None)
+    comment = str(form.get("reason") or form.get("comment") or "")
+    try:
+        outcome = await approvals.decide(db, actor_of(request), job_id, decision, comment)
+    except BadInput as exc:
+        message = sentence(exc.errors.get("reason") or exc.errors.get("comment") or exc.detail)
+        return ActionOutcome(decision, False, message, 422, parse_id(job_id))
+    await keep_refusal(db, outcome.status_code)
+    return outcome
+
+
+class ApprovalsController(Controller):
+    """``/approvals``: anyone signed in; each step shows only to the people it names (403 otherwise)."""
+
+    path = "/approvals"
+    guards = [requires_user]
+    include_in_schema = False
+
+    @get("/", name="approvals.list")
+    async def approvals_list(
+        self, request: Request[Any, Any, Any], db_session: DbSession, after: FromQuery[str | None] = None
+    ) -> Template:
+        """The steps waiting for your decision, oldest first."""
+        page = await approvals.mine(db_session, request.user, after=after)
+        rows = [with_result(r) for r in page.rows]
+        return render(
+            request, "approvals/list.html", {"rows": rows, "after": page.after, "base": "/approvals"}
+        )
+
+    @get("/{job_id:str}", name="approvals.step")
+    async def step_page(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        job_id: FromPath[str],
+        token: FromQuery[str | None] = None,
+    ) -> Template:
+        """One step and its Approve / Reject forms (a one-click link's landing page)."""
+        check_token(request, job_id, token)
+        step = with_result(await approvals.step_for(db_session, request.user, job_id))
+        return render(request, "approvals/step.html", {"step": step, "token": token})
+
+    @post(["/{job_id:str}/approve", "/{job_id:str}/reject"], name="approvals.decide", status_code=200)
+    async def decide(
+        self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
+    ) -> Template:
+        """Approve or reject. From a list row (htmx): the row disappears, or shows why not; from the
+        step's page: the page again, with the outcome."""
+        decision = request.url.path.rstrip("/").rsplit("/", 1)[1]
+        outcome = await decide_from_form(db_session, request, job_id, decision)
+        if is_htmx(request) and request.headers.get("hx-target", "").startswith("approval-"):
+            if outcome.ok:
+                return render(request, "approvals/_gone.html", {"outcome": outcome})
+            step = with_result(await approvals.step_for(db_session, request.user, job_id))
+            ctx = {"r": step, "notice": outcome.message, "notice_ok": outcome.ok}
+            return render(request, "approvals/_row.html", ctx, status_code=outcome.status_code)
+        step = with_result(await approvals.step_for(db_session, request.user, job_id))
+        form = await request.form()
+        ctx = {"step": step, "token": form.get("token"), "notice": outcome.message, "notice_ok": outcome.ok}
+        return render(request, "approvals/step.html", ctx, status_code=outcome.status_code)
