@@ -219,6 +219,7 @@ async def status_context(
         ctx["error"] = display.error_summary(row, outcome["error_message"], user, upstream)
         if row.get("requires_approval") and row["completed_at"] and row["started_at"]:
             ctx["work"] = await approval_times(db, row)
+        if row["status"] == Status.WAITING_APPROVAL:  # the step's own approvers, not only admins
             may = await approval_actions.may_decide(db, user, row["id"], row["user_id"])
             ctx["actions"]["approve"] = ctx["actions"]["reject"] = may
     elif row.get("error_preview"):

@@ -196,8 +196,8 @@ async def test_health_numbers_on_seeded_data(
     assert '<strong id="stat-waiting">3</strong>' in html  # 4 enqueued, 1 running
     assert '<strong id="stat-oldest">2 h</strong>' in html
     assert '<strong id="stat-failed">3</strong>' in html  # 2 + 1 in the last hour, not the 50 before
-    assert "16 jobs done and 3 failed in the last 30 minutes; busiest minute 10" in html
-    assert html.count('class="bar-ok"') == 30
+    assert "16 jobs done and 3 failed in the last hour; busiest minute 10" in html  # the 1 h default
+    assert html.count('class="bar-ok"') == 60
 
 
 async def test_health_poll_queries_use_indexes(

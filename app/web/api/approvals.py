@@ -16,6 +16,7 @@ from app.auth import requires_user
 from app.web import DbSession
 from app.web.api.jobs import job_response
 from app.web.deps import actor_of, keep_refusal
+from app.web.openapi import errors
 
 
 @dataclass
@@ -50,7 +51,7 @@ class ApprovalsApiController(Controller):
     guards = [requires_user]
     tags = ["approvals"]
 
-    @get("/", name="api.approvals.list")
+    @get("/", name="api.approvals.list", responses=errors(401, 422))
     async def list_approvals(
         self, request: Request[Any, Any, Any], db_session: DbSession, after: FromQuery[str | None] = None
     ) -> dict[str, Any]:
@@ -59,7 +60,12 @@ class ApprovalsApiController(Controller):
         page = await approvals.mine(db_session, request.user, after=after)
         return {"items": [step_json(r) for r in page.rows], "next": page.after}
 
-    @post(["/{job_id:str}/approve", "/{job_id:str}/reject"], name="api.approvals.decide", status_code=200)
+    @post(
+        ["/{job_id:str}/approve", "/{job_id:str}/reject"],
+        name="api.approvals.decide",
+        responses=errors(401, 403, 404, 409, 413, 422),
+        status_code=200,
+    )
     async def decide(
         self,
         request: Request[Any, Any, Any],
