@@ -6,11 +6,9 @@ Starting a batch is a submission like any other: the type must be one the person
 (:mod:`app.actions.quotas`) — a batch counts once per minute, like a pipeline, and all its rows count
 as waiting jobs; a batch that would go over the waiting limit is refused whole, before it is built.
 
-"Retry failed rows" is for the batch's owner and admins. One failed job is retried by an admin only,
-because its owner cannot tell a fault of the job type from one of the input; a batch's owner sees its
-rows side by side, and a batch is theirs to finish, so they may give its failed rows a fresh set of
-attempts — counted against their waiting limit, through the queue's own retry transition. An admin's
-retry is audited.
+"Retry failed rows" is for the batch's owner and admins, as a retry of one failed job is: each row goes
+through the queue's own retry transition (and its rule of who may), with a fresh set of attempts
+counted against the owner's waiting limit. The retry is audited.
 """
 
 from __future__ import annotations
@@ -87,14 +85,6 @@ async def submit(
 
 
 @dataclass
-class _ForOwner:
-    """The queue's principal for a retry this module has allowed (see the module's words)."""
-
-    id: int
-    is_admin: bool = True
-
-
-@dataclass
 class RetryOutcome:
     """What "Retry failed rows" did: how many rows went back to the queue, and in plain words."""
 
@@ -126,14 +116,11 @@ async def retry_failed(db: AsyncSession, actor: Actor, batch_id: Any) -> RetryOu
     ids = await batches.failed_ids(db, row["id"])
     await quotas.before_submit(db, actor.user, actor.settings)
     await quotas.before_adding(db, actor.user, actor.settings, len(ids))
-    # The batch rule above decides who may; the queue's retry checks an admin, so it acts for the owner
-    # as the system does for schedules, with the events naming the person who asked.
-    principal = _ForOwner(id=actor.user.id)
     retried = skipped = 0
     for jid in ids:
         try:
             async with db.begin_nested():
-                await queue.retry(db, jid, principal)
+                await queue.retry(db, jid, actor.user)
             retried += 1
         except Conflict:
             skipped += 1  # retried or deleted meanwhile by someone else

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from litestar import Controller, Request, get, post
-from litestar.params import FromPath
+from litestar.params import FromPath, FromQuery
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -159,7 +159,7 @@ class ScheduleEditController(Controller):
 
     @get("/preview", name="admin.schedules.preview")
     async def preview_fragment(
-        self, request: Request[Any, Any, Any], cron: str = "", timezone: str = ""
+        self, request: Request[Any, Any, Any], cron: FromQuery[str] = "", timezone: FromQuery[str] = ""
     ) -> Template:
         """The next five fire times for the cron and zone typed so far (htmx, as the admin types)."""
         times, problem = preview(cron[:200], timezone[:100] or "UTC", request.user.timezone)

@@ -6,7 +6,7 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 from typing import Any
 
 from litestar import Controller, Request, get, post, put
-from litestar.params import Body
+from litestar.params import JSONBody
 
 from app import notifications
 from app.auth import requires_user
@@ -36,7 +36,7 @@ class NotificationsApiController(Controller):
         "/notifications/read", name="api.notifications.read", responses=errors(401, 413, 422), status_code=200
     )
     async def mark_read(
-        self, request: Request[Any, Any, Any], db_session: DbSession, data: Any = Body(default=None)
+        self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[Any] = None
     ) -> dict[str, Any]:
         """Mark notices read: ``{"ids": [1, 2]}`` or ``{"all": true}``. Others' ids change nothing.
         Answers ``{"marked": n, "unread": n}``."""
@@ -57,7 +57,7 @@ class NotificationsApiController(Controller):
 
     @put("/me/notifications", name="api.me.notifications", responses=errors(401, 413, 422))
     async def email_choice(
-        self, request: Request[Any, Any, Any], db_session: DbSession, data: Any = Body(default=None)
+        self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[Any] = None
     ) -> dict[str, Any]:
         """``{"email": true}``: notices are also e-mailed (when the server has SMTP set)."""
         if not isinstance(data, dict) or not isinstance(data.get("email"), bool):
