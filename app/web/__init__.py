@@ -15,14 +15,13 @@ Filters available in every template (registered by :func:`register_filters`):
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
 from jinja2 import pass_context
 from litestar import Request
 from litestar.di import NamedDependency
 from litestar.plugins.jinja import JinjaTemplateEngine
-from litestar.response import Redirect, Template
+from litestar.response import Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.formatting import COMMON_ZONES, format_bytes, format_localtime, zone, zone_names
@@ -69,14 +68,6 @@ def render(
         # a full page shows the notice an action left for it (app.web.flash), once
         ctx["flash"], cookies = flash.render_flash(request)
     return Template(template_name=name, context=ctx, status_code=status_code, headers=hdrs, cookies=cookies)
-
-
-def redirect_with_notice(path: str, notice: str) -> Redirect:
-    """303 to ``path?done=<notice>``: the page it lands on shows the notice (cut to 200 characters), and
-    reloading it does not repeat the action. Only for a note about the job just submitted (the job page
-    words it as a note on its input); admin actions use :func:`app.web.flash.redirect`, which a crafted
-    link cannot fake."""
-    return Redirect(f"{path}?{urlencode({'done': notice[:200]})}", status_code=303)
 
 
 # --- filters ------------------------------------------------------------------------------------------------

@@ -16,17 +16,17 @@ the same actions); this module reads the forms and renders. Errors are shown nex
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
 
-from typing import Annotated, Any
+from typing import Any
 
 from litestar import Controller, Request, get, post
-from litestar.params import FromPath, QueryParameter
+from litestar.params import FromPath
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import auth
 from app.actions import account as account_actions
 from app.errors import BadInput
-from app.web import DbSession, redirect_with_notice, render
+from app.web import DbSession, flash, render
 from app.web.deps import client_ip
 
 THEME_WORDS = {"auto": "Automatic (follow this device)", "light": "Light", "dark": "Dark"}
@@ -84,10 +84,9 @@ class AccountController(Controller):
         self,
         request: Request[Any, Any, Any],
         db_session: DbSession,
-        done: Annotated[str | None, QueryParameter()] = None,
     ) -> Template:
-        """The account page."""
-        return await self._page(request, db_session, notice=(done or "")[:200] or None)
+        """The account page (a notice an action left shows once: :mod:`app.web.flash`)."""
+        return await self._page(request, db_session)
 
     @post("/password", name="account.password", status_code=200)
     async def change_password(
@@ -114,7 +113,7 @@ class AccountController(Controller):
         others = (
             f"{n} other session{'s' if n != 1 else ''} signed out" if n else "no other session was signed in"
         )
-        return redirect_with_notice("/account", f"Password changed; {others}.")
+        return flash.redirect(request, "/account", f"Password changed; {others}.")
 
     @post("/timezone", name="account.timezone", status_code=200)
     async def set_timezone(
@@ -131,7 +130,7 @@ class AccountController(Controller):
             return await self._page(
                 request, db_session, 422, errors=dict(exc.errors), values={"timezone": typed[:64]}
             )
-        return redirect_with_notice("/account", f"Times are now shown in {zone_name}.")
+        return flash.redirect(request, "/account", f"Times are now shown in {zone_name}.")
 
     @post("/theme", name="account.theme", status_code=200)
     async def set_theme(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template | Redirect:
@@ -143,7 +142,7 @@ class AccountController(Controller):
             )
         except BadInput as exc:
             return await self._page(request, db_session, 422, errors=dict(exc.errors))
-        return redirect_with_notice("/account", f"Colours: {THEME_WORDS[theme].lower()}.")
+        return flash.redirect(request, "/account", f"Colours: {THEME_WORDS[theme].lower()}.")
 
     @post("/tokens", name="account.tokens.create", status_code=200)
     async def create_token(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
@@ -176,4 +175,4 @@ class AccountController(Controller):
     ) -> Redirect:
         """Revoke one of your tokens (404 for anyone else's)."""
         await account_actions.revoke_token(db_session, request.user, token_id, ip=client_ip(request))
-        return redirect_with_notice("/account", "API token revoked: programs using it stop working.")
+        return flash.redirect(request, "/account", "API token revoked: programs using it stop working.")

@@ -224,12 +224,9 @@ class JobsController(Controller):
         request: Request[Any, Any, Any],
         db_session: DbSession,
         job_id: FromPath[str],
-        done: Annotated[str | None, QueryParameter()] = None,
     ) -> Template:
-        """The job page (htmx: just its status part); ``done`` is a notice from the form that made it."""
-        ctx = await page_context(
-            db_session, job_id, request.user, notice=(done or "")[:300] or None, files=file_store(request)
-        )
+        """The job page (htmx: just its status part)."""
+        ctx = await page_context(db_session, job_id, request.user, files=file_store(request))
         return render(request, "jobs/detail.html", ctx, fragment="jobs/_status.html")
 
     @get("/{job_id:str}/status", name="jobs.status")

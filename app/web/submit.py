@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadInput, RateLimited, TooLarge
-from app.web import forms, redirect_with_notice, render, zone
+from app.web import flash, forms, render, zone
 from app.web.deps import file_store, settings_of
 from app.web.form_values import datetime_notes
 from app.web.form_values import parse_run_at as parse_run_at
@@ -113,7 +113,7 @@ async def answer(
     form refers to them)."""
     if created is not None:
         if sub.notes:
-            return redirect_with_notice(f"{url}{created['id']}", " ".join(sub.notes))
+            return flash.redirect(request, f"{url}{created['id']}", " ".join(sub.notes))
         return Redirect(f"{url}{created['id']}", status_code=303)
     if sub.parsed.new_files:
         await db.commit()
