@@ -161,12 +161,9 @@ class PipelinesController(Controller):
         request: Request[Any, Any, Any],
         db_session: DbSession,
         pipeline_id: FromPath[str],
-        done: Annotated[str | None, QueryParameter()] = None,
     ) -> Template:
-        """The pipeline page (htmx: its status part); ``done`` is a notice from the form that made it."""
-        ctx = await pipeline_page_context(
-            db_session, pipeline_id, request.user, notice=(done or "")[:300] or None
-        )
+        """The pipeline page (htmx: its status part)."""
+        ctx = await pipeline_page_context(db_session, pipeline_id, request.user)
         return render(request, "pipelines/detail.html", ctx, fragment="pipelines/_status.html")
 
     @get("/{pipeline_id:str}/status", name="pipelines.status")

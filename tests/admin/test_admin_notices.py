@@ -78,3 +78,14 @@ async def test_resume_of_a_type_that_is_not_paused_says_so(
     r = await post(client, "/admin/controls/resume", {"type": "test.form"}, headers=HX)
     assert r.status_code == 409 and "test.form is not paused" in r.text
     assert await pg.fetchval("SELECT count(*) FROM audit_log WHERE action = 'job_type.resume'") == 0
+
+
+async def test_no_page_takes_a_notice_from_its_address(client: AsyncTestClient, admin: CurrentUser) -> None:
+    r = await post(client, "/jobs/new/test.form", {"name": "Ann"})
+    assert r.status_code == 303, r.text
+    job = r.headers["location"].rsplit("/", 1)[1]
+    fake = "Your+files+were+deleted"
+    for path in (f"/jobs/{job}", "/account", "/jobs", "/admin/users", "/admin/schedules", "/admin/jobs"):
+        r = await client.get(f"{path}?done={fake}&notice={fake}")
+        assert r.status_code == 200, path
+        assert "Your files were deleted" not in r.text, path
