@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from app.db import asyncpg_dsn
-from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll
+from tests.support.browser import BROWSER_MARKS, Watch, answer_confirm, no_horizontal_scroll
 from tests.support.webkit import PASSWORD, add_user, running_server
 
 pytestmark = BROWSER_MARKS
@@ -98,6 +98,7 @@ def test_account_page_flows_in_copenhagen(
         page.goto(base + "/account")
         assert token not in page.content()
         page.locator("#token-table form[action$='/revoke'] button").first.click()
+        assert "Programs using it stop working" in answer_confirm(page)  # the in-page dialog
         page.wait_for_selector("#no-tokens")
         assert httpx.get(base + "/api/me", headers=auth).status_code == 401
 
@@ -111,7 +112,7 @@ def test_account_page_flows_in_copenhagen(
         assert auto_dark != auto_light
         page.check("#theme-dark")
         page.click("#save-theme")
-        page.wait_for_url(re.compile(r"/account\?"))
+        page.wait_for_selector("#flash-notice")  # the page after the change, with its notice
         assert page.get_attribute("html", "data-theme") == "dark"
         assert page.evaluate("getComputedStyle(document.documentElement).backgroundColor") == auto_dark
         page.goto(base + "/jobs")
@@ -120,7 +121,7 @@ def test_account_page_flows_in_copenhagen(
         page.screenshot(path=str(artifacts_dir / "account-dark.png"), full_page=True)
         page.check("#theme-auto")
         page.click("#save-theme")
-        page.wait_for_url(re.compile(r"/account\?"))
+        page.wait_for_selector("#flash-notice")  # the page after the change, with its notice
         assert page.get_attribute("html", "data-theme") is None
 
         # on a phone: the same page, nothing scrolls sideways; it is another browser of ann's
@@ -152,6 +153,7 @@ def test_account_page_flows_in_copenhagen(
         ann_id = _fetch(db_url, "SELECT id FROM users WHERE email = 'ann@example.com'")
         assert "last signed in" in admin_page.inner_text(f"#last-sign-in-{ann_id}")
         admin_page.click(f"#reset-password-{ann_id}")
+        answer_confirm(admin_page)
         admin_page.wait_for_selector("#secret-value")
         one_time = admin_page.inner_text("#secret-value").strip()
         page.goto(base + "/jobs")
