@@ -3,7 +3,7 @@
 
 * a CSV chosen as a picture is an error next to the field, before any job exists;
 * a thumbnail job's page shows its pictures in place; My jobs finds it by its file name;
-* "Photo batch" puts the contact sheet at the top and its header counts the steps its plan added;
+* "Photo batch" puts the contact sheet at the top and its header counts its steps (one per picture);
 * "CSV report with review" (approved by an admin) offers its report, opened in a new tab;
 * every page at 1280 px and at 390 px without sideways scrolling.
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll
+from tests.support.browser import BROWSER_MARKS, Watch, answer_confirm, no_horizontal_scroll
 from tests.support.procs import EXAMPLES
 from tests.support.webkit import FORMS_ENV, PASSWORD, add_user, running_server
 
@@ -132,14 +132,14 @@ def test_results_at_a_glance_at_desktop_and_phone_width(
     assert page.locator("#job-list tbody tr").count() == 1
     on_a_phone(page, artifacts_dir, "my-jobs-search")
 
-    # Photo batch: the contact sheet at the top; the header counts the steps the plan added
+    # Photo batch: the contact sheet at the top; the header counts its steps (one per picture, the sheet)
     page.goto(base + "/pipelines/new/photo_batch")
     assert "one step per picture" in page.locator(".steps-preview summary").inner_text()
     page.set_input_files("#f-images", [str(EXAMPLES / "images" / n) for n in ("chelsea.jpg", "coffee.jpg")])
     page.click("button.submit")
     page.wait_for_url(re.compile(r".*/pipelines/[0-9a-f-]{36}$"))
     page.locator("#pipeline-status .status-head .status", has_text="Done").wait_for(timeout=WAIT)
-    assert page.locator("#pipeline-summary").inner_text().startswith("Pipeline of 4 steps")
+    assert page.locator("#pipeline-summary").inner_text().startswith("Pipeline of 3 steps")
     sheet = page.locator("#outputs figure.preview img")
     assert sheet.count() == 1
     shown(page, "#outputs figure.preview img")
@@ -155,8 +155,8 @@ def test_results_at_a_glance_at_desktop_and_phone_width(
     pipeline_url = page.url
     admin = signed_in(browser, base, "root@example.com")
     admin.goto(pipeline_url)
-    admin.once("dialog", lambda d: d.accept())
     admin.locator("[id^=approve-]").first.click(timeout=WAIT)
+    answer_confirm(admin)  # the in-page dialog
     admin.locator("#pipeline-status .notice", has_text="Approved").wait_for(timeout=WAIT)
     page.locator("#pipeline-status .status-head .status", has_text="Done").wait_for(timeout=WAIT)
     report = page.locator("#outputs a[target=_blank][href$='?view=1']")
