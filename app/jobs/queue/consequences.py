@@ -20,13 +20,19 @@ Changed = Fetched
 """A job row a transition returned: at least ``id``, ``status`` and ``pipeline_id`` (failures and
 approvals also ``type``, ``user_id``, ``title``, ``step_key`` for their alerts)."""
 
+# The dependents are locked in id order before they are updated: completions of parents that share
+# children (on different workers, at the same moment) then queue behind each other instead of
+# deadlocking on rows locked in opposite orders.
 RELEASE_DEPENDENTS = sql(
     """
     WITH d AS (
         SELECT job_id, count(*) AS n FROM job_dependencies WHERE depends_on = ANY(CAST(:ids AS uuid[])) GROUP BY job_id
+    ), locked AS (
+        SELECT c.id FROM jobs c JOIN d ON d.job_id = c.id ORDER BY c.id FOR UPDATE OF c
     )
     UPDATE jobs c SET pending_parents = c.pending_parents - d.n, updated_at = now()
-    FROM d WHERE c.id = d.job_id AND c.status = 'queued' AND c.pending_parents > 0
+    FROM d JOIN locked ON locked.id = d.job_id
+    WHERE c.id = d.job_id AND c.status = 'queued' AND c.pending_parents > 0
     RETURNING c.id, c.pending_parents, c.run_at <= now() AS due
     """
 )
