@@ -138,7 +138,8 @@ async def test_demo_submits_everything_and_each_reaches_its_end_state(db_url, tm
                 timeout=120,
                 what="the photo batch",
             )
-            assert await pg.fetchval("SELECT count(*) FROM jobs WHERE pipeline_id = $1::uuid", photo) == 6
+            # one thumbnail step per picture (for_each over 4) and the sheet
+            assert await pg.fetchval("SELECT count(*) FROM jobs WHERE pipeline_id = $1::uuid", photo) == 5
             check = await wait_until(
                 lambda: pg.fetchval(
                     "SELECT id FROM jobs WHERE pipeline_id = $1::uuid AND step_key = 'check' AND status = 'waiting_approval'",
