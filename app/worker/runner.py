@@ -370,7 +370,13 @@ class Worker:
         while not self.stopping:
             self._fill_slots()
             free = self._free_slots()
-            room = self.buffer.room()
+            # A slot held by a task that ignored its cancel frees at an unknown time: no job waits for it.
+            room = max(
+                0,
+                min(
+                    self.buffer.room(), self.buffer.capacity - len(self.executor.lingering) - len(self.buffer)
+                ),
+            )
             if free <= 0 and room < max(1, self.buffer.capacity // 2):
                 # Every slot busy and the buffer mostly full: refill it once half of it has started.
                 self._slot_freed.clear()
