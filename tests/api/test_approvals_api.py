@@ -152,7 +152,8 @@ async def test_the_page_and_the_one_click_link_need_a_named_approver_and_a_good_
     tampered = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
     expired = link_token(secret, jid, now=time.time() - 8 * 86400)
     other = link_token(secret, uuid.uuid4())
-    for bad in (tampered, expired, other.split(".")[0] + "." + token.split(".")[1]):
+    later = f"{int(token.split('.')[0]) + 3600}.{token.split('.')[1]}"  # a longer life, the same signature
+    for bad in (tampered, expired, other, later):
         assert (await client.get(f"/approvals/{jid}?token={bad}")).status_code == 403
         r = await client.post(f"/approvals/{jid}/approve", data={"_csrf_token": anns, "token": bad})
         assert r.status_code == 403
