@@ -63,6 +63,38 @@ MINUTE_AGO = "statement_timestamp() - interval '1 minute'"
 # however many jobs of other types come first). ``picked``: the first ``limit`` of both, in claim order.
 # Every time the claim writes is the statement's own (``statement_timestamp()``): it began after the
 # previous holder of the type's lock committed, so starts are recorded in the order they happened.
+# What a claim does with the rows its ``picked`` step chose (and the ``room`` of their types): marks them
+# in progress with a lease, writes each one's ``claimed`` event and the rated types' starts, and returns
+# them with their parents' results — shared by the plain claim and the claim under per-person limits.
+CLAIMED_FROM_PICKED = f"""
+    , claimed AS (
+        UPDATE jobs j
+        SET status = 'in_progress', attempts = j.attempts + 1, locked_by = :worker,
+            lease_expires_at = statement_timestamp() + make_interval(secs => :lease),
+            started_at = statement_timestamp(), updated_at = now(), progress = NULL, progress_message = NULL
+        WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = 'queued'
+        RETURNING {", ".join("j." + c for c in CLAIM_FIELDS)}
+    ), ev AS (
+        INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, data, at)
+        SELECT id, pipeline_id, 'claimed', 'queued', 'in_progress', :actor,
+               jsonb_build_object('attempt', attempts), statement_timestamp()
+        FROM claimed
+    ), started AS (
+        INSERT INTO job_type_starts (type, at, n)
+        SELECT claimed.type, statement_timestamp(), count(*)
+        FROM claimed JOIN room ON room.type = claimed.type AND room.rated
+        GROUP BY claimed.type
+        ON CONFLICT (type, at) DO UPDATE SET n = job_type_starts.n + EXCLUDED.n
+    ), pruned AS (
+        DELETE FROM job_type_starts s USING room WHERE s.type = room.type AND s.at < {MINUTE_AGO}
+    )
+    SELECT claimed.*, (
+        SELECT jsonb_object_agg(COALESCE(p.step_key, p.id::text), p.result_data)
+        FROM job_dependencies d JOIN jobs p ON p.id = d.depends_on WHERE d.job_id = claimed.id
+    ) AS parents
+    FROM claimed ORDER BY priority DESC, run_at, id
+"""
+
 CLAIM = sql(
     f"""
     WITH room AS MATERIALIZED (
@@ -94,33 +126,7 @@ CLAIM = sql(
         SELECT id FROM (SELECT * FROM free UNION ALL SELECT * FROM capped) c
         ORDER BY priority DESC, run_at, id
         LIMIT :limit
-    ), claimed AS (
-        UPDATE jobs j
-        SET status = 'in_progress', attempts = j.attempts + 1, locked_by = :worker,
-            lease_expires_at = statement_timestamp() + make_interval(secs => :lease),
-            started_at = statement_timestamp(), updated_at = now(), progress = NULL, progress_message = NULL
-        WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = 'queued'  -- primary-key lookups
-        RETURNING {", ".join("j." + c for c in CLAIM_FIELDS)}
-    ), ev AS (
-        INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, data, at)
-        SELECT id, pipeline_id, 'claimed', 'queued', 'in_progress', :actor,
-               jsonb_build_object('attempt', attempts), statement_timestamp()
-        FROM claimed
-    ), started AS (
-        INSERT INTO job_type_starts (type, at, n)
-        SELECT claimed.type, statement_timestamp(), count(*)
-        FROM claimed JOIN room ON room.type = claimed.type AND room.rated
-        GROUP BY claimed.type
-        ON CONFLICT (type, at) DO UPDATE SET n = job_type_starts.n + EXCLUDED.n
-    ), pruned AS (
-        DELETE FROM job_type_starts s USING room WHERE s.type = room.type AND s.at < {MINUTE_AGO}
-    )
-    SELECT claimed.*, (
-        SELECT jsonb_object_agg(COALESCE(p.step_key, p.id::text), p.result_data)
-        FROM job_dependencies d JOIN jobs p ON p.id = d.depends_on WHERE d.job_id = claimed.id
-    ) AS parents
-    FROM claimed ORDER BY priority DESC, run_at, id
-    """
+    ){CLAIMED_FROM_PICKED}    """
 )
 
 # Locks, in type order (no deadlock between claimers), the control rows of the limited types among

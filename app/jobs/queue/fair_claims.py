@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.jobs.queue.claims import (
     CLAIMABLE,
+    CLAIMED_FROM_PICKED,
     LIMITED_ROW,
     MINUTE_AGO,
     SERVED,
@@ -37,7 +38,7 @@ from app.jobs.queue.claims import (
     lock_limits,
 )
 from app.jobs.queue.common import fetch_rows, sql
-from app.jobs.rows import CLAIM_FIELDS, claimed_jobs
+from app.jobs.rows import claimed_jobs
 
 ORDER = "priority DESC, run_at, id"
 
@@ -123,33 +124,7 @@ FAIR_CLAIM = sql(
             LIMIT :limit
         )
         FOR UPDATE SKIP LOCKED
-    ), claimed AS (
-        UPDATE jobs j
-        SET status = 'in_progress', attempts = j.attempts + 1, locked_by = :worker,
-            lease_expires_at = statement_timestamp() + make_interval(secs => :lease),
-            started_at = statement_timestamp(), updated_at = now(), progress = NULL, progress_message = NULL
-        WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = 'queued'
-        RETURNING {", ".join("j." + c for c in CLAIM_FIELDS)}
-    ), ev AS (
-        INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, data, at)
-        SELECT id, pipeline_id, 'claimed', 'queued', 'in_progress', :actor,
-               jsonb_build_object('attempt', attempts), statement_timestamp()
-        FROM claimed
-    ), started AS (
-        INSERT INTO job_type_starts (type, at, n)
-        SELECT claimed.type, statement_timestamp(), count(*)
-        FROM claimed JOIN room ON room.type = claimed.type AND room.rated
-        GROUP BY claimed.type
-        ON CONFLICT (type, at) DO UPDATE SET n = job_type_starts.n + EXCLUDED.n
-    ), pruned AS (
-        DELETE FROM job_type_starts s USING room WHERE s.type = room.type AND s.at < {MINUTE_AGO}
-    )
-    SELECT claimed.*, (
-        SELECT jsonb_object_agg(COALESCE(p.step_key, p.id::text), p.result_data)
-        FROM job_dependencies d JOIN jobs p ON p.id = d.depends_on WHERE d.job_id = claimed.id
-    ) AS parents
-    FROM claimed ORDER BY {ORDER}
-    """
+    ){CLAIMED_FROM_PICKED}    """
 )
 
 
