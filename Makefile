@@ -46,11 +46,14 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# Two pytest processes for most tests, then the timing-bound `serial` ones alone (tests/conftest.py).
 test: lint typecheck
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 --dist loadfile -m "not serial"
+	$(VENV)/bin/pytest -m serial
 
 check: lint typecheck
-	$(VENV)/bin/pytest -m "$(FAST)"
+	$(VENV)/bin/pytest -n 2 --dist loadfile -m "$(FAST) and not serial"
+	$(VENV)/bin/pytest -m "$(FAST) and serial"
 
 clean:
 	rm -rf .venv .pytest_cache .ruff_cache .mypy_cache

@@ -33,7 +33,7 @@ for _name in (
 ):
     os.environ.pop(_name, None)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 from app.db import asyncpg_dsn, run_migrations  # noqa: E402
 from app.settings import Settings, load_settings, normalize_database_url  # noqa: E402
@@ -45,6 +45,30 @@ ARTIFACTS = ROOT / "tests" / "artifacts"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true", help="run the long variants of timing-heavy tests")
+
+
+# Modules whose tests assert on wall-clock time (leases of a few seconds, a real minute's rate window, a
+# reconnect or a server start within a deadline) with worker or server processes of their own. `make
+# test` runs every other test on two pytest processes (`-m "not serial"`, pytest-xdist) and these alone
+# afterwards (`-m serial`): a neighbour's CPU spike would otherwise fail them for no fault of Jobdesk's.
+SERIAL_MODULES = {
+    "tests/ops/test_cli.py",
+    "tests/ops/test_embedded.py",
+    "tests/ops/test_ops.py",
+    "tests/ops/test_partition.py",
+    "tests/ops/test_pgbouncer.py",
+    "tests/worker/test_chaos.py",
+    "tests/worker/test_claim_order.py",
+    "tests/worker/test_claim_rate.py",
+    "tests/worker/test_worker_faults.py",
+    "tests/worker/test_worker_processes.py",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.relative_to(ROOT).as_posix() in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(scope="session")
