@@ -16,8 +16,8 @@ import tests.support.forms  # noqa: F401  (registers test.form, test.steps)
 from app import batches
 from app.processors import registry
 from app.settings import Settings
-from tests.support.jobsteps import claim, enqueue, finish
-from tests.support.webkit import HX, add_user, sign_in_as
+from tests.support.jobsteps import claim, finish
+from tests.support.webkit import add_user, sign_in_as
 
 
 @pytest.fixture
