@@ -23,6 +23,7 @@ from app.jobs.states import Status
 from app.processors import registry
 from app.web import display
 from app.web.batch_page import STATUS_WORDS, batch_state
+from app.web.notifications import bell_url, viewer_bell
 
 PAGE_SIZE = 25
 RECENT_BATCHES = 5
@@ -127,8 +128,8 @@ def list_pipelines_sql(*, status: bool, template: bool, after: bool, search: boo
     )
 
 
-def job_list_item(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A My jobs row for a job."""
+def job_list_item(row: Mapping[str, Any], bell: int | None = None) -> dict[str, Any]:
+    """A My jobs row for a job (``bell``: the unread count the page shows, carried by its cell's poll)."""
     spec = registry.get(row["type"])
     state = display.job_state(row)
     return {
@@ -139,13 +140,17 @@ def job_list_item(row: Mapping[str, Any]) -> dict[str, Any]:
         "url": f"/jobs/{row['id']}",
         "state": state,
         "created_at": row["created_at"],
-        "cell_url": None if state["terminal"] else f"/jobs/{row['id']}/cell?v={state['version']}",
+        "cell_url": None
+        if state["terminal"]
+        else bell_url(f"/jobs/{row['id']}/cell?v={state['version']}", bell),
         "percent": state["percent"] if row["status"] == Status.IN_PROGRESS else None,
         "message": (row.get("progress_message") or "")[:80] if row["status"] == Status.IN_PROGRESS else None,
     }
 
 
-def pipeline_list_item(row: Mapping[str, Any], done: int | None = None, total: int | None = None) -> dict:
+def pipeline_list_item(
+    row: Mapping[str, Any], done: int | None = None, total: int | None = None, bell: int | None = None
+) -> dict:
     """A My jobs row for a pipeline."""
     state = display.pipeline_state(row, None)
     version = display.fingerprint(state["version"], done, total)
@@ -157,7 +162,7 @@ def pipeline_list_item(row: Mapping[str, Any], done: int | None = None, total: i
         "url": f"/pipelines/{row['id']}",
         "state": {**state, "terminal": state["finished"], "version": version},
         "created_at": row["created_at"],
-        "cell_url": None if state["finished"] else f"/pipelines/{row['id']}/cell?v={version}",
+        "cell_url": None if state["finished"] else bell_url(f"/pipelines/{row['id']}/cell?v={version}", bell),
         "percent": round(100 * done / total)
         if total and done is not None and not state["finished"]
         else None,
@@ -285,10 +290,13 @@ async def list_context(
     more = len(merged) > PAGE_SIZE
     query = {"status": status or "", "type": type_filter or "", "q": search or ""}
     recent, more_batches = await recent_batches(db, user) if after_id is None else ([], False)
+    bell = await viewer_bell(db, user)  # carried by the live cells' polls
     return {
         "batches": recent,
         "more_batches": more_batches,
-        "items": [job_list_item(r) if kind == "job" else pipeline_list_item(r) for kind, r in page],
+        "items": [
+            job_list_item(r, bell) if kind == "job" else pipeline_list_item(r, bell=bell) for kind, r in page
+        ],
         "older_url": _list_url(query, page[-1][1]["id"]) if more and page else None,
         "newest_url": _list_url(query, None) if after_id else None,
         "status": status or "",
