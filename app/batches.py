@@ -58,6 +58,12 @@ BATCH_ROW = text(f"SELECT {BATCH_COLUMNS} FROM batches WHERE id = :id")
 # Not a status change: the queue's enqueue knows nothing of batches, and this keeps it so.
 SET_BATCH = text("UPDATE jobs SET batch_id = :batch_id WHERE id = ANY(CAST(:ids AS uuid[]))")
 COUNTS = text("SELECT status, count(*) AS n FROM jobs WHERE batch_id = :id GROUP BY status")
+COUNTS_OF = text(
+    """
+    SELECT batch_id, status, count(*) AS n FROM jobs WHERE batch_id = ANY(CAST(:ids AS uuid[]))
+    GROUP BY batch_id, status
+    """
+)
 JOBS = text(
     """
     SELECT id, row_number() OVER (ORDER BY id) AS row, status, title, attempts, max_attempts, error_message,
@@ -289,6 +295,17 @@ async def list_for(db: AsyncConnection | AsyncSession, principal: Any, limit: in
     """The person's latest batches (an admin's own too: the list is "mine")."""
     params = {"user_id": principal.id, "limit": limit}
     return list((await (await queue.conn_of(db)).execute(LIST_BATCHES, params)).mappings().all())
+
+
+async def recent_views(db: AsyncConnection | AsyncSession, principal: Any, limit: int) -> list[BatchView]:
+    """The person's newest ``limit`` batches with their counts and status (two queries in all)."""
+    conn = await queue.conn_of(db)
+    rows = await list_for(conn, principal, limit)
+    counts: dict[Any, dict[str, int]] = {r["id"]: {} for r in rows}
+    if rows:
+        for c in (await conn.execute(COUNTS_OF, {"ids": list(counts)})).mappings():
+            counts[c["batch_id"]][c["status"]] = int(c["n"])
+    return [BatchView(r, counts[r["id"]], *derive_status(counts[r["id"]])) for r in rows]
 
 
 async def results(

@@ -65,14 +65,21 @@ def as_json(row: Any) -> dict[str, Any]:
     return item
 
 
+APPROVAL_KINDS = ("approval_waiting", "approval_reminder")
+
+
 def link(row: Any) -> str:
-    """Where a notice leads: its job, its pipeline, or the list of the person's jobs of its kind."""
+    """Where a notice leads: a step to decide (the approver's confirm page or list: an approver need not
+    own the step, so its job page may be closed to them), its job, its pipeline, or the list of the
+    person's jobs of its kind."""
+    if row["kind"] in APPROVAL_KINDS:
+        return f"/approvals/{row['job_id']}" if row["job_id"] is not None else "/approvals"
     if row["job_id"] is not None:
         return f"/jobs/{row['job_id']}"
     if row["pipeline_id"] is not None:
         return f"/pipelines/{row['pipeline_id']}"
-    if row["kind"] == "job_failed":
-        return "/jobs?status=failed"
+    if row["kind"] in ("job_failed", "job_cancelled"):
+        return f"/jobs?status={row['kind'].removeprefix('job_')}"
     return "/jobs"
 
 

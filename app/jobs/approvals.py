@@ -214,6 +214,27 @@ async def store_rules(conn: AsyncConnection, rules: Sequence[tuple[uuid.UUID, Ap
         await conn.execute(INSERT_RULE, params)
 
 
+def stored_form(spec: ApprovalSpec, rule: Rule) -> dict[str, Any]:
+    """A step's resolved rule as JSON, kept with a ``for_each`` step whose list comes at run time so
+    that its instances get the rule resolved when the pipeline was made (:func:`from_stored`)."""
+    return {
+        "approvers": list(spec.approvers),
+        "approvals_needed": spec.approvals_needed,
+        "timeout": spec.timeout,
+        "on_timeout": spec.on_timeout,
+        "user_ids": sorted(rule.user_ids),
+        "admins": rule.admins,
+        "owner": rule.owner,
+    }
+
+
+def from_stored(data: dict[str, Any]) -> tuple[ApprovalSpec, Rule]:
+    """The ``(spec, rule)`` of :func:`stored_form`, for :func:`store_rules`."""
+    needed = int(data["approvals_needed"])
+    spec = ApprovalSpec(tuple(data["approvers"]), needed, data.get("timeout"), data.get("on_timeout"))
+    return spec, Rule(frozenset(data["user_ids"]), bool(data["admins"]), bool(data["owner"]), needed)
+
+
 RULE_OF = text("SELECT user_ids, admins, owner, approvals_needed FROM job_approval_rules WHERE job_id = :id")
 
 

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import batches, spreadsheets
 from app.web import display
 from app.web.job_page import POLL
+from app.web.notifications import bell_url, viewer_bell
 
 FAILED_SHOWN = 100
 """Failed rows listed on the page; the download has them all."""
@@ -120,6 +121,7 @@ async def batch_context(db: AsyncSession, batch_id: Any, user: Any, **kw: Any) -
     """What ``batches/_status.html`` shows."""
     view = await batches.get(db, batch_id, user)
     state = batch_state(view)
+    unread = await viewer_bell(db, user)  # the poll carries it: the bell is refreshed with the page
     failed = []
     if view.counts.get("failed"):
         params = {"id": view.id, "limit": FAILED_SHOWN}
@@ -137,7 +139,10 @@ async def batch_context(db: AsyncSession, batch_id: Any, user: Any, **kw: Any) -
         "failed": failed,
         "failed_more": max(0, view.counts.get("failed", 0) - len(failed)),
         "can_retry": bool(view.counts.get("failed")),
-        "poll_url": None if view.finished else f"/batches/{view.id}/status?v={state['version']}",
+        "poll_url": None
+        if view.finished
+        else bell_url(f"/batches/{view.id}/status?v={state['version']}", unread),
+        "unread": unread,
         "poll": POLL,
         "notice": kw.get("notice"),
         "notice_ok": kw.get("notice_ok", True),

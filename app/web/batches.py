@@ -34,6 +34,7 @@ from app.web import DbSession, is_htmx, render
 from app.web.batch_downloads import csv_chunks, zip_chunks
 from app.web.batch_page import batch_context, batch_state, mapping_view, problems_of
 from app.web.deps import actor_of, file_store, poll_status, settings_of, unchanged
+from app.web.notifications import bell_news
 
 FORM_ERROR = "_form"
 
@@ -285,15 +286,19 @@ class BatchesController(Controller):
         db_session: DbSession,
         batch_id: FromPath[str],
         v: Annotated[str | None, QueryParameter()] = None,
+        bell: Annotated[int | None, QueryParameter(ge=0, le=2**62)] = None,
     ) -> Template | Response[Any]:
-        """The polled fragment: 204 while unchanged; 286 with the final state once finished."""
+        """The polled fragment: 204 while unchanged; 286 with the final state once finished; the bell
+        out of band when the viewer's unread count is no longer ``bell``."""
         ctx = await batch_context(db_session, batch_id, request.user)
         if not is_htmx(request):
             return render(request, "batches/detail.html", ctx)
         finished = ctx["state"]["finished"]
         quiet = unchanged(v, ctx["state"]["version"], finished)
-        if quiet is not None:
+        news = bell_news(ctx["unread"], bell)
+        if quiet is not None and not news:
             return quiet
+        ctx["bell"] = ctx["unread"] if bell is not None else None
         return render(request, "batches/_status.html", ctx, status_code=poll_status(finished))
 
     @post("/{batch_id:str}/retry-failed", name="batches.retry_failed", status_code=200)

@@ -106,16 +106,22 @@ def poll_status(finished: bool) -> int:
 
 
 def cell_response(
-    request: Request[Any, Any, Any], item: Mapping[str, Any], v: str | None
+    request: Request[Any, Any, Any],
+    item: Mapping[str, Any],
+    v: str | None,
+    bell: tuple[bool, int | None] = (False, None),
 ) -> Template | Response[Any]:
-    """One My jobs status cell (a job's or a pipeline's): 204 while unchanged, 286 with the final cell."""
+    """One My jobs status cell (a job's or a pipeline's): 204 while unchanged, 286 with the final cell.
+    ``bell`` is ``(news, count)`` of :mod:`app.web.notifications`: a changed count is news too, and the
+    cell then brings the bell out of band."""
     finished = bool(item["state"]["terminal"])
     quiet = unchanged(v, item["state"]["version"], finished)
-    if quiet is not None:
+    news, count = bell
+    if quiet is not None and not news:
         return quiet
     return Template(
         template_name="jobs/_cell.html",
-        context={"item": item, "user": request.user},
+        context={"item": item, "user": request.user, "bell": count},
         status_code=poll_status(finished),
         headers={"Vary": "HX-Request"},
     )

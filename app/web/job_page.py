@@ -33,6 +33,7 @@ from app.jobs.states import LIVE, Status
 from app.processors import registry
 from app.web import display, forms, job_log, zone
 from app.web.deps import parse_uuid
+from app.web.notifications import bell_url
 
 HISTORY_LIMIT = 200
 """Most recent events shown on a job page."""
@@ -65,7 +66,8 @@ JOB_STATUS = text(
 JOB_CELL = text(
     """
     SELECT id, user_id, type, title, status, is_active, pending_parents, run_at, attempts, max_attempts,
-           progress, progress_message, created_at, updated_at
+           progress, progress_message, created_at, updated_at,
+           (SELECT count(*) FROM notifications n WHERE n.user_id = jobs.user_id AND n.read_at IS NULL) AS unread
     FROM jobs WHERE id = :id
     """
 )
@@ -197,8 +199,10 @@ async def status_context(
         "new_job_id": new_job_id,
         "poll_url": None
         if state["terminal"]
-        else f"/jobs/{row['id']}/status?v={state['version']}&log={row.get('log_seq') or 0}"
-        + (f"&bell={row['unread']}" if row.get("unread") is not None and row["user_id"] == user.id else ""),
+        else bell_url(
+            f"/jobs/{row['id']}/status?v={state['version']}&log={row.get('log_seq') or 0}",
+            row["unread"] if row.get("unread") is not None and row["user_id"] == user.id else None,
+        ),
         "poll": POLL,
         "confirms": CONFIRM,
         "result_items": [],

@@ -272,10 +272,13 @@ class JobsController(Controller):
         request: Request[Any, Any, Any],
         job_id: FromPath[str],
         v: Annotated[str | None, QueryParameter()] = None,
+        bell: Annotated[int | None, QueryParameter(ge=0, le=2**62)] = None,
     ) -> Template | Response[Any]:
-        """One My jobs status cell: 204 while unchanged, 286 with the final cell once finished."""
+        """One My jobs status cell: 204 while unchanged, 286 with the final cell once finished; the
+        bell out of band when the owner's unread count is no longer ``bell`` (one query either way)."""
         row = await poll_row(request, job_id, request.user, JOB_CELL)
-        return cell_response(request, job_list_item(row), v)
+        news, count = poll_bell(row, request.user, bell)
+        return cell_response(request, job_list_item(row, count), v, (news, count))
 
     @post(
         [f"/{{job_id:str}}/{action}" for action in ACTIONS],

@@ -1,5 +1,6 @@
 """My jobs: a person's own standalone jobs and pipelines, newest first, filtered by status and kind,
-keyset-paginated ("Older"); unfinished rows carry a live status cell that polls only its own row.
+keyset-paginated ("Older"); unfinished rows carry a live status cell that polls only its own row. Above
+them, on the first page, the person's newest :data:`RECENT_BATCHES` batches with their counts.
 
 Each query reads one user's rows through ``ix_jobs_user_id_id`` / ``ix_pipelines_user_id_id`` and never
 loads input, result or error text.
@@ -15,13 +16,18 @@ from urllib.parse import urlencode
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import batches
 from app.actions import access
 from app.actions.pipelines import startable_templates
 from app.jobs.states import Status
 from app.processors import registry
 from app.web import display
+from app.web.batch_page import STATUS_WORDS, batch_state
+from app.web.notifications import bell_url, viewer_bell
 
 PAGE_SIZE = 25
+RECENT_BATCHES = 5
+"""Batches shown above the list; "All batches" leads to the rest."""
 _LIST_JOB_COLUMNS = (
     "id, type, title, status, is_active, pending_parents, run_at, attempts, max_attempts, progress, "
     "progress_message, created_at, updated_at, started_at, completed_at"
@@ -122,8 +128,8 @@ def list_pipelines_sql(*, status: bool, template: bool, after: bool, search: boo
     )
 
 
-def job_list_item(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A My jobs row for a job."""
+def job_list_item(row: Mapping[str, Any], bell: int | None = None) -> dict[str, Any]:
+    """A My jobs row for a job (``bell``: the unread count the page shows, carried by its cell's poll)."""
     spec = registry.get(row["type"])
     state = display.job_state(row)
     return {
@@ -134,13 +140,17 @@ def job_list_item(row: Mapping[str, Any]) -> dict[str, Any]:
         "url": f"/jobs/{row['id']}",
         "state": state,
         "created_at": row["created_at"],
-        "cell_url": None if state["terminal"] else f"/jobs/{row['id']}/cell?v={state['version']}",
+        "cell_url": None
+        if state["terminal"]
+        else bell_url(f"/jobs/{row['id']}/cell?v={state['version']}", bell),
         "percent": state["percent"] if row["status"] == Status.IN_PROGRESS else None,
         "message": (row.get("progress_message") or "")[:80] if row["status"] == Status.IN_PROGRESS else None,
     }
 
 
-def pipeline_list_item(row: Mapping[str, Any], done: int | None = None, total: int | None = None) -> dict:
+def pipeline_list_item(
+    row: Mapping[str, Any], done: int | None = None, total: int | None = None, bell: int | None = None
+) -> dict:
     """A My jobs row for a pipeline."""
     state = display.pipeline_state(row, None)
     version = display.fingerprint(state["version"], done, total)
@@ -152,11 +162,37 @@ def pipeline_list_item(row: Mapping[str, Any], done: int | None = None, total: i
         "url": f"/pipelines/{row['id']}",
         "state": {**state, "terminal": state["finished"], "version": version},
         "created_at": row["created_at"],
-        "cell_url": None if state["finished"] else f"/pipelines/{row['id']}/cell?v={version}",
+        "cell_url": None if state["finished"] else bell_url(f"/pipelines/{row['id']}/cell?v={version}", bell),
         "percent": round(100 * done / total)
         if total and done is not None and not state["finished"]
         else None,
     }
+
+
+def batch_list_item(view: batches.BatchView) -> dict[str, Any]:
+    """A batch above the list: name, job type, counts by status in words, and its page."""
+    spec = registry.get(view.row["type"])
+    return {
+        "id": view.id,
+        "name": view.row["name"],
+        "type": spec.title if spec is not None else view.row["type"],
+        "url": f"/batches/{view.id}",
+        "state": batch_state(view),
+        "total": view.total,
+        "percent": view.percent,
+        "counts": [
+            {"status": s, "label": STATUS_WORDS[s], "n": view.counts[s]}
+            for s in batches.STATUSES
+            if view.counts.get(s)
+        ],
+        "created_at": view.row["created_at"],
+    }
+
+
+async def recent_batches(db: AsyncSession, user: Any) -> tuple[list[dict[str, Any]], bool]:
+    """The person's newest :data:`RECENT_BATCHES` batches, and whether they have more."""
+    views = await batches.recent_views(db, user, RECENT_BATCHES + 1)
+    return [batch_list_item(v) for v in views[:RECENT_BATCHES]], len(views) > RECENT_BATCHES
 
 
 def _type_filter_options(user: Any) -> list[tuple[str, str]]:
@@ -253,8 +289,14 @@ async def list_context(
     page = merged[:PAGE_SIZE]
     more = len(merged) > PAGE_SIZE
     query = {"status": status or "", "type": type_filter or "", "q": search or ""}
+    recent, more_batches = await recent_batches(db, user) if after_id is None else ([], False)
+    bell = await viewer_bell(db, user)  # carried by the live cells' polls
     return {
-        "items": [job_list_item(r) if kind == "job" else pipeline_list_item(r) for kind, r in page],
+        "batches": recent,
+        "more_batches": more_batches,
+        "items": [
+            job_list_item(r, bell) if kind == "job" else pipeline_list_item(r, bell=bell) for kind, r in page
+        ],
         "older_url": _list_url(query, page[-1][1]["id"]) if more and page else None,
         "newest_url": _list_url(query, None) if after_id else None,
         "status": status or "",

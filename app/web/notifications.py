@@ -14,15 +14,36 @@ from app import notifications
 from app.auth import requires_user
 from app.web import DbSession, is_htmx, render
 
+# --- the bell in the polls pages already make ----------------------------------------------------------
+# A page puts the count it shows in its poll's URL (``bell_url``); the poll compares it with the count
+# now (``bell_news``) and, when they differ, answers even if nothing else changed, with ``bell`` in its
+# context: the poll's fragment includes ``notifications/_bell_oob.html``, which swaps the bell out of
+# band, and the fragment's new poll URL carries the new count.
+
+
+def bell_url(url: str, count: int | None) -> str:
+    """``url`` carrying the unread ``count`` the page shows (unchanged when the page shows none)."""
+    return url if count is None else f"{url}{'&' if '?' in url else '?'}bell={count}"
+
+
+def bell_news(count: int | None, bell: int | None) -> bool:
+    """Whether the viewer's unread ``count`` differs from the ``bell`` their page shows."""
+    return bell is not None and count is not None and count != bell
+
+
+async def viewer_bell(db: Any, user: Any) -> int:
+    """The viewer's unread count, for a page whose poll carries it (one indexed count)."""
+    return await notifications.unread_count(db, user.id)
+
 
 def poll_bell(row: Any, user: Any, bell: int | None) -> tuple[bool, int | None]:
-    """For a job page's poll: ``(news, count)`` — whether the viewer's unread count differs from the
-    ``bell`` the page shows, and the count to show (``None`` when the poll cannot tell: the viewer is
-    not the job's owner, or the page did not say)."""
+    """For a poll whose row counts its owner's unread notices (``unread``; one round trip): ``(news,
+    count)`` — whether the count differs from the ``bell`` the page shows, and the count to show
+    (``None`` when the poll cannot tell: the viewer is not the owner, or the page did not say)."""
     if bell is None or row.get("unread") is None or row["user_id"] != user.id:
         return False, None
     count = int(row["unread"])
-    return count != bell, count
+    return bell_news(count, bell), count
 
 
 def _ids(values: list[str]) -> list[int]:

@@ -21,6 +21,7 @@ from app.errors import NotFound
 from app.web import display
 from app.web.deps import parse_uuid
 from app.web.job_page import CONFIRM, POLL, emails_for
+from app.web.notifications import bell_url, viewer_bell
 
 HISTORY_LIMIT = 200
 
@@ -98,6 +99,7 @@ async def pipeline_status_context(
     ``with_outcome`` is false: a poll adds it only when something changed) outputs and why it failed."""
     view = await pipelines.get(db, pipeline_id, user)
     state = display.pipeline_state(view, view["steps"])
+    unread = await viewer_bell(db, user)  # the poll carries it: the bell is refreshed with the page
     steps = {s["key"]: step_view(s, view["user_id"], user) for s in view["steps"]}
     layers = [[steps[s["key"]] for s in layer] for layer in view["layers"]]
     ctx: dict[str, Any] = {
@@ -110,7 +112,10 @@ async def pipeline_status_context(
         "notice": notice,
         "notice_ok": notice_ok,
         "new_job_id": new_job_id,
-        "poll_url": None if state["finished"] else f"/pipelines/{view['id']}/status?v={state['version']}",
+        "poll_url": None
+        if state["finished"]
+        else bell_url(f"/pipelines/{view['id']}/status?v={state['version']}", unread),
+        "unread": unread,
         "poll": POLL,
         "history": None,
         "history_oob": False,

@@ -37,6 +37,7 @@ from app.web.deps import (
     unchanged,
 )
 from app.web.my_jobs import pipeline_list_item
+from app.web.notifications import bell_news, viewer_bell
 from app.web.pipeline_page import (
     PIPELINE_INPUT,
     STEP_COUNTS,
@@ -173,8 +174,10 @@ class PipelinesController(Controller):
         db_session: DbSession,
         pipeline_id: FromPath[str],
         v: Annotated[str | None, QueryParameter()] = None,
+        bell: Annotated[int | None, QueryParameter(ge=0, le=2**62)] = None,
     ) -> Template | Response[Any]:
-        """The polled fragment: 204 while unchanged; 286 with the final state once finished."""
+        """The polled fragment: 204 while unchanged; 286 with the final state once finished; the bell
+        out of band when the viewer's unread count is no longer ``bell``."""
         user = request.user
         if not is_htmx(request):
             ctx = await pipeline_page_context(db_session, pipeline_id, user)
@@ -182,8 +185,10 @@ class PipelinesController(Controller):
         ctx = await pipeline_status_context(db_session, pipeline_id, user, with_outcome=False)
         finished = ctx["state"]["finished"]
         quiet = unchanged(v, ctx["state"]["version"], finished)
-        if quiet is not None:
+        news = bell_news(ctx["unread"], bell)
+        if quiet is not None and not news:
             return quiet
+        ctx["bell"] = ctx["unread"] if bell is not None else None
         ctx.update(await outcome_context(db_session, ctx["pipeline"], user))
         if finished:
             ctx["history"] = await pipeline_history(db_session, ctx["pipeline"]["id"], user)
@@ -197,11 +202,15 @@ class PipelinesController(Controller):
         db_session: DbSession,
         pipeline_id: FromPath[str],
         v: Annotated[str | None, QueryParameter()] = None,
+        bell: Annotated[int | None, QueryParameter(ge=0, le=2**62)] = None,
     ) -> Template | Response[Any]:
-        """One My jobs status cell for a pipeline (with its percentage while running)."""
+        """One My jobs status cell for a pipeline (with its percentage while running); the bell out of
+        band when the viewer's unread count is no longer ``bell``."""
         row = await load_pipeline_row(db_session, pipeline_id, request.user)
         counts = (await db_session.execute(STEP_COUNTS, {"id": row["id"]})).mappings().one()
-        return cell_response(request, pipeline_list_item(row, counts["done"], counts["total"]), v)
+        count = await viewer_bell(db_session, request.user) if bell is not None else None
+        item = pipeline_list_item(row, counts["done"], counts["total"], count)
+        return cell_response(request, item, v, (bell_news(count, bell), count))
 
     @post("/{pipeline_id:str}/cancel", name="pipelines.cancel", status_code=200)
     async def cancel_pipeline(

@@ -128,7 +128,8 @@ class ApprovalTimeouts:
 
 
 class Retention:
-    """Finished jobs and pipelines past ``JOB_RETENTION_DAYS`` are deleted, and their files removed."""
+    """Finished jobs and pipelines past ``JOB_RETENTION_DAYS`` are deleted (batches left empty with
+    them), and their files removed."""
 
     def __init__(self, engine: AsyncEngine, settings: Settings, *, files: FileStore, log: Any) -> None:
         self.engine = engine
@@ -141,13 +142,17 @@ class Retention:
             async with self.engine.begin() as conn:
                 pruned = await queue.prune(conn, self.settings.job_retention_days)
             self.files.remove(pruned["files"])
-            if pruned["jobs"] or pruned["pipelines"]:
+            if pruned["jobs"] or pruned["pipelines"] or pruned["batches"]:
                 self.log.info(
-                    "retention: deleted finished jobs", jobs=pruned["jobs"], pipelines=pruned["pipelines"]
+                    "retention: deleted finished jobs",
+                    jobs=pruned["jobs"],
+                    pipelines=pruned["pipelines"],
+                    batches=pruned["batches"],
                 )
             if (
                 pruned["jobs"] < queue.PRUNE_BATCH
                 and pruned["pipelines"] == 0
+                and pruned["batches"] < queue.PRUNE_BATCH
                 and len(pruned["files"]) < queue.PRUNE_BATCH
             ):
                 break

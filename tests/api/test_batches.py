@@ -262,3 +262,49 @@ async def test_ten_thousand_rows_go_in_within_seconds_in_one_transaction(
     assert r.json()["total"] == 10_000 and r.json()["counts"]["queued"] == 10_000
     assert await s.pg.fetchval("SELECT count(*) FROM jobs WHERE batch_id IS NOT NULL") == 10_000
     assert elapsed < 60, f"10,000 rows took {elapsed:.1f} s"
+
+
+async def test_retention_deletes_a_batch_once_all_its_jobs_are_gone(scene_of: Any) -> None:
+    """The retention sweep takes old finished jobs; a batch left with none goes with them, one with jobs
+    still there stays (counting only those)."""
+    from app.jobs import queue
+    from app.jobs.queue import Outcome
+    from app.worker.maintenance import Retention
+
+    s = await scene_of()
+    ids = []
+    for name in ("Old", "Half", "New"):
+        r = await s.client.post(
+            "/api/batches", json={"type": "noop", "rows": [{}, {}], "name": name}, headers=s.root
+        )
+        ids.append(r.json()["id"])
+    old, half, new = ids
+    engine = create_engine(s.settings.database_url or "", pool_size=2)
+    try:
+        async with engine.begin() as conn:
+            claimed = await queue.claim(conn, "test-worker", 100, 60)
+        async with engine.begin() as conn:
+            done = [Outcome(job_id=j["id"], kind="completed", result="{}") for j in claimed]
+            await queue.finish(conn, "test-worker", done, s.settings)
+        await s.pg.execute(
+            """UPDATE jobs SET completed_at = now() - interval '40 days'
+               WHERE batch_id = $1 OR id = (SELECT id FROM jobs WHERE batch_id = $2 ORDER BY id LIMIT 1)""",
+            old,
+            half,
+        )
+        await s.pg.execute("UPDATE batches SET created_at = now() - interval '40 days' WHERE id <> $1", new)
+        sweep = Retention(engine, s.settings, files=FileStore(s.settings.files_dir), log=_Quiet())
+        await sweep.run_once()  # JOB_RETENTION_DAYS is 30 by default
+    finally:
+        await engine.dispose()
+    assert {str(r["id"]) for r in await s.pg.fetch("SELECT id FROM batches")} == {half, new}
+    assert (await s.client.get(f"/api/batches/{old}", headers=s.root)).status_code == 404
+    listed = (await s.client.get("/api/batches", headers=s.root)).json()["items"]
+    assert [b["id"] for b in listed] == [new, half]
+    counts = (await s.client.get(f"/api/batches/{half}", headers=s.root)).json()["counts"]
+    assert counts["completed"] == 1
+
+
+class _Quiet:
+    def info(self, *args: Any, **kw: Any) -> None:
+        pass

@@ -138,12 +138,20 @@ async def test_steps_of_a_pipeline_do_not_notify_one_by_one(
     assert [(n["kind"], n["pipeline_id"], n["job_id"]) for n in rows] == [("pipeline_completed", pid, None)]
     assert rows[0]["text"] == "Your pipeline “Two steps” has finished."
 
-    # a step that waits for approval tells its owner
+    # a step that waits for approval tells the people who may decide it: here its owner, listed
     async with engine.begin() as conn:
         p = await queue.create_pipeline(
             conn,
             name="Checked",
-            steps=[{"key": "a", "type": "test.form", "input_data": {"name": "A"}, "requires_approval": True}],
+            steps=[
+                {
+                    "key": "a",
+                    "type": "test.form",
+                    "input_data": {"name": "A"},
+                    "requires_approval": True,
+                    "approvers": ["owner"],
+                }
+            ],
             user_id=user.id,
             settings=ui_settings,
         )

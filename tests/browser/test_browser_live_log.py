@@ -1,7 +1,7 @@
 """A running job's log and the notification bell in a real browser (headless Chromium), against
 ``jobdesk serve`` with its in-app worker: the lines a slow processor logs appear on its page while it
 runs, appended by the page's existing 2-second poll, without a reload; the bell's unread count follows
-on a poll when another job of the same person fails."""
+on a poll when another job of the same person fails, there and on My jobs (a live row's cell poll)."""
 
 from __future__ import annotations
 
@@ -77,4 +77,18 @@ def test_log_lines_appear_while_the_job_runs_without_a_reload(server: tuple[str,
     ]  # each once, in order
     assert page.locator("a[href$='/log.txt']").count() == 1
     page.locator("#notif-count", has_text="2").wait_for(timeout=10_000)
+
+    # My jobs: a live row's cell poll brings the count the same way (all read first: alike unread
+    # notices fold into one row, which would not change the count)
+    read = httpx.post(
+        base + "/api/notifications/read", json={"all": True}, headers={"Authorization": f"Bearer {token}"}
+    )
+    assert read.json()["unread"] == 0
+    submit(base, token, {"lines": 15, "interval": 1.0})
+    page.goto(f"{base}/jobs")
+    page.evaluate("window.__sameDocument = true")
+    page.wait_for_selector("#notif-bell[data-count='0']")
+    submit(base, token, {"lines": 0, "fail": True}, max_attempts=1)
+    page.locator("#notif-count", has_text="1").wait_for(timeout=15_000)
+    assert page.evaluate("window.__sameDocument === true")
     assert not watch.errors and not watch.alerts

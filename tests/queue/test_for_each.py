@@ -327,3 +327,56 @@ async def test_the_api_takes_for_each_and_counts_literal_items_against_the_size_
         )
         assert big.status_code == 422
         assert "at most 4 steps" in big.text
+
+
+async def test_instances_of_a_list_from_a_parent_result_carry_the_steps_approval_rule(
+    engine, settings, owner, pg
+) -> None:
+    """The same rule on every instance whether the list is literal or comes at run time: each waits for
+    approval, and only a listed approver may decide it."""
+    from app.errors import Forbidden
+    from tests.support.factories import make_user
+
+    ann = await make_user(pg, email="ann@example.com")
+    stranger = await make_user(pg, admin=True)
+    rule = {
+        "requires_approval": True,
+        "approvers": ["ann@example.com"],
+        "approvals_needed": 1,
+        "approval_timeout": 3600,
+        "on_approval_timeout": "remind",
+    }
+    ref = await create(
+        engine,
+        settings,
+        owner,
+        [
+            step("src", "noop", {"items": [{"n": "a"}, {"n": "b"}]}),
+            step("each", "noop", {"name": {"$item": "n"}}, for_each={"$ref": "src.items"}, **rule),
+        ],
+    )
+    literal = await create(
+        engine,
+        settings,
+        owner,
+        [step("each", "noop", {"name": {"$item": "n"}}, for_each=[{"n": "a"}, {"n": "b"}], **rule)],
+    )
+    assert await run_claimable(engine, settings) == ["each[0]", "each[1]", "src"]  # literal ones and src
+    assert await run_claimable(engine, settings) == ["each[0]", "each[1]"]  # the expanded ones
+    rules_sql = """
+        SELECT j.step_key, j.status, r.approvers, r.user_ids, r.admins, r.owner, r.approvals_needed,
+               r.timeout_seconds, r.on_timeout
+        FROM jobs j LEFT JOIN job_approval_rules r ON r.job_id = j.id
+        WHERE j.pipeline_id = $1 AND j.step_key LIKE 'each[%' ORDER BY j.step_key
+    """
+    expanded = [dict(r) for r in await pg.fetch(rules_sql, ref)]
+    assert expanded == [dict(r) for r in await pg.fetch(rules_sql, literal)]
+    assert [(r["status"], r["user_ids"], r["timeout_seconds"]) for r in expanded] == [
+        ("waiting_approval", [ann.id], 3600)
+    ] * 2
+    first = await pg.fetchval("SELECT id FROM jobs WHERE pipeline_id = $1 AND step_key = 'each[0]'", ref)
+    with pytest.raises(Forbidden, match="not one of the approvers"):
+        async with engine.begin() as conn:
+            await queue.approve(conn, first, stranger)
+    async with engine.begin() as conn:
+        assert (await queue.approve(conn, first, ann))["status"] == "completed"

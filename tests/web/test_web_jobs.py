@@ -782,14 +782,21 @@ async def test_pipeline_page_shows_steps_in_dag_order_side_by_side_and_polls_unt
     assert "0%</strong> done · 0 of 4 steps" in page
     steps = {r["step_key"]: r["id"] for r in await pg.fetch("SELECT id, step_key FROM jobs")}
     assert f'<a href="/jobs/{steps["left"]}" class="step-link">' in page
-    poll = re.search(r'hx-get="(/pipelines/[^"]+/status\?v=[0-9a-f]+)" hx-trigger="every 2s"', page).group(1)
+    poll = re.search(
+        r'hx-get="(/pipelines/[^"]+/status\?v=[0-9a-f]+[^"]*)" hx-trigger="every 2s"', page
+    ).group(1)
+    poll = poll.replace("&amp;", "&")  # it carries the bell's count too
     assert (await client.get(poll, headers=HX)).status_code == 204
     # steps advance
     assert await claim(engine) == steps["prepare"]
     r = await client.get(poll, headers=HX)
     assert r.status_code == 200
     assert 'class="step step-running"' in r.text
-    poll = re.search(r'hx-get="(/pipelines/[^"]+/status\?v=[0-9a-f]+)"', r.text).group(1)
+    poll = (
+        re.search(r'hx-get="(/pipelines/[^"]+/status\?v=[0-9a-f]+[^"]*)"', r.text)
+        .group(1)
+        .replace("&amp;", "&")
+    )
     await finish(engine, settings, steps["prepare"], "completed", result={"label": "prepare"})
     for _ in range(2):  # left and right side by side, then finish
         async with engine.begin() as conn:
@@ -901,7 +908,7 @@ async def test_my_jobs_lists_own_jobs_and_pipelines_newest_first_with_filters_an
     assert "A step" not in table
     assert "x" * 200 not in page  # no error text in the list (case C13)
     assert re.search(
-        rf'id="cell-{ids[26]}" class="cell status status-waiting" hx-get="/jobs/{ids[26]}/cell\?v=[0-9a-f]+" hx-trigger="every 2s"',
+        rf'id="cell-{ids[26]}" class="cell status status-waiting" hx-get="/jobs/{ids[26]}/cell\?v=[0-9a-f]+&amp;bell=1" hx-trigger="every 2s"',
         page,
     )
     assert re.search(rf'id="cell-{failed}" class="cell status status-failed">', page)  # finished: no polling
@@ -931,7 +938,7 @@ async def test_list_cells_poll_one_job_each_and_stop_when_it_finishes(
     user = await sign_in_as(client, db_url, "ann@example.com")
     jid = await enqueue(engine, settings, user.id)
     page = (await client.get("/jobs")).text
-    url = re.search(rf'hx-get="(/jobs/{jid}/cell\?v=[0-9a-f]+)"', page).group(1)
+    url = re.search(rf'hx-get="(/jobs/{jid}/cell\?v=[0-9a-f]+[^"]*)"', page).group(1).replace("&amp;", "&")
     assert (await client.get(url, headers=HX)).status_code == 204
     await claim(engine)
     r = await client.get(url, headers=HX)
@@ -1308,9 +1315,9 @@ async def test_every_query_of_every_page_and_poll_uses_an_index_on_a_big_table(
         polls = [
             (f"/jobs/{running}/status", 5),
             (f"/jobs/{done_id}/status", 20),
-            (f"/jobs/{running}/cell", 5),
-            (f"/pipelines/{pid}/status", 20),
-            (f"/pipelines/{pid}/cell", 20),
+            (f"/jobs/{running}/cell?bell=0", 5),  # the bell's count rides on the polls
+            (f"/pipelines/{pid}/status?bell=0", 20),
+            (f"/pipelines/{pid}/cell?bell=0", 20),
         ]
         problems: list[str] = []
         for url in pages:

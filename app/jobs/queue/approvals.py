@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput, Conflict, Forbidden, NotFound
-from app.jobs import approvals, decisions, outbox
+from app.jobs import approvals, decisions, notices, outbox
 from app.jobs.decisions import Decision, decided_by, decision_words
 from app.jobs.payload import cap_text, check_text
 from app.jobs.queue.common import (
@@ -286,8 +286,8 @@ def _seconds_words(seconds: int) -> str:
 async def expire_approvals(conn: AsyncConnection) -> dict[str, list[Any]]:
     """Steps that waited ``approval_timeout`` without a decision: those with ``on_approval_timeout:
     reject`` → ``failed`` (dependents cancelled), those with ``remind`` get one more ``approval_needed``
-    alert per period. Rows another sweep holds are skipped (``SKIP LOCKED``). Returns the ids of
-    ``{"rejected": […], "reminded": […]}``.
+    alert per period, and a reminder notice to each person who may decide them. Rows another sweep
+    holds are skipped (``SKIP LOCKED``). Returns the ids of ``{"rejected": […], "reminded": […]}``.
     """
     due = (await conn.execute(TIMED_OUT, {"limit": TIMEOUT_BATCH})).mappings().all()
     rejecting = [r for r in due if r["on_timeout"] == "reject"]
@@ -318,6 +318,7 @@ async def expire_approvals(conn: AsyncConnection) -> dict[str, list[Any]]:
     if reminding:
         await conn.execute(REMINDED, {"ids": [r["id"] for r in reminding]})
         await outbox.record_approvals(conn, reminding, reminder=True)
+        await notices.record_approval_requests(conn, [r["id"] for r in reminding], reminder=True)
         for r in reminding:
             await add_event(conn, r, "approval_reminder", TIMEOUT_ACTOR, message="approvers reminded")
     return {"rejected": [r["id"] for r in rejected], "reminded": [r["id"] for r in reminding]}

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.errors import BadInput
+from app.jobs import approvals
 from app.jobs.fanout import empty_refs, instance_key, substitute
 from app.jobs.graph import resolve_refs, validate_step_input
 from app.jobs.payload import cap_text, json_text
@@ -96,8 +97,13 @@ class Expansion:
     failed: list[uuid.UUID] = field(default_factory=list)
 
 
-def spec_of(step: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    """What expansion needs of a step, with the limits in force when the pipeline was made."""
+def spec_of(
+    step: dict[str, Any],
+    settings: Settings,
+    rule: tuple[approvals.ApprovalSpec, approvals.Rule] | None = None,
+) -> dict[str, Any]:
+    """What expansion needs of a step, with the limits in force when the pipeline was made and its
+    approval rule as resolved then (every instance gets it, as a literal list's instances do)."""
     return {
         "type": step["type"],
         "input_data": step.get("input_data") or {},
@@ -111,6 +117,7 @@ def spec_of(step: dict[str, Any], settings: Settings) -> dict[str, Any]:
             "job_max_input_bytes": settings.job_max_input_bytes,
             "default_max_attempts": settings.default_max_attempts,
         },
+        "approval": approvals.stored_form(*rule) if rule is not None else None,
     }
 
 
@@ -121,14 +128,15 @@ async def store(
     parents: Sequence[uuid.UUID],
     dependents: Sequence[uuid.UUID],
     settings: Settings,
+    rule: tuple[approvals.ApprovalSpec, approvals.Rule] | None = None,
 ) -> None:
-    """Keep a ``$ref`` ``for_each`` step until its parents have completed."""
+    """Keep a ``$ref`` ``for_each`` step (and its approval ``rule``) until its parents have completed."""
     await conn.execute(
         STORE,
         {
             "pipeline_id": pipeline_id,
             "step_key": step["key"],
-            "spec": json_text(spec_of(step, settings)),
+            "spec": json_text(spec_of(step, settings, rule)),
             "parents": list(parents),
             "pending": len(parents),
             "dependents": list(dependents),
@@ -166,6 +174,9 @@ async def _expand(conn: AsyncConnection, row: dict[str, Any], out: Expansion) ->
         if jobs:
             edges = [(j.id, p) for j in jobs for p in row["parents"]]
             await enqueue_many(conn, jobs, settings, actor="system:pipeline", edges=edges, skip_schema=True)
+            if spec.get("approval"):
+                rule = approvals.from_stored(spec["approval"])
+                await approvals.store_rules(conn, [(j.id, *rule) for j in jobs])
     except (_Unusable, BadInput) as exc:
         message = f"step {row['step_key']!r} could not run once per item: {_reason(exc)}"
         out.failed.append(await _fail(conn, row, spec, pipeline["user_id"], message))

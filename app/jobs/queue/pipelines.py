@@ -277,7 +277,13 @@ async def create_pipeline(
             ids[s["key"]] for s in expanded if s["key"] in ids and key in (s.get("depends_on") or [])
         ]
         await store_fanout(
-            conn, pipeline_id, {**step, "input_data": stored_inputs[key]}, parents, dependents, settings
+            conn,
+            pipeline_id,
+            {**step, "input_data": stored_inputs[key]},
+            parents,
+            dependents,
+            settings,
+            rules.get(key),
         )
     return row
 

@@ -142,6 +142,22 @@ PRUNE_PIPELINES = sql(
     DELETE FROM pipelines WHERE id IN (SELECT id FROM doomed) RETURNING id
     """
 )
+PRUNE_BATCHES = sql(
+    """
+    WITH doomed AS (
+        SELECT b.id FROM batches b
+        WHERE b.created_at < now() - make_interval(days => :days)
+          AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.batch_id = b.id)
+        ORDER BY b.created_at LIMIT :batch
+        FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM batches WHERE id IN (SELECT id FROM doomed) RETURNING id
+    """
+)
+"""Batches none of whose jobs is left (the jobs just pruned, or deleted one by one), older than the
+retention: an empty batch would only show zero counts. A batch's jobs finish after it was made, so
+once retention has taken them all the batch is old enough too; the age check keeps a batch being
+created (its jobs go in with it, in one transaction) out of reach all the same."""
 PRUNE_ORPHAN_FILES = sql(
     """
     WITH candidate AS MATERIALIZED (
@@ -193,7 +209,8 @@ async def prune(conn: AsyncConnection, retention_days: float, *, batch: int = PR
     whole pipeline, once it has finished — never from under a running one. Files then left without a
     job and older than the retention (those of deleted jobs, and uploads) are deleted too, unless a job,
     pipeline or schedule still in the database names them in its input: then a job or pipeline takes
-    the file over (:data:`PRUNE_ORPHAN_FILES`). Returns ``{"jobs": n, "pipelines": n, "files": [deleted file ids]}``; the caller removes those
+    the file over (:data:`PRUNE_ORPHAN_FILES`). Batches left without a job go too (:data:`PRUNE_BATCHES`).
+    Returns ``{"jobs": n, "pipelines": n, "batches": n, "files": [deleted file ids]}``; the caller removes those
     files' bytes after commit (:meth:`app.files.FileStore.remove`).
     """
     days = float(retention_days)
@@ -201,8 +218,14 @@ async def prune(conn: AsyncConnection, retention_days: float, *, batch: int = PR
     pipeline_ids = list(
         (await conn.execute(PRUNE_PIPELINES, {"days": days, "batch": max(1, batch // 10)})).scalars()
     )
+    batch_ids = list((await conn.execute(PRUNE_BATCHES, {"days": days, "batch": batch})).scalars())
     file_ids = list((await conn.execute(PRUNE_ORPHAN_FILES, {"days": days, "batch": batch})).scalars())
-    return {"jobs": len(job_ids), "pipelines": len(pipeline_ids), "files": file_ids}
+    return {
+        "jobs": len(job_ids),
+        "pipelines": len(pipeline_ids),
+        "batches": len(batch_ids),
+        "files": file_ids,
+    }
 
 
 # --- invariants (tests and health checks) --------------------------------------------------------
