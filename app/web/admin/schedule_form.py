@@ -108,7 +108,7 @@ def preview(cron: str, tz: str, viewer_tz: str | None) -> tuple[list[str], str |
     try:
         times = schedules.upcoming(cron, tz, datetime.now(UTC), PREVIEW_COUNT)
     except BadInput as exc:
-        return [], exc.detail
+        return [], "; ".join(exc.errors.values()) or exc.detail
     return [format_localtime(t, zone(viewer_tz)) for t in times], None
 
 
@@ -200,8 +200,12 @@ async def form_context(
     """What ``admin/schedule_form.html`` shows: the picker (no target, a new schedule), or the form."""
     user = request.user
     times, problem = preview(typed[CRON], typed[TIMEZONE] or "UTC", user.timezone)
-    errors = errors or {}
     fields = forms.form_fields(target.model) if target else []
+    # the summary lists the errors in the order of the controls on the page
+    order = [TARGET, NAME, CRON, TIMEZONE, OWNER, forms.FORM_ERROR] + [f.name for f in fields]
+    errors = dict(
+        sorted((errors or {}).items(), key=lambda e: order.index(e[0]) if e[0] in order else len(order))
+    )
     return {
         "target": target,
         "targets": target_options(),
@@ -213,7 +217,8 @@ async def form_context(
         "errors": errors,
         "labels": {**{f.name: f.label for f in fields}, **LABELS},
         "preview": times,
-        "preview_problem": problem if typed[CRON] else None,
+        # a cron or zone already marked wrong next to its field is not repeated under it
+        "preview_problem": problem if typed[CRON] and not ({CRON, TIMEZONE} & errors.keys()) else None,
         "user_tz": user.timezone or "UTC",
         "upload_limit": settings_of(request).upload_max_bytes,
     }
