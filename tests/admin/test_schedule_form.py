@@ -251,3 +251,18 @@ async def test_the_json_api_creates_through_the_same_action_and_names_every_bad_
     r = await client.post("/api/schedules", json=good, headers=headers)
     assert r.status_code == 201, r.text
     assert await pg.fetchval("SELECT count(*) FROM audit_log WHERE action = 'schedule.create'") == 1
+
+
+async def test_a_schedule_whose_job_type_is_gone_opens_and_names_the_missing_target(
+    client: AsyncTestClient,
+    admin: CurrentUser,
+    engine: AsyncEngine,
+    ui_settings: Settings,
+    pg: asyncpg.Connection,
+) -> None:
+    sid = await _schedule(engine, admin, ui_settings)
+    await pg.execute("UPDATE schedules SET job_type = 'gone.type' WHERE id = $1::uuid", sid)
+    page = await client.get(f"/admin/schedules/{sid}/edit")
+    assert page.status_code == 200 and "which no longer exists" in page.text
+    r = await post(client, f"/admin/schedules/{sid}/edit", {"_cron": "0 9 * * *", "_timezone": "UTC"})
+    assert r.status_code == 422 and 'id="e-_target"' in r.text and "unknown job type" in r.text

@@ -30,16 +30,8 @@ from app.jobs import queue
 from app.jobs.queue import NewJob, Outcome
 from app.jobs.types import NextJob
 from app.settings import Settings
+from tests.admin.test_admin_console_actions import SCHEDULE as SCHEDULE_FORM
 from tests.support.webkit import add_token, add_user, csrf_from, login
-
-SCHEDULE_FORM = {
-    "_name": "Nightly",
-    "_cron": "0 3 * * *",
-    "_timezone": "UTC",
-    "_target": "type:test.form",
-    "name": "Ann",
-    "_enabled": "on",
-}
 
 
 @pytest.fixture
@@ -111,7 +103,12 @@ def page_steps(client: AsyncTestClient, pg: asyncpg.Connection) -> list[Step]:
             "job_type.limits",
             "job_type",
         ),
-        ("create", lambda: post(client, "/admin/schedules/new", SCHEDULE_FORM), "schedule.create", "schedule"),
+        (
+            "create",
+            lambda: post(client, "/admin/schedules/new", SCHEDULE_FORM),
+            "schedule.create",
+            "schedule",
+        ),
         ("disable", lambda: on_schedule("disable"), "schedule.disable", "schedule"),
         ("enable", lambda: on_schedule("enable"), "schedule.enable", "schedule"),
         ("delete", lambda: on_schedule("delete"), "schedule.delete", "schedule"),
