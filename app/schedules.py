@@ -47,7 +47,7 @@ def zone(name: str) -> ZoneInfo:
     """Raises BadInput for an unknown IANA time-zone name."""
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name longer than a file name
         raise BadInput.field(
             "timezone", f"unknown time zone {name[:60]!r}; use a name like Europe/Berlin or UTC"
         ) from None
@@ -211,6 +211,35 @@ def _validate_target(
     return values
 
 
+def check_schedule(
+    cron: str, timezone: str, job_type: str | None, template: str | None, input_data: Any, settings: Settings
+) -> tuple[str, dict[str, Any]]:
+    """The normalised cron expression and the target's validated input.
+
+    Raises:
+        BadInput: every bad field at once (cron, timezone, type/template, input_data…), so a form can
+        show them all next to their fields.
+    """
+    errors: dict[str, str] = {}
+    out: dict[str, Any] = {}
+    for key, check in (
+        ("cron", lambda: check_cron(cron)),
+        ("zone", lambda: zone(timezone)),
+        (
+            "values",
+            lambda: _validate_target(job_type, template, {} if input_data is None else input_data, settings),
+        ),
+    ):
+        try:
+            out[key] = check()
+        except BadInput as exc:
+            for path, message in (exc.errors or {"input_data": exc.detail}).items():
+                errors.setdefault(path, message)
+    if errors:
+        raise BadInput("; ".join(f"{k}: {v}" for k, v in errors.items()), errors=errors)
+    return out["cron"], out["values"]
+
+
 async def create_schedule(
     db: AsyncConnection | AsyncSession,
     *,
@@ -232,9 +261,7 @@ async def create_schedule(
     Raises:
         BadInput: invalid cron, time zone, target or input — each naming its field.
     """
-    cron = check_cron(cron)
-    zone(timezone)
-    values = _validate_target(job_type, template, input_data if input_data is not None else {}, settings)
+    cron, values = check_schedule(cron, timezone, job_type, template, input_data, settings)
     name = (name or "").strip() or f"{job_type or template} at {cron} ({timezone})"
     if len(name) > 200 or "\x00" in name:
         raise BadInput.field("name", "at most 200 characters")
@@ -292,21 +319,9 @@ async def update_schedule(
     """
     conn = await queue.conn_of(db)
     before = await get_schedule(conn, schedule_id)
-    # every bad field at once, so a form can show them all next to their fields
-    errors: dict[str, str] = {}
-    values: dict[str, Any] = {}
-    for check in (
-        lambda: check_cron(cron),
-        lambda: zone(timezone),
-        lambda: values.update(_validate_target(before["job_type"], before["template"], input_data, settings)),
-    ):
-        try:
-            check()
-        except BadInput as exc:
-            errors.update(exc.errors or {"input_data": exc.detail})
-    if errors:
-        raise BadInput("; ".join(f"{k}: {v}" for k, v in errors.items()), errors=errors)
-    cron = check_cron(cron)
+    cron, values = check_schedule(
+        cron, timezone, before["job_type"], before["template"], input_data, settings
+    )
     nxt = next_fire(cron, timezone, await db_now(conn)) if enabled else None
     after = (
         (

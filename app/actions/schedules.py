@@ -52,8 +52,12 @@ def _text(value: Any, field: str, limit: int) -> str:
     return value
 
 
-async def _owner(db: Db, actor: Any, owner_email: str | None) -> Any:
-    """The user a schedule's jobs belong to: ``owner_email``'s account, or the actor when it is empty."""
+async def owner_of(db: Db, actor: Any, owner_email: str | None) -> Any:
+    """The user a schedule's jobs belong to: ``owner_email``'s account, or the actor when it is empty.
+
+    Raises:
+        BadInput: (``owner``) not text, too long, or no such user.
+    """
     email = _text(owner_email or "", "owner", EMAIL_MAX).strip().lower()
     if not email or email == actor.email:
         return actor
@@ -63,19 +67,33 @@ async def _owner(db: Db, actor: Any, owner_email: str | None) -> Any:
         raise BadInput.field("owner", exc.detail) from None
 
 
-def _texts(cron: Any, timezone: Any, name: Any, input_data: Any) -> tuple[str, str, str]:
-    """The schedule's cron, time zone and name as storable text.
+def _texts(cron: Any, timezone: Any, name: Any, errors: dict[str, str]) -> tuple[str, str, str]:
+    """The schedule's cron, time zone and name as storable text; a value that is not text, too long, or
+    holds a NUL or a lone surrogate, or an empty time zone, is added to ``errors`` (and given back as
+    ``""``) so that the other fields are still checked."""
+    texts: list[str] = []
+    for value, key, limit in ((cron, "cron", CRON_MAX), (timezone, "timezone", TIMEZONE_MAX)):
+        texts.append(_kept(errors, lambda v=value, k=key, n=limit: _text(v, k, n).strip(), ""))
+    if not texts[1] and "timezone" not in errors:
+        errors["timezone"] = "Choose a time zone."
+    name = _kept(errors, lambda: _text(name or "", "name", NAME_MAX), "")
+    return texts[0], texts[1], name
 
-    Raises:
-        BadInput: a value that is not text, too long, or holds a NUL or a lone surrogate; an empty
-        time zone.
-    """
-    cron = _text(cron, "cron", CRON_MAX)
-    timezone = _text(timezone, "timezone", TIMEZONE_MAX).strip()
-    name = _text(name or "", "name", NAME_MAX)
-    if not timezone:
-        raise BadInput.field("timezone", "Choose a time zone.")
-    return cron, timezone, name
+
+def _kept(errors: dict[str, str], check: Any, default: Any = None) -> Any:
+    """``check()``, or ``default`` with its BadInput's fields added to ``errors`` (the first message per
+    field wins)."""
+    try:
+        return check()
+    except BadInput as exc:
+        for path, message in (exc.errors or {"input_data": exc.detail}).items():
+            errors.setdefault(path, message)
+        return default
+
+
+def _raise_all(errors: dict[str, str]) -> None:
+    if errors:
+        raise BadInput("; ".join(f"{k}: {v}" for k, v in errors.items()), errors=errors)
 
 
 def _check_target(owner: Any, job_type: str | None, template: str | None) -> None:
@@ -110,12 +128,23 @@ async def create_schedule(
 ) -> RowMapping:
     """Create a schedule firing ``job_type`` or ``template`` with ``input_data`` on ``cron`` (read in
     ``timezone``); its jobs belong to ``owner_email``'s account (default: the actor). A taken name is
-    refused, never overwritten. Returns the schedule row."""
+    refused, never overwritten. Returns the schedule row.
+
+    Raises:
+        BadInput: every bad field at once (cron, timezone, name, owner, type/template, input_data…).
+    """
     require_admin(actor, "create schedules")
-    cron, timezone, name = _texts(cron, timezone, name, input_data)
+    errors: dict[str, str] = {}
+    cron, timezone, name = _texts(cron, timezone, name, errors)
     who = acting(actor, ip)
-    owner = await _owner(db, who.user, owner_email)
-    _check_target(owner, job_type, template)
+    try:
+        owner = await owner_of(db, who.user, owner_email)
+    except BadInput as exc:
+        errors.update(exc.errors)
+        owner = who.user
+    _kept(errors, lambda: _check_target(owner, job_type, template))
+    _kept(errors, lambda: schedules.check_schedule(cron, timezone, job_type, template, input_data, settings))
+    _raise_all(errors)
     async with db.begin_nested():
         row = await schedules.create_schedule(
             db,
@@ -186,7 +215,9 @@ async def update_schedule(
         NotFound: unknown id. BadInput: each bad field named (cron, timezone, input fields).
     """
     require_admin(actor, "edit schedules")
-    cron, timezone, _name = _texts(cron, timezone, None, input_data)
+    errors: dict[str, str] = {}
+    cron, timezone, _name = _texts(cron, timezone, None, errors)
+    _raise_all(errors)
     async with db.begin_nested():
         before, row = await schedules.update_schedule(
             db,

@@ -220,6 +220,8 @@ def _json(f: Control, raw: str, tz: ZoneInfo) -> Converted:
         return json.loads(raw), None
     except ValueError:
         return None, "This must be valid JSON."
+    except RecursionError:  # nested deeper than the parser goes: the person's input, not a server fault
+        return None, "This must be valid JSON, nested less deeply."
 
 
 _CONVERTERS: dict[str, Callable[[Control, str, ZoneInfo], Converted]] = {

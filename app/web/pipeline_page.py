@@ -18,7 +18,7 @@ from app import controls, pipelines
 from app.actions.jobs import allowed
 from app.actions.pipelines import may_cancel, startable_templates
 from app.errors import NotFound
-from app.web import display
+from app.web import confirms, display
 from app.web.deps import parse_uuid
 from app.web.job_page import CONFIRM, POLL, emails_for
 from app.web.notifications import bell_url, viewer_bell
@@ -50,7 +50,6 @@ STEP_OUTCOMES = text(
 OUTPUTS_MAX = 12
 """Result files shown at the top of a pipeline's page."""
 PIPELINE_INPUT = text("SELECT user_id, template, input_data FROM pipelines WHERE id = :id")
-CONFIRM_CANCEL = "Cancel this pipeline? Steps that have not finished will not run."
 
 
 async def load_pipeline_row(db: AsyncSession, pipeline_id: Any, user: Any) -> Mapping[Any, Any]:
@@ -119,7 +118,7 @@ async def pipeline_status_context(
         "poll": POLL,
         "history": None,
         "history_oob": False,
-        "confirm_cancel": CONFIRM_CANCEL,
+        "confirm_cancel": confirms.cancel_pipeline(view["steps"]),
         "confirms": CONFIRM,
     }
     ctx["template"] = pipelines.get_template(view["template"]) if view["template"] else None

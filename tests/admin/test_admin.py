@@ -60,13 +60,13 @@ def actions(admin_id: int, other_id: int) -> list[tuple[str, dict[str, str]]]:
         (f"/admin/users/{other_id}/disable", {}),
         (f"/admin/users/{other_id}/tokens", {"name": "ci"}),
         (
-            "/admin/schedules",
+            "/admin/schedules/new",
             {
-                "cron": "*/5 * * * *",
-                "timezone": "UTC",
-                "target": "type:test.form",
-                "input_data": '{"name": "x"}',
-                "enabled": "on",
+                "_cron": "*/5 * * * *",
+                "_timezone": "UTC",
+                "_target": "type:test.form",
+                "name": "x",
+                "_enabled": "on",
             },
         ),
     ]
@@ -131,11 +131,11 @@ async def test_actions_are_post_only_and_need_csrf(
     for path, data in actions(admin.id, bob.id):
         assert (
             await client.get(
-                path + ("?x=1" if path in ("/admin/users", "/admin/schedules") else ""),
+                path + ("?x=1" if path in ("/admin/users", "/admin/schedules/new") else ""),
                 follow_redirects=False,
             )
         ).status_code in (405, 200)
-        if path not in ("/admin/users", "/admin/schedules"):  # those two also list (GET page)
+        if path not in ("/admin/users", "/admin/schedules/new"):  # those two are GET pages too
             assert (await client.get(path)).status_code == 405, path
         for bad in ({}, {"_csrf_token": "0" * 64}, {"_csrf_token": good[:-2] + "00"}):
             r = await client.post(path, data={**data, **bad}, follow_redirects=False)
@@ -427,38 +427,39 @@ async def test_schedules_create_list_enable_delete_and_form_errors(
     client: AsyncTestClient, admin: CurrentUser, ui_settings: Settings, pg: asyncpg.Connection
 ) -> None:
     good = {
-        "cron": "0 9 * * 1-5",
-        "timezone": "Europe/Berlin",
-        "target": "type:test.form",
-        "input_data": '{"name": "Ann"}',
-        "owner": "root@example.com",
-        "enabled": "on",
-        "name": "Morning",
+        "_cron": "0 9 * * 1-5",
+        "_timezone": "Europe/Berlin",
+        "_target": "type:test.form",
+        "name": "Ann",
+        "_owner": "root@example.com",
+        "_enabled": "on",
+        "_name": "Morning",
     }
     bad_cases = [
-        ({"cron": "every day"}, "cron", "five fields"),
-        ({"cron": "61 * * * *"}, "cron", "not a valid cron"),
-        ({"timezone": "Mars/Olympus"}, "timezone", "unknown time zone"),
-        ({"target": "type:no.such"}, "target", "unknown job type"),
-        ({"target": ""}, "target", "Choose a job type"),
-        ({"input_data": "{not json"}, "input_data", "Not valid JSON"),
-        ({"input_data": "[1]"}, "input_data", "JSON object"),
-        ({"input_data": "{}"}, "input_data", "name"),
-        ({"owner": "ghost@example.com"}, "owner", "No user"),
+        ({"_cron": "every day"}, "_cron", "five fields"),
+        ({"_cron": "61 * * * *"}, "_cron", "not a valid cron"),
+        ({"_timezone": "Mars/Olympus"}, "_timezone", "unknown time zone"),
+        ({"_target": "type:no.such"}, "_target", "Choose a job type"),
+        ({"_target": ""}, "_target", "Choose a job type"),
+        ({"name": ""}, "name", "Fill this in"),
+        ({"copies": "0"}, "copies", "at least 1"),
+        ({"_owner": "ghost@example.com"}, "_owner", "No user"),
     ]
     for change, field, words in bad_cases:
-        r = await post(client, "/admin/schedules", {**good, **change})
+        r = await post(client, "/admin/schedules/new", {**good, **change})
         assert r.status_code == 422, (change, r.text[:500])
         error = r.text.split(f'id="e-{field}" class="field-error">')[1].split("</small>")[0]
         assert words in error, (change, error)
     assert await pg.fetchval("SELECT count(*) FROM schedules") == 0
-    r = await post(client, "/admin/schedules", good)
+    r = await post(client, "/admin/schedules/new", good)
     assert r.status_code == 303
     row = await pg.fetchrow("SELECT id, enabled, next_fire_at, user_id FROM schedules")
     assert row["enabled"]
     assert row["next_fire_at"] is not None
     assert row["user_id"] == admin.id
-    assert (await post(client, "/admin/schedules", good)).status_code == 422  # name taken, not overwritten
+    assert (
+        await post(client, "/admin/schedules/new", good)
+    ).status_code == 422  # name taken, not overwritten
     page = (await client.get("/admin/schedules")).text
     assert "Morning" in page
     assert "0 9 * * 1-5" in page

@@ -44,12 +44,12 @@ async def trail(pg: asyncpg.Connection) -> tuple[list[str], list[str]]:
 
 
 SCHEDULE = {
-    "name": "Nightly",
-    "cron": "0 3 * * *",
-    "timezone": "UTC",
-    "target": "type:test.form",
-    "input_data": '{"name": "Ann"}',
-    "enabled": "on",
+    "_name": "Nightly",
+    "_cron": "0 3 * * *",
+    "_timezone": "UTC",
+    "_target": "type:test.form",
+    "name": "Ann",
+    "_enabled": "on",
 }
 
 
@@ -61,7 +61,7 @@ async def test_each_control_and_schedule_change_writes_one_audit_entry_and_one_a
         ("/admin/controls/resume", {"type": "test.form"}, "job_type.resume"),
         ("/admin/controls/pause", {"type": "*"}, "job_type.pause"),
         ("/admin/controls/limits", {"type": "test.form", "max_running": "2"}, "job_type.limits"),
-        ("/admin/schedules", SCHEDULE, "schedule.create"),
+        ("/admin/schedules/new", SCHEDULE, "schedule.create"),
         ("/admin/schedules/{id}/disable", {}, "schedule.disable"),
         ("/admin/schedules/{id}/enable", {}, "schedule.enable"),
         ("/admin/schedules/{id}/delete", {}, "schedule.delete"),
@@ -82,7 +82,7 @@ async def test_each_control_and_schedule_change_writes_one_audit_entry_and_one_a
     assert '"admin": "root@example.com"' in notice
     assert '"targets": ["test.form"]' in notice
     # a refused change (a code-defined schedule cannot be deleted) leaves neither
-    await post(client, "/admin/schedules", SCHEDULE)
+    await post(client, "/admin/schedules/new", SCHEDULE)
     await pg.execute("UPDATE schedules SET source = 'code'")
     before = await trail(pg)
     sid = await pg.fetchval("SELECT id FROM schedules")
@@ -161,44 +161,45 @@ BAD_INPUT = [
     '{"name": "' + "x" * 100_001 + '"}',
     "\x00",
     '{"name": "Ann"',
-    "",
     "[]",
     "null",
     "1" * 5000,
 ]
+"""Bad text in the schedule form's JSON control (``test.form``'s ``extra``, a ``dict[str, int]``)."""
 
 
 @pytest.mark.parametrize("raw", BAD_INPUT, ids=range(len(BAD_INPUT)))
 async def test_any_bad_input_json_in_the_schedule_form_is_a_form_error(
     client: AsyncTestClient, admin: CurrentUser, pg: asyncpg.Connection, raw: str
 ) -> None:
-    r = await post(client, "/admin/schedules", {**SCHEDULE, "input_data": raw})
+    r = await post(client, "/admin/schedules/new", {**SCHEDULE, "extra": raw})
     assert r.status_code == 422, r.text[:1000]
-    assert 'id="e-input_data" class="field-error"' in r.text
+    assert 'id="e-extra" class="field-error"' in r.text
     assert await pg.fetchval("SELECT count(*) FROM schedules") == 0
 
 
 @pytest.mark.parametrize(
     "change",
     [
-        {"cron": "0 3 * * *\x00"},
-        {"cron": "1," * 5000 + "2 * * * *"},
-        {"timezone": "Europe/Berlin\x00"},
-        {"timezone": "a" * 300},
-        {"timezone": "../../etc/passwd"},
-        {"name": "x\x00y"},
-        {"name": "x" * 5000},
-        {"owner": "a\x00@example.com"},
-        {"owner": "x" * 5000},
-        {"target": "type:\x00"},
-        {"target": "template:" + "x" * 5000},
+        {"_cron": "0 3 * * *\x00"},
+        {"_cron": "1," * 5000 + "2 * * * *"},
+        {"_timezone": "Europe/Berlin\x00"},
+        {"_timezone": "a" * 300},
+        {"_timezone": "../../etc/passwd"},
+        {"_name": "x\x00y"},
+        {"_name": "x" * 5000},
+        {"_owner": "a\x00@example.com"},
+        {"_owner": "x" * 5000},
+        {"_target": "type:\x00"},
+        {"_target": "template:" + "x" * 5000},
+        {"name": "a\x00b"},
     ],
-    ids=range(11),
+    ids=range(12),
 )
 async def test_any_bad_value_in_the_schedule_form_is_a_form_error(
     client: AsyncTestClient, admin: CurrentUser, pg: asyncpg.Connection, change: dict[str, str]
 ) -> None:
-    r = await post(client, "/admin/schedules", {**SCHEDULE, **change})
+    r = await post(client, "/admin/schedules/new", {**SCHEDULE, **change})
     assert r.status_code == 422, r.text[:1000]
     assert 'class="field-error"' in r.text
     assert await pg.fetchval("SELECT count(*) FROM schedules") == 0

@@ -30,16 +30,8 @@ from app.jobs import queue
 from app.jobs.queue import NewJob, Outcome
 from app.jobs.types import NextJob
 from app.settings import Settings
+from tests.admin.test_admin_console_actions import SCHEDULE as SCHEDULE_FORM
 from tests.support.webkit import add_token, add_user, csrf_from, login
-
-SCHEDULE_FORM = {
-    "name": "Nightly",
-    "cron": "0 3 * * *",
-    "timezone": "UTC",
-    "target": "type:test.form",
-    "input_data": '{"name": "Ann"}',
-    "enabled": "on",
-}
 
 
 @pytest.fixture
@@ -111,7 +103,12 @@ def page_steps(client: AsyncTestClient, pg: asyncpg.Connection) -> list[Step]:
             "job_type.limits",
             "job_type",
         ),
-        ("create", lambda: post(client, "/admin/schedules", SCHEDULE_FORM), "schedule.create", "schedule"),
+        (
+            "create",
+            lambda: post(client, "/admin/schedules/new", SCHEDULE_FORM),
+            "schedule.create",
+            "schedule",
+        ),
         ("disable", lambda: on_schedule("disable"), "schedule.disable", "schedule"),
         ("enable", lambda: on_schedule("enable"), "schedule.enable", "schedule"),
         ("delete", lambda: on_schedule("delete"), "schedule.delete", "schedule"),
@@ -202,7 +199,7 @@ async def test_an_admin_notice_names_the_kind_of_target_and_the_target(
     assert text_of(await last_notice(pg))[0] == "Admin action: every job type paused"
     await client.put("/api/job-types/test.form/limits", json={"max_per_minute": 5}, headers=root_api)
     assert text_of(await last_notice(pg))[0] == "Admin action: limits of job type test.form changed"
-    assert (await post(client, "/admin/schedules", SCHEDULE_FORM)).status_code == 303
+    assert (await post(client, "/admin/schedules/new", SCHEDULE_FORM)).status_code == 303
     headline, facts = text_of(await last_notice(pg))
     sid = await pg.fetchval("SELECT id FROM schedules")
     assert headline == "Admin action: schedule created"
@@ -269,11 +266,12 @@ async def test_a_schedule_of_a_diagnostic_type_is_refused_for_a_non_admin_owner_
     client: AsyncTestClient, root: CurrentUser, db_url: str, pg: asyncpg.Connection
 ) -> None:
     bob = await add_user(db_url, "bob@example.com")
-    form = {**SCHEDULE_FORM, "target": "type:noop", "input_data": "{}", "owner": "bob@example.com"}
-    r = await post(client, "/admin/schedules", form)
+    form = {**SCHEDULE_FORM, "_target": "type:noop", "_owner": "bob@example.com"}
+    r = await post(client, "/admin/schedules/new", form)
     assert r.status_code == 422
     assert "only admins may start" in r.text
-    assert (await post(client, "/admin/schedules", {**form, "owner": root.email})).status_code == 303
+    assert 'id="e-_target"' in r.text
+    assert (await post(client, "/admin/schedules/new", {**form, "_owner": root.email})).status_code == 303
     h = {"Authorization": f"Bearer {await add_token(db_url, bob.id)}"}
     api = await client.post("/api/schedules", json={"cron": "* * * * *", "type": "noop"}, headers=h)
     assert api.status_code == 403

@@ -48,20 +48,24 @@ def test_admin_console_walk_forms_and_no_script_runs(server: str, browser: Any, 
     # destructive buttons ask first, in the page (data-confirm, static/confirm.js)
     page.goto(base + "/admin/users")
     page.locator("form[action$='/disable'] button").first.click()
-    assert answer_confirm(page).startswith("Disable this user?")
+    question = answer_confirm(page)  # the count and the consequence, read when the page rendered
+    assert question.startswith("Disable ") and "session" in question and "API token" in question, question
     page.wait_for_selector("form[action$='/enable']")
 
-    # schedules: a bad cron is a form error; XSS in name and input is stored and shown as text
+    # schedules: pick the type, fill in its own form; a bad cron is a form error; XSS in the name and the
+    # input is stored and shown as text
     page.goto(base + "/admin/schedules")
+    page.select_option("#s-target", "type:test.form")
+    page.click("#pick-target-submit")
     page.fill("#s-name", XSS)
     page.fill("#s-cron", "not a cron")
-    page.select_option("#s-target", "type:test.form")
-    page.fill("#s-input", '{"name": "x", "notes": "' + XSS.replace('"', '\\"') + '"}')
-    page.click("#create-schedule-submit")
-    page.wait_for_selector("#e-cron")
+    page.fill("#f-name", "x")
+    page.fill("#f-notes", XSS)
+    page.click("#save-schedule")
+    page.wait_for_selector("#e-_cron")
     page.screenshot(path=str(artifacts_dir / "admin-schedules-error.png"), full_page=True)
     page.fill("#s-cron", "*/5 * * * *")
-    page.click("#create-schedule-submit")
+    page.click("#save-schedule")
     page.wait_for_selector("#schedules-table")
     assert XSS in page.inner_text("#schedules-table")
     page.screenshot(path=str(artifacts_dir / "admin-schedules.png"), full_page=True)
@@ -70,7 +74,7 @@ def test_admin_console_walk_forms_and_no_script_runs(server: str, browser: Any, 
     page.goto(base + "/admin")
     page.wait_for_selector("#admin-health")
     page.locator("form[action='/admin/controls/pause']").nth(1).locator("button").click()
-    answer_confirm(page)
+    assert "until you resume" in answer_confirm(page)
     page.wait_for_selector(".badge-paused")
     with page.expect_response(lambda r: "/admin/health" in r.url, timeout=15_000):
         pass

@@ -227,28 +227,38 @@ def test_admin_jobs_reads_at_a_glance_with_dialogs_and_flash(
     page.reload()
     assert page.locator("#flash-notice").count() == 0
 
-    # a schedule's edit form: the type's own form, errors next to their fields, the next five runs
-    made = httpx.post(
-        base + "/api/schedules",
-        json={
-            "cron": "30 2 * * *",
-            "timezone": "Europe/Berlin",
-            "type": "http.request",
-            "input_data": {"url": "https://hooks.example.com/nightly"},
-            "name": "Nightly webhook",
-        },
-        headers={"Authorization": f"Bearer {data['admin_token']}"},
-    )
-    assert made.status_code == 201, made.text
-    page.goto(base + f"/admin/schedules/{made.json()['id']}/edit")
-    assert page.locator("#fire-times li").count() == 5
+    # a new schedule: pick the type, then its own form; every error at once next to its field, values kept,
+    # the next five runs as the cron is typed
+    page.goto(base + "/admin/schedules")
+    page.select_option("#s-target", "type:http.request")
+    page.click("#pick-target-submit")
+    page.wait_for_selector("#schedule-form")
+    assert page.locator("#f-url").is_visible() and page.locator("#s-timezone").is_visible()
+    page.fill("#s-name", "Nightly webhook")
+    page.fill("#s-timezone", "Europe/Berlin")
+    page.fill("#s-cron", "30 2 * * *")
+    page.wait_for_function("() => document.querySelectorAll('#fire-times li').length === 5")
     page.fill("#s-cron", "99 * * * *")
     page.fill("#f-url", "not a web address")
     page.click("#save-schedule")
     page.wait_for_selector("#form-errors")
-    assert page.locator("#e-cron").is_visible() and page.locator("#e-url").is_visible()
+    assert page.locator("#e-_cron").is_visible() and page.locator("#e-url").is_visible()
     assert page.input_value("#s-cron") == "99 * * * *" and page.input_value("#f-url") == "not a web address"
+    assert (
+        page.input_value("#s-name") == "Nightly webhook"
+        and page.input_value("#s-timezone") == "Europe/Berlin"
+    )
     page.screenshot(path=str(SHOTS / "schedule-form.png"), full_page=True)
+    page.fill("#s-cron", "30 2 * * *")
+    page.fill("#f-url", "https://hooks.example.com/nightly")
+    page.click("#save-schedule")
+    page.wait_for_selector("#schedules-table")
+    assert "Nightly webhook" in page.inner_text("#schedules-table")
+    # its edit form is the same form, filled in
+    page.locator("#schedules-table a:has-text('Edit')").first.click()
+    page.wait_for_selector("#schedule-form")
+    assert page.input_value("#f-url") == "https://hooks.example.com/nightly"
+    assert page.locator("#fire-times li").count() == 5
 
     phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
     phone_watch = Watch(phone)
@@ -265,6 +275,14 @@ def test_admin_jobs_reads_at_a_glance_with_dialogs_and_flash(
     assert shape["lines"] == 1, shape
     first.scroll_into_view_if_needed()
     phone.screenshot(path=str(SHOTS / "admin-jobs-phone.png"), full_page=False)
+    # the new-schedule form on a phone: one column, no sideways scrolling, errors next to their fields
+    phone.goto(base + "/admin/schedules/new?target=type:http.request")
+    phone.fill("#s-cron", "every day")
+    phone.click("#save-schedule")
+    phone.wait_for_selector("#form-errors")
+    assert phone.locator("#e-_cron").is_visible() and phone.locator("#e-url").is_visible()
+    assert no_horizontal_scroll(phone)
+    phone.screenshot(path=str(artifacts_dir / "schedule-form-phone.png"), full_page=True)
 
     assert watch.alerts == [] and phone_watch.alerts == []  # no browser confirm() left, no payload ran
     assert watch.errors == [] and phone_watch.errors == [], watch.errors + phone_watch.errors

@@ -5,7 +5,8 @@ page for visitors).
 * :mod:`.jobs` — ``/admin/jobs``: every user's jobs, filtered, with row and bulk actions;
 * :mod:`.failed` — ``/admin/failed``: failed jobs grouped by type and error, "Retry all in this group";
 * :mod:`.users` — ``/admin/users``: accounts and API tokens;
-* :mod:`.schedules` — ``/admin/schedules``: periodic jobs and pipelines;
+* :mod:`.schedules` — ``/admin/schedules``: periodic jobs and pipelines; :mod:`.schedule_form` — the
+  create and edit form (the target's own generated form);
 * :mod:`.alerts` — ``/admin/alerts``: alert channels, test sends and recent deliveries;
 * :mod:`.audit` — ``/admin/audit``: the audit trail.
 
@@ -20,7 +21,7 @@ from app.web.admin.failed import FailedJobsController
 from app.web.admin.health import HEALTH_QUERIES, HealthController
 from app.web.admin.held_jobs import HeldJobsController
 from app.web.admin.jobs import AdminJobsController
-from app.web.admin.schedule_edit import ScheduleEditController
+from app.web.admin.schedule_form import ScheduleFormController
 from app.web.admin.schedules import SchedulesController
 from app.web.admin.users import UsersController
 
@@ -30,7 +31,7 @@ CONTROLLERS = [
     UsersController,
     HeldJobsController,
     SchedulesController,
-    ScheduleEditController,
+    ScheduleFormController,
     AuditController,
     AdminJobsController,
     FailedJobsController,
@@ -47,7 +48,7 @@ __all__ = [
     "FailedJobsController",
     "HealthController",
     "HeldJobsController",
-    "ScheduleEditController",
+    "ScheduleFormController",
     "SchedulesController",
     "UsersController",
 ]

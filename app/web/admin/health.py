@@ -31,7 +31,7 @@ from app.actions import controls as control_actions
 from app.errors import BadInput, Conflict, NotFound
 from app.jobs import queue
 from app.processors import registry
-from app.web import DbSession, flash, is_htmx, render
+from app.web import DbSession, confirms, flash, is_htmx, render
 from app.web.admin.waiting import WAITING_KINDS, waiting_kinds
 from app.web.deps import client_ip, settings_of
 
@@ -204,6 +204,14 @@ def throughput_chart(
     }
 
 
+async def waiting_by_type(db: AsyncSession) -> list[dict[str, Any]]:
+    """``[{"type", "n", "capped"}]``: queued jobs per type, counted exactly up to :data:`WAITING_CAP`."""
+    return [
+        {"type": r["type"], "n": min(int(r["n"]), WAITING_CAP), "capped": int(r["n"]) > WAITING_CAP}
+        for r in (await db.execute(WAITING_BY_TYPE)).mappings().all()
+    ]
+
+
 async def health(db: AsyncSession, settings: Any, chart_range: str = CHART_DEFAULT) -> dict[str, Any]:
     """The live figures of ``/admin``: ``{"workers": [row + "jobs"], "waiting": [{"type", "n", "capped"}],
     "running": {type: n}, "oldest": row | None, "failed_hour": int, "chart": throughput_chart(...)}``."""
@@ -216,10 +224,7 @@ async def health(db: AsyncSession, settings: Any, chart_range: str = CHART_DEFAU
             jobs_by_worker.setdefault(r["locked_by"], []).append(r)
     for w in workers:
         w["jobs"] = jobs_by_worker.get(w["id"], [])
-    waiting = [
-        {"type": r["type"], "n": min(int(r["n"]), WAITING_CAP), "capped": int(r["n"]) > WAITING_CAP}
-        for r in (await db.execute(WAITING_BY_TYPE)).mappings().all()
-    ]
+    waiting = await waiting_by_type(db)
     running = {r["type"]: int(r["n"]) for r in (await db.execute(RUNNING_BY_TYPE)).mappings().all()}
     oldest = (await db.execute(OLDEST_WAITING)).mappings().first()
     end = (await db.execute(DB_NOW)).scalar_one()
@@ -248,16 +253,25 @@ async def health(db: AsyncSession, settings: Any, chart_range: str = CHART_DEFAU
     }
 
 
-async def controls_context(db: AsyncSession) -> dict[str, Any]:
-    """The pause/limit state of every registered type plus ``*`` (all types), and recent changes."""
+async def controls_context(db: AsyncSession, waiting: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The pause/limit state of every registered type plus ``*`` (all types), and recent changes; the
+    pause question names how many jobs wait (``waiting`` as :func:`health` counts it, read when not given)."""
     rows = await controls.controls(db)
+    if waiting is None:
+        waiting = await waiting_by_type(db)
+    by_type = {w["type"]: w for w in waiting}
     types = [controls.ALL_TYPES] + sorted(registry.names())
     items = []
     for t in types:
         row = rows.get(t)
         spec = registry.get(t)
+        if t == controls.ALL_TYPES:
+            n, capped = sum(w["n"] for w in waiting), any(w["capped"] for w in waiting)
+        else:
+            n, capped = by_type.get(t, {}).get("n", 0), by_type.get(t, {}).get("capped", False)
         items.append(
             {
+                "pause_question": confirms.pause_type(t, n, capped=capped, all_types=t == controls.ALL_TYPES),
                 "type": t,
                 "title": "Every job type" if t == controls.ALL_TYPES else (spec.title if spec else t),
                 "row": row,
@@ -310,10 +324,11 @@ class HealthController(Controller):
         typed: dict[str, str] | None = None,
         chart_range: str = CHART_DEFAULT,
     ) -> Template:
+        live = await health(db, settings_of(request), chart_range)
         ctx = {
             "typed": typed or {},
-            **await health(db, settings_of(request), chart_range),
-            **await controls_context(db),
+            **live,
+            **await controls_context(db, live["waiting"]),
             "errors": errors or {},
             "form_type": None,
             "notice": notice,
@@ -357,7 +372,7 @@ class HealthController(Controller):
         return render(
             request,
             "admin/index.html",
-            {**ctx, **await controls_context(db_session), "errors": {}},
+            {**ctx, **await controls_context(db_session, ctx["waiting"]), "errors": {}},
             fragment="admin/_health.html",
         )
 

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import auth, quotas, signin, users
 from app.actions import users as user_actions
 from app.errors import BadInput, Conflict
-from app.web import DbSession, flash, render
+from app.web import DbSession, confirms, flash, render
 from app.web.deps import client_ip, settings_of
 from app.web.input_guard import FORM_CHECKED
 
@@ -63,6 +63,7 @@ async def users_context(
         "secret": None,
         "min_password": auth.MIN_PASSWORD_LENGTH,
         "lock_minutes": int(signin.LOGIN_WINDOW.total_seconds() // 60),
+        "confirms": confirms,
     }
 
 

@@ -1,0 +1,268 @@
+"""Creating and editing a schedule: the job type's or pipeline template's own generated form (files
+included), every error at once next to its field with what was typed kept, the next five fire times
+across a daylight-saving change, and the same audited actions behind the pages and ``/api/schedules``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import asyncpg
+from litestar.testing import AsyncTestClient
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+import tests.support.forms  # noqa: F401  (registers test.form, …)
+from app import schedules
+from app.actions import schedules as schedule_actions
+from app.auth import CurrentUser
+from app.settings import Settings
+from tests.admin.test_admin import post
+from tests.support.webkit import add_token
+
+
+def test_the_next_five_fire_times_follow_a_daylight_saving_change() -> None:
+    # Berlin springs forward on 28 March 2027 at 02:00 → 03:00: 02:30 does not happen that day, and the
+    # daily run comes at the moment the clocks jump to (03:00 CEST = 01:00 UTC), once
+    times = schedules.upcoming("30 2 * * *", "Europe/Berlin", datetime(2027, 3, 26, 12, 0, tzinfo=UTC), 5)
+    assert [t.isoformat() for t in times] == [
+        "2027-03-27T01:30:00+00:00",
+        "2027-03-28T01:00:00+00:00",
+        "2027-03-29T00:30:00+00:00",
+        "2027-03-30T00:30:00+00:00",
+        "2027-03-31T00:30:00+00:00",
+    ]
+
+
+async def _schedule(engine: AsyncEngine, admin: CurrentUser, settings: Settings) -> str:
+    async with engine.begin() as conn:
+        row = await schedule_actions.create_schedule(
+            conn,
+            admin,
+            cron="0 9 * * *",
+            timezone="Europe/Berlin",
+            job_type="test.form",
+            input_data={"name": "Ann"},
+            name="Morning hello",
+            settings=settings,
+        )
+    return str(row["id"])
+
+
+async def test_edit_form_is_the_types_form_and_keeps_typed_values_with_every_error(
+    client: AsyncTestClient,
+    admin: CurrentUser,
+    engine: AsyncEngine,
+    ui_settings: Settings,
+    pg: asyncpg.Connection,
+) -> None:
+    sid = await _schedule(engine, admin, ui_settings)
+    page = (await client.get(f"/admin/schedules/{sid}/edit")).text
+    assert 'id="f-name"' in page and 'value="Ann"' in page  # the generated form, filled in
+    assert 'id="s-input_json"' not in page  # not raw JSON
+    assert page.count("<li>", page.index('id="fire-times"')) >= 5
+
+    bad = {"_cron": "61 * * * *", "_timezone": "Mars/Olympus", "name": "x" * 60, "_enabled": "on"}
+    r = await post(client, f"/admin/schedules/{sid}/edit", bad)
+    assert r.status_code == 422
+    for fid in ("e-_cron", "e-_timezone", "e-name"):  # all three at once, next to their fields
+        assert f'id="{fid}"' in r.text, fid
+    assert 'value="61 * * * *"' in r.text and 'value="Mars/Olympus"' in r.text and "x" * 60 in r.text
+    assert await pg.fetchval("SELECT cron FROM schedules WHERE id = $1::uuid", sid) == "0 9 * * *"
+
+    good = {"_cron": "30 2 * * *", "_timezone": "Europe/Berlin", "name": "Bea"}  # enabled unticked
+    r = await post(client, f"/admin/schedules/{sid}/edit", good)
+    assert r.status_code == 303, r.text
+    row = await pg.fetchrow(
+        "SELECT cron, enabled, input_data, next_fire_at FROM schedules WHERE id = $1::uuid", sid
+    )
+    assert (row["cron"], row["enabled"], row["next_fire_at"]) == ("30 2 * * *", False, None)
+    assert '"name": "Bea"' in row["input_data"]
+    entry = await pg.fetchrow("SELECT action, detail FROM audit_log WHERE action = 'schedule.update'")
+    assert entry is not None and "cron" in entry["detail"] and "enabled" in entry["detail"]
+
+
+async def test_patch_api_goes_through_the_same_action(
+    client: AsyncTestClient,
+    admin: CurrentUser,
+    engine: AsyncEngine,
+    ui_settings: Settings,
+    db_url: str,
+    pg: asyncpg.Connection,
+) -> None:
+    sid = await _schedule(engine, admin, ui_settings)
+    headers = {"Authorization": f"Bearer {await add_token(db_url, admin.id)}"}
+    r = await client.patch(
+        f"/api/schedules/{sid}", json={"cron": "bad", "timezone": "Nowhere/Zone"}, headers=headers
+    )
+    assert r.status_code == 422 and {"cron", "timezone"} <= set(r.json()["errors"]), r.text
+    r = await client.patch(f"/api/schedules/{sid}", json={"cron": "*/5 * * * *"}, headers=headers)
+    assert (
+        r.status_code == 200 and r.json()["cron"] == "*/5 * * * *" and r.json()["timezone"] == "Europe/Berlin"
+    )
+    assert await pg.fetchval("SELECT count(*) FROM audit_log WHERE action = 'schedule.update'") == 1
+
+
+# --- creating: the target's own form ----------------------------------------------------------------------
+
+
+async def test_create_picks_a_target_then_shows_its_own_form(
+    client: AsyncTestClient, admin: CurrentUser
+) -> None:
+    page = (await client.get("/admin/schedules")).text
+    assert (
+        'id="pick-target"' in page
+        and 'value="type:test.form"' in page
+        and 'value="template:test.steps"' in page
+    )
+    assert "input_data" not in page  # no JSON box left
+    page = (await client.get("/admin/schedules/new?target=type:test.form")).text
+    assert 'id="f-name"' in page and 'id="f-document"' in page and 'type="file"' in page  # the type's form
+    assert 'id="s-cron"' in page and 'id="s-timezone-zones"' in page  # the shared zone picker
+    assert 'name="_target" value="type:test.form"' in page
+    for target in ("type:no.such", "template:" + "x" * 5000, "nonsense", "type:"):
+        r = await client.get("/admin/schedules/new", params={"target": target})
+        assert r.status_code == 404 and 'id="e-_target"' in r.text, target
+
+
+async def test_create_shows_every_error_at_once_with_typed_values_kept_then_creates(
+    client: AsyncTestClient, admin: CurrentUser, pg: asyncpg.Connection
+) -> None:
+    bad = {
+        "_target": "type:test.form",
+        "_name": "Nightly",
+        "_cron": "61 * * * *",
+        "_timezone": "Mars/Olympus",
+        "_owner": "ghost@example.com",
+        "_enabled": "on",
+        "name": "x" * 60,
+        "copies": "many",
+        "scale": "2.5",
+    }
+    r = await post(client, "/admin/schedules/new", bad)
+    assert r.status_code == 422, r.text[:2000]
+    for fid in ("e-_cron", "e-_timezone", "e-_owner", "e-name", "e-copies"):
+        assert f'id="{fid}"' in r.text, fid
+    assert "Please fix these 5 problems" in r.text
+    for kept in (
+        'value="61 * * * *"',
+        'value="Mars/Olympus"',
+        'value="ghost@example.com"',
+        "x" * 60,
+        'value="many"',
+    ):
+        assert kept in r.text, kept
+    assert 'value="Nightly"' in r.text and 'value="2.5"' in r.text
+    assert await pg.fetchval("SELECT count(*) FROM schedules") == 0
+    assert await pg.fetchval("SELECT count(*) FROM audit_log WHERE action = 'schedule.create'") == 0
+
+    good = {
+        **bad,
+        "_cron": "0 9 * * 1-5",
+        "_timezone": "Europe/Berlin",
+        "_owner": "",
+        "name": "Ann",
+        "copies": "3",
+    }
+    # an input the form cannot read while the action would accept its default: still nothing is made
+    r = await post(client, "/admin/schedules/new", {**good, "copies": "many"})
+    assert r.status_code == 422 and 'id="e-copies"' in r.text
+    assert await pg.fetchval("SELECT count(*) FROM schedules") == 0
+    r = await post(client, "/admin/schedules/new", good)
+    assert r.status_code == 303, r.text[:2000]
+    row = await pg.fetchrow(
+        "SELECT name, cron, timezone, job_type, input_data, user_id, enabled FROM schedules"
+    )
+    assert (row["name"], row["cron"], row["timezone"], row["job_type"]) == (
+        "Nightly",
+        "0 9 * * 1-5",
+        "Europe/Berlin",
+        "test.form",
+    )
+    assert row["user_id"] == admin.id and row["enabled"]
+    assert '"name": "Ann"' in row["input_data"] and '"copies": 3' in row["input_data"]
+    assert await pg.fetchval("SELECT count(*) FROM audit_log WHERE action = 'schedule.create'") == 1
+    r = await post(client, "/admin/schedules/new", good)  # the name is taken: refused, not overwritten
+    assert r.status_code == 422 and 'id="e-_name"' in r.text
+
+
+async def test_a_missing_file_and_a_bad_cron_are_shown_together_and_an_upload_is_kept(
+    client: AsyncTestClient, admin: CurrentUser, pg: asyncpg.Connection
+) -> None:
+    form = {"_target": "type:report.csv_check", "_cron": "0 7 * * *", "_timezone": "UTC", "_enabled": "on"}
+    r = await post(client, "/admin/schedules/new", {**form, "_cron": "bad"})
+    assert r.status_code == 422
+    assert 'id="e-file"' in r.text and 'id="e-_cron"' in r.text  # the missing file and the cron at once
+    r = await post(
+        client, "/admin/schedules/new", {**form, "_cron": "bad"}, files={"file": ("a.csv", b"a,b\n1,2\n")}
+    )
+    assert r.status_code == 422 and "Use a.csv" in r.text  # the upload is kept for the next try
+    kept = r.text.split('name="_keep.file" value="')[1].split('"')[0]
+    assert await pg.fetchval("SELECT count(*) FROM schedules") == 0
+    # the uploads are committed for the next try, the schedule the action made meanwhile is not: a choice
+    # the form cannot read is left out, and the action alone would accept its default
+    r = await post(
+        client, "/admin/schedules/new", {**form, "encoding": "klingon"}, files={"file": ("b.csv", b"a\n1\n")}
+    )
+    assert r.status_code == 422 and 'id="e-encoding"' in r.text
+    assert await pg.fetchval("SELECT count(*) FROM schedules") == 0
+    r = await post(client, "/admin/schedules/new", {**form, "_keep.file": kept})
+    assert r.status_code == 303, r.text[:2000]
+    assert await pg.fetchval("SELECT input_data->>'file' FROM schedules") == kept
+
+
+async def test_a_pipeline_template_schedule_is_made_and_edited_through_the_templates_form(
+    client: AsyncTestClient, admin: CurrentUser, pg: asyncpg.Connection
+) -> None:
+    form = {"_target": "template:test.steps", "_cron": "0 6 * * *", "_timezone": "UTC", "_enabled": "on"}
+    r = await post(client, "/admin/schedules/new", {**form, "seconds": "999", "_timezone": "Nowhere/Zone"})
+    assert r.status_code == 422 and 'id="e-seconds"' in r.text and 'id="e-_timezone"' in r.text
+    r = await post(
+        client, "/admin/schedules/new", {**form, "title": "Daily", "seconds": "2", "fail_right": "true"}
+    )
+    assert r.status_code == 303, r.text[:2000]
+    row = await pg.fetchrow("SELECT id, template, input_data FROM schedules")
+    assert row["template"] == "test.steps" and '"seconds": 2.0' in row["input_data"]
+
+    page = (await client.get(f"/admin/schedules/{row['id']}/edit")).text
+    assert 'id="f-title"' in page and 'value="Daily"' in page and 'id="s-input_json"' not in page
+    r = await post(
+        client,
+        f"/admin/schedules/{row['id']}/edit",
+        {"_cron": "0 6 * * *", "_timezone": "UTC", "seconds": "-1"},
+    )
+    assert r.status_code == 422 and 'id="e-seconds"' in r.text and 'value="-1"' in r.text
+    r = await post(
+        client,
+        f"/admin/schedules/{row['id']}/edit",
+        {"_cron": "0 7 * * *", "_timezone": "UTC", "title": "Late"},
+    )
+    assert r.status_code == 303
+    data = await pg.fetchval("SELECT input_data FROM schedules")
+    assert '"title": "Late"' in data and '"fail_right": false' in data
+
+
+async def test_the_json_api_creates_through_the_same_action_and_names_every_bad_field(
+    client: AsyncTestClient, admin: CurrentUser, db_url: str, pg: asyncpg.Connection
+) -> None:
+    headers = {"Authorization": f"Bearer {await add_token(db_url, admin.id)}"}
+    bad = {"cron": "bad", "timezone": "Nowhere/Zone", "type": "test.form", "input_data": {}}
+    r = await client.post("/api/schedules", json=bad, headers=headers)
+    assert r.status_code == 422 and {"cron", "timezone", "input_data.name"} <= set(r.json()["errors"]), r.text
+    good = {"cron": "0 9 * * *", "type": "test.form", "input_data": {"name": "Ann"}}
+    r = await client.post("/api/schedules", json=good, headers=headers)
+    assert r.status_code == 201, r.text
+    assert await pg.fetchval("SELECT count(*) FROM audit_log WHERE action = 'schedule.create'") == 1
+
+
+async def test_a_schedule_whose_job_type_is_gone_opens_and_names_the_missing_target(
+    client: AsyncTestClient,
+    admin: CurrentUser,
+    engine: AsyncEngine,
+    ui_settings: Settings,
+    pg: asyncpg.Connection,
+) -> None:
+    sid = await _schedule(engine, admin, ui_settings)
+    await pg.execute("UPDATE schedules SET job_type = 'gone.type' WHERE id = $1::uuid", sid)
+    page = await client.get(f"/admin/schedules/{sid}/edit")
+    assert page.status_code == 200 and "which no longer exists" in page.text
+    r = await post(client, f"/admin/schedules/{sid}/edit", {"_cron": "0 9 * * *", "_timezone": "UTC"})
+    assert r.status_code == 422 and 'id="e-_target"' in r.text and "unknown job type" in r.text
