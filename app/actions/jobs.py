@@ -174,13 +174,13 @@ async def submit(
         await check_file_kinds(db, spec.input_model, new.input_data, new.user_id)
     if not new.title:
         new.title = await name_for(db, new)
-    await quotas.before_submit(db, actor.user, actor.settings)
+    counted = await quotas.before_submit(db, actor.user, actor.settings)
     result = await queue.enqueue(db, new, actor.settings)
     if result.created:
         await add_tags(db, result.job["id"], checked_tags)
         if url is not None:
             await callbacks.add(db, result.job["id"], url)
-    await quotas.after_submit(db, actor.user, actor.settings, 1 if result.created else 0)
+    await quotas.after_submit(db, actor.user, actor.settings, 1 if result.created else 0, counted)
     return result
 
 

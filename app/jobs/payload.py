@@ -119,12 +119,13 @@ def storable(value: Any, _depth: int = 0) -> Any:
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)  # None where the C accelerator is missing
 _C_ENCODE = (
-    json.encoder.c_make_encoder(
-        None, _ENCODER.default, json.encoder.py_encode_basestring, None, ":", ",", False, False, False
+    None
+    if _MAKE_ENCODER is None
+    else _MAKE_ENCODER(
+        None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
     )
-    if json.encoder.c_make_encoder is not None
-    else None
 )
 
 
