@@ -25,6 +25,7 @@ caller owns the transaction, so an account change commits together with its audi
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import re
 import secrets
@@ -60,8 +61,15 @@ MIN_PASSWORD_LENGTH = 8
 _EMAIL_RE = re.compile(r"^[^@\s\x00-\x1f\x7f]+@[^@\s\x00-\x1f\x7f]+$")
 
 _hasher = PasswordHasher()
-#: Verified against when the email is unknown, so a wrong email costs as much time as a wrong password.
-DUMMY_HASH = _hasher.hash("jobdesk-dummy-password")
+
+
+@functools.cache
+def dummy_hash() -> str:
+    """Verified against when the email is unknown, so a wrong email costs as much time as a wrong
+    password. Made on first use, not at import: hashing takes ~50 ms (seconds on a busy machine), and
+    the worker and the command line import this module without signing anyone in. The web server makes
+    it at start-up (:func:`app.server.create_app`), so the first unknown email is not slower either."""
+    return _hasher.hash("jobdesk-dummy-password")
 
 
 @dataclass(frozen=True, slots=True)

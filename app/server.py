@@ -66,7 +66,7 @@ from litestar.types import ASGIApp, ControllerRouterHandler, Message, Receive, S
 from sqlalchemy import exc as sa_exc
 
 from app import __version__
-from app.auth import API_PREFIX, LoginRequired, login_url
+from app.auth import API_PREFIX, LoginRequired, dummy_hash, login_url
 from app.db import (
     DatabaseUnavailable,
     check_connection,
@@ -573,7 +573,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=register_filters
         ),
         openapi_config=_openapi(),
-        on_startup=[plain_descriptions],
+        on_startup=[plain_descriptions, dummy_hash],  # dummy_hash: made here, not at the first sign-in
         exception_handlers={Exception: make_exception_handler(settings)},
         request_max_body_size=settings.upload_max_bytes,
         request_class=JsonBodyRequest,
