@@ -25,6 +25,7 @@ caller owns the transaction, so an account change commits together with its audi
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import re
 import secrets
@@ -35,18 +36,16 @@ from urllib.parse import quote
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from litestar.enums import ScopeType
-from litestar.middleware import ASGIMiddleware
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
-from app.db import read_rows
+from app.db import read_rows, write_rows
 from app.errors import BadInput, Conflict, Forbidden, NotFound, Unauthorized
 
 if TYPE_CHECKING:
     from litestar.connection import ASGIConnection
     from litestar.handlers.base import BaseRouteHandler
-    from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
+    from litestar.types import Scope
 
 Db = AsyncConnection | AsyncSession
 
@@ -62,8 +61,15 @@ MIN_PASSWORD_LENGTH = 8
 _EMAIL_RE = re.compile(r"^[^@\s\x00-\x1f\x7f]+@[^@\s\x00-\x1f\x7f]+$")
 
 _hasher = PasswordHasher()
-#: Verified against when the email is unknown, so a wrong email costs as much time as a wrong password.
-DUMMY_HASH = _hasher.hash("jobdesk-dummy-password")
+
+
+@functools.cache
+def dummy_hash() -> str:
+    """Verified against when the email is unknown, so a wrong email costs as much time as a wrong
+    password. Made on first use, not at import: hashing takes ~50 ms (seconds on a busy machine), and
+    the worker and the command line import this module without signing anyone in. The web server makes
+    it at start-up (:func:`app.server.create_app`), so the first unknown email is not slower either."""
+    return _hasher.hash("jobdesk-dummy-password")
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,21 +284,22 @@ _TOKEN_TOUCH = text(
 async def user_for_token(engine: AsyncEngine, token: str) -> CurrentUser | None:
     """The active user owning the live (not revoked, not expired) API token ``token``, or ``None``.
 
-    One indexed lookup (``api_tokens.token_hash`` is unique); ``last_used_at`` is updated at most once
-    per :data:`TOKEN_TOUCH_INTERVAL` in a separate short transaction.
+    One indexed lookup (``api_tokens.token_hash`` is unique), in autocommit on the asyncpg connection
+    (:func:`app.db.read_rows`: one round trip instead of ``BEGIN``, the lookup and ``ROLLBACK``, on every
+    API request); ``last_used_at`` is updated at most once per :data:`TOKEN_TOUCH_INTERVAL`, by one
+    autocommit statement of its own.
     """
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
-    async with engine.connect() as conn:
-        row = (await conn.execute(_TOKEN_USER, {"hash": _sha256(token)})).first()
-    if row is None:
+    rows = await read_rows(engine, _TOKEN_USER, {"hash": _sha256(token)})
+    if not rows:
         return None
+    row = rows[0]
     now = datetime.now(UTC)
-    if row.last_used_at is None or now - row.last_used_at >= TOKEN_TOUCH_INTERVAL:
-        async with engine.begin() as conn:
-            await conn.execute(
-                _TOKEN_TOUCH, {"id": row.token_id, "secs": TOKEN_TOUCH_INTERVAL.total_seconds()}
-            )
+    if row["last_used_at"] is None or now - row["last_used_at"] >= TOKEN_TOUCH_INTERVAL:
+        await write_rows(
+            engine, _TOKEN_TOUCH, {"id": row["token_id"], "secs": TOKEN_TOUCH_INTERVAL.total_seconds()}
+        )
     return user_of(row)
 
 
@@ -398,90 +405,10 @@ async def prune_auth_rows(db: Db, *, attempts_older_than: timedelta = timedelta(
     return int(sessions.scalar_one()) + int(attempts.scalar_one())
 
 
-# --- middleware and guards --------------------------------------------------------------------------------
+# --- guards (the middleware that finds the user is app.web.auth_middleware) --------------------------------
 
-
-def _bearer(scope: Scope) -> str | None:
-    for key, value in scope["headers"]:
-        if key == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            return token.strip() if scheme.lower() == "bearer" else None
-    return None
-
-
-def _cookie(scope: Scope, name: str) -> str | None:
-    prefix = name + "="
-    for key, value in scope["headers"]:
-        if key == b"cookie":
-            for part in value.decode("latin-1").split(";"):
-                part = part.strip()
-                if part.startswith(prefix):
-                    return part[len(prefix) :]
-    return None
-
-
-#: Where a person whose password an administrator reset may still go before choosing a new one: the
-#: account page (its password form) and signing out. Every other page answers with a redirect there.
-#: The JSON API is not affected: it never accepts the browser session, and API tokens stay valid.
-MUST_CHANGE_OPEN = ("/account", "/logout", "/login")
 PASSWORD_FORM = "/account#password"
-
-
-async def _send_to_password_form(scope: Scope, send: Send) -> None:
-    """303 to the password form; an htmx request gets ``HX-Redirect`` instead (it would swap the form
-    into the fragment's place otherwise)."""
-    htmx = any(k == b"hx-request" and v == b"true" for k, v in scope["headers"])
-    where = (b"hx-redirect" if htmx else b"location", PASSWORD_FORM.encode())
-    start: HTTPResponseStartEvent = {
-        "type": "http.response.start",
-        "status": 200 if htmx else 303,
-        "headers": [(b"content-length", b"0"), (b"cache-control", b"no-store"), where],
-    }
-    body: HTTPResponseBodyEvent = {"type": "http.response.body", "body": b"", "more_body": False}
-    await send(start)
-    await send(body)
-
-
-class AuthenticationMiddleware(ASGIMiddleware):
-    """Sets ``scope["user"]`` (``request.user``) to a :class:`CurrentUser` or ``None`` (anonymous), and
-    the request state's ``session_hash`` to the signed-in session's id hash (CSRF tokens are bound to it:
-    :func:`session_hash_of`).
-
-    ``/api/…`` requests: only ``Authorization: Bearer <token>``; other requests: only the session cookie
-    (so API calls need no CSRF token, and a page can never act through the API with the browser's cookie).
-    Never rejects a request itself (the guards below do), except one: a person who must change the
-    password an administrator reset is sent to the password form from every page but
-    :data:`MUST_CHANGE_OPEN`. Static files and health probes are skipped.
-    At most one indexed query per request.
-    """
-
-    scopes = (ScopeType.HTTP,)
-    skip_prefixes = ("/static/", "/healthz", "/readyz", "/schema")
-
-    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
-        scope["user"] = None
-        scope["auth"] = None
-        state = scope.setdefault("state", {})
-        state["session_hash"] = None
-        path = scope["path"]
-        if not path.startswith(self.skip_prefixes):
-            engine: AsyncEngine = scope["litestar_app"].state.engine
-            if path.startswith(API_PREFIX):
-                token = _bearer(scope)
-                if token:
-                    scope["user"] = await user_for_token(engine, token)
-                    scope["auth"] = "token"
-            else:
-                cookie = _cookie(scope, SESSION_COOKIE)
-                if cookie:
-                    scope["user"] = await user_for_session(engine, cookie)
-                    scope["auth"] = "session"
-                    if scope["user"] is not None:
-                        state["session_hash"] = _sha256(cookie)
-                        if scope["user"].must_change_password and not path.startswith(MUST_CHANGE_OPEN):
-                            await _send_to_password_form(scope, send)
-                            return
-        await next_app(scope, receive, send)
+"""The account page's password form, where a person whose password an administrator reset is sent."""
 
 
 def session_hash_of(scope: Scope) -> str | None:

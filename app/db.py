@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import pwd
+import re
 import threading
 import weakref
 from collections.abc import AsyncIterator
@@ -312,8 +313,33 @@ def alembic_config(url: str) -> AlembicConfig:
     return cfg
 
 
+_REVISION_LINE = re.compile(
+    r"""^(revision|down_revision)\s*(?::[^=\n]*)?=\s*(?:"([^"\n]*)"|'([^'\n]*)'|None)\s*$""", re.M
+)
+
+
 def head_revision() -> str:
-    """The newest migration's revision id."""
+    """The newest migration's revision id, read from the ``revision`` and ``down_revision`` lines of the
+    files in ``migrations/versions``. Alembic would import every migration module to find it: with its
+    own import, that took seconds at the start of every worker and command on a busy machine, all to
+    compare one string. A file these lines do not describe plainly (a merge of two heads, a revision
+    written any other way) leaves the answer to Alembic."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in sorted((MIGRATIONS_DIR / "versions").glob("*.py")):
+        found = {m.group(1): m.group(2) or m.group(3) for m in _REVISION_LINE.finditer(path.read_text())}
+        if not found.get("revision") or "down_revision" not in found:
+            return _alembic_head()
+        revisions.add(found["revision"])
+        if found["down_revision"]:
+            parents.add(found["down_revision"])
+    heads = revisions - parents
+    if len(heads) != 1:
+        return _alembic_head()
+    return heads.pop()
+
+
+def _alembic_head() -> str:
     from alembic.script import ScriptDirectory
 
     script = ScriptDirectory.from_config(alembic_config("postgresql+asyncpg://x@localhost/x"))

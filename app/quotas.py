@@ -51,6 +51,22 @@ RECENT = text(
     GROUP BY COALESCE(pipeline_id, batch_id, id) ORDER BY first
     """
 )
+# Under the person's lock, before a submission: their ``queued`` jobs (when ``:count_waiting``), and the
+# submission in the window that frees the next per-minute place when the limit is reached (the
+# ``:skip + 1``-th newest; none while there are fewer), in one round trip.
+STATE = text(
+    """
+    SELECT CASE WHEN :count_waiting
+                THEN (SELECT count(*) FROM jobs WHERE user_id = :user_id AND status = 'queued') END AS waiting,
+           r.first, now() AS db_now
+    FROM (SELECT 1) AS one LEFT JOIN LATERAL (
+        SELECT min(created_at) AS first FROM jobs
+        WHERE :per_minute AND user_id = :user_id AND id >= :since_id AND created_by_job IS NULL
+          AND created_at > now() - make_interval(secs => :window)
+        GROUP BY COALESCE(pipeline_id, batch_id, id) ORDER BY first DESC OFFSET :skip LIMIT 1
+    ) AS r ON true
+    """
+)
 STORED = text("SELECT COALESCE(sum(size), 0) FROM files WHERE user_id = :user_id")
 # When the person's first stored file is due for retention (unused uploads: from their upload; files of
 # finished jobs: from the job's end).
@@ -136,12 +152,38 @@ async def per_minute_refusal(
     if len(rows) < limit:
         return None
     frees = rows[len(rows) - limit].first + timedelta(seconds=WINDOW_SECS)
-    wait = (frees - rows[0].db_now).total_seconds()
+    return _per_minute_words(limit, (frees - rows[0].db_now).total_seconds())
+
+
+def _per_minute_words(limit: int, wait: float) -> RateLimited:
     return refusal(
         f"Too many submissions: the limit is {limit:,} a minute per person (a pipeline or a batch counts "
         f"once). {retry_words(wait)}",
         wait,
     )
+
+
+async def submission_state(
+    db: AsyncConnection | AsyncSession, settings: Settings, user_id: int
+) -> tuple[int | None, RateLimited | None]:
+    """What :func:`waiting` and :func:`per_minute_refusal` say, in one statement: the person's waiting
+    jobs (``None`` when ``USER_MAX_WAITING_JOBS`` is off) and the per-minute refusal, if any. Call it
+    under :func:`lock`, in the transaction that then adds the jobs."""
+    limit = settings.user_max_jobs_per_minute
+    params = {
+        "count_waiting": bool(settings.user_max_waiting_jobs),
+        "per_minute": bool(limit),
+        "user_id": user_id,
+        "since_id": _since_id(datetime.now(UTC)),
+        "window": WINDOW_SECS,
+        "skip": max(limit - 1, 0),
+    }
+    row = (await (await _conn(db)).execute(STATE, params)).one()
+    waiting_now = None if row.waiting is None else int(row.waiting)
+    if not limit or row.first is None:
+        return waiting_now, None
+    wait = (row.first + timedelta(seconds=WINDOW_SECS) - row.db_now).total_seconds()
+    return waiting_now, _per_minute_words(limit, wait)
 
 
 async def stored_refusal(

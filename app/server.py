@@ -13,7 +13,7 @@ Start-up (the lifespan, in this order):
    (:func:`app.worker.threaded.start_in_thread`) — in one web process per host
    (:mod:`app.worker.host_lock`); on shutdown it is stopped, and awaited, before the engine is disposed.
 
-Before any handler: :class:`app.auth.AuthenticationMiddleware` finds the user,
+Before any handler: :class:`app.web.auth_middleware.AuthenticationMiddleware` finds the user,
 :class:`app.web.csrf.CsrfMiddleware` checks the session-bound CSRF token of every form post, and
 :class:`app.web.input_guard.InputGuardMiddleware` refuses NUL characters, lone surrogates and over-deep
 JSON with a 422 naming the field.
@@ -66,7 +66,7 @@ from litestar.types import ASGIApp, ControllerRouterHandler, Message, Receive, S
 from sqlalchemy import exc as sa_exc
 
 from app import __version__
-from app.auth import API_PREFIX, AuthenticationMiddleware, LoginRequired, login_url
+from app.auth import API_PREFIX, LoginRequired, dummy_hash, login_url
 from app.db import (
     DatabaseUnavailable,
     check_connection,
@@ -95,6 +95,7 @@ from app.web.api import (
 from app.web.api.notifications import NotificationsApiController
 from app.web.approvals import ApprovalsController
 from app.web.auth import AuthController
+from app.web.auth_middleware import AuthenticationMiddleware
 from app.web.batches import BatchesController
 from app.web.csrf import FAILED as CSRF_FAILED
 from app.web.csrf import CsrfMiddleware
@@ -572,7 +573,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=register_filters
         ),
         openapi_config=_openapi(),
-        on_startup=[plain_descriptions],
+        on_startup=[plain_descriptions, dummy_hash],  # dummy_hash: made here, not at the first sign-in
         exception_handlers={Exception: make_exception_handler(settings)},
         request_max_body_size=settings.upload_max_bytes,
         request_class=JsonBodyRequest,

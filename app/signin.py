@@ -34,10 +34,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.auth import (
-    DUMMY_HASH,
     USER_COLUMNS,
     CurrentUser,
     Db,
+    dummy_hash,
     hash_password,
     password_needs_rehash,
     user_of,
@@ -164,7 +164,7 @@ async def sign_in(
     attempt = await _reserve(engine, email, ip)
     async with engine.connect() as conn:
         row = (await conn.execute(_USER, {"email": email})).first()
-    stored = row.password_hash if row is not None else DUMMY_HASH
+    stored = row.password_hash if row is not None else dummy_hash()
     ok = await asyncio.to_thread(verify_password, stored, password or "")
     if row is None or not ok or not row.is_active:
         raise Unauthorized("Wrong email or password.")

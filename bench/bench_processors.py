@@ -32,3 +32,13 @@ async def stamp(ctx: JobContext[AnyInput]) -> dict[str, Any]:
 )
 async def noop_stamp(ctx: JobContext[AnyInput]) -> None:
     peer_stamp.stamp(ctx.job["input_data"]["i"])
+
+
+@processor(
+    "bench.plain",
+    title="Benchmark plain job",
+    description="Does nothing; a type any signed-in person may start, for bench/http_enqueue.py.",
+    input=AnyInput,
+)
+async def plain(ctx: JobContext[AnyInput]) -> None:
+    return None

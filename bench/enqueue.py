@@ -89,8 +89,9 @@ async def single_raw(url: str, user_id: int, n: int) -> list[float]:
 
 
 @contextlib.contextmanager
-def serving(url: str, data_dir: str) -> Iterator[str]:
-    """``jobdesk serve`` (no in-app worker, ``LOG_LEVEL=WARNING``) on a free loopback port; its base URL."""
+def serving(url: str, data_dir: str, **extra_env: str) -> Iterator[str]:
+    """``jobdesk serve`` (no in-app worker, ``LOG_LEVEL=WARNING``, and ``extra_env``) on a free loopback
+    port; its base URL."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -101,6 +102,7 @@ def serving(url: str, data_dir: str) -> Iterator[str]:
         LOG_LEVEL="WARNING",
         SECRET_KEY="bench-secret-key-0123456789abcdef0123456789",
         JOBDESK_DATA_DIR=data_dir,
+        **extra_env,
     )
     jobdesk = Path(sys.executable).parent / "jobdesk"
     log = open(Path(data_dir) / "serve.log", "ab")

@@ -8,6 +8,7 @@ Both ways in — ``POST /api/files`` and a file field of a job or pipeline form 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import tempfile
@@ -67,6 +68,18 @@ def kind_problem(content_type: str | None, accept: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=512)
+def _accepted_kinds(model: InputModel) -> dict[str, str]:
+    """``{file field: its accept hint}`` of ``model``, read from its JSON schema once per model: building
+    the schema costs more than the rest of a job submission."""
+    props = model.model_json_schema().get("properties") or {}
+    return {
+        name: str(props[name]["accept"])
+        for name in file_fields(model)
+        if isinstance(props.get(name), dict) and props[name].get("accept")
+    }
+
+
 async def check_file_kinds(
     conn: Any, model: InputModel, data: Any, user_id: int, prefix: str = "input_data"
 ) -> None:
@@ -80,12 +93,9 @@ async def check_file_kinds(
     """
     if not isinstance(data, dict):
         return
-    props = model.model_json_schema().get("properties") or {}
-    wanted = {
-        name: str(props[name]["accept"])
-        for name in file_fields(model)
-        if isinstance(props.get(name), dict) and props[name].get("accept")
-    }
+    wanted = _accepted_kinds(model)
+    if not wanted:
+        return
     found = {n: ids for n, ids in file_ids_in(model, data).items() if n in wanted}
     if not found:
         return

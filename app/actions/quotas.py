@@ -14,6 +14,7 @@ Admins are exempt from the waiting and per-minute limits, not from the storage a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
@@ -35,32 +36,56 @@ def _exempt(person: Any) -> bool:
     return bool(person.is_admin)
 
 
-async def before_submit(db: AsyncConnection | AsyncSession, person: Any, settings: Settings) -> None:
-    """Lock the person's limits for this transaction and check the per-minute limit.
+@dataclass(frozen=True)
+class Counted:
+    """What :func:`before_submit` counted under the person's lock: their waiting jobs (``None`` when
+    that limit is off). While the lock is held, no other checked submission of theirs adds any, so
+    :func:`after_submit` can add its own to this count instead of counting again."""
+
+    waiting: int | None
+
+
+async def before_submit(
+    db: AsyncConnection | AsyncSession, person: Any, settings: Settings
+) -> Counted | None:
+    """Lock the person's limits for this transaction and check the per-minute limit; return the waiting
+    count for :func:`after_submit` (``None`` for a person the limits do not apply to). Two round trips:
+    the lock, then both counts in one statement (it must come after the lock, to see what a concurrent
+    submission of theirs committed while this one waited for it).
 
     Raises:
         RateLimited: 429, the limit and when to try again (``Retry-After``).
     """
     if _exempt(person) or not (settings.user_max_waiting_jobs or settings.user_max_jobs_per_minute):
-        return
+        return None
     await quotas.lock(db, person.id)
-    refused = await quotas.per_minute_refusal(db, settings, person.id)
+    waiting, refused = await quotas.submission_state(db, settings, person.id)
     if refused is not None:
         raise refused
+    return Counted(waiting)
 
 
 async def after_submit(
-    db: AsyncConnection | AsyncSession, person: Any, settings: Settings, added: int
+    db: AsyncConnection | AsyncSession,
+    person: Any,
+    settings: Settings,
+    added: int,
+    counted: Counted | None = None,
 ) -> None:
     """Refuse the submission that just added ``added`` waiting jobs if the person is now above the
-    waiting limit (the caller's rollback removes them).
+    waiting limit (the caller's rollback removes them). ``counted``: what :func:`before_submit`
+    returned in this transaction, so the count is not read again; without it, it is.
 
     Raises:
         RateLimited: 429, the limit and when to try again.
     """
     if _exempt(person) or not settings.user_max_waiting_jobs or added <= 0:
         return
-    refused = quotas.waiting_refusal(settings, await quotas.waiting(db, person.id), added)
+    if counted is not None and counted.waiting is not None:
+        now_waiting = counted.waiting + added
+    else:
+        now_waiting = await quotas.waiting(db, person.id)
+    refused = quotas.waiting_refusal(settings, now_waiting, added)
     if refused is not None:
         raise refused
 

@@ -118,8 +118,26 @@ def storable(value: Any, _depth: int = 0) -> Any:
     return storable_text(shown)
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)  # None where the C accelerator is missing
+_C_ENCODE = (
+    None
+    if _MAKE_ENCODER is None
+    else _MAKE_ENCODER(
+        None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+)
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """Compact JSON text of ``value``; raises for NaN, Infinity and types JSON does not know. The C
+    encoder is made once: ``json.dumps`` with options builds a new one on every call, which costs more
+    than encoding a small input. It keeps no record of the containers it is in (that record is also
+    rebuilt per call), so a structure that contains itself ends in ``RecursionError``, which every
+    caller handles as it handles any value it cannot encode."""
+    if _C_ENCODE is None:
+        return _ENCODER.encode(value)
+    return "".join(_C_ENCODE(value, 0))
 
 
 def json_text(value: Any) -> str:
@@ -196,6 +214,26 @@ def find_problem(value: Any, path: str = "") -> tuple[str, str] | None:
     return _find_problem(value, path, 0, STORABLE_MAX_DEPTH)
 
 
+def _plain_json(value: dict[str, Any]) -> str | None:
+    """The JSON text of ``value`` when one encoding shows that the walk of :func:`_find_problem` could
+    find nothing, else ``None`` (walk it). A bulk enqueue checks thousands of small inputs, and the
+    encoding is needed anyway, for the size limit.
+
+    Why that is enough: the encoder refuses NaN, Infinity and types JSON does not know; a NUL or a lone
+    surrogate, in a value or a key, shows in the text (see :func:`_unstorable_json`); nesting cannot be
+    deeper than the number of opening brackets; and a key that is not text, which the encoder would
+    silently turn into text, can only be at the top level when the text has a single ``{``."""
+    try:
+        text = _dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if _unstorable_json(text) or text.count("{") != 1 or text.count("[") >= MAX_DEPTH:
+        return None
+    if not all(type(k) is str for k in value):
+        return None
+    return text
+
+
 def check_input(input_data: Any, max_bytes: int, *, field: str = "input_data") -> str:
     """Validate ``input_data`` for storage and return its JSON text.
 
@@ -207,10 +245,12 @@ def check_input(input_data: Any, max_bytes: int, *, field: str = "input_data") -
     """
     if not isinstance(input_data, dict):
         raise BadInput.field(field, "must be a JSON object")
-    problem = _find_problem(input_data, field, 0)
-    if problem:
-        raise BadInput.field(*problem)
-    text = json_text(input_data)
+    text = _plain_json(input_data)
+    if text is None:
+        problem = _find_problem(input_data, field, 0)
+        if problem:
+            raise BadInput.field(*problem)
+        text = json_text(input_data)
     size = len(text.encode())
     if size > max_bytes:
         raise TooLarge(

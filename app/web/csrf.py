@@ -112,7 +112,7 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 class CsrfMiddleware(ASGIMiddleware):
     """Checks the token of every unsafe request outside ``exclude`` and hands pages their token (see the
-    module docstring). Runs after :class:`app.auth.AuthenticationMiddleware`, which finds the signed-in
+    module docstring). Runs after :class:`app.web.auth_middleware.AuthenticationMiddleware`, which finds the signed-in
     session (:func:`app.auth.session_hash_of`)."""
 
     scopes = (ScopeType.HTTP,)

@@ -132,3 +132,40 @@ async def test_bulk_enqueue_names_every_bad_job_by_its_index(
     assert len(ids) == 2
     kinds = await pg.fetch("SELECT kind FROM job_events WHERE job_id = ANY($1::uuid[])", ids)
     assert [k["kind"] for k in kinds] == ["enqueued", "enqueued"]
+
+
+async def test_bulk_enqueue_refuses_nul_and_lone_surrogates_by_index(
+    engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection
+) -> None:
+    """The storage check of a bulk enqueue runs on each input's JSON text, not a walk of it: a NUL or a
+    lone surrogate, in a value or a key, at any depth, still refuses the batch and names the job's index
+    and the field; text that only looks like an escape is stored."""
+    import tests.support.text_processors  # noqa: F401 - registers text.bad_result (a free text field)
+
+    def job(type_: str, data: dict[str, Any]) -> NewJob:
+        return NewJob(type=type_, input_data=data, user_id=owner.id)
+
+    jobs = [
+        job("text.bad_result", {"name": "fine \\u0000 \\ud800"}),
+        job("text.bad_result", {"name": "a\x00b"}),
+        job("noop", {}),
+        job("text.bad_result", {"name": "x\ud800"}),
+        job("noop", {"items": [1, {"k\udc00": 1}]}),
+    ]
+    async with engine.begin() as conn:
+        with pytest.raises(BadInput) as err:
+            await queue.enqueue_many(conn, jobs, settings)
+    errors = err.value.errors or {}
+    assert set(errors) == {
+        "jobs[1].input_data.name",
+        "jobs[3].input_data.name",
+        "jobs[4].input_data.items[1].k\\udc00",
+    }
+    assert "NUL" in errors["jobs[1].input_data.name"]
+    assert "lone surrogate" in errors["jobs[3].input_data.name"]
+    assert "lone surrogate" in errors["jobs[4].input_data.items[1].k\\udc00"]
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
+    async with engine.begin() as conn:
+        await queue.enqueue_many(conn, [jobs[0], jobs[2]], settings)
+    stored = await pg.fetchval("SELECT input_data->>'name' FROM jobs WHERE id = $1", jobs[0].id)
+    assert stored == "fine \\u0000 \\ud800"

@@ -213,6 +213,9 @@ class JobsApiController(Controller):
         result = await job_actions.submit(
             db_session, actor, new, tags=data.tags, callback_url=data.callback_url
         )
+        if result.created and not new.depends_on and not data.tags:
+            # A job just created without dependencies or tags has none: nothing to read back.
+            return Response(display.job_for(job_json(result.job), request.user), status_code=201)
         return await job_response(db_session, result.job, 201 if result.created else 200, viewer=request.user)
 
     @get("/", name="api.jobs.list", responses=errors(401, 422))

@@ -1,0 +1,109 @@
+"""The middleware that finds who is making a request: ``scope["user"]`` from the API token or the session
+cookie (the lookups themselves are :mod:`app.auth`'s).
+
+It lives apart from :mod:`app.auth` because it needs Litestar, and the worker and the command line use
+:mod:`app.auth` (users, tokens, the sweep of old sessions) without serving pages: importing Litestar
+would cost them about a second at start-up.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from litestar.enums import ScopeType
+from litestar.middleware import ASGIMiddleware
+
+from app.auth import (
+    API_PREFIX,
+    PASSWORD_FORM,
+    SESSION_COOKIE,
+    _sha256,
+    user_for_session,
+    user_for_token,
+)
+
+if TYPE_CHECKING:
+    from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+
+def _bearer(scope: Scope) -> str | None:
+    for key, value in scope["headers"]:
+        if key == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+    return None
+
+
+def _cookie(scope: Scope, name: str) -> str | None:
+    prefix = name + "="
+    for key, value in scope["headers"]:
+        if key == b"cookie":
+            for part in value.decode("latin-1").split(";"):
+                part = part.strip()
+                if part.startswith(prefix):
+                    return part[len(prefix) :]
+    return None
+
+
+#: Where a person whose password an administrator reset may still go before choosing a new one: the
+#: account page (its password form) and signing out. Every other page answers with a redirect there.
+#: The JSON API is not affected: it never accepts the browser session, and API tokens stay valid.
+MUST_CHANGE_OPEN = ("/account", "/logout", "/login")
+
+
+async def _send_to_password_form(scope: Scope, send: Send) -> None:
+    """303 to the password form; an htmx request gets ``HX-Redirect`` instead (it would swap the form
+    into the fragment's place otherwise)."""
+    htmx = any(k == b"hx-request" and v == b"true" for k, v in scope["headers"])
+    where = (b"hx-redirect" if htmx else b"location", PASSWORD_FORM.encode())
+    start: HTTPResponseStartEvent = {
+        "type": "http.response.start",
+        "status": 200 if htmx else 303,
+        "headers": [(b"content-length", b"0"), (b"cache-control", b"no-store"), where],
+    }
+    body: HTTPResponseBodyEvent = {"type": "http.response.body", "body": b"", "more_body": False}
+    await send(start)
+    await send(body)
+
+
+class AuthenticationMiddleware(ASGIMiddleware):
+    """Sets ``scope["user"]`` (``request.user``) to a :class:`CurrentUser` or ``None`` (anonymous), and
+    the request state's ``session_hash`` to the signed-in session's id hash (CSRF tokens are bound to it:
+    :func:`session_hash_of`).
+
+    ``/api/…`` requests: only ``Authorization: Bearer <token>``; other requests: only the session cookie
+    (so API calls need no CSRF token, and a page can never act through the API with the browser's cookie).
+    Never rejects a request itself (the guards below do), except one: a person who must change the
+    password an administrator reset is sent to the password form from every page but
+    :data:`MUST_CHANGE_OPEN`. Static files and health probes are skipped.
+    At most one indexed query per request.
+    """
+
+    scopes = (ScopeType.HTTP,)
+    skip_prefixes = ("/static/", "/healthz", "/readyz", "/schema")
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        scope["user"] = None
+        scope["auth"] = None
+        state = scope.setdefault("state", {})
+        state["session_hash"] = None
+        path = scope["path"]
+        if not path.startswith(self.skip_prefixes):
+            engine: AsyncEngine = scope["litestar_app"].state.engine
+            if path.startswith(API_PREFIX):
+                token = _bearer(scope)
+                if token:
+                    scope["user"] = await user_for_token(engine, token)
+                    scope["auth"] = "token"
+            else:
+                cookie = _cookie(scope, SESSION_COOKIE)
+                if cookie:
+                    scope["user"] = await user_for_session(engine, cookie)
+                    scope["auth"] = "session"
+                    if scope["user"] is not None:
+                        state["session_hash"] = _sha256(cookie)
+                        if scope["user"].must_change_password and not path.startswith(MUST_CHANGE_OPEN):
+                            await _send_to_password_form(scope, send)
+                            return
+        await next_app(scope, receive, send)

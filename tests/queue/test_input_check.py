@@ -1,0 +1,66 @@
+"""``check_input`` decides from one JSON encoding of the input whether it can skip the walk of every
+value and key; it must refuse exactly what the walk refuses, with the same field path and reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.errors import BadInput
+from app.jobs import payload
+from app.jobs.payload import MAX_DEPTH, check_input
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return {"a": value}
+
+
+class Weird:
+    pass
+
+
+CASES: list[dict[Any, Any]] = [
+    {"i": 1},
+    {"name": "a\x00b"},
+    {"name": "x\ud800"},
+    {"name": "\\u0000 and \\ud800 as plain text"},
+    {"name": "NaN Infinity"},
+    {"n": float("nan")},
+    {"n": float("inf")},
+    {1: "key that is not text"},
+    {"deep": {2: "nested key that is not text"}},
+    {"k\x00": 1},
+    {"k\udfff": 1},
+    {"t": (1, "x\x00")},
+    {"o": Weird()},
+    {"pair": "\ud83d\ude00 é"},
+    _nested(MAX_DEPTH - 1),
+    _nested(MAX_DEPTH),
+    _nested(MAX_DEPTH + 3),
+    {"braces": "{{{[[["},
+]
+
+
+def _by_walk(data: dict[Any, Any]) -> tuple[str, str] | None:
+    return payload._find_problem(data, "input_data", 0)
+
+
+@pytest.mark.parametrize("data", CASES, ids=range(len(CASES)))
+def test_the_encoded_check_refuses_exactly_what_the_walk_refuses(data: dict[Any, Any]) -> None:
+    expected = _by_walk(data)
+    if expected is None:
+        assert check_input(data, 1 << 20) == payload.json_text(data)
+        return
+    with pytest.raises(BadInput) as err:
+        check_input(data, 1 << 20)
+    assert err.value.errors == {expected[0]: expected[1]}
+
+
+def test_the_walk_is_switched_off_only_when_the_text_proves_it_needless() -> None:
+    assert payload._plain_json({"i": 1, "s": "é"}) == '{"i":1,"s":"é"}'
+    for data in ({"s": "a\x00"}, {"s": "\ud800"}, {1: 2}, {"d": {}}, _nested(MAX_DEPTH)):
+        assert payload._plain_json(data) is None, data
