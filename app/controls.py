@@ -25,27 +25,22 @@ from sqlalchemy import text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from app.cron import MAX_CATCH_UP, check_cron, fire_times, fired_title, next_fire, zone
 from app.errors import BadInput, NotFound
 from app.jobs import queue
 from app.jobs.types import registry
 from app.schedules import (
     CODE_SCHEDULES,
-    MAX_CATCH_UP,
     SCHEDULE_COLUMNS,
     ScheduleSpec,
-    check_cron,
     create_schedule,
     delete_schedule,
     fire_due,
-    fire_times,
-    fired_title,
     get_schedule,
     list_schedules,
-    next_fire,
     schedule,
     set_schedule_enabled,
     sync_code_schedules,
-    zone,
 )
 
 __all__ = [

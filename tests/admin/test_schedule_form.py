@@ -11,7 +11,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import tests.support.forms  # noqa: F401  (registers test.form, …)
-from app import schedules
+from app import cron as cron_times
 from app.actions import schedules as schedule_actions
 from app.auth import CurrentUser
 from app.settings import Settings
@@ -22,7 +22,7 @@ from tests.support.webkit import add_token
 def test_the_next_five_fire_times_follow_a_daylight_saving_change() -> None:
     # Berlin springs forward on 28 March 2027 at 02:00 → 03:00: 02:30 does not happen that day, and the
     # daily run comes at the moment the clocks jump to (03:00 CEST = 01:00 UTC), once
-    times = schedules.upcoming("30 2 * * *", "Europe/Berlin", datetime(2027, 3, 26, 12, 0, tzinfo=UTC), 5)
+    times = cron_times.upcoming("30 2 * * *", "Europe/Berlin", datetime(2027, 3, 26, 12, 0, tzinfo=UTC), 5)
     assert [t.isoformat() for t in times] == [
         "2027-03-27T01:30:00+00:00",
         "2027-03-28T01:00:00+00:00",

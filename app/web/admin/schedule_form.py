@@ -10,7 +10,7 @@ The input is the job type's or template's own generated form — the same contro
 "Start a job" and the pipeline form (:mod:`app.web.forms`, :func:`app.web.submit.validate`), file fields
 included (uploads are stored as the schedule owner's files, since its jobs run as the owner). Beside it,
 the schedule's own controls, whose names start with ``_`` so that no input field can clash with them.
-Under the cron expression, the next five fire times in the admin's zone (:func:`app.schedules.upcoming`,
+Under the cron expression, the next five fire times in the admin's zone (:func:`app.cron.upcoming`,
 which resolves daylight-saving gaps and repeats as the schedule will). Every problem — the form's and
 the action's — is shown at once next to its field, with what was typed kept. The changes themselves are
 :func:`app.actions.schedules.create_schedule` and :func:`~app.actions.schedules.update_schedule`
@@ -32,6 +32,7 @@ from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import auth, pipelines, schedules, users
+from app import cron as cron_times
 from app.actions import schedules as schedule_actions
 from app.errors import BadInput, TooLarge
 from app.formatting import format_localtime, zone
@@ -106,7 +107,7 @@ def target_options() -> list[tuple[str, list[tuple[str, str]]]]:
 def preview(cron: str, tz: str, viewer_tz: str | None) -> tuple[list[str], str | None]:
     """The next :data:`PREVIEW_COUNT` fire times in the viewer's zone, or the reason there are none."""
     try:
-        times = schedules.upcoming(cron, tz, datetime.now(UTC), PREVIEW_COUNT)
+        times = cron_times.upcoming(cron, tz, datetime.now(UTC), PREVIEW_COUNT)
     except BadInput as exc:
         return [], "; ".join(exc.errors.values()) or exc.detail
     return [format_localtime(t, zone(viewer_tz)) for t in times], None

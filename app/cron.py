@@ -1,0 +1,147 @@
+"""Cron times in a time zone, free of any clock: a cron expression (croniter) names wall-clock times in
+the schedule's zone, and :func:`next_fire` says when each really fires across daylight-saving changes.
+The schedules themselves (rows, firing, who may change them) are :mod:`app.schedules`; "now" is always
+given by the caller, read from the database's clock.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, croniter
+
+from app import localtime
+from app.errors import BadInput
+
+MAX_CATCH_UP = 100
+"""At most this many missed fire times are back-filled at once for a ``catch_up`` schedule."""
+
+
+def zone(name: str) -> ZoneInfo:
+    """Raises BadInput for an unknown IANA time-zone name."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name longer than a file name
+        raise BadInput.field(
+            "timezone", f"unknown time zone {name[:60]!r}; use a name like Europe/Berlin or UTC"
+        ) from None
+
+
+_CRON_ERRORS = (CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, ValueError, KeyError)
+MAX_WALL_STEPS = 10_000
+"""At most this many cron times are looked at for one next fire (the repeated hour of a schedule that
+fires every second is skipped in one jump, so this is never reached by a valid schedule)."""
+
+
+def _bad_cron(exc: Exception) -> BadInput:
+    return BadInput.field(
+        "cron",
+        f"not a valid cron expression ({exc}); five fields: minute hour day month weekday, e.g. '*/15 * * * *'",
+    )
+
+
+def _walls(cron: str, start: datetime) -> croniter:
+    """croniter over naive wall-clock times (no zone: croniter's own handling of daylight saving time
+    fires a repeated 01:30 twice; the zone is applied by :func:`next_fire`)."""
+    try:
+        return croniter(cron, start)
+    except _CRON_ERRORS as exc:
+        raise _bad_cron(exc) from None
+
+
+def next_fire(cron: str, tz: str, after: datetime) -> datetime:
+    """The first fire time of ``cron`` in zone ``tz`` strictly after ``after``, as UTC.
+
+    The cron expression names wall-clock times in ``tz``, and each wall-clock time fires at most once:
+
+    * a time that happens twice (clocks go back) fires at its first occurrence only, so ``30 1 * * *``
+      in America/New_York fires at 01:30 EDT on the fall-back day, not again at 01:30 EST, and
+      ``*/15 * * * *`` fires 01:00–01:45 once (in summer time), then 02:00;
+    * a time that does not happen (clocks go forward) fires once at the moment the clocks jump to
+      (03:00 EDT for ``30 2 * * *`` in New York), together with any other skipped times of the same gap,
+      so a daily job still runs that day, once.
+
+    Raises:
+        BadInput: an invalid cron expression (the message shows the expected form).
+    """
+    where = zone(tz)
+    after = after.astimezone(UTC)
+    walls = _walls(cron, after.astimezone(where).replace(tzinfo=None))
+    try:
+        for _ in range(MAX_WALL_STEPS):
+            wall = walls.get_next(datetime)
+            local = localtime.resolve(wall, where)
+            if local.first > after:
+                return local.first
+            if local.repeated:
+                # the rest of the repeated hour fired the first time round: go on after it
+                walls = _walls(cron, localtime.repeat_end(wall, where) - timedelta(seconds=1))
+    except _CRON_ERRORS as exc:
+        raise _bad_cron(exc) from None
+    raise _bad_cron(ValueError("no fire time found"))
+
+
+def fired_title(name: str, at: datetime) -> str:
+    """The title of the job a schedule starts: its name and the due time, the name shortened so that the
+    title stays within the 200 characters a job title may have (a trial found a 190-character name
+    accepted, then every firing refused and the schedule disabled)."""
+    suffix = f" ({at:%Y-%m-%d %H:%M} UTC)"
+    room = 200 - len(suffix)
+    return (name if len(name) <= room else name[: room - 1] + "…") + suffix
+
+
+_CHECK_FROM = datetime(2000, 1, 1, tzinfo=UTC)
+"""Where :func:`check_cron` looks for a first fire time (any instant does; no clock is read)."""
+
+
+def check_cron(cron: str) -> str:
+    """A normalised cron expression, or BadInput with a message that shows the expected form.
+    Five fields (minute hour day month weekday), or six with seconds as the sixth (croniter's extension,
+    for schedules more often than once a minute)."""
+    cron = " ".join((cron or "").split())
+    if not cron:
+        raise BadInput.field("cron", "give a cron expression, e.g. '0 9 * * 1-5' (weekdays at 9:00)")
+    if len(cron.split()) not in (5, 6):
+        raise BadInput.field(
+            "cron",
+            "a cron expression has five fields: minute hour day month weekday, e.g. '*/15 * * * *' "
+            "(a sixth field, seconds, fires more often than once a minute)",
+        )
+    next_fire(cron, "UTC", _CHECK_FROM)
+    return cron
+
+
+def upcoming(cron: str, tz: str, after: datetime, count: int = 5) -> list[datetime]:
+    """The next ``count`` fire times of ``cron`` in ``tz`` after ``after`` (UTC), each as :func:`next_fire`
+    finds it, so a preview across a daylight-saving change shows what will really happen.
+
+    Raises:
+        BadInput: an invalid cron expression or time zone.
+    """
+    times: list[datetime] = []
+    at = after
+    for _ in range(count):
+        at = next_fire(cron, tz, at)
+        times.append(at)
+    return times
+
+
+def fire_times(
+    cron: str, tz: str, due: datetime, now: datetime, catch_up: bool
+) -> tuple[list[datetime], datetime]:
+    """The fire times to run now and the next one after ``now``.
+
+    Without ``catch_up`` only the latest due time fires (no burst after downtime); with it, every missed
+    time (at most :data:`MAX_CATCH_UP`, the most recent ones).
+    """
+    times = [due]
+    while True:
+        following = next_fire(cron, tz, times[-1])
+        if following > now:
+            break
+        times.append(following)
+        if len(times) > MAX_CATCH_UP * 10:  # a very dense cron after a long outage: stop counting
+            times = times[-MAX_CATCH_UP:]
+    nxt = next_fire(cron, tz, max(times[-1], now))
+    return (times[-MAX_CATCH_UP:] if catch_up else times[-1:]), nxt
