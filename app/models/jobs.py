@@ -1,11 +1,5 @@
-"""Every table of Jobdesk, as SQLAlchemy models; Alembic's ``target_metadata``.
-
-Reading rows is open to any module; writing ``jobs.status`` is reserved to :mod:`app.jobs.queue`
-(the state machine), so every status change is a compare-and-set recorded with its event. CHECK
-constraints hold each row's shape for its status: a queued row has no lock, a running row has an owner
-and a lease deadline, a terminal row has a finish time and no lock. Every time column is ``timestamptz``,
-so times mean the same whatever the server's or the session's time zone.
-"""
+"""Jobs and what hangs off them: pipelines, batches, dependencies, for_each fan-outs, tags, callbacks,
+events, logs and approval rules and decisions."""
 
 from __future__ import annotations
 
@@ -23,108 +17,16 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
-    MetaData,
     SmallInteger,
     Text,
     UniqueConstraint,
-    func,
     text,
 )
 from sqlalchemy import text as _sql  # for tables with a column named ``text``
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
-NAMING = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-STATUSES = ("queued", "in_progress", "completed", "failed", "cancelled", "waiting_approval")
-PIPELINE_STATUSES = ("running", "waiting_approval", "completed", "failed", "cancelled")
-
-
-def _in(column: str, values: tuple[str, ...]) -> str:
-    return f"{column} IN ({', '.join(repr(v) for v in values)})"
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING)
-
-
-def _now() -> Any:
-    return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
-
-
-class User(Base):
-    """A person who signs in. ``email`` is stored lower-cased; ``is_active = false`` disables sign-in."""
-
-    __tablename__ = "users"
-    id: Mapped[int] = mapped_column(Integer, Identity(), primary_key=True)
-    email: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
-    password_hash: Mapped[str] = mapped_column(Text, nullable=False)
-    is_admin: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
-    is_active: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
-    timezone: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("'UTC'"))
-    email_notifications: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
-    """Whether notices about their own jobs are also e-mailed (when SMTP is set)."""
-    created_at: Mapped[datetime] = _now()
-    theme: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("'auto'"))
-    must_change_password: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
-    last_sign_in_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    __table_args__ = (
-        CheckConstraint("email = lower(email)", name="email_lower"),
-        CheckConstraint("theme IN ('auto', 'light', 'dark')", name="theme_known"),
-    )
-
-
-class ApiToken(Base):
-    """A bearer token for the JSON API. Only its SHA-256 is stored; ``prefix`` is shown to people."""
-
-    __tablename__ = "api_tokens"
-    id: Mapped[int] = mapped_column(Integer, Identity(), primary_key=True)
-    user_id: Mapped[int] = mapped_column(
-        ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True
-    )
-    name: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
-    prefix: Mapped[str] = mapped_column(Text, nullable=False)
-    token_hash: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
-    created_at: Mapped[datetime] = _now()
-    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-
-
-class WebSession(Base):
-    """A browser sign-in. The cookie holds a random token; the row holds its SHA-256, so deleting the
-    row signs the browser out server-side and a stolen database dump holds no usable cookie."""
-
-    __tablename__ = "web_sessions"
-    id_hash: Mapped[str] = mapped_column(Text, primary_key=True)
-    user_id: Mapped[int] = mapped_column(
-        ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True
-    )
-    created_at: Mapped[datetime] = _now()
-    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    ip: Mapped[str | None] = mapped_column(Text)
-    user_agent: Mapped[str | None] = mapped_column(Text)
-
-
-class LoginAttempt(Base):
-    """One sign-in attempt, kept for rate limiting per account and per address (password guessing)."""
-
-    __tablename__ = "login_attempts"
-    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
-    email: Mapped[str] = mapped_column(Text, nullable=False)
-    ip: Mapped[str] = mapped_column(Text, nullable=False)
-    ok: Mapped[bool] = mapped_column(Boolean, nullable=False)
-    at: Mapped[datetime] = _now()
-    __table_args__ = (
-        Index("ix_login_attempts_email_at", "email", "at"),
-        Index("ix_login_attempts_ip_at", "ip", "at"),
-    )
+from app.models.base import PIPELINE_STATUSES, STATUSES, Base, in_list, now_column
 
 
 class Pipeline(Base):
@@ -139,11 +41,11 @@ class Pipeline(Base):
     status: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("'running'"))
     input_data: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     error_message: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = _now()
-    updated_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = now_column()
+    updated_at: Mapped[datetime] = now_column()
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     __table_args__ = (
-        CheckConstraint(_in("status", PIPELINE_STATUSES), name="status_known"),
+        CheckConstraint(in_list("status", PIPELINE_STATUSES), name="status_known"),
         # A pipeline turns "failed" as soon as a step fails, while independent steps may still finish;
         # finished_at is set once no step is live (app.jobs.queue.derive_pipeline_status).
         CheckConstraint(
@@ -168,7 +70,7 @@ class Batch(Base):
     source: Mapped[str] = mapped_column(Text, nullable=False)
     total: Mapped[int] = mapped_column(Integer, nullable=False)
     form_key: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = now_column()
     __table_args__ = (
         Index("ix_batches_user_id_id", "user_id", text("id DESC")),
         Index(
@@ -207,7 +109,7 @@ class Job(Base):
     result_data: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     error_message: Mapped[str | None] = mapped_column(Text)
     priority: Mapped[int] = mapped_column(SmallInteger, nullable=False, server_default=text("0"))
-    run_at: Mapped[datetime] = _now()
+    run_at: Mapped[datetime] = now_column()
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
     max_attempts: Mapped[int] = mapped_column(Integer, nullable=False)
     locked_by: Mapped[str | None] = mapped_column(Text)
@@ -221,13 +123,13 @@ class Job(Base):
     progress: Mapped[float | None] = mapped_column(Float)
     progress_message: Mapped[str | None] = mapped_column(Text)
     request_id: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = _now()
-    updated_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = now_column()
+    updated_at: Mapped[datetime] = now_column()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (
-        CheckConstraint(_in("status", STATUSES), name="status_known"),
+        CheckConstraint(in_list("status", STATUSES), name="status_known"),
         CheckConstraint("attempts >= 0", name="attempts_non_negative"),
         CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
         CheckConstraint("pending_parents >= 0", name="pending_parents_non_negative"),
@@ -389,7 +291,7 @@ class JobCallback(Base):
     job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     url: Mapped[str] = mapped_column(Text, nullable=False)
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
-    next_at: Mapped[datetime] = _now()
+    next_at: Mapped[datetime] = now_column()
     delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     given_up_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_error: Mapped[str | None] = mapped_column(Text)
@@ -414,7 +316,7 @@ class JobEvent(Base):
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False)
     pipeline_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
-    at: Mapped[datetime] = _now()
+    at: Mapped[datetime] = now_column()
     kind: Mapped[str] = mapped_column(Text, nullable=False)
     from_status: Mapped[str | None] = mapped_column(Text)
     to_status: Mapped[str | None] = mapped_column(Text)
@@ -441,35 +343,11 @@ class JobLog(Base):
     seq: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False)
     attempt: Mapped[int] = mapped_column(Integer, nullable=False)
-    at: Mapped[datetime] = _now()
+    at: Mapped[datetime] = now_column()
     level: Mapped[str] = mapped_column(Text, nullable=False)
     text: Mapped[str] = mapped_column(Text, nullable=False)
     cut: Mapped[int] = mapped_column(Integer, nullable=False, server_default=_sql("0"))
     __table_args__ = (Index("ix_job_logs_job_id_seq", "job_id", "seq"),)
-
-
-class Notification(Base):
-    """A notice to a person about their own job or pipeline (:mod:`app.jobs.notices`), written with the
-    transition that causes it; ``count`` folds many alike notices of a short window into one row, and
-    ``email_due`` marks rows the e-mail outbox still has to send."""
-
-    __tablename__ = "notifications"
-    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
-    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), nullable=False)
-    kind: Mapped[str] = mapped_column(Text, nullable=False)
-    job_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
-    pipeline_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
-    text: Mapped[str] = mapped_column(Text, nullable=False)
-    count: Mapped[int] = mapped_column(Integer, nullable=False, server_default=_sql("1"))
-    at: Mapped[datetime] = _now()
-    read_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    email_due: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=_sql("false"))
-    emailed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    __table_args__ = (
-        Index("ix_notifications_user_id_id", "user_id", "id"),
-        Index("ix_notifications_unread", "user_id", postgresql_where=_sql("read_at IS NULL")),
-        Index("ix_notifications_email_due", "id", postgresql_where=_sql("email_due")),
-    )
 
 
 class JobApprovalRule(Base):
@@ -505,192 +383,8 @@ class JobApproval(Base):
     user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
     decision: Mapped[str] = mapped_column(Text, nullable=False)
     comment: Mapped[str | None] = mapped_column(Text)
-    at: Mapped[datetime] = _now()
+    at: Mapped[datetime] = now_column()
     __table_args__ = (
         CheckConstraint("decision IN ('approved', 'rejected')", name="decision_known"),
         UniqueConstraint("job_id", "user_id"),
     )
-
-
-class AuditEntry(Base):
-    """An admin action or control change: who, what, which jobs, when, outcome."""
-
-    __tablename__ = "audit_log"
-    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
-    at: Mapped[datetime] = _now()
-    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
-    user_email: Mapped[str] = mapped_column(Text, nullable=False)
-    action: Mapped[str] = mapped_column(Text, nullable=False)
-    target_type: Mapped[str | None] = mapped_column(Text)
-    target_ids: Mapped[list[str] | None] = mapped_column(JSONB)
-    count: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
-    outcome: Mapped[str] = mapped_column(Text, nullable=False)
-    detail: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
-    ip: Mapped[str | None] = mapped_column(Text)
-    __table_args__ = (Index("ix_audit_log_id_desc", text("id DESC")),)
-
-
-class AlertOutbox(Base):
-    """An alert to deliver, written in the transaction of the transition that caused it, so an alert is
-    neither lost when the process dies nor sent for a change that rolled back.
-
-    ``status``: ``pending`` → ``sent`` | ``failed`` (gave up) | ``suppressed`` (throttled into a summary).
-    """
-
-    __tablename__ = "alert_outbox"
-    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
-    created_at: Mapped[datetime] = _now()
-    kind: Mapped[str] = mapped_column(Text, nullable=False)
-    fingerprint: Mapped[str] = mapped_column(Text, nullable=False)
-    payload: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
-    status: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("'pending'"))
-    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
-    next_attempt_at: Mapped[datetime] = _now()
-    last_error: Mapped[str | None] = mapped_column(Text)
-    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    __table_args__ = (
-        Index("ix_alert_outbox_pending", "next_attempt_at", postgresql_where=text("status = 'pending'")),
-        Index("ix_alert_outbox_fingerprint_created_at", "fingerprint", "created_at"),
-    )
-
-
-class AlertDelivery(Base):
-    """One delivery attempt of an alert to one channel, for the admin alerts page."""
-
-    __tablename__ = "alert_deliveries"
-    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
-    alert_id: Mapped[int | None] = mapped_column(ForeignKey("alert_outbox.id", ondelete="CASCADE"))
-    channel: Mapped[str] = mapped_column(Text, nullable=False)
-    at: Mapped[datetime] = _now()
-    ok: Mapped[bool] = mapped_column(Boolean, nullable=False)
-    status_code: Mapped[int | None] = mapped_column(Integer)
-    error: Mapped[str | None] = mapped_column(Text)
-    summary: Mapped[str | None] = mapped_column(Text)
-    __table_args__ = (Index("ix_alert_deliveries_id_desc", text("id DESC")),)
-
-
-class StoredFile(Base):
-    """An uploaded or produced file; bytes live under ``JOBDESK_DATA_DIR/files/<id>``."""
-
-    __tablename__ = "files"
-    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
-    user_id: Mapped[int] = mapped_column(
-        ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True
-    )
-    job_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
-    name: Mapped[str] = mapped_column(Text, nullable=False)
-    content_type: Mapped[str] = mapped_column(Text, nullable=False)
-    size: Mapped[int] = mapped_column(BigInteger, nullable=False)
-    sha256: Mapped[str] = mapped_column(Text, nullable=False)
-    created_at: Mapped[datetime] = _now()
-    __table_args__ = (
-        Index("ix_files_job_id", "job_id", postgresql_where=text("job_id IS NOT NULL")),
-        # Retention deletes uploads that no job took up; this finds them without a scan.
-        Index("ix_files_unattached", "created_at", postgresql_where=text("job_id IS NULL")),
-    )
-
-
-class Schedule(Base):
-    """A periodic job or pipeline. Each fire enqueues with the idempotency key
-    ``schedule:<id>:<fire time>``, so a fire happens once however many workers see it due."""
-
-    __tablename__ = "schedules"
-    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
-    name: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
-    cron: Mapped[str] = mapped_column(Text, nullable=False)
-    timezone: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("'UTC'"))
-    job_type: Mapped[str | None] = mapped_column(Text)
-    template: Mapped[str | None] = mapped_column(Text)
-    input_data: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default=text("'{}'"))
-    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), nullable=False)
-    enabled: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
-    catch_up: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
-    source: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("'ui'"))
-    next_fire_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    last_fire_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    last_job_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
-    last_pipeline_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
-    created_at: Mapped[datetime] = _now()
-    updated_at: Mapped[datetime] = _now()
-    __table_args__ = (
-        CheckConstraint("(job_type IS NULL) <> (template IS NULL)", name="one_target"),
-        CheckConstraint("source IN ('code', 'ui')", name="source_known"),
-        Index("ix_schedules_next_fire_at", "next_fire_at", postgresql_where=text("enabled")),
-    )
-
-
-class JobTypeControl(Base):
-    """Operator controls of one job type (pause, concurrency and rate limits); the row ``type = '*'`` pauses every type.
-
-    ``max_running``: at most this many ``in_progress`` across all workers; ``max_running_per_user``: at
-    most this many of one person's. ``max_per_minute``: at most
-    this many starts in any 60 seconds, counted in :class:`JobTypeStart` (``window_start`` and
-    ``window_count`` are no longer written: they held a fixed window, which let twice the limit start
-    around its edge).
-    """
-
-    __tablename__ = "job_type_controls"
-    type: Mapped[str] = mapped_column(Text, primary_key=True)
-    paused: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
-    paused_by: Mapped[str | None] = mapped_column(Text)
-    paused_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    max_running: Mapped[int | None] = mapped_column(Integer)
-    max_per_minute: Mapped[int | None] = mapped_column(Integer)
-    max_running_per_user: Mapped[int | None] = mapped_column(Integer)
-    window_start: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    window_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
-    updated_at: Mapped[datetime] = _now()
-    updated_by: Mapped[str | None] = mapped_column(Text)
-    __table_args__ = (
-        CheckConstraint("max_running IS NULL OR max_running >= 0", name="max_running_non_negative"),
-        CheckConstraint("max_per_minute IS NULL OR max_per_minute >= 0", name="max_per_minute_non_negative"),
-        CheckConstraint(
-            "max_running_per_user IS NULL OR max_running_per_user >= 0",
-            name="max_running_per_user_non_negative",
-        ),
-    )
-
-
-class JobTypeStart(Base):
-    """Starts of a rate-limited job type (``n`` jobs claimed at ``at``, the claim statement's time), kept
-    for one minute: the claim counts them to start at most ``max_per_minute`` in any 60 seconds."""
-
-    __tablename__ = "job_type_starts"
-    type: Mapped[str] = mapped_column(Text, primary_key=True)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
-    n: Mapped[int] = mapped_column(Integer, nullable=False)
-
-
-class WorkerRow(Base):
-    """A live worker process, refreshed on every heartbeat; the admin health page lists
-    rows seen recently. ``id`` is ``host-pid-random``."""
-
-    __tablename__ = "workers"
-    id: Mapped[str] = mapped_column(Text, primary_key=True)
-    hostname: Mapped[str] = mapped_column(Text, nullable=False)
-    pid: Mapped[int] = mapped_column(Integer, nullable=False)
-    concurrency: Mapped[int] = mapped_column(Integer, nullable=False)
-    running: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
-    started_at: Mapped[datetime] = _now()
-    last_seen_at: Mapped[datetime] = _now()
-    stopping: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
-    listener_connected: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
-    version: Mapped[str] = mapped_column(Text, nullable=False)
-    health: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
-    """What the worker reports about itself: event loop stalls (now, last, count), processor tasks
-    lingering after their job was stopped, and how long lease renewal has been failing."""
-    types: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
-    """The job types this worker runs (it claims no others); ``NULL``: a worker of an earlier version,
-    which claims every type."""
-    __table_args__ = (Index("ix_workers_last_seen_at", "last_seen_at"),)
-
-
-class ThroughputSample(Base):
-    """Jobs finished per worker per minute, for the admin health chart without scanning ``jobs``.
-    One row per (minute, worker), upserted by the worker's heartbeat."""
-
-    __tablename__ = "throughput_samples"
-    minute: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
-    worker_id: Mapped[str] = mapped_column(Text, primary_key=True)
-    completed: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
-    failed: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
