@@ -21,6 +21,7 @@ from app.auth import (
     user_for_session,
     user_for_token,
 )
+from app.web.csrf import scope_cookie
 
 if TYPE_CHECKING:
     from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
@@ -32,17 +33,6 @@ def _bearer(scope: Scope) -> str | None:
         if key == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
             return token.strip() if scheme.lower() == "bearer" else None
-    return None
-
-
-def _cookie(scope: Scope, name: str) -> str | None:
-    prefix = name + "="
-    for key, value in scope["headers"]:
-        if key == b"cookie":
-            for part in value.decode("latin-1").split(";"):
-                part = part.strip()
-                if part.startswith(prefix):
-                    return part[len(prefix) :]
     return None
 
 
@@ -97,7 +87,7 @@ class AuthenticationMiddleware(ASGIMiddleware):
                     scope["user"] = await user_for_token(engine, token)
                     scope["auth"] = "token"
             else:
-                cookie = _cookie(scope, SESSION_COOKIE)
+                cookie = scope_cookie(scope, SESSION_COOKIE)
                 if cookie:
                     scope["user"] = await user_for_session(engine, cookie)
                     scope["auth"] = "session"

@@ -92,7 +92,8 @@ def csrf_cookie(token: str, *, secure: bool, max_age: timedelta | None) -> Cooki
     )
 
 
-def _cookie(scope: Scope, name: str) -> str | None:
+def scope_cookie(scope: Scope, name: str) -> str | None:
+    """The value of cookie ``name`` in the request of ``scope``, or ``None``."""
     prefix = name + "="
     for key, value in scope["headers"]:
         if key == b"cookie":
@@ -129,7 +130,7 @@ class CsrfMiddleware(ASGIMiddleware):
         if self.exclude is not None and self.exclude.search(scope["path"]):
             await next_app(scope, receive, send)
             return
-        cookie = _cookie(scope, COOKIE_NAME)
+        cookie = scope_cookie(scope, COOKIE_NAME)
         session_hash = session_hash_of(scope)
         if session_hash:
             expected = session_token(self.secret, session_hash)
