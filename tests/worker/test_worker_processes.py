@@ -138,6 +138,10 @@ async def test_a_killed_worker_on_the_last_attempt_fails_the_job_with_one_alert(
 # --- C04: graceful shutdown -----------------------------------------------------------------------------
 
 
+async def _logged(worker: WorkerProcess, line: str) -> bool:
+    return line in worker.output()
+
+
 async def test_sigterm_lets_the_running_job_finish_while_renewing_its_lease(
     make_settings, engine, owner, pg, tmp_path, long_run
 ) -> None:
@@ -153,6 +157,9 @@ async def test_sigterm_lets_the_running_job_finish_while_renewing_its_lease(
         with processes(WorkerProcess(settings, tmp_path / "b.log")) as (b,):
             await asyncio.sleep(1)
             a.terminate()
+            # A takes the signal in asynchronously: a job enqueued before it has may still be A's to run.
+            # What must hold is that A claims nothing once it has.
+            await wait_until(lambda: _logged(a, "worker stopping"), what="A taking in SIGTERM")
             other = await enqueue(engine, settings, owner, "noop")
             await wait_status(pg, other, {"completed"}, timeout=10)  # B works; A claims nothing new
             assert (
