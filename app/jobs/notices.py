@@ -126,6 +126,14 @@ APPROVERS = text(
 )
 
 
+def sql_format(kind: str, *, many: bool) -> str:
+    """The text of a ``kind`` notice as a template for SQL's ``format()`` (one ``%s``: the title, or the
+    count when ``many``), for statements that write notices themselves."""
+    if many:
+        return _MANY[kind]
+    return _ONE[kind].replace("%", "%%").replace("{}", "%s")
+
+
 def _title(row: Any) -> str:
     return str(row.get("title") or row.get("name") or row.get("type") or "")[:200]
 

@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import metrics
+from app.db import autocommit_engine
 from app.jobs import queue
 from app.jobs.queue import Outcome
 from app.settings import Settings
@@ -92,6 +93,7 @@ class Completer:
         self.settings = settings
         self.worker_id = worker_id
         self.engine = engine
+        self.autocommit = autocommit_engine(engine)
         self.held = held
         self.tally = tally
         self.log = log
@@ -133,12 +135,7 @@ class Completer:
         cannot be recorded becomes a permanent failure naming why (``fallback``), so the job does not
         stay running until the sweep."""
         try:
-            report = await retrying(
-                self.engine,
-                "finish",
-                lambda conn: queue.finish(conn, self.worker_id, batch, self.settings),
-                self.log,
-            )
+            report = await self.write(batch)
         except Exception as exc:
             if len(batch) > 1:
                 for outcome in batch:
@@ -162,6 +159,31 @@ class Completer:
                 self.held.pop(outcome.job_id, None)
             return
         self._after_record(batch, report)
+
+    async def write(self, batch: list[Outcome]) -> queue.FinishReport:
+        """Record ``batch``: completions of standalone jobs as one autocommit statement (most batches are
+        only those), then whatever it did not apply in a transaction of its own."""
+        report = queue.FinishReport()
+        rest = batch
+        if queue.standalone(batch):
+            report = await retrying(
+                self.autocommit,
+                "finish",
+                lambda conn: queue.complete_standalone(conn, self.worker_id, batch),
+                self.log,
+            )
+            rest = [o for o in batch if o.job_id not in report.status]
+            if not rest:
+                return report
+        more = await retrying(
+            self.engine,
+            "finish",
+            lambda conn: queue.finish(conn, self.worker_id, rest, self.settings),
+            self.log,
+        )
+        more.status.update(report.status)
+        more.notify = more.notify or report.notify
+        return more
 
     def _after_record(self, batch: list[Outcome], report: queue.FinishReport) -> None:
         counts: dict[tuple[Any, str], int] = {}  # counters are bumped once per batch and type

@@ -19,7 +19,8 @@ One module per group of verbs: :mod:`.new_jobs` (``NewJob``, ``prepare``, ``enqu
 ``enqueue_many``), :mod:`.claims` (``claim``, ``claim_within_limits``, ``seconds_until_next_due``),
 :mod:`.fair_claims` (``claim_within_all_limits``: per-person limits too),
 :mod:`.leases` (``heartbeat``, ``cancel_requested``, ``set_progress``), :mod:`.outcomes` (``Outcome``,
-``FinishReport``, ``finish``), :mod:`.consequences` (what a finished job causes), :mod:`.pipelines`
+``FinishReport``, ``finish``), :mod:`.completions` (``complete_standalone``: the one-statement completion of
+jobs outside pipelines), :mod:`.consequences` (what a finished job causes), :mod:`.pipelines`
 (creating pipelines, processors' next jobs, pipeline status), :mod:`.transitions` (people's actions:
 ``cancel``, ``retry``, ``reschedule``…), :mod:`.approvals` (``approve``, ``reject``, ``rerun``, and
 ``expire_approvals`` for steps nobody decided in time), :mod:`.sweep` (``rescue_expired``, ``prune``,
@@ -82,6 +83,7 @@ from app.jobs.queue.common import (
     parse_job_id,
     sql,
 )
+from app.jobs.queue.completions import COMPLETE_STANDALONE, complete_standalone, standalone
 from app.jobs.queue.consequences import (
     CASCADE_CANCEL,
     RELEASE_DEPENDENTS,
@@ -294,6 +296,9 @@ __all__ = [
     "CANCEL_ACK_MANY",
     "RELEASE_MANY",
     "finish",
+    "COMPLETE_STANDALONE",
+    "complete_standalone",
+    "standalone",
     "CANCEL_QUEUED",
     "REQUEST_CANCEL",
     "cancel",
