@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.jobs import queue
 from app.jobs.rows import ClaimedJob
 from app.jobs.types import registry
+from app.worker.held import HeldConnection
 
 LIMITS_RECHECK_SECS = 1.0
 """How often a worker whose types have no limit looks again (by taking the locking path once)."""
@@ -41,7 +42,8 @@ def served_types(job_types: Iterable[str] | None = None) -> list[str]:
 
 class Claimer:
     """Claims for one worker (see the module docstring). ``engine`` runs the locking transaction;
-    ``autocommit`` (the same engine in autocommit mode) the one-statement claim."""
+    ``autocommit`` (the same engine in autocommit mode) the one-statement claim, on a connection the
+    claimer keeps (:class:`~app.worker.held.HeldConnection`) until :meth:`close`."""
 
     def __init__(
         self,
@@ -54,7 +56,8 @@ class Claimer:
         user_max: int = 0,
     ) -> None:
         self.engine = engine
-        self.autocommit = autocommit
+        self.held = HeldConnection(autocommit)
+        """The connection of the one-statement claims (and the due-time look-ups), kept between them."""
         self.worker_id = worker_id
         self.lease_secs = lease_secs
         self.types = served_types(types)
@@ -73,7 +76,7 @@ class Claimer:
         now = time.monotonic()
         if not self.limited and now - self._looked < LIMITS_RECHECK_SECS:
             self.held_back, self.room_in = (), None
-            async with self.autocommit.connect() as conn:
+            async with self.held.use() as conn:
                 return list(await queue.claim(conn, self.worker_id, want, self.lease_secs, types=self.types))
         self._looked = now
         async with self.engine.begin() as conn:
@@ -82,6 +85,14 @@ class Claimer:
             )
         self.limited, self.held_back, self.room_in = result.limited, result.held_back, result.room_in
         return list(result.jobs)
+
+    async def seconds_until_next_due(self) -> float | None:
+        """Seconds until the next scheduled job is due (``None``: nothing scheduled)."""
+        async with self.held.use() as conn:
+            return await queue.seconds_until_next_due(conn)
+
+    async def close(self) -> None:
+        await self.held.close()
 
     def sleep_limit(self, seconds: float) -> float:
         """``seconds``, cut to when a held-back per-minute limit next allows a start."""

@@ -19,12 +19,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import metrics
-from app.db import autocommit_engine
 from app.jobs import queue
 from app.jobs.queue import Outcome
 from app.settings import Settings
 from app.worker.executor import RunningJob
 from app.worker.faults import describe, retrying
+from app.worker.held import HeldConnection
 
 COMPLETER_BATCH = 1000
 """Most outcomes recorded in one transaction."""
@@ -93,7 +93,8 @@ class Completer:
         self.settings = settings
         self.worker_id = worker_id
         self.engine = engine
-        self.autocommit = autocommit_engine(engine)
+        self.held_conn = HeldConnection(engine)
+        """Where batches of standalone completions are written, each as one autocommit statement."""
         self.held = held
         self.tally = tally
         self.log = log
@@ -116,6 +117,12 @@ class Completer:
         self.recorded.set()
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            await self.held_conn.close()
+
+    async def _run(self) -> None:
         while True:
             first = await self._outcomes.get()
             if first is None:
@@ -167,7 +174,7 @@ class Completer:
         rest = batch
         if queue.standalone(batch):
             report = await retrying(
-                self.autocommit,
+                self.held_conn,
                 "finish",
                 lambda conn: queue.complete_standalone(conn, self.worker_id, batch),
                 self.log,

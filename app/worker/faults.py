@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from app.db import is_transient
 from app.processors import RetryableError
 from app.worker.cpu import ProcessFailure
+from app.worker.held import HeldConnection
 
 T = TypeVar("T")
 
@@ -43,17 +44,18 @@ def first_line(exc: BaseException) -> str:
 
 
 async def retrying(
-    engine: AsyncEngine,
+    db: AsyncEngine | HeldConnection,
     what: str,
     fn: Callable[[AsyncConnection], Awaitable[T]],
     log: Any,
 ) -> T:
-    """Run ``fn(conn)`` in a transaction on ``engine``, retrying transient errors with backoff until it
-    succeeds: an outage of the database delays the worker's bookkeeping but never loses it."""
+    """Run ``fn(conn)`` in a transaction on ``db`` (an engine), or on a held autocommit connection,
+    retrying transient errors with backoff until it succeeds: an outage of the database delays the
+    worker's bookkeeping but never loses it."""
     delay = RETRY_FIRST_DELAY_SECS
     while True:
         try:
-            async with engine.begin() as conn:
+            async with db.use() if isinstance(db, HeldConnection) else db.begin() as conn:
                 return await fn(conn)
         except Exception as exc:
             if not is_transient(exc):

@@ -108,7 +108,7 @@ class Worker:
         self.log = log.bind(worker_id=self.id)
         self.files = FileStore(settings.files_dir)
         self.engine = create_engine(
-            url, pool_size=4, pool_timeout=30, application_name=f"jobdesk-worker:{self.id}"[:63]
+            url, pool_size=6, pool_timeout=30, application_name=f"jobdesk-worker:{self.id}"[:63]
         )
         self.autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         """``engine`` in autocommit mode, for single statements that need no transaction of their own."""
@@ -325,6 +325,7 @@ class Worker:
         completer.cancel()
         await asyncio.gather(*self._side.values(), completer, return_exceptions=True)
         await self.leases.stop()
+        await self.claimer.close()
         await self.listener.aclose()
         if self._fatal is None:
             with contextlib.suppress(Exception):
@@ -438,8 +439,7 @@ class Worker:
 
     async def _next_due(self) -> float | None:
         """Seconds until the next scheduled job is due (``None``: nothing scheduled)."""
-        async with self.autocommit.connect() as conn:
-            return await queue.seconds_until_next_due(conn)
+        return await self.claimer.seconds_until_next_due()
 
     def _free_slots(self) -> int:
         return self.concurrency - len(self.running) - len(self.executor.lingering)

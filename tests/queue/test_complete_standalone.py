@@ -7,6 +7,7 @@ requested meanwhile, a lost attempt, a step waiting for approval)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -78,8 +79,8 @@ async def _scenario(engine: AsyncEngine, settings: Settings, pg: asyncpg.Connect
 
 
 @pytest.fixture
-def completer(engine: AsyncEngine, settings: Settings) -> Completer:
-    return Completer(
+async def completer(engine: AsyncEngine, settings: Settings) -> AsyncIterator[Completer]:
+    completer = Completer(
         settings,
         worker_id=WORKER,
         engine=engine,
@@ -88,6 +89,8 @@ def completer(engine: AsyncEngine, settings: Settings) -> Completer:
         log=structlog.get_logger("test"),
         on_notify=lambda: None,
     )
+    yield completer
+    await completer.held_conn.close()
 
 
 async def test_the_one_statement_completion_writes_what_the_transaction_writes(

@@ -1,0 +1,55 @@
+"""A connection kept checked out for one of the worker's hot paths (claims, completions).
+
+Taking a pooled connection and giving it back costs SQLAlchemy about as much CPU as the claim statement
+itself (measured: 0.6 ms against 0.2 ms per claim of 20 jobs on asyncpg), and the worker makes thousands
+of claims and completion writes a second. So the claim loop and the completer each keep one connection in
+autocommit mode: every statement on it is its own transaction, exactly as on a fresh connection. A
+connection whose statement failed or was interrupted is in an unknown state: it is invalidated (closed,
+its pool slot freed) and the next statement takes a fresh one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+
+class HeldConnection:
+    """One autocommit connection of ``engine``'s pool, taken at first use and kept until :meth:`close`."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._conn: AsyncConnection | None = None
+
+    @contextlib.asynccontextmanager
+    async def use(self) -> AsyncIterator[AsyncConnection]:
+        """The held connection (a fresh one when there is none); dropped if the block raises."""
+        conn = self._conn
+        if conn is None or conn.closed or conn.invalidated:
+            conn = self._conn = await self.engine.connect()
+        try:
+            yield conn
+        except BaseException:
+            self._conn = None
+            await self._discard(conn)
+            raise
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await self._discard(conn, invalidate=False)
+
+    @staticmethod
+    async def _discard(conn: AsyncConnection, *, invalidate: bool = True) -> None:
+        # Shielded from a cancellation that arrives meanwhile: a connection left half-closed would keep its
+        # pool slot for good.
+        async def discard() -> None:
+            with contextlib.suppress(Exception):
+                if invalidate:
+                    await conn.invalidate()
+                await conn.close()
+
+        await asyncio.shield(discard())
