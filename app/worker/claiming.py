@@ -21,10 +21,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.jobs import queue
 from app.jobs.rows import ClaimedJob
@@ -56,8 +57,11 @@ class Claimer:
         user_max: int = 0,
     ) -> None:
         self.engine = engine
-        self.held = HeldConnection(autocommit)
-        """The connection of the one-statement claims (and the due-time look-ups), kept between them."""
+        self.autocommit = autocommit
+        self._held: list[HeldConnection] = []
+        """Connections of the one-statement claims (and the due-time look-ups), kept between them: one
+        for each claim on its way at the same time."""
+        self._idle: list[HeldConnection] = []
         self.worker_id = worker_id
         self.lease_secs = lease_secs
         self.types = served_types(types)
@@ -76,7 +80,7 @@ class Claimer:
         now = time.monotonic()
         if not self.limited and now - self._looked < LIMITS_RECHECK_SECS:
             self.held_back, self.room_in = (), None
-            async with self.held.use() as conn:
+            async with self._connection() as conn:
                 return list(await queue.claim(conn, self.worker_id, want, self.lease_secs, types=self.types))
         self._looked = now
         async with self.engine.begin() as conn:
@@ -88,11 +92,26 @@ class Claimer:
 
     async def seconds_until_next_due(self) -> float | None:
         """Seconds until the next scheduled job is due (``None``: nothing scheduled)."""
-        async with self.held.use() as conn:
+        async with self._connection() as conn:
             return await queue.seconds_until_next_due(conn)
 
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AsyncConnection]:
+        """A kept autocommit connection no other claim is using now."""
+        if self._idle:
+            held = self._idle.pop()
+        else:
+            held = HeldConnection(self.autocommit)
+            self._held.append(held)
+        try:
+            async with held.use() as conn:
+                yield conn
+        finally:
+            self._idle.append(held)
+
     async def close(self) -> None:
-        await self.held.close()
+        for held in self._held:
+            await held.close()
 
     def sleep_limit(self, seconds: float) -> float:
         """``seconds``, cut to when a held-back per-minute limit next allows a start."""

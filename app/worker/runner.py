@@ -62,6 +62,12 @@ from app.worker.watchdog import TICK_SECS, LoopWatchdog
 
 log = structlog.get_logger("jobdesk.worker")
 
+CLAIMS_IN_FLIGHT = 2
+"""Claims a worker may have on their way at once. With one, a worker whose jobs are short runs at most
+one claim's worth of jobs per round trip, its slots empty while it waits; the buffer's bound (at most one
+claimed job per slot waiting) holds however many claims fly, since each asks only for room not yet asked
+for."""
+
 CLAIM_RETRY_FIRST_SECS = 0.2
 """First wait after a claim failed because the database is unreachable (doubled up to the poll interval
 or 5 s)."""
@@ -366,11 +372,23 @@ class Worker:
         self._wake.set()
 
     async def _claim_loop(self) -> None:
+        """Claim whenever there is room, with up to :data:`CLAIMS_IN_FLIGHT` claims on their way at once
+        (each asks only for room the others have not asked for), until :meth:`stop`."""
+        flying: dict[asyncio.Task[tuple[int, float | None]], int] = {}
+        """Claims on their way, and how many jobs each asked for."""
+        try:
+            await self._claim_until_stopped(flying)
+        finally:
+            # Whatever a claim on its way brings is ours: let it arrive, so that its jobs are buffered and
+            # handed back by the drain rather than left to the rescue.
+            await asyncio.gather(*flying, return_exceptions=True)
+
+    async def _claim_until_stopped(self, flying: dict[asyncio.Task[tuple[int, float | None]], int]) -> None:
         poll = self.settings.job_processor_poll_interval
         error_delay = CLAIM_RETRY_FIRST_SECS
         while not self.stopping:
             self._fill_slots()
-            free = self._free_slots()
+            free = self._free_slots() - sum(flying.values())
             # A slot held by a task that ignored its cancel frees at an unknown time: no job waits for it.
             room = max(
                 0,
@@ -378,38 +396,53 @@ class Worker:
                     self.buffer.room(), self.buffer.capacity - len(self.executor.lingering) - len(self.buffer)
                 ),
             )
-            if free <= 0 and room < max(1, self.buffer.capacity // 2):
-                # Every slot busy and the buffer mostly full: refill it once half of it has started.
-                self._slot_freed.clear()
-                await self._slot_freed.wait()
+            want = max(0, free + room)
+            if len(flying) < CLAIMS_IN_FLIGHT and (free > 0 or want >= max(1, self.buffer.capacity // 2)):
+                self._wake.clear()  # a NOTIFY from now on is for a later claim than this one
+                self.completer.recorded.clear()  # an outcome recorded during the claim may lift a limit
+                task = asyncio.create_task(self._claim_and_start(want), name=f"{self.id}:claim")
+                flying[task] = want
                 continue
-            self._wake.clear()
-            self.completer.recorded.clear()  # an outcome recorded during the claim may lift a limit
-            want = max(0, free) + room
+            # Every slot busy (or asked for) and the buffer mostly full: wait for a slot or a claim.
+            self._slot_freed.clear()
+            slot = asyncio.ensure_future(self._slot_freed.wait())
             try:
-                claimed, next_due = await self._claim_and_start(want)
-                error_delay = CLAIM_RETRY_FIRST_SECS
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                self.log.warning(
-                    "claim failed: database unavailable", error=first_line(exc), retry_in_secs=error_delay
-                )
-                await self._sleep(error_delay)
-                error_delay = min(error_delay * 2, max(poll, 5.0))
-                continue
-            if claimed >= want:
-                # A full batch: claim the next one once there is room. The jobs just started run while
-                # that claim waits for the database, so Python work and database work overlap.
-                continue
-            timeout = poll if next_due is None else max(0.0, min(poll, next_due))
-            if self.claimer.held_back:
-                # Claimable jobs were left behind by a limit: an outcome recorded here (or the per-minute
-                # window moving on) lifts it, so wait for that rather than a whole poll interval.
-                timeout = self.claimer.sleep_limit(timeout)
-            if self.debug:
-                self.log.debug("poll", claimed=claimed, free=free, sleep_secs=round(timeout, 3))
-            await self._sleep(timeout, finished=bool(self.claimer.held_back))
+                await asyncio.wait({slot, *flying}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                slot.cancel()
+            for task in [t for t in flying if t.done()]:
+                asked = flying.pop(task)
+                try:
+                    claimed, next_due = task.result()
+                    error_delay = CLAIM_RETRY_FIRST_SECS
+                except Exception as exc:
+                    if not is_transient(exc):
+                        raise
+                    self.log.warning(
+                        "claim failed: database unavailable", error=first_line(exc), retry_in_secs=error_delay
+                    )
+                    await self._sleep(error_delay)
+                    error_delay = min(error_delay * 2, max(poll, 5.0))
+                    continue
+                if claimed >= asked or flying:
+                    # A full batch: the next claim goes out as soon as there is room (the jobs just
+                    # started run meanwhile). A short one with another claim still on its way: that one
+                    # says whether there is more.
+                    continue
+                await self._idle(claimed, next_due)
+
+    async def _idle(self, claimed: int, next_due: float | None) -> None:
+        """After a short claim: sleep until a NOTIFY, the next due job, the poll interval, or (when a limit
+        held jobs back) an outcome recorded here."""
+        poll = self.settings.job_processor_poll_interval
+        timeout = poll if next_due is None else max(0.0, min(poll, next_due))
+        if self.claimer.held_back:
+            # Claimable jobs were left behind by a limit: an outcome recorded here (or the per-minute
+            # window moving on) lifts it, so wait for that rather than a whole poll interval.
+            timeout = self.claimer.sleep_limit(timeout)
+        if self.debug:
+            self.log.debug("poll", claimed=claimed, free=self._free_slots(), sleep_secs=round(timeout, 3))
+        await self._sleep(timeout, finished=bool(self.claimer.held_back))
 
     async def _claim_and_start(self, want: int) -> tuple[int, float | None]:
         """Claim up to ``want`` jobs and start them; returns how many were claimed and, when fewer than
