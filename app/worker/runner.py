@@ -114,7 +114,7 @@ class Worker:
         self.log = log.bind(worker_id=self.id)
         self.files = FileStore(settings.files_dir)
         self.engine = create_engine(
-            url, pool_size=6, pool_timeout=30, application_name=f"jobdesk-worker:{self.id}"[:63]
+            url, pool_size=4, pool_timeout=30, application_name=f"jobdesk-worker:{self.id}"[:63]
         )
         self.autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         """``engine`` in autocommit mode, for single statements that need no transaction of their own."""

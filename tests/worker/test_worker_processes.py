@@ -214,7 +214,9 @@ async def test_sigterm_past_the_grace_period_releases_the_job_without_counting_t
 async def test_four_worker_processes_run_two_thousand_jobs_exactly_once(
     make_settings, engine, owner, pg, tmp_path
 ) -> None:
-    settings = make_settings(max_concurrent_jobs=20)
+    # Processors' pools of 10, not the default 20: four workers at full load would otherwise open up to
+    # 4 x 26 connections, more than a default server's 100 (the jobs wait for a connection instead).
+    settings = make_settings(max_concurrent_jobs=20, db_pool_size=10)
     async with engine.begin() as conn:
         await queue.enqueue_many(
             conn, [NewJob(type="test.effect", input_data={}, user_id=owner.id) for _ in range(2000)], settings
