@@ -149,7 +149,9 @@ def check_password_rules(password: str) -> None:
         raise BadInput.field("password", f"Use at least {MIN_PASSWORD_LENGTH} characters.")
 
 
-def _sha256(value: str) -> str:
+def secret_digest(value: str) -> str:
+    """How a session or API token is stored and looked up: its SHA-256 in hex (the secret itself is never
+    stored)."""
     return hashlib.sha256(value.encode()).hexdigest()
 
 
@@ -227,7 +229,7 @@ async def create_token(
                 "user_id": user_id,
                 "name": name,
                 "prefix": token[:10],
-                "hash": _sha256(token),
+                "hash": secret_digest(token),
                 "expires_at": expires_at,
             },
         )
@@ -291,7 +293,7 @@ async def user_for_token(engine: AsyncEngine, token: str) -> CurrentUser | None:
     """
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
-    rows = await read_rows(engine, _TOKEN_USER, {"hash": _sha256(token)})
+    rows = await read_rows(engine, _TOKEN_USER, {"hash": secret_digest(token)})
     if not rows:
         return None
     row = rows[0]
@@ -317,7 +319,7 @@ async def create_session(
             "VALUES (:hash, :user_id, now() + make_interval(secs => :secs), :ip, :ua)"
         ),
         {
-            "hash": _sha256(token),
+            "hash": secret_digest(token),
             "user_id": user_id,
             "secs": max_age.total_seconds(),
             "ip": ip,
@@ -364,7 +366,7 @@ async def set_password(db: Db, user_id: int, password: str, *, must_change: bool
 
 async def delete_session(db: Db, token: str) -> None:
     """Delete the session whose cookie value is ``token`` (sign-out); unknown tokens are ignored."""
-    await db.execute(text("DELETE FROM web_sessions WHERE id_hash = :hash"), {"hash": _sha256(token)})
+    await db.execute(text("DELETE FROM web_sessions WHERE id_hash = :hash"), {"hash": secret_digest(token)})
 
 
 _SESSION_USER = text(
@@ -379,7 +381,7 @@ async def user_for_session(engine: AsyncEngine, token: str) -> CurrentUser | Non
     autocommit on the asyncpg connection (:func:`app.db.read_rows`): it runs on every page request."""
     if not token or len(token) > 200:
         return None
-    rows = await read_rows(engine, _SESSION_USER, {"hash": _sha256(token)})
+    rows = await read_rows(engine, _SESSION_USER, {"hash": secret_digest(token)})
     if not rows:
         return None
     return user_of(dict(rows[0]))

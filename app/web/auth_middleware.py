@@ -17,7 +17,7 @@ from app.auth import (
     API_PREFIX,
     PASSWORD_FORM,
     SESSION_COOKIE,
-    _sha256,
+    secret_digest,
     user_for_session,
     user_for_token,
 )
@@ -92,7 +92,7 @@ class AuthenticationMiddleware(ASGIMiddleware):
                     scope["user"] = await user_for_session(engine, cookie)
                     scope["auth"] = "session"
                     if scope["user"] is not None:
-                        state["session_hash"] = _sha256(cookie)
+                        state["session_hash"] = secret_digest(cookie)
                         if scope["user"].must_change_password and not path.startswith(MUST_CHANGE_OPEN):
                             await _send_to_password_form(scope, send)
                             return
