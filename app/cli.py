@@ -218,13 +218,9 @@ def worker() -> None:
 
     settings = _settings()
     configure_logging(settings)
-
-    async def ready(engine: AsyncEngine, url: str) -> None:
-        return None
-
     # The database problems a person fixes (unreachable, a pooler met with DATABASE_POOLER=none, schema
-    # behind) as one line, as for the other commands; the worker checks again as it starts.
-    _run(lambda: _with_engine(settings, ready, need_schema=True))
+    # behind) come out of the worker's own check as it starts, as one line like the other commands'. The
+    # command does not check first: a second connection and schema check cost every start 30-50 ms.
     try:
         code = run_standalone(settings)
     except (DatabaseUnavailable, AppError, SettingsError) as exc:

@@ -40,7 +40,8 @@ except ImportError:  # pragma: no cover - uvloop comes with litestar[standard], 
 
 def run_standalone(settings: Settings) -> int:
     """Run one worker until SIGTERM/SIGINT; return the exit code: 0 after a graceful stop, 1 when the
-    worker died or could not start.
+    worker died or could not serve its metrics. An unreachable database or a schema that is not current
+    raises :class:`~app.db.DatabaseUnavailable` (the command turns it into one ``Error:`` line).
 
     The event loop is uvloop's when it is installed: it roughly halves the worker's per-job overhead in socket I/O and task
     scheduling (measured with ``bench/throughput.py``); uvicorn uses it for the in-app worker too.
@@ -51,15 +52,10 @@ def run_standalone(settings: Settings) -> int:
 
 
 async def _main(settings: Settings) -> int:
-    try:
-        url = resolve_database_url(settings)
-    except DatabaseUnavailable as exc:
-        log.error(str(exc))
-        return 1
+    url = resolve_database_url(settings)
     problem = await _schema_problem(url)
     if problem is not None:
-        log.error(problem)
-        return 1
+        raise DatabaseUnavailable(problem)
     if not _serve_metrics(settings):
         return 1
     worker = Worker(settings, url)

@@ -174,6 +174,28 @@ def test_worker_py_is_the_worker_command(tmp_path: Path) -> None:
     assert "standalone worker" in result.stdout
 
 
+async def test_the_worker_refuses_a_schema_that_is_not_current_in_one_line(
+    tmp_path: Path, db_url: str, fresh_db_url: str
+) -> None:
+    """The worker checks the schema once, as it starts, and says so as every command says a problem."""
+    assert_clean_failure(
+        run(tmp_path, "worker", DATABASE_URL=fresh_db_url), "Refusing to start the worker", "jobdesk migrate"
+    )
+    conn = await asyncpg.connect(db_url.replace("+asyncpg", ""))
+    try:
+        head = await conn.fetchval("SELECT version_num FROM alembic_version")
+        await conn.execute("UPDATE alembic_version SET version_num = '0010'")
+        line = assert_clean_failure(run(tmp_path, "worker", DATABASE_URL=db_url), "Refusing to start")
+        assert f"the schema is at 0010 but this version needs {head}" in line
+        assert await conn.fetchval("SELECT count(*) FROM workers") == 0
+    finally:
+        await conn.close()
+    assert_clean_failure(
+        run(tmp_path, "worker", DATABASE_URL="postgresql://postgres@127.0.0.1:9/jobdesk"),
+        "Cannot reach the database at",
+    )
+
+
 # --- serve -------------------------------------------------------------------------------------------------------
 
 
