@@ -174,6 +174,22 @@ def test_worker_py_is_the_worker_command(tmp_path: Path) -> None:
     assert "standalone worker" in result.stdout
 
 
+def test_the_command_leaves_the_garbage_collector_running_after_its_imports() -> None:
+    """The imports run with the collector paused (start-up time); a worker that went on without it would
+    never free a reference cycle."""
+    code = (
+        "import gc; import app.cli as c; assert gc.isenabled(); frozen = gc.get_freeze_count(); "
+        "assert frozen > 10000, frozen\n"
+        "with c._imports_without_gc():\n    import app.worker.main\n"
+        "assert gc.isenabled() and gc.get_freeze_count() > frozen\n"
+        "gc.disable()\nwith c._imports_without_gc():\n    pass\nassert not gc.isenabled()"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60, env=os.environ
+    )
+    assert result.returncode == 0, result.stderr
+
+
 async def test_the_worker_refuses_a_schema_that_is_not_current_in_one_line(
     tmp_path: Path, db_url: str, fresh_db_url: str
 ) -> None:
