@@ -6,9 +6,12 @@ duplicate email) ends with one ``Error: …`` line on standard error and exit st
 Without ``DATABASE_URL`` each command uses the embedded PostgreSQL under ``JOBDESK_DATA_DIR``.
 
 Each command imports the modules it needs (the web stack, the worker, the auth helpers, the demo) in its
-own body, and this is the one place in Jobdesk where imports are deferred: importing all of them costs
-about a second, measured, which ``jobdesk --help``, ``jobdesk migrate`` or ``jobdesk create-user`` would
-otherwise pay on every run for code they never call (``jobdesk --help``: 0.4 s instead of 0.9-1.5 s).
+own body: importing all of them costs about a second, measured, which ``jobdesk --help``, ``jobdesk
+migrate`` or ``jobdesk create-user`` would otherwise pay on every run for code they never call
+(``jobdesk --help``: 0.4 s instead of 0.9-1.5 s). Elsewhere an import is deferred only where a module
+every worker loads at start needs a package for one rarely used path (Alembic, Jinja2, Pillow, croniter,
+psutil), and says so where it imports it. The command's own imports and the worker's run in
+:func:`_startup_imports` (see there).
 """
 
 from __future__ import annotations
