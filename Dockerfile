@@ -21,7 +21,10 @@ COPY templates ./templates
 COPY static ./static
 COPY examples ./examples
 COPY worker.py ./
+# Byte-compiled here, once: with PYTHONDONTWRITEBYTECODE (and a tree the jobdesk user cannot write) every
+# process would otherwise compile each module of app/ from source as it starts, worker and CLI alike.
 RUN pip install --no-deps -e . \
+    && python -m compileall -q app migrations \
     && useradd --system --create-home --home-dir /home/jobdesk jobdesk \
     && mkdir -p /data && chown jobdesk /data
 

@@ -6,39 +6,82 @@ duplicate email) ends with one ``Error: …`` line on standard error and exit st
 Without ``DATABASE_URL`` each command uses the embedded PostgreSQL under ``JOBDESK_DATA_DIR``.
 
 Each command imports the modules it needs (the web stack, the worker, the auth helpers, the demo) in its
-own body, and this is the one place in Jobdesk where imports are deferred: importing all of them costs
-about a second, measured, which ``jobdesk --help``, ``jobdesk migrate`` or ``jobdesk create-user`` would
-otherwise pay on every run for code they never call (``jobdesk --help``: 0.4 s instead of 0.9-1.5 s).
+own body: importing all of them costs about a second, measured, which ``jobdesk --help``, ``jobdesk
+migrate`` or ``jobdesk create-user`` would otherwise pay on every run for code they never call
+(``jobdesk --help``: 0.4 s instead of 0.9-1.5 s). Elsewhere an import is deferred only where a module
+every worker loads at start needs a package for one rarely used path (Alembic, Jinja2, Pillow, croniter,
+psutil), and says so where it imports it. The command's own imports and the worker's run in
+:func:`_startup_imports` (see there).
 """
 
 from __future__ import annotations
 
-import asyncio
-import errno
-import signal
-import socket
+import contextlib
+import gc
 import sys
-import warnings
-from collections.abc import Awaitable, Callable, Coroutine
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Iterator
 
-import click
-from sqlalchemy.ext.asyncio import AsyncEngine
+UNUSED_AT_START = ("rich", "pygments")
+"""Packages that structlog and httpx import when they are installed, for what Jobdesk never uses: rich
+tracebacks (Jobdesk's console lines use structlog's plain ones, :mod:`app.logs`) and httpx's own command
+line. They come with Litestar, and importing them was 40 % of the CPU time of importing structlog and
+httpx (80 of 200 ms on a loaded machine), in every command and worker start."""
 
-from app.db import (
-    DatabaseUnavailable,
-    check_connection,
-    create_engine,
-    describe_url,
-    head_revision,
-    migration_status,
-    resolve_database_url,
-    run_migrations,
-)
-from app.errors import AppError
-from app.logs import configure_logging
-from app.settings import Settings, SettingsError, get_settings
+
+@contextlib.contextmanager
+def _startup_imports(*, hide_unused: bool = True) -> Iterator[None]:
+    """Run the imports in the block with the cyclic garbage collector paused, then freeze what they made;
+    with ``hide_unused``, the packages of :data:`UNUSED_AT_START` not imported yet look absent meanwhile
+    (``import rich`` raises ``ImportError``, which structlog and httpx take as "not installed").
+
+    Importing SQLAlchemy, pydantic and the rest makes a few hundred thousand long-lived objects, and the
+    collector walked all of them again each time the heap had grown by a quarter, during the imports and
+    then in every full collection after them (at the worker's start, and at every command's exit): a
+    fifth of launch to first claim, a quarter of ``jobdesk create-user`` (``bench/startup.py``). Frozen,
+    they stay out of every later collection; nothing an import makes is garbage to collect.
+    """
+    hidden = [name for name in UNUSED_AT_START if hide_unused and name not in sys.modules]
+    collecting = gc.isenabled()
+    gc.disable()
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+        gc.freeze()
+        if collecting:
+            gc.enable()
+
+
+with _startup_imports():
+    import asyncio
+    import errno
+    import signal
+    import socket
+    import warnings
+    from collections.abc import Awaitable, Callable, Coroutine
+    from pathlib import Path
+    from typing import Any, TypeVar
+
+    import click
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from app.db import (
+        DatabaseUnavailable,
+        check_connection,
+        create_engine,
+        describe_url,
+        head_revision,
+        migration_status,
+        resolve_database_url,
+        run_migrations,
+    )
+    from app.errors import AppError
+    from app.logs import configure_logging
+    from app.settings import Settings, SettingsError, get_settings
 
 T = TypeVar("T")
 
@@ -114,9 +157,10 @@ def serve(host: str, port: int, no_migrate: bool, web_processes: int) -> None:
     With --workers N, N web processes share the port; the in-app worker runs in one of them per host
     (another takes it over within seconds if that process dies).
     """
-    import uvicorn
+    with _startup_imports(hide_unused=False):  # what the web stack imports is its own business
+        import uvicorn
 
-    from app.server import create_app
+        from app.server import create_app
 
     settings = _settings()
     _check_port_free(host, port)
@@ -214,17 +258,14 @@ def _exit_after_graceful_shutdown() -> None:
 @main.command()
 def worker() -> None:
     """Run a standalone worker (no web server); `python worker.py` does the same."""
-    from app.worker.main import run_standalone
+    with _startup_imports():
+        from app.worker.main import run_standalone
 
     settings = _settings()
     configure_logging(settings)
-
-    async def ready(engine: AsyncEngine, url: str) -> None:
-        return None
-
     # The database problems a person fixes (unreachable, a pooler met with DATABASE_POOLER=none, schema
-    # behind) as one line, as for the other commands; the worker checks again as it starts.
-    _run(lambda: _with_engine(settings, ready, need_schema=True))
+    # behind) come out of the worker's own check as it starts, as one line like the other commands'. The
+    # command does not check first: a second connection and schema check cost every start 30-50 ms.
     try:
         code = run_standalone(settings)
     except (DatabaseUnavailable, AppError, SettingsError) as exc:

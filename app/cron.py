@@ -7,12 +7,14 @@ given by the caller, read from the database's clock.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from croniter import CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, croniter
 
 from app import localtime
 from app.errors import BadInput
+
+if TYPE_CHECKING:
+    from croniter import croniter
 
 MAX_CATCH_UP = 100
 """At most this many missed fire times are back-filled at once for a ``catch_up`` schedule."""
@@ -28,7 +30,8 @@ def zone(name: str) -> ZoneInfo:
         ) from None
 
 
-_CRON_ERRORS = (CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, ValueError, KeyError)
+_CRON_ERRORS = (ValueError, KeyError)
+"""What croniter raises for an expression it cannot read (its own errors are ValueErrors)."""
 MAX_WALL_STEPS = 10_000
 """At most this many cron times are looked at for one next fire (the repeated hour of a schedule that
 fires every second is skipped in one jump, so this is never reached by a valid schedule)."""
@@ -44,6 +47,10 @@ def _bad_cron(exc: Exception) -> BadInput:
 def _walls(cron: str, start: datetime) -> croniter:
     """croniter over naive wall-clock times (no zone: croniter's own handling of daylight saving time
     fires a repeated 01:30 twice; the zone is applied by :func:`next_fire`)."""
+    # Imported here: every worker imports this module as it starts, and croniter (with dateutil) was a
+    # fiftieth of that start, for schedules an idle worker may never fire (python -X importtime).
+    from croniter import croniter
+
     try:
         return croniter(cron, start)
     except _CRON_ERRORS as exc:

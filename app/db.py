@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
-import psutil
 import structlog
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
@@ -175,6 +174,9 @@ def prune_embedded_handles(pgdata: Path, lock: Any) -> list[int]:
 def _process_runs(pid: int) -> bool:
     if pid == os.getpid():
         return True
+    # Imported here: only the embedded server's handle file needs it, and every process imports this module.
+    import psutil
+
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:  # gone, or a zombie: ended either way

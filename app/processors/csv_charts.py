@@ -11,7 +11,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import jinja2
 from markupsafe import Markup, escape
 
 BAR = "#2f6f9f"
@@ -166,6 +165,10 @@ def render_report(summary: dict[str, Any], missing_words: str) -> str:
     """The self-contained HTML report of a summary (as returned by ``report.csv_summary``): inline CSS
     and SVG charts, no script, every value escaped (Jinja2 autoescape; SVG text via :func:`escape`).
     ``missing_words`` lists what counted as missing."""
+    # Imported here: every worker loads this module at start to learn its job types, and Jinja2 cost
+    # about a tenth of a second of that start (measured with bench/startup.py), for reports few run.
+    import jinja2
+
     env = jinja2.Environment(autoescape=True)
     columns = []
     for c in summary["columns"]:

@@ -1061,6 +1061,33 @@ async def test_the_loop_waits_out_a_database_outage_but_dies_of_a_bug(
         await dead.dispose()
 
 
+async def test_the_loop_makes_its_http_client_when_the_first_alert_is_due(
+    make_settings, engine, owner, pg, receiver, monkeypatch
+) -> None:
+    """Making the client loads the CA certificates, which blocked the worker's loop as it sent its first
+    claim: an idle loop makes none, the first due alert makes one, and it is closed with the loop."""
+    made: list[httpx.AsyncClient] = []
+    original = alerts.delivery.new_client
+
+    def counted() -> httpx.AsyncClient:
+        made.append(original())
+        return made[-1]
+
+    monkeypatch.setattr(alerts.delivery, "new_client", counted)
+    task = asyncio.create_task(alerts.Deliverer(engine, alert_settings(make_settings, receiver)).run())
+    try:
+        await asyncio.sleep(2.5)  # idle rounds
+        assert made == []
+        await failed_job_alert(engine, owner, error="boom")
+        await wait_until(lambda: _more_hits(receiver, 0), timeout=10, what="the alert being sent")
+        assert len(made) == 1
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert made[0].is_closed
+
+
 async def test_every_worker_runs_the_alerts_side_task(settings) -> None:
     async with running_worker(settings) as worker:
         assert "alerts" in worker._side

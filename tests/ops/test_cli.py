@@ -174,6 +174,54 @@ def test_worker_py_is_the_worker_command(tmp_path: Path) -> None:
     assert "standalone worker" in result.stdout
 
 
+def test_the_commands_imports_leave_the_garbage_collector_running_and_rich_importable() -> None:
+    """The imports run with the collector paused and without rich (start-up time); a worker that went on
+    without the collector would never free a reference cycle, and rich must import for whoever wants it."""
+    code = """
+import gc, sys
+import app.cli as c
+assert gc.isenabled()
+frozen = gc.get_freeze_count()
+assert frozen > 10000, frozen
+with c._startup_imports():
+    import app.worker.main
+assert gc.isenabled() and gc.get_freeze_count() > frozen
+assert "structlog" in sys.modules and "httpx" in sys.modules
+assert "rich" not in sys.modules and "pygments" not in sys.modules, "rich imported at start"
+import rich.console
+gc.disable()
+with c._startup_imports():
+    pass
+assert not gc.isenabled()
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60, env=os.environ
+    )
+    assert result.returncode == 0, result.stderr
+
+
+async def test_the_worker_refuses_a_schema_that_is_not_current_in_one_line(
+    tmp_path: Path, db_url: str, fresh_db_url: str
+) -> None:
+    """The worker checks the schema once, as it starts, and says so as every command says a problem."""
+    assert_clean_failure(
+        run(tmp_path, "worker", DATABASE_URL=fresh_db_url), "Refusing to start the worker", "jobdesk migrate"
+    )
+    conn = await asyncpg.connect(db_url.replace("+asyncpg", ""))
+    try:
+        head = await conn.fetchval("SELECT version_num FROM alembic_version")
+        await conn.execute("UPDATE alembic_version SET version_num = '0010'")
+        line = assert_clean_failure(run(tmp_path, "worker", DATABASE_URL=db_url), "Refusing to start")
+        assert f"the schema is at 0010 but this version needs {head}" in line
+        assert await conn.fetchval("SELECT count(*) FROM workers") == 0
+    finally:
+        await conn.close()
+    assert_clean_failure(
+        run(tmp_path, "worker", DATABASE_URL="postgresql://postgres@127.0.0.1:9/jobdesk"),
+        "Cannot reach the database at",
+    )
+
+
 # --- serve -------------------------------------------------------------------------------------------------------
 
 

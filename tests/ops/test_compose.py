@@ -52,6 +52,7 @@ def test_dockerfile_builds_the_one_image_from_this_checkout() -> None:
         "COPY static",
         "COPY worker.py",
         "pip install",
+        "compileall -q app",  # PYTHONDONTWRITEBYTECODE: without it, every start compiles app/ again
     ):
         assert needed in dockerfile
     ignored = (ROOT / ".dockerignore").read_text().split()
