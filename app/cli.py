@@ -18,49 +18,35 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import sys
 from collections.abc import Iterator
-
-UNUSED_AT_START = ("rich", "pygments")
-"""Packages that structlog and httpx import when they are installed, for what Jobdesk never uses: rich
-tracebacks (Jobdesk's console lines use structlog's plain ones, :mod:`app.logs`) and httpx's own command
-line. They come with Litestar, and importing them was 40 % of the CPU time of importing structlog and
-httpx (80 of 200 ms on a loaded machine), in every command and worker start."""
 
 
 @contextlib.contextmanager
-def _startup_imports(*, hide_unused: bool = True) -> Iterator[None]:
-    """Run the imports in the block with the cyclic garbage collector paused, then freeze what they made;
-    with ``hide_unused``, the packages of :data:`UNUSED_AT_START` not imported yet look absent meanwhile
-    (``import rich`` raises ``ImportError``, which structlog and httpx take as "not installed").
+def _imports_without_gc() -> Iterator[None]:
+    """Run the imports in the block with the cyclic garbage collector paused, then freeze what they made.
 
     Importing SQLAlchemy, pydantic and the rest makes a few hundred thousand long-lived objects, and the
     collector walked all of them again each time the heap had grown by a quarter, during the imports and
-    then in every full collection after them (at the worker's start, and at every command's exit): a
-    fifth of launch to first claim, a quarter of ``jobdesk create-user`` (``bench/startup.py``). Frozen,
-    they stay out of every later collection; nothing an import makes is garbage to collect.
+    then in every full collection after them (at the worker's start, and at every command's exit, where it
+    cost 0.3 s of CPU): a tenth to a fifth of launch to first claim (``bench/startup.py``). Frozen, they
+    stay out of every later collection; nothing an import makes is garbage to collect.
     """
-    hidden = [name for name in UNUSED_AT_START if hide_unused and name not in sys.modules]
     collecting = gc.isenabled()
     gc.disable()
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]
     try:
         yield
     finally:
-        for name in hidden:
-            if sys.modules.get(name, 0) is None:
-                del sys.modules[name]
         gc.freeze()
         if collecting:
             gc.enable()
 
 
-with _startup_imports():
+with _imports_without_gc():
     import asyncio
     import errno
     import signal
     import socket
+    import sys
     import warnings
     from collections.abc import Awaitable, Callable, Coroutine
     from pathlib import Path
@@ -157,7 +143,7 @@ def serve(host: str, port: int, no_migrate: bool, web_processes: int) -> None:
     With --workers N, N web processes share the port; the in-app worker runs in one of them per host
     (another takes it over within seconds if that process dies).
     """
-    with _startup_imports(hide_unused=False):  # what the web stack imports is its own business
+    with _imports_without_gc():
         import uvicorn
 
         from app.server import create_app
@@ -258,7 +244,7 @@ def _exit_after_graceful_shutdown() -> None:
 @main.command()
 def worker() -> None:
     """Run a standalone worker (no web server); `python worker.py` does the same."""
-    with _startup_imports():
+    with _imports_without_gc():
         from app.worker.main import run_standalone
 
     settings = _settings()
