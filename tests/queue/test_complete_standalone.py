@@ -6,6 +6,7 @@ requested meanwhile, a lost attempt, a step waiting for approval)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,6 +21,7 @@ from app.jobs.queue import Outcome
 from app.settings import Settings
 from app.worker.completer import Completer, Tally
 from tests.support.factories import make_job, make_user
+from tests.support.workers import wait_until
 
 WORKER = "test-worker"
 
@@ -141,3 +143,36 @@ async def test_a_lone_completion_names_its_job_and_a_new_window_starts_a_new_not
     assert not queue.standalone([Outcome(ids[0], "completed", pipeline_id=uuid.uuid4())])
     assert not queue.standalone([Outcome(ids[0], "failed")])
     assert not queue.standalone([])
+
+
+async def test_a_dependency_committed_while_the_completion_waits_for_its_parent_is_released(
+    engine: AsyncEngine, settings: Settings, pg: asyncpg.Connection, completer: Completer
+) -> None:
+    """The statement's snapshot predates a child enqueued (its parent locked ``FOR SHARE``) while the
+    completion waits for that lock; the release must still see the child's dependency, or the child
+    waits forever."""
+    owner = await make_user(pg)
+    parent = (await make_job(engine, settings, owner))["id"]
+    async with engine.begin() as conn:
+        [row] = await queue.claim(conn, WORKER, 1, 60)
+    async with engine.connect() as child_conn:
+        tx = await child_conn.begin()
+        child = await queue.enqueue(
+            child_conn,
+            queue.NewJob(type="noop", input_data={}, user_id=owner.id, depends_on=[parent]),
+            settings,
+        )
+        assert child.job["pending_parents"] == 1  # the parent still runs
+        completing = asyncio.create_task(
+            completer.write([Outcome(parent, "completed", attempt=row["attempts"])])
+        )
+        await wait_until(
+            lambda: pg.fetchval(
+                "SELECT count(*) > 0 FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'"
+            ),
+            what="the completion waiting for the parent's row",
+        )
+        await tx.commit()
+    report = await completing
+    assert report.status == {parent: "completed"} and report.notify
+    assert await pg.fetchval("SELECT pending_parents FROM jobs WHERE id = $1", child.job["id"]) == 0

@@ -22,16 +22,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.jobs import notices
 from app.jobs.payload import storable_json
-from app.jobs.queue.common import JOBS_CHANNEL, fetch_rows, sql
+from app.jobs.queue.common import fetch_rows, sql
 from app.jobs.queue.outcomes import FinishReport, Outcome, OutcomeKind
 
-# ``released``: the dependents are locked in id order before they are updated, as in
-# app.jobs.queue.consequences.RELEASE_DEPENDENTS, so that parents finishing on two workers at once queue
-# behind each other instead of deadlocking. ``target``: each owner's newest unread notice of the kind
-# within the folding window, skipped when another transaction holds it (a new notice starts then),
-# as notices.FOLD does.
+# ``released``: the dependents of the completed jobs, through the same function as
+# app.jobs.queue.consequences.RELEASE_DEPENDENTS, whose own snapshot sees a dependency committed while
+# this statement waited for a parent's row (this statement's snapshot predates it). ``target``: each
+# owner's newest unread notice of the kind within the folding window, skipped when another transaction
+# holds it (a new notice starts then), as notices.FOLD does.
 COMPLETE_STANDALONE = sql(
-    f"""
+    """
     WITH input AS (
         SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:results AS text[]), CAST(:attempts AS int[]))
             AS t(id, result, attempt)
@@ -47,18 +47,9 @@ COMPLETE_STANDALONE = sql(
     ), ev AS (
         INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor)
         SELECT id, NULL, 'completed', 'in_progress', 'completed', :actor FROM upd
-    ), d AS (
-        SELECT job_id, count(*) AS n FROM job_dependencies
-        WHERE depends_on IN (SELECT id FROM upd) GROUP BY job_id
-    ), locked AS (
-        SELECT c.id FROM jobs c JOIN d ON d.job_id = c.id ORDER BY c.id FOR UPDATE OF c
-    ), released AS (
-        UPDATE jobs c SET pending_parents = c.pending_parents - d.n, updated_at = now()
-        FROM d JOIN locked ON locked.id = d.job_id
-        WHERE c.id = d.job_id AND c.status = 'queued' AND c.pending_parents > 0
-        RETURNING c.pending_parents = 0 AND c.run_at <= now() AS due
-    ), notify AS (
-        SELECT pg_notify('{JOBS_CHANNEL}', '') FROM released WHERE due LIMIT 1
+    ), released AS MATERIALIZED (
+        -- after the rows above are written and locked, with a snapshot of its own (see the function)
+        SELECT jobdesk_release_dependents(ARRAY(SELECT id FROM upd)) AS notified
     ), owners AS (
         SELECT user_id, count(*) AS n, (array_agg(id ORDER BY id))[1] AS job_id,
                left((array_agg(COALESCE(NULLIF(title, ''), type) ORDER BY id))[1], 200) AS title
@@ -83,7 +74,7 @@ COMPLETE_STANDALONE = sql(
         FROM owners o JOIN users u ON u.id = o.user_id
         WHERE o.user_id NOT IN (SELECT user_id FROM target)
     )
-    SELECT upd.id, (SELECT count(*) FROM notify) AS notified FROM upd
+    SELECT upd.id, released.notified FROM upd CROSS JOIN released
     """
 )
 

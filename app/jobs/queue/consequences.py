@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.jobs import notices, outbox
-from app.jobs.queue.common import fetch_rows, notify_jobs, sql
+from app.jobs.queue.common import fetch_rows, sql
 from app.jobs.queue.fanouts import expand_ready
 from app.jobs.queue.pipelines import refresh_pipelines
 from app.jobs.rows import Fetched
@@ -20,22 +20,12 @@ Changed = Fetched
 """A job row a transition returned: at least ``id``, ``status`` and ``pipeline_id`` (failures and
 approvals also ``type``, ``user_id``, ``title``, ``step_key`` for their alerts)."""
 
-# The dependents are locked in id order before they are updated: completions of parents that share
-# children (on different workers, at the same moment) then queue behind each other instead of
-# deadlocking on rows locked in opposite orders.
-RELEASE_DEPENDENTS = sql(
-    """
-    WITH d AS (
-        SELECT job_id, count(*) AS n FROM job_dependencies WHERE depends_on = ANY(CAST(:ids AS uuid[])) GROUP BY job_id
-    ), locked AS (
-        SELECT c.id FROM jobs c JOIN d ON d.job_id = c.id ORDER BY c.id FOR UPDATE OF c
-    )
-    UPDATE jobs c SET pending_parents = c.pending_parents - d.n, updated_at = now()
-    FROM d JOIN locked ON locked.id = d.job_id
-    WHERE c.id = d.job_id AND c.status = 'queued' AND c.pending_parents > 0
-    RETURNING c.id, c.pending_parents, c.run_at <= now() AS due
-    """
-)
+# One fewer pending parent for each dependent of the completed jobs, in a function of the schema
+# (migrations/versions/0012_release_dependents.py) so that it reads the dependencies with a snapshot taken
+# after the caller's writes: a dependency committed while the completion waited for the parent's row is
+# counted. It locks the dependents in id order (completions of parents that share children queue behind
+# each other instead of deadlocking) and sends the NOTIFY when one became claimable.
+RELEASE_DEPENDENTS = sql("SELECT jobdesk_release_dependents(CAST(:ids AS uuid[])) AS notified")
 
 CASCADE_CANCEL = sql(
     """
@@ -84,11 +74,8 @@ def _pipelines_of(rows: Iterable[Changed]) -> set[uuid.UUID]:
 async def _release_dependents(conn: AsyncConnection, completed: list[uuid.UUID]) -> bool:
     """One fewer pending parent for each dependent of ``completed``; NOTIFY if one became claimable.
     Returns whether a NOTIFY was sent."""
-    released = await fetch_rows(conn, RELEASE_DEPENDENTS, {"ids": completed})
-    if any(r["pending_parents"] == 0 and r["due"] for r in released):
-        await notify_jobs(conn)
-        return True
-    return False
+    [row] = await fetch_rows(conn, RELEASE_DEPENDENTS, {"ids": completed})
+    return bool(row["notified"])
 
 
 async def _cancel_dependents(conn: AsyncConnection, dead: list[uuid.UUID]) -> set[uuid.UUID]:
