@@ -169,3 +169,25 @@ async def test_bulk_enqueue_refuses_nul_and_lone_surrogates_by_index(
         await queue.enqueue_many(conn, [jobs[0], jobs[2]], settings)
     stored = await pg.fetchval("SELECT input_data->>'name' FROM jobs WHERE id = $1", jobs[0].id)
     assert stored == "fine \\u0000 \\ud800"
+
+
+async def test_jobs_without_an_idempotency_key_skip_the_conflict_check_and_keyed_ones_keep_it(
+    engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection
+) -> None:
+    def batch() -> list[NewJob]:
+        return [
+            NewJob(type="noop", input_data={}, user_id=owner.id, idempotency_key="nightly"),
+            NewJob(type="noop", input_data={}, user_id=owner.id),
+        ]
+
+    for _ in range(2):  # a mixed batch, twice: the keyed job once, the others each time
+        async with engine.begin() as conn:
+            await queue.enqueue_many(conn, batch(), settings)
+    for _ in range(2):  # one at a time, in a transaction and on the engine alike
+        async with engine.begin() as conn:
+            for job in batch():
+                await queue.enqueue(conn, job, settings)
+        for job in batch():
+            await queue.enqueue(engine, job, settings)
+    assert await pg.fetchval("SELECT count(*) FROM jobs WHERE idempotency_key = 'nightly'") == 1
+    assert await pg.fetchval("SELECT count(*) FROM jobs WHERE idempotency_key IS NULL") == 6
