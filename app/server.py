@@ -407,11 +407,10 @@ class _AfterPlugins(InitPluginProtocol):
 
 
 def _database_lifespan(
-    sa_config: SQLAlchemyAsyncConfig, *, auto_migrate: bool
+    settings: Settings, sa_config: SQLAlchemyAsyncConfig, *, auto_migrate: bool
 ) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        settings: Settings = app.state.settings
         url = await asyncio.to_thread(resolve_database_url, settings)
         engine = create_engine(
             url,
@@ -423,10 +422,6 @@ def _database_lifespan(
             pooler=settings.database_pooler,
         )
         sa_config.engine_instance = engine
-        # advanced-alchemy keeps the session maker it made at a start, bound to that start's engine: an
-        # app started again (create_app's docstring) must not hand out sessions of the engine disposed
-        # at its last stop
-        sa_config.session_maker = None
         app.state.engine = engine
         app.state.database_url = url
         try:
@@ -449,10 +444,9 @@ def _database_lifespan(
     return lifespan
 
 
-def _worker_lifespan() -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
+def _worker_lifespan(settings: Settings) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        settings: Settings = app.state.settings
         app.state.worker = None
         app.state.worker_task = None
         if not settings.worker_enabled:
@@ -549,11 +543,6 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
 
     ``app.state`` gets ``settings``, ``engine``, ``database_url``, ``worker`` and ``worker_task`` (both
     ``None`` without an in-app worker), once the lifespan has started.
-
-    Each start of the lifespan reads ``app.state.settings`` for the database and the in-app worker, so a
-    stopped app may be started again on another database by replacing it first (the tests reuse their
-    apps this way: building one costs a few tenths of a second of CPU). The rest of the settings —
-    the CSRF secret, cookie flags, body size limit — are fixed when the app is built.
     """
     settings = settings or get_settings()
     sa_config = _sqlalchemy_config()
@@ -566,8 +555,8 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
     )
     app = Litestar(
         route_handlers=[*CONTROLLERS, static],
-        lifespan=[_database_lifespan(sa_config, auto_migrate=auto_migrate)],
-        plugins=[SQLAlchemyPlugin(config=sa_config), HTMXPlugin(), _AfterPlugins(_worker_lifespan())],
+        lifespan=[_database_lifespan(settings, sa_config, auto_migrate=auto_migrate)],
+        plugins=[SQLAlchemyPlugin(config=sa_config), HTMXPlugin(), _AfterPlugins(_worker_lifespan(settings))],
         middleware=[
             RequestContextMiddleware(),
             AuthenticationMiddleware(),

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from app.db import asyncpg_dsn, run_migrations  # noqa: E402
 from app.settings import Settings, load_settings, normalize_database_url  # noqa: E402
 from tests.support.factories import SIDE_EFFECTS_DDL, TestUser, make_user  # noqa: E402
-from tests.support.webkit import reused_app_client  # noqa: E402
+from tests.support.webkit import app_client  # noqa: E402
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
 
@@ -259,7 +259,6 @@ def ui_settings(make_settings: Any) -> Settings:
 
 @pytest.fixture
 async def client(ui_settings: Settings) -> AsyncIterator[AsyncTestClient]:
-    """A started app (lifespan run) on ``ui_settings`` and a test client for it; the app may be one an
-    earlier test built with the same settings on its own database (:func:`reused_app_client`)."""
-    async with reused_app_client(ui_settings) as c:
+    """A started app (lifespan run) on ``ui_settings`` and a test client for it."""
+    async with app_client(ui_settings) as c:
         yield c

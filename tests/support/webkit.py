@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from app.auth import CurrentUser, create_token, create_user
@@ -39,46 +38,6 @@ async def app_client(
     app = create_app(settings, **create_kw)
     async with AsyncTestClient(app=app, base_url=base_url) as client:
         yield client
-
-
-_idle_apps: dict[str, list[tuple[Litestar, dict[str, Any]]]] = {}
-"""Stopped apps of this pytest process that :func:`reused_app_client` may start again, by the settings
-they were built with (apart from the database and the data directory), each with its initial state."""
-
-
-def _build_key(settings: Settings) -> str:
-    """What an app fixes when it is built: every setting except the database and the data directory,
-    which its lifespan reads at each start (:func:`app.server.create_app`)."""
-    fixed = settings.model_dump_json(exclude={"database_url", "jobdesk_data_dir"})
-    return f"{fixed}|{settings.resolved_secret_key()}"
-
-
-@asynccontextmanager
-async def reused_app_client(
-    settings: Settings, *, base_url: str = "http://testserver.local"
-) -> AsyncIterator[AsyncTestClient]:
-    """:func:`app_client`, on an app an earlier test of this process built with the same settings (but
-    another database) and stopped cleanly, when there is one; otherwise on a new one.
-
-    Building the app (about 300 route handlers) cost a few tenths of a second of CPU per test, most of
-    what a short web test spends. The app is started afresh (its lifespan run: a new engine on this
-    test's database) with its ``state`` as it was when built, and only an app whose test and shutdown
-    ended without an exception is kept. Apps built elsewhere (e.g. after a test patched a module the app
-    reads when built) never come here: only this function builds the apps it reuses.
-    """
-    key = _build_key(settings)
-    idle = _idle_apps.setdefault(key, [])
-    if idle:
-        app, initial = idle.pop()
-    else:
-        app = create_app(settings)
-        initial = app.state.dict()
-    for name in list(app.state.dict()):
-        del app.state[name]
-    app.state.update({**initial, "settings": settings})
-    async with AsyncTestClient(app=app, base_url=base_url) as client:
-        yield client
-    idle.append((app, initial))
 
 
 async def add_user(
