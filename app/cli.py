@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import gc
 import signal
 import socket
 import sys
 import warnings
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -89,24 +87,6 @@ async def _with_engine(
         await engine.dispose()
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Start-up of ``serve`` and ``worker``, with the cyclic garbage collector paused.
-
-    Start-up builds a heap that lives as long as the process (the web stack's and the processors'
-    modules, the app's ~300 routes); the collector would walk all of it again each time it grew by a few
-    hundred objects, for nothing to free: about a quarter of ``jobdesk serve``'s start-up CPU, measured.
-    Once started, the garbage of start-up is collected and what is left frozen out of later collections.
-    """
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.collect()
-        gc.freeze()
-        gc.enable()
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="jobdesk")
 def main() -> None:
@@ -136,6 +116,8 @@ def serve(host: str, port: int, no_migrate: bool, web_processes: int) -> None:
     """
     import uvicorn
 
+    from app.server import create_app
+
     settings = _settings()
     _check_port_free(host, port)
     configure_logging(settings)
@@ -149,16 +131,14 @@ def serve(host: str, port: int, no_migrate: bool, web_processes: int) -> None:
             await run_migrations(settings.database_migrate_url or url)
         return url
 
-    with _collector_paused():
-        # Check (and migrate) before uvicorn starts, so problems read as one line rather than a
-        # lifespan traceback; the app's own start-up repeats the (now cheap) checks.
-        url = _run(lambda: _with_engine(settings, prepare, need_schema=False))
-        if web_processes > 1:
-            app: Any = _several_web_processes(settings, url)
-        else:
-            from app.server import create_app
-
-            app = create_app(settings, auto_migrate=not no_migrate)
+    # Check (and migrate) before uvicorn starts, so problems read as one line rather than a
+    # lifespan traceback; the app's own start-up repeats the (now cheap) checks.
+    url = _run(lambda: _with_engine(settings, prepare, need_schema=False))
+    app: Any = (
+        _several_web_processes(settings, url)
+        if web_processes > 1
+        else create_app(settings, auto_migrate=not no_migrate)
+    )
     click.echo(f"Jobdesk on http://{host}:{port} (Ctrl+C stops it)", err=True)
     _exit_after_graceful_shutdown()
     uvicorn.run(
@@ -234,8 +214,7 @@ def _exit_after_graceful_shutdown() -> None:
 @main.command()
 def worker() -> None:
     """Run a standalone worker (no web server); `python worker.py` does the same."""
-    with _collector_paused():
-        from app.worker.main import run_standalone
+    from app.worker.main import run_standalone
 
     settings = _settings()
     configure_logging(settings)
