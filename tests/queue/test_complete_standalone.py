@@ -172,7 +172,10 @@ async def test_a_dependency_committed_while_the_completion_waits_for_its_parent_
             ),
             what="the completion waiting for the parent's row",
         )
+        heard: asyncio.Queue[str] = asyncio.Queue()
+        await pg.add_listener(queue.JOBS_CHANNEL, lambda *args: heard.put_nowait(args[2]))
         await tx.commit()
     report = await completing
     assert report.status == {parent: "completed"} and report.notify
     assert await pg.fetchval("SELECT pending_parents FROM jobs WHERE id = $1", child.job["id"]) == 0
+    await asyncio.wait_for(heard.get(), 5)  # the schema function wakes the workers on their channel
