@@ -33,6 +33,7 @@ from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
+from sqlalchemy.util import greenlet_spawn
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
@@ -506,8 +507,36 @@ async def read_rows(engine: AsyncEngine, statement: Any, params: dict[str, Any])
     polls (measured with ``bench/pages.py``); anything that writes or reads twice uses a transaction."""
     if engine_pooler(engine) == "transaction":
         return await _read_rows_bounded(engine, statement, params)
-    async with autocommit_engine(engine).connect() as conn:
-        return await fetch_dicts(conn, statement, params)
+    sql, names = compiled_sql(statement)
+    async with pooled_driver_connection(engine) as raw:
+        return [dict(r.items()) for r in await raw.fetch(sql, *[params[n] for n in names])]
+
+
+@contextlib.asynccontextmanager
+async def pooled_driver_connection(engine: AsyncEngine) -> AsyncIterator[asyncpg.Connection]:
+    """A connection of ``engine``'s pool as the bare asyncpg connection, outside any transaction (each
+    statement commits on its own), given back to the pool afterwards.
+
+    Checking out through the pool itself costs a third of an ``AsyncConnection``'s checkout (no
+    ``Connection`` object, no isolation level set and reset), which counts for the one-statement paths
+    that run per request or per job. A connection whose statement failed other than by a plain server
+    error (the connection broke, the statement was cancelled mid-way) is discarded instead of going back
+    to the pool, where the next checkout would find it broken or still busy."""
+    fairy = await greenlet_spawn(engine.sync_engine.pool.connect)
+    raw: asyncpg.Connection = fairy.dbapi_connection._connection  # type: ignore[union-attr]
+    try:
+        yield raw
+    except asyncpg.PostgresError as exc:
+        # A refused statement (a constraint, a statement timeout) leaves the connection usable; the server
+        # shutting the session down (57P0x) or a lost connection (08xxx) does not.
+        if raw.is_closed() or (exc.sqlstate or "").startswith(("08", "57P")):
+            fairy.invalidate()
+        raise
+    except BaseException:
+        fairy.invalidate()
+        raise
+    finally:
+        await greenlet_spawn(fairy.close)
 
 
 async def write_rows(engine: AsyncEngine, statement: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
