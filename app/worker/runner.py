@@ -492,7 +492,8 @@ class Worker:
             # again: stop the old attempt without recording anything; the new one takes over.
             stale.log.warning("job claimed again while an earlier attempt still ran here; stopping that one")
             self._abandon(stale)
-        self.buffer.drop({row["id"]})
+        if row["id"] in self.buffer:
+            self.buffer.drop({row["id"]})
         job = RunningJob(
             row=row,
             started=time.monotonic(),
