@@ -66,6 +66,9 @@ MINUTE_AGO = "statement_timestamp() - interval '1 minute'"
 # What a claim does with the rows its ``picked`` step chose (and the ``room`` of their types): marks them
 # in progress with a lease, writes each one's ``claimed`` event and the rated types' starts, and returns
 # them with their parents' results — shared by the plain claim and the claim under per-person limits.
+# The UPDATE visits its rows in whatever order its plan reads them (by id, through pk_jobs), so the events
+# are inserted in claim order explicitly: their ids then tell the order jobs were taken in, in one claim
+# as across claims.
 CLAIMED_FROM_PICKED = f"""
     , claimed AS (
         UPDATE jobs j
@@ -78,7 +81,7 @@ CLAIMED_FROM_PICKED = f"""
         INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, data, at)
         SELECT id, pipeline_id, 'claimed', 'queued', 'in_progress', :actor,
                jsonb_build_object('attempt', attempts), statement_timestamp()
-        FROM claimed
+        FROM claimed ORDER BY priority DESC, run_at, id
     ), started AS (
         INSERT INTO job_type_starts (type, at, n)
         SELECT claimed.type, statement_timestamp(), count(*)
