@@ -22,20 +22,14 @@ from __future__ import annotations
 
 import heapq
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 from app.worker.executor import RunningJob
 
 
-def _claim_key(row: Any) -> tuple[int, float, str]:
-    return (-int(row["priority"]), row["run_at"].timestamp(), str(row["id"]))
-
-
-@dataclass(order=True)
-class _Entry:
-    key: tuple[int, float, str]
-    job: RunningJob = field(compare=False)
+def _claim_key(row: Any) -> tuple[int, float, uuid.UUID]:
+    # uuid.UUID orders by its 128-bit value, as PostgreSQL orders uuid (bytewise): the claim's ``id``.
+    return (-int(row["priority"]), row["run_at"].timestamp(), row["id"])
 
 
 class ClaimBuffer:
@@ -43,7 +37,9 @@ class ClaimBuffer:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(0, capacity)
-        self._heap: list[_Entry] = []
+        self._heap: list[tuple[tuple[int, float, uuid.UUID], RunningJob]] = []
+        """(claim order key, job): plain tuples, compared in C; the key is unique (it ends with the id),
+        so the job itself is never compared."""
         self._ids: set[uuid.UUID] = set()
 
     def __len__(self) -> int:
@@ -56,30 +52,30 @@ class ClaimBuffer:
         return max(0, self.capacity - len(self._ids))
 
     def add(self, job: RunningJob) -> None:
-        heapq.heappush(self._heap, _Entry(_claim_key(job.row), job))
+        heapq.heappush(self._heap, (_claim_key(job.row), job))
         self._ids.add(job.id)
 
     def pop(self) -> RunningJob | None:
         """The first buffered job in claim order (``None`` when empty), taken out of the buffer."""
         while self._heap:
-            entry = heapq.heappop(self._heap)
-            if entry.job.id in self._ids:
-                self._ids.discard(entry.job.id)
-                return entry.job
+            _, job = heapq.heappop(self._heap)
+            if job.id in self._ids:
+                self._ids.discard(job.id)
+                return job
         return None
 
     def drop(self, job_ids: set[uuid.UUID]) -> list[RunningJob]:
         """Take these jobs out (their lease is gone or running out); returns those that were here."""
-        dropped = [e.job for e in self._heap if e.job.id in job_ids and e.job.id in self._ids]
+        dropped = [job for _, job in self._heap if job.id in job_ids and job.id in self._ids]
         for job in dropped:
             self._ids.discard(job.id)
         if dropped:
-            self._heap = [e for e in self._heap if e.job.id in self._ids]
+            self._heap = [e for e in self._heap if e[1].id in self._ids]
             heapq.heapify(self._heap)
         return dropped
 
     def take_all(self) -> list[RunningJob]:
         """Empty the buffer (shutdown); returns its jobs in claim order."""
-        jobs = [e.job for e in sorted(self._heap) if e.job.id in self._ids]
+        jobs = [job for _, job in sorted(self._heap, key=lambda e: e[0]) if job.id in self._ids]
         self._heap, self._ids = [], set()
         return jobs
