@@ -310,11 +310,15 @@ class JobEvent(Base):
     Written only by :mod:`app.jobs.queue`, in the same transaction as the change it records, so the
     history never misses or invents a change.
     ``actor`` is ``user:<id>``, ``worker:<id>`` or ``system:<task>``.
+
+    ``job_id`` has no foreign key: the writer holds the job's row already, and a key checked that again
+    for every event (three per job, on the hot path). Triggers on ``jobs`` delete a job's events with it
+    (migration 0013).
     """
 
     __tablename__ = "job_events"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
-    job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False)
+    job_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
     pipeline_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     at: Mapped[datetime] = now_column()
     kind: Mapped[str] = mapped_column(Text, nullable=False)

@@ -205,11 +205,11 @@ are read — once per batch, every value of their input (``jsonb_path_query``), 
 async def prune(conn: AsyncConnection, retention_days: float, *, batch: int = PRUNE_BATCH) -> dict[str, Any]:
     """Delete one small batch of finished jobs older than ``retention_days``.
 
-    Standalone jobs go individually (with their events, by cascade); a pipeline's jobs go only with the
-    whole pipeline, once it has finished — never from under a running one. Files then left without a
-    job and older than the retention (those of deleted jobs, and uploads) are deleted too, unless a job,
-    pipeline or schedule still in the database names them in its input: then a job or pipeline takes
-    the file over (:data:`PRUNE_ORPHAN_FILES`). Batches left without a job go too (:data:`PRUNE_BATCHES`).
+    Standalone jobs go individually (their events with them, by the trigger on ``jobs``); a pipeline's
+    jobs go only with the whole pipeline, once it has finished — never from under a running one. Files
+    then left without a job and older than the retention (those of deleted jobs, and uploads) are deleted
+    too, unless a job, pipeline or schedule still in the database names them in its input: then a job or
+    pipeline takes the file over (:data:`PRUNE_ORPHAN_FILES`). Batches left without a job go too (:data:`PRUNE_BATCHES`).
     Returns ``{"jobs": n, "pipelines": n, "batches": n, "files": [deleted file ids]}``; the caller removes those
     files' bytes after commit (:meth:`app.files.FileStore.remove`).
     """
