@@ -8,7 +8,9 @@ that was 13 % of a bulk enqueue of 10,000 jobs, 12 µs per job of each claim and
 of a single enqueue's execution. What the key also did, deleting a job's events with the job (by every
 path: a delete, the retention sweep, a cascade from its owner or its pipeline, ``TRUNCATE``), the
 triggers here do. Their statements run with a snapshot taken after the delete, so an event committed by
-a transaction the delete waited for is deleted too.
+a transaction the delete waited for is deleted too. After a ``TRUNCATE`` of ``jobs`` the events are
+deleted, not truncated: a ``TRUNCATE`` that names both tables would refuse to truncate ``job_events``
+again from its own trigger.
 
 Revision ID: 0013
 Revises: 0012
@@ -37,7 +39,7 @@ $$
 CREATE FUNCTION jobdesk_truncate_job_events() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    TRUNCATE job_events;
+    DELETE FROM job_events;
     RETURN NULL;
 END
 $$
