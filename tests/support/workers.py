@@ -73,6 +73,7 @@ def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
             "DATABASE_URL": settings.database_url or "",
             "JOBDESK_DATA_DIR": str(settings.data_dir),
             "MAX_CONCURRENT_JOBS": str(settings.max_concurrent_jobs),
+            "DB_POOL_SIZE": str(settings.db_pool_size),
             "JOB_PROCESSOR_POLL_INTERVAL": str(settings.job_processor_poll_interval),
             "JOB_RETRY_INTERVALS": ",".join(str(i) for i in settings.job_retry_intervals),
             "JOB_RETRY_JITTER": str(settings.job_retry_jitter),
