@@ -486,6 +486,10 @@ async def fetch_dicts(conn: AsyncConnection, statement: Any, params: dict[str, A
     raw = await driver_connection(conn)
     if raw is None:
         return [dict(r) for r in (await conn.execute(statement, params)).mappings().all()]
+    return await _fetch_raw(raw, statement, params)
+
+
+async def _fetch_raw(raw: asyncpg.Connection, statement: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
     sql, names = compiled_sql(statement)
     return [dict(r.items()) for r in await raw.fetch(sql, *[params[n] for n in names])]
 
@@ -507,9 +511,8 @@ async def read_rows(engine: AsyncEngine, statement: Any, params: dict[str, Any])
     polls (measured with ``bench/pages.py``); anything that writes or reads twice uses a transaction."""
     if engine_pooler(engine) == "transaction":
         return await _read_rows_bounded(engine, statement, params)
-    sql, names = compiled_sql(statement)
     async with pooled_driver_connection(engine) as raw:
-        return [dict(r.items()) for r in await raw.fetch(sql, *[params[n] for n in names])]
+        return await _fetch_raw(raw, statement, params)
 
 
 @contextlib.asynccontextmanager
