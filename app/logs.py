@@ -21,6 +21,7 @@ import sys
 import time
 from asyncio import AbstractEventLoop
 from asyncio import events as _events
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import msgspec
@@ -137,7 +138,7 @@ def _json_renderer() -> Processor:
     return render
 
 
-def _timestamper() -> Processor:
+def _timestamper() -> _Step:
     """``timestamp``: ISO 8601 in UTC with microseconds and ``Z`` (as structlog's ``TimeStamper(fmt="iso",
     utc=True)`` writes it), with the date-and-seconds part formatted once per second rather than per line."""
     cache: list[Any] = [-1, ""]
@@ -157,9 +158,11 @@ _LEVEL_NAMES = {"warn": "warning", "exception": "error"}
 """Level names of logger methods that are aliases (as structlog's ``add_log_level`` writes them)."""
 
 
-def _prepare_lines(
-    stamp: Processor, *, level_filter: Processor | None = None, exceptions: bool = True
-) -> Processor:
+_Step = Callable[[WrappedLogger, str, EventDict], EventDict]
+"""A processor that hands the event dict on (rather than rendering it)."""
+
+
+def _prepare_lines(stamp: _Step, *, level_filter: _Step | None = None, exceptions: bool = True) -> Processor:
     """What the separate processors did to each of structlog's own lines before rendering, in one call:
     the logger's name, the level filter per logger (when set), the context variables, the level, the
     timestamp and (``exceptions``) the traceback of a line that carries ``exc_info``. The worker writes
@@ -183,7 +186,7 @@ def _prepare_lines(
     return prepare
 
 
-def _per_logger_level(base: int, worker: int) -> Processor:
+def _per_logger_level(base: int, worker: int) -> _Step:
     """Drop events below ``base`` unless they come from a worker logger (then ``worker`` applies)."""
 
     def _filter(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
