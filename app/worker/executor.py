@@ -69,9 +69,13 @@ class RunningJob:
     """The job's log lines not written yet (:class:`app.worker.joblog.JobLogBuffer`), once it runs."""
     id: uuid.UUID = field(init=False)
     """``row["id"]``, kept as an attribute: the worker's bookkeeping reads it a dozen times per job."""
+    id_text: str = ""
+    """``str(id)``, made once for the job's log lines and task names (formatting a UUID is not free)."""
 
     def __post_init__(self) -> None:
         self.id = self.row["id"]
+        if not self.id_text:
+            self.id_text = str(self.id)
 
     def same_attempt(self, outcome: Outcome) -> bool:
         """Whether ``outcome`` belongs to this attempt of the job (an outcome without an attempt does)."""
@@ -166,7 +170,7 @@ class Executor:
         cancellation keeps running as a *lingering* task, counted in :attr:`lingering`, holding its slot
         until it really ends, and whatever it returns is discarded (and logged).
         """
-        work = asyncio.create_task(self._call(spec, job, model), name=f"processor:{job.id}")
+        work = asyncio.create_task(self._call(spec, job, model), name=f"processor:{job.id_text}")
         try:
             await settled(work, limit)
         except asyncio.CancelledError:

@@ -510,12 +510,14 @@ class Worker:
             self._abandon(stale)
         if row["id"] in self.buffer:
             self.buffer.drop({row["id"]})
+        id_text = str(row["id"])
         job = RunningJob(
             row=row,
             started=time.monotonic(),
             claim_sent=claim_sent,
+            id_text=id_text,
             log=self.log.bind(
-                job_id=str(row["id"]),
+                job_id=id_text,
                 job_type=row["type"],
                 attempt=row["attempts"],
                 pipeline_id=str(row["pipeline_id"]) if row["pipeline_id"] else None,
@@ -533,7 +535,7 @@ class Worker:
     def _launch(self, job: RunningJob) -> None:
         job.started = time.monotonic()
         self.running[job.id] = job
-        job.task = asyncio.create_task(self._run_job(job), name=f"job:{job.id}")
+        job.task = asyncio.create_task(self._run_job(job), name=f"job:{job.id_text}")
 
     # --- one job's task -----------------------------------------------------------------------
 

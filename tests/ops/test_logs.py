@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import structlog
@@ -80,3 +82,47 @@ def test_console_renderer_on_a_terminal(reset_logging: None) -> None:
     assert "careful" in out
     assert "x=2" in out
     assert not out.startswith("{")
+
+
+def test_lines_reach_the_file_by_the_end_of_the_loop_turn_that_wrote_them(
+    reset_logging: None, tmp_path: Path
+) -> None:
+    """Lines written in one turn of an event loop share one flush at its end; outside a loop each line is
+    flushed at once; and a loop that closed before its flush ran does not keep later lines back."""
+    path = tmp_path / "worker.log"
+    with path.open("w") as out:  # block-buffered, as standard output is when it is a file or a pipe
+        configure_logging(load_settings(log_level="INFO"), stream=out, json=True)
+        log = structlog.get_logger("jobdesk.worker")
+
+        async def two_lines() -> None:
+            log.info("one")
+            log.info("two")
+            await asyncio.sleep(0)  # the end of the turn
+
+        asyncio.run(two_lines())
+        assert [line["event"] for line in _file_lines(path)] == ["one", "two"]
+
+        log.info("outside a loop")
+        assert _file_lines(path)[-1]["event"] == "outside a loop"
+
+        # A line written by the last callback a loop ran before it stopped and closed: its flush never runs.
+        loop = asyncio.new_event_loop()
+
+        def last_callback() -> None:
+            log.info("three")
+            loop.stop()
+
+        loop.call_soon(last_callback)
+        loop.run_forever()
+        loop.close()
+
+        async def later_line() -> None:
+            log.info("four")
+            await asyncio.sleep(0)
+
+        asyncio.run(later_line())
+        assert [line["event"] for line in _file_lines(path)][-2:] == ["three", "four"]
+
+
+def _file_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
