@@ -106,19 +106,20 @@ async def _with_engine(
         from app.db import (
             DatabaseUnavailable,
             check_connection,
+            checked_schema,
             create_engine,
-            migration_status,
             resolve_database_url,
         )
 
     url = await asyncio.to_thread(resolve_database_url, settings)
     engine = create_engine(url, pool_size=2, application_name="jobdesk-cli", pooler=settings.database_pooler)
     try:
-        await check_connection(engine)
         if need_schema:
-            current, message = await migration_status(engine)
+            current, message = await checked_schema(engine)
             if not current:
                 raise DatabaseUnavailable(f"The database schema is not current: {message}.")
+        else:
+            await check_connection(engine)
         return await body(engine, url)
     finally:
         await engine.dispose()

@@ -44,7 +44,7 @@ async def register(worker: Worker) -> None:
         worker.log,
     )
     await retrying(
-        worker.engine,
+        worker.autocommit,  # one statement: no BEGIN and COMMIT round trips before the first claim
         "register",
         lambda conn: queue.register_worker(
             conn,
