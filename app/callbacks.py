@@ -25,7 +25,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
@@ -33,7 +32,7 @@ from app.errors import BadInput
 from app.jobs.error_text import error_text_for
 from app.jobs.payload import cap_text, json_text, text_problem
 from app.processors import PermanentError
-from app.processors.http_request import AddressPolicy, PinnedTransport, Target
+from app.processors.addresses import AddressPolicy, Target
 from app.settings import Settings
 
 MAX_URL_CHARS = 2000
@@ -59,6 +58,8 @@ def check_url(url: Any, settings: Settings, field: str = "callback_url") -> str:
         raise BadInput.field(field, "callbacks are not set up here: an admin sets CALLBACK_SIGNING_SECRET")
     if not isinstance(url, str) or not url.strip() or len(url) > MAX_URL_CHARS or text_problem(url):
         raise BadInput.field(field, f"give an http or https URL of at most {MAX_URL_CHARS} characters")
+    import httpx  # here: every worker imports this module for its sweep (see app.processors.addresses)
+
     try:
         parsed = httpx.URL(url.strip())
     except httpx.InvalidURL:
@@ -195,6 +196,10 @@ class CallbackSender:
             "X-Jobdesk-Signature": sign(body, secret),
             "X-Jobdesk-Delivery": f"{job['id']}:{claimed['attempts']}",
         }
+        import httpx
+
+        from app.processors.http_transport import PinnedTransport
+
         transport = self.transport or PinnedTransport(AddressPolicy(self.settings))
         job_id = claimed["job_id"]
         try:

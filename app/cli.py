@@ -5,13 +5,14 @@ Every failure a person can cause or fix (bad settings, no database, schema behin
 duplicate email) ends with one ``Error: …`` line on standard error and exit status 1 — no traceback.
 Without ``DATABASE_URL`` each command uses the embedded PostgreSQL under ``JOBDESK_DATA_DIR``.
 
-Each command imports the modules it needs (the web stack, the worker, the auth helpers, the demo) in its
-own body: importing all of them costs about a second, measured, which ``jobdesk --help``, ``jobdesk
-migrate`` or ``jobdesk create-user`` would otherwise pay on every run for code they never call
-(``jobdesk --help``: 0.4 s instead of 0.9-1.5 s). Elsewhere an import is deferred only where a module
-every worker loads at start needs a package for one rarely used path (Alembic, Jinja2, Pillow, croniter,
-psutil), and says so where it imports it. The command's own imports and the worker's run in
-:func:`_startup_imports` (see there).
+Each command imports the modules it needs (the settings, the database, the web stack, the worker, the
+auth helpers, the demo) in its own body: importing all of them costs about a second, measured, which
+``jobdesk --help``, ``jobdesk migrate`` or ``jobdesk create-user`` would otherwise pay on every run for
+code they never call. ``jobdesk --help`` imports click alone (SQLAlchemy and pydantic-settings, 0.4 s
+of it before, are imported by the commands that use a database). Elsewhere an import is deferred only
+where a module every worker loads at start needs a package for one rarely used path (Alembic, Jinja2,
+Pillow, croniter, psutil, httpx, aiosmtplib), and says so where it imports it. Every one of these imports
+runs in :func:`_imports_without_gc` (see there).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 
 @contextlib.contextmanager
@@ -53,21 +55,11 @@ with _imports_without_gc():
     from typing import Any, TypeVar
 
     import click
+
+if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from app.db import (
-        DatabaseUnavailable,
-        check_connection,
-        create_engine,
-        describe_url,
-        head_revision,
-        migration_status,
-        resolve_database_url,
-        run_migrations,
-    )
-    from app.errors import AppError
-    from app.logs import configure_logging
-    from app.settings import Settings, SettingsError, get_settings
+    from app.settings import Settings
 
 T = TypeVar("T")
 
@@ -85,6 +77,9 @@ def _fail(message: str) -> click.ClickException:
 
 
 def _settings() -> Settings:
+    with _imports_without_gc():
+        from app.settings import SettingsError, get_settings
+
     try:
         return get_settings()
     except SettingsError as exc:
@@ -93,6 +88,10 @@ def _settings() -> Settings:
 
 def _run(fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run ``fn()`` in a new event loop, turning the errors people can fix into one-line CLI errors."""
+    with _imports_without_gc():
+        from app.db import DatabaseUnavailable
+        from app.errors import AppError
+
     try:
         return asyncio.run(fn())
     except (DatabaseUnavailable, AppError) as exc:
@@ -103,14 +102,24 @@ async def _with_engine(
     settings: Settings, body: Callable[[AsyncEngine, str], Awaitable[T]], *, need_schema: bool
 ) -> T:
     """Resolve the database, connect, optionally require a current schema, run ``body(engine, url)``."""
+    with _imports_without_gc():
+        from app.db import (
+            DatabaseUnavailable,
+            check_connection,
+            checked_schema,
+            create_engine,
+            resolve_database_url,
+        )
+
     url = await asyncio.to_thread(resolve_database_url, settings)
     engine = create_engine(url, pool_size=2, application_name="jobdesk-cli", pooler=settings.database_pooler)
     try:
-        await check_connection(engine)
         if need_schema:
-            current, message = await migration_status(engine)
+            current, message = await checked_schema(engine)
             if not current:
                 raise DatabaseUnavailable(f"The database schema is not current: {message}.")
+        else:
+            await check_connection(engine)
         return await body(engine, url)
     finally:
         await engine.dispose()
@@ -146,6 +155,8 @@ def serve(host: str, port: int, no_migrate: bool, web_processes: int) -> None:
     with _imports_without_gc():
         import uvicorn
 
+        from app.db import DatabaseUnavailable, migration_status, run_migrations
+        from app.logs import configure_logging
         from app.server import create_app
 
     settings = _settings()
@@ -245,6 +256,10 @@ def _exit_after_graceful_shutdown() -> None:
 def worker() -> None:
     """Run a standalone worker (no web server); `python worker.py` does the same."""
     with _imports_without_gc():
+        from app.db import DatabaseUnavailable
+        from app.errors import AppError
+        from app.logs import configure_logging
+        from app.settings import SettingsError
         from app.worker.main import run_standalone
 
     settings = _settings()
@@ -262,6 +277,9 @@ def worker() -> None:
 @main.command()
 def migrate() -> None:
     """Apply pending database migrations (safe to run repeatedly)."""
+    with _imports_without_gc():
+        from app.db import describe_url, head_revision, migration_status, run_migrations
+
     settings = _settings()
 
     async def body(engine: AsyncEngine, url: str) -> str:
@@ -286,7 +304,9 @@ def migrate() -> None:
 )
 def create_user_cmd(email: str, admin: bool, password_stdin: bool) -> None:
     """Create a user who signs in with EMAIL. Without --password-stdin a password is generated and printed."""
-    from app.auth import check_password_rules, create_user, generate_password, normalize_email
+    with _imports_without_gc():
+        from app.auth import check_password_rules, create_user, generate_password, normalize_email
+        from app.errors import AppError
 
     settings = _settings()
     generated = not password_stdin
@@ -320,7 +340,8 @@ def create_token_cmd(email: str, name: str) -> None:
 
     Send it as the header 'Authorization: Bearer <token>' to /api/ routes.
     """
-    from app.auth import create_token, get_user_by_email
+    with _imports_without_gc():
+        from app.auth import create_token, get_user_by_email
 
     settings = _settings()
 
@@ -339,8 +360,9 @@ def create_token_cmd(email: str, name: str) -> None:
 @click.argument("email")
 def unlock_user_cmd(email: str) -> None:
     """Let the user EMAIL sign in again at once: forget their failed sign-ins (kept in the audit trail)."""
-    from app.actions.users import COMMAND_LINE, unlock_sign_in
-    from app.auth import get_user_by_email
+    with _imports_without_gc():
+        from app.actions.users import COMMAND_LINE, unlock_sign_in
+        from app.auth import get_user_by_email
 
     settings = _settings()
 
@@ -377,7 +399,8 @@ def demo(email: str, samples: Path | None, wait_secs: int) -> None:
     Without SMTP_HOST the email job is delivered to a local mail server that this command runs until
     the job has finished (at most --wait seconds); the message is saved under JOBDESK_DATA_DIR/demo-mail.
     """
-    from app import demo as demo_mod
+    with _imports_without_gc():
+        from app import demo as demo_mod
 
     settings = _settings()
 

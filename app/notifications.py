@@ -20,7 +20,6 @@ from email.message import EmailMessage
 from email.utils import make_msgid
 from typing import Any
 
-import aiosmtplib
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -180,6 +179,12 @@ class Mailer:
                 .mappings()
                 .all()
             )
+        if not rows:
+            return 0
+        # Here, when there is mail to send: every worker imports this module as it starts, most never send
+        # a notice by e-mail, and aiosmtplib cost each start 7-16 ms (python -X importtime).
+        import aiosmtplib
+
         by_user: dict[int, list[Any]] = defaultdict(list)
         for r in rows:
             by_user[r["user_id"]].append(r)
@@ -199,6 +204,8 @@ class Mailer:
         s = self.settings
         assert s.smtp_host is not None
         implicit_tls = s.smtp_port == 465 and not s.smtp_starttls
+        import aiosmtplib
+
         await aiosmtplib.send(
             message,
             hostname=s.smtp_host,

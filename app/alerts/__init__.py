@@ -46,7 +46,8 @@ from app.alerts.claiming import (
     claim,
 )
 from app.alerts.delivery import (
-    HTTP_TIMEOUT,
+    HTTP_CONNECT_TIMEOUT_SECS,
+    HTTP_TIMEOUT_SECS,
     MAX_ATTEMPTS,
     POLL_SECS,
     RETENTION_EVERY_SECS,
@@ -92,7 +93,8 @@ __all__ = [
     "CLAIM_LEASE_SECS",
     "DELIVER_PER_ROUND",
     "FACT_LIMIT",
-    "HTTP_TIMEOUT",
+    "HTTP_CONNECT_TIMEOUT_SECS",
+    "HTTP_TIMEOUT_SECS",
     "MAX_ATTEMPTS",
     "MAX_RETRY_AFTER_SECS",
     "POLL_SECS",

@@ -15,12 +15,13 @@ import random
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from app.alerts.channels import Channel
 from app.alerts.messages import one_line
+
+if TYPE_CHECKING:
+    import httpx
 
 SEND_TIMEOUT_SECS = 10.0
 """Hard limit on one request to one channel, however the server behaves (a slow drip included)."""
@@ -94,6 +95,8 @@ async def send(
     Bounded by ``limit_secs`` seconds in all (on top of httpx's per-phase timeouts), so a channel that
     hangs, drips or black-holes costs this coroutine at most that long — and nothing else any time.
     """
+    import httpx  # loaded already by whoever made ``client``; see app.alerts.delivery.new_client
+
     try:
         async with asyncio.timeout(limit_secs):
             response = await client.post(channel.url, json=body)

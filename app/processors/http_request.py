@@ -23,21 +23,21 @@ virtual host of a local proxy). So, for the first request and for every redirect
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import re
-import socket
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-import httpx
 from pydantic import Field, ValidationInfo, field_validator
 
 from app.processors import Input, JobContext, LongText, PermanentError, RetryableError, processor
+from app.processors.addresses import AddressPolicy, Resolver
 from app.processors.inputs import invalid
+
+if TYPE_CHECKING:
+    import httpx
 
 BODY_KEEP_CHARS = 20_000
 """Characters of the answer's body kept in ``result_data``."""
@@ -54,10 +54,6 @@ RESERVED_HEADERS = frozenset(
     {"host", "content-length", "transfer-encoding", "connection", "te", "trailer", "upgrade", "keep-alive"}
 )
 """Headers Jobdesk sets itself: the host comes from the address, the others frame the message."""
-DEFAULT_PORTS = {"http": 80, "https": 443}
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
 
 
 def parse_headers(text: str) -> dict[str, str]:
@@ -126,6 +122,8 @@ class HttpRequestInput(Input):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
+        import httpx  # here: see app.processors.addresses
+
         value = value.strip()
         try:
             parts = urlsplit(value)
@@ -166,142 +164,6 @@ class HttpRequestInput(Input):
 
 class TemporaryHttpError(RetryableError):
     """A failed attempt worth retrying: 5xx, 408/425/429, timeout, connection failure."""
-
-
-# --- where a job may connect -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where one request goes: scheme, host (lower case, IDNA-encoded, no brackets) and port."""
-
-    scheme: str
-    host: str
-    port: int
-
-    @classmethod
-    def of(cls, url: httpx.URL) -> Target:
-        scheme = url.scheme.lower()
-        host = url.raw_host.decode("ascii").lower().strip("[]")
-        return cls(scheme, host, url.port or DEFAULT_PORTS.get(scheme, 0))
-
-
-def is_public(address: IPAddress) -> bool:
-    """Whether ``address`` is a public unicast address, also looking inside IPv6 forms that carry an
-    IPv4 address (mapped, 6to4, NAT64)."""
-    if address.is_multicast or not address.is_global:
-        return False
-    if isinstance(address, ipaddress.IPv6Address):
-        embedded = address.ipv4_mapped or address.sixtofour
-        if embedded is None and address in ipaddress.IPv6Network("64:ff9b::/96"):
-            embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-        if embedded is not None:
-            return is_public(embedded)
-    return True
-
-
-async def resolve(host: str, port: int) -> list[IPAddress]:
-    """Every address ``host`` resolves to (an address literal is itself), in the resolver's order.
-
-    Raises:
-        OSError: the name does not resolve.
-    """
-    try:
-        return [ipaddress.ip_address(host)]
-    except ValueError:
-        pass
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    found = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
-    return list(dict.fromkeys(found))
-
-
-class AddressPolicy:
-    """Which targets may reach addresses that are not public (see the module docstring)."""
-
-    def __init__(self, settings: Any) -> None:
-        self.allow_private = bool(settings.http_request_allow_private)
-        self.base = Target.of(httpx.URL(settings.jobdesk_base_url))
-        self.hosts: set[str] = set()
-        self.host_ports: set[tuple[str, int]] = set()
-        for entry in settings.http_request_allowed_hosts:
-            self._allow(str(entry).strip().lower())
-
-    def _allow(self, entry: str) -> None:
-        if entry.startswith("["):
-            host, _, rest = entry[1:].partition("]")
-            port = rest[1:] if rest.startswith(":") else ""
-        elif entry.count(":") == 1:
-            host, _, port = entry.partition(":")
-        else:
-            host, port = entry, ""
-        if port.isdigit():
-            self.host_ports.add((host, int(port)))
-        elif host:
-            self.hosts.add(host)
-
-    def exempt(self, target: Target) -> bool:
-        """Whether ``target`` may reach a local or private address."""
-        return (
-            self.allow_private
-            or target == self.base
-            or target.host in self.hosts
-            or (target.host, target.port) in self.host_ports
-        )
-
-    def choose(self, target: Target, addresses: list[IPAddress]) -> IPAddress:
-        """The address to connect to for ``target``, out of those its host resolved to.
-
-        Raises:
-            PermanentError: one of the addresses is not public and ``target`` is not exempt.
-        """
-        if not self.exempt(target):
-            for address in addresses:
-                if not is_public(address):
-                    raise PermanentError(
-                        f"{target.host} is {address}, a local or private address that jobs may not reach "
-                        f"(port {target.port}). An admin can allow it with HTTP_REQUEST_ALLOWED_HOSTS."
-                    )
-        return addresses[0]
-
-
-class PinnedTransport(httpx.AsyncBaseTransport):
-    """An httpx transport that resolves each request's host once, lets :class:`AddressPolicy` check the
-    addresses, and connects to the chosen address while the request keeps the name (``Host`` header,
-    TLS SNI and certificate check). Connections are not kept for reuse, so a connection made for one
-    name never carries a request for another."""
-
-    def __init__(self, policy: AddressPolicy, resolver: Resolver | None = None) -> None:
-        self._policy = policy
-        self._resolver = resolver or resolve
-        # No proxy is given, so none is used; the environment still names extra CA certificates
-        # (SSL_CERT_FILE / SSL_CERT_DIR).
-        self._inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_keepalive_connections=0))
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        target = Target.of(request.url)
-        if target.scheme not in DEFAULT_PORTS:
-            raise httpx.UnsupportedProtocol(f"Request URL has an unsupported protocol '{target.scheme}://'.")
-        try:
-            addresses = await self._resolver(target.host, target.port)
-        except OSError as exc:
-            raise httpx.ConnectError(f"{target.host} cannot be resolved ({exc})", request=request) from None
-        if not addresses:
-            raise httpx.ConnectError(f"{target.host} resolves to no address", request=request)
-        address = self._policy.choose(target, addresses)
-        extensions = dict(request.extensions)
-        if target.scheme == "https" and target.host != str(address):
-            extensions["sni_hostname"] = target.host
-        pinned = httpx.Request(
-            request.method,
-            request.url.copy_with(host=str(address)),
-            headers=request.headers,
-            stream=request.stream,
-            extensions=extensions,
-        )
-        return await self._inner.handle_async_request(pinned)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 # --- the processor -----------------------------------------------------------------------------------
@@ -355,6 +217,10 @@ async def _exchange(ctx: JobContext[HttpRequestInput], host: str, resolver: Reso
         PermanentError: a refused address, too many redirects, a redirect to a non-web address.
         TemporaryHttpError: timeout, connection or protocol failure.
     """
+    import httpx  # here: see app.processors.addresses
+
+    from app.processors.http_transport import PinnedTransport
+
     inp = ctx.input
     headers, content = _request_parts(inp)
     kept = bytearray()

@@ -18,7 +18,7 @@ import structlog
 from prometheus_client import start_http_server
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db import DatabaseUnavailable, check_connection, migration_status, resolve_database_url
+from app.db import DatabaseUnavailable, checked_schema, resolve_database_url
 from app.logs import configure_logging
 from app.settings import Settings
 from app.worker.runner import Worker
@@ -83,8 +83,7 @@ async def _main(settings: Settings) -> int:
 async def _schema_problem(engine: AsyncEngine) -> str | None:
     """Why the worker must not start on this database (unreachable, schema not current), else ``None``."""
     try:
-        await check_connection(engine)
-        current, message = await migration_status(engine)
+        current, message = await checked_schema(engine)
     except DatabaseUnavailable as exc:
         return str(exc)
     return None if current else f"Refusing to start the worker: {message}"

@@ -41,11 +41,10 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import alerts, metrics
+from app import metrics
 from app.db import create_engine, is_transient
 from app.files import FileStore
 from app.jobs import queue
-from app.notifications import Mailer
 from app.settings import Settings
 from app.worker import health, lifecycle
 from app.worker.buffer import ClaimBuffer
@@ -72,6 +71,10 @@ UNRECORDED_MAX = COMPLETER_BATCH
 """Finished jobs that may wait for the completer before the claim loop takes fewer. Unbounded, a completer
 that fell behind let the claims run on (``bench/scale.py``, 500 slots: 290,000 held jobs, 1.5 GB), and
 renewing all those leases in one transaction held up the very completions it waited for."""
+
+SIDE_TASKS_LATEST_SECS = 1.0
+"""The side tasks start when the first claim's answer is in, or this many seconds after the start if it
+takes longer (see :meth:`Worker.run`)."""
 
 CLAIM_RETRY_FIRST_SECS = 0.2
 """First wait after a claim failed because the database is unreachable (doubled up to the poll interval
@@ -275,9 +278,13 @@ class Worker:
         await self._register()
         self.watchdog.thread_id = threading.get_ident()
         self.leases.start()
-        self._start_side_tasks()
+        ticker = asyncio.create_task(self._tick(), name=f"{self.id}:ticker")
+        ticker.add_done_callback(functools.partial(self._side_done, "ticker"))
+        self._side = {"ticker": ticker}
         completer = asyncio.create_task(self.completer.run(), name=f"{self.id}:completer")
         completer.add_done_callback(functools.partial(self._side_done, "completer"))
+        # The other side tasks start once the first claim's answer is in (lifecycle.side_tasks says why).
+        later = asyncio.get_running_loop().call_later(SIDE_TASKS_LATEST_SECS, self._start_side_tasks)
         self.log.info(
             "worker started",
             concurrency=self.concurrency,
@@ -288,11 +295,11 @@ class Worker:
         metrics.RUNNING.set_function(lambda: len(self.running))  # read at scrape time
         metrics.LINGERING.set_function(lambda: len(self.executor.lingering))
         metrics.LOOP_STALLED.set_function(self.watchdog.stalled_secs)
-        self._started.set()
         try:
             await self._claim_loop()
             await self._drain()
         finally:
+            later.cancel()
             await self._shut_down(completer)
         if self._fatal is not None:
             raise RuntimeError(
@@ -304,19 +311,14 @@ class Worker:
         self.last_beat = time.monotonic()
 
     def _start_side_tasks(self) -> None:
-        deliverer = alerts.Deliverer(self.app_engine, self.settings, logger=self.log.bind(task="alerts"))
-        self._side = {
-            "listener": asyncio.create_task(self.listener.run(), name=f"{self.id}:listener"),
-            "checks": asyncio.create_task(self.checks.run(), name=f"{self.id}:checks"),
-            "ticker": asyncio.create_task(self._tick(), name=f"{self.id}:ticker"),
-            "sweep": asyncio.create_task(self.maintenance.run(), name=f"{self.id}:sweep"),
-            # Alert delivery: its own task on the processors' pool, never on the job path.
-            "alerts": asyncio.create_task(deliverer.run(), name=f"{self.id}:alerts"),
-            "joblog": asyncio.create_task(self.executor.write_logs(), name=f"{self.id}:joblog"),
-            "notices": asyncio.create_task(Mailer(self.app_engine, self.settings, log=self.log).run()),
-        }
-        for name, task in self._side.items():
+        """Start the side tasks besides the ticker, once (then the worker counts as started)."""
+        if self._started.is_set() or self.stopped.is_set():
+            return
+        side = lifecycle.side_tasks(self)
+        for name, task in side.items():
             task.add_done_callback(functools.partial(self._side_done, name))
+        self._side.update(side)
+        self._started.set()
 
     async def _tick(self) -> None:
         """Tell the watchdog the loop runs."""
@@ -386,7 +388,9 @@ class Worker:
         finally:
             # Whatever a claim on its way brings is ours: let it arrive, so that its jobs are buffered and
             # handed back by the drain rather than left to the rescue.
-            await asyncio.gather(*flying, return_exceptions=True)
+            if flying:
+                await asyncio.gather(*flying, return_exceptions=True)
+                self._start_side_tasks()  # a first claim's jobs may be running: their logs need the writer
 
     async def _claim_until_stopped(self, flying: dict[asyncio.Task[tuple[int, float | None]], int]) -> None:
         poll = self.settings.job_processor_poll_interval
@@ -427,6 +431,7 @@ class Worker:
                 for waiting in waits:
                     waiting.cancel()
             for task in [t for t in flying if t.done()]:
+                self._start_side_tasks()  # the first claim's answer is in (see run)
                 asked = flying.pop(task)
                 try:
                     claimed, next_due = task.result()

@@ -190,6 +190,30 @@ def test_the_command_leaves_the_garbage_collector_running_after_its_imports() ->
     assert result.returncode == 0, result.stderr
 
 
+def test_the_command_and_the_worker_import_only_what_they_use_before_the_first_claim() -> None:
+    """Start-up time as a property of what is imported, in a fresh interpreter: the command line alone
+    (``jobdesk --help``) loads no database or settings stack, and the worker with its processors loads
+    no web stack, no migrations, no HTTP or SMTP client (imported at the first request or e-mail) and no
+    image or spreadsheet library."""
+    code = (
+        "import sys\n"
+        "def loaded(): return {m.split('.')[0] for m in sys.modules}\n"
+        "import app.cli\n"
+        "early = loaded() & {'sqlalchemy', 'asyncpg', 'pydantic', 'pydantic_settings', 'structlog'}\n"
+        "assert not early, f'jobdesk --help imports {early}'\n"
+        "import app.worker.main\n"
+        "from app.jobs.types import registry\n"
+        "assert 'http.request' in registry.names() and 'email.send' in registry.names()\n"
+        "heavy = loaded() & {'litestar', 'jinja2', 'uvicorn', 'alembic', 'httpx', 'aiosmtplib', 'PIL', "
+        "'openpyxl'}\n"
+        "assert not heavy, f'the worker imports {heavy} before its first claim'\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60, env=os.environ
+    )
+    assert result.returncode == 0, result.stderr
+
+
 async def test_the_worker_refuses_a_schema_that_is_not_current_in_one_line(
     tmp_path: Path, db_url: str, fresh_db_url: str
 ) -> None:

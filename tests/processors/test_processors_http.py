@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from app.errors import BadInput
-from app.processors import PermanentError, http_request, registry
+from app.processors import PermanentError, addresses, http_request, registry
 from app.processors.http_request import BODY_KEEP_CHARS, TemporaryHttpError
 from tests.support.procs import as_dict, enqueue, job_context
 from tests.support.webkit import add_token, add_user, app_client
@@ -453,12 +453,12 @@ async def test_a_name_with_any_private_address_is_refused_before_connecting(make
     ],
 )
 def test_non_public_addresses_in_every_spelling(address) -> None:
-    assert not http_request.is_public(ipaddress.ip_address(address))
+    assert not addresses.is_public(ipaddress.ip_address(address))
 
 
 def test_public_addresses_are_public() -> None:
-    assert http_request.is_public(ipaddress.ip_address("93.184.216.34"))
-    assert http_request.is_public(ipaddress.ip_address("2606:4700::1111"))
+    assert addresses.is_public(ipaddress.ip_address("93.184.216.34"))
+    assert addresses.is_public(ipaddress.ip_address("2606:4700::1111"))
 
 
 @pytest.mark.parametrize(
