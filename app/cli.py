@@ -108,8 +108,8 @@ async def _with_engine(
             check_connection,
             checked_schema,
             create_engine,
-            resolve_database_url,
         )
+        from app.embedded import resolve_database_url
 
     url = await asyncio.to_thread(resolve_database_url, settings)
     engine = create_engine(url, pool_size=2, application_name="jobdesk-cli", pooler=settings.database_pooler)

@@ -74,9 +74,9 @@ from app.db import (
     describe_url,
     head_revision,
     migration_status,
-    resolve_database_url,
     run_migrations,
 )
+from app.embedded import resolve_database_url
 from app.errors import AppError, BadInput
 from app.formatting import format_bytes
 from app.settings import Settings, get_settings

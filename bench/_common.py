@@ -29,7 +29,8 @@ if str(ROOT) not in sys.path:
 import asyncpg  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
-from app.db import asyncpg_dsn, run_migrations, start_embedded_postgres  # noqa: E402
+from app.db import asyncpg_dsn, run_migrations  # noqa: E402
+from app.embedded import start_embedded_postgres  # noqa: E402
 from app.settings import normalize_database_url  # noqa: E402
 
 RESULTS_DIR = ROOT / "bench" / "results"

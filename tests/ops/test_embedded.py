@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import app.db as db
-from app.db import HANDLE_FILE, DatabaseUnavailable, prune_embedded_handles, root_embedded_conflicts
+import app.embedded as embedded
+from app.db import DatabaseUnavailable
+from app.embedded import HANDLE_FILE, prune_embedded_handles, root_embedded_conflicts
 
 
 def test_home_folders_are_conflicts_for_root() -> None:
@@ -30,10 +31,10 @@ def test_root_refusal_message_says_where_to_put_things(
 ) -> None:
     # Treat this test's temp folder as a home folder, rather than writing under the real /root.
     fake_home = tmp_path / "home-of-someone"
-    monkeypatch.setattr(db, "_home_dirs", lambda: {fake_home})
-    monkeypatch.setattr(db, "_embedded_server", None)
+    monkeypatch.setattr(embedded, "_home_dirs", lambda: {fake_home})
+    monkeypatch.setattr(embedded, "_embedded_server", None)
     with pytest.raises(DatabaseUnavailable) as caught:
-        db.start_embedded_postgres(fake_home / "jobdesk" / ".jobdesk")
+        embedded.start_embedded_postgres(fake_home / "jobdesk" / ".jobdesk")
     message = str(caught.value)
     assert message.startswith("Refusing to start the embedded PostgreSQL as root")
     assert str(fake_home) in message
@@ -48,7 +49,8 @@ SCRIPT = textwrap.dedent(
     import asyncio, sys
     from pathlib import Path
     from sqlalchemy import text
-    from app.db import create_engine, start_embedded_postgres
+    from app.db import create_engine
+    from app.embedded import start_embedded_postgres
 
     async def main(url):
         engine = create_engine(url, pool_size=1)
@@ -93,7 +95,8 @@ CRASH_THEN_EXIT = textwrap.dedent(
     import asyncio, os, signal, sys
     from pathlib import Path
     from sqlalchemy import text
-    from app.db import create_engine, start_embedded_postgres
+    from app.db import create_engine
+    from app.embedded import start_embedded_postgres
 
     async def main(url):
         engine = create_engine(url, pool_size=1)

