@@ -142,7 +142,10 @@ async def session_of(request: Request[Any, Any, Any]) -> AsyncIterator[AsyncSess
         if db.in_transaction():
             await db.commit()
     finally:
-        await db.close()
+        # Only a transaction holds a connection (statements here are text, never ORM objects); a
+        # session that never began one, or committed it, has nothing to give back.
+        if db.in_transaction():
+            await db.close()
 
 
 async def act(
