@@ -51,22 +51,24 @@ RECENT = text(
     GROUP BY COALESCE(pipeline_id, batch_id, id) ORDER BY first
     """
 )
-# Under the person's lock, before a submission: their ``queued`` jobs (when ``:count_waiting``), and the
-# submission in the window that frees the next per-minute place when the limit is reached (the
-# ``:skip + 1``-th newest; none while there are fewer), in one round trip.
-STATE = text(
-    """
-    SELECT CASE WHEN :count_waiting
-                THEN (SELECT count(*) FROM jobs WHERE user_id = :user_id AND status = 'queued') END AS waiting,
-           r.first, now() AS db_now
-    FROM (SELECT 1) AS one LEFT JOIN LATERAL (
-        SELECT min(created_at) AS first FROM jobs
-        WHERE :per_minute AND user_id = :user_id AND id >= :since_id AND created_by_job IS NULL
-          AND created_at > now() - make_interval(secs => :window)
-        GROUP BY COALESCE(pipeline_id, batch_id, id) ORDER BY first DESC OFFSET :skip LIMIT 1
-    ) AS r ON true
-    """
+# The person's lock and, under it, their ``queued`` jobs (when ``:count_waiting``) and the submission in
+# the window that frees the next per-minute place when the limit is reached (the ``:skip + 1``-th newest;
+# none while there are fewer), in one round trip. The function (migration 0014) counts with a snapshot
+# taken after the lock is held, so it sees what the submission it waited for committed.
+# Its parameters are named apart from a job's (:func:`_state_params`), to sit in the insert's statement.
+STATE_CALL = (
+    "jobdesk_submission_state(:quota_ns, :quota_user_id, :quota_count_waiting, :quota_per_minute, "
+    ":quota_since_id, :quota_window, :quota_skip)"
 )
+STATE = text(f"SELECT waiting, first, db_now FROM {STATE_CALL}")
+# The same state as the guard of a job's insert (:class:`app.jobs.queue.Guard`): the insert happens only
+# when ``ok`` — no per-minute refusal, and one more job still within the waiting limit (``:quota_max_waiting``;
+# the count is ``NULL`` when that limit is off).
+GUARD = f"""
+    SELECT s.waiting AS quota_waiting, s.first AS quota_first, s.db_now AS quota_now,
+           s.first IS NULL AND (s.waiting IS NULL OR s.waiting + 1 <= :quota_max_waiting) AS ok
+    FROM {STATE_CALL} AS s
+"""
 STORED = text("SELECT COALESCE(sum(size), 0) FROM files WHERE user_id = :user_id")
 # When the person's first stored file is due for retention (unused uploads: from their upload; files of
 # finished jobs: from the job's end).
@@ -163,27 +165,51 @@ def _per_minute_words(limit: int, wait: float) -> RateLimited:
     )
 
 
+def _state_params(settings: Settings, user_id: int) -> dict[str, Any]:
+    limit = settings.user_max_jobs_per_minute
+    return {
+        "quota_ns": LOCK_NAMESPACE,
+        "quota_user_id": user_id,
+        "quota_count_waiting": bool(settings.user_max_waiting_jobs),
+        "quota_per_minute": bool(limit),
+        "quota_since_id": _since_id(datetime.now(UTC)),
+        "quota_window": WINDOW_SECS,
+        "quota_skip": max(limit - 1, 0),
+    }
+
+
+def _per_minute_state(settings: Settings, first: datetime | None, db_now: datetime) -> RateLimited | None:
+    limit = settings.user_max_jobs_per_minute
+    if not limit or first is None:
+        return None
+    return _per_minute_words(limit, (first + timedelta(seconds=WINDOW_SECS) - db_now).total_seconds())
+
+
 async def submission_state(
     db: AsyncConnection | AsyncSession, settings: Settings, user_id: int
 ) -> tuple[int | None, RateLimited | None]:
-    """What :func:`waiting` and :func:`per_minute_refusal` say, in one statement: the person's waiting
-    jobs (``None`` when ``USER_MAX_WAITING_JOBS`` is off) and the per-minute refusal, if any. Call it
-    under :func:`lock`, in the transaction that then adds the jobs."""
-    limit = settings.user_max_jobs_per_minute
-    params = {
-        "count_waiting": bool(settings.user_max_waiting_jobs),
-        "per_minute": bool(limit),
-        "user_id": user_id,
-        "since_id": _since_id(datetime.now(UTC)),
-        "window": WINDOW_SECS,
-        "skip": max(limit - 1, 0),
-    }
-    row = (await (await _conn(db)).execute(STATE, params)).one()
+    """Take the person's :func:`lock` for this transaction and say, in the same round trip, what
+    :func:`waiting` and :func:`per_minute_refusal` say: the person's waiting jobs (``None`` when
+    ``USER_MAX_WAITING_JOBS`` is off) and the per-minute refusal, if any. Call it in the transaction
+    that then adds the jobs."""
+    row = (await (await _conn(db)).execute(STATE, _state_params(settings, user_id))).one()
     waiting_now = None if row.waiting is None else int(row.waiting)
-    if not limit or row.first is None:
-        return waiting_now, None
-    wait = (row.first + timedelta(seconds=WINDOW_SECS) - row.db_now).total_seconds()
-    return waiting_now, _per_minute_words(limit, wait)
+    return waiting_now, _per_minute_state(settings, row.first, row.db_now)
+
+
+def guard_params(settings: Settings, user_id: int) -> dict[str, Any]:
+    """The parameters of :data:`GUARD` for one job of the person's."""
+    return {**_state_params(settings, user_id), "quota_max_waiting": settings.user_max_waiting_jobs}
+
+
+def guard_refusal(settings: Settings, row: Any) -> RateLimited:
+    """Why :data:`GUARD` kept a job out (its row, ``ok`` false): the per-minute limit first, as
+    :func:`submission_state` refuses before anything is added, else the waiting limit with the job added."""
+    refused = _per_minute_state(settings, row["quota_first"], row["quota_now"])
+    if refused is None:
+        refused = waiting_refusal(settings, int(row["quota_waiting"]) + 1, 1)
+    assert refused is not None, "the guard refused a job within the limits"
+    return refused
 
 
 async def stored_refusal(

@@ -17,13 +17,18 @@ to refuse: ``USER_MAX_JOBS_PER_MINUTE`` 1,000,000, ``USER_MAX_WAITING_JOBS`` 10,
 request pays for the token lookup, the limits, the enqueue, tags and the response as in production.
 The client is a minimal HTTP/1.1 client on asyncio streams (httpx's own CPU cost would hide the
 server's on two cores). Figures are medians of ``--runs`` rounds; the ratios are medians of each
-round's ratio. Last line: ``raw_per_s=… http_per_s=… http_ratio=… peak_per_s=… peak_ratio=…``.
+round's ratio. On a shared machine the raw baseline (one connection's round trips) swings with the
+load far more than the server's work does, so the one-client phase also reports the CPU time spent per
+request by the server process (``server_cpu_ms``) and by its PostgreSQL backends (``pg_cpu_ms``), read
+from ``/proc``. Last line: ``raw_per_s=… http_per_s=… http_ratio=… peak_per_s=… peak_ratio=…
+server_cpu_ms=… pg_cpu_ms=…``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import tempfile
@@ -86,16 +91,46 @@ def _check(status: int) -> None:
         raise RuntimeError(f"POST /api/jobs answered {status}")
 
 
-async def one_client(base: str, token: str, n: int) -> float:
-    """Requests/s of ``n`` sequential POSTs on one connection (after 20 unmeasured warm-up requests)."""
+def server_pid(base: str) -> int:
+    """The process listening for ``base`` (``jobdesk serve --port N``, found by its command line)."""
+    wanted = ["--port", str(urlsplit(base).port)]
+    for proc in Path("/proc").iterdir():
+        try:
+            args = (proc / "cmdline").read_bytes().decode().split("\0")
+        except (OSError, ValueError):
+            continue
+        if "serve" in args and any(args[i : i + 2] == wanted for i in range(len(args) - 1)):
+            return int(proc.name)
+    raise RuntimeError(f"no process serves {base}")
+
+
+async def backends_cpu(conn: asyncpg.Connection) -> float:
+    """CPU seconds used so far by the other backends of ``conn``'s database (the server's pool)."""
+    pids = await conn.fetch(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    total = 0.0
+    for (pid,) in pids:
+        with contextlib.suppress(OSError):
+            total += c.cpu_secs(pid)
+    return total
+
+
+async def one_client(base: str, token: str, n: int, conn: asyncpg.Connection) -> tuple[float, float, float]:
+    """Requests/s of ``n`` sequential POSTs on one connection (after 20 unmeasured warm-up requests), and
+    the CPU milliseconds per request of the server process and of its PostgreSQL backends."""
     client = Poster(base, token)
+    pid = server_pid(base)
     try:
         for i in range(20):
             _check(await client.post("/api/jobs", {"type": TYPE, "input_data": {"i": -i}}))
+        cpu, pg = c.cpu_secs(pid), await backends_cpu(conn)
         t = time.perf_counter()
         for i in range(n):
             _check(await client.post("/api/jobs", {"type": TYPE, "input_data": {"i": i}}))
-        return n / (time.perf_counter() - t)
+        rate = n / (time.perf_counter() - t)
+        cpu, pg = c.cpu_secs(pid) - cpu, await backends_cpu(conn) - pg
+        return rate, 1000 * cpu / n, 1000 * pg / n
     finally:
         client.close()
 
@@ -150,7 +185,9 @@ async def main() -> None:
                 raw = await single_raw(url, user_id, args.requests)
                 r["raw_per_s"] = len(raw) / sum(raw)
                 await reset(conn)
-                r["http_per_s"] = await one_client(base, token, args.requests)
+                r["http_per_s"], r["server_cpu_ms"], r["pg_cpu_ms"] = await one_client(
+                    base, token, args.requests, conn
+                )
                 await reset(conn)
                 r["peak_per_s"] = await peak(base, token, args.clients, args.secs)
                 r["http_ratio"] = r["http_per_s"] / r["raw_per_s"]
@@ -167,6 +204,8 @@ async def main() -> None:
             http_ratio=round(med["http_ratio"], 3),
             peak_per_s=round(med["peak_per_s"]),
             peak_ratio=round(med["peak_ratio"], 3),
+            server_cpu_ms=round(med["server_cpu_ms"], 2),
+            pg_cpu_ms=round(med["pg_cpu_ms"], 2),
             load=round(os.getloadavg()[0], 2),
         )
     )

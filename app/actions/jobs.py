@@ -174,13 +174,18 @@ async def submit(
         await check_file_kinds(db, spec.input_model, new.input_data, new.user_id)
     if not new.title:
         new.title = await name_for(db, new)
-    counted = await quotas.before_submit(db, actor.user, actor.settings)
-    result = await queue.enqueue(_alone(db, counted, checked_tags, url) or db, new, actor.settings)
+    # One job without a key is checked against the limits in its own insert; a repeat of a key adds
+    # nothing and is not refused for the waiting limit, so a keyed job is checked around its insert.
+    guard = quotas.submit_guard(actor.user, actor.settings) if new.idempotency_key is None else None
+    counted = None if guard is not None else await quotas.before_submit(db, actor.user, actor.settings)
+    target = _alone(db, counted, checked_tags, url) or db
+    result = await queue.enqueue(target, new, actor.settings, guard=guard)
     if result.created:
         await add_tags(db, result.job["id"], checked_tags)
         if url is not None:
             await callbacks.add(db, result.job["id"], url)
-    await quotas.after_submit(db, actor.user, actor.settings, 1 if result.created else 0, counted)
+    if guard is None:
+        await quotas.after_submit(db, actor.user, actor.settings, 1 if result.created else 0, counted)
     return result
 
 
@@ -188,10 +193,11 @@ def _alone(
     db: AsyncSession, counted: quotas.Counted | None, tags: list[str], url: str | None
 ) -> AsyncEngine | None:
     """The engine, when the job can be enqueued on its own, in one autocommit statement (one round trip
-    instead of ``BEGIN``, the insert and ``COMMIT``): nothing else is written with it (no tags, no
-    callback), no per-person limit applies (``counted`` is ``None``: then :func:`quotas.after_submit`
-    has nothing to refuse, so there is nothing to roll back), and the session has not begun a
-    transaction this job would have to be part of. ``None`` otherwise."""
+    instead of ``BEGIN``, the insert and ``COMMIT``, and with :func:`quotas.submit_guard` the lock and the
+    counts too): nothing else is written with it (no tags, no callback), no limit is left to check after
+    the insert (``counted`` is ``None``: then :func:`quotas.after_submit` has nothing to refuse, so there
+    is nothing to roll back), and the session has not begun a transaction this job would have to be part
+    of. ``None`` otherwise."""
     if counted is not None or tags or url is not None or db.in_transaction():
         return None
     return db.bind if isinstance(db.bind, AsyncEngine) else None

@@ -5,7 +5,9 @@ A submission calls :func:`before_submit` first — it takes the person's advisor
 per-minute limit — then creates its jobs, then calls :func:`after_submit` (or :func:`after_pipeline`),
 which counts what is waiting now and refuses when it is above the limit. The refusal is an exception,
 so the caller's transaction (or savepoint) rolls the new jobs back; the lock, held to the end of the
-transaction, keeps two concurrent requests from both fitting into the last free places. Uploads call
+transaction, keeps two concurrent requests from both fitting into the last free places. One job
+without an idempotency key is checked by :func:`submit_guard` instead, in its insert statement: the
+same lock, the same counts and the same refusals, with the job inserted only when it fits. Uploads call
 :func:`check_upload` under the same lock before the file's row is written.
 
 Admins are exempt from the waiting and per-minute limits, not from the storage and pipeline-size ones.
@@ -21,6 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app import quotas
+from app.jobs.queue import Guard
 from app.settings import Settings
 
 PIPELINE_SIZE = text(
@@ -36,6 +39,11 @@ def _exempt(person: Any) -> bool:
     return bool(person.is_admin)
 
 
+def _limited(person: Any, settings: Settings) -> bool:
+    """Whether a submission of ``person``'s is checked against the waiting or per-minute limit."""
+    return not _exempt(person) and bool(settings.user_max_waiting_jobs or settings.user_max_jobs_per_minute)
+
+
 @dataclass(frozen=True)
 class Counted:
     """What :func:`before_submit` counted under the person's lock: their waiting jobs (``None`` when
@@ -49,20 +57,39 @@ async def before_submit(
     db: AsyncConnection | AsyncSession, person: Any, settings: Settings
 ) -> Counted | None:
     """Lock the person's limits for this transaction and check the per-minute limit; return the waiting
-    count for :func:`after_submit` (``None`` for a person the limits do not apply to). Two round trips:
-    the lock, then both counts in one statement (it must come after the lock, to see what a concurrent
-    submission of theirs committed while this one waited for it).
+    count for :func:`after_submit` (``None`` for a person the limits do not apply to). One round trip:
+    the lock and both counts (:func:`app.quotas.submission_state`, which counts once the lock is held,
+    to see what a concurrent submission of theirs committed while this one waited for it).
 
     Raises:
         RateLimited: 429, the limit and when to try again (``Retry-After``).
     """
-    if _exempt(person) or not (settings.user_max_waiting_jobs or settings.user_max_jobs_per_minute):
+    if not _limited(person, settings):
         return None
-    await quotas.lock(db, person.id)
     waiting, refused = await quotas.submission_state(db, settings, person.id)
     if refused is not None:
         raise refused
     return Counted(waiting)
+
+
+def submit_guard(person: Any, settings: Settings) -> Guard | None:
+    """The waiting and per-minute limits for one job of ``person``'s, as the guard of its insert
+    (:class:`app.jobs.queue.Guard`): the statement takes the person's lock, counts under it (as
+    :func:`before_submit` does) and inserts the job only when :func:`before_submit` and
+    :func:`after_submit` would both let it through; otherwise the queue raises their refusal. ``None``
+    for a person the limits do not apply to. Not for a job with an idempotency key: a repeat of one adds
+    nothing, so it is not refused for the waiting limit (:func:`before_submit` and :func:`after_submit`).
+
+    Raises (from the enqueue):
+        RateLimited: 429, the limit and when to try again (``Retry-After``).
+    """
+    if not _limited(person, settings):
+        return None
+    return Guard(
+        sql=quotas.GUARD,
+        params=quotas.guard_params(settings, person.id),
+        refusal=lambda row: quotas.guard_refusal(settings, row),
+    )
 
 
 async def after_submit(

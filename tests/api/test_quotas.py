@@ -150,6 +150,22 @@ async def test_concurrent_requests_never_pass_a_limit_together(scene_of: Any, tm
     assert await s.pg.fetchval("SELECT sum(size) FROM files WHERE user_id = $1", s.user_id) == 2000
 
 
+async def test_concurrent_requests_never_pass_the_per_minute_limit_together(
+    scene_of: Any, tmp_path: Path
+) -> None:
+    """The per-minute limit too, checked in the job's insert statement: 16 requests at once, 5 pass."""
+    s = await scene_of()
+    env = {"USER_MAX_JOBS_PER_MINUTE": "5", "DB_POOL_SIZE": "20"}
+    with running_server(s.settings.database_url or "", tmp_path / "serve", **env) as base:
+        async with httpx.AsyncClient(base_url=base, headers=s.user, timeout=30) as http:
+            call = {"type": "http.request", "input_data": {"url": "https://example.com/"}}
+            answers = await asyncio.gather(*[http.post("/api/jobs", json=call) for _ in range(16)])
+            codes = sorted(r.status_code for r in answers)
+            assert codes.count(201) == 5 and codes.count(429) == 11, codes
+            assert all("limit is 5 a minute" in r.json()["detail"] for r in answers if r.status_code == 429)
+    assert await s.pg.fetchval("SELECT count(*) FROM jobs WHERE user_id = $1", s.user_id) == 5
+
+
 async def test_per_minute_limit_counts_a_pipeline_once_and_says_when(scene_of: Any) -> None:
     s = await scene_of(user_max_jobs_per_minute=3)
     assert (await s.client.post("/api/pipelines", json=steps(6), headers=s.user)).status_code == 201

@@ -4,7 +4,7 @@ transaction (so an application can enqueue atomically with its own writes)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -57,6 +57,20 @@ class Enqueued:
 
     job: JobRow
     created: bool
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A check written into a job's insert statement, so that checking and inserting are one round trip
+    (the per-person limits: :mod:`app.actions.quotas`). ``sql`` is a ``SELECT`` of one row with a boolean
+    column ``ok`` (other columns named unlike a job's, parameters unlike :func:`prepare`'s); the job is
+    inserted only when ``ok``, and otherwise :func:`enqueue` raises ``refusal(row)``. What the check
+    locks stays locked until the caller's transaction ends (given the engine: until the statement
+    commits)."""
+
+    sql: str
+    params: Mapping[str, Any]
+    refusal: Callable[[Mapping[Any, Any]], Exception]
 
 
 # --- validation ---------------------------------------------------------------------------------
@@ -278,14 +292,26 @@ PostgreSQL about a tenth less than a speculative one (measured on 10,000 rows: 3
 backend CPU)."""
 
 
-def _insert_job(on_conflict: str) -> str:
+def _insert_job(on_conflict: str, guard: str | None = None) -> str:
+    columns = """
+        id, type, user_id, input_data, priority, run_at, max_attempts, idempotency_key, title, request_id,
+        pipeline_id, step_key, requires_approval, created_by_job, pending_parents"""
+    values = """
+        :id, :type, :user_id, CAST(CAST(:input AS text) AS jsonb), :priority, COALESCE(:run_at, now()),
+        :max_attempts, :idempotency_key, :title, :request_id, :pipeline_id, :step_key, :requires_approval,
+        :created_by_job, :pending_parents"""
+    if guard is None:
+        head, source, answer = "", f"VALUES ({values})", "FROM ins"
+    else:
+        # The guard first (MATERIALIZED: once, before the insert reads it); its row is answered whether
+        # or not the job went in.
+        head = f"guard AS MATERIALIZED ({guard}), "
+        source = f"SELECT {values} FROM guard WHERE guard.ok"
+        answer = "FROM guard LEFT JOIN ins ON true"
     return f"""
-    WITH ins AS (
-        INSERT INTO jobs (id, type, user_id, input_data, priority, run_at, max_attempts, idempotency_key, title,
-                          request_id, pipeline_id, step_key, requires_approval, created_by_job, pending_parents)
-        VALUES (:id, :type, :user_id, CAST(CAST(:input AS text) AS jsonb), :priority, COALESCE(:run_at, now()),
-                :max_attempts, :idempotency_key, :title, :request_id, :pipeline_id, :step_key, :requires_approval,
-                :created_by_job, :pending_parents)
+    WITH {head}ins AS (
+        INSERT INTO jobs ({columns})
+        {source}
         {on_conflict}
         RETURNING {JOB_COLUMNS}
     ), ev AS (
@@ -294,7 +320,7 @@ def _insert_job(on_conflict: str) -> str:
     ), notify AS (
         SELECT pg_notify('{JOBS_CHANNEL}', '') FROM ins WHERE pending_parents = 0 LIMIT 1
     )
-    SELECT ins.*, (SELECT count(*) FROM notify) AS notified FROM ins
+    SELECT {"guard.*, " if guard is not None else ""}ins.*, (SELECT count(*) FROM notify) AS notified {answer}
     """
 
 
@@ -303,6 +329,31 @@ INSERT_JOB_WITHOUT_KEY = sql(_insert_job(""))
 GET_BY_IDEMPOTENCY_KEY = sql(
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE user_id = :user_id AND idempotency_key = :key"
 )
+_GUARDED: dict[tuple[str, bool], Any] = {}
+
+
+def _insert_statement(job: NewJob, guard: Guard | None) -> Any:
+    """The insert for ``job`` (with ``ON CONFLICT`` only for a job with an idempotency key), its guard
+    in it; each guarded statement is made once, so that its compiled form and prepared plan are kept."""
+    keyed = job.idempotency_key is not None
+    if guard is None:
+        return INSERT_JOB if keyed else INSERT_JOB_WITHOUT_KEY
+    hit = _GUARDED.get((guard.sql, keyed))
+    if hit is None:
+        hit = _GUARDED[(guard.sql, keyed)] = sql(_insert_job(ON_KEY_CONFLICT if keyed else "", guard.sql))
+    return hit
+
+
+def _inserted(rows: Sequence[Mapping[Any, Any]], guard: Guard | None) -> Mapping[Any, Any] | None:
+    """The new job's row, ``None`` for an idempotent repeat; raises the guard's refusal."""
+    row = rows[0] if rows else None
+    if guard is not None:
+        assert row is not None, "a guard answers one row"
+        if not row["ok"]:
+            raise guard.refusal(row)
+        if row["id"] is None:
+            return None
+    return row
 
 
 async def enqueue(
@@ -311,9 +362,11 @@ async def enqueue(
     settings: Settings,
     *,
     actor: str | None = None,
+    guard: Guard | None = None,
 ) -> Enqueued:
     """Insert one job (status ``queued``) with its ``enqueued`` event; NOTIFY idle workers on commit
-    (also for a job due later, so that they shorten their sleep to its ``run_at``).
+    (also for a job due later, so that they shorten their sleep to its ``run_at``). ``guard``: a check
+    made in the insert statement itself (:class:`Guard`).
 
     Given a connection or session, it joins the caller's transaction (so a job can be enqueued atomically
     with the caller's own writes). Given the engine, it commits on its own: a job without dependencies or
@@ -327,19 +380,23 @@ async def enqueue(
     Raises:
         BadInput: see :func:`prepare`; also unknown/foreign dependency ids (422 "unknown dependency").
         TooLarge: input above ``JOB_MAX_INPUT_BYTES``.
+        Exception: the guard's refusal.
     """
     params = prepare(job, settings)
     if isinstance(db, AsyncEngine):
         if params["files"] or job.depends_on:
             async with db.begin() as conn:
-                return await _insert_one(conn, job, params, actor)
-        return await _insert_alone(db, job, params, actor)
-    return await _insert_one(await conn_of(db), job, params, actor)
+                return await _insert_one(conn, job, params, actor, guard)
+        return await _insert_alone(db, job, params, actor, guard)
+    return await _insert_one(await conn_of(db), job, params, actor, guard)
 
 
-def _insert_params(params: dict[str, Any], pending: int, actor: str | None, user_id: int) -> dict[str, Any]:
+def _insert_params(
+    params: dict[str, Any], pending: int, actor: str | None, user_id: int, guard: Guard | None
+) -> dict[str, Any]:
     return {
         **params,
+        **(guard.params if guard is not None else {}),
         "pending_parents": pending,
         "actor": actor or f"user:{user_id}",
         "event_data": json_text({"attempts_allowed": params["max_attempts"]}),
@@ -347,14 +404,14 @@ def _insert_params(params: dict[str, Any], pending: int, actor: str | None, user
 
 
 async def _insert_alone(
-    engine: AsyncEngine, job: NewJob, params: dict[str, Any], actor: str | None
+    engine: AsyncEngine, job: NewJob, params: dict[str, Any], actor: str | None, guard: Guard | None
 ) -> Enqueued:
-    """A job without dependencies or files, as one autocommit statement."""
+    """A job without dependencies or files, as one autocommit statement (its guard in it)."""
     params.pop("files")
-    statement = INSERT_JOB if job.idempotency_key is not None else INSERT_JOB_WITHOUT_KEY
-    rows = await write_rows(engine, statement, _insert_params(params, 0, actor, job.user_id))
-    if rows:
-        return Enqueued(job=job_row(rows[0]), created=True)
+    inserted = _insert_params(params, 0, actor, job.user_id, guard)
+    row = _inserted(await write_rows(engine, _insert_statement(job, guard), inserted), guard)
+    if row is not None:
+        return Enqueued(job=job_row(row), created=True)
     key = {"user_id": job.user_id, "key": job.idempotency_key}
     existing = await write_rows(engine, GET_BY_IDEMPOTENCY_KEY, key)
     assert existing, "ON CONFLICT without an existing row"
@@ -362,7 +419,7 @@ async def _insert_alone(
 
 
 async def _insert_one(
-    conn: AsyncConnection, job: NewJob, params: dict[str, Any], actor: str | None
+    conn: AsyncConnection, job: NewJob, params: dict[str, Any], actor: str | None, guard: Guard | None
 ) -> Enqueued:
     """:func:`enqueue` in the caller's transaction."""
     await _check_files(conn, [params])
@@ -370,9 +427,9 @@ async def _insert_one(
     pending = 0
     if job.depends_on:
         pending = await lock_parents(conn, job.user_id, list(job.depends_on), owner_is_admin=False)
-    inserted = _insert_params(params, pending, actor, job.user_id)
-    statement = INSERT_JOB if job.idempotency_key is not None else INSERT_JOB_WITHOUT_KEY
-    row = (await conn.execute(statement, inserted)).mappings().first()
+    inserted = _insert_params(params, pending, actor, job.user_id, guard)
+    statement = _insert_statement(job, guard)
+    row = _inserted((await conn.execute(statement, inserted)).mappings().all(), guard)
     if row is None:
         key = {"user_id": job.user_id, "key": job.idempotency_key}
         existing = (await conn.execute(GET_BY_IDEMPOTENCY_KEY, key)).mappings().first()
