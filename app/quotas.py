@@ -41,16 +41,6 @@ WAITING_RETRY_SECS = 60
 
 LOCK = text("SELECT pg_advisory_xact_lock(:ns, :user_id)")
 WAITING = text("SELECT count(*) FROM jobs WHERE user_id = :user_id AND status = 'queued'")
-# One row per submission in the window (a pipeline's or a batch's jobs share one), oldest first. ``id >= :since_id``
-# bounds the scan of the owner's index: ids are UUIDv7, ordered by creation time.
-RECENT = text(
-    """
-    SELECT min(created_at) AS first, now() AS db_now FROM jobs
-    WHERE user_id = :user_id AND id >= :since_id AND created_by_job IS NULL
-      AND created_at > now() - make_interval(secs => :window)
-    GROUP BY COALESCE(pipeline_id, batch_id, id) ORDER BY first
-    """
-)
 # The person's lock and, under it, their ``queued`` jobs (when ``:count_waiting``) and the submission in
 # the window that frees the next per-minute place when the limit is reached (the ``:skip + 1``-th newest;
 # none while there are fewer), in one round trip. The function (migration 0014) counts with a snapshot
@@ -141,22 +131,6 @@ def _since_id(now: datetime) -> uuid.UUID:
     return uuid.UUID(int=max(ms, 0) << 80)
 
 
-async def per_minute_refusal(
-    db: AsyncConnection | AsyncSession, settings: Settings, user_id: int
-) -> RateLimited | None:
-    """The refusal when the person already made ``USER_MAX_JOBS_PER_MINUTE`` submissions in the last
-    minute; it says when the oldest of them leaves the window."""
-    limit = settings.user_max_jobs_per_minute
-    if not limit:
-        return None
-    params = {"user_id": user_id, "since_id": _since_id(datetime.now(UTC)), "window": WINDOW_SECS}
-    rows = (await (await _conn(db)).execute(RECENT, params)).all()
-    if len(rows) < limit:
-        return None
-    frees = rows[len(rows) - limit].first + timedelta(seconds=WINDOW_SECS)
-    return _per_minute_words(limit, (frees - rows[0].db_now).total_seconds())
-
-
 def _per_minute_words(limit: int, wait: float) -> RateLimited:
     return refusal(
         f"Too many submissions: the limit is {limit:,} a minute per person (a pipeline or a batch counts "
@@ -189,7 +163,7 @@ async def submission_state(
     db: AsyncConnection | AsyncSession, settings: Settings, user_id: int
 ) -> tuple[int | None, RateLimited | None]:
     """Take the person's :func:`lock` for this transaction and say, in the same round trip, what
-    :func:`waiting` and :func:`per_minute_refusal` say: the person's waiting jobs (``None`` when
+    :func:`waiting` says and whether the per-minute limit refuses: the person's waiting jobs (``None`` when
     ``USER_MAX_WAITING_JOBS`` is off) and the per-minute refusal, if any. Call it in the transaction
     that then adds the jobs."""
     row = (await (await _conn(db)).execute(STATE, _state_params(settings, user_id))).one()
