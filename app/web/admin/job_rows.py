@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.jobs.types import file_fields
 from app.processors import registry
 from app.web import display
+from app.web.deps import rows_of
 from app.web.job_page import available_actions, emails_for
 
 INPUTS = text("SELECT id, input_data FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))")
@@ -98,19 +99,17 @@ async def row_items(db: AsyncSession, rows: Sequence[Mapping[Any, Any]], user: A
         return []
     emails = await emails_for(db, sorted({r["user_id"] for r in rows}))
     ids = [r["id"] for r in rows]
-    inputs = {r["id"]: r["input_data"] for r in (await db.execute(INPUTS, {"ids": ids})).mappings()}
+    inputs = {r["id"]: r["input_data"] for r in await rows_of(db, INPUTS, {"ids": ids})}
     hints = {jid: input_hint(inputs.get(jid), r["type"]) for jid, r in zip(ids, rows, strict=True)}
     file_ids = sorted({h["id"] for h in hints.values() if h and h["kind"] == "file"})
     names: dict[str, str] = {}
     if file_ids:
-        found = await db.execute(FILE_NAMES, {"ids": file_ids})
-        names = {str(f["id"]): f["name"] for f in found.mappings()}
+        names = {str(f["id"]): f["name"] for f in await rows_of(db, FILE_NAMES, {"ids": file_ids})}
     for h in hints.values():
         if h and h["kind"] == "file":
             h["text"] = (names.get(h["id"]) or "a file that is no longer available")[:HINT_MAX]
     pipeline_ids = sorted({str(r["pipeline_id"]) for r in rows if r.get("pipeline_id")})
     pipelines: dict[str, str] = {}
     if pipeline_ids:
-        found = await db.execute(PIPELINES, {"ids": pipeline_ids})
-        pipelines = {str(p["id"]): p["name"] for p in found.mappings()}
+        pipelines = {str(p["id"]): p["name"] for p in await rows_of(db, PIPELINES, {"ids": pipeline_ids})}
     return [row_item(r, emails, user, pipelines=pipelines, hint=hints[r["id"]]) for r in rows]
