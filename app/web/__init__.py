@@ -129,7 +129,11 @@ def _localtime_filter(ctx: Mapping[str, Any], value: datetime | None, seconds: b
 
 
 def _isotime_filter(value: datetime | None) -> str:
-    return "" if value is None else _aware(value).astimezone(UTC).isoformat(timespec="seconds")
+    if value is None:
+        return ""
+    if value.tzinfo is UTC:  # as the database driver gives them: no conversion needed
+        return value.isoformat(timespec="seconds")
+    return _aware(value).astimezone(UTC).isoformat(timespec="seconds")
 
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))
