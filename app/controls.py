@@ -19,6 +19,7 @@ callers that know them as ``controls.<name>``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import text
@@ -175,13 +176,14 @@ async def set_limits(
     return row
 
 
-async def controls(db: AsyncConnection | AsyncSession) -> dict[str, RowMapping]:
+async def controls(db: AsyncConnection | AsyncSession) -> dict[str, Mapping[str, Any]]:
     """Every control row by type (small table); pages use it to show "Paused by <admin> at …"."""
     conn = await queue.conn_of(db)
-    return {r["type"]: r for r in (await conn.execute(LIST_CONTROLS)).mappings().all()}
+    # straight on asyncpg: every list page reads it (the pause banner)
+    return {r["type"]: r for r in await queue.fetch_rows(conn, LIST_CONTROLS, {})}
 
 
-async def paused_for(db: AsyncConnection | AsyncSession, types: Any = None) -> list[RowMapping]:
+async def paused_for(db: AsyncConnection | AsyncSession, types: Any = None) -> list[Mapping[str, Any]]:
     """The control rows that pause any of ``types`` (an iterable of job types; ``None``: every paused
     row), ``*`` first — for the "Paused by <admin> at …" banner on pages listing those jobs.
     Reads the small ``job_type_controls`` table only."""
@@ -193,7 +195,7 @@ async def paused_for(db: AsyncConnection | AsyncSession, types: Any = None) -> l
     return sorted(paused, key=lambda r: (r["type"] != ALL_TYPES, r["type"]))
 
 
-def pause_of(rows: dict[str, RowMapping], job_type: str) -> RowMapping | None:
+def pause_of(rows: Mapping[str, Mapping[str, Any]], job_type: str) -> Mapping[str, Any] | None:
     """The control row that pauses ``job_type`` (its own, or ``*``), or ``None``."""
     for key in (job_type, ALL_TYPES):
         row = rows.get(key)

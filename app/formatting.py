@@ -106,5 +106,10 @@ def format_localtime(value: datetime | None, tz: tzinfo, *, seconds: bool = Fals
     if value is None:
         return ""
     local = (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).astimezone(tz)
-    clock = "%H:%M:%S" if seconds else "%H:%M"
-    return f"{local.day} {local.strftime('%b %Y, ' + clock + ' %Z')}"
+    # built by hand rather than with strftime (a list page formats three times per row): the same
+    # English month abbreviations as strftime's %b in the C locale, whatever the server's locale
+    clock = f"{local.hour:02d}:{local.minute:02d}" + (f":{local.second:02d}" if seconds else "")
+    return f"{local.day} {_MONTHS[local.month - 1]} {local.year}, {clock} {local.tzname() or ''}"
+
+
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")

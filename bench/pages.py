@@ -311,13 +311,17 @@ async def one_round(
     targets = {**targets, "status_poll": await poll_path(base, cookie, targets["status"])}
     anonymous = RawClient(host, int(port))  # no cookie: the baseline does no session lookup
     try:
-        for name in ENDPOINTS:
+        for name in args.only:
             client = anonymous if name == "fixed" else signed
             path, hdrs = targets[name], headers_for(name)
             await peak(client, path, hdrs, 0.5, args.concurrency)  # warm up
             rps = await peak(client, path, hdrs, args.peak_secs, args.concurrency)
             light = await open_loop(client, path, hdrs, args.light_rate, args.open_secs)
-            lat = await open_loop(client, path, hdrs, args.rate, args.open_secs)
+            lat = (
+                await open_loop(client, path, hdrs, args.rate, args.open_secs)
+                if args.rate
+                else dict.fromkeys(("p50", "p95", "p99", "achieved", "errors"), 0.0)
+            )
             out[name] = {"rps": rps, **lat, "light_p95": light["p95"]}
             print(
                 f"  {LABELS[name]:<26} peak {rps:8.0f}/s   at {args.rate:.0f}/s: p50 {lat['p50']:7.1f} ms "
@@ -329,9 +333,13 @@ async def one_round(
     finally:
         await signed.close()
         await anonymous.close()
-    for name in ENDPOINTS:
+    for name in args.only:
         out[name]["ratio"] = out[name]["rps"] / out["fixed"]["rps"]
     return out
+
+
+def _round(v: float) -> float | int:
+    return round(v) if v == v else v  # nan: not measured (--only)
 
 
 async def main() -> None:
@@ -343,7 +351,10 @@ async def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--concurrency", type=int, default=20)
-    parser.add_argument("--rate", type=float, default=500.0)
+    parser.add_argument("--rate", type=float, default=500.0, help="the open-loop load (0: skip that phase)")
+    parser.add_argument(
+        "--only", default="", help="comma-separated endpoints to measure (the baseline always); default all"
+    )
     parser.add_argument(
         "--light-rate", type=float, default=10.0, help="a light open-loop load (default 10/s)"
     )
@@ -355,6 +366,12 @@ async def main() -> None:
     args.runs = args.runs or (1 if args.quick else 3)
     args.peak_secs = args.peak_secs or (2.0 if args.quick else 5.0)
     args.open_secs = args.open_secs or (4.0 if args.quick else 10.0)
+    only = {n.strip() for n in args.only.split(",") if n.strip()}
+    if only - set(ENDPOINTS):
+        parser.error(
+            f"--only: unknown {', '.join(sorted(only - set(ENDPOINTS)))}; known: {', '.join(ENDPOINTS)}"
+        )
+    args.only = [n for n in ENDPOINTS if n == "fixed" or not only or n in only]
     name = args.name if not args.quick or args.name != "jobdesk_bench_pages" else "jobdesk_bench_pages_quick"
 
     print(f"machine: {c.machine()}")
@@ -387,7 +404,9 @@ async def main() -> None:
             finally:
                 await admin.close()
 
-    med = {n: {k: c.median(r[n][k] for r in rounds) for k in rounds[0][n]} for n in ENDPOINTS}
+    med = {n: {k: c.median(r[n][k] for r in rounds) for k in rounds[0][n]} for n in args.only}
+    if len(args.only) < len(ENDPOINTS):
+        med.update({n: dict.fromkeys(med["fixed"], float("nan")) for n in ENDPOINTS if n not in med})
     c.print_table(
         f"pages on {args.jobs:,} jobs: medians of {args.runs} round(s); peak with {args.concurrency} clients, "
         f"latency under an open-loop {args.rate:.0f} requests/s for {args.open_secs:.0f} s",
@@ -412,7 +431,7 @@ async def main() -> None:
                 med[n]["achieved"],
                 med[n]["light_p95"],
             ]
-            for n in ENDPOINTS
+            for n in args.only
         ],
     )
     if not args.keep:
@@ -421,15 +440,20 @@ async def main() -> None:
         c.kv_line(
             jobs=args.jobs,
             fixed_rps=round(med["fixed"]["rps"]),
-            poll_rps=round(med["status_poll"]["rps"]),
+            poll_rps=_round(med["status_poll"]["rps"]),
             poll_ratio=med["status_poll"]["ratio"],
             poll_p95_ms=med["status_poll"]["p95"],
-            status_rps=round(med["status"]["rps"]),
+            status_rps=_round(med["status"]["rps"]),
             status_ratio=med["status"]["ratio"],
             status_p95_ms=med["status"]["p95"],
+            job_page_ratio=med["job_page"]["ratio"],
+            my_jobs_ratio=med["my_jobs"]["ratio"],
+            admin_list_ratio=med["admin_list"]["ratio"],
+            job_page_light_p95_ms=med["job_page"]["light_p95"],
+            my_jobs_light_p95_ms=med["my_jobs"]["light_p95"],
             job_page_p95_ms=med["job_page"]["p95"],
             my_jobs_p95_ms=med["my_jobs"]["p95"],
-            admin_list_rps=round(med["admin_list"]["rps"]),
+            admin_list_rps=_round(med["admin_list"]["rps"]),
             admin_list_p95_ms=med["admin_list"]["p95"],
             admin_counts_p95_ms=med["admin_counts"]["p95"],
             admin_list_light_p95_ms=med["admin_list"]["light_p95"],

@@ -9,6 +9,7 @@ created-time range becomes an id range, since job ids are UUIDv7.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -193,6 +194,12 @@ def filter_where(
 
 def list_sql(where: Sequence[str]) -> Any:
     """One page of the admin list, newest first (a backward scan of whichever index the filter leads)."""
+    return _list_sql(tuple(where))
+
+
+@functools.lru_cache(maxsize=256)
+def _list_sql(where: tuple[str, ...]) -> Any:
+    # one statement object per combination of filters (all values are parameters): compiled once
     cond = " AND ".join(where) or "true"
     return text(f"SELECT {LIST_COLUMNS} FROM jobs WHERE {cond} ORDER BY id DESC LIMIT :limit")
 

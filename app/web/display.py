@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -525,7 +525,7 @@ def event_line(event: Mapping[str, Any], viewer: Any, emails: Mapping[int, str])
     }
 
 
-def user_ids_in(events: list[Mapping[str, Any]]) -> list[int]:
+def user_ids_in(events: Sequence[Mapping[str, Any]]) -> list[int]:
     ids = set()
     for e in events:
         kind, _, rest = (e.get("actor") or "").partition(":")

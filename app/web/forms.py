@@ -33,6 +33,7 @@ is still the queue's own check (through :mod:`app.actions`), whose :class:`~app.
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import re
 import types
@@ -225,9 +226,16 @@ def _attrs(kind: str, c: dict[str, Any]) -> dict[str, str]:
     return attrs
 
 
+@functools.lru_cache(maxsize=512)
+def _json_schema(model: type[BaseModel]) -> dict[str, Any]:
+    # pydantic builds the schema anew on every call (7 % of a job page's CPU in bench/pages.py);
+    # a model class's schema never changes, and form_fields only reads it
+    return model.model_json_schema()
+
+
 def form_fields(model: type[BaseModel]) -> list[FormField]:
     """The controls for ``model``'s fields, in declaration order."""
-    schema = model.model_json_schema()
+    schema = _json_schema(model)
     props = schema.get("properties") or {}
     fields: list[FormField] = []
     for name, info in model.model_fields.items():

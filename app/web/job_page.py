@@ -32,7 +32,7 @@ from app.jobs import naming, queue
 from app.jobs.states import LIVE, Status
 from app.processors import registry
 from app.web import display, forms, job_log, zone
-from app.web.deps import parse_uuid
+from app.web.deps import parse_uuid, rows_of
 from app.web.notifications import bell_url
 
 HISTORY_LIMIT = 200
@@ -71,6 +71,18 @@ JOB_CELL = text(
     FROM jobs WHERE id = :id
     """
 )
+#: The whole job page's row in one read: :data:`JOB_STATUS` with the input and the outcome.
+JOB_PAGE = text(
+    """
+    SELECT id, user_id, type, title, status, is_active, pending_parents, run_at, attempts, max_attempts,
+           progress, progress_message, requires_approval, pipeline_id, step_key, blocked_by,
+           created_at, updated_at, started_at, completed_at, left(error_message, 2000) AS error_preview,
+           (SELECT max(seq) FROM job_logs l WHERE l.job_id = jobs.id) AS log_seq,
+           (SELECT count(*) FROM notifications n WHERE n.user_id = jobs.user_id AND n.read_at IS NULL) AS unread,
+           input_data, result_data, error_message
+    FROM jobs WHERE id = :id
+    """
+)
 #: A finished job's outcome, loaded once when its page or final fragment is rendered.
 JOB_OUTCOME = text("SELECT result_data, error_message FROM jobs WHERE id = :id")
 JOB_EVENTS = text(
@@ -105,9 +117,9 @@ async def load_status_row(
 
 
 def _visible(row: Mapping[Any, Any] | None, jid: uuid.UUID, user: Any) -> Mapping[Any, Any]:
-    """``row`` if ``user`` may see it (its owner, or an admin); else the same NotFound as an unknown id
-    (ids cannot be probed)."""
-    if row is None or (not user.is_admin and row["user_id"] != user.id):
+    """``row`` if ``user`` may see it (:func:`app.jobs.queue.may_see`); else the same NotFound as an
+    unknown id (ids cannot be probed)."""
+    if row is None or not queue.may_see(row, user):
         raise NotFound(f"No job with id {jid}.")
     return row
 
@@ -130,14 +142,12 @@ async def poll_row(
 async def emails_for(db: AsyncSession, ids: list[int]) -> dict[int, str]:
     if not ids:
         return {}
-    rows = (await db.execute(USER_EMAILS, {"ids": ids})).mappings().all()
-    return {r["id"]: r["email"] for r in rows}
+    return {r["id"]: r["email"] for r in await rows_of(db, USER_EMAILS, {"ids": ids})}
 
 
 async def job_history(db: AsyncSession, job_id: uuid.UUID, user: Any) -> dict[str, Any]:
     """The job's most recent :data:`HISTORY_LIMIT` events, oldest first, in plain words."""
-    result = await db.execute(JOB_EVENTS, {"id": job_id, "limit": HISTORY_LIMIT + 1})
-    rows: list[Mapping[str, Any]] = [dict(r) for r in result.mappings().all()]
+    rows: list[dict[str, Any]] = await rows_of(db, JOB_EVENTS, {"id": job_id, "limit": HISTORY_LIMIT + 1})
     more = len(rows) > HISTORY_LIMIT
     rows = rows[:HISTORY_LIMIT][::-1]
     emails = await emails_for(db, display.user_ids_in(rows)) if user.is_admin else {}
@@ -214,7 +224,8 @@ async def status_context(
         "history": None,
     }
     if state["terminal"] or row["status"] == Status.WAITING_APPROVAL:
-        outcome = (await db.execute(JOB_OUTCOME, {"id": row["id"]})).mappings().one()
+        # the page's row has it already (JOB_PAGE); a status fragment reads it now
+        outcome = row if "result_data" in row else (await rows_of(db, JOB_OUTCOME, {"id": row["id"]}))[0]
         result = outcome["result_data"]
         ctx["result_items"] = display.result_items(result)
         ctx["previews"] = await csv_previews(db, files, display.output_files(result), row["user_id"])
@@ -369,8 +380,7 @@ async def csv_previews(
 async def page_context(db: AsyncSession, job_id: Any, user: Any, **status_kw: Any) -> dict[str, Any]:
     """The whole job page: its status part (:func:`status_context`), the input as readable fields, the
     pipeline it belongs to, and the history."""
-    full = await queue.get_job(db, job_id, user)
-    row = (await db.execute(JOB_STATUS, {"id": full["id"]})).mappings().one()
+    row = full = await queue.read_job(db, JOB_PAGE, job_id, user)
     ctx = await status_context(db, row, user, **status_kw)
     spec = registry.get(row["type"])
     fields = forms.form_fields(spec.input_model) if spec else []
@@ -383,7 +393,7 @@ async def page_context(db: AsyncSession, job_id: Any, user: Any, **status_kw: An
                 valid.append(uuid.UUID(i))
             except ValueError:
                 continue
-        for f in (await db.execute(FILES_BY_ID, {"ids": valid})).mappings().all():
+        for f in await rows_of(db, FILES_BY_ID, {"ids": valid}):
             if user.is_admin or f["user_id"] == user.id:
                 names[str(f["id"])] = f
     if not row["title"] and spec is not None:  # submitted before jobs were named from their input
@@ -393,7 +403,8 @@ async def page_context(db: AsyncSession, job_id: Any, user: Any, **status_kw: An
         ctx["title"] = named or ctx["title"]
     pipeline = None
     if row["pipeline_id"]:
-        pipeline = (await db.execute(PIPELINE_NAME, {"id": row["pipeline_id"]})).mappings().first()
+        found = await rows_of(db, PIPELINE_NAME, {"id": row["pipeline_id"]})
+        pipeline = found[0] if found else None
     ctx.update(
         spec=spec,
         input_items=display.input_items(full["input_data"], fields, names, zone(user.timezone)),

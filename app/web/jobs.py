@@ -40,6 +40,7 @@ from app.web.deps import (
     file_store,
     perform_from_page,
     poll_status,
+    reads_only,
     settings_of,
     unchanged,
 )
@@ -148,6 +149,7 @@ class JobsController(Controller):
         q: Annotated[str | None, QueryParameter()] = None,
     ) -> Template:
         """My jobs (full page, or ``jobs/_list.html`` for htmx); ``q`` searches names and input text."""
+        await reads_only(db_session)
         ctx = await list_context(db_session, request.user, status, type_filter, after, q)
         ctx["paused"] = await controls.paused_for(db_session)
         return render(request, "jobs/list.html", ctx, fragment="jobs/_list.html")
@@ -226,6 +228,7 @@ class JobsController(Controller):
         job_id: FromPath[str],
     ) -> Template:
         """The job page (htmx: just its status part)."""
+        await reads_only(db_session)
         ctx = await page_context(db_session, job_id, request.user, files=file_store(request))
         return render(request, "jobs/detail.html", ctx, fragment="jobs/_status.html")
 

@@ -8,6 +8,7 @@ loads input, result or error text.
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
 
+import functools
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +24,7 @@ from app.jobs.states import Status
 from app.processors import registry
 from app.web import display
 from app.web.batch_page import STATUS_WORDS, batch_state
+from app.web.deps import rows_of
 from app.web.notifications import bell_url, viewer_bell
 
 PAGE_SIZE = 25
@@ -72,6 +74,7 @@ def like_pattern(words: str) -> str:
     return f"%{escaped}%"
 
 
+@functools.lru_cache(maxsize=32)
 def list_jobs_sql(*, status: bool, job_type: bool, after: bool, search: bool = False) -> Any:
     """The My jobs query for one combination of filters: ``WHERE user_id = … ORDER BY id DESC`` served by
     ``ix_jobs_user_id_id`` (each combination is its own statement, so the planner sees real values).
@@ -100,6 +103,7 @@ def list_jobs_sql(*, status: bool, job_type: bool, after: bool, search: bool = F
     )
 
 
+@functools.lru_cache(maxsize=32)
 def list_pipelines_sql(*, status: bool, template: bool, after: bool, search: bool = False) -> Any:
     """The pipelines half of My jobs, served by ``ix_pipelines_user_id_id``; a search looks at the name and
     the input of the newest :data:`SEARCH_WINDOW`."""
@@ -227,7 +231,7 @@ async def _job_rows(
     params = _params(user, after_id, status=status, type=job_type)
     if search:
         params["pattern"] = like_pattern(search)
-    return list((await db.execute(sql, params)).mappings().all())
+    return await rows_of(db, sql, params)
 
 
 async def _pipeline_rows(
@@ -244,7 +248,7 @@ async def _pipeline_rows(
     params = _params(user, after_id, status=status, template=template)
     if search:
         params["pattern"] = like_pattern(search)
-    return list((await db.execute(sql, params)).mappings().all())
+    return await rows_of(db, sql, params)
 
 
 def search_words(q: str | None) -> str | None:

@@ -13,6 +13,7 @@ from litestar.response import Redirect, Template
 from app import notifications
 from app.auth import requires_user
 from app.web import DbSession, is_htmx, render
+from app.web.deps import rows_of
 
 # --- the bell in the polls pages already make ----------------------------------------------------------
 # A page puts the count it shows in its poll's URL (``bell_url``); the poll compares it with the count
@@ -33,7 +34,8 @@ def bell_news(count: int | None, bell: int | None) -> bool:
 
 async def viewer_bell(db: Any, user: Any) -> int:
     """The viewer's unread count, for a page whose poll carries it (one indexed count)."""
-    return await notifications.unread_count(db, user.id)
+    rows = await rows_of(db, notifications.UNREAD, {"user": user.id})  # straight on asyncpg
+    return int(rows[0]["count"])
 
 
 def poll_bell(row: Any, user: Any, bell: int | None) -> tuple[bool, int | None]:

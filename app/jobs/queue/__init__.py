@@ -77,10 +77,12 @@ from app.jobs.queue.common import (
     get_job,
     lock_job,
     lock_pipelines,
+    may_see,
     new_id,
     notify_cancel,
     notify_jobs,
     parse_job_id,
+    read_job,
     sql,
 )
 from app.jobs.queue.completions import COMPLETE_STANDALONE, complete_standalone, standalone
@@ -226,6 +228,8 @@ __all__ = [
     "GET_JOB_FOR_UPDATE",
     "parse_job_id",
     "get_job",
+    "may_see",
+    "read_job",
     "lock_job",
     "DEPENDENCIES_OF",
     "dependencies_of",

@@ -1,8 +1,9 @@
 """What one row of ``/admin/jobs`` shows: the job's title and type, the pipeline it is a step of, the
 file or URL it works on, its owner, state, tries, buttons, and the error's first line (the rest folded).
 
-The list query reads no input; the extras of a page's rows (input, pipeline names, file names, owner
-e-mails) are three primary-key lookups of at most one page of ids each, whatever the table's size.
+The list query reads no input; the extras of a page's rows (input with the owner's e-mail, pipeline
+names, file names) are at most three primary-key lookups of one page of ids each, whatever the table's
+size.
 """
 
 from __future__ import annotations
@@ -17,9 +18,17 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.jobs.types import file_fields
 from app.processors import registry
 from app.web import display
-from app.web.job_page import available_actions, emails_for
+from app.web.deps import rows_of
+from app.web.job_page import available_actions
 
-INPUTS = text("SELECT id, input_data FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))")
+#: The page's rows' input and owner's e-mail in one round trip (by primary keys: one page of ids).
+INPUTS = text(
+    """
+    SELECT j.id, j.input_data, j.user_id, u.email
+    FROM jobs j LEFT JOIN users u ON u.id = j.user_id
+    WHERE j.id = ANY(CAST(:ids AS uuid[]))
+    """
+)
 PIPELINES = text("SELECT id, name FROM pipelines WHERE id = ANY(CAST(:ids AS uuid[]))")
 FILE_NAMES = text("SELECT id, name FROM files WHERE id = ANY(CAST(:ids AS uuid[]))")
 HINT_MAX = 80
@@ -96,21 +105,20 @@ async def row_items(db: AsyncSession, rows: Sequence[Mapping[Any, Any]], user: A
     """:func:`row_item` for a page of rows, with their owners, pipelines and input files or URLs."""
     if not rows:
         return []
-    emails = await emails_for(db, sorted({r["user_id"] for r in rows}))
     ids = [r["id"] for r in rows]
-    inputs = {r["id"]: r["input_data"] for r in (await db.execute(INPUTS, {"ids": ids})).mappings()}
+    found = await rows_of(db, INPUTS, {"ids": ids})
+    inputs = {r["id"]: r["input_data"] for r in found}
+    emails = {r["user_id"]: r["email"] for r in found if r["email"] is not None}
     hints = {jid: input_hint(inputs.get(jid), r["type"]) for jid, r in zip(ids, rows, strict=True)}
     file_ids = sorted({h["id"] for h in hints.values() if h and h["kind"] == "file"})
     names: dict[str, str] = {}
     if file_ids:
-        found = await db.execute(FILE_NAMES, {"ids": file_ids})
-        names = {str(f["id"]): f["name"] for f in found.mappings()}
+        names = {str(f["id"]): f["name"] for f in await rows_of(db, FILE_NAMES, {"ids": file_ids})}
     for h in hints.values():
         if h and h["kind"] == "file":
             h["text"] = (names.get(h["id"]) or "a file that is no longer available")[:HINT_MAX]
     pipeline_ids = sorted({str(r["pipeline_id"]) for r in rows if r.get("pipeline_id")})
     pipelines: dict[str, str] = {}
     if pipeline_ids:
-        found = await db.execute(PIPELINES, {"ids": pipeline_ids})
-        pipelines = {str(p["id"]): p["name"] for p in found.mappings()}
+        pipelines = {str(p["id"]): p["name"] for p in await rows_of(db, PIPELINES, {"ids": pipeline_ids})}
     return [row_item(r, emails, user, pipelines=pipelines, hint=hints[r["id"]]) for r in rows]

@@ -49,7 +49,7 @@ from app.errors import BadInput, NotFound
 from app.processors import registry
 from app.web import DbSession, display, is_htmx, render
 from app.web.admin.job_rows import row_items
-from app.web.deps import actor_of, perform_from_page
+from app.web.deps import actor_of, perform_from_page, reads_only, rows_of
 from app.web.job_page import CONFIRM
 from app.web.metrics import CAPPED_COUNT, EXACT_CAP, planner_estimate
 
@@ -144,7 +144,7 @@ async def list_context(db: AsyncSession, f: JobFilter, user: Any, after: str | N
     if not f.errors:
         where, params = filter_where(f, after=after_id)
         params["limit"] = PAGE_SIZE + 1
-        rows = list((await db.execute(list_sql(where), params)).mappings().all())
+        rows = await rows_of(db, list_sql(where), params)
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
     return {
@@ -191,6 +191,7 @@ class AdminJobsController(Controller):
         after: Annotated[str | None, QueryParameter()] = None,
     ) -> Template:
         """The list (htmx: just ``admin/_jobs_list.html``)."""
+        await reads_only(db_session)
         f = await parse_filter(db_session, request.query_params, request.user)
         ctx = await list_context(db_session, f, request.user, after)
         # "Paused by <admin> at …": for the filtered type, or every pause when unfiltered
