@@ -97,6 +97,7 @@ from app.web.approvals import ApprovalsController
 from app.web.auth import AuthController
 from app.web.auth_middleware import AuthenticationMiddleware
 from app.web.batches import BatchesController
+from app.web.commits import commit_or_refuse
 from app.web.csrf import FAILED as CSRF_FAILED
 from app.web.csrf import CsrfMiddleware
 from app.web.files import FilesApiController, FilesController
@@ -496,13 +497,20 @@ CONTROLLERS: list[ControllerRouterHandler] = [
 """Every page and API controller, in the order Litestar registers them."""
 
 
+async def _committed_already(message: Message, scope: Scope) -> None:
+    """advanced-alchemy's ``before_send`` slot: the session is committed and closed by
+    :func:`~app.web.commits.commit_or_refuse`."""
+
+
 def _sqlalchemy_config() -> SQLAlchemyAsyncConfig:
     """A ``db_session`` per request, committed on 2xx and 3xx answers (redirects included), rolled back
-    otherwise."""
+    otherwise; a failed commit is a 503 (:mod:`app.web.commits`)."""
     return SQLAlchemyAsyncConfig(
         # The engine is created in the lifespan (the embedded database may have to start first) and
         # handed to this config there, before advanced-alchemy's own lifespan reads it.
-        before_send_handler="autocommit_include_redirects",
+        # Committed by commit_or_refuse, which the app runs before the security headers and the access log
+        # (a failed commit changes the status they see); advanced-alchemy appends this one after them.
+        before_send_handler=_committed_already,
         session_dependency_key="db_session",
         # advanced-alchemy's cache and FileObject listeners are unused here; each commit of each
         # request paid for their checks (about a tenth of a page's CPU in bench/pages.py)
@@ -568,7 +576,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             ),
             InputGuardMiddleware(),
         ],
-        before_send=[security_headers],
+        before_send=[commit_or_refuse, security_headers],
         template_config=TemplateConfig(
             directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=register_filters
         ),

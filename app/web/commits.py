@@ -1,0 +1,77 @@
+"""Each request's ``db_session`` is committed as its answer starts (2xx and 3xx answers, redirects
+included) and rolled back otherwise — advanced-alchemy's ``autocommit_include_redirects`` — with one
+difference: a commit that fails (the connection to the database broke, the server refused the
+transaction at its end) turns the answer into a 503 that says nothing was saved. advanced-alchemy's own
+handler logs such a failure at debug level and sends the handler's 2xx, so a person was told "done" about
+a change the database never kept.
+
+The answer's status and headers can still change here (its start has not been sent); its body, built for
+the 2xx, is replaced by the refusal as it goes out.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import structlog
+from advanced_alchemy.extensions.litestar._utils import delete_aa_scope_state, get_aa_scope_state
+from advanced_alchemy.extensions.litestar.plugins.init.config.common import (
+    SESSION_SCOPE_KEY,
+    SESSION_TERMINUS_ASGI_EVENTS,
+)
+from litestar.types import Message, Scope
+
+log = structlog.get_logger("jobdesk.web")
+
+NOT_SAVED = (
+    "Nothing was saved: the database did not confirm the change. Please check and try again in a moment."
+)
+_REFUSAL = "_jobdesk_refusal"
+"""Scope key: the body that replaces the answer's, once its commit failed."""
+
+
+async def commit_or_refuse(message: Message, scope: Scope) -> None:
+    """``before_send`` hook: commit or roll back the request's session as its answer starts."""
+    refusal = scope.get(_REFUSAL)
+    if isinstance(refusal, bytes) and message["type"] == "http.response.body":
+        message["body"] = refusal  # the first part of the body; later parts are dropped
+        scope[_REFUSAL] = b""  # type: ignore[literal-required]
+        return
+    session: Any = get_aa_scope_state(scope, SESSION_SCOPE_KEY)
+    if session is None:
+        return
+    try:
+        if message["type"] == "http.response.start":
+            if 200 <= message["status"] < 400:
+                await session.commit()
+            else:
+                await session.rollback()
+    except Exception as exc:
+        _refuse(message, scope, exc)
+    finally:
+        if message["type"] in SESSION_TERMINUS_ASGI_EVENTS:
+            try:
+                await session.close()
+            except Exception as exc:  # the connection is gone; the pool replaces it
+                log.warning("could not close a request's database session", error=repr(exc)[:300])
+            delete_aa_scope_state(scope, SESSION_SCOPE_KEY)
+
+
+def _refuse(message: Message, scope: Scope, exc: Exception) -> None:
+    assert message["type"] == "http.response.start"
+    log.error(
+        "the request's changes could not be committed; answering 503",
+        path=scope["path"],
+        status_meant=message["status"],
+        error=repr(exc)[:300],
+    )
+    api = scope["path"].startswith("/api/")
+    body = (json.dumps({"detail": NOT_SAVED}) if api else NOT_SAVED).encode()
+    content_type = b"application/json" if api else b"text/plain; charset=utf-8"
+    dropped = (b"content-length", b"content-type", b"location", b"hx-redirect", b"hx-trigger", b"etag")
+    headers = [h for h in message.get("headers") or () if h[0].lower() not in dropped]
+    headers += [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    message["status"] = 503
+    message["headers"] = headers
+    scope[_REFUSAL] = body  # type: ignore[literal-required]
