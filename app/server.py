@@ -498,7 +498,7 @@ CONTROLLERS: list[ControllerRouterHandler] = [
 
 
 async def _committed_already(message: Message, scope: Scope) -> None:
-    """advanced-alchemy's ``before_send`` slot: the session is committed and closed by
+    """advanced-alchemy's ``before_send`` slot: the session is committed and closed by the hook of
     :func:`~app.web.commits.commit_or_refuse`."""
 
 
@@ -576,7 +576,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             ),
             InputGuardMiddleware(),
         ],
-        before_send=[commit_or_refuse, security_headers],
+        before_send=[commit_or_refuse(sa_config.session_scope_key), security_headers],
         template_config=TemplateConfig(
             directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=register_filters
         ),

@@ -16,11 +16,8 @@ from typing import Any
 
 import structlog
 from advanced_alchemy.extensions.litestar._utils import delete_aa_scope_state, get_aa_scope_state
-from advanced_alchemy.extensions.litestar.plugins.init.config.common import (
-    SESSION_SCOPE_KEY,
-    SESSION_TERMINUS_ASGI_EVENTS,
-)
-from litestar.types import Message, Scope
+from advanced_alchemy.extensions.litestar.plugins.init.config.common import SESSION_TERMINUS_ASGI_EVENTS
+from litestar.types import BeforeMessageSendHookHandler, Message, Scope
 
 log = structlog.get_logger("jobdesk.web")
 
@@ -31,31 +28,37 @@ _REFUSAL = "_jobdesk_refusal"
 """Scope key: the body that replaces the answer's, once its commit failed."""
 
 
-async def commit_or_refuse(message: Message, scope: Scope) -> None:
-    """``before_send`` hook: commit or roll back the request's session as its answer starts."""
-    refusal = scope.get(_REFUSAL)
-    if isinstance(refusal, bytes) and message["type"] == "http.response.body":
-        message["body"] = refusal  # the first part of the body; later parts are dropped
-        scope[_REFUSAL] = b""  # type: ignore[literal-required]
-        return
-    session: Any = get_aa_scope_state(scope, SESSION_SCOPE_KEY)
-    if session is None:
-        return
-    try:
-        if message["type"] == "http.response.start":
-            if 200 <= message["status"] < 400:
-                await session.commit()
-            else:
-                await session.rollback()
-    except Exception as exc:
-        _refuse(message, scope, exc)
-    finally:
-        if message["type"] in SESSION_TERMINUS_ASGI_EVENTS:
-            try:
-                await session.close()
-            except Exception as exc:  # the connection is gone; the pool replaces it
-                log.warning("could not close a request's database session", error=repr(exc)[:300])
-            delete_aa_scope_state(scope, SESSION_SCOPE_KEY)
+def commit_or_refuse(session_scope_key: str) -> BeforeMessageSendHookHandler:
+    """The ``before_send`` hook that commits or rolls back the request's session (kept in the scope under
+    ``session_scope_key``, the advanced-alchemy config's: it differs between apps in one process) as its
+    answer starts."""
+
+    async def hook(message: Message, scope: Scope) -> None:
+        refusal = scope.get(_REFUSAL)
+        if isinstance(refusal, bytes) and message["type"] == "http.response.body":
+            message["body"] = refusal  # the first part of the body; later parts are dropped
+            scope[_REFUSAL] = b""  # type: ignore[literal-required]
+            return
+        session: Any = get_aa_scope_state(scope, session_scope_key)
+        if session is None:
+            return
+        try:
+            if message["type"] == "http.response.start":
+                if 200 <= message["status"] < 400:
+                    await session.commit()
+                else:
+                    await session.rollback()
+        except Exception as exc:
+            _refuse(message, scope, exc)
+        finally:
+            if message["type"] in SESSION_TERMINUS_ASGI_EVENTS:
+                try:
+                    await session.close()
+                except Exception as exc:  # the connection is gone; the pool replaces it
+                    log.warning("could not close a request's database session", error=repr(exc)[:300])
+                delete_aa_scope_state(scope, session_scope_key)
+
+    return hook
 
 
 def _refuse(message: Message, scope: Scope, exc: Exception) -> None:
