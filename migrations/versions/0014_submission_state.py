@@ -28,6 +28,8 @@ down_revision = "0013"
 branch_labels = None
 depends_on = None
 
+# ``skip`` is a bigint: the per-minute limit is any whole number a setting allows, and ``skip + 1`` of
+# an int limit at 2,147,483,648 overflowed (a 500 on every submission).
 # A submission has at least one job, so with at most ``skip`` jobs in the window there are at most
 # ``skip`` submissions and no per-minute refusal to find: counting those jobs (at most ``skip + 1``) is
 # cheaper than grouping and sorting every submission in the window, which is most of the work when
@@ -35,7 +37,7 @@ depends_on = None
 SUBMISSION_STATE = """
 CREATE FUNCTION jobdesk_submission_state(
     lock_ns int, person int, count_waiting boolean, per_minute boolean, since_id uuid, window_secs float8,
-    skip int
+    skip bigint
 ) RETURNS TABLE (waiting bigint, first timestamptz, db_now timestamptz)
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
@@ -68,4 +70,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute("DROP FUNCTION jobdesk_submission_state(int, int, boolean, boolean, uuid, float8, int)")
+    op.execute("DROP FUNCTION jobdesk_submission_state(int, int, boolean, boolean, uuid, float8, bigint)")

@@ -351,3 +351,14 @@ async def test_released_jobs_run(scene_of: Any) -> None:
         for r in await s.pg.fetch("SELECT kind FROM job_events WHERE job_id = $1 ORDER BY id", ids[0])
     ]
     assert kinds[:3] == ["enqueued", "held", "released"] and "completed" in kinds
+
+
+async def test_limits_beyond_a_32_bit_integer_work_like_any_other(scene_of: Any) -> None:
+    """The limits are whole numbers of any size the settings allow: counting them in the database must not
+    overflow (a per-minute limit of 2**31 once made every submission a 500)."""
+    s = await scene_of(user_max_jobs_per_minute=2**31, user_max_waiting_jobs=2**40)
+    assert (await s.client.post("/api/jobs", json=job(1), headers=s.user)).status_code == 201
+    keyed = job(2, idempotency_key="k-1")
+    assert (await s.client.post("/api/jobs", json=keyed, headers=s.user)).status_code == 201
+    assert (await s.client.post("/api/pipelines", json=steps(3), headers=s.user)).status_code == 201
+    assert await s.pg.fetchval("SELECT count(*) FROM jobs WHERE user_id = $1", s.user_id) == 5
