@@ -220,7 +220,7 @@ class BatchesController(Controller):
             return render(request, "batches/new.html", ctx, status_code=422)
         except RateLimited as exc:
             ctx["errors"] = {FORM_ERROR: exc.detail}
-            return render(request, "batches/new.html", ctx, status_code=429)
+            return render(request, "batches/new.html", ctx, status_code=429, headers=exc.extra.get("headers"))
         return Redirect(f"/batches/{batch['id']}", status_code=303)
 
     async def _per_file(

@@ -42,6 +42,8 @@ class Submission:
     title: str = ""
     too_large: bool = False
     limited: bool = False
+    retry_after: dict[str, str] = field(default_factory=dict)
+    """The ``Retry-After`` header of a per-person limit's refusal (the form's 429 carries it as the API's does)."""
     notes: list[str] = field(default_factory=list)
     """What the page the form lands on says about how a value was read (a time that happens twice)."""
 
@@ -97,6 +99,7 @@ async def start(
     except RateLimited as exc:
         sub.errors = {forms.FORM_ERROR: exc.detail}
         sub.limited = True
+        sub.retry_after = dict(exc.extra.get("headers") or {})
     return None
 
 
@@ -118,7 +121,7 @@ async def answer(
     if sub.parsed.new_files:
         await db.commit()
     status = 413 if sub.too_large else 429 if sub.limited else 422
-    return render(request, "jobs/new.html", form_context(sub), status_code=status)
+    return render(request, "jobs/new.html", form_context(sub), status_code=status, headers=sub.retry_after)
 
 
 # --- validation messages ------------------------------------------------------------------------------

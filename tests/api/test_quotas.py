@@ -124,6 +124,7 @@ async def test_waiting_limit_answers_429_on_the_api_and_the_form_and_spares_admi
     form = {"label": "x", "seconds": "0", "_csrf_token": csrf_from(page.text)}
     r = await s.client.post("/jobs/new/test.step", data=form, follow_redirects=False)
     assert r.status_code == 429 and "Too many jobs waiting" in r.text and "limit is 3" in r.text
+    assert r.headers["retry-after"] == "60"
     # Admins are exempt; cancelling one job makes room again.
     for i in range(5):
         assert (await s.client.post("/api/jobs", json=job(i), headers=s.admin)).status_code == 201
