@@ -52,16 +52,14 @@ CONFIRM = {
 
 #: One job's live state for the status fragment and list cells: by primary key, without input, result
 #: or the full error text.
-JOB_STATUS = text(
-    """
-    SELECT id, user_id, type, title, status, is_active, pending_parents, run_at, attempts, max_attempts,
-           progress, progress_message, requires_approval, pipeline_id, step_key, blocked_by,
-           created_at, updated_at, started_at, completed_at, left(error_message, 2000) AS error_preview,
-           (SELECT max(seq) FROM job_logs l WHERE l.job_id = jobs.id) AS log_seq,
-           (SELECT count(*) FROM notifications n WHERE n.user_id = jobs.user_id AND n.read_at IS NULL) AS unread
-    FROM jobs WHERE id = :id
-    """
-)
+_STATUS_COLUMNS = """
+    id, user_id, type, title, status, is_active, pending_parents, run_at, attempts, max_attempts,
+    progress, progress_message, requires_approval, pipeline_id, step_key, blocked_by,
+    created_at, updated_at, started_at, completed_at, left(error_message, 2000) AS error_preview,
+    (SELECT max(seq) FROM job_logs l WHERE l.job_id = jobs.id) AS log_seq,
+    (SELECT count(*) FROM notifications n WHERE n.user_id = jobs.user_id AND n.read_at IS NULL) AS unread
+"""
+JOB_STATUS = text(f"SELECT {_STATUS_COLUMNS} FROM jobs WHERE id = :id")
 #: One My jobs status cell: the live columns only.
 JOB_CELL = text(
     """
@@ -72,17 +70,7 @@ JOB_CELL = text(
     """
 )
 #: The whole job page's row in one read: :data:`JOB_STATUS` with the input and the outcome.
-JOB_PAGE = text(
-    """
-    SELECT id, user_id, type, title, status, is_active, pending_parents, run_at, attempts, max_attempts,
-           progress, progress_message, requires_approval, pipeline_id, step_key, blocked_by,
-           created_at, updated_at, started_at, completed_at, left(error_message, 2000) AS error_preview,
-           (SELECT max(seq) FROM job_logs l WHERE l.job_id = jobs.id) AS log_seq,
-           (SELECT count(*) FROM notifications n WHERE n.user_id = jobs.user_id AND n.read_at IS NULL) AS unread,
-           input_data, result_data, error_message
-    FROM jobs WHERE id = :id
-    """
-)
+JOB_PAGE = text(f"SELECT {_STATUS_COLUMNS}, input_data, result_data, error_message FROM jobs WHERE id = :id")
 #: A finished job's outcome, loaded once when its page or final fragment is rendered.
 JOB_OUTCOME = text("SELECT result_data, error_message FROM jobs WHERE id = :id")
 JOB_EVENTS = text(
