@@ -2,11 +2,11 @@
 
 Shape (River's producer/executor/completer split, without threads):
 
-* **claim loop** (here) — as soon as a slot frees, one claim takes as many due jobs as there are free
-  slots (``MAX_CONCURRENT_JOBS`` in all) plus room in a small buffer of claimed jobs ahead of the slots
-  (:mod:`app.worker.buffer`, at most one per slot), from which a freed slot starts its next job without
-  a round trip; then it sleeps until a NOTIFY, the next scheduled ``run_at``, or the poll interval
-  (``JOB_PROCESSOR_POLL_INTERVAL``, only the fallback).
+* **claim loop** (:mod:`app.worker.claim_loop`) — as soon as a slot frees, one claim takes as many due
+  jobs as there are free slots (``MAX_CONCURRENT_JOBS`` in all) plus room in a small buffer of claimed
+  jobs ahead of the slots (:mod:`app.worker.buffer`, at most one per slot), from which a freed slot
+  starts its next job without a round trip (:meth:`Worker.hold`, :meth:`Worker.fill_slots`); then it
+  sleeps until a NOTIFY, the next scheduled ``run_at``, or the poll interval.
 * **one task per job** — :class:`~app.worker.executor.Executor` runs the processor and turns whatever
   happens into an :class:`~app.jobs.queue.Outcome`.
 * **completer** (:mod:`app.worker.completer`) — records outcomes in batches, retrying through outages.
@@ -42,16 +42,16 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import metrics
-from app.db import create_engine, is_transient
+from app.db import create_engine
 from app.files import FileStore
 from app.jobs import queue
 from app.settings import Settings
 from app.worker import health, lifecycle
 from app.worker.buffer import ClaimBuffer
+from app.worker.claim_loop import claim_loop
 from app.worker.claiming import Claimer, wait_any
-from app.worker.completer import COMPLETER_BATCH, Completer, Tally
+from app.worker.completer import Completer, Tally
 from app.worker.executor import Executor, RunningJob
-from app.worker.faults import first_line
 from app.worker.joblog import JobLogWriter
 from app.worker.keeper import LeaseKeeper
 from app.worker.leases import HeldJobs, JobChecks
@@ -61,24 +61,9 @@ from app.worker.watchdog import TICK_SECS, LoopWatchdog
 
 log = structlog.get_logger("jobdesk.worker")
 
-CLAIMS_IN_FLIGHT = 2
-"""Claims a worker may have on their way at once. With one, a worker whose jobs are short runs at most
-one claim's worth of jobs per round trip, its slots empty while it waits; the buffer's bound (at most one
-claimed job per slot waiting) holds however many claims fly, since each asks only for room not yet asked
-for."""
-
-UNRECORDED_MAX = COMPLETER_BATCH
-"""Finished jobs that may wait for the completer before the claim loop takes fewer. Unbounded, a completer
-that fell behind let the claims run on (``bench/scale.py``, 500 slots: 290,000 held jobs, 1.5 GB), and
-renewing all those leases in one transaction held up the very completions it waited for."""
-
 SIDE_TASKS_LATEST_SECS = 1.0
 """The side tasks start when the first claim's answer is in, or this many seconds after the start if it
 takes longer (see :meth:`Worker.run`)."""
-
-CLAIM_RETRY_FIRST_SECS = 0.2
-"""First wait after a claim failed because the database is unreachable (doubled up to the poll interval
-or 5 s)."""
 
 
 def make_worker_id() -> str:
@@ -142,8 +127,10 @@ class Worker:
         self.stopped = asyncio.Event()
         self.last_beat = time.monotonic()
         """When the worker last wrote its heartbeat (registration, then each lease renewal), monotonic."""
-        self._wake = asyncio.Event()
-        self._slot_freed = asyncio.Event()
+        self.woken = asyncio.Event()
+        """Set by a NOTIFY (:meth:`wake`) or a stop: the claim loop claims now instead of sleeping on."""
+        self.slot_freed = asyncio.Event()
+        """Set whenever a slot frees: the claim loop, waiting with every slot busy, looks for room."""
         self.claimer = Claimer(
             self.engine,
             self.autocommit,
@@ -173,7 +160,7 @@ class Worker:
             engine=self.engine,
             app_engine=self.app_engine,
             debug=self.debug,
-            on_settled=self._slot_freed.set,
+            on_settled=self.slot_freed.set,
             joblog=JobLogWriter(self.engine, log=self.log),
         )
         self.completer = Completer(
@@ -251,8 +238,8 @@ class Worker:
                 running=len(self.running),
                 grace_secs=self.settings.worker_shutdown_grace_secs,
             )
-        self._wake.set()
-        self._slot_freed.set()
+        self.woken.set()
+        self.slot_freed.set()
         return first
 
     async def wait_started(self) -> None:
@@ -284,7 +271,7 @@ class Worker:
         completer = asyncio.create_task(self.completer.run(), name=f"{self.id}:completer")
         completer.add_done_callback(functools.partial(self._side_done, "completer"))
         # The other side tasks start once the first claim's answer is in (lifecycle.side_tasks says why).
-        later = asyncio.get_running_loop().call_later(SIDE_TASKS_LATEST_SECS, self._start_side_tasks)
+        later = asyncio.get_running_loop().call_later(SIDE_TASKS_LATEST_SECS, self.start_side_tasks)
         self.log.info(
             "worker started",
             concurrency=self.concurrency,
@@ -296,7 +283,7 @@ class Worker:
         metrics.LINGERING.set_function(lambda: len(self.executor.lingering))
         metrics.LOOP_STALLED.set_function(self.watchdog.stalled_secs)
         try:
-            await self._claim_loop()
+            await claim_loop(self)
             await self._drain()
         finally:
             later.cancel()
@@ -310,7 +297,7 @@ class Worker:
         await lifecycle.register(self)
         self.last_beat = time.monotonic()
 
-    def _start_side_tasks(self) -> None:
+    def start_side_tasks(self) -> None:
         """Start the side tasks besides the ticker, once (then the worker counts as started)."""
         if self._started.is_set() or self.stopped.is_set():
             return
@@ -376,136 +363,24 @@ class Worker:
 
     def wake(self) -> None:
         """Poll now (a NOTIFY arrived, or the listener reconnected)."""
-        self._wake.set()
+        self.woken.set()
 
-    async def _claim_loop(self) -> None:
-        """Claim whenever there is room, with up to :data:`CLAIMS_IN_FLIGHT` claims on their way at once
-        (each asks only for room the others have not asked for), until :meth:`stop`."""
-        flying: dict[asyncio.Task[tuple[int, float | None]], int] = {}
-        """Claims on their way, and how many jobs each asked for."""
-        try:
-            await self._claim_until_stopped(flying)
-        finally:
-            # Whatever a claim on its way brings is ours: let it arrive, so that its jobs are buffered and
-            # handed back by the drain rather than left to the rescue.
-            if flying:
-                await asyncio.gather(*flying, return_exceptions=True)
-                self._start_side_tasks()  # a first claim's jobs may be running: their logs need the writer
-
-    async def _claim_until_stopped(self, flying: dict[asyncio.Task[tuple[int, float | None]], int]) -> None:
-        poll = self.settings.job_processor_poll_interval
-        error_delay = CLAIM_RETRY_FIRST_SECS
-        most = self.concurrency + self.buffer.capacity + UNRECORDED_MAX  # jobs held at most
-        while not self.stopping:
-            self._fill_slots()
-            free = self._free_slots() - sum(flying.values())
-            # A slot held by a task that ignored its cancel frees at an unknown time: no job waits for it.
-            room = max(
-                0,
-                min(
-                    self.buffer.room(), self.buffer.capacity - len(self.executor.lingering) - len(self.buffer)
-                ),
-            )
-            # Held jobs (buffered, running, finished but not recorded) stay within the slots, the buffer
-            # and UNRECORDED_MAX, however far behind the completer is.
-            bound = most - len(self.held) - sum(flying.values())
-            behind = bound < free + room
-            want = max(0, min(free + room, bound))
-            if len(flying) < CLAIMS_IN_FLIGHT and want >= (
-                1 if free > 0 else max(1, self.buffer.capacity // 2)
-            ):
-                self._wake.clear()  # a NOTIFY from now on is for a later claim than this one
-                self.completer.recorded.clear()  # an outcome recorded during the claim may lift a limit
-                task = asyncio.create_task(self._claim_and_start(want), name=f"{self.id}:claim")
-                flying[task] = want
-                continue
-            # Every slot busy (or asked for) and the buffer mostly full: wait for a slot or a claim.
-            self._slot_freed.clear()
-            waits = {asyncio.ensure_future(self._slot_freed.wait())}
-            if behind:  # and for the completer, whose next recorded batch makes room
-                self.completer.recorded.clear()
-                waits.add(asyncio.ensure_future(self.completer.recorded.wait()))
-            try:
-                await asyncio.wait({*waits, *flying}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiting in waits:
-                    waiting.cancel()
-            for task in [t for t in flying if t.done()]:
-                self._start_side_tasks()  # the first claim's answer is in (see run)
-                asked = flying.pop(task)
-                try:
-                    claimed, next_due = task.result()
-                    error_delay = CLAIM_RETRY_FIRST_SECS
-                except Exception as exc:
-                    if not is_transient(exc):
-                        raise
-                    self.log.warning(
-                        "claim failed: database unavailable", error=first_line(exc), retry_in_secs=error_delay
-                    )
-                    await self._sleep(error_delay)
-                    error_delay = min(error_delay * 2, max(poll, 5.0))
-                    continue
-                if claimed >= asked or flying:
-                    # A full batch: the next claim goes out as soon as there is room (the jobs just
-                    # started run meanwhile). A short one with another claim still on its way: that one
-                    # says whether there is more.
-                    continue
-                await self._idle(claimed, next_due)
-
-    async def _idle(self, claimed: int, next_due: float | None) -> None:
-        """After a short claim: sleep until a NOTIFY, the next due job, the poll interval, or (when a limit
-        held jobs back) an outcome recorded here."""
-        poll = self.settings.job_processor_poll_interval
-        timeout = poll if next_due is None else max(0.0, min(poll, next_due))
-        if self.claimer.held_back:
-            # Claimable jobs were left behind by a limit: an outcome recorded here (or the per-minute
-            # window moving on) lifts it, so wait for that rather than a whole poll interval.
-            timeout = self.claimer.sleep_limit(timeout)
-        if self.debug:
-            self.log.debug("poll", claimed=claimed, free=self._free_slots(), sleep_secs=round(timeout, 3))
-        await self._sleep(timeout, finished=bool(self.claimer.held_back))
-
-    async def _claim_and_start(self, want: int) -> tuple[int, float | None]:
-        """Claim up to ``want`` jobs and start them; returns how many were claimed and, when fewer than
-        ``want``, the seconds until the next scheduled job is due (``None``: nothing scheduled)."""
-        sent = time.monotonic()  # the leases start no earlier than this, by our clock
-        rows = await self.claimer.claim(want)
-        if time.monotonic() - sent >= self.lease_secs - self.leases.margin:
-            # The answer came too late to run these safely (the loop was blocked while it waited): their
-            # leases may be running out already. The rescue gives them to a worker in time.
-            self.log.warning(
-                "claimed jobs arrived too late to run; leaving them to the rescue", count=len(rows)
-            )
-            return len(rows), None
-        for row in rows:  # start at once: the lookup below must not delay them (latency)
-            self._start(row, sent)
-        self._fill_slots()
-        if rows and self.debug:
-            self.log.debug("claimed", count=len(rows), ids=[str(r["id"]) for r in rows])
-        if len(rows) >= want:
-            return len(rows), None
-        return len(rows), await self._next_due()
-
-    async def _sleep(self, seconds: float, *, finished: bool = False) -> None:
+    async def sleep(self, seconds: float, *, finished: bool = False) -> None:
         """Sleep up to ``seconds``, returning early on :meth:`wake` (and, if ``finished``, when the outcome
         of a job that ran here is recorded)."""
-        await wait_any([self._wake, self.completer.recorded] if finished else [self._wake], seconds)
+        await wait_any([self.woken, self.completer.recorded] if finished else [self.woken], seconds)
 
-    async def _next_due(self) -> float | None:
-        """Seconds until the next scheduled job is due (``None``: nothing scheduled)."""
-        return await self.claimer.seconds_until_next_due()
-
-    def _free_slots(self) -> int:
+    def free_slots(self) -> int:
         return self.concurrency - len(self.running) - len(self.executor.lingering)
 
-    def _fill_slots(self) -> None:
+    def fill_slots(self) -> None:
         """Start buffered jobs in the free slots (called whenever a slot frees, and by the claim loop)."""
-        while not self.stopping and self.buffer and self._free_slots() > 0:
+        while not self.stopping and self.buffer and self.free_slots() > 0:
             job = self.buffer.pop()
             if job is not None:
                 self._launch(job)
 
-    def _start(self, row: Any, claim_sent: float) -> None:
+    def hold(self, row: Any, claim_sent: float) -> None:
         """Hold a claimed job (its lease is ours from now) and buffer it; it starts when a slot is free."""
         stale = self.running.get(row["id"])
         if stale is not None:
@@ -549,10 +424,10 @@ class Worker:
         try:
             outcome = await self.executor.execute(job)
         finally:
-            if self.running.get(job.id) is job:  # not a newer attempt of the same job (see _start)
+            if self.running.get(job.id) is job:  # not a newer attempt of the same job (see hold)
                 del self.running[job.id]
-            self._fill_slots()
-            self._slot_freed.set()
+            self.fill_slots()
+            self.slot_freed.set()
             job.cancel_event.set()  # wakes nothing further; makes late ctx.sleep calls return at once
         duration = time.monotonic() - job.started
         metrics.by_type(metrics.DURATION, job.row["type"]).observe(duration)

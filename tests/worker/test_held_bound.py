@@ -1,4 +1,4 @@
-"""The jobs a worker holds stay bounded when its completer falls behind (app/worker/runner.py,
+"""The jobs a worker holds stay bounded when its completer falls behind (app/worker/claim_loop.py,
 ``UNRECORDED_MAX``): finished jobs waiting for their outcome to be recorded count against what the claim
 loop takes, so a slow completer slows the claims instead of letting the worker hold (and renew the leases
 of) an ever-growing set of finished jobs. Seen in ``bench/scale.py`` at 500 slots: 290,000 held jobs and
@@ -14,7 +14,7 @@ import pytest
 
 from app.jobs import queue
 from app.jobs.queue import NewJob
-from app.worker import runner
+from app.worker import claim_loop
 from app.worker.completer import Completer
 from tests.support.factories import TestUser
 from tests.support.workers import running_worker, wait_until
@@ -40,7 +40,7 @@ async def test_a_stalled_completer_stops_the_claims_and_they_resume_when_it_reco
         return await write(self, batch)
 
     monkeypatch.setattr(Completer, "write", stalled_write)
-    monkeypatch.setattr(runner, "UNRECORDED_MAX", UNRECORDED, raising=False)
+    monkeypatch.setattr(claim_loop, "UNRECORDED_MAX", UNRECORDED)
     bound = SLOTS + SLOTS + UNRECORDED  # slots, buffer, outcomes waiting for the completer
 
     async def in_progress() -> int:

@@ -1,0 +1,152 @@
+"""The claim loop: when a worker claims, how many jobs it asks for, and how it waits in between.
+
+As soon as a slot frees, one claim takes as many due jobs as there are free slots plus room in the small
+buffer of claimed jobs ahead of the slots (:mod:`app.worker.buffer`, at most one per slot), from which a
+freed slot starts its next job without a round trip. Up to :data:`CLAIMS_IN_FLIGHT` claims are on their
+way at once, each asking only for room the others have not asked for. After a short claim the loop sleeps
+until a NOTIFY, the next scheduled ``run_at``, or the poll interval (``JOB_PROCESSOR_POLL_INTERVAL``,
+only the fallback); while a limit held jobs back, until an outcome recorded here lifts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from app.db import is_transient
+from app.worker.completer import COMPLETER_BATCH
+from app.worker.faults import first_line
+
+if TYPE_CHECKING:
+    from app.worker.runner import Worker
+
+CLAIMS_IN_FLIGHT = 2
+"""Claims a worker may have on their way at once. With one, a worker whose jobs are short runs at most
+one claim's worth of jobs per round trip, its slots empty while it waits; the buffer's bound (at most one
+claimed job per slot waiting) holds however many claims fly, since each asks only for room not yet asked
+for."""
+
+UNRECORDED_MAX = COMPLETER_BATCH
+"""Finished jobs that may wait for the completer before the claim loop takes fewer. Unbounded, a completer
+that fell behind let the claims run on (``bench/scale.py``, 500 slots: 290,000 held jobs, 1.5 GB), and
+renewing all those leases in one transaction held up the very completions it waited for."""
+
+CLAIM_RETRY_FIRST_SECS = 0.2
+"""First wait after a claim failed because the database is unreachable (doubled up to the poll interval
+or 5 s)."""
+
+
+async def claim_loop(worker: Worker) -> None:
+    """Claim whenever there is room, with up to :data:`CLAIMS_IN_FLIGHT` claims on their way at once
+    (each asks only for room the others have not asked for), until :meth:`Worker.stop`."""
+    flying: dict[asyncio.Task[tuple[int, float | None]], int] = {}
+    """Claims on their way, and how many jobs each asked for."""
+    try:
+        await _claim_until_stopped(worker, flying)
+    finally:
+        # Whatever a claim on its way brings is ours: let it arrive, so that its jobs are buffered and
+        # handed back by the drain rather than left to the rescue.
+        if flying:
+            await asyncio.gather(*flying, return_exceptions=True)
+            worker.start_side_tasks()  # a first claim's jobs may be running: their logs need the writer
+
+
+async def _claim_until_stopped(
+    worker: Worker, flying: dict[asyncio.Task[tuple[int, float | None]], int]
+) -> None:
+    poll = worker.settings.job_processor_poll_interval
+    error_delay = CLAIM_RETRY_FIRST_SECS
+    most = worker.concurrency + worker.buffer.capacity + UNRECORDED_MAX  # jobs held at most
+    while not worker.stopping:
+        worker.fill_slots()
+        free = worker.free_slots() - sum(flying.values())
+        # A slot held by a task that ignored its cancel frees at an unknown time: no job waits for it.
+        room = max(
+            0,
+            min(
+                worker.buffer.room(),
+                worker.buffer.capacity - len(worker.executor.lingering) - len(worker.buffer),
+            ),
+        )
+        # Held jobs (buffered, running, finished but not recorded) stay within the slots, the buffer
+        # and UNRECORDED_MAX, however far behind the completer is.
+        bound = most - len(worker.held) - sum(flying.values())
+        behind = bound < free + room
+        want = max(0, min(free + room, bound))
+        if len(flying) < CLAIMS_IN_FLIGHT and want >= (
+            1 if free > 0 else max(1, worker.buffer.capacity // 2)
+        ):
+            worker.woken.clear()  # a NOTIFY from now on is for a later claim than this one
+            worker.completer.recorded.clear()  # an outcome recorded during the claim may lift a limit
+            task = asyncio.create_task(_claim_and_start(worker, want), name=f"{worker.id}:claim")
+            flying[task] = want
+            continue
+        # Every slot busy (or asked for) and the buffer mostly full: wait for a slot or a claim.
+        worker.slot_freed.clear()
+        waits = {asyncio.ensure_future(worker.slot_freed.wait())}
+        if behind:  # and for the completer, whose next recorded batch makes room
+            worker.completer.recorded.clear()
+            waits.add(asyncio.ensure_future(worker.completer.recorded.wait()))
+        try:
+            await asyncio.wait({*waits, *flying}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        for task in [t for t in flying if t.done()]:
+            worker.start_side_tasks()  # the first claim's answer is in (see Worker.run)
+            asked = flying.pop(task)
+            try:
+                claimed, next_due = task.result()
+                error_delay = CLAIM_RETRY_FIRST_SECS
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                worker.log.warning(
+                    "claim failed: database unavailable", error=first_line(exc), retry_in_secs=error_delay
+                )
+                await worker.sleep(error_delay)
+                error_delay = min(error_delay * 2, max(poll, 5.0))
+                continue
+            if claimed >= asked or flying:
+                # A full batch: the next claim goes out as soon as there is room (the jobs just
+                # started run meanwhile). A short one with another claim still on its way: that one
+                # says whether there is more.
+                continue
+            await _idle(worker, claimed, next_due)
+
+
+async def _idle(worker: Worker, claimed: int, next_due: float | None) -> None:
+    """After a short claim: sleep until a NOTIFY, the next due job, the poll interval, or (when a limit
+    held jobs back) an outcome recorded here."""
+    poll = worker.settings.job_processor_poll_interval
+    timeout = poll if next_due is None else max(0.0, min(poll, next_due))
+    if worker.claimer.held_back:
+        # Claimable jobs were left behind by a limit: an outcome recorded here (or the per-minute
+        # window moving on) lifts it, so wait for that rather than a whole poll interval.
+        timeout = worker.claimer.sleep_limit(timeout)
+    if worker.debug:
+        worker.log.debug("poll", claimed=claimed, free=worker.free_slots(), sleep_secs=round(timeout, 3))
+    await worker.sleep(timeout, finished=bool(worker.claimer.held_back))
+
+
+async def _claim_and_start(worker: Worker, want: int) -> tuple[int, float | None]:
+    """Claim up to ``want`` jobs and start them; returns how many were claimed and, when fewer than
+    ``want``, the seconds until the next scheduled job is due (``None``: nothing scheduled)."""
+    sent = time.monotonic()  # the leases start no earlier than this, by our clock
+    rows = await worker.claimer.claim(want)
+    if time.monotonic() - sent >= worker.lease_secs - worker.leases.margin:
+        # The answer came too late to run these safely (the loop was blocked while it waited): their
+        # leases may be running out already. The rescue gives them to a worker in time.
+        worker.log.warning(
+            "claimed jobs arrived too late to run; leaving them to the rescue", count=len(rows)
+        )
+        return len(rows), None
+    for row in rows:  # start at once: the lookup below must not delay them (latency)
+        worker.hold(row, sent)
+    worker.fill_slots()
+    if rows and worker.debug:
+        worker.log.debug("claimed", count=len(rows), ids=[str(r["id"]) for r in rows])
+    if len(rows) >= want:
+        return len(rows), None
+    return len(rows), await worker.claimer.seconds_until_next_due()
