@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from app import localtime
 from app.errors import BadInput
+from app.formatting import known_zone
 
 if TYPE_CHECKING:
     from croniter import croniter
@@ -28,6 +29,23 @@ def zone(name: str) -> ZoneInfo:
         raise BadInput.field(
             "timezone", f"unknown time zone {name[:60]!r}; use a name like Europe/Berlin or UTC"
         ) from None
+
+
+def check_zone(name: str) -> ZoneInfo:
+    """The zone a new or changed schedule is read in: one of the IANA zones the pickers offer
+    (:func:`app.formatting.known_zone`). zoneinfo also opens files of the zone database that are no
+    place (``localtime``, the host's own zone, which differs between the hosts that fire schedules;
+    ``right/…``, whose clocks count leap seconds and fire 27 seconds early; ``posix/…``, ``Factory``).
+    Schedules already stored are read with :func:`zone`.
+
+    Raises:
+        BadInput: (``timezone``) any other name.
+    """
+    if known_zone(name) is None:
+        raise BadInput.field(
+            "timezone", f"unknown time zone {name[:60]!r}; use a name like Europe/Berlin or UTC"
+        )
+    return zone(name)
 
 
 _CRON_ERRORS = (ValueError, KeyError)

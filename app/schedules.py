@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from uuid_utils.compat import uuid7
 
 from app import pipelines, quotas
-from app.cron import check_cron, fire_times, fired_title, next_fire, zone
+from app.cron import check_cron, check_zone, fire_times, fired_title, next_fire
 from app.errors import BadInput, Conflict, NotFound
 from app.jobs import outbox, queue
 from app.jobs.payload import check_input, json_text
@@ -126,7 +126,7 @@ def check_schedule(
     out: dict[str, Any] = {}
     for key, check in (
         ("cron", lambda: check_cron(cron)),
-        ("zone", lambda: zone(timezone)),
+        ("zone", lambda: check_zone(timezone)),
         (
             "values",
             lambda: _validate_target(job_type, template, {} if input_data is None else input_data, settings),

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import re
-import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
@@ -164,15 +164,25 @@ def _csv_rows(data: bytes) -> Iterator[tuple[int, list[Any]]]:
 def _xlsx_rows(data: bytes) -> Iterator[tuple[int, list[Any]]]:
     from openpyxl import load_workbook  # imported here: only spreadsheet uploads need it
 
+    # openpyxl reads the workbook's XML parts as it meets them, and a damaged or unusual one fails in
+    # whatever way its code happens to (ParseError, ValueError, AttributeError on a chart sheet first):
+    # any failure while opening or reading is the file's, and said so.
     try:
         book = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
-    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
+    except Exception as exc:
         raise _unreadable(f"not a valid XLSX workbook ({type(exc).__name__})") from None
     try:
         sheet = book.worksheets[0] if book.worksheets else None
         if sheet is None:
             return
-        for number, cells in enumerate(sheet.iter_rows(values_only=True, max_col=MAX_COLUMNS + 1), start=1):
+        rows = sheet.iter_rows(values_only=True, max_col=MAX_COLUMNS + 1)
+        for number in itertools.count(1):
+            try:
+                cells = next(rows, None)
+            except Exception as exc:
+                raise _unreadable(f"row {number} is damaged ({type(exc).__name__})") from None
+            if cells is None:
+                return
             yield number, list(cells)
     finally:
         book.close()

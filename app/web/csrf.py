@@ -35,6 +35,7 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from litestar.utils.scope.state import ScopeState
 
 from app.auth import session_hash_of
+from app.web.input_guard import read_form
 
 COOKIE_NAME = "csrftoken"
 HEADER_NAME = "x-csrftoken"
@@ -163,5 +164,5 @@ async def _form_token(scope: Scope, receive: Receive) -> str | None:
     content_type, _ = request.content_type
     if content_type not in (RequestEncodingType.URL_ENCODED, RequestEncodingType.MULTI_PART):
         return None
-    value = (await request.form()).get(FORM_FIELD)
+    value = (await read_form(request)).get(FORM_FIELD)
     return value if isinstance(value, str) else None

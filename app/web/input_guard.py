@@ -5,6 +5,10 @@ whose ``errors`` name the field.
   multipart form field (name, value, or an uploaded file's name). PostgreSQL text cannot hold a NUL,
   and a lone surrogate cannot be encoded, so either would otherwise fail deep inside a query — as a 500,
   or as a 422 that cannot say which field was wrong.
+* A multipart form field that is not text: bytes that are not UTF-8 (or not the ``charset`` its part
+  names, or a ``charset`` Python does not know), which is also what a file sent without a file name is.
+  The form parser decodes every part without one as text and would fail with a 500; this is a 422
+  naming the form.
 * A JSON body nested deeper than :data:`MAX_JSON_DEPTH` levels. Decoding — and every walk over the
   value after it — recurses once per level, and Python's stack gives out near 1,000 levels.
 
@@ -37,6 +41,9 @@ MAX_JSON_DEPTH = 100
 
 NUL_MESSAGE = "contains a NUL character, which cannot be stored; remove it"
 SURROGATE_MESSAGE = "contains a lone surrogate, which is not valid text; remove it"
+UNREADABLE_FORM_MESSAGE = (
+    "a field is not UTF-8 text (a file must be sent with its file name); nothing was saved"
+)
 DEPTH_MESSAGE = f"the JSON is nested more than {MAX_JSON_DEPTH} levels deep; flatten it"
 
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
@@ -98,6 +105,19 @@ def check_form(items: list[tuple[str, Any]]) -> None:
             raise BadInput.field(_field_name(name), problem)
 
 
+async def read_form(request: Any) -> Any:
+    """The request's form, parsed once for the whole request (the CSRF check, this guard and the handler
+    share it).
+
+    Raises:
+        BadInput: (``form``) a field that is not text in its part's character set.
+    """
+    try:
+        return await request.form()
+    except (UnicodeDecodeError, LookupError):  # LookupError: a charset Python does not know
+        raise BadInput.field("form", UNREADABLE_FORM_MESSAGE) from None
+
+
 def json_depth(body: bytes, stop_at: int = MAX_JSON_DEPTH) -> int:
     """How deeply arrays and objects nest in the JSON text ``body`` (brackets inside strings do not
     count); stops counting once past ``stop_at``. Linear in the body's size, without recursion."""
@@ -135,8 +155,11 @@ class InputGuardMiddleware(ASGIMiddleware):
             request: Any = scope["litestar_app"].request_class(scope=scope, receive=receive)
             content_type, _ = request.content_type
             if content_type in (RequestEncodingType.URL_ENCODED, RequestEncodingType.MULTI_PART):
+                # Parsed here even for a handler that checks its own fields, so that it never meets a
+                # form that cannot be read.
+                form = await read_form(request)
                 if not _checks_own_form(scope):
-                    check_form(list((await request.form()).multi_items()))
+                    check_form(list(form.multi_items()))
             elif _is_json(content_type) and json_depth(await request.body()) > MAX_JSON_DEPTH:
                 raise BadInput.field("body", DEPTH_MESSAGE)
         await next_app(scope, receive, send)

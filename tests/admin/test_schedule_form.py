@@ -101,6 +101,31 @@ async def test_patch_api_goes_through_the_same_action(
     assert await pg.fetchval("SELECT count(*) FROM audit_log WHERE action = 'schedule.update'") == 1
 
 
+async def test_a_zone_file_that_is_no_place_is_refused_for_a_schedule_on_the_api_and_the_page(
+    client: AsyncTestClient,
+    admin: CurrentUser,
+    engine: AsyncEngine,
+    ui_settings: Settings,
+    db_url: str,
+    pg: asyncpg.Connection,
+) -> None:
+    """``localtime`` is the zone of whichever host fires the schedule; ``right/UTC`` fires 27 seconds
+    early; neither is offered by the zone picker, and the account page refuses them already."""
+    sid = await _schedule(engine, admin, ui_settings)
+    headers = {"Authorization": f"Bearer {await add_token(db_url, admin.id)}"}
+    for name in ("localtime", "right/UTC", "posix/Europe/Berlin", "Factory"):
+        created = await client.post(
+            "/api/schedules", json={"cron": "0 9 * * *", "type": "noop", "timezone": name}, headers=headers
+        )
+        assert created.status_code == 422 and "timezone" in created.json()["errors"], (name, created.text)
+        changed = await client.patch(f"/api/schedules/{sid}", json={"timezone": name}, headers=headers)
+        assert changed.status_code == 422 and "timezone" in changed.json()["errors"], (name, changed.text)
+        page = await post(client, f"/admin/schedules/{sid}/edit", {"_cron": "0 9 * * *", "_timezone": name})
+        assert page.status_code == 422 and 'id="e-_timezone"' in page.text, name
+    assert await pg.fetchval("SELECT count(*) FROM schedules") == 1
+    assert await pg.fetchval("SELECT timezone FROM schedules") == "Europe/Berlin"
+
+
 # --- creating: the target's own form ----------------------------------------------------------------------
 
 

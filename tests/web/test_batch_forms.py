@@ -215,6 +215,63 @@ async def test_an_unreadable_sheet_and_another_persons_sheet_id_are_refused(
     assert other.status_code == 422 and "Upload it again" in other.text
 
 
+def _damaged_workbooks() -> dict[str, bytes]:
+    """XLSX files openpyxl cannot read, each failing in its own way."""
+    import zipfile
+
+    from openpyxl import Workbook
+
+    def saved(book: Any) -> bytes:
+        out = io.BytesIO()
+        book.save(out)
+        return out.getvalue()
+
+    plain = Workbook()
+    plain.active.append(["url"])  # type: ignore[union-attr]
+    plain.active.append(["http://a/"])  # type: ignore[union-attr]
+
+    def patched(part: str, change: Any) -> bytes:
+        src, out = zipfile.ZipFile(io.BytesIO(saved(plain))), io.BytesIO()
+        with zipfile.ZipFile(out, "w") as dst:
+            for item in src.infolist():
+                data = src.read(item.filename)
+                dst.writestr(item, change(data) if item.filename == part else data)
+        return out.getvalue()
+
+    charts = Workbook()
+    charts.create_chartsheet(index=0)
+    return {
+        "a sheet that is not XML": patched("xl/worksheets/sheet1.xml", lambda d: b"<not xml"),  # ParseError
+        "a cell beyond column ZZZ": patched(
+            "xl/worksheets/sheet1.xml", lambda d: d.replace(b'r="A1"', b'r="ZZZZZZ1"')
+        ),  # ValueError, while reading its rows
+        "a chart sheet first": saved(charts),  # AttributeError
+    }
+
+
+async def test_a_damaged_workbook_is_an_error_next_to_the_file_on_upload_and_on_start_not_a_500(
+    client: AsyncTestClient, db_url: str
+) -> None:
+    from tests.support.webkit import add_token
+
+    ann = await sign_in_as(client, db_url, "ann@example.com")
+    bearer = {"Authorization": f"Bearer {await add_token(db_url, ann.id)}"}
+    token = csrf_from((await client.get("/batches/new/http.request")).text)
+    for why, data in _damaged_workbooks().items():
+        uploaded = await client.post(
+            "/batches/new/http.request", data={"_csrf_token": token}, files=_post_file("book.xlsx", data)
+        )
+        assert uploaded.status_code == 422, (why, uploaded.status_code)
+        assert "cannot be read as a spreadsheet" in uploaded.text, why
+        # the same file stored another way (the files API) and named by the start form
+        stored = await client.post("/api/files", files={"file": ("book.xlsx", data)}, headers=bearer)
+        assert stored.status_code == 201, stored.text
+        start = {"_csrf_token": token, "sheet_id": stored.json()["id"], "map.url": "0"}
+        started = await client.post("/batches/new/http.request", data=start)
+        assert started.status_code == 422, (why, started.status_code)
+        assert "cannot be read as a spreadsheet" in started.text, why
+
+
 async def test_many_files_dropped_on_a_file_field_start_one_job_each(
     client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
 ) -> None:

@@ -243,3 +243,42 @@ async def test_an_api_user_id_beyond_int4_is_a_422_naming_it(walk: Walk) -> None
 async def test_unknown_ids_in_paths_are_404_not_500(walk: Walk) -> None:
     for url in ("/jobs/" + str(uuid.uuid4()), "/jobs/%00", "/pipelines/%00", "/files/%00"):
         assert (await walk.client.get(url)).status_code == 404, url
+
+
+def _multipart(header: bytes, data: bytes) -> tuple[bytes, dict[str, str]]:
+    body = b"--XyZ\r\n" + header + b"\r\n\r\n" + data + b"\r\n--XyZ--\r\n"
+    return body, {"content-type": "multipart/form-data; boundary=XyZ"}
+
+
+UNREADABLE_PARTS = {
+    "Latin-1 text": (b'Content-Disposition: form-data; name="title"', b"caf\xe9"),
+    "a file without a file name": (
+        b'Content-Disposition: form-data; name="file"; filename=""\r\nContent-Type: image/png',
+        b"\x89PNG\r\n",
+    ),
+    "an unknown charset": (
+        b'Content-Disposition: form-data; name="title"\r\nContent-Type: text/plain; charset=bogus',
+        b"x",
+    ),
+}
+
+
+@pytest.mark.parametrize("part", UNREADABLE_PARTS, ids=list(UNREADABLE_PARTS))
+async def test_a_multipart_field_that_is_not_text_is_a_422_on_every_path_not_a_500(
+    walk: Walk, part: str
+) -> None:
+    body, headers = _multipart(*UNREADABLE_PARTS[part])
+    token = {"x-csrftoken": csrf_from((await walk.client.get("/jobs")).text)}
+    for url, extra in (
+        ("/api/files", walk.bearer),  # the JSON API, by token
+        ("/api/jobs", walk.bearer),
+        ("/jobs/new/noop", token),  # forms, the CSRF token in the header (so the CSRF check reads no form)
+        ("/batches/new/noop", token),
+        ("/admin/users", token),  # forms that check their own fields
+        ("/admin/schedules/new", token),
+        ("/jobs/new/noop", {}),  # the CSRF check looks for its token in the form
+        ("/login", {}),
+    ):
+        r = await walk.client.post(url, content=body, headers={**headers, **extra})
+        assert r.status_code == 422, (url, r.status_code, r.text[:300])
+        assert "not UTF-8 text" in r.text, (url, r.text[:300])
