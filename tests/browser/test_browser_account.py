@@ -16,6 +16,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from app.db import asyncpg_dsn
 from tests.support.browser import BROWSER_MARKS, Watch, answer_confirm, no_horizontal_scroll
@@ -87,7 +88,7 @@ def test_account_page_flows_in_copenhagen(
         page.wait_for_selector("#secret-value")
         token = page.inner_text("#secret-value").strip()
         page.click("#copy-secret")
-        page.wait_for_function("document.getElementById('secret-value-copied').textContent.length > 0")
+        expect(page.locator("#secret-value-copied")).not_to_be_empty()
         assert page.inner_text("#secret-value-copied") == "Copied."
         assert page.evaluate("navigator.clipboard.readText()") == token
         row = page.locator("#token-table tbody tr").first

@@ -20,6 +20,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from app.db import asyncpg_dsn
 from app.jobs.queue import new_id
@@ -208,10 +209,7 @@ def test_admin_jobs_reads_at_a_glance_with_dialogs_and_flash(
     page.click("#bulk-confirm-button")
     page.wait_for_selector("#bulk-outcome")
     for jid in others:
-        page.wait_for_function(
-            "id => (document.querySelector('#row-' + id + ' .status-cell') || {}).textContent.includes('Cancelled')",
-            arg=jid,
-        )
+        expect(page.locator(f"#row-{jid} .status-cell")).to_contain_text("Cancelled")
 
     # notices come from actions only: crafted links show nothing
     for path in ("/admin/jobs?done=All+jobs+deleted", "/admin?notice=All+jobs+deleted&done=All+jobs+deleted"):
@@ -237,7 +235,7 @@ def test_admin_jobs_reads_at_a_glance_with_dialogs_and_flash(
     page.fill("#s-name", "Nightly webhook")
     page.fill("#s-timezone", "Europe/Berlin")
     page.fill("#s-cron", "30 2 * * *")
-    page.wait_for_function("() => document.querySelectorAll('#fire-times li').length === 5")
+    expect(page.locator("#fire-times li")).to_have_count(5)
     page.fill("#s-cron", "99 * * * *")
     page.fill("#f-url", "not a web address")
     page.click("#save-schedule")

@@ -19,6 +19,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from playwright.sync_api import expect
 
 from app.db import asyncpg_dsn
 from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll
@@ -102,10 +103,7 @@ def test_a_spreadsheet_becomes_a_batch_that_runs_to_done(
 
     # the page counts its rows to Done by polling, without a reload
     page.wait_for_selector("#batch-status .batch-counts li[data-status=completed]", timeout=60_000)
-    page.wait_for_function(
-        "document.querySelector('#batch-percent') && document.querySelector('#batch-percent').textContent === '100%'",
-        timeout=60_000,
-    )
+    expect(page.locator("#batch-percent")).to_have_text("100%", timeout=60_000)
     assert page.url == batch_url
     assert page.locator(".batch-counts li[data-status=completed] strong").inner_text() == "4"
     assert page.locator("#retry-failed").count() == 0

@@ -110,3 +110,16 @@ def test_polling_pauses_while_the_tab_is_hidden(db_url: str, tmp_path: Path) -> 
             assert len([t for t in polls if t >= shown]) >= 3  # and polling resumed
         finally:
             browser.close()
+
+
+def test_no_browser_test_waits_with_a_predicate_evaluated_in_the_page() -> None:
+    """``wait_for_function`` re-evaluates its predicate inside the page, which our CSP refuses on some
+    Playwright versions: a test that uses it passes or fails with the installed version. Tests wait
+    with locator assertions (``expect``) or ``tests.support.browser.wait_until`` instead."""
+    tests = Path(__file__).resolve().parents[1]
+    users = [
+        str(path.relative_to(tests))
+        for path in tests.rglob("*.py")
+        if path != Path(__file__).resolve() and "wait_for_function(" in path.read_text()
+    ]
+    assert users == [], f"wait_for_function in {users}: use expect(...) or wait_until(...)"

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.browser import BROWSER_MARKS, Watch, answer_confirm, no_horizontal_scroll
+from tests.support.browser import BROWSER_MARKS, Watch, answer_confirm, no_horizontal_scroll, wait_until
 from tests.support.procs import EXAMPLES
 from tests.support.webkit import FORMS_ENV, PASSWORD, add_user, running_server
 
@@ -65,9 +65,10 @@ def shown(page: Any, selector: str) -> None:
     pictures = page.locator(selector)
     for n in range(pictures.count()):
         pictures.nth(n).scroll_into_view_if_needed()
-    page.wait_for_function(
+    wait_until(
+        page,
         f"[...document.querySelectorAll({selector!r})].every(i => i.complete && i.naturalWidth > 0)",
-        timeout=WAIT,
+        WAIT,
     )
 
 

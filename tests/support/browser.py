@@ -3,6 +3,7 @@ script errors and alert() dialogs (an XSS payload that runs)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,20 @@ class Watch:
         # either a payload running or a confirm() that slipped back in
         self.alerts.append(f"{dialog.type}: {dialog.message}")
         dialog.dismiss()
+
+
+def wait_until(page: Any, expression: str, timeout_ms: float = 30_000) -> None:
+    """Wait until the JavaScript ``expression`` is true on ``page``, checking it every 100 ms.
+
+    Not ``page.wait_for_function``: our pages' Content-Security-Policy has no 'unsafe-eval', and
+    Playwright re-evaluates that predicate from a string inside the page, which the policy refuses
+    (an EvalError, depending on Playwright's version and on whether the first check passed). Each
+    ``page.evaluate`` is a fresh evaluation from outside the page, which the policy allows."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while not page.evaluate(expression):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still false after {timeout_ms / 1000:g} s: {expression}")
+        time.sleep(0.1)
 
 
 def no_horizontal_scroll(page: Any) -> bool:
