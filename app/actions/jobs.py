@@ -23,7 +23,7 @@ from app import callbacks
 from app.actions import access, quotas
 from app.actions.files import check_file_kinds
 from app.actions.trail import Actor, record_by_owner, record_done, record_refused
-from app.errors import BadInput, Conflict, Forbidden, NotFound
+from app.errors import BadInput, Conflict, Forbidden, NotFound, RateLimited
 from app.jobs import naming, queue
 from app.jobs.decisions import Decision, decision_words
 from app.jobs.queue import Enqueued, NewJob
@@ -177,7 +177,16 @@ async def submit(
     # One job without a key is checked against the limits in its own insert; a repeat of a key adds
     # nothing and is not refused for the waiting limit, so a keyed job is checked around its insert.
     guard = quotas.submit_guard(actor.user, actor.settings) if new.idempotency_key is None else None
-    counted = None if guard is not None else await quotas.before_submit(db, actor.user, actor.settings)
+    try:
+        counted = None if guard is not None else await quotas.before_submit(db, actor.user, actor.settings)
+    except RateLimited:
+        # A repeat of a key answers with the job the key made, limit or not: a client that lost the first
+        # answer retries with the same key, and a double click repeats a form's key.
+        key = new.idempotency_key
+        existing = await queue.job_by_key(db, new.user_id, key) if key is not None else None
+        if existing is None:
+            raise
+        return Enqueued(job=existing, created=False)
     target = _alone(db, counted, checked_tags, url) or db
     result = await queue.enqueue(target, new, actor.settings, guard=guard)
     if result.created:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -366,3 +367,28 @@ async def test_limits_beyond_a_32_bit_integer_work_like_any_other(scene_of: Any)
     assert (await s.client.post("/api/jobs", json=keyed, headers=s.user)).status_code == 201
     assert (await s.client.post("/api/pipelines", json=steps(3), headers=s.user)).status_code == 201
     assert await s.pg.fetchval("SELECT count(*) FROM jobs WHERE user_id = $1", s.user_id) == 5
+
+
+async def test_a_repeated_key_answers_with_its_job_at_the_per_minute_limit(scene_of: Any) -> None:
+    """A client that lost the answer retries with the same key, and a double click repeats the form's key:
+    the limit counts the first submission only, so the repeat gets the job it made, not a 429."""
+    s = await scene_of(user_max_jobs_per_minute=2)
+    first = await s.client.post("/api/jobs", json=job(1, idempotency_key="k-1"), headers=s.user)
+    assert first.status_code == 201, first.text
+    await login(s.client, "ann@example.com")
+    page = await s.client.get("/jobs/new/test.step")
+    key = re.search(r'name="_form_key" value="([^"]+)"', page.text)
+    assert key is not None, "the job form carries a one-time key"
+    form = {"label": "x", "seconds": "0", "_csrf_token": csrf_from(page.text), "_form_key": key[1]}
+    made = await s.client.post("/jobs/new/test.step", data=form, follow_redirects=False)
+    assert made.status_code == 303, made.text
+    # the limit is reached: a new submission is refused, a repeat of either key is not
+    assert_limited(await s.client.post("/api/jobs", json=job(2, idempotency_key="k-2"), headers=s.user))
+    again = await s.client.post("/api/jobs", json=job(1, idempotency_key="k-1"), headers=s.user)
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"], again.text
+    twice = await s.client.post("/jobs/new/test.step", data=form, follow_redirects=False)
+    assert twice.status_code == 303 and twice.headers["location"] == made.headers["location"]
+    # the same key with other input is a new submission, and the limit refuses it
+    changed = await s.client.post("/jobs/new/test.step", data={**form, "label": "y"}, follow_redirects=False)
+    assert changed.status_code == 429, changed.text
+    assert await s.pg.fetchval("SELECT count(*) FROM jobs WHERE user_id = $1", s.user_id) == 2

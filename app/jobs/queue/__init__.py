@@ -132,6 +132,7 @@ from app.jobs.queue.new_jobs import (
     enqueue,
     enqueue_many,
     insert_edges,
+    job_by_key,
     lock_parents,
     prepare,
 )
@@ -257,6 +258,7 @@ __all__ = [
     "enqueue",
     "INSERT_MANY",
     "enqueue_many",
+    "job_by_key",
     "CLAIM_COLUMNS",
     "CLAIMABLE",
     "NOT_CONTROLLED",

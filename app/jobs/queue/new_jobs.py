@@ -332,6 +332,13 @@ GET_BY_IDEMPOTENCY_KEY = sql(
 _GUARDED: dict[tuple[str, bool], Any] = {}
 
 
+async def job_by_key(db: AsyncConnection | AsyncSession, user_id: int, key: str) -> JobRow | None:
+    """The job ``user_id`` created with idempotency key ``key``, if any (what a repeat of the key gets)."""
+    conn = await conn_of(db)
+    row = (await conn.execute(GET_BY_IDEMPOTENCY_KEY, {"user_id": user_id, "key": key})).mappings().first()
+    return job_row(row) if row is not None else None
+
+
 def _insert_statement(job: NewJob, guard: Guard | None) -> Any:
     """The insert for ``job`` (with ``ON CONFLICT`` only for a job with an idempotency key), its guard
     in it; each guarded statement is made once, so that its compiled form and prepared plan are kept."""
@@ -431,10 +438,9 @@ async def _insert_one(
     statement = _insert_statement(job, guard)
     row = _inserted((await conn.execute(statement, inserted)).mappings().all(), guard)
     if row is None:
-        key = {"user_id": job.user_id, "key": job.idempotency_key}
-        existing = (await conn.execute(GET_BY_IDEMPOTENCY_KEY, key)).mappings().first()
+        existing = await job_by_key(conn, job.user_id, job.idempotency_key or "")
         assert existing is not None, "ON CONFLICT without an existing row"
-        return Enqueued(job=job_row(existing), created=False)
+        return Enqueued(job=existing, created=False)
     if job.depends_on:
         await insert_edges(conn, [(job.id, d) for d in job.depends_on])
         if pending == 0:
