@@ -35,7 +35,7 @@ from app.errors import BadInput, Conflict, NotFound
 from app.jobs import outbox, queue
 from app.jobs.payload import check_input, json_text
 from app.jobs.queue import NewJob, SystemPrincipal
-from app.jobs.types import may_submit, refusal, registry
+from app.jobs.types import file_refs, may_submit, refusal, registry
 from app.settings import Settings
 
 
@@ -142,6 +142,26 @@ def check_schedule(
     return out["cron"], out["values"]
 
 
+async def _check_files(
+    conn: AsyncConnection, job_type: str | None, template: str | None, values: dict[str, Any], owner_id: int
+) -> None:
+    """Every file the target's input names must be the owner's, as when the owner submits it: otherwise
+    a schedule would be accepted and fail at each firing, and an admin could point a person's schedule
+    at another person's file.
+
+    Raises:
+        BadInput: ``input_data.<field>`` → "no such file (<id>); upload it first".
+    """
+    if job_type is not None:
+        spec = registry.get(job_type)
+        model = spec.input_model if spec is not None else None
+    else:
+        tpl = pipelines.get_template(template or "")
+        model = tpl.input_model if tpl is not None else None
+    if model is not None:
+        await queue.check_file_owners(conn, [(owner_id, path, fid) for path, fid in file_refs(model, values)])
+
+
 async def create_schedule(
     db: AsyncConnection | AsyncSession,
     *,
@@ -161,7 +181,8 @@ async def create_schedule(
     schedule whose name is taken is refused, never overwritten.
 
     Raises:
-        BadInput: invalid cron, time zone, target or input — each naming its field.
+        BadInput: invalid cron, time zone, target or input — each naming its field — or a file in the
+        input that is not the owner's.
     """
     cron, values = check_schedule(cron, timezone, job_type, template, input_data, settings)
     name = (name or "").strip() or f"{job_type or template} at {cron} ({timezone})"
@@ -181,6 +202,7 @@ async def create_schedule(
         "source": source,
     }
     conn = await queue.conn_of(db)
+    await _check_files(conn, job_type, template, values, owner.id)
     params["next_fire_at"] = next_fire(cron, timezone, await db_now(conn)) if enabled else None
     row = (await conn.execute(INSERT_SCHEDULE, params)).mappings().first()
     if row is None:
@@ -209,6 +231,7 @@ async def update_schedule(
     cron, values = check_schedule(
         cron, timezone, before["job_type"], before["template"], input_data, settings
     )
+    await _check_files(conn, before["job_type"], before["template"], values, before["user_id"])
     nxt = next_fire(cron, timezone, await db_now(conn)) if enabled else None
     after = (
         (

@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from app import pipelines
+from app.actions import schedules as schedule_actions
 from app.errors import BadInput
 from app.files import FileStore
 from app.jobs import queue
@@ -262,6 +263,53 @@ async def test_a_submission_may_only_name_the_submitters_files(settings, engine,
                 conn, "photo_batch", {"images": [fid]}, user_id=other.id, settings=settings
             )
     assert "input_data.images[0]" in err.value.errors
+    # a schedule's jobs are submissions of its owner: refused when made or changed, not at each firing
+    for target, field in (
+        ({"job_type": "images.thumbnail"}, "image"),
+        ({"template": "photo_batch"}, "images"),
+    ):
+        data = {field: fid if field == "image" else [fid]}
+        for user in (other, admin):
+            async with engine.begin() as conn:
+                with pytest.raises(BadInput) as err:
+                    await schedule_actions.create_schedule(
+                        conn,
+                        admin,
+                        cron="0 3 * * *",
+                        input_data=data,
+                        owner_email=user.email,
+                        settings=settings,
+                        **target,
+                    )
+            assert (
+                "upload it first"
+                in err.value.errors[f"input_data.{field}" + ("" if field == "image" else "[0]")]
+            )
+        async with engine.begin() as conn:
+            mine = await schedule_actions.create_schedule(
+                conn,
+                admin,
+                cron="0 3 * * *",
+                input_data=data,
+                owner_email=owner.email,
+                settings=settings,
+                **target,
+            )
+        theirs = await upload(engine, settings, other.id, path=EXAMPLES / "images" / "horse.png")
+        async with engine.begin() as conn:
+            with pytest.raises(BadInput, match="upload it first"):
+                await schedule_actions.update_schedule(
+                    conn,
+                    admin,
+                    mine["id"],
+                    cron="0 4 * * *",
+                    timezone="UTC",
+                    enabled=True,
+                    settings=settings,
+                    input_data={field: theirs if field == "image" else [theirs]},
+                )
+    assert await pg.fetchval("SELECT count(*) FROM schedules") == 2
+    assert await pg.fetchval("SELECT count(*) FROM schedules WHERE cron <> '0 3 * * *'") == 0
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
     await submit(owner, "images.contact_sheet", {"images": [fid]})
     await submit(owner, "images.thumbnail", {"image": fid})
