@@ -16,24 +16,26 @@ import contextlib
 import functools
 import json
 import re
+import time
 import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import asyncpg
 import structlog
+from sqlalchemy import event, text
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import text
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
-from sqlalchemy.util import greenlet_spawn
+from sqlalchemy.util import await_only, greenlet_spawn
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
 
+from app import dbclock
 from app.pooler import PoolerMode, connect_args, install, pooler_refusal, session_settings
 from app.settings import Settings, SettingsError, get_settings
 
@@ -111,9 +113,20 @@ def create_engine(
         json_serializer=json_dumps,
         connect_args=connect_args(mode, application_name, values, pool_timeout),
     )
+    # Before install(): behind PgBouncer the clock's statement waits in its queue like the connection's
+    # other set-up statements, bounded by the pool timeout until install()'s hook lifts that bound.
+    event.listen(engine.sync_engine.pool, "connect", _observe_clock)
     install(engine, mode, values, pool_timeout)
     engine.sync_engine._jobdesk_pooler = mode  # type: ignore[attr-defined]
     return engine
+
+
+def _observe_clock(dbapi_connection: Any, _record: Any) -> None:
+    """Measure the database's clock against this process's on each new connection (:mod:`app.dbclock`):
+    one round trip per connection, and connections are kept for half an hour."""
+    sent = time.time_ns()
+    db_now = await_only(cast(Any, dbapi_connection)._connection.fetchval("SELECT now()"))
+    dbclock.observe(db_now, sent, time.time_ns())
 
 
 def engine_pooler(engine: AsyncEngine) -> PoolerMode:

@@ -23,12 +23,13 @@ from __future__ import annotations
 import math
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from app import dbclock
 from app.errors import BadInput, RateLimited
 from app.formatting import format_bytes
 from app.settings import Settings
@@ -126,7 +127,9 @@ def waiting_refusal(settings: Settings, now_waiting: int, added: int) -> RateLim
 
 
 def _since_id(now: datetime) -> uuid.UUID:
-    """The smallest UUIDv7 of a moment safely before the window (allows for clock skew)."""
+    """The smallest UUIDv7 of a moment safely before the window (ids are made on the database's clock,
+    :mod:`app.dbclock`; the margin covers what that leaves: offsets under a second, a clock step since
+    the offset was measured)."""
     ms = int((now - timedelta(seconds=WINDOW_SECS * 5)).timestamp() * 1000)
     return uuid.UUID(int=max(ms, 0) << 80)
 
@@ -146,7 +149,7 @@ def _state_params(settings: Settings, user_id: int) -> dict[str, Any]:
         "quota_user_id": user_id,
         "quota_count_waiting": bool(settings.user_max_waiting_jobs),
         "quota_per_minute": bool(limit),
-        "quota_since_id": _since_id(datetime.now(UTC)),
+        "quota_since_id": _since_id(dbclock.db_time()),
         "quota_window": WINDOW_SECS,
         "quota_skip": max(limit - 1, 0),
     }

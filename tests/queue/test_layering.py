@@ -20,6 +20,7 @@ APP = ROOT / "app"
 FOUNDATION = {
     "app.settings",
     "app.db",
+    "app.dbclock",
     "app.models",
     "app.errors",
     "app.logs",

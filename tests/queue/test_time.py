@@ -10,6 +10,8 @@ the clocks jump to.
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,13 +24,13 @@ import pytest
 from croniter import croniter
 
 import tests.support.forms  # noqa: F401  (registers test.form, whose input has file and datetime fields)
-from app import controls, localtime, schedules
+from app import controls, dbclock, localtime, schedules
 from app import cron as cron_times
 from app.files import FileStore
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from tests.support.factories import make_user
-from tests.support.webkit import FORMS_ENV, add_token, add_user, csrf_from, login, running_server
+from tests.support.webkit import FORMS_ENV, add_token, add_user, app_client, csrf_from, login, running_server
 from tests.support.workers import WorkerProcess, wait_until
 
 FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
@@ -330,6 +332,52 @@ async def test_a_new_schedules_first_fire_follows_the_database_clock_not_the_web
             assert r.status_code == 201, r.text
     seconds = await pg.fetchval("SELECT extract(epoch FROM next_fire_at - updated_at) FROM schedules")
     assert 0 < seconds <= 60, f"first fire {seconds:.0f} s after the database's now when it was made"
+
+
+@pytest.mark.skipif(not FAKED, reason="needs libfaketime (Debian's faketime, installed by .ci/run)")
+@pytest.mark.parametrize("offset", ["-10m", "+10m"])
+async def test_job_ids_and_the_per_minute_limit_follow_the_database_clock_not_the_web_hosts(
+    make_settings: Any, db_url: str, pg: asyncpg.Connection, tmp_path: Path, offset: str
+) -> None:
+    """Two web hosts, one of them 10 minutes off (libfaketime): ids carry the database's time whichever
+    host made the job, so jobs keep their order and each host counts the other's in the per-minute
+    limit (a person alternating hosts had twice the limit)."""
+    settings = make_settings(worker_enabled=False, user_max_jobs_per_minute=2)
+    user = await add_user(db_url, "ann@example.com")
+    bearer = {"Authorization": f"Bearer {await add_token(db_url, user.id)}"}
+    call = {"type": "test.step", "input_data": {"label": "x"}}
+    env = {**FORMS_ENV, **clock_off(offset), "USER_MAX_JOBS_PER_MINUTE": "2"}
+    with running_server(db_url, tmp_path / "data", **env) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=20) as off, app_client(settings) as right:
+            first = await off.post("/api/jobs", json=call, headers=bearer)
+            second = await right.post("/api/jobs", json=call, headers=bearer)
+            assert first.status_code == second.status_code == 201, (first.text, second.text)
+            for host in (off, right):
+                assert (await host.post("/api/jobs", json=call, headers=bearer)).status_code == 429
+    rows = await pg.fetch("SELECT id, created_at FROM jobs ORDER BY id")
+    assert [str(r["id"]) for r in rows] == [first.json()["id"], second.json()["id"]]
+    for r in rows:
+        made = datetime.fromtimestamp((r["id"].int >> 80) / 1000, UTC)
+        assert abs(made - r["created_at"]) < timedelta(seconds=5), (made, r["created_at"])
+
+
+def test_ids_made_on_a_corrected_clock_still_increase_and_carry_its_time() -> None:
+    """An offset under a second is not corrected (the plain generator); over it, ids carry the database's
+    time and still increase strictly, many in one millisecond included."""
+    sent = time.time_ns()
+    try:
+        dbclock.observe(datetime.now(UTC) + timedelta(milliseconds=300), sent, sent)
+        assert dbclock.offset_ns() == 0
+        dbclock.observe(datetime.now(UTC) - timedelta(hours=1), sent, sent)
+        assert abs(dbclock.offset_ns() + 3600 * 10**9) < 10**9
+        ids = [dbclock.new_id() for _ in range(20_000)]
+        assert ids == sorted(set(ids), key=lambda u: u.int)
+        assert all(u.version == 7 and u.variant == uuid.RFC_4122 for u in ids)
+        made = datetime.fromtimestamp((ids[-1].int >> 80) / 1000, UTC)
+        assert abs(made - (datetime.now(UTC) - timedelta(hours=1))) < timedelta(seconds=2)
+    finally:
+        dbclock.observe(datetime.now(UTC), time.time_ns(), time.time_ns())
+    assert dbclock.offset_ns() == 0
 
 
 async def test_schedule_times_read_no_process_clock(

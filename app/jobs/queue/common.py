@@ -10,9 +10,9 @@ from typing import Any, Protocol
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-from uuid_utils.compat import uuid7
 
 from app.db import fetch_dicts
+from app.dbclock import new_id as new_id  # re-exported: jobs get ids on the database clock
 from app.errors import NotFound
 from app.jobs.payload import cap_text, json_text
 from app.jobs.rows import JOB_FIELDS, Fetched, JobRow, job_row
@@ -27,11 +27,6 @@ JOB_COLUMNS = ", ".join(JOB_FIELDS)
 
 fetch_rows = fetch_dicts
 """The worker's hot path runs straight on asyncpg (see :mod:`app.db`, "Hot paths straight on asyncpg")."""
-
-
-def new_id() -> uuid.UUID:
-    """A UUIDv7: time-ordered, so ``id`` breaks ties in creation order."""
-    return uuid7()
 
 
 class Principal(Protocol):
