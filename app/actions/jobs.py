@@ -276,7 +276,12 @@ async def _cancel(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, 
 
 
 async def _retry(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, Any]) -> tuple[Any, Any]:
-    return await queue.retry(db, jid, actor.user), None
+    # A retried job (and the dependents it re-opens) waits again: within the person's limits, as a
+    # batch's "Retry failed rows" is, or failed jobs retried one by one would pass the waiting limit.
+    counted = await quotas.before_submit(db, actor.user, actor.settings)
+    row = await queue.retry(db, jid, actor.user)
+    await quotas.after_requeue(db, actor.user, actor.settings, counted)
+    return row, None
 
 
 async def _run_again(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, Any]) -> tuple[Any, Any]:

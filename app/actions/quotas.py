@@ -117,6 +117,24 @@ async def after_submit(
         raise refused
 
 
+async def after_requeue(
+    db: AsyncConnection | AsyncSession, person: Any, settings: Settings, counted: Counted | None
+) -> None:
+    """Refuse a retry that took the person above the waiting limit: the job it put back and the
+    dependents that wait for it again (their number is known only afterwards, so the waiting jobs are
+    counted again and compared with ``counted``, what :func:`before_submit` returned).
+
+    Raises:
+        RateLimited: 429, the limit and when to try again.
+    """
+    if counted is None or counted.waiting is None:
+        return
+    now_waiting = await quotas.waiting(db, person.id)
+    refused = quotas.waiting_refusal(settings, now_waiting, now_waiting - counted.waiting)
+    if refused is not None:
+        raise refused
+
+
 async def before_adding(
     db: AsyncConnection | AsyncSession, person: Any, settings: Settings, adding: int
 ) -> None:

@@ -190,6 +190,39 @@ async def test_per_minute_limit_counts_a_pipeline_once_and_says_when(scene_of: A
     assert (await s.client.post("/api/jobs", json=job(6), headers=s.user)).status_code == 201
 
 
+async def test_a_retry_waits_within_the_limit_on_the_api_and_the_page(scene_of: Any) -> None:
+    """A retried job waits again, with the steps it re-opens: failed jobs retried one by one went past
+    the waiting limit (a batch's "Retry failed rows" was already refused whole)."""
+    s = await scene_of(user_max_waiting_jobs=3)
+    two = {"name": "two", "steps": [job(0, key="a"), job(1, key="b", depends_on=["a"])]}
+    assert (await s.client.post("/api/pipelines", json=two, headers=s.user)).status_code == 201
+    a = await s.pg.fetchval("SELECT id FROM jobs WHERE step_key = 'a'")
+    await s.pg.execute(
+        "UPDATE jobs SET status = 'failed', attempts = max_attempts, completed_at = now() WHERE id = $1", a
+    )
+    await s.pg.execute(
+        "UPDATE jobs SET status = 'cancelled', completed_at = now(), blocked_by = $1 WHERE step_key = 'b'", a
+    )
+    for i in range(2):
+        assert (await s.client.post("/api/jobs", json=job(i), headers=s.user)).status_code == 201
+    r = await s.client.post(f"/api/jobs/{a}/retry", headers=s.user)
+    assert_limited(r, "you have 2 waiting", "limit is 3", "this would add 2")
+    await login(s.client, "ann@example.com")
+    page = await s.client.get(f"/jobs/{a}")
+    r = await s.client.post(f"/jobs/{a}/retry", data={"_csrf_token": csrf_from(page.text)})
+    assert r.status_code == 429 and "Too many jobs waiting" in r.text, r.text
+    assert await s.pg.fetchval("SELECT status FROM jobs WHERE id = $1", a) == "failed"
+    assert await s.pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'queued'") == 2
+    assert await s.pg.fetchval("SELECT count(*) FROM audit_log") == 0
+    # With room for both, the retry goes through; an admin's is exempt, as their submissions are.
+    last = await s.pg.fetchval("SELECT id FROM jobs WHERE pipeline_id IS NULL ORDER BY id DESC LIMIT 1")
+    assert (await s.client.post(f"/api/jobs/{last}/cancel", headers=s.user)).status_code == 200
+    assert (await s.client.post(f"/api/jobs/{a}/retry", headers=s.user)).status_code == 200
+    await s.pg.execute("UPDATE jobs SET status = 'failed', completed_at = now() WHERE id = $1", last)
+    assert (await s.client.post(f"/api/jobs/{last}/retry", headers=s.admin)).status_code == 200
+    assert await s.pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'queued'") == 4
+
+
 async def test_pipelines_over_the_default_size_are_refused_naming_steps(
     scene_of: Any, make_settings: Any
 ) -> None:
