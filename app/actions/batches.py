@@ -8,7 +8,7 @@ as waiting jobs; a batch that would go over the waiting limit is refused whole, 
 
 "Retry failed rows" is for the batch's owner and admins, as a retry of one failed job is: each row goes
 through the queue's own retry transition (and its rule of who may), with a fresh set of attempts
-counted against the owner's waiting limit. The retry is audited.
+counted against the owner's waiting limit. The retry is audited, the owner's too (as a retry of one job is).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import batches
 from app.actions import access, quotas
-from app.actions.trail import Actor, record_done
+from app.actions.trail import Actor, record_by_owner, record_done
 from app.errors import BadInput, Conflict
 from app.jobs import queue
 from app.processors import ProcessorSpec
@@ -130,4 +130,10 @@ async def retry_failed(db: AsyncSession, actor: Actor, batch_id: Any) -> RetryOu
         await record_done(
             db, actor, "batch.retry_failed", target_type="batch", target_ids=[row["id"]], count=retried
         )
+        if not actor.is_admin:
+            # An owner's retry is on record, as one job's is (app.actions.jobs.OWNER_AUDITED): it spends
+            # worker time and attempts on rows that had already failed.
+            await record_by_owner(
+                db, actor, "batch.retry_failed", target_type="batch", target_ids=[row["id"]], count=retried
+            )
     return RetryOutcome(row["id"], retried, skipped, message, 200 if retried else 409)

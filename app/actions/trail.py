@@ -103,9 +103,15 @@ async def record_done(
 
 
 async def record_by_owner(
-    db: Db, actor: Actor, action: str, *, target_type: str, target_ids: Sequence[Any]
+    db: Db,
+    actor: Actor,
+    action: str,
+    *,
+    target_type: str,
+    target_ids: Sequence[Any],
+    count: int | None = None,
 ) -> None:
-    """A person's action on their own job that is audited although they are not an admin (no notice:
+    """A person's action on their own work that is audited although they are not an admin (no notice:
     admins are not alerted about owners looking after their own work)."""
     await audit.record(
         db,
@@ -113,7 +119,7 @@ async def record_by_owner(
         action=action,
         target_type=target_type,
         target_ids=target_ids,
-        count=len(target_ids),
+        count=len(target_ids) if count is None else count,
         outcome="ok",
         ip=actor.ip,
     )

@@ -6,6 +6,7 @@ rules apply, and only the owner (or an admin) sees a batch."""
 from __future__ import annotations
 
 import io
+import json
 import time
 import zipfile
 from collections.abc import AsyncIterator
@@ -173,6 +174,11 @@ async def test_retry_failed_puts_failed_rows_back_through_the_queue(scene_of: An
     assert len(events) == 2 and {e["actor"] for e in events} == {f"user:{s.user_id}"}
     attempts = await s.pg.fetch("SELECT attempts FROM jobs WHERE status = 'queued'")
     assert [a["attempts"] for a in attempts] == [0, 0]
+    # The owner's retry is on record, as a retry of one job is; admins are not alerted about it.
+    entry = await s.pg.fetchrow("SELECT user_id, action, count, target_ids FROM audit_log")
+    assert (entry["user_id"], entry["action"], entry["count"]) == (s.user_id, "batch.retry_failed", 2)
+    assert json.loads(entry["target_ids"]) == [bid]
+    assert await s.pg.fetchval("SELECT count(*) FROM alert_outbox WHERE kind = 'admin_action'") == 0
 
 
 async def test_a_batch_obeys_the_per_person_limits_whole_and_counts_once_a_minute(scene_of: Any) -> None:

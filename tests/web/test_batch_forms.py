@@ -187,6 +187,8 @@ async def test_upload_map_see_problems_by_row_and_column_then_start(
     )
     assert retried.status_code == 200 and "Retrying 1 failed row" in retried.text
     assert "Waiting: <strong>1</strong>" in retried.text and 'hx-get="' in retried.text  # polling again
+    entry = await pg.fetchrow("SELECT action, count FROM audit_log")  # the owner's retry is on record
+    assert (entry["action"], entry["count"]) == ("batch.retry_failed", 1)
     listed = await client.get("/batches")
     assert listed.status_code == 200 and f'href="{url}"' in listed.text and "66%" in listed.text
 
