@@ -399,6 +399,18 @@ async def test_run_again_of_a_diagnostic_job_is_refused_to_a_non_admin_owner(
     assert r.status_code == 403
     assert "only admins" in r.json()["detail"].lower()
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
+    # The new job would be Ann's, so an admin's "run again" is refused too, on the API and the page, as
+    # a schedule of a diagnostic type for her is; an admin's own such job runs again.
+    root = await sign_in_as(client, db_url, "root@example.com", admin=True)
+    root_h = {"Authorization": f"Bearer {await add_token(db_url, root.id)}"}
+    r = await client.post(f"/api/jobs/{jid}/run-again", headers=root_h)
+    assert r.status_code == 403, r.text
+    assert "owner, who is not an admin" in r.json()["detail"], r.json()
+    r = await client.post(f"/jobs/{jid}/run-again", headers={**HX, "x-csrftoken": await csrf(client)})
+    assert r.status_code == 403 and "who is not an admin" in r.text, r.text
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
+    own = await enqueue(engine, settings, root.id, "noop")
+    assert (await client.post(f"/api/jobs/{own}/run-again", headers=root_h)).status_code == 201
 
 
 def test_the_catalogue_and_next_job_rules() -> None:

@@ -32,6 +32,7 @@ from app.jobs.queue.new_jobs import Enqueued, NewJob, enqueue
 from app.jobs.queue.pipelines import refresh_pipelines
 from app.jobs.rows import JobRow, job_row
 from app.jobs.states import Actor, Status, sources
+from app.jobs.types import admins_only, may_submit, refusal, registry
 from app.settings import Settings
 
 CANCEL_QUEUED = sql(
@@ -181,6 +182,31 @@ async def retry(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
     return await get_job(conn, row["id"])
 
 
+OWNER_IS_ADMIN = sql("SELECT is_admin FROM users WHERE id = :id")
+
+
+async def _check_owner_may_submit(conn: AsyncConnection, row: JobRow, principal: Principal) -> None:
+    """The new job is the owner's, so the owner must be allowed to submit its type: an admin's "run
+    again" of a person's diagnostic or internal job (a template's step) would give that person a job
+    they could not start themselves, as a schedule would (:func:`app.jobs.types.may_submit`).
+
+    Raises:
+        Forbidden: the type is for admins and the owner is not one.
+    """
+    spec = registry.get(row["type"])
+    if spec is None or not admins_only(spec):
+        return
+    if row["user_id"] == principal.id:
+        owner_is_admin = bool(principal.is_admin)
+    else:
+        owner_is_admin = bool((await conn.execute(OWNER_IS_ADMIN, {"id": row["user_id"]})).scalar())
+    if not may_submit(owner_is_admin, spec):
+        raise Forbidden(
+            f"Run again would make a new job for this job's owner, who is not an admin, and "
+            f"{refusal(spec)}."
+        )
+
+
 async def run_again(
     db: AsyncConnection | AsyncSession,
     job_id: Any,
@@ -194,10 +220,12 @@ async def run_again(
 
     Raises:
         NotFound: unknown or another user's job.
+        Forbidden: a diagnostic or internal type, and the owner is not an admin.
         BadInput: the type is no longer registered or the input no longer validates.
     """
     conn = await conn_of(db)
     row = await get_job(conn, job_id, principal)
+    await _check_owner_may_submit(conn, row, principal)
     result = await enqueue(
         conn,
         NewJob(
