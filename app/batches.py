@@ -205,9 +205,7 @@ async def create(
     """
     conn = await queue.conn_of(db)
     if form_key is not None:
-        existing = (
-            (await conn.execute(BY_FORM_KEY, {"user_id": user_id, "form_key": form_key})).mappings().first()
-        )
+        existing = await by_form_key(conn, user_id, form_key)
         if existing is not None:
             return existing, False
     refs = [
@@ -248,6 +246,12 @@ async def create(
     await queue.enqueue_many(conn, jobs, settings, actor=f"user:{user_id}", skip_schema=True)
     await conn.execute(SET_BATCH, {"batch_id": row["id"], "ids": ids})
     return row, True
+
+
+async def by_form_key(db: AsyncConnection | AsyncSession, user_id: int, form_key: str) -> RowMapping | None:
+    """The batch ``user_id`` started with the form key ``form_key``, if any."""
+    conn = await queue.conn_of(db)
+    return (await conn.execute(BY_FORM_KEY, {"user_id": user_id, "form_key": form_key})).mappings().first()
 
 
 # --- reading -----------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import batches
 from app.actions import access, quotas
 from app.actions.trail import Actor, record_by_owner, record_done
-from app.errors import BadInput, Conflict
+from app.errors import BadInput, Conflict, RateLimited
 from app.jobs import queue
 from app.processors import ProcessorSpec
 
@@ -65,8 +65,17 @@ async def submit(
     spec = spec_for(actor, type_name)
     # Thousands of rows take a while to check: in a thread, so the server keeps answering meanwhile.
     inputs = await asyncio.to_thread(batches.check_rows, spec, rows, actor.settings)
-    await quotas.before_submit(db, actor.user, actor.settings)
-    await quotas.before_adding(db, actor.user, actor.settings, len(inputs))
+    try:
+        await quotas.before_submit(db, actor.user, actor.settings)
+        await quotas.before_adding(db, actor.user, actor.settings, len(inputs))
+    except RateLimited:
+        # A repeat of a form's key (a double click, the browser sending it again) answers with the batch
+        # the key made, limit or not, as a repeated idempotency key of one job does: the limits counted
+        # the first submission.
+        existing = await batches.by_form_key(db, actor.user.id, form_key) if form_key is not None else None
+        if existing is None:
+            raise
+        return existing, False
     row, created = await batches.create(
         db,
         spec=spec,

@@ -425,3 +425,31 @@ async def test_a_repeated_key_answers_with_its_job_at_the_per_minute_limit(scene
     changed = await s.client.post("/jobs/new/test.step", data={**form, "label": "y"}, follow_redirects=False)
     assert changed.status_code == 429, changed.text
     assert await s.pg.fetchval("SELECT count(*) FROM jobs WHERE user_id = $1", s.user_id) == 2
+
+
+async def test_a_repeated_batch_form_answers_with_its_batch_at_the_limits(scene_of: Any) -> None:
+    """The batch form's key, as a job's: a double click at the per-minute or waiting limit goes to the
+    batch the first click made instead of a 429."""
+    s = await scene_of(user_max_jobs_per_minute=1, user_max_waiting_jobs=4)
+    await login(s.client, "ann@example.com")
+    page = await s.client.get("/batches/new/test.step")
+    key = re.search(r'name="_form_key" value="([^"]+)"', page.text)
+    assert key is not None, "the batch form carries a one-time key"
+    form = {"_csrf_token": csrf_from(page.text), "_form_key": key[1]}
+    sheet = {"sheet": ("rows.csv", b"label\na\nb\nc\n", "text/csv")}
+    mapped = await s.client.post("/batches/new/test.step", data=form, files=sheet)
+    sheet_id = re.search(r'name="sheet_id" value="([^"]+)"', mapped.text)
+    assert sheet_id is not None, mapped.text
+    start = {**form, "sheet_id": sheet_id[1], "map.label": "0"}
+    made = await s.client.post("/batches/new/test.step", data=start, follow_redirects=False)
+    assert made.status_code == 303, made.text
+    twice = await s.client.post("/batches/new/test.step", data=start, follow_redirects=False)
+    assert twice.status_code == 303, twice.text
+    assert twice.headers["location"] == made.headers["location"]
+    # a new key is a new submission, over both limits
+    other = await s.client.post(
+        "/batches/new/test.step", data={**start, "_form_key": "another"}, follow_redirects=False
+    )
+    assert other.status_code == 429 and "Too many" in other.text, other.text
+    assert await s.pg.fetchval("SELECT count(*) FROM batches") == 1
+    assert await s.pg.fetchval("SELECT count(*) FROM jobs") == 3

@@ -202,8 +202,7 @@ async def _check_owner_may_submit(conn: AsyncConnection, row: JobRow, principal:
         owner_is_admin = bool((await conn.execute(OWNER_IS_ADMIN, {"id": row["user_id"]})).scalar())
     if not may_submit(owner_is_admin, spec):
         raise Forbidden(
-            f"Run again would make a new job for this job's owner, who is not an admin, and "
-            f"{refusal(spec)}."
+            f"Run again would make a new job for this job's owner, who is not an admin, and {refusal(spec)}."
         )
 
 
