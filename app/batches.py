@@ -209,9 +209,9 @@ async def create(
         if existing is not None:
             return existing, False
     refs = [
-        (user_id, path, fid)
+        (user_id, *ref)
         for i, data in enumerate(inputs)
-        for path, fid in file_refs(spec.input_model, data, f"rows[{i}]")
+        for ref in file_refs(spec.input_model, data, f"rows[{i}]")
     ]
     await queue.check_file_owners(conn, refs)
     name = storable_text((name or "").strip())[:NAME_MAX] or spec.title

@@ -51,7 +51,7 @@ SAMPLES = {
     "statecrime": "csv/statecrime.csv",
     "danish": "csv/danish-money.csv",
     "damaged": "broken/damaged-photo.jpg",
-    "not_csv": "broken/picture-not-table.csv",
+    "web_page": "broken/web-page-not-table.csv",
 }
 """Sample files the demo uploads, relative to the samples folder (``examples/``)."""
 
@@ -229,8 +229,8 @@ def _plan(base: str, email: str, files: dict[str, str], email_job: uuid.UUID | N
         _Planned(
             "job",
             "report.csv_summary",
-            {"file": files["not_csv"], "title": "Not a table"},
-            "summary of a picture named .csv (fails on purpose)",
+            {"file": files["web_page"], "title": "Not a table"},
+            "summary of a web page named .csv (fails on purpose)",
             "failed",
         ),
         _Planned(

@@ -61,6 +61,47 @@ OWNED_FILES = text(f"SELECT {_COLUMNS} FROM files WHERE id = ANY(CAST(:ids AS uu
 _UUID_TEXT = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
+TYPE_WORDS = {
+    "image/png": "a PNG picture",
+    "image/jpeg": "a JPEG picture",
+    "image/gif": "a GIF picture",
+    "image/webp": "a WebP picture",
+    "image/tiff": "a TIFF picture",
+    "image/bmp": "a BMP picture",
+    "image/heic": "a HEIC picture",
+    "text/csv": "a CSV table",
+    "text/tab-separated-values": "a tab-separated table",
+    "text/plain": "a text file",
+    "text/html": "a web page (HTML)",
+    "text/markdown": "a Markdown text",
+    "application/json": "a JSON file",
+    "application/pdf": "a PDF document",
+    "application/zip": "a ZIP archive",
+    "application/gzip": "a gzip archive",
+    "application/octet-stream": "not a file type Jobdesk recognises",
+}
+"""Stored content types (derived from the bytes, :func:`app.files.derive_type`) in words."""
+
+
+def kind_problem(content_type: str | None, accept: str) -> str | None:
+    """Why a stored file does not fit a field that accepts ``accept`` (the schema's ``accept`` hint, as
+    on the form's file input), or ``None`` when it fits. Pictures must be pictures by their bytes; a
+    table field takes text, and also a file of unknown type (a UTF-16 CSV has NUL bytes, so it is not
+    stored as text) but never a picture, archive or document."""
+    ctype = (content_type or "application/octet-stream").lower()
+    words = TYPE_WORDS.get(ctype, f"a {ctype} file")
+    wants = [a.strip().lower() for a in accept.split(",") if a.strip()]
+    if "image/*" in wants:
+        if ctype.startswith("image/"):
+            return None
+        return f"This file is {words}, not a picture. Choose a picture (JPEG, PNG, GIF or WebP)."
+    if "text/csv" in wants:
+        if ctype.startswith("text/") or ctype == "application/octet-stream":
+            return None
+        return f"This file is {words}, not a CSV table. Choose a .csv file, for example saved from a spreadsheet."
+    return None
+
+
 def parse_file_id(value: object) -> uuid.UUID:
     """``value`` as a file id: a :class:`uuid.UUID`, or the 36-character text of one — nothing else (no
     path, no ``urn:`` or brace forms, no surrounding spaces).

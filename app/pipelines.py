@@ -199,9 +199,7 @@ async def create_from_template(
         raise BadInput.field("input_data", "must be a JSON object")
     values, steps = tpl.build(input_data)
     conn = await queue.conn_of(db)
-    await queue.check_file_owners(
-        conn, [(user_id, path, fid) for path, fid in file_refs(tpl.input_model, values)]
-    )
+    await queue.check_file_owners(conn, [(user_id, *ref) for ref in file_refs(tpl.input_model, values)])
     title = (title or "").strip()
     if len(title) > 200:
         raise BadInput.field("title", f"must be at most 200 characters (it has {len(title)})")

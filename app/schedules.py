@@ -159,7 +159,7 @@ async def _check_files(
         tpl = pipelines.get_template(template or "")
         model = tpl.input_model if tpl is not None else None
     if model is not None:
-        await queue.check_file_owners(conn, [(owner_id, path, fid) for path, fid in file_refs(model, values)])
+        await queue.check_file_owners(conn, [(owner_id, *ref) for ref in file_refs(model, values)])
 
 
 async def create_schedule(

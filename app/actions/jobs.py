@@ -21,7 +21,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app import callbacks
 from app.actions import access, quotas
-from app.actions.files import check_file_kinds
 from app.actions.trail import Actor, record_by_owner, record_done, record_refused
 from app.errors import BadInput, Conflict, Forbidden, NotFound, RateLimited
 from app.jobs import naming, queue
@@ -169,9 +168,6 @@ async def submit(
     checked_tags = check_tags(list(tags) if tags is not None else None)
     url = callbacks.check_url(callback_url, actor.settings) if callback_url is not None else None
     await check_run_at(db, new.run_at)
-    spec = registry.get(new.type)
-    if spec is not None:
-        await check_file_kinds(db, spec.input_model, new.input_data, new.user_id)
     if not new.title:
         new.title = await name_for(db, new)
     # One job without a key is checked against the limits in its own insert; a repeat of a key adds

@@ -21,7 +21,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import pipelines
 from app.actions import access, quotas
-from app.actions.files import check_file_kinds
 from app.actions.jobs import parse_id
 from app.actions.trail import Actor, record_done, record_refused
 from app.errors import BadInput, NotFound
@@ -66,8 +65,6 @@ async def submit_template(
     tpl = pipelines.get_template(name) if isinstance(name, str) else None
     if tpl is not None and not access.may_start_template(actor.user, tpl):
         raise BadInput.field("template", f"only admins may start the pipeline {tpl.name!r}")
-    if tpl is not None:
-        await check_file_kinds(db, tpl.input_model, input_data, actor.user.id)
     await quotas.before_submit(db, actor.user, actor.settings)
     created = await pipelines.create_from_template(
         db,

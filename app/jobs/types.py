@@ -111,6 +111,19 @@ def file_fields(model: InputModel) -> dict[str, str]:
     return found
 
 
+@functools.lru_cache(maxsize=512)
+def file_accepts(model: InputModel) -> dict[str, str]:
+    """``{file field: its accept hint}`` of ``model`` (``image/*``, ``text/csv``: what the form's file
+    input offers, and what :func:`app.files.kind_problem` holds a stored file to), for the fields that
+    have one."""
+    props = model.model_json_schema().get("properties") or {}
+    return {
+        name: str(props[name]["accept"])
+        for name in file_fields(model)
+        if isinstance(props.get(name), dict) and props[name].get("accept")
+    }
+
+
 def file_ids_in(model: InputModel, data: dict[str, Any]) -> dict[str, list[uuid.UUID]]:
     """The file ids that ``data`` (a job's ``input_data``) gives in file fields, by field name.
     Values that are not ids (e.g. an unresolved ``{"$ref": …}``) are skipped: the schema check reports
@@ -132,17 +145,20 @@ def file_ids_in(model: InputModel, data: dict[str, Any]) -> dict[str, list[uuid.
 
 def file_refs(
     model: InputModel, data: dict[str, Any], prefix: str = "input_data"
-) -> list[tuple[str, uuid.UUID]]:
-    """``[(field path, file id)]`` for every file id in ``data``: ``input_data.image`` for a single-file
-    field, ``input_data.images[2]`` for an item of a list. The queue checks them against the job's owner
-    when the job is submitted, because CPU-bound processors only get a path and cannot check the owner
-    themselves."""
-    refs: list[tuple[str, uuid.UUID]] = []
+) -> list[tuple[str, uuid.UUID, str | None]]:
+    """``[(field path, file id, accept hint)]`` for every file id in ``data``: ``input_data.image`` for a
+    single-file field, ``input_data.images[2]`` for an item of a list; the hint is the field's
+    (:func:`file_accepts`) or ``None``. The queue checks each file's owner and kind against them when
+    the job is submitted, because CPU-bound processors only get a path and cannot check the owner
+    themselves, and a CSV given as a picture would otherwise fail only once the job runs."""
+    refs: list[tuple[str, uuid.UUID, str | None]] = []
+    accepts = file_accepts(model)
     for name, ids in file_ids_in(model, data).items():
+        accept = accepts.get(name)
         if file_fields(model)[name] == "file":
-            refs.extend((f"{prefix}.{name}", i) for i in ids)
+            refs.extend((f"{prefix}.{name}", i, accept) for i in ids)
         else:
-            refs.extend((f"{prefix}.{name}[{n}]", i) for n, i in enumerate(ids))
+            refs.extend((f"{prefix}.{name}[{n}]", i, accept) for n, i in enumerate(ids))
     return refs
 
 

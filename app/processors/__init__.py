@@ -104,7 +104,7 @@ FileId = Annotated[uuid.UUID, Field(json_schema_extra={"widget": "file"})]
 FileIds = Annotated[list[uuid.UUID], Field(json_schema_extra={"widget": "files"})]
 PICTURES: dict[str, Any] = {"accept": "image/*"}
 """``json_schema_extra`` of a file field that takes pictures: the form's ``accept=`` and the check of the
-uploaded bytes at submission (:func:`app.actions.files.check_file_kinds`)."""
+uploaded bytes at submission, on every path (:func:`app.jobs.queue.check_file_owners`)."""
 TABLES: dict[str, Any] = {"accept": ".csv,.tsv,.txt,text/csv,text/tab-separated-values,text/plain"}
 """``json_schema_extra`` of a file field that takes a CSV (or other delimited text) file."""
 """Several uploaded files' ids: rendered as a multiple file picker."""

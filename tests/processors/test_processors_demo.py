@@ -130,7 +130,7 @@ async def test_demo_submits_everything_and_each_reaches_its_end_state(db_url, tm
                 )
             }
             assert "damaged JPEG file" in errors["images.thumbnail"]
-            assert "not a CSV file: it is a PNG image" in errors["report.csv_summary"]
+            assert "not a CSV file: it looks like a web page" in errors["report.csv_summary"]
 
             photo, review, reviewed = pipes
             await wait_until(

@@ -304,6 +304,24 @@ async def test_a_csv_given_as_a_picture_is_a_form_error_next_to_the_field_and_a_
         headers=h,
     )
     assert tpl.status_code == 422 and "input_data.images[1]" in tpl.text
+    # the same rule on every other path that names files: ad hoc pipelines, batches, schedules
+    step = {"key": "t", "type": "images.thumbnail", "input_data": {"image": up.json()["id"]}}
+    adhoc = await client.post("/api/pipelines", json={"name": "p", "steps": [step]}, headers=h)
+    assert adhoc.status_code == 422 and "not a picture" in adhoc.text, adhoc.text
+    rows = [{"image": pic.json()["id"]}, {"image": up.json()["id"]}]
+    batch = await client.post("/api/batches", json={"type": "images.thumbnail", "rows": rows}, headers=h)
+    assert batch.status_code == 422 and "rows[1].image" in batch.text and "not a picture" in batch.text
+    _, root = await bearer(db_url, "root@example.com", admin=True)
+    table = await client.post("/api/files", files={"file": ("t.csv", b"a,b\n1,2\n")}, headers=root)
+    when = {"cron": "0 3 * * *", "type": "images.thumbnail", "input_data": {"image": table.json()["id"]}}
+    sched = await client.post("/api/schedules", json=when, headers=root)
+    assert sched.status_code == 422 and "not a picture" in sched.text, sched.text
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
+    assert (
+        await pg.fetchval("SELECT count(*) FROM batches")
+        + await pg.fetchval("SELECT count(*) FROM schedules")
+        == 0
+    )
 
 
 async def test_the_email_form_says_when_email_is_not_set_up_and_a_long_body_is_refused(

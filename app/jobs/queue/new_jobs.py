@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.db import write_rows
 from app.errors import BadInput
+from app.files import kind_problem
 from app.jobs.payload import check_input, check_text, json_text, unstorable_json
 from app.jobs.queue.common import JOB_COLUMNS, JOBS_CHANNEL, conn_of, new_id, notify_jobs, sql
 from app.jobs.rows import JobRow, job_row
@@ -194,24 +195,34 @@ def prepare(
 
 # --- files named in inputs --------------------------------------------------------------------------
 
-FILE_OWNERS = sql("SELECT id, user_id FROM files WHERE id = ANY(CAST(:ids AS uuid[]))")
+FILE_OWNERS = sql("SELECT id, user_id, content_type FROM files WHERE id = ANY(CAST(:ids AS uuid[]))")
 
 
-async def check_file_owners(conn: AsyncConnection, refs: Sequence[tuple[int, str, uuid.UUID]]) -> None:
+async def check_file_owners(
+    conn: AsyncConnection, refs: Sequence[tuple[int, str, uuid.UUID, str | None]]
+) -> None:
     """Every file id a job's input names must be a file of the job's owner — admins' jobs included: a
-    job only reads its owner's files. ``refs`` is ``[(owner user id, field path, file id)]``. Another
-    user's file gets the same answer as an unknown id, so that file ids cannot be probed.
+    job only reads its owner's files — and of the kind its field accepts (a picture for ``image/*``, a
+    table for ``text/csv``: :func:`app.files.kind_problem`), so that a CSV given as a picture is an error
+    at submission on every path rather than a job that fails when it runs. ``refs`` is ``[(owner user
+    id, field path, file id, accept hint or None)]`` (:func:`app.jobs.types.file_refs`). Another user's
+    file gets the same answer as an unknown id, so that file ids cannot be probed.
 
     Raises:
-        BadInput: ``input_data.<field>`` (or ``…[i]``) → "no such file (<id>); upload it first".
+        BadInput: ``input_data.<field>`` (or ``…[i]``) → "no such file (<id>); upload it first", or the
+        file's kind in words.
     """
     if not refs:
         return
-    wanted = sorted({fid for _, _, fid in refs}, key=str)
-    owners = {r[0]: r[1] for r in (await conn.execute(FILE_OWNERS, {"ids": wanted})).all()}
-    errors = {
-        path: f"no such file ({fid}); upload it first" for uid, path, fid in refs if owners.get(fid) != uid
-    }
+    wanted = sorted({fid for _, _, fid, _ in refs}, key=str)
+    found = {r[0]: (r[1], r[2]) for r in (await conn.execute(FILE_OWNERS, {"ids": wanted})).all()}
+    errors: dict[str, str] = {}
+    for uid, path, fid, accept in refs:
+        owner, content_type = found.get(fid, (None, None))
+        if owner != uid:
+            errors[path] = f"no such file ({fid}); upload it first"
+        elif accept and (problem := kind_problem(content_type, accept)):
+            errors[path] = problem
     if errors:
         first, message = next(iter(errors.items()))
         raise BadInput(f"{first}: {message}", errors=errors)
@@ -235,7 +246,7 @@ async def _link_files(conn: AsyncConnection, pairs: Sequence[tuple[uuid.UUID, uu
 
 
 async def _check_files(conn: AsyncConnection, prepared: Sequence[dict[str, Any]]) -> None:
-    await check_file_owners(conn, [(p["user_id"], path, fid) for p in prepared for path, fid in p["files"]])
+    await check_file_owners(conn, [(p["user_id"], *ref) for p in prepared for ref in p["files"]])
 
 
 # --- dependencies ---------------------------------------------------------------------------------
@@ -445,7 +456,7 @@ async def _insert_one(
         await insert_edges(conn, [(job.id, d) for d in job.depends_on])
         if pending == 0:
             await notify_jobs(conn)
-    await _link_files(conn, [(job.id, fid) for _, fid in files])
+    await _link_files(conn, [(job.id, fid) for _, fid, _ in files])
     return Enqueued(job=job_row(row), created=True)
 
 
@@ -560,7 +571,9 @@ async def enqueue_many(
     statement = INSERT_MANY if keyed else INSERT_MANY_WITHOUT_KEYS
     inserted = [r[0] for r in (await conn.execute(statement, params)).all()]
     created = set(inserted)
-    await _link_files(conn, [(p["id"], fid) for p in prepared if p["id"] in created for _, fid in p["files"]])
+    await _link_files(
+        conn, [(p["id"], fid) for p in prepared if p["id"] in created for _, fid, _ in p["files"]]
+    )
     if edges:
         await insert_edges(conn, list(edges))
     return inserted
