@@ -290,6 +290,9 @@ async def plan_for(
     assert group is not None
     if action != "retry":
         raise BadInput.field("action", "a failed group can only be retried")
+    for key in ("type", "signature"):
+        if not isinstance(group.get(key) or "", str):
+            raise BadInput.field(f"group.{key}", "must be text")
     return await plan_group(
         db, str(group.get("type") or "")[:200], str(group.get("signature") or "")[:500], upto
     )

@@ -255,6 +255,19 @@ async def test_the_api_bulk_route_takes_a_filter_is_for_admins_and_names_bad_inp
         "/api/jobs/bulk", json={"action": "cancel", "ids": [str(waiting[0])]}, headers=owner_h
     )
     assert r.status_code == 403
+    # a condition that cannot be read is an error, never left out (which would select every job)
+    for wrong, field in (
+        ({"owner": "ann@example.com", "stauts": "failed"}, "filter.stauts"),
+        ({"status": "broken"}, "filter.status"),
+        ({"status": ["failed"]}, "filter.status"),
+        ({"type": {"eq": "noop"}}, "filter.type"),
+    ):
+        r = await client.post("/api/jobs/bulk", json={"action": "cancel", "filter": wrong}, headers=api_h)
+        assert r.status_code == 422 and field in r.json()["errors"], (wrong, r.text)
+    assert await pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'cancelled'") == 0
+    group = {"action": "retry", "group": {"type": ["noop"], "signature": ""}}
+    r = await client.post("/api/jobs/bulk", json=group, headers=api_h)
+    assert r.status_code == 422 and "group.type" in r.json()["errors"], r.text
     r = await client.post(
         "/api/jobs/bulk", json={"action": "cancel", "filter": {"owner": "ann@example.com"}}, headers=api_h
     )

@@ -78,7 +78,8 @@ class RescheduleBody:
 class BulkBody:
     """A bulk action: ``action`` is ``retry`` or ``cancel``; give exactly one of ``ids`` (those jobs),
     ``filter`` (every job matching ``{status, type, owner, pipeline, created_from, created_to, q}`` as on
-    ``/admin/jobs``; ``owner`` is an e-mail address) or ``group`` (``{type, signature}`` of a failed group
+    ``/admin/jobs``; ``owner`` is an e-mail address; any other field, a value that is not text or an
+    unknown status is a 422, never a condition left out) or ``group`` (``{type, signature}`` of a failed group
     on ``/admin/failed``; retry only). At most 2,000 jobs per call."""
 
     action: str
@@ -290,7 +291,7 @@ class JobsApiController(Controller):
         skipped: [ids], message}``."""
         job_filter = None
         if data.filter is not None:
-            job_filter = await parse_filter(db_session, data.filter, request.user)
+            job_filter = await parse_filter(db_session, data.filter, request.user, strict=True)
         plan = await bulk.plan_for(
             db_session, data.action, ids=data.ids, job_filter=job_filter, group=data.group
         )
