@@ -33,6 +33,8 @@ from app import schedules
 from app.db import create_engine
 from app.jobs.queue import SystemPrincipal
 from app.settings import Settings
+from tests.support.factories import make_job
+from tests.support.jobsteps import claim, enqueue, finish
 from tests.support.webkit import add_token, add_user, app_client, csrf_from, login, running_server
 from tests.support.workers import running_worker, wait_until
 
@@ -368,6 +370,31 @@ async def test_disabling_holds_waiting_jobs_until_an_admin_releases_or_cancels_t
         ).status_code == 409
     actions = [r["action"] for r in await s.pg.fetch("SELECT action FROM audit_log ORDER BY id")]
     assert actions[-3:] == ["user.enable", "user.cancel_jobs", "user.release_jobs"]
+
+
+async def test_an_admins_retry_or_run_again_of_a_disabled_persons_job_is_held(scene_of: Any) -> None:
+    """Only a release lets a disabled person's work run: a job an admin retries (with the step the retry
+    re-opens) or runs again for them waits held, as their next jobs do, and runs once released."""
+    s = await scene_of()
+    engine = create_engine(s.settings.database_url or "", pool_size=1)
+    try:
+        first = await enqueue(engine, s.settings, s.user_id, "test.step", input_data={}, max_attempts=1)
+        after = await make_job(engine, s.settings, s.user_id, "test.step", {}, depends_on=[first])
+        await claim(engine, first)
+        await finish(engine, s.settings, first, "failed", error="boom")
+    finally:
+        await engine.dispose()
+    assert await s.pg.fetchval("SELECT status FROM jobs WHERE id = $1", after["id"]) == "cancelled"
+    await _disable(s)
+    retried = await s.client.post(f"/api/jobs/{first}/retry", headers=s.admin)
+    again = await s.client.post(f"/api/jobs/{first}/run-again", headers=s.admin)
+    assert retried.status_code == 200 and again.status_code == 201, (retried.text, again.text)
+    rows = await s.pg.fetch(
+        "SELECT id, status, is_active FROM jobs WHERE user_id = $1 ORDER BY id", s.user_id
+    )
+    assert len(rows) == 3 and all(r["status"] == "queued" and not r["is_active"] for r in rows), rows
+    assert await s.pg.fetchval("SELECT count(*) FROM job_events WHERE kind = 'held'") == 3
+    assert (await s.client.post(f"/api/users/{s.user_id}/release-jobs", headers=s.admin)).json()["count"] == 3
 
 
 async def test_released_jobs_run(scene_of: Any) -> None:

@@ -28,6 +28,7 @@ from app.jobs.queue.common import (
 )
 from app.jobs.queue.consequences import consequences
 from app.jobs.queue.fanouts import GATES_OF
+from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.new_jobs import Enqueued, NewJob, enqueue
 from app.jobs.queue.pipelines import refresh_pipelines
 from app.jobs.rows import JobRow, job_row
@@ -175,7 +176,8 @@ async def retry(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
         message="manual retry with a fresh attempt budget",
         data={"previous_attempts": row["attempts"], "previous_error": cap_text(row["error_message"], 2000)},
     )
-    await conn.execute(REOPEN_BLOCKED, {"id": row["id"], "actor": actor})
+    reopened = (await conn.execute(REOPEN_BLOCKED, {"id": row["id"], "actor": actor})).all()
+    await hold_if_owner_disabled(conn, row["user_id"], [row["id"], *(r.id for r in reopened)])
     await notify_jobs(conn)
     if row["pipeline_id"]:
         await refresh_pipelines(conn, [row["pipeline_id"]])
@@ -239,6 +241,8 @@ async def run_again(
         settings,
         actor=actor_of(principal),
     )
+    if await hold_if_owner_disabled(conn, row["user_id"], [result.job["id"]]):
+        result = Enqueued(job=await get_job(conn, result.job["id"]), created=result.created)
     await add_event(
         conn,
         row,
