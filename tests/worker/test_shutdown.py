@@ -1,0 +1,111 @@
+"""The worker stops cleanly and promptly whatever state its parts are in: a listener whose connection is
+lost just then or goes silent, a side task that ignores its cancellation, a processor stuck in a thread."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from app.db import asyncpg_dsn
+from app.worker import listener as listener_module
+from app.worker.listener import Listener
+from tests.support.netproxy import BlackholeProxy
+from tests.support.workers import wait_until
+
+
+def make_listener(dsn: str, **kw: Any) -> Listener:
+    return Listener(dsn, on_jobs=lambda: None, on_cancel=lambda _payload: None, log=None, **kw)
+
+
+async def _connected(listener: Listener) -> bool:
+    return listener.connected
+
+
+@pytest.mark.parametrize("turns", [0, 1, 2, 3])
+async def test_a_listener_cancelled_as_its_connection_is_lost_stops(db_url, turns) -> None:
+    """The worker's shutdown cancels the listener, which may be just then noticing a lost connection (a
+    database restart, or a dead connection found by the liveness check). The listener stops: the
+    cancellation is not taken for the end of a liveness wait, after which it reconnected and ran on, and
+    the worker's shutdown waited for it for ever. (``turns``: loop turns between the loss and the
+    cancellation; the cancellation was lost for the first three.)"""
+    listener = make_listener(asyncpg_dsn(db_url))
+    task = asyncio.create_task(listener.run())
+    try:
+        await wait_until(lambda: _connected(listener), timeout=10, what="the listener")
+        listener._lost.set()  # what the termination callback does when the connection ends
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        assert done, f"the listener ran on after its cancellation ({listener.reconnects} reconnects)"
+    finally:
+        listener.enabled = False  # if it ran on: no more reconnections, and let the cancel land
+        task.cancel()
+        await asyncio.wait({task}, timeout=5)
+        await listener.aclose()
+
+
+async def test_a_half_open_listener_connection_is_replaced_once(db_url) -> None:
+    """After the liveness check finds the connection dead and the listener replaces it, the closed
+    connection's termination notice must not count against its replacement: it did, and each new
+    connection was dropped at once for the next — hundreds of reconnections a second, each waking the
+    claim loop, until the worker stopped."""
+    url = make_url(db_url)
+    proxy = BlackholeProxy(url.port or 5432)
+    await proxy.start()
+    dsn = asyncpg_dsn(url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False))
+    listener = make_listener(dsn, liveness_interval=0.5)
+    task = asyncio.create_task(listener.run())
+    try:
+        await wait_until(lambda: _connected(listener), timeout=10, what="the listener")
+        proxy.frozen = True
+        await wait_until(
+            lambda: asyncio.sleep(0, listener.reconnects >= 1), timeout=10, what="the reconnection"
+        )
+        await asyncio.sleep(2)
+        # one replacement; a second only if the machine is so loaded the new one's check timed out
+        assert listener.reconnects <= 2, f"{listener.reconnects} reconnections"
+        await wait_until(lambda: _connected(listener), timeout=5, what="the new connection")
+    finally:
+        task.cancel()
+        await asyncio.wait({task}, timeout=5)
+        await listener.aclose()
+        await proxy.close()
+
+
+async def test_a_listener_connection_that_goes_silent_before_its_listen_is_replaced(
+    db_url, monkeypatch
+) -> None:
+    """A connection that goes silent between its start and its LISTEN statements (before any liveness
+    check runs) held the listener in LISTEN for ever. Now LISTEN is bounded: the listener gives that
+    connection up and connects again."""
+    url = make_url(db_url)
+    proxy = BlackholeProxy(url.port or 5432)
+    await proxy.start()
+    dsn = asyncpg_dsn(url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False))
+    real_connect = listener_module.asyncpg.connect
+    connects = 0
+
+    async def connect_then_freeze(*args: Any, **kw: Any) -> Any:
+        nonlocal connects
+        connects += 1
+        conn = await real_connect(*args, **kw)
+        if connects == 1:
+            proxy.frozen = True  # the first connection goes silent now; later ones work
+        return conn
+
+    monkeypatch.setattr(listener_module.asyncpg, "connect", connect_then_freeze)
+    monkeypatch.setattr(listener_module, "CONNECT_TIMEOUT_SECS", 1.0)
+    listener = make_listener(dsn)
+    task = asyncio.create_task(listener.run())
+    try:
+        await wait_until(lambda: _connected(listener), timeout=8, what="the listener")
+        assert connects == 2
+    finally:
+        task.cancel()
+        await asyncio.wait({task}, timeout=5)
+        await listener.aclose()
+        await proxy.close()
