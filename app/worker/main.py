@@ -9,10 +9,14 @@ SIGTERM or SIGINT asks it to stop gracefully.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 from prometheus_client import start_http_server
@@ -64,21 +68,53 @@ async def _main(settings: Settings) -> int:
     if not ready:
         return 1
     _stop_on_signals(worker.stop)
+    # The loop's default executor (asyncio.to_thread) is one the worker can shut down without waiting
+    # for its threads: see _threads_left.
+    threads = ThreadPoolExecutor(thread_name_prefix="jobdesk-thread")
+    asyncio.get_running_loop().set_default_executor(threads)
     code = 0
     try:
         await worker.run()
     except Exception as exc:
         log.error("worker crashed", error=repr(exc))
         code = 1
-    if worker.executor.lingering:
-        # Processors that ignore cancellation would hold the event loop's shutdown forever; their jobs'
-        # outcomes are recorded, so nothing is lost by ending the process here.
+    left = await _threads_left(threads)
+    if worker.executor.lingering or left:
+        # Processors that ignore cancellation would hold the event loop's shutdown forever, and those
+        # stuck in a thread the interpreter's exit (it joins every such thread); their jobs' outcomes
+        # are recorded (or left to the sweep), so nothing is lost by ending the process here.
         log.warning(
-            "exiting with processor tasks that ignore cancellation", count=len(worker.executor.lingering)
+            "exiting with processor work that did not stop",
+            tasks=len(worker.executor.lingering),
+            threads=left,
         )
+        logging.shutdown()
         sys.stdout.flush()
+        sys.stderr.flush()
         os._exit(code)
     return code
+
+
+THREADS_GRACE_SECS = 1.0
+"""How long the stopped worker waits for threads still running (a processor's ``asyncio.to_thread``
+whose task was cancelled: the thread runs on) before it exits without them."""
+
+
+async def _threads_left(threads: ThreadPoolExecutor) -> list[str]:
+    """Names of the threads that would hold the process's exit (Python joins every non-daemon thread,
+    the executors' among them), after up to :data:`THREADS_GRACE_SECS` for them to end; idle executor
+    threads end at once."""
+    threads.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + THREADS_GRACE_SECS
+    while True:
+        left = [
+            t.name
+            for t in threading.enumerate()
+            if t is not threading.current_thread() and not t.daemon and t.is_alive()
+        ]
+        if not left or time.monotonic() >= deadline:
+            return left
+        await asyncio.sleep(0.05)
 
 
 async def _schema_problem(engine: AsyncEngine) -> str | None:

@@ -373,3 +373,16 @@ def cpu_logs(ctx: Any) -> dict[str, Any]:
         ctx.log.info("cpu line %d", i)
     logging.getLogger("somewhere.else").warning("cpu std \x00 warning")
     return {"logged": ctx.input.lines}
+
+
+@processor(
+    "test.thread_stuck",
+    title="Stuck in a thread",
+    description="Waits in a thread (asyncio.to_thread) for the given seconds, then appends a side effect.",
+    input=SecondsInput,
+    diagnostic=True,
+)
+async def thread_stuck(ctx: JobContext[SecondsInput]) -> dict[str, Any]:
+    await asyncio.to_thread(time.sleep, ctx.input.seconds)
+    await _record(ctx)
+    return {"slept": ctx.input.seconds}

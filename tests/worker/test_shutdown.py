@@ -4,16 +4,20 @@ lost just then or goes silent, a side task that ignores its cancellation, a proc
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
 from sqlalchemy.engine import make_url
 
+import tests.support.processors  # noqa: F401  (registers the test job types)
 from app.db import asyncpg_dsn
+from app.jobs import queue
+from app.jobs.queue import NewJob
 from app.worker import listener as listener_module
 from app.worker.listener import Listener
 from tests.support.netproxy import BlackholeProxy
-from tests.support.workers import wait_until
+from tests.support.workers import WorkerProcess, wait_status, wait_until
 
 
 def make_listener(dsn: str, **kw: Any) -> Listener:
@@ -109,3 +113,41 @@ async def test_a_listener_connection_that_goes_silent_before_its_listen_is_repla
         await asyncio.wait({task}, timeout=5)
         await listener.aclose()
         await proxy.close()
+
+
+@pytest.mark.slow
+async def test_a_processor_stuck_in_a_thread_does_not_keep_the_worker_process_alive(
+    make_settings, engine, owner, pg, tmp_path
+) -> None:
+    """SIGTERM while a processor waits on ``asyncio.to_thread`` for a minute: past the grace period the
+    job is released (the thread cannot be stopped, its task is cancelled), and the process exits then.
+    It stayed alive until the thread ended: Python waits for executor threads at exit (the event loop's
+    close, then the interpreter's)."""
+    grace = 1.0
+    settings = make_settings(worker_shutdown_grace_secs=grace, worker_visibility_timeout_secs=30)
+    async with engine.begin() as conn:
+        job = (
+            await queue.enqueue(
+                conn,
+                NewJob(type="test.thread_stuck", input_data={"seconds": 60}, user_id=owner.id),
+                settings,
+            )
+        ).job["id"]
+    worker = WorkerProcess(settings, tmp_path / "worker.log")
+    try:
+        await wait_status(pg, job, {"in_progress"}, timeout=30)
+        await asyncio.sleep(0.3)
+        worker.terminate()
+        stopped = time.monotonic()
+        # the grace, the cancel grace, and a few seconds for a loaded machine
+        code = await asyncio.to_thread(worker.wait, 15)
+        took = time.monotonic() - stopped
+    finally:
+        output = worker.output()
+        worker.close()
+    assert code == 0, output[-3000:]
+    assert took < grace + settings.job_cancel_grace_secs + 10, took
+    assert "exiting with processor work that did not stop" in output
+    row = await pg.fetchrow("SELECT status, attempts FROM jobs WHERE id = $1", job)
+    assert (row["status"], row["attempts"]) == ("queued", 0)  # released, not lost
+    assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 0
