@@ -151,3 +151,39 @@ async def test_a_processor_stuck_in_a_thread_does_not_keep_the_worker_process_al
     row = await pg.fetchrow("SELECT status, attempts FROM jobs WHERE id = $1", job)
     assert (row["status"], row["attempts"]) == ("queued", 0)  # released, not lost
     assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 0
+
+
+@pytest.mark.slow
+async def test_a_worker_cut_off_from_the_database_still_stops(
+    make_settings, engine, owner, pg, tmp_path, tcp_proxy, db_url
+) -> None:
+    """SIGTERM while a network partition cuts the worker off (nothing it sends is answered, nothing is
+    closed): the worker stops its job, gives up what it cannot record or close, and exits. It waited for
+    ever: for the answer of a claim on its way, the statement resetting a kept connection, the close
+    of its pooled connections. The job is not lost: its lease runs out and the sweep rescues it."""
+    common: dict[str, Any] = {"worker_visibility_timeout_secs": 10, "worker_shutdown_grace_secs": 1}
+    settings = make_settings(**common)
+    cut_off = make_settings(database_url=tcp_proxy.url(db_url), **common)
+    async with engine.begin() as conn:
+        job = (
+            await queue.enqueue(
+                conn, NewJob(type="test.effect", input_data={"seconds": 60}, user_id=owner.id), settings
+            )
+        ).job["id"]
+    worker = WorkerProcess(cut_off, tmp_path / "worker.log")
+    try:
+        await wait_status(pg, job, {"in_progress"}, timeout=30)
+        await asyncio.sleep(1)  # a claim on its way, with a free slot and a 0.5 s poll
+        tcp_proxy.cut("blackhole")
+        worker.terminate()
+        stopped = time.monotonic()
+        code = await asyncio.to_thread(worker.wait, 60)
+        took = time.monotonic() - stopped
+    finally:
+        output = worker.output()
+        worker.close()
+    assert code == 0, output[-3000:]
+    assert took < 45, took  # bounded steps of a few seconds each (about 20 s here)
+    row = await pg.fetchrow("SELECT status, lease_expires_at > now() AS leased FROM jobs WHERE id = $1", job)
+    assert row["status"] == "in_progress"  # the release could not be recorded: the sweep's, in time
+    assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 0
