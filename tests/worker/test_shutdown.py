@@ -16,6 +16,7 @@ from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.worker import listener as listener_module
 from app.worker.listener import Listener
+from app.worker.threaded import start_in_thread
 from tests.support.netproxy import BlackholeProxy
 from tests.support.workers import WorkerProcess, wait_status, wait_until
 
@@ -187,3 +188,30 @@ async def test_a_worker_cut_off_from_the_database_still_stops(
     row = await pg.fetchrow("SELECT status, lease_expires_at > now() AS leased FROM jobs WHERE id = $1", job)
     assert row["status"] == "in_progress"  # the release could not be recorded: the sweep's, in time
     assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 0
+
+
+@pytest.mark.parametrize("job_type", ["test.stubborn", "test.thread_stuck"])
+async def test_the_in_app_worker_stops_without_processor_work_that_does_not_end(
+    make_settings, engine, owner, pg, job_type
+) -> None:
+    """The web process stops its in-app worker and waits for its thread. A processor that ignores its
+    cancellation, or waits in a thread, is released past the grace period, and the thread ends then: it
+    waited for the processor to end first (``asyncio.Runner`` cancels every task left and waits for them,
+    then for the loop's executor threads), and so did the web process's shutdown."""
+    settings = make_settings(worker_shutdown_grace_secs=1, job_cancel_grace_secs=0.5)
+    async with engine.begin() as conn:
+        job = (
+            await queue.enqueue(
+                conn, NewJob(type=job_type, input_data={"seconds": 12}, user_id=owner.id), settings
+            )
+        ).job["id"]
+    handle = start_in_thread(settings, settings.database_url or "")
+    try:
+        await wait_status(pg, job, {"in_progress"}, timeout=30)
+        # the grace, the cancel grace, the lingering task's last chance (the grace again), and margin
+        ended = await asyncio.to_thread(handle.stop, 8)
+        assert ended, "the in-app worker's thread is still waiting for the processor"
+    finally:
+        await asyncio.to_thread(handle.stop, 20)
+    row = await pg.fetchrow("SELECT status, attempts FROM jobs WHERE id = $1", job)
+    assert (row["status"], row["attempts"]) == ("queued", 0)  # released, not lost
