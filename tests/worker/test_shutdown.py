@@ -248,3 +248,49 @@ async def test_a_processor_that_ignores_cancellation_delays_the_stop_by_its_canc
     assert took < grace + 0.5 + 1 + 2, took
     row = await pg.fetchrow("SELECT status, attempts FROM jobs WHERE id = $1", job)
     assert (row["status"], row["attempts"]) == ("queued", 0)
+
+
+async def test_a_side_task_that_ignores_its_cancellation_does_not_hold_the_stop(
+    settings, monkeypatch
+) -> None:
+    """A side task that does not end when cancelled (a bug: a swallowed cancellation, a close that waits
+    on a dead connection) costs the stop a few seconds, logged; the stop waited for it for ever."""
+    from app import notifications
+    from app.worker import runner
+
+    released = asyncio.Event()
+
+    async def deaf(_self: Any) -> None:
+        while not released.is_set():
+            try:
+                await released.wait()
+            except asyncio.CancelledError:
+                continue  # swallowed
+
+    monkeypatch.setattr(notifications.Mailer, "run", deaf)
+    monkeypatch.setattr(runner, "SHUTDOWN_STEP_SECS", 1.0)
+    worker = runner.Worker(settings, settings.database_url or "")
+    warnings: list[str] = []
+
+    class Noting:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def warning(self, event: str, **kw: Any) -> Any:
+            warnings.append(event)
+            return self.inner.warning(event, **kw)
+
+    worker.log = Noting(worker.log)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        worker.stop()
+        done, _ = await asyncio.wait({task}, timeout=10)
+        assert done, "the stop waits for the side task"
+    finally:
+        released.set()
+        await asyncio.wait({task}, timeout=10)
+    assert "side tasks did not end when cancelled; stopping without them" in warnings
