@@ -78,16 +78,13 @@ async def _main(settings: Settings) -> int:
     except Exception as exc:
         log.error("worker crashed", error=repr(exc))
         code = 1
+    tasks = await _tasks_left()
     left = await _threads_left(threads)
-    if worker.executor.lingering or left:
-        # Processors that ignore cancellation would hold the event loop's shutdown forever, and those
-        # stuck in a thread the interpreter's exit (it joins every such thread); their jobs' outcomes
-        # are recorded (or left to the sweep), so nothing is lost by ending the process here.
-        log.warning(
-            "exiting with processor work that did not stop",
-            tasks=len(worker.executor.lingering),
-            threads=left,
-        )
+    if tasks or left:
+        # Tasks that ignore cancellation (processors, or a side task the worker stopped without) would
+        # hold the event loop's close for ever, and threads the interpreter's exit (it joins each); the
+        # jobs' outcomes are recorded (or left to the sweep), so nothing is lost by ending here.
+        log.warning("exiting with processor work that did not stop", tasks=tasks, threads=left)
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -95,17 +92,29 @@ async def _main(settings: Settings) -> int:
     return code
 
 
-THREADS_GRACE_SECS = 1.0
-"""How long the stopped worker waits for threads still running (a processor's ``asyncio.to_thread``
-whose task was cancelled: the thread runs on) before it exits without them."""
+LEFTOVERS_SECS = 1.0
+"""How long the stopped worker waits for tasks left running once cancelled, and for threads still running
+(a processor's ``asyncio.to_thread`` whose task was cancelled: the thread runs on), before it exits
+without them."""
+
+
+async def _tasks_left() -> list[str]:
+    """Names of the tasks still running once the worker has stopped (each is cancelled, and given up to
+    :data:`LEFTOVERS_SECS` to end): ``asyncio.Runner`` would wait for them."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=LEFTOVERS_SECS)
+    return sorted(t.get_name() for t in tasks if not t.done())
 
 
 async def _threads_left(threads: ThreadPoolExecutor) -> list[str]:
     """Names of the threads that would hold the process's exit (Python joins every non-daemon thread,
-    the executors' among them), after up to :data:`THREADS_GRACE_SECS` for them to end; idle executor
+    the executors' among them), after up to :data:`LEFTOVERS_SECS` for them to end; idle executor
     threads end at once."""
     threads.shutdown(wait=False, cancel_futures=True)
-    deadline = time.monotonic() + THREADS_GRACE_SECS
+    deadline = time.monotonic() + LEFTOVERS_SECS
     while True:
         left = [
             t.name

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import make_url
 
-import tests.support.processors  # noqa: F401  (registers the test job types)
 from app.db import asyncpg_dsn
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.worker import listener as listener_module
 from app.worker.listener import Listener
 from app.worker.threaded import start_in_thread
+from tests.support import processors as support_processors  # registers the test job types
 from tests.support.netproxy import BlackholeProxy
 from tests.support.workers import WorkerProcess, wait_status, wait_until
 
@@ -294,3 +294,23 @@ async def test_a_side_task_that_ignores_its_cancellation_does_not_hold_the_stop(
         released.set()
         await asyncio.wait({task}, timeout=10)
     assert "side tasks did not end when cancelled; stopping without them" in warnings
+
+
+@pytest.mark.slow
+async def test_a_worker_process_with_a_side_task_that_ignores_its_cancellation_exits(
+    settings, pg, tmp_path
+) -> None:
+    """The worker stops without a side task that does not end when cancelled; the process then exits
+    without it too. It waited for it for ever, as ``asyncio.Runner`` cancels and awaits every task left."""
+    worker = WorkerProcess(settings, tmp_path / "worker.log", **{support_processors.DEAF_MAILER_ENV: "1"})
+    try:
+        await wait_until(lambda: pg.fetchval("SELECT count(*) = 1 FROM workers"), what="the worker")
+        await asyncio.sleep(1.5)  # its side tasks have started
+        worker.terminate()
+        code = await asyncio.to_thread(worker.wait, 30)
+    finally:
+        output = worker.output()
+        worker.close()
+    assert code == 0, output[-3000:]
+    assert "side tasks did not end when cancelled" in output
+    assert "exiting with processor work that did not stop" in output
