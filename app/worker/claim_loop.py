@@ -32,6 +32,9 @@ UNRECORDED_MAX = COMPLETER_BATCH
 that fell behind let the claims run on (``bench/scale.py``, 500 slots: 290,000 held jobs, 1.5 GB), and
 renewing all those leases in one transaction held up the very completions it waited for."""
 
+CLAIM_ARRIVAL_SECS = 5.0
+"""How long a stopping worker waits for the answers of claims on their way (normally milliseconds)."""
+
 CLAIM_RETRY_FIRST_SECS = 0.2
 """First wait after a claim failed because the database is unreachable (doubled up to the poll interval
 or 5 s)."""
@@ -46,9 +49,17 @@ async def claim_loop(worker: Worker) -> None:
         await _claim_until_stopped(worker, flying)
     finally:
         # Whatever a claim on its way brings is ours: let it arrive, so that its jobs are buffered and
-        # handed back by the drain rather than left to the rescue.
+        # handed back by the drain rather than left to the rescue. Not for ever: on a connection that
+        # went silent (a partition) the answer may never come, and the worker could not stop.
         if flying:
-            await asyncio.gather(*flying, return_exceptions=True)
+            _, late = await asyncio.wait(flying, timeout=CLAIM_ARRIVAL_SECS)
+            for task in late:
+                task.cancel()
+            if late:
+                worker.log.warning(
+                    "stopping without the answer of a claim; the sweep will rescue what it took",
+                    waited_secs=CLAIM_ARRIVAL_SECS,
+                )
             worker.start_side_tasks()  # a first claim's jobs may be running: their logs need the writer
 
 

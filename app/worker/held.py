@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from app.db import engine_pooler
 
 GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
+RESET_TIMEOUT_SECS = 2.0
 
 
 class HeldConnection:
@@ -58,7 +59,9 @@ class HeldConnection:
         if conn is not None:
             try:
                 if self._generic:
-                    await conn.exec_driver_sql("RESET plan_cache_mode")
+                    # bounded: on a connection that went silent (a partition) no answer ever comes
+                    async with asyncio.timeout(RESET_TIMEOUT_SECS):
+                        await conn.exec_driver_sql("RESET plan_cache_mode")
             except Exception:
                 await self._discard(conn)
                 return

@@ -25,6 +25,7 @@ from app.jobs.queue import CANCEL_CHANNEL, JOBS_CHANNEL
 
 LIVENESS_INTERVAL_SECS = 2.0
 LIVENESS_TIMEOUT_SECS = 2.0
+CONNECT_TIMEOUT_SECS = 10.0
 BACKOFF_START_SECS = 0.2
 BACKOFF_MAX_SECS = 10.0
 
@@ -60,16 +61,27 @@ class Listener:
         else:
             self.on_jobs()
 
-    def _terminated(self, _conn: Any) -> None:
-        self._lost.set()
+    def _terminated(self, conn: Any) -> None:
+        # asyncpg calls this soon after a connection ends, also one we closed ourselves: only the loss
+        # of the current connection counts. Counting a replaced one marked its successor lost, which was
+        # replaced in turn, and so on: hundreds of reconnections a second after one failed liveness check.
+        if conn is self._conn:
+            self._lost.set()
 
     async def _connect(self) -> asyncpg.Connection:
         conn = await asyncpg.connect(
-            self.dsn, timeout=10, server_settings={"application_name": "jobdesk-listener"}
+            self.dsn, timeout=CONNECT_TIMEOUT_SECS, server_settings={"application_name": "jobdesk-listener"}
         )
+        try:
+            # The LISTEN statements are bounded too: a connection that goes silent right after its
+            # start would otherwise hold the listener here for good, before any liveness check.
+            async with asyncio.timeout(CONNECT_TIMEOUT_SECS):
+                await conn.add_listener(JOBS_CHANNEL, self._notified)
+                await conn.add_listener(CANCEL_CHANNEL, self._notified)
+        except BaseException:
+            conn.terminate()  # not left open (and LISTENing) when this fails or is cancelled
+            raise
         conn.add_termination_listener(self._terminated)
-        await conn.add_listener(JOBS_CHANNEL, self._notified)
-        await conn.add_listener(CANCEL_CHANNEL, self._notified)
         return conn
 
     async def run(self) -> None:
@@ -110,8 +122,12 @@ class Listener:
         """Return when the connection is lost (termination callback or failed liveness check)."""
         assert self._conn is not None
         while True:
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns normally when it is cancelled
+            # just as the event is set, and the listener then reconnected instead of stopping, so the
+            # worker's shutdown waited for it for good.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._lost.wait(), timeout=self.liveness_interval)
+                async with asyncio.timeout(self.liveness_interval):
+                    await self._lost.wait()
             if self._lost.is_set():
                 return
             try:
@@ -123,6 +139,7 @@ class Listener:
     async def _close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
+            conn.remove_termination_listener(self._terminated)
             conn.terminate()
 
     def _set_connected(self, value: bool) -> None:

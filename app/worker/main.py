@@ -9,10 +9,14 @@ SIGTERM or SIGINT asks it to stop gracefully.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 from prometheus_client import start_http_server
@@ -64,21 +68,62 @@ async def _main(settings: Settings) -> int:
     if not ready:
         return 1
     _stop_on_signals(worker.stop)
+    # The loop's default executor (asyncio.to_thread) is one the worker can shut down without waiting
+    # for its threads: see _threads_left.
+    threads = ThreadPoolExecutor(thread_name_prefix="jobdesk-thread")
+    asyncio.get_running_loop().set_default_executor(threads)
     code = 0
     try:
         await worker.run()
     except Exception as exc:
         log.error("worker crashed", error=repr(exc))
         code = 1
-    if worker.executor.lingering:
-        # Processors that ignore cancellation would hold the event loop's shutdown forever; their jobs'
-        # outcomes are recorded, so nothing is lost by ending the process here.
-        log.warning(
-            "exiting with processor tasks that ignore cancellation", count=len(worker.executor.lingering)
-        )
+    tasks = await _tasks_left()
+    left = await _threads_left(threads)
+    if tasks or left:
+        # Tasks that ignore cancellation (processors, or a side task the worker stopped without) would
+        # hold the event loop's close for ever, and threads the interpreter's exit (it joins each); the
+        # jobs' outcomes are recorded (or left to the sweep), so nothing is lost by ending here.
+        log.warning("exiting with processor work that did not stop", tasks=tasks, threads=left)
+        logging.shutdown()
         sys.stdout.flush()
+        sys.stderr.flush()
         os._exit(code)
     return code
+
+
+LEFTOVERS_SECS = 1.0
+"""How long the stopped worker waits for tasks left running once cancelled, and for threads still running
+(a processor's ``asyncio.to_thread`` whose task was cancelled: the thread runs on), before it exits
+without them."""
+
+
+async def _tasks_left() -> list[str]:
+    """Names of the tasks still running once the worker has stopped (each is cancelled, and given up to
+    :data:`LEFTOVERS_SECS` to end): ``asyncio.Runner`` would wait for them."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=LEFTOVERS_SECS)
+    return sorted(t.get_name() for t in tasks if not t.done())
+
+
+async def _threads_left(threads: ThreadPoolExecutor) -> list[str]:
+    """Names of the threads that would hold the process's exit (Python joins every non-daemon thread,
+    the executors' among them), after up to :data:`LEFTOVERS_SECS` for them to end; idle executor
+    threads end at once."""
+    threads.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + LEFTOVERS_SECS
+    while True:
+        left = [
+            t.name
+            for t in threading.enumerate()
+            if t is not threading.current_thread() and not t.daemon and t.is_alive()
+        ]
+        if not left or time.monotonic() >= deadline:
+            return left
+        await asyncio.sleep(0.05)
 
 
 async def _schema_problem(engine: AsyncEngine) -> str | None:

@@ -61,6 +61,10 @@ from app.worker.watchdog import TICK_SECS, LoopWatchdog
 
 log = structlog.get_logger("jobdesk.worker")
 
+SHUTDOWN_STEP_SECS = 5.0
+"""The longest a stopping worker waits for its side tasks to end once cancelled, and for the database to
+answer its last statements and closes (it goes on without them)."""
+
 SIDE_TASKS_LATEST_SECS = 1.0
 """The side tasks start when the first claim's answer is in, or this many seconds after the start if it
 takes longer (see :meth:`Worker.run`)."""
@@ -314,17 +318,46 @@ class Worker:
             await asyncio.sleep(TICK_SECS)
 
     async def _shut_down(self, completer: asyncio.Task[None]) -> None:
-        """Record what is left, stop the side tasks, unregister, release the engines."""
+        """Record what is left, stop the side tasks, unregister, release the engines. Each step is
+        bounded: the database may not answer at all (a partition: a statement or a connection's close
+        waits for a reply that never comes), and a side task may not end when cancelled."""
         self.completer.close()
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(
                 asyncio.shield(completer), timeout=max(5.0, self.settings.worker_shutdown_grace_secs)
             )
-        for task in self._side.values():
+        # The ticker runs on until the lease keeper stops: without its ticks the keeper's watchdog takes
+        # the slow steps below for a blocked loop.
+        ticker = self._side.get("ticker")
+        tasks = [t for t in self._side.values() if t is not ticker] + [completer]
+        for task in tasks:
             task.cancel()
-        completer.cancel()
-        await asyncio.gather(*self._side.values(), completer, return_exceptions=True)
+        _, stuck = await asyncio.wait(tasks, timeout=SHUTDOWN_STEP_SECS)
+        if stuck:
+            self.log.warning(
+                "side tasks did not end when cancelled; stopping without them",
+                tasks=sorted(t.get_name() for t in stuck),
+            )
         await self.leases.stop()
+        if ticker is not None:
+            ticker.cancel()
+            await asyncio.wait([ticker])
+        try:
+            async with asyncio.timeout(SHUTDOWN_STEP_SECS):
+                await self._release()
+        except TimeoutError:
+            self.log.warning(
+                "the database did not answer at shutdown; dropping its connections unclosed",
+                waited_secs=SHUTDOWN_STEP_SECS,
+            )
+            await self.engine.dispose(close=False)
+            if self._owns_app_engine:
+                await self.app_engine.dispose(close=False)
+        self.stopped.set()
+        self.log.info("worker stopped", completed=self.tally.completed, failed=self.tally.failed)
+
+    async def _release(self) -> None:
+        """Give back the kept connections, unregister, close the engines."""
         await self.claimer.close()
         await self.listener.aclose()
         if self._fatal is None:
@@ -334,8 +367,6 @@ class Worker:
         await self.engine.dispose()
         if self._owns_app_engine:
             await self.app_engine.dispose()
-        self.stopped.set()
-        self.log.info("worker stopped", completed=self.tally.completed, failed=self.tally.failed)
 
     def _side_done(self, name: str, task: asyncio.Task[None]) -> None:
         if task.cancelled() or self.stopped.is_set():

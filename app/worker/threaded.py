@@ -72,14 +72,17 @@ class ThreadedWorker:
         return await asyncio.to_thread(self.stop)
 
     def _main(self) -> None:
+        loop = loop_factory() if loop_factory is not None else asyncio.new_event_loop()
         try:
-            with asyncio.Runner(loop_factory=loop_factory) as runner:
-                runner.run(self._run())
+            loop.run_until_complete(self._run())
         except BaseException as exc:
             self.error = exc
             log.error("the in-app worker stopped with an error", error=repr(exc))
         finally:
-            self._ready.set()
+            try:
+                _close(loop)
+            finally:
+                self._ready.set()
 
     async def _run(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -88,6 +91,27 @@ class ThreadedWorker:
         finally:
             self._ready.set()
         await self.worker.run()
+
+
+LEFTOVERS_SECS = 1.0
+"""How long the stopped in-app worker waits for the tasks left in its loop to end once cancelled."""
+
+
+def _close(loop: asyncio.AbstractEventLoop) -> None:
+    """Close the worker's loop without waiting for processor work that did not stop: a task that ignores
+    its cancellation, a thread (``asyncio.to_thread``) that runs on. ``asyncio.Runner`` waits for both,
+    however long they take, and the web process's shutdown waited with it; their jobs' outcomes are
+    recorded (or left to the sweep), and what they still do is discarded."""
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.wait(tasks, timeout=LEFTOVERS_SECS))
+    left = [t for t in tasks if not t.done()]
+    if left:
+        log.warning("the in-app worker stops with processor tasks that did not end", count=len(left))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()  # shuts the default executor down without waiting for its threads
 
 
 def start_in_thread(settings: Settings, url: str, **worker_kw: Any) -> ThreadedWorker:

@@ -9,6 +9,9 @@ It runs its own event loop in a thread, so it keeps forwarding whatever the test
   the client only notices through its own timeouts).
 * ``restore()`` closes the connections the cut left behind (their streams are out of step) and forwards
   new connections again.
+
+:class:`BlackholeProxy` is simpler and runs in the test's own loop: it freezes the connections open at the
+moment, and connects new ones through normally (a path that drops one connection's packets).
 """
 
 from __future__ import annotations
@@ -126,3 +129,46 @@ class TcpProxy:
 def _abort(writer: asyncio.StreamWriter) -> None:
     with contextlib.suppress(Exception):
         writer.transport.abort()
+
+
+class BlackholeProxy:
+    """A TCP proxy to PostgreSQL whose open connections can be frozen: bytes stop flowing but no socket
+    closes — a half-open connection, as when a network path silently drops packets."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.frozen = False
+        self.server: asyncio.Server | None = None
+        self.port = 0
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, born_frozen: bool
+    ) -> None:
+        with contextlib.suppress(Exception):
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    break
+                if self.frozen and not born_frozen:
+                    continue  # swallow: the peer never hears back, and nothing is closed
+                writer.write(data)
+                await writer.drain()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        self._writers += [writer, up_writer]
+        born_frozen = self.frozen  # connections made after the freeze work normally
+        await asyncio.gather(
+            self._pipe(reader, up_writer, born_frozen), self._pipe(up_reader, writer, born_frozen)
+        )
+
+    async def close(self) -> None:
+        for w in self._writers:
+            w.close()
+        if self.server:
+            self.server.close()

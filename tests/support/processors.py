@@ -373,3 +373,34 @@ def cpu_logs(ctx: Any) -> dict[str, Any]:
         ctx.log.info("cpu line %d", i)
     logging.getLogger("somewhere.else").warning("cpu std \x00 warning")
     return {"logged": ctx.input.lines}
+
+
+@processor(
+    "test.thread_stuck",
+    title="Stuck in a thread",
+    description="Waits in a thread (asyncio.to_thread) for the given seconds, then appends a side effect.",
+    input=SecondsInput,
+    diagnostic=True,
+)
+async def thread_stuck(ctx: JobContext[SecondsInput]) -> dict[str, Any]:
+    await asyncio.to_thread(time.sleep, ctx.input.seconds)
+    await _record(ctx)
+    return {"slept": ctx.input.seconds}
+
+
+DEAF_MAILER_ENV = "JOBDESK_TEST_DEAF_MAILER"
+"""Set in a worker process's environment, its notice mailer (a side task) ignores its cancellation for a
+minute: a side task with a bug."""
+
+if os.environ.get(DEAF_MAILER_ENV):
+    from app import notifications
+
+    async def _deaf_run(_self: notifications.Mailer) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                await asyncio.sleep(0.1)
+            except asyncio.CancelledError:
+                continue
+
+    setattr(notifications.Mailer, "run", _deaf_run)  # noqa: B010  (a test patch of a method)

@@ -22,6 +22,7 @@ from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.settings import Settings
 from tests.support.factories import TestUser, event_kinds, make_user
+from tests.support.netproxy import BlackholeProxy
 from tests.support.pg_owned import OwnedPostgres
 from tests.support.workers import WorkerProcess, running_worker, wait_status, wait_until
 
@@ -282,49 +283,6 @@ async def _listening(pg: asyncpg.Connection) -> bool:
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'jobdesk-listener' AND datname = current_database()"
         )
     )
-
-
-class BlackholeProxy:
-    """A TCP proxy to PostgreSQL whose open connections can be frozen: bytes stop flowing but no socket
-    closes — a half-open connection, as when a network path silently drops packets."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.frozen = False
-        self.server: asyncio.Server | None = None
-        self.port = 0
-        self._writers: list[asyncio.StreamWriter] = []
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-
-    async def _pipe(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, born_frozen: bool
-    ) -> None:
-        with contextlib.suppress(Exception):
-            while True:
-                data = await reader.read(65536)
-                if not data:
-                    break
-                if self.frozen and not born_frozen:
-                    continue  # swallow: the peer never hears back, and nothing is closed
-                writer.write(data)
-                await writer.drain()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        self._writers += [writer, up_writer]
-        born_frozen = self.frozen  # connections made after the freeze work normally
-        await asyncio.gather(
-            self._pipe(reader, up_writer, born_frozen), self._pipe(up_reader, writer, born_frozen)
-        )
-
-    async def close(self) -> None:
-        for w in self._writers:
-            w.close()
-        if self.server:
-            self.server.close()
 
 
 async def test_a_half_open_listener_connection_is_noticed_and_replaced(
