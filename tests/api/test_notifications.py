@@ -127,6 +127,15 @@ async def test_the_page_shows_each_notice_in_the_person_s_time_zone(
     assert "1 Dec 2026, 17:30 JST" in page and "08:30 UTC" not in page
 
 
+async def test_the_bell_is_drawn_not_an_emoji(client: AsyncTestClient, db_url: str) -> None:
+    # the emoji U+1F514 showed as an empty box on a machine without an emoji font
+    await sign_in_as(client, db_url, "ann@example.com")
+    for html in ((await client.get("/")).text, (await client.get("/notifications/bell")).text):
+        bell = html[html.index('id="notif-bell"') :].split("</a>", 1)[0]
+        assert '<svg class="bell-icon" aria-hidden="true"' in bell
+        assert "&#128276;" not in bell and "\U0001f514" not in bell
+
+
 async def test_steps_of_a_pipeline_do_not_notify_one_by_one(
     engine: AsyncEngine, ui_settings: Settings, pg: asyncpg.Connection
 ) -> None:
