@@ -7,8 +7,11 @@ Run them with the rest of the suite (``make test``), or alone::
 
 from __future__ import annotations
 
+import io
+
 import my_processor  # noqa: F401  (registers example.word_count)
 import pytest
+from PIL import Image
 
 from app.errors import BadInput
 from app.processors import PermanentError
@@ -42,3 +45,12 @@ async def test_bad_input_is_refused_naming_the_field(tmp_path) -> None:
     with pytest.raises(BadInput) as err:
         await ProcessorTest(tmp_path).run("example.word_count", {"text": "x", "top": 0})
     assert "input_data.top" in err.value.errors
+
+
+async def test_a_built_in_type_reads_a_file_you_add(tmp_path) -> None:
+    t = ProcessorTest(tmp_path)
+    picture = io.BytesIO()
+    Image.new("RGB", (40, 30), "red").save(picture, "PNG")
+    fid = t.add_file("red.png", picture.getvalue(), "image/png")  # an id for a FileId field
+    run = await t.run("images.thumbnail", {"image": fid, "sizes": [20], "name": "red"})
+    assert run.files["red-20.jpg"].data[:2] == b"\xff\xd8"  # outputs by name, with their bytes

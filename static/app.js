@@ -177,3 +177,20 @@
     }
   });
 })();
+
+/* 8. A file input with data-read-on-choose sends its own form as soon as a file is chosen. The batch
+      page's "Or upload a corrected file" is its own form: a person who chose the corrected file and then
+      pressed the big "Check every row and start" had the old file checked again and the chosen one
+      dropped without a word. */
+(function () {
+  "use strict";
+  document.addEventListener("change", function (evt) {
+    var input = evt.target;
+    if (!(input instanceof HTMLInputElement) || input.type !== "file" || !input.hasAttribute("data-read-on-choose")) {
+      return;
+    }
+    if (!input.files || !input.files.length || !input.form) { return; }
+    var button = input.form.querySelector("button[type=submit]");
+    if (input.form.requestSubmit) { input.form.requestSubmit(button || undefined); } else { input.form.submit(); }
+  });
+})();

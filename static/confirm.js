@@ -1,5 +1,5 @@
 /* Confirmations in an in-page <dialog> instead of the browser's confirm(): the question (the count and
-   what will happen) with "Cancel" and a confirm button. No inline script and no eval (strict CSP); the
+   what will happen) with "Go back" and a confirm button. No inline script and no eval (strict CSP); the
    dialog is built with DOM calls and every text goes in through textContent.
 
    - htmx requests with hx-confirm="…": htmx fires `htmx:confirm` before each request; when the element
@@ -29,7 +29,8 @@
     var title = el("h2", { id: "confirm-dialog-title" }, "Please confirm");
     var question = el("p", { id: "confirm-dialog-question" });
     var footer = el("footer");
-    var cancel = el("button", { type: "button", id: "confirm-dialog-cancel", "class": "secondary outline" }, "Cancel");
+    // "Go back", not "Cancel": under "Cancel this job?" a "Cancel" button read as the action itself
+    var cancel = el("button", { type: "button", id: "confirm-dialog-cancel", "class": "secondary outline" }, "Go back");
     var ok = el("button", { type: "button", id: "confirm-dialog-ok" }, "Confirm");
     footer.appendChild(cancel);
     footer.appendChild(ok);

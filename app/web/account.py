@@ -23,11 +23,11 @@ from litestar.params import FromPath
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import auth
+from app import auth, notifications
 from app.actions import account as account_actions
 from app.errors import BadInput
 from app.web import DbSession, flash, render
-from app.web.deps import client_ip
+from app.web.deps import client_ip, settings_of
 
 THEME_WORDS = {"auto": "Automatic (follow this device)", "light": "Light", "dark": "Dark"}
 
@@ -75,6 +75,10 @@ class AccountController(Controller):
         self, request: Request[Any, Any, Any], db: AsyncSession, status_code: int = 200, **extra: Any
     ) -> Template:
         ctx = await account_context(db, request.user)
+        # the e-mail switch (account/_notifications.html) shows what is saved, and says when this server
+        # has no mail server, as /notifications does
+        ctx["email_on"] = await notifications.email_choice(db, request.user.id)
+        ctx["smtp"] = bool(settings_of(request).smtp_host)
         values = {**ctx["values"], **extra.pop("values", {})}
         ctx.update(extra, values=values)
         return render(request, "account/index.html", ctx, status_code=status_code)

@@ -512,6 +512,12 @@ def event_line(event: Mapping[str, Any], viewer: Any, emails: Mapping[int, str])
     if len(message) > 200 or "\n" in message:
         note = message.splitlines()[0][:200] + "…"
         technical = message
+    cause = upstream_of(event.get("message")) if kind == "cancelled" else None
+    if cause is not None:
+        # in words, as the job's own page says it: "upstream images.thumbnail 01a2… failed" meant
+        # nothing to a non-engineer; an admin can still unfold the stored text
+        note = "An earlier step " + ("failed" if cause[1] == "failed" else "did not finish") + "."
+        technical = message if viewer_is_admin(viewer) else None
     if kind in ("enqueued", "claimed", "completed"):
         note = note or ""
     return {

@@ -222,3 +222,20 @@ async def test_the_inbox_lists_oldest_first_and_a_decided_row_goes_away(
     )
     assert r.status_code == 422 and f"approval-{first}" in r.text  # the row stays, saying why
     assert f"approval-{second}" not in (await client.get("/admin/approvals")).text
+
+
+async def test_a_step_without_a_name_is_shown_by_its_type_s_title(
+    client: AsyncTestClient, db_url: str, engine: AsyncEngine, ui_settings: Settings, pg: asyncpg.Connection
+) -> None:
+    # the list and the step's page showed the bare type name ("http.request") as the step's title
+    owner = await add_user(db_url, "owner@example.com")
+    await add_user(db_url, "ann@example.com")
+    jid = await waiting(
+        client, engine, ui_settings, pg, await token_of(db_url, owner), approvers=["ann@example.com"]
+    )
+    assert await pg.fetchval("SELECT title FROM jobs WHERE id = $1", jid) is None
+    await switch_to(client, "ann@example.com")
+    listed = (await client.get("/approvals")).text
+    assert f'<a href="/approvals/{jid}">A step</a>' in listed
+    page = (await client.get(f"/approvals/{jid}")).text
+    assert "<title>Approve A step?" in page and "<h1>A step</h1>" in page

@@ -113,6 +113,29 @@ async def test_finish_and_fail_notify_the_owner_who_reads_and_marks_only_their_o
     assert await pg.fetchval("SELECT email_notifications FROM users WHERE id = $1", ann.id) is False
 
 
+async def test_the_page_shows_each_notice_in_the_person_s_time_zone(
+    client: AsyncTestClient, db_url: str, engine: AsyncEngine, ui_settings: Settings, pg: asyncpg.Connection
+) -> None:
+    # the page printed every notice in UTC ("2026-12-06 00:54 UTC") whatever zone the person chose
+    ann = await sign_in_as(client, db_url, "ann@example.com")
+    await pg.execute("UPDATE users SET timezone = 'Asia/Tokyo' WHERE id = $1", ann.id)
+    done = await enqueue(engine, ui_settings, ann.id, title="Quarterly report")
+    await claim(engine, done)
+    await finish(engine, ui_settings, done, "completed", result={})
+    await pg.execute("UPDATE notifications SET at = '2026-12-01 08:30+00' WHERE user_id = $1", ann.id)
+    page = (await client.get("/notifications")).text
+    assert "1 Dec 2026, 17:30 JST" in page and "08:30 UTC" not in page
+
+
+async def test_the_bell_is_drawn_not_an_emoji(client: AsyncTestClient, db_url: str) -> None:
+    # the emoji U+1F514 showed as an empty box on a machine without an emoji font
+    await sign_in_as(client, db_url, "ann@example.com")
+    for html in ((await client.get("/")).text, (await client.get("/notifications/bell")).text):
+        bell = html[html.index('id="notif-bell"') :].split("</a>", 1)[0]
+        assert '<span class="bell-icon" aria-hidden="true"></span>' in bell
+        assert "&#128276;" not in bell and "\U0001f514" not in bell
+
+
 async def test_steps_of_a_pipeline_do_not_notify_one_by_one(
     engine: AsyncEngine, ui_settings: Settings, pg: asyncpg.Connection
 ) -> None:

@@ -131,6 +131,13 @@ def test_account_page_flows_in_copenhagen(
         _sign_in(other, base, "ann@example.com")
         other.goto(base + "/account")
         assert no_horizontal_scroll(other)
+        # the address in the top bar is whole: it lost its last letters, with no "…", at 390 px
+        whole = (
+            "(a => a.scrollWidth <= a.clientWidth"
+            " && a.getBoundingClientRect().right <= a.closest('li').getBoundingClientRect().right + 1)"
+            "(document.getElementById('account-link'))"
+        )
+        assert other.evaluate(whole)
         other.screenshot(path=str(artifacts_dir / "account-phone.png"), full_page=True)
 
         # changing the password here signs the phone out, not this browser

@@ -188,7 +188,7 @@ def test_admin_jobs_reads_at_a_glance_with_dialogs_and_flash(
     assert page.locator(".job-pipeline a").count() > 0  # steps say which pipeline they belong to
     assert page.locator(".job-input", has_text="https://example.com/hook/").count() == 3  # the API sample
 
-    # a row's Cancel asks in the page: "Cancel" in the dialog changes nothing, the button acts
+    # a row's Cancel asks in the page: "Go back" in the dialog changes nothing, the button acts
     job = data["api_jobs"][0]
     page.click(f"#cancel-{job}")
     question = answer_confirm(page, yes=False)

@@ -93,9 +93,10 @@ def test_a_spreadsheet_becomes_a_batch_that_runs_to_done(
     assert batch_jobs(db_url) == 0  # nothing was started
     page.screenshot(path=str(artifacts_dir / "batch-row-problem-1280.png"), full_page=True)
 
+    # the corrected file is read as soon as it is chosen: with a button to press first, a person who
+    # pressed "Check every row and start" instead had the old file checked again and the new one dropped
     upload(page, "#f-sheet-again", "requests-fixed.csv", sheet(base, bad=False))
-    page.click("#upload-again")
-    page.wait_for_selector("#mapping-form")
+    page.locator("#mapping-form", has_text="requests-fixed.csv").wait_for(timeout=10_000)
     assert page.locator("#row-problems").count() == 0
     page.click("#check-and-start")
     page.wait_for_url(lambda url: "/batches/" in url and "/new/" not in url)

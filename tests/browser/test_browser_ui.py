@@ -192,6 +192,10 @@ def test_pipeline_steps_advance_cancel_in_place_and_my_jobs_on_a_phone(
     page.wait_for_timeout(400)
     assert any(t >= shown for t in polls), "a poll right after the tab is shown"
     page.click("#act-cancel")
+    # under "Cancel this job?" the buttons were "Cancel" and "Confirm": which one cancels?
+    page.wait_for_selector("#confirm-dialog[open]")
+    assert page.locator("#confirm-dialog-cancel").inner_text() == "Go back"
+    assert page.locator("#confirm-dialog-ok").inner_text() == "Cancel job"
     answer_confirm(page)
     page.locator("#job-status .notice", has_text="Stopping the job").wait_for(timeout=10_000)
     page.locator("#job-status .status-head .status", has_text="Cancelled").wait_for(timeout=20_000)

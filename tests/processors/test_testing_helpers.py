@@ -93,4 +93,41 @@ def test_the_example_tests_pass() -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "4 passed" in done.stdout
+    assert "5 passed" in done.stdout
+
+
+def _python_blocks(section: str) -> list[str]:
+    """The ```python blocks of the README section that starts with the heading ``section``."""
+    text = (ROOT / "README.md").read_text()
+    body = text.split(section + "\n", 1)[1].split("\n## ", 1)[0]
+    return [block.split("\n```", 1)[0] for block in body.split("```python\n")[1:]]
+
+
+def test_the_readme_snippets_work_when_copied(tmp_path: Path) -> None:
+    # a reader who copied the README's processor and its test got two failures: the test passed a field
+    # ("ignore") and read a result ("top") that only examples/my_processor.py has, and opened a
+    # "red.png" that is nowhere
+    processor_code = _python_blocks("## Your own processor")[0]
+    test_code = _python_blocks("### Testing your processor")[0]
+    (tmp_path / "my_processor.py").write_text(processor_code)
+    (tmp_path / "test_copied.py").write_text(test_code)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "asyncio_mode=auto",
+            "test_copied.py",
+        ],
+        cwd=tmp_path,
+        env={"PYTHONPATH": f"{ROOT}:{tmp_path}", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout

@@ -64,7 +64,10 @@ def wait_until(page: Any, expression: str, timeout_ms: float = 30_000) -> None:
 
 
 def no_horizontal_scroll(page: Any) -> bool:
-    return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"))
+    # clientWidth, not innerWidth: a page opened with is_mobile=True grows its layout viewport to fit
+    # content that sticks out, so innerWidth went up with scrollWidth and a page wider than the phone
+    # passed (/admin/failed was 575 px wide at 390 px).
+    return bool(page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth"))
 
 
 def answer_confirm(page: Any, yes: bool = True) -> str:

@@ -162,6 +162,22 @@ async def test_time_zone_and_theme_are_saved_and_junk_is_a_field_error(
     assert [a["action"] for a in actions] == ["account.timezone", "account.theme", "account.theme"]
 
 
+async def test_the_e_mail_switch_shows_the_saved_choice_and_that_no_mail_server_is_set(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    # the account page showed the switch off whatever was saved, so a person who had switched it on saw
+    # it off, and it never said that this server sends no e-mail (SMTP_HOST unset)
+    await sign_in_as(client, db_url, "ann@example.com")
+    switch = re.compile(r'<input type="checkbox" name="email" value="on" role="switch"( checked)?>')
+    page = (await client.get("/account")).text
+    assert switch.search(page).group(1) is None
+    assert "no mail server set up (SMTP_HOST)" in page
+    saved = await _post(client, "/notifications/email", email="on", next="/account")
+    assert saved.status_code == 303 and saved.headers["location"] == "/account"
+    assert await pg.fetchval("SELECT email_notifications FROM users WHERE email = 'ann@example.com'") is True
+    assert switch.search((await client.get("/account")).text).group(1) == " checked"
+
+
 async def test_personal_tokens_shown_once_work_expire_and_are_revoked(
     client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
 ) -> None:

@@ -482,3 +482,41 @@ async def test_an_approval_steps_time_counts_the_work_and_shows_the_wait_apart(
     await switch_to(client, "ann@example.com")
     page = (await client.get(f"/jobs/{draft}")).text
     assert "took 4 min" in page and "then waited 2 h" in page
+
+
+async def test_a_step_cancelled_by_an_earlier_failure_reads_in_words_in_the_history(
+    client: AsyncTestClient, db_url: str, engine: Any, settings: Settings, pg: asyncpg.Connection
+) -> None:
+    # the pipeline's history printed "upstream test.form 01a2… failed" under the cancelled step
+    from app.jobs import queue
+
+    ann = await sign_in_as(client, db_url, "ann@example.com")
+    async with engine.begin() as conn:
+        p = await queue.create_pipeline(
+            conn,
+            name="Two steps",
+            steps=[
+                {"key": "a", "type": "test.form", "input_data": {"name": "A"}, "max_attempts": 1},
+                {"key": "b", "type": "test.form", "input_data": {"name": "B"}, "depends_on": ["a"]},
+            ],
+            user_id=ann.id,
+            settings=settings,
+        )
+    first = await pg.fetchval("SELECT id FROM jobs WHERE pipeline_id = $1 AND step_key = 'a'", p["id"])
+    await claim(engine, first)
+    await finish(engine, settings, first, "failed", error="The file is not a CSV file.")
+    assert "upstream" in await pg.fetchval(
+        "SELECT message FROM job_events WHERE kind = 'cancelled' AND job_id <> $1", first
+    )
+    for path in (
+        f"/pipelines/{p['id']}",
+        f"/jobs/{await pg.fetchval('SELECT id FROM jobs WHERE step_key = $1', 'b')}",
+    ):
+        history = (await client.get(path)).text.split('class="history"', 1)[1]
+        assert "An earlier step failed." in history, path
+        assert "upstream" not in history, path
+    # an admin reads the same words, with the stored text folded under them
+    await sign_in_as(client, db_url, "root@example.com", admin=True)
+    history = (await client.get(f"/pipelines/{p['id']}")).text.split('class="history"', 1)[1]
+    assert '<span class="note">An earlier step failed.</span>' in history
+    assert '<summary>Full text</summary><pre class="technical">upstream test.form' in history
