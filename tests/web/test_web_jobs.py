@@ -508,6 +508,8 @@ async def test_a_failed_job_explains_the_error_in_plain_words_with_the_technical
     assert "line 3" not in page
     assert "<script>alert" not in page
     assert "hx-get" not in page  # finished: nothing polls
+    # how many tries it took, not "1 of 3" as if more were coming
+    assert "<dt>Tries</dt><dd>1</dd>" in page and "<dt>Attempt</dt>" not in page
 
 
 async def test_a_retry_wait_shows_the_attempt_the_next_try_and_the_last_error(
