@@ -34,6 +34,12 @@ def base_key(key: str) -> str | None:
     return m["base"] if m else None
 
 
+def instance_number(key: str | None) -> int | None:
+    """``3`` for ``thumb[3]``; ``None`` for a key that is not an instance's."""
+    m = INSTANCE_KEY.match(key or "")
+    return int(m["index"]) if m else None
+
+
 def is_item(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {"$item"}
 

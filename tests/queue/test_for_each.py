@@ -380,3 +380,42 @@ async def test_instances_of_a_list_from_a_parent_result_carry_the_steps_approval
             await queue.approve(conn, first, stranger)
     async with engine.begin() as conn:
         assert (await queue.approve(conn, first, ann))["status"] == "completed"
+
+
+async def test_instances_of_a_titled_step_are_named_after_their_file_or_numbered(
+    engine, settings, owner, pg
+) -> None:
+    """Five steps all called "Thumbnails" said nothing of which picture each one makes: an instance is
+    named after the first file its input names, else numbered, on both paths (literal, parent's result)."""
+    from tests.support.procs import EXAMPLES, upload
+
+    pictures = [
+        await upload(engine, settings, owner.id, path=EXAMPLES / "images" / name)
+        for name in ("rocket.jpg", "horse.png")
+    ]
+    pid = await create(
+        engine,
+        settings,
+        owner,
+        [
+            step(
+                "thumb", "images.thumbnail", {"image": {"$item": ""}}, for_each=pictures, title="Thumbnails"
+            ),
+            step("count", "noop", {"x": {"$item": ""}}, for_each=[1, 2], title="Count"),
+            step("plain", "noop", {"x": {"$item": ""}}, for_each=[1]),
+            step("src", "noop", {"items": [str(p) for p in reversed(pictures)]}),
+            step(
+                "later",
+                "images.thumbnail",
+                {"image": {"$item": ""}},
+                for_each={"$ref": "src.items"},
+                title="Later",
+            ),
+        ],
+    )
+    await run_claimable(engine, settings)  # src completes; thumb[…] may fail (no real processor here)
+    titles = {k: j["title"] for k, j in (await jobs_of(pg, pid)).items()}
+    assert titles["thumb[0]"] == "Thumbnails: rocket.jpg" and titles["thumb[1]"] == "Thumbnails: horse.png"
+    assert titles["count[0]"] == "Count (1)" and titles["count[1]"] == "Count (2)"
+    assert titles["plain[0]"] is None
+    assert titles["later[0]"] == "Later: horse.png" and titles["later[1]"] == "Later: rocket.jpg"

@@ -20,14 +20,14 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.errors import BadInput
-from app.jobs import approvals
-from app.jobs.fanout import empty_refs, instance_key, substitute
+from app.jobs import approvals, naming
+from app.jobs.fanout import empty_refs, instance_key, instance_number, substitute
 from app.jobs.graph import resolve_refs, validate_step_input
 from app.jobs.payload import cap_text, json_text
 from app.jobs.queue.common import fetch_rows, new_id, notify_jobs, sql
 from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.new_jobs import NewJob, enqueue_many, insert_edges
-from app.jobs.types import PermanentError
+from app.jobs.types import PermanentError, registry
 from app.settings import Settings
 
 STORE = sql(
@@ -171,6 +171,7 @@ async def _expand(conn: AsyncConnection, row: dict[str, Any], out: Expansion) ->
                 f"its list has {len(items):,} items, and a pipeline may have at most {limit:,} steps"
             )
         jobs = [_instance(row, spec, n, item, pipeline["user_id"], settings) for n, item in enumerate(items)]
+        await name_instances(conn, pipeline["user_id"], jobs)
         if jobs:
             edges = [(j.id, p) for j in jobs for p in row["parents"]]
             await enqueue_many(conn, jobs, settings, actor="system:pipeline", edges=edges, skip_schema=True)
@@ -215,6 +216,32 @@ async def _items(conn: AsyncConnection, row: dict[str, Any], spec: dict[str, Any
     return items
 
 
+FILE_NAMES = sql("SELECT id, name FROM files WHERE user_id = :user_id AND id = ANY(CAST(:ids AS uuid[]))")
+
+
+async def name_instances(conn: AsyncConnection, user_id: int, jobs: Sequence[NewJob]) -> None:
+    """Name each instance of a titled step run once per item after its item: the step's title and the
+    name of the first file its input names ("Thumbnails: rocket.jpg"), else its number ("Thumbnails
+    (2)"). Every instance had its step's title, and a pipeline page listed five alike. One query for
+    the whole list; only the owner's files are named."""
+    found: list[tuple[NewJob, int, uuid.UUID | None]] = []
+    for job in jobs:
+        n = instance_number(job.step_key)
+        if n is None or not job.title:
+            continue
+        spec = registry.get(job.type)
+        ids = naming.file_ids(spec.input_model if spec is not None else None, job.input_data)
+        found.append((job, n, ids[0] if ids else None))
+    wanted = sorted({fid for _, _, fid in found if fid is not None}, key=str)
+    names: dict[Any, str] = {}
+    if wanted:
+        rows = await fetch_rows(conn, FILE_NAMES, {"user_id": user_id, "ids": wanted})
+        names = {r["id"]: r["name"] for r in rows}
+    for job, n, fid in found:
+        name = names.get(fid) if fid is not None else None
+        job.title = f"{job.title}: {name}"[:200] if name else f"{job.title} ({n + 1})"
+
+
 def _instance(
     row: dict[str, Any], spec: dict[str, Any], n: int, item: Any, user_id: int, settings: Settings
 ) -> NewJob:
@@ -227,7 +254,7 @@ def _instance(
         user_id=user_id,
         pipeline_id=row["pipeline_id"],
         step_key=instance_key(row["step_key"], n),
-        title=f"{spec['title']} ({n + 1})" if spec.get("title") else None,
+        title=spec.get("title"),
         requires_approval=spec["requires_approval"],
         max_attempts=spec["max_attempts"],
         priority=spec["priority"],

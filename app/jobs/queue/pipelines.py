@@ -20,6 +20,7 @@ from app.jobs.fanout import base_key, check_for_each, expand_literal
 from app.jobs.graph import check_graph, topo_order, validate_step_input
 from app.jobs.payload import json_text, text_problem
 from app.jobs.queue.common import conn_of, new_id, sql
+from app.jobs.queue.fanouts import name_instances
 from app.jobs.queue.fanouts import store as store_fanout
 from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.new_jobs import NewJob, enqueue_many, lock_parents
@@ -265,6 +266,7 @@ async def create_pipeline(
     regular, deferred, gates = _gated(expanded)
     ids = {s["key"]: new_id() for s in regular}
     jobs, pending, edges = _step_jobs(regular, stored_inputs, user_id, pipeline_id, request_id, ids, gates)
+    await name_instances(conn, user_id, jobs)
     await insert_steps(conn, jobs, settings, pending, edges, actor or f"user:{user_id}")
     # A step run once per item has its step's approval rule on every instance.
     await approvals.store_rules(
