@@ -34,13 +34,21 @@ class Watch:
         self.errors: list[str] = []
         self.alerts: list[str] = []
         page.on("pageerror", lambda e: self.errors.append(str(e)))
-        page.on(
-            "console",
-            lambda m: (
-                self.errors.append(m.text) if m.type == "error" and "status of 4" not in m.text else None
-            ),
-        )
+        page.on("console", self._console)
         page.on("dialog", self._dialog)
+
+    def _console(self, message: Any) -> None:
+        text = message.text
+        if message.type != "error" or "status of 4" in text:
+            return
+        if text.startswith("htmx:sendAbort"):
+            # A request the browser dropped as the page was left (a poll in flight, or one htmx replaced):
+            # htmx logs that as an error, after an "htmx:afterRequest" one; nobody sees either. A request
+            # that failed ("htmx:sendError") still counts.
+            if self.errors and self.errors[-1].startswith("htmx:afterRequest"):
+                self.errors.pop()
+            return
+        self.errors.append(text)
 
     def _dialog(self, dialog: Any) -> None:
         # every confirmation is an in-page <dialog> (static/confirm.js): a browser dialog of any kind is
