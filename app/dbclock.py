@@ -4,9 +4,9 @@ Job ids are UUIDv7: they carry the moment they were made, and lists, the per-min
 page's created-from filter read that moment from the id (the id is indexed, ``created_at`` is not). Made
 on the process's own clock, a web host whose clock is ten minutes slow makes ids ten minutes old: its
 jobs sort below older ones and drop out of every other host's per-minute count. So each process keeps
-the offset between the database's ``now()`` and its own clock (measured when a connection is opened,
-and again whenever a statement returns the database's time, :func:`observe`), and :func:`new_id` makes
-ids on the database's clock.
+the offset between the database's ``now()`` and its own clock, measured each time it opens a
+connection (:func:`observe`; connections are replaced every half hour, so a host clock that was stepped
+is caught up with), and :func:`new_id` makes ids on the database's clock.
 
 An offset below :data:`IGNORED_NS` is left alone: a round trip's uncertainty is of that order, and
 the library's generator, used then, is faster and strictly increasing by itself.

@@ -145,12 +145,12 @@ def check_schedule(
 async def _check_files(
     conn: AsyncConnection, job_type: str | None, template: str | None, values: dict[str, Any], owner_id: int
 ) -> None:
-    """Every file the target's input names must be the owner's, as when the owner submits it: otherwise
-    a schedule would be accepted and fail at each firing, and an admin could point a person's schedule
-    at another person's file.
+    """Every file the target's input names must be the owner's, and of the kind its field takes, as when
+    the owner submits it: otherwise a schedule would be accepted and fail at each firing, and an admin
+    could point a person's schedule at another person's file.
 
     Raises:
-        BadInput: ``input_data.<field>`` → "no such file (<id>); upload it first".
+        BadInput: ``input_data.<field>`` → "no such file (<id>); upload it first", or the file's kind.
     """
     if job_type is not None:
         spec = registry.get(job_type)
