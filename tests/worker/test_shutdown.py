@@ -29,6 +29,28 @@ async def _connected(listener: Listener) -> bool:
     return listener.connected
 
 
+async def stop_while_running(
+    engine: Any, pg: Any, owner: Any, settings: Any, job_type: str, tmp_path: Any, wait_secs: float
+) -> tuple[Any, int | None, float, str]:
+    """Start a worker process, let it start a job of ``job_type`` (a minute's work), then SIGTERM it and
+    wait up to ``wait_secs`` for it to exit: ``(job id, exit code, seconds the stop took, its output)``."""
+    async with engine.begin() as conn:
+        new = NewJob(type=job_type, input_data={"seconds": 60}, user_id=owner.id)
+        job = (await queue.enqueue(conn, new, settings)).job["id"]
+    worker = WorkerProcess(settings, tmp_path / "worker.log")
+    try:
+        await wait_status(pg, job, {"in_progress"}, timeout=30)
+        await asyncio.sleep(0.3)
+        worker.terminate()
+        stopped = time.monotonic()
+        code = await asyncio.to_thread(worker.wait, wait_secs)
+        took = time.monotonic() - stopped
+    finally:
+        output = worker.output()
+        worker.close()
+    return job, code, took, output
+
+
 @pytest.mark.parametrize("turns", [0, 1, 2, 3])
 async def test_a_listener_cancelled_as_its_connection_is_lost_stops(db_url, turns) -> None:
     """The worker's shutdown cancels the listener, which may be just then noticing a lost connection (a
@@ -126,26 +148,10 @@ async def test_a_processor_stuck_in_a_thread_does_not_keep_the_worker_process_al
     close, then the interpreter's)."""
     grace = 1.0
     settings = make_settings(worker_shutdown_grace_secs=grace, worker_visibility_timeout_secs=30)
-    async with engine.begin() as conn:
-        job = (
-            await queue.enqueue(
-                conn,
-                NewJob(type="test.thread_stuck", input_data={"seconds": 60}, user_id=owner.id),
-                settings,
-            )
-        ).job["id"]
-    worker = WorkerProcess(settings, tmp_path / "worker.log")
-    try:
-        await wait_status(pg, job, {"in_progress"}, timeout=30)
-        await asyncio.sleep(0.3)
-        worker.terminate()
-        stopped = time.monotonic()
-        # the grace, the cancel grace, and a few seconds for a loaded machine
-        code = await asyncio.to_thread(worker.wait, 15)
-        took = time.monotonic() - stopped
-    finally:
-        output = worker.output()
-        worker.close()
+    # the grace, the cancel grace, and a few seconds for a loaded machine
+    job, code, took, output = await stop_while_running(
+        engine, pg, owner, settings, "test.thread_stuck", tmp_path, 15
+    )
     assert code == 0, output[-3000:]
     assert took < grace + settings.job_cancel_grace_secs + 10, took
     assert "exiting with processor work that did not stop" in output
@@ -226,23 +232,9 @@ async def test_a_processor_that_ignores_cancellation_delays_the_stop_by_its_canc
     for the processor first, so a stop took twice as long as ``WORKER_SHUTDOWN_GRACE_SECS`` says."""
     grace = 5.0
     settings = make_settings(worker_shutdown_grace_secs=grace, job_cancel_grace_secs=0.5)
-    async with engine.begin() as conn:
-        job = (
-            await queue.enqueue(
-                conn, NewJob(type="test.stubborn", input_data={"seconds": 60}, user_id=owner.id), settings
-            )
-        ).job["id"]
-    worker = WorkerProcess(settings, tmp_path / "worker.log")
-    try:
-        await wait_status(pg, job, {"in_progress"}, timeout=30)
-        await asyncio.sleep(0.3)
-        worker.terminate()
-        stopped = time.monotonic()
-        code = await asyncio.to_thread(worker.wait, 30)
-        took = time.monotonic() - stopped
-    finally:
-        output = worker.output()
-        worker.close()
+    job, code, took, output = await stop_while_running(
+        engine, pg, owner, settings, "test.stubborn", tmp_path, 30
+    )
     assert code == 0, output[-3000:]
     # the grace, the cancel grace, the last second, and margin for a loaded machine (unfixed: 10.5 s)
     assert took < grace + 0.5 + 1 + 2, took
