@@ -83,15 +83,20 @@ def test_run_sync_for_tests_that_are_not_async(tmp_path) -> None:
     assert ProcessorTest(tmp_path).run_sync("noop", {"x": 1}).data == {"x": 1}
 
 
-def test_the_example_tests_pass() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "examples/test_my_processor.py"],
-        cwd=ROOT,
-        env={"PYTHONPATH": f"{ROOT}:{ROOT / 'examples'}", "PATH": "/usr/bin:/bin"},
+def _pytest(cwd: Path, extra_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """pytest in a process of its own, in ``cwd``, importing the project and ``extra_path``."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=cwd,
+        env={"PYTHONPATH": f"{ROOT}:{extra_path}", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_the_example_tests_pass() -> None:
+    done = _pytest(ROOT, ROOT / "examples", "examples/test_my_processor.py")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "5 passed" in done.stdout
 
@@ -111,23 +116,6 @@ def test_the_readme_snippets_work_when_copied(tmp_path: Path) -> None:
     test_code = _python_blocks("### Testing your processor")[0]
     (tmp_path / "my_processor.py").write_text(processor_code)
     (tmp_path / "test_copied.py").write_text(test_code)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-o",
-            "asyncio_mode=auto",
-            "test_copied.py",
-        ],
-        cwd=tmp_path,
-        env={"PYTHONPATH": f"{ROOT}:{tmp_path}", "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _pytest(tmp_path, tmp_path, "-o", "asyncio_mode=auto", "test_copied.py")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout
