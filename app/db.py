@@ -470,7 +470,7 @@ async def _read_rows_bounded(
 
 def is_transient(exc: BaseException) -> bool:
     """Whether ``exc`` means "the database is (briefly) unavailable; try again": a dropped or refused
-    connection, an admin/crash shutdown, too many connections, a pool timeout, a serialization failure or
+    connection (or one left in the middle of an operation), an admin/crash shutdown, too many connections, a pool timeout, a serialization failure or
     deadlock. Used by the worker to retry acknowledgements instead of losing them (a finished job whose
     result cannot be written at once would otherwise be run again after its lease expires)."""
     seen: set[int] = set()
@@ -488,7 +488,10 @@ def is_transient(exc: BaseException) -> bool:
             | asyncpg.exceptions.ConnectionDoesNotExistError
             | asyncpg.exceptions.InterfaceError
             | asyncpg.exceptions.PostgresConnectionError
-            | asyncpg.exceptions.CannotConnectNowError,
+            | asyncpg.exceptions.CannotConnectNowError
+            # a connection handed out while asyncpg still reads its server's farewell ("another
+            # operation is in progress"): as broken as a dropped one, and a fresh one works
+            | asyncpg.exceptions.InternalClientError,
         ):
             return True
         sqlstate = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)

@@ -418,3 +418,32 @@ async def test_a_retryable_error_is_stored_as_its_message_for_people(engine, set
         job = await enqueue(engine, settings, owner, "test.retryable", max_attempts=1)
         row = await wait_status(pg, job, {"failed"})
     assert row["error_message"] == "The printer is out of paper; it will be tried again."
+
+
+async def test_a_connection_left_mid_operation_is_replaced_and_the_write_retried(engine) -> None:
+    """A pooled connection whose server went away can be handed out while asyncpg still consumes the
+    server's farewell: using it raises InternalClientError ("another operation is in progress"), not a
+    connection error. Like a dropped connection it is replaced and the write retried; a finished job's
+    outcome was recorded as a failure ("the outcome could not be recorded") in a CI run."""
+    import asyncpg
+    import structlog
+
+    from app.worker.faults import retrying
+    from app.worker.held import HeldConnection
+
+    held = HeldConnection(engine)
+    used: list[Any] = []
+
+    async def write(conn: Any) -> Any:
+        used.append(conn)
+        if len(used) == 1:
+            raise asyncpg.exceptions.InternalClientError(
+                "cannot switch to state 12; another operation (2) is in progress"
+            )
+        return (await conn.exec_driver_sql("SELECT 1")).scalar()
+
+    try:
+        assert await asyncio.wait_for(retrying(held, "test", write, structlog.get_logger()), 10) == 1
+    finally:
+        await held.close()
+    assert len(used) == 2 and used[0] is not used[1]
