@@ -72,7 +72,9 @@ class BatchesApiController(Controller):
     ) -> dict[str, Any]:
         """Start one job of ``type`` per row. Every row is checked first; any problem is a 422 naming
         each bad row's field (``rows[3].url``) and nothing is created. Over your limits: 429, whole."""
-        row, _ = await batch_actions.submit(db_session, actor_of(request), data.type, data.rows, name=data.name)
+        row, _ = await batch_actions.submit(
+            db_session, actor_of(request), data.type, data.rows, name=data.name
+        )
         return await full_json(db_session, row["id"], request.user)
 
     @get("/", name="api.batches.list", responses=errors(401, 422))
