@@ -26,6 +26,7 @@ from app.actions import access, quotas
 from app.actions.trail import Actor, record_by_owner, record_done
 from app.errors import BadInput, Conflict, RateLimited
 from app.jobs import queue
+from app.jobs.payload import check_text
 from app.processors import ProcessorSpec
 
 
@@ -42,13 +43,31 @@ def spec_for(actor: Actor, type_name: Any) -> ProcessorSpec:
     return spec
 
 
+def check_name(name: Any) -> str:
+    """A batch's name as given, stripped (``""`` for none: the batch is then named after its type).
+
+    Raises:
+        BadInput: on ``name``: not text, text that cannot be stored, or longer than
+        :data:`app.batches.NAME_MAX` characters — refused like a pipeline's name, not dropped or cut.
+    """
+    if name is None:
+        return ""
+    if not isinstance(name, str):
+        raise BadInput.field("name", f"must be text, not {type(name).__name__}")
+    check_text(name, "name")
+    name = name.strip()
+    if len(name) > batches.NAME_MAX:
+        raise BadInput.field("name", f"must be at most {batches.NAME_MAX} characters (it has {len(name):,})")
+    return name
+
+
 async def submit(
     db: AsyncSession,
     actor: Actor,
     type_name: Any,
     rows: Any,
     *,
-    name: str | None = None,
+    name: Any = None,
     source: str = "api",
     row_numbers: Sequence[int] | None = None,
     form_key: str | None = None,
@@ -58,11 +77,13 @@ async def submit(
     ``form_key`` returns the earlier batch.
 
     Raises:
-        BadInput: ``type``; ``rows`` (empty, too many); ``rows[i].<field>`` for every bad row.
+        BadInput: ``type``; ``name`` (:func:`check_name`); ``rows`` (empty, too many);
+        ``rows[i].<field>`` for every bad row.
         RateLimited: over the person's per-minute limit, or the rows would take them above the
         waiting limit (the whole batch is refused).
     """
     spec = spec_for(actor, type_name)
+    name = check_name(name)
     # Thousands of rows take a while to check: in a thread, so the server keeps answering meanwhile.
     inputs = await asyncio.to_thread(batches.check_rows, spec, rows, actor.settings)
     try:
@@ -82,7 +103,7 @@ async def submit(
         inputs=inputs,
         user_id=actor.user.id,
         settings=actor.settings,
-        name=name or "",
+        name=name,
         source=source,
         row_numbers=row_numbers,
         request_id=actor.request_id,

@@ -32,6 +32,8 @@ BULK_BATCH = 100
 """Jobs acted on per batch inside a bulk action (each job in its own savepoint)."""
 FAILED_WINDOW = 2_000
 """Failed groups are formed from only the newest this many failed jobs (one index range scan)."""
+GROUP_KEYS = ("type", "signature")
+"""The fields that name a failed group in a bulk retry."""
 ERROR_SIGNATURE_MAX = 160
 BULK_ACTIONS = {
     "retry": {"verb": "Retry", "done": "Retried", "eligible": "status = 'failed'", "what": "failed"},
@@ -290,9 +292,15 @@ async def plan_for(
     assert group is not None
     if action != "retry":
         raise BadInput.field("action", "a failed group can only be retried")
-    for key in ("type", "signature"):
-        if not isinstance(group.get(key) or "", str):
-            raise BadInput.field(f"group.{key}", "must be text")
+    # A key left out, misspelt or extra named no group at all, and "Retried 0 jobs" read as success.
+    for key in group:
+        if key not in GROUP_KEYS:
+            raise BadInput.field(f"group.{str(key)[:100]}", "unknown field; a group is {type, signature}")
+    for key in GROUP_KEYS:
+        if not isinstance(group.get(key), str):
+            raise BadInput.field(f"group.{key}", "must be text (as /admin/failed shows the group)")
+    if not group["type"]:
+        raise BadInput.field("group.type", "name the job type of the failed group")
     return await plan_group(
         db, str(group.get("type") or "")[:200], str(group.get("signature") or "")[:500], upto
     )

@@ -35,6 +35,7 @@ from app.files import INLINE_TYPES, served_type
 from app.formatting import format_bytes
 from app.web import DbSession
 from app.web.deps import file_store, settings_of
+from app.web.input_guard import TAKES_FORM
 from app.web.openapi import errors
 
 
@@ -114,7 +115,13 @@ class FilesApiController(Controller):
     guards = [requires_user]
     tags = ["files"]
 
-    @post("/", name="api.files.upload", responses=errors(401, 413, 422, 429), status_code=201)
+    @post(
+        "/",
+        name="api.files.upload",
+        responses=errors(401, 413, 422, 429),
+        status_code=201,
+        opt={TAKES_FORM: True},
+    )
     async def upload(self, request: Request[Any, Any, Any], db_session: DbSession) -> UploadedFile:
         """Upload one file (multipart form field ``file``); returns its id for a job's input. 413 above
         ``UPLOAD_MAX_BYTES`` (the limit in words), 422 without a file or for an empty one."""

@@ -9,6 +9,9 @@ whose ``errors`` name the field.
   names, or a ``charset`` Python does not know), which is also what a file sent without a file name is.
   The form parser decodes every part without one as text and would fail with a 500; this is a 422
   naming the form.
+* A body sent to an API route that declares none (cancel, pause, enable…), unless it is empty or ``{}``
+  (:func:`app.web.body_fields.refuse_body`): ignoring it let ``{"paused": false}`` pause a type. A
+  route that reads a form itself (the API's upload) says so with ``opt={TAKES_FORM: True}``.
 * A JSON body nested deeper than :data:`MAX_JSON_DEPTH` levels. Decoding — and every walk over the
   value after it — recurses once per level, and Python's stack gives out near 1,000 levels.
 
@@ -32,9 +35,15 @@ from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from app.errors import BadInput
+from app.web.body_fields import refuse_body
 
 FORM_CHECKED = "form_text_checked"
 """Route ``opt`` key: the handler itself refuses NUL characters and lone surrogates in its form fields."""
+
+TAKES_FORM = "takes_form"
+"""Route ``opt`` key: an API route without a declared body that reads a form itself (an upload)."""
+
+API_PREFIX = "/api/"
 
 MAX_JSON_DEPTH = 100
 """Deepest nesting of arrays and objects accepted in a JSON body; job inputs need a handful of levels."""
@@ -143,6 +152,14 @@ def _checks_own_form(scope: Scope) -> bool:
     return bool(handler is not None and handler.opt.get(FORM_CHECKED))
 
 
+def _takes_no_body(scope: Scope) -> bool:
+    """Whether the route is an API route that declares no body and reads none itself."""
+    handler = scope.get("route_handler")
+    if handler is None or not scope.get("path", "").startswith(API_PREFIX):
+        return False
+    return handler.parsed_data_field is None and not handler.opt.get(TAKES_FORM)
+
+
 class InputGuardMiddleware(ASGIMiddleware):
     """Refuses, with a 422 naming the field, the inputs described in the module docstring; runs for
     every route (pages and API) before its handler."""
@@ -154,7 +171,9 @@ class InputGuardMiddleware(ASGIMiddleware):
         if scope.get("method", "GET") not in ("GET", "HEAD", "OPTIONS"):
             request: Any = scope["litestar_app"].request_class(scope=scope, receive=receive)
             content_type, _ = request.content_type
-            if content_type in (RequestEncodingType.URL_ENCODED, RequestEncodingType.MULTI_PART):
+            if _takes_no_body(scope):
+                refuse_body(await request.body())
+            elif content_type in (RequestEncodingType.URL_ENCODED, RequestEncodingType.MULTI_PART):
                 # Parsed here even for a handler that checks its own fields, so that it never meets a
                 # form that cannot be read.
                 form = await read_form(request)

@@ -8,7 +8,8 @@ it with :class:`~app.errors.BadInput` naming the path of the offending value or 
 (``input_data.name``, ``steps[1].input_data.items[0]``), found by the same walk that checks job input
 (:func:`app.jobs.payload.find_problem`). The domain refuses the same input again on every other path
 (pipelines, schedules, next jobs, the Python API); query strings and forms are checked by
-:mod:`app.web.input_guard`.
+:mod:`app.web.input_guard`. A body is then held against the fields its route declares
+(:mod:`app.web.body_fields`): an unknown field, or text where a number or a flag belongs, is a 422.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from litestar.exceptions import SerializationException
 
 from app.errors import BadInput
 from app.jobs.payload import find_problem
+from app.web.body_fields import refuse_mismatch
 
 _SUSPECT = re.compile(rb"\\u0000|\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 """An escaped NUL, an escaped surrogate (a valid pair matches too, and passes the second look), or a
@@ -52,7 +54,8 @@ def _refuse_undecodable(body: bytes) -> None:
 
 
 class JsonBodyRequest(Request[Any, Any, Any]):
-    """The request class: :meth:`json` refuses unstorable text as described in the module docstring."""
+    """The request class: :meth:`json` refuses unstorable text as described in the module docstring, and a
+    body that does not fit the route's body type (:func:`app.web.body_fields.refuse_mismatch`)."""
 
     async def json(self) -> Any:
         try:
@@ -64,4 +67,8 @@ class JsonBodyRequest(Request[Any, Any, Any]):
             raise
         if b"\\u0000" in await self.body():
             refuse_unstorable(value)
+        handler = self.scope.get("route_handler")
+        field = handler.parsed_data_field if handler is not None else None
+        if field is not None:
+            refuse_mismatch(value, field.annotation)
         return value

@@ -265,9 +265,17 @@ async def test_the_api_bulk_route_takes_a_filter_is_for_admins_and_names_bad_inp
         r = await client.post("/api/jobs/bulk", json={"action": "cancel", "filter": wrong}, headers=api_h)
         assert r.status_code == 422 and field in r.json()["errors"], (wrong, r.text)
     assert await pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'cancelled'") == 0
-    group = {"action": "retry", "group": {"type": ["noop"], "signature": ""}}
-    r = await client.post("/api/jobs/bulk", json=group, headers=api_h)
-    assert r.status_code == 422 and "group.type" in r.json()["errors"], r.text
+    # a group named wrongly is an error too, never "Retried 0 jobs"
+    for wrong, field in (
+        ({"type": ["noop"], "signature": ""}, "group.type"),
+        ({"type": "noop", "signature": "", "typo": 1}, "group.typo"),
+        ({"type": "noop"}, "group.signature"),
+        ({"typ": "noop", "signature": ""}, "group.typ"),
+        ({}, "group.type"),
+        ({"type": "", "signature": "x"}, "group.type"),
+    ):
+        r = await client.post("/api/jobs/bulk", json={"action": "retry", "group": wrong}, headers=api_h)
+        assert r.status_code == 422 and field in r.json()["errors"], (wrong, r.text)
     r = await client.post(
         "/api/jobs/bulk", json={"action": "cancel", "filter": {"owner": "ann@example.com"}}, headers=api_h
     )

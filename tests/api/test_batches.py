@@ -314,3 +314,40 @@ async def test_retention_deletes_a_batch_once_all_its_jobs_are_gone(scene_of: An
 class _Quiet:
     def info(self, *args: Any, **kw: Any) -> None:
         pass
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (5, "must be text, not int"),
+        (["Pings"], "must be text, not list"),
+        ({"a": 1}, "must be text, not dict"),
+        (True, "must be text, not bool"),
+        ("a\u0000b", "contains a NUL character"),
+        ("x" * 201, "must be at most 200 characters"),
+    ],
+)
+async def test_a_batch_name_that_is_not_storable_text_is_refused(
+    scene_of: Any, name: Any, message: str
+) -> None:
+    s = await scene_of()
+    body = {"type": "http.request", "rows": url_rows(1), "name": name}
+    r = await s.client.post("/api/batches", json=body, headers=s.ann)
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"]["name"].startswith(message)
+    assert await s.pg.fetchval("SELECT count(*) FROM batches") == 0
+    assert await s.pg.fetchval("SELECT count(*) FROM jobs") == 0
+
+
+async def test_a_batch_name_is_kept_stripped_and_a_missing_one_is_the_type_s_title(scene_of: Any) -> None:
+    s = await scene_of()
+    for given, kept in (
+        ("  Pings  ", "Pings"),
+        (None, "Send a web request (webhook)"),
+        ("", "Send a web request (webhook)"),
+    ):
+        r = await s.client.post(
+            "/api/batches", json={"type": "http.request", "rows": url_rows(1), "name": given}, headers=s.ann
+        )
+        assert r.status_code == 201, r.text
+        assert r.json()["name"] == kept

@@ -272,6 +272,12 @@ async def test_a_retried_parent_reopens_dependents_that_still_wait_for_the_whole
             "dependency cycle: a → b → a",
         ),
         ([step("a", for_each=list(range(300)))], "steps[0].for_each", "at most 200 steps"),
+        # A pipeline left without any job would say "running" for ever.
+        (
+            [step("a", for_each=[]), step("b", for_each=[], depends_on=["a"])],
+            "steps",
+            "every step's for_each list is empty",
+        ),
         (
             [step("a", "sleep", {"seconds": {"$item": ""}}, for_each=[1, "x"])],
             "steps[0].for_each[1].seconds",

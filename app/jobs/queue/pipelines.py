@@ -136,6 +136,11 @@ def _check_spec(
         else:
             paths[step["key"]] = f"steps[{i}].input_data"
     expanded = expand_literal(steps)
+    if not expanded:
+        # Every step had an empty ``for_each`` list: a pipeline without a job would never finish.
+        raise BadInput.field(
+            "steps", "a pipeline needs at least one step to run; every step's for_each list is empty"
+        )
     _check_deferred(expanded)
     stored_inputs = {
         s["key"]: validate_step_input(s.get("type"), s.get("input_data") or {}, paths[s["key"]], settings)

@@ -25,7 +25,7 @@ JOB_FIELDS = ("id", "row", "status", "title", "attempts", "max_attempts", "error
 @dataclass
 class BatchCreate:
     """``type``: a job type you may submit; ``rows``: one ``input_data`` object per job (at most 10,000);
-    ``name``: optional, shown on the batch page."""
+    ``name``: optional text (at most 200 characters), shown on the batch page."""
 
     type: Any = None
     rows: Any = field(default_factory=list)
@@ -72,8 +72,9 @@ class BatchesApiController(Controller):
     ) -> dict[str, Any]:
         """Start one job of ``type`` per row. Every row is checked first; any problem is a 422 naming
         each bad row's field (``rows[3].url``) and nothing is created. Over your limits: 429, whole."""
-        name = data.name if isinstance(data.name, str) else None
-        row, _ = await batch_actions.submit(db_session, actor_of(request), data.type, data.rows, name=name)
+        row, _ = await batch_actions.submit(
+            db_session, actor_of(request), data.type, data.rows, name=data.name
+        )
         return await full_json(db_session, row["id"], request.user)
 
     @get("/", name="api.batches.list", responses=errors(401, 422))

@@ -3,6 +3,7 @@
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
 
+from dataclasses import dataclass
 from typing import Any
 
 from litestar import Controller, Request, get, post, put
@@ -13,6 +14,22 @@ from app.auth import requires_user
 from app.errors import BadInput
 from app.web import DbSession
 from app.web.openapi import errors
+
+
+@dataclass
+class ReadBody:
+    """``{"ids": [1, 2]}`` (those of your notices) or ``{"all": true}``; checked by the route, so that a
+    wrong value gets its own words."""
+
+    ids: Any = None
+    all: Any = None
+
+
+@dataclass
+class EmailChoiceBody:
+    """``{"email": true}`` or ``{"email": false}``."""
+
+    email: Any = None
 
 
 class NotificationsApiController(Controller):
@@ -36,15 +53,15 @@ class NotificationsApiController(Controller):
         "/notifications/read", name="api.notifications.read", responses=errors(401, 413, 422), status_code=200
     )
     async def mark_read(
-        self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[Any] = None
+        self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[ReadBody | None] = None
     ) -> dict[str, Any]:
         """Mark notices read: ``{"ids": [1, 2]}`` or ``{"all": true}``. Others' ids change nothing.
         Answers ``{"marked": n, "unread": n}``."""
-        if not isinstance(data, dict):
+        if data is None:
             raise BadInput.field("ids", 'send {"ids": [...]} or {"all": true}')
         ids = None
-        if data.get("all") is not True:
-            raw = data.get("ids")
+        if data.all is not True:
+            raw = data.ids
             if not isinstance(raw, list) or not all(
                 isinstance(i, int) and not isinstance(i, bool) for i in raw
             ):
@@ -57,10 +74,13 @@ class NotificationsApiController(Controller):
 
     @put("/me/notifications", name="api.me.notifications", responses=errors(401, 413, 422))
     async def email_choice(
-        self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[Any] = None
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        data: JSONBody[EmailChoiceBody | None] = None,
     ) -> dict[str, Any]:
         """``{"email": true}``: notices are also e-mailed (when the server has SMTP set)."""
-        if not isinstance(data, dict) or not isinstance(data.get("email"), bool):
+        if data is None or not isinstance(data.email, bool):
             raise BadInput.field("email", "must be true or false")
-        await notifications.set_email_choice(db_session, request.user.id, data["email"])
-        return {"email": data["email"], "smtp": bool(request.app.state.settings.smtp_host)}
+        await notifications.set_email_choice(db_session, request.user.id, data.email)
+        return {"email": data.email, "smtp": bool(request.app.state.settings.smtp_host)}

@@ -1,0 +1,150 @@
+"""JSON bodies of the API checked against the fields their route declares, before they are converted.
+
+The conversion into a route's body dataclass (msgspec, in Litestar's lax mode) drops a field it does not
+know and turns text into a number or a flag: ``{"prioirty": 5}`` enqueued a job of priority 0,
+``{"dependson": ["a"]}`` started a step without waiting for ``a``, ``{"max_runing": 3}`` on
+``PUT /api/job-types/{type}/limits`` removed every limit of the type (a field left out means "no
+limit"), ``{"requires_approval": "yes"}`` was refused but ``"true"`` and ``1`` were taken, and
+``{"priority": "5"}`` was 5. Each is now a 422 naming the field:
+
+* a field the body (or one of its nested objects, such as a pipeline's step) does not have: "unknown
+  field", with the fields it has;
+* a whole-number field given anything but a JSON integer (text, a fraction, ``true``), a yes/no field
+  given anything but ``true`` or ``false``, a number field given anything but a JSON number.
+
+Free-form objects (``input_data``, a bulk ``filter``) are left to the rules that read them. A route
+that declares no body (cancel, pause, enable…) takes none: a body other than ``{}`` is a 422 saying so
+(:func:`refuse_body`), rather than being ignored — ``POST /api/job-types/x/pause {"paused": false}``
+paused the type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+from functools import lru_cache
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from app.errors import BadInput
+from app.jobs.payload import storable_text
+
+MAX_ERRORS = 20
+"""At most this many fields are named in one answer."""
+
+NO_BODY = "this request takes no body (send nothing, or {})"
+
+
+@lru_cache(maxsize=256)
+def _fields(cls: type) -> dict[str, Any]:
+    """The fields of a body dataclass with their resolved types."""
+    hints = get_type_hints(cls)
+    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)}
+
+
+def _path(base: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{base}[{key}]"
+    shown = storable_text(str(key))[:100]
+    return f"{base}.{shown}" if base else shown
+
+
+def _members(tp: Any) -> list[Any] | None:
+    """The members of a union other than ``None``; ``None`` when ``tp`` is not a union."""
+    if get_origin(tp) in (Union, types.UnionType):
+        return [a for a in get_args(tp) if a is not type(None)]
+    return None
+
+
+def _fits(value: Any, tp: Any) -> bool:
+    """Whether the JSON kind of ``value`` (object, array, scalar) is the kind ``tp`` takes."""
+    origin = get_origin(tp) or tp
+    if isinstance(value, dict):
+        return origin is dict or (isinstance(tp, type) and dataclasses.is_dataclass(tp))
+    if isinstance(value, list):
+        return origin is list
+    return False
+
+
+def _check(value: Any, tp: Any, path: str, errors: dict[str, str]) -> None:
+    if value is None or len(errors) >= MAX_ERRORS:
+        return  # null: the conversion says whether the field may be null
+    members = _members(tp)
+    if members is not None:
+        if len(members) == 1:
+            _check(value, members[0], path, errors)
+            return
+        picked = [m for m in members if _fits(value, m)]
+        if len(picked) == 1:
+            _check(value, picked[0], path, errors)
+        return
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        if isinstance(value, dict):
+            _check_object(value, tp, path, errors)
+        return
+    if get_origin(tp) is list:
+        item = (get_args(tp) or (Any,))[0]
+        if isinstance(value, list):
+            for i, v in enumerate(value):
+                _check(v, item, _path(path, i), errors)
+        return
+    problem = _scalar_problem(value, tp)
+    if problem is not None:
+        errors[path or "body"] = problem
+
+
+def _scalar_problem(value: Any, tp: Any) -> str | None:
+    if tp is bool and not isinstance(value, bool):
+        return "must be true or false"
+    if tp is int and (isinstance(value, bool) or not isinstance(value, int)):
+        return "must be a whole number"
+    if tp is float and (isinstance(value, bool) or not isinstance(value, int | float)):
+        return "must be a number"
+    return None
+
+
+def _check_object(value: dict[Any, Any], cls: type, path: str, errors: dict[str, str]) -> None:
+    fields = _fields(cls)
+    for key, item in value.items():
+        if len(errors) >= MAX_ERRORS:
+            return
+        if key not in fields:
+            errors[_path(path, key)] = f"unknown field; the fields are {', '.join(fields)}"
+        else:
+            _check(item, fields[key], _path(path, key), errors)
+
+
+def refuse_mismatch(value: Any, annotation: Any) -> None:
+    """Refuse a decoded JSON body that does not fit the route's body type ``annotation``, as described in
+    the module docstring. Anything this does not look at is left to the conversion.
+
+    Raises:
+        BadInput: naming every field found (at most :data:`MAX_ERRORS`).
+    """
+    errors: dict[str, str] = {}
+    _check(value, annotation, "", errors)
+    if errors:
+        first, message = next(iter(errors.items()))
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise BadInput(f"{first}: {message}{more}", errors=errors)
+
+
+def _empty(body: bytes) -> bool:
+    text = body.strip()
+    if not text:
+        return True
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return value is None or value == {}
+
+
+def refuse_body(body: bytes) -> None:
+    """Refuse a body sent to a route that declares none, unless it is empty, ``{}`` or ``null``.
+
+    Raises:
+        BadInput: on ``body``, saying that the request takes none.
+    """
+    if not _empty(body):
+        raise BadInput.field("body", NO_BODY)
