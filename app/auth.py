@@ -41,6 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.db import read_rows, write_rows
 from app.errors import BadInput, Conflict, Forbidden, NotFound, Unauthorized
+from app.jobs.payload import check_text
 
 if TYPE_CHECKING:
     from litestar.connection import ASGIConnection
@@ -209,6 +210,27 @@ async def any_user_exists(db: Db) -> bool:
 # --- API tokens ----------------------------------------------------------------------------------------
 
 
+TOKEN_NAME_MAX = 100
+
+
+def token_name(name: Any) -> str:
+    """A token's label on one line (runs of white space become one space).
+
+    Raises:
+        BadInput: on ``name``: not text, text PostgreSQL cannot store (a NUL, a lone surrogate), or longer
+        than :data:`TOKEN_NAME_MAX` characters — refused like any other name, not altered or cut.
+    """
+    if name is None:
+        return ""
+    if not isinstance(name, str):
+        raise BadInput.field("name", f"must be text, not {type(name).__name__}")
+    check_text(name, "name")
+    label = " ".join(name.split())
+    if len(label) > TOKEN_NAME_MAX:
+        raise BadInput.field("name", f"must be at most {TOKEN_NAME_MAX} characters (it has {len(label):,})")
+    return label
+
+
 async def create_token(
     db: Db, user_id: int, name: str = "", *, expires_at: datetime | None = None
 ) -> tuple[str, int]:
@@ -218,6 +240,7 @@ async def create_token(
     The plaintext (``jd_`` + 43 URL-safe chars) is not stored and cannot be shown again; the row keeps
     its SHA-256 and a display prefix (the first 10 characters).
     """
+    name = token_name(name)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token_id = (
         await db.execute(

@@ -21,7 +21,6 @@ from sqlalchemy import text
 
 from app import audit, auth
 from app.actions.trail import Db
-from app.actions.users import token_name
 from app.errors import BadInput, Forbidden
 from app.formatting import known_zone
 
@@ -155,7 +154,7 @@ async def create_token(
         BadInput: (field ``name``) empty name; (``expires_in_days``) see :func:`token_expiry`.
     """
     user = _signed_in(actor)
-    label = token_name(name)
+    label = auth.token_name(name)
     if not label:
         raise BadInput.field("name", "Name the token after the program that will use it.")
     expires_at = token_expiry(expires_in_days)

@@ -19,11 +19,9 @@ from sqlalchemy.engine import RowMapping
 
 from app import auth, signin, users
 from app.actions.trail import Db, acting, record_done, record_refused, require_admin
-from app.auth import CurrentUser
+from app.auth import CurrentUser, token_name
 from app.errors import Conflict
 from app.jobs import queue
-
-TOKEN_NAME_MAX = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,12 +220,6 @@ async def reset_password(db: Db, actor: Any, user_id: int, *, ip: str | None = N
             detail={"email": target["email"], "sessions_ended": ended},
         )
     return PasswordReset(target["id"], target["email"], password, ended)
-
-
-def token_name(name: str) -> str:
-    """A token's label on one line, at most :data:`TOKEN_NAME_MAX` characters, without NUL characters
-    (which PostgreSQL text cannot hold)."""
-    return " ".join((name or "").replace("\x00", " ").split())[:TOKEN_NAME_MAX]
 
 
 async def issue_token(

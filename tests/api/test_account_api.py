@@ -6,8 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import asyncpg
+import pytest
 from litestar.testing import AsyncTestClient
 
+from app.actions import users as user_actions
+from app.db import create_engine
+from app.errors import BadInput
 from tests.support.webkit import bearer
 
 
@@ -150,3 +154,30 @@ async def test_openapi_documents_every_api_routes_errors_and_bodies(client: Asyn
     error_body = doc["components"]["schemas"]["ErrorBody"]
     assert set(error_body["properties"]) == {"detail", "errors"}
     assert doc["paths"]["/api/me/tokens"]["post"]["description"].startswith("Create an API token")
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [("x" * 101, "at most 100 characters"), ("nul\u0000here", "NUL"), (7, "must be text")],
+)
+async def test_a_token_name_that_cannot_be_kept_as_given_is_refused_on_every_path(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection, name: Any, problem: str
+) -> None:
+    """Your own token (API), a token an admin issues (actions, as the admin console does): the same rule,
+    a 422 on ``name`` rather than a name silently cut or changed, and no token made."""
+    ann, auth = await bearer(db_url, "ann@example.com")
+    admin, _ = await bearer(db_url, "root@example.com", admin=True)
+    before = await pg.fetchval("SELECT count(*) FROM api_tokens")
+    r = await client.post("/api/me/tokens", json={"name": name}, headers=auth)
+    assert r.status_code == 422, r.text
+    engine = create_engine(db_url, pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            with pytest.raises(BadInput) as refused:
+                await user_actions.issue_token(conn, admin, ann.id, name)
+        if isinstance(name, str) and "\u0000" not in name:  # JSON's own guard answers NUL first
+            assert problem in r.json()["errors"]["name"]
+        assert problem in (refused.value.errors or {})["name"]
+    finally:
+        await engine.dispose()
+    assert await pg.fetchval("SELECT count(*) FROM api_tokens") == before

@@ -355,3 +355,12 @@ def test_serve_on_the_embedded_database_stops_it_on_exit(tmp_path: Path) -> None
         os.kill(int((pgdata / "postmaster.pid").read_text().split()[0]), signal.SIGTERM)
         raise AssertionError("the embedded PostgreSQL is still running after serve exited\n" + output)
     assert "Traceback" not in out + err, output
+
+
+def test_create_token_refuses_a_name_it_cannot_keep_as_given(tmp_path: Path, db_url: str) -> None:
+    """The token name rule of every other path: a name over 100 characters is refused, not cut."""
+    assert run(tmp_path, "create-user", "ann@example.com", DATABASE_URL=db_url).returncode == 0
+    assert_clean_failure(
+        run(tmp_path, "create-token", "ann@example.com", "--name", "x" * 101, DATABASE_URL=db_url),
+        "name: must be at most 100 characters",
+    )
