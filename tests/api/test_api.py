@@ -237,6 +237,10 @@ async def test_pipelines_api_creates_reads_and_reports_cycles(api, db_url, pg) -
     assert cancelled.json()["pipeline"]["status"] == "cancelled"
     history = (await client.get(f"/api/pipelines/{p['id']}/events", headers=h)).json()
     assert [e["kind"] for e in history] == ["enqueued", "enqueued", "cancelled", "cancelled"]
+    # Cancelling it again changes nothing, and says so as a finished job's cancel does: a 409.
+    again = await client.post(f"/api/pipelines/{p['id']}/cancel", headers=h)
+    assert again.status_code == 409, again.text
+    assert "already finished" in again.json()["detail"]
 
 
 async def test_a_pipeline_runs_end_to_end_through_the_api(make_settings, db_url, pg) -> None:

@@ -15,9 +15,9 @@ from sqlalchemy import text
 from app import pipelines
 from app.actions import pipelines as pipeline_actions
 from app.auth import requires_user
-from app.errors import BadInput
+from app.errors import BadInput, Conflict
 from app.web import DbSession, display
-from app.web.deps import MAX_PAGE, actor_of
+from app.web.deps import MAX_PAGE, actor_of, keep_refusal
 from app.web.openapi import errors
 
 STEP_FIELDS = (
@@ -163,8 +163,11 @@ class PipelinesApiController(Controller):
         self, request: Request[Any, Any, Any], db_session: DbSession, pipeline_id: FromPath[str]
     ) -> dict[str, Any]:
         """Cancel every unfinished step (owner or admin); returns ``{"cancelled": n, "cancelling": n,
-        "pipeline": …}`` (both 0 when it had already finished)."""
+        "pipeline": …}``. 409 when it had already finished, as for a finished job."""
         outcome = await pipeline_actions.cancel(db_session, actor_of(request), pipeline_id)
+        if not outcome.ok:
+            await keep_refusal(db_session, outcome.status_code)
+            raise Conflict(outcome.message)
         view = await pipelines.get(db_session, outcome.id, request.user)
         return {
             "cancelled": outcome.cancelled,
