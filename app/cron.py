@@ -120,13 +120,34 @@ _CHECK_FROM = datetime(2000, 1, 1, tzinfo=UTC)
 """Where :func:`check_cron` looks for a first fire time (any instant does; no clock is read)."""
 
 
+MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+"""The usual crontab shorthands, stored as the five fields they stand for (``@reboot`` names no time)."""
+
+
 def check_cron(cron: str) -> str:
     """A normalised cron expression, or BadInput with a message that shows the expected form.
     Five fields (minute hour day month weekday), or six with seconds as the sixth (croniter's extension,
-    for schedules more often than once a minute)."""
+    for schedules more often than once a minute), or a shorthand of :data:`MACROS`."""
     cron = " ".join((cron or "").split())
     if not cron:
         raise BadInput.field("cron", "give a cron expression, e.g. '0 9 * * 1-5' (weekdays at 9:00)")
+    if cron.startswith("@"):
+        macro = MACROS.get(cron.lower())
+        if macro is None:
+            raise BadInput.field(
+                "cron",
+                f"{cron[:20]!r} is not a time; use {', '.join(MACROS)} or five fields: minute hour day "
+                "month weekday, e.g. '0 9 * * 1-5'",
+            )
+        return macro
     if len(cron.split()) not in (5, 6):
         raise BadInput.field(
             "cron",

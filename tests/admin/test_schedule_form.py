@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import asyncpg
+import pytest
 from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -14,6 +15,7 @@ import tests.support.forms  # noqa: F401  (registers test.form, …)
 from app import cron as cron_times
 from app.actions import schedules as schedule_actions
 from app.auth import CurrentUser
+from app.errors import BadInput
 from app.settings import Settings
 from tests.admin.test_admin import post
 from tests.support.webkit import add_token
@@ -30,6 +32,36 @@ def test_the_next_five_fire_times_follow_a_daylight_saving_change() -> None:
         "2027-03-30T00:30:00+00:00",
         "2027-03-31T00:30:00+00:00",
     ]
+
+
+@pytest.mark.parametrize(("given", "stored"), [("@daily", "0 0 * * *"), ("@Hourly", "0 * * * *")])
+async def test_a_crontab_shorthand_is_stored_as_its_five_fields_and_reboot_is_refused(
+    admin: CurrentUser, engine: AsyncEngine, ui_settings: Settings, given: str, stored: str
+) -> None:
+    """``@daily`` and its kind mean what they mean in a crontab (they were refused as "five fields");
+    ``@reboot`` names no time and is refused with the shorthands there are."""
+    async with engine.begin() as conn:
+        row = await schedule_actions.create_schedule(
+            conn,
+            admin,
+            cron=given,
+            timezone="UTC",
+            job_type="test.form",
+            input_data={"name": "Ann"},
+            settings=ui_settings,
+        )
+        assert row["cron"] == stored
+        with pytest.raises(BadInput) as refused:
+            await schedule_actions.create_schedule(
+                conn,
+                admin,
+                cron="@reboot",
+                timezone="UTC",
+                job_type="test.form",
+                input_data={"name": "Ann"},
+                settings=ui_settings,
+            )
+    assert "@daily" in (refused.value.errors or {})["cron"]
 
 
 async def _schedule(engine: AsyncEngine, admin: CurrentUser, settings: Settings) -> str:
