@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll
-from tests.support.webkit import FORMS_ENV, PASSWORD, add_user, running_server
+from tests.support.webkit import FORMS_ENV, PASSWORD, add_token, add_user, running_server
 
 pytestmark = BROWSER_MARKS
 
@@ -26,7 +26,8 @@ DESKTOP = {"width": 1280, "height": 900}
 @pytest.fixture
 def server(db_url: str, tmp_path: Path) -> Iterator[str]:
     asyncio.run(add_user(db_url, "root@example.com", admin=True))
-    asyncio.run(add_user(db_url, LONG_EMAIL))
+    user = asyncio.run(add_user(db_url, LONG_EMAIL))
+    asyncio.run(add_token(db_url, user.id))  # its table on /account
     with running_server(db_url, tmp_path / "data", **FORMS_ENV) as base:
         yield base
 
@@ -100,7 +101,7 @@ def test_top_bar_and_admin_tabs_on_a_phone_and_a_desktop(
 
         # a long address shortens with "…" instead of pushing the bar onto more rows
         page = signed_in(browser, base, LONG_EMAIL, viewport)
-        for path in ("/", "/jobs"):
+        for path in ("/", "/jobs", "/account"):
             page.goto(base + path)
             check_top_bar(page, admin=False, max_height=max_height)
         page.screenshot(path=str(artifacts_dir / f"layout-user-{name}.png"))
