@@ -91,6 +91,9 @@ def test_top_bar_and_admin_tabs_on_a_phone_and_a_desktop(
         assert box(page, "#af-status")["y"] == box(page, "#af-type")["y"]
         assert box(page, "#af-from")["y"] == box(page, "#af-to")["y"]
         page.goto(base + "/admin")
+        # the chart's times apart (on a phone they touched and read "…03:146 Dec 2026, 03:44…")
+        ticks = [box(page, f".chart-x li:nth-child({n}) time") for n in (1, 2, 3)]
+        assert all(a["x"] + a["width"] + 4 <= b["x"] for a, b in zip(ticks, ticks[1:], strict=False)), ticks
         page.screenshot(path=str(artifacts_dir / f"layout-admin-{name}.png"))
         # the Admin menu opens inside the screen, every section reachable
         page.click(".site-header .admin-menu summary")
