@@ -1,12 +1,15 @@
-"""What people read besides error messages: sizes in words and times in a person's own zone, with its
-abbreviation. Used by the pages and by messages built below the web layer (limits, approvals).
+"""What people read besides error messages: sizes, durations and field names in words, and times in a
+person's own zone, with its abbreviation. Used by the pages and by messages built below the web layer
+(limits, approvals).
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import zoneinfo
-from datetime import UTC, datetime, tzinfo
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 #: Offered first by every zone picker: the zones most people here live in, west to east.
@@ -57,6 +60,100 @@ def format_bytes(n: int) -> str:
             return f"{value:.1f}".rstrip("0").rstrip(".") + f" {unit}"
         value /= 1024
     return f"{n} bytes"
+
+
+def format_duration(value: float | timedelta | None) -> str:
+    """Seconds (or a timedelta) as ``850 ms`` / ``1.2 s`` / ``42 s`` / ``3 min 5 s`` / ``2 h 10 min``;
+    ``""`` for None."""
+    if value is None:
+        return ""
+    secs = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if secs < 1:
+        return f"{round(secs * 1000)} ms"
+    if secs < 60:
+        return f"{secs:.0f} s" if secs >= 10 else f"{secs:.1f} s".replace(".0 s", " s")
+    minutes, s = divmod(round(secs), 60)
+    if minutes < 60:
+        return f"{minutes} min {s} s" if s else f"{minutes} min"
+    hours, m = divmod(minutes, 60)
+    return f"{hours} h {m} min" if m else f"{hours} h"
+
+
+ACRONYMS = frozenset(
+    "api cpu csv dns gif html http https id ip jpeg jpg json ok pdf png smtp sql svg tls uri url utc uuid xml zip".split()
+)
+"""Words a label writes in capitals: ``final_url`` reads "Final URL", not "Final url"."""
+
+_WORD_SPLIT = re.compile(r"[_\-\s]+")
+
+
+def label_words(name: str) -> str:
+    """A field name in words: ``max_items`` → "Max items", ``final_url`` → "Final URL", ``ok`` → "OK",
+    ``csv_rows`` → "CSV rows". Other words keep their case."""
+    words = [w.upper() if w.lower() in ACRONYMS else w for w in _WORD_SPLIT.split(name.strip()) if w]
+    if not words:
+        return name
+    return " ".join([words[0][:1].upper() + words[0][1:], *words[1:]])
+
+
+_UNITS = (("_ms", 0.001), ("_msecs", 0.001), ("_secs", 1.0), ("_seconds", 1.0), ("_bytes", None))
+"""Name endings that give a number's unit, and the factor to seconds (``None``: bytes)."""
+
+
+def _unit(key: str) -> tuple[str, float | None] | None:
+    if key == "bytes":
+        return "", None
+    for suffix, factor in _UNITS:
+        if key.endswith(suffix) and len(key) > len(suffix):
+            return key[: -len(suffix)], factor
+    return None
+
+
+def unit_label(key: str) -> str | None:
+    """The label of a ``snake_case`` field whose name ends in its unit, without the unit (the value says
+    it, :func:`unit_value`): ``elapsed_ms`` → "Elapsed", ``timeout_secs`` → "Timeout", ``body_bytes``
+    → "Body size", ``bytes`` → "Size"; ``None`` for any other name."""
+    unit = _unit(key)
+    if unit is None:
+        return None
+    stem, factor = unit
+    if factor is not None:
+        return label_words(stem)
+    return label_words(f"{stem}_size") if stem and not stem.endswith("size") else label_words(stem or "size")
+
+
+def unit_value(key: str, value: object) -> str | None:
+    """A number in its field's unit (:func:`unit_label`), in words: ``elapsed_ms=1234`` → "1.2 s",
+    ``body_bytes=1536`` → "1.5 KiB"; ``None`` when ``key`` names no unit or ``value`` is no number."""
+    unit = _unit(key)
+    if unit is None or isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    factor = unit[1]
+    return format_duration(value * factor) if factor is not None else format_bytes(int(value))
+
+
+_SNAKE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
+
+
+def key_label(key: str) -> str:
+    """A result key as a label: a processor's ``snake_case`` field in words (``status_code`` → "Status
+    code", ``final_url`` → "Final URL", ``elapsed_ms`` → "Elapsed", its value then saying "1.2 s");
+    anything else exactly as written (an HTTP header ``X-Request-Id`` stays ``X-Request-Id``, not
+    "X Request Id")."""
+    if not _SNAKE.match(key):
+        return key
+    return unit_label(key) or label_words(key)
+
+
+def key_labels(keys: Sequence[str]) -> dict[str, str]:
+    """:func:`key_label` of each of an object's keys; a unit-less label that two keys would share
+    (``bytes`` and ``size`` both reading "Size") keeps the unit's word instead."""
+    labels = {k: key_label(k) for k in keys}
+    taken = [label.lower() for label in labels.values()]
+    return {
+        k: label_words(k) if taken.count(label.lower()) > 1 and _SNAKE.match(k) else label
+        for k, label in labels.items()
+    }
 
 
 @functools.lru_cache(maxsize=256)

@@ -13,7 +13,7 @@ Filters available in every template (registered by :func:`register_filters`):
 """
 
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -24,7 +24,7 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.formatting import COMMON_ZONES, format_bytes, format_localtime, zone, zone_names
+from app.formatting import COMMON_ZONES, format_bytes, format_duration, format_localtime, zone, zone_names
 from app.web import flash
 
 #: Annotation for the request's database session (advanced-alchemy, committed on 2xx/3xx responses,
@@ -100,22 +100,6 @@ def format_ago(value: datetime | None, now: datetime | None = None) -> str:
         days = max(1, round(secs / 86400))
         text = f"{days} day" if days == 1 else f"{days} days"
     return f"in {text}" if future else f"{text} ago"
-
-
-def format_duration(value: float | timedelta | None) -> str:
-    """Seconds (or a timedelta) as ``850 ms`` / ``42 s`` / ``3 min 5 s`` / ``2 h 10 min``; ``""`` for None."""
-    if value is None:
-        return ""
-    secs = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if secs < 1:
-        return f"{round(secs * 1000)} ms"
-    if secs < 60:
-        return f"{secs:.0f} s" if secs >= 10 else f"{secs:.1f} s".replace(".0 s", " s")
-    minutes, s = divmod(round(secs), 60)
-    if minutes < 60:
-        return f"{minutes} min {s} s" if s else f"{minutes} min"
-    hours, m = divmod(minutes, 60)
-    return f"{hours} h {m} min" if m else f"{hours} h"
 
 
 def format_filesize(value: int | None) -> str:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from app.formatting import key_label, key_labels, unit_value
 from app.jobs import states
 from app.jobs.error_text import error_text_for, upstream_of, viewer_is_admin
 from app.jobs.states import Status
@@ -147,13 +148,14 @@ TABLE_MAX_ROWS = 200
 TABLE_MAX_COLUMNS = 16
 
 
-def _cell(value: Any) -> dict[str, Any]:
-    """A table cell: a file link, an http(s) link, or text (nested data in words, :func:`_compact`)."""
+def _cell(value: Any, key: str = "") -> dict[str, Any]:
+    """A table cell: a file link, an http(s) link, or text (a number in its column's unit, nested data
+    in words, :func:`_compact`)."""
     if is_file_ref(value):
         return {"kind": "file", "value": value}
     if is_http_url(value):
         return {"kind": "url", "value": value}
-    text = _compact(value)
+    text = unit_value(key, value) or _compact(value)
     return {"kind": "text", "value": text if len(text) <= 300 else text[:299] + "…"}
 
 
@@ -189,20 +191,11 @@ def _as_table(value: Any) -> dict[str, Any] | None:
                 keys.append(str(k))
     if len(keys) > TABLE_MAX_COLUMNS:
         return None
+    labels = key_labels(keys)
     return {
-        "columns": [key_label(k) for k in keys],
-        "rows": [[_cell(row.get(k)) for k in keys] for row in value],
+        "columns": [labels[k] for k in keys],
+        "rows": [[_cell(row.get(k), k) for k in keys] for row in value],
     }
-
-
-_SNAKE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
-
-
-def key_label(key: str) -> str:
-    """A result key as a label: a processor's ``snake_case`` field in words (``status_code`` → "Status
-    code"); anything else exactly as written (an HTTP header ``X-Request-Id`` stays ``X-Request-Id``, not
-    "X Request Id")."""
-    return humanize(key) if _SNAKE.match(key) else key
 
 
 PREVIEW_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
@@ -273,7 +266,7 @@ def display_item(key: str, value: Any, label: str | None = None, depth: int = 0)
     if isinstance(value, bool):
         return {"label": label, "kind": "yesno", "value": value}
     if isinstance(value, int | float):
-        return {"label": label, "kind": "text", "value": str(value)}
+        return {"label": label, "kind": "text", "value": unit_value(key, value) or str(value)}
     if isinstance(value, str):
         if is_http_url(value):
             return {"label": label, "kind": "url", "value": value}
@@ -295,9 +288,14 @@ def display_item(key: str, value: Any, label: str | None = None, depth: int = 0)
         return {
             "label": label,
             "kind": "fields",
-            "value": [display_item(k, v, depth=1) for k, v in _ordered(value)],
+            "value": _items(_ordered(value), depth=1),
         }
     return {"label": label, "kind": "json", "value": pretty_json(value)}
+
+
+def _items(fields: list[tuple[str, Any]], depth: int = 0) -> list[dict[str, Any]]:
+    labels = key_labels([k for k, _ in fields])
+    return [display_item(k, v, labels[k], depth) for k, v in fields]
 
 
 def pretty_json(value: Any, limit: int = JSON_SHOWN_MAX) -> str:
@@ -312,7 +310,7 @@ def result_items(result: Any) -> list[dict[str, Any]]:
     """A result object's top-level fields as readable items (empty for a non-object result)."""
     if not isinstance(result, dict):
         return []
-    items = [display_item(k, v) for k, v in _ordered(result)[:100]]
+    items = _items(_ordered(result)[:100])
     nested = ("table", "fields", "json")
     return sorted(items, key=lambda it: nested.index(it["kind"]) + 1 if it["kind"] in nested else 0)
 
@@ -330,7 +328,7 @@ def input_items(
     for key in keys[:100]:
         value = input_data[key]
         f = by_name.get(key)
-        label = f.label if f else humanize(key)
+        label = f.label if f else key_label(key)
         if value is None or value == "":
             items.append({"label": label, "kind": "empty", "value": None})
         elif f is not None and f.kind in ("file", "files"):

@@ -35,7 +35,6 @@ from __future__ import annotations
 import enum
 import functools
 import json
-import re
 import types
 import typing
 import uuid
@@ -52,6 +51,7 @@ from pydantic_core import PydanticUndefined
 from app.actions.files import store_upload
 from app.errors import NotFound, RateLimited
 from app.files import FileStore
+from app.formatting import label_words
 from app.processors import widget_of
 from app.settings import Settings
 from app.web.form_values import convert, is_subclass
@@ -125,9 +125,8 @@ class _OwnerOnly:
 
 
 def humanize(name: str) -> str:
-    """``max_items`` → ``Max items``."""
-    words = re.sub(r"[_\-]+", " ", name).strip()
-    return (words[:1].upper() + words[1:]) if words else name
+    """``max_items`` → ``Max items``, ``final_url`` → ``Final URL`` (:func:`app.formatting.label_words`)."""
+    return label_words(name)
 
 
 def _unwrap(annotation: Any) -> tuple[Any, bool]:

@@ -26,6 +26,12 @@ async def log_view(db: Any, row: Any) -> dict[str, Any]:
     return {"lines": lines, "live": row["status"] in LIVE, "job_id": row["id"]}
 
 
+def note_view(row: Any) -> dict[str, Any]:
+    """What ``jobs/_log_note.html`` needs from a poll's status row: whether the job logged any line and
+    whether more may come (the lines themselves are already on the page)."""
+    return {"lines": int(row.get("log_seq") or 0) > 0, "live": row["status"] in LIVE, "job_id": row["id"]}
+
+
 async def new_lines(db: Any, row: Any, after: int | None) -> list[dict[str, Any]]:
     """The lines a poll appends: those after ``after`` up to the row's ``log_seq``; none when the page
     did not say what it has."""

@@ -260,6 +260,8 @@ class JobsController(Controller):
                 db, row, user, with_history=state["terminal"], files=file_store(request)
             )
             ctx["log_lines"] = await job_log.new_lines(db, row, log)
+            ctx["log"] = job_log.note_view(row)
+            ctx["log_oob"] = state["terminal"] or bool(ctx["log_lines"])
             ctx["bell"] = bell_count
         return render(
             request,

@@ -18,6 +18,7 @@ from app import controls, pipelines
 from app.actions.jobs import allowed
 from app.actions.pipelines import may_cancel, startable_templates
 from app.errors import NotFound
+from app.processors import registry
 from app.web import confirms, display
 from app.web.deps import parse_uuid
 from app.web.job_page import CONFIRM, POLL, emails_for
@@ -36,7 +37,8 @@ STEP_COUNTS = text(
 )
 PIPELINE_EVENTS = text(
     """
-    SELECT e.id, e.job_id, COALESCE(j.title, j.step_key) AS step_key, e.at, e.kind, e.from_status, e.to_status, e.actor, e.message, e.data
+    SELECT e.id, e.job_id, j.title AS step_title, j.type AS step_type, j.step_key, e.at, e.kind, e.from_status,
+           e.to_status, e.actor, e.message, e.data
     FROM job_events e LEFT JOIN jobs j ON j.id = e.job_id
     WHERE e.pipeline_id = :id ORDER BY e.id DESC LIMIT :limit
     """
@@ -165,7 +167,12 @@ async def outcome_context(db: AsyncSession, view: Mapping[str, Any], user: Any) 
 
 async def pipeline_history(db: AsyncSession, pipeline_id: uuid.UUID, user: Any) -> dict[str, Any]:
     result = await db.execute(PIPELINE_EVENTS, {"id": pipeline_id, "limit": HISTORY_LIMIT + 1})
-    rows: list[Mapping[str, Any]] = [dict(r) for r in result.mappings().all()]
+    rows: list[dict[str, Any]] = [dict(r) for r in result.mappings().all()]
+    for r in rows:
+        # named as the step's box above names it (its title, else its type's): the history said
+        # "prepare" under a box saying "A step"
+        spec = registry.get(r["step_type"]) if r["step_type"] else None
+        r["step_key"] = r["step_title"] or (spec.title if spec is not None else None) or r["step_key"]
     more = len(rows) > HISTORY_LIMIT
     rows = rows[:HISTORY_LIMIT][::-1]
     emails = await emails_for(db, display.user_ids_in(rows)) if user.is_admin else {}

@@ -14,6 +14,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from playwright.sync_api import expect
 
 from app.db import asyncpg_dsn
 from app.jobs.queue import new_id
@@ -112,12 +113,23 @@ def test_bulk_cancel_from_the_admin_list_and_no_stored_xss_runs(
     assert page.evaluate("window.__sameDocument === true")  # in place, no navigation
     statuses = _statuses(db_url)
     assert (statuses[q0], statuses[q1], statuses[q2]) == ("cancelled", "cancelled", "queued")
+    # the counts strip follows at once, not at its next 30 s poll
+    expect(page.locator("#count-queued .count-n")).to_have_text("1", timeout=5_000)
+    expect(page.locator("#count-cancelled .count-n")).to_have_text("2", timeout=5_000)
 
     # a row action with its confirmation, answered in place
     page.click(f"#cancel-{q2}")
     answer_confirm(page)
     page.wait_for_selector(f"#row-{q2} .notice")
     assert "Cancelled." in page.locator(f"#row-{q2} .notice").inner_text()
+    expect(page.locator("#count-queued .count-n")).to_have_text("0", timeout=5_000)
+    expect(page.locator("#count-cancelled .count-n")).to_have_text("3", timeout=5_000)
+    assert "Cancelled." in page.locator(f"#row-{q2} .notice").inner_text()  # the list was not redrawn
+
+    # /admin: the job that failed a moment ago counts in "Failed, last hour" (no worker ran here, so the
+    # workers' tallies that figure came from said 0 beside a per-type table saying 1)
+    page.goto(base + "/admin")
+    assert page.locator("#stat-failed").inner_text() == "1"
 
     page.goto(base + "/admin/failed")
     assert page.locator("table.failed-groups tbody tr").count() == 1

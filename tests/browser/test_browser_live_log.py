@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from tests.support.browser import BROWSER_MARKS, Watch
 from tests.support.webkit import FORMS_ENV, PASSWORD, add_token, add_user, running_server
@@ -91,4 +92,44 @@ def test_log_lines_appear_while_the_job_runs_without_a_reload(server: tuple[str,
     submit(base, token, {"lines": 0, "fail": True}, max_attempts=1)
     page.locator("#notif-count", has_text="1").wait_for(timeout=15_000)
     assert page.evaluate("window.__sameDocument === true")
+    assert not watch.errors and not watch.alerts
+
+
+def test_the_note_under_the_log_tells_the_truth_once_the_job_ended(
+    server: tuple[str, str], browser: Any, artifacts_dir: Path
+) -> None:
+    """A page opened while its job ran said "Lines the job logs appear here while it runs." long after
+    the job had ended: the note was drawn with the page, and the poll only appended lines."""
+    base, token = server
+    page = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
+    watch = Watch(page)
+    page.goto(base + "/login")
+    page.fill("#email", "ann@example.com")
+    page.fill("#password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(base + "/")
+
+    # a job that logs nothing: while it runs the note says where lines will go, then that none came
+    quiet = httpx.post(
+        base + "/api/jobs",
+        json={"type": "test.form", "input_data": {"name": "Ann", "pause": 3}},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert quiet.status_code == 201, quiet.text
+    page.goto(f"{base}/jobs/{quiet.json()['id']}")
+    log = page.locator(".job-log")
+    expect(log).to_contain_text("Lines the job logs appear here while it runs.")
+    page.locator("#job-status .status-head .status", has_text="Done").wait_for(timeout=30_000)
+    expect(log).to_contain_text("This job wrote no log lines.", timeout=10_000)
+    expect(log).not_to_contain_text("while it runs")
+    assert not page.locator("#job-log-lines").is_visible()  # no empty grey box
+    page.screenshot(path=str(artifacts_dir / "log-none-390.png"), full_page=True)
+
+    # a job that logs: its lines are shown, and the note offers the download instead
+    page.goto(f"{base}/jobs/{submit(base, token, {'lines': 3, 'interval': 1.0})}")
+    page.locator("#job-status .status-head .status", has_text="Done").wait_for(timeout=30_000)
+    page.locator("#job-log-lines", has_text="from a thread").wait_for(timeout=10_000)
+    expect(log).to_contain_text("Download the log")
+    expect(log).not_to_contain_text("while it runs")
+    page.screenshot(path=str(artifacts_dir / "log-lines-390.png"), full_page=True)
     assert not watch.errors and not watch.alerts

@@ -160,6 +160,10 @@ def test_pipeline_steps_advance_cancel_in_place_and_my_jobs_on_a_phone(
     assert "100%" in page.locator("#pipeline-status .status-head").inner_text()
     assert page.evaluate("window.__sameDocument === true")
     page.screenshot(path=str(artifacts_dir / "ui-pipeline-done.png"), full_page=True)
+    # the history names the steps as their boxes do (it said "prepare" under a box saying "A step")
+    boxes = set(page.locator("li.step .step-title").all_inner_texts())
+    page.reload()  # the history as the page draws it, not as the poll left it
+    assert set(page.locator("section.history .what a").all_inner_texts()) == boxes
     pipeline_url = page.url
 
     # cancel a running job: confirmation, then the outcome in place

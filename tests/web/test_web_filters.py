@@ -43,3 +43,26 @@ def test_filesize() -> None:
     assert format_filesize(1536) == "1.5 KiB"
     assert format_filesize(25 * 1024 * 1024) == "25 MiB"
     assert format_filesize(None) == ""
+
+
+def test_field_names_read_as_words_with_acronyms_and_units() -> None:
+    """A result read "Url", "Ok" and "Elapsed ms: 68": labels are words a person expects, and a name's
+    unit suffix moves into the value, in words."""
+    from app.formatting import key_label, key_labels, unit_value
+
+    assert key_label("url") == "URL"
+    assert key_label("final_url") == "Final URL"
+    assert key_label("job_id") == "Job ID"
+    assert key_label("csv_rows") == "CSV rows"
+    assert key_label("ok") == "OK"
+    assert key_label("status_code") == "Status code"
+    assert key_label("X-Request-Id") == "X-Request-Id"  # not a field name: as written
+    assert (key_label("elapsed_ms"), unit_value("elapsed_ms", 1234)) == ("Elapsed", "1.2 s")
+    assert unit_value("elapsed_ms", 68) == "68 ms"
+    assert (key_label("timeout_secs"), unit_value("timeout_secs", 90)) == ("Timeout", "1 min 30 s")
+    assert (key_label("body_bytes"), unit_value("body_bytes", 1536)) == ("Body size", "1.5 KiB")
+    assert unit_value("elapsed_ms", "soon") is None and unit_value("elapsed_ms", True) is None
+    assert unit_value("rows", 3) is None
+    # "bytes" would read "Size" like its neighbour "size" (pixels): it keeps its own word
+    assert key_labels(["size", "bytes"]) == {"size": "Size", "bytes": "Bytes"}
+    assert key_labels(["name", "bytes"]) == {"name": "Name", "bytes": "Size"}

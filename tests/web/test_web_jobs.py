@@ -1400,7 +1400,7 @@ def test_results_show_lists_of_objects_as_tables_and_objects_as_fields() -> None
     }
     table = items["Columns"]
     assert table["kind"] == "table"
-    assert table["value"]["columns"] == ["Name", "Type", "Url"]
+    assert table["value"]["columns"] == ["Name", "Type", "URL"]
     assert [c["value"] for c in table["value"]["rows"][1]] == ["<b>item</b>", "text", "https://x.example"]
     assert table["value"]["rows"][1][2]["kind"] == "url"
     assert items["Source"]["kind"] == "fields"

@@ -200,7 +200,8 @@ class AdminJobsController(Controller):
 
     @get("/counts", name="admin.jobs.counts")
     async def counts(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
-        """The counts strip (a fragment; polled every 30 s by the page)."""
+        """The counts strip (a fragment; polled every 30 s by the page, and fetched again after an action
+        on a row or in bulk)."""
         return Template(
             template_name="admin/_jobs_counts.html",
             context={"counts": await status_counts(db_session), "cap": COUNT_CAP, "user": request.user},
@@ -231,7 +232,12 @@ class AdminJobsController(Controller):
             "confirms": CONFIRM,
         }
         if is_htmx(request):
-            return render(request, "admin/_jobs_row.html", ctx, status_code=outcome.status_code)
+            # the counts strip fetches itself again (it waited for its 30 s poll, showing a cancelled job
+            # as still waiting); the list does not, which would wipe the outcome shown in this row
+            changed = {"HX-Trigger": "job-changed"} if outcome.ok else None
+            return render(
+                request, "admin/_jobs_row.html", ctx, status_code=outcome.status_code, headers=changed
+            )
         return render(
             request, "admin/jobs_result.html", {**ctx, "back": "/admin/jobs"}, status_code=outcome.status_code
         )

@@ -1,0 +1,114 @@
+"""The frame of every page in headless Chromium, on a 390 px phone and on a desktop: the top bar is
+compact (on a phone it was four rows, ~220 px, before any content) and keeps every way around — the
+pages, the Admin menu (opening inside the screen), the bell, the account and "Sign out" — with nothing
+sticking out sideways; the admin section tabs line up with the page's text (they sat 8 px to the left
+and past the right edge). Screenshots go to ``tests/artifacts/layout-*.png``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll
+from tests.support.webkit import FORMS_ENV, PASSWORD, add_token, add_user, running_server
+
+pytestmark = BROWSER_MARKS
+
+LONG_EMAIL = "someone.with.a.rather.long.address@example-company.com"
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 900}
+
+
+@pytest.fixture
+def server(db_url: str, tmp_path: Path) -> Iterator[str]:
+    asyncio.run(add_user(db_url, "root@example.com", admin=True))
+    user = asyncio.run(add_user(db_url, LONG_EMAIL))
+    asyncio.run(add_token(db_url, user.id))  # its table on /account
+    with running_server(db_url, tmp_path / "data", **FORMS_ENV) as base:
+        yield base
+
+
+def signed_in(browser: Any, base: str, email: str, viewport: dict[str, int]) -> Any:
+    phone = viewport["width"] < 500
+    page = browser.new_context(viewport=viewport, is_mobile=phone, has_touch=phone).new_page()
+    page.goto(base + "/login")
+    page.fill("#email", email)
+    page.fill("#password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(base + "/")
+    return page
+
+
+def box(page: Any, selector: str) -> dict[str, float]:
+    found = page.locator(selector).first.bounding_box()
+    assert found is not None, f"{selector} is not shown"
+    return dict(found)
+
+
+def inside_screen(page: Any, selector: str) -> None:
+    b = box(page, selector)
+    width = page.evaluate("document.documentElement.clientWidth")
+    assert b["x"] >= 0 and b["x"] + b["width"] <= width + 0.5, f"{selector} sticks out: {b}, screen {width}"
+
+
+def check_top_bar(page: Any, admin: bool, max_height: float) -> None:
+    height = box(page, ".site-header")["height"]
+    assert height <= max_height, f"the top bar is {height:.0f} px tall"
+    assert no_horizontal_scroll(page)
+    links = [".site-header .brand", "#notif-bell", "#account-link", ".site-header button[type=submit]"]
+    links += [f".site-header a[href='{href}']" for href in ("/", "/jobs", "/batches", "/approvals")]
+    if admin:
+        links.append(".site-header .admin-menu summary")
+    for selector in links:
+        inside_screen(page, selector)
+
+
+def tabs_line_up(page: Any) -> None:
+    tabs, heading = box(page, "nav.admin-tabs ul"), box(page, "main h1")
+    assert abs(tabs["x"] - heading["x"]) <= 1, f"tabs start at {tabs['x']}, the heading at {heading['x']}"
+    assert tabs["x"] + tabs["width"] <= heading["x"] + heading["width"] + 1
+    first = box(page, "nav.admin-tabs li")
+    assert abs(first["x"] - heading["x"]) <= 1
+
+
+def test_top_bar_and_admin_tabs_on_a_phone_and_a_desktop(
+    server: str, browser: Any, artifacts_dir: Path
+) -> None:
+    base = server
+    for name, viewport, max_height in (("390", PHONE, 100), ("desktop", DESKTOP, 80)):
+        page = signed_in(browser, base, "root@example.com", viewport)
+        watch = Watch(page)
+        for path in ("/", "/jobs", "/admin", "/admin/jobs"):
+            page.goto(base + path)
+            check_top_bar(page, admin=True, max_height=max_height)
+            if path.startswith("/admin"):
+                tabs_line_up(page)
+        # /admin/jobs' filters two a row on a phone, not seven stacked before the first job
+        assert box(page, "#af-status")["y"] == box(page, "#af-type")["y"]
+        assert box(page, "#af-from")["y"] == box(page, "#af-to")["y"]
+        page.goto(base + "/admin")
+        # the chart's times apart (on a phone they touched and read "…03:146 Dec 2026, 03:44…")
+        ticks = [box(page, f".chart-x li:nth-child({n}) time") for n in (1, 2, 3)]
+        assert all(a["x"] + a["width"] + 4 <= b["x"] for a, b in zip(ticks, ticks[1:], strict=False)), ticks
+        page.screenshot(path=str(artifacts_dir / f"layout-admin-{name}.png"))
+        # the Admin menu opens inside the screen, every section reachable
+        page.click(".site-header .admin-menu summary")
+        for href in ("/admin", "/admin/jobs", "/admin/alerts"):
+            inside_screen(page, f".admin-menu a[href='{href}']")
+        page.screenshot(path=str(artifacts_dir / f"layout-admin-menu-{name}.png"))
+        page.click(".admin-menu a[href='/admin/jobs']")
+        page.wait_for_url(base + "/admin/jobs")
+        assert not watch.errors and not watch.alerts
+        page.context.close()
+
+        # a long address shortens with "…" instead of pushing the bar onto more rows
+        page = signed_in(browser, base, LONG_EMAIL, viewport)
+        for path in ("/", "/jobs", "/account"):
+            page.goto(base + path)
+            check_top_bar(page, admin=False, max_height=max_height)
+        page.screenshot(path=str(artifacts_dir / f"layout-user-{name}.png"))
+        page.context.close()
