@@ -1412,6 +1412,27 @@ def test_results_show_lists_of_objects_as_tables_and_objects_as_fields() -> None
     assert items["Deep"]["value"][0]["kind"] == "json"
 
 
+def test_an_http_answer_reads_status_reason_and_method_before_its_body() -> None:
+    """What a person looks at first in an HTTP request's result comes first: whether it worked."""
+    from app.web.display import result_items
+
+    result = {
+        "body": "hi",
+        "body_bytes": 2,
+        "content_type": "text/plain",
+        "elapsed_ms": 12,
+        "headers": {"server": "x"},
+        "method": "GET",
+        "ok": True,
+        "reason": "OK",
+        "status": 200,
+        "url": "https://example.com/",
+    }
+    labels = [it["label"] for it in result_items(result)]
+    assert labels[:5] == ["Status", "Reason", "OK", "Method", "URL"], labels
+    assert labels.index("Body") > labels.index("URL")
+
+
 def test_a_csv_summarys_columns_read_as_a_table_with_nested_values_in_words() -> None:
     """A first-time user's trial found the CSV summary's columns shown as raw JSON: 14 keys and nested
     ``top_values`` / ``histogram``. They are a table, nested values written out in words."""
