@@ -255,6 +255,9 @@ def _exit_after_graceful_shutdown() -> None:
 @main.command()
 def worker() -> None:
     """Run a standalone worker (no web server); `python worker.py` does the same."""
+    from app.worker.signals import STOP
+
+    STOP.install()  # first: a stop signal during the imports and the start is a clean stop, not a death
     with _imports_without_gc():
         from app.db import DatabaseUnavailable
         from app.errors import AppError

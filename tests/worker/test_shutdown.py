@@ -4,6 +4,7 @@ lost just then or goes silent, a side task that ignores its cancellation, a proc
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from typing import Any
 
@@ -306,3 +307,45 @@ async def test_a_worker_process_with_a_side_task_that_ignores_its_cancellation_e
     assert code == 0, output[-3000:]
     assert "side tasks did not end when cancelled" in output
     assert "exiting with processor work that did not stop" in output
+
+
+async def test_a_processor_blocking_the_event_loop_does_not_hold_the_worker_process_stop(
+    make_settings, engine, owner, pg, tmp_path
+) -> None:
+    """SIGTERM while a processor blocks the worker's event loop for a minute (``time.sleep`` inside
+    ``async def``): the loop cannot run the stop, so past the grace period and the cancel grace the job
+    is released from another thread (through the queue, with its ``released`` event) and the process
+    exits with a line that says why. It ran on until the processor let go of the loop."""
+    grace = 1.0
+    settings = make_settings(worker_shutdown_grace_secs=grace, job_cancel_grace_secs=0.5)
+    job, code, took, output = await stop_while_running(
+        engine, pg, owner, settings, "test.block", tmp_path, 12
+    )
+    assert code == 0, output[-3000:]
+    # the grace, the cancel grace, the stop watch's margin and a stall's length, and margin (unfixed: 60 s)
+    assert took < grace + 0.5 + 1 + 2 + 3, took
+    assert "the event loop did not stop in time" in output, output[-3000:]
+    row = await pg.fetchrow("SELECT status, attempts FROM jobs WHERE id = $1", job)
+    assert (row["status"], row["attempts"]) == ("queued", 0)  # released, not lost
+    events = await pg.fetch("SELECT kind, to_status FROM job_events WHERE job_id = $1 ORDER BY id", job)
+    assert (events[-1]["kind"], events[-1]["to_status"]) == ("released", "queued")
+    assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("after", [0.15, 0.5, 1.0])
+async def test_a_signal_during_the_worker_start_is_a_clean_stop(settings, tmp_path, sig, after) -> None:
+    """SIGTERM or SIGINT while the worker process starts (importing, checking the schema, registering):
+    it stops cleanly, exit 0 with a line. It died of the signal (exit -15) or of a KeyboardInterrupt
+    traceback, its handlers not installed yet."""
+    worker = WorkerProcess(settings, tmp_path / "worker.log")
+    try:
+        await asyncio.sleep(after)
+        worker.proc.send_signal(sig)
+        code = await asyncio.to_thread(worker.wait, 20)
+    finally:
+        output = worker.output()
+        worker.close()
+    assert code == 0, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert "worker stopp" in output, output[-3000:]
