@@ -9,15 +9,23 @@ spent (``WORKER_SHUTDOWN_GRACE_SECS``, the cancel grace, :data:`MARGIN_SECS`) wi
 thread (:func:`hand_back`: ``released`` with its event, as a graceful stop would, the worker's row
 removed), and the caller goes on without the loop: ``jobdesk worker`` exits, the web process's lifespan
 stops waiting for its in-app worker. A loop that answers is never overtaken: its own steps are bounded.
+
+The in-app worker's loop runs ``asyncio.to_thread`` calls in daemon threads (:class:`DaemonThreadPool`):
+a processor stuck in one of them no longer holds the web process's exit (Python joins the threads of
+every :class:`~concurrent.futures.ThreadPoolExecutor` at exit).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
+import queue as queues
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 from app.db import create_engine
 from app.jobs import queue
@@ -152,3 +160,69 @@ def watch_in_thread(worker: Worker, loop: asyncio.AbstractEventLoop, then: Calla
         then()
 
     threading.Thread(target=run, name=f"{worker.id}:stop-watch", daemon=True).start()
+
+
+class DaemonThreadPool(ThreadPoolExecutor):
+    """A thread pool whose threads are daemons, left behind at the interpreter's exit: the default
+    executor of the in-app worker's loop. It is a :class:`ThreadPoolExecutor` only for
+    ``loop.set_default_executor``, which takes nothing else; it uses none of its machinery."""
+
+    def __init__(self, max_workers: int = 32, thread_name_prefix: str = "jobdesk-thread") -> None:
+        super().__init__(max_workers=1, thread_name_prefix=thread_name_prefix)
+        self._limit = max_workers
+        self._prefix = thread_name_prefix
+        self._calls: queues.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = queues.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._started: list[threading.Thread] = []
+        self._names = itertools.count()
+        self._closed = False
+        self._guard = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        with self._guard:
+            if self._closed:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            future: Future[Any] = Future()
+            self._calls.put((future, functools.partial(fn, *args, **kwargs)))
+            if not self._idle.acquire(blocking=False) and len(self._started) < self._limit:
+                thread = threading.Thread(
+                    target=self._serve, name=f"{self._prefix}_{next(self._names)}", daemon=True
+                )
+                thread.start()
+                self._started.append(thread)
+            return future
+
+    def _serve(self) -> None:
+        while True:
+            item = self._calls.get()
+            if item is None:
+                return
+            future, call = item
+            del item
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = call()
+                except BaseException as exc:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+            del future, call
+            self._idle.release()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._guard:
+            self._closed = True
+            threads = list(self._started)
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._calls.get_nowait()
+                except queues.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        for _ in threads:
+            self._calls.put(None)
+        if wait:
+            for thread in threads:
+                thread.join()

@@ -6,10 +6,11 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,36 @@ class WorkerProcess:
             self.proc.kill()
             self.proc.wait(10)
         self._log.close()
+
+
+@contextlib.contextmanager
+def serve_process(
+    settings: Settings, port: int, log_path: Path, **extra: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``jobdesk serve`` with its in-app worker on ``settings``' database, as a real process on ``port``
+    (its output in ``log_path``); killed at exit if it still runs."""
+    env = worker_env(settings, WORKER_ENABLED="true", **extra)
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+            env=env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 async def worker_ids(pg: asyncpg.Connection) -> list[str]:
