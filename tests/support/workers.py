@@ -97,7 +97,9 @@ def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
 class WorkerProcess:
     """``python worker.py`` as a real subprocess; its output goes to ``log_path``."""
 
-    def __init__(self, settings: Settings, log_path: Path, **extra: str) -> None:
+    def __init__(self, settings: Settings, log_path: Path, *, own_group: bool = False, **extra: str) -> None:
+        """``own_group``: in a process group of its own, which a test may signal as a terminal's Ctrl+C
+        does (``os.killpg``) without signalling itself."""
         self.log_path = log_path
         self._log = open(log_path, "ab")
         self.proc = subprocess.Popen(
@@ -106,6 +108,7 @@ class WorkerProcess:
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            start_new_session=own_group,
         )
 
     @property

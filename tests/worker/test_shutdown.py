@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import subprocess
 import time
@@ -381,3 +382,32 @@ async def test_the_web_process_stops_without_an_in_app_processor_that_does_not_e
     row = await pg.fetchrow("SELECT status, attempts FROM jobs WHERE id = $1", job)
     assert (row["status"], row["attempts"]) == ("queued", 0), output[-3000:]  # released, not lost
     assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+async def test_a_stop_signal_to_the_whole_process_group_lets_a_cpu_bound_job_finish(
+    make_settings, engine, owner, pg, tmp_path, sig
+) -> None:
+    """Ctrl+C in a terminal sends SIGINT to the worker's whole process group, and a service manager
+    stopping every process of the service sends SIGTERM to each: the CPU-bound job's own process got it
+    too, and died of it (a ``KeyboardInterrupt``, or exit -15), failing the attempt at once. The worker
+    decides when that process stops (it kills it on a cancel, a timeout, or past the grace): the job
+    finishes within the grace and the worker exits cleanly."""
+    settings = make_settings(worker_shutdown_grace_secs=10)
+    async with engine.begin() as conn:
+        new = NewJob(type="test.cpu_sleep", input_data={"seconds": 1.5}, user_id=owner.id)
+        job = (await queue.enqueue(conn, new, settings)).job["id"]
+    worker = WorkerProcess(settings, tmp_path / "worker.log", own_group=True)
+    try:
+        # its process runs once its first line is in the job's log
+        await wait_until(
+            lambda: pg.fetchval("SELECT count(*) FROM job_logs WHERE job_id = $1", job), 30, what="the job"
+        )
+        os.killpg(worker.pid, sig)
+        code = await asyncio.to_thread(worker.wait, 20)
+    finally:
+        output = worker.output()
+        worker.close()
+    assert code == 0, output[-3000:]
+    row = await pg.fetchrow("SELECT status, attempts, error_message FROM jobs WHERE id = $1", job)
+    assert (row["status"], row["attempts"]) == ("completed", 1), (dict(row), output[-3000:])
