@@ -166,17 +166,16 @@ def _stopped_before_start() -> bool:
 def _stop_on_signals(worker: Worker) -> None:
     """Each stop signal asks the worker to stop; the first also starts the stop watch, which ends the
     process if a processor blocks the loop past the stop's budget (:mod:`app.worker.stuck`). The
-    handlers are Python's, not the loop's: these run even while a processor blocks the loop."""
+    handlers are Python's, not the loop's: these run even while a processor blocks the loop. They only
+    post to the loop and set an event: a handler interrupts the main thread anywhere, even inside a lock
+    a log call or a thread's start holds."""
     loop = asyncio.get_running_loop()
-    watching = False
+    began = stuck.watch_in_thread(worker, loop, then=functools.partial(_exit_now, 0))
 
     def on_signal(_signum: int) -> None:
-        nonlocal watching
         with contextlib.suppress(RuntimeError):  # the loop closed: the stop is over
             loop.call_soon_threadsafe(worker.stop)
-        if not watching:
-            watching = True
-            stuck.watch_in_thread(worker, loop, then=functools.partial(_exit_now, 0))
+        began.set()
 
     STOP.forward(on_signal)
 

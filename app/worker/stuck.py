@@ -148,18 +148,27 @@ def hand_back(worker: Worker) -> int:
     return asyncio.run(write())
 
 
-def watch_in_thread(worker: Worker, loop: asyncio.AbstractEventLoop, then: Callable[[], None]) -> None:
-    """Start a stop watch in a daemon thread of its own: when the loop is stuck, give up on it and call
-    ``then`` (in that thread)."""
-    watch = StopWatch(worker, loop)
+def watch_in_thread(
+    worker: Worker, loop: asyncio.AbstractEventLoop, then: Callable[[], None]
+) -> threading.Event:
+    """Start a daemon thread that, once the returned event is set (the stop began), runs a stop watch:
+    when the loop is stuck, it gives up on it and calls ``then`` (in that thread).
+
+    The thread starts now, not when the stop begins: the stop begins in a signal handler, which may
+    interrupt the main thread inside ``threading``'s own locks (starting a thread takes one); setting an
+    event no other code uses takes none of them."""
+    began = threading.Event()
 
     def run() -> None:
+        began.wait()
+        watch = StopWatch(worker, loop)
         while not watch.stuck():
             time.sleep(0.1)
         watch.give_up()
         then()
 
     threading.Thread(target=run, name=f"{worker.id}:stop-watch", daemon=True).start()
+    return began
 
 
 class DaemonThreadPool(ThreadPoolExecutor):
