@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -160,11 +159,32 @@ def serve_process(
                 proc.wait(10)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+def catches_signal(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has installed a handler of its own for ``sig`` (``SigCgt`` in Linux's
+    ``/proc/<pid>/status``; a process that has ended catches nothing)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
+
+
+async def signal_once_caught(proc: subprocess.Popen[Any], sig: int, after: float | None) -> None:
+    """Send ``sig`` to ``proc`` ``after`` seconds after its start, or (``None``) as soon as it has
+    installed its SIGTERM handler: the earliest moment a program can stop cleanly."""
+    if after is not None:
+        await asyncio.sleep(after)
+    else:
+        await wait_until(
+            lambda: asyncio.sleep(0, catches_signal(proc.pid, signal.SIGTERM)),
+            timeout=20,
+            interval=0.005,
+            what="the process's SIGTERM handler",
+        )
+    proc.send_signal(sig)
 
 
 async def worker_ids(pg: asyncpg.Connection) -> list[str]:

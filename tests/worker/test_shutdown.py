@@ -21,8 +21,15 @@ from app.worker import listener as listener_module
 from app.worker.listener import Listener
 from app.worker.threaded import start_in_thread
 from tests.support import processors as support_processors  # registers the test job types
+from tests.support.cli import free_port
 from tests.support.netproxy import BlackholeProxy
-from tests.support.workers import WorkerProcess, free_port, serve_process, wait_status, wait_until
+from tests.support.workers import (
+    WorkerProcess,
+    serve_process,
+    signal_once_caught,
+    wait_status,
+    wait_until,
+)
 
 
 def make_listener(dsn: str, **kw: Any) -> Listener:
@@ -336,15 +343,15 @@ async def test_a_processor_blocking_the_event_loop_does_not_hold_the_worker_proc
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-@pytest.mark.parametrize("after", [0.15, 0.5, 1.0])
+@pytest.mark.parametrize("after", [None, 0.5, 1.0], ids=["first-line", "0.5s", "1s"])
 async def test_a_signal_during_the_worker_start_is_a_clean_stop(settings, tmp_path, sig, after) -> None:
     """SIGTERM or SIGINT while the worker process starts (importing, checking the schema, registering):
     it stops cleanly, exit 0 with a line. It died of the signal (exit -15) or of a KeyboardInterrupt
-    traceback, its handlers not installed yet."""
+    (exit 1), its handlers not installed yet. (``first-line``: as soon as the command has installed its
+    handlers, before its imports.)"""
     worker = WorkerProcess(settings, tmp_path / "worker.log")
     try:
-        await asyncio.sleep(after)
-        worker.proc.send_signal(sig)
+        await signal_once_caught(worker.proc, sig, after)
         code = await asyncio.to_thread(worker.wait, 20)
     finally:
         output = worker.output()

@@ -26,10 +26,10 @@ from app.processors import CpuContext
 from app.settings import Settings
 from app.worker.cpu import run_in_process
 from tests.support import processors as support_processors
+from tests.support.cli import free_port
 from tests.support.factories import TestUser
 from tests.support.workers import (
     WorkerProcess,
-    free_port,
     serve_process,
     wait_status,
     wait_until,
