@@ -152,6 +152,9 @@ def serve(host: str, port: int, no_migrate: bool, web_processes: int) -> None:
     With --workers N, N web processes share the port; the in-app worker runs in one of them per host
     (another takes it over within seconds if that process dies).
     """
+    # First: a stop signal while the imports, the checks and the migrations run ends the process as
+    # after a graceful stop (the embedded PostgreSQL's stop runs at exit), not killed on the spot.
+    _exit_after_graceful_shutdown()
     with _imports_without_gc():
         import uvicorn
 
@@ -181,7 +184,6 @@ def serve(host: str, port: int, no_migrate: bool, web_processes: int) -> None:
         else create_app(settings, auto_migrate=not no_migrate)
     )
     click.echo(f"Jobdesk on http://{host}:{port} (Ctrl+C stops it)", err=True)
-    _exit_after_graceful_shutdown()
     uvicorn.run(
         app,
         factory=web_processes > 1,
@@ -255,6 +257,9 @@ def _exit_after_graceful_shutdown() -> None:
 @main.command()
 def worker() -> None:
     """Run a standalone worker (no web server); `python worker.py` does the same."""
+    from app.worker.signals import STOP
+
+    STOP.install()  # first: a stop signal during the imports and the start is a clean stop, not a death
     with _imports_without_gc():
         from app.db import DatabaseUnavailable
         from app.errors import AppError

@@ -185,6 +185,11 @@ async def after_pipeline(
     await after_submit(db, person, settings, int(size["steps"]))
 
 
+async def lock_person(db: AsyncConnection | AsyncSession, person: Any) -> None:
+    """Serialise the person's checked submissions and uploads with this transaction until it ends."""
+    await quotas.lock(db, person.id)
+
+
 async def check_upload(
     db: AsyncConnection | AsyncSession, person: Any, settings: Settings, size: int
 ) -> None:

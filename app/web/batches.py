@@ -239,6 +239,9 @@ class BatchesController(Controller):
         if len(uploads) > batches.MAX_ROWS:
             ctx["errors"] = {"files": f"At most {batches.MAX_ROWS:,} files at once."}
             return render(request, "batches/new.html", ctx, status_code=422)
+        earlier = await batch_actions.started_with(db_session, actor_of(request), ctx["form_key"])
+        if earlier is not None:  # the form sent again: its files are stored already
+            return Redirect(f"/batches/{earlier['id']}", status_code=303)
         try:
             async with db_session.begin_nested():
                 rows = []

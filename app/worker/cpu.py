@@ -7,6 +7,9 @@ a running task. At most ``os.cpu_count()`` such processes run at once per event 
 per loop: an asyncio primitive belongs to the loop that first used it, and the in-app worker runs its
 own loop in a thread).
 
+A child ignores SIGINT and SIGTERM (a Ctrl+C, a stop sent to every process of the service): it stops
+when the worker kills it.
+
 Each child's address space is capped (``CPU_JOB_MAX_MEMORY_MB``, through ``RLIMIT_AS``), so one large
 file cannot take the host's memory. A child that runs out — a ``MemoryError``, or killed by the kernel —
 is a permanent failure saying the file is too large to process; a child that ends without sending a
@@ -16,10 +19,12 @@ result (it exited by itself, or its result could not be sent back) is a failure 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import importlib
 import logging
 import multiprocessing
+import multiprocessing.util
 import os
 import resource
 import signal
@@ -37,6 +42,20 @@ _ctx.set_forkserver_preload(
     ["app.processors", "app.processors.builtin", "app.processors.images", "app.processors.reports"]
 )
 _slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+_live: set[Any] = set()
+"""Children not yet seen to end. Killed at the process's exit: multiprocessing ends a daemon child then
+with SIGTERM, which they ignore, and would wait for each for ever."""
+
+
+def _kill_live() -> None:
+    for proc in list(_live):
+        with contextlib.suppress(Exception):
+            proc.kill()
+
+
+# Registered after multiprocessing's own exit function (imported above), so run before it.
+atexit.register(_kill_live)
 
 EXIT_OUT_OF_MEMORY = 75
 """Exit code of a child that ran out of memory and could not even report it."""
@@ -103,6 +122,12 @@ def _child_logging(conn: Any) -> Any:
 def _child(conn: Any, module: str, qualname: str, ctx: CpuContext, max_memory_mb: int) -> None:
     """The child's body. Whatever happens, it sends exactly one final message or exits with a code
     that says why it could not (the parent maps both to a clear error)."""
+    # The worker decides when this process stops: it kills it on a cancel, a timeout, or past the
+    # shutdown grace. A Ctrl+C reaches the terminal's whole process group, and a service manager's stop
+    # every process of the service: either ended the job at once, a failed attempt, while the worker
+    # itself would have let it finish within the grace.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     code = 0
     try:
         _limit_memory(max_memory_mb)
@@ -170,6 +195,7 @@ async def run_in_process(
         proc = _ctx.Process(
             target=_child, args=(child, func.__module__, func.__qualname__, ctx, max_memory_mb), daemon=True
         )
+        _live.add(proc)
         await loop.run_in_executor(None, proc.start)
         child.close()
         try:
@@ -180,6 +206,8 @@ async def run_in_process(
         finally:
             parent.close()
             await loop.run_in_executor(None, proc.join, 10)
+            if proc.exitcode is not None:
+                _live.discard(proc)
     return _result(message, proc.exitcode, max_memory_mb)
 
 

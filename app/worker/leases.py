@@ -63,6 +63,11 @@ class HeldJobs(dict[uuid.UUID, RunningJob]):
             self._leases.pop(job_id, None)
             return super().pop(job_id, default)
 
+    def jobs(self) -> list[RunningJob]:
+        """A copy of the held jobs (for another thread: the stop watch's hand-back)."""
+        with self._lock:
+            return list(self.values())
+
     def leases(self) -> dict[uuid.UUID, Lease]:
         """A copy of the held leases (id → lease)."""
         with self._lock:

@@ -3,12 +3,15 @@ command) calls :func:`run_standalone`.
 
 It configures logging, refuses to start on an unreachable database or a schema that is not current,
 serves metrics when ``WORKER_METRICS_ADDR`` is set, and runs one :class:`~app.worker.runner.Worker` until
-SIGTERM or SIGINT asks it to stop gracefully.
+SIGTERM or SIGINT asks it to stop gracefully (:mod:`app.worker.signals`: a signal while it starts stops
+it before it runs; :mod:`app.worker.stuck`: a processor blocking its loop does not hold the stop).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import os
 import signal
@@ -26,7 +29,9 @@ from app.db import DatabaseUnavailable, checked_schema
 from app.embedded import resolve_database_url
 from app.logs import configure_logging
 from app.settings import Settings
+from app.worker import stuck
 from app.worker.runner import Worker
+from app.worker.signals import STOP
 
 log = structlog.get_logger("jobdesk.worker")
 
@@ -46,12 +51,15 @@ def run_standalone(settings: Settings) -> int:
     The event loop is uvloop's when it is installed: it roughly halves the worker's per-job overhead in socket I/O and task
     scheduling (measured with ``bench/throughput.py``); uvicorn uses it for the in-app worker too.
     """
+    STOP.install()  # the command installed it already; run_standalone may be called without it
     configure_logging(settings)
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(_main(settings))
 
 
 async def _main(settings: Settings) -> int:
+    if _stopped_before_start():
+        return 0
     url = resolve_database_url(settings)
     worker = Worker(settings, url)
     # Checked on the worker's own engine: the check's connection stays in its pool for the registration
@@ -61,13 +69,13 @@ async def _main(settings: Settings) -> int:
         problem = await _schema_problem(worker.engine)
         if problem is not None:
             raise DatabaseUnavailable(problem)
-        ready = _serve_metrics(settings)
+        ready = not _stopped_before_start() and _serve_metrics(settings)
     finally:
         if not ready:
             await asyncio.gather(worker.engine.dispose(), worker.app_engine.dispose())
     if not ready:
-        return 1
-    _stop_on_signals(worker.stop)
+        return 0 if STOP.received is not None else 1
+    _stop_on_signals(worker)
     # The loop's default executor (asyncio.to_thread) is one the worker can shut down without waiting
     # for its threads: see _threads_left.
     threads = ThreadPoolExecutor(thread_name_prefix="jobdesk-thread")
@@ -85,10 +93,7 @@ async def _main(settings: Settings) -> int:
         # hold the event loop's close for ever, and threads the interpreter's exit (it joins each); the
         # jobs' outcomes are recorded (or left to the sweep), so nothing is lost by ending here.
         log.warning("exiting with processor work that did not stop", tasks=tasks, threads=left)
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        _exit_now(code)
     return code
 
 
@@ -150,7 +155,34 @@ def _serve_metrics(settings: Settings) -> bool:
     return True
 
 
-def _stop_on_signals(stop: Callable[[], object]) -> None:
+def _stopped_before_start() -> bool:
+    """Whether a stop signal came while the worker was starting (then it says so, and does not start)."""
+    if STOP.received is None:
+        return False
+    log.info("worker stopped before it started: asked to stop", signal=signal.Signals(STOP.received).name)
+    return True
+
+
+def _stop_on_signals(worker: Worker) -> None:
+    """Each stop signal asks the worker to stop; the first also starts the stop watch, which ends the
+    process if a processor blocks the loop past the stop's budget (:mod:`app.worker.stuck`). The
+    handlers are Python's, not the loop's: these run even while a processor blocks the loop. They only
+    post to the loop and set an event: a handler interrupts the main thread anywhere, even inside a lock
+    a log call or a thread's start holds."""
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop)
+    began = stuck.watch_in_thread(worker, loop, then=functools.partial(_exit_now, 0))
+
+    def on_signal(_signum: int) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: the stop is over
+            loop.call_soon_threadsafe(worker.stop)
+        began.set()
+
+    STOP.forward(on_signal)
+
+
+def _exit_now(code: int) -> None:
+    """End the process without waiting for anything: tasks, threads, the loop's close."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

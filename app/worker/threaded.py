@@ -4,13 +4,16 @@ pages, and the web's load never delays the worker.
 
 The worker uses its own engines (an engine's connections belong to the loop that opened them); the web
 app's lifespan calls :func:`start_in_thread` at start-up and :meth:`ThreadedWorker.stop` (or
-:meth:`ThreadedWorker.stop_async`) at shutdown, which stops the worker gracefully and waits for it.
+:meth:`ThreadedWorker.stop_async`) at shutdown, which stops the worker gracefully and waits for it —
+except for a loop a processor blocks past the stop's budget, and for threads a processor is stuck in
+(:mod:`app.worker.stuck`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import structlog
@@ -18,10 +21,12 @@ import structlog
 from app.settings import Settings
 from app.worker.main import loop_factory
 from app.worker.runner import Worker
+from app.worker.stuck import DaemonThreadPool, StopWatch
 
 log = structlog.get_logger("jobdesk.worker")
 
 START_TIMEOUT_SECS = 30.0
+JOIN_STEP_SECS = 0.1
 
 
 class ThreadedWorker:
@@ -37,6 +42,8 @@ class ThreadedWorker:
         self.error: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
+        self._watch: StopWatch | None = None
+        self._given_up = False
         self._thread = threading.Thread(target=self._main, name="jobdesk-in-app-worker", daemon=True)
 
     def start(self) -> ThreadedWorker:
@@ -64,8 +71,27 @@ class ThreadedWorker:
             except RuntimeError:  # its loop closed meanwhile
                 pass
         if self._thread.is_alive():
-            self._thread.join(timeout)
+            self._join(timeout)
         return not self._thread.is_alive()
+
+    def _join(self, timeout: float | None) -> None:
+        """Wait for the thread, at most ``timeout`` seconds, and never for a loop a processor blocks past
+        the stop's budget: its jobs are handed back from here, and the thread (a daemon) is left behind."""
+        loop, worker = self._loop, self.worker
+        if self._watch is None and loop is not None and worker is not None:
+            self._watch = StopWatch(worker, loop)  # the first stop's: a second call keeps its deadline
+        watch = self._watch
+        end = None if timeout is None else time.monotonic() + timeout
+        while self._thread.is_alive():
+            step = JOIN_STEP_SECS if end is None else min(JOIN_STEP_SECS, end - time.monotonic())
+            if step <= 0:
+                return
+            self._thread.join(step)
+            if watch is not None and self._thread.is_alive() and watch.stuck():
+                if not self._given_up:
+                    self._given_up = True
+                    watch.give_up()
+                return
 
     async def stop_async(self) -> bool:
         """:meth:`stop` without blocking the calling event loop."""
@@ -73,6 +99,9 @@ class ThreadedWorker:
 
     def _main(self) -> None:
         loop = loop_factory() if loop_factory is not None else asyncio.new_event_loop()
+        # Daemon threads for asyncio.to_thread: a processor stuck in one must not hold the web process's
+        # exit (Python joins a ThreadPoolExecutor's threads at exit, however long they run).
+        loop.set_default_executor(DaemonThreadPool(thread_name_prefix="jobdesk-in-app-thread"))
         try:
             loop.run_until_complete(self._run())
         except BaseException as exc:

@@ -5,6 +5,7 @@ Every failure must be one ``Error: …`` line and a non-zero exit, never a trace
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -23,6 +24,7 @@ import pytest
 from app.auth import verify_password
 from app.db import head_revision
 from tests.support.cli import ROOT, assert_clean_failure, cli_env, cmd, free_port, run
+from tests.support.workers import signal_once_caught
 
 # --- settings errors ----------------------------------------------------------------------------------
 
@@ -364,3 +366,29 @@ def test_create_token_refuses_a_name_it_cannot_keep_as_given(tmp_path: Path, db_
         run(tmp_path, "create-token", "ann@example.com", "--name", "x" * 101, DATABASE_URL=db_url),
         "name: must be at most 100 characters",
     )
+
+
+def _start_serve(tmp_path: Path, db_url: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        cmd("serve", "--port", str(free_port())),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(tmp_path, DATABASE_URL=db_url, LOG_LEVEL="INFO"),
+        cwd=tmp_path,
+    )
+
+
+@pytest.mark.parametrize("after", [None, 0.6], ids=["first-line", "0.6s"])
+async def test_serve_stopped_while_it_starts_exits_as_after_a_graceful_stop(
+    tmp_path: Path, db_url: str, after: float | None
+) -> None:
+    """SIGTERM while ``serve`` imports, checks the database and migrates: it ends as after a graceful
+    stop (128 + 15, its exit handlers run: the embedded PostgreSQL's stop among them), not killed by the
+    signal (-15), which left an embedded PostgreSQL running without its owner. (``first-line``: as soon
+    as the command has installed its handlers, before its imports.)"""
+    proc = _start_serve(tmp_path, db_url)
+    await signal_once_caught(proc, signal.SIGTERM, after)
+    out, err = await asyncio.to_thread(proc.communicate, timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err[-3000:])
+    assert "Traceback" not in out + err, err[-3000:]

@@ -376,6 +376,20 @@ def cpu_logs(ctx: Any) -> dict[str, Any]:
 
 
 @processor(
+    "test.cpu_sleep",
+    title="Sleep in a process",
+    description="A CPU-bound processor that logs a line, then sleeps for the given seconds.",
+    input=SecondsInput,
+    cpu_bound=True,
+    diagnostic=True,
+)
+def cpu_sleep(ctx: Any) -> dict[str, Any]:
+    ctx.log.info("sleeping")
+    time.sleep(ctx.input.seconds)
+    return {"slept": ctx.input.seconds}
+
+
+@processor(
     "test.thread_stuck",
     title="Stuck in a thread",
     description="Waits in a thread (asyncio.to_thread) for the given seconds, then appends a side effect.",

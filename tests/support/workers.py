@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +96,9 @@ def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
 class WorkerProcess:
     """``python worker.py`` as a real subprocess; its output goes to ``log_path``."""
 
-    def __init__(self, settings: Settings, log_path: Path, **extra: str) -> None:
+    def __init__(self, settings: Settings, log_path: Path, *, own_group: bool = False, **extra: str) -> None:
+        """``own_group``: in a process group of its own, which a test may signal as a terminal's Ctrl+C
+        does (``os.killpg``) without signalling itself."""
         self.log_path = log_path
         self._log = open(log_path, "ab")
         self.proc = subprocess.Popen(
@@ -105,6 +107,7 @@ class WorkerProcess:
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            start_new_session=own_group,
         )
 
     @property
@@ -131,6 +134,57 @@ class WorkerProcess:
             self.proc.kill()
             self.proc.wait(10)
         self._log.close()
+
+
+@contextlib.contextmanager
+def serve_process(
+    settings: Settings, port: int, log_path: Path, **extra: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``jobdesk serve`` with its in-app worker on ``settings``' database, as a real process on ``port``
+    (its output in ``log_path``); killed at exit if it still runs."""
+    env = worker_env(settings, WORKER_ENABLED="true", **extra)
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+            env=env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+def catches_signal(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has installed a handler of its own for ``sig`` (``SigCgt`` in Linux's
+    ``/proc/<pid>/status``; a process that has ended catches nothing)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
+
+
+async def signal_once_caught(proc: subprocess.Popen[Any], sig: int, after: float | None) -> None:
+    """Send ``sig`` to ``proc`` ``after`` seconds after its start, or (``None``) as soon as it has
+    installed its SIGTERM handler: the earliest moment a program can stop cleanly."""
+    if after is not None:
+        await asyncio.sleep(after)
+    else:
+        await wait_until(
+            lambda: asyncio.sleep(0, catches_signal(proc.pid, signal.SIGTERM)),
+            timeout=20,
+            interval=0.005,
+            what="the process's SIGTERM handler",
+        )
+    proc.send_signal(sig)
 
 
 async def worker_ids(pg: asyncpg.Connection) -> list[str]:

@@ -4,19 +4,24 @@ every problem listed by row and column with nothing created, then the batch star
 
 from __future__ import annotations
 
+import asyncio
 import io
 import re
+import uuid
 from typing import Any
 
 import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import spreadsheets
+from app.actions import batches as batch_actions
+from app.actions.trail import Actor
 from app.errors import BadInput
 from app.processors import registry
 from app.web.batch_downloads import csv_line
-from tests.support.webkit import csrf_from, sign_in_as
+from tests.support.webkit import app_client, csrf_from, sign_in_as
 
 HTTP_FIELDS = spreadsheets.fields_of(registry.get("http.request").input_model)  # type: ignore[union-attr]
 
@@ -293,3 +298,59 @@ async def test_many_files_dropped_on_a_file_field_start_one_job_each(
     assert [x["name"] for x in rows] == ["t0.csv", "t1.csv", "t2.csv"] and all(x["same_owner"] for x in rows)
     # a type without a file field offers only the spreadsheet
     assert 'name="files"' not in (await client.get("/batches/new/http.request")).text
+
+
+async def test_many_files_sent_twice_with_one_form_key_are_stored_once(
+    make_settings: Any, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """A double click on "start" with many files (the same form key twice) makes one batch and stores
+    the files once; the repeat is answered with the first batch. The files were stored before the key
+    was looked at: each repeat stored them again and counted them against the person's storage, and near
+    the limit the repeat was refused (429) instead. (Both in flight at once: the next test.)"""
+    files = [("files", (f"t{i}.csv", f"a,b\n{i},2\n".encode(), "text/csv")) for i in range(3)]
+    size = sum(len(f[1][1]) for f in files)
+    async with app_client(make_settings(worker_enabled=False, user_max_upload_bytes=size + 5)) as client:
+        await sign_in_as(client, db_url, "ann@example.com")
+        page = await client.get("/batches/new/report.csv_check")
+        key = re.search(r'name="_form_key" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+        form = {"_csrf_token": csrf_from(page.text), "_form_key": key}
+
+        async def send() -> Any:
+            return await client.post(
+                "/batches/new/report.csv_check", data=form, files=files, follow_redirects=False
+            )
+
+        answers = [await send(), await send()]
+    assert [a.status_code for a in answers] == [303, 303], [a.text[-500:] for a in answers]
+    assert answers[0].headers["location"] == answers[1].headers["location"]
+    assert await pg.fetchval("SELECT count(*) FROM batches") == 1
+    assert await pg.fetchval("SELECT count(*) FROM files") == 3
+    assert await pg.fetchval("SELECT sum(size) FROM files") == size
+    # the first submission's files are the ones its jobs name
+    named = await pg.fetchval(
+        "SELECT count(*) FROM jobs j JOIN files f ON f.id = (j.input_data->>'file')::uuid "
+        "WHERE j.batch_id IS NOT NULL"
+    )
+    assert named == 3
+
+
+async def test_a_repeat_of_a_form_key_in_flight_waits_for_the_first_and_finds_its_batch(
+    engine: Any, settings: Any, owner: Any
+) -> None:
+    """Both submissions of a double click in flight at once: the repeat's look-up of the form key waits
+    for the first's transaction (the person's lock) and finds its batch, so the repeat stores nothing.
+    Without the wait it found nothing yet and stored the files again."""
+    actor = Actor(owner, settings=settings)
+    key = str(uuid.uuid4())
+    async with AsyncSession(engine) as first, AsyncSession(engine) as repeat:
+        assert await batch_actions.started_with(first, actor, key) is None
+        batch, created = await batch_actions.submit(
+            first, actor, "http.request", [{"url": "http://127.0.0.1:9/a"}], form_key=key
+        )
+        assert created
+        looking = asyncio.create_task(batch_actions.started_with(repeat, actor, key))
+        await asyncio.sleep(0.5)
+        assert not looking.done(), "the repeat did not wait for the first submission"
+        await first.commit()
+        found = await asyncio.wait_for(looking, 10)
+        assert found is not None and found["id"] == batch["id"]

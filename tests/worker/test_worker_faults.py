@@ -10,9 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,8 +26,14 @@ from app.processors import CpuContext
 from app.settings import Settings
 from app.worker.cpu import run_in_process
 from tests.support import processors as support_processors
+from tests.support.cli import free_port
 from tests.support.factories import TestUser
-from tests.support.workers import ROOT, WorkerProcess, wait_status, wait_until, worker_env
+from tests.support.workers import (
+    WorkerProcess,
+    serve_process,
+    wait_status,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -118,40 +121,14 @@ async def test_a_processor_blocking_the_loop_costs_no_other_job_its_lease(
     assert "event loop running again after a stall" in log
 
 
-@contextlib.contextmanager
-def _serve(settings: Settings, port: int, log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """``jobdesk serve`` with its in-app worker, as a real process."""
-    env = worker_env(settings, WORKER_ENABLED="true", LOG_LEVEL="WARNING")
-    with open(log_path, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
-            env=env,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            yield proc
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_healthz_answers_fast_while_an_in_app_processor_blocks(
     make_settings, engine, owner, pg, tmp_path
 ) -> None:
     """``jobdesk serve`` with its in-app worker: while a processor blocks the worker's loop for 6 s, the
     web's own loop answers ``/healthz`` at once, and ``/readyz`` says the worker's loop is blocked."""
     settings = make_settings(worker_visibility_timeout_secs=3)
-    port = _free_port()
-    with _serve(settings, port, tmp_path / "serve.log") as proc:
+    port = free_port()
+    with serve_process(settings, port, tmp_path / "serve.log", LOG_LEVEL="WARNING") as proc:
         try:
             base = f"http://127.0.0.1:{port}"
             async with httpx.AsyncClient(base_url=base, timeout=10) as http:
@@ -195,7 +172,7 @@ async def test_a_time_limit_holds_when_the_processor_swallows_cancellation(
     worker's only one) is not reused until the task really ends, and the worker reports the lingering
     task in its heartbeat row and its metrics meanwhile."""
     settings = make_settings(max_concurrent_jobs=1, job_cancel_grace_secs=0.5, worker_heartbeat_secs=0.5)
-    metrics_port = _free_port()
+    metrics_port = free_port()
     worker = WorkerProcess(settings, tmp_path / "w.log", WORKER_METRICS_ADDR=f"127.0.0.1:{metrics_port}")
     with processes(worker):
         w_id = await worker_of(pg, worker)
