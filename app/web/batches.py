@@ -34,6 +34,7 @@ from app.web import DbSession, is_htmx, render
 from app.web.batch_downloads import csv_chunks, zip_chunks
 from app.web.batch_page import batch_context, batch_state, mapping_view, problems_of
 from app.web.deps import actor_of, file_store, poll_status, settings_of, unchanged
+from app.web.form_values import whole_number
 from app.web.notifications import bell_news
 
 FORM_ERROR = "_form"
@@ -59,8 +60,8 @@ def _file_field(spec: ProcessorSpec) -> str | None:
 def _chosen(form: Any, fields: list[spreadsheets.SheetField], columns: list[str]) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
     for f in fields:
-        raw = str(form.get(f"map.{f.name}") or "")
-        out[f.name] = int(raw) if raw.isdigit() and int(raw) < len(columns) else None
+        index = whole_number(str(form.get(f"map.{f.name}") or ""))
+        out[f.name] = index if index is not None and 0 <= index < len(columns) else None
     return out
 
 

@@ -62,3 +62,45 @@ async def test_bytes_that_are_not_utf8_in_a_urlencoded_form_or_a_query_are_refus
     )
     assert 400 <= api.status_code < 500
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
+
+
+async def test_a_number_typed_with_digits_int_cannot_read_is_a_field_error_not_a_500(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    ann = await sign_in_as(client, db_url, "ann@example.com")
+    account = await client.get("/account")
+    token = csrf_from(account.text)
+    for days in ("²", "9" * 5000):  # isdigit() said yes to both, then int() failed: a 500
+        made = await client.post(
+            "/account/tokens", data={"_csrf_token": token, "name": "ci", "expires_in_days": days}
+        )
+        assert made.status_code == 422, made.status_code
+        assert any("number of days" in e for e in _field_error(made.text))
+    assert (
+        await client.post(
+            "/account/tokens", data={"_csrf_token": token, "name": "ok", "expires_in_days": " 5 "}
+        )
+    ).status_code == 200
+    # the API takes a whole number only
+    bearer = {"Authorization": f"Bearer {await add_token(db_url, ann.id)}"}
+    api = await client.post("/api/me/tokens", json={"name": "ci", "expires_in_days": "²"}, headers=bearer)
+    assert api.status_code == 422 and "expires_in_days" in api.text
+
+    # the spreadsheet form's column choices
+    page = await client.get("/batches/new/http.request")
+    mapped = await client.post(
+        "/batches/new/http.request",
+        data={"_csrf_token": token, "_form_key": _form_key(page.text)},
+        files={"sheet": ("a.csv", b"url\nhttp://127.0.0.1:9/a\n", "text/csv")},
+    )
+    sheet_id = re.search(r'name="sheet_id" value="([^"]+)"', mapped.text).group(1)  # type: ignore[union-attr]
+    for column in ("²", "9" * 5000, "-1"):
+        start = {
+            "_csrf_token": token,
+            "_form_key": _form_key(mapped.text),
+            "sheet_id": sheet_id,
+            "map.url": column,
+        }
+        refused = await client.post("/batches/new/http.request", data=start)
+        assert refused.status_code == 422, (column[:5], refused.status_code)  # no such column: url missing
+    assert await pg.fetchval("SELECT count(*) FROM batches") == 0
