@@ -8,8 +8,11 @@ import re
 
 import asyncpg
 from litestar.testing import AsyncTestClient
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 import tests.support.forms  # noqa: F401  (registers test.form)
+from app.settings import Settings
+from tests.support.jobsteps import claim, enqueue, finish
 from tests.support.webkit import add_token, csrf_from, sign_in_as
 
 URLENCODED = {"content-type": "application/x-www-form-urlencoded"}
@@ -104,3 +107,65 @@ async def test_a_number_typed_with_digits_int_cannot_read_is_a_field_error_not_a
         refused = await client.post("/batches/new/http.request", data=start)
         assert refused.status_code == 422, (column[:5], refused.status_code)  # no such column: url missing
     assert await pg.fetchval("SELECT count(*) FROM batches") == 0
+
+
+async def test_a_batch_name_over_the_limit_is_refused_next_to_it_as_the_api_refuses_it(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    ann = await sign_in_as(client, db_url, "ann@example.com")
+    page = await client.get("/batches/new/http.request")
+    token = csrf_from(page.text)
+    mapped = await client.post(
+        "/batches/new/http.request",
+        data={"_csrf_token": token, "_form_key": _form_key(page.text)},
+        files={"sheet": ("a.csv", b"url\nhttp://127.0.0.1:9/a\n", "text/csv")},
+    )
+    sheet_id = re.search(r'name="sheet_id" value="([^"]+)"', mapped.text).group(1)  # type: ignore[union-attr]
+    long_name = "n" * 250
+    start = {
+        "_csrf_token": token,
+        "_form_key": _form_key(mapped.text),
+        "sheet_id": sheet_id,
+        "map.url": "0",
+        "_name": long_name,
+    }
+    refused = await client.post("/batches/new/http.request", data=start, follow_redirects=False)
+    # it was a 303 to a batch named with the first 200 characters
+    assert refused.status_code == 422, refused.status_code
+    assert _field_error(refused.text) == ["Must be at most 200 characters (it has 250)."]
+    assert f'value="{long_name}"' in refused.text  # what was typed is kept
+    assert await pg.fetchval("SELECT count(*) FROM batches") == 0
+    bearer = {"Authorization": f"Bearer {await add_token(db_url, ann.id)}"}
+    api = await client.post(
+        "/api/batches",
+        json={"type": "http.request", "rows": [{"url": "http://127.0.0.1:9/a"}], "name": long_name},
+        headers=bearer,
+    )
+    assert api.status_code == 422 and "name" in api.json()["errors"]
+    assert await pg.fetchval("SELECT count(*) FROM batches") == 0
+    started = await client.post(
+        "/batches/new/http.request", data={**start, "_name": "n" * 200}, follow_redirects=False
+    )
+    assert started.status_code == 303
+
+
+async def test_an_admins_reject_reason_over_the_limit_is_refused_on_the_page_not_cut(
+    client: AsyncTestClient, db_url: str, engine: AsyncEngine, ui_settings: Settings, pg: asyncpg.Connection
+) -> None:
+    boss = await sign_in_as(client, db_url, "boss@example.com", admin=True)
+    steps = []
+    for _ in range(2):
+        job = await enqueue(engine, ui_settings, boss.id, "noop", input_data={}, requires_approval=True)
+        await claim(engine, job)
+        await finish(engine, ui_settings, job, "completed", result={"ok": True})
+        steps.append(job)
+    token = csrf_from((await client.get("/admin/jobs")).text)
+    reason = "r" * 2001
+    page = await client.post(f"/admin/jobs/{steps[0]}/reject", data={"_csrf_token": token, "reason": reason})
+    # it was a 200 "Rejected", with the reason saved cut to 2,000 characters
+    assert page.status_code == 422, page.status_code
+    assert "at most 2,000 characters" in page.text
+    bearer = {"Authorization": f"Bearer {await add_token(db_url, boss.id)}"}
+    api = await client.post(f"/api/jobs/{steps[1]}/reject", json={"reason": reason}, headers=bearer)
+    assert api.status_code == 422
+    assert await pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'failed'") == 0
