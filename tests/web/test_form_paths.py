@@ -7,10 +7,13 @@ from __future__ import annotations
 import re
 
 import asyncpg
+import pytest
 from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import tests.support.forms  # noqa: F401  (registers test.form)
+from app.auth import create_user
+from app.errors import BadInput
 from app.settings import Settings
 from tests.support.jobsteps import claim, enqueue, finish
 from tests.support.webkit import add_token, csrf_from, sign_in_as
@@ -169,3 +172,28 @@ async def test_an_admins_reject_reason_over_the_limit_is_refused_on_the_page_not
     api = await client.post(f"/api/jobs/{steps[1]}/reject", json={"reason": reason}, headers=bearer)
     assert api.status_code == 422
     assert await pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'failed'") == 0
+
+
+async def test_a_password_nobody_could_sign_in_with_is_refused_on_the_admin_form_and_in_the_core(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection, engine: AsyncEngine
+) -> None:
+    await sign_in_as(client, db_url, "boss@example.com", admin=True)
+    page = await client.get("/admin/users")
+    made = await client.post(
+        "/admin/users",
+        data={
+            "_csrf_token": csrf_from(page.text),
+            "email": "new@example.com",
+            "password": "long enough\x00pass",
+        },
+    )
+    # it was a 200 "Created": an account whose password the sign-in form refuses
+    assert made.status_code == 422, made.status_code
+    assert any("NUL" in e for e in _field_error(made.text))
+    assert await pg.fetchval("SELECT count(*) FROM users WHERE email = 'new@example.com'") == 0
+    # `jobdesk create-user --password-stdin` and the API go through the same rule
+    async with engine.begin() as conn:
+        for password in ("long enough\x00pass", "long enough\ud800pass"):
+            with pytest.raises(BadInput) as exc:
+                await create_user(conn, "cli@example.com", password)
+            assert "password" in exc.value.errors
