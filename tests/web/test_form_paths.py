@@ -5,6 +5,7 @@ through the page's form and through the API (or the core, where the API cannot c
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import asyncpg
 import pytest
@@ -197,3 +198,37 @@ async def test_a_password_nobody_could_sign_in_with_is_refused_on_the_admin_form
             with pytest.raises(BadInput) as exc:
                 await create_user(conn, "cli@example.com", password)
             assert "password" in exc.value.errors
+
+
+async def test_a_kept_file_that_is_not_yours_is_an_error_next_to_the_field_not_dropped(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    bob = await sign_in_as(client, db_url, "bob@example.com")
+    bearer = {"Authorization": f"Bearer {await add_token(db_url, bob.id)}"}
+    stored = await client.post("/api/files", files={"file": ("b.txt", b"bob's")}, headers=bearer)
+    bobs_file = stored.json()["id"]
+    ann = await sign_in_as(client, db_url, "ann@example.com")
+    page = await client.get("/jobs/new/test.form")
+    form: dict[str, Any] = {
+        "_csrf_token": csrf_from(page.text),
+        "_form_key": _form_key(page.text),
+        "name": "x",
+        "_keep.document": bobs_file,
+    }
+    sent = await client.post("/jobs/new/test.form", data=form, follow_redirects=False)
+    # it was a 303 to a job without the document
+    assert sent.status_code == 422, sent.status_code
+    assert "no longer here (or is not yours)" in sent.text
+    sent = await client.post(
+        "/jobs/new/test.form", data={**form, "_keep.document": "not-a-file"}, follow_redirects=False
+    )
+    assert sent.status_code == 422
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
+    # the API refuses another person's file the same way (the core's owner check)
+    ann_bearer = {"Authorization": f"Bearer {await add_token(db_url, ann.id)}"}
+    api = await client.post(
+        "/api/jobs",
+        json={"type": "test.form", "input_data": {"name": "x", "document": bobs_file}},
+        headers=ann_bearer,
+    )
+    assert api.status_code == 422 and "input_data.document" in api.json()["errors"]
