@@ -142,12 +142,21 @@ def normalize_email(email: str) -> str:
     return value
 
 
+_NOT_TYPABLE = re.compile("[\x00\ud800-\udfff]")
+
+
 def check_password_rules(password: str) -> None:
     """Raises:
-    BadInput: (field ``password``) shorter than :data:`MIN_PASSWORD_LENGTH` characters.
+    BadInput: (field ``password``) shorter than :data:`MIN_PASSWORD_LENGTH` characters, or holding a NUL
+    character or a lone surrogate: the sign-in form refuses those, so such a password could never be
+    used (the admin's user form, which checks its own fields, and the CLI let one through).
     """
     if len(password) < MIN_PASSWORD_LENGTH:
         raise BadInput.field("password", f"Use at least {MIN_PASSWORD_LENGTH} characters.")
+    if _NOT_TYPABLE.search(password):
+        raise BadInput.field(
+            "password", "Remove the NUL character or lone surrogate: signing in would refuse it."
+        )
 
 
 def secret_digest(value: str) -> str:

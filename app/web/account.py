@@ -28,6 +28,7 @@ from app.actions import account as account_actions
 from app.errors import BadInput
 from app.web import DbSession, flash, render
 from app.web.deps import client_ip, settings_of
+from app.web.form_values import whole_number
 
 THEME_WORDS = {"auto": "Automatic (follow this device)", "light": "Light", "dark": "Dark"}
 
@@ -53,15 +54,15 @@ def _days(value: str) -> int | None:
     Raises:
         BadInput: (field ``expires_in_days``) not a whole number.
     """
-    value = value.strip()
-    if not value:
+    if not value.strip():
         return None
-    if not value.isdigit() or len(value) > 6:
+    days = whole_number(value)
+    if days is None or not 0 <= days < 10**6:
         raise BadInput.field(
             "expires_in_days",
             f"Give a number of days from 1 to {account_actions.MAX_TOKEN_DAYS}, or leave it empty.",
         )
-    return int(value)
+    return days
 
 
 class AccountController(Controller):

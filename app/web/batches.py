@@ -33,10 +33,12 @@ from app.processors import ProcessorSpec, registry
 from app.web import DbSession, is_htmx, render
 from app.web.batch_downloads import csv_chunks, zip_chunks
 from app.web.batch_page import batch_context, batch_state, mapping_view, problems_of
-from app.web.deps import actor_of, file_store, poll_status, settings_of, unchanged
+from app.web.deps import actor_of, file_store, poll_status, sentence, settings_of, unchanged
+from app.web.form_values import whole_number
 from app.web.notifications import bell_news
 
 FORM_ERROR = "_form"
+NAME_FIELD = "_name"
 
 
 def _is_upload(value: Any) -> bool:
@@ -59,8 +61,8 @@ def _file_field(spec: ProcessorSpec) -> str | None:
 def _chosen(form: Any, fields: list[spreadsheets.SheetField], columns: list[str]) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
     for f in fields:
-        raw = str(form.get(f"map.{f.name}") or "")
-        out[f.name] = int(raw) if raw.isdigit() and int(raw) < len(columns) else None
+        index = whole_number(str(form.get(f"map.{f.name}") or ""))
+        out[f.name] = index if index is not None and 0 <= index < len(columns) else None
     return out
 
 
@@ -109,7 +111,7 @@ class BatchesController(Controller):
         spec = access.page_spec(request.user, type_name)
         form = await request.form()
         ctx = self._context(
-            request, spec, form_key=_form_key(form.get("_form_key")), name=str(form.get("_name") or "")[:200]
+            request, spec, form_key=_form_key(form.get("_form_key")), name=str(form.get("_name") or "")
         )
         sheet_upload = form.get("sheet")
         files = [u for u in form.getall("files", []) if _is_upload(u)]
@@ -213,6 +215,9 @@ class BatchesController(Controller):
                     form_key=ctx["form_key"],
                 )
         except BadInput as exc:
+            if "name" in exc.errors:  # the batch's own name, checked (and refused whole) by the action
+                ctx["errors"] = {NAME_FIELD: sentence(exc.errors["name"])}
+                return render(request, "batches/new.html", ctx, status_code=422)
             step.problems = problems_of(
                 exc.errors or {"": exc.detail}, numbers, fields, sheet.columns, chosen
             )

@@ -154,11 +154,19 @@ def parse_run_at(date_raw: str | None, time_raw: str | None, tz_name: str | None
 Converted = tuple[Any, str | None]
 
 
-def _integer(f: Control, raw: str, tz: ZoneInfo) -> Converted:
+def whole_number(raw: str) -> int | None:
+    """A whole number as typed in a form (spaces between its digits allowed), or ``None`` when it is not
+    one. Every form's number is read here: ``str.isdigit`` also accepts digits ``int`` cannot read
+    ("²"), and ``int`` refuses more than 4,300 digits — either was a 500."""
     cleaned = raw.strip().replace(" ", "").replace("\u00a0", "")
-    if not _INT_RE.match(cleaned):
+    return int(cleaned) if _INT_RE.match(cleaned) else None
+
+
+def _integer(f: Control, raw: str, tz: ZoneInfo) -> Converted:
+    value = whole_number(raw)
+    if value is None:
         return None, "Enter a whole number, like 42."
-    return int(cleaned), None
+    return value, None
 
 
 def _decimal(f: Control, raw: str, tz: ZoneInfo) -> Converted:

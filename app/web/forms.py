@@ -413,21 +413,28 @@ def _parse_text(f: FormField, form: Any, out: ParsedForm, tz: ZoneInfo) -> None:
         out.data[name] = value
 
 
+KEPT_FILE_GONE = "A file chosen before is no longer here (or is not yours); choose it again."
+
+
 async def _kept_files(
     form: Any, name: str, conn: Any, store: FileStore, principal: Any
-) -> list[dict[str, Any]]:
-    """Files kept from an earlier submission of the form, if they are the principal's own."""
+) -> tuple[list[dict[str, Any]], bool]:
+    """Files kept from an earlier submission of the form, if they are the principal's own, and whether
+    one named was not (another person's id, an unknown one, a file deleted since): that is an error
+    next to the field, not a job that silently runs without the file."""
     owner = _OwnerOnly(principal.id)
     infos: list[dict[str, Any]] = []
+    gone = False
     for kept in form.getall(f"_keep.{name}", []):
         if not isinstance(kept, str) or not kept:
             continue
         try:
             row = await store.get(conn, kept, owner)
         except NotFound:
+            gone = True
             continue
         infos.append(file_info(row))
-    return infos
+    return infos, gone
 
 
 async def _parse_files(
@@ -440,8 +447,8 @@ async def _parse_files(
     limits: tuple[int, Settings | None],
 ) -> None:
     name = f.name
-    infos = await _kept_files(form, name, conn, store, principal)
-    problem = None
+    infos, gone = await _kept_files(form, name, conn, store, principal)
+    problem = KEPT_FILE_GONE if gone else None
     max_upload_bytes, settings = limits
     for upload in [u for u in form.getall(name, []) if _is_upload(u)]:
         try:

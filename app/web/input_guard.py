@@ -9,6 +9,9 @@ whose ``errors`` name the field.
   names, or a ``charset`` Python does not know), which is also what a file sent without a file name is.
   The form parser decodes every part without one as text and would fail with a 500; this is a 422
   naming the form.
+* A urlencoded form field or a query parameter whose bytes (after ``%`` decoding) are not UTF-8. The
+  parser reads them with replacement characters, so ``name=ab%FFc`` was stored as ``ab\ufffdc``: a
+  value the person never typed, saved without a word.
 * A body sent to an API route that declares none (cancel, pause, enable…), unless it is empty or ``{}``
   (:func:`app.web.body_fields.refuse_body`): ignoring it let ``{"paused": false}`` pause a type. A
   route that reads a form itself (the API's upload) says so with ``opt={TAKES_FORM: True}``.
@@ -53,11 +56,14 @@ SURROGATE_MESSAGE = "contains a lone surrogate, which is not valid text; remove 
 UNREADABLE_FORM_MESSAGE = (
     "a field is not UTF-8 text (a file must be sent with its file name); nothing was saved"
 )
+NOT_UTF8_MESSAGE = "is not UTF-8 text; nothing was saved"
 DEPTH_MESSAGE = f"the JSON is nested more than {MAX_JSON_DEPTH} levels deep; flatten it"
 
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
 # UTF-8 of U+D800…U+DFFF: not valid UTF-8, but some encoders write it for a lone surrogate
 _SURROGATE_UTF8 = re.compile(rb"\xed[\xa0-\xbf][\x80-\xbf]")
+# what may stand for a byte that is not ASCII (or a NUL) in urlencoded text: without one, it is all ASCII
+_NOT_PLAIN_ASCII = re.compile(rb"[\x00\x80-\xff]|%(?:[89a-fA-F][0-9a-fA-F]|00)")
 _JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.S)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _OPENING = frozenset(b"[{")
@@ -81,20 +87,29 @@ def _bytes_problem(raw: bytes) -> str | None:
         return NUL_MESSAGE
     if _SURROGATE_UTF8.search(raw):
         return SURROGATE_MESSAGE
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return NOT_UTF8_MESSAGE
     return None
 
 
-def check_query(query_string: bytes) -> None:
-    """Raises:
-    BadInput: a parameter's name or value holds a NUL or a lone surrogate (the error names it).
+def check_urlencoded(encoded: bytes, *, nul: bool = True) -> None:
+    """A query string or a urlencoded form body, checked as the bytes it decodes to; ``nul=False``
+    leaves NUL characters to a handler that shows them next to their field.
+
+    Raises:
+        BadInput: a parameter's name or value holds a NUL, a lone surrogate or bytes that are not UTF-8
+        (the error names it).
     """
-    low = query_string.lower()
-    if not any(mark in low for mark in (b"%00", b"\x00", b"%ed", b"\xed")):
+    if not _NOT_PLAIN_ASCII.search(encoded):
         return
-    for part in query_string.split(b"&"):
+    for part in encoded.split(b"&"):
         raw_name, _, raw_value = part.partition(b"=")
         name = unquote_to_bytes(raw_name.replace(b"+", b" "))
         value = unquote_to_bytes(raw_value.replace(b"+", b" "))
+        if not nul:
+            name, value = name.replace(b"\x00", b""), value.replace(b"\x00", b"")
         problem = _bytes_problem(name) or _bytes_problem(value)
         if problem is not None:
             raise BadInput.field(_field_name(name), problem)
@@ -167,13 +182,16 @@ class InputGuardMiddleware(ASGIMiddleware):
     scopes = (ScopeType.HTTP,)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
-        check_query(scope.get("query_string", b""))
+        check_urlencoded(scope.get("query_string", b""))
         if scope.get("method", "GET") not in ("GET", "HEAD", "OPTIONS"):
             request: Any = scope["litestar_app"].request_class(scope=scope, receive=receive)
             content_type, _ = request.content_type
             if _takes_no_body(scope):
                 refuse_body(await request.body())
             elif content_type in (RequestEncodingType.URL_ENCODED, RequestEncodingType.MULTI_PART):
+                if content_type == RequestEncodingType.URL_ENCODED:
+                    # before parsing: the parser replaces bytes that are not UTF-8, silently
+                    check_urlencoded(await request.body(), nul=not _checks_own_form(scope))
                 # Parsed here even for a handler that checks its own fields, so that it never meets a
                 # form that cannot be read.
                 form = await read_form(request)
