@@ -108,6 +108,7 @@ async def _with_engine(
             check_connection,
             checked_schema,
             create_engine,
+            describe_url,
         )
         from app.embedded import resolve_database_url
 
@@ -117,12 +118,25 @@ async def _with_engine(
         if need_schema:
             current, message = await checked_schema(engine)
             if not current:
-                raise DatabaseUnavailable(f"The database schema is not current: {message}.")
+                raise DatabaseUnavailable(schema_problem(settings, describe_url(url), message))
         else:
             await check_connection(engine)
         return await body(engine, url)
     finally:
         await engine.dispose()
+
+
+def schema_problem(settings: Settings, where: str, message: str) -> str:
+    """The one line a command prints for a schema that is not current. It names the database: a person
+    who started ``jobdesk serve`` with ``DATABASE_URL`` and ran ``create-user`` in a terminal without it got
+    an empty embedded database here and "run `jobdesk migrate`", which set up that one instead."""
+    line = f"The database schema at {where} is not current: {message}."
+    if settings.database_url:
+        return line
+    return (
+        f"{line} That is the embedded PostgreSQL in {settings.data_dir}, used because DATABASE_URL is "
+        "not set: if Jobdesk runs on another database, set the same DATABASE_URL for this command."
+    )
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

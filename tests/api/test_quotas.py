@@ -284,6 +284,18 @@ async def test_admins_see_usage_against_the_limits(scene_of: Any) -> None:
     assert f'id="usage-{s.user_id}"' in page and "1 of 10 jobs waiting" in page and "1 KiB of 4.9 KiB" in page
 
 
+async def test_a_count_without_a_limit_reads_in_the_singular_for_one(scene_of: Any) -> None:
+    """An admin has no waiting limit, so their line is the count alone: it read "1 jobs waiting"."""
+    s = await scene_of(user_max_waiting_jobs=10)
+    await s.client.post("/api/jobs", json=job(), headers=s.admin)
+    await s.client.post("/api/jobs", json=job(), headers=s.user)
+    await login(s.client, "root@example.com")
+    page = (await s.client.get("/admin/users")).text
+    admin_usage = page.split(f'id="usage-{s.admin_id}">', 1)[1].split("</small>", 1)[0]
+    assert admin_usage.startswith("1 job waiting ·"), admin_usage
+    assert "1 of 10 jobs waiting" in page
+
+
 async def test_a_schedule_firing_into_a_full_queue_is_skipped_and_said(scene_of: Any) -> None:
     s = await scene_of(user_max_waiting_jobs=1)
     assert (await s.client.post("/api/jobs", json=job(), headers=s.user)).status_code == 201

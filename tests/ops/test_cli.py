@@ -130,6 +130,26 @@ async def test_create_user_failures(
     assert await pg.fetchval("SELECT count(*) FROM users") == 1
 
 
+def test_a_schema_that_is_not_current_names_the_database(tmp_path: Path, fresh_db_url: str) -> None:
+    """Run without the DATABASE_URL that `jobdesk serve` has, a command found an empty database and said
+    only "run `jobdesk migrate`": the line now says which database, and for the embedded one why."""
+    line = assert_clean_failure(
+        run(tmp_path, "create-user", "c@example.com", DATABASE_URL=fresh_db_url), "run `jobdesk migrate`"
+    )
+    assert fresh_db_url.replace("+asyncpg", "").rsplit("/", 1)[1] in line
+    assert "embedded" not in line
+
+
+def test_the_embedded_database_without_a_schema_points_at_database_url(make_settings: Any) -> None:
+    from app.cli import schema_problem
+
+    settings = make_settings(database_url=None)
+    line = schema_problem(settings, "postgresql+asyncpg://jobdesk@localhost:5433/jobdesk", "no schema yet")
+    assert line.startswith("The database schema at postgresql+asyncpg://jobdesk@localhost:5433/jobdesk")
+    assert f"the embedded PostgreSQL in {settings.data_dir}" in line
+    assert "set the same DATABASE_URL for this command" in line
+
+
 # --- create-token -----------------------------------------------------------------------------------------
 
 
