@@ -35,7 +35,7 @@ from app.files import INLINE_TYPES, served_type
 from app.formatting import format_bytes
 from app.web import DbSession
 from app.web.deps import file_store, settings_of
-from app.web.input_guard import TAKES_FORM
+from app.web.input_guard import READS_BODY
 from app.web.openapi import errors
 
 
@@ -120,7 +120,7 @@ class FilesApiController(Controller):
         name="api.files.upload",
         responses=errors(401, 413, 422, 429),
         status_code=201,
-        opt={TAKES_FORM: True},
+        opt={READS_BODY: True},
     )
     async def upload(self, request: Request[Any, Any, Any], db_session: DbSession) -> UploadedFile:
         """Upload one file (multipart form field ``file``); returns its id for a job's input. 413 above

@@ -14,7 +14,7 @@ whose ``errors`` name the field.
   value the person never typed, saved without a word.
 * A body sent to an API route that declares none (cancel, pause, enable…), unless it is empty or ``{}``
   (:func:`app.web.body_fields.refuse_body`): ignoring it let ``{"paused": false}`` pause a type. A
-  route that reads a form itself (the API's upload) says so with ``opt={TAKES_FORM: True}``.
+  route that reads its body itself (the API's upload: a form) says so with ``opt={READS_BODY: True}``.
 * A JSON body nested deeper than :data:`MAX_JSON_DEPTH` levels. Decoding — and every walk over the
   value after it — recurses once per level, and Python's stack gives out near 1,000 levels.
 
@@ -43,8 +43,8 @@ from app.web.body_fields import refuse_body
 FORM_CHECKED = "form_text_checked"
 """Route ``opt`` key: the handler itself refuses NUL characters and lone surrogates in its form fields."""
 
-TAKES_FORM = "takes_form"
-"""Route ``opt`` key: an API route without a declared body that reads a form itself (an upload)."""
+READS_BODY = "reads_body"
+"""Route ``opt`` key: an API route without a declared body that reads its body itself (a form, bytes)."""
 
 API_PREFIX = "/api/"
 
@@ -172,7 +172,7 @@ def _takes_no_body(scope: Scope) -> bool:
     handler = scope.get("route_handler")
     if handler is None or not scope.get("path", "").startswith(API_PREFIX):
         return False
-    return handler.parsed_data_field is None and not handler.opt.get(TAKES_FORM)
+    return handler.parsed_data_field is None and not handler.opt.get(READS_BODY)
 
 
 class InputGuardMiddleware(ASGIMiddleware):

@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
 
-from app.web.input_guard import TAKES_FORM
+from app.web.input_guard import READS_BODY
 from tests.support.webkit import add_token, add_user, app_client
 
 EMAIL = {"to": ["a@example.com"], "subject": "s", "body": "b"}
@@ -54,7 +54,7 @@ def api_routes(client: AsyncTestClient, *, with_body: bool) -> list[tuple[str, s
         if not route.path.startswith("/api/"):
             continue
         for handler in getattr(route, "route_handlers", []):
-            if handler.opt.get(TAKES_FORM):
+            if handler.opt.get(READS_BODY):
                 continue
             for method in sorted(handler.http_methods & {"POST", "PUT", "PATCH", "DELETE"}):
                 if (handler.parsed_data_field is not None) == with_body:

@@ -14,6 +14,7 @@ from litestar.testing import AsyncTestClient
 
 from app.errors import BadInput, Conflict
 from app.server import CSP, create_app
+from app.web.input_guard import READS_BODY
 from tests.support.webkit import add_token, add_user, app_client, login
 
 # --- home --------------------------------------------------------------------------------------------------
@@ -280,7 +281,7 @@ async def test_errors_are_pages_fragments_or_json_never_tracebacks(make_settings
         assert "count" in r.json()["errors"]
 
 
-@post("/api/upload-test", status_code=200)
+@post("/api/upload-test", status_code=200, opt={READS_BODY: True})
 async def upload_test(request: Request[Any, Any, Any]) -> dict[str, int]:
     return {"size": len(await request.body())}
 
