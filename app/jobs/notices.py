@@ -22,7 +22,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.jobs.approvals import may_decide, rule_from
-from app.jobs.payload import storable_text
+from app.jobs.payload import json_text, storable_text
+from app.jobs.types import registry
 
 GROUP_SECS = 60.0
 """Alike notices of one person this close together fold into one."""
@@ -134,8 +135,20 @@ def sql_format(kind: str, *, many: bool) -> str:
     return _ONE[kind].replace("%", "%%").replace("{}", "%s")
 
 
+def type_titles() -> str:
+    """Every registered type's title by type name, as JSON text: for a notice written in SQL, where a job
+    without a title of its own is named by its type's title (:func:`_title`)."""
+    return json_text({spec.type: spec.title for spec in registry.all() if spec.title})
+
+
 def _title(row: Any) -> str:
-    return str(row.get("title") or row.get("name") or row.get("type") or "")[:200]
+    """A job's own title, else its type's title (as its page and My jobs show it), else the type name; a
+    pipeline's name."""
+    named = row.get("title") or row.get("name")
+    if not named and row.get("type"):
+        spec = registry.get(row["type"])
+        named = (spec.title if spec is not None else None) or row["type"]
+    return str(named or "")[:200]
 
 
 async def record(

@@ -60,7 +60,10 @@ async def sleep(ctx: JobContext[SleepInput]) -> dict[str, Any]:
 
 class FailInput(Input):
     times: int = Field(
-        1_000_000, ge=0, title="Fail how many times", description="Fail this many attempts, then succeed."
+        1_000_000,
+        ge=0,
+        title="Fail how many times",
+        description="Fail this many attempts, then succeed. The default fails every attempt.",
     )
     permanent: bool = Field(False, title="Fail permanently", description="Fail without retrying.")
     message: str = Field("Deliberate failure", max_length=10_000, title="Error message")
@@ -69,7 +72,8 @@ class FailInput(Input):
 @processor(
     "fail",
     title="Fail on purpose",
-    description="Fails its first attempts with the given message, then succeeds. For testing retries and alerts.",
+    description="Fails with the given message: every attempt, or only the first few and then succeeds. "
+    "For testing retries and alerts.",
     input=FailInput,
     diagnostic=True,
     group="Diagnostics",

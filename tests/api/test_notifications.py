@@ -18,10 +18,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 import tests.support.forms  # registers test.form
 import tests.support.processors  # noqa: F401  (registers test.logs)
+from app.jobs.types import registry
 from app.settings import Settings
 from tests.support.factories import make_job, make_user
 from tests.support.jobsteps import claim, enqueue, failed_job, finish
-from tests.support.webkit import add_token, csrf, sign_in_as
+from tests.support.webkit import add_token, add_user, csrf, sign_in_as
 from tests.support.workers import running_worker, wait_until
 
 
@@ -228,3 +229,14 @@ async def _emailed(pg: asyncpg.Connection, user_id: int) -> bool:
     return not await pg.fetchval(
         "SELECT count(*) FROM notifications WHERE user_id = $1 AND emailed_at IS NULL", user_id
     )
+
+
+async def test_a_job_without_a_title_of_its_own_is_named_by_its_types_title(
+    engine: AsyncEngine, ui_settings: Settings, pg: asyncpg.Connection, db_url: str
+) -> None:
+    """As its page and My jobs name it ("Your job “Every field” failed."), not by the type's code name."""
+    ann = await add_user(db_url, "ann@example.com")
+    spec = registry.get("test.form")
+    assert spec is not None and spec.title and spec.title != "test.form"
+    await failed_job(engine, ui_settings, ann.id, "boom")
+    assert [n["text"] for n in await notices(pg, ann.id)] == [f"Your job “{spec.title}” failed."]

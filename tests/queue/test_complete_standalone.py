@@ -137,7 +137,7 @@ async def test_a_lone_completion_names_its_job_and_a_new_window_starts_a_new_not
     notes = await pg.fetch("SELECT text, job_id, count FROM notifications ORDER BY id")
     assert [tuple(n) for n in notes] == [
         ("Your job “Quarterly” has finished.", ids[0], 1),
-        ("Your job “noop” has finished.", ids[1], 1),
+        ("Your job “Do nothing” has finished.", ids[1], 1),
     ]
     assert queue.standalone([Outcome(ids[0], "completed")])
     assert not queue.standalone([Outcome(ids[0], "completed", pipeline_id=uuid.uuid4())])

@@ -52,7 +52,7 @@ COMPLETE_STANDALONE = sql(
         SELECT jobdesk_release_dependents(ARRAY(SELECT id FROM upd)) AS notified
     ), owners AS (
         SELECT user_id, count(*) AS n, (array_agg(id ORDER BY id))[1] AS job_id,
-               left((array_agg(COALESCE(NULLIF(title, ''), type) ORDER BY id))[1], 200) AS title
+               left((array_agg(COALESCE(NULLIF(title, ''), CAST(CAST(:titles AS text) AS jsonb) ->> type, type) ORDER BY id))[1], 200) AS title
         FROM upd GROUP BY user_id
     ), target AS (
         SELECT o.user_id, o.n, t.id FROM owners o CROSS JOIN LATERAL (
@@ -103,6 +103,7 @@ async def complete_standalone(
         "window": notices.GROUP_SECS,
         "one": notices.sql_format(notices.JOB_COMPLETED, many=False),
         "many": notices.sql_format(notices.JOB_COMPLETED, many=True),
+        "titles": notices.type_titles(),
     }
     rows = await fetch_rows(conn, COMPLETE_STANDALONE, params)
     done: dict[uuid.UUID, str] = {r["id"]: "completed" for r in rows}
