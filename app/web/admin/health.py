@@ -292,6 +292,10 @@ async def controls_context(db: AsyncSession, waiting: list[dict[str, Any]] | Non
     return {"control_items": items, "recent_controls": recent}
 
 
+LIMIT_FIELDS = ("max_running", "max_per_minute", "max_running_per_user")
+"""The limits form's fields, each shown again as typed when the form comes back with an error."""
+
+
 def _int_or_none(raw: Any, field: str, errors: dict[str, str]) -> int | None:
     """A limit typed in the form: ``None`` when empty; a field error when not a whole number in range."""
     value = str(raw or "").strip()
@@ -433,7 +437,7 @@ class HealthController(Controller):
         if errors:
             errors["_type"] = job_type
             # the form comes back with what was typed next to its error, not the stored value
-            typed = {k: str(form.get(k) or "")[:20] for k in ("max_running", "max_per_minute")}
+            typed = {k: str(form.get(k) or "")[:20] for k in LIMIT_FIELDS}
             return await self._index(
                 request,
                 db_session,
