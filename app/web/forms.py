@@ -62,6 +62,16 @@ RUN_AT = "_run_at"
 """Key of the job form's "Run at" errors."""
 TITLE = "_title"
 """Key of the job form's optional name (the job's ``title``)."""
+FORM_KEY = "_form_key"
+"""Name of the one-time key a job, pipeline or batch form carries: a repeat of it starts nothing new."""
+
+
+def form_key(value: Any) -> str:
+    """The form key a form sent (``FORM_KEY``), or a new one when it sent none or not a key."""
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        return str(uuid.uuid4())
 
 
 @dataclass(frozen=True)

@@ -116,13 +116,6 @@ def setup_notice(spec: ProcessorSpec, settings: Any, user: Any) -> dict[str, Any
     }
 
 
-def _form_key(value: Any) -> str:
-    try:
-        return str(uuid.UUID(str(value)))
-    except ValueError:
-        return str(uuid.uuid4())
-
-
 def _run_at_raw(form: Any, user: Any) -> dict[str, str]:
     return {
         "date": str(form.get("_run_at_date") or ""),
@@ -202,7 +195,7 @@ class JobsController(Controller):
         if run_at.note:
             sub.notes.insert(0, f"Run at: {run_at.note}")
         submit.check_schema(sub, spec.input_model)
-        key = _form_key(sub.form.get("_form_key"))
+        key = forms.form_key(sub.form.get(forms.FORM_KEY))
         actor = actor_of(request)
         job = await submit.start(
             db_session,
