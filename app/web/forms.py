@@ -62,6 +62,8 @@ RUN_AT = "_run_at"
 """Key of the job form's "Run at" errors."""
 TITLE = "_title"
 """Key of the job form's optional name (the job's ``title``)."""
+KEEP = "_keep"
+"""Prefix of the controls that keep a field's files across a re-rendered form (``_keep.<field>``)."""
 FORM_KEY = "_form_key"
 """Name of the one-time key a job, pipeline or batch form carries: a repeat of it starts nothing new."""
 
@@ -435,7 +437,7 @@ async def _kept_files(
     owner = _OwnerOnly(principal.id)
     infos: list[dict[str, Any]] = []
     gone = False
-    for kept in form.getall(f"_keep.{name}", []):
+    for kept in form.getall(f"{KEEP}.{name}", []):
         if not isinstance(kept, str) or not kept:
             continue
         try:
