@@ -54,7 +54,7 @@ from app.files import FileStore
 from app.formatting import label_words
 from app.processors import widget_of
 from app.settings import Settings
-from app.web.form_values import convert, is_subclass
+from app.web.form_values import NOT_A_CHECKBOX, checkbox, convert, is_subclass
 
 FORM_ERROR = "_form"
 """Key of an error that belongs to no single field (shown above the form)."""
@@ -398,10 +398,12 @@ async def parse_form(
         if f.kind in ("file", "files"):
             await _parse_files(f, form, out, conn, store, principal, (max_upload_bytes, settings))
         elif f.kind == "boolean":
-            raw_value = form.get(f.name)
-            checked = raw_value is not None and str(raw_value).lower() not in ("", "0", "false", "off", "no")
-            out.values[f.name] = checked
-            out.data[f.name] = checked
+            checked = checkbox(form.get(f.name))
+            out.values[f.name] = bool(checked)
+            if checked is None:
+                out.errors[f.name] = NOT_A_CHECKBOX
+            else:
+                out.data[f.name] = checked
         else:
             _parse_text(f, form, out, tz)
     return out

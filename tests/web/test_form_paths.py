@@ -279,3 +279,40 @@ async def test_a_nul_typed_in_the_pipeline_form_is_an_error_beside_its_field_wit
         assert f'id="e-{field}" class="field-error">{NUL_ERROR}' in sent.text, (field, sent.text[:2000])
         assert 'value="7"' in sent.text and "Start the pipeline" in sent.text, field
     assert await pg.fetchval("SELECT count(*) FROM pipelines") == 0
+
+
+async def test_a_checkbox_sent_with_a_value_no_box_sends_is_an_error_not_a_tick(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """``urgent=maybe`` started an urgent job: every value but a few words for no was read as ticked."""
+    await sign_in_as(client, db_url, "ann@example.com")
+    page = await client.get("/jobs/new/test.form")
+    form = {"_csrf_token": csrf_from(page.text), "_form_key": _form_key(page.text), "name": "Ann"}
+    sent = await client.post("/jobs/new/test.form", data={**form, "urgent": "maybe"}, follow_redirects=False)
+    assert sent.status_code == 422
+    assert 'id="e-urgent" class="field-error">Tick the box or leave it empty.' in sent.text
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
+    page = await client.get("/pipelines/new/test.steps")
+    steps = {"_csrf_token": csrf_from(page.text), "_form_key": _form_key(page.text), "fail_right": "maybe"}
+    sent = await client.post("/pipelines/new/test.steps", data=steps, follow_redirects=False)
+    assert sent.status_code == 422
+    assert 'id="e-fail_right" class="field-error">Tick the box or leave it empty.' in sent.text
+    assert await pg.fetchval("SELECT count(*) FROM pipelines") == 0
+    sent = await client.post(
+        "/notifications/email",
+        data={"_csrf_token": form["_csrf_token"], "email": "maybe"},
+        follow_redirects=False,
+    )
+    assert sent.status_code == 422 and "email" in sent.text
+    # the box's own value, and a box left empty, are read as they were
+    for value, urgent in (("true", True), ("", False)):
+        key = _form_key((await client.get("/jobs/new/test.form")).text)
+        sent = await client.post(
+            "/jobs/new/test.form", data={**form, "_form_key": key, "urgent": value}, follow_redirects=False
+        )
+        assert sent.status_code == 303, sent.text[:500]
+        job = sent.headers["location"].rsplit("/", 1)[1]
+        assert (
+            await pg.fetchval("SELECT (input_data->>'urgent')::bool FROM jobs WHERE id = $1::uuid", job)
+            is urgent
+        )

@@ -35,6 +35,7 @@ from app.processors import registry
 from app.web import DbSession, confirms, flash, is_htmx, render
 from app.web.admin.waiting import WAITING_KINDS, waiting_kinds
 from app.web.deps import client_ip, settings_of
+from app.web.form_values import whole_number
 
 POLL = "every 5s"
 """How often the live part of ``/admin`` refreshes (paused while the tab is hidden, static/app.js)."""
@@ -301,9 +302,8 @@ def _int_or_none(raw: Any, field: str, errors: dict[str, str]) -> int | None:
     value = str(raw or "").strip()
     if not value:
         return None
-    try:
-        number = int(value)
-    except ValueError:  # also a number of thousands of digits, which int() refuses
+    number = whole_number(value)
+    if number is None:
         errors[field] = "Enter a whole number, or leave it empty for no limit."
         return None
     if not 1 <= number <= controls.MAX_LIMIT:
