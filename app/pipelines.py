@@ -53,6 +53,7 @@ __all__ = [
     "Template",
     "TemplateStep",
     "all_templates",
+    "by_form_key",
     "cancel",
     "check_graph",
     "create",
@@ -181,9 +182,11 @@ async def create_from_template(
     settings: Settings,
     request_id: str | None = None,
     title: str | None = None,
+    form_key: str | None = None,
 ) -> RowMapping:
     """Start a registered template (``POST /api/pipelines {template, input_data}``). ``title`` names
     this run (the form's "Name this pipeline"); without it the pipeline is named after the template.
+    ``form_key``: the template form's key (see :func:`app.jobs.queue.create_pipeline`).
 
     Raises:
         BadInput: unknown template (``template``), bad input (``input_data.<field>``), or a ``title``
@@ -212,7 +215,22 @@ async def create_from_template(
         template_name=tpl.name,
         input_data=values,
         request_id=request_id,
+        form_key=form_key,
     )
+
+
+BY_FORM_KEY = text(
+    """
+    SELECT id, name, template, user_id, status, created_at FROM pipelines
+    WHERE user_id = :user_id AND form_key = :form_key
+    """
+)
+
+
+async def by_form_key(db: AsyncConnection | AsyncSession, user_id: int, form_key: str) -> RowMapping | None:
+    """The pipeline ``user_id`` started with the form key ``form_key``, if any."""
+    conn = await queue.conn_of(db)
+    return (await conn.execute(BY_FORM_KEY, {"user_id": user_id, "form_key": form_key})).mappings().first()
 
 
 # --- reading ----------------------------------------------------------------------------------------

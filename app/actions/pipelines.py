@@ -51,10 +51,30 @@ def may_cancel(person: Any, pipeline: Mapping[str, Any]) -> bool:
     return mine and pipeline.get("finished_at") is None and pipeline["status"] != "cancelled"
 
 
+async def started_with(db: AsyncSession, actor: Actor, form_key: str) -> RowMapping | None:
+    """The pipeline the person started with the template form's key ``form_key``, if any: a form sent
+    again (a double click, the browser sending it again) is answered with it, before anything of the
+    repeat is stored (its uploads) or counted against the person's limits.
+
+    Looked up under the person's lock (held until the transaction ends, as their uploads and
+    submissions take it), so that a repeat sent while the first is still in flight waits for it and
+    finds its pipeline."""
+    await quotas.lock_person(db, actor.user)
+    return await pipelines.by_form_key(db, actor.user.id, form_key)
+
+
 async def submit_template(
-    db: AsyncSession, actor: Actor, name: Any, input_data: Any, *, title: str | None = None
+    db: AsyncSession,
+    actor: Actor,
+    name: Any,
+    input_data: Any,
+    *,
+    title: str | None = None,
+    form_key: str | None = None,
 ) -> RowMapping:
-    """Start the registered template ``name`` with ``input_data`` for ``actor``.
+    """Start the registered template ``name`` with ``input_data`` for ``actor``. ``form_key``: the
+    template form's one-time key; a repeat of it answers with the pipeline it started, whatever the
+    repeat holds (:func:`started_with`), so that a double click starts one pipeline.
 
     Raises:
         BadInput: unknown template or one for admins only (``template``), bad input
@@ -65,6 +85,10 @@ async def submit_template(
     tpl = pipelines.get_template(name) if isinstance(name, str) else None
     if tpl is not None and not access.may_start_template(actor.user, tpl):
         raise BadInput.field("template", f"only admins may start the pipeline {tpl.name!r}")
+    if form_key is not None:
+        earlier = await started_with(db, actor, form_key)
+        if earlier is not None:
+            return earlier
     await quotas.before_submit(db, actor.user, actor.settings)
     created = await pipelines.create_from_template(
         db,
@@ -74,6 +98,7 @@ async def submit_template(
         settings=actor.settings,
         request_id=actor.request_id,
         title=title,
+        form_key=form_key,
     )
     await quotas.after_pipeline(db, actor.user, actor.settings, created["id"])
     return created

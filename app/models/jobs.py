@@ -31,7 +31,8 @@ from app.models.base import PIPELINE_STATUSES, STATUSES, Base, in_list, now_colu
 
 class Pipeline(Base):
     """A DAG of jobs. ``status`` is derived from its jobs and kept current by
-    :mod:`app.jobs.queue` in the transaction that changes them."""
+    :mod:`app.jobs.queue` in the transaction that changes them. ``form_key`` makes a double-clicked
+    template form start one pipeline."""
 
     __tablename__ = "pipelines"
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
@@ -44,6 +45,7 @@ class Pipeline(Base):
     created_at: Mapped[datetime] = now_column()
     updated_at: Mapped[datetime] = now_column()
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    form_key: Mapped[str | None] = mapped_column(Text)
     __table_args__ = (
         CheckConstraint(in_list("status", PIPELINE_STATUSES), name="status_known"),
         # A pipeline turns "failed" as soon as a step fails, while independent steps may still finish;
@@ -54,6 +56,13 @@ class Pipeline(Base):
         ),
         Index("ix_pipelines_user_id_id", "user_id", text("id DESC")),
         Index("ix_pipelines_finished_at", "finished_at", postgresql_where=text("finished_at IS NOT NULL")),
+        Index(
+            "uq_pipelines_user_id_form_key",
+            "user_id",
+            "form_key",
+            unique=True,
+            postgresql_where=text("form_key IS NOT NULL"),
+        ),
     )
 
 

@@ -30,7 +30,7 @@ from app.auth import requires_user
 from app.errors import BadInput, RateLimited
 from app.jobs.types import file_fields
 from app.processors import ProcessorSpec, registry
-from app.web import DbSession, is_htmx, render
+from app.web import DbSession, forms, is_htmx, render
 from app.web.batch_downloads import csv_chunks, zip_chunks
 from app.web.batch_page import batch_context, batch_state, mapping_view, problems_of
 from app.web.deps import actor_of, file_store, poll_status, sentence, settings_of, unchanged
@@ -43,13 +43,6 @@ NAME_FIELD = "_name"
 
 def _is_upload(value: Any) -> bool:
     return hasattr(value, "filename") and hasattr(value, "file") and bool(getattr(value, "filename", ""))
-
-
-def _form_key(value: Any) -> str:
-    try:
-        return str(uuid.UUID(str(value)))
-    except ValueError:
-        return str(uuid.uuid4())
 
 
 def _file_field(spec: ProcessorSpec) -> str | None:
@@ -111,7 +104,10 @@ class BatchesController(Controller):
         spec = access.page_spec(request.user, type_name)
         form = await request.form()
         ctx = self._context(
-            request, spec, form_key=_form_key(form.get("_form_key")), name=str(form.get("_name") or "")
+            request,
+            spec,
+            form_key=forms.form_key(form.get(forms.FORM_KEY)),
+            name=str(form.get("_name") or ""),
         )
         sheet_upload = form.get("sheet")
         files = [u for u in form.getall("files", []) if _is_upload(u)]

@@ -162,6 +162,41 @@ def whole_number(raw: str) -> int | None:
     return int(cleaned) if _INT_RE.match(cleaned) else None
 
 
+TICKED = frozenset({"true", "on", "1", "yes"})
+"""What a ticked checkbox sends: the generated forms' boxes send ``true``, a box without a value ``on``."""
+NOT_TICKED = frozenset({"", "false", "off", "0", "no"})
+NOT_A_CHECKBOX = "Tick the box or leave it empty."
+
+
+def checkbox(raw: Any) -> bool | None:
+    """A checkbox as sent: ``True`` ticked, ``False`` not sent (or sent as an explicit no), ``None`` for
+    any other value (``urgent=maybe``), which a box never sends: an error, not a guess. Every form's
+    checkbox is read here."""
+    if raw is None:
+        return False
+    value = raw.strip().lower() if isinstance(raw, str) else None
+    if value in TICKED:
+        return True
+    if value in NOT_TICKED:
+        return False
+    return None
+
+
+def count(raw: Any) -> int | None:
+    """A count a form carries back (how many jobs a confirmation showed): ``None`` when not sent.
+
+    Raises:
+        ValueError: sent but not a whole number of at least 0.
+    """
+    text = raw if isinstance(raw, str) else ""
+    if raw is None or not text.strip():
+        return None
+    value = whole_number(text)
+    if value is None or value < 0:
+        raise ValueError(text)
+    return value
+
+
 def _integer(f: Control, raw: str, tz: ZoneInfo) -> Converted:
     value = whole_number(raw)
     if value is None:

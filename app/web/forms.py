@@ -54,7 +54,7 @@ from app.files import FileStore
 from app.formatting import label_words
 from app.processors import widget_of
 from app.settings import Settings
-from app.web.form_values import convert, is_subclass
+from app.web.form_values import NOT_A_CHECKBOX, checkbox, convert, is_subclass
 
 FORM_ERROR = "_form"
 """Key of an error that belongs to no single field (shown above the form)."""
@@ -62,6 +62,18 @@ RUN_AT = "_run_at"
 """Key of the job form's "Run at" errors."""
 TITLE = "_title"
 """Key of the job form's optional name (the job's ``title``)."""
+KEEP = "_keep"
+"""Prefix of the controls that keep a field's files across a re-rendered form (``_keep.<field>``)."""
+FORM_KEY = "_form_key"
+"""Name of the one-time key a job, pipeline or batch form carries: a repeat of it starts nothing new."""
+
+
+def form_key(value: Any) -> str:
+    """The form key a form sent (``FORM_KEY``), or a new one when it sent none or not a key."""
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        return str(uuid.uuid4())
 
 
 @dataclass(frozen=True)
@@ -386,10 +398,12 @@ async def parse_form(
         if f.kind in ("file", "files"):
             await _parse_files(f, form, out, conn, store, principal, (max_upload_bytes, settings))
         elif f.kind == "boolean":
-            raw_value = form.get(f.name)
-            checked = raw_value is not None and str(raw_value).lower() not in ("", "0", "false", "off", "no")
-            out.values[f.name] = checked
-            out.data[f.name] = checked
+            checked = checkbox(form.get(f.name))
+            out.values[f.name] = bool(checked)
+            if checked is None:
+                out.errors[f.name] = NOT_A_CHECKBOX
+            else:
+                out.data[f.name] = checked
         else:
             _parse_text(f, form, out, tz)
     return out
@@ -425,7 +439,7 @@ async def _kept_files(
     owner = _OwnerOnly(principal.id)
     infos: list[dict[str, Any]] = []
     gone = False
-    for kept in form.getall(f"_keep.{name}", []):
+    for kept in form.getall(f"{KEEP}.{name}", []):
         if not isinstance(kept, str) or not kept:
             continue
         try:

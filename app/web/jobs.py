@@ -44,6 +44,7 @@ from app.web.deps import (
     settings_of,
     unchanged,
 )
+from app.web.input_guard import FORM_CHECKED
 from app.web.job_page import (
     JOB_CELL,
     load_status_row,
@@ -116,13 +117,6 @@ def setup_notice(spec: ProcessorSpec, settings: Any, user: Any) -> dict[str, Any
     }
 
 
-def _form_key(value: Any) -> str:
-    try:
-        return str(uuid.UUID(str(value)))
-    except ValueError:
-        return str(uuid.uuid4())
-
-
 def _run_at_raw(form: Any, user: Any) -> dict[str, str]:
     return {
         "date": str(form.get("_run_at_date") or ""),
@@ -186,7 +180,7 @@ class JobsController(Controller):
         )
         return render(request, "jobs/new.html", ctx)
 
-    @post("/new/{type_name:str}", name="jobs.create", status_code=303)
+    @post("/new/{type_name:str}", name="jobs.create", status_code=303, opt={FORM_CHECKED: True})
     async def create_job(
         self, request: Request[Any, Any, Any], db_session: DbSession, type_name: FromPath[str]
     ) -> Template | Redirect:
@@ -194,15 +188,15 @@ class JobsController(Controller):
         (422; 413 when an upload is above ``UPLOAD_MAX_BYTES``)."""
         user = request.user
         spec = access.page_spec(user, type_name)
-        sub = await submit.read_form(request, db_session, spec.input_model)
+        sub = await submit.read_form(request, db_session, spec.input_model, submit.RUN_AT_CONTROLS)
         run_at_raw = _run_at_raw(sub.form, user)
         run_at = submit.parse_run_at(run_at_raw["date"], run_at_raw["time"], run_at_raw["tz"])
         if run_at.error:
-            sub.errors[forms.RUN_AT] = run_at.error
+            sub.errors.setdefault(forms.RUN_AT, run_at.error)
         if run_at.note:
             sub.notes.insert(0, f"Run at: {run_at.note}")
         submit.check_schema(sub, spec.input_model)
-        key = _form_key(sub.form.get("_form_key"))
+        key = forms.form_key(sub.form.get(forms.FORM_KEY))
         actor = actor_of(request)
         job = await submit.start(
             db_session,

@@ -12,8 +12,10 @@ from litestar.response import Redirect, Template
 
 from app import notifications
 from app.auth import requires_user
+from app.errors import BadInput
 from app.web import DbSession, is_htmx, render
 from app.web.deps import rows_of
+from app.web.form_values import NOT_A_CHECKBOX, checkbox
 
 # --- the bell in the polls pages already make ----------------------------------------------------------
 # A page puts the count it shows in its poll's URL (``bell_url``); the poll compares it with the count
@@ -110,5 +112,8 @@ class NotificationsController(Controller):
     async def email(self, request: Request[Any, Any, Any], db_session: DbSession) -> Redirect:
         """The account page's e-mail choice: ``email=on`` sends notices by e-mail too."""
         form = await request.form()
-        await notifications.set_email_choice(db_session, request.user.id, form.get("email") == "on")
+        choice = checkbox(form.get("email"))
+        if choice is None:
+            raise BadInput.field("email", NOT_A_CHECKBOX)
+        await notifications.set_email_choice(db_session, request.user.id, choice)
         return Redirect(_back(form.get("next")), status_code=303)

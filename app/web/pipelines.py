@@ -14,6 +14,7 @@
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
 
+import uuid
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get, post
@@ -36,6 +37,7 @@ from app.web.deps import (
     settings_of,
     unchanged,
 )
+from app.web.input_guard import FORM_CHECKED
 from app.web.my_jobs import pipeline_list_item
 from app.web.notifications import bell_news, viewer_bell
 from app.web.pipeline_page import (
@@ -57,9 +59,10 @@ def form_context(
     fields: list[forms.FormField] | None = None,
     sub: submit.Submission | None = None,
     resubmit_of: Any = None,
+    form_key: str,
 ) -> dict[str, Any]:
     """What ``jobs/new.html`` shows for a template: a fresh form (``values``) or a submitted one again
-    (``sub``) with its errors."""
+    (``sub``) with its errors; ``form_key`` is the form's one-time key (kept when it comes back)."""
     errors = sub.errors if sub is not None else {}
     return {
         "kind": "pipeline",
@@ -78,6 +81,7 @@ def form_context(
         "job_title": sub.title if sub is not None else "",
         "error_count": len(errors),
         "action": f"/pipelines/new/{tpl.name}",
+        "form_key": form_key,
         "resubmit_of": resubmit_of,
         "user_tz": request.user.timezone or "UTC",
         "upload_limit": settings_of(request).upload_max_bytes,
@@ -128,23 +132,36 @@ class PipelinesController(Controller):
         return render(
             request,
             "jobs/new.html",
-            form_context(request, tpl=tpl, values=values, fields=fields, resubmit_of=resubmit_of),
+            form_context(
+                request,
+                tpl=tpl,
+                values=values,
+                fields=fields,
+                resubmit_of=resubmit_of,
+                form_key=str(uuid.uuid4()),
+            ),
         )
 
-    @post("/new/{name:str}", name="pipelines.create", status_code=303)
+    @post("/new/{name:str}", name="pipelines.create", status_code=303, opt={FORM_CHECKED: True})
     async def create_pipeline(
         self, request: Request[Any, Any, Any], db_session: DbSession, name: FromPath[str]
     ) -> Template | Redirect:
-        """Validate and start; 303 to the pipeline, or the form again with errors next to the fields."""
+        """Validate and start; 303 to the pipeline, or the form again with errors next to the fields. The
+        form sent again (its key repeated) is a 303 to the pipeline it started, before its uploads are
+        stored again."""
         tpl = pipeline_actions.page_template(request.user, name)
+        actor = actor_of(request)
+        key = forms.form_key((await request.form()).get(forms.FORM_KEY))
+        earlier = await pipeline_actions.started_with(db_session, actor, key)
+        if earlier is not None:
+            return Redirect(f"/pipelines/{earlier['id']}", status_code=303)
         sub = await submit.read_form(request, db_session, tpl.input_model)
         submit.check_schema(sub, tpl.input_model)
-        actor = actor_of(request)
         row = await submit.start(
             db_session,
             sub,
             lambda: pipeline_actions.submit_template(
-                db_session, actor, tpl.name, sub.parsed.data, title=sub.title
+                db_session, actor, tpl.name, sub.parsed.data, title=sub.title, form_key=key
             ),
         )
         return await submit.answer(
@@ -153,7 +170,7 @@ class PipelinesController(Controller):
             sub,
             row,
             url="/pipelines/",
-            form_context=lambda s: form_context(request, tpl=tpl, sub=s),
+            form_context=lambda s: form_context(request, tpl=tpl, sub=s, form_key=key),
         )
 
     @get("/{pipeline_id:str}", name="pipelines.detail")

@@ -25,6 +25,7 @@ from app.web import flash, forms, render, zone
 from app.web.deps import file_store, settings_of
 from app.web.form_values import datetime_notes
 from app.web.form_values import parse_run_at as parse_run_at
+from app.web.input_guard import text_problem
 
 STEP_PROBLEMS_MAX = 500
 """Characters of the steps' problems shown above a pipeline form."""
@@ -48,11 +49,54 @@ class Submission:
     """What the page the form lands on says about how a value was read (a time that happens twice)."""
 
 
-async def read_form(request: Request[Any, Any, Any], db: AsyncSession, model: type[BaseModel]) -> Submission:
-    """Parse the posted form for ``model`` (uploads are stored as the signed-in user's files)."""
+_UNSHOWABLE = re.compile("[\x00\ud800-\udfff]")
+OWN_CONTROLS = {forms.TITLE: forms.TITLE}
+"""The controls every job and pipeline form has besides its fields, each to its error's key."""
+RUN_AT_CONTROLS = {
+    **OWN_CONTROLS,
+    "_run_at_date": forms.RUN_AT,
+    "_run_at_time": forms.RUN_AT,
+    "_run_at_tz": forms.RUN_AT,
+}
+"""The job form's own controls: its name and "Run later"."""
+
+
+def text_errors(fields: list[forms.FormField], form: Any, controls: Mapping[str, str]) -> dict[str, str]:
+    """Each control whose text cannot be taken (a NUL character or a lone surrogate: PostgreSQL cannot
+    store the one, and the other is not text), with the problem next to it: a field (and the files
+    kept for it), one of ``controls`` (name → error key), or the form as a whole for any other name.
+    The form's route opts out of the input guard's check (``FORM_CHECKED``) so that the form comes back
+    with what was typed instead of a bare 422; an upload's file name is cleaned when it is stored."""
+    names = {f.name for f in fields}
+    errors: dict[str, str] = {}
+    for name, value in form.multi_items():
+        problem = text_problem(name) or (text_problem(value) if isinstance(value, str) else None)
+        if problem is None:
+            continue
+        kept = name.removeprefix(f"{forms.KEEP}.")
+        if name in names or (name != kept and kept in names):
+            errors.setdefault(kept, f"{problem[:1].upper()}{problem[1:]}.")
+        elif name in controls:
+            errors.setdefault(controls[name], f"{problem[:1].upper()}{problem[1:]}.")
+        else:
+            shown = _UNSHOWABLE.sub("\ufffd", name)[:100]
+            errors.setdefault(forms.FORM_ERROR, f"The form's field {shown!r} {problem}.")
+    return errors
+
+
+async def read_form(
+    request: Request[Any, Any, Any],
+    db: AsyncSession,
+    model: type[BaseModel],
+    controls: Mapping[str, str] = OWN_CONTROLS,
+) -> Submission:
+    """Parse the posted form for ``model`` (uploads are stored as the signed-in user's files). Text
+    that cannot be taken is an error next to its control (:func:`text_errors`; ``controls``: the form's
+    own controls besides the fields), shown before any other of that control."""
     user, settings = request.user, settings_of(request)
     fields = forms.form_fields(model)
     form = await request.form()
+    refused = text_errors(fields, form, controls)
     parsed = await forms.parse_form(
         fields,
         form,
@@ -65,7 +109,8 @@ async def read_form(request: Request[Any, Any, Any], db: AsyncSession, model: ty
     )
     title = str(form.get(forms.TITLE) or "").strip()
     notes = datetime_notes(fields, form, zone(user.timezone))
-    return Submission(fields, form, parsed, dict(parsed.errors), title, parsed.too_large, notes=notes)
+    errors = {**parsed.errors, **refused}
+    return Submission(fields, form, parsed, errors, title, parsed.too_large, notes=notes)
 
 
 def check_schema(sub: Submission, model: type[BaseModel]) -> None:

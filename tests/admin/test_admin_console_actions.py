@@ -22,6 +22,7 @@ from app.auth import CurrentUser
 from app.db import create_engine
 from app.errors import Forbidden
 from app.settings import Settings
+from tests.support.jobsteps import failed_job
 from tests.support.webkit import add_user, csrf_from
 
 
@@ -252,3 +253,46 @@ async def test_a_value_the_database_cannot_hold_is_classified_as_bad_input(
     for exc in errors:
         status, detail, _errors, _headers = server._classify(exc, ui_settings)
         assert (status, detail) == (422, server.UNSTORABLE_MESSAGE), exc
+
+
+@pytest.mark.parametrize("bad", ["abc", "3 jobs", "-1", "1e3"])
+async def test_an_expected_count_that_is_not_a_number_is_refused_not_read_as_no_cap(
+    client: AsyncTestClient,
+    admin: CurrentUser,
+    engine: Any,
+    ui_settings: Settings,
+    pg: asyncpg.Connection,
+    bad: str,
+) -> None:
+    """``expected`` (the count the confirmation showed) caps a bulk action; one that is not a whole
+    number was read as none, so the action went over every matching job, however many had come since."""
+    for _ in range(2):
+        await failed_job(engine, ui_settings, admin.id, "boom", type_="test.form")
+    sent = [
+        ("/admin/jobs/bulk", {"action": "retry", "scope": "filter", "status": "failed", "expected": bad}),
+        ("/admin/failed/retry", {"type": "test.form", "signature": "boom", "expected": bad}),
+    ]
+    for url, data in sent:
+        r = await post(client, url, data)
+        assert r.status_code == 422, (url, r.status_code)
+        assert "expected" in r.text and "go back and confirm again" in r.text, (url, r.text[:1000])
+    assert await pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'failed'") == 2
+    assert await pg.fetchval("SELECT count(*) FROM audit_log") == 0
+
+
+async def test_a_checkbox_sent_with_a_value_no_box_sends_is_an_error_beside_it(
+    client: AsyncTestClient, admin: CurrentUser, pg: asyncpg.Connection
+) -> None:
+    r = await post(client, "/admin/users", {"email": "bob@example.com", "is_admin": "maybe"})
+    assert r.status_code == 422
+    assert 'id="e-is_admin" class="field-error">Tick the box or leave it empty.' in r.text
+    assert 'value="bob@example.com"' in r.text
+    assert await pg.fetchval("SELECT count(*) FROM users WHERE email = 'bob@example.com'") == 0
+    for box in ("_enabled", "_catch_up"):
+        r = await post(client, "/admin/schedules/new", {**SCHEDULE, box: "maybe"})
+        assert r.status_code == 422, box
+        assert f'id="e-{box}" class="field-error">Tick the box or leave it empty.' in r.text, box
+    assert await pg.fetchval("SELECT count(*) FROM schedules") == 0
+    r = await post(client, "/admin/users", {"email": "bob@example.com", "is_admin": "on"})
+    assert r.status_code == 200
+    assert await pg.fetchval("SELECT is_admin FROM users WHERE email = 'bob@example.com'") is True

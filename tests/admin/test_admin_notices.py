@@ -4,6 +4,8 @@ says when no channel is configured; the limits form keeps what was typed next to
 
 from __future__ import annotations
 
+import re
+
 import asyncpg
 from litestar.testing import AsyncTestClient
 
@@ -70,6 +72,18 @@ async def test_limits_form_keeps_what_was_typed(client: AsyncTestClient, admin: 
     )
     assert r.status_code == 422
     assert 'value="7x"' in r.text and 'value="12"' in r.text
+
+
+async def test_limits_form_keeps_the_typed_per_person_limit_not_the_stored_one(
+    client: AsyncTestClient, admin: CurrentUser
+) -> None:
+    saved = {"type": "test.form", "max_running": "", "max_per_minute": "", "max_running_per_user": "4"}
+    assert (await post(client, "/admin/controls/limits", saved, headers=HX)).status_code == 200
+    typed = {**saved, "max_running": "7x", "max_running_per_user": "9"}
+    r = await post(client, "/admin/controls/limits", typed, headers=HX)
+    assert r.status_code == 422
+    shown = re.findall(r'name="max_running_per_user"[^>]*value="([^"]*)"', r.text)
+    assert "9" in shown and "4" not in shown, shown
 
 
 async def test_resume_of_a_type_that_is_not_paused_says_so(

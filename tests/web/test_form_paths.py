@@ -232,3 +232,87 @@ async def test_a_kept_file_that_is_not_yours_is_an_error_next_to_the_field_not_d
         headers=ann_bearer,
     )
     assert api.status_code == 422 and "input_data.document" in api.json()["errors"]
+
+
+NUL_ERROR = "Contains a NUL character, which cannot be stored; remove it."
+JOB_FORM_NULS = {
+    "name": 'id="e-name" class="field-error">' + NUL_ERROR,
+    "notes": 'id="e-notes" class="field-error">' + NUL_ERROR,
+    "_title": 'id="e-_title" class="field-error">' + NUL_ERROR,
+    "_run_at_time": 'id="run-at-error" class="field-error">' + NUL_ERROR,
+    "_form_key": "<li>The form&#39;s field &#39;_form_key&#39; contains a NUL character",
+}
+
+
+@pytest.mark.parametrize("multipart", [False, True], ids=["urlencoded", "multipart"])
+async def test_a_nul_typed_in_the_job_form_is_an_error_beside_its_field_with_what_was_typed_kept(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection, multipart: bool
+) -> None:
+    """The job form comes back with the problem next to the field and every value as typed, as the
+    schedule form does; it was a bare 422 page naming the field, and what was typed was lost."""
+    await sign_in_as(client, db_url, "ann@example.com")
+    page = await client.get("/jobs/new/test.form")
+    typed = {"name": "Ann", "notes": "Kept notes", "copies": "3", "_title": "My job", "_run_at_time": ""}
+    files = {"unused": ("x.txt", b"x")} if multipart else None
+    for field, shown in JOB_FORM_NULS.items():
+        form = {**typed, "_csrf_token": csrf_from(page.text), "_form_key": _form_key(page.text)}
+        form[field] = f"a\x00{form[field]}"
+        sent = await client.post("/jobs/new/test.form", data=form, files=files, follow_redirects=False)
+        assert sent.status_code == 422, (field, sent.status_code)
+        assert shown in sent.text, (field, sent.text[:2000])
+        assert 'value="3"' in sent.text and "Kept notes</textarea>" in sent.text, field
+        assert 'name="name"' in sent.text and "<h1>Every field</h1>" in sent.text, field
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
+
+
+async def test_a_nul_typed_in_the_pipeline_form_is_an_error_beside_its_field_with_what_was_typed_kept(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    await sign_in_as(client, db_url, "ann@example.com")
+    page = await client.get("/pipelines/new/test.steps")
+    for field in ("title", "_title"):
+        form = {"title": "Weekly", "seconds": "7", "_title": "Mine", "_csrf_token": csrf_from(page.text)}
+        form["_form_key"] = _form_key(page.text)
+        form[field] = f"a\x00{form[field]}"
+        sent = await client.post("/pipelines/new/test.steps", data=form, follow_redirects=False)
+        assert sent.status_code == 422, (field, sent.status_code)
+        assert f'id="e-{field}" class="field-error">{NUL_ERROR}' in sent.text, (field, sent.text[:2000])
+        assert 'value="7"' in sent.text and "Start the pipeline" in sent.text, field
+    assert await pg.fetchval("SELECT count(*) FROM pipelines") == 0
+
+
+async def test_a_checkbox_sent_with_a_value_no_box_sends_is_an_error_not_a_tick(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """``urgent=maybe`` started an urgent job: every value but a few words for no was read as ticked."""
+    await sign_in_as(client, db_url, "ann@example.com")
+    page = await client.get("/jobs/new/test.form")
+    form = {"_csrf_token": csrf_from(page.text), "_form_key": _form_key(page.text), "name": "Ann"}
+    sent = await client.post("/jobs/new/test.form", data={**form, "urgent": "maybe"}, follow_redirects=False)
+    assert sent.status_code == 422
+    assert 'id="e-urgent" class="field-error">Tick the box or leave it empty.' in sent.text
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
+    page = await client.get("/pipelines/new/test.steps")
+    steps = {"_csrf_token": csrf_from(page.text), "_form_key": _form_key(page.text), "fail_right": "maybe"}
+    sent = await client.post("/pipelines/new/test.steps", data=steps, follow_redirects=False)
+    assert sent.status_code == 422
+    assert 'id="e-fail_right" class="field-error">Tick the box or leave it empty.' in sent.text
+    assert await pg.fetchval("SELECT count(*) FROM pipelines") == 0
+    sent = await client.post(
+        "/notifications/email",
+        data={"_csrf_token": form["_csrf_token"], "email": "maybe"},
+        follow_redirects=False,
+    )
+    assert sent.status_code == 422 and "email" in sent.text
+    # the box's own value, and a box left empty, are read as they were
+    for value, urgent in (("true", True), ("", False)):
+        key = _form_key((await client.get("/jobs/new/test.form")).text)
+        sent = await client.post(
+            "/jobs/new/test.form", data={**form, "_form_key": key, "urgent": value}, follow_redirects=False
+        )
+        assert sent.status_code == 303, sent.text[:500]
+        job = sent.headers["location"].rsplit("/", 1)[1]
+        assert (
+            await pg.fetchval("SELECT (input_data->>'urgent')::bool FROM jobs WHERE id = $1::uuid", job)
+            is urgent
+        )

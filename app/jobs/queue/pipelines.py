@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app.errors import BadInput
+from app.errors import BadInput, Conflict
 from app.jobs import approvals, outbox
 from app.jobs.fanout import base_key, check_for_each, expand_literal
 from app.jobs.graph import check_graph, topo_order, validate_step_input
@@ -96,8 +96,9 @@ async def refresh_pipelines(conn: AsyncConnection, pipeline_ids: Iterable[uuid.U
 
 INSERT_PIPELINE = sql(
     """
-    INSERT INTO pipelines (id, name, template, user_id, input_data)
-    VALUES (:id, :name, :template, :user_id, CAST(CAST(:input AS text) AS jsonb))
+    INSERT INTO pipelines (id, name, template, user_id, input_data, form_key)
+    VALUES (:id, :name, :template, :user_id, CAST(CAST(:input AS text) AS jsonb), :form_key)
+    ON CONFLICT (user_id, form_key) WHERE form_key IS NOT NULL DO NOTHING
     RETURNING id, name, template, user_id, status, created_at
     """
 )
@@ -239,14 +240,18 @@ async def create_pipeline(
     input_data: dict[str, Any] | None = None,
     request_id: str | None = None,
     actor: str | None = None,
+    form_key: str | None = None,
 ) -> RowMapping:
     """Validate a spec and create the pipeline and all its jobs in the caller's transaction (all or
-    nothing). Returns the pipeline row.
+    nothing). Returns the pipeline row. ``form_key``: the key of the form that started it, one pipeline
+    per owner and key — the caller looks for the owner's earlier pipeline with it first, under the
+    owner's lock (:func:`app.actions.pipelines.submit_template`).
 
     Raises:
         BadInput: bad name, keys, dependencies (unknown, self, cycle with its path), types or inputs —
             named by field path (``steps[2].input_data.seconds``).
         TooLarge: a step's input above ``JOB_MAX_INPUT_BYTES``.
+        Conflict: the owner has a pipeline with ``form_key`` already (nothing is created).
     """
     conn = await conn_of(db)
     name, expanded, stored_inputs = _check_spec(name, steps, settings)
@@ -261,12 +266,15 @@ async def create_pipeline(
                     "template": template_name,
                     "user_id": user_id,
                     "input": json_text(input_data) if input_data is not None else None,
+                    "form_key": form_key,
                 },
             )
         )
         .mappings()
-        .one()
+        .first()
     )
+    if row is None:
+        raise Conflict("This form has started a pipeline already; it was not started again.")
     rules = await _approval_rules(conn, steps, user_id)
     regular, deferred, gates = _gated(expanded)
     ids = {s["key"]: new_id() for s in regular}

@@ -15,7 +15,7 @@ from app.actions import bulk
 from app.actions.bulk import BULK_ACTIONS, BULK_MAX, BulkPlan
 from app.auth import requires_admin
 from app.web import DbSession, render
-from app.web.admin.jobs import bulk_panel, form_int, form_str, uuid_or_none
+from app.web.admin.jobs import bulk_panel, expected_count, form_str, uuid_or_none
 from app.web.deps import actor_of
 
 
@@ -60,7 +60,5 @@ class FailedJobsController(Controller):
         """Step 2: retry the group's jobs (one audit entry ``jobs.bulk_retry``)."""
         form = await request.form()
         plan = await group_plan(db_session, form)
-        outcome = await bulk.run_bulk(
-            db_session, actor_of(request), plan, expected=form_int(form_str(form, "expected", 20))
-        )
+        outcome = await bulk.run_bulk(db_session, actor_of(request), plan, expected=expected_count(form))
         return bulk_panel(request, {"outcome": outcome, "back": "/admin/failed"})

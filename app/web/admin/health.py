@@ -35,6 +35,7 @@ from app.processors import registry
 from app.web import DbSession, confirms, flash, is_htmx, render
 from app.web.admin.waiting import WAITING_KINDS, waiting_kinds
 from app.web.deps import client_ip, settings_of
+from app.web.form_values import whole_number
 
 POLL = "every 5s"
 """How often the live part of ``/admin`` refreshes (paused while the tab is hidden, static/app.js)."""
@@ -292,14 +293,17 @@ async def controls_context(db: AsyncSession, waiting: list[dict[str, Any]] | Non
     return {"control_items": items, "recent_controls": recent}
 
 
+LIMIT_FIELDS = ("max_running", "max_per_minute", "max_running_per_user")
+"""The limits form's fields, each shown again as typed when the form comes back with an error."""
+
+
 def _int_or_none(raw: Any, field: str, errors: dict[str, str]) -> int | None:
     """A limit typed in the form: ``None`` when empty; a field error when not a whole number in range."""
     value = str(raw or "").strip()
     if not value:
         return None
-    try:
-        number = int(value)
-    except ValueError:  # also a number of thousands of digits, which int() refuses
+    number = whole_number(value)
+    if number is None:
         errors[field] = "Enter a whole number, or leave it empty for no limit."
         return None
     if not 1 <= number <= controls.MAX_LIMIT:
@@ -433,7 +437,7 @@ class HealthController(Controller):
         if errors:
             errors["_type"] = job_type
             # the form comes back with what was typed next to its error, not the stored value
-            typed = {k: str(form.get(k) or "")[:20] for k in ("max_running", "max_per_minute")}
+            typed = {k: str(form.get(k) or "")[:20] for k in LIMIT_FIELDS}
             return await self._index(
                 request,
                 db_session,

@@ -50,6 +50,7 @@ from app.processors import registry
 from app.web import DbSession, display, is_htmx, render
 from app.web.admin.job_rows import row_items
 from app.web.deps import actor_of, perform_from_page, reads_only, rows_of
+from app.web.form_values import count
 from app.web.job_page import CONFIRM
 from app.web.metrics import CAPPED_COUNT, EXACT_CAP, planner_estimate
 
@@ -262,7 +263,7 @@ class AdminJobsController(Controller):
         """Step 2: do it; the outcome ("Retried 12 jobs; 1 skipped …") replaces the confirm panel."""
         form = await request.form()
         plan, f = await self._plan(request, db_session, form, confirmed=True)
-        expected = form_int(form_str(form, "expected", 20))
+        expected = expected_count(form)
         detail = {"filter": {k: v for k, v in f.raw.items() if v}} if f is not None else {}
         outcome = await bulk.run_bulk(db_session, actor_of(request), plan, expected=expected, detail=detail)
         ctx = {
@@ -298,8 +299,17 @@ def bulk_panel(
     return render(request, "admin/jobs_result.html", ctx)
 
 
-def form_int(value: str) -> int | None:
+def expected_count(form: Any) -> int | None:
+    """The count the confirmation showed (``expected``), which caps what a bulk action does; ``None``
+    when the form carries none.
+
+    Raises:
+        BadInput: on ``expected``, sent but not a whole number: read as none, it lifted the cap.
+    """
     try:
-        return int(value)
+        return count(form.get("expected"))
     except ValueError:
-        return None
+        raise BadInput.field(
+            "expected",
+            "must be the number of jobs the confirmation showed; go back and confirm again",
+        ) from None

@@ -39,6 +39,7 @@ from app.formatting import format_localtime, zone
 from app.processors import registry
 from app.web import DbSession, flash, forms, render
 from app.web.deps import client_ip, file_store, settings_of
+from app.web.form_values import NOT_A_CHECKBOX, checkbox
 from app.web.input_guard import FORM_CHECKED
 from app.web.submit import errors_from_bad_input, validate
 
@@ -113,14 +114,19 @@ def preview(cron: str, tz: str, viewer_tz: str | None) -> tuple[list[str], str |
     return [format_localtime(t, zone(viewer_tz)) for t in times], None
 
 
-def read_typed(form: Any) -> dict[str, Any]:
-    """The schedule's own controls as typed."""
+def read_typed(form: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """The schedule's own controls as typed, and their errors (a checkbox sent with a value no box
+    sends)."""
     typed: dict[str, Any] = {
         key: str(form.get(key) or "")[:TYPED_MAX] for key in (CRON, TIMEZONE, NAME, OWNER)
     }
+    errors: dict[str, str] = {}
     for key in (ENABLED, CATCH_UP):
-        typed[key] = form.get(key) in ("on", "true", "1")
-    return typed
+        ticked = checkbox(form.get(key))
+        typed[key] = bool(ticked)
+        if ticked is None:
+            errors[key] = NOT_A_CHECKBOX
+    return typed, errors
 
 
 def action_errors(exc: BadInput | TooLarge, fields: list[forms.FormField]) -> dict[str, str]:
@@ -149,6 +155,7 @@ async def submit(
     act: Callable[[dict[str, Any]], Awaitable[Mapping[Any, Any]]],
     *,
     unchanged_input: dict[str, Any] | None = None,
+    own_errors: Mapping[str, str] | None = None,
 ) -> tuple[Mapping[Any, Any] | None, dict[str, Any], dict[str, str]]:
     """Parse the target's form (uploads stored as ``principal``'s), check it against the schema and run
     ``act`` with the input — even when the form has errors, so that the action names the schedule's bad
@@ -169,7 +176,7 @@ async def submit(
         max_upload_bytes=settings.upload_max_bytes,
         settings=settings,
     )
-    errors = dict(parsed.errors)
+    errors = {**parsed.errors, **(own_errors or {})}
     data = parsed.data if target else dict(unchanged_input or {})
     for name, message in (validate(target.model, data) if target else {}).items():
         errors.setdefault(name, message)
@@ -231,6 +238,8 @@ LABELS = {
     NAME: "Name",
     OWNER: "Owner",
     TARGET: "Starts",
+    ENABLED: "Enabled",
+    CATCH_UP: "Catch up",
     forms.FORM_ERROR: "Input",
 }
 
@@ -287,11 +296,11 @@ class ScheduleFormController(Controller):
         """Create; any problem → the form again (422) with every error next to its field, values kept."""
         user = request.user
         form = await request.form()
-        typed = read_typed(form)
+        typed, own_errors = read_typed(form)
         kind, _, name = str(form.get(TARGET) or "")[:TYPED_MAX].partition(":")
         tgt = target_of(kind, name)
         if tgt is None:
-            errors = {TARGET: "Choose a job type or a pipeline template."}
+            errors = {TARGET: "Choose a job type or a pipeline template.", **own_errors}
             ctx = await form_context(request, target=None, typed=typed, values={}, errors=errors)
             return render(request, "admin/schedule_form.html", ctx, status_code=422)
         try:
@@ -316,7 +325,9 @@ class ScheduleFormController(Controller):
                 ip=client_ip(request),
             )
 
-        row, values, errors = await submit(request, db_session, form, tgt, principal, act)
+        row, values, errors = await submit(
+            request, db_session, form, tgt, principal, act, own_errors=own_errors
+        )
         if row is None:
             ctx = await form_context(request, target=tgt, typed=typed, values=values, errors=errors)
             return render(request, "admin/schedule_form.html", ctx, status_code=422)
@@ -347,7 +358,7 @@ class ScheduleFormController(Controller):
         row = await schedules.get_schedule(db_session, schedule_id)
         tgt = _row_target(row)
         form = await request.form()
-        typed = read_typed(form)
+        typed, own_errors = read_typed(form)
 
         async def act(data: dict[str, Any]) -> Mapping[Any, Any]:
             return await schedule_actions.update_schedule(
@@ -364,7 +375,14 @@ class ScheduleFormController(Controller):
 
         owner = await _owner(db_session, row)
         saved, values, errors = await submit(
-            request, db_session, form, tgt, owner, act, unchanged_input=row["input_data"] or {}
+            request,
+            db_session,
+            form,
+            tgt,
+            owner,
+            act,
+            unchanged_input=row["input_data"] or {},
+            own_errors=own_errors,
         )
         if saved is None:
             ctx = await form_context(

@@ -31,6 +31,7 @@ from app.actions import users as user_actions
 from app.errors import BadInput, Conflict
 from app.web import DbSession, confirms, flash, render
 from app.web.deps import client_ip, settings_of
+from app.web.form_values import NOT_A_CHECKBOX, checkbox
 from app.web.input_guard import FORM_CHECKED
 
 USER_ACTIONS = {
@@ -73,10 +74,6 @@ def unlock_words(unlocked: user_actions.Unlocked) -> str:
     return f"{unlocked.email} can sign in again: {n} failed attempt{'s' if n != 1 else ''} forgotten."
 
 
-def _checked(value: Any) -> bool:
-    return value in ("on", "true", "1")
-
-
 class UsersController(Controller):
     """``/admin/users`` and ``/admin/tokens`` (see the module docstring); admins only."""
 
@@ -101,21 +98,25 @@ class UsersController(Controller):
         """Create a user; a blank password is generated and shown once. Errors next to the fields (422)."""
         form = await request.form()
         email = str(form.get("email") or "")
-        make_admin = _checked(form.get("is_admin"))
+        ticked = checkbox(form.get("is_admin"))
+        make_admin = bool(ticked)
         errors: dict[str, str] = {}
-        try:
-            new = await user_actions.create_user(
-                db_session,
-                request.user,
-                email=email,
-                password=str(form.get("password") or ""),
-                is_admin=make_admin,
-                ip=client_ip(request),
-            )
-        except BadInput as exc:
-            errors = dict(exc.errors) or {"email": exc.detail}
-        except Conflict as exc:
-            errors = {"email": exc.detail}
+        if ticked is None:
+            errors = {"is_admin": NOT_A_CHECKBOX}
+        else:
+            try:
+                new = await user_actions.create_user(
+                    db_session,
+                    request.user,
+                    email=email,
+                    password=str(form.get("password") or ""),
+                    is_admin=make_admin,
+                    ip=client_ip(request),
+                )
+            except BadInput as exc:
+                errors = dict(exc.errors) or {"email": exc.detail}
+            except Conflict as exc:
+                errors = {"email": exc.detail}
         ctx = await users_context(db_session, settings_of(request))
         if errors:
             ctx.update(errors=errors, values={"email": email[:254], "is_admin": make_admin})
