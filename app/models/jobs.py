@@ -344,7 +344,6 @@ class JobEvent(Base):
             "id",
             postgresql_where=text("pipeline_id IS NOT NULL"),
         ),
-        Index("ix_job_events_at", "at"),
     )
 
 
