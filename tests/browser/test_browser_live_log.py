@@ -45,7 +45,9 @@ def submit(base: str, token: str, input_data: dict[str, Any], **kw: Any) -> str:
     return str(r.json()["id"])
 
 
-def test_log_lines_appear_while_the_job_runs_without_a_reload(server: tuple[str, str], browser: Any) -> None:
+def test_log_lines_appear_while_the_job_runs_without_a_reload(
+    server: tuple[str, str], browser: Any, artifacts_dir: Path
+) -> None:
     base, token = server
     page = browser.new_page(viewport={"width": 1100, "height": 900})
     watch = Watch(page)
@@ -78,6 +80,13 @@ def test_log_lines_appear_while_the_job_runs_without_a_reload(server: tuple[str,
     ]  # each once, in order
     assert page.locator("a[href$='/log.txt']").count() == 1
     page.locator("#notif-count", has_text="2").wait_for(timeout=10_000)
+
+    # the notices page: its two buttons sit side by side at their own width (each spanned the page)
+    page.goto(base + "/notifications")
+    page.screenshot(path=str(artifacts_dir / "notifications-desktop.png"), full_page=True)
+    boxes = [b.bounding_box() for b in page.locator(".notif-form > button").all()]
+    assert len(boxes) == 2 and all(b is not None for b in boxes)
+    assert boxes[0]["y"] == boxes[1]["y"] and all(b["width"] < 400 for b in boxes), boxes
 
     # My jobs: a live row's cell poll brings the count the same way (all read first: alike unread
     # notices fold into one row, which would not change the count)
