@@ -77,6 +77,17 @@ class RunningJob:
         if not self.id_text:
             self.id_text = str(self.id)
 
+    def released(self, message: str) -> Outcome:
+        """This attempt handed back to the queue (``released``: queued again, the attempt not counted),
+        fenced by the attempt like every other outcome of it."""
+        return Outcome(
+            self.id,
+            "released",
+            message=message,
+            pipeline_id=self.row["pipeline_id"],
+            attempt=self.row["attempts"],
+        )
+
     def same_attempt(self, outcome: Outcome) -> bool:
         """Whether ``outcome`` belongs to this attempt of the job (an outcome without an attempt does)."""
         return outcome.attempt is None or self.row["attempts"] == outcome.attempt
@@ -320,9 +331,7 @@ class Executor:
         """The outcome of a job stopped early: why it was asked to stop decides (cancel request →
         ``cancelled``; shutdown past the grace → ``released``; lease lost → nothing to record)."""
         if job.stop_reason == "shutdown":
-            return Outcome(
-                job.row["id"], "released", message="released: the worker shut down before the job finished"
-            )
+            return job.released("released: the worker shut down before the job finished")
         if job.stop_reason == "lost":
             return None
         return Outcome(job.row["id"], "cancelled", message=cancel_message)

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 from app import __version__, alerts, controls
 from app.jobs import queue
-from app.jobs.queue import Outcome
 from app.notifications import Mailer
 from app.worker.faults import retrying
 
@@ -89,15 +88,7 @@ def release_buffered(worker: Worker) -> int:
     """Hand every buffered job back to the queue through the completer; returns how many."""
     jobs = worker.buffer.take_all()
     for job in jobs:
-        worker.completer.submit(
-            Outcome(
-                job.id,
-                "released",
-                message=RELEASED_UNSTARTED,
-                pipeline_id=job.row["pipeline_id"],
-                attempt=job.row["attempts"],
-            )
-        )
+        worker.completer.submit(job.released(RELEASED_UNSTARTED))
     if jobs:
         worker.log.info("releasing claimed jobs that have not started", count=len(jobs))
     return len(jobs)

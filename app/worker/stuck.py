@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 from app.db import create_engine
 from app.jobs import queue
-from app.jobs.queue import Outcome
 from app.worker.faults import first_line
 from app.worker.watchdog import STALL_SECS
 
@@ -119,16 +118,7 @@ def hand_back(worker: Worker) -> int:
     worker and the attempt, like the completer's) and remove its row, from the calling thread, with an
     event loop and a connection of its own; returns how many were released."""
     jobs = worker.held.jobs()
-    outcomes = [
-        Outcome(
-            job.id,
-            "released",
-            message=RELEASED_STUCK,
-            pipeline_id=job.row["pipeline_id"],
-            attempt=job.row["attempts"],
-        )
-        for job in jobs
-    ]
+    outcomes = [job.released(RELEASED_STUCK) for job in jobs]
 
     async def write() -> int:
         engine = create_engine(
