@@ -5,7 +5,6 @@ on a poll when another job of the same person fails, there and on My jobs (a liv
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,24 +14,17 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.support.browser import BROWSER_MARKS, Watch
-from tests.support.webkit import FORMS_ENV, PASSWORD, add_token, add_user, running_server
+from tests.support.webkit import PASSWORD, admin_server_with_worker
 
 pytestmark = BROWSER_MARKS
 
 
 @pytest.fixture
 def server(db_url: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    user = asyncio.run(add_user(db_url, "ann@example.com", admin=True))
-    token = asyncio.run(add_token(db_url, user.id))
-    env = {
-        "WORKER_ENABLED": "true",
-        **FORMS_ENV,
-        "JOBDESK_PROCESSOR_MODULES": "tests.support.forms,tests.support.processors",
-        "JOB_PROCESSOR_POLL_INTERVAL": "0.5",
-        "LOG_LEVEL": "WARNING",
-    }
-    with running_server(db_url, tmp_path / "data", **env) as base:
-        yield base, token
+    with admin_server_with_worker(
+        db_url, tmp_path / "data", "tests.support.forms,tests.support.processors"
+    ) as served:
+        yield served
 
 
 def submit(base: str, token: str, input_data: dict[str, Any], **kw: Any) -> str:

@@ -5,7 +5,6 @@ input as its result.)"""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,24 +13,15 @@ import httpx
 import pytest
 
 from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll
-from tests.support.webkit import FORMS_ENV, PASSWORD, add_token, add_user, running_server
+from tests.support.webkit import PASSWORD, admin_server_with_worker
 
 pytestmark = BROWSER_MARKS
 
 
 @pytest.fixture
 def server(db_url: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    user = asyncio.run(add_user(db_url, "ann@example.com", admin=True))
-    token = asyncio.run(add_token(db_url, user.id))
-    env = {
-        "WORKER_ENABLED": "true",
-        **FORMS_ENV,
-        "JOBDESK_PROCESSOR_MODULES": "tests.support.processors",
-        "JOB_PROCESSOR_POLL_INTERVAL": "0.5",
-        "LOG_LEVEL": "WARNING",
-    }
-    with running_server(db_url, tmp_path / "data", **env) as base:
-        yield base, token
+    with admin_server_with_worker(db_url, tmp_path / "data", "tests.support.processors") as served:
+        yield served
 
 
 def test_result_labels_are_words_and_values_carry_their_unit(

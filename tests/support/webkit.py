@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -158,6 +159,23 @@ def running_server(db_url: str, data_dir: Path, start_timeout: float = 90, **env
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@contextmanager
+def admin_server_with_worker(db_url: str, data_dir: Path, modules: str) -> Iterator[tuple[str, str]]:
+    """``jobdesk serve`` with its worker, the form fields' limits (``FORMS_ENV``) and the processor
+    ``modules``, for the admin ann@example.com; yields the base URL and an API token of hers."""
+    user = asyncio.run(add_user(db_url, "ann@example.com", admin=True))
+    token = asyncio.run(add_token(db_url, user.id))
+    env = {
+        "WORKER_ENABLED": "true",
+        **FORMS_ENV,
+        "JOBDESK_PROCESSOR_MODULES": modules,
+        "JOB_PROCESSOR_POLL_INTERVAL": "0.5",
+        "LOG_LEVEL": "WARNING",
+    }
+    with running_server(db_url, data_dir, **env) as base:
+        yield base, token
 
 
 async def bearer(db_url: str, email: str, admin: bool = False) -> tuple[Any, dict[str, str]]:
