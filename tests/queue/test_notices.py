@@ -147,7 +147,9 @@ async def test_a_waiting_step_and_its_reminders_notify_each_approver(
         assert await kinds(pg, person.id) == [("approval_waiting", 1), ("approval_reminder", 1)]
     assert await notices(pg, owner.id) == [] and await notices(pg, other.id) == []
     reminder = (await notices(pg, ann.id))[-1]
-    assert reminder["text"] == "Reminder: “Do nothing” still waits for your approval." and reminder["email_due"]
+    assert (
+        reminder["text"] == "Reminder: “Do nothing” still waits for your approval." and reminder["email_due"]
+    )
 
 
 async def test_owner_listed_is_told_and_a_step_without_approvers_tells_every_admin(
