@@ -36,7 +36,7 @@ from app.jobs import queue
 from app.settings import Settings
 from app.worker.completer import Tally
 from app.worker.faults import first_line
-from app.worker.leases import HeldJobs
+from app.worker.leases import HeldJobs, idle_in_transaction_ms
 from app.worker.watchdog import LoopWatchdog
 
 GUARD_TICK_SECS = 0.1
@@ -148,7 +148,11 @@ class LeaseKeeper:
     def _new_engine(self) -> AsyncEngine:
         worker = self.worker
         return create_engine(
-            worker.url, pool_size=1, pool_timeout=30, application_name=f"jobdesk-leases:{worker.id}"[:63]
+            worker.url,
+            pool_size=1,
+            pool_timeout=30,
+            application_name=f"jobdesk-leases:{worker.id}"[:63],
+            idle_in_transaction_timeout_ms=idle_in_transaction_ms(worker.settings),
         )
 
     async def _renew_loop(self) -> None:

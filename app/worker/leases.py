@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import is_transient
 from app.jobs import queue
+from app.settings import Settings
 from app.worker.executor import PROGRESS_MIN_INTERVAL_SECS, RunningJob
 from app.worker.faults import first_line
 
@@ -37,6 +38,20 @@ class Lease:
     renewed_at: float
     expiry_acted: bool = False
     """Whether the worker was already told this lease is about to run out."""
+
+
+def idle_in_transaction_ms(settings: Settings) -> int:
+    """``idle_in_transaction_session_timeout`` for the worker's own connections: the configured one
+    (``DB_IDLE_IN_TRANSACTION_TIMEOUT_MS``), but at most half the lease. A worker host cut off in the
+    middle of a transaction (a renewal, an outcome) leaves its rows locked until the server ends that
+    transaction, and the rescue, due when the lease runs out, skips or waits for locked rows: with a lease
+    shorter than the configured timeout, the jobs were rescued that much late (behind PgBouncer the
+    cut-off client's transaction is not even noticed by TCP). A worker's transactions are a few statements
+    in a row, so half a lease is far more than any of them idles. 0 (off) stays off."""
+    configured = settings.db_idle_in_transaction_timeout_ms
+    if not configured:
+        return 0
+    return max(1, min(configured, int(settings.worker_visibility_timeout_secs * 500)))
 
 
 class HeldJobs(dict[uuid.UUID, RunningJob]):

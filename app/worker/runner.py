@@ -54,7 +54,7 @@ from app.worker.completer import Completer, Tally
 from app.worker.executor import Executor, RunningJob
 from app.worker.joblog import JobLogWriter
 from app.worker.keeper import LeaseKeeper
-from app.worker.leases import HeldJobs, JobChecks
+from app.worker.leases import HeldJobs, JobChecks, idle_in_transaction_ms
 from app.worker.listener import Listener
 from app.worker.maintenance import Maintenance
 from app.worker.watchdog import TICK_SECS, LoopWatchdog
@@ -111,7 +111,11 @@ class Worker:
         self.log = log.bind(worker_id=self.id)
         self.files = FileStore(settings.files_dir)
         self.engine = create_engine(
-            url, pool_size=4, pool_timeout=30, application_name=f"jobdesk-worker:{self.id}"[:63]
+            url,
+            pool_size=4,
+            pool_timeout=30,
+            application_name=f"jobdesk-worker:{self.id}"[:63],
+            idle_in_transaction_timeout_ms=idle_in_transaction_ms(settings),
         )
         self.autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         """``engine`` in autocommit mode, for single statements that need no transaction of their own."""

@@ -447,3 +447,37 @@ async def test_a_connection_left_mid_operation_is_replaced_and_the_write_retried
     finally:
         await held.close()
     assert len(used) == 2 and used[0] is not used[1]
+
+
+async def test_a_worker_transaction_left_open_holds_its_rows_no_longer_than_half_a_lease(
+    engine, make_settings, owner, pg
+) -> None:
+    """A worker host cut off in the middle of a transaction (behind PgBouncer TCP does not even notice)
+    leaves its job rows locked until the server ends that transaction; the rescue, due when the lease runs
+    out, waits for them. With a 2 s lease the worker's own connections end an idle transaction after 1 s,
+    not after the 30 s ``DB_IDLE_IN_TRANSACTION_TIMEOUT_MS`` the processors' connections keep."""
+    import asyncpg
+    from sqlalchemy import text
+
+    from app.worker.runner import Worker
+
+    settings = make_settings(worker_visibility_timeout_secs=2, db_idle_in_transaction_timeout_ms=30_000)
+    job = await enqueue(engine, settings, owner, "noop")
+    worker = Worker(settings, settings.database_url or "")
+    try:
+        conn = await worker.engine.connect()
+        await conn.begin()
+        await conn.execute(text("SELECT id FROM jobs WHERE id = :id FOR UPDATE"), {"id": job})
+        # the worker is cut off here: its transaction idles with the row locked
+        await asyncio.sleep(1.6)
+        async with pg.transaction():
+            try:
+                await pg.fetchval("SELECT id FROM jobs WHERE id = $1 FOR UPDATE NOWAIT", job)
+            except asyncpg.LockNotAvailableError:
+                pytest.fail("the row is still locked by the worker's idle transaction after 1.6 s")
+        with pytest.raises(Exception, match="idle-in-transaction timeout|closed|terminat"):
+            await conn.execute(text("SELECT 1"))
+        await conn.invalidate()
+    finally:
+        await worker.engine.dispose()
+        await worker.app_engine.dispose()
