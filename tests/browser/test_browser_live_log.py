@@ -13,8 +13,8 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from tests.support.browser import BROWSER_MARKS, Watch
-from tests.support.webkit import PASSWORD, admin_server_with_worker
+from tests.support.browser import BROWSER_MARKS, Watch, sign_in
+from tests.support.webkit import admin_server_with_worker
 
 pytestmark = BROWSER_MARKS
 
@@ -43,11 +43,7 @@ def test_log_lines_appear_while_the_job_runs_without_a_reload(
     base, token = server
     page = browser.new_page(viewport={"width": 1100, "height": 900})
     watch = Watch(page)
-    page.goto(base + "/login")
-    page.fill("#email", "ann@example.com")
-    page.fill("#password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(base + "/")
+    sign_in(page, base)
 
     job = submit(base, token, {"lines": 6, "interval": 1.0})
     page.goto(f"{base}/jobs/{job}")
@@ -104,11 +100,7 @@ def test_the_note_under_the_log_tells_the_truth_once_the_job_ended(
     base, token = server
     page = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
     watch = Watch(page)
-    page.goto(base + "/login")
-    page.fill("#email", "ann@example.com")
-    page.fill("#password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(base + "/")
+    sign_in(page, base)
 
     # a job that logs nothing: while it runs the note says where lines will go, then that none came
     quiet = httpx.post(

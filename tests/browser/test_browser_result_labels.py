@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll
-from tests.support.webkit import PASSWORD, admin_server_with_worker
+from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll, sign_in
+from tests.support.webkit import admin_server_with_worker
 
 pytestmark = BROWSER_MARKS
 
@@ -44,11 +44,7 @@ def test_result_labels_are_words_and_values_carry_their_unit(
     assert r.status_code == 201, r.text
     page = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
     watch = Watch(page)
-    page.goto(base + "/login")
-    page.fill("#email", "ann@example.com")
-    page.fill("#password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(base + "/")
+    sign_in(page, base)
     page.goto(f"{base}/jobs/{r.json()['id']}")
     page.locator("#job-status .status-head .status", has_text="Done").wait_for(timeout=30_000)
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.browser import BROWSER_MARKS, Watch, answer_confirm, no_horizontal_scroll
-from tests.support.webkit import FORMS_ENV, PASSWORD, add_user, running_server
+from tests.support.browser import BROWSER_MARKS, Watch, answer_confirm, no_horizontal_scroll, sign_in
+from tests.support.webkit import FORMS_ENV, add_user, running_server
 
 pytestmark = BROWSER_MARKS
 
@@ -39,14 +39,6 @@ def server(db_url: str, tmp_path: Path) -> Iterator[str]:
     }
     with running_server(db_url, tmp_path / "data", **env) as base:
         yield base
-
-
-def sign_in(page: Any, base: str) -> None:
-    page.goto(base + "/login")
-    page.fill("#email", "ann@example.com")
-    page.fill("#password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(base + "/")
 
 
 def test_forms_errors_and_a_job_that_finishes_without_a_reload(

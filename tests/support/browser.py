@@ -85,3 +85,14 @@ def answer_confirm(page: Any, yes: bool = True) -> str:
     page.click("#confirm-dialog-ok" if yes else "#confirm-dialog-cancel")
     page.wait_for_selector("#confirm-dialog", state="hidden")
     return question
+
+
+def sign_in(page: Any, base: str, email: str = "ann@example.com", password: str | None = None) -> None:
+    """Sign in through the login form and wait for the home page (``password``: the tests' own)."""
+    from tests.support.webkit import PASSWORD
+
+    page.goto(base + "/login")
+    page.fill("#email", email)
+    page.fill("#password", password or PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(base + "/")
