@@ -45,6 +45,8 @@ class Submission:
     limited: bool = False
     retry_after: dict[str, str] = field(default_factory=dict)
     """The ``Retry-After`` header of a per-person limit's refusal (the form's 429 carries it as the API's does)."""
+    key: str = ""
+    """The form's one-time key (:data:`app.web.forms.FORM_KEY`; a new one when it sent none)."""
     notes: list[str] = field(default_factory=list)
     """What the page the form lands on says about how a value was read (a time that happens twice)."""
 
@@ -89,13 +91,16 @@ async def read_form(
     db: AsyncSession,
     model: type[BaseModel],
     controls: Mapping[str, str] = OWN_CONTROLS,
+    key: str | None = None,
 ) -> Submission:
-    """Parse the posted form for ``model`` (uploads are stored as the signed-in user's files). Text
-    that cannot be taken is an error next to its control (:func:`text_errors`; ``controls``: the form's
-    own controls besides the fields), shown before any other of that control."""
+    """Parse the posted form for ``model`` (uploads are stored as the signed-in user's files, once per
+    form ``key``: the form's own key when not given). Text that cannot be taken is an error next to
+    its control (:func:`text_errors`; ``controls``: the form's own controls besides the fields), shown
+    before any other of that control."""
     user, settings = request.user, settings_of(request)
     fields = forms.form_fields(model)
     form = await request.form()
+    key = key or forms.form_key(form.get(forms.FORM_KEY))
     refused = text_errors(fields, form, controls)
     parsed = await forms.parse_form(
         fields,
@@ -106,11 +111,12 @@ async def read_form(
         principal=user,
         max_upload_bytes=settings.upload_max_bytes,
         settings=settings,
+        key=key,
     )
     title = str(form.get(forms.TITLE) or "").strip()
     notes = datetime_notes(fields, form, zone(user.timezone))
     errors = {**parsed.errors, **refused}
-    return Submission(fields, form, parsed, errors, title, parsed.too_large, notes=notes)
+    return Submission(fields, form, parsed, errors, title, parsed.too_large, key=key, notes=notes)
 
 
 def check_schema(sub: Submission, model: type[BaseModel]) -> None:
