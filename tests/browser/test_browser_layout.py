@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll
-from tests.support.webkit import FORMS_ENV, PASSWORD, add_token, add_user, running_server
+from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll, sign_in
+from tests.support.webkit import FORMS_ENV, add_token, add_user, running_server
 
 pytestmark = BROWSER_MARKS
 
@@ -35,11 +35,7 @@ def server(db_url: str, tmp_path: Path) -> Iterator[str]:
 def signed_in(browser: Any, base: str, email: str, viewport: dict[str, int]) -> Any:
     phone = viewport["width"] < 500
     page = browser.new_context(viewport=viewport, is_mobile=phone, has_touch=phone).new_page()
-    page.goto(base + "/login")
-    page.fill("#email", email)
-    page.fill("#password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(base + "/")
+    sign_in(page, base, email)
     return page
 
 
