@@ -151,7 +151,10 @@ class BatchesController(Controller):
             ctx["errors"] = {"file": exc.errors.get("file") or exc.detail}
             return render(request, "batches/new.html", ctx, status_code=422)
         await upload.seek(0)
+        read_key = ctx["form_key"]
         try:
+            # With the form's key: the step sent again (a reload, the back button, a double click)
+            # reads the file stored the first time instead of storing (and counting) it again.
             row, problem, _ = await store_upload(
                 upload,
                 await db_session.connection(),
@@ -160,6 +163,7 @@ class BatchesController(Controller):
                 max_bytes=settings.upload_max_bytes,
                 person=request.user,
                 settings=settings,
+                form_key=read_key,
             )
         except RateLimited as exc:
             row, problem = None, exc.detail
@@ -167,9 +171,10 @@ class BatchesController(Controller):
             ctx["errors"] = {"file": problem or "This file could not be stored."}
             return render(request, "batches/new.html", ctx, status_code=422)
         fields = ctx["fields"]
-        # A new key for each file read: a double click on "start" makes one batch, and the same form
-        # used again with another file (the back button) makes a new one.
-        ctx["form_key"] = str(uuid.uuid4())
+        # A key of its own for each file read, the same for a repeat of the read: a double click on
+        # "start" makes one batch (so does the read sent again, then "start"), and the same form used
+        # again with another file (the back button) makes a new one.
+        ctx["form_key"] = str(uuid.uuid5(uuid.UUID(read_key), str(row["id"])))
         ctx["step"] = mapping_view(
             str(row["id"]), sheet, fields, spreadsheets.match_columns(fields, sheet.columns)
         )
@@ -255,6 +260,7 @@ class BatchesController(Controller):
                         max_bytes=settings.upload_max_bytes,
                         person=request.user,
                         settings=settings,
+                        form_key=ctx["form_key"],
                     )
                     if row is None:
                         raise BadInput.field("files", f"{upload.filename}: {problem}")

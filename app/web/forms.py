@@ -385,18 +385,21 @@ async def parse_form(
     principal: Any,
     max_upload_bytes: int,
     settings: Settings | None = None,
+    key: str | None = None,
 ) -> ParsedForm:
     """Turn the submitted form (a ``FormMultiDict``) into schema input, storing uploads.
 
     Empty optional controls are left out, so the schema default applies. Uploads are stored in the
-    caller's transaction, owned by ``principal``; a file kept from an earlier, re-rendered submission
-    (``_keep.<field>``) is reused when it belongs to ``principal`` (admins included: a job may only use
-    its owner's files).
+    caller's transaction, owned by ``principal``, with the form's one-time ``key``: the form sent
+    again with the same file (a reload of a form shown with errors, a double click) reuses the file
+    stored the first time (:func:`app.actions.files.store_upload`). A file kept from an earlier,
+    re-rendered submission (``_keep.<field>``) is reused when it belongs to ``principal`` (admins
+    included: a job may only use its owner's files).
     """
     out = ParsedForm()
     for f in fields:
         if f.kind in ("file", "files"):
-            await _parse_files(f, form, out, conn, store, principal, (max_upload_bytes, settings))
+            await _parse_files(f, form, out, conn, store, principal, (max_upload_bytes, settings, key))
         elif f.kind == "boolean":
             checked = checkbox(form.get(f.name))
             out.values[f.name] = bool(checked)
@@ -458,12 +461,12 @@ async def _parse_files(
     conn: Any,
     store: FileStore,
     principal: Any,
-    limits: tuple[int, Settings | None],
+    limits: tuple[int, Settings | None, str | None],
 ) -> None:
     name = f.name
     infos, gone = await _kept_files(form, name, conn, store, principal)
     problem = KEPT_FILE_GONE if gone else None
-    max_upload_bytes, settings = limits
+    max_upload_bytes, settings, key = limits
     for upload in [u for u in form.getall(name, []) if _is_upload(u)]:
         try:
             stored, problem_here, _ = await store_upload(
@@ -474,6 +477,7 @@ async def _parse_files(
                 max_bytes=max_upload_bytes,
                 person=principal,
                 settings=settings,
+                form_key=key,
             )
         except RateLimited as exc:
             stored, problem_here = None, exc.detail
@@ -481,8 +485,10 @@ async def _parse_files(
             problem = problem or problem_here
             out.too_large = out.too_large or bool(problem_here and "largest" in problem_here)
             continue
-        out.new_files.append(stored["id"])
-        infos.append(file_info(stored))
+        if stored["id"] not in out.new_files:
+            out.new_files.append(stored["id"])
+        if all(i["id"] != str(stored["id"]) for i in infos):
+            infos.append(file_info(stored))
     if f.kind == "file" and len(infos) > 1:
         infos = infos[-1:]  # a new upload replaces the kept one
     out.values[name] = infos

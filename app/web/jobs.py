@@ -38,6 +38,7 @@ from app.web.deps import (
     actor_of,
     cell_response,
     file_store,
+    one_snapshot,
     perform_from_page,
     poll_status,
     reads_only,
@@ -196,7 +197,7 @@ class JobsController(Controller):
         if run_at.note:
             sub.notes.insert(0, f"Run at: {run_at.note}")
         submit.check_schema(sub, spec.input_model)
-        key = forms.form_key(sub.form.get(forms.FORM_KEY))
+        key = sub.key
         actor = actor_of(request)
         job = await submit.start(
             db_session,
@@ -221,8 +222,8 @@ class JobsController(Controller):
         db_session: DbSession,
         job_id: FromPath[str],
     ) -> Template:
-        """The job page (htmx: just its status part)."""
-        await reads_only(db_session)
+        """The job page (htmx: just its status part): its status, input and history from one snapshot."""
+        await one_snapshot(db_session)
         ctx = await page_context(db_session, job_id, request.user, files=file_store(request))
         return render(request, "jobs/detail.html", ctx, fragment="jobs/_status.html")
 
@@ -247,6 +248,10 @@ class JobsController(Controller):
         if quiet is not None and is_htmx(request) and not (job_log.has_news(row, log) or bell_news):
             return quiet
         async with AsyncSession(request.app.state.engine) as db:
+            # the status shown and the history below it from one snapshot: the poll's row is read again
+            # in it (a retry between the poll's read and the history's showed a history ahead of it)
+            await one_snapshot(db)
+            row = await load_status_row(db, row["id"], user)
             if not is_htmx(request):
                 ctx = await page_context(db, row["id"], user, files=file_store(request))
                 return render(request, "jobs/detail.html", ctx)

@@ -32,6 +32,7 @@ from app.web.deps import (
     cell_response,
     file_store,
     keep_refusal,
+    one_snapshot,
     parse_uuid,
     poll_status,
     settings_of,
@@ -155,7 +156,7 @@ class PipelinesController(Controller):
         earlier = await pipeline_actions.started_with(db_session, actor, key)
         if earlier is not None:
             return Redirect(f"/pipelines/{earlier['id']}", status_code=303)
-        sub = await submit.read_form(request, db_session, tpl.input_model)
+        sub = await submit.read_form(request, db_session, tpl.input_model, key=key)
         submit.check_schema(sub, tpl.input_model)
         row = await submit.start(
             db_session,
@@ -180,7 +181,8 @@ class PipelinesController(Controller):
         db_session: DbSession,
         pipeline_id: FromPath[str],
     ) -> Template:
-        """The pipeline page (htmx: its status part)."""
+        """The pipeline page (htmx: its status part): its steps and history from one snapshot."""
+        await one_snapshot(db_session)
         ctx = await pipeline_page_context(db_session, pipeline_id, request.user)
         return render(request, "pipelines/detail.html", ctx, fragment="pipelines/_status.html")
 
@@ -194,8 +196,10 @@ class PipelinesController(Controller):
         bell: Annotated[int | None, QueryParameter(ge=0, le=2**62)] = None,
     ) -> Template | Response[Any]:
         """The polled fragment: 204 while unchanged; 286 with the final state once finished; the bell
-        out of band when the viewer's unread count is no longer ``bell``."""
+        out of band when the viewer's unread count is no longer ``bell``. Steps, outputs and history
+        from one snapshot."""
         user = request.user
+        await one_snapshot(db_session)
         if not is_htmx(request):
             ctx = await pipeline_page_context(db_session, pipeline_id, user)
             return render(request, "pipelines/detail.html", ctx)
