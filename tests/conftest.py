@@ -63,6 +63,7 @@ SERIAL_MODULES = {
     "tests/worker/test_claim_rate.py",
     "tests/worker/test_worker_faults.py",
     "tests/worker/test_shutdown.py",
+    "tests/worker/test_stop_watch.py",
     "tests/worker/test_worker_processes.py",
 }
 

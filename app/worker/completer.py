@@ -101,10 +101,22 @@ class Completer:
         self.on_notify = on_notify
         self.recorded = asyncio.Event()
         """Set whenever held jobs were let go of (the worker's drain waits on it)."""
+        self.unrecorded: dict[uuid.UUID, Outcome] = {}
+        """Outcomes submitted and not yet recorded (or given up), by job id, whether queued or in a batch
+        being written: what a stop that has to go on without the event loop still records, from another
+        thread (:mod:`app.worker.stuck`); a finished job handed back instead would run again."""
         self._outcomes: asyncio.Queue[Outcome | None] = asyncio.Queue()
 
     def submit(self, outcome: Outcome) -> None:
+        self.unrecorded[outcome.job_id] = outcome
         self._outcomes.put_nowait(outcome)
+
+    def _settled(self, outcome: Outcome) -> None:
+        """``outcome`` is recorded, or given up: it is no longer waiting (a newer attempt's outcome of the
+        same job stays)."""
+        waiting = self.unrecorded.get(outcome.job_id)
+        if waiting is not None and waiting.attempt == outcome.attempt:
+            del self.unrecorded[outcome.job_id]
 
     def close(self) -> None:
         """No more outcomes: :meth:`run` returns once those submitted are recorded."""
@@ -164,6 +176,7 @@ class Completer:
             job = self.held.get(outcome.job_id)
             if job is not None and job.same_attempt(outcome):
                 self.held.pop(outcome.job_id, None)
+            self._settled(outcome)
             return
         self._after_record(batch, report)
 
@@ -195,6 +208,7 @@ class Completer:
     def _after_record(self, batch: list[Outcome], report: queue.FinishReport) -> None:
         counts: dict[tuple[Any, str], int] = {}  # counters are bumped once per batch and type
         for outcome in batch:
+            self._settled(outcome)
             job = self.held.get(outcome.job_id)
             if job is not None and job.same_attempt(outcome):
                 del self.held[outcome.job_id]

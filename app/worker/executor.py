@@ -327,6 +327,17 @@ class Executor:
             )
         return Outcome(row["id"], "failed", error=cap_text(error), permanent=permanent, delay=delay)
 
+    def blocked(self, job: RunningJob, blocked_secs: float) -> Outcome:
+        """The outcome of an attempt whose processor blocked the event loop until the worker had to stop
+        without it: a failed attempt (retried with backoff while attempts remain, as any failure), so a
+        processor that always blocks cannot hold every worker that claims it for ever. Fenced by the
+        attempt like every outcome."""
+        error = f"the worker had to stop while this job blocked its event loop for {blocked_secs:.0f} s"
+        outcome = self._failure(job, registry.get(job.row["type"]), error, permanent=False)
+        outcome.pipeline_id = job.row["pipeline_id"]
+        outcome.attempt = job.row["attempts"]
+        return outcome
+
     def _stopped(self, job: RunningJob, cancel_message: str) -> Outcome | None:
         """The outcome of a job stopped early: why it was asked to stop decides (cancel request →
         ``cancelled``; shutdown past the grace → ``released``; lease lost → nothing to record)."""

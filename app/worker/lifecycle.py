@@ -21,7 +21,7 @@ import os
 import socket
 import time
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app import __version__, alerts, controls
 from app.jobs import queue
@@ -101,6 +101,19 @@ def drop_buffered(worker: Worker, job_ids: set[uuid.UUID], why: str) -> None:
         worker.completer.forget(job)
 
 
+async def _finished_within(worker: Worker, tasks: list[asyncio.Task[None]], grace: float) -> set[Any]:
+    """Wait until ``tasks`` are done, the grace period is over or the stop is hurried (a second stop
+    signal); returns the tasks not done."""
+    everything = asyncio.ensure_future(asyncio.wait(tasks, timeout=grace))
+    hurried = asyncio.ensure_future(worker.hurried.wait())
+    try:
+        await asyncio.wait({everything, hurried}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        everything.cancel()  # cancels the wait, not the tasks
+        hurried.cancel()
+    return {task for task in tasks if not task.done()}
+
+
 async def drain(worker: Worker) -> None:
     """Release buffered jobs, let running jobs finish within the grace period; then release the rest and
     wait (a while) for the outcomes to be recorded."""
@@ -109,9 +122,14 @@ async def drain(worker: Worker) -> None:
     tasks = [j.task for j in worker.running.values() if j.task is not None]
     if tasks:
         worker.log.info("waiting for running jobs to finish", count=len(tasks), grace_secs=grace)
-        _, pending = await asyncio.wait(tasks, timeout=grace)
+        pending = await _finished_within(worker, tasks, grace)
         if pending:
-            worker.log.warning("grace period over; releasing unfinished jobs", count=len(pending))
+            worker.log.warning(
+                "stop forced; releasing unfinished jobs"
+                if worker.hurried.is_set()
+                else "grace period over; releasing unfinished jobs",
+                count=len(pending),
+            )
             for job in list(worker.running.values()):
                 job.stop_reason = job.stop_reason or "shutdown"
                 job.cancel_event.set()

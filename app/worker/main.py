@@ -45,7 +45,9 @@ except ImportError:  # pragma: no cover - uvloop comes with litestar[standard], 
 
 def run_standalone(settings: Settings) -> int:
     """Run one worker until SIGTERM/SIGINT; return the exit code: 0 after a graceful stop, 1 when the
-    worker died or could not serve its metrics. An unreachable database or a schema that is not current
+    worker died or could not serve its metrics, :data:`~app.worker.stuck.EXIT_UNCLEAN` (3) after a stop
+    that a second stop signal forced (the process also ends with 3 when the stop watch gives up on a
+    blocked event loop, and with 1 when the last resort ends it: :mod:`app.worker.stuck`). An unreachable database or a schema that is not current
     raises :class:`~app.db.DatabaseUnavailable` (the command turns it into one ``Error:`` line).
 
     The event loop is uvloop's when it is installed: it roughly halves the worker's per-job overhead in socket I/O and task
@@ -54,7 +56,11 @@ def run_standalone(settings: Settings) -> int:
     STOP.install()  # the command installed it already; run_standalone may be called without it
     configure_logging(settings)
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(_main(settings))
+        code = runner.run(_main(settings))
+    # Past the loop's close, nothing is left that could hang: the last resort's timer (armed by a stop)
+    # must not end a caller that goes on.
+    stuck.LAST_RESORT.disarm()
+    return code
 
 
 async def _main(settings: Settings) -> int:
@@ -86,6 +92,10 @@ async def _main(settings: Settings) -> int:
     except Exception as exc:
         log.error("worker crashed", error=repr(exc))
         code = 1
+    if code == 0 and STOP.count > 1:
+        # A supervisor must see that the stop did not take its course (jobs cut short, not finished).
+        log.warning("the stop was forced by a second stop signal", exit_status=stuck.EXIT_UNCLEAN)
+        code = stuck.EXIT_UNCLEAN
     tasks = await _tasks_left()
     left = await _threads_left(threads)
     if tasks or left:
@@ -164,18 +174,21 @@ def _stopped_before_start() -> bool:
 
 
 def _stop_on_signals(worker: Worker) -> None:
-    """Each stop signal asks the worker to stop; the first also starts the stop watch, which ends the
-    process if a processor blocks the loop past the stop's budget (:mod:`app.worker.stuck`). The
-    handlers are Python's, not the loop's: these run even while a processor blocks the loop. They only
-    post to the loop and set an event: a handler interrupts the main thread anywhere, even inside a lock
-    a log call or a thread's start holds."""
+    """The first stop signal asks the worker to stop and starts the stop watch, which ends the process if
+    a processor blocks the loop past the stop's budget (:mod:`app.worker.stuck`), and its last resort; a
+    second one skips the rest of the grace period (the loop's :meth:`~Worker.hurry`, and the watch's
+    budget ends at once). The handlers are Python's, not the loop's: these run even while a processor
+    blocks the loop. They only post to the loop, set events and arm a timer: a handler interrupts the
+    main thread anywhere, even inside a lock a log call or a thread's start holds."""
     loop = asyncio.get_running_loop()
-    began = stuck.watch_in_thread(worker, loop, then=functools.partial(_exit_now, 0))
+    control = stuck.watch_in_thread(worker, loop, then=functools.partial(_exit_now, stuck.EXIT_UNCLEAN))
 
-    def on_signal(_signum: int) -> None:
+    def on_signal(_signum: int, count: int) -> None:
+        control.begin()
+        if count > 1:
+            control.hurry()
         with contextlib.suppress(RuntimeError):  # the loop closed: the stop is over
-            loop.call_soon_threadsafe(worker.stop)
-        began.set()
+            loop.call_soon_threadsafe(worker.stop if count == 1 else worker.hurry)
 
     STOP.forward(on_signal)
 

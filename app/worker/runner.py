@@ -132,6 +132,8 @@ class Worker:
         """Jobs whose lease we hold: running, plus finished ones whose outcome is not recorded yet."""
         self.tally = Tally()
         self.stopping = False
+        self.hurried = asyncio.Event()
+        """Set by :meth:`hurry`: the stop skips what is left of its grace period."""
         self.stopped = asyncio.Event()
         self.last_beat = time.monotonic()
         """When the worker last wrote its heartbeat (registration, then each lease renewal), monotonic."""
@@ -249,6 +251,18 @@ class Worker:
         self.woken.set()
         self.slot_freed.set()
         return first
+
+    def hurry(self) -> None:
+        """A second stop request (a second SIGTERM or Ctrl+C): stop, skipping what is left of the grace
+        period: running jobs are stopped and released now (idempotent; call it in the worker's loop)."""
+        self.stop()
+        if not self.hurried.is_set():
+            self.hurried.set()
+            self.log.warning(
+                "asked to stop again: skipping the rest of the grace period; running jobs are stopped "
+                "and released now",
+                running=len(self.running),
+            )
 
     async def wait_started(self) -> None:
         """Return once the worker runs (callable from any event loop: the in-app worker has its own)."""

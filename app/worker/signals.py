@@ -31,7 +31,9 @@ class StopSignals:
     def __init__(self) -> None:
         self.received: int | None = None
         """The first stop signal received, if any."""
-        self._target: Callable[[int], None] | None = None
+        self.count = 0
+        """How many stop signals were received (a second one forces the stop)."""
+        self._target: Callable[[int, int], None] | None = None
 
     def install(self) -> None:
         """Catch SIGTERM and SIGINT from now on (only the main thread may; elsewhere, nothing changes)."""
@@ -41,21 +43,24 @@ class StopSignals:
             if signal.getsignal(sig) != self._handle:
                 signal.signal(sig, self._handle)
 
-    def forward(self, target: Callable[[int], None] | None) -> None:
-        """Call ``target(signum)`` for each stop signal from now on, and at once for one received before
-        (a signal just then may call it twice: the worker's stop is idempotent). No lock: the handler
-        runs in the main thread, and would wait for ever for a lock that thread holds."""
+    def forward(self, target: Callable[[int, int], None] | None) -> None:
+        """Call ``target(signum, count)`` for each stop signal from now on (``count``: how many came so
+        far), and at once for those received before (a signal just then may call it twice with the same
+        count: what the worker does for each count is idempotent). No lock: the handler runs in the main
+        thread, and would wait for ever for a lock that thread holds."""
         self._target = target
-        received = self.received
+        received, count = self.received, self.count
         if target is not None and received is not None:
-            target(received)
+            target(received, count)
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         if self.received is None:
             self.received = signum
+        self.count += 1
+        count = self.count
         target = self._target
         if target is not None:
-            target(signum)
+            target(signum, count)
 
 
 STOP = StopSignals()

@@ -4,11 +4,20 @@ A processor that blocks the worker's event loop (``time.sleep`` or a long C call
 holds every step of the graceful stop: the loop cannot cancel the job, record its release or close
 anything until the processor lets go, however long that is. The **stop watch** looks at the loop from
 another thread (:class:`LoopProbe`: a callback posted to it, answered or not); once the stop's budget is
-spent (``WORKER_SHUTDOWN_GRACE_SECS``, the cancel grace, :data:`MARGIN_SECS`) with the loop silent for
-:data:`~app.worker.watchdog.STALL_SECS`, it hands every held job back through the queue from its own
-thread (:func:`hand_back`: ``released`` with its event, as a graceful stop would, the worker's row
-removed), and the caller goes on without the loop: ``jobdesk worker`` exits, the web process's lifespan
-stops waiting for its in-app worker. A loop that answers is never overtaken: its own steps are bounded.
+spent (``WORKER_SHUTDOWN_GRACE_SECS``, the cancel grace, :data:`MARGIN_SECS`; at once after a second stop
+signal) with the loop silent for :data:`~app.worker.watchdog.STALL_SECS`, it settles every held job
+through the queue from its own thread and connection (:func:`hand_back`, each write fenced by the
+attempt): a finished job's outcome still waiting for the completer is recorded as it ended; the jobs
+whose processor is blocking the loop fail this attempt (so a processor that always blocks is retried
+with backoff and fails for good after its attempts, instead of holding every worker that claims it for
+ever); the others (buffered, or running beside the culprit) are released, the attempt not counted. The
+worker's row is removed, and the caller goes on without the loop: ``jobdesk worker`` exits with
+:data:`EXIT_UNCLEAN`, the web process's lifespan stops waiting for its in-app worker. A loop that answers
+is never overtaken: its own steps are bounded.
+
+The stop watch needs the GIL. A processor stuck in a C call that holds it (a catastrophic regular
+expression) stops every thread of Python, the watch's too: :class:`LastResort`, armed when the stop
+begins, ends the process from ``faulthandler``'s own thread, which needs no GIL.
 
 The in-app worker's loop runs ``asyncio.to_thread`` calls in daemon threads (:class:`DaemonThreadPool`):
 a processor stuck in one of them no longer holds the web process's exit (Python joins the threads of
@@ -18,17 +27,24 @@ every :class:`~concurrent.futures.ThreadPoolExecutor` at exit).
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import functools
 import itertools
 import queue as queues
+import sys
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from app.db import create_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db import create_engine, is_transient
 from app.jobs import queue
+from app.jobs.queue import Outcome
 from app.worker.faults import first_line
 from app.worker.watchdog import STALL_SECS
 
@@ -42,6 +58,19 @@ given up on (the last wait for lingering processor tasks is this long)."""
 HAND_BACK_SECS = 5.0
 """The longest the hand-back waits for the database."""
 
+LAST_RESORT_MARGIN_SECS = 5.0
+"""Beyond the stop's budget, a stall's length and the hand-back's time, how long no thread of Python may
+run before :class:`LastResort` ends the process."""
+
+WATCH_TICK_SECS = 0.1
+REARM_SECS = 1.0
+"""How often the stop watch pushes the last resort back (each time starts a thread of faulthandler's)."""
+
+EXIT_UNCLEAN = 3
+"""``jobdesk worker``'s exit status after a stop that was not clean: the stop watch gave up on a blocked
+event loop, or a second stop signal forced the stop (0 is a graceful stop; 1 a worker that died, or
+the :class:`LastResort`)."""
+
 RELEASED_STUCK = "released: the worker shut down while a processor blocked its event loop"
 
 
@@ -54,9 +83,10 @@ def stop_budget(worker: Worker) -> float:
 class LoopProbe:
     """Whether an event loop still runs its callbacks, asked from another thread."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, answered_at: float | None = None) -> None:
+        """``answered_at``: when the loop is known to have last run a callback (default: now)."""
         self.loop = loop
-        self.answered_at = time.monotonic()
+        self.answered_at = time.monotonic() if answered_at is None else answered_at
         self._asked = False
 
     def ask(self) -> None:
@@ -77,50 +107,93 @@ class LoopProbe:
         self._asked = False
 
 
+@dataclass
+class HandBack:
+    """What :func:`hand_back` did: finished jobs whose outcome it recorded, blocking jobs whose attempt it
+    failed, jobs it released, and writes that lost their race (the job was no longer this worker's)."""
+
+    recorded: int = 0
+    failed: int = 0
+    released: int = 0
+    lost: int = 0
+
+
 class StopWatch:
     """A stop that began now: :meth:`stuck` says when its loop is to be given up on."""
 
     def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
         self.worker = worker
-        self.deadline = time.monotonic() + stop_budget(worker)
-        self.probe = LoopProbe(loop)
+        self.began = time.monotonic()
+        self.deadline = self.began + stop_budget(worker)
+        # The loop's last tick is the last time it answered: a loop blocked since before the stop is
+        # given up on as soon as the budget allows, not a stall's length later.
+        self.probe = LoopProbe(loop, answered_at=worker.watchdog.ticked_at)
+        self.forced = False
+
+    def hurry(self) -> None:
+        """A second stop request: the budget ends now (a loop that answers is still not overtaken; it
+        skips the rest of its grace by itself, :meth:`app.worker.runner.Worker.hurry`)."""
+        self.forced = True
+        self.deadline = min(self.deadline, time.monotonic())
 
     def stuck(self) -> bool:
         """Past the budget, with the loop silent for a stall's length (asks the loop again each call)."""
         self.probe.ask()
         return time.monotonic() >= self.deadline and self.probe.silent_secs() >= STALL_SECS
 
-    def give_up(self) -> int:
-        """Hand the worker's jobs back and log why; returns how many were released."""
+    def give_up(self) -> HandBack:
+        """Settle the worker's jobs from this thread (:func:`hand_back`) and log why and how."""
         worker = self.worker
-        stall = worker.watchdog.current
+        blocked_secs = time.monotonic() - worker.watchdog.ticked_at
+        blocking, where = worker.watchdog.culprits()
         try:
-            released = hand_back(worker)
+            done = hand_back(worker, blocking={job.id for job in blocking}, blocked_secs=blocked_secs)
         except Exception as exc:
-            released = 0
+            done = HandBack()
             worker.log.error(
                 "could not hand the jobs back; the sweep will rescue them when their leases end",
                 error=first_line(exc),
             )
         worker.log.error(
-            "the event loop did not stop in time: a processor is blocking it; its jobs are handed back "
-            "and the worker stops without it",
-            waited_secs=round(stop_budget(worker), 1),
-            released=released,
-            jobs=stall.jobs if stall is not None else [],
-            where=stall.where if stall is not None else "",
+            "the event loop did not stop in time: a processor is blocking it; finished jobs' outcomes "
+            "are recorded, the blocking jobs' attempts failed, the other jobs handed back, and the "
+            "worker stops without it",
+            reason="a second stop signal" if self.forced else "the stop's budget ran out",
+            waited_secs=round(time.monotonic() - self.began, 1),
+            blocked_secs=round(blocked_secs, 1),
+            recorded=done.recorded,
+            failed=done.failed,
+            released=done.released,
+            lost=done.lost,
+            jobs=[{"id": job.id_text, "type": str(job.row["type"])} for job in blocking],
+            where=where,
         )
-        return released
+        return done
 
 
-def hand_back(worker: Worker) -> int:
-    """Release every job ``worker`` holds through :func:`app.jobs.queue.finish` (each write fenced by the
-    worker and the attempt, like the completer's) and remove its row, from the calling thread, with an
-    event loop and a connection of its own; returns how many were released."""
-    jobs = worker.held.jobs()
-    outcomes = [job.released(RELEASED_STUCK) for job in jobs]
+def hand_back(worker: Worker, *, blocking: Collection[uuid.UUID] = (), blocked_secs: float = 0.0) -> HandBack:
+    """Settle every job ``worker`` holds through :func:`app.jobs.queue.finish`, from the calling thread,
+    with an event loop and a connection of its own (each write fenced by the worker and the attempt,
+    like the completer's), and remove the worker's row.
 
-    async def write() -> int:
+    A job whose outcome the completer has not recorded yet gets that outcome (it finished: released, it
+    would run again); a job in ``blocking`` (its processor blocks the loop) fails this attempt
+    (:meth:`app.worker.executor.Executor.blocked`, ``blocked_secs`` in its error); the rest are
+    released, the attempt not counted."""
+    finished = dict(worker.completer.unrecorded)  # a copy: the loop's thread may still change it
+    outcomes: list[Outcome] = []
+    kinds: dict[uuid.UUID, str] = {}
+    for job in worker.held.jobs():
+        outcome = finished.get(job.id)
+        if outcome is not None and job.same_attempt(outcome):
+            kinds[job.id] = "recorded"
+        elif job.id in blocking:
+            outcome, kinds[job.id] = worker.executor.blocked(job, blocked_secs), "failed"
+        else:
+            outcome, kinds[job.id] = job.released(RELEASED_STUCK), "released"
+        outcomes.append(outcome)
+
+    async def write() -> set[uuid.UUID]:
         engine = create_engine(
             worker.url,
             pool_size=1,
@@ -128,37 +201,148 @@ def hand_back(worker: Worker) -> int:
             application_name=f"jobdesk-hand-back:{worker.id}"[:63],
         )
         try:
-            async with asyncio.timeout(HAND_BACK_SECS), engine.begin() as conn:
-                report = await queue.finish(conn, worker.id, outcomes, worker.settings)
-                await queue.unregister_worker(conn, worker.id)
-            return len(outcomes) - len(report.lost)
+            async with asyncio.timeout(HAND_BACK_SECS):
+                written = await _finish(engine, worker, outcomes)
+                async with engine.begin() as conn:
+                    await queue.unregister_worker(conn, worker.id)
+            return written
         finally:
             await engine.dispose(close=False)
 
-    return asyncio.run(write())
+    written = asyncio.run(write())
+    done = HandBack()
+    for job_id, kind in kinds.items():
+        kind = kind if job_id in written else "lost"
+        setattr(done, kind, getattr(done, kind) + 1)
+    return done
 
 
-def watch_in_thread(
-    worker: Worker, loop: asyncio.AbstractEventLoop, then: Callable[[], None]
-) -> threading.Event:
-    """Start a daemon thread that, once the returned event is set (the stop began), runs a stop watch:
-    when the loop is stuck, it gives up on it and calls ``then`` (in that thread).
+async def _finish(engine: AsyncEngine, worker: Worker, outcomes: Sequence[Outcome]) -> set[uuid.UUID]:
+    """Record ``outcomes`` in one transaction; when that fails for another reason than the database's
+    absence, each in a transaction of its own, so one that cannot be recorded does not hold back the
+    others (it is left to the sweep). Returns the ids whose write won."""
+    try:
+        async with engine.begin() as conn:
+            return set((await queue.finish(conn, worker.id, outcomes, worker.settings)).status)
+    except Exception as exc:
+        if len(outcomes) < 2 or is_transient(exc):
+            raise
+    written: set[uuid.UUID] = set()
+    for outcome in outcomes:
+        try:
+            async with engine.begin() as conn:
+                written |= set((await queue.finish(conn, worker.id, [outcome], worker.settings)).status)
+        except Exception as exc:
+            worker.log.error("could not record an outcome", job_id=str(outcome.job_id), error=first_line(exc))
+    return written
+
+
+class LastResort:
+    """The end of the process when no thread of Python can run.
+
+    A processor stuck in a C call that holds the GIL (a regular expression that backtracks for hours, a
+    C extension's loop) stops every thread of Python: the stop watch cannot give up on the loop, and the
+    process outlives its stop for ever. ``faulthandler``'s timer runs in a thread of its own that needs
+    no GIL: :meth:`arm` sets it to the time the stop watch would need to give up and hand the jobs back,
+    plus :data:`LAST_RESORT_MARGIN_SECS`, and the stop watch pushes it back on each of its turns while it
+    can run (so a stop whose loop answers, however slow, is never cut short). Once it fires, it writes
+    every thread's stack to standard error ("Timeout (0:00:14)!") and ends the process with status 1;
+    the jobs are left to the rescue sweep, whose leases end.
+
+    The timer is armed in the stop signal's handler, which Python runs only between bytecodes: a C call
+    that already holds the GIL when the signal comes keeps even the handler from running (only a
+    supervisor's SIGKILL ends that process).
+    """
+
+    def __init__(self) -> None:
+        try:
+            # A file descriptor, not a file object: faulthandler then runs no Python code (a file's
+            # fileno() and flush()) and so cannot let another thread in halfway through arming.
+            self.fd = sys.__stderr__.fileno() if sys.__stderr__ is not None else 2
+        except (AttributeError, ValueError, OSError):
+            self.fd = 2
+        self.armed_at: float | None = None
+        self._disarmed = False
+        self._lock = threading.RLock()  # re-entrant: the signal handler may interrupt its own thread
+
+    def arm(self, budget_left: float) -> None:
+        """Fire once ``budget_left`` (of the stop's budget), a stall's length, the hand-back's time and a
+        margin have passed with no thread of Python running (again: the last call counts)."""
+        timeout = max(0.0, budget_left) + STALL_SECS + HAND_BACK_SECS + LAST_RESORT_MARGIN_SECS
+        with self._lock:
+            if not self._disarmed:
+                self.armed_at = time.monotonic()
+                faulthandler.dump_traceback_later(timeout, exit=True, file=self.fd)
+
+    def disarm(self) -> None:
+        """The stop is over and the event loop closed: no more timer."""
+        with self._lock:
+            self._disarmed = True
+            if self.armed_at is not None:
+                faulthandler.cancel_dump_traceback_later()
+
+
+LAST_RESORT = LastResort()
+"""The process's one last resort (faulthandler has one timer per process)."""
+
+
+class StopControl:
+    """The stop watch of a standalone worker, in a daemon thread started with the worker (see
+    :func:`watch_in_thread`): :meth:`begin` when the first stop signal comes, :meth:`hurry` on a second.
+    Both are safe in a signal handler: they set events no other code takes and arm a timer."""
+
+    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop, then: Callable[[], None]) -> None:
+        self.worker = worker
+        self.loop = loop
+        self.then = then
+        self.last_resort = LAST_RESORT
+        self.began = threading.Event()
+        self.hurried = threading.Event()
+
+    def begin(self) -> None:
+        if not self.began.is_set():
+            self.last_resort.arm(stop_budget(self.worker))
+            self.began.set()
+
+    def hurry(self) -> None:
+        self.begin()
+        self.hurried.set()
+
+    def run(self) -> None:
+        """The thread: wait for the stop, keep the last resort ahead while the worker stops, give up
+        on a stuck loop (then call ``then``)."""
+        self.began.wait()
+        watch = StopWatch(self.worker, self.loop)
+        self.worker.log.info(
+            "stop watch started: a processor blocking the event loop past the budget is given up on",
+            budget_secs=round(stop_budget(self.worker), 1),
+        )
+        while not self.worker.stopped.is_set():
+            if self.hurried.is_set() and not watch.forced:
+                watch.hurry()
+            if watch.stuck():
+                self.last_resort.arm(0.0)  # the hand-back's own time, from now
+                watch.give_up()
+                self.then()
+                return
+            armed_at = self.last_resort.armed_at or 0.0
+            if time.monotonic() - armed_at >= REARM_SECS or watch.forced and armed_at < watch.deadline:
+                self.last_resort.arm(watch.deadline - time.monotonic())
+            time.sleep(WATCH_TICK_SECS)
+        # Stopped: the process exits within seconds; the timer, left armed, ends it if it does not.
+
+
+def watch_in_thread(worker: Worker, loop: asyncio.AbstractEventLoop, then: Callable[[], None]) -> StopControl:
+    """Start a daemon thread that, once the returned control's :meth:`~StopControl.begin` is called (the
+    stop began), runs a stop watch: when the loop is stuck, it gives up on it and calls ``then`` (in that
+    thread).
 
     The thread starts now, not when the stop begins: the stop begins in a signal handler, which may
     interrupt the main thread inside ``threading``'s own locks (starting a thread takes one); setting an
     event no other code uses takes none of them."""
-    began = threading.Event()
-
-    def run() -> None:
-        began.wait()
-        watch = StopWatch(worker, loop)
-        while not watch.stuck():
-            time.sleep(0.1)
-        watch.give_up()
-        then()
-
-    threading.Thread(target=run, name=f"{worker.id}:stop-watch", daemon=True).start()
-    return began
+    control = StopControl(worker, loop, then)
+    threading.Thread(target=control.run, name=f"{worker.id}:stop-watch", daemon=True).start()
+    return control
 
 
 class DaemonThreadPool(ThreadPoolExecutor):

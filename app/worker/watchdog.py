@@ -114,6 +114,12 @@ class LoopWatchdog:
 
     def _culprit(self) -> tuple[list[dict[str, str]], str]:
         """The jobs whose processor is on the loop thread's stack, and the innermost line of that stack."""
+        jobs, where = self.culprits()
+        return [{"id": str(job.row["id"]), "type": str(job.row["type"])} for job in jobs], where
+
+    def culprits(self) -> tuple[list[Any], str]:
+        """The running jobs (``job`` of each processor call on the loop thread's stack, innermost first)
+        and the innermost line of that stack: while the loop is blocked, the jobs that block it."""
         frame = sys._current_frames().get(self.thread_id) if self.thread_id is not None else None
         where = _where(frame)
         jobs = []
@@ -121,7 +127,7 @@ class LoopWatchdog:
             if frame.f_code is self.job_frame:
                 job = frame.f_locals.get("job")
                 if job is not None:
-                    jobs.append({"id": str(job.row["id"]), "type": str(job.row["type"])})
+                    jobs.append(job)
             frame = frame.f_back
         return jobs, where
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 import time
 from typing import Any
@@ -226,6 +227,68 @@ async def block(ctx: JobContext[SecondsInput]) -> dict[str, Any]:
     time.sleep(ctx.input.seconds)  # noqa: ASYNC251 - blocks the worker's event loop on purpose
     await _record(ctx)
     return {"blocked_secs": ctx.input.seconds}
+
+
+class BlockAfterInput(Input):
+    seconds: float = Field(1.0, ge=0)
+    after_effects: int = Field(0, ge=0)
+
+
+@processor(
+    "test.block_after",
+    title="Block the loop after others' effects",
+    description="Waits (awaiting) until side_effects has the given number of rows, then blocks the loop.",
+    input=BlockAfterInput,
+    diagnostic=True,
+)
+async def block_after(ctx: JobContext[BlockAfterInput]) -> dict[str, Any]:
+    assert ctx.db is not None
+    while True:
+        async with ctx.db.connect() as conn:
+            count = (await conn.execute(text("SELECT count(*) FROM side_effects"))).scalar_one()
+        if count >= ctx.input.after_effects:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)  # the others' outcomes reach the completer (loop steps, no I/O)
+    time.sleep(ctx.input.seconds)  # noqa: ASYNC251 - blocks the worker's event loop on purpose
+    return {"blocked_secs": ctx.input.seconds}
+
+
+class GilInput(Input):
+    length: int = Field(34, ge=1, le=60)
+
+
+@processor(
+    "test.gil_hold",
+    title="Hold the GIL",
+    description="Blocks the loop until the worker is asked to stop, then holds the GIL in one C call (a regular expression "
+    "that backtracks for 2**length steps): no thread of Python runs until it ends.",
+    input=GilInput,
+    diagnostic=True,
+)
+async def gil_hold(ctx: JobContext[GilInput]) -> dict[str, Any]:
+    from app.worker.signals import STOP
+
+    while STOP.received is None:  # blocking the loop meanwhile: nothing of the stop can run first
+        time.sleep(0.01)  # noqa: ASYNC251 - the stop signal's handler runs in it
+    re.match(r"(a+)+$", "a" * ctx.input.length + "b")
+    return {"matched": True}
+
+
+SLOW_COMPLETER_ENV = "JOBDESK_TEST_SLOW_COMPLETER"
+"""Set in a worker process's environment (seconds), its completer waits that long before each write: the
+outcomes of finished jobs stay unrecorded meanwhile, as behind a slow database."""
+
+if os.environ.get(SLOW_COMPLETER_ENV):
+    from app.worker import completer as _completer
+
+    _write = _completer.Completer.write
+
+    async def _slow_write(self: _completer.Completer, batch: list[Any]) -> Any:
+        await asyncio.sleep(float(os.environ[SLOW_COMPLETER_ENV]))
+        return await _write(self, batch)
+
+    setattr(_completer.Completer, "write", _slow_write)  # noqa: B010  (a test patch of a method)
 
 
 @processor(

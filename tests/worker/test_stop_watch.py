@@ -1,0 +1,237 @@
+"""A stop that cannot take its course: a processor blocks the worker's event loop (or holds the GIL), or
+a second stop signal asks to skip the rest of the grace period. What each job becomes then, the exit
+status, and that the process always ends."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from app.jobs import queue
+from app.jobs.queue import NewJob
+from app.worker.stuck import EXIT_UNCLEAN
+from tests.support import processors as support_processors  # registers the test job types
+from tests.support.workers import ROOT, WorkerProcess, wait_status, wait_until, worker_env
+
+
+async def enqueue_all(engine: Any, settings: Any, owner: Any, *jobs: tuple[str, dict[str, Any]]) -> list[Any]:
+    """Enqueue ``(type, input)`` jobs in one transaction, in this order (their claim order)."""
+    ids = []
+    async with engine.begin() as conn:
+        for job_type, data in jobs:
+            new = NewJob(type=job_type, input_data=data, user_id=owner.id, max_attempts=3)
+            ids.append((await queue.enqueue(conn, new, settings)).job["id"])
+    return ids
+
+
+async def wait_output(worker: WorkerProcess, text: str, timeout: float = 30) -> None:
+    async def seen() -> bool:
+        return text in worker.output()
+
+    await wait_until(seen, timeout=timeout, interval=0.05, what=f"the line {text!r}")
+
+
+async def stop_and_wait(worker: WorkerProcess, timeout: float) -> tuple[int | None, float, str]:
+    """SIGTERM, then wait up to ``timeout`` s: (exit status or None, seconds taken, output)."""
+    worker.terminate()
+    began = time.monotonic()
+    try:
+        code: int | None = await asyncio.to_thread(worker.wait, timeout)
+    except Exception:
+        code = None
+    return code, time.monotonic() - began, worker.output()
+
+
+async def last_event(pg: Any, job: Any) -> tuple[str, str]:
+    row = await pg.fetchrow(
+        "SELECT kind, to_status FROM job_events WHERE job_id = $1 ORDER BY id DESC LIMIT 1", job
+    )
+    return row["kind"], row["to_status"]
+
+
+async def test_a_finished_jobs_outcome_is_recorded_when_the_stop_gives_up_on_a_blocked_loop(
+    make_settings, engine, owner, pg, tmp_path
+) -> None:
+    """A job finished while its outcome waits for the completer (a slow database), then a processor blocks
+    the loop and the worker is stopped: past the stop's budget the stop watch settles the jobs from its
+    own thread. The finished job is recorded as it ended (completed, its result kept, its effect once);
+    it was released with the others, and ran again."""
+    settings = make_settings(worker_shutdown_grace_secs=1, job_cancel_grace_secs=0.5, max_concurrent_jobs=2)
+    done, blocker = await enqueue_all(
+        engine,
+        settings,
+        owner,
+        ("test.effect", {"seconds": 0}),
+        ("test.block_after", {"seconds": 3600, "after_effects": 1}),
+    )
+    worker = WorkerProcess(
+        settings, tmp_path / "worker.log", **{support_processors.SLOW_COMPLETER_ENV: "120"}
+    )
+    try:
+        await wait_output(worker, "event loop blocked")
+        assert (await pg.fetchrow("SELECT status FROM jobs WHERE id = $1", done))["status"] == "in_progress"
+        code, took, output = await stop_and_wait(worker, 20)
+    finally:
+        worker.close()
+    assert code == EXIT_UNCLEAN, output[-3000:]
+    row = await pg.fetchrow("SELECT status, attempts, result_data FROM jobs WHERE id = $1", done)
+    assert (row["status"], row["attempts"]) == ("completed", 1), (dict(row), output[-3000:])
+    assert row["result_data"] == '{"ok": true}'
+    assert await last_event(pg, done) == ("completed", "completed")
+    assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", done) == 1
+    assert '"recorded":1' in output, output[-3000:]
+
+
+async def test_the_job_that_blocks_the_loop_fails_its_attempt_and_a_buffered_job_is_released(
+    make_settings, engine, owner, pg, tmp_path
+) -> None:
+    """SIGTERM while a processor blocks the loop (``time.sleep(3600)`` inside ``async def``), with a
+    second job claimed ahead of the free slot: past the stop's budget, the blocking job's attempt fails
+    ("the worker had to stop while this job blocked its event loop for N s"; retried with backoff, and
+    failed for good after its attempts) and the buffered job is released, its attempt not counted. The
+    blocking job was released too, its attempt not counted: claimed again, it blocked every worker that
+    took it, for ever. The process exits with status 3 (it exited 0: a supervisor saw a clean stop)."""
+    grace = 1.0
+    settings = make_settings(
+        worker_shutdown_grace_secs=grace, job_cancel_grace_secs=0.5, max_concurrent_jobs=1
+    )
+    blocker, buffered = await enqueue_all(
+        engine, settings, owner, ("test.block", {"seconds": 3600}), ("test.effect", {"seconds": 0})
+    )
+    worker = WorkerProcess(settings, tmp_path / "worker.log")
+    try:
+        await wait_output(worker, "event loop blocked")
+        assert (await pg.fetchrow("SELECT status FROM jobs WHERE id = $1", buffered))[
+            "status"
+        ] == "in_progress"
+        code, took, output = await stop_and_wait(worker, 20)
+    finally:
+        worker.close()
+    assert code == EXIT_UNCLEAN, output[-3000:]
+    # the grace, the cancel grace, the watch's margin, the hand-back, and margin for a loaded machine
+    assert took < grace + 0.5 + 1 + 2 + 5, took
+    row = await pg.fetchrow("SELECT status, attempts, error_message FROM jobs WHERE id = $1", blocker)
+    assert (row["status"], row["attempts"]) == ("queued", 1), (dict(row), output[-3000:])
+    assert "the worker had to stop while this job blocked its event loop for" in row["error_message"]
+    assert await last_event(pg, blocker) == ("retry_scheduled", "queued")
+    row = await pg.fetchrow("SELECT status, attempts FROM jobs WHERE id = $1", buffered)
+    assert (row["status"], row["attempts"]) == ("queued", 0)
+    assert await last_event(pg, buffered) == ("released", "queued")
+    assert await pg.fetchval("SELECT count(*) FROM side_effects") == 0
+
+
+@pytest.mark.parametrize("loop", ["answering", "blocked"])
+async def test_a_second_stop_signal_skips_the_rest_of_the_grace(
+    make_settings, engine, owner, pg, tmp_path, loop
+) -> None:
+    """A second SIGTERM during a graceful stop (Ctrl+C twice) skips the rest of the grace period: the
+    running job is stopped and released now (or, when it blocks the loop, its attempt failed at once),
+    and the process exits with status 3. The second signal changed nothing: the stop waited out the
+    whole grace period (here 60 s)."""
+    settings = make_settings(worker_shutdown_grace_secs=60, job_cancel_grace_secs=0.5)
+    if loop == "answering":
+        job_type, data = "test.effect", {"seconds": 3600, "cooperative": False}
+    else:
+        job_type, data = "test.block", {"seconds": 3600}
+    (job,) = await enqueue_all(engine, settings, owner, (job_type, data))
+    worker = WorkerProcess(settings, tmp_path / "worker.log")
+    try:
+        await wait_status(pg, job, {"in_progress"}, timeout=30)
+        if loop == "blocked":
+            await wait_output(worker, "event loop blocked")
+        worker.terminate()
+        await wait_output(worker, "stop watch started")
+        if loop == "answering":
+            await wait_output(worker, "waiting for running jobs to finish")
+        code, took, output = await stop_and_wait(worker, 20)
+    finally:
+        worker.close()
+    assert code == EXIT_UNCLEAN, output[-3000:]
+    assert took < 12, took  # the cancel grace, a stall's length, the hand-back; margin
+    row = await pg.fetchrow("SELECT status, attempts FROM jobs WHERE id = $1", job)
+    if loop == "answering":
+        assert "asked to stop again" in output, output[-3000:]
+        assert (row["status"], row["attempts"]) == ("queued", 0), output[-3000:]
+        assert await last_event(pg, job) == ("released", "queued")
+    else:
+        assert '"reason":"a second stop signal"' in output, output[-3000:]
+        assert (row["status"], row["attempts"]) == ("queued", 1), output[-3000:]
+        assert await last_event(pg, job) == ("retry_scheduled", "queued")
+
+
+async def test_a_processor_holding_the_gil_does_not_keep_the_stopped_process_alive(
+    make_settings, engine, owner, pg, tmp_path
+) -> None:
+    """SIGTERM, then a processor holds the GIL in one C call (a regular expression that backtracks for
+    minutes): no thread of Python runs, the stop watch's neither. The last resort (faulthandler's timer,
+    armed when the stop began, no GIL needed) ends the process with status 1 and every thread's stack;
+    the job's lease runs out and the rescue sweep takes it. The process stayed alive until the match
+    ended."""
+    settings = make_settings(worker_shutdown_grace_secs=0, job_cancel_grace_secs=0)
+    (job,) = await enqueue_all(engine, settings, owner, ("test.gil_hold", {"length": 36}))
+    worker = WorkerProcess(settings, tmp_path / "worker.log")
+    try:
+        await wait_status(pg, job, {"in_progress"}, timeout=30)
+        await wait_output(worker, "job started")
+        # the budget (1 s), a stall, the hand-back's time, the margin: 13 s; and margin for a loaded machine
+        code, took, output = await stop_and_wait(worker, 25)
+    finally:
+        worker.close()
+    assert code == 1, (code, took, output[-3000:])
+    assert "Timeout (0:00:1" in output, output[-3000:]  # faulthandler's line: 12-13 s
+    assert "gil_hold" in output  # the stack names the processor that held it
+    await wait_until(
+        lambda: pg.fetchval("SELECT lease_expires_at < now() FROM jobs WHERE id = $1", job),
+        timeout=10,
+        what="the lease's end",
+    )
+    async with engine.begin() as conn:
+        assert [r["id"] for r in await queue.rescue_expired(conn)] == [job]
+    row = await pg.fetchrow("SELECT status, attempts FROM jobs WHERE id = $1", job)
+    assert (row["status"], row["attempts"]) == ("queued", 1)
+
+
+LAUNCH = """
+import os, runpy, signal, sys
+
+class SignalAtImport:
+    '''SIGTERM to this process when the first heavy module ({module}) is imported.'''
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return None
+
+sys.meta_path.insert(0, SignalAtImport())
+if {how!r} == "script":
+    sys.argv = ["worker.py"]
+    runpy.run_path("worker.py", run_name="__main__")
+else:  # what the `jobdesk` console script does
+    sys.argv = ["jobdesk", "worker"]
+    from app.cli import main
+    sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("how", ["script", "console"])
+def test_a_stop_signal_before_the_commands_imports_is_a_clean_stop(settings, tmp_path, how) -> None:
+    """SIGTERM as ``python worker.py`` or ``jobdesk worker`` imports its first heavy module (click, the
+    command line's): the handlers are installed before it, so the worker stops before it starts, exit 0.
+    It died of the signal (exit -15): the handlers came on the command's first line, after click and the
+    command line were read (about 0.1-0.2 s after the start)."""
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCH.format(module="click", how=how)],
+        env=worker_env(settings),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=30,
+    )
+    output = done.stdout.decode(errors="replace")
+    assert done.returncode == 0, (done.returncode, output[-3000:])
+    assert "worker stopped before it started" in output, output[-3000:]
