@@ -1,4 +1,4 @@
-"""SIGTERM and SIGINT for ``jobdesk worker``, caught from the command's first line.
+"""SIGTERM and SIGINT for ``jobdesk worker``, caught before the command's imports.
 
 The handlers are plain Python signal handlers (:func:`signal.signal`), not the event loop's
 (``loop.add_signal_handler``), for two reasons:
@@ -11,7 +11,11 @@ The handlers are plain Python signal handlers (:func:`signal.signal`), not the e
   these handlers in the main thread between bytecodes (a ``time.sleep`` is interrupted for it), so the
   stop is asked of the loop at once and the stop watch (:mod:`app.worker.stuck`) starts its clock.
 
-This module imports nothing heavy: the command installs it before importing the worker.
+A second signal during the stop forces it (the worker's :meth:`~app.worker.runner.Worker.hurry`).
+
+This module imports nothing heavy: ``worker.py`` and, for ``jobdesk worker``, the top of :mod:`app.cli`
+install it before importing anything else (click alone took a tenth of a second, during which a signal
+killed the process); what is left is the interpreter's own start.
 """
 
 from __future__ import annotations
