@@ -7,8 +7,9 @@ claimed but has not started.
 * **Buffered jobs** (:mod:`app.worker.buffer`) are handed back first: each gets a ``released`` outcome,
   recorded by the completer through :func:`app.jobs.queue.finish` — ``queued`` again, the attempt not
   counted, a ``released`` event — so another worker can run them at once instead of after their lease.
-* **Running jobs** get ``WORKER_SHUTDOWN_GRACE_SECS`` to finish; the rest are cancelled and released the
-  same way (the executor turns a shutdown cancel into a ``released`` outcome).
+* **Running jobs** get ``WORKER_SHUTDOWN_GRACE_SECS`` to finish (cut short by a second stop signal:
+  :meth:`~app.worker.runner.Worker.hurry`); the rest are cancelled and released the same way (the
+  executor turns a shutdown cancel into a ``released`` outcome).
 * Then the worker waits (a while) for the completer to record every outcome; jobs whose outcome could
   not be recorded are left to the rescue sweep.
 """
