@@ -584,6 +584,41 @@ async def test_other_users_get_the_same_not_found_as_an_unknown_id(engine, setti
 # --- rescue -------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("fenced", [True, False], ids=["fenced", "unfenced-negative-control"])
+async def test_a_late_release_of_a_lost_attempt_leaves_the_newer_attempt_running(
+    engine, settings, owner, pg, monkeypatch, fenced
+) -> None:
+    """A release (a stopping worker's hand-back) is fenced by its attempt like a completion: after the
+    rescue, the same worker claimed the job again, and the late release of its first attempt must not
+    hand back the second. Without the attempt in the guard, ``locked_by`` alone matches and it does."""
+    if not fenced:
+        monkeypatch.setattr(
+            queue.outcomes,
+            "RELEASE_MANY",
+            text(
+                queue.RELEASE_MANY.text.replace(
+                    "AND (input.attempt IS NULL OR j.attempts = input.attempt)", ""
+                )
+            ),
+        )
+    job = (await make_job(engine, settings, owner, max_attempts=5))["id"]
+    [first] = await claim(engine, W1)
+    await pg.execute("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", job)
+    async with engine.begin() as conn:
+        await queue.rescue_expired(conn)
+    [second] = await claim(engine, W1)
+    assert second["attempts"] == first["attempts"] + 1
+    late = Outcome(
+        job_id=job, kind="released", message="released: worker shutting down", attempt=first["attempts"]
+    )
+    await finish(engine, settings, [late], worker=W1)
+    db = await job_row(pg, job)
+    if fenced:
+        assert (db["status"], db["attempts"], db["locked_by"]) == ("in_progress", second["attempts"], W1)
+    else:
+        assert db["status"] == "queued"  # the stale release handed back the newer attempt
+
+
 async def test_rescue_requeues_an_expired_lease_counting_the_lost_attempt(
     engine, settings, owner, pg
 ) -> None:

@@ -152,11 +152,15 @@ CANCEL_ACK_MANY = sql(
 
 RELEASE_MANY = sql(
     f"""
-    WITH upd AS (
+    WITH input AS (
+        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[])) AS t(id, attempt)
+    ), upd AS (
         UPDATE jobs j
         SET status = 'queued', attempts = GREATEST(j.attempts - 1, 0), run_at = now(), updated_at = now(),
             locked_by = NULL, lease_expires_at = NULL
-        WHERE j.id = ANY(CAST(:ids AS uuid[])) AND j.status = 'in_progress' AND j.locked_by = :worker
+        FROM input
+        WHERE j.id = input.id AND j.status = 'in_progress' AND j.locked_by = :worker
+          AND (input.attempt IS NULL OR j.attempts = input.attempt)
         RETURNING j.id, j.pipeline_id, j.status
     ), ev AS (
         INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, message)
@@ -242,12 +246,17 @@ async def _acknowledge_cancels(batch: _Batch, cancelled: list[Outcome]) -> None:
 
 
 async def _release(batch: _Batch, released: list[Outcome]) -> bool:
-    """Jobs handed back at shutdown (``queued`` again, the attempt not counted). Returns whether a
-    NOTIFY was sent."""
+    """Jobs handed back at shutdown (``queued`` again, the attempt not counted), each only at the attempt
+    its outcome belongs to: the late release of an attempt whose lease was lost must not hand back a
+    newer attempt of the same job, even one this worker claimed. Returns whether a NOTIFY was sent."""
     if not released:
         return False
     message = released[0].message or "released: worker shutting down"
-    params = {"ids": [o.job_id for o in released], "message": cap_text(message)}
+    params = {
+        "ids": [o.job_id for o in released],
+        "attempts": [o.attempt for o in released],
+        "message": cap_text(message),
+    }
     rows = await batch.write(RELEASE_MANY, params, fast=False)
     return bool(rows)
 
