@@ -15,6 +15,7 @@
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
 
+import hashlib
 import uuid
 from typing import Annotated, Any
 
@@ -27,10 +28,10 @@ from app.actions import access
 from app.actions import batches as batch_actions
 from app.actions.files import store_upload
 from app.auth import requires_user
-from app.errors import BadInput, RateLimited
+from app.errors import BadInput, KeyReused, RateLimited
 from app.jobs.types import file_fields
 from app.processors import ProcessorSpec, registry
-from app.web import DbSession, forms, is_htmx, render
+from app.web import DbSession, forms, is_htmx, render, submit
 from app.web.batch_downloads import csv_chunks, zip_chunks
 from app.web.batch_page import batch_context, batch_state, mapping_view, problems_of
 from app.web.deps import actor_of, file_store, poll_status, sentence, settings_of, unchanged
@@ -49,6 +50,12 @@ def _file_field(spec: ProcessorSpec) -> str | None:
     """The type's one-file field, if it has one: many files dropped there start one job each."""
     single = [name for name, kind in file_fields(spec.input_model).items() if kind == "file"]
     return single[0] if single else None
+
+
+async def _digest(upload: Any) -> tuple[int, str]:
+    data = await upload.read()
+    await upload.seek(0)
+    return len(data), hashlib.sha256(data).hexdigest()
 
 
 def _chosen(form: Any, fields: list[spreadsheets.SheetField], columns: list[str]) -> dict[str, int | None]:
@@ -210,6 +217,8 @@ class BatchesController(Controller):
                     row_numbers=numbers,
                     form_key=ctx["form_key"],
                 )
+        except KeyReused as exc:
+            return self._sent_before(request, ctx, exc)
         except BadInput as exc:
             if "name" in exc.errors:  # the batch's own name, checked (and refused whole) by the action
                 ctx["errors"] = {NAME_FIELD: sentence(exc.errors["name"])}
@@ -241,12 +250,22 @@ class BatchesController(Controller):
             ctx["errors"] = {"files": f"At most {batches.MAX_ROWS:,} files at once."}
             return render(request, "batches/new.html", ctx, status_code=422)
         earlier = await batch_actions.started_with(db_session, actor_of(request), ctx["form_key"])
-        if earlier is not None:  # the form sent again: its files are stored already
-            return Redirect(f"/batches/{earlier['id']}", status_code=303)
+        # The form sent again: a file of the same bytes as one it stored before is that file, not stored
+        # again (the batch action then compares the rows with the earlier batch's).
+        sent_before = {}
+        if earlier is not None:
+            inputs = await batches.inputs_of(db_session, earlier["id"])
+            sent_before = await forms.files_sent_before(
+                await db_session.connection(), request.user.id, inputs
+            )
         try:
             async with db_session.begin_nested():
                 rows = []
                 for upload in uploads:
+                    same = sent_before.get(await _digest(upload)) if sent_before else None
+                    if same is not None:
+                        rows.append({field: str(same["id"])})
+                        continue
                     row, problem, _ = await store_upload(
                         upload,
                         await db_session.connection(),
@@ -268,6 +287,8 @@ class BatchesController(Controller):
                     source="files",
                     form_key=ctx["form_key"],
                 )
+        except KeyReused as exc:
+            return self._sent_before(request, ctx, exc)
         except (BadInput, RateLimited) as exc:
             detail = exc.detail
             if isinstance(exc, BadInput) and exc.errors:
@@ -275,6 +296,14 @@ class BatchesController(Controller):
             ctx["errors"] = {"files": detail}
             return render(request, "batches/new.html", ctx, status_code=exc.status_code)
         return Redirect(f"/batches/{batch['id']}", status_code=303)
+
+    def _sent_before(self, request: Request[Any, Any, Any], ctx: dict[str, Any], exc: KeyReused) -> Template:
+        """The form's key started a batch of other rows: the form again, saying so, with a link to that
+        batch and a new key (sending it again starts a new batch)."""
+        message, ctx["sent_before"] = submit.sent_before(exc)
+        ctx["errors"] = {FORM_ERROR: message}
+        ctx["form_key"] = str(uuid.uuid4())
+        return render(request, "batches/new.html", ctx, status_code=422)
 
     @get("/{batch_id:str}", name="batches.detail")
     async def batch_page(

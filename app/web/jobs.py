@@ -188,7 +188,16 @@ class JobsController(Controller):
         (422; 413 when an upload is above ``UPLOAD_MAX_BYTES``)."""
         user = request.user
         spec = access.page_spec(user, type_name)
-        sub = await submit.read_form(request, db_session, spec.input_model, submit.RUN_AT_CONTROLS)
+        actor = actor_of(request)
+        key = forms.form_key((await request.form()).get(forms.FORM_KEY))
+        earlier = await job_actions.started_with(db_session, actor, key)
+        sub = await submit.read_form(
+            request,
+            db_session,
+            spec.input_model,
+            submit.RUN_AT_CONTROLS,
+            earlier_input=earlier["input_data"] if earlier is not None else None,
+        )
         run_at_raw = _run_at_raw(sub.form, user)
         run_at = submit.parse_run_at(run_at_raw["date"], run_at_raw["time"], run_at_raw["tz"])
         if run_at.error:
@@ -196,8 +205,6 @@ class JobsController(Controller):
         if run_at.note:
             sub.notes.insert(0, f"Run at: {run_at.note}")
         submit.check_schema(sub, spec.input_model)
-        key = forms.form_key(sub.form.get(forms.FORM_KEY))
-        actor = actor_of(request)
         job = await submit.start(
             db_session,
             sub,

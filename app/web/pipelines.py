@@ -147,15 +147,19 @@ class PipelinesController(Controller):
         self, request: Request[Any, Any, Any], db_session: DbSession, name: FromPath[str]
     ) -> Template | Redirect:
         """Validate and start; 303 to the pipeline, or the form again with errors next to the fields. The
-        form sent again (its key repeated) is a 303 to the pipeline it started, before its uploads are
-        stored again."""
+        form sent again as it was (its key repeated; an upload of the same bytes is the file it stored
+        before, not stored again) is a 303 to the pipeline it started; sent again with other values it
+        comes back saying so, with a link to that pipeline and a new key."""
         tpl = pipeline_actions.page_template(request.user, name)
         actor = actor_of(request)
         key = forms.form_key((await request.form()).get(forms.FORM_KEY))
         earlier = await pipeline_actions.started_with(db_session, actor, key)
-        if earlier is not None:
-            return Redirect(f"/pipelines/{earlier['id']}", status_code=303)
-        sub = await submit.read_form(request, db_session, tpl.input_model)
+        sub = await submit.read_form(
+            request,
+            db_session,
+            tpl.input_model,
+            earlier_input=earlier["input_data"] if earlier is not None else None,
+        )
         submit.check_schema(sub, tpl.input_model)
         row = await submit.start(
             db_session,
