@@ -58,12 +58,16 @@ SENT_BEFORE = (
 )
 
 
+PAGES = {"job": "/jobs/", "pipeline": "/pipelines/", "batch": "/batches/"}
+"""Where what a one-time key started is shown, by kind."""
+
+
 def sent_before(exc: KeyReused) -> tuple[str, dict[str, Any]]:
     """A form's one-time key repeated with other values (the back button, then a change): the words above
     the form, and what the notice links (``kind``, ``url`` of what the form started). The form comes back
     with a new key, so sending it again starts a new one — a choice made, not a silent second job."""
     kind = exc.kind
-    return SENT_BEFORE.format(kind=kind), {"kind": kind, "url": f"/{kind}s/{exc.existing_id}"}
+    return SENT_BEFORE.format(kind=kind), {"kind": kind, "url": f"{PAGES[kind]}{exc.existing_id}"}
 
 
 _UNSHOWABLE = re.compile("[\x00\ud800-\udfff]")
