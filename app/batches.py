@@ -332,15 +332,6 @@ async def _same_batch(conn: AsyncConnection, existing: RowMapping, asked: dict[s
     return existing
 
 
-async def inputs_of(db: AsyncConnection | AsyncSession, batch_id: Any) -> list[Any]:
-    """The inputs of a batch's jobs, in row order."""
-    conn = await queue.conn_of(db)
-    rows = await conn.execute(
-        text("SELECT input_data FROM jobs WHERE batch_id = :id ORDER BY id"), {"id": batch_id}
-    )
-    return [r[0] for r in rows.all()]
-
-
 async def by_form_key(db: AsyncConnection | AsyncSession, user_id: int, form_key: str) -> RowMapping | None:
     """The batch ``user_id`` started with the form key ``form_key``, if any."""
     conn = await queue.conn_of(db)

@@ -50,9 +50,15 @@ MAX_PROCESS_FILES = 2000
 _COLUMNS = "id, user_id, job_id, name, content_type, size, sha256, created_at"
 INSERT_FILE = text(
     f"""
-    INSERT INTO files (id, user_id, job_id, name, content_type, size, sha256)
-    VALUES (:id, :user_id, :job_id, :name, :content_type, :size, :sha256)
+    INSERT INTO files (id, user_id, job_id, name, content_type, size, sha256, form_key)
+    VALUES (:id, :user_id, :job_id, :name, :content_type, :size, :sha256, :form_key)
     RETURNING {_COLUMNS}
+    """
+)
+FORM_FILE = text(
+    f"""
+    SELECT {_COLUMNS} FROM files
+    WHERE user_id = :user_id AND form_key = :form_key AND sha256 = :sha256 AND name = :name
     """
 )
 GET_FILE = text(f"SELECT {_COLUMNS} FROM files WHERE id = :id")
@@ -272,9 +278,11 @@ class FileStore:
         content_type: str | None = None,
         job_id: uuid.UUID | None = None,
         move: bool = False,
+        form_key: str | None = None,
     ) -> RowMapping:
         """Store ``data`` (or the file at ``source``) and insert its row in the caller's transaction.
         ``content_type`` is only a hint: the stored type is :func:`derive_type` of the bytes.
+        ``form_key``: the one-time key of the form it was uploaded with (:meth:`stored_with`).
 
         Raises:
             BadInput: neither or both of ``data`` and ``source``.
@@ -299,12 +307,21 @@ class FileStore:
             "content_type": derive_type(head, name, content_type),
             "size": size,
             "sha256": sha,
+            "form_key": form_key,
         }
         try:
             return (await conn.execute(INSERT_FILE, values)).mappings().one()
         except BaseException:
             self._bytes_path(file_id).unlink(missing_ok=True)
             raise
+
+    async def stored_with(
+        self, conn: AsyncConnection, *, user_id: int, form_key: str, sha256: str, name: str
+    ) -> RowMapping | None:
+        """The file ``user_id`` uploaded with the form key ``form_key`` with these bytes and name, if
+        any: the same form sent again is answered with it instead of a second copy."""
+        values = {"user_id": user_id, "form_key": form_key, "sha256": sha256, "name": clean_name(name)}
+        return (await conn.execute(FORM_FILE, values)).mappings().first()
 
     async def get(self, conn: AsyncConnection, file_id: Any, principal: Any | None) -> RowMapping:
         """The file's row, checked against a signed-in ``principal`` (owner or admin; ``None`` = no

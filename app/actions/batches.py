@@ -61,18 +61,6 @@ def check_name(name: Any) -> str:
     return name
 
 
-async def started_with(db: AsyncSession, actor: Actor, form_key: str) -> RowMapping | None:
-    """The batch the person started with ``form_key``, if any: a form sent again (a double click) is
-    answered with it before anything of the repeat is stored (the files of a many-files form: stored
-    first, each repeat stored them again and counted them against the person's storage).
-
-    Looked up under the person's lock (held until the transaction ends, as their uploads and
-    submissions take it), so that a repeat sent while the first is still in flight waits for it and
-    finds its batch."""
-    await quotas.lock_person(db, actor.user)
-    return await batches.by_form_key(db, actor.user.id, form_key)
-
-
 async def submit(
     db: AsyncSession,
     actor: Actor,

@@ -1,15 +1,19 @@
 """A person's upload: one file stored as theirs, within ``UPLOAD_MAX_BYTES`` per file and
 ``USER_MAX_UPLOAD_BYTES`` in all (:mod:`app.actions.quotas`).
 
-Both ways in — ``POST /api/files`` and a file field of a job or pipeline form — store through
-:func:`store_upload`, in the caller's transaction.
+Every way in — ``POST /api/files``, a file field of a job or pipeline form, the batch form's
+spreadsheet and files — stores through :func:`store_upload`, in the caller's transaction. A form's
+upload carries the form's one-time key: the same form sent again (a reload, the back button, a double
+click) with the same file is answered with the file stored the first time, looked up under the person's
+lock before anything is stored or counted, so a repeat neither fills their storage nor is refused at
+their storage limit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -17,21 +21,26 @@ from typing import Any
 from app.actions import quotas
 from app.files import FileStore
 from app.formatting import format_bytes
+from app.quotas import lock as lock_limits
 from app.settings import Settings
 
 
-def _copy_upload(src: Any, directory: Path, limit: int) -> tuple[Path | None, int]:
-    """Copy an upload to a temporary file in ``directory``; ``(None, size)`` when above ``limit``."""
+def _copy_upload(src: Any, directory: Path, limit: int) -> tuple[Path | None, int, str]:
+    """Copy an upload to a temporary file in ``directory``; ``(path, size, sha256)``, or
+    ``(None, size, "")`` when above ``limit``."""
     directory.mkdir(parents=True, exist_ok=True)
     src.seek(0, os.SEEK_END)
     size = src.tell()
     src.seek(0)
     if size > limit:
-        return None, size
+        return None, size, ""
+    digest = hashlib.sha256()
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".upload-")
     with os.fdopen(fd, "wb") as out:
-        shutil.copyfileobj(src, out, 1 << 20)
-    return Path(tmp), size
+        for chunk in iter(lambda: src.read(1 << 20), b""):
+            digest.update(chunk)
+            out.write(chunk)
+    return Path(tmp), size, digest.hexdigest()
 
 
 async def store_upload(
@@ -43,17 +52,20 @@ async def store_upload(
     max_bytes: int,
     person: Any = None,
     settings: Settings | None = None,
+    form_key: str | None = None,
 ) -> tuple[Any | None, str | None, int]:
     """Store one uploaded file (an ``UploadFile``) owned by ``user_id`` in the caller's transaction.
 
     Returns ``(row, None, size)`` on success, or ``(None, message, size)`` when the file is empty or
     larger than ``max_bytes`` (``UPLOAD_MAX_BYTES``; the message names the limit in words). With
-    ``person`` and ``settings``, the person's stored bytes are checked too.
+    ``person`` and ``settings``, the person's stored bytes are checked too. With ``form_key`` (the
+    one-time key of the form the file came with), the file this person stored with that key, name and
+    bytes before is returned instead of a new copy (nothing stored, nothing counted).
 
     Raises:
         RateLimited: 429, the file would take the person above ``USER_MAX_UPLOAD_BYTES``.
     """
-    path, size = await asyncio.to_thread(_copy_upload, upload.file, store.dir, max_bytes)
+    path, size, sha256 = await asyncio.to_thread(_copy_upload, upload.file, store.dir, max_bytes)
     if path is None:
         return (
             None,
@@ -64,6 +76,15 @@ async def store_upload(
         path.unlink(missing_ok=True)
         return None, "This file is empty. Choose a file with something in it.", 0
     try:
+        if form_key is not None:
+            # Under the person's lock (held to the transaction's end, as their uploads take it): a
+            # repeat in flight waits for the first and finds its file.
+            await lock_limits(conn, user_id)
+            earlier = await store.stored_with(
+                conn, user_id=user_id, form_key=form_key, sha256=sha256, name=upload.filename or ""
+            )
+            if earlier is not None:
+                return earlier, None, size
         if person is not None and settings is not None:
             await quotas.check_upload(conn, person, settings, size)
         row = await store.save(
@@ -73,6 +94,7 @@ async def store_upload(
             source=path,
             move=True,
             content_type=getattr(upload, "content_type", None),
+            form_key=form_key,
         )
     finally:
         path.unlink(missing_ok=True)

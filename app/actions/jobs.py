@@ -229,12 +229,6 @@ def _alone(
     return db.bind if isinstance(db.bind, AsyncEngine) else None
 
 
-async def started_with(db: AsyncSession, actor: Actor, form_key: str) -> Mapping[Any, Any] | None:
-    """The job the person started with the job form's key ``form_key``, if any (its input's files are
-    what an upload of the same bytes in the form sent again is taken as)."""
-    return await queue.job_by_key(db, actor.user.id, f"form:{form_key}")
-
-
 async def submit_form(
     db: AsyncSession,
     actor: Actor,

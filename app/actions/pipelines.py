@@ -53,8 +53,9 @@ def may_cancel(person: Any, pipeline: Mapping[str, Any]) -> bool:
 
 async def started_with(db: AsyncSession, actor: Actor, form_key: str) -> RowMapping | None:
     """The pipeline the person started with the template form's key ``form_key``, if any: a form sent
-    again (a double click, the browser sending it again) is answered with it, before anything of the
-    repeat is stored (its uploads) or counted against the person's limits.
+    again as it was (a double click, the browser sending it again) is answered with it before it is
+    counted against the person's limits. (Its uploads were not stored again: the form's key makes
+    :func:`app.actions.files.store_upload` answer with the files the first sending stored.)
 
     Looked up under the person's lock (held until the transaction ends, as their uploads and
     submissions take it), so that a repeat sent while the first is still in flight waits for it and

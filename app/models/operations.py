@@ -121,8 +121,19 @@ class StoredFile(Base):
     size: Mapped[int] = mapped_column(BigInteger, nullable=False)
     sha256: Mapped[str] = mapped_column(Text, nullable=False)
     created_at: Mapped[datetime] = now_column()
+    form_key: Mapped[str | None] = mapped_column(Text)
+    """The one-time key of the form the file was uploaded with: a repeat of the form stores it once."""
     __table_args__ = (
         Index("ix_files_job_id", "job_id", postgresql_where=text("job_id IS NOT NULL")),
+        Index(
+            "uq_files_user_id_form_key",
+            "user_id",
+            "form_key",
+            "sha256",
+            "name",
+            unique=True,
+            postgresql_where=text("form_key IS NOT NULL"),
+        ),
         # Retention deletes uploads that no job took up; this finds them without a scan.
         Index("ix_files_unattached", "created_at", postgresql_where=text("job_id IS NULL")),
     )

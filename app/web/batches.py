@@ -15,7 +15,6 @@
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
 
-import hashlib
 import uuid
 from typing import Annotated, Any
 
@@ -50,12 +49,6 @@ def _file_field(spec: ProcessorSpec) -> str | None:
     """The type's one-file field, if it has one: many files dropped there start one job each."""
     single = [name for name, kind in file_fields(spec.input_model).items() if kind == "file"]
     return single[0] if single else None
-
-
-async def _digest(upload: Any) -> tuple[int, str]:
-    data = await upload.read()
-    await upload.seek(0)
-    return len(data), hashlib.sha256(data).hexdigest()
 
 
 def _chosen(form: Any, fields: list[spreadsheets.SheetField], columns: list[str]) -> dict[str, int | None]:
@@ -158,7 +151,10 @@ class BatchesController(Controller):
             ctx["errors"] = {"file": exc.errors.get("file") or exc.detail}
             return render(request, "batches/new.html", ctx, status_code=422)
         await upload.seek(0)
+        read_key = ctx["form_key"]
         try:
+            # With the form's key: the step sent again (a reload, the back button, a double click)
+            # reads the file stored the first time instead of storing (and counting) it again.
             row, problem, _ = await store_upload(
                 upload,
                 await db_session.connection(),
@@ -167,6 +163,7 @@ class BatchesController(Controller):
                 max_bytes=settings.upload_max_bytes,
                 person=request.user,
                 settings=settings,
+                form_key=read_key,
             )
         except RateLimited as exc:
             row, problem = None, exc.detail
@@ -174,9 +171,10 @@ class BatchesController(Controller):
             ctx["errors"] = {"file": problem or "This file could not be stored."}
             return render(request, "batches/new.html", ctx, status_code=422)
         fields = ctx["fields"]
-        # A new key for each file read: a double click on "start" makes one batch, and the same form
-        # used again with another file (the back button) makes a new one.
-        ctx["form_key"] = str(uuid.uuid4())
+        # A key of its own for each file read, the same for a repeat of the read: a double click on
+        # "start" makes one batch (so does the read sent again, then "start"), and the same form used
+        # again with another file (the back button) makes a new one.
+        ctx["form_key"] = str(uuid.uuid5(uuid.UUID(read_key), str(row["id"])))
         ctx["step"] = mapping_view(
             str(row["id"]), sheet, fields, spreadsheets.match_columns(fields, sheet.columns)
         )
@@ -249,23 +247,13 @@ class BatchesController(Controller):
         if len(uploads) > batches.MAX_ROWS:
             ctx["errors"] = {"files": f"At most {batches.MAX_ROWS:,} files at once."}
             return render(request, "batches/new.html", ctx, status_code=422)
-        earlier = await batch_actions.started_with(db_session, actor_of(request), ctx["form_key"])
-        # The form sent again: a file of the same bytes as one it stored before is that file, not stored
-        # again (the batch action then compares the rows with the earlier batch's).
-        sent_before = {}
-        if earlier is not None:
-            inputs = await batches.inputs_of(db_session, earlier["id"])
-            sent_before = await forms.files_sent_before(
-                await db_session.connection(), request.user.id, inputs
-            )
+        # The form sent again (a double click) is read whole: each file it repeats (same key, name and
+        # bytes) is the file stored the first time (store_upload's form key), so the rows ask for the
+        # same batch and the action answers with it; other files are refused (KeyReused).
         try:
             async with db_session.begin_nested():
                 rows = []
                 for upload in uploads:
-                    same = sent_before.get(await _digest(upload)) if sent_before else None
-                    if same is not None:
-                        rows.append({field: str(same["id"])})
-                        continue
                     row, problem, _ = await store_upload(
                         upload,
                         await db_session.connection(),
@@ -274,6 +262,7 @@ class BatchesController(Controller):
                         max_bytes=settings.upload_max_bytes,
                         person=request.user,
                         settings=settings,
+                        form_key=ctx["form_key"],
                     )
                     if row is None:
                         raise BadInput.field("files", f"{upload.filename}: {problem}")

@@ -49,6 +49,15 @@ async def reads_only(db: AsyncSession) -> None:
         await db.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
 
 
+async def one_snapshot(db: AsyncSession) -> None:
+    """For a page that shows several reads that must agree (a job's or a pipeline's status and its
+    history): ``db``'s statements run in one ``REPEATABLE READ``, read-only transaction, so all of them
+    see the database as it was at the first. Read one by one (each its own snapshot, as ``READ
+    COMMITTED`` and :func:`reads_only` give), a step that changed between the two showed a state the
+    history below it disagreed with. Call it before the first statement."""
+    await db.connection(execution_options={"isolation_level": "REPEATABLE READ", "postgresql_readonly": True})
+
+
 def settings_of(request: Request[Any, Any, Any]) -> Any:
     return request.app.state.settings
 

@@ -34,12 +34,10 @@ from __future__ import annotations
 
 import enum
 import functools
-import hashlib
 import json
 import types
 import typing
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
@@ -49,7 +47,6 @@ from zoneinfo import ZoneInfo
 import annotated_types
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
-from sqlalchemy import text
 
 from app.actions.files import store_upload
 from app.errors import NotFound, RateLimited
@@ -388,22 +385,21 @@ async def parse_form(
     principal: Any,
     max_upload_bytes: int,
     settings: Settings | None = None,
-    sent_before: Mapping[tuple[int, str], Any] | None = None,
+    key: str | None = None,
 ) -> ParsedForm:
     """Turn the submitted form (a ``FormMultiDict``) into schema input, storing uploads.
 
     Empty optional controls are left out, so the schema default applies. Uploads are stored in the
-    caller's transaction, owned by ``principal``; a file kept from an earlier, re-rendered submission
-    (``_keep.<field>``) is reused when it belongs to ``principal`` (admins included: a job may only use
-    its owner's files). ``sent_before``: the files a submission of this form stored before, by size and
-    SHA-256 (:func:`files_sent_before`); an upload of the same bytes is taken as that file, not stored
-    again, so that the form sent twice (a double click) asks for the same job or pipeline both times.
+    caller's transaction, owned by ``principal``, with the form's one-time ``key``: the form sent
+    again with the same file (a reload of a form shown with errors, a double click) reuses the file
+    stored the first time (:func:`app.actions.files.store_upload`). A file kept from an earlier,
+    re-rendered submission (``_keep.<field>``) is reused when it belongs to ``principal`` (admins
+    included: a job may only use its owner's files).
     """
     out = ParsedForm()
     for f in fields:
         if f.kind in ("file", "files"):
-            limits = (max_upload_bytes, settings, sent_before or {})
-            await _parse_files(f, form, out, conn, store, principal, limits)
+            await _parse_files(f, form, out, conn, store, principal, (max_upload_bytes, settings, key))
         elif f.kind == "boolean":
             checked = checkbox(form.get(f.name))
             out.values[f.name] = bool(checked)
@@ -465,20 +461,13 @@ async def _parse_files(
     conn: Any,
     store: FileStore,
     principal: Any,
-    limits: tuple[int, Settings | None, Mapping[tuple[int, str], Any]],
+    limits: tuple[int, Settings | None, str | None],
 ) -> None:
     name = f.name
     infos, gone = await _kept_files(form, name, conn, store, principal)
     problem = KEPT_FILE_GONE if gone else None
-    max_upload_bytes, settings, sent_before = limits
+    max_upload_bytes, settings, key = limits
     for upload in [u for u in form.getall(name, []) if _is_upload(u)]:
-        if sent_before:
-            data = await upload.read()
-            await upload.seek(0)
-            same = sent_before.get((len(data), hashlib.sha256(data).hexdigest()))
-            if same is not None:
-                infos.append(file_info(same))
-                continue
         try:
             stored, problem_here, _ = await store_upload(
                 upload,
@@ -488,6 +477,7 @@ async def _parse_files(
                 max_bytes=max_upload_bytes,
                 person=principal,
                 settings=settings,
+                form_key=key,
             )
         except RateLimited as exc:
             stored, problem_here = None, exc.detail
@@ -495,8 +485,10 @@ async def _parse_files(
             problem = problem or problem_here
             out.too_large = out.too_large or bool(problem_here and "largest" in problem_here)
             continue
-        out.new_files.append(stored["id"])
-        infos.append(file_info(stored))
+        if stored["id"] not in out.new_files:
+            out.new_files.append(stored["id"])
+        if all(i["id"] != str(stored["id"]) for i in infos):
+            infos.append(file_info(stored))
     if f.kind == "file" and len(infos) > 1:
         infos = infos[-1:]  # a new upload replaces the kept one
     out.values[name] = infos
@@ -506,32 +498,3 @@ async def _parse_files(
         out.data[name] = infos[0]["id"] if f.kind == "file" else [i["id"] for i in infos]
     elif f.required:
         out.errors[name] = "Choose a file." if f.kind == "file" else "Choose at least one file."
-
-
-FILES_SENT_BEFORE = text(
-    "SELECT id, name, size, sha256 FROM files WHERE user_id = :user_id AND id = ANY(CAST(:ids AS uuid[]))"
-)
-
-
-def _ids_in(value: Any, out: set[str]) -> set[str]:
-    if isinstance(value, str):
-        try:
-            out.add(str(uuid.UUID(value)))
-        except ValueError:
-            pass
-    elif isinstance(value, dict):
-        for item in value.values():
-            _ids_in(item, out)
-    elif isinstance(value, list):
-        for item in value:
-            _ids_in(item, out)
-    return out
-
-
-async def files_sent_before(conn: Any, user_id: int, earlier_input: Any) -> dict[tuple[int, str], Any]:
-    """The person's files that an earlier submission's input names, by ``(size, sha256)``."""
-    ids = sorted(_ids_in(earlier_input, set()))
-    if not ids:
-        return {}
-    rows = (await conn.execute(FILES_SENT_BEFORE, {"user_id": user_id, "ids": ids})).mappings().all()
-    return {(r["size"], r["sha256"]): r for r in rows}

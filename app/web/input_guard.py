@@ -18,9 +18,12 @@ whose ``errors`` name the field.
 * A JSON body nested deeper than :data:`MAX_JSON_DEPTH` levels. Decoding — and every walk over the
   value after it — recurses once per level, and Python's stack gives out near 1,000 levels.
 
-A form handler that checks its own fields and shows each error next to its field (keeping what was
-typed) opts out of the form check with ``opt={FORM_CHECKED: True}``; its query string and JSON are still
-checked, and a test posts a NUL in every field of every form.
+A form handler that shows each error next to its field (keeping what was typed) opts out of the form
+check with ``opt={FORM_CHECKED: True}``: the guard then refuses nothing of the form's fields and records
+instead what it would have refused — NUL characters, lone surrogates, bytes that are not UTF-8 (which
+the parser would have replaced, so the handler could not see them) — and the handler takes them from
+:func:`form_problems`, the one rule every such form shows beside its fields. Its query string and JSON
+are still checked, and a test posts each kind of unstorable text in every field of every form.
 
 Checks are cheap when nothing is wrong: the query string and the JSON body are scanned as bytes first,
 and a form is parsed once (the CSRF check and the handler reuse the parsed form).
@@ -94,31 +97,38 @@ def _bytes_problem(raw: bytes) -> str | None:
     return None
 
 
-def check_urlencoded(encoded: bytes, *, nul: bool = True) -> None:
-    """A query string or a urlencoded form body, checked as the bytes it decodes to; ``nul=False``
-    leaves NUL characters to a handler that shows them next to their field.
+def urlencoded_problems(encoded: bytes) -> dict[str, str]:
+    """Each parameter of a query string or a urlencoded form body whose name or value, as the bytes it
+    decodes to, holds a NUL, a lone surrogate or bytes that are not UTF-8: its name (as the parser
+    reads it) → the problem."""
+    problems: dict[str, str] = {}
+    if not _NOT_PLAIN_ASCII.search(encoded):
+        return problems
+    for part in encoded.split(b"&"):
+        raw_name, _, raw_value = part.partition(b"=")
+        name = unquote_to_bytes(raw_name.replace(b"+", b" "))
+        value = unquote_to_bytes(raw_value.replace(b"+", b" "))
+        problem = _bytes_problem(name) or _bytes_problem(value)
+        if problem is not None:
+            problems.setdefault(name.decode("utf-8", "replace"), problem)
+    return problems
+
+
+def check_urlencoded(encoded: bytes) -> None:
+    """A query string or a urlencoded form body, checked as the bytes it decodes to.
 
     Raises:
         BadInput: a parameter's name or value holds a NUL, a lone surrogate or bytes that are not UTF-8
         (the error names it).
     """
-    if not _NOT_PLAIN_ASCII.search(encoded):
-        return
-    for part in encoded.split(b"&"):
-        raw_name, _, raw_value = part.partition(b"=")
-        name = unquote_to_bytes(raw_name.replace(b"+", b" "))
-        value = unquote_to_bytes(raw_value.replace(b"+", b" "))
-        if not nul:
-            name, value = name.replace(b"\x00", b""), value.replace(b"\x00", b"")
-        problem = _bytes_problem(name) or _bytes_problem(value)
-        if problem is not None:
-            raise BadInput.field(_field_name(name), problem)
+    for name, problem in urlencoded_problems(encoded).items():
+        raise BadInput.field(_field_name(name), problem)
 
 
-def check_form(items: list[tuple[str, Any]]) -> None:
-    """Raises:
-    BadInput: a field's name, value or uploaded file name holds a NUL or a lone surrogate.
-    """
+def parsed_problems(items: list[tuple[str, Any]]) -> dict[str, str]:
+    """Each parsed form field whose name, value or uploaded file name holds a NUL or a lone surrogate:
+    its name → the problem."""
+    problems: dict[str, str] = {}
     for name, value in items:
         if isinstance(value, UploadFile):
             text = value.filename or ""
@@ -126,7 +136,48 @@ def check_form(items: list[tuple[str, Any]]) -> None:
             text = value if isinstance(value, str) else ""
         problem = text_problem(name) or text_problem(text)
         if problem is not None:
-            raise BadInput.field(_field_name(name), problem)
+            problems.setdefault(name, problem)
+    return problems
+
+
+def check_form(items: list[tuple[str, Any]]) -> None:
+    """Raises:
+    BadInput: a field's name, value or uploaded file name holds a NUL or a lone surrogate.
+    """
+    for name, problem in parsed_problems(items).items():
+        raise BadInput.field(_field_name(name), problem)
+
+
+def form_problems(request: Any) -> dict[str, str]:
+    """The rule every form that shows its own errors (``FORM_CHECKED``) applies to its fields: each
+    field whose text cannot be taken — a NUL character (PostgreSQL cannot store it), a lone surrogate
+    (not text), bytes that are not UTF-8 (which the parser replaced, so the value shown is not what was
+    sent) — by its name as the handler's form has it, with the problem as a sentence to show beside it.
+    Empty when all is well."""
+    found = dict(request.scope.get(_PROBLEMS_KEY) or {})
+    for name, problem in found.items():
+        found[name] = f"{problem[:1].upper()}{problem[1:]}."
+    return found
+
+
+def problems_beside(request: Any, controls: Any, other: str) -> dict[str, str]:
+    """:func:`form_problems` keyed as the form shows its errors: a control's problem under ``controls``'
+    key for it (a mapping name → error key, or a collection of names that are their own keys), any other
+    field's (a hidden one, a name no control has) under ``other``, naming the field."""
+    keys = controls if hasattr(controls, "get") else {c: c for c in controls}
+    errors: dict[str, str] = {}
+    for name, problem in form_problems(request).items():
+        if name in keys:
+            errors.setdefault(keys[name], problem)
+        else:
+            sentence = f"{problem[:1].lower()}{problem[1:]}".removesuffix(".")
+            errors.setdefault(other, f"The form's field {shown_name(name)!r} {sentence}.")
+    return errors
+
+
+def shown_name(name: str) -> str:
+    """A field's name fit to show in a sentence (what cannot be shown replaced, cut to 100 characters)."""
+    return _field_name(name)
 
 
 async def read_form(request: Any) -> Any:
@@ -156,6 +207,10 @@ def json_depth(body: bytes, stop_at: int = MAX_JSON_DEPTH) -> int:
             if deepest > stop_at:
                 break
     return deepest
+
+
+_PROBLEMS_KEY = "jobdesk.form_problems"
+"""Where the guard leaves a ``FORM_CHECKED`` form's problems for :func:`form_problems` (the ASGI scope)."""
 
 
 def _is_json(content_type: str) -> bool:
@@ -189,14 +244,20 @@ class InputGuardMiddleware(ASGIMiddleware):
             if _takes_no_body(scope):
                 refuse_body(await request.body())
             elif content_type in (RequestEncodingType.URL_ENCODED, RequestEncodingType.MULTI_PART):
+                problems: dict[str, str] = {}
                 if content_type == RequestEncodingType.URL_ENCODED:
                     # before parsing: the parser replaces bytes that are not UTF-8, silently
-                    check_urlencoded(await request.body(), nul=not _checks_own_form(scope))
+                    problems = urlencoded_problems(await request.body())
                 # Parsed here even for a handler that checks its own fields, so that it never meets a
                 # form that cannot be read.
                 form = await read_form(request)
-                if not _checks_own_form(scope):
-                    check_form(list(form.multi_items()))
+                for name, problem in parsed_problems(list(form.multi_items())).items():
+                    problems.setdefault(name, problem)
+                if _checks_own_form(scope):
+                    scope[_PROBLEMS_KEY] = problems  # type: ignore[literal-required]
+                else:
+                    for name, problem in problems.items():
+                        raise BadInput.field(_field_name(name), problem)
             elif _is_json(content_type) and json_depth(await request.body()) > MAX_JSON_DEPTH:
                 raise BadInput.field("body", DEPTH_MESSAGE)
         await next_app(scope, receive, send)

@@ -38,6 +38,7 @@ from app.web.deps import (
     actor_of,
     cell_response,
     file_store,
+    one_snapshot,
     perform_from_page,
     poll_status,
     reads_only,
@@ -188,16 +189,7 @@ class JobsController(Controller):
         (422; 413 when an upload is above ``UPLOAD_MAX_BYTES``)."""
         user = request.user
         spec = access.page_spec(user, type_name)
-        actor = actor_of(request)
-        key = forms.form_key((await request.form()).get(forms.FORM_KEY))
-        earlier = await job_actions.started_with(db_session, actor, key)
-        sub = await submit.read_form(
-            request,
-            db_session,
-            spec.input_model,
-            submit.RUN_AT_CONTROLS,
-            earlier_input=earlier["input_data"] if earlier is not None else None,
-        )
+        sub = await submit.read_form(request, db_session, spec.input_model, submit.RUN_AT_CONTROLS)
         run_at_raw = _run_at_raw(sub.form, user)
         run_at = submit.parse_run_at(run_at_raw["date"], run_at_raw["time"], run_at_raw["tz"])
         if run_at.error:
@@ -205,6 +197,8 @@ class JobsController(Controller):
         if run_at.note:
             sub.notes.insert(0, f"Run at: {run_at.note}")
         submit.check_schema(sub, spec.input_model)
+        key = sub.key
+        actor = actor_of(request)
         job = await submit.start(
             db_session,
             sub,
@@ -228,8 +222,8 @@ class JobsController(Controller):
         db_session: DbSession,
         job_id: FromPath[str],
     ) -> Template:
-        """The job page (htmx: just its status part)."""
-        await reads_only(db_session)
+        """The job page (htmx: just its status part): its status, input and history from one snapshot."""
+        await one_snapshot(db_session)
         ctx = await page_context(db_session, job_id, request.user, files=file_store(request))
         return render(request, "jobs/detail.html", ctx, fragment="jobs/_status.html")
 
@@ -254,6 +248,10 @@ class JobsController(Controller):
         if quiet is not None and is_htmx(request) and not (job_log.has_news(row, log) or bell_news):
             return quiet
         async with AsyncSession(request.app.state.engine) as db:
+            # the status shown and the history below it from one snapshot: the poll's row is read again
+            # in it (a retry between the poll's read and the history's showed a history ahead of it)
+            await one_snapshot(db)
+            row = await load_status_row(db, row["id"], user)
             if not is_htmx(request):
                 ctx = await page_context(db, row["id"], user, files=file_store(request))
                 return render(request, "jobs/detail.html", ctx)

@@ -32,6 +32,7 @@ from app.web.deps import (
     cell_response,
     file_store,
     keep_refusal,
+    one_snapshot,
     parse_uuid,
     poll_status,
     settings_of,
@@ -147,19 +148,14 @@ class PipelinesController(Controller):
         self, request: Request[Any, Any, Any], db_session: DbSession, name: FromPath[str]
     ) -> Template | Redirect:
         """Validate and start; 303 to the pipeline, or the form again with errors next to the fields. The
-        form sent again as it was (its key repeated; an upload of the same bytes is the file it stored
-        before, not stored again) is a 303 to the pipeline it started; sent again with other values it
-        comes back saying so, with a link to that pipeline and a new key."""
+        form is read whole even when its key was sent before: an upload it repeats (same key, name and
+        bytes) is the file stored the first time (:func:`app.actions.files.store_upload`), so the form
+        sent again as it was asks for the same pipeline and is a 303 to it; sent again with other values
+        it comes back saying so, with a link to that pipeline and a new key (the action compares)."""
         tpl = pipeline_actions.page_template(request.user, name)
         actor = actor_of(request)
-        key = forms.form_key((await request.form()).get(forms.FORM_KEY))
-        earlier = await pipeline_actions.started_with(db_session, actor, key)
-        sub = await submit.read_form(
-            request,
-            db_session,
-            tpl.input_model,
-            earlier_input=earlier["input_data"] if earlier is not None else None,
-        )
+        sub = await submit.read_form(request, db_session, tpl.input_model)
+        key = sub.key
         submit.check_schema(sub, tpl.input_model)
         row = await submit.start(
             db_session,
@@ -184,7 +180,8 @@ class PipelinesController(Controller):
         db_session: DbSession,
         pipeline_id: FromPath[str],
     ) -> Template:
-        """The pipeline page (htmx: its status part)."""
+        """The pipeline page (htmx: its status part): its steps and history from one snapshot."""
+        await one_snapshot(db_session)
         ctx = await pipeline_page_context(db_session, pipeline_id, request.user)
         return render(request, "pipelines/detail.html", ctx, fragment="pipelines/_status.html")
 
@@ -198,8 +195,10 @@ class PipelinesController(Controller):
         bell: Annotated[int | None, QueryParameter(ge=0, le=2**62)] = None,
     ) -> Template | Response[Any]:
         """The polled fragment: 204 while unchanged; 286 with the final state once finished; the bell
-        out of band when the viewer's unread count is no longer ``bell``."""
+        out of band when the viewer's unread count is no longer ``bell``. Steps, outputs and history
+        from one snapshot."""
         user = request.user
+        await one_snapshot(db_session)
         if not is_htmx(request):
             ctx = await pipeline_page_context(db_session, pipeline_id, user)
             return render(request, "pipelines/detail.html", ctx)

@@ -26,7 +26,7 @@ from app.web import flash, forms, render, zone
 from app.web.deps import file_store, settings_of
 from app.web.form_values import datetime_notes
 from app.web.form_values import parse_run_at as parse_run_at
-from app.web.input_guard import text_problem
+from app.web.input_guard import form_problems, shown_name
 
 STEP_PROBLEMS_MAX = 500
 """Characters of the steps' problems shown above a pipeline form."""
@@ -46,6 +46,8 @@ class Submission:
     limited: bool = False
     retry_after: dict[str, str] = field(default_factory=dict)
     """The ``Retry-After`` header of a per-person limit's refusal (the form's 429 carries it as the API's does)."""
+    key: str = ""
+    """The form's one-time key (:data:`app.web.forms.FORM_KEY`; a new one when it sent none)."""
     notes: list[str] = field(default_factory=list)
     """What the page the form lands on says about how a value was read (a time that happens twice)."""
     sent_before: dict[str, Any] | None = None
@@ -70,7 +72,6 @@ def sent_before(exc: KeyReused) -> tuple[str, dict[str, Any]]:
     return SENT_BEFORE.format(kind=kind), {"kind": kind, "url": f"{PAGES[kind]}{exc.existing_id}"}
 
 
-_UNSHOWABLE = re.compile("[\x00\ud800-\udfff]")
 OWN_CONTROLS = {forms.TITLE: forms.TITLE}
 """The controls every job and pipeline form has besides its fields, each to its error's key."""
 RUN_AT_CONTROLS = {
@@ -82,26 +83,25 @@ RUN_AT_CONTROLS = {
 """The job form's own controls: its name and "Run later"."""
 
 
-def text_errors(fields: list[forms.FormField], form: Any, controls: Mapping[str, str]) -> dict[str, str]:
-    """Each control whose text cannot be taken (a NUL character or a lone surrogate: PostgreSQL cannot
-    store the one, and the other is not text), with the problem next to it: a field (and the files
-    kept for it), one of ``controls`` (name → error key), or the form as a whole for any other name.
-    The form's route opts out of the input guard's check (``FORM_CHECKED``) so that the form comes back
-    with what was typed instead of a bare 422; an upload's file name is cleaned when it is stored."""
+def text_errors(
+    fields: list[forms.FormField], problems: Mapping[str, str], controls: Mapping[str, str]
+) -> dict[str, str]:
+    """The form's unstorable text (:func:`app.web.input_guard.form_problems`: a NUL, a lone surrogate,
+    bytes that are not UTF-8) placed next to its control: a field (and the files kept for it), one of
+    ``controls`` (name → error key), or the form as a whole for any other name. The form's route opts
+    out of the input guard's refusal (``FORM_CHECKED``) so that the form comes back with what was
+    typed instead of a bare 422; an upload's file name is cleaned when it is stored."""
     names = {f.name for f in fields}
     errors: dict[str, str] = {}
-    for name, value in form.multi_items():
-        problem = text_problem(name) or (text_problem(value) if isinstance(value, str) else None)
-        if problem is None:
-            continue
+    for name, problem in problems.items():
         kept = name.removeprefix(f"{forms.KEEP}.")
         if name in names or (name != kept and kept in names):
-            errors.setdefault(kept, f"{problem[:1].upper()}{problem[1:]}.")
+            errors.setdefault(kept, problem)
         elif name in controls:
-            errors.setdefault(controls[name], f"{problem[:1].upper()}{problem[1:]}.")
+            errors.setdefault(controls[name], problem)
         else:
-            shown = _UNSHOWABLE.sub("\ufffd", name)[:100]
-            errors.setdefault(forms.FORM_ERROR, f"The form's field {shown!r} {problem}.")
+            sentence = f"{problem[:1].lower()}{problem[1:]}".removesuffix(".")
+            errors.setdefault(forms.FORM_ERROR, f"The form's field {shown_name(name)!r} {sentence}.")
     return errors
 
 
@@ -110,34 +110,32 @@ async def read_form(
     db: AsyncSession,
     model: type[BaseModel],
     controls: Mapping[str, str] = OWN_CONTROLS,
-    earlier_input: Any = None,
+    key: str | None = None,
 ) -> Submission:
-    """Parse the posted form for ``model`` (uploads are stored as the signed-in user's files). Text
-    that cannot be taken is an error next to its control (:func:`text_errors`; ``controls``: the form's
-    own controls besides the fields), shown before any other of that control. ``earlier_input``: the
-    input of what this form's key started before, whose files an upload of the same bytes is taken as
-    (:func:`app.web.forms.files_sent_before`)."""
+    """Parse the posted form for ``model`` (uploads are stored as the signed-in user's files, once per
+    form ``key``: the form's own key when not given). Text that cannot be taken is an error next to
+    its control (:func:`text_errors`; ``controls``: the form's own controls besides the fields), shown
+    before any other of that control."""
     user, settings = request.user, settings_of(request)
     fields = forms.form_fields(model)
     form = await request.form()
-    refused = text_errors(fields, form, controls)
-    conn = await db.connection()
-    sent_before = await forms.files_sent_before(conn, user.id, earlier_input) if earlier_input else None
+    key = key or forms.form_key(form.get(forms.FORM_KEY))
+    refused = text_errors(fields, form_problems(request), controls)
     parsed = await forms.parse_form(
         fields,
         form,
         tz=zone(user.timezone),
-        conn=conn,
+        conn=await db.connection(),
         store=file_store(request),
         principal=user,
         max_upload_bytes=settings.upload_max_bytes,
         settings=settings,
-        sent_before=sent_before,
+        key=key,
     )
     title = str(form.get(forms.TITLE) or "").strip()
     notes = datetime_notes(fields, form, zone(user.timezone))
     errors = {**parsed.errors, **refused}
-    return Submission(fields, form, parsed, errors, title, parsed.too_large, notes=notes)
+    return Submission(fields, form, parsed, errors, title, parsed.too_large, key=key, notes=notes)
 
 
 def check_schema(sub: Submission, model: type[BaseModel]) -> None:

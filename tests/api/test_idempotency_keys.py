@@ -216,6 +216,51 @@ async def test_the_batch_form_sent_again_is_the_same_batch_and_with_other_rows_c
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 2
 
 
+async def test_a_form_with_files_sent_again_names_the_files_it_stored_and_other_files_are_refused(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """The pipeline form and the batch form with files: read whole when sent again (the files it repeats
+    are the ones the first sending stored, by the form's key: ``store_upload``), so a double click asks
+    for the same pipeline or batch and is answered with it; other bytes under the same key are a
+    different request and come back with the notice."""
+    await sign_in_as(client, db_url, "ann@example.com")
+    page = await client.get("/pipelines/new/csv_report_review")
+    form = {"_csrf_token": csrf_from(page.text), "_form_key": _form_key(page.text)}
+    sheet = {"file": ("rows.csv", b"a,b\n1,2\n", "text/csv")}
+    answers = [
+        await client.post("/pipelines/new/csv_report_review", data=form, files=sheet, follow_redirects=False)
+        for _ in range(2)
+    ]
+    assert [a.status_code for a in answers] == [303, 303], answers[1].text[-500:]
+    assert answers[0].headers["location"] == answers[1].headers["location"]
+    assert await pg.fetchval("SELECT count(*) FROM files") == 1
+    other = {"file": ("rows.csv", b"a,b\n3,4\n", "text/csv")}
+    changed = await client.post(
+        "/pipelines/new/csv_report_review", data=form, files=other, follow_redirects=False
+    )
+    assert changed.status_code == 422
+    assert f'<a href="{answers[0].headers["location"]}">a pipeline</a>' in changed.text
+    assert await pg.fetchval("SELECT count(*) FROM pipelines") == 1
+
+    stored = await pg.fetchval("SELECT count(*) FROM files")  # the refused form's file is kept for it
+    page = await client.get("/batches/new/report.csv_check")
+    form = {"_csrf_token": csrf_from(page.text), "_form_key": _form_key(page.text)}
+    files = [("files", (f"t{i}.csv", f"a,b\n{i},2\n".encode(), "text/csv")) for i in range(2)]
+    answers = [
+        await client.post("/batches/new/report.csv_check", data=form, files=files, follow_redirects=False)
+        for _ in range(2)
+    ]
+    assert [a.status_code for a in answers] == [303, 303], answers[1].text[-500:]
+    assert answers[0].headers["location"] == answers[1].headers["location"]
+    assert await pg.fetchval("SELECT count(*) FROM files") == stored + 2
+    changed = await client.post(
+        "/batches/new/report.csv_check", data=form, files=files[:1], follow_redirects=False
+    )
+    assert changed.status_code == 422
+    assert f'<a href="{answers[0].headers["location"]}">a batch</a>' in changed.text
+    assert await pg.fetchval("SELECT count(*) FROM batches") == 1
+
+
 async def test_concurrent_first_requests_with_one_key_and_different_contents_make_one_job(
     engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection
 ) -> None:

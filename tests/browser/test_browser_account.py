@@ -19,7 +19,7 @@ import pytest
 from playwright.sync_api import expect
 
 from app.db import asyncpg_dsn
-from tests.support.browser import BROWSER_MARKS, Watch, answer_confirm, no_horizontal_scroll
+from tests.support.browser import BROWSER_MARKS, Watch, answer_confirm, no_horizontal_scroll, sign_in
 from tests.support.webkit import PASSWORD, add_user, running_server
 
 pytestmark = BROWSER_MARKS
@@ -48,14 +48,6 @@ def _context(browser: Any, width: int) -> Any:
     return context
 
 
-def _sign_in(page: Any, base: str, email: str, password: str = PASSWORD) -> None:
-    page.goto(base + "/login")
-    page.fill("#email", email)
-    page.fill("#password", password)
-    page.click("button[type=submit]")
-    page.wait_for_load_state()
-
-
 @pytest.fixture
 def server(db_url: str, tmp_path: Path) -> Iterator[str]:
     asyncio.run(add_user(db_url, "ann@example.com"))
@@ -74,8 +66,7 @@ def test_account_page_flows_in_copenhagen(
         watch = Watch(page)
 
         # the first sign-in stores the browser's zone; times on the pages carry its abbreviation
-        _sign_in(page, base, "ann@example.com")
-        page.wait_for_url(base + "/")
+        sign_in(page, base, "ann@example.com")
         assert _fetch(db_url, "SELECT timezone FROM users WHERE email = 'ann@example.com'") == ZONE
         page.click("#account-link")
         page.wait_for_url(base + "/account")
@@ -128,7 +119,7 @@ def test_account_page_flows_in_copenhagen(
         # on a phone: the same page, nothing scrolls sideways; it is another browser of ann's
         phone = _context(browser, 390)
         other = phone.new_page()
-        _sign_in(other, base, "ann@example.com")
+        sign_in(other, base, "ann@example.com")
         other.goto(base + "/account")
         assert no_horizontal_scroll(other)
         # the address in the top bar is whole: it lost its last letters, with no "…", at 390 px
@@ -156,7 +147,7 @@ def test_account_page_flows_in_copenhagen(
         admin = desk.browser.new_context(viewport={"width": 1280, "height": 900}, timezone_id=ZONE)
         admin_page = admin.new_page()
         Watch(admin_page)
-        _sign_in(admin_page, base, "root@example.com")
+        sign_in(admin_page, base, "root@example.com")
         admin_page.goto(base + "/admin/users")
         ann_id = _fetch(db_url, "SELECT id FROM users WHERE email = 'ann@example.com'")
         assert "last signed in" in admin_page.inner_text(f"#last-sign-in-{ann_id}")
@@ -166,8 +157,7 @@ def test_account_page_flows_in_copenhagen(
         one_time = admin_page.inner_text("#secret-value").strip()
         page.goto(base + "/jobs")
         assert page.url.startswith(base + "/login")  # the reset signed ann out
-        _sign_in(other, base, "ann@example.com", one_time)
-        other.wait_for_url(base + "/account#password")
+        sign_in(other, base, "ann@example.com", one_time, lands="/account#password")
         assert other.locator("#must-change").is_visible()
         other.goto(base + "/")
         assert other.url == base + "/account#password"

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.browser import BROWSER_MARKS, XSS, Watch, answer_confirm, no_horizontal_scroll
-from tests.support.webkit import FORMS_ENV, PASSWORD, add_user, running_server
+from tests.support.browser import BROWSER_MARKS, XSS, Watch, answer_confirm, no_horizontal_scroll, sign_in
+from tests.support.webkit import FORMS_ENV, add_user, running_server
 
 pytestmark = BROWSER_MARKS
 
@@ -29,11 +29,7 @@ def test_admin_console_walk_forms_and_no_script_runs(server: str, browser: Any, 
     base = server
     page = browser.new_page(viewport={"width": 1200, "height": 900})
     watch = Watch(page)
-    page.goto(base + "/login")
-    page.fill("#email", "root@example.com")
-    page.fill("#password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(base + "/")
+    sign_in(page, base, "root@example.com")
 
     # users: an XSS email is a form error shown as text; then a real user with a generated password
     page.goto(base + "/admin/users")

@@ -24,8 +24,8 @@ from playwright.sync_api import expect
 
 from app.db import asyncpg_dsn
 from app.jobs.queue import new_id
-from tests.support.browser import BROWSER_MARKS, Watch, answer_confirm, no_horizontal_scroll
-from tests.support.webkit import PASSWORD, add_token, add_user, running_server
+from tests.support.browser import BROWSER_MARKS, Watch, answer_confirm, no_horizontal_scroll, sign_in
+from tests.support.webkit import add_token, add_user, running_server
 
 pytestmark = BROWSER_MARKS
 
@@ -131,14 +131,6 @@ def console(db_url: str, tmp_path: Path) -> Iterator[tuple[str, dict[str, Any]]]
         yield base, data
 
 
-def _sign_in(page: Any, base: str) -> None:
-    page.goto(base + "/login")
-    page.fill("#email", "root@example.com")
-    page.fill("#password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(base + "/")
-
-
 def _status(db_url: str, job_id: str) -> str:
     async def read() -> str:
         conn = await asyncpg.connect(asyncpg_dsn(db_url))
@@ -164,7 +156,7 @@ def test_admin_jobs_reads_at_a_glance_with_dialogs_and_flash(
     base, data = console
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     watch = Watch(page)
-    _sign_in(page, base)
+    sign_in(page, base, "root@example.com")
     page.goto(base + "/admin")
     page.click("#range-24h")  # the chart's range, swapped in place
     page.wait_for_selector("#range-24h[aria-current]")
@@ -260,7 +252,7 @@ def test_admin_jobs_reads_at_a_glance_with_dialogs_and_flash(
 
     phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
     phone_watch = Watch(phone)
-    _sign_in(phone, base)
+    sign_in(phone, base, "root@example.com")
     phone.goto(base + "/admin/jobs")
     phone.wait_for_selector("#count-queued")
     assert no_horizontal_scroll(phone)

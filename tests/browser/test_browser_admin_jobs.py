@@ -18,8 +18,8 @@ from playwright.sync_api import expect
 
 from app.db import asyncpg_dsn
 from app.jobs.queue import new_id
-from tests.support.browser import BROWSER_MARKS, XSS, Watch, answer_confirm, no_horizontal_scroll
-from tests.support.webkit import PASSWORD, add_user, running_server
+from tests.support.browser import BROWSER_MARKS, XSS, Watch, answer_confirm, no_horizontal_scroll, sign_in
+from tests.support.webkit import add_user, running_server
 
 pytestmark = BROWSER_MARKS
 
@@ -61,14 +61,6 @@ def seeded_server(db_url: str, tmp_path: Path) -> Iterator[tuple[str, dict[str, 
         yield base, data
 
 
-def _sign_in(page: Any, base: str) -> None:
-    page.goto(base + "/login")
-    page.fill("#email", "root@example.com")
-    page.fill("#password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(base + "/")
-
-
 async def _read_statuses(db_url: str) -> dict[Any, str]:
     conn = await asyncpg.connect(asyncpg_dsn(db_url))
     try:
@@ -89,7 +81,7 @@ def test_bulk_cancel_from_the_admin_list_and_no_stored_xss_runs(
     base, data = seeded_server
     page = browser.new_page(viewport={"width": 1200, "height": 900})
     watch = Watch(page)
-    _sign_in(page, base)
+    sign_in(page, base, "root@example.com")
     page.goto(base + "/admin/jobs")
     page.wait_for_selector("#count-queued")  # the counts strip arrived by htmx
     assert page.locator("#count-queued .count-n").inner_text() == "3"
@@ -138,7 +130,7 @@ def test_bulk_cancel_from_the_admin_list_and_no_stored_xss_runs(
 
     phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
     phone_watch = Watch(phone)
-    _sign_in(phone, base)
+    sign_in(phone, base, "root@example.com")
     for path, name in (("/admin/jobs", "admin-jobs-phone.png"), ("/admin/failed", "admin-failed-phone.png")):
         phone.goto(base + path)
         if path == "/admin/jobs":

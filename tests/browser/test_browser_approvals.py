@@ -18,8 +18,8 @@ import pytest
 
 from app.db import asyncpg_dsn
 from app.jobs.queue import new_id
-from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll
-from tests.support.webkit import PASSWORD, add_user, running_server
+from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll, sign_in
+from tests.support.webkit import add_user, running_server
 
 pytestmark = BROWSER_MARKS
 
@@ -65,14 +65,6 @@ def seeded_server(db_url: str, tmp_path: Path) -> Iterator[tuple[str, dict[str, 
         yield base, data
 
 
-def _sign_in(page: Any, base: str, email: str) -> None:
-    page.goto(base + "/login")
-    page.fill("#email", email)
-    page.fill("#password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(base + "/")
-
-
 async def _read(db_url: str) -> dict[Any, str]:
     conn = await asyncpg.connect(asyncpg_dsn(db_url))
     try:
@@ -93,7 +85,7 @@ def test_the_inbox_lists_oldest_first_and_a_decision_takes_the_row_away(
     old, middle, new = data["oldest_first"]
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     watch = Watch(page)
-    _sign_in(page, base, "root@example.com")
+    sign_in(page, base, "root@example.com")
     page.goto(base + "/admin")
     assert "3 waiting for approval" in page.locator("#waiting-approval").inner_text()
     page.click("#waiting-approval a")
@@ -111,7 +103,7 @@ def test_the_inbox_lists_oldest_first_and_a_decision_takes_the_row_away(
 
     phone = browser.new_page(viewport={"width": 390, "height": 844})
     phone_watch = Watch(phone)
-    _sign_in(phone, base, "root@example.com")
+    sign_in(phone, base, "root@example.com")
     phone.goto(base + "/admin/approvals")
     assert phone.locator("article.approval-row").count() == 2
     assert no_horizontal_scroll(phone)
@@ -124,7 +116,7 @@ def test_the_inbox_lists_oldest_first_and_a_decision_takes_the_row_away(
     # a named approver who is not an admin, from their own list on a phone
     ann = browser.new_page(viewport={"width": 390, "height": 844})
     ann_watch = Watch(ann)
-    _sign_in(ann, base, "ann@example.com")
+    sign_in(ann, base, "ann@example.com")
     ann.goto(base + "/approvals")
     assert ann.locator("article.approval-row").count() == 1
     assert no_horizontal_scroll(ann)

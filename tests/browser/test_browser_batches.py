@@ -22,8 +22,8 @@ import pytest
 from playwright.sync_api import expect
 
 from app.db import asyncpg_dsn
-from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll
-from tests.support.webkit import PASSWORD, add_user, running_server
+from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll, sign_in
+from tests.support.webkit import add_user, running_server
 
 pytestmark = BROWSER_MARKS
 
@@ -66,11 +66,7 @@ def test_a_spreadsheet_becomes_a_batch_that_runs_to_done(
     base = server
     page = browser.new_page(viewport={"width": 1280, "height": 900}, accept_downloads=True)
     watch = Watch(page)
-    page.goto(base + "/login")
-    page.fill("#email", "ann@example.com")
-    page.fill("#password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(base + "/")
+    sign_in(page, base, "ann@example.com")
 
     page.goto(base + "/jobs/new/http.request")
     page.click("#run-for-each-row")

@@ -20,9 +20,16 @@ from typing import Any
 
 import pytest
 
-from tests.support.browser import BROWSER_MARKS, Watch, answer_confirm, no_horizontal_scroll, wait_until
+from tests.support.browser import (
+    BROWSER_MARKS,
+    Watch,
+    answer_confirm,
+    no_horizontal_scroll,
+    sign_in,
+    wait_until,
+)
 from tests.support.procs import EXAMPLES
-from tests.support.webkit import FORMS_ENV, PASSWORD, add_user, running_server
+from tests.support.webkit import FORMS_ENV, add_user, running_server
 
 pytestmark = BROWSER_MARKS
 
@@ -48,11 +55,7 @@ def server(db_url: str, tmp_path: Path) -> Iterator[str]:
 def signed_in(browser: Any, base: str, email: str, width: int = 1280) -> Any:
     context = browser.new_context(viewport={"width": width, "height": 900}, timezone_id=ZONE)
     page = context.new_page()
-    page.goto(base + "/login")
-    page.fill("#email", email)
-    page.fill("#password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(base + "/")
+    sign_in(page, base, email)
     return page
 
 

@@ -253,6 +253,7 @@ def _plan_cases() -> list[Any]:
     by_id = ("pk_jobs", "ix_jobs_status_id", "ix_jobs_running")  # any of these finds rows by id
     return [
         pytest.param(queue.CLAIM, claim, ("ix_jobs_claim",), id="claim"),
+        pytest.param(queue.CLAIM_UNLIMITED, claim, ("ix_jobs_claim",), id="claim-unlimited"),
         pytest.param(
             queue.CLAIM, {**claim, "types": ["noop", "sleep"]}, ("ix_jobs_claim",), id="claim-types"
         ),
@@ -325,7 +326,7 @@ async def test_without_its_index_the_claim_would_scan_the_table(seeded_url: str)
                 await conn.execute(f'DROP INDEX "{r["name"]}"')
             nodes = await explain(
                 conn,
-                queue.CLAIM,
+                queue.CLAIM_UNLIMITED,
                 {
                     "worker": "w",
                     "limit": 50,

@@ -87,12 +87,16 @@ def answer_confirm(page: Any, yes: bool = True) -> str:
     return question
 
 
-def sign_in(page: Any, base: str, email: str = "ann@example.com", password: str | None = None) -> None:
-    """Sign in through the login form and wait for the home page (``password``: the tests' own)."""
+def sign_in(
+    page: Any, base: str, email: str = "ann@example.com", password: str | None = None, *, lands: str = "/"
+) -> None:
+    """Sign in through the login form and wait for the page it lands on (``lands``: the home page
+    unless the person must go elsewhere first, as with a one-time password; ``password``: the tests'
+    own)."""
     from tests.support.webkit import PASSWORD
 
     page.goto(base + "/login")
     page.fill("#email", email)
     page.fill("#password", password or PASSWORD)
     page.click("button[type=submit]")
-    page.wait_for_url(base + "/")
+    page.wait_for_url(base + lands)

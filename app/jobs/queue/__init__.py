@@ -47,6 +47,7 @@ from app.jobs.queue.approvals import (
 from app.jobs.queue.claims import (
     CLAIM,
     CLAIM_COLUMNS,
+    CLAIM_UNLIMITED,
     CLAIMABLE,
     HELD_BACK,
     LOCK_LIMITS,
@@ -264,6 +265,7 @@ __all__ = [
     "CLAIMABLE",
     "NOT_CONTROLLED",
     "CLAIM",
+    "CLAIM_UNLIMITED",
     "LOCK_LIMITS",
     "HELD_BACK",
     "Claimed",

@@ -69,7 +69,22 @@ MINUTE_AGO = "statement_timestamp() - interval '1 minute'"
 # The UPDATE visits its rows in whatever order its plan reads them (by id, through pk_jobs), so the events
 # are inserted in claim order explicitly: their ids then tell the order jobs were taken in, in one claim
 # as across claims.
-CLAIMED_FROM_PICKED = f"""
+
+
+def _claimed_from_picked(rated: bool) -> str:
+    # ``rated``: the claim may take types with a per-minute limit (a ``room`` CTE precedes it), whose
+    # starts it records; a claim that takes no limited type leaves those two steps out.
+    starts = f"""
+    , started AS (
+        INSERT INTO job_type_starts (type, at, n)
+        SELECT claimed.type, statement_timestamp(), count(*)
+        FROM claimed JOIN room ON room.type = claimed.type AND room.rated
+        GROUP BY claimed.type
+        ON CONFLICT (type, at) DO UPDATE SET n = job_type_starts.n + EXCLUDED.n
+    ), pruned AS (
+        DELETE FROM job_type_starts s USING room WHERE s.type = room.type AND s.at < {MINUTE_AGO}
+    )"""
+    return f"""
     , claimed AS (
         UPDATE jobs j
         SET status = 'in_progress', attempts = j.attempts + 1, locked_by = :worker,
@@ -82,21 +97,16 @@ CLAIMED_FROM_PICKED = f"""
         SELECT id, pipeline_id, 'claimed', 'queued', 'in_progress', :actor,
                jsonb_build_object('attempt', attempts), statement_timestamp()
         FROM claimed ORDER BY priority DESC, run_at, id
-    ), started AS (
-        INSERT INTO job_type_starts (type, at, n)
-        SELECT claimed.type, statement_timestamp(), count(*)
-        FROM claimed JOIN room ON room.type = claimed.type AND room.rated
-        GROUP BY claimed.type
-        ON CONFLICT (type, at) DO UPDATE SET n = job_type_starts.n + EXCLUDED.n
-    ), pruned AS (
-        DELETE FROM job_type_starts s USING room WHERE s.type = room.type AND s.at < {MINUTE_AGO}
-    )
+    ){starts if rated else ""}
     SELECT claimed.*, (
         SELECT jsonb_object_agg(COALESCE(p.step_key, p.id::text), p.result_data)
         FROM job_dependencies d JOIN jobs p ON p.id = d.depends_on WHERE d.job_id = claimed.id
     ) AS parents
     FROM claimed ORDER BY priority DESC, run_at, id
 """
+
+
+CLAIMED_FROM_PICKED = _claimed_from_picked(rated=True)
 
 CLAIM = sql(
     f"""
@@ -130,6 +140,22 @@ CLAIM = sql(
         ORDER BY priority DESC, run_at, id
         LIMIT :limit
     ){CLAIMED_FROM_PICKED}    """
+)
+
+# The claim when no limited type is locked (the worker's path while none of its types has a limit):
+# ``free`` alone, without the steps for limited types. Their planning and start-up were a sixth of a
+# claim's server time (10 jobs: 0.67 against 0.83 ms inside a transaction).
+CLAIM_UNLIMITED = sql(
+    f"""
+    WITH free AS (
+        SELECT id FROM jobs
+        WHERE {CLAIMABLE} AND {SERVED} {NOT_CONTROLLED}
+        ORDER BY priority DESC, run_at, id
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ), picked AS MATERIALIZED (
+        SELECT id FROM free
+    ){_claimed_from_picked(rated=False)}    """
 )
 
 # Locks, in type order (no deadlock between claimers), the control rows of the limited types among
@@ -211,8 +237,10 @@ async def claim(
     """
     if limit <= 0:
         return []
-    params = {**_params(worker_id, limit, lease_secs, types), "locked": list(locked)}
-    return claimed_jobs(await fetch_rows(conn, CLAIM, params))
+    params = _params(worker_id, limit, lease_secs, types)
+    if not locked:
+        return claimed_jobs(await fetch_rows(conn, CLAIM_UNLIMITED, params))
+    return claimed_jobs(await fetch_rows(conn, CLAIM, {**params, "locked": list(locked)}))
 
 
 async def lock_limits(conn: AsyncConnection, types: Sequence[str] | None = None) -> tuple[bool, list[str]]:

@@ -40,8 +40,8 @@ from app.processors import registry
 from app.web import DbSession, flash, forms, render
 from app.web.deps import client_ip, file_store, settings_of
 from app.web.form_values import NOT_A_CHECKBOX, checkbox
-from app.web.input_guard import FORM_CHECKED
-from app.web.submit import errors_from_bad_input, validate
+from app.web.input_guard import FORM_CHECKED, form_problems
+from app.web.submit import errors_from_bad_input, text_errors, validate
 
 PREVIEW_COUNT = 5
 TYPED_MAX = 1_000
@@ -114,18 +114,21 @@ def preview(cron: str, tz: str, viewer_tz: str | None) -> tuple[list[str], str |
     return [format_localtime(t, zone(viewer_tz)) for t in times], None
 
 
-def read_typed(form: Any) -> tuple[dict[str, Any], dict[str, str]]:
-    """The schedule's own controls as typed, and their errors (a checkbox sent with a value no box
-    sends)."""
+def read_typed(request: Any, form: Any, tgt: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """The schedule's own controls as typed, and the form's errors before any action: text that cannot
+    be taken beside its control (:func:`app.web.input_guard.form_problems`; the target's generated
+    fields too), a checkbox sent with a value no box sends."""
     typed: dict[str, Any] = {
         key: str(form.get(key) or "")[:TYPED_MAX] for key in (CRON, TIMEZONE, NAME, OWNER)
     }
-    errors: dict[str, str] = {}
+    fields = forms.form_fields(tgt.model) if tgt is not None else []
+    own = {key: key for key in (CRON, TIMEZONE, NAME, OWNER, ENABLED, CATCH_UP, TARGET)}
+    errors = text_errors(fields, form_problems(request), own)
     for key in (ENABLED, CATCH_UP):
         ticked = checkbox(form.get(key))
         typed[key] = bool(ticked)
         if ticked is None:
-            errors[key] = NOT_A_CHECKBOX
+            errors.setdefault(key, NOT_A_CHECKBOX)
     return typed, errors
 
 
@@ -296,9 +299,9 @@ class ScheduleFormController(Controller):
         """Create; any problem → the form again (422) with every error next to its field, values kept."""
         user = request.user
         form = await request.form()
-        typed, own_errors = read_typed(form)
         kind, _, name = str(form.get(TARGET) or "")[:TYPED_MAX].partition(":")
         tgt = target_of(kind, name)
+        typed, own_errors = read_typed(request, form, tgt)
         if tgt is None:
             errors = {TARGET: "Choose a job type or a pipeline template.", **own_errors}
             ctx = await form_context(request, target=None, typed=typed, values={}, errors=errors)
@@ -358,7 +361,7 @@ class ScheduleFormController(Controller):
         row = await schedules.get_schedule(db_session, schedule_id)
         tgt = _row_target(row)
         form = await request.form()
-        typed, own_errors = read_typed(form)
+        typed, own_errors = read_typed(request, form, tgt)
 
         async def act(data: dict[str, Any]) -> Mapping[Any, Any]:
             return await schedule_actions.update_schedule(

@@ -32,7 +32,7 @@ from app.errors import BadInput, Conflict
 from app.web import DbSession, confirms, flash, render
 from app.web.deps import client_ip, settings_of
 from app.web.form_values import NOT_A_CHECKBOX, checkbox
-from app.web.input_guard import FORM_CHECKED
+from app.web.input_guard import FORM_CHECKED, problems_beside
 
 USER_ACTIONS = {
     "make-admin": "user.make_admin",
@@ -100,10 +100,10 @@ class UsersController(Controller):
         email = str(form.get("email") or "")
         ticked = checkbox(form.get("is_admin"))
         make_admin = bool(ticked)
-        errors: dict[str, str] = {}
+        errors = problems_beside(request, ("email", "password", "is_admin"), "email")
         if ticked is None:
-            errors = {"is_admin": NOT_A_CHECKBOX}
-        else:
+            errors.setdefault("is_admin", NOT_A_CHECKBOX)
+        if not errors:
             try:
                 new = await user_actions.create_user(
                     db_session,
