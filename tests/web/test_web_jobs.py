@@ -1110,7 +1110,12 @@ async def test_negative_controls_the_escaping_and_ownership_checks_catch_a_leak(
         rows = await read_rows(request.app.state.engine, query, {"id": parse_uuid(job_id)})
         return rows[0]
 
+    async def no_owner_check_again(db: Any, job_id: Any, user: Any, query: Any = JOB_STATUS) -> Any:
+        return (await db.execute(query, {"id": parse_uuid(job_id)})).mappings().first()
+
     monkeypatch.setattr(web_jobs, "poll_row", no_owner_check)  # the polls' owner check
+    # and the poll's read of the row again inside its snapshot, which checks the owner too
+    monkeypatch.setattr(web_jobs, "load_status_row", no_owner_check_again)
     leaked = await client.get(f"/jobs/{jid}/status", headers=HX)
     assert leaked.status_code == 200  # the 404 above comes from the owner check
 
