@@ -26,9 +26,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app.errors import BadInput, NotFound, TooLarge
+from app.errors import BadInput, KeyReused, NotFound, TooLarge
 from app.jobs import queue
-from app.jobs.payload import check_input, storable_text
+from app.jobs.payload import check_input, json_text, storable_text
 from app.jobs.queue import NewJob, new_id
 from app.jobs.types import ProcessorSpec, file_refs
 from app.settings import Settings
@@ -182,6 +182,45 @@ def _title(name: str, row_number: int) -> str:
     return f"{name[: NAME_MAX - 20]} · row {row_number}"
 
 
+def _asked(
+    spec: ProcessorSpec, inputs: Sequence[dict[str, Any]], name: str, source: str, row_numbers: Any
+) -> dict[str, Any]:
+    """What a batch request asks for, as stored: its type, name, source, and each row's input and title."""
+    name = storable_text((name or "").strip())[:NAME_MAX] or spec.title
+    numbers = list(row_numbers) if row_numbers is not None else list(range(1, len(inputs) + 1))
+    return {
+        "type": spec.type,
+        "name": name,
+        "source": storable_text(source)[:200],
+        "inputs": [json_text(data) for data in inputs],
+        "titles": [_title(name, numbers[i]) for i in range(len(inputs))],
+    }
+
+
+async def repeat_of(
+    db: AsyncConnection | AsyncSession,
+    *,
+    spec: ProcessorSpec,
+    inputs: Sequence[dict[str, Any]],
+    user_id: int,
+    name: str,
+    source: str,
+    form_key: str,
+    row_numbers: Sequence[int] | None = None,
+) -> RowMapping | None:
+    """The batch ``form_key`` started, if any, when this request asks for the same batch (as
+    :func:`create` answers a repeat, without creating anything).
+
+    Raises:
+        KeyReused: the key started a batch with other rows, name, type or source.
+    """
+    conn = await queue.conn_of(db)
+    existing = await by_form_key(conn, user_id, form_key)
+    if existing is None:
+        return None
+    return await _same_batch(conn, existing, _asked(spec, inputs, name, source, row_numbers))
+
+
 async def create(
     db: AsyncConnection | AsyncSession,
     *,
@@ -196,31 +235,34 @@ async def create(
     form_key: str | None = None,
 ) -> tuple[RowMapping, bool]:
     """Create the batch and one queued job per input (already checked by :func:`check_rows`), in the
-    caller's transaction; ``(batch row, created)``. A repeated ``form_key`` returns the batch it made
-    before, with ``created=False``. ``row_numbers`` name each row in its job's title (the spreadsheet's
-    own row numbers; 1, 2, … by default).
+    caller's transaction; ``(batch row, created)``. A repeated ``form_key`` asking for the same batch
+    (:func:`_same_batch`) returns the batch it made before, with ``created=False``; asking for another
+    it is refused. ``row_numbers`` name each row in its job's title (the spreadsheet's own row
+    numbers; 1, 2, … by default).
 
     Raises:
         BadInput: a file id in a row that is not the owner's (``rows[i].<field>``).
+        KeyReused: ``form_key`` started a batch with other rows, name, type or source.
     """
     conn = await queue.conn_of(db)
+    asked = _asked(spec, inputs, name, source, row_numbers)
+    name = asked["name"]
     if form_key is not None:
         existing = await by_form_key(conn, user_id, form_key)
         if existing is not None:
-            return existing, False
+            return await _same_batch(conn, existing, asked), False
     refs = [
         (user_id, *ref)
         for i, data in enumerate(inputs)
         for ref in file_refs(spec.input_model, data, f"rows[{i}]")
     ]
     await queue.check_file_owners(conn, refs)
-    name = storable_text((name or "").strip())[:NAME_MAX] or spec.title
     values = {
         "id": new_id(),
         "user_id": user_id,
         "type": spec.type,
         "name": name,
-        "source": storable_text(source)[:200],
+        "source": asked["source"],
         "total": len(inputs),
         "form_key": form_key,
     }
@@ -229,15 +271,14 @@ async def create(
         existing = (
             (await conn.execute(BY_FORM_KEY, {"user_id": user_id, "form_key": form_key})).mappings().one()
         )
-        return existing, False
-    numbers = list(row_numbers) if row_numbers is not None else list(range(1, len(inputs) + 1))
+        return await _same_batch(conn, existing, asked), False
     ids = sorted(new_id() for _ in inputs)
     jobs = [
         NewJob(
             type=spec.type,
             input_data=data,
             user_id=user_id,
-            title=_title(name, numbers[i]),
+            title=asked["titles"][i],
             request_id=request_id,
             id=ids[i],
         )
@@ -246,6 +287,49 @@ async def create(
     await queue.enqueue_many(conn, jobs, settings, actor=f"user:{user_id}", skip_schema=True)
     await conn.execute(SET_BATCH, {"batch_id": row["id"], "ids": ids})
     return row, True
+
+
+SAME_BATCH = text(
+    """
+    WITH given AS (
+        SELECT * FROM unnest(CAST(:inputs AS text[]), CAST(:titles AS text[])) WITH ORDINALITY AS g(input, title, n)
+    ), stored AS (
+        SELECT input_data, title, row_number() OVER (ORDER BY id) AS n FROM jobs WHERE batch_id = :id
+    )
+    SELECT b.type = :type AS same_type, b.name = :name AS same_name, b.source = :source AS same_source,
+           NOT EXISTS (
+               SELECT FROM given FULL JOIN stored USING (n)
+               WHERE CAST(given.input AS jsonb) IS DISTINCT FROM stored.input_data
+                  OR given.title IS DISTINCT FROM stored.title
+           ) AS same_rows
+    FROM batches b WHERE b.id = :id
+    """
+)
+
+
+async def _same_batch(conn: AsyncConnection, existing: RowMapping, asked: dict[str, Any]) -> RowMapping:
+    """``existing``, the batch a repeated form key made, when the repeat asks for the same batch: the
+    same type, name and source, and the same rows in the same order (each job's stored input, compared
+    as ``jsonb``, and title — compared with the batch's jobs as they are now, so a row deleted since
+    makes it another request). Compared in the caller's transaction, after the insert's conflict waited
+    for the first request to commit.
+
+    Raises:
+        KeyReused: on ``form_key``, naming the batch and what differs.
+    """
+    row = (await conn.execute(SAME_BATCH, {**asked, "id": existing["id"]})).mappings().one()
+    differs = tuple(f for f in ("type", "name", "source", "rows") if not row[f"same_{f}"])
+    if differs:
+        raise KeyReused(
+            f"this form was already sent and started batch {existing['id']} "
+            f"({', '.join(differs)} {'differs' if len(differs) == 1 else 'differ'}); "
+            "a new batch needs a new form",
+            field="form_key",
+            kind="batch",
+            existing_id=existing["id"],
+            differs=differs,
+        )
+    return existing
 
 
 async def by_form_key(db: AsyncConnection | AsyncSession, user_id: int, form_key: str) -> RowMapping | None:

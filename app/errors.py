@@ -63,6 +63,32 @@ class BadInput(AppError):
         return cls(f"{path}: {message}", errors={path: message})
 
 
+class KeyReused(BadInput):
+    """422: a one-time key — a job's ``idempotency_key``, a form's key — sent again with a request that
+    differs from the one that first used it. A repeat of the same request is answered with what the
+    first one made; a different request is refused rather than silently answered with the first one's
+    job, pipeline or batch, as if it had gone in (the Idempotency-Key draft's and Stripe's rule).
+
+    ``key_field`` (the ``field`` argument) is the key's field path (``idempotency_key``, ``jobs[3].idempotency_key``, ``_form_key``);
+    ``kind`` and ``existing_id`` name what the first request made; ``differs`` the fields that differ.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str = "idempotency_key",
+        kind: str = "job",
+        existing_id: Any = None,
+        differs: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(f"{field}: {message}", errors={field: message})
+        self.key_field = field
+        self.kind = kind
+        self.existing_id = existing_id
+        self.differs = differs
+
+
 class TooLarge(AppError):
     """413: the payload or upload is larger than the configured limit (named in the message)."""
 

@@ -40,6 +40,7 @@ from app.jobs.graph import (
     topo_order,
     validate_step_input,
 )
+from app.jobs.payload import json_text
 from app.jobs.queue import Principal
 from app.jobs.queue.pipelines import create_pipeline as create
 from app.jobs.queue.pipelines import insert_next_jobs
@@ -221,7 +222,7 @@ async def create_from_template(
 
 BY_FORM_KEY = text(
     """
-    SELECT id, name, template, user_id, status, created_at FROM pipelines
+    SELECT id, name, template, user_id, status, created_at, input_data FROM pipelines
     WHERE user_id = :user_id AND form_key = :form_key
     """
 )
@@ -387,3 +388,38 @@ async def cancel(
 def describe_model(model: type[BaseModel]) -> dict[str, Any]:
     """The JSON schema of a template's or type's input (for the API and forms)."""
     return model.model_json_schema()
+
+
+SAME_RUN = text(
+    """
+    SELECT template IS NOT DISTINCT FROM :template AS same_template,
+           input_data IS NOT DISTINCT FROM CAST(CAST(:input AS text) AS jsonb) AS same_input_data,
+           name = :name AS same_title
+    FROM pipelines WHERE id = :id
+    """
+)
+
+
+async def differences(
+    db: AsyncConnection | AsyncSession, pipeline_id: Any, name: str, input_data: Any, title: str | None
+) -> tuple[str, ...]:
+    """What a start of template ``name`` with ``input_data`` and ``title`` asks for that the pipeline
+    ``pipeline_id`` (which the same form key started) does not have: ``template``, ``input_data`` (in its
+    normalised form, defaults filled in, compared as ``jsonb``) and ``title`` (the pipeline's name, the
+    template's title when none is given). Empty: the same request.
+
+    Raises:
+        BadInput: as :func:`create_from_template` for an unknown template or bad input.
+    """
+    tpl = get_template(name) if isinstance(name, str) else None
+    if tpl is None or not isinstance(input_data, dict):
+        raise BadInput.field("template", f"unknown pipeline template {str(name)[:100]!r}")
+    values, _ = tpl.build(input_data)
+    params = {
+        "id": pipeline_id,
+        "template": tpl.name,
+        "input": json_text(values),
+        "name": (title or "").strip() or tpl.title,
+    }
+    row = (await (await queue.conn_of(db)).execute(SAME_RUN, params)).mappings().one()
+    return tuple(field for field in ("template", "input_data", "title") if not row[f"same_{field}"])

@@ -61,18 +61,6 @@ def check_name(name: Any) -> str:
     return name
 
 
-async def started_with(db: AsyncSession, actor: Actor, form_key: str) -> RowMapping | None:
-    """The batch the person started with ``form_key``, if any: a form sent again (a double click) is
-    answered with it before anything of the repeat is stored (the files of a many-files form: stored
-    first, each repeat stored them again and counted them against the person's storage).
-
-    Looked up under the person's lock (held until the transaction ends, as their uploads and
-    submissions take it), so that a repeat sent while the first is still in flight waits for it and
-    finds its batch."""
-    await quotas.lock_person(db, actor.user)
-    return await batches.by_form_key(db, actor.user.id, form_key)
-
-
 async def submit(
     db: AsyncSession,
     actor: Actor,
@@ -86,13 +74,15 @@ async def submit(
 ) -> tuple[RowMapping, bool]:
     """Start a batch of ``type_name`` with one job per row of ``rows`` (input objects); all rows are
     checked first and nothing is created unless all pass. ``(batch row, created)``: a repeated
-    ``form_key`` returns the earlier batch.
+    ``form_key`` asking for the same batch returns the earlier batch, over the limits or not; asking
+    for another it is refused (:func:`app.batches.create`).
 
     Raises:
         BadInput: ``type``; ``name`` (:func:`check_name`); ``rows`` (empty, too many);
         ``rows[i].<field>`` for every bad row.
         RateLimited: over the person's per-minute limit, or the rows would take them above the
         waiting limit (the whole batch is refused).
+        KeyReused: ``form_key`` started a batch with other rows, name, type or source.
     """
     spec = spec_for(actor, type_name)
     name = check_name(name)
@@ -105,7 +95,18 @@ async def submit(
         # A repeat of a form's key (a double click, the browser sending it again) answers with the batch
         # the key made, limit or not, as a repeated idempotency key of one job does: the limits counted
         # the first submission.
-        existing = await batches.by_form_key(db, actor.user.id, form_key) if form_key is not None else None
+        existing = None
+        if form_key is not None:
+            existing = await batches.repeat_of(
+                db,
+                spec=spec,
+                inputs=inputs,
+                user_id=actor.user.id,
+                name=name,
+                source=source,
+                form_key=form_key,
+                row_numbers=row_numbers,
+            )
         if existing is None:
             raise
         return existing, False

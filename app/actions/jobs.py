@@ -26,8 +26,9 @@ from app.errors import BadInput, Conflict, Forbidden, NotFound, RateLimited
 from app.jobs import naming, queue
 from app.jobs.decisions import Decision, decision_words
 from app.jobs.queue import Enqueued, NewJob
+from app.jobs.queue.repeats import Repeat, refusal
 from app.jobs.states import LABELS, LIVE, Status
-from app.jobs.tags import add_tags, check_tags
+from app.jobs.tags import add_tags, check_tags, tags_of
 from app.processors import ProcessorSpec, registry
 
 OWNER = "owner or admin"
@@ -56,6 +57,7 @@ FORBIDDEN = {
 OWNER_AUDITED = frozenset({"retry"})
 """Owners' actions that leave an audit entry too (no admin notice): a retry spends the worker time and
 attempts of a job that had already failed, so who asked for it is on record."""
+CALLBACK_OF = text("SELECT url FROM job_callbacks WHERE job_id = :id")
 FILE_NAMES = text("SELECT id, name FROM files WHERE id = ANY(CAST(:ids AS uuid[])) AND user_id = :user_id")
 DECIDED_BY_RULE = ("approve", "reject")
 """Who may approve or reject is the step's own rule (:func:`app.jobs.approvals.refusal`), which the
@@ -158,9 +160,14 @@ async def submit(
     """Enqueue a job for ``actor`` (``POST /api/jobs``): the type must be one they may submit. ``tags``
     label it (:mod:`app.jobs.tags`); ``callback_url`` is POSTed the job when it ends (:mod:`app.callbacks`).
 
+    A repeated ``idempotency_key`` is answered with the job it made when the request is the same
+    (:mod:`app.jobs.queue.repeats`; here also the same ``tags``, as a set, and ``callback_url``), over
+    the person's limits or not; a different request is refused.
+
     Raises:
         BadInput: a diagnostic or internal type for a non-admin (``type``), bad ``tags`` or
             ``callback_url``, and every queue check.
+        KeyReused: (a ``BadInput``, 422 on ``idempotency_key``) the key made a job for a different request.
         TooLarge: input above ``JOB_MAX_INPUT_BYTES``.
         RateLimited: over the person's waiting or per-minute limit (:mod:`app.actions.quotas`).
     """
@@ -178,10 +185,10 @@ async def submit(
     except RateLimited:
         # A repeat of a key answers with the job the key made, limit or not: a client that lost the first
         # answer retries with the same key, and a double click repeats a form's key.
-        key = new.idempotency_key
-        existing = await queue.job_by_key(db, new.user_id, key) if key is not None else None
+        existing = await queue.repeat_of(db, new, actor.settings)
         if existing is None:
             raise
+        await _same_extras(db, existing, checked_tags, url)
         return Enqueued(job=existing, created=False)
     target = _alone(db, counted, checked_tags, url) or db
     result = await queue.enqueue(target, new, actor.settings, guard=guard)
@@ -189,9 +196,23 @@ async def submit(
         await add_tags(db, result.job["id"], checked_tags)
         if url is not None:
             await callbacks.add(db, result.job["id"], url)
+    else:
+        await _same_extras(db, result.job, checked_tags, url)
     if guard is None:
         await quotas.after_submit(db, actor.user, actor.settings, 1 if result.created else 0, counted)
     return result
+
+
+async def _same_extras(db: AsyncSession, job: Any, tags: list[str], url: str | None) -> None:
+    """A repeated key's request asks for the job's tags (as a set) and callback URL too, or is refused
+    as a different request (the queue compared the job's own fields)."""
+    differs = []
+    if set(tags) != set((await tags_of(db, [job["id"]])).get(job["id"], [])):
+        differs.append("tags")
+    if url != (await db.execute(CALLBACK_OF, {"id": job["id"]})).scalar():
+        differs.append("callback_url")
+    if differs:
+        raise refusal(Repeat(0, job, tuple(differs)))
 
 
 def _alone(
@@ -218,11 +239,13 @@ async def submit_form(
     form_key: str,
     title: str = "",
 ) -> Mapping[Any, Any]:
-    """Enqueue a form's job. The form's one-time key makes a double click create one job; the same key
-    with different input (the browser's back button, then a change) creates a new one.
+    """Enqueue a form's job. The form's one-time key is the job's idempotency key (``form:<key>``): the
+    form sent twice as it was (a double click) creates one job and is answered with it; sent again with
+    something changed (the browser's back button, then a change) it is refused
+    (:class:`~app.errors.KeyReused`), for the page to say that this form started a job already.
 
     Raises:
-        BadInput / TooLarge: as :func:`submit`.
+        BadInput / KeyReused / TooLarge: as :func:`submit`.
     """
     new = NewJob(
         type=spec.type,
@@ -233,19 +256,6 @@ async def submit_form(
         request_id=actor.request_id,
         title=title or None,
     )
-    result = await submit(db, actor, new)
-    if result.created:
-        return result.job
-    same = (
-        result.job["type"] == spec.type
-        and result.job["input_data"] == spec.validate_input(data)
-        and (result.job["title"] or "") == (new.title or "")
-    )
-    if same:
-        return result.job
-    new.idempotency_key = None
-    new.id = queue.new_id()
-    new.title = title or None
     return (await submit(db, actor, new)).job
 
 

@@ -23,7 +23,7 @@ from app import pipelines
 from app.actions import access, quotas
 from app.actions.jobs import parse_id
 from app.actions.trail import Actor, record_done, record_refused
-from app.errors import BadInput, NotFound
+from app.errors import BadInput, KeyReused, NotFound
 
 PIPELINE_STATE = text("SELECT id, user_id, status, finished_at FROM pipelines WHERE id = :id")
 
@@ -53,8 +53,9 @@ def may_cancel(person: Any, pipeline: Mapping[str, Any]) -> bool:
 
 async def started_with(db: AsyncSession, actor: Actor, form_key: str) -> RowMapping | None:
     """The pipeline the person started with the template form's key ``form_key``, if any: a form sent
-    again (a double click, the browser sending it again) is answered with it, before anything of the
-    repeat is stored (its uploads) or counted against the person's limits.
+    again as it was (a double click, the browser sending it again) is answered with it before it is
+    counted against the person's limits. (Its uploads were not stored again: the form's key makes
+    :func:`app.actions.files.store_upload` answer with the files the first sending stored.)
 
     Looked up under the person's lock (held until the transaction ends, as their uploads and
     submissions take it), so that a repeat sent while the first is still in flight waits for it and
@@ -73,14 +74,16 @@ async def submit_template(
     form_key: str | None = None,
 ) -> RowMapping:
     """Start the registered template ``name`` with ``input_data`` for ``actor``. ``form_key``: the
-    template form's one-time key; a repeat of it answers with the pipeline it started, whatever the
-    repeat holds (:func:`started_with`), so that a double click starts one pipeline.
+    template form's one-time key. A repeat of it asking for the same pipeline (the same template,
+    normalised input and title: :func:`app.pipelines.differences`) is answered with the pipeline it
+    started (:func:`started_with`), so that a double click starts one pipeline; a repeat asking for
+    another is refused (:class:`~app.errors.KeyReused` on ``form_key``), not answered with the first.
 
     Raises:
         BadInput: unknown template or one for admins only (``template``), bad input
         (``input_data.<field>``), a title over 200 characters, more steps than a pipeline may have
         (``steps``). TooLarge: a step's input too large. RateLimited: over the person's waiting or
-        per-minute limit.
+        per-minute limit. KeyReused: ``form_key`` started a pipeline with other values.
     """
     tpl = pipelines.get_template(name) if isinstance(name, str) else None
     if tpl is not None and not access.may_start_template(actor.user, tpl):
@@ -88,6 +91,17 @@ async def submit_template(
     if form_key is not None:
         earlier = await started_with(db, actor, form_key)
         if earlier is not None:
+            differs = await pipelines.differences(db, earlier["id"], name, input_data, title)
+            if differs:
+                raise KeyReused(
+                    f"this form was already sent and started pipeline {earlier['id']} "
+                    f"({', '.join(differs)} {'differs' if len(differs) == 1 else 'differ'}); "
+                    "a new pipeline needs a new form",
+                    field="form_key",
+                    kind="pipeline",
+                    existing_id=earlier["id"],
+                    differs=differs,
+                )
             return earlier
     await quotas.before_submit(db, actor.user, actor.settings)
     created = await pipelines.create_from_template(

@@ -27,10 +27,10 @@ from app.actions import access
 from app.actions import batches as batch_actions
 from app.actions.files import store_upload
 from app.auth import requires_user
-from app.errors import BadInput, RateLimited
+from app.errors import BadInput, KeyReused, RateLimited
 from app.jobs.types import file_fields
 from app.processors import ProcessorSpec, registry
-from app.web import DbSession, forms, is_htmx, render
+from app.web import DbSession, forms, is_htmx, render, submit
 from app.web.batch_downloads import csv_chunks, zip_chunks
 from app.web.batch_page import batch_context, batch_state, mapping_view, problems_of
 from app.web.deps import actor_of, file_store, poll_status, sentence, settings_of, unchanged
@@ -215,6 +215,8 @@ class BatchesController(Controller):
                     row_numbers=numbers,
                     form_key=ctx["form_key"],
                 )
+        except KeyReused as exc:
+            return self._sent_before(request, ctx, exc)
         except BadInput as exc:
             if "name" in exc.errors:  # the batch's own name, checked (and refused whole) by the action
                 ctx["errors"] = {NAME_FIELD: sentence(exc.errors["name"])}
@@ -245,9 +247,9 @@ class BatchesController(Controller):
         if len(uploads) > batches.MAX_ROWS:
             ctx["errors"] = {"files": f"At most {batches.MAX_ROWS:,} files at once."}
             return render(request, "batches/new.html", ctx, status_code=422)
-        earlier = await batch_actions.started_with(db_session, actor_of(request), ctx["form_key"])
-        if earlier is not None:  # the form sent again: its files are stored already
-            return Redirect(f"/batches/{earlier['id']}", status_code=303)
+        # The form sent again (a double click) is read whole: each file it repeats (same key, name and
+        # bytes) is the file stored the first time (store_upload's form key), so the rows ask for the
+        # same batch and the action answers with it; other files are refused (KeyReused).
         try:
             async with db_session.begin_nested():
                 rows = []
@@ -274,6 +276,8 @@ class BatchesController(Controller):
                     source="files",
                     form_key=ctx["form_key"],
                 )
+        except KeyReused as exc:
+            return self._sent_before(request, ctx, exc)
         except (BadInput, RateLimited) as exc:
             detail = exc.detail
             if isinstance(exc, BadInput) and exc.errors:
@@ -281,6 +285,14 @@ class BatchesController(Controller):
             ctx["errors"] = {"files": detail}
             return render(request, "batches/new.html", ctx, status_code=exc.status_code)
         return Redirect(f"/batches/{batch['id']}", status_code=303)
+
+    def _sent_before(self, request: Request[Any, Any, Any], ctx: dict[str, Any], exc: KeyReused) -> Template:
+        """The form's key started a batch of other rows: the form again, saying so, with a link to that
+        batch and a new key (sending it again starts a new batch)."""
+        message, ctx["sent_before"] = submit.sent_before(exc)
+        ctx["errors"] = {FORM_ERROR: message}
+        ctx["form_key"] = str(uuid.uuid4())
+        return render(request, "batches/new.html", ctx, status_code=422)
 
     @get("/{batch_id:str}", name="batches.detail")
     async def batch_page(

@@ -148,15 +148,14 @@ class PipelinesController(Controller):
         self, request: Request[Any, Any, Any], db_session: DbSession, name: FromPath[str]
     ) -> Template | Redirect:
         """Validate and start; 303 to the pipeline, or the form again with errors next to the fields. The
-        form sent again (its key repeated) is a 303 to the pipeline it started, before its uploads are
-        stored again."""
+        form is read whole even when its key was sent before: an upload it repeats (same key, name and
+        bytes) is the file stored the first time (:func:`app.actions.files.store_upload`), so the form
+        sent again as it was asks for the same pipeline and is a 303 to it; sent again with other values
+        it comes back saying so, with a link to that pipeline and a new key (the action compares)."""
         tpl = pipeline_actions.page_template(request.user, name)
         actor = actor_of(request)
-        key = forms.form_key((await request.form()).get(forms.FORM_KEY))
-        earlier = await pipeline_actions.started_with(db_session, actor, key)
-        if earlier is not None:
-            return Redirect(f"/pipelines/{earlier['id']}", status_code=303)
-        sub = await submit.read_form(request, db_session, tpl.input_model, key=key)
+        sub = await submit.read_form(request, db_session, tpl.input_model)
+        key = sub.key
         submit.check_schema(sub, tpl.input_model)
         row = await submit.start(
             db_session,

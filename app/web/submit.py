@@ -11,6 +11,7 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 """
 
 import re
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ from litestar.response import Redirect, Template
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.errors import BadInput, RateLimited, TooLarge
+from app.errors import BadInput, KeyReused, RateLimited, TooLarge
 from app.web import flash, forms, render, zone
 from app.web.deps import file_store, settings_of
 from app.web.form_values import datetime_notes
@@ -49,6 +50,26 @@ class Submission:
     """The form's one-time key (:data:`app.web.forms.FORM_KEY`; a new one when it sent none)."""
     notes: list[str] = field(default_factory=list)
     """What the page the form lands on says about how a value was read (a time that happens twice)."""
+    sent_before: dict[str, Any] | None = None
+    """The form's key had started a job or pipeline for other values (:func:`sent_before`)."""
+
+
+SENT_BEFORE = (
+    "This form was sent already, and it started a {kind} then. What you sent now is different, so "
+    "nothing new was started. Send the form again to start another {kind} with these values."
+)
+
+
+PAGES = {"job": "/jobs/", "pipeline": "/pipelines/", "batch": "/batches/"}
+"""Where what a one-time key started is shown, by kind."""
+
+
+def sent_before(exc: KeyReused) -> tuple[str, dict[str, Any]]:
+    """A form's one-time key repeated with other values (the back button, then a change): the words above
+    the form, and what the notice links (``kind``, ``url`` of what the form started). The form comes back
+    with a new key, so sending it again starts a new one — a choice made, not a silent second job."""
+    kind = exc.kind
+    return SENT_BEFORE.format(kind=kind), {"kind": kind, "url": f"{PAGES[kind]}{exc.existing_id}"}
 
 
 OWN_CONTROLS = {forms.TITLE: forms.TITLE}
@@ -134,6 +155,8 @@ async def start(
     try:
         async with db.begin_nested():
             return await create()
+    except KeyReused as exc:
+        sub.errors[forms.FORM_ERROR], sub.sent_before = sent_before(exc)
     except BadInput as exc:
         sub.errors = errors_from_bad_input(exc, sub.fields)
         steps = [f"{path}: {message}" for path, message in exc.errors.items() if path.startswith("steps")]
@@ -170,7 +193,10 @@ async def answer(
     if sub.parsed.new_files:
         await db.commit()
     status = 413 if sub.too_large else 429 if sub.limited else 422
-    return render(request, "jobs/new.html", form_context(sub), status_code=status, headers=sub.retry_after)
+    context = form_context(sub)
+    if sub.sent_before is not None:
+        context["form_key"], context["sent_before"] = str(uuid.uuid4()), sub.sent_before
+    return render(request, "jobs/new.html", context, status_code=status, headers=sub.retry_after)
 
 
 # --- validation messages ------------------------------------------------------------------------------

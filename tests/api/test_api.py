@@ -57,10 +57,13 @@ async def test_enqueue_returns_201_then_200_for_an_idempotent_repeat(api, db_url
         "started_at",
         "completed_at",
     }
-    again = await client.post("/api/jobs", json={**body, "input_data": {"seconds": 2}}, headers=h)
+    again = await client.post("/api/jobs", json=body, headers=h)
     assert again.status_code == 200
     assert again.json()["id"] == job["id"]
     assert again.json()["input_data"] == {"seconds": 1.0}
+    # the key with another request is refused, naming the key and the job it made
+    other = await client.post("/api/jobs", json={**body, "input_data": {"seconds": 2}}, headers=h)
+    assert other.status_code == 422 and job["id"] in other.json()["errors"]["idempotency_key"]
 
 
 @pytest.mark.parametrize(

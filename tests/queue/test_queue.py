@@ -115,11 +115,15 @@ async def test_enqueue_rejects_run_at_without_an_offset(engine, settings, owner)
 
 async def test_idempotency_key_returns_the_existing_job_untouched(engine, settings, owner, other, pg) -> None:
     first = await enqueue(engine, settings, owner, "noop", {"a": 1}, idempotency_key="order-42")
-    again = await enqueue(engine, settings, owner, "noop", {"a": 2}, idempotency_key="order-42")
+    again = await enqueue(engine, settings, owner, "noop", {"a": 1}, idempotency_key="order-42")
     assert first.created
     assert not again.created
     assert again.job["id"] == first.job["id"]
     assert again.job["input_data"] == {"a": 1}
+    # the key with a different request is refused (tests/test_idempotency_keys.py: every path)
+    with pytest.raises(BadInput) as refused:
+        await enqueue(engine, settings, owner, "noop", {"a": 2}, idempotency_key="order-42")
+    assert "idempotency_key" in refused.value.errors
     # Keys are unique per owner: another user's identical key is a different job.
     theirs = await enqueue(engine, settings, other, "noop", {}, idempotency_key="order-42")
     assert theirs.created
@@ -130,7 +134,7 @@ async def test_concurrent_repeats_of_an_idempotency_key_create_exactly_one_row(
     engine, settings, owner, pg
 ) -> None:
     results = await asyncio.gather(
-        *[enqueue(engine, settings, owner, "noop", {"i": i}, idempotency_key="same") for i in range(20)]
+        *[enqueue(engine, settings, owner, "noop", {"i": 1}, idempotency_key="same") for i in range(20)]
     )
     assert sum(r.created for r in results) == 1
     assert len({r.job["id"] for r in results}) == 1

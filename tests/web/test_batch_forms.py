@@ -337,20 +337,19 @@ async def test_many_files_sent_twice_with_one_form_key_are_stored_once(
 async def test_a_repeat_of_a_form_key_in_flight_waits_for_the_first_and_finds_its_batch(
     engine: Any, settings: Any, owner: Any
 ) -> None:
-    """Both submissions of a double click in flight at once: the repeat's look-up of the form key waits
-    for the first's transaction (the person's lock) and finds its batch, so the repeat stores nothing.
-    Without the wait it found nothing yet and stored the files again."""
+    """Both submissions of a double click in flight at once: the repeat waits for the first's
+    transaction (the person's lock, then the batch's form key) and is answered with its batch, creating
+    nothing. (Their files are looked up under the same lock: test_form_uploads_once.)"""
     actor = Actor(owner, settings=settings)
     key = str(uuid.uuid4())
+    rows = [{"url": "http://127.0.0.1:9/a"}]
     async with AsyncSession(engine) as first, AsyncSession(engine) as repeat:
-        assert await batch_actions.started_with(first, actor, key) is None
-        batch, created = await batch_actions.submit(
-            first, actor, "http.request", [{"url": "http://127.0.0.1:9/a"}], form_key=key
-        )
+        batch, created = await batch_actions.submit(first, actor, "http.request", rows, form_key=key)
         assert created
-        looking = asyncio.create_task(batch_actions.started_with(repeat, actor, key))
+        again = asyncio.create_task(batch_actions.submit(repeat, actor, "http.request", rows, form_key=key))
         await asyncio.sleep(0.5)
-        assert not looking.done(), "the repeat did not wait for the first submission"
+        assert not again.done(), "the repeat did not wait for the first submission"
         await first.commit()
-        found = await asyncio.wait_for(looking, 10)
-        assert found is not None and found["id"] == batch["id"]
+        found, made = await asyncio.wait_for(again, 10)
+        await repeat.commit()
+        assert (found["id"], made) == (batch["id"], False)

@@ -344,7 +344,7 @@ async def test_an_uploaded_file_is_kept_when_the_form_is_shown_again_with_an_err
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
 
 
-async def test_a_double_submit_creates_one_job_but_changed_input_with_the_same_form_creates_another(
+async def test_a_double_submit_creates_one_job_and_changed_input_with_the_same_form_is_refused_with_a_link(
     client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
 ) -> None:
     await sign_in_as(client, db_url, "ann@example.com")
@@ -362,8 +362,17 @@ async def test_a_double_submit_creates_one_job_but_changed_input_with_the_same_f
     changed = await client.post(
         "/jobs/new/test.form", data=form_body(token, name="Bo", _form_key=key), follow_redirects=False
     )
-    assert changed.status_code == 303
-    assert changed.headers["location"] != first.headers["location"]
+    # the form started a job already: it says so, links that job, and comes back with a new key
+    assert changed.status_code == 422
+    assert "This form was sent already" in changed.text
+    assert f'href="{first.headers["location"]}"' in changed.text
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
+    new_key = re.search(r'name="_form_key" value="([^"]+)"', changed.text).group(1)  # type: ignore[union-attr]
+    assert new_key != key
+    sent = await client.post(
+        "/jobs/new/test.form", data=form_body(token, name="Bo", _form_key=new_key), follow_redirects=False
+    )
+    assert sent.status_code == 303 and sent.headers["location"] != first.headers["location"]
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 2
 
 
@@ -1101,7 +1110,12 @@ async def test_negative_controls_the_escaping_and_ownership_checks_catch_a_leak(
         rows = await read_rows(request.app.state.engine, query, {"id": parse_uuid(job_id)})
         return rows[0]
 
+    async def no_owner_check_again(db: Any, job_id: Any, user: Any, query: Any = JOB_STATUS) -> Any:
+        return (await db.execute(query, {"id": parse_uuid(job_id)})).mappings().first()
+
     monkeypatch.setattr(web_jobs, "poll_row", no_owner_check)  # the polls' owner check
+    # and the poll's read of the row again inside its snapshot, which checks the owner too
+    monkeypatch.setattr(web_jobs, "load_status_row", no_owner_check_again)
     leaked = await client.get(f"/jobs/{jid}/status", headers=HX)
     assert leaked.status_code == 200  # the 404 above comes from the owner check
 

@@ -15,8 +15,8 @@ claims and completions). Every status change is
 Semantics are at-least-once: a job whose worker dies is rescued by the sweep and runs again, so
 processors should be idempotent (README "At-least-once").
 
-One module per group of verbs: :mod:`.new_jobs` (``NewJob``, ``prepare``, ``enqueue``,
-``enqueue_many``), :mod:`.claims` (``claim``, ``claim_within_limits``, ``seconds_until_next_due``),
+One module per group of verbs: :mod:`.new_jobs` (``NewJob``, ``prepare``, ``enqueue``), :mod:`.many_jobs`
+(``enqueue_many``), :mod:`.repeats` (a repeated idempotency key), :mod:`.claims` (``claim``, ``claim_within_limits``, ``seconds_until_next_due``),
 :mod:`.fair_claims` (``claim_within_all_limits``: per-person limits too),
 :mod:`.leases` (``heartbeat``, ``cancel_requested``, ``set_progress``), :mod:`.outcomes` (``Outcome``,
 ``FinishReport``, ``finish``), :mod:`.completions` (``complete_standalone``: the one-statement completion of
@@ -116,12 +116,12 @@ from app.jobs.queue.leases import (
     keep_leases,
     set_progress,
 )
+from app.jobs.queue.many_jobs import INSERT_MANY, enqueue_many
 from app.jobs.queue.new_jobs import (
     FILE_OWNERS,
     GET_BY_IDEMPOTENCY_KEY,
     INSERT_EDGES,
     INSERT_JOB,
-    INSERT_MANY,
     LINK_FILES,
     LOCK_PARENTS,
     MAX_ATTEMPTS_RANGE,
@@ -131,11 +131,11 @@ from app.jobs.queue.new_jobs import (
     NewJob,
     check_file_owners,
     enqueue,
-    enqueue_many,
     insert_edges,
     job_by_key,
     lock_parents,
     prepare,
+    repeat_of,
 )
 from app.jobs.queue.outcomes import (
     CANCEL_ACK_MANY,
@@ -260,6 +260,7 @@ __all__ = [
     "INSERT_MANY",
     "enqueue_many",
     "job_by_key",
+    "repeat_of",
     "CLAIM_COLUMNS",
     "CLAIMABLE",
     "NOT_CONTROLLED",

@@ -26,7 +26,8 @@ from app.jobs.graph import resolve_refs, validate_step_input
 from app.jobs.payload import cap_text, json_text
 from app.jobs.queue.common import fetch_rows, new_id, notify_jobs, sql
 from app.jobs.queue.holds import hold_if_owner_disabled
-from app.jobs.queue.new_jobs import NewJob, enqueue_many, insert_edges
+from app.jobs.queue.many_jobs import enqueue_many
+from app.jobs.queue.new_jobs import NewJob, insert_edges
 from app.jobs.types import PermanentError, registry
 from app.settings import Settings
 

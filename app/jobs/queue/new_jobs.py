@@ -17,6 +17,7 @@ from app.errors import BadInput
 from app.files import kind_problem
 from app.jobs.payload import check_input, check_text, json_text, unstorable_json
 from app.jobs.queue.common import JOB_COLUMNS, JOBS_CHANNEL, conn_of, new_id, notify_jobs, sql
+from app.jobs.queue.repeats import Repeat, compare, refusal, requested_run_at
 from app.jobs.rows import JobRow, job_row
 from app.jobs.states import Status
 from app.jobs.types import ProcessorSpec, file_fields, file_refs, registry, validation_error
@@ -238,14 +239,14 @@ LINK_FILES = sql(
 )
 
 
-async def _link_files(conn: AsyncConnection, pairs: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> None:
+async def link_files(conn: AsyncConnection, pairs: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> None:
     """Attach each still-unattached upload to the first new job that names it, so retention deletes it
     with that job; uploads no job ever used are deleted by the sweep's prune after retention."""
     if pairs:
         await conn.execute(LINK_FILES, {"jobs": [j for j, _ in pairs], "files": [f for _, f in pairs]})
 
 
-async def _check_files(conn: AsyncConnection, prepared: Sequence[dict[str, Any]]) -> None:
+async def check_files(conn: AsyncConnection, prepared: Sequence[dict[str, Any]]) -> None:
     await check_file_owners(conn, [(p["user_id"], *ref) for p in prepared for ref in p["files"]])
 
 
@@ -297,7 +298,8 @@ async def insert_edges(conn: AsyncConnection, edges: Sequence[tuple[uuid.UUID, u
 # --- one job --------------------------------------------------------------------------------------
 
 ON_KEY_CONFLICT = "ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
-"""A repeat of an idempotency key inserts nothing. Only a job with a key can conflict (the unique index
+"""A repeat of an idempotency key inserts nothing (and is then compared with the job the key made:
+:mod:`app.jobs.queue.repeats`). Only a job with a key can conflict (the unique index
 leaves out rows without one), so jobs without keys are inserted without this clause: a plain insert costs
 PostgreSQL about a tenth less than a speculative one (measured on 10,000 rows: 335 against 370 ms of
 backend CPU)."""
@@ -391,12 +393,17 @@ async def enqueue(
     file inputs is one autocommit statement — the row, its event and the NOTIFY together, one round
     trip — and any other job one short transaction.
 
-    An ``idempotency_key`` is unique per owner: a repeat returns the existing row untouched with
-    ``created=False``, and concurrent repeats create exactly one row (``INSERT … ON CONFLICT``).
+    An ``idempotency_key`` is unique per owner. A repeat of the same request (what that means:
+    :mod:`app.jobs.queue.repeats`) returns the existing row untouched with ``created=False``; a repeat
+    with a different request is refused (:class:`~app.errors.KeyReused`), never answered with the first
+    request's job as if it had gone in. Concurrent first requests with one key create exactly one row
+    (``INSERT … ON CONFLICT``): the others wait for it and are compared with it.
     ``depends_on`` ids must exist, be visible to the owner and not create a cycle.
 
     Raises:
         BadInput: see :func:`prepare`; also unknown/foreign dependency ids (422 "unknown dependency").
+        KeyReused: (a ``BadInput``, 422 on ``idempotency_key``) the key made a job for a different
+            request; nothing is inserted.
         TooLarge: input above ``JOB_MAX_INPUT_BYTES``.
         Exception: the guard's refusal.
     """
@@ -417,7 +424,7 @@ def _insert_params(
         **(guard.params if guard is not None else {}),
         "pending_parents": pending,
         "actor": actor or f"user:{user_id}",
-        "event_data": json_text({"attempts_allowed": params["max_attempts"]}),
+        "event_data": json_text({"attempts_allowed": params["max_attempts"], **requested_run_at(params)}),
     }
 
 
@@ -430,17 +437,39 @@ async def _insert_alone(
     row = _inserted(await write_rows(engine, _insert_statement(job, guard), inserted), guard)
     if row is not None:
         return Enqueued(job=job_row(row), created=True)
-    key = {"user_id": job.user_id, "key": job.idempotency_key}
-    existing = await write_rows(engine, GET_BY_IDEMPOTENCY_KEY, key)
-    assert existing, "ON CONFLICT without an existing row"
-    return Enqueued(job=job_row(existing[0]), created=False)
+    return Enqueued(job=_same_request(job, await compare(engine, [(0, params)], {0: []})), created=False)
+
+
+def _same_request(job: NewJob, repeats: dict[int, Repeat]) -> JobRow:
+    """The job a repeated key made, when the repeat asks for the same job; else its refusal."""
+    repeat = repeats.get(0)
+    assert repeat is not None, "ON CONFLICT without an existing row"
+    if repeat.differs:
+        raise refusal(repeat)
+    return repeat.job
+
+
+async def repeat_of(db: AsyncConnection | AsyncSession, job: NewJob, settings: Settings) -> JobRow | None:
+    """The job ``job``'s idempotency key made, if any and if ``job`` asks for the same job (what a repeat
+    is answered with when it is not inserted at all, e.g. over a person's limit); ``None`` for a key not
+    used yet or no key.
+
+    Raises:
+        BadInput: ``job`` does not validate (:func:`prepare`). KeyReused: the key made a job for a
+        different request.
+    """
+    if job.idempotency_key is None:
+        return None
+    params = prepare(job, settings)
+    repeats = await compare(await conn_of(db), [(0, params)], {0: list(job.depends_on)})
+    return _same_request(job, repeats) if repeats else None
 
 
 async def _insert_one(
     conn: AsyncConnection, job: NewJob, params: dict[str, Any], actor: str | None, guard: Guard | None
 ) -> Enqueued:
     """:func:`enqueue` in the caller's transaction."""
-    await _check_files(conn, [params])
+    await check_files(conn, [params])
     files = params.pop("files")
     pending = 0
     if job.depends_on:
@@ -449,131 +478,11 @@ async def _insert_one(
     statement = _insert_statement(job, guard)
     row = _inserted((await conn.execute(statement, inserted)).mappings().all(), guard)
     if row is None:
-        existing = await job_by_key(conn, job.user_id, job.idempotency_key or "")
-        assert existing is not None, "ON CONFLICT without an existing row"
-        return Enqueued(job=existing, created=False)
+        repeats = await compare(conn, [(0, params)], {0: list(job.depends_on)})
+        return Enqueued(job=_same_request(job, repeats), created=False)
     if job.depends_on:
         await insert_edges(conn, [(job.id, d) for d in job.depends_on])
         if pending == 0:
             await notify_jobs(conn)
-    await _link_files(conn, [(job.id, fid) for _, fid, _ in files])
+    await link_files(conn, [(job.id, fid) for _, fid, _ in files])
     return Enqueued(job=job_row(row), created=True)
-
-
-# --- many jobs ------------------------------------------------------------------------------------
-
-
-def _insert_many(on_conflict: str) -> str:
-    return f"""
-    WITH rows AS (
-        SELECT * FROM unnest(
-            CAST(:ids AS uuid[]), CAST(:types AS text[]), CAST(:user_ids AS int[]), CAST(:inputs AS text[]),
-            CAST(:priorities AS int[]), CAST(:run_ats AS timestamptz[]), CAST(:max_attempts AS int[]),
-            CAST(:keys AS text[]), CAST(:titles AS text[]), CAST(:pipeline_ids AS uuid[]), CAST(:step_keys AS text[]),
-            CAST(:approvals AS boolean[]), CAST(:created_by AS uuid[]), CAST(:pending AS int[]), CAST(:request_ids AS text[])
-        ) AS r(id, type, user_id, input, priority, run_at, max_attempts, idempotency_key, title, pipeline_id,
-               step_key, requires_approval, created_by_job, pending_parents, request_id)
-    ), ins AS (
-        INSERT INTO jobs (id, type, user_id, input_data, priority, run_at, max_attempts, idempotency_key, title,
-                          pipeline_id, step_key, requires_approval, created_by_job, pending_parents, request_id)
-        SELECT id, type, user_id, input::jsonb, priority, COALESCE(run_at, now()), max_attempts, idempotency_key,
-               title, pipeline_id, step_key, requires_approval, created_by_job, pending_parents, request_id
-        FROM rows
-        {on_conflict}
-        RETURNING id, pipeline_id, user_id, run_at, pending_parents
-    ), ev AS (
-        INSERT INTO job_events (job_id, pipeline_id, kind, to_status, actor)
-        SELECT id, pipeline_id, 'enqueued', 'queued', COALESCE(:actor, 'user:' || user_id) FROM ins
-    ), notify AS (
-        SELECT pg_notify('{JOBS_CHANNEL}', '') FROM ins WHERE pending_parents = 0 LIMIT 1
-    )
-    SELECT ins.id, (SELECT count(*) FROM notify) AS notified FROM ins
-    """
-
-
-INSERT_MANY = sql(_insert_many(ON_KEY_CONFLICT))
-INSERT_MANY_WITHOUT_KEYS = sql(_insert_many(""))
-
-_MANY_COLUMNS = {
-    "ids": "id",
-    "types": "type",
-    "user_ids": "user_id",
-    "inputs": "input",
-    "priorities": "priority",
-    "run_ats": "run_at",
-    "max_attempts": "max_attempts",
-    "keys": "idempotency_key",
-    "titles": "title",
-    "pipeline_ids": "pipeline_id",
-    "step_keys": "step_key",
-    "approvals": "requires_approval",
-    "created_by": "created_by_job",
-    "request_ids": "request_id",
-}
-"""Array parameter of :data:`INSERT_MANY` → key of :func:`prepare`'s parameters."""
-
-
-MANY_ERRORS_SHOWN = 50
-"""Most bad jobs a bulk enqueue reports at once (each with its index); the rest are counted."""
-
-
-def _prepare_all(jobs: Sequence[NewJob], settings: Settings, skip_schema: bool) -> list[dict[str, Any]]:
-    """Every job validated (each type's schema compiled once, see :func:`_type_check`); the problems of
-    every bad job, by index, in one :class:`BadInput`."""
-    prepared: list[dict[str, Any]] = []
-    errors: dict[str, str] = {}
-    bad = 0
-    for i, j in enumerate(jobs):
-        try:
-            prepared.append(prepare(j, settings, field_prefix=f"jobs[{i}].", skip_schema=skip_schema))
-        except BadInput as exc:
-            bad += 1
-            if bad <= MANY_ERRORS_SHOWN:
-                errors.update(exc.errors or {f"jobs[{i}]": str(exc)})
-    if bad:
-        first, message = next(iter(errors.items()))
-        more = f" (and {bad - 1} more bad jobs)" if bad > 1 else ""
-        raise BadInput(f"{first}: {message}{more}", errors=errors)
-    return prepared
-
-
-async def enqueue_many(
-    db: AsyncConnection | AsyncSession,
-    jobs: Sequence[NewJob],
-    settings: Settings,
-    *,
-    actor: str | None = None,
-    pending: dict[uuid.UUID, int] | None = None,
-    edges: Sequence[tuple[uuid.UUID, uuid.UUID]] = (),
-    skip_schema: bool = False,
-) -> list[uuid.UUID]:
-    """Insert many jobs in one statement (bulk enqueue); all are validated first, so a bad one rejects
-    the whole batch (all or nothing). Returns the ids actually inserted (idempotent repeats are
-    skipped). ``pending`` and ``edges`` are used by pipelines, whose jobs depend on each other (the
-    pipeline code validates the graph and the inputs, and passes ``skip_schema``); plain callers leave
-    them empty.
-
-    Raises:
-        BadInput: with the index of each bad job in its field paths (``jobs[3].input_data.seconds``), for
-            every bad job (up to :data:`MANY_ERRORS_SHOWN`), not only the first.
-        TooLarge: an input above ``JOB_MAX_INPUT_BYTES``.
-    """
-    conn = await conn_of(db)
-    if not jobs:
-        return []
-    prepared = _prepare_all(jobs, settings, skip_schema)
-    await _check_files(conn, prepared)
-    pending = pending or {}
-    params: dict[str, Any] = {name: [p[key] for p in prepared] for name, key in _MANY_COLUMNS.items()}
-    params["pending"] = [pending.get(p["id"], 0) for p in prepared]
-    params["actor"] = actor
-    keyed = any(p["idempotency_key"] is not None for p in prepared)
-    statement = INSERT_MANY if keyed else INSERT_MANY_WITHOUT_KEYS
-    inserted = [r[0] for r in (await conn.execute(statement, params)).all()]
-    created = set(inserted)
-    await _link_files(
-        conn, [(p["id"], fid) for p in prepared if p["id"] in created for _, fid, _ in p["files"]]
-    )
-    if edges:
-        await insert_edges(conn, list(edges))
-    return inserted

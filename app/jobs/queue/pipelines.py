@@ -23,7 +23,8 @@ from app.jobs.queue.common import conn_of, new_id, sql
 from app.jobs.queue.fanouts import name_instances
 from app.jobs.queue.fanouts import store as store_fanout
 from app.jobs.queue.holds import hold_if_owner_disabled
-from app.jobs.queue.new_jobs import NewJob, enqueue_many, lock_parents
+from app.jobs.queue.many_jobs import enqueue_many
+from app.jobs.queue.new_jobs import NewJob, lock_parents
 from app.jobs.rows import Fetched
 from app.jobs.types import NextJob, may_create_next, refusal, registry
 from app.settings import Settings

@@ -41,7 +41,8 @@ from app.web.openapi import errors
 class JobCreate:
     """A job to enqueue. ``run_at`` needs a UTC offset (``2026-12-01T09:00:00+01:00``); ``max_attempts``
     1–1000 (default: the type's, else ``len(JOB_RETRY_INTERVALS) + 1``); ``priority`` -100–100, higher
-    first; ``idempotency_key``: a repeat with the same key returns the existing job (200 instead of 201);
+    first; ``idempotency_key``: a repeat of the same request with the same key returns the existing job
+    (200 instead of 201), the same key with a different request is refused (422 on ``idempotency_key``);
     ``dependent_on_jobs``: ids of your jobs that must complete first. Diagnostic and internal types are
     for admins (422 naming ``type`` otherwise)."""
 
@@ -216,10 +217,13 @@ class JobsApiController(Controller):
     async def create(
         self, request: Request[Any, Any, Any], data: JSONBody[JobCreate]
     ) -> Response[dict[str, Any]]:
-        """Enqueue a job. 201 with the job; 200 with the existing job on an idempotent repeat; 422 naming
-        the field for bad input (unknown type or one for admins only, input not matching the type's
-        schema, NUL characters, ``max_attempts`` out of range, ``run_at`` without an offset); 413 above
-        ``JOB_MAX_INPUT_BYTES``."""
+        """Enqueue a job. 201 with the job; 200 with the existing job when an ``idempotency_key`` is
+        repeated with the same request (the same ``type``, normalised ``input_data``, ``priority``,
+        ``max_attempts``, ``title``, ``run_at``, ``dependent_on_jobs``, ``tags`` and ``callback_url``);
+        422 on ``idempotency_key`` when the key was used for a different request, naming the job it made
+        and what differs; 422 naming the field for bad input (unknown type or one for admins only, input
+        not matching the type's schema, NUL characters, ``max_attempts`` out of range, ``run_at`` without
+        an offset); 413 above ``JOB_MAX_INPUT_BYTES``."""
         actor = actor_of(request)
         new = NewJob(
             type=data.type,

@@ -1,0 +1,162 @@
+"""Bulk enqueue: many jobs validated first and inserted in one statement with their ``enqueued`` events, in
+the caller's transaction (batches, pipelines, fan-out steps, Python callers)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from app.errors import BadInput
+from app.jobs.queue.common import JOBS_CHANNEL, conn_of, sql
+from app.jobs.queue.new_jobs import ON_KEY_CONFLICT, NewJob, check_files, insert_edges, link_files, prepare
+from app.jobs.queue.repeats import compare, refusals
+from app.settings import Settings
+
+
+def _insert_many(on_conflict: str) -> str:
+    # A keyed job's event keeps the run_at it asked for, to compare a repeat with (app.jobs.queue.repeats).
+    keyed = bool(on_conflict)
+    data = "CASE WHEN r.idempotency_key IS NOT NULL THEN jsonb_build_object('run_at', r.run_at) END"
+    events = f"SELECT ins.id, ins.pipeline_id, {data}, ins.user_id FROM ins JOIN rows r ON r.id = ins.id"
+    return f"""
+    WITH rows AS (
+        SELECT * FROM unnest(
+            CAST(:ids AS uuid[]), CAST(:types AS text[]), CAST(:user_ids AS int[]), CAST(:inputs AS text[]),
+            CAST(:priorities AS int[]), CAST(:run_ats AS timestamptz[]), CAST(:max_attempts AS int[]),
+            CAST(:keys AS text[]), CAST(:titles AS text[]), CAST(:pipeline_ids AS uuid[]), CAST(:step_keys AS text[]),
+            CAST(:approvals AS boolean[]), CAST(:created_by AS uuid[]), CAST(:pending AS int[]), CAST(:request_ids AS text[])
+        ) AS r(id, type, user_id, input, priority, run_at, max_attempts, idempotency_key, title, pipeline_id,
+               step_key, requires_approval, created_by_job, pending_parents, request_id)
+    ), ins AS (
+        INSERT INTO jobs (id, type, user_id, input_data, priority, run_at, max_attempts, idempotency_key, title,
+                          pipeline_id, step_key, requires_approval, created_by_job, pending_parents, request_id)
+        SELECT id, type, user_id, input::jsonb, priority, COALESCE(run_at, now()), max_attempts, idempotency_key,
+               title, pipeline_id, step_key, requires_approval, created_by_job, pending_parents, request_id
+        FROM rows
+        {on_conflict}
+        RETURNING id, pipeline_id, user_id, run_at, pending_parents
+    ), ev AS (
+        INSERT INTO job_events (job_id, pipeline_id, data, kind, to_status, actor)
+        SELECT id, pipeline_id, data, 'enqueued', 'queued', COALESCE(:actor, 'user:' || user_id)
+        FROM ({events if keyed else "SELECT id, pipeline_id, NULL::jsonb AS data, user_id FROM ins"}) AS n(id, pipeline_id, data, user_id)
+    ), notify AS (
+        SELECT pg_notify('{JOBS_CHANNEL}', '') FROM ins WHERE pending_parents = 0 LIMIT 1
+    )
+    SELECT ins.id, (SELECT count(*) FROM notify) AS notified FROM ins
+    """
+
+
+INSERT_MANY = sql(_insert_many(ON_KEY_CONFLICT))
+INSERT_MANY_WITHOUT_KEYS = sql(_insert_many(""))
+
+_MANY_COLUMNS = {
+    "ids": "id",
+    "types": "type",
+    "user_ids": "user_id",
+    "inputs": "input",
+    "priorities": "priority",
+    "run_ats": "run_at",
+    "max_attempts": "max_attempts",
+    "keys": "idempotency_key",
+    "titles": "title",
+    "pipeline_ids": "pipeline_id",
+    "step_keys": "step_key",
+    "approvals": "requires_approval",
+    "created_by": "created_by_job",
+    "request_ids": "request_id",
+}
+"""Array parameter of :data:`INSERT_MANY` → key of :func:`prepare`'s parameters."""
+
+
+MANY_ERRORS_SHOWN = 50
+"""Most bad jobs a bulk enqueue reports at once (each with its index); the rest are counted."""
+
+
+def _prepare_all(jobs: Sequence[NewJob], settings: Settings, skip_schema: bool) -> list[dict[str, Any]]:
+    """Every job validated (each type's schema compiled once, see :func:`_type_check`); the problems of
+    every bad job, by index, in one :class:`BadInput`."""
+    prepared: list[dict[str, Any]] = []
+    errors: dict[str, str] = {}
+    bad = 0
+    for i, j in enumerate(jobs):
+        try:
+            prepared.append(prepare(j, settings, field_prefix=f"jobs[{i}].", skip_schema=skip_schema))
+        except BadInput as exc:
+            bad += 1
+            if bad <= MANY_ERRORS_SHOWN:
+                errors.update(exc.errors or {f"jobs[{i}]": str(exc)})
+    if bad:
+        first, message = next(iter(errors.items()))
+        more = f" (and {bad - 1} more bad jobs)" if bad > 1 else ""
+        raise BadInput(f"{first}: {message}{more}", errors=errors)
+    return prepared
+
+
+async def _insert_keyed(
+    conn: AsyncConnection, prepared: Sequence[dict[str, Any]], params: dict[str, Any]
+) -> list[uuid.UUID]:
+    """The bulk insert of jobs some of which have keys, in a savepoint: the keyed jobs it skipped are
+    compared with the jobs their keys made, and a different request rolls every insert back."""
+    async with conn.begin_nested():
+        inserted = [r[0] for r in (await conn.execute(INSERT_MANY, params)).all()]
+        created = set(inserted)
+        skipped = [
+            (i, p)
+            for i, p in enumerate(prepared)
+            if p["idempotency_key"] is not None and p["id"] not in created
+        ]
+        refused = refusals(await compare(conn, skipped))
+        if refused is not None:
+            raise refused  # leaving the block rolls the savepoint back
+    return inserted
+
+
+async def enqueue_many(
+    db: AsyncConnection | AsyncSession,
+    jobs: Sequence[NewJob],
+    settings: Settings,
+    *,
+    actor: str | None = None,
+    pending: dict[uuid.UUID, int] | None = None,
+    edges: Sequence[tuple[uuid.UUID, uuid.UUID]] = (),
+    skip_schema: bool = False,
+) -> list[uuid.UUID]:
+    """Insert many jobs in one statement (bulk enqueue); all are validated first, so a bad one rejects
+    the whole batch (all or nothing). Returns the ids actually inserted: a job whose idempotency key
+    made a job for the same request (:mod:`app.jobs.queue.repeats`; dependencies not compared) is
+    skipped; one whose key made a job for a different request refuses the whole batch, nothing
+    inserted, naming each such job by index (``jobs[3].idempotency_key``). Two jobs of one call with one
+    key are a first request and its repeat. ``pending`` and ``edges`` are used by pipelines, whose jobs depend on each other (the
+    pipeline code validates the graph and the inputs, and passes ``skip_schema``); plain callers leave
+    them empty.
+
+    Raises:
+        BadInput: with the index of each bad job in its field paths (``jobs[3].input_data.seconds``), for
+            every bad job (up to :data:`MANY_ERRORS_SHOWN`), not only the first.
+        KeyReused: (a ``BadInput``) a key repeated with a different request, as above.
+        TooLarge: an input above ``JOB_MAX_INPUT_BYTES``.
+    """
+    conn = await conn_of(db)
+    if not jobs:
+        return []
+    prepared = _prepare_all(jobs, settings, skip_schema)
+    await check_files(conn, prepared)
+    pending = pending or {}
+    params: dict[str, Any] = {name: [p[key] for p in prepared] for name, key in _MANY_COLUMNS.items()}
+    params["pending"] = [pending.get(p["id"], 0) for p in prepared]
+    params["actor"] = actor
+    keyed = any(p["idempotency_key"] is not None for p in prepared)
+    if keyed:
+        inserted = await _insert_keyed(conn, prepared, params)
+    else:
+        inserted = [r[0] for r in (await conn.execute(INSERT_MANY_WITHOUT_KEYS, params)).all()]
+    created = set(inserted)
+    await link_files(
+        conn, [(p["id"], fid) for p in prepared if p["id"] in created for _, fid, _ in p["files"]]
+    )
+    if edges:
+        await insert_edges(conn, list(edges))
+    return inserted
