@@ -33,7 +33,15 @@ from app.processors import ProcessorSpec, registry
 from app.web import DbSession, forms, is_htmx, render, submit
 from app.web.batch_downloads import csv_chunks, zip_chunks
 from app.web.batch_page import batch_context, batch_state, mapping_view, problems_of
-from app.web.deps import actor_of, file_store, poll_status, sentence, settings_of, unchanged
+from app.web.deps import (
+    actor_of,
+    file_store,
+    one_snapshot,
+    poll_status,
+    sentence,
+    settings_of,
+    unchanged,
+)
 from app.web.form_values import whole_number
 from app.web.input_guard import FORM_CHECKED, form_problems, problems_beside
 from app.web.notifications import bell_news
@@ -83,7 +91,8 @@ class BatchesController(Controller):
 
     @get("/", name="batches.list")
     async def batches_list(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
-        """Your latest batches, newest first, with their status and progress."""
+        """Your latest batches, newest first, with their status and progress (one snapshot)."""
+        await one_snapshot(db_session)
         rows = await batches.list_for(db_session, request.user)
         items = []
         for row in rows:
@@ -324,6 +333,9 @@ class BatchesController(Controller):
     async def batch_page(
         self, request: Request[Any, Any, Any], db_session: DbSession, batch_id: FromPath[str]
     ) -> Template:
+        """A batch's page: its counts and the failed rows listed below them are read from one snapshot
+        (read one by one, a row that failed between the reads was listed but not counted)."""
+        await one_snapshot(db_session)
         ctx = await batch_context(db_session, batch_id, request.user)
         return render(request, "batches/detail.html", ctx, fragment="batches/_status.html")
 
@@ -337,7 +349,8 @@ class BatchesController(Controller):
         bell: Annotated[int | None, QueryParameter(ge=0, le=2**62)] = None,
     ) -> Template | Response[Any]:
         """The polled fragment: 204 while unchanged; 286 with the final state once finished; the bell
-        out of band when the viewer's unread count is no longer ``bell``."""
+        out of band when the viewer's unread count is no longer ``bell``. One snapshot, as the page."""
+        await one_snapshot(db_session)
         ctx = await batch_context(db_session, batch_id, request.user)
         if not is_htmx(request):
             return render(request, "batches/detail.html", ctx)
