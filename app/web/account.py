@@ -11,7 +11,9 @@ link to the API's documentation.
   shown once, with a copy button; ``POST /account/tokens/{id}/revoke`` — revoke one.
 
 The changes and their audit entries are :mod:`app.actions.account` (the JSON API's ``/api/me…`` calls
-the same actions); this module reads the forms and renders. Errors are shown next to their fields (422).
+the same actions); this module reads the forms and renders. Errors are shown next to their fields (422),
+text that cannot be stored too (``FORM_CHECKED``: :func:`app.web.input_guard.problems_beside`), with what
+was typed kept (never a password).
 
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
@@ -29,6 +31,9 @@ from app.errors import BadInput
 from app.web import DbSession, flash, render
 from app.web.deps import client_ip, settings_of
 from app.web.form_values import whole_number
+from app.web.input_guard import FORM_CHECKED, problems_beside
+
+PASSWORD_FIELDS = ("current_password", "password", "password_repeat")
 
 THEME_WORDS = {"auto": "Automatic (follow this device)", "light": "Light", "dark": "Dark"}
 
@@ -93,13 +98,16 @@ class AccountController(Controller):
         """The account page (a notice an action left shows once: :mod:`app.web.flash`)."""
         return await self._page(request, db_session)
 
-    @post("/password", name="account.password", status_code=200)
+    @post("/password", name="account.password", status_code=200, opt={FORM_CHECKED: True})
     async def change_password(
         self, request: Request[Any, Any, Any], db_session: DbSession
     ) -> Template | Redirect:
         """Change the password; other sessions end. Wrong current password, a short or repeated new one:
         422 with the message next to the field."""
         form = await request.form()
+        refused = problems_beside(request, PASSWORD_FIELDS, "password")
+        if refused:
+            return await self._page(request, db_session, 422, errors=refused)
         try:
             changed = await account_actions.change_password(
                 db_session,
@@ -120,13 +128,16 @@ class AccountController(Controller):
         )
         return flash.redirect(request, "/account", f"Password changed; {others}.")
 
-    @post("/timezone", name="account.timezone", status_code=200)
+    @post("/timezone", name="account.timezone", status_code=200, opt={FORM_CHECKED: True})
     async def set_timezone(
         self, request: Request[Any, Any, Any], db_session: DbSession
     ) -> Template | Redirect:
         """Set the time zone (an IANA name); an unknown one is a 422 next to the field, as typed."""
         form = await request.form()
         typed = str(form.get("timezone") or "")
+        refused = problems_beside(request, ("timezone",), "timezone")
+        if refused:
+            return await self._page(request, db_session, 422, errors=refused, values={"timezone": typed[:64]})
         try:
             zone_name = await account_actions.set_timezone(
                 db_session, request.user, typed, ip=client_ip(request)
@@ -137,10 +148,13 @@ class AccountController(Controller):
             )
         return flash.redirect(request, "/account", f"Times are now shown in {zone_name}.")
 
-    @post("/theme", name="account.theme", status_code=200)
+    @post("/theme", name="account.theme", status_code=200, opt={FORM_CHECKED: True})
     async def set_theme(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template | Redirect:
         """Light, dark or automatic (the device's setting)."""
         form = await request.form()
+        refused = problems_beside(request, ("theme",), "theme")
+        if refused:
+            return await self._page(request, db_session, 422, errors=refused)
         try:
             theme = await account_actions.set_theme(
                 db_session, request.user, str(form.get("theme") or ""), ip=client_ip(request)
@@ -149,24 +163,22 @@ class AccountController(Controller):
             return await self._page(request, db_session, 422, errors=dict(exc.errors))
         return flash.redirect(request, "/account", f"Colours: {THEME_WORDS[theme].lower()}.")
 
-    @post("/tokens", name="account.tokens.create", status_code=200)
+    @post("/tokens", name="account.tokens.create", status_code=200, opt={FORM_CHECKED: True})
     async def create_token(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
         """Create an API token; the page that answers shows it once."""
         form = await request.form()
         name = str(form.get("name") or "")
         days = str(form.get("expires_in_days") or "")
+        typed = {"token_name": name[:100], "expires_in_days": days[:10]}
+        refused = problems_beside(request, ("name", "expires_in_days"), "name")
+        if refused:
+            return await self._page(request, db_session, 422, errors=refused, values=typed)
         try:
             token = await account_actions.create_token(
                 db_session, request.user, name, expires_in_days=_days(days), ip=client_ip(request)
             )
         except BadInput as exc:
-            return await self._page(
-                request,
-                db_session,
-                422,
-                errors=dict(exc.errors),
-                values={"token_name": name[:100], "expires_in_days": days[:10]},
-            )
+            return await self._page(request, db_session, 422, errors=dict(exc.errors), values=typed)
         return await self._page(
             request,
             db_session,

@@ -18,6 +18,7 @@ from app.signin import sign_in
 from app.web import DbSession, current_user, render
 from app.web.csrf import COOKIE_NAME as CSRF_COOKIE
 from app.web.csrf import csrf_cookie, session_token_for_cookie
+from app.web.input_guard import FORM_CHECKED, problems_beside
 
 
 @dataclass
@@ -52,7 +53,7 @@ class AuthController(Controller):
             return Redirect(target, status_code=303)
         return render(request, "login.html", {"next": target, "email": "", "error": None})
 
-    @post("/login", name="auth.login_submit", status_code=303)
+    @post("/login", name="auth.login_submit", status_code=303, opt={FORM_CHECKED: True})
     async def login_submit(
         self,
         request: Request[Any, Any, Any],
@@ -68,6 +69,15 @@ class AuthController(Controller):
         settings = request.app.state.settings
         target = safe_next(data.next)
         email = data.email.strip()
+        # text that cannot be taken: beside the email or password, any other field's above the form
+        refused = problems_beside(request, ("email", "password"), "_form")
+        if refused:
+            return render(
+                request,
+                "login.html",
+                {"next": target, "email": email, "error": refused.pop("_form", None), "errors": refused},
+                status_code=422,
+            )
         if not email or not data.password:
             return render(
                 request,

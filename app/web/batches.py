@@ -33,8 +33,17 @@ from app.processors import ProcessorSpec, registry
 from app.web import DbSession, forms, is_htmx, render, submit
 from app.web.batch_downloads import csv_chunks, zip_chunks
 from app.web.batch_page import batch_context, batch_state, mapping_view, problems_of
-from app.web.deps import actor_of, file_store, poll_status, sentence, settings_of, unchanged
+from app.web.deps import (
+    actor_of,
+    file_store,
+    one_snapshot,
+    poll_status,
+    sentence,
+    settings_of,
+    unchanged,
+)
 from app.web.form_values import whole_number
+from app.web.input_guard import FORM_CHECKED, form_problems, problems_beside
 from app.web.notifications import bell_news
 
 FORM_ERROR = "_form"
@@ -82,7 +91,8 @@ class BatchesController(Controller):
 
     @get("/", name="batches.list")
     async def batches_list(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
-        """Your latest batches, newest first, with their status and progress."""
+        """Your latest batches, newest first, with their status and progress (one snapshot)."""
+        await one_snapshot(db_session)
         rows = await batches.list_for(db_session, request.user)
         items = []
         for row in rows:
@@ -96,7 +106,7 @@ class BatchesController(Controller):
         spec = access.page_spec(request.user, type_name)
         return render(request, "batches/new.html", self._context(request, spec))
 
-    @post("/new/{type_name:str}", name="batches.create", status_code=200)
+    @post("/new/{type_name:str}", name="batches.create", status_code=200, opt={FORM_CHECKED: True})
     async def create_batch(
         self, request: Request[Any, Any, Any], db_session: DbSession, type_name: FromPath[str]
     ) -> Template | Redirect:
@@ -111,6 +121,15 @@ class BatchesController(Controller):
         )
         sheet_upload = form.get("sheet")
         files = [u for u in form.getall("files", []) if _is_upload(u)]
+        refused = self._refused(request, ctx["fields"])
+        if refused:
+            # text that cannot be taken, beside its control, nothing read or stored; the mapping step
+            # comes back with its columns as chosen and the name as typed
+            if form.get("sheet_id") and not _is_upload(sheet_upload) and not files:
+                if "sheet_id" not in form_problems(request):
+                    return await self._start_sheet(request, db_session, spec, form, ctx, refused)
+            ctx["errors"] = refused
+            return render(request, "batches/new.html", ctx, status_code=422)
         if _is_upload(sheet_upload):
             return await self._read_sheet(request, db_session, spec, sheet_upload, ctx)
         if files:
@@ -119,6 +138,16 @@ class BatchesController(Controller):
             return await self._start_sheet(request, db_session, spec, form, ctx)
         ctx["errors"] = {"file": "Choose a CSV or XLSX file first."}
         return render(request, "batches/new.html", ctx, status_code=422)
+
+    def _refused(
+        self, request: Request[Any, Any, Any], fields: list[spreadsheets.SheetField]
+    ) -> dict[str, str]:
+        """The form's text that cannot be taken (:func:`app.web.input_guard.problems_beside`), keyed as
+        the page shows errors: the name, a column's choice, the spreadsheet or the files (their file
+        names), anything else above the form."""
+        controls = {NAME_FIELD: NAME_FIELD, "sheet": "file", "files": "files"}
+        controls.update({f"map.{f.name}": f"map.{f.name}" for f in fields})
+        return problems_beside(request, controls, FORM_ERROR)
 
     async def _load_sheet(
         self, request: Request[Any, Any, Any], db_session: Any, sheet_id: Any
@@ -189,7 +218,10 @@ class BatchesController(Controller):
         spec: ProcessorSpec,
         form: Any,
         ctx: dict[str, Any],
+        refused: dict[str, str] | None = None,
     ) -> Template | Redirect:
+        """Convert and check every row, then start the batch; with ``refused`` (the form's errors found
+        before), the mapping step again with them, nothing started."""
         try:
             loaded = await self._load_sheet(request, db_session, form.get("sheet_id"))
         except BadInput as exc:
@@ -201,6 +233,9 @@ class BatchesController(Controller):
         fields = ctx["fields"]
         chosen = _chosen(form, fields, sheet.columns)
         step = ctx["step"] = mapping_view(sheet_id, sheet, fields, chosen)
+        if refused:
+            ctx["errors"] = refused
+            return render(request, "batches/new.html", ctx, status_code=422)
         rows = [spreadsheets.row_input(fields, cells, chosen) for _, cells in sheet.rows]
         numbers = [n for n, _ in sheet.rows]
         try:
@@ -298,6 +333,9 @@ class BatchesController(Controller):
     async def batch_page(
         self, request: Request[Any, Any, Any], db_session: DbSession, batch_id: FromPath[str]
     ) -> Template:
+        """A batch's page: its counts and the failed rows listed below them are read from one snapshot
+        (read one by one, a row that failed between the reads was listed but not counted)."""
+        await one_snapshot(db_session)
         ctx = await batch_context(db_session, batch_id, request.user)
         return render(request, "batches/detail.html", ctx, fragment="batches/_status.html")
 
@@ -311,7 +349,8 @@ class BatchesController(Controller):
         bell: Annotated[int | None, QueryParameter(ge=0, le=2**62)] = None,
     ) -> Template | Response[Any]:
         """The polled fragment: 204 while unchanged; 286 with the final state once finished; the bell
-        out of band when the viewer's unread count is no longer ``bell``."""
+        out of band when the viewer's unread count is no longer ``bell``. One snapshot, as the page."""
+        await one_snapshot(db_session)
         ctx = await batch_context(db_session, batch_id, request.user)
         if not is_htmx(request):
             return render(request, "batches/detail.html", ctx)

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.actions import jobs as job_actions
 from app.actions.jobs import ActionOutcome, parse_id
 from app.actions.trail import Actor
-from app.db import engine_pooler, fetch_dicts
+from app.db import fetch_dicts
 from app.errors import BadInput
 from app.files import FileStore
 
@@ -38,22 +38,11 @@ async def rows_of(db: AsyncSession, statement: Any, params: dict[str, Any]) -> l
     return await fetch_dicts(await db.connection(), statement, params)
 
 
-async def reads_only(db: AsyncSession) -> None:
-    """For a page that only reads: ``db``'s statements each run on their own (autocommit) instead of in
-    one transaction, which saves the ``BEGIN`` and ``COMMIT`` round trips (two of a list page's eight).
-    Each read sees what was committed when it ran, as the status polls do (:func:`app.db.read_rows`).
-    Call it before the first statement. Behind PgBouncer in transaction mode the page keeps its
-    transaction: there ``BEGIN`` is where a request's wait for a server connection is bounded
-    (:mod:`app.pooler`)."""
-    if db.bind is not None and engine_pooler(db.bind) != "transaction":  # type: ignore[arg-type]
-        await db.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
-
-
 async def one_snapshot(db: AsyncSession) -> None:
     """For a page that shows several reads that must agree (a job's or a pipeline's status and its
-    history): ``db``'s statements run in one ``REPEATABLE READ``, read-only transaction, so all of them
+    history, a batch's counts and its failed rows, a list and the counts beside it): ``db``'s statements run in one ``REPEATABLE READ``, read-only transaction, so all of them
     see the database as it was at the first. Read one by one (each its own snapshot, as ``READ
-    COMMITTED`` and :func:`reads_only` give), a step that changed between the two showed a state the
+    COMMITTED`` and autocommit give), a step that changed between the two showed a state the
     history below it disagreed with. Call it before the first statement."""
     await db.connection(execution_options={"isolation_level": "REPEATABLE READ", "postgresql_readonly": True})
 

@@ -41,7 +41,6 @@ from app.web.deps import (
     one_snapshot,
     perform_from_page,
     poll_status,
-    reads_only,
     settings_of,
     unchanged,
 )
@@ -143,8 +142,9 @@ class JobsController(Controller):
         after: Annotated[str | None, QueryParameter()] = None,
         q: Annotated[str | None, QueryParameter()] = None,
     ) -> Template:
-        """My jobs (full page, or ``jobs/_list.html`` for htmx); ``q`` searches names and input text."""
-        await reads_only(db_session)
+        """My jobs (full page, or ``jobs/_list.html`` for htmx); ``q`` searches names and input text. The
+        jobs, the pipelines and the recent batches' counts above them are read from one snapshot."""
+        await one_snapshot(db_session)
         ctx = await list_context(db_session, request.user, status, type_filter, after, q)
         ctx["paused"] = await controls.paused_for(db_session)
         return render(request, "jobs/list.html", ctx, fragment="jobs/_list.html")

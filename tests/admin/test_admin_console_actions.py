@@ -214,7 +214,7 @@ async def test_nul_characters_and_huge_ids_in_user_and_sign_in_forms_are_not_ser
     assert r.status_code == 422
     assert 'id="e-email" class="field-error"' in r.text
     r = await post(client, f"/admin/users/{bob.id}/tokens", {"name": "c\x00i"})
-    assert r.status_code == 422 and "<strong>name</strong>: contains a NUL character" in r.text
+    assert r.status_code == 422 and 'id="e-name" class="field-error">Contains a NUL character' in r.text
     assert await pg.fetchval("SELECT count(*) FROM api_tokens") == 0
     for path in ("/admin/users/99999999999/disable", "/admin/tokens/99999999999/revoke"):
         assert (await post(client, path)).status_code == 404, path
@@ -228,7 +228,7 @@ async def test_nul_characters_and_huge_ids_in_user_and_sign_in_forms_are_not_ser
         data={"email": "bob\x00@example.com", "password": "x", "_csrf_token": csrf_from(page.text)},
         follow_redirects=False,
     )
-    assert r.status_code == 422 and "<strong>email</strong>: contains a NUL" in r.text
+    assert r.status_code == 422 and 'id="e-email" class="field-error">Contains a NUL' in r.text
     assert await pg.fetchval("SELECT count(*) FROM login_attempts WHERE email LIKE 'bob%'") == 0
 
 

@@ -36,6 +36,7 @@ from app.web import DbSession, confirms, flash, is_htmx, render
 from app.web.admin.waiting import WAITING_KINDS, waiting_kinds
 from app.web.deps import client_ip, settings_of
 from app.web.form_values import whole_number
+from app.web.input_guard import FORM_CHECKED, problems_beside
 
 POLL = "every 5s"
 """How often the live part of ``/admin`` refreshes (paused while the tab is hidden, static/app.js)."""
@@ -293,6 +294,9 @@ async def controls_context(db: AsyncSession, waiting: list[dict[str, Any]] | Non
     return {"control_items": items, "recent_controls": recent}
 
 
+NOTICE = "_notice"
+"""The error key of a limits form's field that has no place of its own (the hidden type)."""
+
 LIMIT_FIELDS = ("max_running", "max_per_minute", "max_running_per_user")
 """The limits form's fields, each shown again as typed when the form comes back with an error."""
 
@@ -304,12 +308,13 @@ def _int_or_none(raw: Any, field: str, errors: dict[str, str]) -> int | None:
         return None
     number = whole_number(value)
     if number is None:
-        errors[field] = "Enter a whole number, or leave it empty for no limit."
+        errors.setdefault(field, "Enter a whole number, or leave it empty for no limit.")
         return None
     if not 1 <= number <= controls.MAX_LIMIT:
-        errors[field] = (
+        errors.setdefault(
+            field,
             f"Enter a whole number from 1 to {controls.MAX_LIMIT:,}, or leave it empty for no limit "
-            "(to stop a type, pause it)."
+            "(to stop a type, pause it).",
         )
         return None
     return number
@@ -408,16 +413,18 @@ class HealthController(Controller):
         label = control_actions.type_label(job_type)
         return await self._done(request, db_session, f"Paused {label}." if paused else f"Resumed {label}.")
 
-    @post("/controls/limits", name="admin.controls.limits", status_code=200)
+    @post("/controls/limits", name="admin.controls.limits", status_code=200, opt={FORM_CHECKED: True})
     async def limits(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template | Redirect:
         """Set (empty removes) ``max_running`` and ``max_per_minute`` of one type; errors next to the fields."""
         form = await request.form()
         job_type = str(form.get("type") or "").strip()
-        errors: dict[str, str] = {}
+        # text that cannot be stored beside its field; in the type (a hidden field) above the table
+        errors = problems_beside(request, LIMIT_FIELDS, NOTICE)
+        notice = errors.pop(NOTICE, None)
         max_running = _int_or_none(form.get("max_running"), "max_running", errors)
         max_per_minute = _int_or_none(form.get("max_per_minute"), "max_per_minute", errors)
         per_user = _int_or_none(form.get("max_running_per_user"), "max_running_per_user", errors)
-        if not errors:
+        if not errors and notice is None:
             try:
                 await control_actions.set_limits(
                     db_session,
@@ -434,7 +441,7 @@ class HealthController(Controller):
                 return await self._index(
                     request, db_session, notice=exc.detail, notice_ok=False, status_code=404, fragment=True
                 )
-        if errors:
+        if errors or notice is not None:
             errors["_type"] = job_type
             # the form comes back with what was typed next to its error, not the stored value
             typed = {k: str(form.get(k) or "")[:20] for k in LIMIT_FIELDS}
@@ -445,7 +452,7 @@ class HealthController(Controller):
                 typed=typed,
                 status_code=422,
                 fragment=True,
-                notice="Nothing changed: check the limits.",
+                notice=notice or "Nothing changed: check the limits.",
                 notice_ok=False,
             )
         return await self._done(request, db_session, f"Limits of {job_type} saved.")

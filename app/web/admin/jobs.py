@@ -49,7 +49,7 @@ from app.errors import BadInput, NotFound
 from app.processors import registry
 from app.web import DbSession, display, is_htmx, render
 from app.web.admin.job_rows import row_items
-from app.web.deps import actor_of, perform_from_page, reads_only, rows_of
+from app.web.deps import actor_of, one_snapshot, perform_from_page, rows_of
 from app.web.form_values import count
 from app.web.job_page import CONFIRM
 from app.web.metrics import CAPPED_COUNT, EXACT_CAP, planner_estimate
@@ -191,8 +191,9 @@ class AdminJobsController(Controller):
         db_session: DbSession,
         after: Annotated[str | None, QueryParameter()] = None,
     ) -> Template:
-        """The list (htmx: just ``admin/_jobs_list.html``)."""
-        await reads_only(db_session)
+        """The list (htmx: just ``admin/_jobs_list.html``). Its rows, what each row shows and the pauses
+        are read from one snapshot, so they agree."""
+        await one_snapshot(db_session)
         f = await parse_filter(db_session, request.query_params, request.user)
         ctx = await list_context(db_session, f, request.user, after)
         # "Paused by <admin> at …": for the filtered type, or every pause when unfiltered
@@ -202,7 +203,9 @@ class AdminJobsController(Controller):
     @get("/counts", name="admin.jobs.counts")
     async def counts(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
         """The counts strip (a fragment; polled every 30 s by the page, and fetched again after an action
-        on a row or in bulk)."""
+        on a row or in bulk). Counted in one snapshot: read one by one, a job that moved between two
+        counts (waiting, then running) was counted in both or in neither."""
+        await one_snapshot(db_session)
         return Template(
             template_name="admin/_jobs_counts.html",
             context={"counts": await status_counts(db_session), "cap": COUNT_CAP, "user": request.user},

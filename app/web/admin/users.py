@@ -30,7 +30,7 @@ from app import auth, quotas, signin, users
 from app.actions import users as user_actions
 from app.errors import BadInput, Conflict
 from app.web import DbSession, confirms, flash, render
-from app.web.deps import client_ip, settings_of
+from app.web.deps import client_ip, sentence, settings_of
 from app.web.form_values import NOT_A_CHECKBOX, checkbox
 from app.web.input_guard import FORM_CHECKED, problems_beside
 
@@ -58,6 +58,7 @@ async def users_context(
         "after": after,
         "next_after": rows[-1]["email"] if more and rows else None,
         "errors": {},
+        "token_form": None,
         "values": {"email": "", "is_admin": False},
         "notice": None,
         "notice_ok": True,
@@ -183,16 +184,26 @@ class UsersController(Controller):
         ctx["secret"] = {"label": f"One-time password for {reset.email}", "value": reset.password}
         return render(request, "admin/users.html", ctx)
 
-    @post("/users/{user_id:int}/tokens", name="admin.users.token", status_code=200)
+    @post("/users/{user_id:int}/tokens", name="admin.users.token", status_code=200, opt={FORM_CHECKED: True})
     async def issue_token(
         self, request: Request[Any, Any, Any], db_session: DbSession, user_id: FromPath[int]
     ) -> Template:
-        """Issue an API token for the user; the plaintext is shown once on the page that answers."""
+        """Issue an API token for the user; the plaintext is shown once on the page that answers. A name
+        that cannot be taken is a 422 with the error beside that user's name field, as typed."""
         form = await request.form()
-        issued = await user_actions.issue_token(
-            db_session, request.user, user_id, str(form.get("name") or ""), ip=client_ip(request)
-        )
+        name = str(form.get("name") or "")
+        errors = problems_beside(request, ("name",), "name")
+        if not errors:
+            try:
+                issued = await user_actions.issue_token(
+                    db_session, request.user, user_id, name, ip=client_ip(request)
+                )
+            except BadInput as exc:
+                errors = {"name": sentence(exc.errors.get("name") or exc.detail)}
         ctx = await users_context(db_session, settings_of(request))
+        if errors:
+            ctx["token_form"] = {"user_id": user_id, "name": name[:100], "errors": errors}
+            return render(request, "admin/users.html", ctx, status_code=422)
         ctx["notice"] = f"API token issued for {issued.user_email}."
         ctx["secret"] = {"label": f"API token for {issued.user_email}", "value": issued.token}
         return render(request, "admin/users.html", ctx)
