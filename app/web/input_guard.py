@@ -8,8 +8,9 @@ whose ``errors`` name the field.
 * A multipart form field that is not text: bytes that are not UTF-8 (or not the ``charset`` its part
   names, or a ``charset`` Python does not know), which is also what a file sent without a file name is.
   The form parser decodes every part without one as text and would fail with a 500; this is a 422
-  naming the form (a form that shows its own errors reads its parts one by one instead, and shows the
-  part's problem beside its field).
+  naming the form. Litestar's reader decodes the parts inside one loop, so a form that shows its own
+  errors cannot show this one beside its field (browsers send UTF-8 and replace lone surrogates: only a
+  hand-made request meets it).
 * A urlencoded form field or a query parameter whose bytes (after ``%`` decoding) are not UTF-8. The
   parser reads them with replacement characters, so ``name=ab%FFc`` was stored as ``ab\ufffdc``: a
   value the person never typed, saved without a word.
@@ -39,12 +40,10 @@ from urllib.parse import unquote_to_bytes
 from litestar.datastructures import UploadFile
 from litestar.enums import RequestEncodingType, ScopeType
 from litestar.middleware import ASGIMiddleware
-from litestar.types import ASGIApp, Empty, Receive, Scope, Send
-from litestar.utils.scope.state import ScopeState
+from litestar.types import ASGIApp, Receive, Scope, Send
 
 from app.errors import BadInput
 from app.web.body_fields import refuse_body
-from app.web.multipart_form import parse_multipart
 
 FORM_CHECKED = "form_text_checked"
 """Route ``opt`` key: the handler itself refuses NUL characters and lone surrogates in its form fields."""
@@ -185,28 +184,11 @@ def shown_name(name: str) -> str:
 
 async def read_form(request: Any) -> Any:
     """The request's form, parsed once for the whole request (the CSRF check, this guard and the handler
-    share it). A form that shows its own errors (``FORM_CHECKED``) is read part by part
-    (:mod:`app.web.multipart_form`): a text part that is not text is that field's problem
-    (:func:`form_problems`), kept with replacement characters, and every other field is read.
+    share it).
 
     Raises:
-        BadInput: (``form``) a field that is not text in its part's character set, on any other route.
+        BadInput: (``form``) a field that is not text in its part's character set.
     """
-    content_type, options = request.content_type
-    state = ScopeState.from_scope(request.scope)
-    if (
-        content_type == RequestEncodingType.MULTI_PART
-        and state.form is Empty
-        and _checks_own_form(request.scope)
-        and options.get("boundary")
-    ):
-        form, unreadable = await parse_multipart(
-            request.stream(), options["boundary"].encode(), request.app.multipart_form_part_limit
-        )
-        state.form = form
-        request.scope[_UNREADABLE_KEY] = {
-            name: _bytes_problem(raw) or NOT_UTF8_MESSAGE for name, raw in unreadable.items()
-        }
     try:
         return await request.form()
     except (UnicodeDecodeError, LookupError):  # LookupError: a charset Python does not know
@@ -228,9 +210,6 @@ def json_depth(body: bytes, stop_at: int = MAX_JSON_DEPTH) -> int:
                 break
     return deepest
 
-
-_UNREADABLE_KEY = "jobdesk.unreadable_parts"
-"""Where :func:`read_form` leaves a ``FORM_CHECKED`` multipart form's parts that were not text."""
 
 _PROBLEMS_KEY = "jobdesk.form_problems"
 """Where the guard leaves a ``FORM_CHECKED`` form's problems for :func:`form_problems` (the ASGI scope)."""
@@ -274,7 +253,6 @@ class InputGuardMiddleware(ASGIMiddleware):
                 # Parsed here even for a handler that checks its own fields, so that it never meets a
                 # form that cannot be read.
                 form = await read_form(request)
-                problems.update(scope.get(_UNREADABLE_KEY) or {})  # type: ignore[call-overload]
                 for name, problem in parsed_problems(list(form.multi_items())).items():
                     problems.setdefault(name, problem)
                 if _checks_own_form(scope):
