@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from app import callbacks
 from app.actions import access, quotas
 from app.actions.trail import Actor, record_by_owner, record_done, record_refused
-from app.errors import BadInput, Conflict, Forbidden, NotFound, RateLimited
+from app.errors import BadInput, Conflict, Forbidden, KeyReused, NotFound, RateLimited
 from app.jobs import naming, queue
 from app.jobs.decisions import Decision, decision_words
 from app.jobs.queue import Enqueued, NewJob
@@ -185,13 +185,19 @@ async def submit(
     except RateLimited:
         # A repeat of a key answers with the job the key made, limit or not: a client that lost the first
         # answer retries with the same key, and a double click repeats a form's key.
-        existing = await queue.repeat_of(db, new, actor.settings)
+        try:
+            existing = await queue.repeat_of(db, new, actor.settings)
+        except KeyReused as exc:
+            raise await _naming_extras(db, exc, checked_tags, url) from None
         if existing is None:
             raise
         await _same_extras(db, existing, checked_tags, url)
         return Enqueued(job=existing, created=False)
     target = _alone(db, counted, checked_tags, url) or db
-    result = await queue.enqueue(target, new, actor.settings, guard=guard)
+    try:
+        result = await queue.enqueue(target, new, actor.settings, guard=guard)
+    except KeyReused as exc:
+        raise await _naming_extras(db, exc, checked_tags, url) from None
     if result.created:
         await add_tags(db, result.job["id"], checked_tags)
         if url is not None:
@@ -203,16 +209,35 @@ async def submit(
     return result
 
 
-async def _same_extras(db: AsyncSession, job: Any, tags: list[str], url: str | None) -> None:
-    """A repeated key's request asks for the job's tags (as a set) and callback URL too, or is refused
-    as a different request (the queue compared the job's own fields)."""
+async def _extras_differing(
+    db: AsyncSession, job_id: Any, tags: list[str], url: str | None
+) -> tuple[str, ...]:
+    """Which of the API's own fields of a repeated key's request differ from the job's: its tags (as a
+    set) and its callback URL (the queue compares the job's own fields)."""
     differs = []
-    if set(tags) != set((await tags_of(db, [job["id"]])).get(job["id"], [])):
+    if set(tags) != set((await tags_of(db, [job_id])).get(job_id, [])):
         differs.append("tags")
-    if url != (await db.execute(CALLBACK_OF, {"id": job["id"]})).scalar():
+    if url != (await db.execute(CALLBACK_OF, {"id": job_id})).scalar():
         differs.append("callback_url")
+    return tuple(differs)
+
+
+async def _same_extras(db: AsyncSession, job: Any, tags: list[str], url: str | None) -> None:
+    """A repeated key's request that asks for the job's own fields must ask for its tags and callback URL
+    too, or it is refused as a different request."""
+    differs = await _extras_differing(db, job["id"], tags, url)
     if differs:
-        raise refusal(Repeat(0, job, tuple(differs)))
+        raise refusal(Repeat(0, job, differs))
+
+
+async def _naming_extras(db: AsyncSession, exc: KeyReused, tags: list[str], url: str | None) -> KeyReused:
+    """The queue's refusal of a repeated key, naming the tags and callback URL too when they differ as
+    well (the refusal names every field that differs)."""
+    extra = await _extras_differing(db, exc.existing_id, tags, url)
+    job = await queue.get_job(db, exc.existing_id) if extra else None
+    if job is None:
+        return exc
+    return refusal(Repeat(0, job, exc.differs + extra))
 
 
 def _alone(

@@ -139,6 +139,9 @@ async def test_post_api_jobs_answers_200_for_the_same_request_and_422_for_a_diff
         assert other.status_code == 422, (change, other.text)
         message = other.json()["errors"]["idempotency_key"]
         assert "already used for a different request" in message and first.json()["id"] in message, message
+    # every field that differs is named, the API's own (tags) with the job's
+    both = await client.post("/api/jobs", json={**body, "priority": 3, "tags": ["x"]}, headers=headers)
+    assert "(priority, tags differ)" in both.json()["errors"]["idempotency_key"], both.text
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
 
 
@@ -160,6 +163,7 @@ async def test_the_job_form_sent_again_is_the_same_job_and_with_other_values_com
     )
     assert changed.status_code == 422
     assert "This form was sent already" in changed.text
+    assert "Please fix" not in changed.text  # nothing to fix: sending it again starts a new job
     assert f'<a href="{first.headers["location"]}">a job</a>' in changed.text
     assert _form_key(changed.text) != form["_form_key"]
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
