@@ -119,7 +119,6 @@ from app.jobs.queue.leases import (
 from app.jobs.queue.many_jobs import INSERT_MANY, enqueue_many
 from app.jobs.queue.new_jobs import (
     FILE_OWNERS,
-    GET_BY_IDEMPOTENCY_KEY,
     INSERT_EDGES,
     INSERT_JOB,
     LINK_FILES,
@@ -132,7 +131,6 @@ from app.jobs.queue.new_jobs import (
     check_file_owners,
     enqueue,
     insert_edges,
-    job_by_key,
     lock_parents,
     prepare,
     repeat_of,
@@ -255,11 +253,9 @@ __all__ = [
     "INSERT_EDGES",
     "insert_edges",
     "INSERT_JOB",
-    "GET_BY_IDEMPOTENCY_KEY",
     "enqueue",
     "INSERT_MANY",
     "enqueue_many",
-    "job_by_key",
     "repeat_of",
     "CLAIM_COLUMNS",
     "CLAIMABLE",

@@ -339,17 +339,7 @@ def _insert_job(on_conflict: str, guard: str | None = None) -> str:
 
 INSERT_JOB = sql(_insert_job(ON_KEY_CONFLICT))
 INSERT_JOB_WITHOUT_KEY = sql(_insert_job(""))
-GET_BY_IDEMPOTENCY_KEY = sql(
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE user_id = :user_id AND idempotency_key = :key"
-)
 _GUARDED: dict[tuple[str, bool], Any] = {}
-
-
-async def job_by_key(db: AsyncConnection | AsyncSession, user_id: int, key: str) -> JobRow | None:
-    """The job ``user_id`` created with idempotency key ``key``, if any (what a repeat of the key gets)."""
-    conn = await conn_of(db)
-    row = (await conn.execute(GET_BY_IDEMPOTENCY_KEY, {"user_id": user_id, "key": key})).mappings().first()
-    return job_row(row) if row is not None else None
 
 
 def _insert_statement(job: NewJob, guard: Guard | None) -> Any:
