@@ -3,11 +3,12 @@
 
 * ``GET /admin/jobs`` — every user's jobs, newest first, filtered by status, type, owner e-mail, pipeline
   and a created-from/to range, or searched by job id or idempotency key (:mod:`app.actions.selection`);
-  keyset-paginated by id (UUIDv7, so id order is creation order). ``GET /admin/jobs/counts`` is the
-  counts strip at the top (loaded and refreshed by htmx): live statuses counted over their partial
-  indexes and capped at :data:`COUNT_CAP` ("10,000+"), finished ones counted up to the same cap and
-  estimated by the planner above it — never ``COUNT(*)`` over the table, and no summary row that every
-  transition would update.
+  keyset-paginated by id (UUIDv7, so id order is creation order). The counts strip at the top is
+  rendered with the rows, from their snapshot (the list htmx fetches again brings it out of band);
+  ``GET /admin/jobs/counts`` is the strip alone, which polls it. Live statuses are counted over their
+  partial indexes and capped at :data:`COUNT_CAP` ("10,000+"), finished ones counted up to the same cap
+  and estimated by the planner above it — never ``COUNT(*)`` over the table, and no summary row that
+  every transition would update.
 * ``POST /admin/jobs/{id}/<action>`` — cancel, retry, run again, approve, reject (with a reason), rerun,
   run now, carried out by :mod:`app.actions.jobs`; the answer is the table row with the outcome in it
   (409 "Nothing changed: …" when the job had moved on).
@@ -191,19 +192,23 @@ class AdminJobsController(Controller):
         db_session: DbSession,
         after: Annotated[str | None, QueryParameter()] = None,
     ) -> Template:
-        """The list (htmx: just ``admin/_jobs_list.html``). Its rows, what each row shows and the pauses
-        are read from one snapshot, so they agree."""
+        """The list (htmx: just ``admin/_jobs_list.html``, with the counts strip out of band). Its rows,
+        what each row shows, the pauses and the counts per status above them are read from one snapshot,
+        so they agree: loaded by a request of its own, the strip counted as failed a job the rows below
+        showed running."""
         await one_snapshot(db_session)
         f = await parse_filter(db_session, request.query_params, request.user)
         ctx = await list_context(db_session, f, request.user, after)
         # "Paused by <admin> at …": for the filtered type, or every pause when unfiltered
         ctx["paused"] = await controls.paused_for(db_session, [f.type] if f.type else None)
+        ctx["counts"], ctx["cap"] = await status_counts(db_session), COUNT_CAP
+        ctx["counts_oob"] = is_htmx(request)
         return render(request, "admin/jobs.html", ctx, fragment="admin/_jobs_list.html")
 
     @get("/counts", name="admin.jobs.counts")
     async def counts(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
         """The counts strip (a fragment; polled every 30 s by the page, and fetched again after an action
-        on a row or in bulk). Counted in one snapshot: read one by one, a job that moved between two
+        on a row; after a bulk action it comes with the list). Counted in one snapshot: read one by one, a job that moved between two
         counts (waiting, then running) was counted in both or in neither."""
         await one_snapshot(db_session)
         return Template(
