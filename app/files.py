@@ -63,6 +63,7 @@ FORM_FILE = text(
 )
 GET_FILE = text(f"SELECT {_COLUMNS} FROM files WHERE id = :id")
 OWNED_FILES = text(f"SELECT {_COLUMNS} FROM files WHERE id = ANY(CAST(:ids AS uuid[])) AND user_id = :owner")
+RECORDED = text("SELECT id FROM files WHERE id = ANY(CAST(:ids AS uuid[]))")
 
 _UUID_TEXT = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
@@ -367,6 +368,16 @@ class FileStore:
         """Delete stored bytes (after their rows were deleted and committed)."""
         for fid in file_ids:
             self._bytes_path(parse_file_id(fid)).unlink(missing_ok=True)
+
+    async def remove_unrecorded(self, conn: AsyncConnection, file_ids: Iterable[uuid.UUID]) -> None:
+        """Delete the bytes of those of ``file_ids`` that have no row as ``conn`` sees them: after a
+        savepoint that stored files was rolled back (a refused form), their rows are gone but their bytes
+        were written before the insert; left, nothing would ever find them (retention deletes files by
+        their rows). Files with a row — stored earlier and found again by a form's key — keep theirs."""
+        ids = list(dict.fromkeys(file_ids))
+        if ids:
+            kept = set((await conn.execute(RECORDED, {"ids": ids})).scalars())
+            self.remove([fid for fid in ids if fid not in kept])
 
 
 def ids_in_results(results: Mapping[str, Any], limit: int = MAX_PROCESS_FILES) -> list[str]:
