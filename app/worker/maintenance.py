@@ -8,7 +8,7 @@
 * :class:`ApprovalTimeouts` — every sweep: steps that waited ``approval_timeout`` without a decision are
   rejected or their approvers reminded (:func:`app.jobs.queue.expire_approvals`).
 * :class:`Retention` — every minute: finished jobs past ``JOB_RETENTION_DAYS`` are deleted, with their
-  files, in small batches; every hour, bytes in the files folder that no row names and as old.
+  files, in small batches; every hour, bytes in the files folder that no row names and are as old.
 * :class:`Upkeep` — every minute: old worker rows, expired sessions and old sign-in attempts are deleted.
 
 Alerts past retention are deleted by the alert delivery task itself (:class:`app.alerts.Deliverer`).

@@ -208,8 +208,8 @@ class AdminJobsController(Controller):
     @get("/counts", name="admin.jobs.counts")
     async def counts(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
         """The counts strip (a fragment; polled every 30 s by the page, and fetched again after an action
-        on a row; after a bulk action it comes with the list). Counted in one snapshot: read one by one, a job that moved between two
-        counts (waiting, then running) was counted in both or in neither."""
+        on a row; after a bulk action it comes with the list). Counted in one snapshot: read one by one,
+        a job that moved between two counts (waiting, then running) was counted in both or in neither."""
         await one_snapshot(db_session)
         return Template(
             template_name="admin/_jobs_counts.html",
