@@ -25,6 +25,7 @@ import structlog
 from prometheus_client import start_http_server
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import logs
 from app.db import DatabaseUnavailable, checked_schema
 from app.embedded import resolve_database_url
 from app.logs import configure_logging
@@ -196,6 +197,7 @@ def _stop_on_signals(worker: Worker) -> None:
 def _exit_now(code: int) -> None:
     """End the process without waiting for anything: tasks, threads, the loop's close."""
     logging.shutdown()
+    logs.flush()  # the lines the blocked loop's last turn wrote
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -126,3 +126,44 @@ def test_lines_reach_the_file_by_the_end_of_the_loop_turn_that_wrote_them(
 
 def _file_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+class _Raw(io.RawIOBase):
+    """An unbuffered byte sink that counts its writes: each one is a system call on a real file."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.writes.append(bytes(data))
+        return len(data)
+
+
+def test_a_turn_of_the_loop_hands_its_lines_over_in_one_write_on_an_unbuffered_stream(
+    reset_logging: None,
+) -> None:
+    """Standard output as ``PYTHONUNBUFFERED`` (which container images set) makes it: every ``write``
+    reaches the file. The lines of one turn (structlog's and the standard library's, in the order written)
+    still go out in one write, and a line written outside a loop at once."""
+    raw = _Raw()
+    out = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)  # type: ignore[type-var]
+    configure_logging(load_settings(log_level="INFO"), stream=out, json=True)
+    log = structlog.get_logger("jobdesk.worker")
+
+    async def one_turn() -> None:
+        for i in range(10):
+            log.info("job started", n=i)
+            if i == 4:
+                logging.getLogger("uvicorn.error").warning("from the standard library")
+        await asyncio.sleep(0)
+
+    asyncio.run(one_turn())
+    assert len(raw.writes) == 1, raw.writes
+    events = [json.loads(line)["event"] for line in raw.writes[0].decode().splitlines()]
+    assert events == ["job started"] * 5 + ["from the standard library"] + ["job started"] * 5
+
+    log.info("outside a loop")
+    assert len(raw.writes) == 2 and b"outside a loop" in raw.writes[1]
