@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -167,3 +168,21 @@ def test_a_turn_of_the_loop_hands_its_lines_over_in_one_write_on_an_unbuffered_s
 
     log.info("outside a loop")
     assert len(raw.writes) == 2 and b"outside a loop" in raw.writes[1]
+
+    async def blocked_turn() -> None:
+        # A turn that does not end (a processor blocking the loop): a line from another thread (the
+        # watchdog reporting the stall) brings the loop's waiting lines out first, in order.
+        log.info("last line before the block")
+        other = threading.Thread(target=lambda: log.warning("event loop blocked"))
+        other.start()
+        other.join()
+        assert [line["event"] for line in _raw_lines(raw)[-2:]] == [
+            "last line before the block",
+            "event loop blocked",
+        ]
+
+    asyncio.run(blocked_turn())
+
+
+def _raw_lines(raw: _Raw) -> list[dict]:
+    return [json.loads(line) for line in b"".join(raw.writes).decode().splitlines()]
