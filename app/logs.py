@@ -63,6 +63,9 @@ _PENDING: dict[TextIO, tuple[AbstractEventLoop, list[str]]] = {}
 """Lines written during the current turn of an event loop, by stream, not yet handed to it."""
 _PENDING_LOCK = threading.RLock()
 """Guards :data:`_PENDING` and keeps the lines of several threads in the order they were handed over."""
+PENDING_MAX_LINES = 256
+"""Lines one turn keeps back at most: a turn that writes more (a processor logging in a loop without
+awaiting) hands them over in parts of this many, as a stream's own buffer would when full."""
 
 
 def _write(out: TextIO, text: str) -> None:
@@ -78,6 +81,9 @@ def _write(out: TextIO, text: str) -> None:
         due = _PENDING.get(out)
         if due is not None and due[0] is loop:
             due[1].append(text)
+            if len(due[1]) >= PENDING_MAX_LINES:
+                _hand_over(out, due[1])
+                due[1].clear()  # the flush already due finds the lines written after these
             return
         # Lines another loop (or one that stopped or closed before its flush ran) left waiting go first.
         earlier = _PENDING.pop(out)[1] if due is not None else []
@@ -95,7 +101,7 @@ def _write(out: TextIO, text: str) -> None:
 def _flush(out: TextIO) -> None:
     with _PENDING_LOCK:
         due = _PENDING.pop(out, None)
-        if due is not None:
+        if due is not None and due[1]:
             _hand_over(out, due[1])
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import structlog
 
+from app import logs
 from app.logs import configure_logging
 from app.settings import load_settings
 
@@ -168,6 +169,18 @@ def test_a_turn_of_the_loop_hands_its_lines_over_in_one_write_on_an_unbuffered_s
 
     log.info("outside a loop")
     assert len(raw.writes) == 2 and b"outside a loop" in raw.writes[1]
+
+    async def many_lines() -> None:
+        # A turn that writes many lines does not keep them all back: they go out in parts, in order.
+        for i in range(2 * logs.PENDING_MAX_LINES + 1):
+            log.info("line", n=i)
+        assert len(raw.writes) == 4
+
+    asyncio.run(many_lines())
+    assert len(raw.writes) == 5
+    assert [line["n"] for line in _raw_lines(raw) if line["event"] == "line"] == list(
+        range(2 * logs.PENDING_MAX_LINES + 1)
+    )
 
     async def blocked_turn() -> None:
         # A turn that does not end (a processor blocking the loop): a line from another thread (the
