@@ -105,7 +105,7 @@ async def test_a_dripping_or_endless_receiver_does_not_hold_the_round(
     started = time.monotonic()
     assert await CallbackSender(engine, settings, log=_Log()).run_once() == 3
     took = time.monotonic() - started
-    assert took < 3.0, f"one round of callbacks took {took:.1f} s with a send limit of 1 s"
+    assert took < 4.0, f"one round of callbacks took {took:.1f} s with a send limit of 1 s"
 
     rows = {
         r["job_id"]: r
