@@ -140,7 +140,8 @@ class ApprovalsController(Controller):
             if outcome.ok:
                 return render(request, "approvals/_gone.html", {"outcome": outcome})
             step = with_result(await approvals.step_for(db_session, request.user, job_id))
-            tell_unshown(answer, errors, step["may_decide"])
+            # a row's Approve has no comment field: such an error goes in its notice
+            tell_unshown(answer, errors, step["may_decide"] and "comment" not in errors)
             return render(
                 request, "approvals/_row.html", {"r": step, **answer}, status_code=outcome.status_code
             )
