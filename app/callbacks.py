@@ -87,6 +87,10 @@ async def add(db: AsyncConnection | AsyncSession, job_id: uuid.UUID, url: str) -
     await db.execute(ADD, {"job_id": job_id, "url": url})
 
 
+def _seconds(secs: float) -> str:
+    return f"{secs:g} second{'' if secs == 1 else 's'}"
+
+
 def sign(body: bytes, secret: str) -> str:
     """The ``X-Jobdesk-Signature`` header's value for ``body``."""
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
@@ -203,18 +207,28 @@ class CallbackSender:
         transport = self.transport or PinnedTransport(AddressPolicy(self.settings))
         job_id = claimed["job_id"]
         try:
-            async with httpx.AsyncClient(
-                transport=transport, timeout=SEND_TIMEOUT_SECS, trust_env=False
-            ) as client:
-                resp = await client.post(claimed["url"], content=body, headers=headers)
+            # One deadline for the whole exchange, and the answer's body is never read: httpx's timeout
+            # bounds each read, not the exchange, so a receiver dripping its answer (or sending a body
+            # without end) would hold this round, and every callback waiting behind it, for as long as
+            # it liked. Only the status decides the outcome.
+            async with (
+                asyncio.timeout(SEND_TIMEOUT_SECS),
+                httpx.AsyncClient(transport=transport, timeout=SEND_TIMEOUT_SECS, trust_env=False) as client,
+                client.stream("POST", claimed["url"], content=body, headers=headers) as resp,
+            ):
+                status = resp.status_code
         except PermanentError as exc:
             return Attempt(job_id, ok=False, retry=False, error=str(exc))
+        except TimeoutError:  # before OSError, of which it is a kind
+            return Attempt(
+                job_id, ok=False, retry=True, error=f"no answer within {_seconds(SEND_TIMEOUT_SECS)}"
+            )
         except (httpx.HTTPError, OSError) as exc:
             return Attempt(job_id, ok=False, retry=True, error=f"no answer: {exc or type(exc).__name__}")
-        if 200 <= resp.status_code < 300:
+        if 200 <= status < 300:
             return Attempt(job_id, ok=True, retry=False)
-        retry = resp.status_code >= 500 or resp.status_code in (408, 425, 429)
-        return Attempt(job_id, ok=False, retry=retry, error=f"answered {resp.status_code}")
+        retry = status >= 500 or status in (408, 425, 429)
+        return Attempt(job_id, ok=False, retry=retry, error=f"answered {status}")
 
     async def _record(self, conn: AsyncConnection, a: Attempt, attempts: int) -> None:
         if a.ok:

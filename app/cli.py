@@ -55,6 +55,7 @@ if sys.argv[1:2] == ["worker"]:
 with _imports_without_gc():
     import asyncio
     import errno
+    import functools
     import signal
     import socket
     import warnings
@@ -200,30 +201,59 @@ def serve(host: str, port: int, no_migrate: bool, web_processes: int) -> None:
     # Check (and migrate) before uvicorn starts, so problems read as one line rather than a
     # lifespan traceback; the app's own start-up repeats the (now cheap) checks.
     url = _run(lambda: _with_engine(settings, prepare, need_schema=False))
-    app: Any = (
-        _several_web_processes(settings, url)
-        if web_processes > 1
-        else create_app(settings, auto_migrate=not no_migrate)
-    )
+    # One web process: the app is made here, and uvicorn calls _serving for it with its own signal
+    # handlers in place, which the in-app worker's are put ahead of (several: each process does it).
+    one = create_app(settings, auto_migrate=not no_migrate) if web_processes == 1 else None
+    app: Any = _several_web_processes(settings, url) if one is None else functools.partial(_serving, one)
     click.echo(f"Jobdesk on http://{host}:{port} (Ctrl+C stops it)", err=True)
-    uvicorn.run(
-        app,
-        factory=web_processes > 1,
-        workers=web_processes,
-        # uvicorn replaces a web process that does not answer its ping in time; a process still importing
-        # the app on a busy machine is slow, not hung
-        timeout_worker_healthcheck=60,
-        host=host,
-        port=port,
-        log_config=None,
-        access_log=False,
-        server_header=False,
-        lifespan="on",
-        timeout_graceful_shutdown=int(settings.worker_shutdown_grace_secs) + 5,
-        # uvicorn's default believes X-Forwarded-For from any loopback peer: only listed proxies here
-        proxy_headers=bool(settings.forwarded_allow_ips.strip()),
-        forwarded_allow_ips=settings.forwarded_allow_ips.strip() or None,
-    )
+    try:
+        uvicorn.run(
+            app,
+            factory=True,
+            workers=web_processes,
+            # uvicorn replaces a web process that does not answer its ping in time; a process still
+            # importing the app on a busy machine is slow, not hung
+            timeout_worker_healthcheck=60,
+            host=host,
+            port=port,
+            log_config=None,
+            access_log=False,
+            server_header=False,
+            lifespan="on",
+            timeout_graceful_shutdown=int(settings.worker_shutdown_grace_secs) + 5,
+            # uvicorn's default believes X-Forwarded-For from any loopback peer: only listed proxies here
+            proxy_headers=bool(settings.forwarded_allow_ips.strip()),
+            forwarded_allow_ips=settings.forwarded_allow_ips.strip() or None,
+        )
+    finally:
+        if one is not None:
+            _wait_for_the_in_app_worker(one)
+
+
+def _serving(app: Any) -> Any:
+    """The app of a single web process, handed to uvicorn as a factory: uvicorn calls it as it starts
+    serving, when its own SIGTERM and SIGINT handlers are in place, and the in-app worker's go ahead of
+    them (:meth:`~app.worker.signals.StopSignals.chain`): a stop signal stops the worker at once, a second
+    one hurries it, and the stop watch's last resort is armed, as in ``jobdesk worker``."""
+    from app.worker.signals import STOP
+
+    STOP.chain()
+    return app
+
+
+def _wait_for_the_in_app_worker(app: Any) -> None:
+    """Once uvicorn has returned (or is leaving with the signal it re-raises): wait for the in-app worker's
+    stop, which uvicorn's forced quit (a second Ctrl+C while it waits for connections) skips with the
+    rest of the app's shutdown; exit with :data:`~app.worker.stuck.EXIT_UNCLEAN` when that stop did not
+    take its course (hurried by a second signal, or a processor blocked its loop past the budget)."""
+    from app.worker.stuck import EXIT_UNCLEAN
+
+    handle = app.state.worker_task
+    if handle is None:
+        return
+    handle.stop()  # bounded: the stop watch gives up on a blocked loop
+    if handle.unclean:
+        raise SystemExit(EXIT_UNCLEAN)
 
 
 def _several_web_processes(settings: Settings, url: str) -> str:

@@ -154,8 +154,38 @@ def check_cron(cron: str) -> str:
             "a cron expression has five fields: minute hour day month weekday, e.g. '*/15 * * * *' "
             "(a sixth field, seconds, fires more often than once a minute)",
         )
+    backwards = _backward_range(cron)
+    if backwards is not None:
+        raise BadInput.field(
+            "cron",
+            f"{backwards[:20]!r} runs backwards; write a range low to high, or two ranges (hours around "
+            "midnight: '22-23,0-2')",
+        )
     next_fire(cron, "UTC", _CHECK_FROM)
     return cron
+
+
+_NAMES = {
+    3: {m: i + 1 for i, m in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split())},
+    4: {d: i for i, d in enumerate("sun mon tue wed thu fri sat".split())},
+}
+"""Month and weekday names (fields 4 and 5) as their numbers."""
+
+
+def _backward_range(cron: str) -> str | None:
+    """The first range of ``cron`` whose start is after its end (``1-0``), if any. croniter reads one as
+    running round the end of the field (``22-2``: 22, 23, 0, 1, 2), crontab refuses it, and either way
+    the schedule would not fire when its reader expects."""
+    for index, field in enumerate(cron.split()):
+        for item in field.split(","):
+            bounds = item.split("/", 1)[0].split("-")
+            if len(bounds) != 2:
+                continue
+            names = _NAMES.get(index, {})
+            low, high = (names.get(b.lower(), b) for b in bounds)
+            if str(low).isdigit() and str(high).isdigit() and int(low) > int(high):
+                return item
+    return None
 
 
 def upcoming(cron: str, tz: str, after: datetime, count: int = 5) -> list[datetime]:

@@ -18,7 +18,9 @@ The stored content type is derived from the bytes (see :func:`derive_type`), nev
 produced by a job belong to the job's owner. Retention (:func:`app.jobs.queue.prune`) deletes a file
 once no job holds it (``files.job_id``: the job that produced it or first used it, until that job is
 deleted) and it is older than ``JOB_RETENTION_DAYS`` — but never while a job still in the database, a
-pipeline or a schedule names it in its input, since those can still run with it.
+pipeline or a schedule names it in its input, since those can still run with it. Bytes whose row was
+never committed are found in the folder (:meth:`FileStore.unrecorded_candidates`) and deleted once as
+old (:class:`app.worker.maintenance.Retention`).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ FORM_FILE = text(
 )
 GET_FILE = text(f"SELECT {_COLUMNS} FROM files WHERE id = :id")
 OWNED_FILES = text(f"SELECT {_COLUMNS} FROM files WHERE id = ANY(CAST(:ids AS uuid[])) AND user_id = :owner")
+RECORDED = text("SELECT id FROM files WHERE id = ANY(CAST(:ids AS uuid[]))")
 
 _UUID_TEXT = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
@@ -120,6 +123,15 @@ def parse_file_id(value: object) -> uuid.UUID:
     if isinstance(value, str) and _UUID_TEXT.fullmatch(value):
         return uuid.UUID(value)
     raise ValueError(f"not a file id: {str(value)[:100]!r}")
+
+
+def _made_ms(name: str) -> int:
+    """When the UUIDv7 whose text is ``name`` was made, in ms since the epoch (its first 12 hex digits);
+    0 when they are not hex (the name is then parsed, and refused, as it would be without this)."""
+    try:
+        return int(name[:8] + name[9:13], 16)
+    except ValueError:
+        return 0
 
 
 def clean_name(name: str | None) -> str:
@@ -367,6 +379,57 @@ class FileStore:
         """Delete stored bytes (after their rows were deleted and committed)."""
         for fid in file_ids:
             self._bytes_path(parse_file_id(fid)).unlink(missing_ok=True)
+
+    async def remove_unrecorded(
+        self, conn: AsyncConnection, file_ids: Iterable[uuid.UUID]
+    ) -> list[uuid.UUID]:
+        """Delete the bytes of those of ``file_ids`` that have no row as ``conn`` sees them, and return
+        their ids. After a savepoint that stored files was rolled back (a refused form) their rows are
+        gone, but their bytes were written before the insert. Files with a row — stored earlier and found
+        again by a form's key — keep theirs."""
+        ids = list(dict.fromkeys(file_ids))
+        if not ids:
+            return []
+        kept = set((await conn.execute(RECORDED, {"ids": ids})).scalars())
+        gone = [fid for fid in ids if fid not in kept]
+        self.remove(gone)
+        return gone
+
+    def unrecorded_candidates(self, before: float) -> tuple[list[uuid.UUID], list[Path]]:
+        """What the files folder holds that was made and last written before ``before`` (seconds since
+        the epoch), for retention to check against the rows: stored files' ids, and temporary files
+        (``.upload-…``) that a process stopped while writing left. Bytes are written before their row is
+        inserted, so a transaction that rolled back or never ended (a refused request, a failed commit, a
+        killed process) leaves bytes no row names; retention deletes files by their rows and would never
+        find them. A UUIDv7 name says when its id was made: a newer one is not looked at further."""
+        ids: list[uuid.UUID] = []
+        temps: list[Path] = []
+        if not self.dir.is_dir():
+            return ids, temps
+        with os.scandir(self.dir) as entries:
+            for entry in entries:
+                name, fid = entry.name, None
+                if not name.startswith(".upload-"):
+                    if len(name) == 36 and name[14] == "7" and _made_ms(name) >= before * 1000:
+                        continue  # most names: a recent UUIDv7, passed over without parsing it
+                    try:
+                        fid = parse_file_id(name)
+                    except ValueError:
+                        continue
+                    if str(fid) != name:
+                        continue
+                try:
+                    if not entry.is_file(follow_symlinks=False):
+                        continue
+                    if entry.stat(follow_symlinks=False).st_mtime >= before:
+                        continue
+                except OSError:
+                    continue  # deleted meanwhile
+                if fid is None:
+                    temps.append(Path(entry.path))
+                else:
+                    ids.append(fid)
+        return ids, temps
 
 
 def ids_in_results(results: Mapping[str, Any], limit: int = MAX_PROCESS_FILES) -> list[str]:

@@ -9,15 +9,18 @@ that context.
 The chain is kept short because the worker logs on its hot path: level filtering happens before any
 processor runs (``make_filtering_bound_logger``), there are no call-site or stack processors, JSON is
 encoded by msgspec (several times faster than ``json.dumps``; it comes with Litestar), and the lines a
-turn of the event loop writes go out with one ``flush`` at the end of that turn (a line written outside
-an event loop is flushed at once): logging must not be what limits the worker's throughput.
+turn of the event loop writes go out with one ``write`` and one ``flush`` at the end of that turn, however
+the stream is buffered (a line written outside an event loop goes out at once): logging must not be what
+limits the worker's throughput.
 """
 
 from __future__ import annotations
 
+import atexit
 import json as _json
 import logging
 import sys
+import threading
 import time
 from asyncio import AbstractEventLoop
 from asyncio import events as _events
@@ -38,7 +41,7 @@ WORKER_LOGGER_PREFIX = "jobdesk.worker"
 
 
 class _LineLogger:
-    """structlog output: writes one rendered line to ``sys.stdout`` as it is at write time.
+    """structlog output: hands one rendered line to ``sys.stdout`` as it is at write time (:func:`_write`).
 
     Looking ``sys.stdout`` up on each line (rather than once) keeps loggers cached before a stream swap
     (pytest's capture, a daemon redirect) writing to the live stream instead of a closed one.
@@ -51,46 +54,75 @@ class _LineLogger:
         self._stream = stream
 
     def msg(self, message: str) -> None:
-        out = self._stream or sys.stdout
-        try:
-            out.write(message + "\n")
-        except UnicodeEncodeError:  # a lone surrogate in a readable line: written as its escape
-            out.write(message.encode("utf-8", "backslashreplace").decode("utf-8") + "\n")
-        _flush_soon(out)
+        _write(self._stream or sys.stdout, message + "\n")
 
     log = debug = info = warn = warning = error = critical = exception = fatal = msg
 
 
-_FLUSH_DUE: dict[TextIO, AbstractEventLoop] = {}
-"""Streams with a flush scheduled at the end of the current turn of this event loop."""
+_PENDING: dict[TextIO, tuple[AbstractEventLoop, list[str]]] = {}
+"""Lines written during the current turn of an event loop, by stream, not yet handed to it."""
+_PENDING_LOCK = threading.RLock()
+"""Guards :data:`_PENDING` and keeps the lines of several threads in the order they were handed over."""
+PENDING_MAX_LINES = 256
+"""Lines one turn keeps back at most: a turn that writes more (a processor logging in a loop without
+awaiting) hands them over in parts of this many, as a stream's own buffer would when full."""
 
 
-def _flush_soon(out: TextIO) -> None:
-    """Flush ``out`` once the current turn of the running event loop is over, so that the lines its callbacks
-    write in one turn (a worker starting and finishing a batch of jobs writes two each) cost one system call
-    instead of one each; at once where no loop runs in this thread (the command line, processors' threads).
-    A line waits at most for the callbacks already due, never for I/O."""
+def _write(out: TextIO, text: str) -> None:
+    """Hand ``text`` to ``out`` once the current turn of the running event loop is over, together with the
+    other lines its callbacks write in that turn (a worker starting and finishing a batch of jobs writes
+    two each): one ``write`` and one ``flush``, so one system call, instead of one each. The stream's own
+    buffering does not decide this: with ``PYTHONUNBUFFERED`` (container images set it) every ``write``
+    is a system call. Where no loop runs in this thread (the command line, processors' threads) the line
+    goes out at once, after any lines still waiting for that stream. A line waits at most for the callbacks
+    already due, never for I/O."""
     loop = _events._get_running_loop()
-    if loop is None:
-        _flush(out)
-        return
-    # A flush due on another loop, or on a loop that closed before running it, does not count.
-    if _FLUSH_DUE.get(out) is loop:
-        return
-    _FLUSH_DUE[out] = loop
-    try:
-        loop.call_soon(_flush, out)
-    except RuntimeError:  # the loop is closing
-        _flush(out)
+    with _PENDING_LOCK:
+        due = _PENDING.get(out)
+        if due is not None and due[0] is loop:
+            due[1].append(text)
+            if len(due[1]) >= PENDING_MAX_LINES:
+                _hand_over(out, due[1])
+                due[1].clear()  # the flush already due finds the lines written after these
+            return
+        # Lines another loop (or one that stopped or closed before its flush ran) left waiting go first.
+        earlier = _PENDING.pop(out)[1] if due is not None else []
+        if loop is not None:
+            try:
+                loop.call_soon(_flush, out)
+            except RuntimeError:  # the loop is closing
+                loop = None
+            else:
+                _PENDING[out] = (loop, [text])
+        if earlier or loop is None:
+            _hand_over(out, earlier if loop is not None else [*earlier, text])
 
 
 def _flush(out: TextIO) -> None:
-    # Taken off first: a line written meanwhile (another thread) either still finds this flush due, and is
-    # written before it, or schedules a flush of its own.
-    _FLUSH_DUE.pop(out, None)
+    with _PENDING_LOCK:
+        due = _PENDING.pop(out, None)
+        if due is not None and due[1]:
+            _hand_over(out, due[1])
+
+
+def flush() -> None:
+    """Hand every waiting line to its stream now (before the process ends without its event loop)."""
+    with _PENDING_LOCK:
+        for out in list(_PENDING):
+            _flush(out)
+
+
+atexit.register(flush)  # lines of a loop that stopped before its flush ran
+
+
+def _hand_over(out: TextIO, lines: list[str]) -> None:
     try:
+        try:
+            out.write("".join(lines))
+        except UnicodeEncodeError:  # a lone surrogate in a readable line: written as its escape
+            out.write("".join(lines).encode("utf-8", "backslashreplace").decode("utf-8"))
         out.flush()
-    except ValueError:  # closed meanwhile (a test's captured stream, a redirect); nothing left to flush
+    except ValueError:  # closed meanwhile (a test's captured stream, a redirect); nothing left to write to
         pass
 
 
@@ -104,7 +136,8 @@ class _LineLoggerFactory:
 
 
 class _LineHandler(logging.Handler):
-    """Standard-library handler writing formatted records to ``sys.stdout`` (looked up per record)."""
+    """Standard-library handler writing formatted records to ``sys.stdout`` (looked up per record), in
+    order with structlog's lines (:func:`_write`)."""
 
     def __init__(self, stream: TextIO | None) -> None:
         super().__init__()
@@ -112,9 +145,7 @@ class _LineHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            out = self._stream or sys.stdout
-            out.write(self.format(record) + "\n")
-            out.flush()
+            _write(self._stream or sys.stdout, self.format(record) + "\n")
         except Exception:  # a logging failure must never take the caller down
             self.handleError(record)
 

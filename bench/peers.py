@@ -370,6 +370,9 @@ async def drain(peer: Peer, conn: asyncpg.Connection, client: Any, n: int) -> di
         "cpu_pct": 100 * cpu / cpu_wall,
         "pg_cpu_pct": 100 * pg_cpu / cpu_wall,
         "xacts_per_job": xacts_used / n,
+        # CPU per job drained: steadier than the rates on a shared machine, where waits swing with the load
+        "cpu_us_per_job": 1e6 * cpu / n,
+        "pg_cpu_us_per_job": 1e6 * pg_cpu / n,
     }
 
 
@@ -442,6 +445,8 @@ METRICS = [  # key, row label, decimals
     ("launch_per_s", "same, counted from the worker's launch", 0),
     ("cpu_pct", "worker CPU % while draining", 0),
     ("pg_cpu_pct", "its PostgreSQL backends' CPU % meanwhile", 0),
+    ("cpu_us_per_job", "worker CPU per job drained, µs", 0),
+    ("pg_cpu_us_per_job", "its backends' CPU per job drained, µs", 0),
     ("xacts_per_job", "database transactions per job (whole worker run)", 2),
     ("single_per_s", "enqueue one at a time (Python API), jobs/s", 0),
     ("bulk_per_s", "bulk enqueue {n:,} (chunks of 10,000), jobs/s", 0),
@@ -518,6 +523,8 @@ def last_line(rounds: list[dict[str, dict[str, float]]]) -> str:
         ("single_per_s", "single"),
         ("bulk_per_s", "bulk"),
         ("call_p50_ms", "latency"),
+        ("cpu_us_per_job", "worker_cpu"),
+        ("pg_cpu_us_per_job", "backend_cpu"),
     ):
         pairs[f"{name}_ratio"] = round(ratio(rounds, key, "jobdesk", "pgqueuer"), 3)
     pairs["jobdesk_commit_p50_ms"] = med("jobdesk", "commit_p50_ms")

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.errors import BadInput
-from app.jobs.fanout import group_instances, has_items
+from app.jobs.fanout import base_key, group_instances, has_items
 from app.jobs.payload import check_input
 from app.jobs.types import NextJob, PermanentError, registry, validation_errors
 from app.settings import Settings
@@ -165,6 +165,44 @@ def validate_step_input(type_: Any, input_data: Any, path: str, settings: Settin
         if errors:
             raise validation_errors(errors, path) from None
     return input_data
+
+
+def check_ref_sources(step: dict[str, Any], path: str) -> None:
+    """Each ``{"$ref": …}`` in a step's input names one of the steps it depends on: a step runs with its
+    parents' results only (:func:`resolve_refs`), so a ``$ref`` to an unknown step, to one it does not
+    wait for, or one that is not text could only fail when the step runs, after the steps before it.
+    ``path`` is the step's input (``steps[1].input_data``); a step run once per item may name the step
+    whose instances it depends on (``thumb`` for ``thumb[0]``).
+
+    Raises:
+        BadInput: naming the field that holds the ``$ref`` (``steps[1].input_data.url``).
+    """
+    deps = [d for d in step.get("depends_on") or [] if isinstance(d, str)]
+    sources = set(deps) | {b for d in deps if (b := base_key(d)) is not None}
+
+    def walk(value: Any, where: str) -> None:
+        if isinstance(value, dict):
+            if set(value) == {"$ref"}:
+                ref = value["$ref"]
+                if not isinstance(ref, str) or not ref:
+                    raise BadInput.field(
+                        where, '"$ref" takes "<step>.<field>", the step being one it depends on'
+                    )
+                key = ref.split(".", 1)[0]
+                if key not in sources:
+                    raise BadInput.field(
+                        where,
+                        f"{ref[:100]!r} reads step {key[:64]!r}, which this step does not depend on; a step "
+                        "reads only the results of the steps in its depends_on",
+                    )
+                return
+            for k, v in value.items():
+                walk(v, f"{where}.{k}")
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, f"{where}[{i}]")
+
+    walk(step.get("input_data") or {}, path)
 
 
 def resolve_refs(input_data: Any, parents: dict[str, Any]) -> Any:

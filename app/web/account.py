@@ -53,6 +53,22 @@ async def account_context(db: AsyncSession, user: Any) -> dict[str, Any]:
     }
 
 
+async def account_page(
+    request: Request[Any, Any, Any], db: AsyncSession, status_code: int = 200, **extra: Any
+) -> Template:
+    """The account page, with ``extra`` in its context (``values`` merged into what the forms show)."""
+    ctx = await account_context(db, request.user)
+    # the e-mail switch (account/_notifications.html) shows what is saved, and says when this server
+    # has no mail server, as /notifications does
+    ctx["email_on"] = await notifications.email_choice(db, request.user.id)
+    ctx["smtp"] = bool(settings_of(request).smtp_host)
+    # where the e-mail form returns: this page, also when a POST to another address rendered it
+    ctx["next"] = "/account"
+    values = {**ctx["values"], **extra.pop("values", {})}
+    ctx.update(extra, values=values)
+    return render(request, "account/index.html", ctx, status_code=status_code)
+
+
 def _days(value: str) -> int | None:
     """The "expires after N days" field: empty means never.
 
@@ -80,14 +96,7 @@ class AccountController(Controller):
     async def _page(
         self, request: Request[Any, Any, Any], db: AsyncSession, status_code: int = 200, **extra: Any
     ) -> Template:
-        ctx = await account_context(db, request.user)
-        # the e-mail switch (account/_notifications.html) shows what is saved, and says when this server
-        # has no mail server, as /notifications does
-        ctx["email_on"] = await notifications.email_choice(db, request.user.id)
-        ctx["smtp"] = bool(settings_of(request).smtp_host)
-        values = {**ctx["values"], **extra.pop("values", {})}
-        ctx.update(extra, values=values)
-        return render(request, "account/index.html", ctx, status_code=status_code)
+        return await account_page(request, db, status_code, **extra)
 
     @get("/", name="account")
     async def page(

@@ -22,7 +22,8 @@ from app.auth import requires_user
 from app.errors import BadInput, Forbidden
 from app.processors import registry
 from app.web import DbSession, display, is_htmx, render
-from app.web.deps import actor_of, keep_refusal, settings_of
+from app.web.deps import FORM, actor_of, keep_refusal, not_taken, settings_of, tell_unshown
+from app.web.input_guard import FORM_CHECKED, problems_beside
 
 
 def sentence(text: str) -> str:
@@ -55,21 +56,32 @@ def check_token(request: Request[Any, Any, Any], job_id: Any, token: str | None)
         raise Forbidden(problem)
 
 
+DECISION_CONTROLS = {"approve": ("comment",), "reject": ("reason",)}
+"""The text field of each decision's form (a one-click link's ``token`` is hidden)."""
+
+
 async def decide_from_form(
     db: AsyncSession, request: Request[Any, Any, Any], job_id: str, decision: str
-) -> ActionOutcome:
-    """The decision a form asks for; a missing reason or a bad token answers in place (422, 403)."""
+) -> tuple[ActionOutcome, dict[str, str]]:
+    """The decision a form asks for, and the errors to show on the form by field: text it cannot take
+    (:func:`app.web.input_guard.problems_beside`) or a missing reason is a 422 with nothing decided; a bad
+    token is a 403."""
     form = await request.form()
+    controls = DECISION_CONTROLS[decision]
+    errors = problems_beside(request, controls, FORM)
+    if errors:
+        return ActionOutcome(decision, False, not_taken(errors), 422, parse_id(job_id)), errors
     token = form.get("token")
     check_token(request, job_id, str(token) if token else None)
     comment = str(form.get("reason") or form.get("comment") or "")
     try:
         outcome = await approvals.decide(db, actor_of(request), job_id, decision, comment)
     except BadInput as exc:
-        message = sentence(exc.errors.get("reason") or exc.errors.get("comment") or exc.detail)
-        return ActionOutcome(decision, False, message, 422, parse_id(job_id))
+        errors = {k: sentence(exc.errors[k]) for k in controls if k in exc.errors}
+        message = not_taken(errors) if errors else sentence(exc.detail)
+        return ActionOutcome(decision, False, message, 422, parse_id(job_id)), errors
     await keep_refusal(db, outcome.status_code)
-    return outcome
+    return outcome, {}
 
 
 class ApprovalsController(Controller):
@@ -103,21 +115,37 @@ class ApprovalsController(Controller):
         step = with_result(await approvals.step_for(db_session, request.user, job_id))
         return render(request, "approvals/step.html", {"step": step, "token": token})
 
-    @post(["/{job_id:str}/approve", "/{job_id:str}/reject"], name="approvals.decide", status_code=200)
+    @post(
+        ["/{job_id:str}/approve", "/{job_id:str}/reject"],
+        name="approvals.decide",
+        status_code=200,
+        opt={FORM_CHECKED: True},
+    )
     async def decide(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Template:
         """Approve or reject. From a list row (htmx): the row disappears, or shows why not; from the
         step's page: the page again, with the outcome."""
         decision = request.url.path.rstrip("/").rsplit("/", 1)[1]
-        outcome = await decide_from_form(db_session, request, job_id, decision)
+        outcome, errors = await decide_from_form(db_session, request, job_id, decision)
+        form = await request.form()
+        # the form comes back as typed, with the error beside its field
+        answer = {
+            "notice": outcome.message,
+            "notice_ok": outcome.ok,
+            "errors": errors,
+            "typed": {k: str(form.get(k) or "") for c in DECISION_CONTROLS.values() for k in c},
+        }
         if is_htmx(request) and request.headers.get("hx-target", "").startswith("approval-"):
             if outcome.ok:
                 return render(request, "approvals/_gone.html", {"outcome": outcome})
             step = with_result(await approvals.step_for(db_session, request.user, job_id))
-            ctx = {"r": step, "notice": outcome.message, "notice_ok": outcome.ok}
-            return render(request, "approvals/_row.html", ctx, status_code=outcome.status_code)
+            # a row's Approve has no comment field: such an error goes in its notice
+            tell_unshown(answer, errors, step["may_decide"] and "comment" not in errors)
+            return render(
+                request, "approvals/_row.html", {"r": step, **answer}, status_code=outcome.status_code
+            )
         step = with_result(await approvals.step_for(db_session, request.user, job_id))
-        form = await request.form()
-        ctx = {"step": step, "token": form.get("token"), "notice": outcome.message, "notice_ok": outcome.ok}
+        tell_unshown(answer, errors, step["may_decide"])
+        ctx = {"step": step, "token": form.get("token"), **answer}
         return render(request, "approvals/step.html", ctx, status_code=outcome.status_code)

@@ -285,6 +285,7 @@ class BatchesController(Controller):
         # The form sent again (a double click) is read whole: each file it repeats (same key, name and
         # bytes) is the file stored the first time (store_upload's form key), so the rows ask for the
         # same batch and the action answers with it; other files are refused (KeyReused).
+        stored: list[Any] = []
         try:
             async with db_session.begin_nested():
                 rows = []
@@ -301,6 +302,7 @@ class BatchesController(Controller):
                     )
                     if row is None:
                         raise BadInput.field("files", f"{upload.filename}: {problem}")
+                    stored.append(row["id"])
                     rows.append({field: str(row["id"])})
                 batch, _ = await batch_actions.submit(
                     db_session,
@@ -311,9 +313,11 @@ class BatchesController(Controller):
                     source="files",
                     form_key=ctx["form_key"],
                 )
-        except KeyReused as exc:
-            return self._sent_before(request, ctx, exc)
-        except (BadInput, RateLimited) as exc:
+        except (KeyReused, BadInput, RateLimited) as exc:
+            # the savepoint took the rows of the files stored here; the form shown again keeps none
+            await file_store(request).remove_unrecorded(await db_session.connection(), stored)
+            if isinstance(exc, KeyReused):
+                return self._sent_before(request, ctx, exc)
             detail = exc.detail
             if isinstance(exc, BadInput) and exc.errors:
                 detail = "; ".join(f"{p}: {m}" for p, m in list(exc.errors.items())[:5])

@@ -24,6 +24,7 @@ from app.actions.trail import Actor
 from app.db import fetch_dicts
 from app.errors import BadInput
 from app.files import FileStore
+from app.web.input_guard import problems_beside
 
 NO_NEWS = 204
 """A poll's answer while nothing changed (htmx keeps the old content)."""
@@ -88,6 +89,52 @@ async def keep_refusal(db: AsyncSession, status_code: int) -> None:
         await db.commit()
 
 
+FORM = "form"
+"""Error key of a problem no control of the form shows (a hidden field, a button's value): it is shown
+above the form's buttons, in the answer's notice."""
+
+NOTHING_CHANGED = "Nothing changed: correct what the form says below."
+
+ACTION_CONTROLS = {"reject": ("reason",)}
+"""The fields a job action's form shows an error beside (the others' only field is hidden: ``view``)."""
+
+
+def sent_form(action: str, job_id: Any, errors: dict[str, str], **typed: str) -> dict[str, Any]:
+    """The form of ``action`` on a job a person just sent, for the answer to show as the server renders
+    it (its errors beside its fields, what was typed) rather than as htmx kept it (``hx-preserve``);
+    ``id`` is the form's element id on the page."""
+    shown = {k: v for k, v in errors.items() if k != FORM}
+    return {"id": f"{action}-{job_id}", "action": action, "errors": shown, "typed": typed}
+
+
+def tell_unshown(ctx: dict[str, Any], errors: dict[str, str], shown: bool) -> dict[str, Any]:
+    """``ctx`` with a form's ``errors`` in its notice when the answer does not show that form (the job
+    moved on since the page was drawn), so that they are not lost."""
+    errors = {k: v for k, v in errors.items() if k != FORM}
+    if errors and not shown:
+        said = " ".join(errors.values())
+        ctx["notice"] = f"Nothing changed: {said[:1].lower()}{said[1:]}"
+    return ctx
+
+
+async def refuse_form(
+    request: Request[Any, Any, Any], db: AsyncSession, action: str, job_id: Any, errors: dict[str, str]
+) -> tuple[ActionOutcome, dict[str, str]]:
+    """The answer to an action's form that cannot be taken (``errors``, by control): a 422 with nothing
+    done, after the permission check the action itself makes first (so it tells no one more than the
+    action would)."""
+    jid = parse_uuid(job_id)
+    await job_actions.authorize(db, request.user, action, jid)
+    return ActionOutcome(action, False, not_taken(errors), 422, jid), errors
+
+
+def not_taken(errors: dict[str, str]) -> str:
+    """The notice of a form that was not taken: the problem no control shows (:data:`FORM`), or where the
+    errors are."""
+    problem = errors.get(FORM)
+    return f"Nothing changed: {problem[:1].lower()}{problem[1:]}" if problem else NOTHING_CHANGED
+
+
 async def perform_from_page(
     db: AsyncSession,
     request: Request[Any, Any, Any],
@@ -96,20 +143,27 @@ async def perform_from_page(
     *,
     reason: str = "",
     run_at: Any = None,
-) -> ActionOutcome:
-    """:func:`app.actions.jobs.perform` for a page: a bad reason or time is a 422 shown in place, and a
-    refusal (409) is committed so an admin's audit entry of it stays."""
+    controls: Any = (),
+) -> tuple[ActionOutcome, dict[str, str]]:
+    """:func:`app.actions.jobs.perform` for a page's form, and the errors to show on the form by control:
+    text it cannot take (:func:`app.web.input_guard.problems_beside`: beside ``controls``, a mapping
+    field → control or the names of fields that are their own; any other field's under :data:`FORM`) and
+    a bad reason or time are a 422 with nothing done. A refusal (409) is committed so an admin's audit
+    entry of it stays."""
+    errors = problems_beside(request, controls, FORM)
+    if errors:
+        return await refuse_form(request, db, action, job_id, errors)
     try:
         outcome = await job_actions.perform(
             db, actor_of(request), action, job_id, reason=reason, run_at=run_at
         )
     except BadInput as exc:
-        message = sentence(exc.errors.get("reason") or exc.errors.get("run_at") or exc.detail)
-        if "run_at" in exc.errors:
-            message = "Nothing changed: " + message
-        return ActionOutcome(action, False, message, 422, parse_uuid(job_id))
+        shown = set(controls.values() if hasattr(controls, "values") else controls)
+        errors = {key: sentence(exc.errors[key]) for key in shown if key in exc.errors}
+        message = NOTHING_CHANGED if errors else sentence(exc.detail)
+        return ActionOutcome(action, False, message, 422, parse_uuid(job_id)), errors
     await keep_refusal(db, outcome.status_code)
-    return outcome
+    return outcome, {}
 
 
 def sentence(message: str) -> str:

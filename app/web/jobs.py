@@ -35,16 +35,21 @@ from app.jobs import queue
 from app.processors import ProcessorSpec
 from app.web import DbSession, display, forms, is_htmx, job_log, render, submit, zone
 from app.web.deps import (
+    ACTION_CONTROLS,
+    FORM,
     actor_of,
     cell_response,
     file_store,
     one_snapshot,
     perform_from_page,
     poll_status,
+    refuse_form,
+    sent_form,
     settings_of,
+    tell_unshown,
     unchanged,
 )
-from app.web.input_guard import FORM_CHECKED
+from app.web.input_guard import FORM_CHECKED, problems_beside
 from app.web.job_page import (
     JOB_CELL,
     load_status_row,
@@ -288,48 +293,63 @@ class JobsController(Controller):
         [f"/{{job_id:str}}/{action}" for action in ACTIONS],
         name="jobs.action",
         status_code=200,
+        opt={FORM_CHECKED: True},
     )
     async def job_action(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Template:
         """Cancel, retry, run again, approve, reject, rerun or run now; the outcome is shown in place
-        (the job's or, with ``view=pipeline``, the pipeline's status part), 409 when nothing changed."""
+        (the job's or, with ``view=pipeline``, the pipeline's status part), 409 when nothing changed; a
+        reason that cannot be taken is a 422 with the error beside it, as typed."""
         action = request.url.path.rstrip("/").rsplit("/", 1)[1]
         form = await request.form()
-        outcome = await perform_from_page(
-            db_session, request, action, job_id, reason=str(form.get("reason") or "")
+        reason = str(form.get("reason") or "")
+        outcome, errors = await perform_from_page(
+            db_session, request, action, job_id, reason=reason, controls=ACTION_CONTROLS.get(action, ())
         )
-        return await action_response(request, db_session, outcome, str(form.get("view") or ""))
+        sent = sent_form(action, outcome.job_id, errors, reason=reason)
+        return await action_response(request, db_session, outcome, str(form.get("view") or ""), sent)
 
-    @post("/{job_id:str}/reschedule", name="jobs.reschedule", status_code=200)
+    @post("/{job_id:str}/reschedule", name="jobs.reschedule", status_code=200, opt={FORM_CHECKED: True})
     async def reschedule(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Template:
         """Admins: move a waiting job to a date, time and time zone; audited like the other actions. A
-        bad or past moment answers 422 with the reason in place; a job no longer waiting, 409."""
+        bad or past moment, or text that cannot be taken, answers 422 with the reason beside the fields,
+        as typed; a job no longer waiting, 409."""
         form = await request.form()
-        reading = submit.parse_run_at(
-            str(form.get("date") or ""), str(form.get("time") or ""), str(form.get("tz") or "")
-        )
-        run_at, error = reading.when, reading.error
-        if error is None and run_at is None:
-            error = "Choose a date and a time (or use Run now)."
-        if error:
-            row = await load_status_row(db_session, job_id, request.user)
-            await job_actions.authorize(db_session, request.user, "reschedule", row["id"])
-            outcome = ActionOutcome("reschedule", False, "Nothing changed: " + error, 422, row["id"])
+        typed = {name: str(form.get(name) or "") for name in RESCHEDULE_CONTROLS}
+        errors = problems_beside(request, RESCHEDULE_CONTROLS, FORM)
+        reading = submit.parse_run_at(typed["date"], typed["time"], typed["tz"])
+        if not errors and (reading.error or reading.when is None):
+            errors = {RUN_AT: reading.error or "Choose a date and a time (or use Run now)."}
+        if errors:
+            outcome, errors = await refuse_form(request, db_session, "reschedule", job_id, errors)
         else:
-            outcome = await perform_from_page(db_session, request, "reschedule", job_id, run_at=run_at)
+            outcome, errors = await perform_from_page(
+                db_session, request, "reschedule", job_id, run_at=reading.when, controls=RESCHEDULE_CONTROLS
+            )
             if outcome.ok and reading.note:
                 outcome = dataclasses.replace(outcome, message=f"{outcome.message} {reading.note}")
-        return await action_response(request, db_session, outcome, str(form.get("view") or ""))
+        sent = sent_form("reschedule", outcome.job_id, errors, **typed)
+        return await action_response(request, db_session, outcome, str(form.get("view") or ""), sent)
+
+
+RUN_AT = "run_at"
+RESCHEDULE_CONTROLS = {"date": RUN_AT, "time": RUN_AT, "tz": RUN_AT}
+"""The reschedule form's fields: one error beside the three of them (a moment is wrong as a whole)."""
 
 
 async def action_response(
-    request: Request[Any, Any, Any], db: AsyncSession, outcome: ActionOutcome, view: str
+    request: Request[Any, Any, Any],
+    db: AsyncSession,
+    outcome: ActionOutcome,
+    view: str,
+    sent: dict[str, Any] | None = None,
 ) -> Template:
     """The outcome in place: the status part of the job (or of its pipeline when ``view`` is
-    ``pipeline``) with a notice; the full page when the request did not come from htmx."""
+    ``pipeline``) with a notice, and the form just ``sent`` (:func:`app.web.deps.sent_form`) as the server
+    renders it; the full page when the request did not come from htmx."""
     user = request.user
     row = await load_status_row(db, outcome.job_id, user)
     kw: dict[str, Any] = {
@@ -338,14 +358,24 @@ async def action_response(
         "new_job_id": outcome.new_job_id,
     }
     code = outcome.status_code
+    sent = sent or sent_form(outcome.action, outcome.job_id, {})
     if view == "pipeline" and row["pipeline_id"]:
         if is_htmx(request):
             ctx = await pipeline_status_context(db, row["pipeline_id"], user, **kw)
-            return render(request, "pipelines/_status.html", ctx, status_code=code)
-        ctx = await pipeline_page_context(db, row["pipeline_id"], user, **kw)
-        return render(request, "pipelines/detail.html", ctx, status_code=code)
+            name = "pipelines/_status.html"
+        else:
+            ctx = await pipeline_page_context(db, row["pipeline_id"], user, **kw)
+            name = "pipelines/detail.html"
+        steps = (s for layer in ctx["layers"] for s in layer if str(s["job_id"]) == str(outcome.job_id))
+        shown = any(s["actions"].get(sent["action"]) for s in steps)
+        return render(
+            request, name, {**tell_unshown(ctx, sent["errors"], shown), "sent": sent}, status_code=code
+        )
     if is_htmx(request):
         ctx = await status_context(db, row, user, with_history=True, **kw)
-        return render(request, "jobs/_status.html", ctx, status_code=code)
-    ctx = await page_context(db, row["id"], user, **kw)
-    return render(request, "jobs/detail.html", ctx, status_code=code)
+        name = "jobs/_status.html"
+    else:
+        ctx = await page_context(db, row["id"], user, **kw)
+        name = "jobs/detail.html"
+    shown = bool(ctx["actions"].get(sent["action"]))
+    return render(request, name, {**tell_unshown(ctx, sent["errors"], shown), "sent": sent}, status_code=code)

@@ -12,10 +12,11 @@ from litestar.response import Redirect, Template
 
 from app import notifications
 from app.auth import requires_user
-from app.errors import BadInput
 from app.web import DbSession, is_htmx, render
-from app.web.deps import rows_of
+from app.web.account import account_page
+from app.web.deps import FORM, not_taken, rows_of
 from app.web.form_values import NOT_A_CHECKBOX, checkbox
+from app.web.input_guard import FORM_CHECKED, problems_beside
 
 # --- the bell in the polls pages already make ----------------------------------------------------------
 # A page puts the count it shows in its poll's URL (``bell_url``); the poll compares it with the count
@@ -66,7 +67,7 @@ def _back(target: Any) -> str:
     return path if path.startswith("/") and not path.startswith("//") else "/notifications"
 
 
-async def _page(request: Request[Any, Any, Any], db: Any) -> Template:
+async def _page(request: Request[Any, Any, Any], db: Any, status_code: int = 200, **extra: Any) -> Template:
     uid = request.user.id
     items = await notifications.listing(db, uid)
     for item in items:
@@ -76,8 +77,9 @@ async def _page(request: Request[Any, Any, Any], db: Any) -> Template:
         "bell": await notifications.unread_count(db, uid),
         "email_on": await notifications.email_choice(db, uid),
         "smtp": bool(request.app.state.settings.smtp_host),
+        **extra,
     }
-    return render(request, "notifications/list.html", ctx)
+    return render(request, "notifications/list.html", ctx, status_code=status_code)
 
 
 class NotificationsController(Controller):
@@ -98,22 +100,33 @@ class NotificationsController(Controller):
         count = await notifications.unread_count(db_session, request.user.id)
         return Template(template_name="notifications/_bell_link.html", context={"bell": count})
 
-    @post("/read", name="notifications.read", status_code=303)
+    @post("/read", name="notifications.read", status_code=303, opt={FORM_CHECKED: True})
     async def read(self, request: Request[Any, Any, Any], db_session: DbSession) -> Redirect | Template:
-        """Mark the ticked notices (or, with ``all``, every one) read."""
+        """Mark the ticked notices (or, with ``all``, every one) read; a form that cannot be taken is the
+        page again (422) saying why above the list, nothing marked."""
         form = await request.form()
+        problem = problems_beside(request, (), FORM)
+        if problem:
+            return await _page(request, db_session, 422, read_error=not_taken(problem))
         ids = None if form.get("all") else _ids(form.getall("id") if hasattr(form, "getall") else [])
         await notifications.mark_read(db_session, request.user.id, ids)
         if is_htmx(request):
             return await _page(request, db_session)
         return Redirect("/notifications", status_code=303)
 
-    @post("/email", name="notifications.email", status_code=303)
-    async def email(self, request: Request[Any, Any, Any], db_session: DbSession) -> Redirect:
-        """The account page's e-mail choice: ``email=on`` sends notices by e-mail too."""
+    @post("/email", name="notifications.email", status_code=303, opt={FORM_CHECKED: True})
+    async def email(self, request: Request[Any, Any, Any], db_session: DbSession) -> Redirect | Template:
+        """The e-mail choice (on the account page and on this one): ``email=on`` sends notices by e-mail
+        too. A value no checkbox sends, or text that cannot be taken, is the page it came from again
+        (422) with the error at the top of the form; nothing is saved."""
         form = await request.form()
+        back = _back(form.get("next"))
+        errors = problems_beside(request, (), FORM)
         choice = checkbox(form.get("email"))
-        if choice is None:
-            raise BadInput.field("email", NOT_A_CHECKBOX)
+        if errors or choice is None:
+            error = not_taken(errors or {FORM: NOT_A_CHECKBOX})
+            if back.startswith("/account"):
+                return await account_page(request, db_session, 422, email_error=error)
+            return await _page(request, db_session, 422, email_error=error)
         await notifications.set_email_choice(db_session, request.user.id, choice)
-        return Redirect(_back(form.get("next")), status_code=303)
+        return Redirect(back, status_code=303)

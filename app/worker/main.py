@@ -10,7 +10,6 @@ it before it runs; :mod:`app.worker.stuck`: a processor blocking its loop does n
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
@@ -25,6 +24,7 @@ import structlog
 from prometheus_client import start_http_server
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import logs
 from app.db import DatabaseUnavailable, checked_schema
 from app.embedded import resolve_database_url
 from app.logs import configure_logging
@@ -182,20 +182,13 @@ def _stop_on_signals(worker: Worker) -> None:
     main thread anywhere, even inside a lock a log call or a thread's start holds."""
     loop = asyncio.get_running_loop()
     control = stuck.watch_in_thread(worker, loop, then=functools.partial(_exit_now, stuck.EXIT_UNCLEAN))
-
-    def on_signal(_signum: int, count: int) -> None:
-        control.begin()
-        if count > 1:
-            control.hurry()
-        with contextlib.suppress(RuntimeError):  # the loop closed: the stop is over
-            loop.call_soon_threadsafe(worker.stop if count == 1 else worker.hurry)
-
-    STOP.forward(on_signal)
+    STOP.forward(control.on_signal)
 
 
 def _exit_now(code: int) -> None:
     """End the process without waiting for anything: tasks, threads, the loop's close."""
     logging.shutdown()
+    logs.flush()  # the lines the blocked loop's last turn wrote
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -8,7 +8,7 @@
 * :class:`ApprovalTimeouts` — every sweep: steps that waited ``approval_timeout`` without a decision are
   rejected or their approvers reminded (:func:`app.jobs.queue.expire_approvals`).
 * :class:`Retention` — every minute: finished jobs past ``JOB_RETENTION_DAYS`` are deleted, with their
-  files, in small batches.
+  files, in small batches; every hour, bytes in the files folder that no row names and are as old.
 * :class:`Upkeep` — every minute: old worker rows, expired sessions and old sign-in attempts are deleted.
 
 Alerts past retention are deleted by the alert delivery task itself (:class:`app.alerts.Deliverer`).
@@ -40,6 +40,13 @@ MAINTENANCE_INTERVAL_SECS = 60.0
 RETENTION_BATCHES_PER_PASS = 20
 """At most this many batches of deletions per pass; the rest waits for the next pass, so a large backlog
 never holds the sweep for long."""
+UNRECORDED_SCAN_SECS = 3600.0
+"""How often each worker lists the files folder for bytes no row names (the listing reads it whole)."""
+UNRECORDED_MIN_AGE_SECS = 86400.0
+"""Bytes without a row are left alone at least this long, whatever ``JOB_RETENTION_DAYS`` says: their row
+may be in a transaction not committed yet (bytes are written before their row is inserted), and their
+age is read from the writing host's clock (the id's time, the bytes' time), which may be off."""
+UNRECORDED_CHECK_BATCH = 1000
 
 
 class ExpiredLeaseRescue:
@@ -136,8 +143,13 @@ class Retention:
         self.settings = settings
         self.files = files
         self.log = log
+        self.scanned_at: float | None = None
+        """When the files folder was last looked through (monotonic); ``None``: not yet."""
 
     async def run_once(self) -> None:
+        if self.scanned_at is None or time.monotonic() - self.scanned_at >= UNRECORDED_SCAN_SECS:
+            self.scanned_at = time.monotonic()
+            await self.remove_unrecorded()
         for _ in range(RETENTION_BATCHES_PER_PASS):
             async with self.engine.begin() as conn:
                 pruned = await queue.prune(conn, self.settings.job_retention_days)
@@ -156,6 +168,25 @@ class Retention:
                 and len(pruned["files"]) < queue.PRUNE_BATCH
             ):
                 break
+
+    async def remove_unrecorded(self) -> None:
+        """Delete bytes no row names, older than the retention (and than :data:`UNRECORDED_MIN_AGE_SECS`):
+        a file whose transaction rolled back after its bytes were written (a refused or failed request, a
+        commit that failed, a killed process), bytes whose row retention deleted just before the process
+        stopped, and temporary files a write left. Retention deletes files by their rows, so without this
+        nothing would ever find them."""
+        age = max(self.settings.job_retention_days * 86400.0, UNRECORDED_MIN_AGE_SECS)
+        ids, temps = await asyncio.to_thread(self.files.unrecorded_candidates, time.time() - age)
+        gone: list[Any] = []
+        for start in range(0, len(ids), UNRECORDED_CHECK_BATCH):
+            async with self.engine.connect() as conn:
+                gone += await self.files.remove_unrecorded(conn, ids[start : start + UNRECORDED_CHECK_BATCH])
+        for path in temps:
+            path.unlink(missing_ok=True)
+        if gone or temps:
+            self.log.info(
+                "retention: deleted stored bytes no file row names", files=len(gone), partial=len(temps)
+            )
 
 
 class Upkeep:

@@ -13,6 +13,10 @@ The handlers are plain Python signal handlers (:func:`signal.signal`), not the e
 
 A second signal during the stop forces it (the worker's :meth:`~app.worker.runner.Worker.hurry`).
 
+``jobdesk serve`` leaves the signals to uvicorn, which stops the web server on them; its in-app worker
+gets them through :meth:`StopSignals.chain`, which puts these handlers ahead of uvicorn's once uvicorn
+has installed them (``_serving`` in :mod:`app.cli`, and :mod:`app.web_processes`).
+
 This module imports nothing heavy: ``worker.py`` and, for ``jobdesk worker``, the top of :mod:`app.cli`
 install it before importing anything else (click alone took a tenth of a second, during which a signal
 killed the process); what is left is the interpreter's own start.
@@ -37,7 +41,10 @@ class StopSignals:
         """The first stop signal received, if any."""
         self.count = 0
         """How many stop signals were received (a second one forces the stop)."""
+        self.catching = False
+        """Whether stop signals reach this process's :meth:`forward` target (:meth:`install`, :meth:`chain`)."""
         self._target: Callable[[int, int], None] | None = None
+        self._repeats = True
 
     def install(self) -> None:
         """Catch SIGTERM and SIGINT from now on (only the main thread may; elsewhere, nothing changes)."""
@@ -46,6 +53,33 @@ class StopSignals:
         for sig in STOP_SIGNALS:
             if signal.getsignal(sig) != self._handle:
                 signal.signal(sig, self._handle)
+        self.catching = True
+
+    def chain(self, *, repeats: bool = True) -> None:
+        """Catch SIGTERM and SIGINT ahead of the handlers installed now (uvicorn's, in ``jobdesk serve``),
+        each of which still runs after this one's, as before (the code that installed them may put back
+        the earlier ones later: this goes with them). Only the main thread may; elsewhere, and for a
+        signal whose handler is not a Python function (the default, or ignored), nothing changes.
+
+        ``repeats=False``: each signal counts as the first, for a process that gets one stop request as
+        two signals (a web process of ``serve --workers N`` gets a Ctrl+C's SIGINT, or a service
+        manager's SIGTERM, and then its supervisor's SIGTERM)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        chained: dict[int, Callable[[int, FrameType | None], object]] = {
+            sig: then for sig in STOP_SIGNALS if callable(then := signal.getsignal(sig))
+        }
+
+        def handle(signum: int, frame: FrameType | None) -> None:
+            try:
+                self._handle(signum, frame)
+            finally:
+                chained[signum](signum, frame)
+
+        for sig in chained:
+            signal.signal(sig, handle)
+        self._repeats = repeats
+        self.catching = self.catching or bool(chained)
 
     def forward(self, target: Callable[[int, int], None] | None) -> None:
         """Call ``target(signum, count)`` for each stop signal from now on (``count``: how many came so
@@ -53,18 +87,27 @@ class StopSignals:
         count: what the worker does for each count is idempotent). No lock: the handler runs in the main
         thread, and would wait for ever for a lock that thread holds."""
         self._target = target
-        received, count = self.received, self.count
+        received, count = self.received, self._counted()
         if target is not None and received is not None:
             target(received, count)
+
+    def unforward(self, target: Callable[[int, int], None]) -> None:
+        """Stop calling ``target`` (when it is the one called: a later :meth:`forward` replaced it)."""
+        if self._target == target:
+            self._target = None
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         if self.received is None:
             self.received = signum
         self.count += 1
-        count = self.count
+        count = self._counted()
         target = self._target
         if target is not None:
             target(signum, count)
+
+    def _counted(self) -> int:
+        """The count a target is told: each signal is the first when repeats do not count."""
+        return self.count if self._repeats else min(self.count, 1)
 
 
 STOP = StopSignals()

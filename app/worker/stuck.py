@@ -12,8 +12,8 @@ whose processor is blocking the loop fail this attempt (so a processor that alwa
 with backoff and fails for good after its attempts, instead of holding every worker that claims it for
 ever); the others (buffered, or running beside the culprit) are released, the attempt not counted. The
 worker's row is removed, and the caller goes on without the loop: ``jobdesk worker`` exits with
-:data:`EXIT_UNCLEAN`, the web process's lifespan stops waiting for its in-app worker. A loop that answers
-is never overtaken: its own steps are bounded.
+:data:`EXIT_UNCLEAN`, the web process's lifespan stops waiting for its in-app worker (and ``jobdesk
+serve`` then exits with it too). A loop that answers is never overtaken: its own steps are bounded.
 
 The stop watch needs the GIL. A processor stuck in a C call that holds it (a catastrophic regular
 expression) stops every thread of Python, the watch's too: :class:`LastResort`, armed when the stop
@@ -27,6 +27,7 @@ every :class:`~concurrent.futures.ThreadPoolExecutor` at exit).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import faulthandler
 import functools
 import itertools
@@ -69,7 +70,7 @@ REARM_SECS = 1.0
 EXIT_UNCLEAN = 3
 """``jobdesk worker``'s exit status after a stop that was not clean: the stop watch gave up on a blocked
 event loop, or a second stop signal forced the stop (0 is a graceful stop; 1 a worker that died, or
-the :class:`LastResort`)."""
+the :class:`LastResort`); ``jobdesk serve``'s too, after such a stop of its in-app worker."""
 
 RELEASED_STUCK = "released: the worker shut down while a processor blocked its event loop"
 
@@ -287,52 +288,101 @@ LAST_RESORT = LastResort()
 
 
 class StopControl:
-    """The stop watch of a standalone worker, in a daemon thread started with the worker (see
-    :func:`watch_in_thread`): :meth:`begin` when the first stop signal comes, :meth:`hurry` on a second.
-    Both are safe in a signal handler: they set events no other code takes and arm a timer."""
+    """The stop watch of a worker, in a daemon thread started with the worker (see
+    :func:`watch_in_thread`): :meth:`begin` when the stop begins, :meth:`hurry` on a second stop signal
+    (:meth:`on_signal` does both and asks the worker's loop). Each is safe in a signal handler: they set
+    events no other code takes, arm a timer and post to the loop.
 
-    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop, then: Callable[[], None]) -> None:
+    ``last_resort``: the process's :data:`LAST_RESORT`, or ``None`` where the worker's stop may not end
+    the process (an in-app worker in a process that does not stop on signals, such as a test's)."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        loop: asyncio.AbstractEventLoop,
+        then: Callable[[], None] | None = None,
+        last_resort: LastResort | None = LAST_RESORT,
+    ) -> None:
         self.worker = worker
         self.loop = loop
         self.then = then
-        self.last_resort = LAST_RESORT
+        self.last_resort = last_resort
         self.began = threading.Event()
         self.hurried = threading.Event()
+        self.gave_up = threading.Event()
+        """Set once the watch gave up on the loop and handed the jobs back."""
+        self._closed = False
 
     def begin(self) -> None:
         if not self.began.is_set():
-            self.last_resort.arm(stop_budget(self.worker))
+            self._arm(stop_budget(self.worker))
             self.began.set()
 
     def hurry(self) -> None:
         self.begin()
         self.hurried.set()
 
+    def on_signal(self, _signum: int, count: int) -> None:
+        """A stop signal (the target of :meth:`app.worker.signals.StopSignals.forward`): the first asks
+        the worker to stop and starts the stop watch (and its last resort); a second skips the rest of
+        the grace period (the loop's :meth:`~app.worker.runner.Worker.hurry`, and the watch's budget
+        ends at once)."""
+        self.begin()
+        if count > 1:
+            self.hurry()
+        with contextlib.suppress(RuntimeError):  # the loop closed: the stop is over
+            self.loop.call_soon_threadsafe(self.worker.stop if count == 1 else self.worker.hurry)
+
+    @property
+    def unclean(self) -> bool:
+        """Whether the stop did not take its course: hurried by a second stop signal, or given up on."""
+        return self.hurried.is_set() or self.gave_up.is_set()
+
+    def close(self) -> None:
+        """The worker's loop is over (its thread ended): the watch thread ends, and no stop begins."""
+        self._closed = True
+        self.began.set()
+
     def run(self) -> None:
         """The thread: wait for the stop, keep the last resort ahead while the worker stops, give up
         on a stuck loop (then call ``then``)."""
         self.began.wait()
+        if self._closed:
+            return
         watch = StopWatch(self.worker, self.loop)
         self.worker.log.info(
             "stop watch started: a processor blocking the event loop past the budget is given up on",
             budget_secs=round(stop_budget(self.worker), 1),
         )
-        while not self.worker.stopped.is_set():
+        while not self.worker.stopped.is_set() and not self._closed:
             if self.hurried.is_set() and not watch.forced:
                 watch.hurry()
             if watch.stuck():
-                self.last_resort.arm(0.0)  # the hand-back's own time, from now
+                self._arm(0.0)  # the hand-back's own time, from now
                 watch.give_up()
-                self.then()
+                self.gave_up.set()
+                if self.then is not None:
+                    self.then()
                 return
-            armed_at = self.last_resort.armed_at or 0.0
-            if time.monotonic() - armed_at >= REARM_SECS or watch.forced and armed_at < watch.deadline:
-                self.last_resort.arm(watch.deadline - time.monotonic())
+            if self.last_resort is not None:
+                armed_at = self.last_resort.armed_at or 0.0
+                if time.monotonic() - armed_at >= REARM_SECS or watch.forced and armed_at < watch.deadline:
+                    self.last_resort.arm(watch.deadline - time.monotonic())
             time.sleep(WATCH_TICK_SECS)
-        # Stopped: the process exits within seconds; the timer, left armed, ends it if it does not.
+        # Stopped: the process exits within seconds; the timer, left armed, ends it if it does not (the
+        # in-app worker's is disarmed once its loop is closed: the web process may go on for a while).
+
+    def _arm(self, budget_left: float) -> None:
+        if self.last_resort is not None:
+            self.last_resort.arm(budget_left)
 
 
-def watch_in_thread(worker: Worker, loop: asyncio.AbstractEventLoop, then: Callable[[], None]) -> StopControl:
+def watch_in_thread(
+    worker: Worker,
+    loop: asyncio.AbstractEventLoop,
+    then: Callable[[], None] | None = None,
+    last_resort: LastResort | None = LAST_RESORT,
+) -> StopControl:
     """Start a daemon thread that, once the returned control's :meth:`~StopControl.begin` is called (the
     stop began), runs a stop watch: when the loop is stuck, it gives up on it and calls ``then`` (in that
     thread).
@@ -340,7 +390,7 @@ def watch_in_thread(worker: Worker, loop: asyncio.AbstractEventLoop, then: Calla
     The thread starts now, not when the stop begins: the stop begins in a signal handler, which may
     interrupt the main thread inside ``threading``'s own locks (starting a thread takes one); setting an
     event no other code uses takes none of them."""
-    control = StopControl(worker, loop, then)
+    control = StopControl(worker, loop, then, last_resort)
     threading.Thread(target=control.run, name=f"{worker.id}:stop-watch", daemon=True).start()
     return control
 

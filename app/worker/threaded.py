@@ -7,11 +7,18 @@ app's lifespan calls :func:`start_in_thread` at start-up and :meth:`ThreadedWork
 :meth:`ThreadedWorker.stop_async`) at shutdown, which stops the worker gracefully and waits for it —
 except for a loop a processor blocks past the stop's budget, and for threads a processor is stuck in
 (:mod:`app.worker.stuck`).
+
+In a process whose stop signals reach :data:`~app.worker.signals.STOP` (``jobdesk serve``:
+:meth:`~app.worker.signals.StopSignals.chain`), the worker follows them as ``jobdesk worker`` does, through the same
+:class:`~app.worker.stuck.StopControl`: the first stops it at once (not once the web server has closed
+its connections) and arms the last resort, a second skips the rest of the grace period, and
+:attr:`ThreadedWorker.unclean` says whether the stop took its course.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from typing import Any
@@ -19,9 +26,11 @@ from typing import Any
 import structlog
 
 from app.settings import Settings
+from app.worker import stuck
 from app.worker.main import loop_factory
 from app.worker.runner import Worker
-from app.worker.stuck import DaemonThreadPool, StopWatch
+from app.worker.signals import STOP
+from app.worker.stuck import DaemonThreadPool, StopControl
 
 log = structlog.get_logger("jobdesk.worker")
 
@@ -41,9 +50,8 @@ class ThreadedWorker:
         self.worker: Worker | None = None
         self.error: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._control: StopControl | None = None
         self._ready = threading.Event()
-        self._watch: StopWatch | None = None
-        self._given_up = False
         self._thread = threading.Thread(target=self._main, name="jobdesk-in-app-worker", daemon=True)
 
     def start(self) -> ThreadedWorker:
@@ -61,36 +69,37 @@ class ThreadedWorker:
             return "the in-app worker has not started"
         return self.worker.health()
 
+    @property
+    def unclean(self) -> bool:
+        """Whether its stop did not take its course: a second stop signal hurried it, or the stop watch
+        gave up on a loop a processor blocked (``jobdesk serve`` then exits with
+        :data:`~app.worker.stuck.EXIT_UNCLEAN`)."""
+        return self._control is not None and self._control.unclean
+
     def stop(self, timeout: float | None = None) -> bool:
         """Ask the worker to stop gracefully and wait for its thread (at most ``timeout`` seconds);
-        ``True`` when it ended."""
-        loop, worker = self._loop, self.worker
+        ``True`` when it ended. A loop a processor blocks past the stop's budget is not waited for: the
+        stop watch hands its jobs back from its own thread, and the thread (a daemon) is left behind."""
+        control, loop, worker = self._control, self._loop, self.worker
+        if control is not None:
+            control.begin()  # the budget counts from the first stop (a stop signal's, in jobdesk serve)
         if loop is not None and worker is not None and not loop.is_closed():
-            try:
+            with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
                 loop.call_soon_threadsafe(worker.stop)
-            except RuntimeError:  # its loop closed meanwhile
-                pass
         if self._thread.is_alive():
             self._join(timeout)
         return not self._thread.is_alive()
 
     def _join(self, timeout: float | None) -> None:
-        """Wait for the thread, at most ``timeout`` seconds, and never for a loop a processor blocks past
-        the stop's budget: its jobs are handed back from here, and the thread (a daemon) is left behind."""
-        loop, worker = self._loop, self.worker
-        if self._watch is None and loop is not None and worker is not None:
-            self._watch = StopWatch(worker, loop)  # the first stop's: a second call keeps its deadline
-        watch = self._watch
+        """Wait for the thread, at most ``timeout`` seconds, and no longer than until the stop watch gave
+        up on its loop."""
         end = None if timeout is None else time.monotonic() + timeout
         while self._thread.is_alive():
             step = JOIN_STEP_SECS if end is None else min(JOIN_STEP_SECS, end - time.monotonic())
             if step <= 0:
                 return
             self._thread.join(step)
-            if watch is not None and self._thread.is_alive() and watch.stuck():
-                if not self._given_up:
-                    self._given_up = True
-                    watch.give_up()
+            if self._control is not None and self._control.gave_up.is_set():
                 return
 
     async def stop_async(self) -> bool:
@@ -111,15 +120,34 @@ class ThreadedWorker:
             try:
                 _close(loop)
             finally:
+                self._ended()
                 self._ready.set()
 
     async def _run(self) -> None:
-        self._loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         try:
             self.worker = Worker(self.settings, self.url, **self.worker_kw)
+            # The process's last resort only where its stop signals reach the worker: elsewhere (a test)
+            # nothing may end the process.
+            follows = STOP.catching
+            last_resort = stuck.LAST_RESORT if follows else None
+            self._control = stuck.watch_in_thread(self.worker, loop, last_resort=last_resort)
+            if follows:
+                STOP.forward(self._control.on_signal)  # at once for a signal that came before
         finally:
             self._ready.set()
         await self.worker.run()
+
+    def _ended(self) -> None:
+        """The loop is closed: no more signals to it, no more stop watch, and no more last resort (nothing
+        of the worker's can hold the process now), unless the watch gave up on a loop still blocked."""
+        control = self._control
+        if control is None:
+            return
+        STOP.unforward(control.on_signal)
+        control.close()
+        if control.last_resort is not None and not control.gave_up.is_set():
+            control.last_resort.disarm()
 
 
 LEFTOVERS_SECS = 1.0

@@ -159,8 +159,9 @@ async def test_counts_are_capped_for_live_statuses_and_estimated_for_big_finishe
     assert count("failed") == "7"
     assert count("cancelled") == "0"
     assert re.fullmatch(r"about 1[12],\d{3}", count("completed")), count("completed")
-    # the page itself loads the strip by htmx
+    # the page shows the same strip, counted with its rows, and polls it
     page = (await client.get("/admin/jobs")).text
+    assert re.search(r'id="count-failed".*?class="count-n">7<', page, re.S)
     assert 'hx-get="/admin/jobs/counts"' in page
 
 

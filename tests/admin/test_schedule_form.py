@@ -323,3 +323,35 @@ async def test_a_schedule_whose_job_type_is_gone_opens_and_names_the_missing_tar
     assert page.status_code == 200 and "which no longer exists" in page.text
     r = await post(client, f"/admin/schedules/{sid}/edit", {"_cron": "0 9 * * *", "_timezone": "UTC"})
     assert r.status_code == 422 and 'id="e-_target"' in r.text and "unknown job type" in r.text
+
+
+@pytest.mark.parametrize(
+    "cron", ["1-0 * * * *", "0 22-2 * * *", "0 9 * * fri-mon", "0 9 * dec-jan *", "0 0 * * * 30-10"]
+)
+async def test_a_range_that_runs_backwards_is_refused(
+    admin: CurrentUser, engine: AsyncEngine, ui_settings: Settings, cron: str
+) -> None:
+    """croniter reads ``1-0`` as a range round the end of the field (every minute); a crontab refuses it.
+    Either way it is not what its writer meant: refused, saying how to write it."""
+    async with engine.begin() as conn:
+        with pytest.raises(BadInput) as refused:
+            await schedule_actions.create_schedule(
+                conn,
+                admin,
+                cron=cron,
+                timezone="UTC",
+                job_type="test.form",
+                input_data={"name": "Ann"},
+                settings=ui_settings,
+            )
+        assert "runs backwards" in (refused.value.errors or {})["cron"]
+        for fine in ("0 22-23,0-2 * * *", "0 9 * * mon-fri", "*/15 9-17 * * 1-5", "0 9 * * 0-7"):
+            await schedule_actions.create_schedule(
+                conn,
+                admin,
+                cron=fine,
+                timezone="UTC",
+                job_type="test.form",
+                input_data={"name": "Ann"},
+                settings=ui_settings,
+            )

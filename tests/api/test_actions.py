@@ -6,6 +6,8 @@ their internal steps."""
 from __future__ import annotations
 
 import ast
+import json
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -449,3 +451,49 @@ def test_the_catalogue_and_next_job_rules() -> None:
     assert not access.may_create_next(ann, "test.step", "noop")
     assert access.may_create_next(root, "test.step", "noop")
     assert not access.may_create_next(ann, "test.step", "no.such.type")
+
+
+async def test_run_again_of_a_step_that_reads_its_parents_results_runs_with_the_values_they_gave(
+    client: AsyncTestClient, db_url: str, engine: AsyncEngine, settings: Settings, pg: asyncpg.Connection
+) -> None:
+    """A new job runs on its own, without the parents its input's ``$ref`` reads: Run again gives it the
+    values the parents gave (the page and the API alike); when a parent gave none, it says why."""
+    ann = await sign_in_as(client, db_url, "ann@example.com")
+    h = {"Authorization": f"Bearer {await add_token(db_url, ann.id)}"}
+
+    async def pipeline(label: str) -> tuple[uuid.UUID, uuid.UUID]:
+        steps = [
+            {"key": "first", "type": "test.step", "input_data": {"label": label}},
+            {
+                "key": "second",
+                "type": "test.step",
+                "depends_on": ["first"],
+                "input_data": {"label": {"$ref": "first.label"}},
+            },
+        ]
+        r = await client.post("/api/pipelines", json={"name": label, "steps": steps}, headers=h)
+        assert r.status_code == 201, r.text
+        ids = {s["key"]: uuid.UUID(s["job_id"]) for s in r.json()["steps"]}
+        return ids["first"], ids["second"]
+
+    first, second = await pipeline("one")
+    await claim(engine, first)
+    await finish(engine, settings, first, "completed", result={"label": "from first"})
+    await claim(engine, second)
+    await finish(engine, settings, second, "completed", result={"label": "done"})
+    r = await client.post(f"/api/jobs/{second}/run-again", headers=h)
+    assert r.status_code == 201, r.text
+    assert r.json()["input_data"] == {"label": "from first", "seconds": 0.0}
+    r = await client.post(f"/jobs/{second}/run-again", headers={**HX, "x-csrftoken": await csrf(client)})
+    assert r.status_code == 200, r.text
+    made = await pg.fetch("SELECT input_data FROM jobs WHERE pipeline_id IS NULL ORDER BY id")
+    assert [json.loads(x["input_data"])["label"] for x in made] == ["from first"] * 2
+
+    # A first step that failed gave no result: the second step (cancelled) cannot run again; why is said.
+    first, second = await pipeline("two")
+    await claim(engine, first)
+    await finish(engine, settings, first, "failed", error="Boom", permanent=True)
+    r = await client.post(f"/api/jobs/{second}/run-again", headers=h)
+    assert r.status_code == 422, r.text
+    assert "reads its parents' results" in r.text, r.text
+    assert await pg.fetchval("SELECT count(*) FROM jobs WHERE pipeline_id IS NULL") == 2

@@ -6,12 +6,14 @@ import asyncio
 import io
 import json
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import structlog
 
+from app import logs
 from app.logs import configure_logging
 from app.settings import load_settings
 
@@ -126,3 +128,74 @@ def test_lines_reach_the_file_by_the_end_of_the_loop_turn_that_wrote_them(
 
 def _file_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+class _Raw(io.RawIOBase):
+    """An unbuffered byte sink that counts its writes: each one is a system call on a real file."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.writes.append(bytes(data))
+        return len(data)
+
+
+def test_a_turn_of_the_loop_hands_its_lines_over_in_one_write_on_an_unbuffered_stream(
+    reset_logging: None,
+) -> None:
+    """Standard output as ``PYTHONUNBUFFERED`` (which container images set) makes it: every ``write``
+    reaches the file. The lines of one turn (structlog's and the standard library's, in the order written)
+    still go out in one write, and a line written outside a loop at once."""
+    raw = _Raw()
+    out = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)  # type: ignore[type-var]
+    configure_logging(load_settings(log_level="INFO"), stream=out, json=True)
+    log = structlog.get_logger("jobdesk.worker")
+
+    async def one_turn() -> None:
+        for i in range(10):
+            log.info("job started", n=i)
+            if i == 4:
+                logging.getLogger("uvicorn.error").warning("from the standard library")
+        await asyncio.sleep(0)
+
+    asyncio.run(one_turn())
+    assert len(raw.writes) == 1, raw.writes
+    events = [json.loads(line)["event"] for line in raw.writes[0].decode().splitlines()]
+    assert events == ["job started"] * 5 + ["from the standard library"] + ["job started"] * 5
+
+    log.info("outside a loop")
+    assert len(raw.writes) == 2 and b"outside a loop" in raw.writes[1]
+
+    async def many_lines() -> None:
+        # A turn that writes many lines does not keep them all back: they go out in parts, in order.
+        for i in range(2 * logs.PENDING_MAX_LINES + 1):
+            log.info("line", n=i)
+        assert len(raw.writes) == 4
+
+    asyncio.run(many_lines())
+    assert len(raw.writes) == 5
+    assert [line["n"] for line in _raw_lines(raw) if line["event"] == "line"] == list(
+        range(2 * logs.PENDING_MAX_LINES + 1)
+    )
+
+    async def blocked_turn() -> None:
+        # A turn that does not end (a processor blocking the loop): a line from another thread (the
+        # watchdog reporting the stall) brings the loop's waiting lines out first, in order.
+        log.info("last line before the block")
+        other = threading.Thread(target=lambda: log.warning("event loop blocked"))
+        other.start()
+        other.join()
+        assert [line["event"] for line in _raw_lines(raw)[-2:]] == [
+            "last line before the block",
+            "event loop blocked",
+        ]
+
+    asyncio.run(blocked_turn())
+
+
+def _raw_lines(raw: _Raw) -> list[dict]:
+    return [json.loads(line) for line in b"".join(raw.writes).decode().splitlines()]

@@ -274,6 +274,12 @@ async def test_no_job_ever_waits_on_a_parent_that_can_no_longer_complete(
         ([step("a"), step("a")], "duplicate step key 'a'"),
         ([step("a", "nope")], "unknown job type 'nope'"),
         ([step("a", "sleep", {"seconds": -1})], "steps[0].input_data.seconds"),
+        # a $ref reads only the steps the step depends on: anything else could only fail when it runs
+        ([step("a"), step("b", "sleep", {"seconds": {"$ref": "a.n"}})], "steps[1].input_data.seconds"),
+        ([step("b", "sleep", {"seconds": {"$ref": "ghost.n"}})], "reads step 'ghost'"),
+        ([step("a"), step("b", "noop", {"xs": [1, {"$ref": "c.x"}]}, ["a"])], "steps[1].input_data.xs[1]"),
+        ([step("a"), step("b", "sleep", {"seconds": {"$ref": 5}}, ["a"])], "steps[1].input_data.seconds"),
+        ([step("a.v2"), step("b", "noop", {"x": {"$ref": "a.v2.n"}}, ["a.v2"])], "reads step 'a'"),
     ],
 )
 async def test_a_bad_spec_is_refused_naming_the_problem_and_nothing_is_stored(

@@ -39,7 +39,13 @@ class Watch:
 
     def _console(self, message: Any) -> None:
         text = message.text
-        if message.type != "error" or "status of 4" in text:
+        # a 4xx is an answer the page shows in place (a form's errors): the browser logs its status, and
+        # htmx its "Response Status Error Code 422"; neither is a script error
+        if (
+            message.type != "error"
+            or "status of 4" in text
+            or text.startswith("Response Status Error Code 4")
+        ):
             return
         if text.startswith("htmx:sendAbort"):
             # A request the browser dropped as the page was left (a poll in flight, or one htmx replaced):

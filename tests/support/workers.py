@@ -96,19 +96,24 @@ def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
 class WorkerProcess:
     """``python worker.py`` as a real subprocess; its output goes to ``log_path``."""
 
+    command: tuple[str, ...] = (str(ROOT / "worker.py"),)
+
     def __init__(self, settings: Settings, log_path: Path, *, own_group: bool = False, **extra: str) -> None:
         """``own_group``: in a process group of its own, which a test may signal as a terminal's Ctrl+C
         does (``os.killpg``) without signalling itself."""
         self.log_path = log_path
         self._log = open(log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "worker.py")],
-            env=worker_env(settings, **extra),
+            [sys.executable, *self.command],
+            env=worker_env(settings, **{**self.environment(), **extra}),
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=own_group,
         )
+
+    def environment(self) -> dict[str, str]:
+        return {}
 
     @property
     def pid(self) -> int:
@@ -122,6 +127,9 @@ class WorkerProcess:
     def terminate(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
 
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
     def wait(self, timeout: float) -> int:
         return self.proc.wait(timeout)
 
@@ -134,6 +142,20 @@ class WorkerProcess:
             self.proc.kill()
             self.proc.wait(10)
         self._log.close()
+
+
+class ServeProcess(WorkerProcess):
+    """``jobdesk serve --port PORT [--workers N]`` with its in-app worker, as a real subprocess, used like
+    a :class:`WorkerProcess`."""
+
+    def __init__(
+        self, settings: Settings, log_path: Path, port: int, *, web_processes: int = 1, **kw: Any
+    ) -> None:
+        self.command = ("-m", "app.cli", "serve", "--port", str(port), "--workers", str(web_processes))
+        super().__init__(settings, log_path, **kw)
+
+    def environment(self) -> dict[str, str]:
+        return {"WORKER_ENABLED": "true"}
 
 
 @contextlib.contextmanager

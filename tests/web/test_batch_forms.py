@@ -353,3 +353,60 @@ async def test_a_repeat_of_a_form_key_in_flight_waits_for_the_first_and_finds_it
         found, made = await asyncio.wait_for(again, 10)
         await repeat.commit()
         assert (found["id"], made) == (batch["id"], False)
+
+
+def _bytes_on_disk(files_dir: Any) -> set[str]:
+    """Every name in the files folder: stored files' bytes (named by id), and any temporary file left."""
+    return {p.name for p in files_dir.iterdir()} if files_dir.exists() else set()
+
+
+@pytest.mark.parametrize("refusal", ["key sent before", "an empty file", "the storage limit"])
+async def test_a_refused_files_form_leaves_no_bytes_without_a_row(
+    refusal: str, make_settings: Any, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """The "one job per file" form stores its files and starts the batch in one savepoint; refused (its
+    key started a batch of other files, a file among them is empty, they go over the person's storage),
+    the savepoint took the new files' rows, and their bytes stayed on disk: no row names them, so
+    retention, which deletes files by their rows, never found them. The files the key stored the first
+    time stay, with their bytes."""
+    first = [("files", (f"t{i}.csv", f"a,b\n{i},2\n".encode(), "text/csv")) for i in range(2)]
+    other = [
+        ("files", ("other.csv", b"a,b\n7,8\n", "text/csv")),
+        ("files", ("more.csv", b"a,b\n9,9\n", "text/csv")),
+    ]
+    size = sum(len(f[1][1]) for f in first)
+    # room for one of the other files, not both: the first is stored before the second is refused
+    limit = size + 10 if refusal == "the storage limit" else 0
+    settings = make_settings(worker_enabled=False, user_max_upload_bytes=limit)
+    async with app_client(settings) as client:
+        await sign_in_as(client, db_url, "ann@example.com")
+        page = await client.get("/batches/new/report.csv_check")
+        form = {
+            "_csrf_token": csrf_from(page.text),
+            "_form_key": re.search(r'name="_form_key" value="([^"]+)"', page.text).group(1),  # type: ignore[union-attr]
+        }
+
+        async def send(files: list[Any], **extra: str) -> Any:
+            return await client.post(
+                "/batches/new/report.csv_check", data={**form, **extra}, files=files, follow_redirects=False
+            )
+
+        assert (await send(first)).status_code == 303
+        if refusal == "key sent before":
+            refused = await send(first[:1] + other)  # one file again (found, not stored), two new
+            expected, words = 422, "This form was sent already"
+        elif refusal == "an empty file":
+            refused = await send(
+                other + [("files", ("empty.csv", b"", "text/csv"))], _form_key=str(uuid.uuid4())
+            )
+            expected, words = 422, "This file is empty"
+        else:
+            refused = await send(other, _form_key=str(uuid.uuid4()))
+            expected, words = 429, "Not enough room for this file"
+    assert refused.status_code == expected and words in refused.text, (
+        refused.status_code,
+        refused.text[-600:],
+    )
+    rows = {str(r["id"]) for r in await pg.fetch("SELECT id FROM files")}
+    assert len(rows) == 2 and await pg.fetchval("SELECT count(*) FROM batches") == 1
+    assert _bytes_on_disk(settings.files_dir) == rows

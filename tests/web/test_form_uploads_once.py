@@ -145,3 +145,48 @@ async def test_a_repeat_of_an_upload_in_flight_waits_for_the_first_and_finds_its
         await repeat.commit()
     assert found["id"] == made["id"]
     assert await pg.fetchval("SELECT count(*) FROM files") == 1
+
+
+class _Quiet:
+    def info(self, *args: Any, **kw: Any) -> None:
+        pass
+
+
+async def test_an_upload_kept_for_a_refused_form_goes_with_retention(
+    make_settings: Any, db_url: str, engine: Any, pg: asyncpg.Connection
+) -> None:
+    """A job form refused after its upload was stored (a bad value in another field; its key sent before
+    with other values) keeps the upload for the form shown again. No job takes it, so it is an upload
+    nothing names: retention deletes it, row and bytes, once it is older than JOB_RETENTION_DAYS, and
+    leaves the file the job it started uses."""
+    from app.worker.maintenance import Retention
+
+    settings = make_settings(worker_enabled=False)
+    async with app_client(settings) as client:
+        await sign_in_as(client, db_url, "ann@example.com")
+
+        async def send(key: str, name: str, **fields: str) -> Any:
+            page = await client.get("/jobs/new/test.form")
+            return await client.post(
+                "/jobs/new/test.form",
+                data={"_csrf_token": csrf_from(page.text), "_form_key": key, "name": "Ann", **fields},
+                files=[("document", (name, name.encode(), "text/plain"))],
+                follow_redirects=False,
+            )
+
+        bad_value = await send(str(uuid.uuid4()), "bad-value.txt", copies="99")
+        key = str(uuid.uuid4())
+        started = await send(key, "used.txt")
+        sent_before = await send(key, "sent-before.txt")  # the back button, another file
+    assert (bad_value.status_code, started.status_code, sent_before.status_code) == (422, 303, 422)
+    assert "This form was sent already" in sent_before.text
+    files = {r["name"]: r["id"] for r in await pg.fetch("SELECT name, id FROM files")}
+    assert set(files) == {"bad-value.txt", "used.txt", "sent-before.txt"}  # kept for the forms shown again
+    store = FileStore(settings.files_dir)
+    retention = Retention(engine, settings, files=store, log=_Quiet())
+    await retention.run_once()
+    assert await pg.fetchval("SELECT count(*) FROM files") == 3  # younger than the retention: kept
+    await pg.execute("UPDATE files SET created_at = now() - interval '31 days'")  # JOB_RETENTION_DAYS: 30
+    await retention.run_once()
+    assert [r["name"] for r in await pg.fetch("SELECT name FROM files")] == ["used.txt"]
+    assert [store.path(fid).exists() for fid in files.values()] == [n == "used.txt" for n in files]

@@ -5,9 +5,14 @@ status, and that the process always ends."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +21,8 @@ from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.worker.stuck import EXIT_UNCLEAN
 from tests.support import processors as support_processors  # registers the test job types
-from tests.support.workers import ROOT, WorkerProcess, wait_status, wait_until, worker_env
+from tests.support.cli import free_port
+from tests.support.workers import ROOT, ServeProcess, WorkerProcess, wait_status, wait_until, worker_env
 
 
 async def enqueue_all(engine: Any, settings: Any, owner: Any, *jobs: tuple[str, dict[str, Any]]) -> list[Any]:
@@ -36,9 +42,11 @@ async def wait_output(worker: WorkerProcess, text: str, timeout: float = 30) -> 
     await wait_until(seen, timeout=timeout, interval=0.05, what=f"the line {text!r}")
 
 
-async def stop_and_wait(worker: WorkerProcess, timeout: float) -> tuple[int | None, float, str]:
-    """SIGTERM, then wait up to ``timeout`` s: (exit status or None, seconds taken, output)."""
-    worker.terminate()
+async def stop_and_wait(
+    worker: WorkerProcess, timeout: float, sig: int = signal.SIGTERM
+) -> tuple[int | None, float, str]:
+    """SIGTERM (or ``sig``), then wait up to ``timeout`` s: (exit status or None, seconds taken, output)."""
+    worker.signal(sig)
     began = time.monotonic()
     try:
         code: int | None = await asyncio.to_thread(worker.wait, timeout)
@@ -235,3 +243,139 @@ def test_a_stop_signal_before_the_commands_imports_is_a_clean_stop(settings, tmp
     output = done.stdout.decode(errors="replace")
     assert done.returncode == 0, (done.returncode, output[-3000:])
     assert "worker stopped before it started" in output, output[-3000:]
+
+
+# --- jobdesk serve: its in-app worker stops as jobdesk worker does ------------------------------------
+
+
+@contextlib.contextmanager
+def request_in_flight(port: int) -> Iterator[socket.socket]:
+    """A form post whose body has not all arrived (a slow upload): uvicorn's shutdown waits for it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\nemail="
+        )
+        yield sock
+
+
+@pytest.mark.parametrize(
+    ("sig", "loop"),
+    [(signal.SIGTERM, "answering"), (signal.SIGINT, "answering"), (signal.SIGTERM, "blocked")],
+    ids=["SIGTERM-answering", "SIGINT-answering", "SIGTERM-blocked"],
+)
+async def test_serve_a_second_stop_signal_skips_the_rest_of_the_in_app_workers_grace(
+    make_settings, engine, owner, pg, tmp_path, sig, loop
+) -> None:
+    """``jobdesk serve`` as ``jobdesk worker``: a second SIGTERM or SIGINT (Ctrl+C twice, here while a
+    request is still uploading, so uvicorn is still waiting for its connections) skips the rest of the
+    in-app worker's grace period: the running job is released now (or, when it blocks the loop, its
+    attempt failed at once), and the process exits with status 3. A second SIGTERM changed nothing (the
+    stop waited out the whole 60 s grace). With SIGINT, the worker's stop began only once uvicorn's
+    forced quit (the second Ctrl+C) cancelled the app's shutdown, and then took its whole grace period."""
+    settings = make_settings(worker_shutdown_grace_secs=60, job_cancel_grace_secs=0.5)
+    if loop == "answering":
+        job_type, data = "test.effect", {"seconds": 3600, "cooperative": False}
+    else:
+        job_type, data = "test.block", {"seconds": 3600}
+    (job,) = await enqueue_all(engine, settings, owner, (job_type, data))
+    port = free_port()
+    serve = ServeProcess(settings, tmp_path / "serve.log", port)
+    try:
+        await wait_status(pg, job, {"in_progress"}, timeout=60)
+        await wait_output(serve, "Application startup complete")
+        if loop == "blocked":
+            await wait_output(serve, "event loop blocked")
+        with request_in_flight(port) if sig == signal.SIGINT else contextlib.nullcontext():
+            serve.signal(sig)
+            await wait_output(serve, "Shutting down")
+            if loop == "answering":
+                await wait_output(serve, "waiting for running jobs to finish")
+            code, took, output = await stop_and_wait(serve, 20, sig)
+    finally:
+        serve.close()
+    assert code == EXIT_UNCLEAN, (
+        f"exit status {code} after {took:.1f} s (None: still running)\n{output[-3000:]}"
+    )
+    assert took < 12, took  # the cancel grace, a stall's length, the hand-back; margin
+    row = await pg.fetchrow("SELECT status, attempts FROM jobs WHERE id = $1", job)
+    if loop == "answering":
+        assert "asked to stop again" in output, output[-3000:]
+        assert (row["status"], row["attempts"]) == ("queued", 0), output[-3000:]
+        assert await last_event(pg, job) == ("released", "queued")
+    else:
+        assert '"reason":"a second stop signal"' in output, output[-3000:]
+        assert (row["status"], row["attempts"]) == ("queued", 1), output[-3000:]
+        assert await last_event(pg, job) == ("retry_scheduled", "queued")
+
+
+async def test_serve_exits_3_after_giving_up_on_the_in_app_workers_blocked_loop(
+    make_settings, engine, owner, pg, tmp_path
+) -> None:
+    """SIGTERM to ``jobdesk serve`` while a processor blocks the in-app worker's loop: past the stop's
+    budget the stop watch hands the jobs back (the blocking job's attempt failed), and the process exits
+    with status 3, as ``jobdesk worker`` does. It exited 143, as after a graceful stop: a supervisor saw
+    nothing wrong."""
+    grace = 1.0
+    settings = make_settings(worker_shutdown_grace_secs=grace, job_cancel_grace_secs=0.5)
+    (job,) = await enqueue_all(engine, settings, owner, ("test.block", {"seconds": 3600}))
+    serve = ServeProcess(settings, tmp_path / "serve.log", free_port())
+    try:
+        await wait_output(serve, "event loop blocked", timeout=60)
+        code, took, output = await stop_and_wait(serve, 20)
+    finally:
+        serve.close()
+    assert code == EXIT_UNCLEAN, (
+        f"exit status {code} after {took:.1f} s (None: still running)\n{output[-3000:]}"
+    )
+    # the grace, the cancel grace, the watch's margin, the hand-back, and margin for a loaded machine
+    assert took < grace + 0.5 + 1 + 2 + 5, took
+    row = await pg.fetchrow("SELECT status, attempts FROM jobs WHERE id = $1", job)
+    assert (row["status"], row["attempts"]) == ("queued", 1), (dict(row), output[-3000:])
+    assert await last_event(pg, job) == ("retry_scheduled", "queued")
+
+
+async def test_serve_a_processor_holding_the_gil_does_not_keep_the_stopped_process_alive(
+    make_settings, engine, owner, pg, tmp_path
+) -> None:
+    """SIGTERM to ``jobdesk serve``, then an in-app processor holds the GIL in one C call: no thread of
+    Python runs, neither the web's loop nor the stop watch. The last resort ends the process with status
+    1 and every thread's stack, as in ``jobdesk worker``. Without it the process stayed alive until the
+    match ended."""
+    settings = make_settings(worker_shutdown_grace_secs=0, job_cancel_grace_secs=0)
+    (job,) = await enqueue_all(engine, settings, owner, ("test.gil_hold", {"length": 36}))
+    serve = ServeProcess(settings, tmp_path / "serve.log", free_port())
+    try:
+        await wait_status(pg, job, {"in_progress"}, timeout=60)
+        await wait_output(serve, "job started")
+        # the budget (1 s), a stall, the hand-back's time, the margin: 13 s; and margin for a loaded machine
+        code, took, output = await stop_and_wait(serve, 25)
+    finally:
+        serve.close()
+    assert code == 1, f"exit status {code} after {took:.1f} s (None: still running)\n{output[-3000:]}"
+    assert "Timeout (0:00:1" in output, output[-3000:]
+    assert "gil_hold" in output
+
+
+async def test_serve_with_web_processes_a_ctrl_c_lets_the_in_app_job_finish(
+    make_settings, engine, owner, pg, tmp_path
+) -> None:
+    """``jobdesk serve --workers 2`` stopped as a terminal's Ctrl+C or a service manager stops it: every
+    process of the group gets the signal, and each web process gets a SIGTERM from uvicorn's supervisor
+    on top. That second signal is not a second request to stop: the in-app worker's running job
+    finishes within the grace period, and the process exits cleanly. Counted as a second request, it
+    released the job at once."""
+    settings = make_settings(worker_shutdown_grace_secs=20)
+    (job,) = await enqueue_all(engine, settings, owner, ("test.effect", {"seconds": 4}))
+    serve = ServeProcess(settings, tmp_path / "serve.log", free_port(), web_processes=2, own_group=True)
+    try:
+        await wait_status(pg, job, {"in_progress"}, timeout=90)
+        os.killpg(serve.pid, signal.SIGINT)
+        code = await asyncio.to_thread(serve.wait, 30)
+    finally:
+        output = serve.output()
+        serve.close()
+    row = await pg.fetchrow("SELECT status, attempts FROM jobs WHERE id = $1", job)
+    assert (row["status"], row["attempts"]) == ("completed", 1), (dict(row), output[-3000:])
+    assert "asked to stop again" not in output, output[-3000:]
+    assert code == 0, f"exit status {code}\n{output[-3000:]}"

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from app.errors import BadInput, Conflict
 from app.jobs import approvals, outbox
 from app.jobs.fanout import base_key, check_for_each, expand_literal
-from app.jobs.graph import check_graph, topo_order, validate_step_input
+from app.jobs.graph import check_graph, check_ref_sources, topo_order, validate_step_input
 from app.jobs.payload import json_text, text_problem
 from app.jobs.queue.common import conn_of, new_id, sql
 from app.jobs.queue.fanouts import name_instances
@@ -144,6 +144,8 @@ def _check_spec(
             "steps", "a pipeline needs at least one step to run; every step's for_each list is empty"
         )
     _check_deferred(expanded)
+    for s in expanded:
+        check_ref_sources(s, paths[s["key"]])
     stored_inputs = {
         s["key"]: validate_step_input(s.get("type"), s.get("input_data") or {}, paths[s["key"]], settings)
         for s in expanded

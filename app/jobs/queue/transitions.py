@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput, Conflict, Forbidden
+from app.jobs.graph import has_refs, resolve_refs
 from app.jobs.payload import cap_text
 from app.jobs.queue.common import (
     JOB_COLUMNS,
@@ -33,7 +34,7 @@ from app.jobs.queue.new_jobs import Enqueued, NewJob, enqueue
 from app.jobs.queue.pipelines import refresh_pipelines
 from app.jobs.rows import JobRow, job_row
 from app.jobs.states import Actor, Status, sources
-from app.jobs.types import admins_only, may_submit, refusal, registry
+from app.jobs.types import PermanentError, admins_only, may_submit, refusal, registry
 from app.settings import Settings
 
 CANCEL_QUEUED = sql(
@@ -185,6 +186,13 @@ async def retry(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
 
 
 OWNER_IS_ADMIN = sql("SELECT is_admin FROM users WHERE id = :id")
+PARENT_RESULTS = sql(
+    """
+    SELECT COALESCE(p.step_key, p.id::text) AS key, p.result_data
+    FROM job_dependencies d JOIN jobs p ON p.id = d.depends_on
+    WHERE d.job_id = :id
+    """
+)
 
 
 async def _check_owner_may_submit(conn: AsyncConnection, row: JobRow, principal: Principal) -> None:
@@ -216,7 +224,8 @@ async def run_again(
     *,
     request_id: str | None = None,
 ) -> Enqueued:
-    """A new job with the same type and input as ``job_id`` ("Run again", owner or admin).
+    """A new job with the same type and input as ``job_id`` ("Run again", owner or admin); a step's
+    ``{"$ref": …}`` values are the values its parents gave it.
     The new job belongs to the original owner and starts with a fresh attempt budget.
 
     Raises:
@@ -231,7 +240,7 @@ async def run_again(
         conn,
         NewJob(
             type=row["type"],
-            input_data=row["input_data"],
+            input_data=await _input_as_it_ran(conn, row),
             user_id=row["user_id"],
             priority=row["priority"],
             max_attempts=row["max_attempts"],
@@ -252,6 +261,27 @@ async def run_again(
         data={"new_job": str(result.job["id"])},
     )
     return result
+
+
+async def _input_as_it_ran(conn: AsyncConnection, row: JobRow) -> Any:
+    """The job's input with each ``{"$ref": …}`` read from its parents' results, as the worker reads them
+    when the step runs: the new job runs on its own, with no parents to read them from.
+
+    Raises:
+        BadInput: a parent's result does not hold what the input reads (the parent did not finish, or
+            it is gone).
+    """
+    data = row["input_data"]
+    if not has_refs(data):
+        return data
+    rows = (await conn.execute(PARENT_RESULTS, {"id": row["id"]})).mappings()
+    try:
+        return resolve_refs(data, {r["key"]: r["result_data"] for r in rows})
+    except PermanentError as exc:
+        raise BadInput.field(
+            "input_data",
+            f"This step reads its parents' results, which cannot give it its input any more: {exc}",
+        ) from None
 
 
 RESCHEDULE = sql(

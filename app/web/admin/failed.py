@@ -14,9 +14,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.actions import bulk
 from app.actions.bulk import BULK_ACTIONS, BULK_MAX, BulkPlan
 from app.auth import requires_admin
+from app.errors import BadInput
 from app.web import DbSession, render
-from app.web.admin.jobs import bulk_panel, expected_count, form_str, uuid_or_none
+from app.web.admin.jobs import (
+    bulk_panel,
+    bulk_refused,
+    check_bulk_form,
+    expected_count,
+    form_str,
+    uuid_or_none,
+)
 from app.web.deps import actor_of
+from app.web.input_guard import FORM_CHECKED
 
 
 async def group_plan(db: AsyncSession, form: Any) -> BulkPlan:
@@ -41,10 +50,14 @@ class FailedJobsController(Controller):
         """Failed jobs grouped by type and error, newest group first."""
         return render(request, "admin/failed.html", await bulk.failed_groups(db_session))
 
-    @post("/retry/confirm", name="admin.failed.confirm", status_code=200)
+    @post("/retry/confirm", name="admin.failed.confirm", status_code=200, opt={FORM_CHECKED: True})
     async def group_confirm(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
-        """Step 1 of "Retry all in this group": the count."""
-        plan = await group_plan(db_session, await request.form())
+        """Step 1 of "Retry all in this group": the count (a form that cannot be taken: why, 422)."""
+        try:
+            check_bulk_form(request)
+            plan = await group_plan(db_session, await request.form())
+        except BadInput as exc:
+            return bulk_refused(request, exc, "/admin/failed")
         ctx = {
             "plan": plan,
             "filter": None,
@@ -55,10 +68,15 @@ class FailedJobsController(Controller):
         }
         return bulk_panel(request, ctx)
 
-    @post("/retry", name="admin.failed.retry", status_code=200)
+    @post("/retry", name="admin.failed.retry", status_code=200, opt={FORM_CHECKED: True})
     async def group_retry(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
         """Step 2: retry the group's jobs (one audit entry ``jobs.bulk_retry``)."""
         form = await request.form()
-        plan = await group_plan(db_session, form)
-        outcome = await bulk.run_bulk(db_session, actor_of(request), plan, expected=expected_count(form))
+        try:
+            check_bulk_form(request)
+            plan = await group_plan(db_session, form)
+            expected = expected_count(form)
+        except BadInput as exc:
+            return bulk_refused(request, exc, "/admin/failed")
+        outcome = await bulk.run_bulk(db_session, actor_of(request), plan, expected=expected)
         return bulk_panel(request, {"outcome": outcome, "back": "/admin/failed"})

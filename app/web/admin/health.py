@@ -34,7 +34,7 @@ from app.jobs import queue
 from app.processors import registry
 from app.web import DbSession, confirms, flash, is_htmx, render
 from app.web.admin.waiting import WAITING_KINDS, waiting_kinds
-from app.web.deps import client_ip, settings_of
+from app.web.deps import FORM, client_ip, not_taken, settings_of
 from app.web.form_values import whole_number
 from app.web.input_guard import FORM_CHECKED, problems_beside
 
@@ -392,10 +392,26 @@ class HealthController(Controller):
             fragment="admin/_health.html",
         )
 
-    @post(["/controls/pause", "/controls/resume"], name="admin.controls.pause", status_code=200)
+    @post(
+        ["/controls/pause", "/controls/resume"],
+        name="admin.controls.pause",
+        status_code=200,
+        opt={FORM_CHECKED: True},
+    )
     async def pause(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template | Redirect:
-        """Pause or resume one job type (``*``: all)."""
+        """Pause or resume one job type (``*``: all); a type that cannot be taken (a hidden field) is a
+        422 with nothing changed, said above the table."""
         form = await request.form()
+        problem = problems_beside(request, (), FORM)
+        if problem:
+            return await self._index(
+                request,
+                db_session,
+                notice=not_taken(problem),
+                notice_ok=False,
+                status_code=422,
+                fragment=True,
+            )
         job_type = str(form.get("type") or "").strip()
         paused = request.url.path.rstrip("/").endswith("/pause")
         act = control_actions.pause if paused else control_actions.resume

@@ -3,11 +3,12 @@
 
 * ``GET /admin/jobs`` — every user's jobs, newest first, filtered by status, type, owner e-mail, pipeline
   and a created-from/to range, or searched by job id or idempotency key (:mod:`app.actions.selection`);
-  keyset-paginated by id (UUIDv7, so id order is creation order). ``GET /admin/jobs/counts`` is the
-  counts strip at the top (loaded and refreshed by htmx): live statuses counted over their partial
-  indexes and capped at :data:`COUNT_CAP` ("10,000+"), finished ones counted up to the same cap and
-  estimated by the planner above it — never ``COUNT(*)`` over the table, and no summary row that every
-  transition would update.
+  keyset-paginated by id (UUIDv7, so id order is creation order). The counts strip at the top is
+  rendered with the rows, from their snapshot (the list htmx fetches again brings it out of band);
+  ``GET /admin/jobs/counts`` is the strip alone, which polls it. Live statuses are counted over their
+  partial indexes and capped at :data:`COUNT_CAP` ("10,000+"), finished ones counted up to the same cap
+  and estimated by the planner above it — never ``COUNT(*)`` over the table, and no summary row that
+  every transition would update.
 * ``POST /admin/jobs/{id}/<action>`` — cancel, retry, run again, approve, reject (with a reason), rerun,
   run now, carried out by :mod:`app.actions.jobs`; the answer is the table row with the outcome in it
   (409 "Nothing changed: …" when the job had moved on).
@@ -49,8 +50,19 @@ from app.errors import BadInput, NotFound
 from app.processors import registry
 from app.web import DbSession, display, is_htmx, render
 from app.web.admin.job_rows import row_items
-from app.web.deps import actor_of, one_snapshot, perform_from_page, rows_of
+from app.web.deps import (
+    ACTION_CONTROLS,
+    FORM,
+    actor_of,
+    one_snapshot,
+    perform_from_page,
+    rows_of,
+    sent_form,
+    sentence,
+    tell_unshown,
+)
 from app.web.form_values import count
+from app.web.input_guard import FORM_CHECKED, problems_beside
 from app.web.job_page import CONFIRM
 from app.web.metrics import CAPPED_COUNT, EXACT_CAP, planner_estimate
 
@@ -191,38 +203,50 @@ class AdminJobsController(Controller):
         db_session: DbSession,
         after: Annotated[str | None, QueryParameter()] = None,
     ) -> Template:
-        """The list (htmx: just ``admin/_jobs_list.html``). Its rows, what each row shows and the pauses
-        are read from one snapshot, so they agree."""
+        """The list (htmx: just ``admin/_jobs_list.html``, with the counts strip out of band). Its rows,
+        what each row shows, the pauses and the counts per status above them are read from one snapshot,
+        so they agree: loaded by a request of its own, the strip counted as failed a job the rows below
+        showed running."""
         await one_snapshot(db_session)
         f = await parse_filter(db_session, request.query_params, request.user)
         ctx = await list_context(db_session, f, request.user, after)
         # "Paused by <admin> at …": for the filtered type, or every pause when unfiltered
         ctx["paused"] = await controls.paused_for(db_session, [f.type] if f.type else None)
+        ctx["counts"], ctx["cap"] = await status_counts(db_session), COUNT_CAP
+        ctx["counts_oob"] = is_htmx(request)
         return render(request, "admin/jobs.html", ctx, fragment="admin/_jobs_list.html")
 
     @get("/counts", name="admin.jobs.counts")
     async def counts(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
         """The counts strip (a fragment; polled every 30 s by the page, and fetched again after an action
-        on a row or in bulk). Counted in one snapshot: read one by one, a job that moved between two
-        counts (waiting, then running) was counted in both or in neither."""
+        on a row; after a bulk action it comes with the list). Counted in one snapshot: read one by one,
+        a job that moved between two counts (waiting, then running) was counted in both or in neither."""
         await one_snapshot(db_session)
         return Template(
             template_name="admin/_jobs_counts.html",
             context={"counts": await status_counts(db_session), "cap": COUNT_CAP, "user": request.user},
         )
 
-    @post([f"/{{job_id:str}}/{action}" for action in ACTIONS], name="admin.jobs.action", status_code=200)
+    @post(
+        [f"/{{job_id:str}}/{action}" for action in ACTIONS],
+        name="admin.jobs.action",
+        status_code=200,
+        opt={FORM_CHECKED: True},
+    )
     async def row_action(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Template:
         """One job's action from its row; the answer is the row with the outcome in it (409 when nothing
-        changed because the job had moved on; 422 for a reject without a reason; 404 unknown id)."""
+        changed because the job had moved on; 422 for a reason missing or that cannot be taken, beside
+        it as typed; 404 unknown id)."""
         action = request.url.path.rstrip("/").rsplit("/", 1)[1]
         form = await request.form()
         user = request.user
-        outcome = await perform_from_page(
-            db_session, request, action, job_id, reason=str(form.get("reason") or "")
-        )  # the reason whole: a cut one would pass the action's length check and be saved shortened
+        # the reason whole: a cut one would pass the action's length check and be saved shortened
+        reason = str(form.get("reason") or "")
+        outcome, errors = await perform_from_page(
+            db_session, request, action, job_id, reason=reason, controls=ACTION_CONTROLS.get(action, ())
+        )
         await db_session.flush()
         row = (await db_session.execute(ROW, {"id": outcome.job_id})).mappings().first()
         if row is None:
@@ -235,6 +259,8 @@ class AdminJobsController(Controller):
             "new_job_id": outcome.new_job_id,
             "confirms": CONFIRM,
         }
+        ctx["sent"] = sent_form(action, outcome.job_id, errors, reason=reason)
+        tell_unshown(ctx, errors, bool(item["actions"].get(action)))
         if is_htmx(request):
             # the counts strip fetches itself again (it waited for its 30 s poll, showing a cancelled job
             # as still waiting); the list does not, which would wipe the outcome shown in this row
@@ -246,11 +272,15 @@ class AdminJobsController(Controller):
             request, "admin/jobs_result.html", {**ctx, "back": "/admin/jobs"}, status_code=outcome.status_code
         )
 
-    @post("/bulk/confirm", name="admin.jobs.bulk_confirm", status_code=200)
+    @post("/bulk/confirm", name="admin.jobs.bulk_confirm", status_code=200, opt={FORM_CHECKED: True})
     async def bulk_confirm(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
-        """Step 1 of a bulk action: how many jobs it will affect, with Confirm / Back."""
+        """Step 1 of a bulk action: how many jobs it will affect, with Confirm / Back; a form that cannot
+        be taken is a 422 that says why, in the panel."""
         form = await request.form()
-        plan, f = await self._plan(request, db_session, form, confirmed=False)
+        try:
+            plan, f = await self._plan(request, db_session, form, confirmed=False)
+        except BadInput as exc:
+            return bulk_refused(request, exc, "/admin/jobs")
         ctx = {
             "plan": plan,
             "filter": f,
@@ -261,12 +291,16 @@ class AdminJobsController(Controller):
         }
         return bulk_panel(request, ctx)
 
-    @post("/bulk", name="admin.jobs.bulk", status_code=200)
+    @post("/bulk", name="admin.jobs.bulk", status_code=200, opt={FORM_CHECKED: True})
     async def bulk(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
-        """Step 2: do it; the outcome ("Retried 12 jobs; 1 skipped …") replaces the confirm panel."""
+        """Step 2: do it; the outcome ("Retried 12 jobs; 1 skipped …") replaces the confirm panel, or
+        (422, nothing done) why the form cannot be taken."""
         form = await request.form()
-        plan, f = await self._plan(request, db_session, form, confirmed=True)
-        expected = expected_count(form)
+        try:
+            plan, f = await self._plan(request, db_session, form, confirmed=True)
+            expected = expected_count(form)
+        except BadInput as exc:
+            return bulk_refused(request, exc, "/admin/jobs")
         detail = {"filter": {k: v for k, v in f.raw.items() if v}} if f is not None else {}
         outcome = await bulk.run_bulk(db_session, actor_of(request), plan, expected=expected, detail=detail)
         ctx = {
@@ -279,6 +313,7 @@ class AdminJobsController(Controller):
     async def _plan(
         self, request: Request[Any, Any, Any], db: AsyncSession, form: Any, *, confirmed: bool
     ) -> tuple[BulkPlan, JobFilter | None]:
+        check_bulk_form(request)
         action = form_str(form, "action", 20)
         scope = form_str(form, "scope", 20)
         if action not in BULK_ACTIONS or scope not in ("selected", "filter"):
@@ -294,12 +329,32 @@ class AdminJobsController(Controller):
 
 
 def bulk_panel(
-    request: Request[Any, Any, Any], ctx: dict[str, Any], headers: dict[str, str] | None = None
+    request: Request[Any, Any, Any],
+    ctx: dict[str, Any],
+    headers: dict[str, str] | None = None,
+    status_code: int = 200,
 ) -> Template:
     """A bulk action's confirm step or outcome: the panel for htmx, a page otherwise."""
     if is_htmx(request):
-        return render(request, "admin/_jobs_bulk.html", ctx, headers=headers)
-    return render(request, "admin/jobs_result.html", ctx)
+        return render(request, "admin/_jobs_bulk.html", ctx, headers=headers, status_code=status_code)
+    return render(request, "admin/jobs_result.html", ctx, status_code=status_code)
+
+
+def check_bulk_form(request: Request[Any, Any, Any]) -> None:
+    """Raises:
+    BadInput: text in the form that cannot be taken (:func:`app.web.input_guard.problems_beside`; its
+    fields are hidden or buttons, so the panel says which).
+    """
+    problem = problems_beside(request, (), FORM).get(FORM)
+    if problem:
+        raise BadInput(problem)
+
+
+def bulk_refused(request: Request[Any, Any, Any], exc: BadInput, back: str) -> Template:
+    """A bulk form that cannot be taken: why, where its panel shows (422); nothing was done."""
+    said = "; ".join(f"{v} (field {k!r})" for k, v in exc.errors.items()) or exc.detail
+    refused = sentence(f"{said[:1].lower()}{said[1:]}")
+    return bulk_panel(request, {"refused": refused, "back": back}, status_code=422)
 
 
 def expected_count(form: Any) -> int | None:
