@@ -50,7 +50,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true", help="run the long variants of timing-heavy tests")
 
 
-# Modules whose tests assert on wall-clock time (leases of a few seconds, a real minute's rate window, a
+# Modules whose tests assert on wall-clock time (leases of a few seconds, a rolling minute's edge, a
 # reconnect or a server start within a deadline) with worker or server processes of their own. `make
 # test` runs every other test on two pytest processes (`-m "not serial"`, pytest-xdist) and these alone
 # afterwards (`-m serial`): a neighbour's CPU spike would otherwise fail them for no fault of Jobdesk's.
