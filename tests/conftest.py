@@ -2,9 +2,10 @@
 
 The server is ``TEST_DATABASE_URL`` when set (``.ci/run`` points it at the machine's PostgreSQL 15),
 otherwise an embedded PostgreSQL that this test session owns. Migrations run once into a template
-database; each test that asks for ``db_url`` gets its own ``CREATE DATABASE … TEMPLATE`` copy, so tests
-see each other's committed rows across connections exactly as workers do (no test-wide transaction
-that would hide concurrency bugs), and never share state.
+database; each test that asks for ``db_url`` gets a ``CREATE DATABASE … TEMPLATE`` copy of its own, so
+tests see each other's committed rows across connections exactly as workers do (no test-wide transaction
+that would hide concurrency bugs), and never share state. A copy is made equal to the template again
+after its test, checked, renamed and given to a later test (:mod:`tests.support.recycle`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from app.db import asyncpg_dsn, run_migrations  # noqa: E402
 from app.settings import Settings, load_settings, normalize_database_url  # noqa: E402
 from tests.support.factories import SIDE_EFFECTS_DDL, TestUser, make_user  # noqa: E402
+from tests.support.recycle import RecycledDatabases  # noqa: E402
 from tests.support.webkit import app_client  # noqa: E402
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -48,7 +50,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true", help="run the long variants of timing-heavy tests")
 
 
-# Modules whose tests assert on wall-clock time (leases of a few seconds, a real minute's rate window, a
+# Modules whose tests assert on wall-clock time (leases of a few seconds, a rolling minute's edge, a
 # reconnect or a server start within a deadline) with worker or server processes of their own. `make
 # test` runs every other test on two pytest processes (`-m "not serial"`, pytest-xdist) and these alone
 # afterwards (`-m serial`): a neighbour's CPU spike would otherwise fail them for no fault of Jobdesk's.
@@ -162,13 +164,23 @@ async def fresh_db_url(pg_server_url: str) -> AsyncIterator[str]:
     await _drop_db(pg_server_url, name)
 
 
+@pytest.fixture(scope="session")
+def recycled_databases(pg_server_url: str, template_db: str) -> Iterator[RecycledDatabases]:
+    """This process's copies of the template (:mod:`tests.support.recycle`)."""
+    databases = RecycledDatabases(
+        _admin_dsn(pg_server_url), lambda name: _admin_dsn(pg_server_url, name), template_db, _PREFIX
+    )
+    yield databases
+    asyncio.run(databases.close())
+
+
 @pytest.fixture
-async def db_url(pg_server_url: str, template_db: str) -> AsyncIterator[str]:
-    """URL of this test's own migrated database, dropped afterwards."""
-    name = f"{_PREFIX}_{next(_counter)}"
-    await _create_db(pg_server_url, name, template=template_db)
+async def db_url(pg_server_url: str, recycled_databases: RecycledDatabases) -> AsyncIterator[str]:
+    """URL of this test's own migrated database, in the template's state and under a name no test used
+    before; afterwards made equal to the template again for a later test, or dropped."""
+    name = await recycled_databases.take()
     yield _db_url(pg_server_url, name)
-    await _drop_db(pg_server_url, name)
+    await recycled_databases.give_back(name)
 
 
 # --- application objects ---------------------------------------------------------------------------

@@ -173,6 +173,9 @@ def admin_server_with_worker(db_url: str, data_dir: Path, modules: str) -> Itera
         "JOBDESK_PROCESSOR_MODULES": modules,
         "JOB_PROCESSOR_POLL_INTERVAL": "0.5",
         "LOG_LEVEL": "WARNING",
+        # stopped at the test's end with its long jobs still running: released after a second, not
+        # waited for (30 s by default)
+        "WORKER_SHUTDOWN_GRACE_SECS": "1",
     }
     with running_server(db_url, data_dir, **env) as base:
         yield base, token

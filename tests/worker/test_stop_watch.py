@@ -283,7 +283,9 @@ async def test_serve_a_second_stop_signal_skips_the_rest_of_the_in_app_workers_g
     serve = ServeProcess(settings, tmp_path / "serve.log", port)
     try:
         await wait_status(pg, job, {"in_progress"}, timeout=60)
-        await wait_output(serve, "Application startup complete")
+        # uvicorn logs this once its socket listens; "Application startup complete" comes before the
+        # bind, and a connection right after it was refused on a loaded machine
+        await wait_output(serve, "Uvicorn running on")
         if loop == "blocked":
             await wait_output(serve, "event loop blocked")
         with request_in_flight(port) if sig == signal.SIGINT else contextlib.nullcontext():
