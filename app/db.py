@@ -30,12 +30,12 @@ from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
-from sqlalchemy.util import await_only, greenlet_spawn
+from sqlalchemy.util import await_only
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
 
-from app import dbclock
+from app import dbclock, dbpool
 from app.pooler import PoolerMode, connect_args, install, pooler_refusal, session_settings
 from app.settings import Settings, SettingsError, get_settings
 
@@ -422,12 +422,14 @@ async def pooled_driver_connection(engine: AsyncEngine) -> AsyncIterator[asyncpg
     statement commits on its own), given back to the pool afterwards.
 
     Checking out through the pool itself costs a third of an ``AsyncConnection``'s checkout (no
-    ``Connection`` object, no isolation level set and reset), which counts for the one-statement paths
-    that run per request or per job. A connection whose statement failed other than by a plain server
+    ``Connection`` object, no isolation level set and reset), and without a greenlet when neither the
+    checkout nor the return needs I/O (:mod:`app.dbpool`), which counts for the one-statement paths that
+    run per request or per job. A connection whose statement failed other than by a plain server
     error (the connection broke, the statement was cancelled mid-way) is discarded instead of going back
     to the pool, where the next checkout would find it broken or still busy."""
-    fairy = await greenlet_spawn(engine.sync_engine.pool.connect)
-    raw: asyncpg.Connection = fairy.dbapi_connection._connection  # type: ignore[union-attr]
+    pool = engine.sync_engine.pool
+    fairy = await dbpool.take(pool)
+    raw: asyncpg.Connection = fairy.dbapi_connection._connection
     try:
         yield raw
     except asyncpg.PostgresError as exc:
@@ -440,7 +442,7 @@ async def pooled_driver_connection(engine: AsyncEngine) -> AsyncIterator[asyncpg
         fairy.invalidate()
         raise
     finally:
-        await greenlet_spawn(fairy.close)
+        await dbpool.give_back(pool, fairy)
 
 
 async def write_rows(engine: AsyncEngine, statement: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
