@@ -129,6 +129,22 @@ async def fanout(ctx: JobContext[FanoutInput]) -> Result:
     return Result(data={"children": ctx.input.n}, next_jobs=[*children, fan_in])
 
 
+class NextInput(Input):
+    jobs: list[dict[str, Any]] = []
+    out: Any = None
+
+
+@processor(
+    "test.next",
+    title="Next jobs as given",
+    description="Returns {'out': out} and asks for the next jobs its input lists (NextJob fields).",
+    input=NextInput,
+    diagnostic=True,
+)
+async def next_as_given(ctx: JobContext[NextInput]) -> Result:
+    return Result(data={"out": ctx.input.out}, next_jobs=[NextJob(**j) for j in ctx.input.jobs])
+
+
 @processor("test.collect", title="Collect", description="Returns its parents' results.", diagnostic=True)
 async def collect(ctx: JobContext[Any]) -> dict[str, Any]:
     return {"parents": sorted(ctx.parents)}

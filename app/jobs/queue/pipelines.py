@@ -413,12 +413,16 @@ async def insert_next_jobs(
 ) -> uuid.UUID:
     """Create a processor's next jobs in the completion's transaction. They join the creator's
     pipeline (a new one is made if it had none) and belong to the creator's owner. A dependency is a
-    key among the new jobs, or the id or step key of a job already in the pipeline. Returns the
-    pipeline id.
+    key among the new jobs, or the id or step key of a job already in the pipeline. A ``{"$ref": …}``
+    in a next job's input names one of its dependencies as the job will read its result
+    (:func:`~app.jobs.graph.resolve_refs`): by its step key (the key it is stored under — a creator
+    without one is ``start``), or by its id when it has no key — the rule of a pipeline's steps
+    (:func:`~app.jobs.graph.check_ref_sources`). Returns the pipeline id.
 
     Raises:
-        BadInput: a dependency that is not in the pipeline; a type the creator may not create for its
-        owner (:func:`check_next_types`).
+        BadInput: a dependency that is not in the pipeline; a ``$ref`` to a job it does not depend on
+        (``next_jobs[1].input_data.url``); a type the creator may not create for its owner
+        (:func:`check_next_types`).
     """
     await check_next_types(conn, creator, next_jobs)
     pipeline_id = await _pipeline_of(conn, creator)
@@ -427,20 +431,27 @@ async def insert_next_jobs(
     by_key = {r["step_key"]: r["id"] for r in existing if r["step_key"]}
     keys = _new_keys(creator, next_jobs, set(by_key))
     new_ids = {key: new_id() for key in keys}
+    # The name each parent's result is read under when its child runs (the claim's ``parents``).
+    read_as = {r["id"]: r["step_key"] or str(r["id"]) for r in existing} | {v: k for k, v in new_ids.items()}
     local = {(nj.key or keys[i]): new_ids[keys[i]] for i, nj in enumerate(next_jobs)}
     jobs: list[NewJob] = []
     edges: list[tuple[uuid.UUID, uuid.UUID]] = []
     outside: dict[uuid.UUID, set[uuid.UUID]] = {}
     for i, nj in enumerate(next_jobs):
         jid = new_ids[keys[i]]
+        read_names: list[str] = []
         for dep in nj.depends_on:
             d = str(dep)
             target = local.get(d) or by_id.get(d) or by_key.get(d)
             if target is None:
                 raise BadInput.field(f"next_jobs[{i}].depends_on", f"unknown dependency {d[:100]!r}")
             edges.append((jid, target))
+            read_names.append(read_as[target])
             if target not in new_ids.values():
                 outside.setdefault(jid, set()).add(target)
+        check_ref_sources(
+            {"depends_on": read_names, "input_data": nj.input_data}, f"next_jobs[{i}].input_data"
+        )
         jobs.append(
             NewJob(
                 id=jid,

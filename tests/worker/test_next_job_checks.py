@@ -1,0 +1,86 @@
+"""A processor's next jobs get the checks a pipeline's steps get, through the real worker: a ``{"$ref": …}``
+names a job the next job depends on, as it will read that job's result (step key, or id for a job
+without one). A refusal fails the creating job, naming the
+field, and creates nothing."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+import tests.support.processors  # noqa: F401  (registers the test job types)
+from app.jobs import queue
+from app.jobs.error_text import error_text_for
+from app.jobs.queue import NewJob, new_id
+from app.settings import Settings
+from tests.support.factories import TestUser
+from tests.support.workers import running_worker, wait_status
+
+
+async def enqueue_next(
+    engine: Any, settings: Settings, user: TestUser, jobs: list[dict[str, Any]], job_id: uuid.UUID
+) -> uuid.UUID:
+    """A ``test.next`` job (id ``job_id``) asking for ``jobs`` as its next jobs."""
+    new = NewJob(type="test.next", input_data={"jobs": jobs, "out": 7}, user_id=user.id, id=job_id)
+    async with engine.begin() as conn:
+        return (await queue.enqueue(conn, new, settings)).job["id"]
+
+
+def _bad_refs(creator: uuid.UUID) -> dict[str, tuple[list[dict[str, Any]], str, str]]:
+    """Next jobs whose second one reads a result it cannot read: (jobs, field, what the error says)."""
+    a = {"type": "test.echo", "key": "a", "input_data": {"v": 1}}
+    return {
+        # a step that is nowhere
+        "unknown step": (
+            [
+                a,
+                {
+                    "type": "test.echo",
+                    "key": "b",
+                    "depends_on": ["a"],
+                    "input_data": {"xs": [1, {"$ref": "c.v"}]},
+                },
+            ],
+            "next_jobs[1].input_data.xs[1]",
+            "reads step 'c', which this step does not depend on",
+        ),
+        # a sibling it does not wait for: it could run before the sibling has a result
+        "sibling not waited for": (
+            [a, {"type": "test.echo", "key": "b", "input_data": {"xs": [1, {"$ref": "a.v"}]}}],
+            "next_jobs[1].input_data.xs[1]",
+            "reads step 'a', which this step does not depend on",
+        ),
+        # the creator, waited for by its id, but read by its id: its result is read under its step key
+        "a parent read by id": (
+            [
+                a,
+                {
+                    "type": "test.echo",
+                    "key": "b",
+                    "depends_on": [str(creator)],
+                    "input_data": {"deep": {"x": {"$ref": f"{creator}.out"}}},
+                },
+            ],
+            "next_jobs[1].input_data.deep.x",
+            f"reads step '{creator}', which this step does not depend on",
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", ["unknown step", "sibling not waited for", "a parent read by id"])
+async def test_a_next_jobs_ref_to_a_result_it_cannot_read_fails_its_creator_and_creates_nothing(
+    engine, settings, owner, pg, case
+) -> None:
+    creator = new_id()
+    jobs, field, says = _bad_refs(creator)[case]
+    async with running_worker(settings):
+        await enqueue_next(engine, settings, owner, jobs, creator)
+        row = await wait_status(pg, creator, {"failed", "completed"})
+    assert row["status"] == "failed"
+    assert f"{field}: " in row["error_message"] and says in row["error_message"], row["error_message"]
+    # what the owner reads: the field and the reason, without the traceback
+    shown = error_text_for(row["error_message"], owner)
+    assert shown is not None and f"{field}: " in shown and says in shown and "Traceback" not in shown, shown
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
