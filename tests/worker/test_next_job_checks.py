@@ -1,10 +1,11 @@
 """A processor's next jobs get the checks a pipeline's steps get, through the real worker: a ``{"$ref": …}``
 names a job the next job depends on, as it will read that job's result (step key, or id for a job
-without one). A refusal fails the creating job, naming the
-field, and creates nothing."""
+without one). A refusal fails the creating job, naming the field, and creates nothing. A next job
+waits for all its parents, the creating job included."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -16,7 +17,7 @@ from app.jobs.error_text import error_text_for
 from app.jobs.queue import NewJob, new_id
 from app.settings import Settings
 from tests.support.factories import TestUser
-from tests.support.workers import running_worker, wait_status
+from tests.support.workers import running_worker, wait_status, wait_until
 
 
 async def enqueue_next(
@@ -84,3 +85,33 @@ async def test_a_next_jobs_ref_to_a_result_it_cannot_read_fails_its_creator_and_
     shown = error_text_for(row["error_message"], owner)
     assert shown is not None and f"{field}: " in shown and says in shown and "Traceback" not in shown, shown
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
+
+
+async def test_next_jobs_read_a_new_sibling_and_an_existing_job_by_step_key(
+    engine, settings, owner, pg
+) -> None:
+    """The rule lets through what the job will read when it runs: a sibling by its key, and the creator
+    (depended on by its id) by its step key (``start`` for a creator that had none). The next job waits
+    for both: the creator's completion, recorded with the next jobs, does not count for the sibling, and
+    a parent named twice (by key and by id, or the same key twice) is one parent."""
+    creator = new_id()
+    jobs = [
+        {"type": "test.echo", "key": "a", "input_data": {"v": 1}},
+        {
+            "type": "test.echo",
+            "key": "b",
+            "depends_on": ["a", str(creator), "a", "start"],
+            "input_data": {"from_a": {"$ref": "a.v"}, "from_start": [{"$ref": "start.out"}]},
+        },
+    ]
+    async with running_worker(settings):
+        await enqueue_next(engine, settings, owner, jobs, creator)
+        assert (await wait_status(pg, creator, {"completed", "failed"}))["status"] == "completed"
+        b = await wait_until(
+            lambda: pg.fetchrow(
+                "SELECT * FROM jobs WHERE step_key = 'b' AND status IN ('completed', 'failed')"
+            ),
+            what="the next job b",
+        )
+    assert b["status"] == "completed", b["error_message"]
+    assert json.loads(b["result_data"]) == {"from_a": 1, "from_start": [7]}

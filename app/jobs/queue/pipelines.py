@@ -440,11 +440,15 @@ async def insert_next_jobs(
     for i, nj in enumerate(next_jobs):
         jid = new_ids[keys[i]]
         read_names: list[str] = []
+        mine: set[uuid.UUID] = set()
         for dep in nj.depends_on:
             d = str(dep)
             target = local.get(d) or by_id.get(d) or by_key.get(d)
             if target is None:
                 raise BadInput.field(f"next_jobs[{i}].depends_on", f"unknown dependency {d[:100]!r}")
+            if target in mine:
+                continue  # one job named twice (by key and by id): one edge, counted once
+            mine.add(target)
             edges.append((jid, target))
             read_names.append(read_as[target])
             if target not in new_ids.values():
@@ -467,9 +471,11 @@ async def insert_next_jobs(
             )
         )
     # Parents already in the pipeline: lock them so none finishes unseen, and count the unfinished ones.
+    # The creator counts as unfinished: its completion, written in this transaction, releases its
+    # dependents after this (or its approval does), so a next job waiting for it is released then.
     pending: dict[uuid.UUID, int] = {}
     for j in jobs:
-        parents = sorted(outside.get(j.id, set()), key=str)
+        parents = sorted(outside.get(j.id, set()) - {creator["id"]}, key=str)
         internal = sum(1 for c, _ in edges if c == j.id) - len(parents)
         external = (
             await lock_parents(conn, creator["user_id"], parents, owner_is_admin=False) if parents else 0
