@@ -1,7 +1,8 @@
 """A processor's next jobs get the checks a pipeline's steps get, through the real worker: a ``{"$ref": …}``
 names a job the next job depends on, as it will read that job's result (step key, or id for a job
-without one). A refusal fails the creating job, naming the field, and creates nothing. A next job
-waits for all its parents, the creating job included."""
+without one), and a file id names one of the owner's files. A refusal fails the creating job, naming the
+field (``next_jobs[i]…``), and creates nothing. A next job waits for all its parents, the creating job
+included."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from app.jobs import queue
 from app.jobs.error_text import error_text_for
 from app.jobs.queue import NewJob, new_id
 from app.settings import Settings
-from tests.support.factories import TestUser
+from tests.support.factories import TestUser, make_user
 from tests.support.workers import running_worker, wait_status, wait_until
 
 
@@ -115,3 +116,22 @@ async def test_next_jobs_read_a_new_sibling_and_an_existing_job_by_step_key(
         )
     assert b["status"] == "completed", b["error_message"]
     assert json.loads(b["result_data"]) == {"from_a": 1, "from_start": [7]}
+
+
+async def test_a_next_job_naming_another_users_file_is_refused(engine, settings, owner, pg) -> None:
+    someone = await make_user(pg)
+    theirs = uuid.uuid4()
+    await pg.execute(
+        "INSERT INTO files (id, user_id, name, content_type, size, sha256) "
+        "VALUES ($1, $2, 'horse.png', 'image/png', 10, '')",
+        theirs,
+        someone.id,
+    )
+    creator = new_id()
+    jobs = [{"type": "images.thumbnail", "key": "thumb", "input_data": {"image": str(theirs)}}]
+    async with running_worker(settings):
+        await enqueue_next(engine, settings, owner, jobs, creator)
+        row = await wait_status(pg, creator, {"failed", "completed"})
+    assert row["status"] == "failed"
+    assert f"next_jobs[0].input_data.image: no such file ({theirs}); upload it first" in row["error_message"]
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 1

@@ -329,15 +329,18 @@ async def insert_steps(
     pending: dict[uuid.UUID, int],
     edges: list[tuple[uuid.UUID, uuid.UUID]],
     actor: str,
+    *,
+    prefix: str = "steps",
 ) -> None:
     """Insert a pipeline's jobs whose inputs were validated already (``$ref`` fields included, which the
-    queue's own schema check would refuse), naming a bad one ``steps[i]`` rather than ``jobs[i]``."""
+    queue's own schema check would refuse), naming a bad one ``steps[i]`` (or ``<prefix>[i]``: a
+    processor's ``next_jobs[i]``) rather than ``jobs[i]``."""
     try:
         await enqueue_many(conn, jobs, settings, actor=actor, pending=pending, edges=edges, skip_schema=True)
     except BadInput as exc:
         raise BadInput(
-            exc.detail.replace("jobs[", "steps["),
-            errors={k.replace("jobs[", "steps["): v for k, v in exc.errors.items()},
+            exc.detail.replace("jobs[", f"{prefix}["),
+            errors={k.replace("jobs[", f"{prefix}["): v for k, v in exc.errors.items()},
         ) from None
 
 
@@ -481,6 +484,6 @@ async def insert_next_jobs(
             await lock_parents(conn, creator["user_id"], parents, owner_is_admin=False) if parents else 0
         )
         pending[j.id] = internal + external
-    await insert_steps(conn, jobs, settings, pending, edges, f"job:{creator['id']}")
+    await insert_steps(conn, jobs, settings, pending, edges, f"job:{creator['id']}", prefix="next_jobs")
     await hold_if_owner_disabled(conn, creator["user_id"], [j.id for j in jobs])
     return pipeline_id
