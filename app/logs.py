@@ -69,6 +69,8 @@ PENDING_MAX_LINES = 256
 awaiting) hands them over in parts of this many, as a stream's own buffer would when full."""
 _AT_ONCE = False
 """Every line goes out as it is written (:func:`write_at_once`)."""
+EXIT_WAIT_SECS = 2.0
+"""How long :func:`hold_for_exit` waits for a line another thread is handing over."""
 
 
 def write_at_once(on: bool = True) -> None:
@@ -125,7 +127,21 @@ def flush() -> None:
             _flush(out)
 
 
-atexit.register(flush)  # lines of a loop that stopped before its flush ran
+def hold_for_exit(timeout: float = EXIT_WAIT_SECS) -> None:
+    """:func:`flush`, for a caller that ends the process next (``os._exit``, the interpreter's exit), and
+    keep the lines of every other thread back until the process has ended: a thread that is handing
+    lines over (a processor's, logging while it blocks the loop the stop gave up on) finishes first, and
+    none begins, so the output never ends in half a line, and the last lines written are the exit's.
+    Waits at most ``timeout`` for that thread (its stream may not take any more: a reader that stopped),
+    then flushes without it. The calling thread may still write."""
+    if not _PENDING_LOCK.acquire(timeout=timeout):
+        return
+    for out in list(_PENDING):
+        _flush(out)
+    # The lock is left held: the process ends with it.
+
+
+atexit.register(hold_for_exit)  # lines of a loop that stopped before its flush ran, or of one that is stuck
 
 
 def _hand_over(out: TextIO, lines: list[str]) -> None:
