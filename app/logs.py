@@ -10,8 +10,9 @@ The chain is kept short because the worker logs on its hot path: level filtering
 processor runs (``make_filtering_bound_logger``), there are no call-site or stack processors, JSON is
 encoded by msgspec (several times faster than ``json.dumps``; it comes with Litestar), and the lines a
 turn of the event loop writes go out with one ``write`` and one ``flush`` at the end of that turn, however
-the stream is buffered (a line written outside an event loop goes out at once): logging must not be what
-limits the worker's throughput.
+the stream is buffered (a line written outside an event loop goes out at once, and so does every line
+once the stop's last resort may end the process): logging must not be what limits the worker's
+throughput.
 """
 
 from __future__ import annotations
@@ -66,6 +67,20 @@ _PENDING_LOCK = threading.RLock()
 PENDING_MAX_LINES = 256
 """Lines one turn keeps back at most: a turn that writes more (a processor logging in a loop without
 awaiting) hands them over in parts of this many, as a stream's own buffer would when full."""
+_AT_ONCE = False
+"""Every line goes out as it is written (:func:`write_at_once`)."""
+EXIT_WAIT_SECS = 2.0
+"""How long :func:`hold_for_exit` waits for a line another thread is handing over."""
+
+
+def write_at_once(on: bool = True) -> None:
+    """Hand every line over as it is written, in every thread, not at the end of its loop's turn (until
+    called with ``False``). For a process that may be ended by a thread that runs no Python (the stop's
+    last resort, :class:`app.worker.stuck.LastResort`): the turn whose end would hand the lines over may
+    never end, and no code can hand them over when the process ends. Safe in a signal handler (it only
+    sets a flag); lines already waiting go out with the next line written, or at :func:`flush`."""
+    global _AT_ONCE
+    _AT_ONCE = on
 
 
 def _write(out: TextIO, text: str) -> None:
@@ -75,8 +90,8 @@ def _write(out: TextIO, text: str) -> None:
     buffering does not decide this: with ``PYTHONUNBUFFERED`` (container images set it) every ``write``
     is a system call. Where no loop runs in this thread (the command line, processors' threads) the line
     goes out at once, after any lines still waiting for that stream. A line waits at most for the callbacks
-    already due, never for I/O."""
-    loop = _events._get_running_loop()
+    already due, never for I/O (and not at all after :func:`write_at_once`)."""
+    loop = None if _AT_ONCE else _events._get_running_loop()
     with _PENDING_LOCK:
         due = _PENDING.get(out)
         if due is not None and due[0] is loop:
@@ -112,7 +127,21 @@ def flush() -> None:
             _flush(out)
 
 
-atexit.register(flush)  # lines of a loop that stopped before its flush ran
+def hold_for_exit(timeout: float = EXIT_WAIT_SECS) -> None:
+    """:func:`flush`, for a caller that ends the process next (``os._exit``, the interpreter's exit), and
+    keep the lines of every other thread back until the process has ended: a thread that is handing
+    lines over (a processor's, logging while it blocks the loop the stop gave up on) finishes first, and
+    none begins, so the output never ends in half a line, and the last lines written are the exit's.
+    Waits at most ``timeout`` for that thread (its stream may not take any more: a reader that stopped),
+    then flushes without it. The calling thread may still write."""
+    if not _PENDING_LOCK.acquire(timeout=timeout):
+        return
+    for out in list(_PENDING):
+        _flush(out)
+    # The lock is left held: the process ends with it.
+
+
+atexit.register(hold_for_exit)  # lines of a loop that stopped before its flush ran, or of one that is stuck
 
 
 def _hand_over(out: TextIO, lines: list[str]) -> None:

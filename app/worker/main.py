@@ -188,7 +188,7 @@ def _stop_on_signals(worker: Worker) -> None:
 def _exit_now(code: int) -> None:
     """End the process without waiting for anything: tasks, threads, the loop's close."""
     logging.shutdown()
-    logs.flush()  # the lines the blocked loop's last turn wrote
+    logs.hold_for_exit()  # the lines the blocked loop's last turn wrote; no other thread's after them
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

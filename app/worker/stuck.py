@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import logs
 from app.db import create_engine, is_transient
 from app.jobs import queue
 from app.jobs.queue import Outcome
@@ -272,6 +273,8 @@ class LastResort:
         timeout = max(0.0, budget_left) + STALL_SECS + HAND_BACK_SECS + LAST_RESORT_MARGIN_SECS
         with self._lock:
             if not self._disarmed:
+                # Its exit runs no Python: a line waiting for the end of its loop's turn would be lost.
+                logs.write_at_once()
                 self.armed_at = time.monotonic()
                 faulthandler.dump_traceback_later(timeout, exit=True, file=self.fd)
 
@@ -281,6 +284,7 @@ class LastResort:
             self._disarmed = True
             if self.armed_at is not None:
                 faulthandler.cancel_dump_traceback_later()
+                logs.write_at_once(False)
 
 
 LAST_RESORT = LastResort()

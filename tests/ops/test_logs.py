@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -199,3 +201,61 @@ def test_a_turn_of_the_loop_hands_its_lines_over_in_one_write_on_an_unbuffered_s
 
 def _raw_lines(raw: _Raw) -> list[dict]:
     return [json.loads(line) for line in b"".join(raw.writes).decode().splitlines()]
+
+
+class _SlowRaw(_Raw):
+    """A byte sink whose writes take a while, as a pipe's do when its reader is slow."""
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        time.sleep(0.01)
+        return super().write(data)
+
+
+def test_an_exit_from_another_thread_keeps_every_other_threads_lines_back(
+    reset_logging: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stop watch ends ``jobdesk worker`` from its own thread (``_exit_now``) while a processor may be
+    logging in the loop's thread: the lines waiting are handed over, and from then on no other thread
+    begins a hand-over, so the process cannot end in the middle of one (half a line) or with another
+    thread's lines after the exit's. Another thread began writing in the moment before ``os._exit``."""
+    from app.worker import main
+
+    raw = _SlowRaw()
+    out = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)  # type: ignore[type-var]
+    configure_logging(load_settings(log_level="INFO"), stream=out, json=True)
+    log = structlog.get_logger("jobdesk.worker")
+    stop = threading.Event()
+
+    def chatter() -> None:  # a processor logging in a loop, outside the stuck loop's turns
+        while not stop.is_set():
+            log.info("chatter")
+
+    writes_during_exit: list[int] = []
+    last_line: list[str] = []
+
+    def os_exit(code: int) -> None:  # the process would end here: give the other thread the time to write
+        before = len(raw.writes)
+        time.sleep(0.2)
+        writes_during_exit.append(len(raw.writes) - before)
+        last_line.append(json.loads(raw.writes[-1].decode().splitlines()[-1])["event"])
+
+    monkeypatch.setattr(logging, "shutdown", lambda: None)  # the test process's handlers stay open
+    monkeypatch.setattr(main.os, "_exit", os_exit)
+    other = threading.Thread(target=chatter, daemon=True)
+    other.start()
+    try:
+        while len(raw.writes) < 3:
+            time.sleep(0.01)
+
+        async def stuck_turn() -> None:
+            log.error("the event loop did not stop in time")  # waits for the end of the turn
+            main._exit_now(3)
+
+        asyncio.run(stuck_turn())
+    finally:
+        with contextlib.suppress(RuntimeError):  # not held: the exit let go of the streams
+            logs._PENDING_LOCK.release()
+        stop.set()
+        other.join(5)
+    assert writes_during_exit == [0]
+    assert last_line == ["the event loop did not stop in time"]

@@ -8,6 +8,7 @@ a processor that appends one row per run leaves exactly one row when it ran exac
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 import threading
@@ -127,6 +128,22 @@ async def fanout(ctx: JobContext[FanoutInput]) -> Result:
         depends_on=[c.key for c in children if c.key and c.key.startswith("child")],
     )
     return Result(data={"children": ctx.input.n}, next_jobs=[*children, fan_in])
+
+
+class NextInput(Input):
+    jobs: list[dict[str, Any]] = []
+    out: Any = None
+
+
+@processor(
+    "test.next",
+    title="Next jobs as given",
+    description="Returns {'out': out} and asks for the next jobs its input lists (NextJob fields).",
+    input=NextInput,
+    diagnostic=True,
+)
+async def next_as_given(ctx: JobContext[NextInput]) -> Result:
+    return Result(data={"out": ctx.input.out}, next_jobs=[NextJob(**j) for j in ctx.input.jobs])
 
 
 @processor("test.collect", title="Collect", description="Returns its parents' results.", diagnostic=True)
@@ -256,6 +273,8 @@ async def block_after(ctx: JobContext[BlockAfterInput]) -> dict[str, Any]:
 
 class GilInput(Input):
     length: int = Field(34, ge=1, le=60)
+    say: str = ""
+    """A line to log (in the loop's thread, as the worker's own lines are) just before holding the GIL."""
 
 
 @processor(
@@ -271,6 +290,8 @@ async def gil_hold(ctx: JobContext[GilInput]) -> dict[str, Any]:
 
     while STOP.received is None:  # blocking the loop meanwhile: nothing of the stop can run first
         time.sleep(0.01)  # noqa: ASYNC251 - the stop signal's handler runs in it
+    if ctx.input.say:
+        logging.getLogger("jobdesk.test").warning(ctx.input.say)
     re.match(r"(a+)+$", "a" * ctx.input.length + "b")
     return {"matched": True}
 
@@ -289,6 +310,17 @@ if os.environ.get(SLOW_COMPLETER_ENV):
         return await _write(self, batch)
 
     setattr(_completer.Completer, "write", _slow_write)  # noqa: B010  (a test patch of a method)
+
+
+QUICK_LAST_RESORT_ENV = "JOBDESK_TEST_QUICK_LAST_RESORT"
+"""Set in a worker process's environment, its last resort fires a fraction of a second after the stop's
+budget (a stall's length, the hand-back's time and the margin shortened), not 12 s: for tests of what
+comes out when it fires."""
+
+if os.environ.get(QUICK_LAST_RESORT_ENV):
+    from app.worker import stuck as _stuck
+
+    _stuck.STALL_SECS = _stuck.HAND_BACK_SECS = _stuck.LAST_RESORT_MARGIN_SECS = 0.2
 
 
 @processor(

@@ -204,6 +204,34 @@ async def test_a_processor_holding_the_gil_does_not_keep_the_stopped_process_ali
     assert (row["status"], row["attempts"]) == ("queued", 1)
 
 
+@pytest.mark.parametrize("command", ["worker", "serve"])
+async def test_the_lines_the_loop_wrote_before_the_last_resort_reach_the_output(
+    make_settings, engine, owner, pg, tmp_path, command
+) -> None:
+    """SIGTERM, then a processor logs a line in the loop's thread and holds the GIL: the last resort ends
+    the process from faulthandler's thread, where no Python runs. The line is in the output, with
+    standard output unbuffered as in our container image. It was lost: a turn of the loop hands its lines
+    over at its end, which never came. (The last resort fires 0.6 s after the budget here.)"""
+    settings = make_settings(worker_shutdown_grace_secs=0, job_cancel_grace_secs=0)
+    say = "about to hold the GIL: the stop cannot go on"
+    (job,) = await enqueue_all(engine, settings, owner, ("test.gil_hold", {"length": 40, "say": say}))
+    env = {support_processors.QUICK_LAST_RESORT_ENV: "1", "PYTHONUNBUFFERED": "1"}
+    if command == "worker":
+        worker = WorkerProcess(settings, tmp_path / "worker.log", **env)
+    else:
+        worker = ServeProcess(settings, tmp_path / "serve.log", free_port(), **env)
+    try:
+        await wait_status(pg, job, {"in_progress"}, timeout=60)
+        await wait_output(worker, "job started")
+        code, took, output = await stop_and_wait(worker, 15)
+    finally:
+        worker.close()
+    assert code == 1, f"exit status {code} after {took:.1f} s (None: still running)\n{output[-3000:]}"
+    assert "Timeout (0:00:0" in output, output[-3000:]
+    assert say in output, output[-3000:]
+    assert output.index(say) < output.index("Timeout (0:00:0"), output[-3000:]
+
+
 LAUNCH = """
 import os, runpy, signal, sys
 

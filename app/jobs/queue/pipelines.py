@@ -329,15 +329,18 @@ async def insert_steps(
     pending: dict[uuid.UUID, int],
     edges: list[tuple[uuid.UUID, uuid.UUID]],
     actor: str,
+    *,
+    prefix: str = "steps",
 ) -> None:
     """Insert a pipeline's jobs whose inputs were validated already (``$ref`` fields included, which the
-    queue's own schema check would refuse), naming a bad one ``steps[i]`` rather than ``jobs[i]``."""
+    queue's own schema check would refuse), naming a bad one ``steps[i]`` (or ``<prefix>[i]``: a
+    processor's ``next_jobs[i]``) rather than ``jobs[i]``."""
     try:
         await enqueue_many(conn, jobs, settings, actor=actor, pending=pending, edges=edges, skip_schema=True)
     except BadInput as exc:
         raise BadInput(
-            exc.detail.replace("jobs[", "steps["),
-            errors={k.replace("jobs[", "steps["): v for k, v in exc.errors.items()},
+            exc.detail.replace("jobs[", f"{prefix}["),
+            errors={k.replace("jobs[", f"{prefix}["): v for k, v in exc.errors.items()},
         ) from None
 
 
@@ -413,12 +416,16 @@ async def insert_next_jobs(
 ) -> uuid.UUID:
     """Create a processor's next jobs in the completion's transaction. They join the creator's
     pipeline (a new one is made if it had none) and belong to the creator's owner. A dependency is a
-    key among the new jobs, or the id or step key of a job already in the pipeline. Returns the
-    pipeline id.
+    key among the new jobs, or the id or step key of a job already in the pipeline. A ``{"$ref": …}``
+    in a next job's input names one of its dependencies as the job will read its result
+    (:func:`~app.jobs.graph.resolve_refs`): by its step key (the key it is stored under — a creator
+    without one is ``start``), or by its id when it has no key — the rule of a pipeline's steps
+    (:func:`~app.jobs.graph.check_ref_sources`). Returns the pipeline id.
 
     Raises:
-        BadInput: a dependency that is not in the pipeline; a type the creator may not create for its
-        owner (:func:`check_next_types`).
+        BadInput: a dependency that is not in the pipeline; a ``$ref`` to a job it does not depend on
+        (``next_jobs[1].input_data.url``); a type the creator may not create for its owner
+        (:func:`check_next_types`).
     """
     await check_next_types(conn, creator, next_jobs)
     pipeline_id = await _pipeline_of(conn, creator)
@@ -427,20 +434,31 @@ async def insert_next_jobs(
     by_key = {r["step_key"]: r["id"] for r in existing if r["step_key"]}
     keys = _new_keys(creator, next_jobs, set(by_key))
     new_ids = {key: new_id() for key in keys}
+    # The name each parent's result is read under when its child runs (the claim's ``parents``).
+    read_as = {r["id"]: r["step_key"] or str(r["id"]) for r in existing} | {v: k for k, v in new_ids.items()}
     local = {(nj.key or keys[i]): new_ids[keys[i]] for i, nj in enumerate(next_jobs)}
     jobs: list[NewJob] = []
     edges: list[tuple[uuid.UUID, uuid.UUID]] = []
     outside: dict[uuid.UUID, set[uuid.UUID]] = {}
     for i, nj in enumerate(next_jobs):
         jid = new_ids[keys[i]]
+        read_names: list[str] = []
+        mine: set[uuid.UUID] = set()
         for dep in nj.depends_on:
             d = str(dep)
             target = local.get(d) or by_id.get(d) or by_key.get(d)
             if target is None:
                 raise BadInput.field(f"next_jobs[{i}].depends_on", f"unknown dependency {d[:100]!r}")
+            if target in mine:
+                continue  # one job named twice (by key and by id): one edge, counted once
+            mine.add(target)
             edges.append((jid, target))
+            read_names.append(read_as[target])
             if target not in new_ids.values():
                 outside.setdefault(jid, set()).add(target)
+        check_ref_sources(
+            {"depends_on": read_names, "input_data": nj.input_data}, f"next_jobs[{i}].input_data"
+        )
         jobs.append(
             NewJob(
                 id=jid,
@@ -456,14 +474,16 @@ async def insert_next_jobs(
             )
         )
     # Parents already in the pipeline: lock them so none finishes unseen, and count the unfinished ones.
+    # The creator counts as unfinished: its completion, written in this transaction, releases its
+    # dependents after this (or its approval does), so a next job waiting for it is released then.
     pending: dict[uuid.UUID, int] = {}
     for j in jobs:
-        parents = sorted(outside.get(j.id, set()), key=str)
+        parents = sorted(outside.get(j.id, set()) - {creator["id"]}, key=str)
         internal = sum(1 for c, _ in edges if c == j.id) - len(parents)
         external = (
             await lock_parents(conn, creator["user_id"], parents, owner_is_admin=False) if parents else 0
         )
         pending[j.id] = internal + external
-    await insert_steps(conn, jobs, settings, pending, edges, f"job:{creator['id']}")
+    await insert_steps(conn, jobs, settings, pending, edges, f"job:{creator['id']}", prefix="next_jobs")
     await hold_if_owner_disabled(conn, creator["user_id"], [j.id for j in jobs])
     return pipeline_id

@@ -1,0 +1,137 @@
+"""A processor's next jobs get the checks a pipeline's steps get, through the real worker: a ``{"$ref": …}``
+names a job the next job depends on, as it will read that job's result (step key, or id for a job
+without one), and a file id names one of the owner's files. A refusal fails the creating job, naming the
+field (``next_jobs[i]…``), and creates nothing. A next job waits for all its parents, the creating job
+included."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+import tests.support.processors  # noqa: F401  (registers the test job types)
+from app.jobs import queue
+from app.jobs.error_text import error_text_for
+from app.jobs.queue import NewJob, new_id
+from app.settings import Settings
+from tests.support.factories import TestUser, make_user
+from tests.support.workers import running_worker, wait_status, wait_until
+
+
+async def enqueue_next(
+    engine: Any, settings: Settings, user: TestUser, jobs: list[dict[str, Any]], job_id: uuid.UUID
+) -> uuid.UUID:
+    """A ``test.next`` job (id ``job_id``) asking for ``jobs`` as its next jobs."""
+    new = NewJob(type="test.next", input_data={"jobs": jobs, "out": 7}, user_id=user.id, id=job_id)
+    async with engine.begin() as conn:
+        return (await queue.enqueue(conn, new, settings)).job["id"]
+
+
+def _bad_refs(creator: uuid.UUID) -> dict[str, tuple[list[dict[str, Any]], str, str]]:
+    """Next jobs whose second one reads a result it cannot read: (jobs, field, what the error says)."""
+    a = {"type": "test.echo", "key": "a", "input_data": {"v": 1}}
+    return {
+        # a step that is nowhere
+        "unknown step": (
+            [
+                a,
+                {
+                    "type": "test.echo",
+                    "key": "b",
+                    "depends_on": ["a"],
+                    "input_data": {"xs": [1, {"$ref": "c.v"}]},
+                },
+            ],
+            "next_jobs[1].input_data.xs[1]",
+            "reads step 'c', which this step does not depend on",
+        ),
+        # a sibling it does not wait for: it could run before the sibling has a result
+        "sibling not waited for": (
+            [a, {"type": "test.echo", "key": "b", "input_data": {"xs": [1, {"$ref": "a.v"}]}}],
+            "next_jobs[1].input_data.xs[1]",
+            "reads step 'a', which this step does not depend on",
+        ),
+        # the creator, waited for by its id, but read by its id: its result is read under its step key
+        "a parent read by id": (
+            [
+                a,
+                {
+                    "type": "test.echo",
+                    "key": "b",
+                    "depends_on": [str(creator)],
+                    "input_data": {"deep": {"x": {"$ref": f"{creator}.out"}}},
+                },
+            ],
+            "next_jobs[1].input_data.deep.x",
+            f"reads step '{creator}', which this step does not depend on",
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", ["unknown step", "sibling not waited for", "a parent read by id"])
+async def test_a_next_jobs_ref_to_a_result_it_cannot_read_fails_its_creator_and_creates_nothing(
+    engine, settings, owner, pg, case
+) -> None:
+    creator = new_id()
+    jobs, field, says = _bad_refs(creator)[case]
+    async with running_worker(settings):
+        await enqueue_next(engine, settings, owner, jobs, creator)
+        row = await wait_status(pg, creator, {"failed", "completed"})
+    assert row["status"] == "failed"
+    assert f"{field}: " in row["error_message"] and says in row["error_message"], row["error_message"]
+    # what the owner reads: the field and the reason, without the traceback
+    shown = error_text_for(row["error_message"], owner)
+    assert shown is not None and f"{field}: " in shown and says in shown and "Traceback" not in shown, shown
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
+
+
+async def test_next_jobs_read_a_new_sibling_and_an_existing_job_by_step_key(
+    engine, settings, owner, pg
+) -> None:
+    """The rule lets through what the job will read when it runs: a sibling by its key, and the creator
+    (depended on by its id) by its step key (``start`` for a creator that had none). The next job waits
+    for both: the creator's completion, recorded with the next jobs, does not count for the sibling, and
+    a parent named twice (by key and by id, or the same key twice) is one parent."""
+    creator = new_id()
+    jobs = [
+        {"type": "test.echo", "key": "a", "input_data": {"v": 1}},
+        {
+            "type": "test.echo",
+            "key": "b",
+            "depends_on": ["a", str(creator), "a", "start"],
+            "input_data": {"from_a": {"$ref": "a.v"}, "from_start": [{"$ref": "start.out"}]},
+        },
+    ]
+    async with running_worker(settings):
+        await enqueue_next(engine, settings, owner, jobs, creator)
+        assert (await wait_status(pg, creator, {"completed", "failed"}))["status"] == "completed"
+        b = await wait_until(
+            lambda: pg.fetchrow(
+                "SELECT * FROM jobs WHERE step_key = 'b' AND status IN ('completed', 'failed')"
+            ),
+            what="the next job b",
+        )
+    assert b["status"] == "completed", b["error_message"]
+    assert json.loads(b["result_data"]) == {"from_a": 1, "from_start": [7]}
+
+
+async def test_a_next_job_naming_another_users_file_is_refused(engine, settings, owner, pg) -> None:
+    someone = await make_user(pg)
+    theirs = uuid.uuid4()
+    await pg.execute(
+        "INSERT INTO files (id, user_id, name, content_type, size, sha256) "
+        "VALUES ($1, $2, 'horse.png', 'image/png', 10, '')",
+        theirs,
+        someone.id,
+    )
+    creator = new_id()
+    jobs = [{"type": "images.thumbnail", "key": "thumb", "input_data": {"image": str(theirs)}}]
+    async with running_worker(settings):
+        await enqueue_next(engine, settings, owner, jobs, creator)
+        row = await wait_status(pg, creator, {"failed", "completed"})
+    assert row["status"] == "failed"
+    assert f"next_jobs[0].input_data.image: no such file ({theirs}); upload it first" in row["error_message"]
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
