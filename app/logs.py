@@ -131,7 +131,7 @@ def hold_for_exit(timeout: float = EXIT_WAIT_SECS) -> None:
     """:func:`flush`, for a caller that ends the process next (``os._exit``, the interpreter's exit), and
     keep the lines of every other thread back until the process has ended: a thread that is handing
     lines over (a processor's, logging while it blocks the loop the stop gave up on) finishes first, and
-    none begins, so the output never ends in half a line, and the last lines written are the exit's.
+    none begins, so the output never ends in half a line, and no other thread's line comes after the exit's.
     Waits at most ``timeout`` for that thread (its stream may not take any more: a reader that stopped),
     then flushes without it. The calling thread may still write."""
     if not _PENDING_LOCK.acquire(timeout=timeout):
