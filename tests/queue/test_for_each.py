@@ -233,6 +233,37 @@ async def test_a_list_longer_than_a_pipeline_may_be_fails_the_step(engine, make_
     assert "at most 5 steps" in jobs["each"]["error_message"]
 
 
+async def test_an_item_naming_another_users_file_fails_the_step_naming_the_item(
+    engine, settings, owner, pg
+) -> None:
+    """The file check runs when the instances are inserted; its error names the item, not the position
+    of the instance among the jobs inserted (``jobs[1]``, a name the person never wrote)."""
+    other = await pg.fetchval(
+        "INSERT INTO users (email, password_hash) VALUES ('someone@example.com', 'x') RETURNING id"
+    )
+    mine, theirs = uuid.uuid4(), uuid.uuid4()
+    for fid, uid in ((mine, owner.id), (theirs, other)):
+        await pg.execute(
+            "INSERT INTO files (id, user_id, name, content_type, size, sha256) "
+            "VALUES ($1, $2, 'a.png', 'image/png', 10, '')",
+            fid,
+            uid,
+        )
+    pid = await create(
+        engine,
+        settings,
+        owner,
+        [
+            step("src", "noop", {"items": [str(mine), str(theirs)]}),
+            step("each", "images.thumbnail", {"image": {"$item": ""}}, for_each={"$ref": "src.items"}),
+        ],
+    )
+    await run_claimable(engine, settings)
+    jobs = await jobs_of(pg, pid)
+    assert jobs["each"]["status"] == "failed"
+    assert f"for_each[1].image: no such file ({theirs}); upload it first" in jobs["each"]["error_message"]
+
+
 async def test_a_retried_parent_reopens_dependents_that_still_wait_for_the_whole_list(
     engine, settings, owner, admin, pg
 ) -> None:

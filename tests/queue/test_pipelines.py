@@ -538,3 +538,37 @@ async def test_templates_build_a_pipeline_from_validated_input(engine, settings,
             what="completion",
         )
     await asyncio.sleep(0)
+
+
+async def test_a_file_error_names_the_step_as_given_not_as_ordered(
+    engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection
+) -> None:
+    """The steps are inserted parents first, and literal ``for_each`` steps as their instances; an error
+    found then (a file that is not the owner's) names the step where the person wrote it."""
+    other = await pg.fetchval(
+        "INSERT INTO users (email, password_hash) VALUES ('someone@example.com', 'x') RETURNING id"
+    )
+    theirs = uuid.uuid4()
+    await pg.execute(
+        "INSERT INTO files (id, user_id, name, content_type, size, sha256) "
+        "VALUES ($1, $2, 'horse.png', 'image/png', 10, '')",
+        theirs,
+        other,
+    )
+    later = step("later", depends_on=["thumb"])
+    thumb = step("thumb", "images.thumbnail", {"image": str(theirs)})
+    with pytest.raises(BadInput) as caught:
+        await create(engine, settings, owner, [later, thumb])
+    assert caught.value.errors == {"steps[1].input_data.image": f"no such file ({theirs}); upload it first"}
+    mine = uuid.uuid4()
+    await pg.execute(
+        "INSERT INTO files (id, user_id, name, content_type, size, sha256) "
+        "VALUES ($1, $2, 'cart.png', 'image/png', 10, '')",
+        mine,
+        owner.id,
+    )
+    each = step("each", "images.thumbnail", {"image": {"$item": ""}}, for_each=[str(mine), str(theirs)])
+    with pytest.raises(BadInput) as caught:
+        await create(engine, settings, owner, [later, thumb | {"input_data": {}, "type": "noop"}, each])
+    assert list(caught.value.errors) == ["steps[2].for_each[1].image"], caught.value.errors
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0

@@ -26,7 +26,7 @@ from app.jobs.graph import resolve_refs, validate_step_input
 from app.jobs.payload import cap_text, json_text
 from app.jobs.queue.common import fetch_rows, new_id, notify_jobs, sql
 from app.jobs.queue.holds import hold_if_owner_disabled
-from app.jobs.queue.many_jobs import enqueue_many
+from app.jobs.queue.many_jobs import enqueue_many, renamed
 from app.jobs.queue.new_jobs import NewJob, insert_edges
 from app.jobs.types import PermanentError, registry
 from app.settings import Settings
@@ -175,7 +175,12 @@ async def _expand(conn: AsyncConnection, row: dict[str, Any], out: Expansion) ->
         await name_instances(conn, pipeline["user_id"], jobs)
         if jobs:
             edges = [(j.id, p) for j in jobs for p in row["parents"]]
-            await enqueue_many(conn, jobs, settings, actor="system:pipeline", edges=edges, skip_schema=True)
+            try:
+                await enqueue_many(
+                    conn, jobs, settings, actor="system:pipeline", edges=edges, skip_schema=True
+                )
+            except BadInput as exc:
+                raise renamed(exc, [f"for_each[{n}]" for n in range(len(jobs))]) from None
             if spec.get("approval"):
                 rule = approvals.from_stored(spec["approval"])
                 await approvals.store_rules(conn, [(j.id, *rule) for j in jobs])

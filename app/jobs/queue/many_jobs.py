@@ -3,6 +3,7 @@ the caller's transaction (batches, pipelines, fan-out steps, Python callers)."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -69,6 +70,27 @@ _MANY_COLUMNS = {
     "request_ids": "request_id",
 }
 """Array parameter of :data:`INSERT_MANY` → key of :func:`prepare`'s parameters."""
+
+
+_JOB_PATH = re.compile(r"(?<![\w.])jobs\[(\d+)\](\.input_data)?")
+
+
+def renamed(exc: BadInput, inputs: Sequence[str]) -> BadInput:
+    """``exc`` from :func:`enqueue_many` in the caller's names, for a caller whose jobs the person wrote
+    elsewhere or in another order (a pipeline's steps, inserted parents first; a processor's next jobs;
+    the instances of a step run once per item): ``jobs[k].input_data…`` becomes ``inputs[k]…``
+    (``steps[2].input_data.image``, ``steps[2].for_each[1].image``), and another field of ``jobs[k]``
+    becomes that field of the step ``inputs[k]`` is in (``steps[2].title``)."""
+
+    def name(match: re.Match[str]) -> str:
+        k = int(match.group(1))
+        if k >= len(inputs):
+            return match.group(0)
+        return inputs[k] if match.group(2) else inputs[k].split(".", 1)[0]
+
+    return BadInput(
+        _JOB_PATH.sub(name, exc.detail), errors={_JOB_PATH.sub(name, k): v for k, v in exc.errors.items()}
+    )
 
 
 MANY_ERRORS_SHOWN = 50

@@ -23,7 +23,7 @@ from app.jobs.queue.common import conn_of, new_id, sql
 from app.jobs.queue.fanouts import name_instances
 from app.jobs.queue.fanouts import store as store_fanout
 from app.jobs.queue.holds import hold_if_owner_disabled
-from app.jobs.queue.many_jobs import enqueue_many
+from app.jobs.queue.many_jobs import enqueue_many, renamed
 from app.jobs.queue.new_jobs import NewJob, lock_parents
 from app.jobs.rows import Fetched
 from app.jobs.types import NextJob, may_create_next, refusal, registry
@@ -107,9 +107,10 @@ INSERT_PIPELINE = sql(
 
 def _check_spec(
     name: Any, steps: Any, settings: Settings
-) -> tuple[str, list[dict[str, Any]], dict[str, dict[str, Any]]]:
+) -> tuple[str, list[dict[str, Any]], dict[str, dict[str, Any]], dict[str, str]]:
     """The pipeline's name, stripped; the steps with each literal ``for_each`` expanded
-    (:func:`app.jobs.fanout.expand_literal`); and each step's input to store, by step key.
+    (:func:`app.jobs.fanout.expand_literal`); each step's input to store, by step key; and where the
+    person wrote each step's input, by step key (``steps[2].input_data``, ``steps[2].for_each[1]``).
 
     Raises:
         BadInput: see :func:`create_pipeline`.
@@ -150,7 +151,7 @@ def _check_spec(
         s["key"]: validate_step_input(s.get("type"), s.get("input_data") or {}, paths[s["key"]], settings)
         for s in expanded
     }
-    return name, expanded, stored_inputs
+    return name, expanded, stored_inputs, paths
 
 
 def _check_deferred(steps: list[dict[str, Any]]) -> None:
@@ -257,7 +258,7 @@ async def create_pipeline(
         Conflict: the owner has a pipeline with ``form_key`` already (nothing is created).
     """
     conn = await conn_of(db)
-    name, expanded, stored_inputs = _check_spec(name, steps, settings)
+    name, expanded, stored_inputs, paths = _check_spec(name, steps, settings)
     pipeline_id = new_id()
     row = (
         (
@@ -283,7 +284,8 @@ async def create_pipeline(
     ids = {s["key"]: new_id() for s in regular}
     jobs, pending, edges = _step_jobs(regular, stored_inputs, user_id, pipeline_id, request_id, ids, gates)
     await name_instances(conn, user_id, jobs)
-    await insert_steps(conn, jobs, settings, pending, edges, actor or f"user:{user_id}")
+    inputs = [paths[j.step_key or ""] for j in jobs]
+    await insert_steps(conn, jobs, settings, pending, edges, actor or f"user:{user_id}", inputs)
     # A step run once per item has its step's approval rule on every instance.
     await approvals.store_rules(
         conn,
@@ -329,19 +331,16 @@ async def insert_steps(
     pending: dict[uuid.UUID, int],
     edges: list[tuple[uuid.UUID, uuid.UUID]],
     actor: str,
-    *,
-    prefix: str = "steps",
+    inputs: Sequence[str],
 ) -> None:
     """Insert a pipeline's jobs whose inputs were validated already (``$ref`` fields included, which the
-    queue's own schema check would refuse), naming a bad one ``steps[i]`` (or ``<prefix>[i]``: a
-    processor's ``next_jobs[i]``) rather than ``jobs[i]``."""
+    queue's own schema check would refuse). ``inputs``: where the person wrote each job's input
+    (``steps[2].input_data``, ``steps[2].for_each[1]``, a processor's ``next_jobs[0].input_data``), to
+    name a bad one by (:func:`~app.jobs.queue.many_jobs.renamed`)."""
     try:
         await enqueue_many(conn, jobs, settings, actor=actor, pending=pending, edges=edges, skip_schema=True)
     except BadInput as exc:
-        raise BadInput(
-            exc.detail.replace("jobs[", f"{prefix}["),
-            errors={k.replace("jobs[", f"{prefix}["): v for k, v in exc.errors.items()},
-        ) from None
+        raise renamed(exc, inputs) from None
 
 
 # --- next jobs from processors ----------------------------------------------------------------------
@@ -484,6 +483,7 @@ async def insert_next_jobs(
             await lock_parents(conn, creator["user_id"], parents, owner_is_admin=False) if parents else 0
         )
         pending[j.id] = internal + external
-    await insert_steps(conn, jobs, settings, pending, edges, f"job:{creator['id']}", prefix="next_jobs")
+    inputs = [f"next_jobs[{i}].input_data" for i in range(len(jobs))]
+    await insert_steps(conn, jobs, settings, pending, edges, f"job:{creator['id']}", inputs)
     await hold_if_owner_disabled(conn, creator["user_id"], [j.id for j in jobs])
     return pipeline_id
