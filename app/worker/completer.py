@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import metrics
+from app.errors import BadInput
 from app.jobs import queue
 from app.jobs.queue import Outcome
 from app.settings import Settings
@@ -163,12 +164,20 @@ class Completer:
             outcome = batch[0]
             self.log.error("could not record an outcome", job_id=str(outcome.job_id), error=describe(exc))
             if outcome.kind in ("completed", "failed") and not fallback:
+                # The core refusing a processor's next jobs (a type, a $ref, a file) is the processor's
+                # failure, told as the executor tells a next-jobs plan it refuses.
+                refused = isinstance(exc, BadInput) and bool(outcome.next_jobs)
+                error = (
+                    f"could not create the next jobs: {exc}"
+                    if refused
+                    else f"the outcome could not be recorded: {describe(exc)}"
+                )
                 failure = Outcome(
                     outcome.job_id,
                     "failed",
                     permanent=True,
                     pipeline_id=outcome.pipeline_id,
-                    error=f"the outcome could not be recorded: {describe(exc)}",
+                    error=error,
                     attempt=outcome.attempt,
                 )
                 await self._record([failure], fallback=True)

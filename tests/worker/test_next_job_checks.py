@@ -133,5 +133,7 @@ async def test_a_next_job_naming_another_users_file_is_refused(engine, settings,
         await enqueue_next(engine, settings, owner, jobs, creator)
         row = await wait_status(pg, creator, {"failed", "completed"})
     assert row["status"] == "failed"
-    assert f"next_jobs[0].input_data.image: no such file ({theirs}); upload it first" in row["error_message"]
+    assert row["error_message"] == (
+        f"could not create the next jobs: next_jobs[0].input_data.image: no such file ({theirs}); upload it first"
+    )
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
