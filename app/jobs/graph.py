@@ -16,7 +16,7 @@ when the pipeline is created).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -203,6 +203,23 @@ def check_ref_sources(step: dict[str, Any], path: str) -> None:
                 walk(v, f"{where}[{i}]")
 
     walk(step.get("input_data") or {}, path)
+
+
+def rename_refs(input_data: Any, renames: Mapping[str, str]) -> Any:
+    """``input_data`` with each ``{"$ref": "key.field"}`` whose step ``key`` is in ``renames`` reading
+    ``renames[key]`` instead (a processor's next job stored under another key than it asked for, its own
+    being taken in the pipeline already)."""
+    if not renames:
+        return input_data
+    if isinstance(input_data, dict):
+        ref = input_data.get("$ref")
+        if set(input_data) == {"$ref"} and isinstance(ref, str):
+            key, dot, rest = ref.partition(".")
+            return {"$ref": renames[key] + dot + rest} if key in renames else input_data
+        return {k: rename_refs(v, renames) for k, v in input_data.items()}
+    if isinstance(input_data, list):
+        return [rename_refs(v, renames) for v in input_data]
+    return input_data
 
 
 def resolve_refs(input_data: Any, parents: dict[str, Any]) -> Any:

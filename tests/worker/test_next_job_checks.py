@@ -137,3 +137,44 @@ async def test_a_next_job_naming_another_users_file_is_refused(engine, settings,
         f"could not create the next jobs: next_jobs[0].input_data.image: no such file ({theirs}); upload it first"
     )
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
+
+
+async def test_next_jobs_whose_keys_are_taken_read_each_other_under_their_new_keys(
+    engine, settings, owner, pg
+) -> None:
+    """A processor run a second time in its pipeline (a retry, Run again) asks for next jobs whose keys
+    its first run's took: they are stored as ``a'``, ``b'``, and ``b'`` reads ``a'``, the sibling it
+    waits for, not the first run's ``a``."""
+
+    def jobs(v: int) -> list[dict[str, Any]]:
+        return [
+            {"type": "test.echo", "key": "a", "input_data": {"v": v}},
+            {"type": "test.echo", "key": "b", "depends_on": ["a"], "input_data": {"from_a": {"$ref": "a.v"}}},
+        ]
+
+    first = new_id()
+    async with running_worker(settings):
+        await enqueue_next(engine, settings, owner, jobs(1), first)
+        await wait_until(
+            lambda: pg.fetchval("SELECT count(*) FROM jobs WHERE step_key = 'b' AND status = 'completed'"),
+            what="the first run's b",
+        )
+        pipeline = await pg.fetchval("SELECT pipeline_id FROM jobs WHERE id = $1", first)
+        again = NewJob(
+            type="test.next",
+            input_data={"jobs": jobs(2), "out": 7},
+            user_id=owner.id,
+            pipeline_id=pipeline,
+            step_key="again",
+        )
+        async with engine.begin() as conn:
+            second = (await queue.enqueue(conn, again, settings)).job["id"]
+        assert (await wait_status(pg, second, {"completed", "failed"}))["status"] == "completed"
+        b2 = await wait_until(
+            lambda: pg.fetchrow(
+                "SELECT * FROM jobs WHERE step_key = $1 AND status IN ('completed', 'failed')", "b'"
+            ),
+            what="the second run's b",
+        )
+    assert b2["status"] == "completed", b2["error_message"]
+    assert json.loads(b2["result_data"]) == {"from_a": 2}

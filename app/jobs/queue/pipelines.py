@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from app.errors import BadInput, Conflict
 from app.jobs import approvals, outbox
 from app.jobs.fanout import base_key, check_for_each, expand_literal
-from app.jobs.graph import check_graph, check_ref_sources, topo_order, validate_step_input
+from app.jobs.graph import check_graph, check_ref_sources, rename_refs, topo_order, validate_step_input
 from app.jobs.payload import json_text, text_problem
 from app.jobs.queue.common import conn_of, new_id, sql
 from app.jobs.queue.fanouts import name_instances
@@ -432,6 +432,9 @@ async def insert_next_jobs(
     by_id = {str(r["id"]): r["id"] for r in existing}
     by_key = {r["step_key"]: r["id"] for r in existing if r["step_key"]}
     keys = _new_keys(creator, next_jobs, set(by_key))
+    # A sibling stored under a primed key (its own was taken) is read under that key when its dependents
+    # run: their $refs to it are rewritten to match.
+    renames = {nj.key: keys[i] for i, nj in enumerate(next_jobs) if nj.key and nj.key != keys[i]}
     new_ids = {key: new_id() for key in keys}
     # The name each parent's result is read under when its child runs (the claim's ``parents``).
     read_as = {r["id"]: r["step_key"] or str(r["id"]) for r in existing} | {v: k for k, v in new_ids.items()}
@@ -455,14 +458,13 @@ async def insert_next_jobs(
             read_names.append(read_as[target])
             if target not in new_ids.values():
                 outside.setdefault(jid, set()).add(target)
-        check_ref_sources(
-            {"depends_on": read_names, "input_data": nj.input_data}, f"next_jobs[{i}].input_data"
-        )
+        input_data = rename_refs(nj.input_data, renames)
+        check_ref_sources({"depends_on": read_names, "input_data": input_data}, f"next_jobs[{i}].input_data")
         jobs.append(
             NewJob(
                 id=jid,
                 type=nj.type,
-                input_data=nj.input_data,
+                input_data=input_data,
                 user_id=creator["user_id"],
                 pipeline_id=pipeline_id,
                 step_key=keys[i],
