@@ -8,6 +8,7 @@ The graph and input checks are in :mod:`app.jobs.graph`; templates, reading and 
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -478,9 +479,10 @@ async def insert_next_jobs(
     # The creator counts as unfinished: its completion, written in this transaction, releases its
     # dependents after this (or its approval does), so a next job waiting for it is released then.
     pending: dict[uuid.UUID, int] = {}
+    edges_of = Counter(c for c, _ in edges)
     for j in jobs:
         parents = sorted(outside.get(j.id, set()) - {creator["id"]}, key=str)
-        internal = sum(1 for c, _ in edges if c == j.id) - len(parents)
+        internal = edges_of[j.id] - len(parents)
         external = (
             await lock_parents(conn, creator["user_id"], parents, owner_is_admin=False) if parents else 0
         )
