@@ -8,7 +8,8 @@ transaction-scoped advisory lock on the person (:func:`lock`), so concurrent req
 a check that only one of them fits.
 
 * **waiting** (``USER_MAX_WAITING_JOBS``): the person's ``queued`` jobs — ready, scheduled, waiting for
-  earlier steps or held. Admins are exempt.
+  earlier steps or held. Admins are exempt. Also checked when a step runs once per item of a list from a
+  parent's result (:mod:`app.jobs.queue.fanouts`: the step fails).
 * **per minute** (``USER_MAX_JOBS_PER_MINUTE``): submissions in the last 60 seconds, where a job, a
   whole pipeline (or batch) each count once, whatever its number of jobs; processors' next jobs do not
   count. Admins are exempt.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -17,10 +18,10 @@ import tests.support.processors  # noqa: F401  (test.echo)
 from app import pipelines
 from app.errors import BadInput
 from app.jobs import queue
-from app.jobs.queue import Outcome
+from app.jobs.queue import NewJob, Outcome
 from app.jobs.queue.common import SystemPrincipal
 from app.settings import Settings
-from tests.support.factories import TestUser
+from tests.support.factories import TestUser, make_user
 from tests.support.webkit import app_client, bearer
 from tests.support.workers import running_worker, wait_until
 
@@ -262,6 +263,45 @@ async def test_an_item_naming_another_users_file_fails_the_step_naming_the_item(
     jobs = await jobs_of(pg, pid)
     assert jobs["each"]["status"] == "failed"
     assert f"for_each[1].image: no such file ({theirs}); upload it first" in jobs["each"]["error_message"]
+
+
+@pytest.mark.parametrize(
+    ("scheduled", "admin", "expands"), [(2, False, True), (3, False, False), (3, True, True)]
+)
+async def test_a_list_that_would_take_its_owner_past_the_waiting_limit_fails_the_step(
+    engine, make_settings, pg, scheduled, admin, expands
+) -> None:
+    """The per-person waiting limit holds for the jobs a list from a parent's result adds, as for jobs
+    submitted: every small pipeline could add ``PIPELINE_MAX_STEPS`` waiting jobs past it. Admins are
+    exempt, as from the limit itself. The owner has ``scheduled`` jobs waiting for tomorrow."""
+    settings = make_settings(user_max_waiting_jobs=5)
+    person = await make_user(pg, admin=admin)
+    tomorrow = datetime.now(UTC) + timedelta(days=1)
+    async with engine.begin() as conn:
+        for _ in range(scheduled):
+            await queue.enqueue(
+                conn, NewJob(type="noop", input_data={}, user_id=person.id, run_at=tomorrow), settings
+            )
+    pid = await create(
+        engine,
+        settings,
+        person,
+        [
+            step("src", "noop", {"items": [1, 2, 3]}),
+            step("each", "noop", {"x": {"$item": ""}}, for_each={"$ref": "src.items"}),
+        ],
+    )
+    await run_claimable(engine, settings)
+    jobs = await jobs_of(pg, pid)
+    if expands:
+        assert sorted(jobs) == ["each[0]", "each[1]", "each[2]", "src"]
+        return
+    assert set(jobs) == {"src", "each"}
+    assert jobs["each"]["status"] == "failed"
+    assert jobs["each"]["error_message"] == (
+        "step 'each' could not run once per item: its list has 3 items, and with them its owner would "
+        "have 6 jobs waiting; the limit is 5 per person"
+    )
 
 
 async def test_a_retried_parent_reopens_dependents_that_still_wait_for_the_whole_list(

@@ -53,8 +53,12 @@ PARENT_RESULTS = sql(
     "SELECT id, step_key, result_data FROM jobs WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'completed'"
 )
 PIPELINE_SIZE = sql(
-    "SELECT p.user_id, (SELECT count(*) FROM jobs j WHERE j.pipeline_id = p.id) AS steps FROM pipelines p WHERE p.id = :id"
+    """
+    SELECT p.user_id, u.is_admin, (SELECT count(*) FROM jobs j WHERE j.pipeline_id = p.id) AS steps
+    FROM pipelines p JOIN users u ON u.id = p.user_id WHERE p.id = :id
+    """
 )
+OWNER_WAITING = sql("SELECT count(*) FROM jobs WHERE user_id = :user_id AND status = 'queued'")
 MARK_EXPANDED = sql(
     """
     UPDATE pipeline_fanouts SET expanded_at = now(), instances = :n
@@ -117,6 +121,7 @@ def spec_of(
             "pipeline_max_steps": settings.pipeline_max_steps,
             "job_max_input_bytes": settings.job_max_input_bytes,
             "default_max_attempts": settings.default_max_attempts,
+            "user_max_waiting_jobs": settings.user_max_waiting_jobs,
         },
         "approval": approvals.stored_form(*rule) if rule is not None else None,
     }
@@ -171,6 +176,7 @@ async def _expand(conn: AsyncConnection, row: dict[str, Any], out: Expansion) ->
             raise _Unusable(
                 f"its list has {len(items):,} items, and a pipeline may have at most {limit:,} steps"
             )
+        await _check_waiting(conn, pipeline, len(items), settings)
         jobs = [_instance(row, spec, n, item, pipeline["user_id"], settings) for n, item in enumerate(items)]
         await name_instances(conn, pipeline["user_id"], jobs)
         if jobs:
@@ -200,6 +206,28 @@ async def _expand(conn: AsyncConnection, row: dict[str, Any], out: Expansion) ->
     if await _open_gates(conn, row, [j.id for j in jobs]):
         await notify_jobs(conn)
         out.notified = True
+
+
+async def _check_waiting(conn: AsyncConnection, pipeline: Any, adding: int, settings: Settings) -> None:
+    """The owner's waiting limit (``USER_MAX_WAITING_JOBS``, admins exempt) holds for the jobs a list from a
+    parent's result adds, as for the jobs a person submits: otherwise every small pipeline could add
+    ``PIPELINE_MAX_STEPS`` waiting jobs past it. Counted without the person's lock, which a submission
+    takes before it locks the jobs it depends on: taken here, in the transaction that has just completed
+    such a job, the two could wait for each other. So a submission of the owner's committing at this
+    very moment and this list do not see each other, and together may pass the limit by that much.
+
+    Raises:
+        _Unusable: the list would take the owner above the limit.
+    """
+    limit = settings.user_max_waiting_jobs
+    if not limit or not adding or pipeline["is_admin"]:
+        return
+    waiting = int((await conn.execute(OWNER_WAITING, {"user_id": pipeline["user_id"]})).scalar_one())
+    if waiting + adding > limit:
+        raise _Unusable(
+            f"its list has {adding:,} items, and with them its owner would have {waiting + adding:,} jobs "
+            f"waiting; the limit is {limit:,} per person"
+        )
 
 
 def _reason(exc: Exception) -> str:
