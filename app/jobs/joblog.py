@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -185,12 +185,13 @@ async def last_seq(conn: Any, job: uuid.UUID) -> int:
 
 
 def as_text(lines: Sequence[dict[str, Any]]) -> str:
-    """The lines as a plain-text file: ``<time> <LEVEL> [attempt n] text`` per line."""
+    """The lines as a plain-text file: ``<time> <LEVEL> [attempt n] text`` per line, the time in UTC and
+    marked so (the file is read away from the page and its reader's zone)."""
     out = []
     for ln in lines:
         if ln["level"] == CUT:
             out.append(ln["text"])
         else:
-            at = ln["at"].strftime("%Y-%m-%d %H:%M:%S")
+            at = ln["at"].astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
             out.append(f"{at} {ln['level'].upper():7} [attempt {ln['attempt']}] {ln['text']}")
     return "\n".join(out) + ("\n" if out else "")

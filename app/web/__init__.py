@@ -6,6 +6,7 @@ Controllers live one per page area in this package (``auth.py``, ``home.py``, �
 Filters available in every template (registered by :func:`register_filters`):
 
 * ``localtime`` — a datetime in the signed-in user's time zone, e.g. ``29 Nov 2026, 20:25 CET``;
+* ``clock`` — its time of day there, ``20:25:07`` (a job log line's);
 * ``isotime`` — ISO 8601 in UTC, for ``<time datetime=…>``;
 * ``ago`` — relative to now: ``just now``, ``2 min ago``, ``in 3 h``, ``5 days ago``;
 * ``duration`` — seconds as ``850 ms``, ``42 s``, ``3 min 5 s``, ``2 h 10 min``;
@@ -112,6 +113,16 @@ def _localtime_filter(ctx: Mapping[str, Any], value: datetime | None, seconds: b
     return format_localtime(value, _user_zone(ctx), seconds=seconds)
 
 
+@pass_context
+def _clock_filter(ctx: Mapping[str, Any], value: datetime | None) -> str:
+    """``13:23:54``: the time of day in the signed-in user's zone (a log line's time, beside lines of the
+    same day; its ``<time>`` element carries the full time for a tooltip)."""
+    if value is None:
+        return ""
+    local = _aware(value).astimezone(_user_zone(ctx))
+    return f"{local.hour:02d}:{local.minute:02d}:{local.second:02d}"
+
+
 def _isotime_filter(value: datetime | None) -> str:
     if value is None:
         return ""
@@ -151,6 +162,7 @@ def register_filters(engine: JinjaTemplateEngine) -> None:
     engine.engine.getattr = fast_getattr(engine.engine)  # type: ignore[method-assign,assignment]
     engine.engine.filters.update(
         localtime=_localtime_filter,
+        clock=_clock_filter,
         isotime=_isotime_filter,
         ago=format_ago,
         duration=format_duration,

@@ -8,6 +8,7 @@ import re
 import uuid
 from datetime import UTC, datetime
 
+import asyncpg
 from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -108,3 +109,23 @@ async def test_a_job_without_lines_shows_no_log_box(
     await claim(engine, job)
     await finish(engine, ui_settings, job, "completed", result={})
     assert 'id="job-log-lines"' not in (await client.get(f"/jobs/{job}")).text
+
+
+async def test_a_log_lines_time_is_shown_in_the_persons_zone_as_the_history_is(
+    client: AsyncTestClient, db_url: str, engine: AsyncEngine, ui_settings: Settings, pg: asyncpg.Connection
+) -> None:
+    """The log box showed the time of day in UTC beside a history in the person's zone (13:23 CET in the
+    history, 12:23 in the log). The download, read away from the page, says its times are UTC."""
+    ann = await sign_in_as(client, db_url, "ann@example.com")
+    await pg.execute("UPDATE users SET timezone = 'America/New_York' WHERE id = $1", ann.id)
+    job = await enqueue(engine, ui_settings, ann.id)
+    await claim(engine, job)
+    at = datetime(2026, 12, 6, 12, 23, 55, tzinfo=UTC)
+    async with engine.begin() as conn:
+        await joblog.write(conn, [Line(job, 1, at, "info", "hello")])
+    page = (await client.get(f"/jobs/{job}")).text
+    assert re.search(
+        r'<time datetime="2026-12-06T12:23:55\+00:00" title="6 Dec 2026, 07:23:55 EST">07:23:55</time>', page
+    )
+    txt = (await client.get(f"/jobs/{job}/log.txt")).text
+    assert txt.startswith("2026-12-06 12:23:55Z INFO    [attempt 1] hello")
