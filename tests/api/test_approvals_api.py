@@ -87,6 +87,10 @@ async def test_a_named_approver_decides_through_the_api_and_nobody_else_may(
             assert r.status_code == 403, (path, r.text)
     assert await pg.fetchval("SELECT count(*) FROM job_approvals") == 0
 
+    # a rejection without its reason names the field this route takes (the pages' and /api/jobs' is reason)
+    for body in ({"comment": ""}, {"comment": "   "}, None):
+        r = await client.post(f"/api/approvals/{jid}/reject", json=body, headers=as_ann)
+        assert r.status_code == 422 and list(r.json()["errors"]) == ["comment"], r.text
     r = await client.post(f"/api/approvals/{jid}/approve", json={"comment": "fine by me"}, headers=as_ann)
     assert r.status_code == 200, r.text
     assert r.json()["status"] == "completed"

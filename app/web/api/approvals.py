@@ -13,6 +13,7 @@ from litestar.params import FromPath, FromQuery, JSONBody
 
 from app.actions import approvals
 from app.auth import requires_user
+from app.errors import BadInput
 from app.web import DbSession
 from app.web.api.jobs import job_response
 from app.web.deps import actor_of, keep_refusal
@@ -77,7 +78,15 @@ class ApprovalsApiController(Controller):
         the step does not name; 409 once it was decided, or when you have already approved it."""
         decision = request.url.path.rstrip("/").rsplit("/", 1)[1]
         comment = data.comment if data else None
-        outcome = await approvals.decide(db_session, actor_of(request), job_id, decision, comment)
+        try:
+            outcome = await approvals.decide(db_session, actor_of(request), job_id, decision, comment)
+        except BadInput as exc:
+            if "reason" not in exc.errors:
+                raise
+            # The core names a rejection's reason ``reason`` (the pages' and /api/jobs' field); here the
+            # person sent it as ``comment``.
+            message = exc.errors["reason"]
+            raise BadInput.field("comment", message) from None
         if outcome.conflict is not None:
             await keep_refusal(db_session, outcome.status_code)
             raise outcome.conflict
