@@ -489,7 +489,7 @@ async def requires_user(connection: ASGIConnection[Any, Any, Any, Any], _: BaseR
         if connection.scope["path"].startswith(API_PREFIX):
             raise LoginRequired(
                 "Missing or invalid API token: send the header 'Authorization: Bearer <token>' "
-                "(create one with `jobdesk create-token EMAIL`)."
+                "(create one on your account page, /account#tokens)."
             )
         next_path = connection.scope["path"]
         qs = connection.scope.get("query_string", b"")
