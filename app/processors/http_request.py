@@ -23,6 +23,7 @@ virtual host of a local proxy). So, for the first request and for every redirect
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import re
 import time
@@ -178,6 +179,29 @@ def _snippet(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
+_MARKUP = re.compile(r"<(script|style|head)\b.*?</\1\s*>|<!--.*?-->|<[^>]*>", re.IGNORECASE | re.DOTALL)
+
+
+def _answer_words(answer: Answer, text: str) -> str:
+    """The answer's body as a failure message shows it: a web page (a server's or a proxy's error page,
+    the usual body of a refusal) by its title and visible words, not its markup, which people who are
+    not engineers read as a fault of Jobdesk's; any other text as sent."""
+    content_type = answer.response.headers.get("content-type", "").split(";")[0].strip().lower()
+    start = text.lstrip()[:20].lower()
+    if content_type not in ("text/html", "application/xhtml+xml") and not start.startswith(
+        ("<!doctype html", "<html")
+    ):
+        return _snippet(text) or "(empty)"
+    title_match = _TITLE.search(text)
+    title = _snippet(html.unescape(title_match.group(1)), 100) if title_match else ""
+    words = _snippet(html.unescape(_MARKUP.sub(" ", text)))
+    if title and words.startswith(title):
+        words = words[len(title) :].strip()
+    page = f"a web page titled {title!r}" if title else "a web page"
+    return f"{page}: {words}" if words else page
+
+
 def _is_text(content_type: str) -> bool:
     return not content_type or bool(TEXT_TYPES.match(content_type.split(";")[0].strip().lower()))
 
@@ -325,11 +349,11 @@ async def http_request(ctx: JobContext[HttpRequestInput]) -> dict[str, Any]:
     if 400 <= status < 500 and status not in RETRYABLE_4XX:
         raise PermanentError(
             f"{host} refused the request with {said}. A refusal is not retried: check the address, "
-            f"method, headers and body. Answer: {_snippet(text) or '(empty)'}"
+            f"method, headers and body. Answer: {_answer_words(answer, text)}"
         )
     if status >= 500 or status in RETRYABLE_4XX:
         raise TemporaryHttpError(
-            f"{host} answered {said}; it will be tried again. Answer: {_snippet(text) or '(empty)'}"
+            f"{host} answered {said}; it will be tried again. Answer: {_answer_words(answer, text)}"
         )
     result = _result(inp, answer, text, elapsed_ms)
     await ctx.report_progress(1.0, f"{host} answered {said}")

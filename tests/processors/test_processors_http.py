@@ -31,6 +31,19 @@ from tests.support.procs import as_dict, enqueue, job_context
 from tests.support.webkit import add_token, add_user, app_client
 from tests.support.workers import running_worker, wait_status
 
+STATIC: dict[str, tuple[int, bytes, str]] = {
+    "/boom": (503, b"down for maintenance", "text/plain; charset=utf-8"),
+    "/limited": (429, b"slow down", "text/plain; charset=utf-8"),
+    "/html-404": (
+        404,
+        b"<!doctype html><html lang='en'><head><title>404 &ndash; Not Found</title>"
+        b"<style>body { color: red }</style><script>var x = '<b>';</script></head>"
+        b"<body><h1>Not Found</h1><p>The page <em>/html-404</em> does not exist.</p></body></html>",
+        "text/html; charset=utf-8",
+    ),
+}
+"""Answers that are always the same: path → (status, body, content type)."""
+
 
 class Handler(BaseHTTPRequestHandler):
     hits: dict[str, int] = {}
@@ -53,17 +66,16 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?")[0]
         Handler.hits[path] = Handler.hits.get(path, 0) + 1
+        if path in STATIC:
+            self._send(*STATIC[path])
+            return
         n = Handler.hits[path]
         if path == "/ok":
             self._send(200, json.dumps({"hello": "wörld"}).encode(), "application/json", X_Trace="abc")
         elif path == "/missing":
             self._send(404, b"no such page here")
-        elif path == "/boom":
-            self._send(503, b"down for maintenance")
         elif path == "/flaky":
             self._send(503, b"warming up") if n == 1 else self._send(200, b"fine now")
-        elif path == "/limited":
-            self._send(429, b"slow down")
         elif path == "/slow":
             time.sleep(2)
             self._send(200, b"late")
@@ -183,6 +195,16 @@ async def test_a_4xx_answer_is_a_permanent_failure_that_says_so(server, settings
         await call(settings, url=f"{server}/missing")
     assert "refused the request with 404 Not Found" in str(err.value)
     assert "no such page here" in str(err.value)
+
+
+async def test_a_web_page_answer_is_told_by_its_title_and_words_not_its_markup(server, settings) -> None:
+    """A refusal's body is most often a server's or a proxy's error page: shown as markup, a person who
+    is not an engineer read "Answer: <!doctype html> <html lang=…" as Jobdesk's own fault."""
+    with pytest.raises(PermanentError) as err:
+        await call(settings, url=f"{server}/html-404")
+    assert str(err.value).endswith(
+        "Answer: a web page titled '404 – Not Found': Not Found The page /html-404 does not exist."
+    ), str(err.value)
 
 
 @pytest.mark.parametrize(("path", "needle"), [("/boom", "503 Service Unavailable"), ("/limited", "429")])
