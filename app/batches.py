@@ -81,6 +81,7 @@ RESULTS_PAGE = text(
 LIST_BATCHES = text(
     f"""
     SELECT {BATCH_COLUMNS} FROM batches WHERE (CAST(:user_id AS int) IS NULL OR user_id = :user_id)
+      AND (CAST(:after AS uuid) IS NULL OR id < CAST(:after AS uuid))
     ORDER BY id DESC LIMIT :limit
     """
 )
@@ -380,18 +381,22 @@ async def failed_ids(db: AsyncConnection | AsyncSession, batch_id: uuid.UUID) ->
 
 
 async def list_for(
-    db: AsyncConnection | AsyncSession, principal: Any, limit: int = 50
+    db: AsyncConnection | AsyncSession, principal: Any, limit: int = 50, after: uuid.UUID | None = None
 ) -> list[dict[str, Any]]:
-    """The person's latest batches (an admin's own too: the list is "mine"), straight on asyncpg (My jobs
-    shows the newest on every first page)."""
-    params = {"user_id": principal.id, "limit": limit}
+    """The person's latest batches (an admin's own too: the list is "mine"), newest first, those older than
+    batch ``after`` when given (keyset pages), straight on asyncpg (My jobs shows the newest on every first
+    page)."""
+    params = {"user_id": principal.id, "limit": limit, "after": after}
     return await queue.fetch_rows(await queue.conn_of(db), LIST_BATCHES, params)
 
 
-async def recent_views(db: AsyncConnection | AsyncSession, principal: Any, limit: int) -> list[BatchView]:
-    """The person's newest ``limit`` batches with their counts and status (two queries in all)."""
+async def recent_views(
+    db: AsyncConnection | AsyncSession, principal: Any, limit: int, after: uuid.UUID | None = None
+) -> list[BatchView]:
+    """The person's newest ``limit`` batches (older than ``after``) with their counts and status (two
+    queries in all)."""
     conn = await queue.conn_of(db)
-    rows = await list_for(conn, principal, limit)
+    rows = await list_for(conn, principal, limit, after)
     counts: dict[Any, dict[str, int]] = {r["id"]: {} for r in rows}
     if rows:
         for c in await queue.fetch_rows(conn, COUNTS_OF, {"ids": list(counts)}):

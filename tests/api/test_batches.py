@@ -351,3 +351,29 @@ async def test_a_batch_name_is_kept_stripped_and_a_missing_one_is_the_type_s_tit
         )
         assert r.status_code == 201, r.text
         assert r.json()["name"] == kept
+
+
+async def test_the_list_pages_by_keyset_as_the_other_lists_do(scene_of: Any) -> None:
+    """``GET /api/batches`` gave the newest 50 and ignored ``limit`` and ``after`` (a bad one answered
+    200); it pages like ``/api/jobs`` and ``/api/pipelines``: ``{items, next}``, 422 for a bad cursor."""
+    s = await scene_of()
+    made = []
+    for _ in range(5):
+        r = await s.client.post(
+            "/api/batches", json={"type": "http.request", "rows": url_rows(1)}, headers=s.ann
+        )
+        assert r.status_code == 201, r.text
+        made.append(r.json()["id"])
+    seen: list[str] = []
+    url = "/api/batches?limit=2"
+    while True:
+        page = (await s.client.get(url, headers=s.ann)).json()
+        seen += [b["id"] for b in page["items"]]
+        assert all(b["counts"]["queued"] == 1 for b in page["items"])
+        if page["next"] is None:
+            break
+        url = f"/api/batches?limit=2&after={page['next']}"
+    assert seen == made[::-1]
+    for bad in ("limit=-1", "limit=0", "after=zzz"):
+        r = await s.client.get(f"/api/batches?{bad}", headers=s.ann)
+        assert r.status_code == 422, (bad, r.text)

@@ -5,10 +5,11 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 """
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+from uuid import UUID
 
 from litestar import Controller, Request, Response, get, post
-from litestar.params import FromPath, JSONBody
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import batches
@@ -16,7 +17,7 @@ from app.actions import batches as batch_actions
 from app.auth import requires_user
 from app.errors import Conflict
 from app.web import DbSession
-from app.web.deps import actor_of, keep_refusal
+from app.web.deps import MAX_PAGE, actor_of, keep_refusal
 from app.web.openapi import errors
 
 JOB_FIELDS = ("id", "row", "status", "title", "attempts", "max_attempts", "error_message", "completed_at")
@@ -78,11 +79,20 @@ class BatchesApiController(Controller):
         return await full_json(db_session, row["id"], request.user)
 
     @get("/", name="api.batches.list", responses=errors(401, 422))
-    async def list_batches(self, request: Request[Any, Any, Any], db_session: DbSession) -> dict[str, Any]:
-        """Your latest 50 batches, newest first (without their jobs)."""
-        rows = await batches.list_for(db_session, request.user)
-        items = [batch_json(await batches.get(db_session, r["id"], request.user)) for r in rows]
-        return {"items": items}
+    async def list_batches(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = 50,
+        after: FromQuery[UUID | None] = None,
+    ) -> dict[str, Any]:
+        """Your batches, newest first (without their jobs), keyset-paginated by ``after`` as the other
+        lists are: ``{items, next}``."""
+        views = await batches.recent_views(db_session, request.user, limit, after)
+        return {
+            "items": [batch_json(v) for v in views],
+            "next": views[-1].id if len(views) == limit else None,
+        }
 
     @get("/{batch_id:str}", name="api.batches.get", responses=errors(401, 404))
     async def get_batch(
