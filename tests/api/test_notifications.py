@@ -94,6 +94,11 @@ async def test_finish_and_fail_notify_the_owner_who_reads_and_marks_only_their_o
     assert r.json() == {"marked": 1, "unread": 1}
     bad_body = await client.post("/api/notifications/read", json={"ids": ["x"]}, headers=token)
     assert bad_body.status_code == 422 and "ids" in bad_body.text
+    # both, or an "all" that is not true: which was meant is unclear, and marking all cannot be undone
+    for body in ({"all": True, "ids": [failed_id]}, {"all": "yes"}, {"all": False, "ids": [failed_id]}):
+        r = await client.post("/api/notifications/read", json=body, headers=token)
+        assert r.status_code == 422 and list(r.json()["errors"]) == ["all"], (body, r.text)
+    assert (await client.get("/api/notifications", headers=token)).json()["unread"] == 1
     r = await client.post("/notifications/read", data={"_csrf_token": await csrf(client), "all": "1"})
     assert r.status_code in (200, 303)
     assert (await client.get("/api/notifications", headers=token)).json()["unread"] == 0

@@ -59,6 +59,10 @@ class NotificationsApiController(Controller):
         Answers ``{"marked": n, "unread": n}``."""
         if data is None:
             raise BadInput.field("ids", 'send {"ids": [...]} or {"all": true}')
+        if data.all is not None and data.ids is not None:  # which one was meant: marking all is not undone
+            raise BadInput.field("all", 'send {"ids": [...]} or {"all": true}, not both')
+        if data.all is not None and data.all is not True:
+            raise BadInput.field("all", 'must be true (or leave it out and send "ids")')
         ids = None
         if data.all is not True:
             raw = data.ids
