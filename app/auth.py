@@ -29,7 +29,7 @@ import functools
 import hashlib
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -79,7 +79,8 @@ class CurrentUser:
 
     ``timezone`` is an IANA name (e.g. ``Europe/Berlin``) used to show times; ``theme`` is ``auto``
     (the browser's ``prefers-color-scheme``), ``light`` or ``dark``; ``must_change_password`` is set by an
-    administrator's password reset until the person chooses a new password.
+    administrator's password reset until the person chooses a new password; ``token_id`` is the API
+    token the request came with (``None``: a browser session, the command line, a schedule's owner).
     """
 
     id: int
@@ -88,6 +89,7 @@ class CurrentUser:
     timezone: str = "UTC"
     theme: str = "auto"
     must_change_password: bool = False
+    token_id: int | None = None
 
 
 #: The columns :func:`user_of` reads, for every query that builds a :class:`CurrentUser`.
@@ -334,7 +336,25 @@ async def user_for_token(engine: AsyncEngine, token: str) -> CurrentUser | None:
         await write_rows(
             engine, _TOKEN_TOUCH, {"id": row["token_id"], "secs": TOKEN_TOUCH_INTERVAL.total_seconds()}
         )
-    return user_of(row)
+    return replace(user_of(row), token_id=row["token_id"])
+
+
+TOKENS_FROM_THE_PAGE = (
+    "API tokens are created and revoked on your account page (/account), signed in with your password: "
+    "a token cannot make or revoke tokens."
+)
+
+
+def require_signed_in_browser(actor: Any) -> None:
+    """Creating or revoking an API token needs a browser session, whatever the path: a request made with
+    a token may not. Otherwise a stolen token could mint one that never expires, then revoke the stolen
+    one, and its owner's revocation or the stolen token's expiry would no longer end the access.
+
+    Raises:
+        Forbidden: the actor acts through an API token.
+    """
+    if getattr(actor, "token_id", None) is not None:
+        raise Forbidden(TOKENS_FROM_THE_PAGE)
 
 
 # --- browser sessions ------------------------------------------------------------------------------------

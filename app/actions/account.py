@@ -7,7 +7,8 @@ the actor's own account only, and writes its audit entry (for every person, not 
 savepoint as the change. The page (``/account``) and the JSON API (``/api/me…``) both call these.
 
 Errors: :class:`~app.errors.BadInput` (422, naming the field), :class:`~app.errors.NotFound` (404: not
-one of the actor's live tokens), :class:`~app.errors.Forbidden` (403: nobody signed in).
+one of the actor's live tokens), :class:`~app.errors.Forbidden` (403: nobody signed in; a token's
+request creating or revoking a token).
 """
 
 from __future__ import annotations
@@ -151,9 +152,11 @@ async def create_token(
     """Create an API token for the actor, valid for ``expires_in_days`` days (``None``: until revoked).
 
     Raises:
+        Forbidden: the actor acts through an API token (:func:`app.auth.require_signed_in_browser`).
         BadInput: (field ``name``) empty name; (``expires_in_days``) see :func:`token_expiry`.
     """
     user = _signed_in(actor)
+    auth.require_signed_in_browser(user)
     label = auth.token_name(name)
     if not label:
         raise BadInput.field("name", "Name the token after the program that will use it.")
@@ -178,9 +181,11 @@ async def revoke_token(db: Db, actor: Any, token_id: int, *, ip: str | None = No
     """Revoke one of the actor's own live tokens.
 
     Raises:
+        Forbidden: the actor acts through an API token (:func:`app.auth.require_signed_in_browser`).
         NotFound: no such live token of theirs (another person's token is not found either).
     """
     user = _signed_in(actor)
+    auth.require_signed_in_browser(user)
     async with db.begin_nested():
         await auth.revoke_token(db, token_id, user_id=user.id)
         await _audit(db, user, "account.token_revoke", ip, {"token_id": token_id})

@@ -231,6 +231,7 @@ async def issue_token(
         NotFound: no such user.
     """
     require_admin(actor, "issue API tokens for users")
+    auth.require_signed_in_browser(actor)
     target = await users.get_user(db, user_id)
     label = token_name(name)
     async with db.begin_nested():
@@ -253,6 +254,7 @@ async def revoke_token(db: Db, actor: Any, token_id: int, *, ip: str | None = No
         NotFound: no such live token.
     """
     require_admin(actor, "revoke other users' API tokens")
+    auth.require_signed_in_browser(actor)
     async with db.begin_nested():
         owner = await users.token_owner(db, token_id)
         await auth.revoke_token(db, token_id)

@@ -2,8 +2,10 @@
 
 * ``GET /api/me`` — who the token belongs to, with their time zone and colour theme;
 * ``PUT /api/me`` — change ``timezone`` and/or ``theme`` (the account page's actions);
-* ``GET /api/me/tokens`` — their tokens (no secrets); ``POST /api/me/tokens`` — a new one (the plaintext
-  is in this answer only); ``DELETE /api/me/tokens/{id}`` — revoke one.
+* ``GET /api/me/tokens`` — their tokens (no secrets); ``POST /api/me/tokens`` and
+  ``DELETE /api/me/tokens/{id}`` answer 403: tokens are created and revoked on the account page only
+  (:func:`app.auth.require_signed_in_browser`), so a stolen token can neither outlive its expiry or
+  revocation by minting another nor revoke its owner's other tokens.
 
 Password changes are page-only: the API has no session to keep. A person whose password an
 administrator reset keeps using their API tokens (they are a separate credential; the browser session
@@ -121,12 +123,13 @@ class AccountApiController(Controller):
         """Your API tokens that are not revoked, newest first (expired ones are marked)."""
         return [TokenInfo(**row) for row in await auth.user_tokens(db_session, request.user.id)]
 
-    @post("/me/tokens", name="api.me.tokens.create", status_code=201, responses=errors(401, 413, 422))
+    @post("/me/tokens", name="api.me.tokens.create", status_code=201, responses=errors(401, 403, 413, 422))
     async def create_token(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[TokenCreate]
     ) -> NewToken:
-        """Create an API token for yourself. Its secret is in this answer only. 422 naming the field for
-        an empty name or days outside 1 to 3650."""
+        """Create an API token: refused with 403 for every request made with a token (which is every API
+        request). Tokens are created on the account page (/account), signed in with your password, so
+        that a stolen token cannot mint a lasting one."""
         token = await account_actions.create_token(
             db_session, request.user, data.name, expires_in_days=data.expires_in_days, ip=client_ip(request)
         )
@@ -139,11 +142,14 @@ class AccountApiController(Controller):
         )
 
     @delete(
-        "/me/tokens/{token_id:int}", name="api.me.tokens.revoke", status_code=204, responses=errors(401, 404)
+        "/me/tokens/{token_id:int}",
+        name="api.me.tokens.revoke",
+        status_code=204,
+        responses=errors(401, 403, 404),
     )
     async def revoke_token(
         self, request: Request[Any, Any, Any], db_session: DbSession, token_id: FromPath[int]
     ) -> None:
-        """Revoke one of your tokens (programs using it stop working at once); 404 for an unknown,
-        revoked or someone else's token."""
+        """Revoke a token: refused with 403 for every request made with a token. Revoke tokens on the
+        account page (/account), signed in with your password."""
         await account_actions.revoke_token(db_session, request.user, token_id, ip=client_ip(request))
