@@ -13,7 +13,8 @@ A step names its approvers in its spec (ad hoc or in a template)::
 * ``approvals_needed`` distinct people must approve (default 1); one rejection by anybody eligible
   rejects the step;
 * after ``approval_timeout`` seconds without a decision the step is rejected (``reject``, the default)
-  or the approvers are reminded, once per period (``remind``).
+  or the approvers are reminded (``remind``: at least :data:`MIN_REMIND_TIMEOUT` seconds; each later
+  reminder waits as long as the step had waited at the one before, so reminders come after T, 2T, 4T…).
 
 A step without ``approvers`` keeps the rule from before approvers could be named: any admin decides, the
 submitter included. The rule is stored per step in ``job_approval_rules``, with the e-mail addresses
@@ -42,6 +43,10 @@ OWNER = "owner"
 ON_TIMEOUT = ("reject", "remind")
 MAX_APPROVERS = 50
 MAX_TIMEOUT = 365 * 86400
+MIN_REMIND_TIMEOUT = 3600
+"""A reminder writes an alert, an event and a notice (and an e-mail) to every approver: more often than
+hourly it is noise, and any submitter could make the sweep write without end. A rejection happens once
+per step, so ``reject`` keeps a one-second minimum."""
 LINK_TTL_SECONDS = 7 * 86400
 """A one-click link opens its confirm page for a week; after that the approver's list still does."""
 FIELDS = ("approvers", "approvals_needed", "approval_timeout", "on_approval_timeout")
@@ -147,6 +152,11 @@ def parse_step(step: dict[str, Any], path: str) -> ApprovalSpec | None:
             raise BadInput.field(f"{path}.on_approval_timeout", "needs an approval_timeout in seconds")
     elif timeout is not None:
         on_timeout = "reject"
+    if on_timeout == "remind" and timeout is not None and timeout < MIN_REMIND_TIMEOUT:
+        raise BadInput.field(
+            f"{path}.approval_timeout",
+            f'must be at least {MIN_REMIND_TIMEOUT:,} seconds (1 hour) with "on_approval_timeout": "remind"',
+        )
     return ApprovalSpec(approvers, needed, timeout, on_timeout)
 
 

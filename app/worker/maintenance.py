@@ -111,8 +111,8 @@ class ScheduleFiring:
 
 
 class ApprovalTimeouts:
-    """Steps past their ``approval_timeout``: rejected (dependents cancelled) or reminded once per
-    period, through the queue's compare-and-set with its event; ``on_rejected`` is called when any were
+    """Steps past their ``approval_timeout``: rejected (dependents cancelled) or reminded at growing
+    intervals (:func:`app.jobs.queue.expire_approvals`), through the queue's compare-and-set with its event; ``on_rejected`` is called when any were
     rejected (their pipelines may have work to cancel or release)."""
 
     def __init__(self, engine: AsyncEngine, *, log: Any, on_rejected: Callable[[], None]) -> None:

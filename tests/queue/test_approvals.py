@@ -64,6 +64,20 @@ async def decide(engine: Any, action: str, jid: uuid.UUID, user: TestUser, **kw:
         return await queue.reject(conn, jid, who(user), kw.get("reason", "no"))
 
 
+async def later(pg: asyncpg.Connection, jid: uuid.UUID, interval: str) -> None:
+    """As if ``interval`` had passed for a waiting step: its waiting start and last reminder move back."""
+    await pg.execute(
+        "UPDATE jobs SET updated_at = updated_at - CAST(CAST($2 AS text) AS interval) WHERE id = $1",
+        jid,
+        interval,
+    )
+    await pg.execute(
+        "UPDATE job_approval_rules SET reminded_at = reminded_at - CAST(CAST($2 AS text) AS interval) WHERE job_id = $1",
+        jid,
+        interval,
+    )
+
+
 BAD_RULES = [
     ({"approvers": ["nobody@example.com"]}, "steps[0].approvers[0]", "no account"),
     ({"approvers": ["ann@example.com"], "approvals_needed": 2}, "steps[0].approvals_needed", "only 1 person"),
@@ -72,6 +86,11 @@ BAD_RULES = [
     ({"approvers": ["ann"]}, "steps[0].approvers[0]", "not an e-mail"),
     ({"approval_timeout": 60, "on_approval_timeout": "later"}, "steps[0].on_approval_timeout", "reject"),
     ({"on_approval_timeout": "remind"}, "steps[0].on_approval_timeout", "needs an approval_timeout"),
+    (
+        {"approvers": ["owner"], "approval_timeout": 3599, "on_approval_timeout": "remind"},
+        "steps[0].approval_timeout",
+        "at least 3,600",
+    ),
 ]
 
 
@@ -173,7 +192,7 @@ async def test_the_sweep_rejects_or_reminds_after_the_timeout(
 ) -> None:
     rejecting = await waiting_step(engine, settings, pg, owner, approvers=["admins"], approval_timeout=3600)
     reminding = await waiting_step(
-        engine, settings, pg, owner, approvers=["admins"], approval_timeout=60, on_approval_timeout="remind"
+        engine, settings, pg, owner, approvers=["admins"], approval_timeout=3600, on_approval_timeout="remind"
     )
     fresh = await waiting_step(engine, settings, pg, owner, approvers=["admins"], approval_timeout=3600)
     async with engine.begin() as conn:
@@ -192,17 +211,48 @@ async def test_the_sweep_rejects_or_reminds_after_the_timeout(
         "SELECT count(*) FROM alert_outbox WHERE kind = 'approval_needed' AND payload->>'reminder' = 'true'"
     )
     assert await pg.fetchval(reminders) == 1
-    # once per period: not again until another timeout has passed
+    # not again until the step has waited twice as long as at the first reminder (2 hours, then 4)
     async with engine.begin() as conn:
         assert await expire_approvals(conn) == {"rejected": [], "reminded": []}
-    await pg.execute(
-        "UPDATE job_approval_rules SET reminded_at = now() - interval '61 seconds' WHERE job_id = $1",
-        reminding,
-    )
+    await later(pg, reminding, "1 hour")
+    async with engine.begin() as conn:
+        assert await expire_approvals(conn) == {"rejected": [], "reminded": []}
+    await later(pg, reminding, "61 minutes")
     async with engine.begin() as conn:
         assert (await expire_approvals(conn))["reminded"] == [reminding]
     assert await pg.fetchval(reminders) == 2
     assert "rejected" in await event_kinds(pg, rejecting)
+
+
+async def test_a_step_nobody_decides_sends_a_few_reminders_not_one_per_period(
+    engine: Any, settings: Settings, owner: TestUser, admin: TestUser, pg: asyncpg.Connection
+) -> None:
+    """A week of sweeps every half hour over a step reminding hourly: each reminder waits as long as the
+    step had waited at the one before, so 7 reminders (the first after the hour, the last after about 4
+    days), not one per hour; a rule stored with a shorter timeout (before the minimum) waits the hour too."""
+    jid = await waiting_step(
+        engine, settings, pg, owner, approvers=["admins"], approval_timeout=3600, on_approval_timeout="remind"
+    )
+    await pg.execute("UPDATE job_approval_rules SET timeout_seconds = 1 WHERE job_id = $1", jid)
+    await later(pg, jid, "50 minutes")
+    async with engine.begin() as conn:
+        assert (await expire_approvals(conn))["reminded"] == []
+    await later(pg, jid, "15 minutes")  # sweeps off the hour: never a few milliseconds early
+    seen = []
+    for i in range(2 * 24 * 7 - 2):
+        async with engine.begin() as conn:
+            if (await expire_approvals(conn))["reminded"]:
+                seen.append(65 + 30 * i)  # minutes waited
+        await later(pg, jid, "30 minutes")
+    counted = "SELECT count(*) FROM job_events WHERE job_id = $1 AND kind = 'approval_reminder'"
+    assert all(b >= 2 * a for a, b in zip(seen, seen[1:], strict=False)), seen  # each waits as long again
+    assert seen == [65, 155, 335, 695, 1415, 2855, 5735]
+    assert await pg.fetchval(counted, jid) == 7
+    alerts = (
+        "SELECT count(*) FROM alert_outbox WHERE kind = 'approval_needed' AND payload->>'reminder' = 'true'"
+    )
+    assert await pg.fetchval(alerts) == 7
+    assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", jid) == "waiting_approval"
 
 
 async def test_a_template_step_names_its_approvers(

@@ -126,7 +126,7 @@ async def test_a_waiting_step_and_its_reminders_notify_each_approver(
         pg,
         owner,
         approvers=["ann@example.com", "admins"],
-        approval_timeout=60,
+        approval_timeout=3600,
         on_approval_timeout="remind",
     )
     for person in (ann, admin, second_admin):
@@ -140,7 +140,7 @@ async def test_a_waiting_step_and_its_reminders_notify_each_approver(
     assert await notices(pg, owner.id) == []  # the owner is not listed: they may not decide
     assert await notices(pg, other.id) == []
 
-    await pg.execute("UPDATE jobs SET updated_at = now() - interval '2 minutes' WHERE id = $1", jid)
+    await pg.execute("UPDATE jobs SET updated_at = now() - interval '2 hours' WHERE id = $1", jid)
     async with engine.begin() as conn:
         assert (await expire_approvals(conn))["reminded"] == [jid]
     for person in (ann, admin, second_admin):

@@ -257,7 +257,13 @@ TIMED_OUT = sql(
     SELECT {", ".join("j." + c for c in JOB_COLUMNS.split(", "))}, r.on_timeout, r.timeout_seconds
     FROM jobs j JOIN job_approval_rules r ON r.job_id = j.id
     WHERE j.status = 'waiting_approval' AND r.timeout_seconds IS NOT NULL
-      AND GREATEST(j.updated_at, r.reminded_at) + make_interval(secs => r.timeout_seconds) <= now()
+      AND CASE
+        WHEN r.on_timeout <> 'remind' THEN j.updated_at + make_interval(secs => r.timeout_seconds)
+        WHEN r.reminded_at IS NULL OR r.reminded_at < j.updated_at
+          THEN j.updated_at + make_interval(secs => GREATEST(r.timeout_seconds, :min_remind))
+        ELSE r.reminded_at
+          + GREATEST(make_interval(secs => GREATEST(r.timeout_seconds, :min_remind)), r.reminded_at - j.updated_at)
+      END <= now()
     ORDER BY j.updated_at, j.id
     LIMIT :limit
     FOR UPDATE OF j SKIP LOCKED
@@ -286,10 +292,18 @@ def _seconds_words(seconds: int) -> str:
 async def expire_approvals(conn: AsyncConnection) -> dict[str, list[Any]]:
     """Steps that waited ``approval_timeout`` without a decision: those with ``on_approval_timeout:
     reject`` → ``failed`` (dependents cancelled), those with ``remind`` get one more ``approval_needed``
-    alert per period, and a reminder notice to each person who may decide them. Rows another sweep
-    holds are skipped (``SKIP LOCKED``). Returns the ids of ``{"rejected": […], "reminded": […]}``.
+    alert, and a reminder notice to each person who may decide them. The first reminder comes after
+    the timeout (at least :data:`~app.jobs.approvals.MIN_REMIND_TIMEOUT`, also for rules stored before
+    that minimum), each later one after as long as the step had waited at the one before (T, 2T, 4T…):
+    a step nobody decides sends a few reminders a year, not one per period forever, whatever its
+    rule says. Rows another sweep holds are skipped (``SKIP LOCKED``). Returns the ids of
+    ``{"rejected": […], "reminded": […]}``.
     """
-    due = (await conn.execute(TIMED_OUT, {"limit": TIMEOUT_BATCH})).mappings().all()
+    due = (
+        (await conn.execute(TIMED_OUT, {"limit": TIMEOUT_BATCH, "min_remind": approvals.MIN_REMIND_TIMEOUT}))
+        .mappings()
+        .all()
+    )
     rejecting = [r for r in due if r["on_timeout"] == "reject"]
     reminding = [r for r in due if r["on_timeout"] == "remind"]
     rejected: list[JobRow] = []
