@@ -6,6 +6,12 @@ fields, and turn each row into an ``input_data`` dict.
   an XLSX workbook, opened with openpyxl in read-only mode so a large file is streamed, not loaded.
   The first non-empty row is the header; empty rows are skipped; at most :data:`MAX_ROWS` data rows —
   one more and reading stops with a clear error, so a huge file costs no more than that.
+* **Bounds** (the upload limit, ``max_bytes``): a workbook is a zip archive, and a small one can unpack
+  to gigabytes (openpyxl loads every shared string, however long, before the first row is read). So its
+  zip directory is checked before openpyxl opens it (:func:`_check_archive`: what it unpacks to, how
+  far each part expands, compression methods spreadsheet programs use), and the text kept from any
+  spreadsheet is counted as it is read: at most ``max_bytes`` characters, what a CSV file could hold.
+  Reading is CPU-bound work for seconds: callers in the event loop run it in a thread.
 * **Matching** (:func:`match_columns`): a field matches a column whose header equals its name or its
   title, ignoring case, spaces, underscores and hyphens ("Address (URL)", "url", "URL").
 * **Converting** (:func:`row_input`): a cell becomes the field's JSON type where that is unambiguous
@@ -21,18 +27,38 @@ import io
 import itertools
 import json
 import re
+import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from typing import Any
 
 from app.errors import BadInput
+from app.formatting import format_bytes
 from app.jobs.types import InputModel, widget_of
+from app.settings import Settings
 
 MAX_ROWS = 10_000
 """Most data rows one spreadsheet (and one batch) may have."""
 MAX_COLUMNS = 200
+MAX_EMPTY_ROWS = 10 * MAX_ROWS
+"""Most empty rows skipped: a workbook's row numbers can leave a million rows between two, which its
+reader gives as empty rows, with no byte of the file for each."""
 MAX_CELL_CHARS = 100_000
+DEFAULT_MAX_BYTES: int = Settings.model_fields["upload_max_bytes"].default
+"""``UPLOAD_MAX_BYTES`` as shipped: the bound of :func:`read` for callers that have no settings."""
+UNPACKED_PER_BYTE = 4
+"""A workbook may unpack to at most this many times the upload limit, all its parts together: the XML
+around a spreadsheet's cells takes a few times the room of their text (10,000 rows of 200 short
+numbers are some 80 MB of sheet XML), and the text kept is at most the upload limit."""
+MAX_EXPANSION = 100
+"""How many times its packed size one part of a workbook may unpack to (once it unpacks to more than
+:data:`EXPANSION_FLOOR_BYTES`): spreadsheet XML packs some 5 to 25 to one; a part that expands a
+hundredfold is one text repeated, made to take a reader's memory (a "zip bomb")."""
+EXPANSION_FLOOR_BYTES = 1024 * 1024
+ZIP_METHODS = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED})
+"""The compression methods spreadsheet programs write. Python's zipfile stops unpacking a deflated part
+at the size its directory declares; other methods unpack each chunk whole before that check."""
 SNIFF_BYTES = 16_384
 DELIMITERS = ",;\t"
 TRUE_WORDS = frozenset({"true", "yes", "y", "1", "x", "on", "ja", "oui", "si", "sí"})
@@ -82,21 +108,48 @@ def is_xlsx(data: bytes, name: str) -> bool:
     return data[:4] == b"PK\x03\x04" or name.lower().endswith((".xlsx", ".xlsm"))
 
 
-def read(data: bytes, name: str, *, max_rows: int = MAX_ROWS) -> Sheet:
-    """The spreadsheet in ``data`` (a file called ``name``).
+def too_much_text(max_bytes: int) -> BadInput:
+    return BadInput.field(
+        "file",
+        f"This spreadsheet holds more than {format_bytes(max_bytes)} of text, more than a file you may "
+        "upload. Split it into smaller files.",
+    )
+
+
+def read(data: bytes, name: str, *, max_rows: int = MAX_ROWS, max_bytes: int = DEFAULT_MAX_BYTES) -> Sheet:
+    """The spreadsheet in ``data`` (a file called ``name``); ``max_bytes`` is the upload limit
+    (``UPLOAD_MAX_BYTES``), which bounds the text kept and what a workbook may unpack to. CPU-bound:
+    run it in a thread from an event loop.
 
     Raises:
         BadInput: on ``file``: not a CSV or XLSX file, no header row, no data rows, more than
-        ``max_rows`` data rows or :data:`MAX_COLUMNS` columns.
+        ``max_rows`` data rows or :data:`MAX_COLUMNS` columns, more than ``max_bytes`` characters of
+        text, a workbook that would unpack to too much (:func:`_check_archive`).
     """
-    rows = _xlsx_rows(data) if is_xlsx(data, name) else _csv_rows(data)
+    rows = _xlsx_rows(data, max_bytes) if is_xlsx(data, name) else _csv_rows(data)
     sheet: Sheet | None = None
+    text = empty = 0
     for number, cells in rows:
-        cleaned = [_clean(c) for c in cells]
-        while cleaned and (cleaned[-1] is None or cleaned[-1] == ""):
-            cleaned.pop()  # a workbook's rows are padded to its widest row
+        if cells.count(None) + cells.count("") == len(cells):
+            cleaned = []  # told cheaply: a workbook's row numbers can skip a million rows, each read empty
+        else:
+            # one cell past the widest header allowed is enough to refuse it; none further is cleaned
+            cleaned = [_clean(c) for c in cells[: MAX_COLUMNS + 1]]
+            while cleaned and (cleaned[-1] is None or cleaned[-1] == ""):
+                cleaned.pop()  # a workbook's rows are padded to its widest row
         if not cleaned:
+            empty += 1
+            if empty > MAX_EMPTY_ROWS:
+                raise BadInput.field(
+                    "file",
+                    f"This spreadsheet has more than {MAX_EMPTY_ROWS:,} empty rows. Delete them, "
+                    "or save only the rows to run.",
+                )
             continue
+        # A workbook's cells may all name one shared string: counted as a CSV file would hold them.
+        text += sum(len(c) for c in cleaned if isinstance(c, str))
+        if text > max_bytes:
+            raise too_much_text(max_bytes)
         if sheet is None:
             if len(cleaned) > MAX_COLUMNS:
                 raise BadInput.field("file", f"This spreadsheet has more than {MAX_COLUMNS} columns.")
@@ -149,7 +202,7 @@ def _delimiter(sample: str) -> str:
     return best if first.count(best) > 0 else ","
 
 
-def _csv_rows(data: bytes) -> Iterator[tuple[int, list[Any]]]:
+def _csv_rows(data: bytes) -> Iterator[tuple[int, Sequence[Any]]]:
     if b"\x00" in data[:SNIFF_BYTES]:
         raise _unreadable("it holds binary data")
     text = _decode(data)
@@ -161,9 +214,45 @@ def _csv_rows(data: bytes) -> Iterator[tuple[int, list[Any]]]:
         raise _unreadable(f"line {reader.line_num}: {exc}") from None
 
 
-def _xlsx_rows(data: bytes) -> Iterator[tuple[int, list[Any]]]:
+def _too_large(why: str) -> BadInput:
+    return BadInput.field(
+        "file", f"This workbook is too large to read: {why}. Save it as CSV, or split it into smaller files."
+    )
+
+
+def _check_archive(data: bytes, max_bytes: int) -> None:
+    """Refuse a workbook before anything is unpacked: more than :data:`UNPACKED_PER_BYTE` times
+    ``max_bytes`` in all, a part expanding more than :data:`MAX_EXPANSION` times, or a compression
+    method other than :data:`ZIP_METHODS`. The sizes are the zip directory's, which a made-up file can
+    understate: Python's zipfile (which openpyxl reads through) stops at the declared size and fails
+    the part's checksum, so what is read is bounded by what was checked here."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            parts = archive.infolist()
+    except Exception as exc:  # a damaged archive fails in whatever way zipfile's code meets it
+        raise _unreadable(f"not a valid XLSX workbook ({type(exc).__name__})") from None
+    cap = UNPACKED_PER_BYTE * max_bytes
+    total = 0
+    for part in parts:
+        if part.compress_type not in ZIP_METHODS:
+            raise _unreadable(
+                f"its part {part.filename[:100]} is packed in a way spreadsheet programs do not use"
+            )
+        total += part.file_size
+        if total > cap:
+            raise _too_large(f"unpacked, it would be more than {format_bytes(cap)}")
+        expands = part.file_size > MAX_EXPANSION * max(part.compress_size, 1)
+        if expands and part.file_size > EXPANSION_FLOOR_BYTES:
+            raise _too_large(
+                f"its part {part.filename[:100]} would unpack to {format_bytes(part.file_size)} from "
+                f"{format_bytes(part.compress_size)}, more than spreadsheet programs write"
+            )
+
+
+def _xlsx_rows(data: bytes, max_bytes: int) -> Iterator[tuple[int, Sequence[Any]]]:
     from openpyxl import load_workbook  # imported here: only spreadsheet uploads need it
 
+    _check_archive(data, max_bytes)
     # openpyxl reads the workbook's XML parts as it meets them, and a damaged or unusual one fails in
     # whatever way its code happens to (ParseError, ValueError, AttributeError on a chart sheet first):
     # any failure while opening or reading is the file's, and said so.
@@ -183,7 +272,7 @@ def _xlsx_rows(data: bytes) -> Iterator[tuple[int, list[Any]]]:
                 raise _unreadable(f"row {number} is damaged ({type(exc).__name__})") from None
             if cells is None:
                 return
-            yield number, list(cells)
+            yield number, cells
     finally:
         book.close()
 

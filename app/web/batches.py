@@ -15,7 +15,9 @@
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
 
+import asyncio
 import uuid
+from pathlib import Path
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get, post
@@ -66,6 +68,15 @@ def _chosen(form: Any, fields: list[spreadsheets.SheetField], columns: list[str]
         index = whole_number(str(form.get(f"map.{f.name}") or ""))
         out[f.name] = index if index is not None and 0 <= index < len(columns) else None
     return out
+
+
+def _read_stored(path: Path, name: str, max_bytes: int) -> spreadsheets.Sheet:
+    """A stored spreadsheet read (in a thread): refused, unread, when larger than an upload may be."""
+    with path.open("rb") as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise BadInput.field("file", "This file is larger than you can upload.")
+    return spreadsheets.read(data, name, max_bytes=max_bytes)
 
 
 class BatchesController(Controller):
@@ -158,8 +169,12 @@ class BatchesController(Controller):
         stored = next(iter(found.values()), None)
         if stored is None:
             return None
-        data = stored.path.read_bytes()
-        return str(stored.row["id"]), spreadsheets.read(data, str(stored.row["name"]))
+        # off the event loop: a workbook takes seconds of CPU to read (and the file may be a job's output,
+        # of any size: refused unread above the upload limit)
+        sheet = await asyncio.to_thread(
+            _read_stored, stored.path, str(stored.row["name"]), settings_of(request).upload_max_bytes
+        )
+        return str(stored.row["id"]), sheet
 
     async def _read_sheet(
         self,
@@ -175,7 +190,13 @@ class BatchesController(Controller):
             ctx["errors"] = {"file": "This file is larger than you can upload."}
             return render(request, "batches/new.html", ctx, status_code=413)
         try:
-            sheet = spreadsheets.read(data, upload.filename or "spreadsheet.csv")
+            # off the event loop: a workbook takes seconds of CPU to read, and the pages must not wait
+            sheet = await asyncio.to_thread(
+                spreadsheets.read,
+                data,
+                upload.filename or "spreadsheet.csv",
+                max_bytes=settings.upload_max_bytes,
+            )
         except BadInput as exc:
             ctx["errors"] = {"file": exc.errors.get("file") or exc.detail}
             return render(request, "batches/new.html", ctx, status_code=422)

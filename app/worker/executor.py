@@ -11,7 +11,6 @@ state, apart from progress reports of a job this worker holds.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from app.processors import (
     registry,
 )
 from app.settings import Settings
+from app.worker import scratch
 from app.worker.cpu import run_in_process
 from app.worker.faults import describe, first_line
 from app.worker.joblog import JobLogger, JobLogWriter, current
@@ -67,6 +67,8 @@ class RunningJob:
     """When the claim that took this job was sent (monotonic): the start of its lease by our clock."""
     log_buffer: Any = None
     """The job's log lines not written yet (:class:`app.worker.joblog.JobLogBuffer`), once it runs."""
+    scratch: Path | None = None
+    """The scratch directory of this attempt of a CPU-bound job (:mod:`app.worker.scratch`), once made."""
     id: uuid.UUID = field(init=False)
     """``row["id"]``, kept as an attribute: the worker's bookkeeping reads it a dozen times per job."""
     id_text: str = ""
@@ -171,6 +173,17 @@ class Executor:
             return self._failure(job, spec, str(exc) or type(exc).__name__, permanent=True)
         except Exception as exc:
             return self._failure(job, spec, describe(exc), permanent=False)
+        finally:
+            self._clear_scratch(job)
+
+    def _clear_scratch(self, job: RunningJob) -> None:
+        """Remove the attempt's scratch directory, whatever its outcome (the outputs worth keeping were
+        stored by :meth:`_success`; a child stopped past its grace was killed and writes nothing more).
+        At once, with no await: a cancel arriving meanwhile could not take the outcome with it, and
+        removing a directory costs less than storing the outputs did."""
+        path, job.scratch = job.scratch, None
+        if path is not None:
+            scratch.remove(path)
 
     async def _supervise(self, spec: ProcessorSpec, job: RunningJob, model: Any, limit: float) -> Any:
         """Run the processor in a task of its own and wait for it at most ``limit`` seconds.
@@ -256,7 +269,7 @@ class Executor:
         paths, names = await JobFiles(self.files, self.app_engine, row).for_process(
             model, row["parents"] or {}
         )
-        out_dir = Path(tempfile.mkdtemp(prefix=f"job-{row['id']}-", dir=self._scratch()))
+        out_dir = job.scratch = scratch.make(self.settings.data_dir, row["id"], row["attempts"])
         ctx = CpuContext(
             job_id=str(row["id"]),
             attempt=row["attempts"],
@@ -274,11 +287,6 @@ class Executor:
             max_memory_mb=self.settings.cpu_job_max_memory_mb,
             on_log=job.log_buffer.add if job.log_buffer is not None else None,
         )
-
-    def _scratch(self) -> Path:
-        path = self.settings.data_dir / "scratch"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
 
     # --- outcomes -----------------------------------------------------------------------------
 

@@ -8,7 +8,8 @@
 * :class:`ApprovalTimeouts` — every sweep: steps that waited ``approval_timeout`` without a decision are
   rejected or their approvers reminded (:func:`app.jobs.queue.expire_approvals`).
 * :class:`Retention` — every minute: finished jobs past ``JOB_RETENTION_DAYS`` are deleted, with their
-  files, in small batches; every hour, bytes in the files folder that no row names and are as old.
+  files, in small batches; every hour, bytes in the files folder that no row names and are as old, and
+  scratch directories a dead process left (:mod:`app.worker.scratch`).
 * :class:`Upkeep` — every minute: old worker rows, expired sessions and old sign-in attempts are deleted.
 
 Alerts past retention are deleted by the alert delivery task itself (:class:`app.alerts.Deliverer`).
@@ -32,6 +33,7 @@ from app.jobs import queue
 from app.jobs.backoff import retry_delay
 from app.processors import registry
 from app.settings import Settings
+from app.worker import scratch
 from app.worker.completer import Tally
 from app.worker.faults import first_line
 
@@ -47,6 +49,10 @@ UNRECORDED_MIN_AGE_SECS = 86400.0
 may be in a transaction not committed yet (bytes are written before their row is inserted), and their
 age is read from the writing host's clock (the id's time, the bytes' time), which may be off."""
 UNRECORDED_CHECK_BATCH = 1000
+SCRATCH_MIN_AGE_SECS = 3600.0
+"""A scratch directory unchanged this long is checked against the attempts running now: a process that
+died (killed, out of memory, the host restarted) never removed its own. Younger ones are not looked at,
+whatever the database says (a directory is made just after its attempt is claimed)."""
 
 
 class ExpiredLeaseRescue:
@@ -136,7 +142,8 @@ class ApprovalTimeouts:
 
 class Retention:
     """Finished jobs and pipelines past ``JOB_RETENTION_DAYS`` are deleted (batches left empty with
-    them), and their files removed."""
+    them), and their files removed; bytes no row names and scratch directories of attempts no longer
+    running, too."""
 
     def __init__(self, engine: AsyncEngine, settings: Settings, *, files: FileStore, log: Any) -> None:
         self.engine = engine
@@ -150,6 +157,7 @@ class Retention:
         if self.scanned_at is None or time.monotonic() - self.scanned_at >= UNRECORDED_SCAN_SECS:
             self.scanned_at = time.monotonic()
             await self.remove_unrecorded()
+            await self.remove_scratch_leftovers()
         for _ in range(RETENTION_BATCHES_PER_PASS):
             async with self.engine.begin() as conn:
                 pruned = await queue.prune(conn, self.settings.job_retention_days)
@@ -186,6 +194,28 @@ class Retention:
         if gone or temps:
             self.log.info(
                 "retention: deleted stored bytes no file row names", files=len(gone), partial=len(temps)
+            )
+
+    async def remove_scratch_leftovers(self) -> None:
+        """Delete the scratch directories (:mod:`app.worker.scratch`) older than
+        :data:`SCRATCH_MIN_AGE_SECS` whose attempt is not running now on any worker sharing the folder:
+        an attempt removes its own when it ends, so these are a dead process's."""
+        found = await asyncio.to_thread(
+            scratch.leftovers, self.settings.data_dir, time.time() - SCRATCH_MIN_AGE_SECS
+        )
+        gone = []
+        for start in range(0, len(found), UNRECORDED_CHECK_BATCH):
+            chunk = found[start : start + UNRECORDED_CHECK_BATCH]
+            async with self.engine.connect() as conn:
+                running = await queue.running_attempts(conn, list({d.job_id for d in chunk}))
+            for leftover in chunk:
+                attempt = running.get(leftover.job_id)
+                if attempt is None or leftover.attempt not in (None, attempt):
+                    await asyncio.to_thread(scratch.remove, leftover.path)
+                    gone.append(leftover)
+        if gone:
+            self.log.info(
+                "retention: deleted scratch directories of attempts no longer running", dirs=len(gone)
             )
 
 

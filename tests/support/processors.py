@@ -484,6 +484,36 @@ def cpu_sleep(ctx: Any) -> dict[str, Any]:
     return {"slept": ctx.input.seconds}
 
 
+class CpuFilesInput(Input):
+    files: int = Field(2, ge=0, le=100)
+    seconds: float = Field(0.0, ge=0)
+    fail: bool = False
+
+
+@processor(
+    "test.cpu_files",
+    title="Write files in a process",
+    description="A CPU-bound processor that writes files to its output folder, waits, then fails if asked.",
+    input=CpuFilesInput,
+    cpu_bound=True,
+    diagnostic=True,
+)
+def cpu_files(ctx: Any) -> Result:
+    from pathlib import Path
+
+    from app.processors import OutputFile, PermanentError
+
+    outputs = []
+    for i in range(ctx.input.files):
+        path = Path(ctx.output_dir) / f"out-{i}.txt"
+        path.write_text(f"output {i}\n")
+        outputs.append(OutputFile(path=path, name=path.name, content_type="text/plain"))
+    time.sleep(ctx.input.seconds)
+    if ctx.input.fail:
+        raise PermanentError("failed on purpose, after writing its outputs")
+    return Result(data={"written": ctx.input.files}, files=outputs)
+
+
 @processor(
     "test.thread_stuck",
     title="Stuck in a thread",

@@ -170,6 +170,7 @@ from app.jobs.queue.sweep import (
     Delays,
     prune,
     rescue_expired,
+    running_attempts,
     stuck_dependents,
 )
 from app.jobs.queue.transitions import (
@@ -340,6 +341,7 @@ __all__ = [
     "prune",
     "STUCK_DEPENDENTS",
     "stuck_dependents",
+    "running_attempts",
     "REGISTER_WORKER",
     "TOUCH_WORKER",
     "SET_WORKER_HEALTH",

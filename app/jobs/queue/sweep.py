@@ -251,3 +251,17 @@ async def stuck_dependents(conn: AsyncConnection) -> list[uuid.UUID]:
     """Jobs waiting on a dependency that is failed, cancelled or missing — must always be empty: such a
     job could never run (the invariant behind cancelling dependents and re-opening them on retry)."""
     return list((await conn.execute(STUCK_DEPENDENTS)).scalars())
+
+
+RUNNING_ATTEMPTS = sql(
+    "SELECT id, attempts FROM jobs WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'in_progress'"
+)
+
+
+async def running_attempts(conn: AsyncConnection, ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
+    """The attempt each of ``ids`` is running now, on whichever worker holds it (jobs not running are
+    left out): what a worker's leftovers (its scratch directories) may still belong to."""
+    if not ids:
+        return {}
+    rows = await conn.execute(RUNNING_ATTEMPTS, {"ids": ids})
+    return {row.id: row.attempts for row in rows}
