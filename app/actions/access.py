@@ -11,6 +11,8 @@ ad-hoc pipeline, a schedule, or "run again". Internal types stay usable as steps
 templates (their steps are code, not input) and as next jobs of a step of the same pipeline group
 (or of a type that declares them in ``next_types``).
 
+A job's ``priority`` above 0 is for admins too (:func:`check_priority`): claims are strictly by priority.
+
 The rules are pure functions in :mod:`app.jobs.types`; this module applies them to a person for every
 path that starts work (form, API, ad-hoc pipelines, templates, schedules), and the layers below the
 actions use the same functions directly: the queue for a processor's next jobs, the schedule sweep for
@@ -23,12 +25,13 @@ from typing import Any, Protocol
 
 from app.errors import BadInput, NotFound
 from app.jobs import types
-from app.jobs.types import INTERNAL_GROUP, admins_only, is_internal, refusal
+from app.jobs.types import INTERNAL_GROUP, admins_only, is_internal, priority_refusal, refusal
 from app.processors import ProcessorSpec, registry
 
 __all__ = [
     "INTERNAL_GROUP",
     "admins_only",
+    "check_priority",
     "check_template",
     "check_type",
     "is_internal",
@@ -78,6 +81,18 @@ def check_type(person: Any, type_name: Any, field: str = "type") -> ProcessorSpe
     if spec is not None and not may_submit(person, spec):
         raise BadInput.field(field, refusal(spec))
     return spec
+
+
+def check_priority(person: Any, priority: Any, field: str = "priority") -> None:
+    """The priority rule (:func:`app.jobs.types.priority_refusal`) for a job ``person`` asks for:
+    at most :data:`~app.jobs.types.USER_MAX_PRIORITY` unless they are an admin.
+
+    Raises:
+        BadInput: a higher priority from a non-admin, named by ``field`` (422).
+    """
+    refused = priority_refusal(_is_admin(person), priority)
+    if refused is not None:
+        raise BadInput.field(field, refused)
 
 
 def page_spec(person: Any, type_name: str) -> ProcessorSpec:

@@ -172,6 +172,7 @@ async def submit(
         RateLimited: over the person's waiting or per-minute limit (:mod:`app.actions.quotas`).
     """
     access.check_type(actor.user, new.type)
+    access.check_priority(actor.user, new.priority)
     checked_tags = check_tags(list(tags) if tags is not None else None)
     url = callbacks.check_url(callback_url, actor.settings) if callback_url is not None else None
     await check_run_at(db, new.run_at)

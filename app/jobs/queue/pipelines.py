@@ -27,7 +27,7 @@ from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.many_jobs import enqueue_many, renamed
 from app.jobs.queue.new_jobs import NewJob, lock_parents
 from app.jobs.rows import Fetched
-from app.jobs.types import NextJob, may_create_next, refusal, registry
+from app.jobs.types import NextJob, may_create_next, priority_refusal, refusal, registry
 from app.settings import Settings
 
 # --- status ---------------------------------------------------------------------------------------
@@ -364,25 +364,31 @@ async def check_next_types(
     conn: AsyncConnection, creator: Mapping[str, Any], next_jobs: Sequence[NextJob]
 ) -> None:
     """Refuse next jobs of types the creator may not create for its owner
-    (:func:`app.jobs.types.may_create_next`); the owner's admin flag is read only when one of them is
-    admins-only.
+    (:func:`app.jobs.types.may_create_next`), or with a priority its owner may not give a job
+    (:func:`app.jobs.types.priority_refusal`); the owner's admin flag is read only when one of them is
+    admins-only or above that priority.
 
     Raises:
-        BadInput: naming the refused next job's ``type``.
+        BadInput: naming the refused next job's ``type`` or ``priority``.
     """
     creator_spec = registry.get(creator["type"])
     is_admin: bool | None = None
     for i, nj in enumerate(next_jobs):
         spec = registry.get(nj.type)
-        if spec is None or may_create_next(False, creator_spec, spec):
-            continue  # an unknown type is refused by the input check, with the list of known types
+        typed = spec is None or may_create_next(False, creator_spec, spec)
+        # an unknown type is refused by the input check, with the list of known types
+        if typed and priority_refusal(False, nj.priority) is None:
+            continue
         if is_admin is None:
             is_admin = bool((await conn.execute(OWNER_IS_ADMIN, {"id": creator["user_id"]})).scalar())
-        if not is_admin:
+        if is_admin:
+            continue
+        if spec is not None and not typed:
             raise BadInput.field(
                 f"next_jobs[{i}].type",
                 f"{refusal(spec)}, and {creator['type']!r} does not declare it among its next types",
             )
+        raise BadInput.field(f"next_jobs[{i}].priority", str(priority_refusal(False, nj.priority)))
 
 
 async def _pipeline_of(conn: AsyncConnection, creator: Mapping[str, Any]) -> uuid.UUID:
