@@ -18,7 +18,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from app.errors import BadInput, Conflict
 from app.jobs import approvals, outbox
 from app.jobs.fanout import base_key, check_for_each, expand_literal
-from app.jobs.graph import check_graph, check_ref_sources, rename_refs, topo_order, validate_step_input
+from app.jobs.graph import (
+    check_graph,
+    check_key,
+    check_ref_sources,
+    rename_refs,
+    topo_order,
+    validate_step_input,
+)
 from app.jobs.payload import json_text, text_problem
 from app.jobs.queue.common import conn_of, new_id, sql
 from app.jobs.queue.fanouts import name_instances
@@ -405,11 +412,18 @@ async def _pipeline_of(conn: AsyncConnection, creator: Mapping[str, Any]) -> uui
 
 
 def _new_keys(creator: Mapping[str, Any], next_jobs: Sequence[NextJob], taken: set[str]) -> list[str]:
-    """A step key for each next job: its own ``key``, else ``<creator's key>-next-<n>``; primed until it
-    is not taken in the pipeline."""
+    """A step key for each next job: its own ``key`` (checked like a pipeline's, :func:`check_key`), else
+    ``<creator's key>-next-<n>`` (a dot in a creator's key from before dots were refused becomes ``-``:
+    a ``$ref`` ends the key at its first dot); primed until it is not taken in the pipeline.
+
+    Raises:
+        BadInput: a next job's own key that is not a step key (``next_jobs[1].key``).
+    """
     keys: list[str] = []
     for i, nj in enumerate(next_jobs):
-        key = nj.key or f"{creator['step_key'] or 'step'}-next-{i + 1}"
+        if nj.key:
+            check_key(nj.key, f"next_jobs[{i}].key")
+        key = nj.key or f"{creator['step_key'] or 'step'}-next-{i + 1}".replace(".", "-")
         while key in taken:
             key = f"{key}'"
         taken.add(key)
