@@ -70,15 +70,19 @@ def may_submit(person: Any, spec: ProcessorSpec) -> bool:
     return types.may_submit(_is_admin(person), spec)
 
 
-def check_type(person: Any, type_name: Any, field: str = "type") -> ProcessorSpec | None:
-    """The registered type ``type_name`` if ``person`` may submit it; ``None`` for an unknown type (the
-    queue then answers with the list of known types).
+def check_type(person: Any, type_name: Any, field: str = "type") -> ProcessorSpec:
+    """The registered type ``type_name`` if ``person`` may submit it.
 
     Raises:
-        BadInput: a diagnostic or internal type for a non-admin, named by ``field`` (422).
+        BadInput: named by ``field`` (422): a diagnostic or internal type for a non-admin; an unknown
+            type, with the types this person may submit (:func:`submittable_types`; a non-admin is not
+            shown the admins' ones).
     """
     spec = registry.get(type_name) if isinstance(type_name, str) else None
-    if spec is not None and not may_submit(person, spec):
+    if spec is None:
+        known = ", ".join(sorted(s.type for s in submittable_types(person))) or "none"
+        raise BadInput.field(field, f"unknown job type {str(type_name)[:100]!r}; known types: {known}")
+    if not may_submit(person, spec):
         raise BadInput.field(field, refusal(spec))
     return spec
 
