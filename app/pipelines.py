@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput, Conflict, NotFound
 from app.jobs import queue
+from app.jobs.error_text import input_unfit
 from app.jobs.graph import (
     KEY_PATTERN,
     MAX_STEPS,
@@ -243,7 +244,8 @@ PIPELINE_STEPS = text(
     """
     SELECT j.id, j.step_key, j.type, j.title, j.status, j.is_active, j.pending_parents, j.run_at, j.attempts,
            j.max_attempts, j.progress, j.progress_message, j.started_at, j.completed_at, j.requires_approval,
-           j.error_message IS NOT NULL AS has_error, j.created_at, j.created_by_job,
+           j.error_message IS NOT NULL AS has_error, left(j.error_message, 64) AS error_head,
+           j.created_at, j.created_by_job,
            COALESCE((SELECT array_agg(d.depends_on::text ORDER BY d.depends_on) FROM job_dependencies d WHERE d.job_id = j.id),
                     '{}') AS depends_on_ids
     FROM jobs j WHERE j.pipeline_id = :id ORDER BY j.id
@@ -293,6 +295,8 @@ async def get(
                 "completed_at": r["completed_at"],
                 "requires_approval": r["requires_approval"],
                 "has_error": r["has_error"],
+                # failed because its input does not fit its type: a retry would fail the same way
+                "input_unfit": input_unfit(r["error_head"]),
                 "created_by": key_of.get(str(r["created_by_job"])) if r["created_by_job"] else None,
             }
         )

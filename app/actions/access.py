@@ -11,6 +11,8 @@ ad-hoc pipeline, a schedule, or "run again". Internal types stay usable as steps
 templates (their steps are code, not input) and as next jobs of a step of the same pipeline group
 (or of a type that declares them in ``next_types``).
 
+A job's ``priority`` above 0 is for admins too (:func:`check_priority`): claims are strictly by priority.
+
 The rules are pure functions in :mod:`app.jobs.types`; this module applies them to a person for every
 path that starts work (form, API, ad-hoc pipelines, templates, schedules), and the layers below the
 actions use the same functions directly: the queue for a processor's next jobs, the schedule sweep for
@@ -23,12 +25,13 @@ from typing import Any, Protocol
 
 from app.errors import BadInput, NotFound
 from app.jobs import types
-from app.jobs.types import INTERNAL_GROUP, admins_only, is_internal, refusal
+from app.jobs.types import INTERNAL_GROUP, admins_only, is_internal, priority_refusal, refusal
 from app.processors import ProcessorSpec, registry
 
 __all__ = [
     "INTERNAL_GROUP",
     "admins_only",
+    "check_priority",
     "check_template",
     "check_type",
     "is_internal",
@@ -67,17 +70,33 @@ def may_submit(person: Any, spec: ProcessorSpec) -> bool:
     return types.may_submit(_is_admin(person), spec)
 
 
-def check_type(person: Any, type_name: Any, field: str = "type") -> ProcessorSpec | None:
-    """The registered type ``type_name`` if ``person`` may submit it; ``None`` for an unknown type (the
-    queue then answers with the list of known types).
+def check_type(person: Any, type_name: Any, field: str = "type") -> ProcessorSpec:
+    """The registered type ``type_name`` if ``person`` may submit it.
 
     Raises:
-        BadInput: a diagnostic or internal type for a non-admin, named by ``field`` (422).
+        BadInput: named by ``field`` (422): a diagnostic or internal type for a non-admin; an unknown
+            type, with the types this person may submit (:func:`submittable_types`; a non-admin is not
+            shown the admins' ones).
     """
     spec = registry.get(type_name) if isinstance(type_name, str) else None
-    if spec is not None and not may_submit(person, spec):
+    if spec is None:
+        known = ", ".join(sorted(s.type for s in submittable_types(person))) or "none"
+        raise BadInput.field(field, f"unknown job type {str(type_name)[:100]!r}; known types: {known}")
+    if not may_submit(person, spec):
         raise BadInput.field(field, refusal(spec))
     return spec
+
+
+def check_priority(person: Any, priority: Any, field: str = "priority") -> None:
+    """The priority rule (:func:`app.jobs.types.priority_refusal`) for a job ``person`` asks for:
+    at most :data:`~app.jobs.types.USER_MAX_PRIORITY` unless they are an admin.
+
+    Raises:
+        BadInput: a higher priority from a non-admin, named by ``field`` (422).
+    """
+    refused = priority_refusal(_is_admin(person), priority)
+    if refused is not None:
+        raise BadInput.field(field, refused)
 
 
 def page_spec(person: Any, type_name: str) -> ProcessorSpec:

@@ -25,6 +25,7 @@ from app.actions.trail import Actor, record_by_owner, record_done, record_refuse
 from app.errors import BadInput, Conflict, Forbidden, KeyReused, NotFound, RateLimited
 from app.jobs import naming, queue
 from app.jobs.decisions import Decision, decision_words
+from app.jobs.error_text import input_unfit
 from app.jobs.queue import Enqueued, NewJob
 from app.jobs.queue.repeats import Repeat, refusal
 from app.jobs.states import LABELS, LIVE, Status
@@ -115,7 +116,16 @@ def parse_id(value: Any, what: str = "job") -> uuid.UUID:
 
 def allowed(user: Any, action: str, row: Mapping[Any, Any]) -> bool:
     """Whether ``user`` may ask for ``action`` on the job ``row`` (owner or admin, per :data:`WHO_MAY`;
-    "run again" also needs a type the user may submit). Used for buttons; the action checks again."""
+    "run again" also needs a type the user may submit). Used for buttons; the action checks again.
+
+    "Retry" is not offered for a job whose input does not fit its type
+    (:func:`app.jobs.error_text.input_unfit`, read from the row's ``error_preview`` or
+    ``error_message``, or a pipeline step's ``input_unfit``): it would fail the same way again; a job's
+    page offers "Edit and resubmit" instead."""
+    if action == "retry" and (
+        row.get("input_unfit") or input_unfit(row.get("error_preview") or row.get("error_message"))
+    ):
+        return False
     if user.is_admin:
         return True
     if WHO_MAY[action] == ADMIN or row["user_id"] != user.id:
@@ -172,6 +182,7 @@ async def submit(
         RateLimited: over the person's waiting or per-minute limit (:mod:`app.actions.quotas`).
     """
     access.check_type(actor.user, new.type)
+    access.check_priority(actor.user, new.priority)
     checked_tags = check_tags(list(tags) if tags is not None else None)
     url = callbacks.check_url(callback_url, actor.settings) if callback_url is not None else None
     await check_run_at(db, new.run_at)

@@ -132,6 +132,7 @@ async def submit_steps(db: AsyncSession, actor: Actor, name: str, steps: Sequenc
         for i, step in enumerate(steps):
             if isinstance(step, dict):
                 access.check_type(actor.user, step.get("type"), f"steps[{i}].type")
+                access.check_priority(actor.user, step.get("priority", 0), f"steps[{i}].priority")
     await quotas.before_submit(db, actor.user, actor.settings)
     created = await pipelines.create(
         db,

@@ -44,6 +44,18 @@ _UPSTREAM = re.compile(
 )
 
 
+INPUT_UNFIT = "the job's input is not valid for "
+"""How the error of a job whose input does not fit its type when it runs begins (the worker's check, then
+``<type>: input_data.<field>: <why>; …``): a ``$ref`` that read something of another shape, or a type
+whose schema changed since. It fails at once, without retries, and a retry could not succeed either
+(:func:`input_unfit`): the input, or what it reads, is the same the next time."""
+
+
+def input_unfit(message: str | None) -> bool:
+    """Whether a job failed because its input does not fit its type (:data:`INPUT_UNFIT`)."""
+    return bool(message) and str(message).startswith(INPUT_UNFIT)
+
+
 def plain_words(message: str) -> str:
     """An error text as an owner reads it: operating-system errors in words, no exception type name in
     front ("ValueError: …"), no internal ids: "Could not connect to example.com: the name does not

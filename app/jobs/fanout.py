@@ -53,13 +53,49 @@ def has_items(value: Any) -> bool:
     return False
 
 
-def substitute(value: Any, item: Any, path: str = "input_data") -> Any:
-    """``value`` with each ``{"$item": ""}`` replaced by ``item`` and ``{"$item": "name"}`` by
-    ``item["name"]``.
+def item_marker(item: Any, path: str) -> str | None:
+    """The path of an ``{"$item": …}`` inside ``item`` (``path`` being the item's), or ``None``."""
+    if is_item(item):
+        return path
+    if isinstance(item, dict):
+        found = (item_marker(v, f"{path}.{k}") for k, v in item.items())
+    elif isinstance(item, list):
+        found = (item_marker(v, f"{path}[{i}]") for i, v in enumerate(item))
+    else:
+        return None
+    return next((f for f in found if f is not None), None)
+
+
+def check_item(item: Any, path: str) -> None:
+    """An item holds no ``{"$item": …}``: it is a value put into the step's input, and a marker in it
+    would be put there as it is, to fail the step when it runs (the field's check is left until then,
+    as for any ``$item`` field).
 
     Raises:
-        BadInput: a field asked of an item that is not an object or lacks it (``path``).
+        BadInput: naming where in the item (``steps[1].for_each[0].u``).
     """
+    where = item_marker(item, path)
+    if where is not None:
+        raise BadInput.field(
+            where,
+            'an item cannot hold {"$item": …}: an item is the value that replaces "$item" in the '
+            "step's input_data, not a reference to another one",
+        )
+
+
+def substitute(value: Any, item: Any, path: str = "input_data") -> Any:
+    """``value`` with each ``{"$item": ""}`` replaced by ``item`` and ``{"$item": "name"}`` by
+    ``item["name"]``. ``path`` names the item (``steps[1].for_each[0]``, ``thumb[3]``).
+
+    Raises:
+        BadInput: the item holds an ``{"$item": …}`` (:func:`check_item`); a field asked of an item that
+            is not an object or lacks it (``path``).
+    """
+    check_item(item, path)
+    return _substituted(value, item, path)
+
+
+def _substituted(value: Any, item: Any, path: str) -> Any:
     if is_item(value):
         name = value["$item"]
         if not isinstance(name, str):
@@ -70,9 +106,9 @@ def substitute(value: Any, item: Any, path: str = "input_data") -> Any:
             raise BadInput.field(path, f"the item {_short(item)} has no field {name[:60]!r}")
         return item[name]
     if isinstance(value, dict):
-        return {k: substitute(v, item, f"{path}.{k}") for k, v in value.items()}
+        return {k: _substituted(v, item, f"{path}.{k}") for k, v in value.items()}
     if isinstance(value, list):
-        return [substitute(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_substituted(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
     return value
 
 
@@ -89,8 +125,9 @@ def source_of(for_each: Any) -> str | None:
 
 
 def check_for_each(steps: Sequence[dict[str, Any]], prefix: str, max_items: int) -> None:
-    """Each ``for_each`` is a list (at most ``max_items`` long) or a ``$ref`` to a parent's field; an
-    ``$item`` appears only in a step with ``for_each``.
+    """Each ``for_each`` is a list (at most ``max_items`` long, its items without ``{"$item": …}``:
+    :func:`check_item`) or a ``$ref`` to a parent's field; an ``$item`` appears only in a step with
+    ``for_each``.
 
     A ``$ref`` source that is not among the step's ``depends_on`` is added to it (the step cannot run
     before its list exists), so the graph check sees the edge and any cycle through it.
@@ -122,6 +159,9 @@ def check_for_each(steps: Sequence[dict[str, Any]], prefix: str, max_items: int)
             raise BadInput.field(
                 field, f"has {len(value):,} items; a pipeline may have at most {max_items:,} steps"
             )
+        else:
+            for n, item in enumerate(value):
+                check_item(item, f"{field}[{n}]")
 
 
 def expand_literal(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -27,7 +27,9 @@ from app.jobs.payload import check_input
 from app.jobs.types import NextJob, PermanentError, registry, validation_errors
 from app.settings import Settings
 
-KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+"""A step key. No ``.``: ``{"$ref": "<step>.<field>"}`` ends the step's key at the first dot, so a step
+``x.y`` could never be read, and beside a step ``x`` the reference would be ambiguous."""
 MAX_STEPS = 1000
 
 
@@ -61,15 +63,27 @@ def find_cycle(nodes: Sequence[str], edges: dict[str, list[str]]) -> list[str] |
     return None
 
 
+def check_key(key: Any, field: str) -> str:
+    """A step key as :data:`KEY_PATTERN` has it: a pipeline's step, a template's, a processor's next job.
+
+    Raises:
+        BadInput: on ``field``, saying what a key may hold (and why not a dot, for a key with one).
+    """
+    if isinstance(key, str) and KEY_PATTERN.match(key):
+        return key
+    if isinstance(key, str) and "." in key and KEY_PATTERN.match(key.replace(".", "-")):
+        raise BadInput.field(
+            field,
+            'must not contain \'.\': {"$ref": "<step>.<field>"} ends the step\'s key at its first dot, so no '
+            "step could read this one's result (use '-' or '_' instead)",
+        )
+    raise BadInput.field(field, "must be 1–64 letters, digits, '_' or '-', starting with a letter or digit")
+
+
 def _check_keys(steps: Sequence[dict[str, Any]], prefix: str) -> list[str]:
     keys: list[str] = []
     for i, step in enumerate(steps):
-        key = step.get("key")
-        if not isinstance(key, str) or not KEY_PATTERN.match(key):
-            raise BadInput.field(
-                f"{prefix}[{i}].key",
-                "must be 1–64 letters, digits, '_', '.' or '-', starting with a letter or digit",
-            )
+        key = check_key(step.get("key"), f"{prefix}[{i}].key")
         if key in keys:
             raise BadInput.field(f"{prefix}[{i}].key", f"duplicate step key {key!r}")
         keys.append(key)

@@ -296,6 +296,28 @@ def refusal(spec: ProcessorSpec) -> str:
     return f"only admins may start {spec.type!r}: it is for testing and diagnostics"
 
 
+USER_MAX_PRIORITY = 0
+"""The highest ``priority`` a person who is not an admin may give a job. Claims are strictly by priority
+with no aging, so a higher one would run ahead of everyone else's jobs for as long as it keeps some
+due; a person may still lower their own jobs (down to the queue's range), and admins use the range."""
+
+
+def priority_refusal(is_admin: bool, priority: Any) -> str | None:
+    """Why a person (``is_admin``) may not give a job ``priority``, in plain words, or ``None``. A value
+    that is not a whole number is left to the queue's range check, which names it."""
+    if (
+        is_admin
+        or isinstance(priority, bool)
+        or not isinstance(priority, int)
+        or priority <= USER_MAX_PRIORITY
+    ):
+        return None
+    return (
+        f"only admins may give a job a priority above {USER_MAX_PRIORITY}: jobs are claimed strictly by "
+        f"priority, so it would run ahead of everyone else's; use {USER_MAX_PRIORITY} or lower"
+    )
+
+
 def may_create_next(owner_is_admin: bool, creator: ProcessorSpec | None, spec: ProcessorSpec) -> bool:
     """Whether a job of type ``creator``, owned by someone who is (not) an admin, may create a next job
     of type ``spec`` (the next job belongs to the same owner).

@@ -6,7 +6,8 @@ The JSON decoder refuses an escaped lone surrogate (``"\\ud800"``) with a messag
 body — only when its bytes show one of those escapes, so an ordinary body costs one scan — and refuses
 it with :class:`~app.errors.BadInput` naming the path of the offending value or key
 (``input_data.name``, ``steps[1].input_data.items[0]``), found by the same walk that checks job input
-(:func:`app.jobs.payload.find_problem`). The domain refuses the same input again on every other path
+(:func:`app.jobs.payload.find_problem`). A number the decoder refuses as out of its range (a whole
+number of thousands of digits, or ``1e400``: a 400 naming ``$[...]``) is refused the same way, naming its path. The domain refuses the same input again on every other path
 (pipelines, schedules, next jobs, the Python API); query strings and forms are checked by
 :mod:`app.web.input_guard`. A body is then held against the fields its route declares
 (:mod:`app.web.body_fields`): an unknown field, or text where a number or a flag belongs, is a 422.
@@ -15,7 +16,9 @@ it with :class:`~app.errors.BadInput` naming the path of the offending value or 
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 from typing import Any
 
 from litestar import Request
@@ -39,6 +42,60 @@ def refuse_unstorable(value: Any) -> None:
         raise BadInput.field(*found)
 
 
+class _Huge(str):
+    """A number the JSON decoder refuses as out of range, as its text, found again by :func:`_huge_number`:
+    a whole number of more digits than Python turns into an int (``sys.get_int_max_str_digits()``,
+    4,300), or one beyond the largest float (``1e400``)."""
+
+
+def _whole(text: str) -> int | _Huge:
+    try:
+        return int(text)
+    except ValueError:
+        return _Huge(text)
+
+
+def _real(text: str) -> float | _Huge:
+    value = float(text)
+    return value if math.isfinite(value) else _Huge(text)
+
+
+def _huge_number(value: Any, path: str) -> tuple[str, str] | None:
+    """The path of the first number in ``value`` the decoder refuses (``input_data.n``) and its text."""
+    if isinstance(value, _Huge):
+        return path or "body", str(value)
+    if isinstance(value, dict):
+        items: Any = ((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    return next((found for p, v in items if (found := _huge_number(v, p)) is not None), None)
+
+
+def _refuse_huge_numbers(body: bytes) -> None:
+    """A body the decoder refused for a number out of its range, decoded again by the standard library
+    (which keeps them, marked): refused naming the number's path.
+
+    Raises:
+        BadInput: on the number's path, saying what range numbers have.
+    """
+    try:
+        value = json.loads(body, parse_int=_whole, parse_float=_real)
+    except (ValueError, RecursionError):
+        return  # malformed for another reason: the decoder's own answer stands
+    found = _huge_number(value, "")
+    if found is None:
+        return
+    path, text = found
+    shown = text if len(text) <= 24 else f"{text[:12]}…{text[-6:]} ({len(text):,} characters)"
+    if any(c in text for c in ".eE"):
+        why = "numbers go up to about 1.8e308"
+    else:
+        why = f"a whole number has at most {sys.get_int_max_str_digits():,} digits"
+    raise BadInput.field(path, f"the number {shown} is out of range: {why} (send a larger one as text)")
+
+
 def _refuse_undecodable(body: bytes) -> None:
     """A body the JSON decoder refused, decoded again by the standard library, which keeps lone
     surrogates: refused naming the path when that is what was wrong with it.
@@ -60,10 +117,12 @@ class JsonBodyRequest(Request[Any, Any, Any]):
     async def json(self) -> Any:
         try:
             value = await super().json()
-        except SerializationException:
+        except SerializationException as exc:
             body = await self.body()
             if _SUSPECT.search(body):
                 _refuse_undecodable(body)
+            if "out of range" in str(exc.detail):
+                _refuse_huge_numbers(body)
             raise
         if b"\\u0000" in await self.body():
             refuse_unstorable(value)

@@ -26,8 +26,10 @@ from app.db import is_transient
 from app.files import FileStore, JobFiles
 from app.jobs import queue
 from app.jobs.backoff import RetryPolicy, retry_delay
+from app.jobs.error_text import INPUT_UNFIT
 from app.jobs.payload import cap_text, result_json
 from app.jobs.queue import Outcome
+from app.jobs.types import validation_error
 from app.processors import (
     CpuContext,
     Input,
@@ -424,6 +426,8 @@ def _parse_input(spec: ProcessorSpec, row: Any) -> Input:
             data = pipelines.resolve_refs(data, row["parents"])
         return spec.parse_input(data)
     except ValidationError as exc:
-        raise PermanentError(
-            f"the job's input is not valid for {row['type']}: {exc.errors()[0]['msg']}"
-        ) from None
+        # Every bad field named as a submission names it (input_data.url: …), since a $ref may have read
+        # something of another shape than its field takes. Permanent: the same input fails again.
+        bad = validation_error(exc, "input_data").errors
+        fields = "; ".join(f"{path}: {message}" for path, message in bad.items())
+        raise PermanentError(f"{INPUT_UNFIT}{row['type']}: {fields}") from None

@@ -217,6 +217,26 @@ async def test_a_list_that_is_not_a_list_fails_the_step_and_cancels_its_dependen
     assert await run_claimable(engine, settings) == []
 
 
+async def test_an_item_of_a_parents_list_holding_an_item_marker_fails_the_step_naming_it(
+    engine, settings, owner, pg
+) -> None:
+    pid = await create(
+        engine,
+        settings,
+        owner,
+        [step("src"), step("each", "noop", {"x": {"$item": ""}}, for_each={"$ref": "src.items"})],
+    )
+    async with engine.begin() as conn:
+        [src] = await queue.claim(conn, "test-worker", 1, 60)
+    result = json.dumps({"items": ["fine", {"u": {"$item": ""}}]})
+    async with engine.begin() as conn:
+        await queue.finish(conn, "test-worker", [Outcome(src["id"], "completed", result=result)], settings)
+    jobs = await jobs_of(pg, pid)
+    assert jobs["each"]["status"] == "failed"
+    assert 'each[1].u: an item cannot hold {"$item": …}' in jobs["each"]["error_message"]
+    assert await run_claimable(engine, settings) == []
+
+
 async def test_a_list_longer_than_a_pipeline_may_be_fails_the_step(engine, make_settings, owner, pg) -> None:
     settings = make_settings(pipeline_max_steps=5)
     pid = await create(
@@ -358,6 +378,12 @@ async def test_a_retried_parent_reopens_dependents_that_still_wait_for_the_whole
             [step("a", input_data={"v": {"$item": "k"}}, for_each=[1])],
             "steps[0].for_each[0].v",
             "no field 'k'",
+        ),
+        # an item is a value: a marker in it would be put into the input as it is, to fail when it runs
+        (
+            [step("a", "test.echo", {"u": {"$item": ""}}, for_each=[1, {"u": [2, {"$item": ""}]}])],
+            "steps[0].for_each[1].u[1]",
+            'an item cannot hold {"$item": …}',
         ),
         (
             [

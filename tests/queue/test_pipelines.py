@@ -279,7 +279,8 @@ async def test_no_job_ever_waits_on_a_parent_that_can_no_longer_complete(
         ([step("b", "sleep", {"seconds": {"$ref": "ghost.n"}})], "reads step 'ghost'"),
         ([step("a"), step("b", "noop", {"xs": [1, {"$ref": "c.x"}]}, ["a"])], "steps[1].input_data.xs[1]"),
         ([step("a"), step("b", "sleep", {"seconds": {"$ref": 5}}, ["a"])], "steps[1].input_data.seconds"),
-        ([step("a.v2"), step("b", "noop", {"x": {"$ref": "a.v2.n"}}, ["a.v2"])], "reads step 'a'"),
+        # a dot in a key: the $ref would read step 'a', so the key is refused
+        ([step("a.v2"), step("b", "noop", {"x": {"$ref": "a.v2.n"}}, ["a.v2"])], "must not contain '.'"),
     ],
 )
 async def test_a_bad_spec_is_refused_naming_the_problem_and_nothing_is_stored(

@@ -20,7 +20,7 @@ from app.jobs.queue.common import JOB_COLUMNS, JOBS_CHANNEL, conn_of, new_id, no
 from app.jobs.queue.repeats import Repeat, compare, refusal, requested_run_at
 from app.jobs.rows import JobRow, job_row
 from app.jobs.states import Status
-from app.jobs.types import ProcessorSpec, file_fields, file_refs, registry, validation_error
+from app.jobs.types import ProcessorSpec, file_fields, file_refs, may_submit, registry, validation_error
 from app.settings import Settings
 
 MAX_ATTEMPTS_RANGE = (1, 1000)
@@ -158,7 +158,9 @@ def prepare(
     p = field_prefix
     spec = registry.get(job.type)
     if spec is None:
-        known = ", ".join(sorted(registry.names())) or "none"
+        # The person is not known here: the types anyone may submit (the actions layer names the
+        # person's own, admins' included for an admin, before a person's job gets here).
+        known = ", ".join(sorted(s.type for s in registry.all() if may_submit(False, s))) or "none"
         raise BadInput.field(f"{p}type", f"unknown job type {job.type[:100]!r}; known types: {known}")
     raw_text = check_input(job.input_data, settings.job_max_input_bytes, field=f"{p}input_data")
     check = _type_check(spec)

@@ -18,7 +18,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from app.errors import BadInput, Conflict
 from app.jobs import approvals, outbox
 from app.jobs.fanout import base_key, check_for_each, expand_literal
-from app.jobs.graph import check_graph, check_ref_sources, rename_refs, topo_order, validate_step_input
+from app.jobs.graph import (
+    check_graph,
+    check_key,
+    check_ref_sources,
+    rename_refs,
+    topo_order,
+    validate_step_input,
+)
 from app.jobs.payload import json_text, text_problem
 from app.jobs.queue.common import conn_of, new_id, sql
 from app.jobs.queue.fanouts import name_instances
@@ -27,7 +34,7 @@ from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.many_jobs import enqueue_many, renamed
 from app.jobs.queue.new_jobs import NewJob, lock_parents
 from app.jobs.rows import Fetched
-from app.jobs.types import NextJob, may_create_next, refusal, registry
+from app.jobs.types import NextJob, may_create_next, priority_refusal, refusal, registry
 from app.settings import Settings
 
 # --- status ---------------------------------------------------------------------------------------
@@ -364,25 +371,31 @@ async def check_next_types(
     conn: AsyncConnection, creator: Mapping[str, Any], next_jobs: Sequence[NextJob]
 ) -> None:
     """Refuse next jobs of types the creator may not create for its owner
-    (:func:`app.jobs.types.may_create_next`); the owner's admin flag is read only when one of them is
-    admins-only.
+    (:func:`app.jobs.types.may_create_next`), or with a priority its owner may not give a job
+    (:func:`app.jobs.types.priority_refusal`); the owner's admin flag is read only when one of them is
+    admins-only or above that priority.
 
     Raises:
-        BadInput: naming the refused next job's ``type``.
+        BadInput: naming the refused next job's ``type`` or ``priority``.
     """
     creator_spec = registry.get(creator["type"])
     is_admin: bool | None = None
     for i, nj in enumerate(next_jobs):
         spec = registry.get(nj.type)
-        if spec is None or may_create_next(False, creator_spec, spec):
-            continue  # an unknown type is refused by the input check, with the list of known types
+        typed = spec is None or may_create_next(False, creator_spec, spec)
+        # an unknown type is refused by the input check, with the list of known types
+        if typed and priority_refusal(False, nj.priority) is None:
+            continue
         if is_admin is None:
             is_admin = bool((await conn.execute(OWNER_IS_ADMIN, {"id": creator["user_id"]})).scalar())
-        if not is_admin:
+        if is_admin:
+            continue
+        if spec is not None and not typed:
             raise BadInput.field(
                 f"next_jobs[{i}].type",
                 f"{refusal(spec)}, and {creator['type']!r} does not declare it among its next types",
             )
+        raise BadInput.field(f"next_jobs[{i}].priority", str(priority_refusal(False, nj.priority)))
 
 
 async def _pipeline_of(conn: AsyncConnection, creator: Mapping[str, Any]) -> uuid.UUID:
@@ -399,11 +412,18 @@ async def _pipeline_of(conn: AsyncConnection, creator: Mapping[str, Any]) -> uui
 
 
 def _new_keys(creator: Mapping[str, Any], next_jobs: Sequence[NextJob], taken: set[str]) -> list[str]:
-    """A step key for each next job: its own ``key``, else ``<creator's key>-next-<n>``; primed until it
-    is not taken in the pipeline."""
+    """A step key for each next job: its own ``key`` (checked like a pipeline's, :func:`check_key`), else
+    ``<creator's key>-next-<n>`` (a dot in a creator's key from before dots were refused becomes ``-``:
+    a ``$ref`` ends the key at its first dot); primed until it is not taken in the pipeline.
+
+    Raises:
+        BadInput: a next job's own key that is not a step key (``next_jobs[1].key``).
+    """
     keys: list[str] = []
     for i, nj in enumerate(next_jobs):
-        key = nj.key or f"{creator['step_key'] or 'step'}-next-{i + 1}"
+        if nj.key:
+            check_key(nj.key, f"next_jobs[{i}].key")
+        key = nj.key or f"{creator['step_key'] or 'step'}-next-{i + 1}".replace(".", "-")
         while key in taken:
             key = f"{key}'"
         taken.add(key)

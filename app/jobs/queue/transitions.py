@@ -34,7 +34,15 @@ from app.jobs.queue.new_jobs import Enqueued, NewJob, enqueue
 from app.jobs.queue.pipelines import refresh_pipelines
 from app.jobs.rows import JobRow, job_row
 from app.jobs.states import Actor, Status, sources
-from app.jobs.types import PermanentError, admins_only, may_submit, refusal, registry
+from app.jobs.types import (
+    USER_MAX_PRIORITY,
+    PermanentError,
+    admins_only,
+    may_submit,
+    priority_refusal,
+    refusal,
+    registry,
+)
 from app.settings import Settings
 
 CANCEL_QUEUED = sql(
@@ -195,25 +203,34 @@ PARENT_RESULTS = sql(
 )
 
 
-async def _check_owner_may_submit(conn: AsyncConnection, row: JobRow, principal: Principal) -> None:
+async def _owner_is_admin(conn: AsyncConnection, row: JobRow, principal: Principal) -> bool:
+    if row["user_id"] == principal.id:
+        return bool(principal.is_admin)
+    return bool((await conn.execute(OWNER_IS_ADMIN, {"id": row["user_id"]})).scalar())
+
+
+async def _check_owner_may_submit(conn: AsyncConnection, row: JobRow, principal: Principal) -> int:
     """The new job is the owner's, so the owner must be allowed to submit its type: an admin's "run
     again" of a person's diagnostic or internal job (a template's step) would give that person a job
-    they could not start themselves, as a schedule would (:func:`app.jobs.types.may_submit`).
+    they could not start themselves, as a schedule would (:func:`app.jobs.types.may_submit`). Returns
+    the new job's priority: the job's, but at most :data:`~app.jobs.types.USER_MAX_PRIORITY` when the
+    owner is not an admin (:func:`app.jobs.types.priority_refusal`; a job may have a higher one from
+    before that rule, or from a processor), since nobody chose a priority to refuse here.
 
     Raises:
         Forbidden: the type is for admins and the owner is not one.
     """
     spec = registry.get(row["type"])
-    if spec is None or not admins_only(spec):
-        return
-    if row["user_id"] == principal.id:
-        owner_is_admin = bool(principal.is_admin)
-    else:
-        owner_is_admin = bool((await conn.execute(OWNER_IS_ADMIN, {"id": row["user_id"]})).scalar())
-    if not may_submit(owner_is_admin, spec):
+    priority = int(row["priority"])
+    high = priority_refusal(False, priority) is not None
+    if not high and (spec is None or not admins_only(spec)):
+        return priority
+    owner_is_admin = await _owner_is_admin(conn, row, principal)
+    if spec is not None and not may_submit(owner_is_admin, spec):
         raise Forbidden(
             f"Run again would make a new job for this job's owner, who is not an admin, and {refusal(spec)}."
         )
+    return priority if owner_is_admin else min(priority, USER_MAX_PRIORITY)
 
 
 async def run_again(
@@ -235,14 +252,14 @@ async def run_again(
     """
     conn = await conn_of(db)
     row = await get_job(conn, job_id, principal)
-    await _check_owner_may_submit(conn, row, principal)
+    priority = await _check_owner_may_submit(conn, row, principal)
     result = await enqueue(
         conn,
         NewJob(
             type=row["type"],
             input_data=await _input_as_it_ran(conn, row),
             user_id=row["user_id"],
-            priority=row["priority"],
+            priority=priority,
             max_attempts=row["max_attempts"],
             title=row["title"],
             request_id=request_id,

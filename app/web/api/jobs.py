@@ -41,7 +41,7 @@ from app.web.openapi import errors
 class JobCreate:
     """A job to enqueue. ``run_at`` needs a UTC offset (``2026-12-01T09:00:00+01:00``); ``max_attempts``
     1–1000 (default: the type's, else ``len(JOB_RETRY_INTERVALS) + 1``); ``priority`` -100–100, higher
-    first; ``idempotency_key``: a repeat of the same request with the same key returns the existing job
+    first, above 0 for admins only (422 naming ``priority``); ``idempotency_key``: a repeat of the same request with the same key returns the existing job
     (200 instead of 201), the same key with a different request is refused (422 on ``idempotency_key``);
     ``dependent_on_jobs``: ids of your jobs that must complete first. Diagnostic and internal types are
     for admins (422 naming ``type`` otherwise)."""
