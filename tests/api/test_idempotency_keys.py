@@ -134,13 +134,13 @@ async def test_post_api_jobs_answers_200_for_the_same_request_and_422_for_a_diff
     assert first.status_code == 201, first.text
     again = await client.post("/api/jobs", json={**body, "tags": ["y", "x"]}, headers=headers)
     assert again.status_code == 200 and again.json()["id"] == first.json()["id"], again.text
-    for change in ({"input_data": {"label": "b"}}, {"priority": 1}, {"tags": ["x"]}, {"title": "Mine"}):
+    for change in ({"input_data": {"label": "b"}}, {"priority": -1}, {"tags": ["x"]}, {"title": "Mine"}):
         other = await client.post("/api/jobs", json={**body, **change}, headers=headers)
         assert other.status_code == 422, (change, other.text)
         message = other.json()["errors"]["idempotency_key"]
         assert "already used for a different request" in message and first.json()["id"] in message, message
     # every field that differs is named, the API's own (tags) with the job's
-    both = await client.post("/api/jobs", json={**body, "priority": 3, "tags": ["x"]}, headers=headers)
+    both = await client.post("/api/jobs", json={**body, "priority": -3, "tags": ["x"]}, headers=headers)
     assert "(priority, tags differ)" in both.json()["errors"]["idempotency_key"], both.text
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
 

@@ -7,11 +7,13 @@ and past the right edge). Screenshots go to ``tests/artifacts/layout-*.png``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll, sign_in
 from tests.support.webkit import FORMS_ENV, add_token, add_user, running_server
@@ -40,7 +42,11 @@ def signed_in(browser: Any, base: str, email: str, viewport: dict[str, int]) -> 
 
 
 def box(page: Any, selector: str) -> dict[str, float]:
-    found = page.locator(selector).first.bounding_box()
+    first = page.locator(selector).first
+    # A poll's out-of-band swap can replace an element (the bell, when a notice came) as it is measured.
+    with contextlib.suppress(PlaywrightTimeout):
+        first.wait_for(state="visible", timeout=5_000)
+    found = first.bounding_box()
     assert found is not None, f"{selector} is not shown"
     return dict(found)
 
