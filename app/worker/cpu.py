@@ -196,19 +196,35 @@ async def run_in_process(
             target=_child, args=(child, func.__module__, func.__qualname__, ctx, max_memory_mb), daemon=True
         )
         _live.add(proc)
-        await loop.run_in_executor(None, proc.start)
-        child.close()
+        starting = loop.run_in_executor(None, proc.start)
         try:
+            # A cancel while the child starts (in a thread, which goes on regardless) must still kill it:
+            # the start is waited for, then the child is killed below.
+            await asyncio.shield(starting)
+            child.close()
             message = await _receive(loop, parent, on_progress, on_log)
         except asyncio.CancelledError:
-            proc.kill()
+            await _settled(starting)
+            if proc.pid is not None:
+                proc.kill()
             raise
         finally:
+            child.close()
             parent.close()
-            await loop.run_in_executor(None, proc.join, 10)
-            if proc.exitcode is not None:
+            if proc.pid is not None:
+                await loop.run_in_executor(None, proc.join, 10)
+            if proc.pid is None or proc.exitcode is not None:
                 _live.discard(proc)
     return _result(message, proc.exitcode, max_memory_mb)
+
+
+async def _settled(future: asyncio.Future[Any]) -> None:
+    """Wait until ``future`` is done, whatever it raises and however often the waiting task is cancelled
+    meanwhile: a child starting in a thread must have started before it can be killed (a start takes
+    milliseconds)."""
+    while not future.done():
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.shield(future)
 
 
 async def _receive(

@@ -24,6 +24,7 @@ from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.processors import CpuContext
 from app.settings import Settings
+from app.worker import cpu
 from app.worker.cpu import run_in_process
 from tests.support import processors as support_processors
 from tests.support.cli import free_port
@@ -246,3 +247,35 @@ def test_cpu_slots_belong_to_each_event_loop() -> None:
     with ThreadPoolExecutor(2) as pool:
         results = [f.result(60) for f in [pool.submit(one) for _ in range(2)] + [pool.submit(one)]]
     assert all(r == {"allocated_mb": 1} for r in results)
+
+
+def test_a_cancel_while_the_child_starts_still_ends_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child starts in a thread; a cancel (a timeout, a cancel request, a stop) that came meanwhile
+    left it running, unwatched, until the worker exited: the kill was only armed once the start was
+    over. Now the start is waited for and the child killed."""
+    started: list[Any] = []
+    real_start = cpu._ctx.Process.start
+
+    def slow_start(self: Any) -> None:
+        time.sleep(0.5)
+        real_start(self)
+        started.append(self)
+
+    monkeypatch.setattr(cpu._ctx.Process, "start", slow_start)
+
+    async def cancelled_while_starting() -> None:
+        ctx = CpuContext(
+            job_id="x", attempt=1, input=support_processors.SecondsInput(seconds=30), output_dir=Path(".")
+        )
+        task = asyncio.create_task(run_in_process(support_processors.cpu_sleep, ctx))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancelled_while_starting())
+    (child,) = started
+    child.join(5)
+    assert child.exitcode == -signal.SIGKILL, (
+        f"the child is {'alive' if child.is_alive() else child.exitcode}"
+    )
