@@ -171,9 +171,12 @@ class BatchesController(Controller):
             return None
         # off the event loop: a workbook takes seconds of CPU to read (and the file may be a job's output,
         # of any size: refused unread above the upload limit)
-        sheet = await asyncio.to_thread(
-            _read_stored, stored.path, str(stored.row["name"]), settings_of(request).upload_max_bytes
-        )
+        try:
+            sheet = await asyncio.to_thread(
+                _read_stored, stored.path, str(stored.row["name"]), settings_of(request).upload_max_bytes
+            )
+        except FileNotFoundError:  # its row is here, its bytes are not (removed from the disk meanwhile)
+            return None
         return str(stored.row["id"]), sheet
 
     async def _read_sheet(

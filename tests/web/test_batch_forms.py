@@ -220,6 +220,16 @@ async def test_an_unreadable_sheet_and_another_persons_sheet_id_are_refused(
         "/batches/new/http.request", data={"_csrf_token": token, "sheet_id": str(fid), "map.url": "0"}
     )
     assert other.status_code == 422 and "Upload it again" in other.text
+    # the person's own sheet whose bytes are gone from the disk (its row is still there): the same answer
+    gone = await pg.fetchval(
+        "INSERT INTO files (id, user_id, name, content_type, size, sha256) "
+        "VALUES (gen_random_uuid(), (SELECT id FROM users WHERE email = 'ann@example.com'), 'gone.csv', "
+        "'text/csv', 4, '') RETURNING id"
+    )
+    lost = await client.post(
+        "/batches/new/http.request", data={"_csrf_token": token, "sheet_id": str(gone), "map.url": "0"}
+    )
+    assert lost.status_code == 422 and "Upload it again" in lost.text
 
 
 def _damaged_workbooks() -> dict[str, bytes]:
