@@ -25,6 +25,7 @@ old (:class:`app.worker.maintenance.Retention`).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import mimetypes
 import os
@@ -263,6 +264,20 @@ class FileStore:
         """
         return self._bytes_path(parse_file_id(file_id))
 
+    def _store_bytes(
+        self, file_id: uuid.UUID, data: bytes | None, source: Path | None, move: bool
+    ) -> tuple[int, str, bytes]:
+        """``data`` (through a temporary file in the folder) or the file at ``source``, placed under
+        ``file_id``: its size, SHA-256 and first bytes. Blocking: run in a thread."""
+        if data is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".upload-")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            source, move = Path(tmp), True
+        assert source is not None
+        return self._place(file_id, source, move=move)
+
     def _place(self, file_id: uuid.UUID, source: Path, *, move: bool) -> tuple[int, str, bytes]:
         self.dir.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256()
@@ -303,14 +318,15 @@ class FileStore:
             raise BadInput("give either data or a source path")
         file_id = uuid7()
         name = clean_name(name)
-        if data is not None:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".upload-")
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            source, move = Path(tmp), True
-        assert source is not None
-        size, sha, head = self._place(file_id, source, move=move)
+        # Off the event loop: writing, hashing and copying take seconds for a large file (a job's output),
+        # and the loop renews leases and answers requests meanwhile. Bytes placed for a call cancelled
+        # while the thread worked are removed once it is done (retention would find them otherwise).
+        placing = asyncio.ensure_future(asyncio.to_thread(self._store_bytes, file_id, data, source, move))
+        try:
+            size, sha, head = await asyncio.shield(placing)
+        except asyncio.CancelledError:
+            placing.add_done_callback(lambda _: self._bytes_path(file_id).unlink(missing_ok=True))
+            raise
         values = {
             "id": file_id,
             "user_id": user_id,
