@@ -4,6 +4,7 @@
 #   make check      — the same checks with the fast tests only (no slow, browser or chaos tests)
 #   make fmt        — format the tree and apply ruff's safe fixes
 #   make typecheck  — mypy with pyproject's [tool.mypy] settings
+#   make screenshots — the browser tests, then their screenshots copied into docs/screenshots
 # Each creates the venv when it is missing and reinstalls only when pyproject.toml changed (a stamp file).
 # VENV=path uses another virtualenv (e.g. one shared by several checkouts).
 
@@ -14,7 +15,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 FAST   := not slow and not browser and not chaos
 
-.PHONY: run demo test check fmt lint typecheck venv clean
+.PHONY: run demo test check fmt lint typecheck venv clean screenshots
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -54,6 +55,11 @@ test: lint typecheck
 check: lint typecheck
 	$(VENV)/bin/pytest -n 2 --dist loadfile -m "$(FAST) and not serial"
 	$(VENV)/bin/pytest -m "$(FAST) and serial"
+
+# The browser tests write their screenshots to tests/artifacts/ only; this copies the ones docs/ shows.
+screenshots: $(STAMP)
+	$(VENV)/bin/pytest -n 2 --dist loadfile -m browser
+	$(VENV)/bin/python docs/screenshots/refresh.py
 
 clean:
 	rm -rf .venv .pytest_cache .ruff_cache .mypy_cache

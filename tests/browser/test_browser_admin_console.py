@@ -31,8 +31,6 @@ pytestmark = BROWSER_MARKS
 
 LONG_EMAIL = "annabelle.operations-team@subsidiary.example.com"
 VOLUME = 3000
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
-"""The committed screenshots (the test refreshes them)."""
 ERROR = "ConnectionError: upstream https://files.example.com/exports/2026/report.csv refused\n" + "\n".join(
     f'  File "/srv/app/step{i}.py", line {i}, in run' for i in range(8)
 )
@@ -161,12 +159,12 @@ def test_admin_jobs_reads_at_a_glance_with_dialogs_and_flash(
     page.click("#range-24h")  # the chart's range, swapped in place
     page.wait_for_selector("#range-24h[aria-current]")
     assert "last 24 hours" in page.locator("#chart-heading").inner_text()
-    page.screenshot(path=str(SHOTS / "admin.png"), full_page=True)
+    page.screenshot(path=str(artifacts_dir / "console-admin.png"), full_page=True)
     page.goto(base + "/admin/jobs")
     page.wait_for_selector("#count-queued")
     rows = page.locator("#admin-job-list tbody tr")
     assert rows.count() == 50
-    page.screenshot(path=str(SHOTS / "admin-jobs-desktop.png"), full_page=True)
+    page.screenshot(path=str(artifacts_dir / "console-admin-jobs-desktop.png"), full_page=True)
     height = page.locator("#admin-job-list table").bounding_box()["height"]
     assert height < 3000, height  # one line per job (the error folded), not 7,000 px for 50 rows
     # an e-mail stays whole on one line (ellipsis when too long, never "annabelle.operations-te|am@…")
@@ -238,7 +236,7 @@ def test_admin_jobs_reads_at_a_glance_with_dialogs_and_flash(
         page.input_value("#s-name") == "Nightly webhook"
         and page.input_value("#s-timezone") == "Europe/Berlin"
     )
-    page.screenshot(path=str(SHOTS / "schedule-form.png"), full_page=True)
+    page.screenshot(path=str(artifacts_dir / "console-schedule-form.png"), full_page=True)
     page.fill("#s-cron", "30 2 * * *")
     page.fill("#f-url", "https://hooks.example.com/nightly")
     page.click("#save-schedule")
@@ -264,7 +262,7 @@ def test_admin_jobs_reads_at_a_glance_with_dialogs_and_flash(
     shape = phone.locator(f".owner[title='{LONG_EMAIL}']").first.evaluate(ONE_LINE_JS)
     assert shape["lines"] == 1, shape
     first.scroll_into_view_if_needed()
-    phone.screenshot(path=str(SHOTS / "admin-jobs-phone.png"), full_page=False)
+    phone.screenshot(path=str(artifacts_dir / "console-admin-jobs-phone.png"), full_page=False)
     # the new-schedule form on a phone: one column, no sideways scrolling, errors next to their fields
     phone.goto(base + "/admin/schedules/new?target=type:http.request")
     phone.fill("#s-cron", "every day")
