@@ -24,9 +24,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from app import __version__, alerts, controls
+from app import __version__, controls
 from app.jobs import queue
-from app.notifications import Mailer
 from app.worker.faults import retrying
 
 if TYPE_CHECKING:
@@ -72,6 +71,10 @@ def side_tasks(worker: Worker) -> dict[str, asyncio.Task[None]]:
     and put off the first jobs by 10-25 ms (measured with ``bench/startup.py``). No claim needs them:
     the listener polls once when it connects, so a job enqueued meanwhile is claimed then.
     """
+    # Imported here, not at the worker's import: no claim needs them, and they cost its start 5-6 ms.
+    from app import alerts
+    from app.notifications import Mailer
+
     wid, app_engine, settings = worker.id, worker.app_engine, worker.settings
     deliverer = alerts.Deliverer(app_engine, settings, logger=worker.log.bind(task="alerts"))
     return {

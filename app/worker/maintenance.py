@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import auth, controls, metrics
+from app import controls, metrics
 from app.callbacks import CallbackSender, send_loop
 from app.db import is_transient
 from app.files import FileStore
@@ -226,6 +226,10 @@ class Upkeep:
         self.engine = engine
 
     async def run_once(self) -> None:
+        # Imported at the first upkeep (minutes after the start), not at the worker's import: the
+        # password hashing it brings along (argon2 and cffi) cost every start about 4 ms.
+        from app import auth
+
         async with self.engine.begin() as conn:
             await queue.forget_old(conn)
             await auth.prune_auth_rows(conn)

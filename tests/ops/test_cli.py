@@ -236,6 +236,46 @@ def test_the_command_and_the_worker_import_only_what_they_use_before_the_first_c
     assert result.returncode == 0, result.stderr
 
 
+WORKER_LATER = {
+    "rich": "structlog's rich tracebacks (the worker's log lines use plain ones)",
+    "pygments": "rich's syntax highlighting",
+    "argon2": "password hashing (the sweep's upkeep prunes sign-in rows, minutes after the start)",
+    "app.auth": "the sweep's upkeep",
+    "app.alerts": "the alert delivery side task",
+    "app.notifications": "the notice mailer side task",
+}
+"""What the worker command does not import before its first claim, and where it is needed instead."""
+
+
+def test_the_worker_command_leaves_side_task_modules_and_rich_until_they_are_used() -> None:
+    """The worker command's imports (and its processors) load none of :data:`WORKER_LATER`: each was
+    part of every start's path to the first claim (``bench/startup.py``) for a side task or a renderer
+    the worker does not use there (the side tasks import theirs as they start: the alert and worker tests
+    run them). Afterwards rich is importable as ever, and a logged exception is a plain traceback."""
+    code = (
+        "import io, sys\n"
+        "import app.cli as c\n"
+        "c._worker_imports()\n"
+        "from app.jobs.types import registry\n"
+        "registry.names()\n"
+        f"early = sorted(m for m in {sorted(WORKER_LATER)!r} if m in sys.modules)\n"
+        "assert not early, f'the worker imports {early} before its first claim'\n"
+        "import rich.console\n"  # importable again: only structlog's own import went without it
+        "import structlog\n"
+        "from app.logs import configure_logging\n"
+        "from app.settings import load_settings\n"
+        "buf = io.StringIO()\n"
+        "configure_logging(load_settings(log_level='INFO'), stream=buf, json=False)\n"
+        "try:\n    1 / 0\nexcept ZeroDivisionError:\n    structlog.get_logger('t').exception('boom')\n"
+        "assert 'Traceback (most recent call last)' in buf.getvalue(), buf.getvalue()\n"
+        "assert 'ZeroDivisionError: division by zero' in buf.getvalue(), buf.getvalue()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60, env=os.environ
+    )
+    assert result.returncode == 0, result.stderr
+
+
 async def test_the_worker_refuses_a_schema_that_is_not_current_in_one_line(
     tmp_path: Path, db_url: str, fresh_db_url: str
 ) -> None:
