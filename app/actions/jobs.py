@@ -25,7 +25,7 @@ from app.actions.trail import Actor, record_by_owner, record_done, record_refuse
 from app.errors import BadInput, Conflict, Forbidden, KeyReused, NotFound, RateLimited
 from app.jobs import naming, queue
 from app.jobs.decisions import Decision, decision_words
-from app.jobs.error_text import input_unfit
+from app.jobs.error_text import retry_refusal
 from app.jobs.queue import Enqueued, NewJob
 from app.jobs.queue.repeats import Repeat, refusal
 from app.jobs.states import LABELS, LIVE, Status
@@ -118,13 +118,10 @@ def allowed(user: Any, action: str, row: Mapping[Any, Any]) -> bool:
     """Whether ``user`` may ask for ``action`` on the job ``row`` (owner or admin, per :data:`WHO_MAY`;
     "run again" also needs a type the user may submit). Used for buttons; the action checks again.
 
-    "Retry" is not offered for a job whose input does not fit its type
-    (:func:`app.jobs.error_text.input_unfit`, read from the row's ``error_preview`` or
-    ``error_message``, or a pipeline step's ``input_unfit``): it would fail the same way again; a job's
-    page offers "Edit and resubmit" instead."""
-    if action == "retry" and (
-        row.get("input_unfit") or input_unfit(row.get("error_preview") or row.get("error_message"))
-    ):
+    "Retry" is not offered when :func:`app.jobs.error_text.retry_refusal` gives a reason (the rule the
+    queue's retry refuses by): a job whose input does not fit its type would fail the same way again; a
+    job's page offers "Edit and resubmit" instead."""
+    if action == "retry" and retry_refusal(row) is not None:
         return False
     if user.is_admin:
         return True
