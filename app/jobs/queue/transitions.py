@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput, Conflict, Forbidden
 from app.jobs.error_text import retry_refusal
+from app.jobs.fanout import unwrap_literals
 from app.jobs.graph import has_refs, resolve_refs
 from app.jobs.payload import cap_text
 from app.jobs.queue.common import (
@@ -295,7 +296,7 @@ async def _input_as_it_ran(conn: AsyncConnection, row: JobRow) -> Any:
     """
     data = row["input_data"]
     if not has_refs(data):
-        return data
+        return unwrap_literals(data)  # data an item put in stays data in the job on its own
     rows = (await conn.execute(PARENT_RESULTS, {"id": row["id"]})).mappings()
     try:
         return resolve_refs(data, {r["key"]: r["result_data"] for r in rows})
