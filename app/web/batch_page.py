@@ -81,8 +81,20 @@ def mapping_view(
     fields: list[spreadsheets.SheetField],
     chosen: dict[str, int | None],
 ) -> MappingStep:
-    preview = [[spreadsheets.cell_text(c) for c in cells] for _, cells in sheet.rows[:PREVIEW_ROWS]]
+    preview = [[_shown(spreadsheets.cell_text(c)) for c in cells] for _, cells in sheet.rows[:PREVIEW_ROWS]]
     return MappingStep(sheet_id, sheet.name, sheet.columns, fields, chosen, preview, len(sheet.rows))
+
+
+PREVIEW_CELL_CHARS = 300
+"""Characters of a cell the preview shows (the cell itself is kept whole for the row's job)."""
+
+
+def _shown(text: str) -> str:
+    return (
+        text
+        if len(text) <= PREVIEW_CELL_CHARS
+        else text[:PREVIEW_CELL_CHARS] + f"… ({len(text):,} characters)"
+    )
 
 
 def problems_of(
