@@ -30,6 +30,7 @@ from app.jobs.queue import Enqueued, NewJob
 from app.jobs.queue.repeats import Repeat, refusal
 from app.jobs.states import LABELS, LIVE, Status
 from app.jobs.tags import add_tags, check_tags, tags_of
+from app.jobs.types import priority_lowered
 from app.processors import ProcessorSpec, registry
 
 OWNER = "owner or admin"
@@ -359,8 +360,12 @@ CALLS: dict[str, Call] = {
 }
 
 
-def ok_message(action: str, row: Mapping[Any, Any]) -> str:
-    """The plain-words answer to an action that changed something."""
+def ok_message(action: str, row: Mapping[Any, Any], new_job: Mapping[Any, Any] | None = None) -> str:
+    """The plain-words answer to an action that changed something; for "run again", also when the new
+    job's priority is lower than the old one's (the queue's rule for a non-admin owner)."""
+    if action == "run-again" and new_job is not None:
+        lowered = priority_lowered(row.get("priority"), new_job.get("priority"))
+        return "Started again as a new job." + (f" {lowered}" if lowered else "")
     if action == "approve" and row["status"] == Status.WAITING_APPROVAL:
         return "Your approval is recorded. The step waits for the other approvals it needs."
     if action == "cancel":
@@ -451,7 +456,7 @@ async def perform(
     if action in OWNER_AUDITED and not actor.is_admin:
         await record_by_owner(db, actor, audit_action, target_type="job", target_ids=[jid])
     new_id = new_job["id"] if new_job is not None else None
-    return ActionOutcome(action, True, ok_message(action, row), 200, jid, new_id, row, new_job)
+    return ActionOutcome(action, True, ok_message(action, row, new_job), 200, jid, new_id, row, new_job)
 
 
 async def delete(db: AsyncSession, actor: Actor, job_id: Any) -> None:
