@@ -345,16 +345,24 @@ TOKENS_FROM_THE_PAGE = (
 )
 
 
-def require_signed_in_browser(actor: Any) -> None:
-    """Creating or revoking an API token needs a browser session, whatever the path: a request made with
-    a token may not. Otherwise a stolen token could mint one that never expires, then revoke the stolen
-    one, and its owner's revocation or the stolen token's expiry would no longer end the access.
+RESETS_FROM_THE_PAGE = (
+    "Passwords are reset on the users page (/admin/users), signed in with your password: "
+    "a request made with an API token cannot reset a password."
+)
+
+
+def require_signed_in_browser(actor: Any, refusal: str = TOKENS_FROM_THE_PAGE) -> None:
+    """Acts that hand out a lasting credential need a browser session, whatever the path: a request made
+    with a token may not. Otherwise a stolen token could mint one that never expires (then revoke the
+    stolen one), or reset another person's password (an admin's too) and sign in as them, and its
+    owner's revocation or the stolen token's expiry would no longer end the access. ``refusal`` says
+    where to do it instead.
 
     Raises:
         Forbidden: the actor acts through an API token.
     """
     if getattr(actor, "token_id", None) is not None:
-        raise Forbidden(TOKENS_FROM_THE_PAGE)
+        raise Forbidden(refusal)
 
 
 # --- browser sessions ------------------------------------------------------------------------------------

@@ -71,7 +71,10 @@ JOBS = text(
     FROM jobs WHERE batch_id = :id ORDER BY id
     """
 )
-FAILED_IDS = text("SELECT id FROM jobs WHERE batch_id = :id AND status = 'failed' ORDER BY id")
+FAILED_IDS = text(
+    "SELECT id, pipeline_id, left(error_message, 1000) AS error_preview FROM jobs "
+    "WHERE batch_id = :id AND status = 'failed' ORDER BY id"
+)
 RESULTS_PAGE = text(
     """
     SELECT id, status, input_data, result_data, error_message, completed_at FROM jobs
@@ -376,8 +379,10 @@ async def jobs_of(db: AsyncConnection | AsyncSession, batch_id: uuid.UUID) -> li
     return list((await (await queue.conn_of(db)).execute(JOBS, {"id": batch_id})).mappings().all())
 
 
-async def failed_ids(db: AsyncConnection | AsyncSession, batch_id: uuid.UUID) -> list[uuid.UUID]:
-    return list((await (await queue.conn_of(db)).execute(FAILED_IDS, {"id": batch_id})).scalars())
+async def failed_rows(db: AsyncConnection | AsyncSession, batch_id: uuid.UUID) -> list[RowMapping]:
+    """The batch's failed jobs: ``id``, ``pipeline_id`` and ``error_preview`` (enough for
+    :func:`app.jobs.error_text.retry_refusal`)."""
+    return list((await (await queue.conn_of(db)).execute(FAILED_IDS, {"id": batch_id})).mappings().all())
 
 
 async def list_for(

@@ -19,6 +19,7 @@ owner may no longer start it — has no person behind it: the sweep records an a
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -221,7 +222,8 @@ async def update_schedule(
     settings: Settings,
 ) -> tuple[RowMapping, RowMapping]:
     """Change a schedule's cron expression, time zone, input and enabled flag (its target and owner stay);
-    the next run is computed again from now. Returns the row before and after.
+    the next run is computed again from now. Returns the row before and after: the same row, unwritten,
+    when nothing would change.
 
     Raises:
         NotFound: unknown id. BadInput: invalid cron, time zone or input, each naming its field.
@@ -232,6 +234,13 @@ async def update_schedule(
         cron, timezone, before["job_type"], before["template"], input_data, settings
     )
     await _check_files(conn, before["job_type"], before["template"], values, before["user_id"])
+    stored = json_text(values)
+    if (cron, timezone, enabled) == (before["cron"], before["timezone"], before["enabled"]) and json.loads(
+        stored
+    ) == before["input_data"]:
+        # Nothing to change: no write, so its next run stays as it was (computing it again from now
+        # would pass over a run that is due), and the caller records nothing.
+        return before, before
     nxt = next_fire(cron, timezone, await db_now(conn)) if enabled else None
     after = (
         (
@@ -244,7 +253,7 @@ async def update_schedule(
                 {
                     "cron": cron,
                     "tz": timezone,
-                    "input": json_text(values),
+                    "input": stored,
                     "e": enabled,
                     "n": nxt,
                     "id": before["id"],
@@ -260,13 +269,16 @@ async def update_schedule(
 async def set_schedule_enabled(
     db: AsyncConnection | AsyncSession, schedule_id: Any, enabled: bool
 ) -> RowMapping:
-    """Enable (next fire computed from now, no back-fill) or disable a schedule.
+    """Enable (next fire computed from now, no back-fill) or disable a schedule; one already so is
+    returned as it is, unwritten.
 
     Raises:
         NotFound: unknown id.
     """
     conn = await queue.conn_of(db)
     row = await get_schedule(conn, schedule_id)
+    if row["enabled"] == enabled:
+        return row  # already so: no write (an enabled schedule keeps its next run)
     nxt = next_fire(row["cron"], row["timezone"], await db_now(conn)) if enabled else None
     updated = (
         (

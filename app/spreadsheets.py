@@ -44,7 +44,6 @@ MAX_COLUMNS = 200
 MAX_EMPTY_ROWS = 10 * MAX_ROWS
 """Most empty rows skipped: a workbook's row numbers can leave a million rows between two, which its
 reader gives as empty rows, with no byte of the file for each."""
-MAX_CELL_CHARS = 100_000
 DEFAULT_MAX_BYTES: int = Settings.model_fields["upload_max_bytes"].default
 """``UPLOAD_MAX_BYTES`` as shipped: the bound of :func:`read` for callers that have no settings."""
 UNPACKED_PER_BYTE = 4
@@ -166,10 +165,12 @@ def read(data: bytes, name: str, *, max_rows: int = MAX_ROWS, max_bytes: int = D
 
 
 def _clean(value: Any) -> Any:
+    # A cell is kept whole, however long: each row is checked as a submission of its job type is (the
+    # field's own length limit, JOB_MAX_INPUT_BYTES), and a cell over it is a problem naming its row and
+    # column. A cell cut here was a silent change to the data. (The text of all cells together is
+    # bounded by the upload limit, in read.)
     if isinstance(value, str):
         value = value.replace("\x00", "").strip()
-        if len(value) > MAX_CELL_CHARS:
-            value = value[:MAX_CELL_CHARS]
     return value
 
 
@@ -206,6 +207,11 @@ def _csv_rows(data: bytes) -> Iterator[tuple[int, Sequence[Any]]]:
     if b"\x00" in data[:SNIFF_BYTES]:
         raise _unreadable("it holds binary data")
     text = _decode(data)
+    # The csv module refuses a field longer than its limit (131,072 characters unless raised), which
+    # made a long cell "unreadable" as a whole file: a cell is held to its field's limit instead (_clean).
+    # The limit is the process's; it is only ever raised, to what the file read can hold.
+    if csv.field_size_limit() < len(text):
+        csv.field_size_limit(len(text))
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=_delimiter(text[:SNIFF_BYTES]))
     try:
         for number, cells in enumerate(reader, start=1):

@@ -26,6 +26,7 @@ from app.actions import access, quotas
 from app.actions.trail import Actor, record_by_owner, record_done
 from app.errors import BadInput, Conflict, RateLimited
 from app.jobs import queue
+from app.jobs.error_text import retry_refusal
 from app.jobs.payload import check_text
 from app.processors import ProcessorSpec
 
@@ -134,25 +135,37 @@ class RetryOutcome:
     status_code: int = 200
 
 
-def _retry_message(retried: int, skipped: int) -> str:
+def _retry_message(retried: int, skipped: int, unfit: int = 0) -> str:
+    rows_of = f"{unfit:,} failed row{'s' if unfit != 1 else ''}"
+    why = (
+        f"{rows_of} cannot be retried: their input does not fit the job type, so a retry would fail the"
+        " same way; correct those rows in the spreadsheet and start a batch of them"
+    )
     if not retried:
-        return "Nothing changed: no row of this batch has failed."
+        return f"Nothing changed: {why}." if unfit else "Nothing changed: no row of this batch has failed."
     rows = f"{retried:,} failed row{'s' if retried != 1 else ''}"
     extra = f" ({skipped:,} had already moved on)" if skipped else ""
-    return f"Retrying {rows} with a fresh set of attempts{extra}."
+    return f"Retrying {rows} with a fresh set of attempts{extra}." + (
+        f" {why[:1].upper()}{why[1:]}." if unfit else ""
+    )
 
 
 async def retry_failed(db: AsyncSession, actor: Actor, batch_id: Any) -> RetryOutcome:
     """Put every failed row of the batch back in the queue with a fresh attempt budget (owner or admin),
     each through :func:`app.jobs.queue.retry` (its compare-and-set and event), within the person's
-    waiting limit; 409 "Nothing changed" when no row has failed.
+    waiting limit; 409 "Nothing changed" when no row has failed, or none a retry could help
+    (:func:`app.jobs.error_text.retry_refusal`: those are named in the message).
 
     Raises:
         NotFound: unknown or another person's batch. RateLimited: the retried rows would take the
         person above their waiting limit (nothing is retried).
     """
     row = await batches.load(db, batch_id, actor.user)
-    ids = await batches.failed_ids(db, row["id"])
+    failed = await batches.failed_rows(db, row["id"])
+    # Rows a retry could not help are left as they are and named (the queue's retry refuses them too),
+    # and do not count against the waiting limit.
+    ids = [r["id"] for r in failed if retry_refusal(r) is None]
+    unfit = len(failed) - len(ids)
     await quotas.before_submit(db, actor.user, actor.settings)
     await quotas.before_adding(db, actor.user, actor.settings, len(ids))
     retried = skipped = 0
@@ -164,7 +177,7 @@ async def retry_failed(db: AsyncSession, actor: Actor, batch_id: Any) -> RetryOu
         except Conflict:
             skipped += 1  # retried or deleted meanwhile by someone else
     await quotas.after_submit(db, actor.user, actor.settings, retried)
-    message = _retry_message(retried, skipped)
+    message = _retry_message(retried, skipped, unfit)
     if retried:
         await record_done(
             db, actor, "batch.retry_failed", target_type="batch", target_ids=[row["id"]], count=retried

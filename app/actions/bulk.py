@@ -137,7 +137,7 @@ async def run_bulk(
         raise Forbidden("Only an admin can act on many jobs at once.")
     if expected is not None and plan.scope != "selected":
         plan.ids = plan.ids[: max(0, expected)]  # never more than the admin confirmed
-    done, skipped = await _apply(db, actor, plan)
+    done, skipped, unfit = await _apply(db, actor, plan)
     gone = max(0, (expected or 0) - len(done) - len(skipped)) if plan.scope != "selected" else 0
     n_skipped = len(skipped) + gone
     full_detail = {
@@ -147,6 +147,8 @@ async def run_bulk(
         "skipped": n_skipped,
         "skipped_ids": [str(j) for j in skipped[:20]],
     }
+    if unfit:
+        full_detail["input_unfit"] = unfit
     await record_done(
         db,
         actor,
@@ -161,24 +163,39 @@ async def run_bulk(
     message = f"{verb} {len(done):,} job{'s' if len(done) != 1 else ''}"
     if plan.action == "cancel":
         message += " (running ones stop shortly)"
-    message += f"; {n_skipped:,} skipped" + (" because they had moved on." if n_skipped else ".")
+    if not unfit:
+        message += f"; {n_skipped:,} skipped" + (" because they had moved on." if n_skipped else ".")
+    else:
+        moved = f", {n_skipped - unfit:,} because they had moved on" if n_skipped > unfit else ""
+        message += (
+            f"; {n_skipped:,} skipped{moved}, {unfit:,} because their input does not fit their type: a retry"
+            " would fail the same way, so start them again with corrected input."
+        )
     return BulkOutcome(plan.action, done, skipped, message)
 
 
-async def _apply(db: AsyncSession, actor: Actor, plan: BulkPlan) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
+async def _apply(
+    db: AsyncSession, actor: Actor, plan: BulkPlan
+) -> tuple[list[uuid.UUID], list[uuid.UUID], int]:
+    """The ids done, the ids skipped, and how many of those the queue's retry refused because a retry
+    could not succeed (:func:`app.jobs.error_text.retry_refusal`)."""
     done: list[uuid.UUID] = []
     skipped: list[uuid.UUID] = []
+    unfit = 0
     act = queue.retry if plan.action == "retry" else queue.cancel
     for start in range(0, len(plan.ids), BULK_BATCH):
         for jid in plan.ids[start : start + BULK_BATCH]:
             try:
                 async with db.begin_nested():
                     await act(db, jid, actor.user)
-            except (Conflict, NotFound, Forbidden):
+            except Conflict as exc:
+                skipped.append(jid)
+                unfit += bool((exc.extra or {}).get("retry_refused"))
+            except (NotFound, Forbidden):
                 skipped.append(jid)
             else:
                 done.append(jid)
-    return done, skipped
+    return done, skipped, unfit
 
 
 # --- failed jobs grouped by type and error --------------------------------------------------------------

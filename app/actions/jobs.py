@@ -25,11 +25,12 @@ from app.actions.trail import Actor, record_by_owner, record_done, record_refuse
 from app.errors import BadInput, Conflict, Forbidden, KeyReused, NotFound, RateLimited
 from app.jobs import naming, queue
 from app.jobs.decisions import Decision, decision_words
-from app.jobs.error_text import input_unfit
+from app.jobs.error_text import retry_refusal
 from app.jobs.queue import Enqueued, NewJob
 from app.jobs.queue.repeats import Repeat, refusal
 from app.jobs.states import LABELS, LIVE, Status
 from app.jobs.tags import add_tags, check_tags, tags_of
+from app.jobs.types import priority_lowered
 from app.processors import ProcessorSpec, registry
 
 OWNER = "owner or admin"
@@ -118,13 +119,10 @@ def allowed(user: Any, action: str, row: Mapping[Any, Any]) -> bool:
     """Whether ``user`` may ask for ``action`` on the job ``row`` (owner or admin, per :data:`WHO_MAY`;
     "run again" also needs a type the user may submit). Used for buttons; the action checks again.
 
-    "Retry" is not offered for a job whose input does not fit its type
-    (:func:`app.jobs.error_text.input_unfit`, read from the row's ``error_preview`` or
-    ``error_message``, or a pipeline step's ``input_unfit``): it would fail the same way again; a job's
-    page offers "Edit and resubmit" instead."""
-    if action == "retry" and (
-        row.get("input_unfit") or input_unfit(row.get("error_preview") or row.get("error_message"))
-    ):
+    "Retry" is not offered when :func:`app.jobs.error_text.retry_refusal` gives a reason (the rule the
+    queue's retry refuses by): a job whose input does not fit its type would fail the same way again; a
+    job's page offers "Edit and resubmit" instead."""
+    if action == "retry" and retry_refusal(row) is not None:
         return False
     if user.is_admin:
         return True
@@ -362,8 +360,12 @@ CALLS: dict[str, Call] = {
 }
 
 
-def ok_message(action: str, row: Mapping[Any, Any]) -> str:
-    """The plain-words answer to an action that changed something."""
+def ok_message(action: str, row: Mapping[Any, Any], new_job: Mapping[Any, Any] | None = None) -> str:
+    """The plain-words answer to an action that changed something; for "run again", also when the new
+    job's priority is lower than the old one's (the queue's rule for a non-admin owner)."""
+    if action == "run-again" and new_job is not None:
+        lowered = priority_lowered(row.get("priority"), new_job.get("priority"))
+        return "Started again as a new job." + (f" {lowered}" if lowered else "")
     if action == "approve" and row["status"] == Status.WAITING_APPROVAL:
         return "Your approval is recorded. The step waits for the other approvals it needs."
     if action == "cancel":
@@ -454,7 +456,7 @@ async def perform(
     if action in OWNER_AUDITED and not actor.is_admin:
         await record_by_owner(db, actor, audit_action, target_type="job", target_ids=[jid])
     new_id = new_job["id"] if new_job is not None else None
-    return ActionOutcome(action, True, ok_message(action, row), 200, jid, new_id, row, new_job)
+    return ActionOutcome(action, True, ok_message(action, row, new_job), 200, jid, new_id, row, new_job)
 
 
 async def delete(db: AsyncSession, actor: Actor, job_id: Any) -> None:

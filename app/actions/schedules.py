@@ -181,10 +181,14 @@ async def set_enabled(
     db: Db, actor: Any, schedule_id: Any, enabled: bool, *, ip: str | None = None
 ) -> RowMapping:
     """Enable (the next run is computed from now; missed runs are not back-filled) or disable a schedule.
-    Returns the updated row."""
+    Returns the updated row. One already so is returned as it was (its ``updated_at`` too), with no
+    write and no audit entry: :func:`unchanged` tells."""
     require_admin(actor, "enable or disable schedules")
     async with db.begin_nested():
-        row = await schedules.set_schedule_enabled(db, schedule_id, enabled)
+        before = await schedules.get_schedule(db, schedule_id)
+        if before["enabled"] == enabled:
+            return before
+        row = await schedules.set_schedule_enabled(db, before["id"], enabled)
         await record_done(
             db,
             acting(actor, ip),
@@ -209,7 +213,9 @@ async def update_schedule(
     ip: str | None = None,
 ) -> RowMapping:
     """Change a schedule's cron expression, time zone, input and enabled flag (its target, owner and name
-    stay); the next run is computed from now. The audit entry names what changed. Returns the row.
+    stay); the next run is computed from now. The audit entry names what changed. Returns the row. An
+    edit that changes nothing (the same values, as they are stored) writes nothing and leaves no audit
+    entry: the row comes back as it was, which :func:`unchanged` tells.
 
     Raises:
         NotFound: unknown id. BadInput: each bad field named (cron, timezone, input fields).
@@ -229,6 +235,8 @@ async def update_schedule(
             settings=settings,
         )
         changed = [k for k in ("cron", "timezone", "input_data", "enabled") if before[k] != row[k]]
+        if not changed:
+            return row
         await record_done(
             db,
             acting(actor, ip),
@@ -243,6 +251,12 @@ async def update_schedule(
             },
         )
     return row
+
+
+def unchanged(before: Any, after: Any) -> bool:
+    """Whether an edit or an enable/disable that returned ``after`` left the schedule ``before`` as it
+    was (nothing written, nothing audited)."""
+    return bool(before["updated_at"] == after["updated_at"])
 
 
 async def delete_schedule(db: Db, actor: Any, schedule_id: Any, *, ip: str | None = None) -> RowMapping:

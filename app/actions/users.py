@@ -190,13 +190,15 @@ class PasswordReset:
 async def reset_password(db: Db, actor: Any, user_id: int, *, ip: str | None = None) -> PasswordReset:
     """Give a user a generated one-time password that they must change at their next sign-in (until then
     every page sends them to their account's password form). Their browser sessions end; their API
-    tokens keep working (a separate credential, revoked on its own).
+    tokens keep working (a separate credential, revoked on its own). Only from a signed-in browser.
 
     Raises:
-        NotFound: no such user. Conflict: your own account (change it on your account page; audited as
-        refused).
+        Forbidden: not an admin, or acting through an API token (the one-time password is a credential
+        that outlives the token). NotFound: no such user. Conflict: your own account (change it on your
+        account page; audited as refused).
     """
     require_admin(actor, "reset passwords")
+    auth.require_signed_in_browser(actor, auth.RESETS_FROM_THE_PAGE)
     target = await users.get_user(db, user_id)
     if target["id"] == actor.id:
         await _refuse_own(

@@ -5,6 +5,7 @@ internal ids). The one rule for the pages, the API and callbacks."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 _TRACEBACK_START = re.compile(
@@ -54,6 +55,28 @@ whose schema changed since. It fails at once, without retries, and a retry could
 def input_unfit(message: str | None) -> bool:
     """Whether a job failed because its input does not fit its type (:data:`INPUT_UNFIT`)."""
     return bool(message) and str(message).startswith(INPUT_UNFIT)
+
+
+def retry_refusal(row: Mapping[Any, Any]) -> str | None:
+    """Why the failed job ``row`` may not be retried, in words that say what to do instead, or ``None``
+    when it may. The one rule for every path: the pages hide "Retry" when it gives a reason, and
+    :func:`app.jobs.queue.retry` (one job, a bulk retry, a batch's failed rows) refuses with it.
+
+    A job whose input does not fit its type (:func:`input_unfit`) would fail the same way again: its
+    input, and what its ``$ref`` reads, are the same the next time. ``row`` is a job row (its
+    ``error_message``, or the lists' ``error_preview``) or a pipeline page's step (``input_unfit``).
+    """
+    error = row.get("error_message") or row.get("error_preview")
+    if not (row.get("input_unfit") or input_unfit(error)):
+        return None
+    why = str(error)[len(INPUT_UNFIT) :].split(": ", 1)[-1] if input_unfit(error) else ""
+    fields = f" ({why[:300]}{'…' if len(why) > 300 else ''})" if why else ""
+    again = (
+        "start the pipeline again with input that fits"
+        if row.get("pipeline_id")
+        else 'start it again with corrected input ("Edit and resubmit" on its page, or a new job)'
+    )
+    return f"its input does not fit its type{fields}, so a retry would fail the same way; {again}"
 
 
 def plain_words(message: str) -> str:

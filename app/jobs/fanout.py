@@ -44,9 +44,58 @@ def is_item(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {"$item"}
 
 
-def has_items(value: Any) -> bool:
-    """Whether ``value`` holds an ``{"$item": …}`` anywhere."""
+LITERAL = "$literal"
+"""``{"$literal": value}`` in a step's input is ``value`` as it is: nothing in it is read as a ``$ref`` or
+an ``$item``. Every value put into a step's input from data (an item of a ``for_each`` list, a parent's
+result read by a ``$ref``) is data, never a reference: only what the person wrote is resolved. An item is
+substituted when its step is expanded but its step's ``$ref`` values only when it runs, so a marker-shaped
+value in an item (``{"$ref": "other.secret"}`` in an HTTP response's body) is stored wrapped
+(:func:`as_literal`) and unwrapped once, when the step runs (:func:`app.jobs.graph.resolve_refs`)."""
+_MARKERS = frozenset({"$ref", "$item", LITERAL})
+
+
+def is_literal(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {LITERAL}
+
+
+def as_literal(value: Any) -> Any:
+    """``value`` to be put into a step's input as data: each value shaped like a marker (``{"$ref": …}``,
+    ``{"$item": …}``, ``{"$literal": …}``) wrapped in ``{"$literal": …}``; anything else as it is (so an
+    ordinary item is stored, shown and checked as it is)."""
     if isinstance(value, dict):
+        if len(value) == 1 and next(iter(value)) in _MARKERS:
+            return {LITERAL: value}
+        return {k: as_literal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_literal(v) for v in value]
+    return value
+
+
+def unwrap_literals(value: Any) -> Any:
+    """``value`` with each ``{"$literal": v}`` replaced by ``v`` (not looked into)."""
+    if isinstance(value, dict):
+        if is_literal(value):
+            return value[LITERAL]
+        return {k: unwrap_literals(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unwrap_literals(v) for v in value]
+    return value
+
+
+def has_literals(value: Any) -> bool:
+    """Whether ``value`` holds a ``{"$literal": …}`` anywhere."""
+    if isinstance(value, dict):
+        return is_literal(value) or any(has_literals(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_literals(v) for v in value)
+    return False
+
+
+def has_items(value: Any) -> bool:
+    """Whether ``value`` holds an ``{"$item": …}`` anywhere (not inside a ``{"$literal": …}``)."""
+    if isinstance(value, dict):
+        if is_literal(value):
+            return False
         return is_item(value) or any(has_items(v) for v in value.values())
     if isinstance(value, list):
         return any(has_items(v) for v in value)
@@ -57,6 +106,8 @@ def item_marker(item: Any, path: str) -> str | None:
     """The path of an ``{"$item": …}`` inside ``item`` (``path`` being the item's), or ``None``."""
     if is_item(item):
         return path
+    if is_literal(item):
+        return None
     if isinstance(item, dict):
         found = (item_marker(v, f"{path}.{k}") for k, v in item.items())
     elif isinstance(item, list):
@@ -85,13 +136,14 @@ def check_item(item: Any, path: str) -> None:
 
 def substitute(value: Any, item: Any, path: str = "input_data") -> Any:
     """``value`` with each ``{"$item": ""}`` replaced by ``item`` and ``{"$item": "name"}`` by
-    ``item["name"]``. ``path`` names the item (``steps[1].for_each[0]``, ``thumb[3]``).
+    ``item["name"]``, as data (:func:`as_literal`): a marker-shaped value in the item is never read as a
+    reference. ``path`` names the item (``steps[1].for_each[0]``, ``thumb[3]``). (A literal list's items
+    are checked for ``$item`` markers when the pipeline is created, :func:`check_item`: one written
+    there is a mistake worth naming; an item from a result is data, whatever it holds.)
 
     Raises:
-        BadInput: the item holds an ``{"$item": …}`` (:func:`check_item`); a field asked of an item that
-            is not an object or lacks it (``path``).
+        BadInput: a field asked of an item that is not an object or lacks it (``path``).
     """
-    check_item(item, path)
     return _substituted(value, item, path)
 
 
@@ -101,10 +153,12 @@ def _substituted(value: Any, item: Any, path: str) -> Any:
         if not isinstance(name, str):
             raise BadInput.field(path, '"$item" takes "" (the item) or the name of one of its fields')
         if name == "":
-            return item
+            return as_literal(item)
         if not isinstance(item, dict) or name not in item:
             raise BadInput.field(path, f"the item {_short(item)} has no field {name[:60]!r}")
-        return item[name]
+        return as_literal(item[name])
+    if is_literal(value):
+        return value
     if isinstance(value, dict):
         return {k: _substituted(v, item, f"{path}.{k}") for k, v in value.items()}
     if isinstance(value, list):
@@ -215,6 +269,8 @@ def empty_refs(value: Any, keys: set[str]) -> Any:
     if isinstance(value, dict):
         if set(value) == {"$ref"} and isinstance(value["$ref"], str):
             return [] if value["$ref"].split(".", 1)[0] in keys else value
+        if is_literal(value):
+            return value
         return {k: empty_refs(v, keys) for k, v in value.items()}
     if isinstance(value, list):
         return [empty_refs(v, keys) for v in value]

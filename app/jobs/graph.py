@@ -10,7 +10,8 @@ graph.
 A step's input may take a value from a parent's result at run time: ``{"$ref": "<parent key>.<field>"}``
 anywhere in its ``input_data`` is replaced, just before the step runs, by that field of the parent's
 ``result_data`` (the worker resolves it with :func:`resolve_refs`; such fields are not schema-checked
-when the pipeline is created).
+when the pipeline is created). The value read is data: it is put in as it is, never looked into for
+more references, and so is a ``for_each`` item (``{"$literal": …}``, :data:`app.jobs.fanout.LITERAL`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.errors import BadInput
-from app.jobs.fanout import base_key, group_instances, has_items
+from app.jobs.fanout import (
+    LITERAL,
+    base_key,
+    group_instances,
+    has_items,
+    has_literals,
+    is_literal,
+    unwrap_literals,
+)
 from app.jobs.payload import check_input
 from app.jobs.types import NextJob, PermanentError, registry, validation_errors
 from app.settings import Settings
@@ -147,8 +156,10 @@ def topo_order(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def has_refs(value: Any) -> bool:
-    """Whether ``value`` holds a ``{"$ref": …}`` anywhere."""
+    """Whether ``value`` holds a ``{"$ref": …}`` anywhere (not inside a ``{"$literal": …}``)."""
     if isinstance(value, dict):
+        if is_literal(value):
+            return False
         return set(value) == {"$ref"} or any(has_refs(v) for v in value.values())
     if isinstance(value, list):
         return any(has_refs(v) for v in value)
@@ -168,10 +179,12 @@ def validate_step_input(type_: Any, input_data: Any, path: str, settings: Settin
         raise BadInput.field(path.rsplit(".", 1)[0] + ".type", f"unknown job type {str(type_)[:100]!r}")
     check_input(input_data, settings.job_max_input_bytes, field=path)
     ref_fields = {k for k, v in input_data.items() if has_refs(v) or has_items(v)}
-    if not ref_fields:
+    if not ref_fields and not has_literals(input_data):
         return spec.validate_input(input_data, field_prefix=path)
+    # Data wrapped as literal is checked as the step will read it, and stored wrapped.
+    plain = unwrap_literals(input_data)
     try:
-        spec.input_model.model_validate({k: v for k, v in input_data.items() if k not in ref_fields})
+        spec.input_model.model_validate({k: v for k, v in plain.items() if k not in ref_fields})
     except ValidationError as exc:
         errors = [
             e for e in exc.errors() if not (e["type"] == "missing" and e["loc"] and e["loc"][0] in ref_fields)
@@ -196,6 +209,8 @@ def check_ref_sources(step: dict[str, Any], path: str) -> None:
 
     def walk(value: Any, where: str) -> None:
         if isinstance(value, dict):
+            if is_literal(value):
+                return
             if set(value) == {"$ref"}:
                 ref = value["$ref"]
                 if not isinstance(ref, str) or not ref:
@@ -230,6 +245,8 @@ def rename_refs(input_data: Any, renames: Mapping[str, str]) -> Any:
         if set(input_data) == {"$ref"} and isinstance(ref, str):
             key, dot, rest = ref.partition(".")
             return {"$ref": renames[key] + dot + rest} if key in renames else input_data
+        if is_literal(input_data):
+            return input_data
         return {k: rename_refs(v, renames) for k, v in input_data.items()}
     if isinstance(input_data, list):
         return [rename_refs(v, renames) for v in input_data]
@@ -237,7 +254,9 @@ def rename_refs(input_data: Any, renames: Mapping[str, str]) -> Any:
 
 
 def resolve_refs(input_data: Any, parents: dict[str, Any]) -> Any:
-    """Replace each ``{"$ref": "key.field.sub"}`` with that value of parent ``key``'s result_data.
+    """Replace each ``{"$ref": "key.field.sub"}`` with that value of parent ``key``'s result_data, and
+    each ``{"$literal": v}`` with ``v``, in one pass over what the person wrote: a value put in (a
+    parent's result, an item, a literal) is data, never looked into for more references.
 
     Raises:
         PermanentError: the parent or field does not exist (retrying cannot fix it).
@@ -245,6 +264,8 @@ def resolve_refs(input_data: Any, parents: dict[str, Any]) -> Any:
     if isinstance(input_data, dict):
         if set(input_data) == {"$ref"} and isinstance(input_data["$ref"], str):
             return _resolve_ref(input_data["$ref"], parents)
+        if is_literal(input_data):
+            return input_data[LITERAL]
         return {k: resolve_refs(v, parents) for k, v in input_data.items()}
     if isinstance(input_data, list):
         return [resolve_refs(v, parents) for v in input_data]

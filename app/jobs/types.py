@@ -318,6 +318,18 @@ def priority_refusal(is_admin: bool, priority: Any) -> str | None:
     )
 
 
+def priority_lowered(before: Any, after: Any) -> str | None:
+    """What to tell the person when a new job made from another ("Run again") got a lower priority than
+    the job it repeats (its owner is not an admin, and the old job had one above
+    :data:`USER_MAX_PRIORITY`), or ``None`` when it kept it."""
+    if before is None or after is None or int(after) >= int(before):
+        return None
+    return (
+        f"Its priority was lowered from {before} to {after}: a priority above {USER_MAX_PRIORITY} is for "
+        "admins, and the job's owner is not one."
+    )
+
+
 def may_create_next(owner_is_admin: bool, creator: ProcessorSpec | None, spec: ProcessorSpec) -> bool:
     """Whether a job of type ``creator``, owned by someone who is (not) an admin, may create a next job
     of type ``spec`` (the next job belongs to the same owner).

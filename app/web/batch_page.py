@@ -13,6 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import batches, spreadsheets
+from app.jobs.error_text import retry_refusal
 from app.web import display
 from app.web.job_page import POLL
 from app.web.notifications import bell_url, viewer_bell
@@ -80,8 +81,20 @@ def mapping_view(
     fields: list[spreadsheets.SheetField],
     chosen: dict[str, int | None],
 ) -> MappingStep:
-    preview = [[spreadsheets.cell_text(c) for c in cells] for _, cells in sheet.rows[:PREVIEW_ROWS]]
+    preview = [[_shown(spreadsheets.cell_text(c)) for c in cells] for _, cells in sheet.rows[:PREVIEW_ROWS]]
     return MappingStep(sheet_id, sheet.name, sheet.columns, fields, chosen, preview, len(sheet.rows))
+
+
+PREVIEW_CELL_CHARS = 300
+"""Characters of a cell the preview shows (the cell itself is kept whole for the row's job)."""
+
+
+def _shown(text: str) -> str:
+    return (
+        text
+        if len(text) <= PREVIEW_CELL_CHARS
+        else text[:PREVIEW_CELL_CHARS] + f"… ({len(text):,} characters)"
+    )
 
 
 def problems_of(
@@ -138,7 +151,9 @@ async def batch_context(db: AsyncSession, batch_id: Any, user: Any, **kw: Any) -
         "counts": counts,
         "failed": failed,
         "failed_more": max(0, view.counts.get("failed", 0) - len(failed)),
-        "can_retry": bool(view.counts.get("failed")),
+        # hidden when no failed row shown could be helped by a retry (the action's own rule)
+        "can_retry": bool(view.counts.get("failed"))
+        and (len(failed) < view.counts["failed"] or any(retry_refusal(r) is None for r in failed)),
         "poll_url": None
         if view.finished
         else bell_url(f"/batches/{view.id}/status?v={state['version']}", unread),

@@ -27,6 +27,7 @@ from app.files import FileStore, JobFiles
 from app.jobs import queue
 from app.jobs.backoff import RetryPolicy, retry_delay
 from app.jobs.error_text import INPUT_UNFIT
+from app.jobs.fanout import unwrap_literals
 from app.jobs.payload import cap_text, result_json
 from app.jobs.queue import Outcome
 from app.jobs.types import validation_error
@@ -424,6 +425,8 @@ def _parse_input(spec: ProcessorSpec, row: Any) -> Input:
         data = row["input_data"]
         if row["parents"]:
             data = pipelines.resolve_refs(data, row["parents"])
+        elif row["pipeline_id"]:
+            data = unwrap_literals(data)  # a literal list's item in a step with no parents
         return spec.parse_input(data)
     except ValidationError as exc:
         # Every bad field named as a submission names it (input_data.url: …), since a $ref may have read

@@ -355,3 +355,49 @@ async def test_a_range_that_runs_backwards_is_refused(
                 input_data={"name": "Ann"},
                 settings=ui_settings,
             )
+
+
+async def test_an_edit_that_changes_nothing_writes_and_audits_nothing_on_the_page_and_the_api(
+    client: AsyncTestClient,
+    admin: CurrentUser,
+    engine: AsyncEngine,
+    ui_settings: Settings,
+    db_url: str,
+    pg: asyncpg.Connection,
+) -> None:
+    """Saving the form as it was, a PATCH or PUT of the same values, enabling an enabled schedule: each
+    was an audit entry (and an admin notice) saying the schedule was changed. Now nothing is written —
+    its next run stays — nothing is recorded, and the page says nothing changed."""
+    sid = await _schedule(engine, admin, ui_settings)
+    headers = {"Authorization": f"Bearer {await add_token(db_url, admin.id)}"}
+    stamp = "SELECT updated_at, next_fire_at FROM schedules WHERE id = $1::uuid"
+    before = await pg.fetchrow(stamp, sid)
+    audits = "SELECT count(*) FROM audit_log"
+    assert await pg.fetchval(audits) == 1  # its creation
+    notices = "SELECT count(*) FROM alert_outbox WHERE kind = 'admin_action'"
+    announced = await pg.fetchval(notices)
+
+    same = {"_cron": "0 9 * * *", "_timezone": "Europe/Berlin", "name": "Ann", "_enabled": "on"}
+    r = await post(client, f"/admin/schedules/{sid}/edit", same)
+    assert r.status_code == 303, r.text
+    assert "nothing changed" in (await client.get(r.headers["location"])).text
+    for call in (
+        lambda: client.patch(f"/api/schedules/{sid}", json={"cron": "0 9 * * *"}, headers=headers),
+        lambda: client.put(f"/api/schedules/{sid}", json={"input_data": {"name": "Ann"}}, headers=headers),
+        lambda: client.patch(f"/api/schedules/{sid}", json={"enabled": True}, headers=headers),
+        lambda: client.post(f"/api/schedules/{sid}/enable", headers=headers),
+    ):
+        answer = await call()
+        assert answer.status_code == 200 and answer.json()["cron"] == "0 9 * * *", answer.text
+    r = await post(client, f"/admin/schedules/{sid}/enable")
+    assert r.status_code == 303
+    assert "already enabled: nothing changed" in (await client.get(r.headers["location"])).text
+    assert await pg.fetchval(audits) == 1
+    assert await pg.fetchval(notices) == announced
+    assert await pg.fetchrow(stamp, sid) == before
+
+    # a real change is saved and recorded, once, naming what changed
+    r = await post(client, f"/admin/schedules/{sid}/edit", {**same, "name": "Bea"})
+    assert r.status_code == 303 and "saved" in (await client.get(r.headers["location"])).text
+    assert await pg.fetchval(audits) == 2
+    assert "input_data" in await pg.fetchval("SELECT detail::text FROM audit_log ORDER BY id DESC LIMIT 1")

@@ -24,7 +24,7 @@ from app.jobs import queue
 from app.jobs.queue import NewJob, Outcome
 from app.jobs.types import NextJob
 from app.settings import Settings
-from tests.support.webkit import add_token, add_user
+from tests.support.webkit import add_token, add_user, csrf_from, login
 
 
 async def headers(db_url: str, email: str, *, admin: bool = False) -> tuple[Any, dict[str, str]]:
@@ -99,13 +99,22 @@ async def test_run_again_gives_a_non_admins_job_at_most_priority_0(
         for who in (bob_user, root_user):
             new = NewJob(type="test.form", input_data={"name": "Ann"}, user_id=who.id, priority=100)
             ids[who.id] = (await queue.enqueue(conn, new, settings)).job["id"]
+    lowered = "Its priority was lowered from 100 to 0: a priority above 0 is for admins"
     r = await client.post(f"/api/jobs/{ids[bob_user.id]}/run-again", headers=bob)
     assert r.status_code == 201, r.text
     assert r.json()["priority"] == 0
+    assert r.json()["notice"].startswith(lowered)  # said, not done silently
     r = await client.post(f"/api/jobs/{ids[bob_user.id]}/run-again", headers=root)
-    assert (r.status_code, r.json()["priority"]) == (201, 0)
+    assert (r.status_code, r.json()["priority"]) == (201, 0) and r.json()["notice"].startswith(lowered)
     r = await client.post(f"/api/jobs/{ids[root_user.id]}/run-again", headers=root)
-    assert (r.status_code, r.json()["priority"]) == (201, 100)
+    assert (r.status_code, r.json()["priority"]) == (201, 100) and "notice" not in r.json()
+    # the page's answer says it too
+    assert (await login(client, "bob@example.com")).status_code == 303
+    token = csrf_from((await client.get(f"/jobs/{ids[bob_user.id]}")).text)
+    page = await client.post(
+        f"/jobs/{ids[bob_user.id]}/run-again", data={"_csrf_token": token}, headers={"HX-Request": "true"}
+    )
+    assert page.status_code == 200 and lowered in page.text, page.text[-2000:]
 
 
 async def completed_with_next(engine: AsyncEngine, settings: Settings, owner_id: int, priority: int) -> None:

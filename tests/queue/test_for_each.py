@@ -217,9 +217,9 @@ async def test_a_list_that_is_not_a_list_fails_the_step_and_cancels_its_dependen
     assert await run_claimable(engine, settings) == []
 
 
-async def test_an_item_of_a_parents_list_holding_an_item_marker_fails_the_step_naming_it(
-    engine, settings, owner, pg
-) -> None:
+async def test_an_item_of_a_parents_list_holding_an_item_marker_is_data(engine, settings, owner, pg) -> None:
+    """An item from a result is data (tests/queue/test_literal_data.py): a marker in it is stored as
+    literal and reaches the step as it was, never read as an ``$item`` or a ``$ref``."""
     pid = await create(
         engine,
         settings,
@@ -232,9 +232,9 @@ async def test_an_item_of_a_parents_list_holding_an_item_marker_fails_the_step_n
     async with engine.begin() as conn:
         await queue.finish(conn, "test-worker", [Outcome(src["id"], "completed", result=result)], settings)
     jobs = await jobs_of(pg, pid)
-    assert jobs["each"]["status"] == "failed"
-    assert 'each[1].u: an item cannot hold {"$item": …}' in jobs["each"]["error_message"]
-    assert await run_claimable(engine, settings) == []
+    assert jobs["each[1]"]["input_data"] == {"x": {"u": {"$literal": {"$item": ""}}}}
+    assert await run_claimable(engine, settings) == ["each[0]", "each[1]"]
+    assert (await jobs_of(pg, pid))["each[1]"]["result_data"] == {"x": {"u": {"$item": ""}}}
 
 
 async def test_a_list_longer_than_a_pipeline_may_be_fails_the_step(engine, make_settings, owner, pg) -> None:

@@ -15,12 +15,14 @@ import pytest
 from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import spreadsheets
+from app import batches, spreadsheets
 from app.actions import batches as batch_actions
 from app.actions.trail import Actor
 from app.errors import BadInput
 from app.processors import registry
+from app.settings import Settings
 from app.web.batch_downloads import csv_line
+from app.web.batch_page import problems_of
 from tests.support.webkit import app_client, csrf_from, sign_in_as
 
 HTTP_FIELDS = spreadsheets.fields_of(registry.get("http.request").input_model)  # type: ignore[union-attr]
@@ -420,3 +422,33 @@ async def test_a_refused_files_form_leaves_no_bytes_without_a_row(
     rows = {str(r["id"]) for r in await pg.fetch("SELECT id FROM files")}
     assert len(rows) == 2 and await pg.fetchval("SELECT count(*) FROM batches") == 1
     assert _bytes_on_disk(settings.files_dir) == rows
+
+
+@pytest.mark.parametrize("size", [120_000, 140_000, 1_000_001])
+def test_a_long_cell_is_kept_whole_and_held_to_its_fields_limit_as_a_submission_is(size: int) -> None:
+    """A cell was cut to 100,000 characters without a word (and one past the csv module's 131,072 made
+    the whole file "unreadable"): it is read whole, and a row is refused as a submission of the same
+    input would be, naming the row and column; within the field's limit it reaches the job as it was."""
+    body = "x" * size
+    data = f"url,method,body_type,body\nhttp://a/,POST,text,{body}\n".encode()
+    sheet = spreadsheets.read(data, "long.csv")
+    [row] = inputs(sheet)
+    assert len(row["body"]) == size
+    spec = registry.get("http.request")
+    assert spec is not None
+    settings = Settings.model_construct(job_max_input_bytes=4 * 1024 * 1024)
+    try:
+        submitted = spec.validate_input(row, field_prefix="input_data")
+    except BadInput as exc:
+        with pytest.raises(BadInput) as refused:
+            batches.check_rows(spec, [row], settings)
+        assert refused.value.errors == {"rows[0].body": exc.errors["input_data.body"]}
+        mapping = spreadsheets.match_columns(HTTP_FIELDS, sheet.columns)
+        [problem] = problems_of(
+            refused.value.errors, [n for n, _ in sheet.rows], HTTP_FIELDS, sheet.columns, mapping
+        )
+        assert (problem.row, problem.column) == (2, "body")
+        assert "1000000" in problem.message or "1,000,000" in problem.message
+    else:
+        assert batches.check_rows(spec, [row], settings) == [submitted]
+        assert len(submitted["body"]) == size

@@ -12,6 +12,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput, Conflict, Forbidden
+from app.jobs.error_text import retry_refusal
+from app.jobs.fanout import unwrap_literals
 from app.jobs.graph import has_refs, resolve_refs
 from app.jobs.payload import cap_text
 from app.jobs.queue.common import (
@@ -159,7 +161,8 @@ async def retry(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
     Raises:
         NotFound: unknown id, or another user's job for a non-admin.
         Forbidden: the state machine does not let this person retry (see ``TRANSITIONS``).
-        Conflict: the job is not ``failed`` (names its status).
+        Conflict: the job is not ``failed`` (names its status); or a retry could not succeed
+            (:func:`app.jobs.error_text.retry_refusal` says why and what to do instead).
     """
     conn = await conn_of(db)
     row = await lock_job(conn, job_id, principal)
@@ -170,6 +173,9 @@ async def retry(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
             f"Cannot retry job {row['id']}: it is {row['status']}, not failed.",
             extra={"status": row["status"]},
         )
+    refusal = retry_refusal(row)
+    if refusal is not None:
+        raise Conflict(f"Cannot retry job {row['id']}: {refusal}.", extra={"retry_refused": "input_unfit"})
     await lock_pipelines(conn, [row["pipeline_id"]])
     updated = (await conn.execute(RETRY_FAILED, {"id": row["id"]})).mappings().first()
     if updated is None:  # lost a race with another retry
@@ -290,7 +296,7 @@ async def _input_as_it_ran(conn: AsyncConnection, row: JobRow) -> Any:
     """
     data = row["input_data"]
     if not has_refs(data):
-        return data
+        return unwrap_literals(data)  # data an item put in stays data in the job on its own
     rows = (await conn.execute(PARENT_RESULTS, {"id": row["id"]})).mappings()
     try:
         return resolve_refs(data, {r["key"]: r["result_data"] for r in rows})

@@ -392,6 +392,10 @@ class ScheduleFormController(Controller):
                 request, target=tgt, typed=typed, values=values, errors=errors, schedule=row
             )
             return render(request, "admin/schedule_form.html", ctx, status_code=422)
+        if schedule_actions.unchanged(row, saved):
+            return flash.redirect(
+                request, "/admin/schedules", f"Schedule {saved['name']!r}: nothing changed."
+            )
         return flash.redirect(request, "/admin/schedules", f"Schedule {saved['name']!r} saved.")
 
     @get("/preview", name="admin.schedules.preview")

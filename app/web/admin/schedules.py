@@ -65,12 +65,16 @@ class SchedulesController(Controller):
     ) -> Redirect:
         """Enable (next run computed from now, no back-fill) or disable a schedule."""
         enabled = request.url.path.rstrip("/").endswith("/enable")
+        before = await controls.get_schedule(db_session, schedule_id)
         row = await schedule_actions.set_enabled(
             db_session, request.user, schedule_id, enabled, ip=client_ip(request)
         )
-        return flash.redirect(
-            request, "/admin/schedules", f"Schedule {row['name']!r} {'enabled' if enabled else 'disabled'}."
-        )
+        state = "enabled" if enabled else "disabled"
+        if schedule_actions.unchanged(before, row):
+            return flash.redirect(
+                request, "/admin/schedules", f"Schedule {row['name']!r} was already {state}: nothing changed."
+            )
+        return flash.redirect(request, "/admin/schedules", f"Schedule {row['name']!r} {state}.")
 
     @post("/{schedule_id:str}/delete", name="admin.schedules.delete", status_code=303)
     async def delete_schedule(

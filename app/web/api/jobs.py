@@ -31,6 +31,7 @@ from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.jobs.states import Status, label
 from app.jobs.tags import TAG_FILTER, tags_of
+from app.jobs.types import priority_lowered
 from app.web import DbSession, display
 from app.web.deps import MAX_PAGE, actor_of, keep_refusal
 from app.web.job_page import poll_row
@@ -369,9 +370,14 @@ class JobsApiController(Controller):
     async def run_again(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Response[dict[str, Any]]:
-        """A new job with the same type and input (owner or admin); answers the new job."""
+        """A new job with the same type and input (owner or admin); answers the new job, with a
+        ``notice`` when its priority was lowered (above 0 is for admins, and its owner is not one)."""
         outcome = await act(request, db_session, "run-again", job_id)
-        return await job_response(db_session, outcome.new_job, 201, viewer=request.user)
+        answer = await job_response(db_session, outcome.new_job, 201, viewer=request.user)
+        old, new = outcome.row or {}, outcome.new_job or {}
+        if lowered := priority_lowered(old.get("priority"), new.get("priority")):
+            answer.content["notice"] = lowered
+        return answer
 
     @post(
         "/{job_id:str}/approve",

@@ -3,9 +3,11 @@
 * ``POST /api/users/{id}/unlock`` — lift the sign-in limits on an account at once: its failed sign-ins
   are forgotten (:mod:`app.signin`), with an audit entry and an admin notice. Answers
   ``{"id", "email", "failures_cleared"}``; 404 for an unknown id.
-* ``POST /api/users/{id}/reset-password`` — a one-time password (in this answer only) that the user must
-  change at their next sign-in; their browser sessions end. Answers ``{"id", "email", "password",
-  "sessions_ended"}``; 409 for your own account.
+* ``POST /api/users/{id}/reset-password`` — answers 403 saying where to do it: a one-time password is a
+  credential for another account, so it is handed out only to an admin signed in with their password
+  (**Reset password** on ``/admin/users``; :func:`app.auth.require_signed_in_browser`). A stolen token
+  could otherwise take over any account, an admin's too, for longer than the token lives. The route
+  keeps its path so that a script that used it reads why.
 
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
@@ -17,7 +19,6 @@ from litestar.params import FromPath
 
 from app.actions import users as user_actions
 from app.auth import requires_admin
-from app.errors import Conflict
 from app.web import DbSession
 from app.web.openapi import errors
 
@@ -41,20 +42,17 @@ class UsersApiController(Controller):
     @post(
         "/{user_id:int}/reset-password",
         name="api.users.reset_password",
-        responses=errors(401, 403, 404, 409),
+        responses=errors(401, 403, 404),
         status_code=200,
     )
     async def reset_password(
         self, request: Request[Any, Any, Any], db_session: DbSession, user_id: FromPath[int]
     ) -> dict[str, Any]:
-        """Give the user a one-time password, returned in this answer only; they must choose a new one at
-        their next sign-in. Their browser sessions end; their API tokens keep working."""
+        """Refused (403) with a token, which every API request is: reset a password on the users page
+        (/admin/users), signed in with your password. A one-time password is a credential for another
+        account, so a stolen token must not be able to obtain one."""
         client = request.client.host if request.client else None
-        try:
-            done = await user_actions.reset_password(db_session, request.user, user_id, ip=client)
-        except Conflict:
-            await db_session.commit()  # keeps the refusal's audit entry: a 409 is rolled back otherwise
-            raise
+        done = await user_actions.reset_password(db_session, request.user, user_id, ip=client)
         return {
             "id": done.user_id,
             "email": done.email,
