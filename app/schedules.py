@@ -20,6 +20,7 @@ owner may no longer start it — has no person behind it: the sweep records an a
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -34,7 +35,7 @@ from app.cron import check_cron, check_zone, fire_times, fired_title, next_fire
 from app.errors import BadInput, Conflict, NotFound
 from app.jobs import outbox, queue
 from app.jobs.payload import check_input, json_text
-from app.jobs.queue import NewJob, SystemPrincipal
+from app.jobs.queue import NewJob
 from app.jobs.types import file_refs, may_submit, refusal, registry
 from app.settings import Settings
 
@@ -49,7 +50,7 @@ async def db_now(conn: AsyncConnection) -> datetime:
 @dataclass
 class ScheduleSpec:
     """A schedule defined in code (``source = 'code'``), synced into the database at worker start by
-    :func:`sync_code_schedules`; ``owner_email`` names the user its jobs belong to."""
+    :func:`app.code_schedules.sync_code_schedules`; ``owner_email`` names the user its jobs belong to."""
 
     name: str
     cron: str
@@ -325,49 +326,6 @@ async def list_schedules(db: AsyncConnection | AsyncSession) -> list[RowMapping]
     )
 
 
-async def sync_code_schedules(db: AsyncConnection | AsyncSession, settings: Settings, log: Any = None) -> int:
-    """Upsert the schedules registered in code (by name; a UI schedule of the same name is left alone).
-    Returns how many were synced; a schedule whose owner does not exist is skipped with a warning."""
-    conn = await queue.conn_of(db)
-    registry.names()  # import modules, which register schedules
-    synced = 0
-    for spec in CODE_SCHEDULES.values():
-        owner = (
-            (
-                await conn.execute(
-                    text("SELECT id, email FROM users WHERE email = lower(:e)"), {"e": spec.owner_email}
-                )
-            )
-            .mappings()
-            .first()
-        )
-        if owner is None:
-            if log is not None:
-                log.warning(
-                    "code schedule skipped: its owner does not exist",
-                    schedule=spec.name,
-                    owner=spec.owner_email,
-                )
-            continue
-        principal = SystemPrincipal(id=owner["id"], email=owner["email"])
-        await create_schedule(
-            conn,
-            cron=spec.cron,
-            timezone=spec.timezone,
-            job_type=spec.job_type,
-            template=spec.template,
-            input_data=spec.input_data,
-            enabled=spec.enabled,
-            catch_up=spec.catch_up,
-            name=spec.name,
-            owner=principal,
-            settings=settings,
-            source="code",
-        )
-        synced += 1
-    return synced
-
-
 DUE_SCHEDULES = text(
     f"""
     SELECT {SCHEDULE_COLUMNS}, now() AS db_now,
@@ -475,7 +433,7 @@ async def _held_by_pause(conn: AsyncConnection, row: RowMapping) -> bool:
     return bool((await conn.execute(HELD_BY_PAUSE, params)).scalar())
 
 
-def owner_refusal(row: RowMapping) -> str | None:
+def owner_refusal(row: RowMapping | Mapping[str, Any]) -> str | None:
     """Why the schedule's owner may no longer start its target (they lost their admin rights, or the
     type became admins-only, or their account is disabled), or ``None`` when they may — the same rule as
     when a person submits."""
