@@ -285,15 +285,17 @@ async def set_schedule_enabled(
 
 
 async def delete_schedule(db: AsyncConnection | AsyncSession, schedule_id: Any) -> RowMapping:
-    """Delete a schedule (its past jobs stay); returns the deleted row. A schedule defined in code cannot be deleted (the next
-    worker start would create it again): disable it, or remove it from the code.
+    """Delete a schedule (its past jobs stay); returns the deleted row. A schedule defined in code cannot be deleted while it is
+    enabled or this process's code declares it (the next worker start would create it again): disable
+    it, or remove it from the code — a worker start then disables it, and it may be deleted.
 
     Raises:
-        NotFound: unknown id. Conflict: a code-defined schedule.
+        NotFound: unknown id. Conflict: a code-defined schedule still enabled or declared.
     """
     conn = await queue.conn_of(db)
     row = await get_schedule(conn, schedule_id)
-    if row["source"] == "code":
+    registry.names()  # import the modules, which declare the code's schedules
+    if row["source"] == "code" and (row["enabled"] or row["name"] in CODE_SCHEDULES):
         raise Conflict(
             f"The schedule {row['name']!r} is defined in code and cannot be deleted here; disable it instead, "
             "or remove it from the code."

@@ -22,6 +22,8 @@ import asyncpg
 import pytest
 
 from app import schedules
+from app.actions import schedules as schedule_actions
+from app.errors import Conflict
 from tests.support.factories import make_user
 from tests.support.workers import ROOT, WorkerProcess, wait_until
 
@@ -252,3 +254,36 @@ async def test_two_workers_starting_at_once_make_one_row_and_one_job_per_due_tim
     times = sorted(datetime.fromisoformat(k.split(":", 2)[2]) for k in keys)
     assert {(b - a).total_seconds() for a, b in zip(times, times[1:], strict=False)} <= {2.0}
     assert all(k.startswith(f"schedule:{row['id']}:") for k in keys)
+
+
+async def test_a_schedule_removed_from_the_code_is_disabled_at_the_next_start(
+    code_workers: CodeWorkers, pg: asyncpg.Connection, engine: Any
+) -> None:
+    owner = await make_user(pg)
+    kept = {"name": "kept", "cron": "0 * * * *", "owner_email": owner.email, "job_type": "report.count"}
+    gone = {**kept, "name": "gone", "cron": "* * * * * */2"}
+    code_workers.declare(kept, gone)
+    (first,) = await code_workers.start()
+    first.terminate()
+    first.wait(30)
+    code_workers.declare(kept)
+    await code_workers.start()
+    rows = {r["name"]: r for r in await schedule_rows(pg)}
+    assert (rows["kept"]["enabled"], rows["gone"]["enabled"], rows["gone"]["next_fire_at"]) == (
+        True,
+        False,
+        None,
+    )
+    (notice,) = await admin_notices(pg, "schedule.disable")
+    assert notice["admin"] == "system"
+    assert notice["targets"] == [str(rows["gone"]["id"])]
+    assert "no longer defined in the code" in notice["outcome"]
+    # Retired, it may be deleted (while the code declared it, the next start would have made it again).
+    boss = await make_user(pg, admin=True)
+    async with engine.begin() as conn:
+        await schedule_actions.delete_schedule(conn, Person(boss.id, boss.email, True), rows["gone"]["id"])
+        with pytest.raises(Conflict, match="defined in code"):
+            await schedule_actions.delete_schedule(
+                conn, Person(boss.id, boss.email, True), rows["kept"]["id"]
+            )
+    assert [r["name"] for r in await schedule_rows(pg)] == ["kept"]
