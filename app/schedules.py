@@ -80,9 +80,10 @@ INSERT_SCHEDULE = text(
             :enabled, :catch_up, :source, :next_fire_at)
     ON CONFLICT (name) DO UPDATE SET cron = EXCLUDED.cron, timezone = EXCLUDED.timezone, job_type = EXCLUDED.job_type,
         template = EXCLUDED.template, input_data = EXCLUDED.input_data, user_id = EXCLUDED.user_id,
-        enabled = EXCLUDED.enabled, catch_up = EXCLUDED.catch_up, updated_at = now(),
-        next_fire_at = CASE WHEN schedules.cron = EXCLUDED.cron AND schedules.timezone = EXCLUDED.timezone
-                             AND schedules.enabled = EXCLUDED.enabled THEN schedules.next_fire_at
+        enabled = schedules.enabled AND EXCLUDED.enabled, catch_up = EXCLUDED.catch_up, updated_at = now(),
+        next_fire_at = CASE WHEN NOT (schedules.enabled AND EXCLUDED.enabled) THEN NULL
+                            WHEN schedules.cron = EXCLUDED.cron AND schedules.timezone = EXCLUDED.timezone
+                            THEN schedules.next_fire_at
                             ELSE EXCLUDED.next_fire_at END
     WHERE schedules.source = 'code' AND EXCLUDED.source = 'code'
     RETURNING *
@@ -181,6 +182,10 @@ async def create_schedule(
     """Create (or, for a code schedule, update by name) a schedule; its jobs belong to ``owner``. A UI
     schedule whose name is taken is refused, never overwritten.
 
+    A code schedule's update takes the code's definition but keeps a disabled row disabled: an admin's
+    Disable (or the system's) must outlast the next worker start. ``enabled=False`` in the code
+    disables it.
+
     Raises:
         BadInput: invalid cron, time zone, target or input — each naming its field — or a file in the
         input that is not the owner's.
@@ -211,6 +216,16 @@ async def create_schedule(
     return row
 
 
+def _changes_definition(row: RowMapping, cron: str, timezone: str, input_data: Any) -> bool:
+    """Whether an edit changes more of ``row`` than its enabled flag (the cron expression compared as
+    stored, normalised; one that is not valid is a change)."""
+    try:
+        same_cron = check_cron(cron) == row["cron"]
+    except BadInput:
+        same_cron = False
+    return not same_cron or timezone != row["timezone"] or (input_data or {}) != row["input_data"]
+
+
 async def update_schedule(
     db: AsyncConnection | AsyncSession,
     schedule_id: Any,
@@ -222,13 +237,22 @@ async def update_schedule(
     settings: Settings,
 ) -> tuple[RowMapping, RowMapping]:
     """Change a schedule's cron expression, time zone, input and enabled flag (its target and owner stay);
-    the next run is computed again from now. Returns the row before and after.
+    the next run is computed again from now. Returns the row before and after. Of a schedule defined in
+    code, only the enabled flag may change.
 
     Raises:
         NotFound: unknown id. BadInput: invalid cron, time zone or input, each naming its field.
+        Conflict: a change of a code schedule's cron expression, time zone or input.
     """
     conn = await queue.conn_of(db)
     before = await get_schedule(conn, schedule_id)
+    if before["source"] == "code" and _changes_definition(before, cron, timezone, input_data):
+        # The next worker start would put the code's definition back without a word.
+        raise Conflict(
+            f"The schedule {before['name']!r} is defined in code: change its cron expression, time zone and "
+            "input in the code (the next worker start would undo a change made here); enable or disable it "
+            "here."
+        )
     cron, values = check_schedule(
         cron, timezone, before["job_type"], before["template"], input_data, settings
     )

@@ -287,3 +287,36 @@ async def test_a_schedule_removed_from_the_code_is_disabled_at_the_next_start(
                 conn, Person(boss.id, boss.email, True), rows["kept"]["id"]
             )
     assert [r["name"] for r in await schedule_rows(pg)] == ["kept"]
+
+
+async def test_an_admins_disable_lasts_across_restarts_and_an_edit_of_a_code_schedule_is_refused(
+    code_workers: CodeWorkers, pg: asyncpg.Connection, engine: Any, settings: Any
+) -> None:
+    boss = await make_user(pg, admin=True)
+    admin = Person(boss.id, boss.email, True)
+    code_workers.declare(
+        {"name": "hourly", "cron": "0 * * * *", "owner_email": boss.email, "job_type": "noop"}
+    )
+    (first,) = await code_workers.start()
+    (row,) = await schedule_rows(pg)
+    async with engine.begin() as conn:
+        await schedule_actions.set_enabled(conn, admin, row["id"], False)
+    first.terminate()
+    first.wait(30)
+    await code_workers.start()
+    (after,) = await schedule_rows(pg)
+    assert (after["enabled"], after["next_fire_at"]) == (False, None), "the restart undid the admin's Disable"
+    # An edit the next worker start would silently undo is refused, naming where to change it.
+    with pytest.raises(Conflict, match="defined in code"):
+        async with engine.begin() as conn:
+            await schedule_actions.update_schedule(
+                conn,
+                admin,
+                row["id"],
+                cron="*/5 * * * *",
+                timezone="UTC",
+                input_data={"hi": 3},
+                enabled=True,
+                settings=settings,
+            )
+    assert (await schedule_rows(pg))[0]["cron"] == "0 * * * *"
