@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -23,7 +23,9 @@ import pytest
 
 from app import schedules
 from app.actions import schedules as schedule_actions
+from app.code_schedules import sync_code_schedules
 from app.errors import Conflict
+from app.schedules import ScheduleSpec
 from tests.support.factories import make_user
 from tests.support.workers import ROOT, WorkerProcess, wait_until
 
@@ -320,3 +322,78 @@ async def test_an_admins_disable_lasts_across_restarts_and_an_edit_of_a_code_sch
                 settings=settings,
             )
     assert (await schedule_rows(pg))[0]["cron"] == "0 * * * *"
+
+
+@pytest.mark.parametrize(
+    ("cron", "first", "expected", "following"),
+    [
+        # Spring forward (2026-03-29, 02:00 CET -> 03:00 CEST): the skipped 02:30 fires once, at 03:00.
+        (
+            "30 2 28-30 3 *",
+            "2026-03-28T01:30:00+00:00",
+            ["2026-03-28T01:30:00+00:00", "2026-03-29T01:00:00+00:00", "2026-03-30T00:30:00+00:00"],
+            "2027-03-28T01:00:00+00:00",  # 2027's change falls on the 28th: 03:00 CEST again
+        ),
+        # Fall back (2026-10-25, 03:00 CEST -> 02:00 CET): the repeated 02:30 fires once, in summer time.
+        (
+            "30 2 24-26 10 *",
+            "2026-10-24T00:30:00+00:00",
+            ["2026-10-24T00:30:00+00:00", "2026-10-25T00:30:00+00:00", "2026-10-26T01:30:00+00:00"],
+            "2027-10-24T00:30:00+00:00",
+        ),
+    ],
+)
+async def test_a_code_schedule_in_berlin_fires_once_per_wall_time_across_daylight_saving_changes(
+    pg: asyncpg.Connection,
+    engine: Any,
+    settings: Any,
+    monkeypatch: Any,
+    cron: str,
+    first: str,
+    expected: list[str],
+    following: str,
+) -> None:
+    """The worker's own sync and sweep functions on the real database; the days of the change are in
+    the past, so a catch-up schedule whose next run is set back to the first of them fires every one of
+    its times at once (the database's clock cannot be moved), each stamped in its job's key."""
+    boss = await make_user(pg, admin=True)
+    spec = ScheduleSpec(
+        name="berlin",
+        cron=cron,
+        owner_email=boss.email,
+        job_type="noop",
+        timezone="Europe/Berlin",
+        catch_up=True,
+    )
+    monkeypatch.setitem(schedules.CODE_SCHEDULES, spec.name, spec)
+    async with engine.begin() as conn:
+        assert await sync_code_schedules(conn, settings) == 1
+    await pg.execute("UPDATE schedules SET next_fire_at = $1", datetime.fromisoformat(first))
+    async with engine.begin() as conn:
+        fired = await schedules.fire_due(conn, settings)
+    assert [f["fired_at"].isoformat() for f in fired] == expected
+    keys = sorted(
+        r["idempotency_key"].split(":", 2)[2] for r in await pg.fetch("SELECT idempotency_key FROM jobs")
+    )
+    assert [datetime.fromisoformat(k) for k in keys] == [datetime.fromisoformat(e) for e in expected]
+    nxt = await pg.fetchval("SELECT next_fire_at FROM schedules")
+    assert nxt.astimezone(UTC).isoformat() == following
+
+
+async def test_a_code_schedule_made_invalid_by_a_new_version_stops_firing_the_old_one(
+    pg: asyncpg.Connection, engine: Any, settings: Any, monkeypatch: Any
+) -> None:
+    boss = await make_user(pg, admin=True)
+    spec = ScheduleSpec(name="hourly", cron="0 * * * *", owner_email=boss.email, job_type="noop")
+    monkeypatch.setitem(schedules.CODE_SCHEDULES, spec.name, spec)
+    async with engine.begin() as conn:
+        assert await sync_code_schedules(conn, settings) == 1
+    monkeypatch.setitem(
+        schedules.CODE_SCHEDULES, spec.name, ScheduleSpec(**{**vars(spec), "cron": "0 25 * * *"})
+    )
+    async with engine.begin() as conn:
+        assert await sync_code_schedules(conn, settings) == 0
+    row = await pg.fetchrow("SELECT cron, enabled, next_fire_at FROM schedules")
+    assert dict(row) == {"cron": "0 * * * *", "enabled": False, "next_fire_at": None}
+    (notice,) = await admin_notices(pg, "schedule.invalid")
+    assert "cron" in notice["outcome"] and notice["detail"] == {"name": "hourly"}
