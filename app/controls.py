@@ -26,6 +26,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from app.code_schedules import sync_code_schedules
 from app.cron import MAX_CATCH_UP, check_cron, fire_times, fired_title, next_fire, zone
 from app.errors import BadInput, NotFound
 from app.jobs import queue
@@ -41,7 +42,6 @@ from app.schedules import (
     list_schedules,
     schedule,
     set_schedule_enabled,
-    sync_code_schedules,
 )
 
 __all__ = [

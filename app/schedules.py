@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -35,7 +36,7 @@ from app.cron import check_cron, check_zone, fire_times, fired_title, next_fire
 from app.errors import BadInput, Conflict, NotFound
 from app.jobs import outbox, queue
 from app.jobs.payload import check_input, json_text
-from app.jobs.queue import NewJob, SystemPrincipal
+from app.jobs.queue import NewJob
 from app.jobs.types import file_refs, may_submit, refusal, registry
 from app.settings import Settings
 
@@ -50,7 +51,7 @@ async def db_now(conn: AsyncConnection) -> datetime:
 @dataclass
 class ScheduleSpec:
     """A schedule defined in code (``source = 'code'``), synced into the database at worker start by
-    :func:`sync_code_schedules`; ``owner_email`` names the user its jobs belong to."""
+    :func:`app.code_schedules.sync_code_schedules`; ``owner_email`` names the user its jobs belong to."""
 
     name: str
     cron: str
@@ -80,9 +81,10 @@ INSERT_SCHEDULE = text(
             :enabled, :catch_up, :source, :next_fire_at)
     ON CONFLICT (name) DO UPDATE SET cron = EXCLUDED.cron, timezone = EXCLUDED.timezone, job_type = EXCLUDED.job_type,
         template = EXCLUDED.template, input_data = EXCLUDED.input_data, user_id = EXCLUDED.user_id,
-        enabled = EXCLUDED.enabled, catch_up = EXCLUDED.catch_up, updated_at = now(),
-        next_fire_at = CASE WHEN schedules.cron = EXCLUDED.cron AND schedules.timezone = EXCLUDED.timezone
-                             AND schedules.enabled = EXCLUDED.enabled THEN schedules.next_fire_at
+        enabled = schedules.enabled AND EXCLUDED.enabled, catch_up = EXCLUDED.catch_up, updated_at = now(),
+        next_fire_at = CASE WHEN NOT (schedules.enabled AND EXCLUDED.enabled) THEN NULL
+                            WHEN schedules.cron = EXCLUDED.cron AND schedules.timezone = EXCLUDED.timezone
+                            THEN schedules.next_fire_at
                             ELSE EXCLUDED.next_fire_at END
     WHERE schedules.source = 'code' AND EXCLUDED.source = 'code'
     RETURNING *
@@ -181,6 +183,10 @@ async def create_schedule(
     """Create (or, for a code schedule, update by name) a schedule; its jobs belong to ``owner``. A UI
     schedule whose name is taken is refused, never overwritten.
 
+    A code schedule's update takes the code's definition but keeps a disabled row disabled: an admin's
+    Disable (or the system's) must outlast the next worker start. ``enabled=False`` in the code
+    disables it.
+
     Raises:
         BadInput: invalid cron, time zone, target or input — each naming its field — or a file in the
         input that is not the owner's.
@@ -211,6 +217,16 @@ async def create_schedule(
     return row
 
 
+def _changes_definition(row: RowMapping, cron: str, timezone: str, input_data: Any) -> bool:
+    """Whether an edit changes more of ``row`` than its enabled flag (the cron expression compared as
+    stored, normalised; one that is not valid is a change)."""
+    try:
+        same_cron = check_cron(cron) == row["cron"]
+    except BadInput:
+        same_cron = False
+    return not same_cron or timezone != row["timezone"] or (input_data or {}) != row["input_data"]
+
+
 async def update_schedule(
     db: AsyncConnection | AsyncSession,
     schedule_id: Any,
@@ -223,13 +239,21 @@ async def update_schedule(
 ) -> tuple[RowMapping, RowMapping]:
     """Change a schedule's cron expression, time zone, input and enabled flag (its target and owner stay);
     the next run is computed again from now. Returns the row before and after: the same row, unwritten,
-    when nothing would change.
+    when nothing would change. Of a schedule defined in code, only the enabled flag may change.
 
     Raises:
         NotFound: unknown id. BadInput: invalid cron, time zone or input, each naming its field.
+        Conflict: a change of a code schedule's cron expression, time zone or input.
     """
     conn = await queue.conn_of(db)
     before = await get_schedule(conn, schedule_id)
+    if before["source"] == "code" and _changes_definition(before, cron, timezone, input_data):
+        # The next worker start would put the code's definition back without a word.
+        raise Conflict(
+            f"The schedule {before['name']!r} is defined in code: change its cron expression, time zone and "
+            "input in the code (the next worker start would undo a change made here); enable or disable it "
+            "here."
+        )
     cron, values = check_schedule(
         cron, timezone, before["job_type"], before["template"], input_data, settings
     )
@@ -296,15 +320,17 @@ async def set_schedule_enabled(
 
 
 async def delete_schedule(db: AsyncConnection | AsyncSession, schedule_id: Any) -> RowMapping:
-    """Delete a schedule (its past jobs stay); returns the deleted row. A schedule defined in code cannot be deleted (the next
-    worker start would create it again): disable it, or remove it from the code.
+    """Delete a schedule (its past jobs stay); returns the deleted row. A schedule defined in code cannot be deleted while it is
+    enabled or this process's code declares it (the next worker start would create it again): disable
+    it, or remove it from the code — a worker start then disables it, and it may be deleted.
 
     Raises:
-        NotFound: unknown id. Conflict: a code-defined schedule.
+        NotFound: unknown id. Conflict: a code-defined schedule still enabled or declared.
     """
     conn = await queue.conn_of(db)
     row = await get_schedule(conn, schedule_id)
-    if row["source"] == "code":
+    registry.names()  # import the modules, which declare the code's schedules
+    if row["source"] == "code" and (row["enabled"] or row["name"] in CODE_SCHEDULES):
         raise Conflict(
             f"The schedule {row['name']!r} is defined in code and cannot be deleted here; disable it instead, "
             "or remove it from the code."
@@ -335,49 +361,6 @@ async def list_schedules(db: AsyncConnection | AsyncSession) -> list[RowMapping]
     return list(
         (await conn.execute(text(f"SELECT {SCHEDULE_COLUMNS} FROM schedules ORDER BY name"))).mappings().all()
     )
-
-
-async def sync_code_schedules(db: AsyncConnection | AsyncSession, settings: Settings, log: Any = None) -> int:
-    """Upsert the schedules registered in code (by name; a UI schedule of the same name is left alone).
-    Returns how many were synced; a schedule whose owner does not exist is skipped with a warning."""
-    conn = await queue.conn_of(db)
-    registry.names()  # import modules, which register schedules
-    synced = 0
-    for spec in CODE_SCHEDULES.values():
-        owner = (
-            (
-                await conn.execute(
-                    text("SELECT id, email FROM users WHERE email = lower(:e)"), {"e": spec.owner_email}
-                )
-            )
-            .mappings()
-            .first()
-        )
-        if owner is None:
-            if log is not None:
-                log.warning(
-                    "code schedule skipped: its owner does not exist",
-                    schedule=spec.name,
-                    owner=spec.owner_email,
-                )
-            continue
-        principal = SystemPrincipal(id=owner["id"], email=owner["email"])
-        await create_schedule(
-            conn,
-            cron=spec.cron,
-            timezone=spec.timezone,
-            job_type=spec.job_type,
-            template=spec.template,
-            input_data=spec.input_data,
-            enabled=spec.enabled,
-            catch_up=spec.catch_up,
-            name=spec.name,
-            owner=principal,
-            settings=settings,
-            source="code",
-        )
-        synced += 1
-    return synced
 
 
 DUE_SCHEDULES = text(
@@ -487,7 +470,7 @@ async def _held_by_pause(conn: AsyncConnection, row: RowMapping) -> bool:
     return bool((await conn.execute(HELD_BY_PAUSE, params)).scalar())
 
 
-def owner_refusal(row: RowMapping) -> str | None:
+def owner_refusal(row: RowMapping | Mapping[str, Any]) -> str | None:
     """Why the schedule's owner may no longer start its target (they lost their admin rights, or the
     type became admins-only, or their account is disabled), or ``None`` when they may — the same rule as
     when a person submits."""

@@ -265,6 +265,7 @@ _ACTION_PHRASES = {
     "user.release_jobs": "held jobs of a user released",
     "user.cancel_jobs": "held jobs of a user cancelled",
     "schedule.skip": "schedule firing skipped",
+    "schedule.invalid": "schedule defined in code refused",
     "user.make_admin": "admin rights granted to a user",
     "user.revoke_admin": "admin rights of a user revoked",
     "token.create": "API token issued for a user",

@@ -4,7 +4,7 @@
   next and last runs, and the picker of a job type or template for a new one (the create and edit forms
   are :mod:`app.web.admin.schedule_form`);
 * ``POST /admin/schedules/{id}/{enable,disable,delete}`` — a schedule defined in code cannot be deleted
-  (409: disable it instead).
+  while it is enabled or the code declares it (409: disable it instead, or remove it from the code).
 
 The changes themselves, their audit entries and admin notices are :mod:`app.actions.schedules`.
 
