@@ -8,9 +8,11 @@ worker logs an error naming it and every bad field, the admins get a notice from
 left firing what the code no longer says. The worker starts all the same: a typo in one schedule must not
 stop every worker of a deploy, and with it every other job and schedule.
 
-A code schedule the starting worker's code no longer declares is disabled, with a notice, rather than
-left firing: removing it from the code is how it is retired. Every worker should therefore load the same
-modules of schedules.
+A code schedule the starting worker's code does not declare is left as it is: workers of an old and a
+new version run side by side during a rolling deploy, and a worker may load other modules than the
+next, so a schedule missing from one worker's code may well be in another's. Switching it off there
+would stop it for good (a disabled code schedule stays disabled). ``/admin/schedules`` marks a code
+schedule the server's own code no longer declares; an admin disables it and may then delete it.
 
 Concurrent starts are serialised by a transaction-level advisory lock, so workers starting at once
 make one row per schedule and one notice per change.
@@ -34,10 +36,6 @@ SYNC_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended('jobdesk.code_sc
 DISABLE_CODE_ROW = text(
     "UPDATE schedules SET enabled = false, next_fire_at = NULL, updated_at = now()"
     " WHERE name = :name AND source = 'code' AND enabled RETURNING id"
-)
-DISABLE_ABSENT = text(
-    "UPDATE schedules SET enabled = false, next_fire_at = NULL, updated_at = now()"
-    " WHERE source = 'code' AND enabled AND NOT (name = ANY(CAST(:names AS text[]))) RETURNING id, name"
 )
 CODE_ROW_ID = text("SELECT id FROM schedules WHERE name = :name AND source = 'code'")
 
@@ -153,21 +151,4 @@ async def sync_code_schedules(db: AsyncConnection | AsyncSession, settings: Sett
             await _refuse(conn, spec, _problem(exc), log)
             continue
         synced += 1
-    await _disable_absent(conn, list(CODE_SCHEDULES))
     return synced
-
-
-async def _disable_absent(conn: AsyncConnection, names: list[str]) -> None:
-    """Disable the code schedules this code no longer declares, each with a notice from ``system``:
-    left enabled, a schedule removed from the code would fire for ever, and an admin cannot delete it."""
-    for row in (await conn.execute(DISABLE_ABSENT, {"names": names})).mappings().all():
-        await outbox.record_admin_action(
-            conn,
-            admin_email="system",
-            action="schedule.disable",
-            count=1,
-            target_type="schedule",
-            targets=[row["id"]],
-            outcome="it is no longer defined in the code of the worker that started",
-            detail={"name": row["name"]},
-        )

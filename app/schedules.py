@@ -319,6 +319,12 @@ async def set_schedule_enabled(
     return updated
 
 
+def declared_code_schedules() -> frozenset[str]:
+    """The names of the schedules this process's code declares (its processor modules imported)."""
+    registry.names()  # import the modules, which declare the code's schedules
+    return frozenset(CODE_SCHEDULES)
+
+
 async def delete_schedule(db: AsyncConnection | AsyncSession, schedule_id: Any) -> RowMapping:
     """Delete a schedule (its past jobs stay); returns the deleted row. A schedule defined in code cannot be deleted while it is
     enabled or this process's code declares it (the next worker start would create it again): disable

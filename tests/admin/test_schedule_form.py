@@ -401,3 +401,24 @@ async def test_an_edit_that_changes_nothing_writes_and_audits_nothing_on_the_pag
     assert r.status_code == 303 and "saved" in (await client.get(r.headers["location"])).text
     assert await pg.fetchval(audits) == 2
     assert "input_data" in await pg.fetchval("SELECT detail::text FROM audit_log ORDER BY id DESC LIMIT 1")
+
+
+async def test_the_page_marks_a_code_schedule_the_servers_code_no_longer_declares(
+    client: AsyncTestClient, admin: CurrentUser, pg: asyncpg.Connection
+) -> None:
+    """No worker's start switches such a schedule off (another worker's code may declare it): the page
+    says so, and once disabled it may be deleted."""
+    sid = await pg.fetchval(
+        "INSERT INTO schedules (id, name, cron, job_type, user_id, source, next_fire_at)"
+        " VALUES (gen_random_uuid(), 'retired.report', '0 * * * *', 'noop', $1, 'code', now())"
+        " RETURNING id",
+        admin.id,
+    )
+    page = (await client.get("/admin/schedules")).text
+    row = page[page.index(f'id="schedule-{sid}"') :].split("</tr>", 1)[0]
+    assert "no longer in this server's code" in row and "then delete it" in row, row
+    r = await post(client, f"/admin/schedules/{sid}/delete", {})
+    assert r.status_code == 409 and await pg.fetchval("SELECT count(*) FROM schedules") == 1
+    await post(client, f"/admin/schedules/{sid}/disable", {})
+    await post(client, f"/admin/schedules/{sid}/delete", {})
+    assert await pg.fetchval("SELECT count(*) FROM schedules") == 0

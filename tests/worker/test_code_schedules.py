@@ -25,7 +25,7 @@ from app import schedules
 from app.actions import schedules as schedule_actions
 from app.code_schedules import sync_code_schedules
 from app.errors import Conflict
-from app.schedules import ScheduleSpec
+from app.schedules import ScheduleSpec, declared_code_schedules
 from tests.support.factories import make_user
 from tests.support.workers import ROOT, WorkerProcess, wait_until
 
@@ -258,12 +258,15 @@ async def test_two_workers_starting_at_once_make_one_row_and_one_job_per_due_tim
     assert all(k.startswith(f"schedule:{row['id']}:") for k in keys)
 
 
-async def test_a_schedule_removed_from_the_code_is_disabled_at_the_next_start(
+async def test_a_schedule_missing_from_a_workers_code_is_left_to_an_admin(
     code_workers: CodeWorkers, pg: asyncpg.Connection, engine: Any
 ) -> None:
+    """A worker whose code lacks a schedule (an old version during a rolling deploy, or a worker loading
+    other modules) does not switch it off: a disabled code schedule stays disabled, so that would stop it
+    for good. The schedules page marks it, and once an admin disables it, it may be deleted."""
     owner = await make_user(pg)
     kept = {"name": "kept", "cron": "0 * * * *", "owner_email": owner.email, "job_type": "report.count"}
-    gone = {**kept, "name": "gone", "cron": "* * * * * */2"}
+    gone = {**kept, "name": "gone", "cron": "30 * * * *"}
     code_workers.declare(kept, gone)
     (first,) = await code_workers.start()
     first.terminate()
@@ -271,23 +274,21 @@ async def test_a_schedule_removed_from_the_code_is_disabled_at_the_next_start(
     code_workers.declare(kept)
     await code_workers.start()
     rows = {r["name"]: r for r in await schedule_rows(pg)}
-    assert (rows["kept"]["enabled"], rows["gone"]["enabled"], rows["gone"]["next_fire_at"]) == (
-        True,
-        False,
-        None,
-    )
-    (notice,) = await admin_notices(pg, "schedule.disable")
-    assert notice["admin"] == "system"
-    assert notice["targets"] == [str(rows["gone"]["id"])]
-    assert "no longer defined in the code" in notice["outcome"]
-    # Retired, it may be deleted (while the code declared it, the next start would have made it again).
+    assert (rows["kept"]["enabled"], rows["gone"]["enabled"]) == (True, True)
+    assert rows["gone"]["next_fire_at"] is not None
+    assert await admin_notices(pg, "schedule.disable") == []
+    # This process declares neither (its code is the test's): both are marked, and neither may be
+    # deleted while enabled.
+    assert declared_code_schedules().isdisjoint({"kept", "gone"})
     boss = await make_user(pg, admin=True)
+    admin = Person(boss.id, boss.email, True)
     async with engine.begin() as conn:
-        await schedule_actions.delete_schedule(conn, Person(boss.id, boss.email, True), rows["gone"]["id"])
         with pytest.raises(Conflict, match="defined in code"):
-            await schedule_actions.delete_schedule(
-                conn, Person(boss.id, boss.email, True), rows["kept"]["id"]
-            )
+            await schedule_actions.delete_schedule(conn, admin, rows["gone"]["id"])
+    async with engine.begin() as conn:
+        await schedule_actions.set_enabled(conn, admin, rows["gone"]["id"], False)
+    async with engine.begin() as conn:
+        await schedule_actions.delete_schedule(conn, admin, rows["gone"]["id"])
     assert [r["name"] for r in await schedule_rows(pg)] == ["kept"]
 
 

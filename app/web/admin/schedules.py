@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import auth, controls, users
 from app.actions import schedules as schedule_actions
 from app.errors import Conflict
+from app.schedules import declared_code_schedules
 from app.web import DbSession, flash, render
 from app.web.admin.schedule_form import target_options
 from app.web.deps import client_ip
@@ -31,6 +32,7 @@ async def schedules_context(db: AsyncSession) -> dict[str, Any]:
     return {
         "schedules": rows,
         "owners": await users.emails_of(db, sorted({r["user_id"] for r in rows})),
+        "declared": declared_code_schedules(),
         "targets": target_options(),
         "errors": {},
         "notice": None,
