@@ -14,7 +14,9 @@ a check that only one of them fits.
   whole pipeline (or batch) each count once, whatever its number of jobs; processors' next jobs do not
   count. Admins are exempt.
 * **stored** (``USER_MAX_UPLOAD_BYTES``): bytes of every file the person owns — uploads, used by a job
-  or not, and results — until retention deletes them. Admins too.
+  or not, and results — until retention deletes them. Admins too. Every file stored for a person goes
+  through :func:`app.files.check_room` (an upload is refused with a 429, a job's output fails the job),
+  and while their files fill the limit new jobs are refused (:func:`full_refusal`).
 * **pipeline size** (``PIPELINE_MAX_STEPS``, ``PIPELINE_MAX_EDGES``): steps and ``depends_on`` entries of
   one pipeline when it starts. Admins too. This one is a 422 naming ``steps``: retrying never helps.
 """
@@ -30,13 +32,14 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app import dbclock
+from app import dbclock, files
 from app.errors import BadInput, RateLimited
 from app.formatting import format_bytes
 from app.settings import Settings
 
-LOCK_NAMESPACE = 0x51_07A5
-"""First key of the two-key advisory lock (the second is the user id), so it meets no other lock."""
+LOCK_NAMESPACE = files.OWNER_LOCK_NAMESPACE
+"""First key of the two-key advisory lock (the second is the user id), so it meets no other lock; the
+storage rule (:func:`app.files.check_room`) takes the same lock."""
 WINDOW_SECS = 60
 WAITING_RETRY_SECS = 60
 """``Retry-After`` when the waiting limit is reached: how soon jobs finish is not known in advance."""
@@ -61,7 +64,6 @@ GUARD = f"""
            s.first IS NULL AND (s.waiting IS NULL OR s.waiting + 1 <= :quota_max_waiting) AS ok
     FROM {STATE_CALL} AS s
 """
-STORED = text("SELECT COALESCE(sum(size), 0) FROM files WHERE user_id = :user_id")
 # When the person's first stored file is due for retention (unused uploads: from their upload; files of
 # finished jobs: from the job's end).
 FIRST_EXPIRY = text(
@@ -190,6 +192,13 @@ def guard_refusal(settings: Settings, row: Any) -> RateLimited:
     return refused
 
 
+async def _first_expiry(conn: AsyncConnection, settings: Settings, user_id: int) -> float:
+    """Seconds until the person's first stored file is due for deletion (an hour when unknown)."""
+    params = {"user_id": user_id, "days": settings.job_retention_days}
+    first: Any = (await conn.execute(FIRST_EXPIRY, params)).scalar()
+    return first.total_seconds() if first is not None and first.total_seconds() > 0 else 3600
+
+
 async def stored_refusal(
     db: AsyncConnection | AsyncSession, settings: Settings, user_id: int, adding: int
 ) -> RateLimited | None:
@@ -199,16 +208,36 @@ async def stored_refusal(
     if not limit:
         return None
     conn = await _conn(db)
-    stored = int((await conn.execute(STORED, {"user_id": user_id})).scalar_one())
+    stored = await files.stored_bytes(conn, user_id)
     if stored + adding <= limit:
         return None
-    params = {"user_id": user_id, "days": settings.job_retention_days}
-    first: Any = (await conn.execute(FIRST_EXPIRY, params)).scalar()
-    wait = first.total_seconds() if first is not None and first.total_seconds() > 0 else 3600
+    wait = await _first_expiry(conn, settings, user_id)
     return refusal(
         f"Not enough room for this file ({format_bytes(adding)}): you keep {format_bytes(stored)} of files "
         f"and the limit is {format_bytes(limit)} per person. Files are deleted "
         f"{settings.job_retention_days:g} days after the job that used them finished. {retry_words(wait)}",
+        wait,
+    )
+
+
+async def full_refusal(
+    db: AsyncConnection | AsyncSession, settings: Settings, user_id: int
+) -> RateLimited | None:
+    """The refusal of new jobs while the person's files already fill ``USER_MAX_UPLOAD_BYTES`` (or more,
+    after the limit was lowered): a job's results need room, and one that stores any would fail."""
+    limit = settings.user_max_upload_bytes
+    if not limit:
+        return None
+    conn = await _conn(db)
+    stored = await files.stored_bytes(conn, user_id)
+    if stored < limit:
+        return None
+    wait = await _first_expiry(conn, settings, user_id)
+    return refusal(
+        f"No room for new results: the files stored for this person take {format_bytes(stored)} and the "
+        f"limit is {format_bytes(limit)} per person, so new jobs are refused until some are deleted "
+        f"(files are deleted {settings.job_retention_days:g} days after the job that used them "
+        f"finished). {retry_words(wait)}",
         wait,
     )
 

@@ -11,6 +11,8 @@ same lock, the same counts and the same refusals, with the job inserted only whe
 :func:`check_upload` under the same lock before the file's row is written.
 
 Admins are exempt from the waiting and per-minute limits, not from the storage and pipeline-size ones.
+While a person's stored files fill their storage limit, every submission of theirs is refused
+(:func:`check_room`, from :func:`before_submit`): the results of a new job would have no room.
 """
 
 from __future__ import annotations
@@ -62,8 +64,10 @@ async def before_submit(
     to see what a concurrent submission of theirs committed while this one waited for it).
 
     Raises:
-        RateLimited: 429, the limit and when to try again (``Retry-After``).
+        RateLimited: 429, the limit and when to try again (``Retry-After``); also while the person's
+        files fill their storage limit (:func:`check_room`).
     """
+    await check_room(db, person, settings)
     if not _limited(person, settings):
         return None
     waiting, refused = await quotas.submission_state(db, settings, person.id)
@@ -90,6 +94,20 @@ def submit_guard(person: Any, settings: Settings) -> Guard | None:
         params=quotas.guard_params(settings, person.id),
         refusal=lambda row: quotas.guard_refusal(settings, row),
     )
+
+
+async def check_room(db: AsyncConnection | AsyncSession, person: Any, settings: Settings) -> None:
+    """Refuse new jobs of a person whose stored files already fill ``USER_MAX_UPLOAD_BYTES`` (admins
+    too, as for uploads): their results would have no room (an output over the limit fails its job,
+    :class:`app.job_files.JobFiles`). Called by :func:`before_submit`; a job checked by :func:`submit_guard`
+    calls it itself.
+
+    Raises:
+        RateLimited: 429, what is stored, the limit, and when their first file is deleted.
+    """
+    refused = await quotas.full_refusal(db, settings, person.id)
+    if refused is not None:
+        raise refused
 
 
 async def after_submit(
