@@ -11,6 +11,8 @@ same lock, the same counts and the same refusals, with the job inserted only whe
 :func:`check_upload` under the same lock before the file's row is written.
 
 Admins are exempt from the waiting and per-minute limits, not from the storage and pipeline-size ones.
+A retry or a run again is held to the limits of the job's owner, whoever acts (:func:`before_requeue`):
+an admin's retry of a person's job cannot take that person above their waiting or storage limit.
 While a person's stored files fill their storage limit, every submission of theirs is refused
 (:func:`check_room`, from :func:`before_submit`): the results of a new job would have no room.
 """
@@ -55,8 +57,50 @@ class Counted:
     waiting: int | None
 
 
+@dataclass(frozen=True)
+class Owner:
+    """The owner of a job or batch another person (an admin) acts on: whose limits the action is held to."""
+
+    id: int
+    is_admin: bool
+
+
+OWNER = text("SELECT id, is_admin FROM users WHERE id = :id")
+JOB_OWNERS = text("SELECT id, user_id FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))")
+
+
+async def owner_of(db: AsyncConnection | AsyncSession, actor_user: Any, user_id: int) -> Any:
+    """The person whose limits an action on ``user_id``'s job or batch is held to: the actor when it is
+    theirs, else the owner (whoever acts, a retry puts the owner's job back in the queue)."""
+    if user_id == actor_user.id:
+        return actor_user
+    conn = await db.connection() if isinstance(db, AsyncSession) else db
+    row = (await conn.execute(OWNER, {"id": user_id})).one()
+    return Owner(int(row.id), bool(row.is_admin))
+
+
+async def job_owners(db: AsyncConnection | AsyncSession, ids: Sequence[Any]) -> dict[Any, int]:
+    """The owner's user id of each of these jobs (those that still exist)."""
+    conn = await db.connection() if isinstance(db, AsyncSession) else db
+    return {r.id: int(r.user_id) for r in await conn.execute(JOB_OWNERS, {"ids": list(ids)})}
+
+
+async def before_requeue(
+    db: AsyncConnection | AsyncSession, actor_user: Any, owner: Any, settings: Settings
+) -> Counted | None:
+    """:func:`before_submit` for a retry or a run again of ``owner``'s job, whoever acts: the owner's
+    storage room and waiting limit hold (an admin's retry puts jobs in the owner's queue all the same);
+    the per-minute limit only when the owner acts (an admin, exempt, did not submit as the owner, and the
+    owner did not ask for it). Follow with :func:`after_requeue` or :func:`after_submit` for ``owner``.
+
+    Raises:
+        RateLimited: 429, the owner's limit and when to try again.
+    """
+    return await before_submit(db, owner, settings, per_minute=owner is actor_user)
+
+
 async def before_submit(
-    db: AsyncConnection | AsyncSession, person: Any, settings: Settings
+    db: AsyncConnection | AsyncSession, person: Any, settings: Settings, *, per_minute: bool = True
 ) -> Counted | None:
     """Lock the person's limits for this transaction and check the per-minute limit; return the waiting
     count for :func:`after_submit` (``None`` for a person the limits do not apply to). One round trip:
@@ -68,10 +112,10 @@ async def before_submit(
         files fill their storage limit (:func:`check_room`).
     """
     await check_room(db, person, settings)
-    if not _limited(person, settings):
+    if not _limited(person, settings) or not (per_minute or settings.user_max_waiting_jobs):
         return None
     waiting, refused = await quotas.submission_state(db, settings, person.id)
-    if refused is not None:
+    if refused is not None and per_minute:
         raise refused
     return Counted(waiting)
 
