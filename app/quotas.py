@@ -11,8 +11,9 @@ a check that only one of them fits.
   earlier steps or held. Admins are exempt. Also checked when a step runs once per item of a list from a
   parent's result (:mod:`app.jobs.queue.fanouts`: the step fails).
 * **per minute** (``USER_MAX_JOBS_PER_MINUTE``): submissions in the last 60 seconds, where a job, a
-  whole pipeline (or batch) each count once, whatever its number of jobs; processors' next jobs do not
-  count. Admins are exempt.
+  whole pipeline (or batch) each count once, whatever its number of jobs, and so does a person's own
+  retry (one job, or a batch's failed rows; ``counted_retries``, :func:`count_retry`); processors' next
+  jobs do not count. Admins are exempt.
 * **stored** (``USER_MAX_UPLOAD_BYTES``): bytes of every file the person owns — uploads, used by a job
   or not, and results — until retention deletes them. Admins too. Every file stored for a person goes
   through :func:`app.files.check_room` (an upload is refused with a 429, a job's output fails the job),
@@ -71,6 +72,16 @@ FIRST_EXPIRY = text(
     SELECT min(COALESCE(j.completed_at, CASE WHEN f.job_id IS NULL THEN f.created_at END))
            + make_interval(days => :days) - now()
     FROM files f LEFT JOIN jobs j ON j.id = f.job_id WHERE f.user_id = :user_id
+    """
+)
+# One of the person's own retries, as a submission in the per-minute window (rows older than any
+# window are deleted on the way: the table holds minutes, not history).
+COUNT_RETRY = text(
+    """
+    WITH old AS (
+        DELETE FROM counted_retries WHERE user_id = :user_id AND at < now() - make_interval(secs => :keep)
+    )
+    INSERT INTO counted_retries (user_id) VALUES (:user_id)
     """
 )
 USAGE = text(
@@ -175,6 +186,12 @@ async def submission_state(
     row = (await (await _conn(db)).execute(STATE, _state_params(settings, user_id))).one()
     waiting_now = None if row.waiting is None else int(row.waiting)
     return waiting_now, _per_minute_state(settings, row.first, row.db_now)
+
+
+async def count_retry(db: AsyncConnection | AsyncSession, user_id: int) -> None:
+    """Count a retry of the person's own (one job, or a batch's failed rows at once) as one submission
+    in their per-minute window, as a new job is; call under :func:`lock`, after the check."""
+    await (await _conn(db)).execute(COUNT_RETRY, {"user_id": user_id, "keep": WINDOW_SECS * 5})
 
 
 def guard_params(settings: Settings, user_id: int) -> dict[str, Any]:

@@ -179,6 +179,9 @@ async def retry_failed(db: AsyncSession, actor: Actor, batch_id: Any) -> RetryOu
         except Conflict:
             skipped += 1  # retried or deleted meanwhile by someone else
     await quotas.after_submit(db, owner, actor.settings, retried, counted)
+    if retried:
+        # One "Retry failed rows" is one submission, as a batch is, whatever its number of rows.
+        await quotas.count_retry(db, actor.user, owner, actor.settings)
     message = _retry_message(retried, skipped, unfit)
     if retried:
         await record_done(

@@ -324,6 +324,7 @@ async def _retry(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, A
     counted = await quotas.before_requeue(db, actor.user, owner, actor.settings)
     row = await queue.retry(db, jid, actor.user)
     await quotas.after_requeue(db, owner, actor.settings, counted)
+    await quotas.count_retry(db, actor.user, owner, actor.settings)
     return row, None
 
 

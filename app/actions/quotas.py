@@ -140,6 +140,18 @@ def submit_guard(person: Any, settings: Settings) -> Guard | None:
     )
 
 
+async def count_retry(
+    db: AsyncConnection | AsyncSession, actor_user: Any, owner: Any, settings: Settings
+) -> None:
+    """After a retry that put jobs back in the queue (one job, a batch's failed rows): the owner's own
+    retry counts once against their per-minute limit, as a new submission does (it was checked by
+    :func:`before_requeue`); an admin's retry of someone else's job counts against neither (the admin
+    is exempt, the owner did not ask for it)."""
+    if owner is not actor_user or _exempt(owner) or not settings.user_max_jobs_per_minute:
+        return
+    await quotas.count_retry(db, owner.id)
+
+
 async def check_room(db: AsyncConnection | AsyncSession, person: Any, settings: Settings) -> None:
     """Refuse new jobs of a person whose stored files already fill ``USER_MAX_UPLOAD_BYTES`` (admins
     too, as for uploads): their results would have no room (an output over the limit fails its job,

@@ -72,3 +72,51 @@ async def test_an_admins_retry_is_held_to_the_owners_waiting_limit_on_every_path
     # The admin's own submissions stay exempt.
     for i in range(4):
         assert (await s.client.post("/api/jobs", json=job(20 + i), headers=s.admin)).status_code == 201
+
+
+async def _age(s: Scene) -> None:
+    """Move every submission so far out of the per-minute window."""
+    await s.pg.execute("UPDATE jobs SET created_at = created_at - interval '2 minutes'")
+    await s.pg.execute("UPDATE counted_retries SET at = at - interval '2 minutes'")
+
+
+FAIL_ALL = (
+    "UPDATE jobs SET status = 'failed', attempts = max_attempts, completed_at = now() WHERE status = 'queued'"
+)
+
+
+async def test_a_persons_own_retries_count_against_their_per_minute_limit_on_every_path(
+    scene_of: Any,  # noqa: F811
+) -> None:
+    """Nine retries and seven "Retry failed rows" within a minute all passed a limit of five, and a new job
+    right after too: a retry made no job row for the window to count."""
+    s = await scene_of(user_max_jobs_per_minute=5)
+    failed = [(await s.client.post("/api/jobs", json=job(i), headers=s.user)).json()["id"] for i in range(4)]
+    r = await s.client.post("/api/batches", json={"type": "test.step", "rows": [{}, {}, {}]}, headers=s.user)
+    assert r.status_code == 201, r.text
+    batch = r.json()["id"]
+    await _age(s)
+    failed += [(await s.client.post("/api/jobs", json=job(i), headers=s.user)).json()["id"] for i in range(2)]
+    await _age(s)
+    await s.pg.execute(FAIL_ALL)
+    # Five submissions: four retries of one job and one "Retry failed rows" (three rows, counted once).
+    for jid in failed[:4]:
+        assert (await s.client.post(f"/api/jobs/{jid}/retry", headers=s.user)).status_code == 200
+    r = await s.client.post(f"/api/batches/{batch}/retry-failed", headers=s.user)
+    assert r.status_code == 200 and r.json()["retried"] == 3, r.text
+    await s.pg.execute(FAIL_ALL)
+    words = ("Too many submissions", "limit is 5 a minute")
+    assert_limited(await s.client.post(f"/api/jobs/{failed[4]}/retry", headers=s.user), *words)
+    assert_limited(await s.client.post(f"/api/batches/{batch}/retry-failed", headers=s.user), *words)
+    assert_limited(await s.client.post("/api/jobs", json=job(9), headers=s.user), *words)
+    await login(s.client, "ann@example.com")
+    page = await s.client.get(f"/jobs/{failed[4]}")
+    r = await s.client.post(f"/jobs/{failed[4]}/retry", data={"_csrf_token": csrf_from(page.text)})
+    assert r.status_code == 429 and "Too many submissions" in r.text, r.text
+    assert await _queued(s) == 0
+    # An admin's retry of her job is not her submission: neither refused by nor counted in her minute.
+    assert (await s.client.post(f"/api/jobs/{failed[4]}/retry", headers=s.admin)).status_code == 200
+    assert await s.pg.fetchval("SELECT count(*) FROM counted_retries") == 5
+    # Once the retries leave the minute, she may submit again.
+    await s.pg.execute("UPDATE counted_retries SET at = at - interval '2 minutes'")
+    assert (await s.client.post("/api/jobs", json=job(10), headers=s.user)).status_code == 201
