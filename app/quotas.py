@@ -16,8 +16,7 @@ a check that only one of them fits.
   jobs do not count. Admins are exempt.
 * **stored** (``USER_MAX_UPLOAD_BYTES``): bytes of every file the person owns — uploads, used by a job
   or not, and results — until retention deletes them. Admins too. Every file stored for a person goes
-  through :func:`app.files.check_room` (an upload is refused with a 429, a job's output fails the job),
-  and while their files fill the limit new jobs are refused (:func:`full_refusal`).
+  through :func:`app.files.check_room` (an upload is refused with a 429, a job's output fails the job).
 * **pipeline size** (``PIPELINE_MAX_STEPS``, ``PIPELINE_MAX_EDGES``): steps and ``depends_on`` entries of
   one pipeline when it starts. Admins too. This one is a 422 naming ``steps``: retrying never helps.
 """
@@ -233,28 +232,6 @@ async def stored_refusal(
         f"Not enough room for this file ({format_bytes(adding)}): you keep {format_bytes(stored)} of files "
         f"and the limit is {format_bytes(limit)} per person. Files are deleted "
         f"{settings.job_retention_days:g} days after the job that used them finished. {retry_words(wait)}",
-        wait,
-    )
-
-
-async def full_refusal(
-    db: AsyncConnection | AsyncSession, settings: Settings, user_id: int
-) -> RateLimited | None:
-    """The refusal of new jobs while the person's files already fill ``USER_MAX_UPLOAD_BYTES`` (or more,
-    after the limit was lowered): a job's results need room, and one that stores any would fail."""
-    limit = settings.user_max_upload_bytes
-    if not limit:
-        return None
-    conn = await _conn(db)
-    stored = await files.stored_bytes(conn, user_id)
-    if stored < limit:
-        return None
-    wait = await _first_expiry(conn, settings, user_id)
-    return refusal(
-        f"No room for new results: the files stored for this person take {format_bytes(stored)} and the "
-        f"limit is {format_bytes(limit)} per person, so new jobs are refused until some are deleted "
-        f"(files are deleted {settings.job_retention_days:g} days after the job that used them "
-        f"finished). {retry_words(wait)}",
         wait,
     )
 

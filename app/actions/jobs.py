@@ -190,8 +190,6 @@ async def submit(
     # nothing and is not refused for the waiting limit, so a keyed job is checked around its insert.
     guard = quotas.submit_guard(actor.user, actor.settings) if new.idempotency_key is None else None
     try:
-        if guard is not None:
-            await quotas.check_room(db, actor.user, actor.settings)
         counted = None if guard is not None else await quotas.before_submit(db, actor.user, actor.settings)
     except RateLimited:
         # A repeat of a key answers with the job the key made, limit or not: a client that lost the first

@@ -12,9 +12,10 @@ same lock, the same counts and the same refusals, with the job inserted only whe
 
 Admins are exempt from the waiting and per-minute limits, not from the storage and pipeline-size ones.
 A retry or a run again is held to the limits of the job's owner, whoever acts (:func:`before_requeue`):
-an admin's retry of a person's job cannot take that person above their waiting or storage limit.
-While a person's stored files fill their storage limit, every submission of theirs is refused
-(:func:`check_room`, from :func:`before_submit`): the results of a new job would have no room.
+an admin's retry of a person's job cannot take that person above their waiting limit.
+The storage limit is held where a file is stored (:func:`app.files.check_room`): an upload over it is
+refused and a job's output over it fails its job. A submission is not refused for it: a job that stores
+nothing needs no room, and a check per submission would cost every one of them a query.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ async def before_requeue(
     db: AsyncConnection | AsyncSession, actor_user: Any, owner: Any, settings: Settings
 ) -> Counted | None:
     """:func:`before_submit` for a retry or a run again of ``owner``'s job, whoever acts: the owner's
-    storage room and waiting limit hold (an admin's retry puts jobs in the owner's queue all the same);
+    waiting limit holds (an admin's retry puts jobs in the owner's queue all the same);
     the per-minute limit only when the owner acts (an admin, exempt, did not submit as the owner, and the
     owner did not ask for it). Follow with :func:`after_requeue` or :func:`after_submit` for ``owner``.
 
@@ -108,10 +109,8 @@ async def before_submit(
     to see what a concurrent submission of theirs committed while this one waited for it).
 
     Raises:
-        RateLimited: 429, the limit and when to try again (``Retry-After``); also while the person's
-        files fill their storage limit (:func:`check_room`).
+        RateLimited: 429, the limit and when to try again (``Retry-After``).
     """
-    await check_room(db, person, settings)
     if not _limited(person, settings) or not (per_minute or settings.user_max_waiting_jobs):
         return None
     waiting, refused = await quotas.submission_state(db, settings, person.id)
@@ -150,20 +149,6 @@ async def count_retry(
     if owner is not actor_user or _exempt(owner) or not settings.user_max_jobs_per_minute:
         return
     await quotas.count_retry(db, owner.id)
-
-
-async def check_room(db: AsyncConnection | AsyncSession, person: Any, settings: Settings) -> None:
-    """Refuse new jobs of a person whose stored files already fill ``USER_MAX_UPLOAD_BYTES`` (admins
-    too, as for uploads): their results would have no room (an output over the limit fails its job,
-    :class:`app.job_files.JobFiles`). Called by :func:`before_submit`; a job checked by :func:`submit_guard`
-    calls it itself.
-
-    Raises:
-        RateLimited: 429, what is stored, the limit, and when their first file is deleted.
-    """
-    refused = await quotas.full_refusal(db, settings, person.id)
-    if refused is not None:
-        raise refused
 
 
 async def after_submit(
