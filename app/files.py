@@ -40,11 +40,10 @@ from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 from uuid_utils.compat import uuid7
 
 from app.errors import BadInput, NotFound
-from app.jobs.types import Input, PermanentError, file_ids_in
 
 MAX_NAME = 200
 MAX_PROCESS_FILES = 2000
@@ -67,6 +66,46 @@ FORM_FILE = text(
 GET_FILE = text(f"SELECT {_COLUMNS} FROM files WHERE id = :id")
 OWNED_FILES = text(f"SELECT {_COLUMNS} FROM files WHERE id = ANY(CAST(:ids AS uuid[])) AND user_id = :owner")
 RECORDED = text("SELECT id FROM files WHERE id = ANY(CAST(:ids AS uuid[]))")
+
+OWNER_LOCK_NAMESPACE = 0x51_07A5
+"""First key of the two-key advisory lock on a person's limits (the second is the user id): the lock
+:mod:`app.quotas` takes for submissions and uploads, taken here too before a file is counted in."""
+OWNER_LOCK = text("SELECT pg_advisory_xact_lock(:ns, :user_id)")
+STORED_BY = text("SELECT COALESCE(sum(size), 0) FROM files WHERE user_id = :user_id")
+DELETE_JOB_FILES = text(
+    "DELETE FROM files WHERE id = ANY(CAST(:ids AS uuid[])) AND job_id = :job_id RETURNING id"
+)
+
+
+class StorageFull(Exception):
+    """Storing ``adding`` more bytes would take the person's files (``stored`` now) above ``limit``
+    (``USER_MAX_UPLOAD_BYTES``)."""
+
+    def __init__(self, stored: int, adding: int, limit: int) -> None:
+        super().__init__(f"{stored} + {adding} bytes stored would be above the limit of {limit}")
+        self.stored, self.adding, self.limit = stored, adding, limit
+
+
+async def stored_bytes(conn: AsyncConnection, user_id: int) -> int:
+    """Bytes of every file the person owns (uploads and results), as ``conn`` sees them."""
+    return int((await conn.execute(STORED_BY, {"user_id": user_id})).scalar_one())
+
+
+async def check_room(conn: AsyncConnection, user_id: int, adding: int, limit: int) -> None:
+    """The storage rule, for every file stored for a person (uploads, jobs' results): take the person's
+    limits lock for ``conn``'s transaction, so that concurrent saves cannot together pass the limit, then
+    refuse ``adding`` bytes that would take their files above ``limit`` (0: no limit).
+
+    Raises:
+        StorageFull: with what is stored, what was asked for and the limit.
+    """
+    if not limit:
+        return
+    await conn.execute(OWNER_LOCK, {"ns": OWNER_LOCK_NAMESPACE, "user_id": user_id})
+    stored = await stored_bytes(conn, user_id)
+    if stored + adding > limit:
+        raise StorageFull(stored, adding, limit)
+
 
 _UUID_TEXT = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
@@ -306,13 +345,17 @@ class FileStore:
         job_id: uuid.UUID | None = None,
         move: bool = False,
         form_key: str | None = None,
+        limit: int = 0,
     ) -> RowMapping:
         """Store ``data`` (or the file at ``source``) and insert its row in the caller's transaction.
         ``content_type`` is only a hint: the stored type is :func:`derive_type` of the bytes.
         ``form_key``: the one-time key of the form it was uploaded with (:meth:`stored_with`).
+        ``limit``: the owner's ``USER_MAX_UPLOAD_BYTES`` (:func:`check_room`, once the size is known; the
+        bytes are removed when it refuses).
 
         Raises:
             BadInput: neither or both of ``data`` and ``source``.
+            StorageFull: the file would take its owner's files above ``limit``.
         """
         if (data is None) == (source is None):
             raise BadInput("give either data or a source path")
@@ -338,6 +381,7 @@ class FileStore:
             "form_key": form_key,
         }
         try:
+            await check_room(conn, user_id, size, limit)
             return (await conn.execute(INSERT_FILE, values)).mappings().one()
         except BaseException:
             self._bytes_path(file_id).unlink(missing_ok=True)
@@ -470,78 +514,3 @@ def ids_in_results(results: Mapping[str, Any], limit: int = MAX_PROCESS_FILES) -
             break
         found.append(fid)
     return found
-
-
-class JobFiles:
-    """``ctx.files`` for a running job: read the owner's files, save outputs owned by the job's owner."""
-
-    def __init__(self, store: FileStore, engine: AsyncEngine | None, job: Any) -> None:
-        self.store = store
-        self.engine = engine
-        self.job = job
-
-    async def _open(self, file_id: Any) -> StoredFile:
-        assert self.engine is not None
-        async with self.engine.connect() as conn:
-            found = await self.store.owned_files(conn, self.job["user_id"], [file_id])
-        if not found:
-            raise PermanentError(
-                f"File {str(file_id)[:100]} does not exist, is no longer stored, or is not yours."
-            )
-        return next(iter(found.values()))
-
-    async def info(self, file_id: Any) -> RowMapping:
-        """The file's row, if the job's owner may read it.
-
-        Raises:
-            PermanentError: not a file id, unknown, gone, or not the owner's (retrying cannot fix it).
-        """
-        return (await self._open(file_id)).row
-
-    async def path(self, file_id: Any) -> Path:
-        """Path of an input file's bytes, checked against the job's owner when called.
-
-        Raises:
-            PermanentError: see :meth:`info`.
-        """
-        return (await self._open(file_id)).path
-
-    async def for_process(
-        self, model: Input, parents: Mapping[str, Any]
-    ) -> tuple[dict[str, Path], dict[str, str]]:
-        """``(paths, names)`` by file id, of the files a CPU-bound processor may read: those named in
-        its input's file fields (``$ref`` already resolved) and those listed in its parents' results,
-        resolved now through :meth:`FileStore.owned_files` for the job's owner. The child process gets
-        only these paths; asking for any other id is its permanent error."""
-        wanted: list[object] = [
-            i for ids in file_ids_in(type(model), model.model_dump(mode="json")).values() for i in ids
-        ]
-        wanted += ids_in_results(parents, MAX_PROCESS_FILES - len(wanted))
-        if not wanted or self.engine is None:
-            return {}, {}
-        async with self.engine.connect() as conn:
-            found = await self.store.owned_files(conn, self.job["user_id"], wanted)
-        return {k: f.path for k, f in found.items()}, {k: f.row["name"] for k, f in found.items()}
-
-    async def save(
-        self,
-        name: str,
-        data: bytes | None = None,
-        *,
-        source: Path | None = None,
-        content_type: str | None = None,
-    ) -> dict[str, Any]:
-        """Store an output file owned by the job's owner; returns its :func:`file_ref`."""
-        assert self.engine is not None
-        async with self.engine.begin() as conn:
-            row = await self.store.save(
-                conn,
-                user_id=self.job["user_id"],
-                name=name,
-                data=data,
-                source=source,
-                content_type=content_type,
-                job_id=self.job["id"],
-                move=source is not None,
-            )
-        return file_ref(row)

@@ -11,10 +11,12 @@ a check that only one of them fits.
   earlier steps or held. Admins are exempt. Also checked when a step runs once per item of a list from a
   parent's result (:mod:`app.jobs.queue.fanouts`: the step fails).
 * **per minute** (``USER_MAX_JOBS_PER_MINUTE``): submissions in the last 60 seconds, where a job, a
-  whole pipeline (or batch) each count once, whatever its number of jobs; processors' next jobs do not
-  count. Admins are exempt.
+  whole pipeline (or batch) each count once, whatever its number of jobs, and so does a person's own
+  retry (one job, or a batch's failed rows; ``counted_retries``, :func:`count_retry`); processors' next
+  jobs do not count. Admins are exempt.
 * **stored** (``USER_MAX_UPLOAD_BYTES``): bytes of every file the person owns — uploads, used by a job
-  or not, and results — until retention deletes them. Admins too.
+  or not, and results — until retention deletes them. Admins too. Every file stored for a person goes
+  through :func:`app.files.check_room` (an upload is refused with a 429, a job's output fails the job).
 * **pipeline size** (``PIPELINE_MAX_STEPS``, ``PIPELINE_MAX_EDGES``): steps and ``depends_on`` entries of
   one pipeline when it starts. Admins too. This one is a 422 naming ``steps``: retrying never helps.
 """
@@ -30,13 +32,14 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app import dbclock
+from app import dbclock, files
 from app.errors import BadInput, RateLimited
 from app.formatting import format_bytes
 from app.settings import Settings
 
-LOCK_NAMESPACE = 0x51_07A5
-"""First key of the two-key advisory lock (the second is the user id), so it meets no other lock."""
+LOCK_NAMESPACE = files.OWNER_LOCK_NAMESPACE
+"""First key of the two-key advisory lock (the second is the user id), so it meets no other lock; the
+storage rule (:func:`app.files.check_room`) takes the same lock."""
 WINDOW_SECS = 60
 WAITING_RETRY_SECS = 60
 """``Retry-After`` when the waiting limit is reached: how soon jobs finish is not known in advance."""
@@ -61,7 +64,6 @@ GUARD = f"""
            s.first IS NULL AND (s.waiting IS NULL OR s.waiting + 1 <= :quota_max_waiting) AS ok
     FROM {STATE_CALL} AS s
 """
-STORED = text("SELECT COALESCE(sum(size), 0) FROM files WHERE user_id = :user_id")
 # When the person's first stored file is due for retention (unused uploads: from their upload; files of
 # finished jobs: from the job's end).
 FIRST_EXPIRY = text(
@@ -69,6 +71,16 @@ FIRST_EXPIRY = text(
     SELECT min(COALESCE(j.completed_at, CASE WHEN f.job_id IS NULL THEN f.created_at END))
            + make_interval(days => :days) - now()
     FROM files f LEFT JOIN jobs j ON j.id = f.job_id WHERE f.user_id = :user_id
+    """
+)
+# One of the person's own retries, as a submission in the per-minute window (rows older than any
+# window are deleted on the way: the table holds minutes, not history).
+COUNT_RETRY = text(
+    """
+    WITH old AS (
+        DELETE FROM counted_retries WHERE user_id = :user_id AND at < now() - make_interval(secs => :keep)
+    )
+    INSERT INTO counted_retries (user_id) VALUES (:user_id)
     """
 )
 USAGE = text(
@@ -175,6 +187,12 @@ async def submission_state(
     return waiting_now, _per_minute_state(settings, row.first, row.db_now)
 
 
+async def count_retry(db: AsyncConnection | AsyncSession, user_id: int) -> None:
+    """Count a retry of the person's own (one job, or a batch's failed rows at once) as one submission
+    in their per-minute window, as a new job is; call under :func:`lock`, after the check."""
+    await (await _conn(db)).execute(COUNT_RETRY, {"user_id": user_id, "keep": WINDOW_SECS * 5})
+
+
 def guard_params(settings: Settings, user_id: int) -> dict[str, Any]:
     """The parameters of :data:`GUARD` for one job of the person's."""
     return {**_state_params(settings, user_id), "quota_max_waiting": settings.user_max_waiting_jobs}
@@ -190,6 +208,13 @@ def guard_refusal(settings: Settings, row: Any) -> RateLimited:
     return refused
 
 
+async def _first_expiry(conn: AsyncConnection, settings: Settings, user_id: int) -> float:
+    """Seconds until the person's first stored file is due for deletion (an hour when unknown)."""
+    params = {"user_id": user_id, "days": settings.job_retention_days}
+    first: Any = (await conn.execute(FIRST_EXPIRY, params)).scalar()
+    return first.total_seconds() if first is not None and first.total_seconds() > 0 else 3600
+
+
 async def stored_refusal(
     db: AsyncConnection | AsyncSession, settings: Settings, user_id: int, adding: int
 ) -> RateLimited | None:
@@ -199,12 +224,10 @@ async def stored_refusal(
     if not limit:
         return None
     conn = await _conn(db)
-    stored = int((await conn.execute(STORED, {"user_id": user_id})).scalar_one())
+    stored = await files.stored_bytes(conn, user_id)
     if stored + adding <= limit:
         return None
-    params = {"user_id": user_id, "days": settings.job_retention_days}
-    first: Any = (await conn.execute(FIRST_EXPIRY, params)).scalar()
-    wait = first.total_seconds() if first is not None and first.total_seconds() > 0 else 3600
+    wait = await _first_expiry(conn, settings, user_id)
     return refusal(
         f"Not enough room for this file ({format_bytes(adding)}): you keep {format_bytes(stored)} of files "
         f"and the limit is {format_bytes(limit)} per person. Files are deleted "

@@ -8,7 +8,7 @@ as waiting jobs; a batch that would go over the waiting limit is refused whole, 
 
 "Retry failed rows" is for the batch's owner and admins, as a retry of one failed job is: each row goes
 through the queue's own retry transition (and its rule of who may), with a fresh set of attempts
-counted against the owner's waiting limit. The retry is audited, the owner's too (as a retry of one job is).
+counted against the owner's waiting limit, whoever retries them (an admin too). The retry is audited, the owner's too (as a retry of one job is).
 """
 
 from __future__ import annotations
@@ -166,8 +166,10 @@ async def retry_failed(db: AsyncSession, actor: Actor, batch_id: Any) -> RetryOu
     # and do not count against the waiting limit.
     ids = [r["id"] for r in failed if retry_refusal(r) is None]
     unfit = len(failed) - len(ids)
-    await quotas.before_submit(db, actor.user, actor.settings)
-    await quotas.before_adding(db, actor.user, actor.settings, len(ids))
+    # The rows go back to the owner's queue, whoever retries them: within the owner's limits.
+    owner = await quotas.owner_of(db, actor.user, int(row["user_id"]))
+    counted = await quotas.before_requeue(db, actor.user, owner, actor.settings)
+    await quotas.before_adding(db, owner, actor.settings, len(ids))
     retried = skipped = 0
     for jid in ids:
         try:
@@ -176,7 +178,10 @@ async def retry_failed(db: AsyncSession, actor: Actor, batch_id: Any) -> RetryOu
             retried += 1
         except Conflict:
             skipped += 1  # retried or deleted meanwhile by someone else
-    await quotas.after_submit(db, actor.user, actor.settings, retried)
+    await quotas.after_submit(db, owner, actor.settings, retried, counted)
+    if retried:
+        # One "Retry failed rows" is one submission, as a batch is, whatever its number of rows.
+        await quotas.count_retry(db, actor.user, owner, actor.settings)
     message = _retry_message(retried, skipped, unfit)
     if retried:
         await record_done(

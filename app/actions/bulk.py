@@ -4,7 +4,9 @@ group of failed jobs with the same error — for admins.
 A bulk action is planned first (:func:`plan_selected`, :func:`plan_filter`, :func:`plan_group`: which
 ids, how many are eligible now) and then run (:func:`run_bulk`): at most :data:`BULK_MAX` jobs, in
 batches of :data:`BULK_BATCH`, each through :mod:`app.jobs.queue` in its own savepoint, with one audit
-entry and one admin notice carrying the count, in the caller's transaction.
+entry and one admin notice carrying the count, in the caller's transaction. A retry is held to each
+job's owner's limits, as a retry of one job is: a job its owner has no room for is skipped, and the
+message says why.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.actions import quotas
 from app.actions.selection import LIVE_SQL, JobFilter, filter_where, ids_sql
 from app.actions.trail import Actor, record_done
-from app.errors import BadInput, Conflict, Forbidden, NotFound
+from app.errors import BadInput, Conflict, Forbidden, NotFound, RateLimited
 from app.jobs import queue
 from app.jobs.states import LIVE, Status
 from app.processors import registry
@@ -137,7 +140,7 @@ async def run_bulk(
         raise Forbidden("Only an admin can act on many jobs at once.")
     if expected is not None and plan.scope != "selected":
         plan.ids = plan.ids[: max(0, expected)]  # never more than the admin confirmed
-    done, skipped, unfit = await _apply(db, actor, plan)
+    done, skipped, unfit, limited = await _apply(db, actor, plan)
     gone = max(0, (expected or 0) - len(done) - len(skipped)) if plan.scope != "selected" else 0
     n_skipped = len(skipped) + gone
     full_detail = {
@@ -149,6 +152,8 @@ async def run_bulk(
     }
     if unfit:
         full_detail["input_unfit"] = unfit
+    if limited:
+        full_detail["owner_limits"] = len(limited)
     await record_done(
         db,
         actor,
@@ -163,39 +168,65 @@ async def run_bulk(
     message = f"{verb} {len(done):,} job{'s' if len(done) != 1 else ''}"
     if plan.action == "cancel":
         message += " (running ones stop shortly)"
-    if not unfit:
+    moved = n_skipped - unfit - len(limited)
+    if not unfit and not limited:
         message += f"; {n_skipped:,} skipped" + (" because they had moved on." if n_skipped else ".")
     else:
-        moved = f", {n_skipped - unfit:,} because they had moved on" if n_skipped > unfit else ""
-        message += (
-            f"; {n_skipped:,} skipped{moved}, {unfit:,} because their input does not fit their type: a retry"
-            " would fail the same way, so start them again with corrected input."
-        )
+        reasons = [f"{moved:,} because they had moved on"] if moved else []
+        if unfit:
+            reasons.append(
+                f"{unfit:,} because their input does not fit their type: a retry would fail the same way,"
+                " so start them again with corrected input"
+            )
+        if limited:
+            reasons.append(f"{len(limited):,} because of their owner's limits ({limited[0]})")
+        message += f"; {n_skipped:,} skipped: " + "; ".join(reasons) + "."
     return BulkOutcome(plan.action, done, skipped, message)
 
 
 async def _apply(
     db: AsyncSession, actor: Actor, plan: BulkPlan
-) -> tuple[list[uuid.UUID], list[uuid.UUID], int]:
-    """The ids done, the ids skipped, and how many of those the queue's retry refused because a retry
-    could not succeed (:func:`app.jobs.error_text.retry_refusal`)."""
+) -> tuple[list[uuid.UUID], list[uuid.UUID], int, list[str]]:
+    """The ids done, the ids skipped, how many of those the queue's retry refused because a retry could
+    not succeed (:func:`app.jobs.error_text.retry_refusal`), and the refusals of those their owner's
+    limits kept back (:func:`_retry_within_limits`)."""
     done: list[uuid.UUID] = []
     skipped: list[uuid.UUID] = []
     unfit = 0
-    act = queue.retry if plan.action == "retry" else queue.cancel
+    limited: list[str] = []
+    retrying = plan.action == "retry"
     for start in range(0, len(plan.ids), BULK_BATCH):
-        for jid in plan.ids[start : start + BULK_BATCH]:
+        chunk = plan.ids[start : start + BULK_BATCH]
+        owners = await quotas.job_owners(db, chunk) if retrying else {}
+        for jid in chunk:
             try:
                 async with db.begin_nested():
-                    await act(db, jid, actor.user)
+                    if retrying:
+                        await _retry_within_limits(db, actor, jid, owners.get(jid))
+                    else:
+                        await queue.cancel(db, jid, actor.user)
             except Conflict as exc:
                 skipped.append(jid)
                 unfit += bool((exc.extra or {}).get("retry_refused"))
+            except RateLimited as exc:
+                skipped.append(jid)
+                limited.append(exc.detail)
             except (NotFound, Forbidden):
                 skipped.append(jid)
             else:
                 done.append(jid)
-    return done, skipped, unfit
+    return done, skipped, unfit, limited
+
+
+async def _retry_within_limits(db: AsyncSession, actor: Actor, jid: uuid.UUID, owner_id: int | None) -> None:
+    """Retry one job within its owner's limits (:func:`app.actions.quotas.before_requeue`), as a retry
+    of one job is: a bulk retry cannot put more jobs in a person's queue than they may have waiting."""
+    if owner_id is None:
+        raise NotFound(f"No job with id {jid}.")
+    owner = await quotas.owner_of(db, actor.user, owner_id)
+    counted = await quotas.before_requeue(db, actor.user, owner, actor.settings)
+    await queue.retry(db, jid, actor.user)
+    await quotas.after_requeue(db, owner, actor.settings, counted)
 
 
 # --- failed jobs grouped by type and error --------------------------------------------------------------

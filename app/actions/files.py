@@ -95,6 +95,9 @@ async def store_upload(
             move=True,
             content_type=getattr(upload, "content_type", None),
             form_key=form_key,
+            # The storage rule every file stored for a person goes through (checked above already, in
+            # this transaction and under the same lock, to answer with a 429 in words).
+            limit=settings.user_max_upload_bytes if person is not None and settings is not None else 0,
         )
     finally:
         path.unlink(missing_ok=True)

@@ -316,18 +316,30 @@ async def _cancel(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, 
 
 
 async def _retry(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, Any]) -> tuple[Any, Any]:
-    # A retried job (and the dependents it re-opens) waits again: within the person's limits, as a
-    # batch's "Retry failed rows" is, or failed jobs retried one by one would pass the waiting limit.
-    counted = await quotas.before_submit(db, actor.user, actor.settings)
+    # A retried job (and the dependents it re-opens) waits again: within its owner's limits whoever
+    # retries it, as a batch's "Retry failed rows" is, or failed jobs retried one by one would pass them.
+    owner = await _owner(db, actor, jid)
+    counted = await quotas.before_requeue(db, actor.user, owner, actor.settings)
     row = await queue.retry(db, jid, actor.user)
-    await quotas.after_requeue(db, actor.user, actor.settings, counted)
+    await quotas.after_requeue(db, owner, actor.settings, counted)
+    await quotas.count_retry(db, actor.user, owner, actor.settings)
     return row, None
 
 
+async def _owner(db: AsyncSession, actor: Actor, jid: uuid.UUID) -> Any:
+    """Whose limits an action putting the job (or a copy of it) in the queue is held to: its owner's."""
+    row = (await db.execute(OWNER_OF, {"id": jid})).mappings().first()
+    if row is None:
+        raise NotFound(f"No job with id {jid}.")
+    return await quotas.owner_of(db, actor.user, int(row["user_id"]))
+
+
 async def _run_again(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, Any]) -> tuple[Any, Any]:
-    await quotas.before_submit(db, actor.user, actor.settings)
+    # The new job is the owner's, so it is within the owner's limits, whoever asks for it.
+    owner = await _owner(db, actor, jid)
+    counted = await quotas.before_requeue(db, actor.user, owner, actor.settings)
     result = await queue.run_again(db, jid, actor.user, actor.settings, request_id=actor.request_id)
-    await quotas.after_submit(db, actor.user, actor.settings, 1)
+    await quotas.after_submit(db, owner, actor.settings, 1, counted)
     return await queue.get_job(db, jid, actor.user), result.job
 
 

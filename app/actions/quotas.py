@@ -11,6 +11,11 @@ same lock, the same counts and the same refusals, with the job inserted only whe
 :func:`check_upload` under the same lock before the file's row is written.
 
 Admins are exempt from the waiting and per-minute limits, not from the storage and pipeline-size ones.
+A retry or a run again is held to the limits of the job's owner, whoever acts (:func:`before_requeue`):
+an admin's retry of a person's job cannot take that person above their waiting limit.
+The storage limit is held where a file is stored (:func:`app.files.check_room`): an upload over it is
+refused and a job's output over it fails its job. A submission is not refused for it: a job that stores
+nothing needs no room, and a check per submission would cost every one of them a query.
 """
 
 from __future__ import annotations
@@ -53,8 +58,50 @@ class Counted:
     waiting: int | None
 
 
+@dataclass(frozen=True)
+class Owner:
+    """The owner of a job or batch another person (an admin) acts on: whose limits the action is held to."""
+
+    id: int
+    is_admin: bool
+
+
+OWNER = text("SELECT id, is_admin FROM users WHERE id = :id")
+JOB_OWNERS = text("SELECT id, user_id FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))")
+
+
+async def owner_of(db: AsyncConnection | AsyncSession, actor_user: Any, user_id: int) -> Any:
+    """The person whose limits an action on ``user_id``'s job or batch is held to: the actor when it is
+    theirs, else the owner (whoever acts, a retry puts the owner's job back in the queue)."""
+    if user_id == actor_user.id:
+        return actor_user
+    conn = await db.connection() if isinstance(db, AsyncSession) else db
+    row = (await conn.execute(OWNER, {"id": user_id})).one()
+    return Owner(int(row.id), bool(row.is_admin))
+
+
+async def job_owners(db: AsyncConnection | AsyncSession, ids: Sequence[Any]) -> dict[Any, int]:
+    """The owner's user id of each of these jobs (those that still exist)."""
+    conn = await db.connection() if isinstance(db, AsyncSession) else db
+    return {r.id: int(r.user_id) for r in await conn.execute(JOB_OWNERS, {"ids": list(ids)})}
+
+
+async def before_requeue(
+    db: AsyncConnection | AsyncSession, actor_user: Any, owner: Any, settings: Settings
+) -> Counted | None:
+    """:func:`before_submit` for a retry or a run again of ``owner``'s job, whoever acts: the owner's
+    waiting limit holds (an admin's retry puts jobs in the owner's queue all the same);
+    the per-minute limit only when the owner acts (an admin, exempt, did not submit as the owner, and the
+    owner did not ask for it). Follow with :func:`after_requeue` or :func:`after_submit` for ``owner``.
+
+    Raises:
+        RateLimited: 429, the owner's limit and when to try again.
+    """
+    return await before_submit(db, owner, settings, per_minute=owner is actor_user)
+
+
 async def before_submit(
-    db: AsyncConnection | AsyncSession, person: Any, settings: Settings
+    db: AsyncConnection | AsyncSession, person: Any, settings: Settings, *, per_minute: bool = True
 ) -> Counted | None:
     """Lock the person's limits for this transaction and check the per-minute limit; return the waiting
     count for :func:`after_submit` (``None`` for a person the limits do not apply to). One round trip:
@@ -64,10 +111,10 @@ async def before_submit(
     Raises:
         RateLimited: 429, the limit and when to try again (``Retry-After``).
     """
-    if not _limited(person, settings):
+    if not _limited(person, settings) or not (per_minute or settings.user_max_waiting_jobs):
         return None
     waiting, refused = await quotas.submission_state(db, settings, person.id)
-    if refused is not None:
+    if refused is not None and per_minute:
         raise refused
     return Counted(waiting)
 
@@ -90,6 +137,18 @@ def submit_guard(person: Any, settings: Settings) -> Guard | None:
         params=quotas.guard_params(settings, person.id),
         refusal=lambda row: quotas.guard_refusal(settings, row),
     )
+
+
+async def count_retry(
+    db: AsyncConnection | AsyncSession, actor_user: Any, owner: Any, settings: Settings
+) -> None:
+    """After a retry that put jobs back in the queue (one job, a batch's failed rows): the owner's own
+    retry counts once against their per-minute limit, as a new submission does (it was checked by
+    :func:`before_requeue`); an admin's retry of someone else's job counts against neither (the admin
+    is exempt, the owner did not ask for it)."""
+    if owner is not actor_user or _exempt(owner) or not settings.user_max_jobs_per_minute:
+        return
+    await quotas.count_retry(db, owner.id)
 
 
 async def after_submit(

@@ -210,6 +210,18 @@ class JobTypeStart(Base):
     n: Mapped[int] = mapped_column(Integer, nullable=False)
 
 
+class CountedRetry(Base):
+    """A person's own retry (of a failed job, or of a batch's failed rows: one row per action), kept a few
+    minutes: it counts as one submission against ``USER_MAX_JOBS_PER_MINUTE``, as a new job does
+    (:mod:`app.quotas`; migration 0019). A retry makes no new job row for the window to count."""
+
+    __tablename__ = "counted_retries"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), nullable=False)
+    at: Mapped[datetime] = now_column()
+    __table_args__ = (Index("ix_counted_retries_user_id_at", "user_id", "at"),)
+
+
 class WorkerRow(Base):
     """A live worker process, refreshed on every heartbeat; the admin health page lists
     rows seen recently. ``id`` is ``host-pid-random``."""

@@ -156,7 +156,7 @@ class JobContext(Generic[InputT]):
     (1-based), ``log`` (a structlog logger bound to the job; its lines, and Python ``logging`` records
     of the processor, are also kept as the job's log, shown live on its page), ``parents`` (``{step key or job id:
     result_data}`` of the jobs this one depends on), ``settings``, ``db`` (the app's pooled engine, for
-    processors that use the database), ``files`` (:class:`app.files.JobFiles`: read inputs, save outputs),
+    processors that use the database), ``files`` (:class:`app.job_files.JobFiles`: read inputs, save outputs),
     ``worker_id`` (the worker running it).
     """
 
@@ -232,7 +232,7 @@ class CpuContext:
     files: dict[str, Path] = field(default_factory=dict)
     """``{file id: path}`` of the files this job may read: those its input and its parents' results
     name that belong to the job's owner, resolved by the worker through the owner check before this
-    process started (:meth:`app.files.JobFiles.for_process`). No other file is reachable by id."""
+    process started (:meth:`app.job_files.JobFiles.for_process`). No other file is reachable by id."""
 
     def input_path(self, file_id: uuid.UUID | str, what: str = "file") -> Path:
         """The bytes of one of the job's files (see :attr:`files`).

@@ -23,7 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import pipelines
 from app.db import is_transient
-from app.files import FileStore, JobFiles
+from app.files import FileStore
+from app.job_files import JobFiles
 from app.jobs import queue
 from app.jobs.backoff import RetryPolicy, retry_delay
 from app.jobs.error_text import INPUT_UNFIT
@@ -72,6 +73,9 @@ class RunningJob:
     """The job's log lines not written yet (:class:`app.worker.joblog.JobLogBuffer`), once it runs."""
     scratch: Path | None = None
     """The scratch directory of this attempt of a CPU-bound job (:mod:`app.worker.scratch`), once made."""
+    files: Any = None
+    """The attempt's :class:`app.job_files.JobFiles` (what it stored, and whether the storage limit refused
+    an output), once made."""
     id: uuid.UUID = field(init=False)
     """``row["id"]``, kept as an attribute: the worker's bookkeeping reads it a dozen times per job."""
     id_text: str = ""
@@ -257,7 +261,7 @@ class Executor:
             log=log,
             settings=self.settings,
             db=self.app_engine,
-            files=JobFiles(self.files, self.app_engine, row),
+            files=self._job_files(job),
             parents=row["parents"] or {},
             cancel_event=job.cancel_event,
             progress=lambda f, m: self.report_progress(job, f, m),
@@ -269,9 +273,7 @@ class Executor:
         """A CPU-bound processor runs in a child process, so the event loop that renews leases (and, in
         the web app, serves pages) never stalls; cancelling this call kills the child."""
         row = job.row
-        paths, names = await JobFiles(self.files, self.app_engine, row).for_process(
-            model, row["parents"] or {}
-        )
+        paths, names = await self._job_files(job).for_process(model, row["parents"] or {})
         out_dir = job.scratch = scratch.make(self.settings.data_dir, row["id"], row["attempts"])
         ctx = CpuContext(
             job_id=str(row["id"]),
@@ -291,14 +293,30 @@ class Executor:
             on_log=job.log_buffer.add if job.log_buffer is not None else None,
         )
 
+    def _job_files(self, job: RunningJob) -> JobFiles:
+        """The attempt's ``ctx.files``: one per attempt, holding the owner's storage limit."""
+        if job.files is None:
+            job.files = JobFiles(
+                self.files,
+                self.app_engine,
+                job.row,
+                limit=self.settings.user_max_upload_bytes,
+                retention_days=self.settings.job_retention_days,
+            )
+        return job.files
+
     # --- outcomes -----------------------------------------------------------------------------
 
     async def _success(self, job: RunningJob, result: Any) -> Outcome:
         row = job.row
+        if job.files is not None and job.files.refused is not None:
+            # The processor caught the refusal of an output and returned: the job still fails, as its
+            # results are incomplete and what it had stored is gone.
+            raise PermanentError(job.files.refused)
         if isinstance(result, Result):
             data = dict(result.data or {})
             if result.files:
-                files = JobFiles(self.files, self.app_engine, row)
+                files = self._job_files(job)
                 refs = []
                 for f in result.files:
                     refs.append(await files.save(f.name, source=f.path, content_type=f.content_type))

@@ -15,7 +15,8 @@ from typing import Any
 
 import structlog
 
-from app.files import FileStore, JobFiles
+from app.files import FileStore
+from app.job_files import JobFiles
 from app.processors import CpuContext, JobContext, registry
 from app.settings import Settings
 from tests.support.factories import make_job
