@@ -250,14 +250,20 @@ async def create_token(
 
     The plaintext (``jd_`` + 43 URL-safe chars) is not stored and cannot be shown again; the row keeps
     its SHA-256 and a display prefix (the first 10 characters).
+
+    Raises:
+        Conflict: the account is disabled (or gone): every request with the token would be refused, so
+        handing it out (on the command line, by an admin) would only mislead whoever receives it.
     """
     name = token_name(name)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    # The account is checked in the insert itself, so an account disabled meanwhile gets no token either.
     token_id = (
         await db.execute(
             text(
                 "INSERT INTO api_tokens (user_id, name, prefix, token_hash, expires_at) "
-                "VALUES (:user_id, :name, :prefix, :hash, :expires_at) RETURNING id"
+                "SELECT id, :name, :prefix, :hash, :expires_at FROM users "
+                "WHERE id = :user_id AND is_active RETURNING id"
             ),
             {
                 "user_id": user_id,
@@ -267,7 +273,11 @@ async def create_token(
                 "expires_at": expires_at,
             },
         )
-    ).scalar_one()
+    ).scalar()
+    if token_id is None:
+        raise Conflict(
+            "This account is disabled: an API token for it would be refused. Enable the account first."
+        )
     return token, token_id
 
 
