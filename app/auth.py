@@ -316,19 +316,24 @@ async def revoke_token(db: Db, token_id: int, *, user_id: int | None = None) -> 
 
 
 _TOKEN_USER = text(
-    f"SELECT t.id AS token_id, t.last_used_at, {USER_COLUMNS} "
+    f"SELECT t.id AS token_id, t.last_used_at, u.is_active, {USER_COLUMNS} "
     "FROM api_tokens t JOIN users u ON u.id = t.user_id "
-    "WHERE t.token_hash = :hash AND t.revoked_at IS NULL AND u.is_active "
+    "WHERE t.token_hash = :hash AND t.revoked_at IS NULL "
     "AND (t.expires_at IS NULL OR t.expires_at > now())"
 )
+
+DISABLED_ACCOUNT = "disabled account"
+"""Why a live token was refused (``scope["state"]["token_refusal"]``): its account is disabled. The 401
+says so, instead of asking its owner to create a token that would be refused as well."""
 _TOKEN_TOUCH = text(
     "UPDATE api_tokens SET last_used_at = now() WHERE id = :id "
     "AND (last_used_at IS NULL OR last_used_at < now() - make_interval(secs => :secs))"
 )
 
 
-async def user_for_token(engine: AsyncEngine, token: str) -> CurrentUser | None:
-    """The active user owning the live (not revoked, not expired) API token ``token``, or ``None``.
+async def token_holder(engine: AsyncEngine, token: str) -> CurrentUser | str | None:
+    """The active user owning the live (not revoked, not expired) API token ``token``;
+    :data:`DISABLED_ACCOUNT` when the token is live but its account disabled; ``None`` otherwise.
 
     One indexed lookup (``api_tokens.token_hash`` is unique), in autocommit on the asyncpg connection
     (:func:`app.db.read_rows`: one round trip instead of ``BEGIN``, the lookup and ``ROLLBACK``, on every
@@ -341,6 +346,8 @@ async def user_for_token(engine: AsyncEngine, token: str) -> CurrentUser | None:
     if not rows:
         return None
     row = rows[0]
+    if not row["is_active"]:
+        return DISABLED_ACCOUNT
     now = datetime.now(UTC)
     if row["last_used_at"] is None or now - row["last_used_at"] >= TOKEN_TOUCH_INTERVAL:
         await write_rows(
@@ -525,6 +532,11 @@ async def requires_user(connection: ASGIConnection[Any, Any, Any, Any], _: BaseR
     """
     if connection.scope.get("user") is None:
         if connection.scope["path"].startswith(API_PREFIX):
+            if connection.scope.get("state", {}).get("token_refusal") == DISABLED_ACCOUNT:
+                raise LoginRequired(
+                    "This API token's account is disabled: its tokens work again once an administrator "
+                    "enables the account."
+                )
             raise LoginRequired(
                 "Missing or invalid API token: send the header 'Authorization: Bearer <token>' "
                 "(create one on your account page, /account#tokens)."
