@@ -250,14 +250,20 @@ async def create_token(
 
     The plaintext (``jd_`` + 43 URL-safe chars) is not stored and cannot be shown again; the row keeps
     its SHA-256 and a display prefix (the first 10 characters).
+
+    Raises:
+        Conflict: the account is disabled (or gone): every request with the token would be refused, so
+        handing it out (on the command line, by an admin) would only mislead whoever receives it.
     """
     name = token_name(name)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    # The account is checked in the insert itself, so an account disabled meanwhile gets no token either.
     token_id = (
         await db.execute(
             text(
                 "INSERT INTO api_tokens (user_id, name, prefix, token_hash, expires_at) "
-                "VALUES (:user_id, :name, :prefix, :hash, :expires_at) RETURNING id"
+                "SELECT id, :name, :prefix, :hash, :expires_at FROM users "
+                "WHERE id = :user_id AND is_active RETURNING id"
             ),
             {
                 "user_id": user_id,
@@ -267,7 +273,11 @@ async def create_token(
                 "expires_at": expires_at,
             },
         )
-    ).scalar_one()
+    ).scalar()
+    if token_id is None:
+        raise Conflict(
+            "This account is disabled: an API token for it would be refused. Enable the account first."
+        )
     return token, token_id
 
 
@@ -306,19 +316,24 @@ async def revoke_token(db: Db, token_id: int, *, user_id: int | None = None) -> 
 
 
 _TOKEN_USER = text(
-    f"SELECT t.id AS token_id, t.last_used_at, {USER_COLUMNS} "
+    f"SELECT t.id AS token_id, t.last_used_at, u.is_active, {USER_COLUMNS} "
     "FROM api_tokens t JOIN users u ON u.id = t.user_id "
-    "WHERE t.token_hash = :hash AND t.revoked_at IS NULL AND u.is_active "
+    "WHERE t.token_hash = :hash AND t.revoked_at IS NULL "
     "AND (t.expires_at IS NULL OR t.expires_at > now())"
 )
+
+DISABLED_ACCOUNT = "disabled account"
+"""Why a live token was refused (``scope["state"]["token_refusal"]``): its account is disabled. The 401
+says so, instead of asking its owner to create a token that would be refused as well."""
 _TOKEN_TOUCH = text(
     "UPDATE api_tokens SET last_used_at = now() WHERE id = :id "
     "AND (last_used_at IS NULL OR last_used_at < now() - make_interval(secs => :secs))"
 )
 
 
-async def user_for_token(engine: AsyncEngine, token: str) -> CurrentUser | None:
-    """The active user owning the live (not revoked, not expired) API token ``token``, or ``None``.
+async def token_holder(engine: AsyncEngine, token: str) -> CurrentUser | str | None:
+    """The active user owning the live (not revoked, not expired) API token ``token``;
+    :data:`DISABLED_ACCOUNT` when the token is live but its account disabled; ``None`` otherwise.
 
     One indexed lookup (``api_tokens.token_hash`` is unique), in autocommit on the asyncpg connection
     (:func:`app.db.read_rows`: one round trip instead of ``BEGIN``, the lookup and ``ROLLBACK``, on every
@@ -331,6 +346,8 @@ async def user_for_token(engine: AsyncEngine, token: str) -> CurrentUser | None:
     if not rows:
         return None
     row = rows[0]
+    if not row["is_active"]:
+        return DISABLED_ACCOUNT
     now = datetime.now(UTC)
     if row["last_used_at"] is None or now - row["last_used_at"] >= TOKEN_TOUCH_INTERVAL:
         await write_rows(
@@ -515,6 +532,11 @@ async def requires_user(connection: ASGIConnection[Any, Any, Any, Any], _: BaseR
     """
     if connection.scope.get("user") is None:
         if connection.scope["path"].startswith(API_PREFIX):
+            if connection.scope.get("state", {}).get("token_refusal") == DISABLED_ACCOUNT:
+                raise LoginRequired(
+                    "This API token's account is disabled: its tokens work again once an administrator "
+                    "enables the account."
+                )
             raise LoginRequired(
                 "Missing or invalid API token: send the header 'Authorization: Bearer <token>' "
                 "(create one on your account page, /account#tokens)."

@@ -390,7 +390,8 @@ def migrate() -> None:
 def create_user_cmd(email: str, admin: bool, password_stdin: bool) -> None:
     """Create a user who signs in with EMAIL. Without --password-stdin a password is generated and printed."""
     with _imports_without_gc():
-        from app.auth import check_password_rules, create_user, generate_password, normalize_email
+        from app.actions.users import COMMAND_LINE, create_user
+        from app.auth import check_password_rules, generate_password, normalize_email
         from app.errors import AppError
 
     settings = _settings()
@@ -405,9 +406,12 @@ def create_user_cmd(email: str, admin: bool, password_stdin: bool) -> None:
     except AppError as exc:
         raise _fail(exc.detail) from None
 
+    # Through the action, as an admin's page does it: the account, its audit entry and the admins'
+    # notice are written together, naming the command line as who acted.
     async def body(engine: AsyncEngine, url: str) -> Any:
         async with engine.begin() as conn:
-            return await create_user(conn, email, password, is_admin=admin)
+            new = await create_user(conn, COMMAND_LINE, email=email, password=password, is_admin=admin)
+            return new.user
 
     user = _run(lambda: _with_engine(settings, body, need_schema=True))
     role = "administrator" if user.is_admin else "user"
@@ -426,15 +430,18 @@ def create_token_cmd(email: str, name: str) -> None:
     Send it as the header 'Authorization: Bearer <token>' to /api/ routes.
     """
     with _imports_without_gc():
-        from app.auth import create_token, get_user_by_email
+        from app.actions.users import COMMAND_LINE, issue_token
+        from app.auth import get_user_by_email
 
     settings = _settings()
 
+    # Through the action, as an admin's page does it (audited, the admins notified, a disabled account
+    # refused).
     async def body(engine: AsyncEngine, url: str) -> tuple[str, str]:
         async with engine.begin() as conn:
             user = await get_user_by_email(conn, email)
-            token, _ = await create_token(conn, user.id, name)
-            return user.email, token
+            issued = await issue_token(conn, COMMAND_LINE, user.id, name)
+            return issued.user_email, issued.token
 
     owner, token = _run(lambda: _with_engine(settings, body, need_schema=True))
     click.echo(f"Created an API token for {owner}. It is shown once; store it now:")

@@ -134,8 +134,11 @@ MACROS = {
 
 def check_cron(cron: str) -> str:
     """A normalised cron expression, or BadInput with a message that shows the expected form.
-    Five fields (minute hour day month weekday), or six with seconds as the sixth (croniter's extension,
-    for schedules more often than once a minute), or a shorthand of :data:`MACROS`."""
+    Five fields (minute hour day month weekday), as the README documents, or a shorthand of
+    :data:`MACROS`. croniter also reads a sixth field as seconds (``* * * * * *`` fires every second):
+    refused, on every path (pages, API, schedules defined in code), since it is no crontab a reader
+    knows and a schedule that fires that often floods the queue. A row stored before this rule still
+    fires as written (:func:`next_fire` reads it)."""
     cron = " ".join((cron or "").split())
     if not cron:
         raise BadInput.field("cron", "give a cron expression, e.g. '0 9 * * 1-5' (weekdays at 9:00)")
@@ -148,11 +151,17 @@ def check_cron(cron: str) -> str:
                 "month weekday, e.g. '0 9 * * 1-5'",
             )
         return macro
-    if len(cron.split()) not in (5, 6):
+    fields = len(cron.split())
+    if fields != 5:
         raise BadInput.field(
             "cron",
-            "a cron expression has five fields: minute hour day month weekday, e.g. '*/15 * * * *' "
-            "(a sixth field, seconds, fires more often than once a minute)",
+            f"a cron expression has five fields: minute hour day month weekday, e.g. '*/15 * * * *'; "
+            f"this one has {fields}"
+            + (
+                " (a sixth field for seconds is not taken: a schedule fires at most once a minute)"
+                if fields == 6
+                else ""
+            ),
         )
     backwards = _backward_range(cron)
     if backwards is not None:
@@ -195,6 +204,7 @@ def upcoming(cron: str, tz: str, after: datetime, count: int = 5) -> list[dateti
     Raises:
         BadInput: an invalid cron expression or time zone.
     """
+    cron = check_cron(cron)  # a preview shows what saving would keep, so the same expressions only
     times: list[datetime] = []
     at = after
     for _ in range(count):

@@ -18,8 +18,8 @@ from app.auth import (
     PASSWORD_FORM,
     SESSION_COOKIE,
     secret_digest,
+    token_holder,
     user_for_session,
-    user_for_token,
 )
 from app.web.csrf import scope_cookie
 
@@ -84,7 +84,11 @@ class AuthenticationMiddleware(ASGIMiddleware):
             if path.startswith(API_PREFIX):
                 token = _bearer(scope)
                 if token:
-                    scope["user"] = await user_for_token(engine, token)
+                    holder = await token_holder(engine, token)
+                    if isinstance(holder, str):  # why a live token was refused, for the 401's words
+                        state["token_refusal"] = holder
+                    else:
+                        scope["user"] = holder
                     scope["auth"] = "token"
             else:
                 cookie = scope_cookie(scope, SESSION_COOKIE)

@@ -417,7 +417,7 @@ class BatchesController(Controller):
         row, fields = await self._download_parts(request, db_session, batch_id)
         return Stream(
             csv_chunks(request.app.state.engine, row["id"], fields),
-            media_type="text/csv; charset=utf-8",
+            media_type="text/csv",  # Litestar adds "; charset=utf-8" to text/ types itself
             headers={"Content-Disposition": f'attachment; filename="batch-{row["id"]}-results.csv"'},
         )
 

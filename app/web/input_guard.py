@@ -17,6 +17,10 @@ whose ``errors`` name the field.
 * A body sent to an API route that declares none (cancel, pause, enable…), unless it is empty or ``{}``
   (:func:`app.web.body_fields.refuse_body`): ignoring it let ``{"paused": false}`` pause a type. A
   route that reads its body itself (the API's upload: a form) says so with ``opt={READS_BODY: True}``.
+* A query parameter an API route does not take (:func:`refuse_unknown_query`): ``GET /api/jobs?q=zzz``
+  or ``?pipeline_id=…`` answered with every job, as if the filter had matched, while a body's unknown
+  field is refused (:mod:`app.web.body_fields`). Pages keep their own rules (a bookmark may carry old
+  parameters).
 * A JSON body nested deeper than :data:`MAX_JSON_DEPTH` levels. Decoding — and every walk over the
   value after it — recurses once per level, and Python's stack gives out near 1,000 levels.
 
@@ -224,6 +228,49 @@ def _checks_own_form(scope: Scope) -> bool:
     return bool(handler is not None and handler.opt.get(FORM_CHECKED))
 
 
+_QUERY_NAMES = "jobdesk.query_names"
+"""Route ``opt`` key where :func:`_query_names` keeps the query parameters a route takes."""
+
+
+def _query_names(handler: Any, path_params: Any) -> frozenset[str] | None:
+    """The query parameters ``handler`` takes (its own and its dependencies', by the names a request
+    sends), as Litestar's own reading of its signature finds them; ``None`` when it takes the whole
+    query (a ``query`` argument). Worked out once per route and kept in its ``opt``."""
+    if _QUERY_NAMES not in handler.opt:
+        model = handler.create_kwargs_model(path_parameters=dict.fromkeys(path_params or ()))
+        names = (
+            None
+            if "query" in model.expected_reserved_kwargs
+            else frozenset(p.field_alias for p in model.expected_query_params)
+        )
+        handler.opt[_QUERY_NAMES] = names
+    taken: frozenset[str] | None = handler.opt[_QUERY_NAMES]
+    return taken
+
+
+def refuse_unknown_query(scope: Scope) -> None:
+    """Refuse a query parameter the API route does not take (see the module docstring).
+
+    Raises:
+        BadInput: naming the first unknown parameter, with the ones the route takes.
+    """
+    handler = scope.get("route_handler")
+    query = scope.get("query_string", b"")
+    if handler is None or not query or not scope.get("path", "").startswith(API_PREFIX):
+        return
+    names = _query_names(handler, scope.get("path_params"))
+    if names is None:
+        return
+    for part in query.split(b"&"):
+        raw = part.partition(b"=")[0]
+        if not raw:
+            continue
+        name = unquote_to_bytes(raw.replace(b"+", b" ")).decode("utf-8", "replace")
+        if name not in names:
+            takes = f"the parameters are {', '.join(sorted(names))}" if names else "it takes none"
+            raise BadInput.field(_field_name(name), f"unknown query parameter; {takes}")
+
+
 def _takes_no_body(scope: Scope) -> bool:
     """Whether the route is an API route that declares no body and reads none itself."""
     handler = scope.get("route_handler")
@@ -240,6 +287,7 @@ class InputGuardMiddleware(ASGIMiddleware):
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         check_urlencoded(scope.get("query_string", b""))
+        refuse_unknown_query(scope)
         if scope.get("method", "GET") not in ("GET", "HEAD", "OPTIONS"):
             request: Any = scope["litestar_app"].request_class(scope=scope, receive=receive)
             content_type, _ = request.content_type

@@ -65,7 +65,7 @@ class JobLogController(Controller):
         lines = await joblog.read(db_session, row["id"])
         return Response(
             content=joblog.as_text(lines),
-            media_type="text/plain; charset=utf-8",
+            media_type="text/plain",  # Litestar adds "; charset=utf-8" to text/ types itself
             headers={"Content-Disposition": f'attachment; filename="job-{row["id"]}.log"'},
         )
 

@@ -13,7 +13,6 @@ import csv
 import functools
 import time
 import uuid
-import zoneinfo
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +27,7 @@ from app.actions.jobs import allowed
 from app.db import read_rows
 from app.errors import NotFound
 from app.files import FileStore
+from app.formatting import zone_names
 from app.jobs import naming, queue
 from app.jobs.states import LIVE, Status
 from app.processors import registry
@@ -86,10 +86,8 @@ FILES_BY_ID = text("SELECT id, name, size, user_id FROM files WHERE id = ANY(CAS
 
 @functools.lru_cache(maxsize=1)
 def timezone_names() -> tuple[str, ...]:
-    """IANA time zone names for the "Run at" picker, sorted, without the ``posix/`` and ``right/`` copies."""
-    names = {n for n in zoneinfo.available_timezones() if not n.startswith(("posix/", "right/"))}
-    names.add("UTC")
-    return tuple(sorted(names))
+    """IANA time zone names for the "Run at" picker: the ones every picker offers and every form accepts."""
+    return zone_names()
 
 
 async def load_status_row(

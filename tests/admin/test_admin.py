@@ -5,6 +5,7 @@ POST-only and CSRF on every action; form errors; the C17 EXPLAIN check of the he
 
 from __future__ import annotations
 
+import html
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -496,6 +497,32 @@ async def test_schedules_create_list_enable_delete_and_form_errors(
 
 
 # --- the job page: reschedule ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("zone", ["localtime", "Factory", "posix/Europe/Berlin", "right/UTC"])
+async def test_run_at_and_reschedule_take_only_the_zones_schedules_and_the_account_take(
+    client: AsyncTestClient, admin: CurrentUser, ui_settings: Settings, pg: asyncpg.Connection, zone: str
+) -> None:
+    """zoneinfo opens these files, and the job form's "Run at" and Reschedule took them (303, the job
+    created or moved), while schedules and the account refused them: "localtime" is whichever zone the
+    web host is set to, right/ zones count leap seconds. Every form now keeps to the picker's zones."""
+    when = {"date": "2099-01-02", "time": "09:30"}
+    r = await post(
+        client,
+        "/jobs/new/test.form",
+        {"name": "Ann", "_run_at_date": when["date"], "_run_at_time": when["time"], "_run_at_tz": zone},
+    )
+    assert r.status_code == 422
+    assert f"Choose a time zone from the list: {zone!r} is not one." in html.unescape(r.text)
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
+    job = await enqueue(ui_settings, admin.id)
+    before = await pg.fetchval("SELECT run_at FROM jobs WHERE id = $1", job)
+    r = await post(client, f"/jobs/{job}/reschedule", {**when, "tz": zone}, headers=HX)
+    assert r.status_code == 422
+    assert "Choose a time zone from the list" in r.text
+    assert await pg.fetchval("SELECT run_at FROM jobs WHERE id = $1", job) == before
+    r = await post(client, "/account/timezone", {"timezone": zone})
+    assert r.status_code == 422
 
 
 async def test_reschedule_from_the_job_page(

@@ -189,6 +189,26 @@ async def test_list_is_keyset_paginated_newest_first_and_filterable(api, db_url)
     assert (await client.get("/api/jobs?status=bogus", headers=h)).status_code == 422
 
 
+async def test_a_template_pipeline_started_by_the_api_takes_its_name(api, db_url, pg) -> None:
+    """``name`` beside ``template`` was a known field dropped silently (201, the pipeline named after the
+    template), while the template form keeps its "Name this pipeline". It names the run now, held to the
+    same limit, a refusal naming ``name``; without it the template's title is the name."""
+    client, _ = api
+    _, h = await bearer(db_url, "n@example.com")
+    body = {"template": "test.steps", "input_data": {"title": "x"}}
+    named = await client.post("/api/pipelines", json={**body, "name": "  my named run "}, headers=h)
+    assert named.status_code == 201, named.text
+    assert named.json()["name"] == "my named run"
+    assert await pg.fetchval("SELECT name FROM pipelines") == "my named run"
+    plain = await client.post("/api/pipelines", json=body, headers=h)
+    assert plain.json()["name"] == "Four steps"
+    for bad in ("x" * 201, "bad\x00name"):
+        refused = await client.post("/api/pipelines", json={**body, "name": bad}, headers=h)
+        assert refused.status_code == 422, refused.text
+        assert list(refused.json()["errors"]) == ["name"], refused.text
+    assert await pg.fetchval("SELECT count(*) FROM pipelines") == 2
+
+
 async def test_pipelines_api_creates_reads_and_reports_cycles(api, db_url, pg) -> None:
     client, _ = api
     _, h = await bearer(db_url, "g@example.com")

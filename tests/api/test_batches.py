@@ -236,6 +236,7 @@ async def test_results_download_is_a_csv_and_a_zip_of_the_owners_files(scene_of:
     await login(s.client, "ann@example.com")
     csv_r = await s.client.get(f"/batches/{bid}/results.csv")
     assert csv_r.status_code == 200, csv_r.text
+    assert csv_r.headers["content-type"] == "text/csv; charset=utf-8"  # once, not twice
     lines = csv_r.content.decode("utf-8-sig").splitlines()
     assert lines[0].startswith("row,job_id,status,method,url")
     assert len(lines) == 3 and ",completed," in lines[1]

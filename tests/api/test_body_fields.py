@@ -184,3 +184,50 @@ async def test_text_for_a_number_or_a_flag_is_refused(
     assert r.status_code == 422, r.text
     assert r.json()["errors"][field].startswith(message)
     assert await counts(scene.pg) == before
+
+
+def list_routes(client: AsyncTestClient) -> list[str]:
+    """Every API route that answers GET without a path parameter (the lists and the catalogues)."""
+    return sorted(
+        route.path
+        for route in client.app.routes
+        if route.path.startswith("/api/")
+        and "{" not in route.path
+        and any("GET" in h.http_methods for h in getattr(route, "route_handlers", []))
+    )
+
+
+async def test_an_unknown_query_parameter_is_refused_naming_it_on_every_api_route(scene: Scene) -> None:
+    """``GET /api/jobs?q=zzz`` and ``?pipeline_id=…`` answered with every job, as if the filter had
+    matched, while a body's unknown field is a 422. Every API route now refuses a query parameter it does
+    not take, naming it; the ones it takes (filters, pagination, ``wait``) still work."""
+    routes = list_routes(scene.client)
+    assert {"/api/jobs", "/api/pipelines", "/api/batches", "/api/approvals", "/api/schedules"} <= set(routes)
+    for path in routes:
+        r = await scene.client.get(path, params={"q": "zzz"}, headers=scene.root)
+        assert r.status_code == 422, (path, r.text)
+        assert list(r.json()["errors"]) == ["q"], (path, r.text)
+        assert r.json()["errors"]["q"].startswith("unknown query parameter"), (path, r.text)
+    r = await scene.client.get(
+        "/api/jobs", params={"pipeline_id": "01a20000-0000-7000-8000-000000000000"}, headers=scene.ann
+    )
+    assert r.status_code == 422
+    assert r.json()["errors"] == {
+        "pipeline_id": "unknown query parameter; the parameters are after, limit, status, tag, type, user_id"
+    }
+    for path, params in (
+        ("/api/jobs", {"limit": "2", "status": "queued", "tag": "x", "type": "noop"}),
+        ("/api/pipelines", {"limit": "2"}),
+        ("/api/batches", {"limit": "2"}),
+        ("/api/approvals", {}),
+    ):
+        ok = await scene.client.get(path, params=params, headers=scene.ann)
+        assert ok.status_code == 200, (path, ok.text)
+    missing = await scene.client.get(
+        "/api/jobs/01a20000-0000-7000-8000-000000000000", params={"wait": "0"}, headers=scene.ann
+    )
+    assert missing.status_code == 404  # the parameter is taken; the job does not exist
+    detail = await scene.client.get(
+        "/api/jobs/01a20000-0000-7000-8000-000000000000", params={"wiat": "5"}, headers=scene.ann
+    )
+    assert detail.status_code == 422 and "wiat" in detail.json()["errors"]

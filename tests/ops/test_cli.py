@@ -179,6 +179,44 @@ def test_create_token_for_unknown_user(tmp_path: Path, db_url: str) -> None:
     )
 
 
+async def test_the_account_commands_are_audited_and_alerted_like_the_pages(
+    tmp_path: Path, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """create-user and create-token went straight to the database: no audit entry, no admin notice,
+    while unlock-user (and the pages doing the same) left both. Each now goes through its action, with
+    the command line as who acted."""
+    assert run(tmp_path, "create-user", "boss@example.com", "--admin", DATABASE_URL=db_url).returncode == 0
+    result = run(tmp_path, "create-token", "boss@example.com", "--name", "ci", DATABASE_URL=db_url)
+    assert result.returncode == 0, result.stderr
+    user_id = await pg.fetchval("SELECT id FROM users WHERE email = 'boss@example.com'")
+    audited = await pg.fetch("SELECT user_email, action, target_ids, detail FROM audit_log ORDER BY id")
+    assert [(r["user_email"], r["action"]) for r in audited] == [
+        ("command line", "user.create"),
+        ("command line", "token.create"),
+    ]
+    assert json.loads(audited[0]["detail"]) == {"email": "boss@example.com", "admin": True}
+    assert json.loads(audited[1]["detail"])["name"] == "ci"
+    notices = await pg.fetch("SELECT payload FROM alert_outbox WHERE kind = 'admin_action' ORDER BY id")
+    payloads = [json.loads(n["payload"]) for n in notices]
+    assert [(p["admin"], p["action"], p["targets"]) for p in payloads] == [
+        ("command line", "user.create", [str(user_id)]),
+        ("command line", "token.create", [str(user_id)]),
+    ]
+
+
+async def test_create_token_refuses_a_disabled_account(
+    tmp_path: Path, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """A token printed for a disabled account was refused on its first request; no token is made now."""
+    assert run(tmp_path, "create-user", "ann@example.com", DATABASE_URL=db_url).returncode == 0
+    await pg.execute("UPDATE users SET is_active = false")
+    assert_clean_failure(
+        run(tmp_path, "create-token", "ann@example.com", DATABASE_URL=db_url), "This account is disabled"
+    )
+    assert await pg.fetchval("SELECT count(*) FROM api_tokens") == 0
+    assert await pg.fetchval("SELECT count(*) FROM audit_log WHERE action = 'token.create'") == 0
+
+
 # --- worker entry points -------------------------------------------------------------------------------------
 
 

@@ -29,7 +29,7 @@ from app import cron as cron_times
 from app.files import FileStore
 from app.jobs import queue
 from app.jobs.queue import NewJob
-from tests.support.factories import make_user
+from tests.support.factories import fire_by_seconds, make_user
 from tests.support.webkit import FORMS_ENV, add_token, add_user, app_client, csrf_from, login, running_server
 from tests.support.workers import WorkerProcess, wait_until
 
@@ -417,8 +417,9 @@ async def test_a_paused_types_schedule_keeps_one_waiting_job_and_resumes_without
     async with engine.begin() as conn:
         await controls.set_paused(conn, "noop", True, admin)
         row = await controls.create_schedule(
-            conn, cron="* * * * * *", job_type="noop", owner=admin, settings=settings
+            conn, cron="* * * * *", job_type="noop", owner=admin, settings=settings
         )
+    await fire_by_seconds(pg, row["id"], "* * * * * *")
     proc = WorkerProcess(settings, tmp_path / "worker.log")
     try:
         await wait_until(

@@ -331,10 +331,16 @@ async def test_revoked_token_and_disabled_owner_are_refused(
     auth = {"Authorization": f"Bearer {token}"}
     assert (await client.get("/api/me", headers=auth)).status_code == 200
     await pg.execute("UPDATE users SET is_active = false")
-    assert (await client.get("/api/me", headers=auth)).status_code == 401
+    disabled = await client.get("/api/me", headers=auth)
+    assert disabled.status_code == 401
+    # it said "create one on your account page": a new token would be refused as well
+    assert disabled.json()["detail"] == (
+        "This API token's account is disabled: its tokens work again once an administrator enables the account."
+    )
     await pg.execute("UPDATE users SET is_active = true")
     await pg.execute("UPDATE api_tokens SET revoked_at = now()")
-    assert (await client.get("/api/me", headers=auth)).status_code == 401
+    revoked = await client.get("/api/me", headers=auth)
+    assert revoked.status_code == 401 and "create one on your account page" in revoked.json()["detail"]
 
 
 async def test_api_post_needs_no_csrf_token_but_a_bearer(make_settings: Any, db_url: str) -> None:

@@ -54,7 +54,7 @@ async def test_page_poll_download_and_api_of_a_running_jobs_log(
 
     # the download
     txt = await client.get(f"/jobs/{job}/log.txt")
-    assert txt.status_code == 200 and txt.headers["content-type"].startswith("text/plain")
+    assert txt.status_code == 200 and txt.headers["content-type"] == "text/plain; charset=utf-8"
     assert "attachment" in txt.headers["content-disposition"]
     assert [ln.split("] ", 1)[1] for ln in txt.text.splitlines()] == [
         "first <b>line</b>",

@@ -67,7 +67,8 @@ class PipelineStep:
 
 @dataclass
 class PipelineCreate:
-    """Either ``{template, input_data}`` (a registered template) or ``{name, steps}`` (ad hoc)."""
+    """Either ``{template, input_data, name?}`` (a registered template; ``name`` names the run, the
+    template's title without it) or ``{name, steps}`` (ad hoc)."""
 
     template: str | None = None
     input_data: dict[str, Any] | None = None
@@ -110,9 +111,16 @@ class PipelinesApiController(Controller):
         if data.template is not None:
             if data.steps is not None:
                 raise BadInput.field("steps", "give either a template or steps, not both")
-            row = await pipeline_actions.submit_template(
-                db_session, actor, data.template, data.input_data or {}
-            )
+            # ``name`` names this run, as the template form's "Name this pipeline" does (it was dropped
+            # silently); checked by the same rule, its error under the API's own field name.
+            try:
+                row = await pipeline_actions.submit_template(
+                    db_session, actor, data.template, data.input_data or {}, title=data.name
+                )
+            except BadInput as exc:
+                if "title" not in exc.errors:
+                    raise
+                raise BadInput.field("name", exc.errors["title"]) from None
         else:
             if data.steps is None:
                 raise BadInput.field(
