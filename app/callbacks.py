@@ -5,7 +5,8 @@ of the body>`` keyed by ``CALLBACK_SIGNING_SECRET``.
 The URL is checked when the job is submitted (http or https, a host, no credentials) and again at each
 attempt under the same address rules as ``http.request`` jobs (:class:`AddressPolicy`): a loopback or
 private address is refused unless ``HTTP_REQUEST_ALLOWED_HOSTS`` allows it, and the address is resolved
-once and pinned for the connection. A 2xx answer delivers it; a 5xx, 408, 429, a timeout or no connection
+once and pinned for the connection; at Jobdesk's own address only its JSON API (``/api/…``) may be
+called, never a page or form. A 2xx answer delivers it; a 5xx, 408, 429, a timeout or no connection
 is tried again after ``CALLBACK_RETRY_INTERVALS``; a refused address or another 4xx is given up at once.
 
 Delivery runs in each worker's sweep task (:class:`CallbackSender`), off the job path: due rows are
@@ -68,6 +69,9 @@ def check_url(url: Any, settings: Settings, field: str = "callback_url") -> str:
         raise BadInput.field(field, "give an http or https URL with a host name")
     if parsed.userinfo:
         raise BadInput.field(field, "may not carry a user name or password")
+    problem = AddressPolicy(settings).check_url(url.strip())
+    if problem:
+        raise BadInput.field(field, problem)
     try:
         literal = ipaddress.ip_address(parsed.host.strip("[]"))
     except ValueError:

@@ -306,7 +306,7 @@ async def _create(conn: Any, item: _Planned, user: Any, settings: Settings, base
     )
 
 
-DEMO_SHEET_PATHS = ("/healthz", "/readyz", "/login", "/static/app.css", "/static/favicon.svg")
+DEMO_SHEET_PATHS = ("/healthz", "/readyz", "/static/app.js", "/static/app.css", "/static/favicon.svg")
 """The demo's own pages that its spreadsheet batch requests: loopback only, never outside."""
 
 

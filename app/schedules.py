@@ -108,7 +108,9 @@ def _validate_target(
         spec = registry.get(job_type)
         if spec is None:
             raise BadInput.field("type", f"unknown job type {job_type[:100]!r}")
-        return spec.validate_input(input_data)
+        valid = spec.validate_input(input_data)
+        spec.check_settings(valid, settings)
+        return valid
     tpl = pipelines.get_template(template or "")
     if tpl is None:
         raise BadInput.field("template", f"unknown pipeline template {str(template)[:100]!r}")

@@ -210,6 +210,24 @@ class ProcessorSpec:
     diagnostic: bool = False
     group: str = "General"
     next_types: tuple[str, ...] = ()
+    settings_check: Callable[[dict[str, Any], Any], dict[str, str]] | None = None
+    """Checks of an input that need the settings (e.g. Jobdesk's own address): given the input and the
+    settings, the problems by field name. Run by the queue at every submission (:func:`check_settings`),
+    whatever path the job came by; values still to be resolved (``$ref``) are the processor's to check
+    when it runs."""
+
+    def check_settings(self, data: Any, settings: Any, *, field_prefix: str = "input_data") -> None:
+        """Run :attr:`settings_check` on ``data``.
+
+        Raises:
+            BadInput: one entry per field it refuses, keyed ``input_data.<field>``.
+        """
+        if self.settings_check is None or not isinstance(data, dict):
+            return
+        problems = self.settings_check(data, settings)
+        if problems:
+            errors = {f"{field_prefix}.{name}": text for name, text in problems.items()}
+            raise BadInput(next(iter(errors.values())), errors=errors)
 
     def validate_input(self, data: dict[str, Any], *, field_prefix: str = "input_data") -> dict[str, Any]:
         """Validate ``data`` against the input schema; return it normalised (defaults filled, JSON types).

@@ -297,13 +297,15 @@ def processor(
     diagnostic: bool = False,
     group: str = "General",
     next_types: Sequence[str] = (),
+    settings_check: Callable[[dict[str, Any], Any], dict[str, str]] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the processor of job type ``type``.
 
     ``retry_intervals`` (seconds) or ``backoff_base``/``backoff_cap`` (seconds, exponential) override
     ``JOB_RETRY_INTERVALS`` for this type. ``timeout`` is seconds per attempt. ``next_types`` names the
     diagnostic or internal types its processor returns as next jobs for owners who could not submit
-    them directly (see :func:`app.jobs.types.may_create_next`).
+    them directly (see :func:`app.jobs.types.may_create_next`). ``settings_check`` checks an input
+    against the settings at every submission (see :attr:`app.jobs.types.ProcessorSpec.settings_check`).
 
     Raises:
         TypeError: an async function marked ``cpu_bound``, or a plain one not marked.
@@ -341,6 +343,7 @@ def processor(
                 diagnostic=diagnostic,
                 group=group,
                 next_types=tuple(next_types),
+                settings_check=settings_check,
             )
         )
         return func

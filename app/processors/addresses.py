@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import posixpath
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -21,6 +22,14 @@ if TYPE_CHECKING:
     import httpx
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
+OWN_API_PREFIX = "/api/"
+OWN_OPEN_PATHS = (OWN_API_PREFIX, "/static/", "/healthz", "/readyz")
+"""The only paths of Jobdesk's own address a job may request: the JSON API, which takes a Bearer token
+and ignores cookies (so a job there acts only with a token its owner put in the job), the static files
+and the health checks, which no session changes. Every other path is a page or a form for browsers
+(sign-in, account, job forms): a job sending them would act as a browser from the worker's address —
+e.g. wrong passwords for someone's e-mail address until the sign-in limit locks out everyone who signs
+in from that address."""
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
@@ -39,6 +48,42 @@ class Target:
         scheme = url.scheme.lower()
         host = url.raw_host.decode("ascii").lower().strip("[]")
         return cls(scheme, host, url.port or DEFAULT_PORTS.get(scheme, 0))
+
+    @property
+    def name(self) -> str:
+        """The host without the trailing dot of a fully qualified name (``jobs.example.com.`` is
+        ``jobs.example.com``)."""
+        return self.host.rstrip(".")
+
+
+def _on_this_host(address: IPAddress) -> bool:
+    """Loopback or the unspecified address: wherever Jobdesk listens on this machine, these reach it."""
+    return (
+        address.is_loopback
+        or address.is_unspecified
+        or bool(
+            isinstance(address, ipaddress.IPv6Address)
+            and address.ipv4_mapped
+            and (address.ipv4_mapped.is_loopback or address.ipv4_mapped.is_unspecified)
+        )
+    )
+
+
+def _literal(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def _open_path(path: str) -> bool:
+    """Whether ``path`` (percent-decoded) is one of :data:`OWN_OPEN_PATHS` (a prefix ending in ``/``, or
+    exactly a name) and stays there: no ``.`` or ``..`` segment that a server would resolve to a page
+    outside it."""
+    segments = path.split("/")
+    if "." in segments or ".." in segments or posixpath.normpath(path) != path.rstrip("/"):
+        return False
+    return any(path.startswith(p) if p.endswith("/") else path == p for p in OWN_OPEN_PATHS)
 
 
 def is_public(address: IPAddress) -> bool:
@@ -78,6 +123,10 @@ class AddressPolicy:
         import httpx  # here, not at the top: see the module docstring
 
         self.base = Target.of(httpx.URL(settings.jobdesk_base_url))
+        self.base_literal = _literal(self.base.name)
+        self.base_local = self.base.name == "localhost" or bool(
+            self.base_literal and _on_this_host(self.base_literal)
+        )
         self.hosts: set[str] = set()
         self.host_ports: set[tuple[str, int]] = set()
         for entry in settings.http_request_allowed_hosts:
@@ -96,6 +145,59 @@ class AddressPolicy:
         elif host:
             self.hosts.add(host)
 
+    def is_own(self, target: Target, address: IPAddress | None = None) -> bool:
+        """Whether ``target`` (connecting to ``address``, once resolved) is Jobdesk itself: its own name
+        and port under either scheme, or its port at its own literal address, or — when Jobdesk is on
+        this machine — its port at any loopback address or under the name ``localhost``, which reach
+        the same server whatever the base URL calls it."""
+        if target.port != self.base.port:
+            return False
+        if target.name == self.base.name:
+            return True
+        for candidate in (_literal(target.name), address):
+            if candidate is None:
+                continue
+            if candidate == self.base_literal or (self.base_local and _on_this_host(candidate)):
+                return True
+        return self.base_local and target.name == "localhost"
+
+    def own_page_problem(self, target: Target, path: str, address: IPAddress | None = None) -> str | None:
+        """Why a request to ``path`` (percent-decoded) at ``target`` may not be sent, or ``None``: at
+        Jobdesk's own address only the JSON API, static files and health checks (:data:`OWN_OPEN_PATHS`)
+        may be requested."""
+        if not self.is_own(target, address) or _open_path(path):
+            return None
+        return (
+            f"{target.host}:{target.port} is Jobdesk itself; jobs may call only its JSON API there "
+            f"(addresses starting with {OWN_API_PREFIX}, with an Authorization: Bearer token), its "
+            f"/static/ files, /healthz and /readyz, not its pages or forms ({path[:100] or '/'})."
+        )
+
+    def refuse_own_page(self, target: Target, path: str, addresses: list[IPAddress] | None = None) -> None:
+        """Raise if ``path`` at ``target`` (by its name, or at any of ``addresses``) is one of Jobdesk's
+        own pages (:meth:`own_page_problem`).
+
+        Raises:
+            PermanentError: saying why.
+        """
+        for address in [None, *(addresses or [])]:
+            problem = self.own_page_problem(target, path, address)
+            if problem:
+                raise PermanentError(problem)
+
+    def check_url(self, url: str) -> str | None:
+        """:meth:`own_page_problem` for a URL known before anything is resolved (at submission): the
+        name and literal addresses only."""
+        import httpx  # here, not at the top: see the module docstring
+
+        try:
+            parsed = httpx.URL(url)
+        except (httpx.InvalidURL, ValueError):
+            return None  # the input's own checks say what is wrong with it
+        if parsed.scheme not in DEFAULT_PORTS or not parsed.host:
+            return None
+        return self.own_page_problem(Target.of(parsed), parsed.path)
+
     def exempt(self, target: Target) -> bool:
         """Whether ``target`` may reach a local or private address."""
         return (
@@ -105,12 +207,16 @@ class AddressPolicy:
             or (target.host, target.port) in self.host_ports
         )
 
-    def choose(self, target: Target, addresses: list[IPAddress]) -> IPAddress:
-        """The address to connect to for ``target``, out of those its host resolved to.
+    def choose(self, target: Target, addresses: list[IPAddress], path: str | None = None) -> IPAddress:
+        """The address to connect to for ``target``, out of those its host resolved to, for a request
+        to ``path`` (percent-decoded; ``None``: the address alone is checked).
 
         Raises:
-            PermanentError: one of the addresses is not public and ``target`` is not exempt.
+            PermanentError: one of the addresses is not public and ``target`` is not exempt, or the
+                request goes to one of Jobdesk's own pages (:meth:`own_page_problem`).
         """
+        if path is not None:
+            self.refuse_own_page(target, path, addresses)
         if not self.exempt(target):
             for address in addresses:
                 if not is_public(address):

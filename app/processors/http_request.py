@@ -16,6 +16,10 @@ virtual host of a local proxy). So, for the first request and for every redirect
   (permanently, saying why) unless the request goes to exactly the scheme, host and port of
   ``JOBDESK_BASE_URL``, or to a host (``name`` or ``name:port``) listed in
   ``HTTP_REQUEST_ALLOWED_HOSTS``, or ``HTTP_REQUEST_ALLOW_PRIVATE`` is set;
+- at Jobdesk's own address (by any name or loopback address that reaches it) only the JSON API
+  (``/api/…``, which needs a Bearer token and ignores cookies) may be requested: a job must not act as a
+  browser against Jobdesk's pages and forms (sign-in, account), from the worker's address
+  (:data:`~app.processors.addresses.OWN_API_PREFIX`); refused at submission for a URL given as text;
 - proxies from the environment are not used (a proxy would resolve the name itself);
 - the ``Host`` header and the headers that frame the message cannot be set by the job's input.
 """
@@ -318,6 +322,17 @@ def _result(inp: HttpRequestInput, answer: Answer, text: str, elapsed_ms: int) -
     return result
 
 
+def own_address_check(data: dict[str, Any], settings: Any) -> dict[str, str]:
+    """At submission: a URL given as text that names one of Jobdesk's own pages is refused at once
+    (see :meth:`AddressPolicy.own_page_problem`); a URL from a ``$ref``, a redirect or another name for
+    the same server is checked by the transport when the job runs."""
+    url = data.get("url")
+    if not isinstance(url, str):
+        return {}
+    problem = AddressPolicy(settings).check_url(url.strip())
+    return {"url": problem} if problem else {}
+
+
 @processor(
     "http.request",
     title="Send a web request (webhook)",
@@ -326,6 +341,7 @@ def _result(inp: HttpRequestInput, answer: Answer, text: str, elapsed_ms: int) -
     input=HttpRequestInput,
     group="Web and email",
     timeout=360,
+    settings_check=own_address_check,
 )
 async def http_request(ctx: JobContext[HttpRequestInput]) -> dict[str, Any]:
     """Send the request; return ``{status, reason, ok, method, url, elapsed_ms, headers, content_type,

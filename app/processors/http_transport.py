@@ -27,13 +27,15 @@ class PinnedTransport(httpx.AsyncBaseTransport):
         target = Target.of(request.url)
         if target.scheme not in DEFAULT_PORTS:
             raise httpx.UnsupportedProtocol(f"Request URL has an unsupported protocol '{target.scheme}://'.")
+        # Jobdesk's own pages by name first: refused without asking the resolver.
+        self._policy.refuse_own_page(target, request.url.path)
         try:
             addresses = await self._resolver(target.host, target.port)
         except OSError as exc:
             raise httpx.ConnectError(f"{target.host} cannot be resolved ({exc})", request=request) from None
         if not addresses:
             raise httpx.ConnectError(f"{target.host} resolves to no address", request=request)
-        address = self._policy.choose(target, addresses)
+        address = self._policy.choose(target, addresses, request.url.path)
         extensions = dict(request.extensions)
         if target.scheme == "https" and target.host != str(address):
             extensions["sni_hostname"] = target.host

@@ -29,7 +29,7 @@ pytestmark = BROWSER_MARKS
 
 
 def sheet(base: str, bad: bool) -> bytes:
-    third = "ftp://example.com/file" if bad else f"{base}/login"
+    third = "ftp://example.com/file" if bad else f"{base}/static/app.js"
     rows = [f"{base}/healthz,GET", f"{base}/readyz,GET", f"{third},GET", f"{base}/static/app.css,GET"]
     return ("Address (URL),Method\n" + "\n".join(rows) + "\n").encode()
 

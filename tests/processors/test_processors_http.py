@@ -64,7 +64,8 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def do_GET(self) -> None:
-        path = self.path.split("?")[0]
+        # /api/… answers as … does: the paths a job may request at Jobdesk's own address.
+        path = self.path.split("?")[0].removeprefix("/api")
         Handler.hits[path] = Handler.hits.get(path, 0) + 1
         if path in STATIC:
             self._send(*STATIC[path])
@@ -141,8 +142,8 @@ def server() -> Iterator[str]:
 
 @pytest.fixture
 def settings(make_settings, server):
-    """Jobdesk's own address is the test server, the one local address jobs may reach."""
-    return make_settings(jobdesk_base_url=server)
+    """The test server is the one local address jobs may reach (allowed by an admin)."""
+    return make_settings(http_request_allowed_hosts=server.removeprefix("http://"))
 
 
 async def call(settings: Any, **input_data: Any) -> tuple[dict[str, Any], list[Any]]:
@@ -401,24 +402,25 @@ def resolver(monkeypatch) -> FakeResolver:
     return fake
 
 
-async def test_only_jobdesks_own_scheme_host_and_port_are_exempt(server, settings, db_url) -> None:
+async def test_only_jobdesks_own_scheme_host_and_port_are_exempt(server, make_settings, db_url) -> None:
     """With Jobdesk itself on loopback, its own address is reachable, but no other loopback service:
     not PostgreSQL's port, not another local web service, not the same port under another scheme or
     another name. Nothing reaches the other service."""
+    settings = make_settings(jobdesk_base_url=server)
     pg_port = httpx.URL(settings.database_url.replace("postgresql+asyncpg", "postgresql")).port or 5432
     port = int(server.rsplit(":", 1)[1])
     with serving() as (other, seen):
         for url in (
             f"http://127.0.0.1:{pg_port}/",
             f"{other}/ok",
-            f"https://127.0.0.1:{port}/ok",
-            f"http://localhost:{port}/ok",
-            f"http://[::ffff:127.0.0.1]:{port}/ok",
+            f"https://127.0.0.1:{port}/api/ok",
+            f"http://localhost:{port}/api/ok",
+            f"http://[::ffff:127.0.0.1]:{port}/api/ok",
         ):
             with pytest.raises(PermanentError, match="local or private address that jobs may not reach"):
                 await call(settings, url=url)
         assert seen == []
-    assert (await call(settings, url=f"{server}/ok"))[0]["status"] == 200
+    assert (await call(settings, url=f"{server}/api/ok"))[0]["status"] == 200
 
 
 async def test_every_redirect_hop_is_checked(server, settings, resolver) -> None:
@@ -440,10 +442,10 @@ async def test_the_connection_goes_to_the_address_that_was_checked(make_settings
         fake = FakeResolver({"localhost": ["127.0.0.2", "10.9.9.9"]})
         monkeypatch.setattr(http_request, "resolver_for_jobs", fake)
         settings = make_settings(jobdesk_base_url=f"http://localhost:{port}")
-        result, _ = await call(settings, url=f"http://localhost:{port}/host")
+        result, _ = await call(settings, url=f"http://localhost:{port}/api/host")
         assert result["body"] == f"localhost:{port}"
-        assert result["url"] == f"http://localhost:{port}/host"
-        assert seen == ["/host"]
+        assert result["url"] == f"http://localhost:{port}/api/host"
+        assert seen == ["/api/host"]
         assert fake.lookups == ["localhost"]
 
 
@@ -525,8 +527,8 @@ async def test_through_the_api_and_a_worker_only_the_own_address_is_reached(
             for key, url in {
                 "other": f"{other}/ok",
                 "intranet": "http://intranet.test/",
-                "hop": f"{server}/to-intranet",
-                "own": f"{server}/ok",
+                "hop": f"{server}/api/to-intranet",
+                "own": f"{server}/api/ok",
             }.items():
                 resp = await submit({"url": url})
                 assert resp.status_code == 201, resp.text

@@ -169,6 +169,7 @@ def prepare(
         text, normalized = raw_text, job.input_data
     else:
         text, normalized = _validated(check, job.input_data, f"{p}input_data")
+    spec.check_settings(normalized or job.input_data, settings, field_prefix=f"{p}input_data")
     max_attempts = (
         job.max_attempts
         if job.max_attempts is not None
