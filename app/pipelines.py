@@ -123,7 +123,7 @@ class Template:
         try:
             model = self.input_model.model_validate(input_data)
         except ValidationError as exc:
-            raise validation_error(exc, "input_data") from None
+            raise validation_error(exc, "input_data", self.input_model) from None
         values = model.model_dump(mode="json")
         steps = []
         for s in self.steps:

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import batches, spreadsheets
 from app.jobs.error_text import retry_refusal
+from app.jobs.input_words import sentence_of
 from app.web import display
 from app.web.job_page import POLL
 from app.web.notifications import bell_url, viewer_bell
@@ -109,6 +110,8 @@ def problems_of(
     out = []
     for path, message in errors.items():
         match = _ROW_PATH.match(path)
+        # said as the job form says it ("Enter a number, like 2.5."): the words are the same function's
+        message = sentence_of(message)
         if match is None:
             out.append(RowProblem(None, "", "", message))
             continue
