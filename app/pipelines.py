@@ -29,7 +29,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput, Conflict, NotFound
-from app.jobs import queue
+from app.jobs import naming, queue
 from app.jobs.error_text import input_unfit
 from app.jobs.graph import (
     KEY_PATTERN,
@@ -281,7 +281,7 @@ async def get(
                 "job_id": r["id"],
                 "key": r["step_key"] or str(r["id"]),
                 "type": r["type"],
-                "title": r["title"] or (spec.title if spec else r["type"]),
+                "title": naming.step_name(r["title"], spec.title if spec else r["type"], r["step_key"]),
                 "status": r["status"],
                 "is_active": r["is_active"],
                 "pending_parents": r["pending_parents"],
