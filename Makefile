@@ -28,8 +28,13 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 # Links in alerts and in `jobdesk demo` use JOBDESK_BASE_URL; follow HOST/PORT unless it is set.
+# `jobdesk serve` exits 128 + the signal's number after a graceful stop (130 after Ctrl+C, 143 after
+# SIGTERM): that is a stop asked for and carried out, so `make run` ends with 0 instead of printing
+# "make: *** Error 143". Any other status (3: the stop did not take its course, 1: it failed) stays
+# make's error.
 run: $(STAMP)
-	JOBDESK_BASE_URL="$${JOBDESK_BASE_URL:-http://$(HOST):$(PORT)}" $(VENV)/bin/jobdesk serve --host $(HOST) --port $(PORT)
+	@JOBDESK_BASE_URL="$${JOBDESK_BASE_URL:-http://$(HOST):$(PORT)}" $(VENV)/bin/jobdesk serve --host $(HOST) --port $(PORT); \
+		status=$$?; if [ $$status -eq 130 ] || [ $$status -eq 143 ]; then echo "Jobdesk stopped."; exit 0; fi; exit $$status
 
 # `make demo EMAIL=you@example.com`: the demo against the app that `make run` (same HOST/PORT) serves.
 demo: $(STAMP)

@@ -8,6 +8,7 @@ Details and outcomes are made storable (:mod:`app.jobs.payload`) so an entry can
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
@@ -24,6 +25,68 @@ INSERT = text(
     RETURNING id, at
     """
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Words:
+    """What an action reads as on ``/admin/audit``: ``what`` ("Cancelled a pipeline"), and, when an entry's
+    ``count`` counts something other than its targets (the jobs a pipeline's cancel stopped, the rows a
+    batch's retry put back), that thing in the singular and the plural ("job stopped", "jobs stopped")."""
+
+    what: str
+    counted: tuple[str, str] | None = None
+
+    def count_words(self, count: int) -> str | None:
+        """``count`` in words when it counts something other than the targets ("2 jobs stopped")."""
+        if self.counted is None:
+            return None
+        return f"{count} {self.counted[0] if count == 1 else self.counted[1]}"
+
+
+ACTIONS: dict[str, Words] = {
+    "job.cancel": Words("Cancelled a job"),
+    "job.retry": Words("Retried a job"),
+    "job.run_again": Words("Ran a job again"),
+    "job.approve": Words("Approved a step"),
+    "job.reject": Words("Rejected a step"),
+    "job.rerun": Words("Sent a step back to run again"),
+    "job.run_now": Words("Started a scheduled job now"),
+    "job.reschedule": Words("Rescheduled a job"),
+    "job.delete": Words("Deleted a job"),
+    "jobs.bulk_retry": Words("Retried jobs in bulk"),
+    "jobs.bulk_cancel": Words("Cancelled jobs in bulk"),
+    "pipeline.cancel": Words("Cancelled a pipeline", ("job stopped", "jobs stopped")),
+    "batch.retry_failed": Words("Retried a batch's failed rows", ("row retried", "rows retried")),
+    "job_type.pause": Words("Paused a job type"),
+    "job_type.resume": Words("Resumed a job type"),
+    "job_type.limits": Words("Changed limits"),
+    "user.create": Words("Created a user"),
+    "user.make_admin": Words("Made an admin"),
+    "user.revoke_admin": Words("Revoked admin rights"),
+    "user.disable": Words("Disabled a user"),
+    "user.enable": Words("Enabled a user"),
+    "user.unlock": Words("Unlocked a user's sign-in"),
+    "user.reset_password": Words("Reset a user's password"),
+    "user.release_jobs": Words("Released a user's held jobs", ("job released", "jobs released")),
+    "user.cancel_jobs": Words("Cancelled a user's held jobs", ("job cancelled", "jobs cancelled")),
+    "token.create": Words("Issued an API token"),
+    "token.revoke": Words("Revoked an API token"),
+    "account.password": Words("Changed their own password"),
+    "account.timezone": Words("Changed their own time zone"),
+    "account.theme": Words("Changed their own colours"),
+    "account.token_create": Words("Created their own API token"),
+    "account.token_revoke": Words("Revoked their own API token"),
+    "schedule.create": Words("Created a schedule"),
+    "schedule.enable": Words("Enabled a schedule"),
+    "schedule.disable": Words("Disabled a schedule"),
+    "schedule.update": Words("Edited a schedule"),
+    "schedule.delete": Words("Deleted a schedule"),
+    "alerts.test": Words("Sent a test alert"),
+}
+"""Every action the trail records, in words: the page's "What" column and its Action filter's choices.
+An action written anywhere in ``app/`` must be here (``tests/admin/test_audit_words.py`` reads every
+call that records one), so a new action cannot reach the page as a bare code."""
+
 MAX_IDS = 1000
 """At most this many target ids are stored per entry (``count`` keeps the true number)."""
 

@@ -209,4 +209,22 @@ def format_localtime(value: datetime | None, tz: tzinfo, *, seconds: bool = Fals
     return f"{local.day} {_MONTHS[local.month - 1]} {local.year}, {clock} {local.tzname() or ''}"
 
 
+_ISO_MOMENT = re.compile(r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})")
+"""A moment as ISO 8601 text with its offset, as the queue writes one into an event's message."""
+
+
+def local_moments(text: str, tz: tzinfo) -> str:
+    """``text`` with each ISO moment in it said as :func:`format_localtime` says it in ``tz``
+    (``run at 2027-11-07T01:30:00-04:00`` → ``run at 7 Nov 2027, 06:30 CET``)."""
+
+    def local(m: re.Match[str]) -> str:
+        try:
+            moment = datetime.fromisoformat(m.group(0).replace("Z", "+00:00"))
+        except ValueError:
+            return m.group(0)
+        return format_localtime(moment, tz).strip()
+
+    return _ISO_MOMENT.sub(local, text) if "T" in text else text
+
+
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")

@@ -29,7 +29,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput, Conflict, NotFound
-from app.jobs import queue
+from app.jobs import naming, queue
 from app.jobs.error_text import input_unfit
 from app.jobs.graph import (
     KEY_PATTERN,
@@ -123,7 +123,7 @@ class Template:
         try:
             model = self.input_model.model_validate(input_data)
         except ValidationError as exc:
-            raise validation_error(exc, "input_data") from None
+            raise validation_error(exc, "input_data", self.input_model) from None
         values = model.model_dump(mode="json")
         steps = []
         for s in self.steps:
@@ -281,7 +281,7 @@ async def get(
                 "job_id": r["id"],
                 "key": r["step_key"] or str(r["id"]),
                 "type": r["type"],
-                "title": r["title"] or (spec.title if spec else r["type"]),
+                "title": naming.step_name(r["title"], spec.title if spec else r["type"], r["step_key"]),
                 "status": r["status"],
                 "is_active": r["is_active"],
                 "pending_parents": r["pending_parents"],

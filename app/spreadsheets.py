@@ -128,6 +128,7 @@ def read(data: bytes, name: str, *, max_rows: int = MAX_ROWS, max_bytes: int = D
     rows = _xlsx_rows(data, max_bytes) if is_xlsx(data, name) else _csv_rows(data)
     sheet: Sheet | None = None
     text = empty = 0
+    empty_on_top = False  # an empty row before the row read as the header
     for number, cells in rows:
         if cells.count(None) + cells.count("") == len(cells):
             cleaned = []  # told cheaply: a workbook's row numbers can skip a million rows, each read empty
@@ -137,6 +138,7 @@ def read(data: bytes, name: str, *, max_rows: int = MAX_ROWS, max_bytes: int = D
             while cleaned and (cleaned[-1] is None or cleaned[-1] == ""):
                 cleaned.pop()  # a workbook's rows are padded to its widest row
         if not cleaned:
+            empty_on_top = empty_on_top or sheet is None
             empty += 1
             if empty > MAX_EMPTY_ROWS:
                 raise BadInput.field(
@@ -159,6 +161,13 @@ def read(data: bytes, name: str, *, max_rows: int = MAX_ROWS, max_bytes: int = D
         sheet.rows.append((number, cleaned[: len(sheet.columns)]))
     if sheet is None:
         raise BadInput.field("file", "This spreadsheet is empty: the first row should name the columns.")
+    if not sheet.rows and empty_on_top:
+        # ",,,\n1,2,3": the empty first row was passed over and the only row left was read as the names
+        raise BadInput.field(
+            "file",
+            "The first row of this spreadsheet is empty. Put the column names in the first row and the "
+            "rows to run below it.",
+        )
     if not sheet.rows:
         raise BadInput.field("file", "This spreadsheet has a header row but no rows below it.")
     return sheet
@@ -186,7 +195,21 @@ def _headers(cells: Sequence[Any]) -> list[str]:
     return out
 
 
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+"""How a UTF-16 text file starts (Excel's "Unicode Text", some exports): such a file is read as text."""
+
+
+def _utf16_without_bom(sample: bytes) -> bool:
+    """Text saved as UTF-16 with no byte-order mark: most of every other byte is zero."""
+    pairs = len(sample) // 2
+    if pairs < 2:
+        return False
+    return max(sample[0::2].count(0), sample[1::2].count(0)) >= pairs * 0.8
+
+
 def _decode(data: bytes) -> str:
+    if data.startswith(UTF16_BOMS):
+        return data.decode("utf-16", errors="replace")
     if data.startswith(b"\xef\xbb\xbf"):
         return data[3:].decode("utf-8", errors="replace")
     try:
@@ -204,7 +227,13 @@ def _delimiter(sample: str) -> str:
 
 
 def _csv_rows(data: bytes) -> Iterator[tuple[int, Sequence[Any]]]:
-    if b"\x00" in data[:SNIFF_BYTES]:
+    if not data.startswith(UTF16_BOMS) and b"\x00" in data[:SNIFF_BYTES]:
+        if _utf16_without_bom(data[:SNIFF_BYTES]):
+            raise BadInput.field(
+                "file",
+                "This file is saved as UTF-16 text, which cannot be read here. In your spreadsheet program "
+                'use Save As and choose "CSV UTF-8" (or XLSX), then upload that file.',
+            )
         raise _unreadable("it holds binary data")
     text = _decode(data)
     # The csv module refuses a field longer than its limit (131,072 characters unless raised), which

@@ -47,6 +47,8 @@ BULK_ACTIONS = {
         "what": "waiting, running or needing approval (and not already being stopped)",
     },
 }
+AUDIT_ACTIONS = {"retry": "jobs.bulk_retry", "cancel": "jobs.bulk_cancel"}
+"""The audit trail's name of each bulk action (each has words in :data:`app.audit.ACTIONS`)."""
 ROWS_BY_ID = text("SELECT id, status, is_active FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))")
 
 
@@ -157,7 +159,7 @@ async def run_bulk(
     await record_done(
         db,
         actor,
-        f"jobs.bulk_{plan.action}",
+        AUDIT_ACTIONS[plan.action],
         target_type="job",
         target_ids=done,
         count=len(done),

@@ -360,6 +360,18 @@ async def _reschedule(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[s
     return await queue.reschedule(db, jid, actor.user, kw.get("run_at")), None
 
 
+AUDIT_ACTIONS = {
+    "cancel": "job.cancel",
+    "retry": "job.retry",
+    "run-again": "job.run_again",
+    "approve": "job.approve",
+    "reject": "job.reject",
+    "rerun": "job.rerun",
+    "run-now": "job.run_now",
+    "reschedule": "job.reschedule",
+}
+"""The audit trail's name of each action (each has words in :data:`app.audit.ACTIONS`)."""
+
 CALLS: dict[str, Call] = {
     "cancel": _cancel,
     "retry": _retry,
@@ -453,7 +465,7 @@ async def perform(
         raise ValueError(f"unknown job action {action!r}")
     jid = parse_id(job_id)
     await authorize(db, actor.user, action, jid)
-    audit_action = "job." + action.replace("-", "_")
+    audit_action = AUDIT_ACTIONS[action]
     try:
         async with db.begin_nested():
             row, new_job = await CALLS[action](

@@ -189,7 +189,8 @@ async def resolve(conn: AsyncConnection, spec: ApprovalSpec, owner_id: int, path
     if spec.approvals_needed > possible:
         raise BadInput.field(
             f"{path}.approvals_needed",
-            f"needs {spec.approvals_needed} approvals, but only {possible} "
+            f"needs {spec.approvals_needed} approval{'' if spec.approvals_needed == 1 else 's'}, but only "
+            f"{possible} "
             f"{'person' if possible == 1 else 'people'} could approve this step",
         )
     return rule

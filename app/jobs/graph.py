@@ -190,7 +190,7 @@ def validate_step_input(type_: Any, input_data: Any, path: str, settings: Settin
             e for e in exc.errors() if not (e["type"] == "missing" and e["loc"] and e["loc"][0] in ref_fields)
         ]
         if errors:
-            raise validation_errors(errors, path) from None
+            raise validation_errors(errors, path, spec.input_model) from None
     return input_data
 
 

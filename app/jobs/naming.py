@@ -77,6 +77,15 @@ def name_from_input(model: InputModel | None, data: Any, file_names: Mapping[str
     return None
 
 
+def step_name(title: str | None, type_title: str, step_key: str | None) -> str:
+    """A pipeline step's name: the title it was given; else its type's title with its step key
+    ("Send a web request (webhook) · notify-sales"), so that untitled steps of one type — an ad-hoc
+    pipeline's three webhooks — can be told apart on the page, in its history and in the API."""
+    if title:
+        return title
+    return f"{type_title} · {_cut(step_key, 40)}" if step_key else type_title
+
+
 def file_ids(model: InputModel | None, data: Any) -> list[uuid.UUID]:
     """The file ids :func:`name_from_input` needs names for (at most the first one is shown)."""
     if model is None or not isinstance(data, Mapping):

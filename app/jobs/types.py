@@ -27,6 +27,7 @@ from pydantic_core import ErrorDetails
 
 from app.errors import BadInput
 from app.jobs.backoff import RetryPolicy
+from app.jobs.input_words import problem_words
 
 PROCESSOR_PACKAGE = "app.processors"
 """The package whose ``PROCESSOR_MODULES`` names the modules that register job types (imported by name
@@ -72,25 +73,34 @@ def widget_of(schema: Any) -> str | None:
     return None
 
 
-def validation_error(exc: ValidationError, prefix: str) -> BadInput:
-    """A pydantic ``ValidationError`` as :class:`BadInput` with dotted field paths under ``prefix``."""
-    return validation_errors(exc.errors(), prefix)
+def validation_error(exc: ValidationError, prefix: str, model: InputModel | None = None) -> BadInput:
+    """A pydantic ``ValidationError`` as :class:`BadInput` with dotted field paths under ``prefix``; with
+    the ``model`` checked, a file field's problem says what a file field takes."""
+    return validation_errors(exc.errors(), prefix, model)
 
 
-def validation_errors(details: Sequence[ErrorDetails], prefix: str) -> BadInput:
+def validation_errors(
+    details: Sequence[ErrorDetails], prefix: str, model: InputModel | None = None
+) -> BadInput:
     """Some of a ``ValidationError``'s errors (at least one) as :class:`BadInput`, as
-    :func:`validation_error` does for all of them."""
+    :func:`validation_error` does for all of them. Each problem is said as the forms say it
+    (:func:`app.jobs.input_words.problem_words`); a field that is missing or not the type's stays a
+    short phrase after its path ("input_data.url: is required")."""
+    files = file_fields(model) if model is not None else {}
     errors: dict[str, str] = {}
     for err in details:
         path = prefix
         for part in err["loc"]:
             path = f"{path}[{part}]" if isinstance(part, int) else f"{path}.{part}"
-        message = err["msg"]
         if err["type"] == "extra_forbidden":
             message = "is not a field of this job type"
         elif err["type"] == "missing":
             message = "is required"
-        errors.setdefault(path, message[0].lower() + message[1:] if message else message)
+        else:
+            top = err["loc"][0] if err["loc"] else None
+            # without its full stop: it follows a path, and paths are joined ("…; input_data.b: …")
+            message = problem_words(err, files.get(top) if isinstance(top, str) else None).removesuffix(".")
+        errors.setdefault(path, message)
     first_path, first_msg = next(iter(errors.items()))
     return BadInput(f"{first_path}: {first_msg}", errors=errors)
 
@@ -238,7 +248,7 @@ class ProcessorSpec:
         try:
             model = self.input_model.model_validate(data)
         except ValidationError as exc:
-            raise validation_error(exc, field_prefix) from None
+            raise validation_error(exc, field_prefix, self.input_model) from None
         return model.model_dump(mode="json")
 
     def parse_input(self, data: dict[str, Any]) -> Input:

@@ -111,7 +111,10 @@ class HttpRequestInput(Input):
         max_length=20_000,
     )
     body_type: Literal["none", "json", "text"] = Field(
-        "none", title="Body", description="Send no body, a JSON document, or plain text."
+        "none",
+        title="Body",
+        description="Send no body, a JSON document, or plain text.",
+        json_schema_extra={"x-labels": {"none": "No body", "json": "A JSON document", "text": "Plain text"}},
     )
     body: LongText = Field(
         "", title="Body content", description="The JSON or text to send.", max_length=1_000_000

@@ -13,7 +13,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import batches, spreadsheets
-from app.jobs.error_text import retry_refusal
+from app.jobs.error_text import error_text_for, retry_refusal
+from app.jobs.input_words import sentence_of
 from app.web import display
 from app.web.job_page import POLL
 from app.web.notifications import bell_url, viewer_bell
@@ -46,6 +47,16 @@ FAILED_ROWS = text(
     ) j WHERE status = 'failed' ORDER BY id LIMIT :limit
     """
 )
+RETRYING = text(
+    """
+    SELECT count(*) AS n, min(run_at) AS next_at,
+           (array_agg(left(error_message, 1000) ORDER BY id) FILTER (WHERE error_message IS NOT NULL))[1]
+               AS error_message
+    FROM jobs WHERE batch_id = :id AND status = 'queued' AND attempts > 0
+    """
+)
+"""Rows waiting to try again after an attempt that did not work (a connection error, a timeout): how
+many, when the next one tries, and the first one's error."""
 _ROW_PATH = re.compile(r"^rows\[(\d+)\](?:\.([^.\[]+))?(.*)$")
 
 
@@ -109,6 +120,8 @@ def problems_of(
     out = []
     for path, message in errors.items():
         match = _ROW_PATH.match(path)
+        # said as the job form says it ("Enter a number, like 2.5."): the words are the same function's
+        message = sentence_of(message)
         if match is None:
             out.append(RowProblem(None, "", "", message))
             continue
@@ -121,19 +134,34 @@ def problems_of(
     return out
 
 
-def batch_state(view: batches.BatchView) -> dict[str, Any]:
+def batch_state(view: batches.BatchView, retrying: int = 0) -> dict[str, Any]:
+    """The badge and poll version of a batch; ``retrying``: its rows waiting to try again after an error
+    (a batch whose every waiting row is one reads "Retrying", as such a job does, not "Waiting")."""
     label = BATCH_LABELS.get(view.status, view.status)
     if view.status == "failed" and not view.finished:
         label = "Failed"
+    if view.status == "queued" and retrying and retrying >= view.counts.get("queued", 0):
+        label = "Retrying"
     css = display.STATUS_CLASS.get(label, "waiting")
-    version = display.fingerprint(view.status, sorted(view.counts.items()))
+    version = display.fingerprint(view.status, sorted(view.counts.items()), retrying)
     return {"label": label, "css": css, "finished": view.finished, "version": version}
 
 
 async def batch_context(db: AsyncSession, batch_id: Any, user: Any, **kw: Any) -> dict[str, Any]:
     """What ``batches/_status.html`` shows."""
     view = await batches.get(db, batch_id, user)
-    state = batch_state(view)
+    retrying = None
+    if view.counts.get("queued"):
+        found = (await db.execute(RETRYING, {"id": view.id})).mappings().one()
+        if found["n"]:
+            # "Waiting 0%" with no word said nothing while rows failed to connect and waited to try again
+            lines = (error_text_for(found["error_message"], user) or "").strip().splitlines()
+            retrying = {
+                "n": int(found["n"]),
+                "next_at": found["next_at"],
+                "error": lines[0] if lines else None,
+            }
+    state = batch_state(view, retrying["n"] if retrying else 0)
     unread = await viewer_bell(db, user)  # the poll carries it: the bell is refreshed with the page
     failed = []
     if view.counts.get("failed"):
@@ -150,6 +178,7 @@ async def batch_context(db: AsyncSession, batch_id: Any, user: Any, **kw: Any) -
         "state": state,
         "counts": counts,
         "failed": failed,
+        "retrying": retrying,
         "failed_more": max(0, view.counts.get("failed", 0) - len(failed)),
         # hidden when no failed row shown could be helped by a retry (the action's own rule)
         "can_retry": bool(view.counts.get("failed"))

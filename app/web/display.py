@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from app.formatting import key_label, key_labels, unit_value
+from app.formatting import key_label, key_labels, local_moments, unit_value, zone
 from app.jobs import states
 from app.jobs.error_text import error_text_for, upstream_of, viewer_is_admin
 from app.jobs.states import Status
@@ -521,6 +521,8 @@ def event_line(event: Mapping[str, Any], viewer: Any, emails: Mapping[int, str])
         technical = message if viewer_is_admin(viewer) else None
     if kind in ("enqueued", "claimed", "completed"):
         note = note or ""
+    # a moment the queue wrote into the message ("run at 2027-11-07T01:30:00-04:00") in the viewer's zone
+    note = local_moments(note, zone(getattr(viewer, "timezone", None)))
     return {
         "at": event["at"],
         "what": what,

@@ -18,6 +18,7 @@ from app.actions import access
 from app.actions.pipelines import startable_templates
 from app.auth import any_user_exists, login_url
 from app.web import DbSession, current_user, render
+from app.web.deps import settings_of
 
 FIRST_ADMIN_COMMAND = "jobdesk create-user you@example.com --admin"
 DIAGNOSTIC_GROUP = "Diagnostics"
@@ -74,5 +75,13 @@ class HomeController(Controller):
         if user is None:
             if await any_user_exists(db_session):
                 return Redirect(login_url("/"), status_code=303)
-            return render(request, "home.html", {"first_run": True, "command": FIRST_ADMIN_COMMAND})
+            # A server on DATABASE_URL: the command without it creates the account in the embedded
+            # database, and signing in here then fails. The address itself is not shown (no one is
+            # signed in to see it).
+            own_database = bool(settings_of(request).database_url)
+            return render(
+                request,
+                "home.html",
+                {"first_run": True, "command": FIRST_ADMIN_COMMAND, "own_database": own_database},
+            )
         return render(request, "home.html", {"first_run": False, "groups": catalogue(user)})

@@ -43,6 +43,7 @@ from urllib.parse import unquote_to_bytes
 
 from litestar.datastructures import UploadFile
 from litestar.enums import RequestEncodingType, ScopeType
+from litestar.exceptions import ClientException
 from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 
@@ -64,6 +65,13 @@ NUL_MESSAGE = "contains a NUL character, which cannot be stored; remove it"
 SURROGATE_MESSAGE = "contains a lone surrogate, which is not valid text; remove it"
 UNREADABLE_FORM_MESSAGE = (
     "a field is not UTF-8 text (a file must be sent with its file name); nothing was saved"
+)
+LONG_NAME_MESSAGE = (
+    "a file's name (or a field's name) in this form is too long to read: give the file a name of at most "
+    "a few hundred characters and send it again; nothing was saved"
+)
+TOO_MANY_PARTS_MESSAGE = (
+    "this form has more than 1,000 fields or files; send fewer at once; nothing was saved"
 )
 NOT_UTF8_MESSAGE = "is not UTF-8 text; nothing was saved"
 DEPTH_MESSAGE = f"the JSON is nested more than {MAX_JSON_DEPTH} levels deep; flatten it"
@@ -191,12 +199,22 @@ async def read_form(request: Any) -> Any:
     share it).
 
     Raises:
-        BadInput: (``form``) a field that is not text in its part's character set.
+        BadInput: (``form``) a field that is not text in its part's character set; a file or field name
+        longer than the parser reads (:data:`LONG_NAME_MESSAGE`); more parts than it reads.
     """
     try:
         return await request.form()
     except (UnicodeDecodeError, LookupError):  # LookupError: a charset Python does not know
         raise BadInput.field("form", UNREADABLE_FORM_MESSAGE) from None
+    except ClientException as exc:
+        # Litestar answers a multipart parser's limit with a 400 "Request Entity Too Large" whatever the
+        # body's size; the parser's own reason is the exception's context.
+        why = str(exc.__context__ or "")
+        if "header length" in why:
+            raise BadInput.field("form", LONG_NAME_MESSAGE) from None
+        if "segment count" in why:
+            raise BadInput.field("form", TOO_MANY_PARTS_MESSAGE) from None
+        raise
 
 
 def json_depth(body: bytes, stop_at: int = MAX_JSON_DEPTH) -> int:

@@ -18,6 +18,7 @@ from app import controls, pipelines
 from app.actions.jobs import allowed
 from app.actions.pipelines import may_cancel, startable_templates
 from app.errors import NotFound
+from app.jobs import naming
 from app.processors import registry
 from app.web import confirms, display
 from app.web.deps import parse_uuid
@@ -172,7 +173,10 @@ async def pipeline_history(db: AsyncSession, pipeline_id: uuid.UUID, user: Any) 
         # named as the step's box above names it (its title, else its type's): the history said
         # "prepare" under a box saying "A step"
         spec = registry.get(r["step_type"]) if r["step_type"] else None
-        r["step_key"] = r["step_title"] or (spec.title if spec is not None else None) or r["step_key"]
+        type_title = spec.title if spec is not None else r["step_type"]
+        r["step_key"] = (
+            naming.step_name(r["step_title"], type_title, r["step_key"]) if type_title else r["step_key"]
+        )
     more = len(rows) > HISTORY_LIMIT
     rows = rows[:HISTORY_LIMIT][::-1]
     emails = await emails_for(db, display.user_ids_in(rows)) if user.is_admin else {}

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadInput, KeyReused, RateLimited, TooLarge
+from app.jobs.input_words import problem_words
 from app.web import flash, forms, render, zone
 from app.web.deps import file_store, settings_of
 from app.web.form_values import datetime_notes
@@ -202,47 +203,10 @@ async def answer(
 # --- validation messages ------------------------------------------------------------------------------
 
 
-def _plural(n: Any, word: str) -> str:
-    return f"{n} {word}{'s' if n != 1 else ''}"
-
-
-#: Pydantic error types with a fixed sentence, or one built from the error's context.
-_MESSAGES: dict[str, Callable[[dict[str, Any]], str]] = {
-    "missing": lambda c: "Fill this in.",
-    "greater_than_equal": lambda c: f"Must be at least {forms.num_text(c.get('ge'))}.",
-    "greater_than": lambda c: f"Must be more than {forms.num_text(c.get('gt'))}.",
-    "less_than_equal": lambda c: f"Must be at most {forms.num_text(c.get('le'))}.",
-    "less_than": lambda c: f"Must be less than {forms.num_text(c.get('lt'))}.",
-    "string_too_short": lambda c: f"Enter at least {_plural(c.get('min_length'), 'character')}.",
-    "string_too_long": lambda c: f"Use at most {c.get('max_length')} characters.",
-    "too_short": lambda c: f"Give at least {_plural(c.get('min_length'), 'item')}.",
-    "too_long": lambda c: f"Give at most {_plural(c.get('max_length'), 'item')}.",
-    "literal_error": lambda c: "Choose one of the options.",
-    "enum": lambda c: "Choose one of the options.",
-    "string_pattern_mismatch": lambda c: "This is not in the expected form.",
-    "multiple_of": lambda c: f"Must be a multiple of {forms.num_text(c.get('multiple_of'))}.",
-}
-#: Families of pydantic error types by prefix, checked in order (``datetime`` before ``date``).
-_PREFIXES = (
-    (("int_",), "Enter a whole number, like 42."),
-    (("float_", "decimal_"), "Enter a number, like 2.5."),
-    (("datetime",), "Enter a date and a time."),
-    (("date",), "Enter a date, like 2026-12-31."),
-    (("time",), "Enter a time, like 09:30."),
-)
-
-
 def friendly_message(error: Any) -> str:
-    """A pydantic error (one item of ``ValidationError.errors()``) in plain words."""
-    kind = str(error.get("type", ""))
-    if kind in _MESSAGES:
-        return _MESSAGES[kind](error.get("ctx") or {})
-    for prefixes, sentence in _PREFIXES:
-        if kind.startswith(prefixes):
-            return sentence
-    message = str(error.get("msg") or "This value is not valid.")
-    message = message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
-    return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
+    """A pydantic error (one item of ``ValidationError.errors()``) in plain words: the same words as a
+    batch row's and the API's (:func:`app.jobs.input_words.problem_words`)."""
+    return problem_words(error)
 
 
 def validate(model: type[BaseModel], data: dict[str, Any]) -> dict[str, str]:

@@ -449,6 +449,6 @@ def _parse_input(spec: ProcessorSpec, row: Any) -> Input:
     except ValidationError as exc:
         # Every bad field named as a submission names it (input_data.url: …), since a $ref may have read
         # something of another shape than its field takes. Permanent: the same input fails again.
-        bad = validation_error(exc, "input_data").errors
+        bad = validation_error(exc, "input_data", spec.input_model).errors
         fields = "; ".join(f"{path}: {message}" for path, message in bad.items())
         raise PermanentError(f"{INPUT_UNFIT}{row['type']}: {fields}") from None

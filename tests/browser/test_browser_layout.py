@@ -7,14 +7,18 @@ and past the right edge). Screenshots go to ``tests/artifacts/layout-*.png``."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
+import httpx
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+from app.db import asyncpg_dsn
 from tests.support.browser import BROWSER_MARKS, Watch, no_horizontal_scroll, sign_in
 from tests.support.webkit import FORMS_ENV, add_token, add_user, running_server
 
@@ -160,3 +164,67 @@ def test_admin_form_fields_show_their_placeholders_whole_on_a_desktop_and_a_phon
         assert not watch.errors
         page.context.close()
     assert cut == {}
+
+
+def _batch_with_every_state(db_url: str, base: str, token: str) -> None:
+    """A batch with a long name whose rows are done, failed, cancelled and waiting to try again: the
+    widest "Recent batches" row My jobs can show."""
+    rows = [{"url": f"{base}/healthz?row={i}"} for i in range(4)]
+    name = "Quarterly supplier price checks for the northern region warehouses"
+    r = httpx.post(
+        base + "/api/batches",
+        json={"type": "http.request", "name": name, "rows": rows},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert r.status_code == 201, r.text
+
+    async def states() -> None:
+        conn = await asyncpg.connect(asyncpg_dsn(db_url))
+        try:
+            await conn.execute(
+                """
+                UPDATE jobs SET status = s.status, attempts = 1, error_message = 'connection refused',
+                       completed_at = CASE WHEN s.status = 'queued' THEN NULL ELSE now() END
+                FROM (SELECT id, (ARRAY['completed', 'failed', 'cancelled', 'queued'])[row_number() OVER (ORDER BY id)]
+                             AS status FROM jobs) s
+                WHERE jobs.id = s.id
+                """
+            )
+        finally:
+            await conn.close()
+
+    asyncio.run(states())
+
+
+@pytest.fixture
+def batch_server(db_url: str, tmp_path: Path) -> Iterator[str]:
+    """``jobdesk serve`` (no worker) with Ann's batch of every state; made on another thread, since a
+    browser test's own thread runs Playwright's event loop."""
+
+    def users() -> str:
+        user = asyncio.run(add_user(db_url, "ann@example.com"))
+        return asyncio.run(add_token(db_url, user.id))
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        token = pool.submit(users).result()
+        with running_server(db_url, tmp_path / "data", **FORMS_ENV) as base:
+            pool.submit(_batch_with_every_state, db_url, base, token).result()
+            yield base
+
+
+def test_recent_batches_on_my_jobs_fit_a_phone(batch_server: str, browser: Any, artifacts_dir: Path) -> None:
+    base = batch_server
+    for name, viewport in (("390", PHONE), ("desktop", DESKTOP)):
+        page = signed_in(browser, base, "ann@example.com", viewport)
+        page.goto(base + "/jobs")
+        page.wait_for_selector("#my-batches .batch-row")
+        page.screenshot(path=str(artifacts_dir / f"layout-my-batches-{name}.png"), full_page=True)
+        assert no_horizontal_scroll(page), f"/jobs scrolls sideways at {name}"
+        cut = page.evaluate(
+            "[...document.querySelectorAll('#my-batches .table-scroll')]"
+            ".filter(el => el.scrollWidth > el.clientWidth + 0.5).length"
+        )
+        assert cut == 0, f"the Recent batches table is cut off at {name} and scrolls sideways"
+        for selector in ("#my-batches .batch-row a", "#my-batches .batch-row .status", "#all-batches"):
+            inside_screen(page, selector)
+        page.context.close()

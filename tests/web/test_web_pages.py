@@ -26,6 +26,11 @@ async def test_first_run_home_says_how_to_create_the_first_admin(client: AsyncTe
     assert "There is no account yet" in r.text
     assert "<code>jobdesk create-user you@example.com --admin</code>" in r.text
     assert 'href="/login"' in r.text
+    # this server runs on DATABASE_URL (the test database): the command needs the same one, or the
+    # account lands in the embedded database and signing in here fails; the address is not shown
+    said = r.text[r.text.index('id="same-database"') :][:600]
+    assert "same <code>DATABASE_URL</code>" in said and "embedded database" in said
+    assert "127.0.0.1:5432" not in r.text and "postgres@" not in r.text
 
 
 async def test_signed_out_home_redirects_to_sign_in_once_a_user_exists(

@@ -35,13 +35,13 @@ async def test_an_input_that_does_not_fit_fails_once_naming_its_fields_and_offer
         job = await wait_status(pg, b, {"failed", "completed"})
     assert (job["status"], job["attempts"]) == ("failed", 1)
     assert job["error_message"] == (
-        "the job's input is not valid for test.form: input_data.name: input should be a valid string; "
-        "input_data.copies: input should be a valid integer"
+        "the job's input is not valid for test.form: input_data.name: Enter text; "
+        "input_data.copies: Enter a whole number, like 42"
     ), job["error_message"]
     assert (await login(client, "bob@example.com")).status_code == 303
     page = await client.get(f"/jobs/{b}")
     assert page.status_code == 200
-    assert "input_data.name: input should be a valid string" in page.text
+    assert "input_data.name: Enter text" in page.text
     assert 'id="act-retry"' not in page.text
     steps_page = await client.get(f"/pipelines/{row['id']}")
     assert steps_page.status_code == 200

@@ -131,7 +131,7 @@ def _validated(check: _TypeCheck, data: dict[str, Any], path: str) -> tuple[str,
     try:
         model = check.spec.input_model.model_validate(data)
     except ValidationError as exc:
-        raise validation_error(exc, path) from None
+        raise validation_error(exc, path, check.spec.input_model) from None
     if check.has_files:
         normalized = model.model_dump(mode="json")
         return json_text(normalized), normalized

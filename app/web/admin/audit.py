@@ -22,38 +22,6 @@ from app.web import DbSession, render
 AUDIT_PAGE = 50
 TARGETS_SHOWN = 20
 
-ACTION_WORDS = {
-    "job.cancel": "Cancelled a job",
-    "job.retry": "Retried a job",
-    "job.run_again": "Ran a job again",
-    "job.approve": "Approved a step",
-    "job.reject": "Rejected a step",
-    "job.rerun": "Sent a step back to run again",
-    "job.run_now": "Started a scheduled job now",
-    "job.reschedule": "Rescheduled a job",
-    "jobs.bulk_retry": "Retried jobs in bulk",
-    "jobs.bulk_cancel": "Cancelled jobs in bulk",
-    "job_type.pause": "Paused a job type",
-    "job_type.resume": "Resumed a job type",
-    "job_type.limits": "Changed limits",
-    "user.create": "Created a user",
-    "user.make_admin": "Made an admin",
-    "user.revoke_admin": "Revoked admin rights",
-    "user.disable": "Disabled a user",
-    "user.enable": "Enabled a user",
-    "user.release_jobs": "Released a user's held jobs",
-    "user.cancel_jobs": "Cancelled a user's held jobs",
-    "token.create": "Issued an API token",
-    "token.revoke": "Revoked an API token",
-    "schedule.create": "Created a schedule",
-    "schedule.enable": "Enabled a schedule",
-    "schedule.disable": "Disabled a schedule",
-    "schedule.update": "Edited a schedule",
-    "schedule.delete": "Deleted a schedule",
-    "alerts.test": "Sent a test alert",
-}
-"""Every action the trail records, in words; its keys are the choices of the action filter."""
-
 
 def _is_uuid(value: str) -> bool:
     try:
@@ -63,14 +31,19 @@ def _is_uuid(value: str) -> bool:
         return False
 
 
+TARGET_PAGES = {"job": "/jobs/", "pipeline": "/pipelines/", "batch": "/batches/"}
+"""Targets with a page of their own, by their UUID."""
+
+
 def _target_links(row: Mapping[Any, Any]) -> list[dict[str, str | None]]:
-    """Links to what an entry acted on: job pages, users, schedules; job types as plain words."""
+    """Links to what an entry acted on: job, pipeline and batch pages, users, schedules; job types as
+    plain words."""
     links = []
     for raw in (row["target_ids"] or [])[:TARGETS_SHOWN]:
         tid = str(raw)
         href = None
-        if row["target_type"] == "job" and _is_uuid(tid):
-            href = f"/jobs/{uuid.UUID(tid)}"
+        if row["target_type"] in TARGET_PAGES and _is_uuid(tid):
+            href = f"{TARGET_PAGES[row['target_type']]}{uuid.UUID(tid)}"
         elif row["target_type"] == "user" and tid.isdigit():
             href = f"/admin/users#user-{tid}"
         elif row["target_type"] == "schedule" and _is_uuid(tid):
@@ -82,15 +55,21 @@ def _target_links(row: Mapping[Any, Any]) -> list[dict[str, str | None]]:
 def audit_line(row: Mapping[Any, Any]) -> dict[str, Any]:
     """One entry as the page shows it: who, what in words, links to its targets, outcome, detail."""
     detail = row["detail"]
+    words = audit.ACTIONS.get(row["action"])
+    count = int(row["count"] or 0)
+    counted = words.count_words(count) if words else None
     return {
         "id": row["id"],
         "at": row["at"],
         "who": row["user_email"],
-        "what": ACTION_WORDS.get(row["action"], row["action"]),
+        "what": words.what if words else row["action"],
         "action": row["action"],
         "targets": _target_links(row),
-        "more_targets": max(0, int(row["count"] or 0) - min(TARGETS_SHOWN, len(row["target_ids"] or []))),
-        "count": row["count"],
+        # a count of something other than the targets (jobs a pipeline's cancel stopped) is said as such,
+        # never as more targets
+        "more_targets": 0 if counted else max(0, count - min(TARGETS_SHOWN, len(row["target_ids"] or []))),
+        "count": None if counted else count,
+        "counted": counted,
         "outcome": row["outcome"],
         # only a refusal is one: a bulk action's "2 done, 0 skipped" worked
         "ok": not str(row["outcome"] or "").startswith("refused"),
@@ -190,6 +169,6 @@ class AuditController(Controller):
                 "newest_url": ("/admin/audit?" + urlencode(query)) if before_id else None,
                 "action": action or "",
                 "user_filter": email or "",
-                "actions": sorted(ACTION_WORDS),
+                "actions": sorted(((code, w.what) for code, w in audit.ACTIONS.items()), key=lambda a: a[1]),
             },
         )

@@ -15,16 +15,18 @@ from app.actions import approvals
 from app.auth import requires_user
 from app.errors import BadInput
 from app.web import DbSession
-from app.web.api.jobs import job_response
+from app.web.api.jobs import job_response, rejection_reason
 from app.web.deps import actor_of, keep_refusal
 from app.web.openapi import errors
 
 
 @dataclass
 class DecisionBody:
-    """An optional comment with an approval; the reason of a rejection (required)."""
+    """An optional comment with an approval; the reason of a rejection (required), sent as ``comment``
+    or as ``reason`` (the name ``/api/jobs/{id}/reject`` uses: either name on either route)."""
 
     comment: str | None = None
+    reason: str | None = None
 
 
 def step_json(row: dict[str, Any]) -> dict[str, Any]:
@@ -74,14 +76,16 @@ class ApprovalsApiController(Controller):
         job_id: FromPath[str],
         data: JSONBody[DecisionBody | None] = None,
     ) -> Response[dict[str, Any]]:
-        """Approve (``comment`` optional) or reject (``comment``: the reason, required). 403 for someone
+        """Approve (``comment`` optional) or reject (``comment`` or ``reason``: the reason, required). 403 for someone
         the step does not name; 409 once it was decided, or when you have already approved it."""
         decision = request.url.path.rstrip("/").rsplit("/", 1)[1]
-        comment = data.comment if data else None
+        comment, sent_as = (
+            rejection_reason(data.reason, data.comment, "comment") if data else (None, "comment")
+        )
         try:
             outcome = await approvals.decide(db_session, actor_of(request), job_id, decision, comment)
         except BadInput as exc:
-            if "reason" not in exc.errors:
+            if "reason" not in exc.errors or sent_as == "reason":
                 raise
             # The core names a rejection's reason ``reason`` (the pages' and /api/jobs' field); here the
             # person sent it as ``comment``.

@@ -64,9 +64,25 @@ class JobCreate:
 
 @dataclass
 class RejectBody:
-    """Why the step's result is rejected (shown to its owner)."""
+    """Why the step's result is rejected (shown to its owner): ``reason``, or ``comment`` as
+    ``/api/approvals/{id}/reject`` names it (either name on either route)."""
 
-    reason: str
+    reason: str | None = None
+    comment: str | None = None
+
+
+def rejection_reason(reason: str | None, comment: str | None, route_name: str) -> tuple[str | None, str]:
+    """The one text of a rejection sent as ``reason`` or ``comment``, and the name it came under
+    (``route_name``, the route's own name for it, when neither was sent).
+
+    Raises:
+        BadInput: both given, with different texts.
+    """
+    if reason is not None and comment is not None and reason != comment:
+        raise BadInput.field("reason", "give the reason once, as reason or as comment (they are one field)")
+    if reason is not None:
+        return reason, "reason"
+    return (comment, "comment") if comment is not None else (None, route_name)
 
 
 @dataclass
@@ -405,8 +421,15 @@ class JobsApiController(Controller):
         job_id: FromPath[str],
         data: JSONBody[RejectBody],
     ) -> Response[dict[str, Any]]:
-        """Reject a step waiting for approval (admins), with a reason: it fails and its dependents are cancelled."""
-        outcome = await act(request, db_session, "reject", job_id, reason=data.reason)
+        """Reject a step waiting for approval (admins), with a ``reason`` (or ``comment``, the name
+        ``/api/approvals`` uses): it fails and its dependents are cancelled."""
+        reason, sent_as = rejection_reason(data.reason, data.comment, "reason")
+        try:
+            outcome = await act(request, db_session, "reject", job_id, reason=reason)
+        except BadInput as exc:
+            if sent_as == "reason" or "reason" not in exc.errors:
+                raise
+            raise BadInput.field(sent_as, exc.errors["reason"]) from None
         return await job_response(db_session, outcome.row, viewer=request.user)
 
     @post("/{job_id:str}/rerun", name="api.jobs.rerun", responses=errors(401, 403, 404, 409), status_code=200)

@@ -1,0 +1,90 @@
+"""What is wrong with one input field, in words a person who is not an engineer can act on.
+
+One function for every path that checks a job's input against its type's schema: the job and pipeline
+forms (:func:`app.web.submit.validate`), a batch's rows (spreadsheet or JSON) and the API
+(:func:`app.jobs.types.validation_errors`). So a batch row's bad number reads "Enter a number, like 2.5."
+exactly as the form's does, never as pydantic's "input should be a valid number, unable to parse string
+as a number".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def number_text(value: Any) -> str:
+    """A schema's bound as a person writes it: ``5``, not ``5.0``."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _plural(n: Any, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+_MESSAGES: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "missing": lambda c: "Fill this in.",
+    "greater_than_equal": lambda c: f"Must be at least {number_text(c.get('ge'))}.",
+    "greater_than": lambda c: f"Must be more than {number_text(c.get('gt'))}.",
+    "less_than_equal": lambda c: f"Must be at most {number_text(c.get('le'))}.",
+    "less_than": lambda c: f"Must be less than {number_text(c.get('lt'))}.",
+    "string_too_short": lambda c: f"Enter at least {_plural(c.get('min_length'), 'character')}.",
+    "string_too_long": lambda c: f"Use at most {c.get('max_length')} characters.",
+    "too_short": lambda c: f"Give at least {_plural(c.get('min_length'), 'item')}.",
+    "too_long": lambda c: f"Give at most {_plural(c.get('max_length'), 'item')}.",
+    "literal_error": lambda c: "Choose one of the options.",
+    "enum": lambda c: "Choose one of the options.",
+    "string_pattern_mismatch": lambda c: "This is not in the expected form.",
+    "multiple_of": lambda c: f"Must be a multiple of {number_text(c.get('multiple_of'))}.",
+    "string_type": lambda c: "Enter text.",
+    "bool_type": lambda c: "Choose yes or no (true or false).",
+    "bool_parsing": lambda c: "Choose yes or no (true or false).",
+    "list_type": lambda c: "Give a list of values.",
+    "dict_type": lambda c: "Give an object of named values.",
+    "model_type": lambda c: "Give an object of named values.",
+    "uuid_type": lambda c: "Give an id, like 0190a3b0-0000-7000-8000-000000000001.",
+    "uuid_parsing": lambda c: "Give an id, like 0190a3b0-0000-7000-8000-000000000001.",
+}
+"""Pydantic error types with a fixed sentence, or one built from the error's context."""
+
+_PREFIXES = (
+    (("int_",), "Enter a whole number, like 42."),
+    (("float_", "decimal_"), "Enter a number, like 2.5."),
+    (("datetime",), "Enter a date and a time."),
+    (("date",), "Enter a date, like 2026-12-31."),
+    (("time",), "Enter a time, like 09:30."),
+    (("url_parsing", "url_type"), "Enter a web address, like https://example.com/."),
+)
+"""Families of pydantic error types by prefix, checked in order (``datetime`` before ``date``)."""
+
+FILE_WORDS = {
+    "file": "Give the id of an uploaded file (POST /api/files answers with it), as text.",
+    "files": "Give a list of ids of uploaded files (POST /api/files answers with each).",
+}
+"""What a file field takes, said when it was given something else (an object, a number, a name)."""
+
+
+def problem_words(error: Mapping[str, Any], file_widget: str | None = None) -> str:
+    """One pydantic error (an item of ``ValidationError.errors()``) as a sentence; ``file_widget``
+    (``"file"``/``"files"``) when the error is in a field that takes uploaded files."""
+    kind = str(error.get("type", ""))
+    if file_widget in FILE_WORDS and kind not in ("missing", "too_short", "too_long"):
+        return FILE_WORDS[file_widget]
+    if kind in _MESSAGES:
+        return _MESSAGES[kind](error.get("ctx") or {})
+    for prefixes, sentence in _PREFIXES:
+        if kind.startswith(prefixes):
+            return sentence
+    message = str(error.get("msg") or "This value is not valid.")
+    message = message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return sentence_of(message)
+
+
+def sentence_of(message: str) -> str:
+    """``message`` with a capital first letter and a full stop (a word like "URL" left as it is)."""
+    message = message.strip()
+    if not message:
+        return message
+    return message[:1].upper() + message[1:] + ("" if message.endswith((".", "?", "!")) else ".")
