@@ -24,6 +24,12 @@ def _plural(n: Any, word: str) -> str:
     return f"{n} {word}{'s' if n != 1 else ''}"
 
 
+def _choices(ctx: Mapping[str, Any]) -> str:
+    # The options are named: an API client or a spreadsheet's author has no drop-down to read them from.
+    expected = ctx.get("expected")
+    return f"Choose one of {expected}." if expected else "Choose one of the options."
+
+
 _MESSAGES: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "missing": lambda c: "Fill this in.",
     "greater_than_equal": lambda c: f"Must be at least {number_text(c.get('ge'))}.",
@@ -34,8 +40,8 @@ _MESSAGES: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "string_too_long": lambda c: f"Use at most {c.get('max_length')} characters.",
     "too_short": lambda c: f"Give at least {_plural(c.get('min_length'), 'item')}.",
     "too_long": lambda c: f"Give at most {_plural(c.get('max_length'), 'item')}.",
-    "literal_error": lambda c: "Choose one of the options.",
-    "enum": lambda c: "Choose one of the options.",
+    "literal_error": lambda c: _choices(c),
+    "enum": lambda c: _choices(c),
     "string_pattern_mismatch": lambda c: "This is not in the expected form.",
     "multiple_of": lambda c: f"Must be a multiple of {number_text(c.get('multiple_of'))}.",
     "string_type": lambda c: "Enter text.",

@@ -58,8 +58,11 @@ def actions(admin_id: int, other_id: int) -> list[tuple[str, dict[str, str]]]:
         ("/admin/controls/limits", {"type": "test.form", "max_running": "2"}),
         ("/admin/users", {"email": "new@example.com", "password": "long enough pw"}),
         (f"/admin/users/{other_id}/make-admin", {}),
+        (
+            f"/admin/users/{other_id}/tokens",
+            {"name": "ci"},
+        ),  # before the disable: no token for a disabled account
         (f"/admin/users/{other_id}/disable", {}),
-        (f"/admin/users/{other_id}/tokens", {"name": "ci"}),
         (
             "/admin/schedules/new",
             {

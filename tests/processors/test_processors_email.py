@@ -222,7 +222,7 @@ def test_bad_input_is_refused_naming_the_field(input_data, field, needle) -> Non
     with pytest.raises(BadInput) as err:
         registry.get("email.send").validate_input(input_data)
     assert field in err.value.errors, err.value.errors
-    assert needle in err.value.errors[field], err.value.errors
+    assert needle.lower() in err.value.errors[field].lower(), err.value.errors
 
 
 async def test_the_demo_server_note_is_used_for_its_own_job_only(mx, settings) -> None:
@@ -321,7 +321,7 @@ def test_every_line_separator_and_control_character_is_refused_in_every_header_f
 def test_addresses_are_exactly_one_mailbox_and_headers_read_back_as_typed(input_data, field, needle) -> None:
     errors = _errors(input_data)
     assert field in errors, errors
-    assert needle in errors[field], errors
+    assert needle.lower() in errors[field].lower(), errors
 
 
 def test_names_with_commas_in_quotes_tabs_and_non_ascii_are_kept() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.cron import next_fire
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.settings import Settings
@@ -81,5 +82,11 @@ async def event_kinds(pg: asyncpg.Connection, job_id: Any) -> list[str]:
 async def fire_by_seconds(pg: asyncpg.Connection, schedule_id: Any, cron: str) -> None:
     """Give a stored schedule a cron expression with a seconds field (``* * * * * */2``), due now. No
     path takes one (a schedule fires at most once a minute), but a stored row fires as written, and a
-    test of firing by real workers needs a clock shorter than a minute."""
-    await pg.execute("UPDATE schedules SET cron = $2, next_fire_at = now() WHERE id = $1", schedule_id, cron)
+    test of firing by real workers needs a clock shorter than a minute. Its next run is the cron's next
+    time after the database's now, as the sweep would compute it: a first run at ``now()`` itself would
+    fall between two of the cron's times."""
+    now = await pg.fetchval("SELECT now()")
+    due = next_fire(cron, "UTC", now)
+    await pg.execute(
+        "UPDATE schedules SET cron = $2, next_fire_at = $3 WHERE id = $1", schedule_id, cron, due
+    )

@@ -788,7 +788,7 @@ async def test_pipeline_page_shows_steps_in_dag_order_side_by_side_and_polls_unt
     page = (await client.get(r.headers["location"])).text
     layers = re.findall(r'<li class="layer">(.*?)</ul>\s*</li>', page, re.S)
     titles = [re.findall(r'<span class="step-title">([^<]+)</span>', layer) for layer in layers]
-    assert titles == [["A step"], ["Left", "Right"], ["Finish"]]
+    assert titles == [["A step · prepare"], ["Left", "Right"], ["Finish"]]  # untitled: its type and key
     assert "These 2 steps run side by side:" in layers[1]
     assert "0%</strong> done · 0 of 4 steps" in page
     steps = {r["step_key"]: r["id"] for r in await pg.fetch("SELECT id, step_key FROM jobs")}
