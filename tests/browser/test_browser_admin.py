@@ -78,6 +78,10 @@ def test_admin_console_walk_forms_and_no_script_runs(server: str, browser: Any, 
     page.goto(base + "/admin/audit")
     assert page.locator("#audit-table tr").count() >= 4
     page.screenshot(path=str(artifacts_dir / "admin-audit.png"), full_page=True)
+    # The detail column wraps within the page: a long value (a schedule's name, an e-mail) must not widen
+    # the table past its box, leaving the details cut off behind a sideways scroll.
+    wrap = page.locator("#audit-table").locator("xpath=..").evaluate("e => [e.scrollWidth, e.clientWidth]")
+    assert wrap[0] <= wrap[1], f"the audit table is {wrap[0]} px wide in a {wrap[1]} px box"
 
     phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
     Watch(phone)
