@@ -32,9 +32,15 @@ venv: $(STAMP)
 # SIGTERM): that is a stop asked for and carried out, so `make run` ends with 0 instead of printing
 # "make: *** Error 143". Any other status (3: the stop did not take its course, 1: it failed) stays
 # make's error.
+# SIGTERM sent to make reaches only this recipe's shell, which would die and leave the server running
+# without a parent: the shell passes it on and waits for the server's own stop. Ctrl+C reaches the
+# server directly (the terminal signals the whole group), so the shell only waits then: passing that
+# one on too would be a second signal, which hurries the stop.
 run: $(STAMP)
-	@JOBDESK_BASE_URL="$${JOBDESK_BASE_URL:-http://$(HOST):$(PORT)}" $(VENV)/bin/jobdesk serve --host $(HOST) --port $(PORT); \
-		status=$$?; if [ $$status -eq 130 ] || [ $$status -eq 143 ]; then echo "Jobdesk stopped."; exit 0; fi; exit $$status
+	@trap : INT; trap 'kill -TERM $$server 2>/dev/null' TERM; \
+		JOBDESK_BASE_URL="$${JOBDESK_BASE_URL:-http://$(HOST):$(PORT)}" $(VENV)/bin/jobdesk serve --host $(HOST) --port $(PORT) & server=$$!; \
+		while :; do wait $$server; status=$$?; kill -0 $$server 2>/dev/null || break; done; \
+		if [ $$status -eq 130 ] || [ $$status -eq 143 ]; then echo "Jobdesk stopped."; exit 0; fi; exit $$status
 
 # `make demo EMAIL=you@example.com`: the demo against the app that `make run` (same HOST/PORT) serves.
 demo: $(STAMP)
