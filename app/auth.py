@@ -6,7 +6,9 @@ Rules:
 * Passwords are hashed with argon2id (argon2-cffi's defaults); emails are stored lower-cased.
 * API tokens are random; only their SHA-256 is stored, with a short display prefix. The plaintext is
   returned once, by :func:`create_token`. A token may expire (``expires_at``); from then on it is refused
-  like a revoked one.
+  like a revoked one. The 401 of a token that exists says why it was refused (revoked, expired and when,
+  its account disabled): its holder has the secret, so this reveals nothing; an unknown token gets the
+  generic 401.
 * A person whose password an administrator reset (``users.must_change_password``) is sent from every
   page to the account's password form until they choose a new one (:data:`MUST_CHANGE_OPEN`); their API
   tokens are not affected.
@@ -41,6 +43,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.db import read_rows, write_rows
 from app.errors import BadInput, Conflict, Forbidden, NotFound, Unauthorized
+from app.formatting import format_localtime, zone
 from app.jobs.payload import check_text
 
 if TYPE_CHECKING:
@@ -315,25 +318,37 @@ async def revoke_token(db: Db, token_id: int, *, user_id: int | None = None) -> 
         raise NotFound("No such API token.")
 
 
+# Revoked and expired tokens are found too, so that their holder is told which (they hold the secret:
+# saying so reveals nothing); an unknown token gets the generic answer.
 _TOKEN_USER = text(
-    f"SELECT t.id AS token_id, t.last_used_at, u.is_active, {USER_COLUMNS} "
+    f"SELECT t.id AS token_id, t.last_used_at, t.revoked_at IS NOT NULL AS revoked, t.expires_at, "
+    f"t.expires_at <= now() AS expired, u.is_active, {USER_COLUMNS} "
     "FROM api_tokens t JOIN users u ON u.id = t.user_id "
-    "WHERE t.token_hash = :hash AND t.revoked_at IS NULL "
-    "AND (t.expires_at IS NULL OR t.expires_at > now())"
+    "WHERE t.token_hash = :hash"
 )
 
-DISABLED_ACCOUNT = "disabled account"
-"""Why a live token was refused (``scope["state"]["token_refusal"]``): its account is disabled. The 401
-says so, instead of asking its owner to create a token that would be refused as well."""
+DISABLED_ACCOUNT = (
+    "This API token's account is disabled: its tokens work again once an administrator enables the account."
+)
+"""Why a live token was refused (``scope["state"]["token_refusal"]``, the 401's words): its account is
+disabled. The 401 says so, instead of asking its owner to create a token that would be refused as well."""
+REVOKED = "This API token was revoked. Create a new one on your account page (/account#tokens)."
 _TOKEN_TOUCH = text(
     "UPDATE api_tokens SET last_used_at = now() WHERE id = :id "
     "AND (last_used_at IS NULL OR last_used_at < now() - make_interval(secs => :secs))"
 )
 
 
+def expired_words(expires_at: datetime, timezone: str | None) -> str:
+    """The 401's words for an expired token: when it expired, in its owner's time zone."""
+    when = format_localtime(expires_at, zone(timezone))
+    return f"This API token expired on {when}. Create a new one on your account page (/account#tokens)."
+
+
 async def token_holder(engine: AsyncEngine, token: str) -> CurrentUser | str | None:
-    """The active user owning the live (not revoked, not expired) API token ``token``;
-    :data:`DISABLED_ACCOUNT` when the token is live but its account disabled; ``None`` otherwise.
+    """The active user owning the live (not revoked, not expired) API token ``token``; the words of the
+    401 when the token exists but was revoked (:data:`REVOKED`), has expired (:func:`expired_words`) or
+    its account is disabled (:data:`DISABLED_ACCOUNT`); ``None`` for a token that does not exist.
 
     One indexed lookup (``api_tokens.token_hash`` is unique), in autocommit on the asyncpg connection
     (:func:`app.db.read_rows`: one round trip instead of ``BEGIN``, the lookup and ``ROLLBACK``, on every
@@ -346,6 +361,10 @@ async def token_holder(engine: AsyncEngine, token: str) -> CurrentUser | str | N
     if not rows:
         return None
     row = rows[0]
+    if row["revoked"]:
+        return REVOKED
+    if row["expired"]:
+        return expired_words(row["expires_at"], row["timezone"])
     if not row["is_active"]:
         return DISABLED_ACCOUNT
     now = datetime.now(UTC)
@@ -532,11 +551,9 @@ async def requires_user(connection: ASGIConnection[Any, Any, Any, Any], _: BaseR
     """
     if connection.scope.get("user") is None:
         if connection.scope["path"].startswith(API_PREFIX):
-            if connection.scope.get("state", {}).get("token_refusal") == DISABLED_ACCOUNT:
-                raise LoginRequired(
-                    "This API token's account is disabled: its tokens work again once an administrator "
-                    "enables the account."
-                )
+            refusal = connection.scope.get("state", {}).get("token_refusal")
+            if refusal:  # a token that exists, refused: why (revoked, expired, account disabled)
+                raise LoginRequired(refusal)
             raise LoginRequired(
                 "Missing or invalid API token: send the header 'Authorization: Bearer <token>' "
                 "(create one on your account page, /account#tokens)."

@@ -7,7 +7,8 @@ attempt under the same address rules as ``http.request`` jobs (:class:`AddressPo
 private address is refused unless ``HTTP_REQUEST_ALLOWED_HOSTS`` allows it, and the address is resolved
 once and pinned for the connection; at Jobdesk's own address only its JSON API (``/api/…``) may be
 called, never a page or form. A 2xx answer delivers it; a 5xx, 408, 429, a timeout or no connection
-is tried again after ``CALLBACK_RETRY_INTERVALS``; a refused address or another 4xx is given up at once.
+is tried again after ``CALLBACK_RETRY_INTERVALS`` (at least as long as a 429 or 503 answer's
+``Retry-After`` asks, up to the longest interval); a refused address or another 4xx is given up at once.
 
 Delivery runs in each worker's sweep task (:class:`CallbackSender`), off the job path: due rows are
 claimed with ``FOR UPDATE SKIP LOCKED`` and leased by pushing ``next_at`` ahead, and no transaction is
@@ -30,6 +31,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.errors import BadInput
+from app.jobs.backoff import RETRY_AFTER_STATUSES, at_least, retry_after_secs
 from app.jobs.error_text import error_text_for
 from app.jobs.payload import cap_text, json_text, text_problem
 from app.processors import PermanentError
@@ -134,10 +136,13 @@ GIVE_UP = text("UPDATE job_callbacks SET given_up_at = now(), last_error = :erro
 
 @dataclass
 class Attempt:
+    """One delivery's outcome; ``retry_after``: seconds a 429 or 503 answer's ``Retry-After`` asked for."""
+
     job_id: uuid.UUID
     ok: bool
     retry: bool
     error: str | None = None
+    retry_after: float | None = None
 
 
 async def send_loop(sender: CallbackSender, idle_secs: float = 1.0) -> None:
@@ -221,6 +226,11 @@ class CallbackSender:
                 client.stream("POST", claimed["url"], content=body, headers=headers) as resp,
             ):
                 status = resp.status_code
+                wait = (
+                    retry_after_secs(resp.headers.get("retry-after"))
+                    if status in RETRY_AFTER_STATUSES
+                    else None
+                )
         except PermanentError as exc:
             return Attempt(job_id, ok=False, retry=False, error=str(exc))
         except TimeoutError:  # before OSError, of which it is a kind
@@ -232,7 +242,7 @@ class CallbackSender:
         if 200 <= status < 300:
             return Attempt(job_id, ok=True, retry=False)
         retry = status >= 500 or status in (408, 425, 429)
-        return Attempt(job_id, ok=False, retry=retry, error=f"answered {status}")
+        return Attempt(job_id, ok=False, retry=retry, error=f"answered {status}", retry_after=wait)
 
     async def _record(self, conn: AsyncConnection, a: Attempt, attempts: int) -> None:
         if a.ok:
@@ -241,7 +251,9 @@ class CallbackSender:
         intervals = self.settings.callback_retry_intervals
         error = cap_text(a.error, 2000)
         if a.retry and attempts <= len(intervals):
-            await conn.execute(RETRY, {"job_id": a.job_id, "delay": intervals[attempts - 1], "error": error})
+            # a receiver's Retry-After is waited out, up to the longest interval
+            delay = at_least(intervals[attempts - 1], a.retry_after, max(intervals))
+            await conn.execute(RETRY, {"job_id": a.job_id, "delay": delay, "error": error})
             self.log.info("callback failed; will retry", job_id=str(a.job_id), error=a.error)
         else:
             await conn.execute(GIVE_UP, {"job_id": a.job_id, "error": error})

@@ -245,7 +245,8 @@ async def update_schedule(
 
     Raises:
         NotFound: unknown id. BadInput: invalid cron, time zone or input, each naming its field.
-        Conflict: a change of a code schedule's cron expression, time zone or input.
+        Conflict: a change of a code schedule's cron expression, time zone or input; enabling a
+        schedule whose owner's account is disabled (:func:`check_may_enable`).
     """
     conn = await queue.conn_of(db)
     before = await get_schedule(conn, schedule_id)
@@ -260,6 +261,8 @@ async def update_schedule(
         cron, timezone, before["job_type"], before["template"], input_data, settings
     )
     await _check_files(conn, before["job_type"], before["template"], values, before["user_id"])
+    if enabled and not before["enabled"]:
+        await check_may_enable(conn, before)
     stored = json_text(values)
     if (cron, timezone, enabled) == (before["cron"], before["timezone"], before["enabled"]) and json.loads(
         stored
@@ -292,6 +295,26 @@ async def update_schedule(
     return before, after
 
 
+OWNER_STATE = text("SELECT email, is_active FROM users WHERE id = :id")
+
+
+async def check_may_enable(conn: AsyncConnection, row: RowMapping) -> None:
+    """Refuse to enable (or resume) a schedule whose owner's account is disabled: the next firing would
+    disable it again (:func:`owner_refusal`), so enabling it would only seem to work. The one rule for
+    the console's buttons and form and the API.
+
+    Raises:
+        Conflict: (``extra["field"]`` is ``enabled``) the owner's account is disabled, naming it.
+    """
+    owner = (await conn.execute(OWNER_STATE, {"id": row["user_id"]})).mappings().first()
+    if owner is not None and not owner["is_active"]:
+        raise Conflict(
+            f"The schedule {row['name']!r} cannot be enabled: its owner's account ({owner['email']}) is "
+            "disabled, and the schedule cannot run until that account is enabled again.",
+            extra={"field": "enabled"},
+        )
+
+
 async def set_schedule_enabled(
     db: AsyncConnection | AsyncSession, schedule_id: Any, enabled: bool
 ) -> RowMapping:
@@ -299,12 +322,15 @@ async def set_schedule_enabled(
     returned as it is, unwritten.
 
     Raises:
-        NotFound: unknown id.
+        NotFound: unknown id. Conflict: enabling a schedule whose owner's account is disabled
+        (:func:`check_may_enable`).
     """
     conn = await queue.conn_of(db)
     row = await get_schedule(conn, schedule_id)
     if row["enabled"] == enabled:
         return row  # already so: no write (an enabled schedule keeps its next run)
+    if enabled:
+        await check_may_enable(conn, row)
     nxt = next_fire(row["cron"], row["timezone"], await db_now(conn)) if enabled else None
     updated = (
         (

@@ -4,7 +4,8 @@ fields, and turn each row into an ``input_data`` dict.
 * **Reading** (:func:`read`): a CSV (UTF-8 with or without a byte-order mark, else Windows-1252;
   comma, semicolon or tab separated, as Excel writes it in different countries) or the first sheet of
   an XLSX workbook, opened with openpyxl in read-only mode so a large file is streamed, not loaded.
-  The first non-empty row is the header; empty rows are skipped; at most :data:`MAX_ROWS` data rows —
+  The first row is the header (an empty first row is refused: the row below it would be taken for the
+  column names without a word); empty rows below it are skipped; at most :data:`MAX_ROWS` data rows —
   one more and reading stops with a clear error, so a huge file costs no more than that.
 * **Bounds** (the upload limit, ``max_bytes``): a workbook is a zip archive, and a small one can unpack
   to gigabytes (openpyxl loads every shared string, however long, before the first row is read). So its
@@ -128,7 +129,7 @@ def read(data: bytes, name: str, *, max_rows: int = MAX_ROWS, max_bytes: int = D
     rows = _xlsx_rows(data, max_bytes) if is_xlsx(data, name) else _csv_rows(data)
     sheet: Sheet | None = None
     text = empty = 0
-    empty_on_top = False  # an empty row before the row read as the header
+    empty_on_top = False  # an empty row before the first row with anything in it
     for number, cells in rows:
         if cells.count(None) + cells.count("") == len(cells):
             cleaned = []  # told cheaply: a workbook's row numbers can skip a million rows, each read empty
@@ -152,6 +153,8 @@ def read(data: bytes, name: str, *, max_rows: int = MAX_ROWS, max_bytes: int = D
         if text > max_bytes:
             raise too_much_text(max_bytes)
         if sheet is None:
+            if empty_on_top:
+                raise _no_header(number)
             if len(cleaned) > MAX_COLUMNS:
                 raise BadInput.field("file", f"This spreadsheet has more than {MAX_COLUMNS} columns.")
             sheet = Sheet(name=name, columns=_headers(cleaned))
@@ -161,16 +164,20 @@ def read(data: bytes, name: str, *, max_rows: int = MAX_ROWS, max_bytes: int = D
         sheet.rows.append((number, cleaned[: len(sheet.columns)]))
     if sheet is None:
         raise BadInput.field("file", "This spreadsheet is empty: the first row should name the columns.")
-    if not sheet.rows and empty_on_top:
-        # ",,,\n1,2,3": the empty first row was passed over and the only row left was read as the names
-        raise BadInput.field(
-            "file",
-            "The first row of this spreadsheet is empty. Put the column names in the first row and the "
-            "rows to run below it.",
-        )
     if not sheet.rows:
         raise BadInput.field("file", "This spreadsheet has a header row but no rows below it.")
     return sheet
+
+
+def _no_header(first: int) -> BadInput:
+    """The refusal of a sheet whose first row is empty and whose first row with anything in it is
+    ``first``: that row would be taken for the column names, and a data row read so loses its row."""
+    return BadInput.field(
+        "file",
+        "The first row of this spreadsheet is empty, but it must hold the column names "
+        f"(the first row with anything in it is row {first}). Delete the empty rows above it, or put the "
+        "column names in the first row and the rows to run below it.",
+    )
 
 
 def _clean(value: Any) -> Any:

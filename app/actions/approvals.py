@@ -22,7 +22,7 @@ from app.actions import jobs as job_actions
 from app.actions.jobs import ActionOutcome
 from app.actions.trail import Actor
 from app.errors import BadInput, Forbidden, NotFound
-from app.jobs import approvals, decisions
+from app.jobs import approvals, decisions, queue
 from app.jobs.approvals import link, link_problem, link_token
 
 __all__ = [
@@ -184,17 +184,18 @@ async def step_for(db: AsyncSession, user: Any, job_id: Any) -> dict[str, Any]:
     """One step as its approver's page shows it, with the decisions so far.
 
     Raises:
-        NotFound: unknown id. Forbidden: ``user`` may not decide it and cannot otherwise see it (neither
-        its owner nor an admin).
+        NotFound: unknown id, or a step ``user`` may not decide and may not otherwise see (neither its
+        owner nor an admin): one answer for both, so that ids cannot be probed.
     """
     jid = job_actions.parse_id(job_id)
     row = (await db.execute(ONE, {"id": jid, "limit": 1})).mappings().first()
     if row is None:
         raise NotFound(f"No job with id {jid}.")
+    # a stranger gets the unknown id's answer; one who may see the job sees why they may not decide
+    if isinstance(queue.decision_refusal(row, approvals.rule_from(row), user), NotFound):
+        raise NotFound(f"No job with id {jid}.")
     decided = set((await db.execute(MY_DECISIONS, {"uid": user.id, "ids": [jid]})).scalars())
     step = _shaped(user, dict(row), decided)
-    if step["refusal"] is not None and not user.is_admin and row["user_id"] != user.id:
-        raise Forbidden(step["refusal"])
     step["decisions"] = await decisions.decisions_of(db, jid)
     step["described"] = await approvals.described(await db.connection(), jid)
     return step

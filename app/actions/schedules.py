@@ -11,7 +11,8 @@ A schedule's jobs belong to its owner, so the owner must be allowed to start its
 checks the owner again at each firing (:func:`app.schedules.owner_refusal`).
 
 Errors: :class:`~app.errors.Forbidden` (403), :class:`~app.errors.NotFound` (an unknown schedule, 404),
-:class:`~app.errors.Conflict` (deleting a schedule defined in code, 409), :class:`~app.errors.BadInput`
+:class:`~app.errors.Conflict` (409: deleting a schedule defined in code; enabling one whose owner's
+account is disabled, which the next firing would disable again), :class:`~app.errors.BadInput`
 (422, naming the field: ``cron``, ``timezone``, ``type``, ``template``, ``input_data…``, ``name``,
 ``owner``; ``type`` or ``template`` also for a target the owner may not start), :class:`~app.errors.TooLarge` (the input is over ``JOB_MAX_INPUT_BYTES``, 413).
 """
@@ -182,7 +183,12 @@ async def set_enabled(
 ) -> RowMapping:
     """Enable (the next run is computed from now; missed runs are not back-filled) or disable a schedule.
     Returns the updated row. One already so is returned as it was (its ``updated_at`` too), with no
-    write and no audit entry: :func:`unchanged` tells."""
+    write and no audit entry: :func:`unchanged` tells.
+
+    Raises:
+        NotFound: unknown id. Conflict: enabling a schedule whose owner's account is disabled
+        (:func:`app.schedules.check_may_enable`).
+    """
     require_admin(actor, "enable or disable schedules")
     async with db.begin_nested():
         before = await schedules.get_schedule(db, schedule_id)
@@ -219,6 +225,8 @@ async def update_schedule(
 
     Raises:
         NotFound: unknown id. BadInput: each bad field named (cron, timezone, input fields).
+        Conflict: enabling a schedule whose owner's account is disabled; changing a code schedule's
+        definition.
     """
     require_admin(actor, "edit schedules")
     errors: dict[str, str] = {}

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import random
-import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from app.alerts.channels import Channel
 from app.alerts.messages import one_line
+from app.jobs.backoff import retry_after_secs
 
 if TYPE_CHECKING:
     import httpx
@@ -47,16 +45,7 @@ class Attempt:
 
 
 def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    seconds: float | None = None
-    if value:
-        value = value.strip()
-        if re.fullmatch(r"\d+(\.\d+)?", value):
-            seconds = float(value)
-        else:
-            with contextlib.suppress(TypeError, ValueError, IndexError, OverflowError):
-                when = email.utils.parsedate_to_datetime(value)
-                seconds = (when - datetime.now(UTC)).total_seconds()
+    seconds = retry_after_secs(response.headers.get("retry-after"))
     if seconds is None:  # Telegram says it in the body; any other body (or none) is no answer
         with contextlib.suppress(ValueError, LookupError, AttributeError, TypeError):
             seconds = float(response.json()["parameters"]["retry_after"])

@@ -5,14 +5,22 @@ type may override it (intervals, or an exponential base and cap). ``base * 2**at
 never raise, never go negative and never pass the cap, for any attempt count (other queues have shipped
 overflow bugs here, e.g. river#1022) — so the exponent is bounded before it is computed, jitter is
 applied first, and the clamp to ``[0, cap]`` comes last.
+
+A server that answers 429 or 503 with ``Retry-After`` (seconds, or an HTTP date) says when it will take
+the request again: the next attempt waits at least that long (:func:`retry_after_secs`,
+:func:`at_least`), still never past the policy's cap — for ``http.request`` jobs (through
+:func:`retry_delay`) and callback deliveries alike.
 """
 
 from __future__ import annotations
 
+import email.utils
 import math
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 MAX_DELAY_SECS = 30 * 24 * 3600.0
 """No policy may wait longer than 30 days; keeps ``now() + delay`` far from timestamp limits."""
@@ -60,8 +68,45 @@ def _fraction(value: float) -> float:
     return min(max(value, 0.0), 1.0) if math.isfinite(value) else 0.0
 
 
-def retry_delay(policy: RetryPolicy, attempt: int, rand: Callable[[], float] = random.random) -> float:
-    """Seconds to wait after failed attempt ``attempt`` (1 = the first run failed).
+RETRY_AFTER_STATUSES = frozenset({429, 503})
+"""The answers whose ``Retry-After`` says when to try again (RFC 9110 §10.2.3)."""
+_SECONDS = re.compile(r"\d{1,12}(\.\d{1,6})?")  # whole seconds, as RFC 9110 writes them; a fraction too
+
+
+def retry_after_secs(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds a ``Retry-After`` header value asks to wait: a number of seconds, or an HTTP date (a moment
+    already past is 0); ``None`` when there is none or it cannot be read. Never raises."""
+    value = (value or "").strip()
+    if not value:
+        return None
+    if _SECONDS.fullmatch(value):
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000": a time in UTC
+        when = when.replace(tzinfo=UTC)
+    return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
+
+
+def at_least(delay: float, wanted: float | None, cap: float) -> float:
+    """``delay``, raised to ``wanted`` (what a server's ``Retry-After`` asked for) but never past ``cap``;
+    a ``delay`` already longer stays as it is."""
+    if wanted is None or not math.isfinite(wanted):
+        return delay
+    return max(delay, min(wanted, cap))
+
+
+def retry_delay(
+    policy: RetryPolicy,
+    attempt: int,
+    rand: Callable[[], float] = random.random,
+    *,
+    retry_after: float | None = None,
+) -> float:
+    """Seconds to wait after failed attempt ``attempt`` (1 = the first run failed); at least
+    ``retry_after`` (a server's ``Retry-After``) when given, within the cap.
 
     Always returns a finite float in ``[0, policy.effective_cap]``, for any integer ``attempt`` (0,
     negative and 10**6 included) — never raises.
@@ -87,4 +132,4 @@ def retry_delay(policy: RetryPolicy, attempt: int, rand: Callable[[], float] = r
     jittered = raw * (1 + jitter * (2 * rand() - 1)) if jitter else raw
     if not math.isfinite(jittered):
         jittered = cap
-    return min(max(jittered, 0.0), cap)
+    return at_least(min(max(jittered, 0.0), cap), retry_after, cap)

@@ -135,7 +135,13 @@ class Result:
 
 class RetryableError(Exception):
     """A failed attempt worth retrying whose message is written for people (a service is down, a
-    timeout): stored as the message alone, without the exception's class name or a traceback."""
+    timeout): stored as the message alone, without the exception's class name or a traceback.
+    ``retry_after``: seconds the service asked to wait (its ``Retry-After``); the next attempt waits at
+    least that long, within the job type's longest retry delay (:func:`app.jobs.backoff.retry_delay`)."""
+
+    def __init__(self, *args: object, retry_after: float | None = None) -> None:
+        super().__init__(*args)
+        self.retry_after = retry_after
 
 
 class JobCancelled(Exception):

@@ -37,6 +37,8 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from app.formatting import format_duration
+from app.jobs.backoff import RETRY_AFTER_STATUSES, retry_after_secs
 from app.processors import Input, JobContext, LongText, PermanentError, RetryableError, processor
 from app.processors.addresses import AddressPolicy, Resolver
 from app.processors.inputs import invalid
@@ -171,7 +173,8 @@ class HttpRequestInput(Input):
 
 
 class TemporaryHttpError(RetryableError):
-    """A failed attempt worth retrying: 5xx, 408/425/429, timeout, connection failure."""
+    """A failed attempt worth retrying: 5xx, 408/425/429, timeout, connection failure; with the
+    ``retry_after`` a 429 or 503 answer's ``Retry-After`` asked for."""
 
 
 # --- the processor -----------------------------------------------------------------------------------
@@ -371,12 +374,23 @@ async def http_request(ctx: JobContext[HttpRequestInput]) -> dict[str, Any]:
             f"method, headers and body. Answer: {_answer_words(answer, text)}"
         )
     if status >= 500 or status in RETRYABLE_4XX:
+        wait = _asked_to_wait(answer.response)
+        asked = f" It asked to wait {format_duration(wait)} before trying again." if wait else ""
         raise TemporaryHttpError(
-            f"{host} answered {said}; it will be tried again. Answer: {_answer_words(answer, text)}"
+            f"{host} answered {said}; it will be tried again.{asked} Answer: {_answer_words(answer, text)}",
+            retry_after=wait,
         )
     result = _result(inp, answer, text, elapsed_ms)
     await ctx.report_progress(1.0, f"{host} answered {said}")
     return result
+
+
+def _asked_to_wait(response: httpx.Response) -> float | None:
+    """Seconds a 429 or 503 answer's ``Retry-After`` asks to wait (the retry waits at least that long,
+    within the job type's longest retry delay), or ``None``."""
+    if response.status_code not in RETRY_AFTER_STATUSES:
+        return None
+    return retry_after_secs(response.headers.get("retry-after"))
 
 
 def _joined_headers(headers: httpx.Headers) -> dict[str, str]:

@@ -85,7 +85,8 @@ async def decide_from_form(
 
 
 class ApprovalsController(Controller):
-    """``/approvals``: anyone signed in; each step shows only to the people it names (403 otherwise)."""
+    """``/approvals``: anyone signed in; each step shows only to the people it names, its owner and admins
+    (404 otherwise, as for an unknown id)."""
 
     path = "/approvals"
     guards = [requires_user]

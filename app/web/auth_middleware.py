@@ -85,7 +85,7 @@ class AuthenticationMiddleware(ASGIMiddleware):
                 token = _bearer(scope)
                 if token:
                     holder = await token_holder(engine, token)
-                    if isinstance(holder, str):  # why a live token was refused, for the 401's words
+                    if isinstance(holder, str):  # why a token that exists was refused: the 401's words
                         state["token_refusal"] = holder
                     else:
                         scope["user"] = holder

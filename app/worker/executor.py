@@ -40,6 +40,7 @@ from app.processors import (
     PermanentError,
     ProcessorSpec,
     Result,
+    RetryableError,
     registry,
 )
 from app.settings import Settings
@@ -179,7 +180,8 @@ class Executor:
         except PermanentError as exc:
             return self._failure(job, spec, str(exc) or type(exc).__name__, permanent=True)
         except Exception as exc:
-            return self._failure(job, spec, describe(exc), permanent=False)
+            wait = exc.retry_after if isinstance(exc, RetryableError) else None
+            return self._failure(job, spec, describe(exc), permanent=False, retry_after=wait)
         finally:
             self._clear_scratch(job)
 
@@ -340,12 +342,18 @@ class Executor:
         return outcome
 
     def _failure(
-        self, job: RunningJob, spec: ProcessorSpec | None, error: str, *, permanent: bool
+        self,
+        job: RunningJob,
+        spec: ProcessorSpec | None,
+        error: str,
+        *,
+        permanent: bool,
+        retry_after: float | None = None,
     ) -> Outcome:
         row = job.row
         delay = 0.0
         if not permanent and row["attempts"] < row["max_attempts"]:
-            delay = retry_delay(self.policy(spec), row["attempts"])
+            delay = retry_delay(self.policy(spec), row["attempts"], retry_after=retry_after)
         if self.debug:
             job.log.debug(
                 "retry decision",
@@ -353,6 +361,7 @@ class Executor:
                 attempts=row["attempts"],
                 max_attempts=row["max_attempts"],
                 delay_secs=round(delay, 3),
+                retry_after_secs=retry_after,
             )
         return Outcome(row["id"], "failed", error=cap_text(error), permanent=permanent, delay=delay)
 

@@ -323,7 +323,7 @@ async def test_bad_or_missing_token_is_401_json(client: AsyncTestClient, header:
     assert "token" in r.json()["detail"]
 
 
-async def test_revoked_token_and_disabled_owner_are_refused(
+async def test_revoked_and_expired_tokens_and_a_disabled_owner_are_refused_each_in_its_words(
     client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
 ) -> None:
     user = await add_user(db_url, "ann@example.com")
@@ -338,9 +338,22 @@ async def test_revoked_token_and_disabled_owner_are_refused(
         "This API token's account is disabled: its tokens work again once an administrator enables the account."
     )
     await pg.execute("UPDATE users SET is_active = true")
+    # expired and revoked each say so (the holder has the secret: nothing is revealed), in the owner's zone
+    await pg.execute("UPDATE users SET timezone = 'Europe/Berlin'")
+    await pg.execute("UPDATE api_tokens SET expires_at = '2026-03-01 09:30+00'")
+    expired = await client.get("/api/me", headers=auth)
+    assert expired.status_code == 401 and expired.headers["www-authenticate"] == "Bearer"
+    assert expired.json()["detail"] == (
+        "This API token expired on 1 Mar 2026, 10:30 CET. Create a new one on your account page (/account#tokens)."
+    )
     await pg.execute("UPDATE api_tokens SET revoked_at = now()")
     revoked = await client.get("/api/me", headers=auth)
-    assert revoked.status_code == 401 and "create one on your account page" in revoked.json()["detail"]
+    assert revoked.status_code == 401 and revoked.json()["detail"] == (
+        "This API token was revoked. Create a new one on your account page (/account#tokens)."
+    )
+    # a token that does not exist keeps the generic answer
+    unknown = await client.get("/api/me", headers={"Authorization": f"Bearer {token[:-4]}AAAA"})
+    assert unknown.status_code == 401 and "Missing or invalid API token" in unknown.json()["detail"]
 
 
 async def test_api_post_needs_no_csrf_token_but_a_bearer(make_settings: Any, db_url: str) -> None:

@@ -25,6 +25,7 @@ from app.jobs.queue.common import (
     conn_of,
     lock_job,
     lock_pipelines,
+    may_see,
     notify_jobs,
     parse_job_id,
     sql,
@@ -83,6 +84,21 @@ async def _decision_conflict(conn: AsyncConnection, row: JobRow, action: str) ->
     )
 
 
+def decision_refusal(
+    row: Any, rule: approvals.Rule | None, principal: Principal
+) -> NotFound | Forbidden | None:
+    """Why ``principal`` may not decide the step ``row`` (with its ``id`` and ``user_id``) under ``rule``,
+    as the error to raise, or ``None`` when they may. Someone the step does not name and who may not see
+    the job (:func:`~app.jobs.queue.common.may_see`) gets the answer an unknown id gets, so that the ids of
+    other people's steps cannot be probed; someone who may see it is told why they may not decide."""
+    why = approvals.refusal(rule, user_id=principal.id, is_admin=principal.is_admin, owner_id=row["user_id"])
+    if why is None:
+        return None
+    if not may_see(row, principal):
+        return NotFound(f"No job with id {row['id']}.")
+    return Forbidden(why)
+
+
 async def _decide(
     conn: AsyncConnection, job_id: Any, principal: Principal, action: str
 ) -> tuple[JobRow, approvals.Rule | None]:
@@ -93,11 +109,9 @@ async def _decide(
         raise NotFound(f"No job with id {jid}.")
     row = job_row(found)
     rule = await approvals.rule_of(conn, row["id"])
-    why = approvals.refusal(rule, user_id=principal.id, is_admin=principal.is_admin, owner_id=row["user_id"])
-    if why is not None:
-        if rule is None and not principal.is_admin and row["user_id"] != principal.id:
-            raise NotFound(f"No job with id {jid}.")  # a job nobody named them for: ids are not probed
-        raise Forbidden(why)
+    refused = decision_refusal(row, rule, principal)
+    if refused is not None:
+        raise refused
     if row["status"] != Status.WAITING_APPROVAL:
         raise await _decision_conflict(conn, row, action)
     await lock_pipelines(conn, [row["pipeline_id"]])
@@ -139,8 +153,10 @@ async def approve(
     before that the approval is recorded and the step keeps waiting.
 
     Raises:
-        NotFound: unknown id (or, for a step without named approvers, not visible).
-        Forbidden: not one of the step's approvers (:func:`app.jobs.approvals.refusal`).
+        NotFound: unknown id, or a step that neither names ``principal`` nor is theirs to see
+            (:func:`decision_refusal`: the same answer).
+        Forbidden: one who may see the job but is not one of the step's approvers
+            (:func:`app.jobs.approvals.refusal`).
         Conflict: not ``waiting_approval`` (names the earlier decision and who made it), or this
             person has already approved it.
         BadInput: a comment too long or not storable.

@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import auth, pipelines, schedules, users
 from app import cron as cron_times
 from app.actions import schedules as schedule_actions
-from app.errors import BadInput, TooLarge
+from app.errors import BadInput, Conflict, TooLarge
 from app.formatting import format_localtime, zone
 from app.processors import registry
 from app.web import DbSession, flash, forms, render
@@ -194,6 +194,11 @@ async def submit(
     except (BadInput, TooLarge) as exc:
         for name, message in action_errors(exc, fields).items():
             errors.setdefault(name, message)
+    except Conflict as exc:
+        # enabling a schedule whose owner's account is disabled: said beside the Enabled box
+        if exc.extra.get("field") != "enabled":
+            raise
+        errors[ENABLED] = exc.detail
     if errors and parsed.new_files:
         await db.commit()  # the form shown again keeps the uploads; the action's change was rolled back
     return (None if errors else row), parsed.values, errors
@@ -391,7 +396,9 @@ class ScheduleFormController(Controller):
             ctx = await form_context(
                 request, target=tgt, typed=typed, values=values, errors=errors, schedule=row
             )
-            return render(request, "admin/schedule_form.html", ctx, status_code=422)
+            # the form was right, but the schedule cannot be enabled now (its owner's account): 409
+            refused = list(errors) == [ENABLED] and errors[ENABLED] != NOT_A_CHECKBOX
+            return render(request, "admin/schedule_form.html", ctx, status_code=409 if refused else 422)
         if schedule_actions.unchanged(row, saved):
             return flash.redirect(
                 request, "/admin/schedules", f"Schedule {saved['name']!r}: nothing changed."

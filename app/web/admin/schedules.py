@@ -4,7 +4,8 @@
   next and last runs, and the picker of a job type or template for a new one (the create and edit forms
   are :mod:`app.web.admin.schedule_form`);
 * ``POST /admin/schedules/{id}/{enable,disable,delete}`` — a schedule defined in code cannot be deleted
-  while it is enabled or the code declares it (409: disable it instead, or remove it from the code).
+  while it is enabled or the code declares it (409: disable it instead, or remove it from the code); one
+  whose owner's account is disabled cannot be enabled (409).
 
 The changes themselves, their audit entries and admin notices are :mod:`app.actions.schedules`.
 
@@ -40,6 +41,13 @@ async def schedules_context(db: AsyncSession) -> dict[str, Any]:
     }
 
 
+async def refused(db: AsyncSession, request: Request[Any, Any, Any], exc: Conflict) -> Template:
+    """The list again, 409, saying why nothing changed."""
+    ctx = await schedules_context(db)
+    ctx.update(notice="Nothing changed: " + exc.detail, notice_ok=False)
+    return render(request, "admin/schedules.html", ctx, status_code=409)
+
+
 class SchedulesController(Controller):
     """``/admin/schedules`` (see the module docstring); admins only."""
 
@@ -64,13 +72,17 @@ class SchedulesController(Controller):
     )
     async def enable_schedule(
         self, request: Request[Any, Any, Any], db_session: DbSession, schedule_id: FromPath[str]
-    ) -> Redirect:
-        """Enable (next run computed from now, no back-fill) or disable a schedule."""
+    ) -> Template | Redirect:
+        """Enable (next run computed from now, no back-fill) or disable a schedule; enabling one whose
+        owner's account is disabled answers 409 with the reason on the list."""
         enabled = request.url.path.rstrip("/").endswith("/enable")
         before = await controls.get_schedule(db_session, schedule_id)
-        row = await schedule_actions.set_enabled(
-            db_session, request.user, schedule_id, enabled, ip=client_ip(request)
-        )
+        try:
+            row = await schedule_actions.set_enabled(
+                db_session, request.user, schedule_id, enabled, ip=client_ip(request)
+            )
+        except Conflict as exc:
+            return await refused(db_session, request, exc)
         state = "enabled" if enabled else "disabled"
         if schedule_actions.unchanged(before, row):
             return flash.redirect(
@@ -88,7 +100,5 @@ class SchedulesController(Controller):
                 db_session, request.user, schedule_id, ip=client_ip(request)
             )
         except Conflict as exc:
-            ctx = await schedules_context(db_session)
-            ctx.update(notice="Nothing changed: " + exc.detail, notice_ok=False)
-            return render(request, "admin/schedules.html", ctx, status_code=409)
+            return await refused(db_session, request, exc)
         return flash.redirect(request, "/admin/schedules", f"Schedule {row['name']!r} deleted.")

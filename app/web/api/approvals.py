@@ -77,7 +77,8 @@ class ApprovalsApiController(Controller):
         data: JSONBody[DecisionBody | None] = None,
     ) -> Response[dict[str, Any]]:
         """Approve (``comment`` optional) or reject (``comment`` or ``reason``: the reason, required). 403 for someone
-        the step does not name; 409 once it was decided, or when you have already approved it."""
+        the step does not name who may see the job (its owner, an admin); 404 for anyone else, as for an
+        unknown id; 409 once it was decided, or when you have already approved it."""
         decision = request.url.path.rstrip("/").rsplit("/", 1)[1]
         comment, sent_as = (
             rejection_reason(data.reason, data.comment, "comment") if data else (None, "comment")

@@ -98,7 +98,7 @@ class SchedulesApiController(Controller):
     @patch(
         "/schedules/{schedule_id:str}",
         name="api.schedules.update",
-        responses=errors(401, 403, 404, 413, 422),
+        responses=errors(401, 403, 404, 409, 413, 422),
         status_code=200,
     )
     async def update_schedule(
@@ -109,13 +109,14 @@ class SchedulesApiController(Controller):
         data: JSONBody[ScheduleChange],
     ) -> dict[str, Any]:
         """Change cron, time zone, input or enabled (the next run is computed from now); the same action
-        as the console's edit form, audited as ``schedule.update``. 422 naming every bad field."""
+        as the console's edit form, audited as ``schedule.update``. 422 naming every bad field; 409 for
+        enabling a schedule whose owner's account is disabled."""
         return await _change(request, db_session, schedule_id, data)
 
     @put(
         "/schedules/{schedule_id:str}",
         name="api.schedules.replace",
-        responses=errors(401, 403, 404, 413, 422),
+        responses=errors(401, 403, 404, 409, 413, 422),
         status_code=200,
     )
     async def replace_schedule(

@@ -1,0 +1,80 @@
+"""A schedule whose owner's account is disabled cannot be enabled: the next firing would disable it
+again. The console's Enable button, its edit form and the API each answer 409 saying why, and nothing
+changes; disabling it stays possible."""
+
+from __future__ import annotations
+
+import html
+
+import asyncpg
+from litestar.testing import AsyncTestClient
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+import tests.support.forms  # noqa: F401  (registers test.form)
+from app.actions import schedules as schedule_actions
+from app.auth import CurrentUser
+from app.settings import Settings
+from tests.admin.test_admin import post
+from tests.support.webkit import add_token, add_user
+
+WHY = "owner's account (ann@example.com) is disabled"
+
+
+async def _disabled_owners_schedule(
+    engine: AsyncEngine, admin: CurrentUser, settings: Settings, pg: asyncpg.Connection
+) -> str:
+    async with engine.begin() as conn:
+        row = await schedule_actions.create_schedule(
+            conn,
+            admin,
+            cron="0 9 * * *",
+            timezone="UTC",
+            job_type="test.form",
+            input_data={"name": "Ann"},
+            name="Ann's hello",
+            owner_email="ann@example.com",
+            enabled=False,
+            settings=settings,
+        )
+    await pg.execute("UPDATE users SET is_active = false WHERE email = 'ann@example.com'")
+    return str(row["id"])
+
+
+async def test_enabling_a_schedule_of_a_disabled_owner_is_refused_on_the_page_and_the_api(
+    client: AsyncTestClient,
+    admin: CurrentUser,
+    db_url: str,
+    engine: AsyncEngine,
+    ui_settings: Settings,
+    pg: asyncpg.Connection,
+) -> None:
+    await add_user(db_url, "ann@example.com")
+    sid = await _disabled_owners_schedule(engine, admin, ui_settings, pg)
+    api = {"Authorization": f"Bearer {await add_token(db_url, admin.id)}"}
+
+    r = await client.post(f"/api/schedules/{sid}/enable", headers=api)
+    assert r.status_code == 409 and WHY in r.json()["detail"], r.text
+    r = await client.patch(f"/api/schedules/{sid}", json={"enabled": True}, headers=api)
+    assert r.status_code == 409 and WHY in r.json()["detail"], r.text
+
+    r = await post(client, f"/admin/schedules/{sid}/enable")
+    assert r.status_code == 409 and WHY in html.unescape(r.text), r.text[-800:]
+    form = {"_cron": "0 9 * * *", "_timezone": "UTC", "name": "Ann", "_enabled": "on"}
+    r = await post(client, f"/admin/schedules/{sid}/edit", form)
+    assert r.status_code == 409 and 'id="e-_enabled"' in r.text and WHY in html.unescape(r.text), r.text[
+        -800:
+    ]
+
+    row = await pg.fetchrow("SELECT enabled, next_fire_at FROM schedules WHERE id = $1::uuid", sid)
+    assert (row["enabled"], row["next_fire_at"]) == (False, None)
+    assert (
+        await pg.fetchval(
+            "SELECT count(*) FROM audit_log WHERE action LIKE 'schedule.%' AND action <> 'schedule.create'"
+        )
+        == 0
+    )
+
+    # once the account is enabled again, so is the schedule
+    await pg.execute("UPDATE users SET is_active = true WHERE email = 'ann@example.com'")
+    r = await client.post(f"/api/schedules/{sid}/enable", headers=api)
+    assert r.status_code == 200 and r.json()["enabled"] is True, r.text
