@@ -30,6 +30,7 @@ from app.errors import BadInput, KeyReused, NotFound, TooLarge
 from app.jobs import queue
 from app.jobs.payload import check_input, json_text, storable_text
 from app.jobs.queue import NewJob, new_id
+from app.jobs.queue.many_jobs import renamed
 from app.jobs.types import ProcessorSpec, file_refs
 from app.settings import Settings
 from app.spreadsheets import MAX_ROWS
@@ -144,11 +145,16 @@ def _check_row(spec: ProcessorSpec, row: Any, settings: Settings, path: str) -> 
         check_input(row, settings.job_max_input_bytes, field=path)
     except TooLarge as exc:
         raise BadInput.field(path, exc.detail) from None
-    return spec.validate_input(row, field_prefix=path)
+    data = spec.validate_input(row, field_prefix=path)
+    # The checks that need the settings (Jobdesk's own address, addresses jobs may not reach) run here
+    # with the schema's, so that their problems are named by row and column as every other row's are.
+    spec.check_settings(data, settings, field_prefix=path)
+    return data
 
 
 def check_rows(spec: ProcessorSpec, rows: Any, settings: Settings) -> list[dict[str, Any]]:
-    """Every row validated against the type's input schema; their normalised inputs (defaults filled in).
+    """Every row validated against the type's input schema and its checks that need the settings
+    (:meth:`~app.jobs.types.ProcessorSpec.check_settings`); their normalised inputs (defaults filled in).
 
     Raises:
         BadInput: ``rows`` empty, not a list or longer than :data:`MAX_ROWS`; otherwise one entry per
@@ -288,7 +294,12 @@ async def create(
         )
         for i, data in enumerate(inputs)
     ]
-    await queue.enqueue_many(conn, jobs, settings, actor=f"user:{user_id}", skip_schema=True)
+    try:
+        await queue.enqueue_many(conn, jobs, settings, actor=f"user:{user_id}", skip_schema=True)
+    except BadInput as exc:
+        # :func:`check_rows` ran the queue's input checks already; any other the queue makes is still
+        # named by the person's row (``rows[1].url``), never by the job's index in the insert.
+        raise renamed(exc, [f"rows[{i}]" for i in range(len(jobs))]) from None
     await conn.execute(SET_BATCH, {"batch_id": row["id"], "ids": ids})
     return row, True
 

@@ -128,6 +128,15 @@ async def test_every_bad_row_is_named_and_nothing_is_created(scene_of: Any) -> N
     assert await s.pg.fetchval("SELECT count(*) FROM jobs") == 0
     assert await s.pg.fetchval("SELECT count(*) FROM batches") == 0
 
+    # a check that needs the settings (Jobdesk's own pages) names its row too, not a job's index
+    own = s.settings.jobdesk_base_url
+    rows = [{"url": f"{own}/healthz"}, {"url": f"{own}/login"}]
+    r = await s.client.post("/api/batches", json={"type": "http.request", "rows": rows}, headers=s.ann)
+    assert r.status_code == 422, r.text
+    assert list(r.json()["errors"]) == ["rows[1].url"], r.text
+    assert "is Jobdesk itself" in r.json()["errors"]["rows[1].url"]
+    assert r.json()["detail"].startswith("rows[1].url: ")
+
     too_many = await s.client.post(
         "/api/batches", json={"type": "http.request", "rows": [{"url": "http://a/"}] * 10_001}, headers=s.ann
     )

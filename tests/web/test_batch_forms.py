@@ -126,14 +126,17 @@ async def test_upload_map_see_problems_by_row_and_column_then_start(
     token = csrf_from(page.text)
     key = re.search(r'name="_form_key" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
 
-    bad = b"Web address,Verb\nhttp://127.0.0.1:9/a,GET\nftp://nowhere/b,GET\nhttp://127.0.0.1:9/c,FETCH\n"
+    bad = (
+        b"Web address,Verb\nhttp://127.0.0.1:9/a,GET\nftp://nowhere/b,GET\nhttp://127.0.0.1:9/c,FETCH\n"
+        b"http://127.0.0.1:8000/login,GET\n"  # Jobdesk's own sign-in page: a check that needs the settings
+    )
     mapped = await client.post(
         "/batches/new/http.request",
         data={"_csrf_token": token, "_form_key": key},
         files=_post_file("a.csv", bad),
     )
     assert mapped.status_code == 200, mapped.text
-    assert "3 rows" in mapped.text
+    assert "4 rows" in mapped.text
     sheet_id = re.search(r'name="sheet_id" value="([^"]+)"', mapped.text).group(1)  # type: ignore[union-attr]
     # "Web address" matches no field by name or title: the person chooses it
     assert re.search(r'<option value=""\s+selected>', mapped.text)
@@ -144,7 +147,11 @@ async def test_upload_map_see_problems_by_row_and_column_then_start(
     problems = re.findall(
         r'<tr class="row-problem"><td>(\d+)</td><td>([^<]*)</td><td>([^<]*)</td>', refused.text
     )
-    assert problems == [("3", "Web address", "Address (URL)"), ("4", "Verb", "Method")]
+    assert problems == [
+        ("3", "Web address", "Address (URL)"),
+        ("4", "Verb", "Method"),
+        ("5", "Web address", "Address (URL)"),
+    ]
     assert "Nothing was started" in refused.text
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
 
