@@ -70,7 +70,7 @@ async def scene_of(make_settings: Any, pg: asyncpg.Connection) -> AsyncIterator[
 
 
 def url_rows(n: int) -> list[dict[str, Any]]:
-    return [{"url": f"http://127.0.0.1:9/item/{i}", "timeout": 5} for i in range(n)]
+    return [{"url": f"http://jobs.test:9/item/{i}", "timeout": 5} for i in range(n)]
 
 
 async def test_a_batch_is_created_whole_with_its_counts_and_jobs_in_row_order(scene_of: Any) -> None:
@@ -84,7 +84,7 @@ async def test_a_batch_is_created_whole_with_its_counts_and_jobs_in_row_order(sc
     assert body["status"] == "queued" and body["counts"]["queued"] == 3 and body["counts"]["failed"] == 0
     assert [j["row"] for j in body["jobs"]] == [1, 2, 3]
     stored = await s.pg.fetch("SELECT input_data->>'url' AS url, batch_id, title FROM jobs ORDER BY id")
-    assert [x["url"] for x in stored] == [f"http://127.0.0.1:9/item/{i}" for i in range(3)]
+    assert [x["url"] for x in stored] == [f"http://jobs.test:9/item/{i}" for i in range(3)]
     assert {str(x["batch_id"]) for x in stored} == {body["id"]}
     assert stored[2]["title"] == "Pings · row 3"
 
@@ -387,3 +387,36 @@ async def test_the_list_pages_by_keyset_as_the_other_lists_do(scene_of: Any) -> 
     for bad in ("limit=-1", "limit=0", "after=zzz"):
         r = await s.client.get(f"/api/batches?{bad}", headers=s.ann)
         assert r.status_code == 422, (bad, r.text)
+
+
+async def test_an_address_jobs_may_not_reach_is_refused_at_submission_unless_allowed(scene_of: Any) -> None:
+    """A literal address that is not public is refused by the row (and by a single job's field) with the
+    words the job would fail with when it runs; a host name is left to the run time (DNS may change);
+    an address ``HTTP_REQUEST_ALLOWED_HOSTS`` names goes in."""
+    s = await scene_of(http_request_allowed_hosts=["10.9.9.9"])
+    hosts = [
+        "10.0.0.1",
+        "127.0.0.2:9",
+        "169.254.169.254",
+        "0.0.0.0",
+        "[::1]",
+        "[::ffff:10.0.0.1]",
+        "[fe80::1]",
+    ]
+    rows = [{"url": f"http://{h}/x"} for h in hosts]
+    r = await s.client.post("/api/batches", json={"type": "http.request", "rows": rows}, headers=s.ann)
+    assert r.status_code == 422, r.text
+    errors = r.json()["errors"]
+    assert list(errors) == [f"rows[{i}].url" for i in range(len(hosts))], errors
+    assert errors["rows[0].url"].startswith("10.0.0.1 is a local or private address that jobs may not reach")
+    assert "HTTP_REQUEST_ALLOWED_HOSTS" in errors["rows[0].url"]
+    one = {"type": "http.request", "input_data": {"url": "http://192.168.1.1/"}}
+    r = await s.client.post("/api/jobs", json=one, headers=s.ann)
+    assert r.status_code == 422 and "input_data.url" in r.json()["errors"], r.text
+    fine = [
+        {"url": "http://10.9.9.9/x"},
+        {"url": "http://intranet.example/x"},
+        {"url": "http://93.184.216.34/"},
+    ]
+    r = await s.client.post("/api/batches", json={"type": "http.request", "rows": fine}, headers=s.ann)
+    assert r.status_code == 201, r.text

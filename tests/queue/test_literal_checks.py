@@ -55,6 +55,7 @@ async def test_every_check_a_plain_value_fails_the_same_value_as_literal_fails_t
     cases: list[tuple[str, str, Any]] = [
         ("http.request", "url", "ftp://example.com/x"),
         ("http.request", "url", f"{own}/login"),
+        ("http.request", "url", "http://10.0.0.1/x"),
         ("images.thumbnail", "image", theirs),
         ("images.thumbnail", "image", table),
     ]

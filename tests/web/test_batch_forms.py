@@ -127,7 +127,7 @@ async def test_upload_map_see_problems_by_row_and_column_then_start(
     key = re.search(r'name="_form_key" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
 
     bad = (
-        b"Web address,Verb\nhttp://127.0.0.1:9/a,GET\nftp://nowhere/b,GET\nhttp://127.0.0.1:9/c,FETCH\n"
+        b"Web address,Verb\nhttp://jobs.test:9/a,GET\nftp://nowhere/b,GET\nhttp://jobs.test:9/c,FETCH\n"
         b"http://127.0.0.1:8000/login,GET\n"  # Jobdesk's own sign-in page: a check that needs the settings
     )
     mapped = await client.post(
@@ -156,7 +156,7 @@ async def test_upload_map_see_problems_by_row_and_column_then_start(
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
 
     fixed = (
-        b"Web address,Verb\nhttp://127.0.0.1:9/a,GET\nhttp://127.0.0.1:9/b,GET\nhttp://127.0.0.1:9/c,POST\n"
+        b"Web address,Verb\nhttp://jobs.test:9/a,GET\nhttp://jobs.test:9/b,GET\nhttp://jobs.test:9/c,POST\n"
     )
     again = await client.post(
         "/batches/new/http.request",
@@ -361,7 +361,7 @@ async def test_a_repeat_of_a_form_key_in_flight_waits_for_the_first_and_finds_it
     nothing. (Their files are looked up under the same lock: test_form_uploads_once.)"""
     actor = Actor(owner, settings=settings)
     key = str(uuid.uuid4())
-    rows = [{"url": "http://127.0.0.1:9/a"}]
+    rows = [{"url": "http://jobs.test:9/a"}]
     async with AsyncSession(engine) as first, AsyncSession(engine) as repeat:
         batch, created = await batch_actions.submit(first, actor, "http.request", rows, form_key=key)
         assert created
