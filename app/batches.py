@@ -20,6 +20,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -58,10 +59,13 @@ BATCH_ROW = text(f"SELECT {BATCH_COLUMNS} FROM batches WHERE id = :id")
 # Sets the batch of jobs created a moment ago in this same transaction (no worker can see them yet).
 # Not a status change: the queue's enqueue knows nothing of batches, and this keeps it so.
 SET_BATCH = text("UPDATE jobs SET batch_id = :batch_id WHERE id = ANY(CAST(:ids AS uuid[]))")
-COUNTS = text("SELECT status, count(*) AS n FROM jobs WHERE batch_id = :id GROUP BY status")
+COUNTS = text(
+    "SELECT status, count(*) AS n, max(completed_at) AS last FROM jobs WHERE batch_id = :id GROUP BY status"
+)
 COUNTS_OF = text(
     """
-    SELECT batch_id, status, count(*) AS n FROM jobs WHERE batch_id = ANY(CAST(:ids AS uuid[]))
+    SELECT batch_id, status, count(*) AS n, max(completed_at) AS last FROM jobs
+    WHERE batch_id = ANY(CAST(:ids AS uuid[]))
     GROUP BY batch_id, status
     """
 )
@@ -99,6 +103,8 @@ class BatchView:
     counts: dict[str, int]
     status: str
     finished: bool
+    finished_at: datetime | None = None
+    """When its last row ended (completed, failed or was cancelled), once the batch is finished."""
 
     @property
     def id(self) -> uuid.UUID:
@@ -379,10 +385,15 @@ async def load(db: AsyncConnection | AsyncSession, batch_id: Any, principal: Any
 async def get(db: AsyncConnection | AsyncSession, batch_id: Any, principal: Any) -> BatchView:
     """The batch with its counts by status and derived status (owner or admin; else :class:`NotFound`)."""
     row = await load(db, batch_id, principal)
-    result = await (await queue.conn_of(db)).execute(COUNTS, {"id": row["id"]})
-    counts = {r["status"]: int(r["n"]) for r in result.mappings()}
+    result = (await (await queue.conn_of(db)).execute(COUNTS, {"id": row["id"]})).mappings().all()
+    counts = {r["status"]: int(r["n"]) for r in result}
+    return _view(row, counts, [r["last"] for r in result if r["last"] is not None])
+
+
+def _view(row: Mapping[Any, Any], counts: dict[str, int], ends: Sequence[datetime]) -> BatchView:
+    """The view of a batch from its jobs' counts by status and the latest end of each status's rows."""
     status, finished = derive_status(counts)
-    return BatchView(row, counts, status, finished)
+    return BatchView(row, counts, status, finished, max(ends) if finished and ends else None)
 
 
 async def jobs_of(db: AsyncConnection | AsyncSession, batch_id: uuid.UUID) -> list[RowMapping]:
@@ -414,10 +425,13 @@ async def recent_views(
     conn = await queue.conn_of(db)
     rows = await list_for(conn, principal, limit, after)
     counts: dict[Any, dict[str, int]] = {r["id"]: {} for r in rows}
+    ends: dict[Any, list[datetime]] = {r["id"]: [] for r in rows}
     if rows:
         for c in await queue.fetch_rows(conn, COUNTS_OF, {"ids": list(counts)}):
             counts[c["batch_id"]][c["status"]] = int(c["n"])
-    return [BatchView(r, counts[r["id"]], *derive_status(counts[r["id"]])) for r in rows]
+            if c["last"] is not None:
+                ends[c["batch_id"]].append(c["last"])
+    return [_view(r, counts[r["id"]], ends[r["id"]]) for r in rows]
 
 
 async def results(

@@ -174,10 +174,15 @@ async def test_retry_failed_puts_failed_rows_back_through_the_queue(scene_of: An
     )
     view = (await s.client.get(f"/api/batches/{bid}", headers=s.ann)).json()
     assert view["status"] == "failed" and view["counts"]["failed"] == 2 and view["counts"]["completed"] == 1
+    last = await s.pg.fetchval("SELECT max(completed_at) FROM jobs")
+    assert view["finished_at"] == last.isoformat().replace("+00:00", "Z")  # its last row's end
+    listed = (await s.client.get("/api/batches", headers=s.ann)).json()["items"]
+    assert listed[0]["finished_at"] == view["finished_at"]
 
     r = await s.client.post(f"/api/batches/{bid}/retry-failed", headers=s.ann)
     assert r.status_code == 200, r.text
     assert r.json()["retried"] == 2 and r.json()["batch"]["counts"]["queued"] == 2
+    assert r.json()["batch"]["finished_at"] is None
     assert r.json()["batch"]["status"] == "running"
     events = await s.pg.fetch("SELECT kind, actor FROM job_events WHERE kind = 'retried'")
     assert len(events) == 2 and {e["actor"] for e in events} == {f"user:{s.user_id}"}

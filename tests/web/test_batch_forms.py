@@ -185,15 +185,21 @@ async def test_upload_map_see_problems_by_row_and_column_then_start(
     assert quiet.status_code == 204
     first = await pg.fetchval("SELECT min(id::text)::uuid FROM jobs")
     await pg.execute(
-        "UPDATE jobs SET status = 'failed', attempts = max_attempts, completed_at = now(), "
+        "UPDATE jobs SET status = 'failed', attempts = max_attempts, completed_at = '2026-01-02 09:12+00', "
         "error_message = 'Connection refused by 127.0.0.1:9' WHERE id = $1",
         first,
     )
     await pg.execute(
-        "UPDATE jobs SET status = 'completed', completed_at = now(), result_data = '{}' WHERE id <> $1", first
+        "UPDATE jobs SET status = 'completed', completed_at = '2026-01-02 09:47+00', result_data = '{}' "
+        "WHERE id <> $1",
+        first,
     )
     final = await client.get(f"{url}/status?v={version}", headers={"HX-Request": "true"})
     assert final.status_code == 286 and "Done: <strong>2</strong>" in final.text
+    # a finished batch says when it finished (its last row's end), as it says when it started
+    assert (
+        '<dt>Finished</dt><dd id="batch-finished"><time datetime="2026-01-02T09:47:00+00:00">' in final.text
+    )
     assert "Failed: <strong>1</strong>" in final.text and "Connection refused by 127.0.0.1:9" in final.text
     assert "row 2</a>" in final.text  # the file's own row number (the header is row 1)
     retried = await client.post(
@@ -201,6 +207,7 @@ async def test_upload_map_see_problems_by_row_and_column_then_start(
     )
     assert retried.status_code == 200 and "Retrying 1 failed row" in retried.text
     assert "Waiting: <strong>1</strong>" in retried.text and 'hx-get="' in retried.text  # polling again
+    assert "<dt>Finished</dt>" not in retried.text
     entry = await pg.fetchrow("SELECT action, count FROM audit_log")  # the owner's retry is on record
     assert (entry["action"], entry["count"]) == ("batch.retry_failed", 1)
     listed = await client.get("/batches")
