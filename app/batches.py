@@ -20,6 +20,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -30,6 +31,7 @@ from app.errors import BadInput, KeyReused, NotFound, TooLarge
 from app.jobs import queue
 from app.jobs.payload import check_input, json_text, storable_text
 from app.jobs.queue import NewJob, new_id
+from app.jobs.queue.many_jobs import renamed
 from app.jobs.types import ProcessorSpec, file_refs
 from app.settings import Settings
 from app.spreadsheets import MAX_ROWS
@@ -57,10 +59,13 @@ BATCH_ROW = text(f"SELECT {BATCH_COLUMNS} FROM batches WHERE id = :id")
 # Sets the batch of jobs created a moment ago in this same transaction (no worker can see them yet).
 # Not a status change: the queue's enqueue knows nothing of batches, and this keeps it so.
 SET_BATCH = text("UPDATE jobs SET batch_id = :batch_id WHERE id = ANY(CAST(:ids AS uuid[]))")
-COUNTS = text("SELECT status, count(*) AS n FROM jobs WHERE batch_id = :id GROUP BY status")
+COUNTS = text(
+    "SELECT status, count(*) AS n, max(completed_at) AS last FROM jobs WHERE batch_id = :id GROUP BY status"
+)
 COUNTS_OF = text(
     """
-    SELECT batch_id, status, count(*) AS n FROM jobs WHERE batch_id = ANY(CAST(:ids AS uuid[]))
+    SELECT batch_id, status, count(*) AS n, max(completed_at) AS last FROM jobs
+    WHERE batch_id = ANY(CAST(:ids AS uuid[]))
     GROUP BY batch_id, status
     """
 )
@@ -98,6 +103,8 @@ class BatchView:
     counts: dict[str, int]
     status: str
     finished: bool
+    finished_at: datetime | None = None
+    """When its last row ended (completed, failed or was cancelled), once the batch is finished."""
 
     @property
     def id(self) -> uuid.UUID:
@@ -144,11 +151,16 @@ def _check_row(spec: ProcessorSpec, row: Any, settings: Settings, path: str) -> 
         check_input(row, settings.job_max_input_bytes, field=path)
     except TooLarge as exc:
         raise BadInput.field(path, exc.detail) from None
-    return spec.validate_input(row, field_prefix=path)
+    data = spec.validate_input(row, field_prefix=path)
+    # The checks that need the settings (Jobdesk's own address, addresses jobs may not reach) run here
+    # with the schema's, so that their problems are named by row and column as every other row's are.
+    spec.check_settings(data, settings, field_prefix=path)
+    return data
 
 
 def check_rows(spec: ProcessorSpec, rows: Any, settings: Settings) -> list[dict[str, Any]]:
-    """Every row validated against the type's input schema; their normalised inputs (defaults filled in).
+    """Every row validated against the type's input schema and its checks that need the settings
+    (:meth:`~app.jobs.types.ProcessorSpec.check_settings`); their normalised inputs (defaults filled in).
 
     Raises:
         BadInput: ``rows`` empty, not a list or longer than :data:`MAX_ROWS`; otherwise one entry per
@@ -288,7 +300,12 @@ async def create(
         )
         for i, data in enumerate(inputs)
     ]
-    await queue.enqueue_many(conn, jobs, settings, actor=f"user:{user_id}", skip_schema=True)
+    try:
+        await queue.enqueue_many(conn, jobs, settings, actor=f"user:{user_id}", skip_schema=True)
+    except BadInput as exc:
+        # :func:`check_rows` ran the queue's input checks already; any other the queue makes is still
+        # named by the person's row (``rows[1].url``), never by the job's index in the insert.
+        raise renamed(exc, [f"rows[{i}]" for i in range(len(jobs))]) from None
     await conn.execute(SET_BATCH, {"batch_id": row["id"], "ids": ids})
     return row, True
 
@@ -368,10 +385,15 @@ async def load(db: AsyncConnection | AsyncSession, batch_id: Any, principal: Any
 async def get(db: AsyncConnection | AsyncSession, batch_id: Any, principal: Any) -> BatchView:
     """The batch with its counts by status and derived status (owner or admin; else :class:`NotFound`)."""
     row = await load(db, batch_id, principal)
-    result = await (await queue.conn_of(db)).execute(COUNTS, {"id": row["id"]})
-    counts = {r["status"]: int(r["n"]) for r in result.mappings()}
+    result = (await (await queue.conn_of(db)).execute(COUNTS, {"id": row["id"]})).mappings().all()
+    counts = {r["status"]: int(r["n"]) for r in result}
+    return _view(row, counts, [r["last"] for r in result if r["last"] is not None])
+
+
+def _view(row: Mapping[Any, Any], counts: dict[str, int], ends: Sequence[datetime]) -> BatchView:
+    """The view of a batch from its jobs' counts by status and the latest end of each status's rows."""
     status, finished = derive_status(counts)
-    return BatchView(row, counts, status, finished)
+    return BatchView(row, counts, status, finished, max(ends) if finished and ends else None)
 
 
 async def jobs_of(db: AsyncConnection | AsyncSession, batch_id: uuid.UUID) -> list[RowMapping]:
@@ -403,10 +425,13 @@ async def recent_views(
     conn = await queue.conn_of(db)
     rows = await list_for(conn, principal, limit, after)
     counts: dict[Any, dict[str, int]] = {r["id"]: {} for r in rows}
+    ends: dict[Any, list[datetime]] = {r["id"]: [] for r in rows}
     if rows:
         for c in await queue.fetch_rows(conn, COUNTS_OF, {"ids": list(counts)}):
             counts[c["batch_id"]][c["status"]] = int(c["n"])
-    return [BatchView(r, counts[r["id"]], *derive_status(counts[r["id"]])) for r in rows]
+            if c["last"] is not None:
+                ends[c["batch_id"]].append(c["last"])
+    return [_view(r, counts[r["id"]], ends[r["id"]]) for r in rows]
 
 
 async def results(

@@ -50,6 +50,12 @@ COMMON_ZONES = (
 )
 
 
+def plural(n: object, word: str) -> str:
+    """``plural(1, "row")`` → ``"1 row"``, ``plural(3, "row")`` → ``"3 rows"``: a count and its noun,
+    which agree (the noun takes an ``s``; every noun counted so far does)."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def format_bytes(n: int) -> str:
     """``1048576`` → ``"1 MiB"``, ``1536`` → ``"1.5 KiB"``: sizes in words for limit messages."""
     value = float(n)

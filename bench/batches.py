@@ -37,7 +37,7 @@ from app.settings import load_settings
 
 def make_csv(n: int) -> bytes:
     lines = ["Address (URL),Method,Timeout"]
-    lines += [f"http://127.0.0.1:9/item/{i},GET,5" for i in range(n)]
+    lines += [f"http://jobs.test:9/item/{i},GET,5" for i in range(n)]
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -48,7 +48,7 @@ def make_xlsx(n: int) -> bytes:
     ws = book.create_sheet()
     ws.append(["Address (URL)", "Method", "Timeout"])
     for i in range(n):
-        ws.append([f"http://127.0.0.1:9/item/{i}", "GET", 5])
+        ws.append([f"http://jobs.test:9/item/{i}", "GET", 5])
     out = io.BytesIO()
     book.save(out)
     return out.getvalue()

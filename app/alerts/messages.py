@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from app.formatting import plural
 from app.jobs.approvals import LINK_TTL_SECONDS
 from app.jobs.approvals import link as approval_link
 from app.jobs.payload import json_text
@@ -111,10 +112,6 @@ def _attempts(p: dict[str, Any]) -> str | None:
     if p.get("max_attempts"):
         return f"{p['attempts']} of {p['max_attempts']}"
     return str(p["attempts"])
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _span(secs: Any) -> str:
@@ -317,7 +314,7 @@ def _admin_job_action(kind: str, row: _Row) -> Message:
     return Message(
         kind,
         "🛠",
-        f"Admin action: {_plural(count, 'job')} {_verb(str(p.get('action') or ''))}",
+        f"Admin action: {plural(count, 'job')} {_verb(str(p.get('action') or ''))}",
         tuple(facts),
         url=url,
     )
@@ -337,7 +334,7 @@ def _admin_other_action(kind: str, row: _Row, target_type: str) -> Message:
     elif len(targets) == 1:
         what = noun
     else:
-        what = _plural(len(targets), noun)
+        what = plural(len(targets), noun)
     phrase = _ACTION_PHRASES.get(action, "{what} " + _verb(action)).format(what=what)
     detail = _dict(p.get("detail"))
     facts = _admin_facts(p)

@@ -12,16 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from app.formatting import plural
+
 
 def number_text(value: Any) -> str:
     """A schema's bound as a person writes it: ``5``, not ``5.0``."""
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
-
-
-def _plural(n: Any, word: str) -> str:
-    return f"{n} {word}{'s' if n != 1 else ''}"
 
 
 def _choices(ctx: Mapping[str, Any]) -> str:
@@ -36,10 +34,10 @@ _MESSAGES: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "greater_than": lambda c: f"Must be more than {number_text(c.get('gt'))}.",
     "less_than_equal": lambda c: f"Must be at most {number_text(c.get('le'))}.",
     "less_than": lambda c: f"Must be less than {number_text(c.get('lt'))}.",
-    "string_too_short": lambda c: f"Enter at least {_plural(c.get('min_length'), 'character')}.",
+    "string_too_short": lambda c: f"Enter at least {plural(c.get('min_length'), 'character')}.",
     "string_too_long": lambda c: f"Use at most {c.get('max_length')} characters.",
-    "too_short": lambda c: f"Give at least {_plural(c.get('min_length'), 'item')}.",
-    "too_long": lambda c: f"Give at most {_plural(c.get('max_length'), 'item')}.",
+    "too_short": lambda c: f"Give at least {plural(c.get('min_length'), 'item')}.",
+    "too_long": lambda c: f"Give at most {plural(c.get('max_length'), 'item')}.",
     "literal_error": lambda c: _choices(c),
     "enum": lambda c: _choices(c),
     "string_pattern_mismatch": lambda c: "This is not in the expected form.",

@@ -223,8 +223,8 @@ class ProcessorSpec:
     settings_check: Callable[[dict[str, Any], Any], dict[str, str]] | None = None
     """Checks of an input that need the settings (e.g. Jobdesk's own address): given the input and the
     settings, the problems by field name. Run by the queue at every submission (:func:`check_settings`),
-    whatever path the job came by; values still to be resolved (``$ref``) are the processor's to check
-    when it runs."""
+    whatever path the job came by, on a pipeline step's values as it will run with them (``{"$literal":
+    v}`` as ``v``); values still to be resolved (``$ref``) are the processor's to check when it runs."""
 
     def check_settings(self, data: Any, settings: Any, *, field_prefix: str = "input_data") -> None:
         """Run :attr:`settings_check` on ``data``.

@@ -186,8 +186,9 @@ class AddressPolicy:
                 raise PermanentError(problem)
 
     def check_url(self, url: str) -> str | None:
-        """:meth:`own_page_problem` for a URL known before anything is resolved (at submission): the
-        name and literal addresses only."""
+        """Why a URL known before anything is resolved (at submission) may not be requested, or
+        ``None``: :meth:`own_page_problem`, and :meth:`address_problem` for an address literal. A host
+        name is checked when it is resolved, at each attempt: what it resolves to may change."""
         import httpx  # here, not at the top: see the module docstring
 
         try:
@@ -196,7 +197,10 @@ class AddressPolicy:
             return None  # the input's own checks say what is wrong with it
         if parsed.scheme not in DEFAULT_PORTS or not parsed.host:
             return None
-        return self.own_page_problem(Target.of(parsed), parsed.path)
+        target = Target.of(parsed)
+        literal = _literal(target.name)
+        problem = self.own_page_problem(target, parsed.path)
+        return problem or (self.address_problem(target, literal) if literal is not None else None)
 
     def exempt(self, target: Target) -> bool:
         """Whether ``target`` may reach a local or private address."""
@@ -217,11 +221,21 @@ class AddressPolicy:
         """
         if path is not None:
             self.refuse_own_page(target, path, addresses)
-        if not self.exempt(target):
-            for address in addresses:
-                if not is_public(address):
-                    raise PermanentError(
-                        f"{target.host} is {address}, a local or private address that jobs may not reach "
-                        f"(port {target.port}). An admin can allow it with HTTP_REQUEST_ALLOWED_HOSTS."
-                    )
+        for address in addresses:
+            problem = self.address_problem(target, address)
+            if problem:
+                raise PermanentError(problem)
         return addresses[0]
+
+    def address_problem(self, target: Target, address: IPAddress) -> str | None:
+        """Why ``target`` may not connect to ``address``, or ``None``: an address that is not public
+        (:func:`is_public`) unless ``target`` is :meth:`exempt`. The one rule for an address literal
+        at submission (:meth:`check_url`) and for every address a name resolves to when the job runs
+        (:meth:`choose`)."""
+        if is_public(address) or self.exempt(target):
+            return None
+        said = f"{target.host} is" if _literal(target.name) == address else f"{target.host} is {address},"
+        return (
+            f"{said} a local or private address that jobs may not reach "
+            f"(port {target.port}). An admin can allow it with HTTP_REQUEST_ALLOWED_HOSTS."
+        )

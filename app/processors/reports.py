@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from app.formatting import plural
 from app.processors import TABLES, CpuContext, FileId, Input, OutputFile, PermanentError, Result, processor
 from app.processors.csv_charts import render_report
 from app.processors.csv_stats import DECIMAL, MISSING, summarise_column
@@ -423,7 +424,7 @@ def check_csv(ctx: CpuContext) -> dict[str, Any]:
     columns = summarise(table, 3)
     described = ", ".join(f"{c['name']} ({c['type']})" for c in columns)
     return {
-        "message": f"Found {len(columns)} columns in {table.rows} rows: {described}.",
+        "message": f"Found {plural(len(columns), 'column')} in {plural(table.rows, 'row')}: {described}.",
         **layout_of(table),
         "columns": [{k: c[k] for k in ("name", "type", "count", "missing", "examples")} for c in columns],
         "notes": table.notes,

@@ -78,7 +78,7 @@ async def test_a_batch_whose_rows_wait_to_try_again_says_so(
     client: AsyncTestClient, admin: CurrentUser, db_url: str, pg: asyncpg.Connection
 ) -> None:
     head = {"Authorization": f"Bearer {await add_token(db_url, admin.id)}"}
-    rows = [{"url": f"http://127.0.0.1:9/row/{i}"} for i in range(3)]
+    rows = [{"url": f"http://jobs.test:9/row/{i}"} for i in range(3)]
     r = await client.post("/api/batches", json={"type": "http.request", "rows": rows}, headers=head)
     assert r.status_code == 201, r.text
     bid = uuid.UUID(r.json()["id"])

@@ -70,7 +70,7 @@ async def scene_of(make_settings: Any, pg: asyncpg.Connection) -> AsyncIterator[
 
 
 def url_rows(n: int) -> list[dict[str, Any]]:
-    return [{"url": f"http://127.0.0.1:9/item/{i}", "timeout": 5} for i in range(n)]
+    return [{"url": f"http://jobs.test:9/item/{i}", "timeout": 5} for i in range(n)]
 
 
 async def test_a_batch_is_created_whole_with_its_counts_and_jobs_in_row_order(scene_of: Any) -> None:
@@ -84,7 +84,7 @@ async def test_a_batch_is_created_whole_with_its_counts_and_jobs_in_row_order(sc
     assert body["status"] == "queued" and body["counts"]["queued"] == 3 and body["counts"]["failed"] == 0
     assert [j["row"] for j in body["jobs"]] == [1, 2, 3]
     stored = await s.pg.fetch("SELECT input_data->>'url' AS url, batch_id, title FROM jobs ORDER BY id")
-    assert [x["url"] for x in stored] == [f"http://127.0.0.1:9/item/{i}" for i in range(3)]
+    assert [x["url"] for x in stored] == [f"http://jobs.test:9/item/{i}" for i in range(3)]
     assert {str(x["batch_id"]) for x in stored} == {body["id"]}
     assert stored[2]["title"] == "Pings · row 3"
 
@@ -128,6 +128,15 @@ async def test_every_bad_row_is_named_and_nothing_is_created(scene_of: Any) -> N
     assert await s.pg.fetchval("SELECT count(*) FROM jobs") == 0
     assert await s.pg.fetchval("SELECT count(*) FROM batches") == 0
 
+    # a check that needs the settings (Jobdesk's own pages) names its row too, not a job's index
+    own = s.settings.jobdesk_base_url
+    rows = [{"url": f"{own}/healthz"}, {"url": f"{own}/login"}]
+    r = await s.client.post("/api/batches", json={"type": "http.request", "rows": rows}, headers=s.ann)
+    assert r.status_code == 422, r.text
+    assert list(r.json()["errors"]) == ["rows[1].url"], r.text
+    assert "is Jobdesk itself" in r.json()["errors"]["rows[1].url"]
+    assert r.json()["detail"].startswith("rows[1].url: ")
+
     too_many = await s.client.post(
         "/api/batches", json={"type": "http.request", "rows": [{"url": "http://a/"}] * 10_001}, headers=s.ann
     )
@@ -165,10 +174,15 @@ async def test_retry_failed_puts_failed_rows_back_through_the_queue(scene_of: An
     )
     view = (await s.client.get(f"/api/batches/{bid}", headers=s.ann)).json()
     assert view["status"] == "failed" and view["counts"]["failed"] == 2 and view["counts"]["completed"] == 1
+    last = await s.pg.fetchval("SELECT max(completed_at) FROM jobs")
+    assert view["finished_at"] == last.isoformat().replace("+00:00", "Z")  # its last row's end
+    listed = (await s.client.get("/api/batches", headers=s.ann)).json()["items"]
+    assert listed[0]["finished_at"] == view["finished_at"]
 
     r = await s.client.post(f"/api/batches/{bid}/retry-failed", headers=s.ann)
     assert r.status_code == 200, r.text
     assert r.json()["retried"] == 2 and r.json()["batch"]["counts"]["queued"] == 2
+    assert r.json()["batch"]["finished_at"] is None
     assert r.json()["batch"]["status"] == "running"
     events = await s.pg.fetch("SELECT kind, actor FROM job_events WHERE kind = 'retried'")
     assert len(events) == 2 and {e["actor"] for e in events} == {f"user:{s.user_id}"}
@@ -378,3 +392,36 @@ async def test_the_list_pages_by_keyset_as_the_other_lists_do(scene_of: Any) -> 
     for bad in ("limit=-1", "limit=0", "after=zzz"):
         r = await s.client.get(f"/api/batches?{bad}", headers=s.ann)
         assert r.status_code == 422, (bad, r.text)
+
+
+async def test_an_address_jobs_may_not_reach_is_refused_at_submission_unless_allowed(scene_of: Any) -> None:
+    """A literal address that is not public is refused by the row (and by a single job's field) with the
+    words the job would fail with when it runs; a host name is left to the run time (DNS may change);
+    an address ``HTTP_REQUEST_ALLOWED_HOSTS`` names goes in."""
+    s = await scene_of(http_request_allowed_hosts=["10.9.9.9"])
+    hosts = [
+        "10.0.0.1",
+        "127.0.0.2:9",
+        "169.254.169.254",
+        "0.0.0.0",
+        "[::1]",
+        "[::ffff:10.0.0.1]",
+        "[fe80::1]",
+    ]
+    rows = [{"url": f"http://{h}/x"} for h in hosts]
+    r = await s.client.post("/api/batches", json={"type": "http.request", "rows": rows}, headers=s.ann)
+    assert r.status_code == 422, r.text
+    errors = r.json()["errors"]
+    assert list(errors) == [f"rows[{i}].url" for i in range(len(hosts))], errors
+    assert errors["rows[0].url"].startswith("10.0.0.1 is a local or private address that jobs may not reach")
+    assert "HTTP_REQUEST_ALLOWED_HOSTS" in errors["rows[0].url"]
+    one = {"type": "http.request", "input_data": {"url": "http://192.168.1.1/"}}
+    r = await s.client.post("/api/jobs", json=one, headers=s.ann)
+    assert r.status_code == 422 and "input_data.url" in r.json()["errors"], r.text
+    fine = [
+        {"url": "http://10.9.9.9/x"},
+        {"url": "http://intranet.example/x"},
+        {"url": "http://93.184.216.34/"},
+    ]
+    r = await s.client.post("/api/batches", json={"type": "http.request", "rows": fine}, headers=s.ann)
+    assert r.status_code == 201, r.text

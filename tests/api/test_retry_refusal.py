@@ -57,7 +57,7 @@ async def test_retry_failed_rows_leaves_rows_whose_input_does_not_fit(
     client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
 ) -> None:
     _, ann_auth = await bearer(db_url, "ann@example.com")
-    rows = [{"url": f"http://127.0.0.1:9/item/{i}", "timeout": 5} for i in range(2)]
+    rows = [{"url": f"http://jobs.test:9/item/{i}", "timeout": 5} for i in range(2)]
     made = await client.post("/api/batches", json={"type": "http.request", "rows": rows}, headers=ann_auth)
     assert made.status_code == 201, made.text
     bid = made.json()["id"]

@@ -191,6 +191,15 @@ def test_single_column_files_headers_and_ragged_lines(tmp_path) -> None:
     assert columns(ragged)["c"]["missing"] == 1
 
 
+def test_the_check_counts_in_words_that_agree(tmp_path) -> None:
+    def message(data: bytes) -> str:
+        with cpu_context("report.csv_check", {"file": put_file(tmp_path, data=data)}, tmp_path) as ctx:
+            return str(check_csv(ctx)["message"])
+
+    assert message(b"email\nann@example.com\n").startswith("Found 1 column in 1 row: email (")
+    assert message(b"a,b\n1,2\n3,4\n").startswith("Found 2 columns in 2 rows: a (")
+
+
 def test_types_dates_yes_no_leading_zeros(tmp_path) -> None:
     data = (
         "egg date,seen at,zip,ok,score\n"

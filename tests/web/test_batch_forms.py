@@ -126,14 +126,17 @@ async def test_upload_map_see_problems_by_row_and_column_then_start(
     token = csrf_from(page.text)
     key = re.search(r'name="_form_key" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
 
-    bad = b"Web address,Verb\nhttp://127.0.0.1:9/a,GET\nftp://nowhere/b,GET\nhttp://127.0.0.1:9/c,FETCH\n"
+    bad = (
+        b"Web address,Verb\nhttp://jobs.test:9/a,GET\nftp://nowhere/b,GET\nhttp://jobs.test:9/c,FETCH\n"
+        b"http://127.0.0.1:8000/login,GET\n"  # Jobdesk's own sign-in page: a check that needs the settings
+    )
     mapped = await client.post(
         "/batches/new/http.request",
         data={"_csrf_token": token, "_form_key": key},
         files=_post_file("a.csv", bad),
     )
     assert mapped.status_code == 200, mapped.text
-    assert "3 rows" in mapped.text
+    assert "4 rows" in mapped.text
     sheet_id = re.search(r'name="sheet_id" value="([^"]+)"', mapped.text).group(1)  # type: ignore[union-attr]
     # "Web address" matches no field by name or title: the person chooses it
     assert re.search(r'<option value=""\s+selected>', mapped.text)
@@ -144,12 +147,16 @@ async def test_upload_map_see_problems_by_row_and_column_then_start(
     problems = re.findall(
         r'<tr class="row-problem"><td>(\d+)</td><td>([^<]*)</td><td>([^<]*)</td>', refused.text
     )
-    assert problems == [("3", "Web address", "Address (URL)"), ("4", "Verb", "Method")]
+    assert problems == [
+        ("3", "Web address", "Address (URL)"),
+        ("4", "Verb", "Method"),
+        ("5", "Web address", "Address (URL)"),
+    ]
     assert "Nothing was started" in refused.text
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
 
     fixed = (
-        b"Web address,Verb\nhttp://127.0.0.1:9/a,GET\nhttp://127.0.0.1:9/b,GET\nhttp://127.0.0.1:9/c,POST\n"
+        b"Web address,Verb\nhttp://jobs.test:9/a,GET\nhttp://jobs.test:9/b,GET\nhttp://jobs.test:9/c,POST\n"
     )
     again = await client.post(
         "/batches/new/http.request",
@@ -178,15 +185,21 @@ async def test_upload_map_see_problems_by_row_and_column_then_start(
     assert quiet.status_code == 204
     first = await pg.fetchval("SELECT min(id::text)::uuid FROM jobs")
     await pg.execute(
-        "UPDATE jobs SET status = 'failed', attempts = max_attempts, completed_at = now(), "
+        "UPDATE jobs SET status = 'failed', attempts = max_attempts, completed_at = '2026-01-02 09:12+00', "
         "error_message = 'Connection refused by 127.0.0.1:9' WHERE id = $1",
         first,
     )
     await pg.execute(
-        "UPDATE jobs SET status = 'completed', completed_at = now(), result_data = '{}' WHERE id <> $1", first
+        "UPDATE jobs SET status = 'completed', completed_at = '2026-01-02 09:47+00', result_data = '{}' "
+        "WHERE id <> $1",
+        first,
     )
     final = await client.get(f"{url}/status?v={version}", headers={"HX-Request": "true"})
     assert final.status_code == 286 and "Done: <strong>2</strong>" in final.text
+    # a finished batch says when it finished (its last row's end), as it says when it started
+    assert (
+        '<dt>Finished</dt><dd id="batch-finished"><time datetime="2026-01-02T09:47:00+00:00">' in final.text
+    )
     assert "Failed: <strong>1</strong>" in final.text and "Connection refused by 127.0.0.1:9" in final.text
     assert "row 2</a>" in final.text  # the file's own row number (the header is row 1)
     retried = await client.post(
@@ -194,6 +207,7 @@ async def test_upload_map_see_problems_by_row_and_column_then_start(
     )
     assert retried.status_code == 200 and "Retrying 1 failed row" in retried.text
     assert "Waiting: <strong>1</strong>" in retried.text and 'hx-get="' in retried.text  # polling again
+    assert "<dt>Finished</dt>" not in retried.text
     entry = await pg.fetchrow("SELECT action, count FROM audit_log")  # the owner's retry is on record
     assert (entry["action"], entry["count"]) == ("batch.retry_failed", 1)
     listed = await client.get("/batches")
@@ -354,7 +368,7 @@ async def test_a_repeat_of_a_form_key_in_flight_waits_for_the_first_and_finds_it
     nothing. (Their files are looked up under the same lock: test_form_uploads_once.)"""
     actor = Actor(owner, settings=settings)
     key = str(uuid.uuid4())
-    rows = [{"url": "http://127.0.0.1:9/a"}]
+    rows = [{"url": "http://jobs.test:9/a"}]
     async with AsyncSession(engine) as first, AsyncSession(engine) as repeat:
         batch, created = await batch_actions.submit(first, actor, "http.request", rows, form_key=key)
         assert created

@@ -98,7 +98,7 @@ async def test_a_number_typed_with_digits_int_cannot_read_is_a_field_error_not_a
     mapped = await client.post(
         "/batches/new/http.request",
         data={"_csrf_token": token, "_form_key": _form_key(page.text)},
-        files={"sheet": ("a.csv", b"url\nhttp://127.0.0.1:9/a\n", "text/csv")},
+        files={"sheet": ("a.csv", b"url\nhttp://jobs.test:9/a\n", "text/csv")},
     )
     sheet_id = re.search(r'name="sheet_id" value="([^"]+)"', mapped.text).group(1)  # type: ignore[union-attr]
     for column in ("²", "9" * 5000, "-1"):
@@ -122,7 +122,7 @@ async def test_a_batch_name_over_the_limit_is_refused_next_to_it_as_the_api_refu
     mapped = await client.post(
         "/batches/new/http.request",
         data={"_csrf_token": token, "_form_key": _form_key(page.text)},
-        files={"sheet": ("a.csv", b"url\nhttp://127.0.0.1:9/a\n", "text/csv")},
+        files={"sheet": ("a.csv", b"url\nhttp://jobs.test:9/a\n", "text/csv")},
     )
     sheet_id = re.search(r'name="sheet_id" value="([^"]+)"', mapped.text).group(1)  # type: ignore[union-attr]
     long_name = "n" * 250
@@ -142,7 +142,7 @@ async def test_a_batch_name_over_the_limit_is_refused_next_to_it_as_the_api_refu
     bearer = {"Authorization": f"Bearer {await add_token(db_url, ann.id)}"}
     api = await client.post(
         "/api/batches",
-        json={"type": "http.request", "rows": [{"url": "http://127.0.0.1:9/a"}], "name": long_name},
+        json={"type": "http.request", "rows": [{"url": "http://jobs.test:9/a"}], "name": long_name},
         headers=bearer,
     )
     assert api.status_code == 422 and "name" in api.json()["errors"]

@@ -131,7 +131,7 @@ async def test_unstorable_text_in_the_admin_forms_is_an_error_beside_the_field(
 RAW_BYTES = {"nul": b"\x00", "lone surrogate": b"\xed\xa0\x80", "not utf-8": b"\xff"}
 """The same kinds of text as :data:`UNSTORABLE`, as the bytes a multipart part carries."""
 
-SHEET = b"Web address,Verb\nhttp://127.0.0.1:9/a,GET\n"
+SHEET = b"Web address,Verb\nhttp://jobs.test:9/a,GET\n"
 
 
 @dataclass

@@ -19,7 +19,7 @@ from app.actions.files import store_upload
 from app.files import FileStore
 from tests.support.webkit import app_client, csrf_from, sign_in_as, switch_to
 
-SHEET = b"url,method\nhttp://127.0.0.1:9/a,GET\nhttp://127.0.0.1:9/b,GET\n"
+SHEET = b"url,method\nhttp://jobs.test:9/a,GET\nhttp://jobs.test:9/b,GET\n"
 
 
 def _found(pattern: str, html: str) -> str:
@@ -71,7 +71,7 @@ async def test_the_spreadsheet_read_step_sent_again_stores_the_sheet_once(
         other = await client.post(
             "/batches/new/http.request",
             data={**form, "_csrf_token": csrf_from((await client.get("/batches/new/http.request")).text)},
-            files={"sheet": ("list.csv", SHEET + b"http://127.0.0.1:9/c,GET\n", "text/csv")},
+            files={"sheet": ("list.csv", SHEET + b"http://jobs.test:9/c,GET\n", "text/csv")},
         )
         assert other.status_code == 200 and "3 rows" in other.text
     assert await pg.fetchval("SELECT count(*) FROM files") == 2

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from app.db import write_rows
 from app.errors import BadInput
 from app.files import kind_problem
+from app.jobs.fanout import has_literals, unwrap_literals
 from app.jobs.payload import check_input, check_text, json_text, unstorable_json
 from app.jobs.queue.common import JOB_COLUMNS, JOBS_CHANNEL, conn_of, new_id, notify_jobs, sql
 from app.jobs.queue.repeats import Repeat, compare, refusal, requested_run_at
@@ -169,7 +170,12 @@ def prepare(
         text, normalized = raw_text, job.input_data
     else:
         text, normalized = _validated(check, job.input_data, f"{p}input_data")
-    spec.check_settings(normalized or job.input_data, settings, field_prefix=f"{p}input_data")
+    # Every check sees the values the job will run with: a pipeline step's ``{"$literal": v}`` is ``v``
+    # then (a ``$ref`` inside it stays a value, which no check reads as a reference).
+    checked = normalized or job.input_data
+    if job.pipeline_id is not None and has_literals(checked):
+        checked = unwrap_literals(checked)
+    spec.check_settings(checked, settings, field_prefix=f"{p}input_data")
     max_attempts = (
         job.max_attempts
         if job.max_attempts is not None
@@ -191,8 +197,8 @@ def prepare(
         "step_key": job.step_key,
         "requires_approval": job.requires_approval,
         "created_by_job": job.created_by_job,
-        "files": file_refs(spec.input_model, normalized, f"{p}input_data")
-        if check.has_files and normalized
+        "files": file_refs(spec.input_model, checked, f"{p}input_data")
+        if check.has_files and checked
         else [],
     }
 

@@ -49,6 +49,7 @@ def batch_json(view: batches.BatchView, jobs: list[Any] | None = None) -> dict[s
         "source": row["source"],
         "user_id": row["user_id"],
         "created_at": row["created_at"],
+        "finished_at": view.finished_at,
     }
     if jobs is not None:
         body["jobs"] = [{k: j[k] for k in JOB_FIELDS} for j in jobs]
