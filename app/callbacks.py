@@ -72,7 +72,7 @@ def check_url(url: Any, settings: Settings, field: str = "callback_url") -> str:
         raise BadInput.field(field, "may not carry a user name or password")
     # Jobdesk's own pages, and an address literal that jobs may not reach; a name's addresses are
     # checked when it is resolved, at each attempt.
-    problem = AddressPolicy(settings).check_url(url.strip())
+    problem = AddressPolicy.of(settings).check_url(url.strip())
     if problem:
         raise BadInput.field(field, problem)
     return url.strip()

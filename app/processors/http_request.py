@@ -335,7 +335,7 @@ def own_address_check(data: dict[str, Any], settings: Any) -> dict[str, str]:
     url = data.get("url")
     if not isinstance(url, str):
         return {}
-    problem = AddressPolicy(settings).check_url(url.strip())
+    problem = AddressPolicy.of(settings).check_url(url.strip())
     return {"url": problem} if problem else {}
 
 
