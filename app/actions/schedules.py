@@ -126,10 +126,12 @@ async def create_schedule(
     owner_email: str | None = None,
     settings: Settings,
     ip: str | None = None,
+    source: str = "ui",
 ) -> RowMapping:
     """Create a schedule firing ``job_type`` or ``template`` with ``input_data`` on ``cron`` (read in
     ``timezone``); its jobs belong to ``owner_email``'s account (default: the actor). A taken name is
-    refused, never overwritten. Returns the schedule row.
+    refused, never overwritten. ``source`` says where it was made: ``"ui"`` (the admin page) or ``"api"``.
+    Returns the schedule row.
 
     Raises:
         BadInput: every bad field at once (cron, timezone, name, owner, type/template, input_data…).
@@ -159,6 +161,7 @@ async def create_schedule(
             name=name,
             owner=owner,
             settings=settings,
+            source=source,
         )
         await record_done(
             db,

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests.support.webkit import add_token, add_user, app_client
+from tests.support.webkit import add_token, add_user, app_client, login
 
 
 @dataclass
@@ -60,3 +60,23 @@ async def test_a_null_field_in_an_edit_is_refused_naming_it(api: Api) -> None:
         "Europe/Berlin",
         False,
     )
+
+
+async def test_a_schedule_made_through_the_api_is_recorded_as_such(api: Api) -> None:
+    """``source`` was ``"ui"`` for a schedule created with ``POST /api/schedules``; it is ``"api"`` now
+    (the check on the column allows it), and the console lists it as made through the API, editable and
+    deletable like one made there."""
+    made = await api.client.post(
+        "/api/schedules", json={"cron": "0 9 * * *", "type": "noop"}, headers=api.root
+    )
+    assert made.status_code == 201, made.text
+    assert made.json()["source"] == "api"
+    sid = made.json()["id"]
+    assert await api.pg.fetchval("SELECT source FROM schedules WHERE id = $1", sid) == "api"
+    listed = await api.client.get("/api/schedules", headers=api.root)
+    assert [s["source"] for s in listed.json()] == ["api"]
+    assert (await login(api.client, "root@example.com")).status_code == 303
+    page = await api.client.get("/admin/schedules")
+    assert "made through the API" in page.text
+    assert f'id="edit-{sid}"' in page.text
+    assert f"/admin/schedules/{sid}/delete" in page.text

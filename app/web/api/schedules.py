@@ -76,6 +76,7 @@ class SchedulesApiController(Controller):
             name=data.name,
             settings=settings_of(request),
             ip=client_ip(request),
+            source="api",
         )
         return dict(row)
 
