@@ -203,12 +203,27 @@ def _zone_set() -> frozenset[str]:
     return frozenset(zone_names())
 
 
+def in_zone(value: datetime, tz: tzinfo) -> datetime:
+    """``value`` (naive: UTC) as ``tz``'s clock reads it — the one way every page, message and form
+    converts a time for a person to read. Near the ends of the calendar the zone's clock may be past
+    them (9999-12-31T23:59:59Z is already year 10000 in Berlin), which ``datetime`` cannot hold: such a
+    moment is given in UTC, or as it was written when even UTC is past them (``…-14:00``), rather than
+    failing the page it is on."""
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    for target in (tz, UTC):
+        try:
+            return aware.astimezone(target)
+        except (OverflowError, ValueError):
+            continue
+    return aware
+
+
 def format_localtime(value: datetime | None, tz: tzinfo, *, seconds: bool = False) -> str:
     """``29 Nov 2026, 20:25 CET`` (with ``:05`` seconds when asked) — the pages' way of showing a time,
     also in messages built below the web layer; ``""`` for ``None``."""
     if value is None:
         return ""
-    local = (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).astimezone(tz)
+    local = in_zone(value, tz)
     # built by hand rather than with strftime (a list page formats three times per row): the same
     # English month abbreviations as strftime's %b in the C locale, whatever the server's locale
     clock = f"{local.hour:02d}:{local.minute:02d}" + (f":{local.second:02d}" if seconds else "")

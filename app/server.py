@@ -80,7 +80,7 @@ from app.embedded import resolve_database_url
 from app.errors import AppError, BadInput
 from app.formatting import format_bytes
 from app.settings import Settings, get_settings
-from app.web import admin, current_user, is_htmx, register_filters
+from app.web import admin, current_user, is_htmx, param_words, register_filters
 from app.web.account import AccountController
 from app.web.api import (
     AccountApiController,
@@ -145,7 +145,6 @@ _RAW_CSP = {"page": CSP.encode(), "schema": SCHEMA_CSP.encode(), "files": FILES_
 _SET_BY_US = {b"content-security-policy", b"x-request-id", *(k for k, _ in _RAW_SECURITY)}
 
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-_MISSING_RE = re.compile(r"^Missing required (\w+) parameter '([^']+)'")
 
 
 class StartupRefused(DatabaseUnavailable):
@@ -284,23 +283,18 @@ def _unstorable_input(exc: BaseException) -> bool:
     return isinstance(cause.__cause__, OverflowError | UnicodeEncodeError)
 
 
-def _classify(exc: Exception, settings: Settings) -> tuple[int, str, dict[str, str], dict[str, str]]:
-    """``(status, detail, field errors, extra headers)`` for any exception."""
+def _classify(
+    exc: Exception, settings: Settings, handler: Any = None
+) -> tuple[int, str, dict[str, str], dict[str, str]]:
+    """``(status, detail, field errors, extra headers)`` for any exception; ``handler``, the route's
+    handler, describes what its parameters take."""
     errors: dict[str, str]
     if isinstance(exc, AppError):
         errors = exc.errors if isinstance(exc, BadInput) else dict(exc.extra.get("errors") or {})
         return exc.status_code, exc.detail, errors, dict(exc.extra.get("headers") or {})
     if isinstance(exc, ValidationException):
-        errors = {}
-        for item in exc.extra if isinstance(exc.extra, list) else []:
-            if isinstance(item, dict):
-                key = str(item.get("key") or item.get("source") or "request")
-                errors[key] = str(item.get("message", "invalid value"))
-        missing = _MISSING_RE.match(exc.detail or "")
-        if missing and not errors:
-            errors[missing.group(2)] = f"a {missing.group(1)} parameter is required"
-        summary = "; ".join(f"{k}: {v}" for k, v in errors.items()) or exc.detail
-        return 422, f"Invalid request: {summary}", errors, {}
+        detail, errors = param_words.refusal(exc, handler)
+        return 422, detail, errors, {}
     if isinstance(exc, NotFoundException):
         return 404, "There is nothing at this address.", {}, {}
     if isinstance(exc, PermissionDeniedException) and exc.detail == CSRF_FAILED:
@@ -328,7 +322,7 @@ def make_exception_handler(
     """The one exception handler: JSON for ``/api/``, a fragment for htmx, a page otherwise."""
 
     def handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-        status, detail, errors, headers = _classify(exc, settings)
+        status, detail, errors, headers = _classify(exc, settings, request.scope.get("route_handler"))
         rid = request_id_for(request.scope)
         if status == 500:
             log.error("unhandled error", exc_info=exc, path=request.scope["path"], request_id=rid)

@@ -19,6 +19,7 @@ account is disabled, which the next firing would disable again), :class:`~app.er
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy.engine import RowMapping
@@ -126,10 +127,12 @@ async def create_schedule(
     owner_email: str | None = None,
     settings: Settings,
     ip: str | None = None,
+    source: str = "ui",
 ) -> RowMapping:
     """Create a schedule firing ``job_type`` or ``template`` with ``input_data`` on ``cron`` (read in
     ``timezone``); its jobs belong to ``owner_email``'s account (default: the actor). A taken name is
-    refused, never overwritten. Returns the schedule row.
+    refused, never overwritten. ``source`` says where it was made: ``"ui"`` (the admin page) or ``"api"``.
+    Returns the schedule row.
 
     Raises:
         BadInput: every bad field at once (cron, timezone, name, owner, type/template, input_data…).
@@ -159,6 +162,7 @@ async def create_schedule(
             name=name,
             owner=owner,
             settings=settings,
+            source=source,
         )
         await record_done(
             db,
@@ -259,6 +263,40 @@ async def update_schedule(
             },
         )
     return row
+
+
+CHANGEABLE = ("cron", "timezone", "input_data", "enabled")
+"""The fields of a schedule an edit may change (its target, owner and name stay)."""
+
+
+async def change_schedule(
+    db: Db,
+    actor: Any,
+    schedule_id: Any,
+    changes: Mapping[str, Any],
+    *,
+    settings: Settings,
+    ip: str | None = None,
+) -> RowMapping:
+    """A partial edit (the API's ``PATCH`` and ``PUT``): each field of :data:`CHANGEABLE` in
+    ``changes`` replaces the stored value and one left out keeps it, through :func:`update_schedule`.
+    A field given as ``None`` (JSON ``null``) is refused, not read as "left out": ``{"cron": null}``
+    answered 200 and changed nothing, and a schedule has no "no cron" to set.
+
+    Raises:
+        BadInput: each field given as ``None`` named, then as :func:`update_schedule`.
+    """
+    require_admin(actor, "edit schedules")
+    _raise_all(
+        {
+            k: f"cannot be null: give a new value, or leave {k} out to keep the current one"
+            for k in CHANGEABLE
+            if k in changes and changes[k] is None
+        }
+    )
+    row = await schedules.get_schedule(db, schedule_id)
+    kept = {k: changes[k] if k in changes else row[k] for k in CHANGEABLE}
+    return await update_schedule(db, actor, schedule_id, **kept, settings=settings, ip=ip)
 
 
 def unchanged(before: Any, after: Any) -> bool:

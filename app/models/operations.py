@@ -163,7 +163,7 @@ class Schedule(Base):
     updated_at: Mapped[datetime] = now_column()
     __table_args__ = (
         CheckConstraint("(job_type IS NULL) <> (template IS NULL)", name="one_target"),
-        CheckConstraint("source IN ('code', 'ui')", name="source_known"),
+        CheckConstraint("source IN ('code', 'ui', 'api')", name="source_known"),
         Index("ix_schedules_next_fire_at", "next_fire_at", postgresql_where=text("enabled")),
     )
 

@@ -25,7 +25,15 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.formatting import COMMON_ZONES, format_bytes, format_duration, format_localtime, zone, zone_names
+from app.formatting import (
+    COMMON_ZONES,
+    format_bytes,
+    format_duration,
+    format_localtime,
+    in_zone,
+    zone,
+    zone_names,
+)
 from app.web import flash
 
 #: Annotation for the request's database session (advanced-alchemy, committed on 2xx/3xx responses,
@@ -119,7 +127,7 @@ def _clock_filter(ctx: Mapping[str, Any], value: datetime | None) -> str:
     same day; its ``<time>`` element carries the full time for a tooltip)."""
     if value is None:
         return ""
-    local = _aware(value).astimezone(_user_zone(ctx))
+    local = in_zone(value, _user_zone(ctx))
     return f"{local.hour:02d}:{local.minute:02d}:{local.second:02d}"
 
 
@@ -128,7 +136,7 @@ def _isotime_filter(value: datetime | None) -> str:
         return ""
     if value.tzinfo is UTC:  # as the database driver gives them: no conversion needed
         return value.isoformat(timespec="seconds")
-    return _aware(value).astimezone(UTC).isoformat(timespec="seconds")
+    return in_zone(value, UTC).isoformat(timespec="seconds")
 
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))

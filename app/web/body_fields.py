@@ -10,7 +10,9 @@ limit"), ``{"requires_approval": "yes"}`` was refused but ``"true"`` and ``1`` w
 * a field the body (or one of its nested objects, such as a pipeline's step) does not have: "unknown
   field", with the fields it has;
 * a whole-number field given anything but a JSON integer (text, a fraction, ``true``), a yes/no field
-  given anything but ``true`` or ``false``, a number field given anything but a JSON number.
+  given anything but ``true`` or ``false``, a number field given anything but a JSON number, a date and
+  time given anything but ISO text (a number was read as Unix time) — in the domain's words
+  (:func:`app.jobs.run_at.text_problem`), not the decoder's.
 
 Free-form objects (``input_data``, a bulk ``filter``) are left to the rules that read them. A route
 that declares no body (cancel, pause, enable…) takes none: a body other than ``{}`` is a 422 saying so
@@ -23,11 +25,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import types
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from app.errors import BadInput
 from app.jobs.payload import storable_text
+from app.jobs.run_at import text_problem as moment_text_problem
 
 MAX_ERRORS = 20
 """At most this many fields are named in one answer."""
@@ -94,6 +98,8 @@ def _check(value: Any, tp: Any, path: str, errors: dict[str, str]) -> None:
 
 
 def _scalar_problem(value: Any, tp: Any) -> str | None:
+    if tp is datetime:
+        return moment_text_problem(value)
     if tp is bool and not isinstance(value, bool):
         return "must be true or false"
     if tp is int and (isinstance(value, bool) or not isinstance(value, int)):

@@ -39,7 +39,7 @@ import types
 import typing
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time
+from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -51,7 +51,7 @@ from pydantic_core import PydanticUndefined
 from app.actions.files import store_upload
 from app.errors import NotFound, RateLimited
 from app.files import FileStore
-from app.formatting import label_words
+from app.formatting import in_zone, label_words
 from app.processors import widget_of
 from app.settings import Settings
 from app.web.form_values import NOT_A_CHECKBOX, checkbox, convert, is_subclass
@@ -296,7 +296,7 @@ def form_fields(model: type[BaseModel]) -> list[FormField]:
 
 
 def _local(dt: datetime, tz: ZoneInfo) -> datetime:
-    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).astimezone(tz)
+    return in_zone(dt, tz)
 
 
 def display_value(f: FormField, value: Any, tz: ZoneInfo) -> Any:

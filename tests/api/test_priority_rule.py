@@ -3,7 +3,7 @@
 Claims are strictly by priority with no aging, so a person who could give their jobs a higher one would
 starve everyone else's. The rule is :func:`app.jobs.types.priority_refusal`, applied in the actions
 layer for what a person asks for (``POST /api/jobs``; an ad-hoc pipeline's steps, a ``for_each`` step
-alike, from Python: the API's steps have no priority) and in the queue for what is copied or made for them ("run again", a processor's next jobs).
+alike, from Python or ``POST /api/pipelines``) and in the queue for what is copied or made for them ("run again", a processor's next jobs).
 Batches, schedules and templates have no priority to give (a field the route does not know is a 422).
 """
 
@@ -72,7 +72,7 @@ async def test_a_non_admin_may_not_raise_a_pipeline_steps_priority(
     assert await pg.fetchval("SELECT max(priority) FROM jobs") == 5
 
 
-async def test_paths_without_a_priority_refuse_one_as_an_unknown_field(
+async def test_paths_without_a_priority_refuse_one_and_a_step_is_held_to_the_rule(
     client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
 ) -> None:
     _, bob = await headers(db_url, "bob@example.com")
@@ -80,10 +80,11 @@ async def test_paths_without_a_priority_refuse_one_as_an_unknown_field(
     assert (await client.post("/api/batches", json=batch, headers=bob)).status_code == 422
     tpl = {"template": "nosuch", "input_data": {}, "priority": 100}
     assert (await client.post("/api/pipelines", json=tpl, headers=bob)).status_code == 422
+    # an ad-hoc pipeline's step takes a priority as a job does, by the same rule
     step = {"key": "a", **JOB, "priority": 100}
     r = await client.post("/api/pipelines", json={"name": "p", "steps": [step]}, headers=bob)
     assert r.status_code == 422
-    assert "unknown field" in r.json()["errors"]["steps[0].priority"]
+    assert "only admins may give a job a priority above 0" in r.json()["errors"]["steps[0].priority"]
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
 
 

@@ -20,6 +20,7 @@ from app.jobs.payload import check_input, check_text, json_text, unstorable_json
 from app.jobs.queue.common import JOB_COLUMNS, JOBS_CHANNEL, conn_of, new_id, notify_jobs, sql
 from app.jobs.queue.repeats import Repeat, compare, refusal, requested_run_at
 from app.jobs.rows import JobRow, job_row
+from app.jobs.run_at import check_run_at
 from app.jobs.states import Status
 from app.jobs.types import ProcessorSpec, file_fields, file_refs, may_submit, registry, validation_error
 from app.settings import Settings
@@ -92,10 +93,7 @@ def _check_fields(job: NewJob, max_attempts: Any, p: str) -> None:
     if not _whole_number(job.priority, PRIORITY_RANGE):
         lo, hi = PRIORITY_RANGE
         raise BadInput.field(f"{p}priority", f"must be a whole number from {lo} to {hi} (higher runs first)")
-    if job.run_at is not None and (job.run_at.tzinfo is None or job.run_at.utcoffset() is None):
-        raise BadInput.field(f"{p}run_at", "needs a UTC offset or time zone, e.g. 2026-01-31T09:00:00+01:00")
-    if job.run_at is not None and not (1970 <= job.run_at.year <= 9000):
-        raise BadInput.field(f"{p}run_at", "must be a date between 1970 and 9000")
+    check_run_at(job.run_at, f"{p}run_at")
     key = job.idempotency_key
     if key is not None and (not (0 < len(key) <= 200) or "\x00" in key):
         raise BadInput.field(f"{p}idempotency_key", "must be 1 to 200 characters without NUL")

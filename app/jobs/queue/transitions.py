@@ -35,6 +35,7 @@ from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.new_jobs import Enqueued, NewJob, enqueue
 from app.jobs.queue.pipelines import refresh_pipelines
 from app.jobs.rows import JobRow, job_row
+from app.jobs.run_at import check_run_at
 from app.jobs.states import Actor, Status, sources
 from app.jobs.types import (
     USER_MAX_PRIORITY,
@@ -322,10 +323,10 @@ async def reschedule(
     """Move a waiting job's due time (``None`` = run now). Admins only.
 
     Raises:
-        BadInput: ``run_at`` without a UTC offset. NotFound / Forbidden. Conflict: the job is not waiting.
+        BadInput: ``run_at`` that is no due time (:func:`app.jobs.run_at.check_run_at`). NotFound /
+            Forbidden. Conflict: the job is not waiting.
     """
-    if run_at is not None and run_at.utcoffset() is None:
-        raise BadInput.field("run_at", "needs a UTC offset or time zone")
+    check_run_at(run_at)
     conn = await conn_of(db)
     row = await lock_job(conn, job_id, principal)
     if not principal.is_admin:

@@ -40,7 +40,8 @@ from app.web.openapi import errors
 
 @dataclass
 class JobCreate:
-    """A job to enqueue. ``run_at`` needs a UTC offset (``2026-12-01T09:00:00+01:00``); ``max_attempts``
+    """A job to enqueue. ``run_at`` is ISO text with a UTC offset (``2026-12-01T09:00:00+01:00``), between
+    1970 and 9000 (not a number); ``max_attempts``
     1–1000 (default: the type's, else ``len(JOB_RETRY_INTERVALS) + 1``); ``priority`` -100–100, higher
     first, above 0 for admins only (422 naming ``priority``); ``idempotency_key``: a repeat of the same request with the same key returns the existing job
     (200 instead of 201), the same key with a different request is refused (422 on ``idempotency_key``);
@@ -466,7 +467,8 @@ class JobsApiController(Controller):
         job_id: FromPath[str],
         data: JSONBody[RescheduleBody],
     ) -> Response[dict[str, Any]]:
-        """Move a waiting job to ``run_at`` (admins). 422 without a UTC offset; 409 if not waiting."""
+        """Move a waiting job to ``run_at`` (admins): ISO text with a UTC offset, between 1970 and 9000, as
+        on submission (422 naming ``run_at`` otherwise); 409 if not waiting."""
         outcome = await act(request, db_session, "reschedule", job_id, run_at=data.run_at)
         return await job_response(db_session, outcome.row, viewer=request.user)
 

@@ -55,6 +55,8 @@ class PipelineStep:
     depends_on: list[str] = field(default_factory=list)
     requires_approval: bool = False
     title: str | None = None
+    priority: int = 0
+    """-100–100, higher first, as for a job; above 0 for admins only (422 naming ``steps[i].priority``)."""
     for_each: list[Any] | dict[str, Any] | None = None
     """Run the step once per item: a list, or ``{"$ref": "<step>.<field>"}`` naming a list in a
     parent's result; ``{"$item": ""}`` in ``input_data`` is the item (``{"$item": "name"}`` its field)."""

@@ -36,7 +36,8 @@ class ScheduleCreate:
 @dataclass
 class ScheduleChange:
     """A schedule's new cron expression, time zone, input and enabled flag; a field left out keeps its
-    value. The target (type or template), owner and name do not change."""
+    value, and ``null`` is refused (422 naming the field). The target (type or template), owner and
+    name do not change."""
 
     cron: str | None = None
     timezone: str | None = None
@@ -75,6 +76,7 @@ class SchedulesApiController(Controller):
             name=data.name,
             settings=settings_of(request),
             ip=client_ip(request),
+            source="api",
         )
         return dict(row)
 
@@ -145,16 +147,11 @@ class SchedulesApiController(Controller):
 async def _change(
     request: Request[Any, Any, Any], db_session: Any, schedule_id: str, data: ScheduleChange
 ) -> dict[str, Any]:
-    row = await schedules.get_schedule(db_session, schedule_id)
-    updated = await schedule_actions.update_schedule(
-        db_session,
-        request.user,
-        schedule_id,
-        cron=row["cron"] if data.cron is None else data.cron,
-        timezone=row["timezone"] if data.timezone is None else data.timezone,
-        input_data=row["input_data"] if data.input_data is None else data.input_data,
-        enabled=row["enabled"] if data.enabled is None else data.enabled,
-        settings=settings_of(request),
-        ip=client_ip(request),
+    # The body as sent, for which fields it gives: ``data`` reads a field left out and one sent as
+    # null alike (None), and the action keeps the first but refuses the second.
+    sent = await request.json()
+    given = {k: getattr(data, k) for k in schedule_actions.CHANGEABLE if isinstance(sent, dict) and k in sent}
+    updated = await schedule_actions.change_schedule(
+        db_session, request.user, schedule_id, given, settings=settings_of(request), ip=client_ip(request)
     )
     return dict(updated)
