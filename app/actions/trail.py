@@ -135,8 +135,9 @@ async def record_by_owner(
 async def record_refused(
     db: Db, actor: Actor, action: str, *, target_type: str, target_ids: Sequence[Any], reason: str
 ) -> None:
-    """An admin's action that changed nothing: audited with the reason, no notice. A request's session is
-    marked for the answer to commit the entry (:data:`KEEP_REFUSAL`), whatever error status it has."""
+    """An admin's action that changed nothing: audited with the reason, no notice, and ``count`` 0 (what the
+    action did: nothing; what it was asked to act on is in ``target_ids``). A request's session is marked
+    for the answer to commit the entry (:data:`KEEP_REFUSAL`), whatever error status it has."""
     if not actor.is_admin:
         return
     await audit.record(
@@ -145,6 +146,7 @@ async def record_refused(
         action=action,
         target_type=target_type,
         target_ids=target_ids,
+        count=0,
         outcome=f"refused: {reason}"[:OUTCOME_MAX],
         ip=actor.ip,
     )

@@ -64,3 +64,27 @@ async def test_a_refused_delete_is_audited(scene_of: Any) -> None:  # noqa: F811
     r = await s.client.delete(f"/api/jobs/{jid}", headers=s.admin)
     assert r.status_code == 409, r.text
     assert await _refused(s, "job.delete") == [f"refused: {r.json()['detail']}"]
+
+
+async def test_a_refused_entry_claims_no_count_on_the_audit_page(scene_of: Any) -> None:  # noqa: F811
+    """Releasing or cancelling the held jobs of someone who has none answered 409, and its entry read
+    "1 job released" ("1 job cancelled") beside "refused: Nothing changed": the count was its targets'."""
+    s = await scene_of()
+    for name in ("release-jobs", "cancel-jobs"):
+        r = await s.client.post(f"/api/users/{s.user_id}/{name}", headers=s.admin)
+        assert r.status_code == 409 and "has no held jobs" in r.text, r.text
+    rows = await s.pg.fetch("SELECT action, count, outcome FROM audit_log ORDER BY id")
+    assert [(r["action"], r["count"]) for r in rows] == [("user.release_jobs", 0), ("user.cancel_jobs", 0)]
+    assert all(r["outcome"].startswith("refused: Nothing changed") for r in rows), rows
+    # An entry refused before refusals counted nothing says no count either.
+    await s.pg.execute(
+        "INSERT INTO audit_log (user_id, user_email, action, target_type, target_ids, count, outcome)"
+        " VALUES ($1, 'root@example.com', 'pipeline.cancel', 'pipeline', '[\"x\"]'::jsonb, 1,"
+        " 'refused: Nothing changed: the pipeline has already finished.')",
+        s.admin_id,
+    )
+    await login(s.client, "root@example.com")
+    page = (await s.client.get("/admin/audit")).text
+    assert "has no held jobs" in page and "already finished" in page, page
+    for claim in ("job released", "jobs released", "job cancelled", "jobs cancelled", "job stopped"):
+        assert claim not in page, claim
