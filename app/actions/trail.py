@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app import audit
-from app.errors import AppError, Forbidden
+from app.errors import AppError, Forbidden, NotFound
 from app.jobs import outbox
 
 Db = AsyncConnection | AsyncSession
@@ -166,10 +166,13 @@ async def auditing_refusals(
 ) -> AsyncIterator[None]:
     """Audit as refused (:func:`record_refused`) any :class:`~app.errors.AppError` the block raises once
     the admin's action has started — a 409, a 429 of the owner's limits, a 422, a 403 — and raise it on.
+    Not a 404: what does not exist was not acted on (an unknown id would leave an entry naming it).
     Wrap the block's own savepoint, so that the entry is written after what the action began is undone.
     ``words`` gives the reason in words (the error's message by default)."""
     try:
         yield
+    except NotFound:
+        raise
     except AppError as exc:
         reason = words(exc) if words is not None else exc.detail
         await record_refused(db, actor, action, target_type=target_type, target_ids=target_ids, reason=reason)
