@@ -24,6 +24,7 @@ from app import callbacks
 from app.actions import access, quotas
 from app.actions.trail import Actor, auditing_refusals, record_by_owner, record_done
 from app.errors import AppError, BadInput, Conflict, Forbidden, KeyReused, NotFound, RateLimited
+from app.files import FileStore, remove_after_commit
 from app.jobs import naming, queue
 from app.jobs.decisions import Decision, decision_words
 from app.jobs.error_text import retry_refusal
@@ -494,7 +495,8 @@ async def perform(
 
 async def delete(db: AsyncSession, actor: Actor, job_id: Any) -> None:
     """Delete a finished or waiting job (admins), audited like the other actions (a refusal too: the
-    caller's answer keeps its entry).
+    caller's answer keeps its entry). The files the job produced are deleted with it, their bytes once
+    the caller's transaction commits.
 
     Raises:
         NotFound / Forbidden. Conflict: the job is running (cancel it first).
@@ -503,7 +505,9 @@ async def delete(db: AsyncSession, actor: Actor, job_id: Any) -> None:
     await authorize(db, actor.user, "delete", jid)
     async with auditing_refusals(db, actor, "job.delete", target_type="job", target_ids=[jid]):
         async with db.begin_nested():
-            await queue.delete(db, jid, actor.user)
+            outputs = await queue.delete(db, jid, actor.user)
+    if actor.settings is not None:
+        remove_after_commit(db, FileStore(actor.settings.files_dir), outputs)
     await record_done(db, actor, "job.delete", target_type="job", target_ids=[jid])
 
 
