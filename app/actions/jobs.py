@@ -362,6 +362,9 @@ async def _reschedule(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[s
     return await queue.reschedule(db, jid, actor.user, kw.get("run_at")), None
 
 
+REQUEST_FIELDS = ("reason", "run_at", "comment")
+"""An action's own fields: a 422 about them alone is a form to correct, not a refused action."""
+
 AUDIT_ACTIONS = {
     "cancel": "job.cancel",
     "retry": "job.retry",
@@ -477,7 +480,7 @@ async def perform(
         # Every refusal once the action has started is audited: a job that moved on (409, answered
         # below), the owner's limits (429), an input that no longer fits its type (422)…
         async with auditing_refusals(
-            db, actor, audit_action, target_type="job", target_ids=[jid], words=words
+            db, actor, audit_action, target_type="job", target_ids=[jid], words=words, inputs=REQUEST_FIELDS
         ):
             async with db.begin_nested():
                 row, new_job = await CALLS[action](

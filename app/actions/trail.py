@@ -10,7 +10,7 @@ entry although it is an error (:data:`KEEP_REFUSAL`), other callers commit to ke
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app import audit
-from app.errors import AppError, Forbidden, NotFound
+from app.errors import AppError, BadInput, Forbidden, NotFound
 from app.jobs import outbox
 
 Db = AsyncConnection | AsyncSession
@@ -163,17 +163,32 @@ async def auditing_refusals(
     target_type: str,
     target_ids: Sequence[Any],
     words: Callable[[AppError], str] | None = None,
+    inputs: Collection[str] = (),
 ) -> AsyncIterator[None]:
     """Audit as refused (:func:`record_refused`) any :class:`~app.errors.AppError` the block raises once
     the admin's action has started — a 409, a 429 of the owner's limits, a 422, a 403 — and raise it on.
-    Not a 404: what does not exist was not acted on (an unknown id would leave an entry naming it).
+    Not a 404: what does not exist was not acted on (an unknown id would leave an entry naming it); nor a
+    :class:`~app.errors.BadInput` only about the request's own fields named in ``inputs`` (a rejection
+    without a reason, a time without an offset): that is a form to correct, answered beside its field.
     Wrap the block's own savepoint, so that the entry is written after what the action began is undone.
     ``words`` gives the reason in words (the error's message by default)."""
     try:
         yield
     except NotFound:
         raise
-    except AppError as exc:
-        reason = words(exc) if words is not None else exc.detail
-        await record_refused(db, actor, action, target_type=target_type, target_ids=target_ids, reason=reason)
+    except BadInput as exc:
+        if exc.errors and set(exc.errors) <= set(inputs):
+            raise
+        await record_refused(
+            db, actor, action, target_type=target_type, target_ids=target_ids, reason=_reason(exc, words)
+        )
         raise
+    except AppError as exc:
+        await record_refused(
+            db, actor, action, target_type=target_type, target_ids=target_ids, reason=_reason(exc, words)
+        )
+        raise
+
+
+def _reason(exc: AppError, words: Callable[[AppError], str] | None) -> str:
+    return words(exc) if words is not None else exc.detail
