@@ -87,6 +87,22 @@ ACTIONS: dict[str, Words] = {
 An action written anywhere in ``app/`` must be here (``tests/admin/test_audit_words.py`` reads every
 call that records one), so a new action cannot reach the page as a bare code."""
 
+
+def is_refusal(outcome: Any) -> bool:
+    """Whether an entry's ``outcome`` says the action was refused (a bulk action's "2 done, 0 skipped" worked)."""
+    return str(outcome or "").startswith("refused")
+
+
+def counted_words(action: str, count: Any, outcome: Any) -> str | None:
+    """An entry's ``count`` in words when its action counts something other than its targets ("2 jobs
+    released"); nothing for a refusal: it did nothing, so it counted nothing (entries refused before
+    refusals were written with ``count`` 0 hold their targets' number there)."""
+    words = ACTIONS.get(action)
+    if words is None or is_refusal(outcome):
+        return None
+    return words.count_words(int(count or 0))
+
+
 MAX_IDS = 1000
 """At most this many target ids are stored per entry (``count`` keeps the true number)."""
 

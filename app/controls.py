@@ -90,6 +90,7 @@ UPSERT_PAUSE = text(
     VALUES (:type, :paused, CASE WHEN :paused THEN :by END, CASE WHEN :paused THEN now() END, now(), :by)
     ON CONFLICT (type) DO UPDATE SET paused = EXCLUDED.paused, paused_by = EXCLUDED.paused_by,
         paused_at = EXCLUDED.paused_at, updated_at = now(), updated_by = EXCLUDED.updated_by
+    WHERE job_type_controls.paused IS DISTINCT FROM EXCLUDED.paused
     RETURNING type, paused, paused_by, paused_at, max_running, max_per_minute, max_running_per_user,
         updated_at, updated_by
     """
@@ -100,6 +101,8 @@ UPSERT_LIMITS = text(
     VALUES (:type, :max_running, :max_per_minute, :max_running_per_user, now(), :by)
     ON CONFLICT (type) DO UPDATE SET max_running = EXCLUDED.max_running, max_per_minute = EXCLUDED.max_per_minute,
         max_running_per_user = EXCLUDED.max_running_per_user, updated_at = now(), updated_by = EXCLUDED.updated_by
+    WHERE (job_type_controls.max_running, job_type_controls.max_per_minute, job_type_controls.max_running_per_user)
+        IS DISTINCT FROM (EXCLUDED.max_running, EXCLUDED.max_per_minute, EXCLUDED.max_running_per_user)
     RETURNING type, paused, paused_by, paused_at, max_running, max_per_minute, max_running_per_user,
         updated_at, updated_by
     """
@@ -113,8 +116,9 @@ LIST_CONTROLS = text(
 
 async def set_paused(
     db: AsyncConnection | AsyncSession, job_type: str, paused: bool, admin: Any
-) -> RowMapping:
-    """Pause (or resume) ``job_type`` (``*`` = every type) in ``admin``'s name. Returns the control row.
+) -> RowMapping | None:
+    """Pause (or resume) ``job_type`` (``*`` = every type) in ``admin``'s name. Returns the control row, or
+    ``None`` when it was so already: nothing is written (who paused it and when stay as they were).
 
     Raises:
         NotFound: an unknown job type.
@@ -124,9 +128,9 @@ async def set_paused(
     row = (
         (await conn.execute(UPSERT_PAUSE, {"type": job_type, "paused": paused, "by": admin.email}))
         .mappings()
-        .one()
+        .first()
     )
-    if not paused:
+    if row is not None and not paused:
         await queue.notify_jobs(conn)
     return row
 
@@ -152,10 +156,11 @@ async def set_limits(
     max_per_minute: int | None,
     admin: Any,
     max_running_per_user: int | None = None,
-) -> RowMapping:
+) -> RowMapping | None:
     """Set (``None`` removes) the concurrency and rate limits of ``job_type`` in ``admin``'s name; takes
     effect at the next claim. ``max_running_per_user``: at most this many of one person's jobs of the type
-    run at once (:mod:`app.jobs.queue.fair_claims`).
+    run at once (:mod:`app.jobs.queue.fair_claims`). Returns the control row, or ``None`` when the limits
+    were these already (no limits for a type without a row): nothing is written.
 
     Raises:
         NotFound: unknown type (``*`` cannot have limits). BadInput: a limit outside 0–100000.
@@ -169,10 +174,15 @@ async def set_limits(
         "max_running_per_user": _limit(max_running_per_user, "max_running_per_user"),
     }
     conn = await queue.conn_of(db)
+    if all(v is None for v in values.values()) and job_type not in await controls(conn):
+        return None
     row = (
-        (await conn.execute(UPSERT_LIMITS, {"type": job_type, "by": admin.email, **values})).mappings().one()
+        (await conn.execute(UPSERT_LIMITS, {"type": job_type, "by": admin.email, **values}))
+        .mappings()
+        .first()
     )
-    await queue.notify_jobs(conn)
+    if row is not None:
+        await queue.notify_jobs(conn)
     return row
 
 

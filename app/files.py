@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from uuid_utils.compat import uuid7
 
 from app.errors import BadInput, NotFound
@@ -75,6 +75,58 @@ STORED_BY = text("SELECT COALESCE(sum(size), 0) FROM files WHERE user_id = :user
 DELETE_JOB_FILES = text(
     "DELETE FROM files WHERE id = ANY(CAST(:ids AS uuid[])) AND job_id = :job_id RETURNING id"
 )
+DELETE_JOB_OUTPUTS = text(
+    """
+    DELETE FROM files f USING jobs j
+    WHERE j.id = :job_id AND f.job_id = j.id
+      AND strpos(lower(COALESCE(CAST(j.input_data AS text), '')), CAST(f.id AS text)) = 0
+      AND NOT EXISTS (
+          SELECT 1 FROM jobs o
+          WHERE o.user_id = j.user_id AND o.id <> j.id
+            AND strpos(lower(CAST(o.input_data AS text)), CAST(f.id AS text)) > 0
+      )
+      AND NOT EXISTS (
+          SELECT 1 FROM pipelines p
+          WHERE p.user_id = j.user_id AND strpos(lower(CAST(p.input_data AS text)), CAST(f.id AS text)) > 0
+      )
+      AND NOT EXISTS (
+          SELECT 1 FROM schedules s WHERE strpos(lower(CAST(s.input_data AS text)), CAST(f.id AS text)) > 0
+      )
+    RETURNING f.id
+    """
+)
+"""The files a job produced (its outputs), deleted with the job: those attached to it that its own input
+does not name (an upload is attached to the first job naming it, and stays its owner's when the job
+goes). An output that another of the owner's jobs or pipelines, or a schedule, names in its input stays
+too, left to retention as a file whose job was deleted (:data:`app.jobs.queue.sweep.PRUNE_ORPHAN_FILES`
+re-homes it to the job naming it). The caller removes the bytes after commit (:func:`remove_after_commit`)."""
+
+
+def remove_after_commit(
+    db: AsyncConnection | AsyncSession, store: FileStore, file_ids: list[uuid.UUID]
+) -> None:
+    """Delete the bytes of ``file_ids`` (whose rows the session ``db``'s transaction deleted) once that
+    transaction commits; if it rolls back, the rows are back and the bytes stay. Bytes no row names after
+    a crash between the commit and this, or deleted on a bare connection, are retention's
+    (:meth:`FileStore.unrecorded_candidates`)."""
+    if not file_ids or not isinstance(db, AsyncSession):
+        return
+    session = db.sync_session
+    pending = list(file_ids)
+
+    # Both events fire for a savepoint too: only the outermost transaction's end decides. The listeners
+    # stay registered (removing one while it is called is not allowed) and do nothing after the first end.
+    def committed(_: Any) -> None:
+        if pending and not session.in_nested_transaction():
+            store.remove(pending)
+            pending.clear()
+
+    def rolled_back(_: Any) -> None:
+        if not session.in_nested_transaction():
+            pending.clear()
+
+    event.listen(session, "after_commit", committed)
+    event.listen(session, "after_rollback", rolled_back)
 
 
 class StorageFull(Exception):

@@ -125,15 +125,19 @@ async def waiting(db: AsyncConnection | AsyncSession, user_id: int) -> int:
     return int((await (await _conn(db)).execute(WAITING, {"user_id": user_id})).scalar_one())
 
 
-def waiting_refusal(settings: Settings, now_waiting: int, added: int) -> RateLimited | None:
-    """The refusal when ``now_waiting`` (counted after adding ``added``) is above the limit."""
+def waiting_refusal(
+    settings: Settings, now_waiting: int, added: int, whose: str | None = None
+) -> RateLimited | None:
+    """The refusal when ``now_waiting`` (counted after adding ``added``) is above the limit; ``whose``
+    names the person whose jobs they are when it is not the one asking (an admin's retry of theirs)."""
     limit = settings.user_max_waiting_jobs
     if not limit or now_waiting <= limit or added <= 0:
         return None
     before = now_waiting - added
     adds = f"; this would add {added:,}" if added > 1 else ""
+    has = f"{whose} has {before:,} waiting jobs" if whose else f"you have {before:,} waiting"
     return refusal(
-        f"Too many jobs waiting: you have {before:,} waiting and the limit is {limit:,} per person{adds}. "
+        f"Too many jobs waiting: {has} and the limit is {limit:,} per person{adds}. "
         f"Wait until some have run, or cancel some. {retry_words(WAITING_RETRY_SECS)}",
         WAITING_RETRY_SECS,
     )

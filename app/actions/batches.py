@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import batches
 from app.actions import access, quotas
-from app.actions.trail import Actor, record_by_owner, record_done
+from app.actions.trail import Actor, auditing_refusals, record_by_owner, record_done, record_refused
 from app.errors import BadInput, Conflict, RateLimited
 from app.jobs import queue
 from app.jobs.error_text import retry_refusal
@@ -166,8 +166,38 @@ async def retry_failed(db: AsyncSession, actor: Actor, batch_id: Any) -> RetryOu
     # and do not count against the waiting limit.
     ids = [r["id"] for r in failed if retry_refusal(r) is None]
     unfit = len(failed) - len(ids)
-    # The rows go back to the owner's queue, whoever retries them: within the owner's limits.
-    owner = await quotas.owner_of(db, actor.user, int(row["user_id"]))
+    # The rows go back to the owner's queue, whoever retries them: within the owner's limits; an admin's
+    # retry refused by them is audited as refused.
+    async with auditing_refusals(
+        db, actor, "batch.retry_failed", target_type="batch", target_ids=[row["id"]]
+    ):
+        async with db.begin_nested():
+            retried, skipped = await _retry_rows(db, actor, int(row["user_id"]), ids)
+    message = _retry_message(retried, skipped, unfit)
+    if not retried:
+        await record_refused(
+            db, actor, "batch.retry_failed", target_type="batch", target_ids=[row["id"]], reason=message
+        )
+    if retried:
+        await record_done(
+            db, actor, "batch.retry_failed", target_type="batch", target_ids=[row["id"]], count=retried
+        )
+        if not actor.is_admin:
+            # An owner's retry is on record, as one job's is (app.actions.jobs.OWNER_AUDITED): it spends
+            # worker time and attempts on rows that had already failed.
+            await record_by_owner(
+                db, actor, "batch.retry_failed", target_type="batch", target_ids=[row["id"]], count=retried
+            )
+    return RetryOutcome(row["id"], retried, skipped, message, 200 if retried else 409)
+
+
+async def _retry_rows(db: AsyncSession, actor: Actor, owner_id: int, ids: list[Any]) -> tuple[int, int]:
+    """Retry ``ids`` within their owner's limits; how many were retried and how many had moved on.
+
+    Raises:
+        RateLimited: the rows would take the owner above their waiting limit (nothing is retried).
+    """
+    owner = await quotas.owner_of(db, actor.user, owner_id)
     counted = await quotas.before_requeue(db, actor.user, owner, actor.settings)
     await quotas.before_adding(db, owner, actor.settings, len(ids))
     retried = skipped = 0
@@ -182,15 +212,4 @@ async def retry_failed(db: AsyncSession, actor: Actor, batch_id: Any) -> RetryOu
     if retried:
         # One "Retry failed rows" is one submission, as a batch is, whatever its number of rows.
         await quotas.count_retry(db, actor.user, owner, actor.settings)
-    message = _retry_message(retried, skipped, unfit)
-    if retried:
-        await record_done(
-            db, actor, "batch.retry_failed", target_type="batch", target_ids=[row["id"]], count=retried
-        )
-        if not actor.is_admin:
-            # An owner's retry is on record, as one job's is (app.actions.jobs.OWNER_AUDITED): it spends
-            # worker time and attempts on rows that had already failed.
-            await record_by_owner(
-                db, actor, "batch.retry_failed", target_type="batch", target_ids=[row["id"]], count=retried
-            )
-    return RetryOutcome(row["id"], retried, skipped, message, 200 if retried else 409)
+    return retried, skipped

@@ -8,8 +8,10 @@ one savepoint. The admin pages and the JSON API both call these, so either leave
 ``*`` (:data:`app.controls.ALL_TYPES`) pauses or resumes every type.
 
 Errors: :class:`~app.errors.Forbidden` (403), :class:`~app.errors.NotFound` (an unknown job type, 404),
-:class:`~app.errors.Conflict` (resuming a type that is not paused, 409), :class:`~app.errors.BadInput`
-(a limit out of range, or limits for ``*``; 422 naming the field).
+:class:`~app.errors.Conflict` (a change that changes nothing: pausing a paused type, resuming one that
+is not paused, limits set to what they are; 409 "Nothing changed", nothing written, as a schedule's
+edit that changes nothing writes nothing), :class:`~app.errors.BadInput` (a limit out of range, or limits
+for ``*``; 422 naming the field). Each refusal is audited as refused.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from typing import Any
 from sqlalchemy.engine import RowMapping
 
 from app import controls
-from app.actions.trail import Db, acting, record_done, require_admin
+from app.actions.trail import Db, acting, auditing_refusals, record_done, require_admin
 from app.errors import Conflict
+
+LIMIT_FIELDS = ("type", "max_running", "max_per_minute", "max_running_per_user")
+"""The limits form's fields: a 422 about them alone is a form to correct, not a refused change."""
 
 
 def type_label(job_type: str) -> str:
@@ -48,19 +53,30 @@ async def _check_paused(db: Db, job_type: str) -> None:
 async def _set_paused(db: Db, actor: Any, job_type: str, paused: bool, ip: str | None) -> RowMapping:
     require_admin(actor, "pause or resume job types")
     who = acting(actor, ip)
-    async with db.begin_nested():
-        if not paused:
-            controls.check_type(job_type)
-            await _check_paused(db, job_type)
-        row = await controls.set_paused(db, job_type, paused, who.user)
-        action = "job_type.pause" if paused else "job_type.resume"
-        await record_done(db, who, action, target_type="job_type", target_ids=[job_type])
+    action = "job_type.pause" if paused else "job_type.resume"
+    async with auditing_refusals(db, who, action, target_type="job_type", target_ids=[job_type[:100]]):
+        async with db.begin_nested():
+            if not paused:
+                controls.check_type(job_type)
+                await _check_paused(db, job_type)
+            row = await controls.set_paused(db, job_type, paused, who.user)
+            if row is None:
+                # a no-op is refused and writes nothing: who paused it and when stay on record
+                raise Conflict(
+                    f"Nothing changed: {type_label(job_type)} is already "
+                    + ("paused." if paused else "running, not paused.")
+                )
+            await record_done(db, who, action, target_type="job_type", target_ids=[job_type])
     return row
 
 
 async def pause(db: Db, actor: Any, job_type: str, *, ip: str | None = None) -> RowMapping:
     """Pause ``job_type``: its jobs are still accepted, none is claimed until it is resumed. Returns the
-    type's control row."""
+    type's control row.
+
+    Raises:
+        Conflict: the type is paused already (nothing is written; audited as refused).
+    """
     return await _set_paused(db, actor, job_type, True, ip)
 
 
@@ -68,7 +84,7 @@ async def resume(db: Db, actor: Any, job_type: str, *, ip: str | None = None) ->
     """Resume ``job_type`` (``*``: lift the pause of every type) and wake idle workers.
 
     Raises:
-        Conflict: the type is not paused (nothing is recorded).
+        Conflict: the type is not paused (nothing is written; audited as refused).
     """
     return await _set_paused(db, actor, job_type, False, ip)
 
@@ -84,28 +100,38 @@ async def set_limits(
     ip: str | None = None,
 ) -> RowMapping:
     """Set (``None`` removes) how many jobs of ``job_type`` run at once (in all, and of one person) and
-    start per minute, across all workers; applies at the next claim."""
+    start per minute, across all workers; applies at the next claim.
+
+    Raises:
+        Conflict: the limits are these already (nothing is written; audited as refused). BadInput: a limit
+        out of range, or limits for ``*`` (a form to correct, not audited).
+    """
     require_admin(actor, "change job type limits")
     who = acting(actor, ip)
-    async with db.begin_nested():
-        row = await controls.set_limits(
-            db,
-            job_type,
-            max_running=max_running,
-            max_per_minute=max_per_minute,
-            max_running_per_user=max_running_per_user,
-            admin=who.user,
-        )
-        await record_done(
-            db,
-            who,
-            "job_type.limits",
-            target_type="job_type",
-            target_ids=[job_type],
-            detail={
-                "max_running": row["max_running"],
-                "max_per_minute": row["max_per_minute"],
-                "max_running_per_user": row["max_running_per_user"],
-            },
-        )
+    async with auditing_refusals(
+        db, who, "job_type.limits", target_type="job_type", target_ids=[job_type[:100]], inputs=LIMIT_FIELDS
+    ):
+        async with db.begin_nested():
+            row = await controls.set_limits(
+                db,
+                job_type,
+                max_running=max_running,
+                max_per_minute=max_per_minute,
+                max_running_per_user=max_running_per_user,
+                admin=who.user,
+            )
+            if row is None:
+                raise Conflict(f"Nothing changed: the limits of {job_type} are these already.")
+            await record_done(
+                db,
+                who,
+                "job_type.limits",
+                target_type="job_type",
+                target_ids=[job_type],
+                detail={
+                    "max_running": row["max_running"],
+                    "max_per_minute": row["max_per_minute"],
+                    "max_running_per_user": row["max_running_per_user"],
+                },
+            )
     return row

@@ -5,7 +5,8 @@ Who may do what is decided here (:data:`WHO_MAY`); the change is made through :m
 (the only writer of ``jobs.status``) inside a savepoint; an admin's action writes its audit entry and
 admin notice in the same transaction (:mod:`app.actions.trail`). A job that moved on (already
 finished, no longer waiting) is not an error here: the outcome says "Nothing changed: …" with status
-409, and an admin's refusal is audited — the caller commits to keep that entry.
+409, and an admin's refusal is audited, whatever refused it (the request's answer keeps that entry:
+:data:`app.actions.trail.KEEP_REFUSAL`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app import callbacks
 from app.actions import access, quotas
-from app.actions.trail import Actor, record_by_owner, record_done, record_refused
-from app.errors import BadInput, Conflict, Forbidden, KeyReused, NotFound, RateLimited
+from app.actions.trail import Actor, auditing_refusals, record_by_owner, record_done
+from app.errors import AppError, BadInput, Conflict, Forbidden, KeyReused, NotFound, RateLimited
+from app.files import FileStore, remove_after_commit
 from app.jobs import naming, queue
 from app.jobs.decisions import Decision, decision_words
 from app.jobs.error_text import retry_refusal
@@ -360,6 +362,9 @@ async def _reschedule(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[s
     return await queue.reschedule(db, jid, actor.user, kw.get("run_at")), None
 
 
+REQUEST_FIELDS = ("reason", "run_at", "comment")
+"""An action's own fields: a 422 about them alone is a form to correct, not a refused action."""
+
 AUDIT_ACTIONS = {
     "cancel": "job.cancel",
     "retry": "job.retry",
@@ -466,15 +471,23 @@ async def perform(
     jid = parse_id(job_id)
     await authorize(db, actor.user, action, jid)
     audit_action = AUDIT_ACTIONS[action]
+    timezone = getattr(actor.user, "timezone", None)
+
+    def words(exc: AppError) -> str:
+        return conflict_words(exc, action, timezone) if isinstance(exc, Conflict) else exc.detail
+
     try:
-        async with db.begin_nested():
-            row, new_job = await CALLS[action](
-                db, actor, jid, {"reason": reason, "run_at": run_at, "comment": comment}
-            )
+        # Every refusal once the action has started is audited: a job that moved on (409, answered
+        # below), the owner's limits (429), an input that no longer fits its type (422)…
+        async with auditing_refusals(
+            db, actor, audit_action, target_type="job", target_ids=[jid], words=words, inputs=REQUEST_FIELDS
+        ):
+            async with db.begin_nested():
+                row, new_job = await CALLS[action](
+                    db, actor, jid, {"reason": reason, "run_at": run_at, "comment": comment}
+                )
     except Conflict as exc:
-        message = conflict_words(exc, action, getattr(actor.user, "timezone", None))
-        await record_refused(db, actor, audit_action, target_type="job", target_ids=[jid], reason=message)
-        return ActionOutcome(action, False, message, 409, jid, conflict=exc)
+        return ActionOutcome(action, False, words(exc), 409, jid, conflict=exc)
     detail = _detail(action, row, new_job, reason, comment)
     await record_done(db, actor, audit_action, target_type="job", target_ids=[jid], detail=detail or None)
     if action in OWNER_AUDITED and not actor.is_admin:
@@ -484,14 +497,20 @@ async def perform(
 
 
 async def delete(db: AsyncSession, actor: Actor, job_id: Any) -> None:
-    """Delete a finished or waiting job (admins), audited like the other actions.
+    """Delete a finished or waiting job (admins), audited like the other actions (a refusal too: the
+    caller's answer keeps its entry). The files the job produced are deleted with it, their bytes once
+    the caller's transaction commits.
 
     Raises:
         NotFound / Forbidden. Conflict: the job is running (cancel it first).
     """
     jid = parse_id(job_id)
     await authorize(db, actor.user, "delete", jid)
-    await queue.delete(db, jid, actor.user)
+    async with auditing_refusals(db, actor, "job.delete", target_type="job", target_ids=[jid]):
+        async with db.begin_nested():
+            outputs = await queue.delete(db, jid, actor.user)
+    if actor.settings is not None:
+        remove_after_commit(db, FileStore(actor.settings.files_dir), outputs)
     await record_done(db, actor, "job.delete", target_type="job", target_ids=[jid])
 
 

@@ -44,6 +44,12 @@ def _exempt(person: Any) -> bool:
     return bool(person.is_admin)
 
 
+def _whose(person: Any) -> str | None:
+    """Whose jobs a waiting refusal counts, in words, when they are not the asker's own (an
+    :class:`Owner` an admin acts for): the asker reads "bob@example.com has 8 waiting jobs", not "you"."""
+    return person.email if isinstance(person, Owner) else None
+
+
 def _limited(person: Any, settings: Settings) -> bool:
     """Whether a submission of ``person``'s is checked against the waiting or per-minute limit."""
     return not _exempt(person) and bool(settings.user_max_waiting_jobs or settings.user_max_jobs_per_minute)
@@ -64,9 +70,10 @@ class Owner:
 
     id: int
     is_admin: bool
+    email: str = ""
 
 
-OWNER = text("SELECT id, is_admin FROM users WHERE id = :id")
+OWNER = text("SELECT id, is_admin, email FROM users WHERE id = :id")
 JOB_OWNERS = text("SELECT id, user_id FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))")
 
 
@@ -77,7 +84,7 @@ async def owner_of(db: AsyncConnection | AsyncSession, actor_user: Any, user_id:
         return actor_user
     conn = await db.connection() if isinstance(db, AsyncSession) else db
     row = (await conn.execute(OWNER, {"id": user_id})).one()
-    return Owner(int(row.id), bool(row.is_admin))
+    return Owner(int(row.id), bool(row.is_admin), str(row.email))
 
 
 async def job_owners(db: AsyncConnection | AsyncSession, ids: Sequence[Any]) -> dict[Any, int]:
@@ -171,7 +178,7 @@ async def after_submit(
         now_waiting = counted.waiting + added
     else:
         now_waiting = await quotas.waiting(db, person.id)
-    refused = quotas.waiting_refusal(settings, now_waiting, added)
+    refused = quotas.waiting_refusal(settings, now_waiting, added, _whose(person))
     if refused is not None:
         raise refused
 
@@ -189,7 +196,7 @@ async def after_requeue(
     if counted is None or counted.waiting is None:
         return
     now_waiting = await quotas.waiting(db, person.id)
-    refused = quotas.waiting_refusal(settings, now_waiting, now_waiting - counted.waiting)
+    refused = quotas.waiting_refusal(settings, now_waiting, now_waiting - counted.waiting, _whose(person))
     if refused is not None:
         raise refused
 
@@ -206,7 +213,9 @@ async def before_adding(
     """
     if _exempt(person) or not settings.user_max_waiting_jobs or adding <= 0:
         return
-    refused = quotas.waiting_refusal(settings, await quotas.waiting(db, person.id) + adding, adding)
+    refused = quotas.waiting_refusal(
+        settings, await quotas.waiting(db, person.id) + adding, adding, _whose(person)
+    )
     if refused is not None:
         raise refused
 

@@ -4,19 +4,21 @@ to the alert channels).
 
 Both rows are written in the caller's transaction, so they exist exactly when the action committed.
 An admin's refused action (the job had moved on, an admin tried to lock themselves out) is audited with
-the reason and no notice; the caller commits to keep that entry although nothing else changed.
+the reason and no notice, whatever refused it (:func:`auditing_refusals`); a request's answer keeps that
+entry although it is an error (:data:`KEEP_REFUSAL`), other callers commit to keep it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app import audit
-from app.errors import Forbidden
+from app.errors import AppError, BadInput, Forbidden, NotFound
 from app.jobs import outbox
 
 Db = AsyncConnection | AsyncSession
@@ -24,6 +26,11 @@ Db = AsyncConnection | AsyncSession
 
 OUTCOME_MAX = 300
 """Characters of a refusal's reason kept in the audit entry's outcome."""
+
+KEEP_REFUSAL = "jobdesk_keep_refusal"
+"""Key in a session's ``info``: the transaction holds a refusal's audit entry, so the request's answer
+commits it although the answer is an error (4xx); :mod:`app.web.commits` reads it. Without it, an error
+answer rolls back, and the refusal's entry with it."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +135,9 @@ async def record_by_owner(
 async def record_refused(
     db: Db, actor: Actor, action: str, *, target_type: str, target_ids: Sequence[Any], reason: str
 ) -> None:
-    """An admin's action that changed nothing: audited with the reason, no notice."""
+    """An admin's action that changed nothing: audited with the reason, no notice, and ``count`` 0 (what the
+    action did: nothing; what it was asked to act on is in ``target_ids``). A request's session is marked
+    for the answer to commit the entry (:data:`KEEP_REFUSAL`), whatever error status it has."""
     if not actor.is_admin:
         return
     await audit.record(
@@ -137,6 +146,49 @@ async def record_refused(
         action=action,
         target_type=target_type,
         target_ids=target_ids,
+        count=0,
         outcome=f"refused: {reason}"[:OUTCOME_MAX],
         ip=actor.ip,
     )
+    if isinstance(db, AsyncSession):
+        db.info[KEEP_REFUSAL] = True
+
+
+@asynccontextmanager
+async def auditing_refusals(
+    db: Db,
+    actor: Actor,
+    action: str,
+    *,
+    target_type: str,
+    target_ids: Sequence[Any],
+    words: Callable[[AppError], str] | None = None,
+    inputs: Collection[str] = (),
+) -> AsyncIterator[None]:
+    """Audit as refused (:func:`record_refused`) any :class:`~app.errors.AppError` the block raises once
+    the admin's action has started — a 409, a 429 of the owner's limits, a 422, a 403 — and raise it on.
+    Not a 404: what does not exist was not acted on (an unknown id would leave an entry naming it); nor a
+    :class:`~app.errors.BadInput` only about the request's own fields named in ``inputs`` (a rejection
+    without a reason, a time without an offset): that is a form to correct, answered beside its field.
+    Wrap the block's own savepoint, so that the entry is written after what the action began is undone.
+    ``words`` gives the reason in words (the error's message by default)."""
+    try:
+        yield
+    except NotFound:
+        raise
+    except BadInput as exc:
+        if exc.errors and set(exc.errors) <= set(inputs):
+            raise
+        await record_refused(
+            db, actor, action, target_type=target_type, target_ids=target_ids, reason=_reason(exc, words)
+        )
+        raise
+    except AppError as exc:
+        await record_refused(
+            db, actor, action, target_type=target_type, target_ids=target_ids, reason=_reason(exc, words)
+        )
+        raise
+
+
+def _reason(exc: AppError, words: Callable[[AppError], str] | None) -> str:
+    return words(exc) if words is not None else exc.detail

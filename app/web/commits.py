@@ -1,5 +1,6 @@
 """Each request's ``db_session`` is committed as its answer starts (2xx and 3xx answers, redirects
-included) and rolled back otherwise — advanced-alchemy's ``autocommit_include_redirects`` — with one
+included, and a 4xx refusal whose audit entry an action marked to keep: :data:`app.actions.trail.KEEP_REFUSAL`)
+and rolled back otherwise — advanced-alchemy's ``autocommit_include_redirects`` — with one
 difference: a commit that fails (the connection to the database broke, the server refused the
 transaction at its end) turns the answer into a 503 that says nothing was saved. advanced-alchemy's own
 handler logs such a failure at debug level and sends the handler's 2xx, so a person was told "done" about
@@ -18,6 +19,8 @@ import structlog
 from advanced_alchemy.extensions.litestar._utils import delete_aa_scope_state, get_aa_scope_state
 from advanced_alchemy.extensions.litestar.plugins.init.config.common import SESSION_TERMINUS_ASGI_EVENTS
 from litestar.types import BeforeMessageSendHookHandler, Message, Scope
+
+from app.actions.trail import KEEP_REFUSAL
 
 log = structlog.get_logger("jobdesk.web")
 
@@ -44,7 +47,9 @@ def commit_or_refuse(session_scope_key: str) -> BeforeMessageSendHookHandler:
             return
         try:
             if message["type"] == "http.response.start":
-                if 200 <= message["status"] < 400:
+                # An admin's refused action leaves its audit entry, which an error answer would roll back.
+                kept = session.info.pop(KEEP_REFUSAL, False) and message["status"] < 500
+                if 200 <= message["status"] < 400 or kept:
                     await session.commit()
                 else:
                     await session.rollback()

@@ -91,7 +91,10 @@ async def test_resume_of_a_type_that_is_not_paused_says_so(
 ) -> None:
     r = await post(client, "/admin/controls/resume", {"type": "test.form"}, headers=HX)
     assert r.status_code == 409 and "test.form is not paused" in r.text
-    assert await pg.fetchval("SELECT count(*) FROM audit_log WHERE action = 'job_type.resume'") == 0
+    # a refusal: on record as refused, with no notice
+    outcomes = await pg.fetch("SELECT outcome FROM audit_log WHERE action = 'job_type.resume'")
+    assert [r["outcome"] for r in outcomes] == ["refused: Nothing changed: test.form is not paused."]
+    assert await pg.fetchval("SELECT count(*) FROM alert_outbox WHERE kind = 'admin_action'") == 0
 
 
 async def test_no_page_takes_a_notice_from_its_address(client: AsyncTestClient, admin: CurrentUser) -> None:

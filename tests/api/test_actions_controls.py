@@ -3,7 +3,8 @@
 * Pause, resume, limits and the schedule changes (create, enable, disable, delete) leave exactly one
   audit entry and one admin notice whether an admin makes them on a page or through the JSON API, and
   the notice names what was acted on.
-* Resuming a type that is not paused is a 409 that records nothing.
+* Pausing a paused type, resuming one that is not paused and setting the limits a type has are a 409
+  that writes nothing, audited as refused.
 * A diagnostic job type is refused to a non-admin on every path: the form, ``POST /api/jobs``, an
   ad-hoc pipeline step, a schedule (made for them by an admin, or re-checked at firing time once they
   lost their admin rights), and a processor's next jobs.
@@ -141,7 +142,7 @@ def api_steps(client: AsyncTestClient, pg: asyncpg.Connection, h: dict[str, str]
         ),
         (
             "limits",
-            lambda: client.put("/api/job-types/test.form/limits", json={"max_running": 2}, headers=h),
+            lambda: client.put("/api/job-types/test.form/limits", json={"max_running": 3}, headers=h),
             "job_type.limits",
             "job_type",
         ),
@@ -219,7 +220,12 @@ async def test_an_admin_notice_names_the_kind_of_target_and_the_target(
     assert text_of(legacy)[0] == "Admin action: 3 jobs cancelled"
 
 
-async def test_resuming_a_type_that_is_not_paused_answers_409_and_records_nothing(
+async def refused(pg: asyncpg.Connection) -> list[tuple[str, str]]:
+    rows = await pg.fetch("SELECT action, outcome FROM audit_log WHERE outcome LIKE 'refused:%' ORDER BY id")
+    return [(r["action"], r["outcome"]) for r in rows]
+
+
+async def test_resuming_a_type_that_is_not_paused_answers_409_and_is_audited_as_refused(
     client: AsyncTestClient, root: CurrentUser, root_api: dict[str, str], pg: asyncpg.Connection
 ) -> None:
     before = await counts(pg)
@@ -230,7 +236,9 @@ async def test_resuming_a_type_that_is_not_paused_answers_409_and_records_nothin
     assert api.status_code == 409
     assert "not paused" in api.json()["detail"]
     assert (await client.post("/api/job-types/*/resume", headers=root_api)).status_code == 409
-    assert await counts(pg) == before
+    # three refusals on record, no notice, nothing written
+    assert await counts(pg) == (before[0] + 3, before[1])
+    assert [a for a, _ in await refused(pg)] == ["job_type.resume"] * 3
     assert await pg.fetchval("SELECT count(*) FROM job_type_controls") == 0
     # a type held only by the pause of every type: resuming it alone would change nothing either
     assert (await client.post("/api/job-types/*/pause", headers=root_api)).status_code == 200
@@ -238,7 +246,50 @@ async def test_resuming_a_type_that_is_not_paused_answers_409_and_records_nothin
     assert held.status_code == 409
     assert "every job type is paused" in held.json()["detail"]
     assert (await client.post("/api/job-types/*/resume", headers=root_api)).status_code == 200
-    assert await counts(pg) == (before[0] + 2, before[1] + 2)
+    assert await counts(pg) == (before[0] + 6, before[1] + 2)
+
+
+async def test_pausing_a_paused_type_or_setting_the_same_limits_changes_nothing_as_resuming_does(
+    client: AsyncTestClient, root: CurrentUser, root_api: dict[str, str], pg: asyncpg.Connection
+) -> None:
+    """Pausing a paused type answered 200, wrote who paused it and when again and left a second "Paused a
+    job type" entry, while resuming a running type was a 409 "Nothing changed"."""
+    for path in ("/api/job-types/test.form/pause", "/api/job-types/*/pause"):
+        assert (await client.post(path, headers=root_api)).status_code == 200
+    await pg.execute("UPDATE job_type_controls SET paused_at = paused_at - interval '1 hour'")
+    stamped = await pg.fetch(
+        "SELECT type, paused_by, paused_at, updated_at FROM job_type_controls ORDER BY type"
+    )
+    before = await counts(pg)
+    for label, path in (
+        ("test.form", "/api/job-types/test.form/pause"),
+        ("every job type", "/api/job-types/*/pause"),
+    ):
+        again = await client.post(path, headers=root_api)
+        assert again.status_code == 409, again.text
+        assert again.json()["detail"] == f"Nothing changed: {label} is already paused."
+    page = await post(client, "/admin/controls/pause", {"type": "test.form"})
+    assert page.status_code == 409 and "test.form is already paused" in page.text, page.text
+    assert (
+        await pg.fetch("SELECT type, paused_by, paused_at, updated_at FROM job_type_controls ORDER BY type")
+        == stamped
+    )
+    # limits: the same values again (and no limits for a type that has none) change nothing
+    assert (
+        await client.put("/api/job-types/test.form/limits", json={"max_running": 2}, headers=root_api)
+    ).status_code == 200
+    after_limits = (await counts(pg))[0]
+    same = await client.put("/api/job-types/test.form/limits", json={"max_running": 2}, headers=root_api)
+    assert same.status_code == 409, same.text
+    assert same.json()["detail"].startswith("Nothing changed"), same.text
+    none = await client.put("/api/job-types/sleep/limits", json={}, headers=root_api)
+    assert none.status_code == 409, none.text
+    form = {"type": "test.form", "max_running": "2", "max_per_minute": ""}
+    page = await post(client, "/admin/controls/limits", form)
+    assert page.status_code == 409 and "Nothing changed" in page.text, page.text
+    assert await pg.fetchval("SELECT count(*) FROM job_type_controls WHERE type = 'sleep'") == 0
+    assert [a for a, _ in await refused(pg)] == ["job_type.pause"] * 3 + ["job_type.limits"] * 3
+    assert await counts(pg) == (after_limits + 3, before[1] + 1)
 
 
 # --- a non-admin's diagnostic type, on every path ---------------------------------------------------------

@@ -39,7 +39,7 @@ async def test_an_admins_retry_is_held_to_the_owners_waiting_limit_on_every_path
 ) -> None:
     s = await scene_of(user_max_waiting_jobs=3)
     done, failed, other, batch = await _alices_jobs(s)
-    words = ("you have 3 waiting", "limit is 3")
+    words = ("ann@example.com has 3 waiting jobs", "limit is 3")
     assert_limited(await s.client.post(f"/api/batches/{batch}/retry-failed", headers=s.admin), *words)
     assert_limited(await s.client.post(f"/api/jobs/{failed}/retry", headers=s.admin), *words)
     assert_limited(await s.client.post(f"/api/jobs/{done}/run-again", headers=s.admin), *words)

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput, Conflict, Forbidden
+from app.files import DELETE_JOB_OUTPUTS
 from app.jobs.error_text import retry_refusal
 from app.jobs.fanout import unwrap_literals
 from app.jobs.graph import has_refs, resolve_refs
@@ -351,9 +352,12 @@ async def reschedule(
 DELETE_JOB = sql("DELETE FROM jobs WHERE id = :id RETURNING id")
 
 
-async def delete(db: AsyncConnection | AsyncSession, job_id: Any, principal: Principal) -> None:
+async def delete(db: AsyncConnection | AsyncSession, job_id: Any, principal: Principal) -> list[Any]:
     """Delete a job that is not running (admins): its dependents are cancelled first with the reason
-    "upstream … was removed", so nothing waits on a missing job.
+    "upstream … was removed", so nothing waits on a missing job. The files it produced go with it, in
+    the same transaction (:data:`app.files.DELETE_JOB_OUTPUTS`: not the uploads its input names), so they
+    stop counting against the owner's storage; returns their ids, whose bytes the caller removes after
+    commit (:func:`app.files.remove_after_commit`).
 
     Raises:
         NotFound / Forbidden. Conflict: the job is running (cancel it first).
@@ -367,9 +371,11 @@ async def delete(db: AsyncConnection | AsyncSession, job_id: Any, principal: Pri
     await lock_pipelines(conn, [row["pipeline_id"]])
     # Mark it as gone for the cascade's reason, then cascade, then delete.
     await conn.execute(CASCADE_CANCEL_REMOVED, {"id": row["id"], "actor": actor_of(principal)})
+    outputs = list((await conn.execute(DELETE_JOB_OUTPUTS, {"job_id": row["id"]})).scalars())
     await conn.execute(DELETE_JOB, {"id": row["id"]})
     if row["pipeline_id"]:
         await refresh_pipelines(conn, [row["pipeline_id"]])
+    return outputs
 
 
 CASCADE_CANCEL_REMOVED = sql(

@@ -56,8 +56,9 @@ def audit_line(row: Mapping[Any, Any]) -> dict[str, Any]:
     """One entry as the page shows it: who, what in words, links to its targets, outcome, detail."""
     detail = row["detail"]
     words = audit.ACTIONS.get(row["action"])
-    count = int(row["count"] or 0)
-    counted = words.count_words(count) if words else None
+    refused = audit.is_refusal(row["outcome"])
+    count = 0 if refused else int(row["count"] or 0)
+    counted = audit.counted_words(row["action"], count, row["outcome"])
     return {
         "id": row["id"],
         "at": row["at"],
@@ -71,8 +72,7 @@ def audit_line(row: Mapping[Any, Any]) -> dict[str, Any]:
         "count": None if counted else count,
         "counted": counted,
         "outcome": row["outcome"],
-        # only a refusal is one: a bulk action's "2 done, 0 skipped" worked
-        "ok": not str(row["outcome"] or "").startswith("refused"),
+        "ok": not refused,
         "detail": detail_fields(detail),
     }
 

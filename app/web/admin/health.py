@@ -453,9 +453,14 @@ class HealthController(Controller):
                 )
             except BadInput as exc:
                 errors = dict(exc.errors) or {"max_running": exc.detail}
-            except NotFound as exc:
+            except (NotFound, Conflict) as exc:
                 return await self._index(
-                    request, db_session, notice=exc.detail, notice_ok=False, status_code=404, fragment=True
+                    request,
+                    db_session,
+                    notice=exc.detail,
+                    notice_ok=False,
+                    status_code=exc.status_code,
+                    fragment=True,
                 )
         if errors or notice is not None:
             errors["_type"] = job_type

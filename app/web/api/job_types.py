@@ -100,7 +100,8 @@ class JobTypeControlsApiController(Controller):
     async def pause(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_type: FromPath[str]
     ) -> dict[str, Any]:
-        """Pause a job type (``*`` = all): it keeps accepting jobs but none is claimed until resumed."""
+        """Pause a job type (``*`` = all): it keeps accepting jobs but none is claimed until resumed; 409 when
+        it is paused already (who paused it and when stay)."""
         row = await control_actions.pause(db_session, request.user, job_type, ip=client_ip(request))
         return dict(row)
 
@@ -120,7 +121,7 @@ class JobTypeControlsApiController(Controller):
     @put(
         "/job-types/{job_type:str}/limits",
         name="api.job_types.limits",
-        responses=errors(401, 403, 404, 413, 422),
+        responses=errors(401, 403, 404, 409, 413, 422),
         status_code=200,
     )
     async def limits(
@@ -130,7 +131,8 @@ class JobTypeControlsApiController(Controller):
         job_type: FromPath[str],
         data: JSONBody[LimitsBody],
     ) -> dict[str, Any]:
-        """Set or remove a job type's concurrency and rate limits; enforced in the claim by every worker."""
+        """Set or remove a job type's concurrency and rate limits; enforced in the claim by every worker. 409
+        when they are these already."""
         row = await control_actions.set_limits(
             db_session,
             request.user,
