@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from app import pipelines
-from app.errors import BadInput, Conflict, Forbidden
+from app.errors import BadInput, Conflict, Forbidden, NotFound
 from app.jobs import approvals, queue
 from app.jobs.queue.approvals import expire_approvals
 from app.settings import Settings
@@ -115,10 +115,12 @@ async def test_a_named_approver_who_is_not_an_admin_approves_and_others_are_refu
 ) -> None:
     ann = await make_user(pg, email="ann@example.com")
     jid = await waiting_step(engine, settings, pg, owner, approvers=["ann@example.com"])
-    for stranger in (other, admin, owner):  # not listed; an admin only counts with "admins"
-        with pytest.raises(Forbidden):
+    # Not listed (an admin only counts with "admins"). Those who may see the job are told why; someone
+    # who may not gets the unknown id's answer, so that other people's step ids cannot be probed.
+    for stranger, refusal in ((other, NotFound), (admin, Forbidden), (owner, Forbidden)):
+        with pytest.raises(refusal):
             await decide(engine, "approve", jid, stranger)
-        with pytest.raises(Forbidden):
+        with pytest.raises(refusal):
             await decide(engine, "reject", jid, stranger)
     row = await decide(engine, "approve", jid, ann, comment="looks right")
     assert row["status"] == "completed"
@@ -144,7 +146,7 @@ async def test_two_approvals_need_two_distinct_people_and_one_rejection_rejects(
     assert row["status"] == "waiting_approval"
     with pytest.raises(Conflict, match="already approved"):
         await decide(engine, "approve", jid, ann)  # the same person never counts twice
-    with pytest.raises(Forbidden):
+    with pytest.raises(NotFound):  # not named, and not someone who may see the job
         await decide(engine, "approve", jid, bob)
     assert (await decide(engine, "approve", jid, admin))["status"] == "completed"
     assert await pg.fetchval("SELECT count(*) FROM job_approvals WHERE job_id = $1", jid) == 2
