@@ -248,6 +248,8 @@ def _checks_own_form(scope: Scope) -> bool:
 
 _QUERY_NAMES = "jobdesk.query_names"
 """Route ``opt`` key where :func:`_query_names` keeps the query parameters a route takes."""
+_QUERY_LISTS = "jobdesk.query_lists"
+"""Route ``opt`` key for those of them that take several values (``?tag=a&tag=b``)."""
 
 
 def _query_names(handler: Any, path_params: Any) -> frozenset[str] | None:
@@ -262,6 +264,9 @@ def _query_names(handler: Any, path_params: Any) -> frozenset[str] | None:
             else frozenset(p.field_alias for p in model.expected_query_params)
         )
         handler.opt[_QUERY_NAMES] = names
+        handler.opt[_QUERY_LISTS] = frozenset(
+            p.field_alias for p in model.expected_query_params if p.is_sequence
+        )
     taken: frozenset[str] | None = handler.opt[_QUERY_NAMES]
     return taken
 
@@ -270,7 +275,8 @@ def refuse_unknown_query(scope: Scope) -> None:
     """Refuse a query parameter the API route does not take (see the module docstring).
 
     Raises:
-        BadInput: naming the first unknown parameter, with the ones the route takes.
+        BadInput: naming the first unknown parameter, with the ones the route takes; or one that takes a
+            single value given twice (``?limit=5&limit=6`` had silently used one of them).
     """
     handler = scope.get("route_handler")
     query = scope.get("query_string", b"")
@@ -279,6 +285,7 @@ def refuse_unknown_query(scope: Scope) -> None:
     names = _query_names(handler, scope.get("path_params"))
     if names is None:
         return
+    seen: set[str] = set()
     for part in query.split(b"&"):
         raw = part.partition(b"=")[0]
         if not raw:
@@ -287,6 +294,9 @@ def refuse_unknown_query(scope: Scope) -> None:
         if name not in names:
             takes = f"the parameters are {', '.join(sorted(names))}" if names else "it takes none"
             raise BadInput.field(_field_name(name), f"unknown query parameter; {takes}")
+        if name in seen and name not in handler.opt[_QUERY_LISTS]:
+            raise BadInput.field(name, "given more than once; it takes one value")
+        seen.add(name)
 
 
 def _takes_no_body(scope: Scope) -> bool:

@@ -231,3 +231,14 @@ async def test_an_unknown_query_parameter_is_refused_naming_it_on_every_api_rout
         "/api/jobs/01a20000-0000-7000-8000-000000000000", params={"wiat": "5"}, headers=scene.ann
     )
     assert detail.status_code == 422 and "wiat" in detail.json()["errors"]
+
+
+async def test_a_query_parameter_that_takes_one_value_is_refused_when_given_twice(scene: Scene) -> None:
+    """``GET /api/jobs?limit=5&limit=6`` (or ``?tag=a&tag=b``: one tag filters) answered 200 with one of
+    the two values, silently."""
+    for query, name in (("limit=5&limit=6", "limit"), ("tag=a&tag=b&limit=5", "tag")):
+        r = await scene.client.get(f"/api/jobs?{query}", headers=scene.ann)
+        assert r.status_code == 422, r.text
+        assert r.json()["errors"] == {name: "given more than once; it takes one value"}
+    ok = await scene.client.get("/api/jobs?tag=a&limit=5&status=queued", headers=scene.ann)
+    assert ok.status_code == 200, ok.text
