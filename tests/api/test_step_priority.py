@@ -41,3 +41,22 @@ async def test_a_step_takes_a_priority_by_the_rule_of_jobs(
         mine = await client.post("/api/pipelines", json={"name": "r", "steps": steps(-100)}, headers=as_ann)
         assert mine.status_code == 201, mine.text
     assert await pg.fetchval("SELECT count(*) FROM pipelines") == 2
+
+
+async def test_a_step_takes_max_attempts_by_the_rule_of_jobs(
+    make_settings: Any, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """The queue reads a step's ``max_attempts`` too; the API refused it as an unknown field."""
+    settings = make_settings(worker_enabled=False)
+    ann = await add_user(db_url, "ann@example.com")
+    as_ann = {"Authorization": f"Bearer {await add_token(db_url, ann.id)}"}
+    body = [{"key": "a", "type": "test.step", "max_attempts": 2}, {"key": "b", "type": "test.step"}]
+    async with app_client(settings) as client:
+        made = await client.post("/api/pipelines", json={"name": "p", "steps": body}, headers=as_ann)
+        assert made.status_code == 201, made.text
+        rows = await pg.fetch("SELECT step_key, max_attempts FROM jobs ORDER BY step_key")
+        assert rows[0]["max_attempts"] == 2 and rows[1]["max_attempts"] != 2
+        body[1]["max_attempts"] = 0
+        r = await client.post("/api/pipelines", json={"name": "q", "steps": body}, headers=as_ann)
+        assert r.status_code == 422, r.text
+        assert "whole number from 1" in r.json()["errors"]["steps[1].max_attempts"], r.text
