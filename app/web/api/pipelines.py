@@ -58,7 +58,7 @@ class PipelineStep:
     priority: int = 0
     """-100–100, higher first, as for a job; above 0 for admins only (422 naming ``steps[i].priority``)."""
     max_attempts: int | None = None
-    """Attempts before the step fails for good, as for a job (1–100; the type's default without it)."""
+    """Attempts before the step fails for good, as for a job (1–1,000; the type's default without it)."""
     for_each: list[Any] | dict[str, Any] | None = None
     """Run the step once per item: a list, or ``{"$ref": "<step>.<field>"}`` naming a list in a
     parent's result; ``{"$item": ""}`` in ``input_data`` is the item (``{"$item": "name"}`` its field)."""
