@@ -42,7 +42,8 @@ LOCK_NAMESPACE = files.OWNER_LOCK_NAMESPACE
 storage rule (:func:`app.files.check_room`) takes the same lock."""
 WINDOW_SECS = 60
 WAITING_RETRY_SECS = 60
-"""``Retry-After`` when the waiting limit is reached: how soon jobs finish is not known in advance."""
+"""``Retry-After`` when the waiting limit is reached: how soon jobs finish is not known in advance (they
+may be due next year), so the words promise no time; the header only says when a client may ask again."""
 
 LOCK = text("SELECT pg_advisory_xact_lock(:ns, :user_id)")
 WAITING = text("SELECT count(*) FROM jobs WHERE user_id = :user_id AND status = 'queued'")
@@ -138,7 +139,7 @@ def waiting_refusal(
     has = f"{whose} has {before:,} waiting jobs" if whose else f"you have {before:,} waiting"
     return refusal(
         f"Too many jobs waiting: {has} and the limit is {limit:,} per person{adds}. "
-        f"Wait until some have run, or cancel some. {retry_words(WAITING_RETRY_SECS)}",
+        "Wait until some have run, or cancel some.",
         WAITING_RETRY_SECS,
     )
 

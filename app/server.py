@@ -381,7 +381,7 @@ _TITLES = {
     409: "That cannot be done right now",
     413: "Too large",
     422: "Please check what you entered",
-    429: "Too many attempts",
+    429: "Over a limit",
     500: "Something went wrong",
     503: "Temporarily unavailable",
 }
