@@ -47,7 +47,9 @@ async def _check_paused(db: Db, job_type: str) -> None:
             f"Nothing changed: {job_type} is not paused on its own; every job type is paused. "
             "Resume every job type (*) to lift that pause."
         )
-    raise Conflict(f"Nothing changed: {type_label(job_type)} is not paused.")
+    if job_type == controls.ALL_TYPES:
+        raise Conflict("Nothing changed: job types are not paused all at once (*).")
+    raise Conflict(f"Nothing changed: {job_type} is not paused.")
 
 
 async def _set_paused(db: Db, actor: Any, job_type: str, paused: bool, ip: str | None) -> RowMapping:

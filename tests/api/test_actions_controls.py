@@ -235,7 +235,10 @@ async def test_resuming_a_type_that_is_not_paused_answers_409_and_is_audited_as_
     api = await client.post("/api/job-types/test.form/resume", headers=root_api)
     assert api.status_code == 409
     assert "not paused" in api.json()["detail"]
-    assert (await client.post("/api/job-types/*/resume", headers=root_api)).status_code == 409
+    every = await client.post("/api/job-types/*/resume", headers=root_api)
+    assert every.status_code == 409
+    # not "every job type is not paused", which reads as if some were
+    assert every.json()["detail"] == "Nothing changed: job types are not paused all at once (*)."
     # three refusals on record, no notice, nothing written
     assert await counts(pg) == (before[0] + 3, before[1])
     assert [a for a, _ in await refused(pg)] == ["job_type.resume"] * 3
