@@ -12,6 +12,7 @@ import asyncio
 import functools
 import ipaddress
 import posixpath
+import re
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -71,10 +72,24 @@ def _on_this_host(address: IPAddress) -> bool:
     )
 
 
+_SHORT_IPV4 = re.compile(r"(?:0[xX][0-9a-fA-F]+|[0-9]+)(?:\.(?:0[xX][0-9a-fA-F]+|[0-9]+)){0,3}")
+"""The old spellings of an IPv4 address the system's resolver still reads as one: fewer parts
+(``127.1``, ``10.1``), one number (``2130706433``, ``0``), octal and hex parts (``0x7f.1``)."""
+
+
 def _literal(host: str) -> IPAddress | None:
+    """``host`` as the address it spells, or ``None`` for a name. Besides the usual forms, the old IPv4
+    spellings the resolver reads as addresses (:data:`_SHORT_IPV4`): a URL to ``http://127.1/`` reaches
+    127.0.0.1, so a check at submission must read it so too."""
     try:
         return ipaddress.ip_address(host)
     except ValueError:
+        pass
+    if not _SHORT_IPV4.fullmatch(host):
+        return None
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
         return None
 
 

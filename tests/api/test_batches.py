@@ -407,6 +407,12 @@ async def test_an_address_jobs_may_not_reach_is_refused_at_submission_unless_all
         "[::1]",
         "[::ffff:10.0.0.1]",
         "[fe80::1]",
+        # the old spellings the resolver reads as addresses: 127.0.0.1, 10.0.0.1, 0.0.0.0, 127.0.0.1
+        "127.1:9",
+        "10.1",
+        "0",
+        "2130706433",
+        "0x7f.1",
     ]
     rows = [{"url": f"http://{h}/x"} for h in hosts]
     r = await s.client.post("/api/batches", json={"type": "http.request", "rows": rows}, headers=s.ann)
