@@ -258,6 +258,13 @@ async def _owner(db: AsyncSession, row: Any) -> Any:
     return SimpleNamespace(id=row["user_id"], email=emails.get(row["user_id"], ""), is_admin=False)
 
 
+def _status(errors: Mapping[str, str]) -> int:
+    """409 when the form was right but the schedule cannot be enabled now (its owner's account is
+    disabled), 422 for a form to correct."""
+    refused = list(errors) == [ENABLED] and errors[ENABLED] != NOT_A_CHECKBOX
+    return 409 if refused else 422
+
+
 def _row_target(row: Any) -> Target | None:
     return target_of("type", row["job_type"]) if row["job_type"] else target_of("template", row["template"])
 
@@ -301,7 +308,8 @@ class ScheduleFormController(Controller):
 
     @post("/new", name="admin.schedules.create", status_code=303, opt={FORM_CHECKED: True})
     async def create(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template | Redirect:
-        """Create; any problem → the form again (422) with every error next to its field, values kept."""
+        """Create; any problem → the form again (422) with every error next to its field, values kept (409
+        when the form was right but its owner's account is disabled and it was to be enabled)."""
         user = request.user
         form = await request.form()
         kind, _, name = str(form.get(TARGET) or "")[:TYPED_MAX].partition(":")
@@ -338,7 +346,7 @@ class ScheduleFormController(Controller):
         )
         if row is None:
             ctx = await form_context(request, target=tgt, typed=typed, values=values, errors=errors)
-            return render(request, "admin/schedule_form.html", ctx, status_code=422)
+            return render(request, "admin/schedule_form.html", ctx, status_code=_status(errors))
         return flash.redirect(request, "/admin/schedules", f"Schedule {row['name']!r} created.")
 
     @get("/{schedule_id:str}/edit", name="admin.schedules.edit")
@@ -396,9 +404,7 @@ class ScheduleFormController(Controller):
             ctx = await form_context(
                 request, target=tgt, typed=typed, values=values, errors=errors, schedule=row
             )
-            # the form was right, but the schedule cannot be enabled now (its owner's account): 409
-            refused = list(errors) == [ENABLED] and errors[ENABLED] != NOT_A_CHECKBOX
-            return render(request, "admin/schedule_form.html", ctx, status_code=409 if refused else 422)
+            return render(request, "admin/schedule_form.html", ctx, status_code=_status(errors))
         if schedule_actions.unchanged(row, saved):
             return flash.redirect(
                 request, "/admin/schedules", f"Schedule {saved['name']!r}: nothing changed."
