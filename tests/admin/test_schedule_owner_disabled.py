@@ -67,14 +67,36 @@ async def test_enabling_a_schedule_of_a_disabled_owner_is_refused_on_the_page_an
         -800:
     ]
 
+    r = await client.put(f"/api/schedules/{sid}", json={"enabled": True}, headers=api)
+    assert r.status_code == 409 and WHY in r.json()["detail"], r.text
+
     row = await pg.fetchrow("SELECT enabled, next_fire_at FROM schedules WHERE id = $1::uuid", sid)
     assert (row["enabled"], row["next_fire_at"]) == (False, None)
-    assert (
-        await pg.fetchval(
-            "SELECT count(*) FROM audit_log WHERE action LIKE 'schedule.%' AND action <> 'schedule.create'"
-        )
-        == 0
+    # each refusal is on record, as a refused pause or limit is; no admin notice is sent for one
+    refusals = await pg.fetch(
+        "SELECT action, outcome, count, target_ids FROM audit_log"
+        " WHERE action LIKE 'schedule.%' AND action <> 'schedule.create' ORDER BY id"
     )
+    assert [r["action"] for r in refusals] == [
+        "schedule.enable",
+        "schedule.update",
+        "schedule.enable",
+        "schedule.update",
+        "schedule.update",
+    ]
+    for entry in refusals:
+        assert entry["outcome"].startswith('refused: The schedule "Ann\'s hello" cannot be enabled'), entry
+        assert WHY in entry["outcome"] and entry["count"] == 0 and sid in entry["target_ids"], entry
+
+    # a form to correct is not a refusal, nor is an unknown schedule
+    r = await post(client, f"/admin/schedules/{sid}/edit", {**form, "_cron": "every day"})
+    assert r.status_code == 422 and 'id="e-_cron"' in r.text, r.text[-800:]
+    r = await client.patch(f"/api/schedules/{sid}", json={"cron": "every day"}, headers=api)
+    assert r.status_code == 422, r.text
+    r = await client.post("/api/schedules/01a24c9b-324c-715c-ba6b-7b9daff43c30/enable", headers=api)
+    assert r.status_code == 404, r.text
+    audited = "SELECT count(*) FROM audit_log WHERE action LIKE 'schedule.%' AND action <> 'schedule.create'"
+    assert await pg.fetchval(audited) == len(refusals)
 
     # once the account is enabled again, so is the schedule
     await pg.execute("UPDATE users SET is_active = true WHERE email = 'ann@example.com'")
@@ -106,6 +128,8 @@ async def test_a_new_schedule_of_a_disabled_owner_is_refused_enabled_and_kept_di
         -800:
     ]
     assert await pg.fetchval("SELECT count(*) FROM schedules") == 0
+    outcome = await pg.fetchval("SELECT outcome FROM audit_log WHERE action = 'schedule.create'")
+    assert outcome.startswith('refused: The schedule "Ann\'s hello" cannot be enabled'), outcome
 
     # the action the API goes through applies the same rule
     with pytest.raises(Conflict, match="is disabled"):

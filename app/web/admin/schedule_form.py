@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import auth, pipelines, schedules, users
 from app import cron as cron_times
 from app.actions import schedules as schedule_actions
+from app.actions.trail import KEEP_REFUSAL
 from app.errors import BadInput, Conflict, TooLarge
 from app.formatting import format_localtime, zone
 from app.processors import registry
@@ -184,11 +185,17 @@ async def submit(
     for name, message in (validate(target.model, data) if target else {}).items():
         errors.setdefault(name, message)
     row: Mapping[Any, Any] | None = None
+    form_to_correct = bool(errors)
     try:
-        async with db.begin_nested():
-            row = await act(data)
-            if errors:
+        if form_to_correct:
+            # run only to name the schedule's own problems beside the form's: undone, and not a refusal
+            # to audit (nothing was asked of the action yet; the form is to be corrected first)
+            async with db.begin_nested():
+                row = await act(data)
                 raise _Discard
+        else:
+            # the action's own savepoint undoes its change on a refusal and keeps its audit entry
+            row = await act(data)
     except _Discard:
         row = None
     except (BadInput, TooLarge) as exc:
@@ -199,6 +206,8 @@ async def submit(
         if exc.extra.get("field") != "enabled":
             raise
         errors[ENABLED] = exc.detail
+    if form_to_correct:
+        db.info.pop(KEEP_REFUSAL, None)  # the savepoint that held the refusal's entry was rolled back
     if errors and parsed.new_files:
         await db.commit()  # the form shown again keeps the uploads; the action's change was rolled back
     return (None if errors else row), parsed.values, errors
