@@ -61,6 +61,10 @@ async def test_enabling_a_schedule_of_a_disabled_owner_is_refused_on_the_page_an
 
     r = await post(client, f"/admin/schedules/{sid}/enable")
     assert r.status_code == 409 and WHY in html.unescape(r.text), r.text[-800:]
+    # a refusal is not a no-op: it says what it says
+    assert "Nothing changed" not in r.text
+    # the list says why Enable will be refused
+    assert "owner disabled" in (await client.get("/admin/schedules")).text
     form = {"_cron": "0 9 * * *", "_timezone": "UTC", "name": "Ann", "_enabled": "on"}
     r = await post(client, f"/admin/schedules/{sid}/edit", form)
     assert r.status_code == 409 and 'id="e-_enabled"' in r.text and WHY in html.unescape(r.text), r.text[
@@ -100,6 +104,7 @@ async def test_enabling_a_schedule_of_a_disabled_owner_is_refused_on_the_page_an
 
     # once the account is enabled again, so is the schedule
     await pg.execute("UPDATE users SET is_active = true WHERE email = 'ann@example.com'")
+    assert "owner disabled" not in (await client.get("/admin/schedules")).text
     r = await client.post(f"/api/schedules/{sid}/enable", headers=api)
     assert r.status_code == 200 and r.json()["enabled"] is True, r.text
 
