@@ -191,7 +191,8 @@ async def create_schedule(
 
     Raises:
         BadInput: invalid cron, time zone, target or input — each naming its field — or a file in the
-        input that is not the owner's.
+        input that is not the owner's. Conflict: created enabled for an owner whose account is disabled
+        (:func:`check_may_enable`); created disabled, it is kept.
     """
     cron, values = check_schedule(cron, timezone, job_type, template, input_data, settings)
     name = (name or "").strip() or f"{job_type or template} at {cron} ({timezone})"
@@ -212,6 +213,9 @@ async def create_schedule(
     }
     conn = await queue.conn_of(db)
     await _check_files(conn, job_type, template, values, owner.id)
+    if enabled and source != "code":
+        # the rule of Enable (a code schedule's owner is checked, by its own words, at the sync)
+        await check_may_enable(conn, {"user_id": owner.id, "name": name})
     params["next_fire_at"] = next_fire(cron, timezone, await db_now(conn)) if enabled else None
     row = (await conn.execute(INSERT_SCHEDULE, params)).mappings().first()
     if row is None:
@@ -298,7 +302,7 @@ async def update_schedule(
 OWNER_STATE = text("SELECT email, is_active FROM users WHERE id = :id")
 
 
-async def check_may_enable(conn: AsyncConnection, row: RowMapping) -> None:
+async def check_may_enable(conn: AsyncConnection, row: Mapping[Any, Any]) -> None:
     """Refuse to enable (or resume) a schedule whose owner's account is disabled: the next firing would
     disable it again (:func:`owner_refusal`), so enabling it would only seem to work. The one rule for
     the console's buttons and form and the API.

@@ -44,6 +44,7 @@ END_SESSIONS = text(
 )
 TOKEN_OWNER = text("SELECT user_id FROM api_tokens WHERE id = :id AND revoked_at IS NULL")
 EMAILS = text("SELECT id, email FROM users WHERE id = ANY(CAST(:ids AS int[]))")
+DISABLED_AMONG = text("SELECT id FROM users WHERE id = ANY(CAST(:ids AS int[])) AND NOT is_active")
 
 
 async def list_users(db: Db, limit: int = USERS_LIMIT, *, after: str = "") -> list[dict[str, Any]]:
@@ -84,6 +85,13 @@ async def emails_of(db: Db, user_ids: list[int]) -> dict[int, str]:
     if not user_ids:
         return {}
     return {r["id"]: r["email"] for r in (await db.execute(EMAILS, {"ids": user_ids})).mappings()}
+
+
+async def disabled_among(db: Db, user_ids: list[int]) -> set[int]:
+    """The ids among ``user_ids`` whose accounts are disabled."""
+    if not user_ids:
+        return set()
+    return set((await db.execute(DISABLED_AMONG, {"ids": user_ids})).scalars())
 
 
 async def set_admin(db: Db, user_id: int, is_admin: bool) -> None:

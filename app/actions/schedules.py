@@ -4,7 +4,10 @@ Each action takes ``(db, actor, parameters…)`` — ``db`` an ``AsyncSession`` 
 whose transaction the caller commits, ``actor`` the signed-in user or an
 :class:`~app.actions.trail.Actor` — checks that the actor is an admin, makes the change through
 :mod:`app.schedules` and writes its audit entry and admin notice (:mod:`app.actions.trail`), all inside
-one savepoint. The admin page and the JSON API both call these, so either leaves the same record.
+one savepoint. The admin page and the JSON API both call these, so either leaves the same record. A
+refusal once the change has started (a 409, an edited schedule whose target is gone) is audited as
+refused (:func:`app.actions.trail.auditing_refusals`); a 422 only about the request's own fields
+(:data:`FORM_FIELDS`) and an unknown schedule (404) are not.
 
 A schedule's jobs belong to its owner, so the owner must be allowed to start its target
 (:mod:`app.actions.access`): an admin cannot schedule a diagnostic type for a non-admin. The sweep
@@ -26,7 +29,7 @@ from sqlalchemy.engine import RowMapping
 
 from app import auth, pipelines, schedules
 from app.actions import access
-from app.actions.trail import Db, acting, record_done, require_admin
+from app.actions.trail import Db, acting, auditing_refusals, record_done, require_admin
 from app.errors import BadInput, NotFound
 from app.jobs import payload
 from app.settings import Settings
@@ -35,6 +38,9 @@ CRON_MAX = 300
 TIMEZONE_MAX = 100
 EMAIL_MAX = 254
 NAME_MAX = 300
+FORM_FIELDS = ("cron", "timezone", "name", "owner", "input_data")
+"""The fields a schedule's form or request gives: a 422 about these alone is a form to correct, not a
+refused change, and is not audited (``input_data`` covers each input field, ``input_data.<field>``)."""
 
 
 def _text(value: Any, field: str, limit: int) -> str:
@@ -149,7 +155,12 @@ async def create_schedule(
     _kept(errors, lambda: _check_target(owner, job_type, template))
     _kept(errors, lambda: schedules.check_schedule(cron, timezone, job_type, template, input_data, settings))
     _raise_all(errors)
-    async with db.begin_nested():
+    async with (
+        auditing_refusals(
+            db, who, "schedule.create", target_type="schedule", target_ids=[], inputs=FORM_FIELDS
+        ),
+        db.begin_nested(),
+    ):
         row = await schedules.create_schedule(
             db,
             cron=cron,
@@ -194,15 +205,21 @@ async def set_enabled(
         (:func:`app.schedules.check_may_enable`).
     """
     require_admin(actor, "enable or disable schedules")
-    async with db.begin_nested():
-        before = await schedules.get_schedule(db, schedule_id)
+    who = acting(actor, ip)
+    action = "schedule.enable" if enabled else "schedule.disable"
+    before = await schedules.get_schedule(db, schedule_id)
+    async with (
+        auditing_refusals(db, who, action, target_type="schedule", target_ids=[before["id"]]),
+        db.begin_nested(),
+    ):
+        before = await schedules.get_schedule(db, before["id"])
         if before["enabled"] == enabled:
             return before
         row = await schedules.set_schedule_enabled(db, before["id"], enabled)
         await record_done(
             db,
-            acting(actor, ip),
-            "schedule.enable" if enabled else "schedule.disable",
+            who,
+            action,
             target_type="schedule",
             target_ids=[row["id"]],
             detail={"name": row["name"]},
@@ -236,7 +253,14 @@ async def update_schedule(
     errors: dict[str, str] = {}
     cron, timezone, _name = _texts(cron, timezone, None, errors)
     _raise_all(errors)
-    async with db.begin_nested():
+    who = acting(actor, ip)
+    sid = (await schedules.get_schedule(db, schedule_id))["id"]
+    async with (
+        auditing_refusals(
+            db, who, "schedule.update", target_type="schedule", target_ids=[sid], inputs=FORM_FIELDS
+        ),
+        db.begin_nested(),
+    ):
         before, row = await schedules.update_schedule(
             db,
             schedule_id,
@@ -251,7 +275,7 @@ async def update_schedule(
             return row
         await record_done(
             db,
-            acting(actor, ip),
+            who,
             "schedule.update",
             target_type="schedule",
             target_ids=[row["id"]],

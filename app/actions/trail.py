@@ -169,7 +169,8 @@ async def auditing_refusals(
     the admin's action has started — a 409, a 429 of the owner's limits, a 422, a 403 — and raise it on.
     Not a 404: what does not exist was not acted on (an unknown id would leave an entry naming it); nor a
     :class:`~app.errors.BadInput` only about the request's own fields named in ``inputs`` (a rejection
-    without a reason, a time without an offset): that is a form to correct, answered beside its field.
+    without a reason, a time without an offset), or within them (``input_data`` covers
+    ``input_data.url`` and ``input_data.items[2]``): that is a form to correct, answered beside its field.
     Wrap the block's own savepoint, so that the entry is written after what the action began is undone.
     ``words`` gives the reason in words (the error's message by default)."""
     try:
@@ -177,7 +178,7 @@ async def auditing_refusals(
     except NotFound:
         raise
     except BadInput as exc:
-        if exc.errors and set(exc.errors) <= set(inputs):
+        if exc.errors and all(_within(path, inputs) for path in exc.errors):
             raise
         await record_refused(
             db, actor, action, target_type=target_type, target_ids=target_ids, reason=_reason(exc, words)
@@ -188,6 +189,11 @@ async def auditing_refusals(
             db, actor, action, target_type=target_type, target_ids=target_ids, reason=_reason(exc, words)
         )
         raise
+
+
+def _within(path: str, inputs: Collection[str]) -> bool:
+    """Whether the error's field ``path`` is one of ``inputs`` or a field inside one of them."""
+    return any(path == i or path.startswith((f"{i}.", f"{i}[")) for i in inputs)
 
 
 def _reason(exc: AppError, words: Callable[[AppError], str] | None) -> str:

@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import auth, pipelines, schedules, users
 from app import cron as cron_times
 from app.actions import schedules as schedule_actions
+from app.actions.trail import KEEP_REFUSAL
 from app.errors import BadInput, Conflict, TooLarge
 from app.formatting import format_localtime, zone
 from app.processors import registry
@@ -184,11 +185,17 @@ async def submit(
     for name, message in (validate(target.model, data) if target else {}).items():
         errors.setdefault(name, message)
     row: Mapping[Any, Any] | None = None
+    form_to_correct = bool(errors)
     try:
-        async with db.begin_nested():
-            row = await act(data)
-            if errors:
+        if form_to_correct:
+            # run only to name the schedule's own problems beside the form's: undone, and not a refusal
+            # to audit (nothing was asked of the action yet; the form is to be corrected first)
+            async with db.begin_nested():
+                row = await act(data)
                 raise _Discard
+        else:
+            # the action's own savepoint undoes its change on a refusal and keeps its audit entry
+            row = await act(data)
     except _Discard:
         row = None
     except (BadInput, TooLarge) as exc:
@@ -199,6 +206,8 @@ async def submit(
         if exc.extra.get("field") != "enabled":
             raise
         errors[ENABLED] = exc.detail
+    if form_to_correct:
+        db.info.pop(KEEP_REFUSAL, None)  # the savepoint that held the refusal's entry was rolled back
     if errors and parsed.new_files:
         await db.commit()  # the form shown again keeps the uploads; the action's change was rolled back
     return (None if errors else row), parsed.values, errors
@@ -258,6 +267,13 @@ async def _owner(db: AsyncSession, row: Any) -> Any:
     return SimpleNamespace(id=row["user_id"], email=emails.get(row["user_id"], ""), is_admin=False)
 
 
+def _status(errors: Mapping[str, str]) -> int:
+    """409 when the form was right but the schedule cannot be enabled now (its owner's account is
+    disabled), 422 for a form to correct."""
+    refused = list(errors) == [ENABLED] and errors[ENABLED] != NOT_A_CHECKBOX
+    return 409 if refused else 422
+
+
 def _row_target(row: Any) -> Target | None:
     return target_of("type", row["job_type"]) if row["job_type"] else target_of("template", row["template"])
 
@@ -301,7 +317,8 @@ class ScheduleFormController(Controller):
 
     @post("/new", name="admin.schedules.create", status_code=303, opt={FORM_CHECKED: True})
     async def create(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template | Redirect:
-        """Create; any problem → the form again (422) with every error next to its field, values kept."""
+        """Create; any problem → the form again (422) with every error next to its field, values kept (409
+        when the form was right but its owner's account is disabled and it was to be enabled)."""
         user = request.user
         form = await request.form()
         kind, _, name = str(form.get(TARGET) or "")[:TYPED_MAX].partition(":")
@@ -338,7 +355,7 @@ class ScheduleFormController(Controller):
         )
         if row is None:
             ctx = await form_context(request, target=tgt, typed=typed, values=values, errors=errors)
-            return render(request, "admin/schedule_form.html", ctx, status_code=422)
+            return render(request, "admin/schedule_form.html", ctx, status_code=_status(errors))
         return flash.redirect(request, "/admin/schedules", f"Schedule {row['name']!r} created.")
 
     @get("/{schedule_id:str}/edit", name="admin.schedules.edit")
@@ -396,9 +413,7 @@ class ScheduleFormController(Controller):
             ctx = await form_context(
                 request, target=tgt, typed=typed, values=values, errors=errors, schedule=row
             )
-            # the form was right, but the schedule cannot be enabled now (its owner's account): 409
-            refused = list(errors) == [ENABLED] and errors[ENABLED] != NOT_A_CHECKBOX
-            return render(request, "admin/schedule_form.html", ctx, status_code=409 if refused else 422)
+            return render(request, "admin/schedule_form.html", ctx, status_code=_status(errors))
         if schedule_actions.unchanged(row, saved):
             return flash.redirect(
                 request, "/admin/schedules", f"Schedule {saved['name']!r}: nothing changed."

@@ -30,9 +30,12 @@ from app.web.deps import client_ip
 
 async def schedules_context(db: AsyncSession) -> dict[str, Any]:
     rows = await controls.list_schedules(db)
+    owner_ids = sorted({r["user_id"] for r in rows})
     return {
         "schedules": rows,
-        "owners": await users.emails_of(db, sorted({r["user_id"] for r in rows})),
+        "owners": await users.emails_of(db, owner_ids),
+        # such a schedule cannot be enabled (nor run) until its owner's account is enabled again
+        "disabled_owners": await users.disabled_among(db, owner_ids),
         "declared": declared_code_schedules(),
         "targets": target_options(),
         "errors": {},
@@ -42,9 +45,10 @@ async def schedules_context(db: AsyncSession) -> dict[str, Any]:
 
 
 async def refused(db: AsyncSession, request: Request[Any, Any, Any], exc: Conflict) -> Template:
-    """The list again, 409, saying why nothing changed."""
+    """The list again, 409, with the refusal's own words (a refusal is not a no-op: "Nothing changed" is
+    said only where the schedule was already as asked)."""
     ctx = await schedules_context(db)
-    ctx.update(notice="Nothing changed: " + exc.detail, notice_ok=False)
+    ctx.update(notice=exc.detail, notice_ok=False)
     return render(request, "admin/schedules.html", ctx, status_code=409)
 
 
