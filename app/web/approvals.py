@@ -22,7 +22,7 @@ from app.auth import requires_user
 from app.errors import BadInput, Forbidden
 from app.processors import registry
 from app.web import DbSession, display, is_htmx, render
-from app.web.deps import FORM, actor_of, keep_refusal, not_taken, settings_of, tell_unshown
+from app.web.deps import FORM, actor_of, not_taken, settings_of, tell_unshown
 from app.web.input_guard import FORM_CHECKED, problems_beside
 
 
@@ -80,7 +80,6 @@ async def decide_from_form(
         errors = {k: sentence(exc.errors[k]) for k in controls if k in exc.errors}
         message = not_taken(errors) if errors else sentence(exc.detail)
         return ActionOutcome(decision, False, message, 422, parse_id(job_id)), errors
-    await keep_refusal(db, outcome.status_code)
     return outcome, {}
 
 

@@ -82,13 +82,6 @@ def parse_uuid(value: Any, what: str = "job") -> uuid.UUID:
     return parse_id(value, what)
 
 
-async def keep_refusal(db: AsyncSession, status_code: int) -> None:
-    """Commit when an action was refused (409): the session is rolled back on a 4xx answer, and the
-    refusal's audit entry must stay."""
-    if status_code == 409:
-        await db.commit()
-
-
 FORM = "form"
 """Error key of a problem no control of the form shows (a hidden field, a button's value): it is shown
 above the form's buttons, in the answer's notice."""
@@ -148,8 +141,8 @@ async def perform_from_page(
     """:func:`app.actions.jobs.perform` for a page's form, and the errors to show on the form by control:
     text it cannot take (:func:`app.web.input_guard.problems_beside`: beside ``controls``, a mapping
     field → control or the names of fields that are their own; any other field's under :data:`FORM`) and
-    a bad reason or time are a 422 with nothing done. A refusal (409) is committed so an admin's audit
-    entry of it stays."""
+    a bad reason or time are a 422 with nothing done. A refusal's audit entry stays: the action marks it
+    for the answer to commit (:data:`app.actions.trail.KEEP_REFUSAL`)."""
     errors = problems_beside(request, controls, FORM)
     if errors:
         return await refuse_form(request, db, action, job_id, errors)
@@ -162,7 +155,6 @@ async def perform_from_page(
         errors = {key: sentence(exc.errors[key]) for key in shown if key in exc.errors}
         message = NOTHING_CHANGED if errors else sentence(exc.detail)
         return ActionOutcome(action, False, message, 422, parse_uuid(job_id)), errors
-    await keep_refusal(db, outcome.status_code)
     return outcome, {}
 
 

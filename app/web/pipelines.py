@@ -31,7 +31,6 @@ from app.web.deps import (
     actor_of,
     cell_response,
     file_store,
-    keep_refusal,
     one_snapshot,
     parse_uuid,
     poll_status,
@@ -239,7 +238,6 @@ class PipelinesController(Controller):
         """Cancel every unfinished step (owner or admin); 409 "Nothing changed" once it has finished."""
         user = request.user
         outcome = await pipeline_actions.cancel(db_session, actor_of(request), pipeline_id)
-        await keep_refusal(db_session, outcome.status_code)
         kw: dict[str, Any] = {"notice": outcome.message, "notice_ok": outcome.ok}
         if is_htmx(request):
             ctx = await pipeline_status_context(db_session, outcome.id, user, with_history=True, **kw)

@@ -16,7 +16,7 @@ from app.auth import requires_user
 from app.errors import BadInput
 from app.web import DbSession
 from app.web.api.jobs import job_response, rejection_reason
-from app.web.deps import actor_of, keep_refusal
+from app.web.deps import actor_of
 from app.web.openapi import errors
 
 
@@ -93,6 +93,5 @@ class ApprovalsApiController(Controller):
             message = exc.errors["reason"]
             raise BadInput.field("comment", message) from None
         if outcome.conflict is not None:
-            await keep_refusal(db_session, outcome.status_code)
             raise outcome.conflict
         return await job_response(db_session, outcome.row, viewer=request.user)

@@ -17,7 +17,7 @@ from app.actions import batches as batch_actions
 from app.auth import requires_user
 from app.errors import Conflict
 from app.web import DbSession
-from app.web.deps import MAX_PAGE, actor_of, keep_refusal
+from app.web.deps import MAX_PAGE, actor_of
 from app.web.openapi import errors
 
 JOB_FIELDS = ("id", "row", "status", "title", "attempts", "max_attempts", "error_message", "completed_at")
@@ -115,7 +115,6 @@ class BatchesApiController(Controller):
         "batch": …}``. 409 when no row has failed."""
         outcome = await batch_actions.retry_failed(db_session, actor_of(request), batch_id)
         if outcome.status_code == 409:
-            await keep_refusal(db_session, 409)
             raise Conflict(outcome.message)
         body = {
             "retried": outcome.retried,

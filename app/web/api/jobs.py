@@ -33,7 +33,7 @@ from app.jobs.states import Status, label
 from app.jobs.tags import TAG_FILTER, tags_of
 from app.jobs.types import priority_lowered
 from app.web import DbSession, display
-from app.web.deps import MAX_PAGE, actor_of, keep_refusal
+from app.web.deps import MAX_PAGE, actor_of
 from app.web.job_page import poll_row
 from app.web.openapi import errors
 
@@ -175,7 +175,6 @@ async def act(
     queue's own words."""
     outcome = await job_actions.perform(db, actor_of(request), action, job_id, **kw)
     if outcome.conflict is not None:
-        await keep_refusal(db, outcome.status_code)
         raise outcome.conflict
     return outcome
 

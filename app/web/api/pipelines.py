@@ -17,7 +17,7 @@ from app.actions import pipelines as pipeline_actions
 from app.auth import requires_user
 from app.errors import BadInput, Conflict
 from app.web import DbSession, display
-from app.web.deps import MAX_PAGE, actor_of, keep_refusal
+from app.web.deps import MAX_PAGE, actor_of
 from app.web.openapi import errors
 
 STEP_FIELDS = (
@@ -178,7 +178,6 @@ class PipelinesApiController(Controller):
         "pipeline": …}``. 409 when it had already finished, as for a finished job."""
         outcome = await pipeline_actions.cancel(db_session, actor_of(request), pipeline_id)
         if not outcome.ok:
-            await keep_refusal(db_session, outcome.status_code)
             raise Conflict(outcome.message)
         view = await pipelines.get(db_session, outcome.id, request.user)
         return {
