@@ -129,15 +129,18 @@ async def main() -> None:
             await conn.close()
         for i in range(args.runs):
             alone, claim_ms = await statements(url, user_id, args.jobs, window)
-            worker = (await burn(url, user_id, args.jobs, 1, args.concurrency, work))["per_s"]
-            rows.append([i + 1, alone, claim_ms, worker, worker / alone])
+            drained = await burn(url, user_id, args.jobs, 1, args.concurrency, work)
+            worker = drained["per_s"]
+            cpu_us = drained["cpu_pct"] / 100 / worker * 1e6  # the worker's CPU per job drained
+            rows.append([i + 1, alone, claim_ms, worker, worker / alone, cpu_us])
             print(
                 f"  round {i + 1}: statements={alone:,.0f} claim_p50_ms={claim_ms:.2f} worker={worker:,.0f}"
+                f" worker_cpu_us={cpu_us:.0f}"
             )
-    med = [c.median(r[k] for r in rows) for k in range(1, 5)]
+    med = [c.median(r[k] for r in rows) for k in range(1, 6)]
     c.print_table(
         f"drain of {args.jobs:,} noop jobs (jobs/s): the worker's statements alone, and the worker",
-        ["run", "statements", "claim p50 ms", "worker", "worker / statements"],
+        ["run", "statements", "claim p50 ms", "worker", "worker / statements", "worker CPU µs/job"],
         [*rows, ["median", *med]],
     )
     print(
@@ -146,6 +149,7 @@ async def main() -> None:
             worker_per_s=round(med[2]),
             ratio=round(med[3], 3),
             claim_p50_ms=round(med[1], 2),
+            worker_cpu_us=round(med[4]),
         )
     )
 

@@ -112,7 +112,8 @@ async def burn(
                     "raw",
                     "-o",
                     os.environ["BENCH_PROFILE"],
-                    "--nonblocking",
+                    # e.g. "--gil --native" (native frames need a pausing profiler)
+                    *os.environ.get("BENCH_PROFILE_FLAGS", "--nonblocking").split(),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
