@@ -69,6 +69,8 @@ PENDING_MAX_LINES = 256
 awaiting) hands them over in parts of this many, as a stream's own buffer would when full."""
 _AT_ONCE = False
 """Every line goes out as it is written (:func:`write_at_once`)."""
+_LAST_LOOP: tuple[int, AbstractEventLoop] | None = None
+"""The thread that last wrote a line from a running event loop, and that loop."""
 EXIT_WAIT_SECS = 2.0
 """How long :func:`hold_for_exit` waits for a line another thread is handing over."""
 
@@ -91,7 +93,22 @@ def _write(out: TextIO, text: str) -> None:
     is a system call. Where no loop runs in this thread (the command line, processors' threads) the line
     goes out at once, after any lines still waiting for that stream. A line waits at most for the callbacks
     already due, never for I/O (and not at all after :func:`write_at_once`)."""
-    loop = None if _AT_ONCE else _events._get_running_loop()
+    global _LAST_LOOP
+    if _AT_ONCE:
+        loop = None
+    else:
+        # The thread that wrote last usually writes again from the same loop: a line from it skips asking
+        # for the running loop, which on Python 3.11 is a getpid system call (the worker writes two lines
+        # per job). A running loop this thread last wrote from is the loop running in this thread, as long
+        # as no loop moves to another thread once stopped (none of ours does).
+        ident = threading.get_ident()
+        last = _LAST_LOOP
+        if last is not None and last[0] == ident and last[1].is_running():
+            loop = last[1]
+        else:
+            loop = _events._get_running_loop()
+            if loop is not None:
+                _LAST_LOOP = (ident, loop)
     with _PENDING_LOCK:
         due = _PENDING.get(out)
         if due is not None and due[0] is loop:

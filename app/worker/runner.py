@@ -128,6 +128,7 @@ class Worker:
         )
         self.running: dict[uuid.UUID, RunningJob] = {}
         """Jobs being processed (they hold a slot)."""
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.held = HeldJobs()
         """Jobs whose lease we hold: running, plus finished ones whose outcome is not recorded yet."""
         self.tally = Tally()
@@ -286,6 +287,7 @@ class Worker:
         started = time.monotonic()
         await self._register()
         self.watchdog.thread_id = threading.get_ident()
+        self._loop = asyncio.get_running_loop()
         self.leases.start()
         ticker = asyncio.create_task(self._tick(), name=f"{self.id}:ticker")
         ticker.add_done_callback(functools.partial(self._side_done, "ticker"))
@@ -464,7 +466,10 @@ class Worker:
     def _launch(self, job: RunningJob) -> None:
         job.started = time.monotonic()
         self.running[job.id] = job
-        job.task = asyncio.create_task(self._run_job(job), name=f"job:{job.id_text}")
+        # The loop kept from run(): asyncio.create_task asks for the running loop, which on Python 3.11
+        # is a getpid system call, twice per job with the processor's task.
+        loop = self._loop or asyncio.get_running_loop()
+        job.task = loop.create_task(self._run_job(job), name=f"job:{job.id_text}")
 
     # --- one job's task -----------------------------------------------------------------------
 

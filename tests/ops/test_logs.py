@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -197,6 +198,38 @@ def test_a_turn_of_the_loop_hands_its_lines_over_in_one_write_on_an_unbuffered_s
         ]
 
     asyncio.run(blocked_turn())
+
+
+def test_lines_of_later_turns_skip_asking_for_the_running_loop(
+    reset_logging: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asking for the running loop is a getpid system call on Python 3.11: the thread that wrote last
+    asks once per loop, not once per line, and its lines still go out at the end of each turn."""
+    raw = _Raw()
+    out = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)  # type: ignore[type-var]
+    configure_logging(load_settings(log_level="INFO"), stream=out, json=True)
+    log = structlog.get_logger("jobdesk.worker")
+    asked = []
+    real = logs._events._get_running_loop
+
+    def counted() -> asyncio.AbstractEventLoop | None:
+        if sys._getframe(1).f_code is logs._write.__code__:  # asyncio's own calls are not counted
+            asked.append(1)
+        return real()
+
+    monkeypatch.setattr(logs._events, "_get_running_loop", counted)
+
+    async def turns() -> None:
+        for i in range(5):
+            log.info("job started", n=i)
+            log.info("job finished", n=i)
+            await asyncio.sleep(0)
+            assert len(raw.writes) == i + 1
+
+    asyncio.run(turns())
+    assert len(asked) == 1
+    log.info("outside a loop")  # the loop stopped: asked again, and written at once
+    assert len(asked) == 2 and b"outside a loop" in raw.writes[-1]
 
 
 def _raw_lines(raw: _Raw) -> list[dict]:
