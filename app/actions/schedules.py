@@ -7,7 +7,7 @@ whose transaction the caller commits, ``actor`` the signed-in user or an
 one savepoint. The admin page and the JSON API both call these, so either leaves the same record. A
 refusal once the change has started (a 409, an edited schedule whose target is gone) is audited as
 refused (:func:`app.actions.trail.auditing_refusals`); a 422 only about the request's own fields
-(:data:`FORM_FIELDS`) and an unknown schedule (404) are not.
+(:data:`FORM_FIELDS`), a 413 of its input and an unknown schedule (404) are not.
 
 A schedule's jobs belong to its owner, so the owner must be allowed to start its target
 (:mod:`app.actions.access`): an admin cannot schedule a diagnostic type for a non-admin. The sweep

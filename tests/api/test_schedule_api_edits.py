@@ -80,3 +80,28 @@ async def test_a_schedule_made_through_the_api_is_recorded_as_such(api: Api) -> 
     assert "made through the API" in page.text
     assert f'id="edit-{sid}"' in page.text
     assert f"/admin/schedules/{sid}/delete" in page.text
+
+
+async def test_an_input_over_the_size_limit_is_a_form_to_correct_on_create_and_edit(
+    make_settings: Any, pg: asyncpg.Connection
+) -> None:
+    """A 413 about the schedule's input was audited as a refused edit and not as a refused create (the
+    create checked it before its audited block). It is about the request's own field, as a 422 about
+    one of the input's fields is: neither is audited."""
+    settings = make_settings(worker_enabled=False, job_max_input_bytes=1024)
+    db = settings.database_url or ""
+    root = await add_user(db, "root@example.com", admin=True)
+    big = {"text": "x" * 2000}
+    async with app_client(settings) as client:
+        h = {"Authorization": f"Bearer {await add_token(db, root.id)}"}
+        made = await client.post("/api/schedules", json={"cron": "0 9 * * *", "type": "noop"}, headers=h)
+        assert made.status_code == 201, made.text
+        sid = made.json()["id"]
+        r = await client.post(
+            "/api/schedules", json={"cron": "0 9 * * *", "type": "noop", "input_data": big}, headers=h
+        )
+        assert r.status_code == 413 and "JOB_MAX_INPUT_BYTES" in r.json()["detail"], r.text
+        r = await client.patch(f"/api/schedules/{sid}", json={"input_data": big}, headers=h)
+        assert r.status_code == 413 and "JOB_MAX_INPUT_BYTES" in r.json()["detail"], r.text
+    rows = await pg.fetch("SELECT action, outcome FROM audit_log ORDER BY id")
+    assert [(e["action"], e["outcome"]) for e in rows] == [("schedule.create", "ok")], rows
