@@ -210,15 +210,14 @@ async def set_enabled(
     require_admin(actor, "enable or disable schedules")
     who = acting(actor, ip)
     action = "schedule.enable" if enabled else "schedule.disable"
-    before = await schedules.get_schedule(db, schedule_id)
+    before = await schedules.get_schedule(db, schedule_id)  # read once: its id, state and owner
     async with (
         auditing_refusals(db, who, action, target_type="schedule", target_ids=[before["id"]]),
         db.begin_nested(),
     ):
-        before = await schedules.get_schedule(db, before["id"])
         if before["enabled"] == enabled:
             return before
-        row = await schedules.set_schedule_enabled(db, before["id"], enabled)
+        row = await schedules.switch_schedule(db, before, enabled)
         await record_done(
             db,
             who,
