@@ -1,126 +1,174 @@
-"""Admin actions on schedules: create one, enable or disable it, delete it.
+"""Periodic schedules (cron): a cron expression (croniter) in a time zone fires a job type or a pipeline
+template.
 
-Each action takes ``(db, actor, parameters…)`` — ``db`` an ``AsyncSession`` or ``AsyncConnection``
-whose transaction the caller commits, ``actor`` the signed-in user or an
-:class:`~app.actions.trail.Actor` — checks that the actor is an admin, makes the change through
-:mod:`app.schedules` and writes its audit entry and admin notice (:mod:`app.actions.trail`), all inside
-one savepoint. The admin page and the JSON API both call these, so either leaves the same record. A
-refusal once the change has started (a 409, an edited schedule whose target is gone) is audited as
-refused (:func:`app.actions.trail.auditing_refusals`); a 422 only about the request's own fields
-(:data:`FORM_FIELDS`), a 413 of its input and an unknown schedule (404) are not.
+Each due time fires exactly once however many workers run: the sweep takes the schedule row with
+``FOR UPDATE SKIP LOCKED`` and moves ``next_fire_at`` in the same transaction as the enqueue, and each job
+carries the idempotency key ``schedule:<id>:<fire time>``. After downtime only the latest missed time
+fires, unless ``catch_up`` is set (then each missed time, at most :data:`MAX_CATCH_UP`).
 
-A schedule's jobs belong to its owner, so the owner must be allowed to start its target
-(:mod:`app.actions.access`): an admin cannot schedule a diagnostic type for a non-admin. The sweep
-checks the owner again at each firing (:func:`app.schedules.owner_refusal`).
+Time: a cron expression names wall-clock times in the schedule's zone, and each fires at most once
+across daylight-saving changes (:func:`next_fire` gives the rule); "now" is always the database's clock
+(:func:`db_now`), never the process's. The cron arithmetic is :mod:`app.cron`. A paused type does not pile up a schedule's jobs: while the
+previous fire still waits in a paused type, due times pass without a new job (:func:`fire_due`).
 
-Errors: :class:`~app.errors.Forbidden` (403), :class:`~app.errors.NotFound` (an unknown schedule, 404),
-:class:`~app.errors.Conflict` (409: deleting a schedule defined in code; enabling one whose owner's
-account is disabled, which the next firing would disable again), :class:`~app.errors.BadInput`
-(422, naming the field: ``cron``, ``timezone``, ``type``, ``template``, ``input_data…``, ``name``,
-``owner``; ``type`` or ``template`` also for a target the owner may not start), :class:`~app.errors.TooLarge` (the input is over ``JOB_MAX_INPUT_BYTES``, 413).
+Who may change schedules, the audit entry and the admin notice of each change are
+:mod:`app.actions.schedules`. A schedule the sweep disables — its target is no longer valid, or its
+owner may no longer start it — has no person behind it: the sweep records an admin notice from
+``system`` naming the reason (:func:`app.jobs.outbox.record_admin_action`), in the same transaction.
 """
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+from sqlalchemy import text
 from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from uuid_utils.compat import uuid7
 
-from app import auth, pipelines, schedules
-from app.actions import access
-from app.actions.trail import Db, acting, auditing_refusals, record_done, require_admin
-from app.errors import BadInput, NotFound
-from app.jobs import payload
+from app import pipelines, quotas
+from app.cron import check_cron, check_zone, fire_times, fired_title, next_fire
+from app.errors import BadInput, Conflict, NotFound
+from app.jobs import outbox, queue
+from app.jobs.payload import check_input, json_text
+from app.jobs.queue import NewJob
+from app.jobs.types import file_refs, may_submit, refusal, registry
 from app.settings import Settings
 
-CRON_MAX = 300
-TIMEZONE_MAX = 100
-EMAIL_MAX = 254
-NAME_MAX = 300
-FORM_FIELDS = ("cron", "timezone", "name", "owner", "input_data")
-"""The fields a schedule's form or request gives: a 422 about these alone is a form to correct, not a
-refused change, and is not audited (``input_data`` covers each input field, ``input_data.<field>``)."""
+
+async def db_now(conn: AsyncConnection) -> datetime:
+    """The database's clock, the one every due time is compared with (``now()``: this transaction's
+    start). Web hosts and workers may be minutes off; a first fire computed from their clock would be
+    that much early (fired at once, for a stale time) or late."""
+    return (await conn.execute(text("SELECT now()"))).scalar_one()
 
 
-def _text(value: Any, field: str, limit: int) -> str:
-    """``value`` when it is storable text of at most ``limit`` characters.
+@dataclass
+class ScheduleSpec:
+    """A schedule defined in code (``source = 'code'``), synced into the database at worker start by
+    :func:`app.code_schedules.sync_code_schedules`; ``owner_email`` names the user its jobs belong to."""
+
+    name: str
+    cron: str
+    owner_email: str
+    job_type: str | None = None
+    template: str | None = None
+    input_data: dict[str, Any] = field(default_factory=dict)
+    timezone: str = "UTC"
+    enabled: bool = True
+    catch_up: bool = False
+
+
+CODE_SCHEDULES: dict[str, ScheduleSpec] = {}
+
+
+def schedule(spec: ScheduleSpec) -> ScheduleSpec:
+    """Register a schedule in code (call at import of a module in ``PROCESSOR_MODULES``)."""
+    CODE_SCHEDULES[spec.name] = spec
+    return spec
+
+
+INSERT_SCHEDULE = text(
+    """
+    INSERT INTO schedules (id, name, cron, timezone, job_type, template, input_data, user_id, enabled, catch_up,
+                           source, next_fire_at)
+    VALUES (:id, :name, :cron, :timezone, :job_type, :template, CAST(CAST(:input AS text) AS jsonb), :user_id,
+            :enabled, :catch_up, :source, :next_fire_at)
+    ON CONFLICT (name) DO UPDATE SET cron = EXCLUDED.cron, timezone = EXCLUDED.timezone, job_type = EXCLUDED.job_type,
+        template = EXCLUDED.template, input_data = EXCLUDED.input_data, user_id = EXCLUDED.user_id,
+        enabled = schedules.enabled AND EXCLUDED.enabled, catch_up = EXCLUDED.catch_up, updated_at = now(),
+        next_fire_at = CASE WHEN NOT (schedules.enabled AND EXCLUDED.enabled) THEN NULL
+                            WHEN schedules.cron = EXCLUDED.cron AND schedules.timezone = EXCLUDED.timezone
+                            THEN schedules.next_fire_at
+                            ELSE EXCLUDED.next_fire_at END
+    WHERE schedules.source = 'code' AND EXCLUDED.source = 'code'
+    RETURNING *
+    """
+)
+SCHEDULE_COLUMNS = (
+    "id, name, cron, timezone, job_type, template, input_data, user_id, enabled, catch_up, source, next_fire_at, "
+    "last_fire_at, last_job_id, last_pipeline_id, created_at, updated_at"
+)
+
+
+def _validate_target(
+    job_type: str | None, template: str | None, input_data: Any, settings: Settings
+) -> dict[str, Any]:
+    if (job_type is None) == (template is None):
+        raise BadInput.field("type", "choose either a job type or a pipeline template")
+    if not isinstance(input_data, dict):
+        raise BadInput.field("input_data", "must be a JSON object")
+    check_input(input_data, settings.job_max_input_bytes)
+    if job_type is not None:
+        spec = registry.get(job_type)
+        if spec is None:
+            raise BadInput.field("type", f"unknown job type {job_type[:100]!r}")
+        valid = spec.validate_input(input_data)
+        spec.check_settings(valid, settings)
+        return valid
+    tpl = pipelines.get_template(template or "")
+    if tpl is None:
+        raise BadInput.field("template", f"unknown pipeline template {str(template)[:100]!r}")
+    values, _steps = tpl.build(input_data)
+    return values
+
+
+def check_schedule(
+    cron: str, timezone: str, job_type: str | None, template: str | None, input_data: Any, settings: Settings
+) -> tuple[str, dict[str, Any]]:
+    """The normalised cron expression and the target's validated input.
 
     Raises:
-        BadInput: not text, too long, or holding a NUL or a lone surrogate (which PostgreSQL text
-        cannot store, and which the time-zone lookup rejects with an error of its own).
+        BadInput: every bad field at once (cron, timezone, type/template, input_data…), so a form can
+        show them all next to their fields.
     """
-    if not isinstance(value, str):
-        raise BadInput.field(field, "must be text")
-    problem = payload.text_problem(value)
-    if problem is not None:
-        raise BadInput.field(field, problem)
-    if len(value) > limit:
-        raise BadInput.field(field, f"is {len(value):,} characters long; at most {limit:,} are allowed")
-    return value
-
-
-async def owner_of(db: Db, actor: Any, owner_email: str | None) -> Any:
-    """The user a schedule's jobs belong to: ``owner_email``'s account, or the actor when it is empty.
-
-    Raises:
-        BadInput: (``owner``) not text, too long, or no such user.
-    """
-    email = _text(owner_email or "", "owner", EMAIL_MAX).strip().lower()
-    if not email or email == actor.email:
-        return actor
-    try:
-        return await auth.get_user_by_email(db, email)
-    except NotFound as exc:
-        raise BadInput.field("owner", exc.detail) from None
-
-
-def _texts(cron: Any, timezone: Any, name: Any, errors: dict[str, str]) -> tuple[str, str, str]:
-    """The schedule's cron, time zone and name as storable text; a value that is not text, too long, or
-    holds a NUL or a lone surrogate, or an empty time zone, is added to ``errors`` (and given back as
-    ``""``) so that the other fields are still checked."""
-    texts: list[str] = []
-    for value, key, limit in ((cron, "cron", CRON_MAX), (timezone, "timezone", TIMEZONE_MAX)):
-        texts.append(_kept(errors, lambda v=value, k=key, n=limit: _text(v, k, n).strip(), ""))
-    if not texts[1] and "timezone" not in errors:
-        errors["timezone"] = "Choose a time zone."
-    name = _kept(errors, lambda: _text(name or "", "name", NAME_MAX), "")
-    return texts[0], texts[1], name
-
-
-def _kept(errors: dict[str, str], check: Any, default: Any = None) -> Any:
-    """``check()``, or ``default`` with its BadInput's fields added to ``errors`` (the first message per
-    field wins)."""
-    try:
-        return check()
-    except BadInput as exc:
-        for path, message in (exc.errors or {"input_data": exc.detail}).items():
-            errors.setdefault(path, message)
-        return default
-
-
-def _raise_all(errors: dict[str, str]) -> None:
+    errors: dict[str, str] = {}
+    out: dict[str, Any] = {}
+    for key, check in (
+        ("cron", lambda: check_cron(cron)),
+        ("zone", lambda: check_zone(timezone)),
+        (
+            "values",
+            lambda: _validate_target(job_type, template, {} if input_data is None else input_data, settings),
+        ),
+    ):
+        try:
+            out[key] = check()
+        except BadInput as exc:
+            for path, message in (exc.errors or {"input_data": exc.detail}).items():
+                errors.setdefault(path, message)
     if errors:
         raise BadInput("; ".join(f"{k}: {v}" for k, v in errors.items()), errors=errors)
+    return out["cron"], out["values"]
 
 
-def _check_target(owner: Any, job_type: str | None, template: str | None) -> None:
-    """Raises:
-    BadInput: (``type`` or ``template``) the owner may not start the target: a diagnostic or internal
-    type, or a template for admins, for an owner who is not an admin. Unknown targets are left to
-    :func:`app.schedules.create_schedule`, which names them.
+async def _check_files(
+    conn: AsyncConnection, job_type: str | None, template: str | None, values: dict[str, Any], owner_id: int
+) -> None:
+    """Every file the target's input names must be the owner's, and of the kind its field takes, as when
+    the owner submits it: otherwise a schedule would be accepted and fail at each firing, and an admin
+    could point a person's schedule at another person's file.
+
+    Raises:
+        BadInput: ``input_data.<field>`` → "no such file (<id>); upload it first", or the file's kind.
     """
     if job_type is not None:
-        access.check_type(owner, job_type)
-    elif template is not None:
-        tpl = pipelines.get_template(template) if isinstance(template, str) else None
-        if tpl is not None:
-            access.check_template(owner, tpl)
+        spec = registry.get(job_type)
+        model = spec.input_model if spec is not None else None
+    else:
+        tpl = pipelines.get_template(template or "")
+        model = tpl.input_model if tpl is not None else None
+    if model is not None:
+        await queue.check_file_owners(conn, [(owner_id, *ref) for ref in file_refs(model, values)])
 
 
 async def create_schedule(
-    db: Db,
-    actor: Any,
+    db: AsyncConnection | AsyncSession,
     *,
     cron: str,
     timezone: str = "UTC",
@@ -130,219 +178,411 @@ async def create_schedule(
     enabled: bool = True,
     catch_up: bool = False,
     name: str | None = None,
-    owner_email: str | None = None,
+    owner: Any,
     settings: Settings,
-    ip: str | None = None,
     source: str = "ui",
 ) -> RowMapping:
-    """Create a schedule firing ``job_type`` or ``template`` with ``input_data`` on ``cron`` (read in
-    ``timezone``); its jobs belong to ``owner_email``'s account (default: the actor). A taken name is
-    refused, never overwritten. ``source`` says where it was made: ``"ui"`` (the admin page) or ``"api"``.
-    Returns the schedule row.
+    """Create (or, for a code schedule, update by name) a schedule; its jobs belong to ``owner``. A UI
+    schedule whose name is taken is refused, never overwritten.
+
+    A code schedule's update takes the code's definition but keeps a disabled row disabled: an admin's
+    Disable (or the system's) must outlast the next worker start. ``enabled=False`` in the code
+    disables it.
 
     Raises:
-        BadInput: every bad field at once (cron, timezone, name, owner, type/template, input_data…).
+        BadInput: invalid cron, time zone, target or input — each naming its field — or a file in the
+        input that is not the owner's. Conflict: created enabled for an owner whose account is disabled
+        (:func:`check_may_enable`); created disabled, it is kept.
     """
-    require_admin(actor, "create schedules")
-    who = acting(actor, ip)
-    # The checks are inside the audited block: an owner who may not start the target is a refused
-    # create, audited as the refusals the change itself meets are; a 422 only about the request's own
-    # fields (FORM_FIELDS) is a form to correct, which the block lets through unaudited.
-    async with auditing_refusals(
-        db, who, "schedule.create", target_type="schedule", target_ids=[], inputs=FORM_FIELDS
-    ):
-        errors: dict[str, str] = {}
-        cron, timezone, name = _texts(cron, timezone, name, errors)
-        try:
-            owner = await owner_of(db, who.user, owner_email)
-        except BadInput as exc:
-            errors.update(exc.errors)
-            owner = who.user
-        _kept(errors, lambda: _check_target(owner, job_type, template))
-        _kept(
-            errors, lambda: schedules.check_schedule(cron, timezone, job_type, template, input_data, settings)
-        )
-        _raise_all(errors)
-        async with db.begin_nested():
-            row = await schedules.create_schedule(
-                db,
-                cron=cron,
-                timezone=timezone,
-                job_type=job_type,
-                template=template,
-                input_data=input_data,
-                enabled=enabled,
-                catch_up=catch_up,
-                name=name,
-                owner=owner,
-                settings=settings,
-                source=source,
-            )
-            await record_done(
-                db,
-                who,
-                "schedule.create",
-                target_type="schedule",
-                target_ids=[row["id"]],
-                detail={
-                    "name": row["name"],
-                    "cron": row["cron"],
-                    "timezone": row["timezone"],
-                    "type": job_type,
-                    "template": template,
-                    "owner": owner.email,
-                },
-            )
-        return row
-
-
-async def set_enabled(
-    db: Db, actor: Any, schedule_id: Any, enabled: bool, *, ip: str | None = None
-) -> RowMapping:
-    """Enable (the next run is computed from now; missed runs are not back-filled) or disable a schedule.
-    Returns the updated row. One already so is returned as it was (its ``updated_at`` too), with no
-    write and no audit entry: :func:`unchanged` tells.
-
-    Raises:
-        NotFound: unknown id. Conflict: enabling a schedule whose owner's account is disabled
-        (:func:`app.schedules.check_may_enable`).
-    """
-    require_admin(actor, "enable or disable schedules")
-    who = acting(actor, ip)
-    action = "schedule.enable" if enabled else "schedule.disable"
-    before = await schedules.get_schedule(db, schedule_id)  # read once: its id, state and owner
-    async with (
-        auditing_refusals(db, who, action, target_type="schedule", target_ids=[before["id"]]),
-        db.begin_nested(),
-    ):
-        if before["enabled"] == enabled:
-            return before
-        row = await schedules.switch_schedule(db, before, enabled)
-        await record_done(
-            db,
-            who,
-            action,
-            target_type="schedule",
-            target_ids=[row["id"]],
-            detail={"name": row["name"]},
-        )
+    cron, values = check_schedule(cron, timezone, job_type, template, input_data, settings)
+    name = (name or "").strip() or f"{job_type or template} at {cron} ({timezone})"
+    if len(name) > 200 or "\x00" in name:
+        raise BadInput.field("name", "at most 200 characters")
+    params = {
+        "id": uuid7(),
+        "name": name,
+        "cron": cron,
+        "timezone": timezone,
+        "job_type": job_type,
+        "template": template,
+        "input": json_text(values),
+        "user_id": owner.id,
+        "enabled": enabled,
+        "catch_up": catch_up,
+        "source": source,
+    }
+    conn = await queue.conn_of(db)
+    await _check_files(conn, job_type, template, values, owner.id)
+    if enabled and source != "code":
+        # the rule of Enable (a code schedule's owner is checked, by its own words, at the sync)
+        await check_may_enable(conn, {"user_id": owner.id, "name": name})
+    params["next_fire_at"] = next_fire(cron, timezone, await db_now(conn)) if enabled else None
+    row = (await conn.execute(INSERT_SCHEDULE, params)).mappings().first()
+    if row is None:
+        raise BadInput.field("name", f"a schedule named {name!r} already exists")
     return row
 
 
+def _changes_definition(row: RowMapping, cron: str, timezone: str, input_data: Any) -> bool:
+    """Whether an edit changes more of ``row`` than its enabled flag (the cron expression compared as
+    stored, normalised; one that is not valid is a change)."""
+    try:
+        same_cron = check_cron(cron) == row["cron"]
+    except BadInput:
+        same_cron = False
+    return not same_cron or timezone != row["timezone"] or (input_data or {}) != row["input_data"]
+
+
 async def update_schedule(
-    db: Db,
-    actor: Any,
+    db: AsyncConnection | AsyncSession,
     schedule_id: Any,
     *,
     cron: str,
     timezone: str,
-    input_data: dict[str, Any] | None,
+    input_data: dict[str, Any],
     enabled: bool,
     settings: Settings,
-    ip: str | None = None,
-) -> RowMapping:
-    """Change a schedule's cron expression, time zone, input and enabled flag (its target, owner and name
-    stay); the next run is computed from now. The audit entry names what changed. Returns the row. An
-    edit that changes nothing (the same values, as they are stored) writes nothing and leaves no audit
-    entry: the row comes back as it was, which :func:`unchanged` tells.
+) -> tuple[RowMapping, RowMapping]:
+    """Change a schedule's cron expression, time zone, input and enabled flag (its target and owner stay);
+    the next run is computed again from now. Returns the row before and after: the same row, unwritten,
+    when nothing would change. Of a schedule defined in code, only the enabled flag may change.
 
     Raises:
-        NotFound: unknown id. BadInput: each bad field named (cron, timezone, input fields).
-        Conflict: enabling a schedule whose owner's account is disabled; changing a code schedule's
-        definition.
+        NotFound: unknown id. BadInput: invalid cron, time zone or input, each naming its field.
+        Conflict: a change of a code schedule's cron expression, time zone or input; enabling a
+        schedule whose owner's account is disabled (:func:`check_may_enable`).
     """
-    require_admin(actor, "edit schedules")
-    errors: dict[str, str] = {}
-    cron, timezone, _name = _texts(cron, timezone, None, errors)
-    _raise_all(errors)
-    who = acting(actor, ip)
-    sid = (await schedules.get_schedule(db, schedule_id))["id"]
-    async with (
-        auditing_refusals(
-            db, who, "schedule.update", target_type="schedule", target_ids=[sid], inputs=FORM_FIELDS
-        ),
-        db.begin_nested(),
-    ):
-        before, row = await schedules.update_schedule(
-            db,
-            schedule_id,
-            cron=cron,
-            timezone=timezone,
-            input_data=input_data if input_data is not None else {},
-            enabled=enabled,
-            settings=settings,
+    conn = await queue.conn_of(db)
+    before = await get_schedule(conn, schedule_id)
+    if before["source"] == "code" and _changes_definition(before, cron, timezone, input_data):
+        # The next worker start would put the code's definition back without a word.
+        raise Conflict(
+            f"The schedule {before['name']!r} is defined in code: change its cron expression, time zone and "
+            "input in the code (the next worker start would undo a change made here); enable or disable it "
+            "here."
         )
-        changed = [k for k in ("cron", "timezone", "input_data", "enabled") if before[k] != row[k]]
-        if not changed:
-            return row
-        await record_done(
-            db,
-            who,
-            "schedule.update",
-            target_type="schedule",
-            target_ids=[row["id"]],
-            detail={
-                "name": row["name"],
-                "changed": changed,
-                "cron": row["cron"],
-                "timezone": row["timezone"],
-            },
-        )
-    return row
-
-
-CHANGEABLE = ("cron", "timezone", "input_data", "enabled")
-"""The fields of a schedule an edit may change (its target, owner and name stay)."""
-
-
-async def change_schedule(
-    db: Db,
-    actor: Any,
-    schedule_id: Any,
-    changes: Mapping[str, Any],
-    *,
-    settings: Settings,
-    ip: str | None = None,
-) -> RowMapping:
-    """A partial edit (the API's ``PATCH`` and ``PUT``): each field of :data:`CHANGEABLE` in
-    ``changes`` replaces the stored value and one left out keeps it, through :func:`update_schedule`.
-    A field given as ``None`` (JSON ``null``) is refused, not read as "left out": ``{"cron": null}``
-    answered 200 and changed nothing, and a schedule has no "no cron" to set.
-
-    Raises:
-        BadInput: each field given as ``None`` named, then as :func:`update_schedule`.
-    """
-    require_admin(actor, "edit schedules")
-    _raise_all(
-        {
-            k: f"cannot be null: give a new value, or leave {k} out to keep the current one"
-            for k in CHANGEABLE
-            if k in changes and changes[k] is None
-        }
+    cron, values = check_schedule(
+        cron, timezone, before["job_type"], before["template"], input_data, settings
     )
-    row = await schedules.get_schedule(db, schedule_id)
-    kept = {k: changes[k] if k in changes else row[k] for k in CHANGEABLE}
-    return await update_schedule(db, actor, schedule_id, **kept, settings=settings, ip=ip)
-
-
-def unchanged(before: Any, after: Any) -> bool:
-    """Whether an edit or an enable/disable that returned ``after`` left the schedule ``before`` as it
-    was (nothing written, nothing audited)."""
-    return bool(before["updated_at"] == after["updated_at"])
-
-
-async def delete_schedule(db: Db, actor: Any, schedule_id: Any, *, ip: str | None = None) -> RowMapping:
-    """Delete a schedule made in the console or the API (the jobs it started stay); returns the deleted
-    row. One defined in code is refused with Conflict: the next worker start would create it again."""
-    require_admin(actor, "delete schedules")
-    async with db.begin_nested():
-        row = await schedules.delete_schedule(db, schedule_id)
-        await record_done(
-            db,
-            acting(actor, ip),
-            "schedule.delete",
-            target_type="schedule",
-            target_ids=[row["id"]],
-            detail={"name": row["name"]},
+    await _check_files(conn, before["job_type"], before["template"], values, before["user_id"])
+    if enabled and not before["enabled"]:
+        await check_may_enable(conn, before)
+    stored = json_text(values)
+    if (cron, timezone, enabled) == (before["cron"], before["timezone"], before["enabled"]) and json.loads(
+        stored
+    ) == before["input_data"]:
+        # Nothing to change: no write, so its next run stays as it was (computing it again from now
+        # would pass over a run that is due), and the caller records nothing.
+        return before, before
+    nxt = next_fire(cron, timezone, await db_now(conn)) if enabled else None
+    after = (
+        (
+            await conn.execute(
+                text(
+                    "UPDATE schedules SET cron = :cron, timezone = :tz, input_data = CAST(CAST(:input AS text) AS jsonb),"
+                    " enabled = :e,"
+                    f" next_fire_at = :n, updated_at = now() WHERE id = :id RETURNING {SCHEDULE_COLUMNS}"
+                ),
+                {
+                    "cron": cron,
+                    "tz": timezone,
+                    "input": stored,
+                    "e": enabled,
+                    "n": nxt,
+                    "id": before["id"],
+                },
+            )
         )
+        .mappings()
+        .one()
+    )
+    return before, after
+
+
+OWNER_STATE = text("SELECT email, is_active FROM users WHERE id = :id")
+
+
+async def check_may_enable(conn: AsyncConnection, row: Mapping[Any, Any]) -> None:
+    """Refuse to enable (or resume) a schedule whose owner's account is disabled: the next firing would
+    disable it again (:func:`owner_refusal`), so enabling it would only seem to work. The one rule for
+    the console's buttons and form and the API.
+
+    Raises:
+        Conflict: (``extra["field"]`` is ``enabled``) the owner's account is disabled, naming it.
+    """
+    owner = (await conn.execute(OWNER_STATE, {"id": row["user_id"]})).mappings().first()
+    if owner is not None and not owner["is_active"]:
+        raise Conflict(
+            f"The schedule {row['name']!r} cannot be enabled: its owner's account ({owner['email']}) is "
+            "disabled, and the schedule cannot run until that account is enabled again.",
+            extra={"field": "enabled"},
+        )
+
+
+async def set_schedule_enabled(
+    db: AsyncConnection | AsyncSession, schedule_id: Any, enabled: bool
+) -> RowMapping:
+    """Enable (next fire computed from now, no back-fill) or disable a schedule; one already so is
+    returned as it is, unwritten.
+
+    Raises:
+        NotFound: unknown id. Conflict: enabling a schedule whose owner's account is disabled
+        (:func:`check_may_enable`).
+    """
+    return await switch_schedule(db, await get_schedule(db, schedule_id), enabled)
+
+
+async def switch_schedule(db: AsyncConnection | AsyncSession, row: RowMapping, enabled: bool) -> RowMapping:
+    """:func:`set_schedule_enabled` for a schedule the caller has just read (``row``), without reading it
+    again.
+
+    Raises:
+        Conflict: enabling a schedule whose owner's account is disabled (:func:`check_may_enable`).
+    """
+    conn = await queue.conn_of(db)
+    if row["enabled"] == enabled:
+        return row  # already so: no write (an enabled schedule keeps its next run)
+    if enabled:
+        await check_may_enable(conn, row)
+    nxt = next_fire(row["cron"], row["timezone"], await db_now(conn)) if enabled else None
+    updated = (
+        (
+            await conn.execute(
+                text(
+                    f"UPDATE schedules SET enabled = :e, next_fire_at = :n, updated_at = now() WHERE id = :id RETURNING {SCHEDULE_COLUMNS}"
+                ),
+                {"e": enabled, "n": nxt, "id": row["id"]},
+            )
+        )
+        .mappings()
+        .one()
+    )
+    return updated
+
+
+def declared_code_schedules() -> frozenset[str]:
+    """The names of the schedules this process's code declares (its processor modules imported)."""
+    registry.names()  # import the modules, which declare the code's schedules
+    return frozenset(CODE_SCHEDULES)
+
+
+async def delete_schedule(db: AsyncConnection | AsyncSession, schedule_id: Any) -> RowMapping:
+    """Delete a schedule (its past jobs stay); returns the deleted row. A schedule defined in code cannot be deleted while it is
+    enabled or this process's code declares it (the next worker start would create it again): disable
+    it, or remove it from the code — a worker start then disables it, and it may be deleted.
+
+    Raises:
+        NotFound: unknown id. Conflict: a code-defined schedule still enabled or declared.
+    """
+    conn = await queue.conn_of(db)
+    row = await get_schedule(conn, schedule_id)
+    registry.names()  # import the modules, which declare the code's schedules
+    if row["source"] == "code" and (row["enabled"] or row["name"] in CODE_SCHEDULES):
+        raise Conflict(
+            f"The schedule {row['name']!r} is defined in code and cannot be deleted here; disable it instead, "
+            "or remove it from the code."
+        )
+    await conn.execute(text("DELETE FROM schedules WHERE id = :id"), {"id": row["id"]})
     return row
+
+
+async def get_schedule(db: AsyncConnection | AsyncSession, schedule_id: Any) -> RowMapping:
+    """Raises NotFound for an unknown or malformed id."""
+    conn = await queue.conn_of(db)
+    try:
+        sid = uuid.UUID(str(schedule_id))
+    except ValueError:
+        raise NotFound("No such schedule.") from None
+    row = (
+        (await conn.execute(text(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = :id"), {"id": sid}))
+        .mappings()
+        .first()
+    )
+    if row is None:
+        raise NotFound("No such schedule.")
+    return row
+
+
+async def list_schedules(db: AsyncConnection | AsyncSession) -> list[RowMapping]:
+    conn = await queue.conn_of(db)
+    return list(
+        (await conn.execute(text(f"SELECT {SCHEDULE_COLUMNS} FROM schedules ORDER BY name"))).mappings().all()
+    )
+
+
+DUE_SCHEDULES = text(
+    f"""
+    SELECT {SCHEDULE_COLUMNS}, now() AS db_now,
+           (SELECT u.is_admin FROM users u WHERE u.id = schedules.user_id) AS owner_is_admin,
+           (SELECT u.is_active FROM users u WHERE u.id = schedules.user_id) AS owner_is_active
+    FROM schedules
+    WHERE enabled AND next_fire_at <= now()
+    ORDER BY next_fire_at LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+    """
+)
+ADVANCE = text(
+    """
+    UPDATE schedules SET next_fire_at = :next, last_fire_at = :fired, last_job_id = :job_id,
+        last_pipeline_id = :pipeline_id, updated_at = now()
+    WHERE id = :id
+    """
+)
+
+
+async def _fire(conn: AsyncConnection, row: RowMapping, at: datetime, settings: Settings) -> dict[str, Any]:
+    """Start the schedule's job (idempotent per fire time) or pipeline for fire time ``at``."""
+    if row["job_type"]:
+        result = await queue.enqueue(
+            conn,
+            NewJob(
+                type=row["job_type"],
+                input_data=row["input_data"],
+                user_id=row["user_id"],
+                idempotency_key=f"schedule:{row['id']}:{at.isoformat()}",
+                title=fired_title(row["name"], at),
+            ),
+            settings,
+            actor=f"schedule:{row['id']}",
+        )
+        return {
+            "schedule": row["name"],
+            "fired_at": at,
+            "job_id": result.job["id"],
+            "created": result.created,
+        }
+    p = await pipelines.create_from_template(
+        conn, row["template"], row["input_data"], user_id=row["user_id"], settings=settings
+    )
+    return {"schedule": row["name"], "fired_at": at, "pipeline_id": p["id"]}
+
+
+ADVANCE_ONLY = text("UPDATE schedules SET next_fire_at = :next, updated_at = now() WHERE id = :id")
+DISABLE_INVALID = text(
+    "UPDATE schedules SET enabled = false, next_fire_at = NULL, updated_at = now() WHERE id = :id"
+)
+
+
+async def _disable(conn: AsyncConnection, row: RowMapping, reason: str) -> None:
+    """Disable a schedule the sweep may not fire any more. No person acts, so there is no audit entry:
+    the admins get a notice from ``system`` naming the schedule and the reason."""
+    await conn.execute(DISABLE_INVALID, {"id": row["id"]})
+    await outbox.record_admin_action(
+        conn,
+        admin_email="system",
+        action="schedule.disable",
+        count=1,
+        target_type="schedule",
+        targets=[row["id"]],
+        outcome=reason[:500],
+        detail={"name": row["name"]},
+    )
+
+
+async def _skip(conn: AsyncConnection, row: RowMapping, at: datetime, nxt: datetime, reason: str) -> None:
+    """Skip this firing (the owner's waiting jobs are at their limit): the schedule moves on to its next
+    time, and the admins get a notice from ``system`` naming the reason."""
+    await conn.execute(ADVANCE_ONLY, {"id": row["id"], "next": nxt})
+    await outbox.record_admin_action(
+        conn,
+        admin_email="system",
+        action="schedule.skip",
+        count=1,
+        target_type="schedule",
+        targets=[row["id"]],
+        outcome=reason[:500],
+        detail={"name": row["name"], "fire_time": at.isoformat()},
+    )
+
+
+HELD_BY_PAUSE = text(
+    """
+    SELECT EXISTS (
+        SELECT 1 FROM jobs j
+        WHERE (j.id = CAST(:job_id AS uuid) OR j.pipeline_id = CAST(:pipeline_id AS uuid))
+          AND j.status = 'queued' AND j.attempts = 0
+          AND EXISTS (SELECT 1 FROM job_type_controls c WHERE c.paused AND c.type IN (j.type, '*'))
+    )
+    """
+)
+TYPE_PAUSED = text("SELECT EXISTS (SELECT 1 FROM job_type_controls WHERE paused AND type IN (:type, '*'))")
+
+
+async def _held_by_pause(conn: AsyncConnection, row: RowMapping) -> bool:
+    """Whether the schedule's previous fire has not started because its type is paused: its job, or a
+    step of its pipeline, still waits for its first attempt in a paused type."""
+    if row["last_job_id"] is None and row["last_pipeline_id"] is None:
+        return False
+    params = {"job_id": row["last_job_id"], "pipeline_id": row["last_pipeline_id"]}
+    return bool((await conn.execute(HELD_BY_PAUSE, params)).scalar())
+
+
+def owner_refusal(row: RowMapping | Mapping[str, Any]) -> str | None:
+    """Why the schedule's owner may no longer start its target (they lost their admin rights, or the
+    type became admins-only, or their account is disabled), or ``None`` when they may — the same rule as
+    when a person submits."""
+    if row.get("owner_is_active") is False:
+        return "its owner's account is disabled"
+    if row["owner_is_admin"]:
+        return None
+    if row["job_type"]:
+        spec = registry.get(row["job_type"])
+        if spec is not None and not may_submit(False, spec):
+            return f"its owner may no longer start it: {refusal(spec)}"
+        return None
+    tpl = pipelines.get_template(row["template"] or "")
+    if tpl is not None and tpl.diagnostic:
+        return f"its owner may no longer start it: only admins may start {tpl.name!r}"
+    return None
+
+
+async def fire_due(conn: AsyncConnection, settings: Settings, *, limit: int = 50) -> list[dict[str, Any]]:
+    """Fire every due schedule once (called by the worker's sweep loop, in the caller's transaction).
+
+    Returns ``[{"schedule": name, "fired_at": …, "job_id"|"pipeline_id": …}]``. A schedule whose target
+    became invalid (type removed, input no longer valid) or whose owner may no longer start it is
+    disabled, with an admin notice naming the reason, rather than failing the sweep; so is one whose
+    owner's account is disabled. A firing whose owner has ``USER_MAX_WAITING_JOBS`` jobs waiting is
+    skipped (the schedule moves on to its next time) with an admin notice.
+
+    A paused type does not pile up a schedule's jobs: while the previous fire's job (or a step of its
+    pipeline) waits in a paused type, the due times pass without a new job, so at most one fire per
+    schedule waits and a resume starts one job, not one per missed time.
+    """
+    rows = (await conn.execute(DUE_SCHEDULES, {"limit": limit})).mappings().all()
+    fired: list[dict[str, Any]] = []
+    for row in rows:
+        times, nxt = fire_times(
+            row["cron"], row["timezone"], row["next_fire_at"], row["db_now"], row["catch_up"]
+        )
+        refused = owner_refusal(row)
+        if refused is not None:
+            await _disable(conn, row, refused)
+            continue
+        if await _held_by_pause(conn, row):
+            await conn.execute(ADVANCE_ONLY, {"id": row["id"], "next": nxt})
+            continue
+        if len(times) > 1 and row["job_type"]:
+            if (await conn.execute(TYPE_PAUSED, {"type": row["job_type"]})).scalar():
+                times = times[-1:]  # a catch-up into a paused type: one waiting job, not a pile
+        full = await quotas.schedule_refusal(conn, settings, row["user_id"], bool(row["owner_is_admin"]))
+        if full is not None:
+            await _skip(conn, row, times[-1], nxt, full)
+            continue
+        try:
+            async with conn.begin_nested():
+                these = [await _fire(conn, row, at, settings) for at in times]
+        except BadInput as exc:
+            await _disable(conn, row, f"its target is no longer valid: {exc.detail}")
+            continue
+        fired.extend(these)
+        last = these[-1] if these else {}
+        params = {
+            "id": row["id"],
+            "next": nxt,
+            "fired": times[-1],
+            "job_id": last.get("job_id"),
+            "pipeline_id": last.get("pipeline_id"),
+        }
+        await conn.execute(ADVANCE, params)
+    return fired
