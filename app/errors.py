@@ -90,9 +90,14 @@ class KeyReused(BadInput):
 
 
 class TooLarge(AppError):
-    """413: the payload or upload is larger than the configured limit (named in the message)."""
+    """413: the payload or upload is larger than the configured limit (named in the message). ``field``
+    is the request's field that is too large (``input_data``), when one is."""
 
     status_code = 413
+
+    def __init__(self, detail: str, *, field: str | None = None, extra: dict[str, Any] | None = None) -> None:
+        super().__init__(detail, extra=extra)
+        self.field = field
 
 
 class RateLimited(AppError):

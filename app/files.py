@@ -76,22 +76,25 @@ DELETE_JOB_FILES = text(
     "DELETE FROM files WHERE id = ANY(CAST(:ids AS uuid[])) AND job_id = :job_id RETURNING id"
 )
 DELETE_JOB_OUTPUTS = text(
-    """
-    DELETE FROM files f USING jobs j
-    WHERE j.id = :job_id AND f.job_id = j.id
-      AND strpos(lower(COALESCE(CAST(j.input_data AS text), '')), CAST(f.id AS text)) = 0
-      AND NOT EXISTS (
-          SELECT 1 FROM jobs o
-          WHERE o.user_id = j.user_id AND o.id <> j.id
-            AND strpos(lower(CAST(o.input_data AS text)), CAST(f.id AS text)) > 0
-      )
-      AND NOT EXISTS (
-          SELECT 1 FROM pipelines p
-          WHERE p.user_id = j.user_id AND strpos(lower(CAST(p.input_data AS text)), CAST(f.id AS text)) > 0
-      )
-      AND NOT EXISTS (
-          SELECT 1 FROM schedules s WHERE strpos(lower(CAST(s.input_data AS text)), CAST(f.id AS text)) > 0
-      )
+    r"""
+    WITH job AS (
+        SELECT id, user_id, lower(COALESCE(CAST(input_data AS text), '')) AS input FROM jobs WHERE id = :job_id
+    ),
+    outputs AS (
+        SELECT f.id FROM files f JOIN job ON f.job_id = job.id WHERE strpos(job.input, CAST(f.id AS text)) = 0
+    ),
+    named AS MATERIALIZED (
+        SELECT DISTINCT CAST(m[1] AS uuid) AS id
+        FROM (
+            SELECT o.input_data FROM jobs o JOIN job ON o.user_id = job.user_id AND o.id <> job.id
+            UNION ALL SELECT p.input_data FROM pipelines p JOIN job ON p.user_id = job.user_id
+            UNION ALL SELECT s.input_data FROM schedules s
+        ) i,
+        regexp_matches(lower(CAST(i.input_data AS text)), '([0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})', 'g') m
+        WHERE EXISTS (SELECT 1 FROM outputs)
+    )
+    DELETE FROM files f USING outputs o
+    WHERE f.id = o.id AND NOT EXISTS (SELECT 1 FROM named n WHERE n.id = o.id)
     RETURNING f.id
     """
 )
@@ -99,7 +102,12 @@ DELETE_JOB_OUTPUTS = text(
 does not name (an upload is attached to the first job naming it, and stays its owner's when the job
 goes). An output that another of the owner's jobs or pipelines, or a schedule, names in its input stays
 too, left to retention as a file whose job was deleted (:data:`app.jobs.queue.sweep.PRUNE_ORPHAN_FILES`
-re-homes it to the job naming it). The caller removes the bytes after commit (:func:`remove_after_commit`)."""
+re-homes it to the job naming it). The caller removes the bytes after commit (:func:`remove_after_commit`).
+
+The inputs that may name an output are read once for all the job's outputs, and only when it has some:
+every file id they hold is taken out of them in that one pass (``named``; an id is a fixed pattern, so
+that finds exactly the ids a text search for each would) and the outputs are compared with those, where
+a search of every input per output read the owner's inputs once per output file."""
 
 
 def remove_after_commit(

@@ -329,8 +329,17 @@ async def set_schedule_enabled(
         NotFound: unknown id. Conflict: enabling a schedule whose owner's account is disabled
         (:func:`check_may_enable`).
     """
+    return await switch_schedule(db, await get_schedule(db, schedule_id), enabled)
+
+
+async def switch_schedule(db: AsyncConnection | AsyncSession, row: RowMapping, enabled: bool) -> RowMapping:
+    """:func:`set_schedule_enabled` for a schedule the caller has just read (``row``), without reading it
+    again.
+
+    Raises:
+        Conflict: enabling a schedule whose owner's account is disabled (:func:`check_may_enable`).
+    """
     conn = await queue.conn_of(db)
-    row = await get_schedule(conn, schedule_id)
     if row["enabled"] == enabled:
         return row  # already so: no write (an enabled schedule keeps its next run)
     if enabled:

@@ -3,7 +3,7 @@
 Disabling an account holds its waiting jobs (:func:`app.actions.users.set_active`); enabling it again
 does not release them, so nothing runs that an admin did not decide on. Each action is audited and
 announced like the other admin actions, and a release or cancel with nothing held changes nothing
-(409, audited as refused — the caller commits to keep that entry).
+(409, audited as refused: a request's answer keeps that entry, :data:`app.actions.trail.KEEP_REFUSAL`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app import users
-from app.actions.trail import Db, acting, record_done, record_refused, require_admin
+from app.actions.trail import Db, acting, auditing_refusals, record_done, require_admin
 from app.errors import Conflict
 from app.jobs import queue
 
@@ -48,24 +48,22 @@ async def act_on_held(db: Db, actor: Any, user_id: int, name: str, *, ip: str | 
     require_admin(actor, "release or cancel held jobs")
     target = await users.get_user(db, user_id)
     who = acting(actor, ip)
-    async with db.begin_nested():
+    async with (
+        auditing_refusals(db, who, ACTIONS[name], target_type="user", target_ids=[target["id"]]),
+        db.begin_nested(),
+    ):
         count = await _apply(db, name, target["id"], queue.actor_of(who.user))
-        if count:
-            await record_done(
-                db,
-                who,
-                ACTIONS[name],
-                target_type="user",
-                target_ids=[target["id"]],
-                count=count,
-                detail={"email": target["email"], "jobs": count},
-            )
-    if not count:
-        message = f"Nothing changed: {target['email']} has no held jobs."
-        await record_refused(
-            db, who, ACTIONS[name], target_type="user", target_ids=[target["id"]], reason=message
+        if not count:
+            raise Conflict(f"Nothing changed: {target['email']} has no held jobs.")
+        await record_done(
+            db,
+            who,
+            ACTIONS[name],
+            target_type="user",
+            target_ids=[target["id"]],
+            count=count,
+            detail={"email": target["email"], "jobs": count},
         )
-        raise Conflict(message)
     plural = "s" if count != 1 else ""
     done = "released: they will run" if name == "release-jobs" else "cancelled"
     return HeldOutcome(

@@ -7,7 +7,7 @@ whose transaction the caller commits, ``actor`` the signed-in user or an
 one savepoint. The admin page and the JSON API both call these, so either leaves the same record. A
 refusal once the change has started (a 409, an edited schedule whose target is gone) is audited as
 refused (:func:`app.actions.trail.auditing_refusals`); a 422 only about the request's own fields
-(:data:`FORM_FIELDS`) and an unknown schedule (404) are not.
+(:data:`FORM_FIELDS`), a 413 of its input and an unknown schedule (404) are not.
 
 A schedule's jobs belong to its owner, so the owner must be allowed to start its target
 (:mod:`app.actions.access`): an admin cannot schedule a diagnostic type for a non-admin. The sweep
@@ -144,53 +144,56 @@ async def create_schedule(
         BadInput: every bad field at once (cron, timezone, name, owner, type/template, input_data…).
     """
     require_admin(actor, "create schedules")
-    errors: dict[str, str] = {}
-    cron, timezone, name = _texts(cron, timezone, name, errors)
     who = acting(actor, ip)
-    try:
-        owner = await owner_of(db, who.user, owner_email)
-    except BadInput as exc:
-        errors.update(exc.errors)
-        owner = who.user
-    _kept(errors, lambda: _check_target(owner, job_type, template))
-    _kept(errors, lambda: schedules.check_schedule(cron, timezone, job_type, template, input_data, settings))
-    _raise_all(errors)
-    async with (
-        auditing_refusals(
-            db, who, "schedule.create", target_type="schedule", target_ids=[], inputs=FORM_FIELDS
-        ),
-        db.begin_nested(),
+    # The checks are inside the audited block: an owner who may not start the target is a refused
+    # create, audited as the refusals the change itself meets are; a 422 only about the request's own
+    # fields (FORM_FIELDS) is a form to correct, which the block lets through unaudited.
+    async with auditing_refusals(
+        db, who, "schedule.create", target_type="schedule", target_ids=[], inputs=FORM_FIELDS
     ):
-        row = await schedules.create_schedule(
-            db,
-            cron=cron,
-            timezone=timezone,
-            job_type=job_type,
-            template=template,
-            input_data=input_data,
-            enabled=enabled,
-            catch_up=catch_up,
-            name=name,
-            owner=owner,
-            settings=settings,
-            source=source,
+        errors: dict[str, str] = {}
+        cron, timezone, name = _texts(cron, timezone, name, errors)
+        try:
+            owner = await owner_of(db, who.user, owner_email)
+        except BadInput as exc:
+            errors.update(exc.errors)
+            owner = who.user
+        _kept(errors, lambda: _check_target(owner, job_type, template))
+        _kept(
+            errors, lambda: schedules.check_schedule(cron, timezone, job_type, template, input_data, settings)
         )
-        await record_done(
-            db,
-            who,
-            "schedule.create",
-            target_type="schedule",
-            target_ids=[row["id"]],
-            detail={
-                "name": row["name"],
-                "cron": row["cron"],
-                "timezone": row["timezone"],
-                "type": job_type,
-                "template": template,
-                "owner": owner.email,
-            },
-        )
-    return row
+        _raise_all(errors)
+        async with db.begin_nested():
+            row = await schedules.create_schedule(
+                db,
+                cron=cron,
+                timezone=timezone,
+                job_type=job_type,
+                template=template,
+                input_data=input_data,
+                enabled=enabled,
+                catch_up=catch_up,
+                name=name,
+                owner=owner,
+                settings=settings,
+                source=source,
+            )
+            await record_done(
+                db,
+                who,
+                "schedule.create",
+                target_type="schedule",
+                target_ids=[row["id"]],
+                detail={
+                    "name": row["name"],
+                    "cron": row["cron"],
+                    "timezone": row["timezone"],
+                    "type": job_type,
+                    "template": template,
+                    "owner": owner.email,
+                },
+            )
+        return row
 
 
 async def set_enabled(
@@ -207,15 +210,14 @@ async def set_enabled(
     require_admin(actor, "enable or disable schedules")
     who = acting(actor, ip)
     action = "schedule.enable" if enabled else "schedule.disable"
-    before = await schedules.get_schedule(db, schedule_id)
+    before = await schedules.get_schedule(db, schedule_id)  # read once: its id, state and owner
     async with (
         auditing_refusals(db, who, action, target_type="schedule", target_ids=[before["id"]]),
         db.begin_nested(),
     ):
-        before = await schedules.get_schedule(db, before["id"])
         if before["enabled"] == enabled:
             return before
-        row = await schedules.set_schedule_enabled(db, before["id"], enabled)
+        row = await schedules.switch_schedule(db, before, enabled)
         await record_done(
             db,
             who,

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app import audit
-from app.errors import AppError, BadInput, Forbidden, NotFound
+from app.errors import AppError, BadInput, Forbidden, NotFound, TooLarge
 from app.jobs import outbox
 
 Db = AsyncConnection | AsyncSession
@@ -169,7 +169,8 @@ async def auditing_refusals(
     the admin's action has started — a 409, a 429 of the owner's limits, a 422, a 403 — and raise it on.
     Not a 404: what does not exist was not acted on (an unknown id would leave an entry naming it); nor a
     :class:`~app.errors.BadInput` only about the request's own fields named in ``inputs`` (a rejection
-    without a reason, a time without an offset), or within them (``input_data`` covers
+    without a reason, a time without an offset), nor a :class:`~app.errors.TooLarge` naming one of them
+    (an ``input_data`` over ``JOB_MAX_INPUT_BYTES``), or within them (``input_data`` covers
     ``input_data.url`` and ``input_data.items[2]``): that is a form to correct, answered beside its field.
     Wrap the block's own savepoint, so that the entry is written after what the action began is undone.
     ``words`` gives the reason in words (the error's message by default)."""
@@ -179,6 +180,14 @@ async def auditing_refusals(
         raise
     except BadInput as exc:
         if exc.errors and all(_within(path, inputs) for path in exc.errors):
+            raise
+        await record_refused(
+            db, actor, action, target_type=target_type, target_ids=target_ids, reason=_reason(exc, words)
+        )
+        raise
+    except TooLarge as exc:
+        # an input over the size limit is the request's own field to correct, as a 422 about it is
+        if exc.field is not None and _within(exc.field, inputs):
             raise
         await record_refused(
             db, actor, action, target_type=target_type, target_ids=target_ids, reason=_reason(exc, words)

@@ -4,7 +4,10 @@ unlock its sign-in, reset its password, issue or revoke an API token.
 Each action takes ``(db, actor, parameters…)`` — ``db`` an ``AsyncSession`` or ``AsyncConnection``
 whose transaction the caller commits, ``actor`` the signed-in user (:class:`app.auth.CurrentUser`) —
 checks that the actor is an admin, makes the change and writes its audit entry and admin notice inside
-one savepoint: a refused or failed action leaves none of the three behind.
+one savepoint. A refusal once the target is known — your own account, a credential asked for with a
+token, a taken email — is audited as refused, on every path, by one helper
+(:func:`app.actions.trail.auditing_refusals`); a 422 only about the request's own fields (an email or a
+password to correct, a token's name) and an unknown user (404) are not.
 
 Errors: :class:`~app.errors.Forbidden` (not an admin, 403), :class:`~app.errors.NotFound` (404),
 :class:`~app.errors.Conflict` (409), :class:`~app.errors.BadInput` (422, naming the field).
@@ -18,9 +21,9 @@ from typing import Any
 from sqlalchemy.engine import RowMapping
 
 from app import auth, signin, users
-from app.actions.trail import Db, acting, record_done, record_refused, require_admin
+from app.actions.trail import Db, acting, auditing_refusals, record_done, require_admin
 from app.auth import CurrentUser, token_name
-from app.errors import Conflict
+from app.errors import Conflict, NotFound
 from app.jobs import queue
 
 
@@ -76,11 +79,17 @@ async def create_user(
     generated = not password
     if generated:
         password = auth.generate_password()
-    async with db.begin_nested():
+    who = acting(actor, ip)
+    async with (
+        auditing_refusals(
+            db, who, "user.create", target_type="user", target_ids=[], inputs=("email", "password")
+        ),
+        db.begin_nested(),
+    ):
         new = await auth.create_user(db, email, password, is_admin=is_admin)
         await record_done(
             db,
-            acting(actor, ip),
+            who,
             "user.create",
             target_type="user",
             target_ids=[new.id],
@@ -89,17 +98,26 @@ async def create_user(
     return NewUser(new, password if generated else None)
 
 
-async def _refuse_own(db: Db, actor: Any, action: str, target: RowMapping, what: str, ip: str | None) -> None:
-    """An admin may not lock themselves out: the refusal is audited (the caller commits it) and raised."""
-    await record_refused(
-        db,
-        acting(actor, ip),
-        action,
-        target_type="user",
-        target_ids=[target["id"]],
-        reason="it is your own account",
-    )
+def _refuse_own(what: str) -> None:
+    """An admin may not lock themselves out (raised inside the action's audited block, which records it)."""
     raise Conflict(f"Nothing changed: you cannot {what}. Ask another admin.")
+
+
+async def _user_or_none(db: Db, user_id: int) -> RowMapping | None:
+    """The user ``user_id``, or ``None``: an action that refuses a token's request does so before it says
+    whether the id exists (raising :class:`~app.errors.NotFound` after that refusal)."""
+    try:
+        return await users.get_user(db, user_id)
+    except NotFound:
+        return None
+
+
+def _audited(
+    db: Db, actor: Any, action: str, target: Any, ip: str | None, inputs: tuple[str, ...] = ()
+) -> Any:
+    """The audited block of an action on the user ``target`` (a row, or ``None`` when it is unknown)."""
+    ids = [target["id"]] if target is not None else []
+    return auditing_refusals(db, acting(actor, ip), action, target_type="user", target_ids=ids, inputs=inputs)
 
 
 async def set_admin(db: Db, actor: Any, user_id: int, is_admin: bool, *, ip: str | None = None) -> RowMapping:
@@ -112,9 +130,9 @@ async def set_admin(db: Db, actor: Any, user_id: int, is_admin: bool, *, ip: str
     require_admin(actor, "change admin rights")
     target = await users.get_user(db, user_id)
     action = "user.make_admin" if is_admin else "user.revoke_admin"
-    if target["id"] == actor.id and not is_admin:
-        await _refuse_own(db, actor, action, target, "revoke your own admin rights", ip)
-    async with db.begin_nested():
+    async with _audited(db, actor, action, target, ip), db.begin_nested():
+        if target["id"] == actor.id and not is_admin:
+            _refuse_own("revoke your own admin rights")
         await users.set_admin(db, target["id"], is_admin)
         await record_done(
             db,
@@ -139,9 +157,9 @@ async def set_active(db: Db, actor: Any, user_id: int, active: bool, *, ip: str 
     require_admin(actor, "enable or disable users")
     target = await users.get_user(db, user_id)
     action = "user.enable" if active else "user.disable"
-    if target["id"] == actor.id and not active:
-        await _refuse_own(db, actor, action, target, "disable your own account", ip)
-    async with db.begin_nested():
+    async with _audited(db, actor, action, target, ip), db.begin_nested():
+        if target["id"] == actor.id and not active:
+            _refuse_own("disable your own account")
         ended = await users.set_active(db, target["id"], active)
         detail: dict[str, Any] = {"email": target["email"]}
         if not active:
@@ -164,7 +182,7 @@ async def unlock_sign_in(db: Db, actor: Any, user_id: int, *, ip: str | None = N
     """
     require_admin(actor, "unlock sign-in")
     target = await users.get_user(db, user_id)
-    async with db.begin_nested():
+    async with _audited(db, actor, "user.unlock", target, ip), db.begin_nested():
         cleared = await signin.unlock(db, target["email"])
         await record_done(
             db,
@@ -198,19 +216,14 @@ async def reset_password(db: Db, actor: Any, user_id: int, *, ip: str | None = N
         account page; audited as refused).
     """
     require_admin(actor, "reset passwords")
-    auth.require_signed_in_browser(actor, auth.RESETS_FROM_THE_PAGE)
-    target = await users.get_user(db, user_id)
-    if target["id"] == actor.id:
-        await _refuse_own(
-            db,
-            actor,
-            "user.reset_password",
-            target,
-            "reset your own password here (change it on your account page)",
-            ip,
-        )
-    password = auth.generate_password()
-    async with db.begin_nested():
+    target = await _user_or_none(db, user_id)
+    async with _audited(db, actor, "user.reset_password", target, ip), db.begin_nested():
+        auth.require_signed_in_browser(actor, auth.RESETS_FROM_THE_PAGE)
+        if target is None:
+            target = await users.get_user(db, user_id)  # raises NotFound, not audited
+        if target["id"] == actor.id:
+            _refuse_own("reset your own password here (change it on your account page)")
+        password = auth.generate_password()
         await auth.set_password(db, target["id"], password, must_change=True)
         ended = await auth.end_other_sessions(db, target["id"], None)
         await record_done(
@@ -233,10 +246,12 @@ async def issue_token(
         NotFound: no such user.
     """
     require_admin(actor, "issue API tokens for users")
-    auth.require_signed_in_browser(actor)
-    target = await users.get_user(db, user_id)
-    label = token_name(name)
-    async with db.begin_nested():
+    target = await _user_or_none(db, user_id)
+    async with _audited(db, actor, "token.create", target, ip, inputs=("name",)), db.begin_nested():
+        auth.require_signed_in_browser(actor)
+        if target is None:
+            target = await users.get_user(db, user_id)  # raises NotFound, not audited
+        label = token_name(name)
         token, token_id = await auth.create_token(db, target["id"], label)
         await record_done(
             db,
@@ -256,9 +271,14 @@ async def revoke_token(db: Db, actor: Any, token_id: int, *, ip: str | None = No
         NotFound: no such live token.
     """
     require_admin(actor, "revoke other users' API tokens")
-    auth.require_signed_in_browser(actor)
-    async with db.begin_nested():
-        owner = await users.token_owner(db, token_id)
+    owner = await users.token_owner(db, token_id)
+    async with (
+        auditing_refusals(
+            db, acting(actor, ip), "token.revoke", target_type="user", target_ids=[owner] if owner else []
+        ),
+        db.begin_nested(),
+    ):
+        auth.require_signed_in_browser(actor)
         await auth.revoke_token(db, token_id)
         await record_done(
             db,

@@ -255,7 +255,8 @@ def check_input(input_data: Any, max_bytes: int, *, field: str = "input_data") -
     if size > max_bytes:
         raise TooLarge(
             f"{field} is {format_bytes(size)}; the limit is {format_bytes(max_bytes)} (JOB_MAX_INPUT_BYTES). "
-            "Upload large data as a file and pass its id instead."
+            "Upload large data as a file and pass its id instead.",
+            field=field,
         )
     return text
 

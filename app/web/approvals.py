@@ -21,7 +21,7 @@ from app.actions.jobs import ActionOutcome, parse_id
 from app.auth import requires_user
 from app.errors import BadInput, Forbidden
 from app.processors import registry
-from app.web import DbSession, display, is_htmx, render
+from app.web import DbSession, display, is_htmx, render, result_display
 from app.web.deps import FORM, actor_of, not_taken, settings_of, tell_unshown
 from app.web.input_guard import FORM_CHECKED, problems_beside
 
@@ -32,13 +32,13 @@ def sentence(text: str) -> str:
 
 
 def with_result(row: dict[str, Any]) -> dict[str, Any]:
-    """A waiting step with its result as the job page shows it (:func:`app.web.display.result_items`)."""
+    """A waiting step with its result as the job page shows it (:func:`app.web.result_display.result_items`)."""
     result = row.get("result_data")
     # a step without a name of its own is shown by its type's title, not the bare type name
     spec = registry.get(row["type"])
     row["type_title"] = spec.title if spec is not None else row["type"]
-    row["result_items"] = display.result_items(result)
-    row["result_json"] = None if row["result_items"] or result is None else display.pretty_json(result)
+    row["result_items"] = result_display.result_items(result)
+    row["result_json"] = None if row["result_items"] or result is None else result_display.pretty_json(result)
     row["waited"] = display.now_utc() - row["waiting_since"]
     return row
 

@@ -31,7 +31,7 @@ from app.formatting import zone_names
 from app.jobs import naming, queue
 from app.jobs.states import LIVE, Status
 from app.processors import registry
-from app.web import display, forms, job_log, zone
+from app.web import display, forms, job_log, result_display, zone
 from app.web.deps import parse_uuid, rows_of
 from app.web.notifications import bell_url
 
@@ -213,9 +213,9 @@ async def status_context(
         # the page's row has it already (JOB_PAGE); a status fragment reads it now
         outcome = row if "result_data" in row else (await rows_of(db, JOB_OUTCOME, {"id": row["id"]}))[0]
         result = outcome["result_data"]
-        ctx["result_items"] = display.result_items(result)
-        ctx["previews"] = await csv_previews(db, files, display.output_files(result), row["user_id"])
-        ctx["result_json"] = display.pretty_json(result) if result is not None else None
+        ctx["result_items"] = result_display.result_items(result)
+        ctx["previews"] = await csv_previews(db, files, result_display.output_files(result), row["user_id"])
+        ctx["result_json"] = result_display.pretty_json(result) if result is not None else None
         upstream = await upstream_step(db, row) if row["status"] == Status.CANCELLED else None
         ctx["error"] = display.error_summary(row, outcome["error_message"], user, upstream)
         if row.get("requires_approval") and row["completed_at"] and row["started_at"]:
@@ -345,7 +345,7 @@ async def csv_previews(
     """``{file id: {"columns", "rows", "more"}}``: the first rows of up to :data:`PREVIEW_FILES` CSV
     result files that belong to the job's owner (a result can name any id; only the owner's files are
     read), each a bounded read of :data:`PREVIEW_BYTES`."""
-    wanted = [r for r in refs if display.preview_kind(r) == "csv"][:PREVIEW_FILES]
+    wanted = [r for r in refs if result_display.preview_kind(r) == "csv"][:PREVIEW_FILES]
     if files is None or not wanted:
         return {}
     ids = [uuid.UUID(r["file_id"]) for r in wanted]
@@ -370,7 +370,7 @@ async def page_context(db: AsyncSession, job_id: Any, user: Any, **status_kw: An
     ctx = await status_context(db, row, user, **status_kw)
     spec = registry.get(row["type"])
     fields = forms.form_fields(spec.input_model) if spec else []
-    ids = display.file_ids_in(full["input_data"], fields)
+    ids = result_display.file_ids_in(full["input_data"], fields)
     names: dict[str, Any] = {}
     if ids:
         valid = []
@@ -393,7 +393,7 @@ async def page_context(db: AsyncSession, job_id: Any, user: Any, **status_kw: An
         pipeline = found[0] if found else None
     ctx.update(
         spec=spec,
-        input_items=display.input_items(full["input_data"], fields, names, zone(user.timezone)),
+        input_items=result_display.input_items(full["input_data"], fields, names, zone(user.timezone)),
         pipeline=pipeline,
         history=await job_history(db, row["id"], user),
         history_oob=False,

@@ -20,7 +20,7 @@ from app.actions.pipelines import may_cancel, startable_templates
 from app.errors import NotFound
 from app.jobs import naming
 from app.processors import registry
-from app.web import confirms, display
+from app.web import confirms, display, result_display
 from app.web.deps import parse_uuid
 from app.web.job_page import CONFIRM, POLL, emails_for
 from app.web.notifications import bell_url, viewer_bell
@@ -156,8 +156,8 @@ async def outcome_context(db: AsyncSession, view: Mapping[str, Any], user: Any) 
     outputs: list[dict[str, Any]] = []
     for s in leaves:
         found = by_id.get(s["job_id"])
-        for ref in display.output_files(found["result_data"] if found else None):
-            outputs.append({**ref, "preview": display.preview_kind(ref), "step": s["title"]})
+        for ref in result_display.output_files(found["result_data"] if found else None):
+            outputs.append({**ref, "preview": result_display.preview_kind(ref), "step": s["title"]})
     why = None
     if failed and failed[0]["job_id"] in by_id:
         step = failed[0]

@@ -117,7 +117,7 @@ async def test_each_user_change_writes_one_audit_entry_and_one_notice_and_a_refu
     assert audits == [*before[0], "user.disable"]
     assert notices == before[1]
     assert await pg.fetchval("SELECT outcome FROM audit_log ORDER BY id DESC LIMIT 1") == (
-        "refused: it is your own account"
+        "refused: Nothing changed: you cannot disable your own account. Ask another admin."
     )
 
 

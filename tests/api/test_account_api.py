@@ -107,8 +107,15 @@ async def test_a_token_can_neither_mint_nor_revoke_tokens(
     )
     assert page_revoke.status_code == 303
     assert (await client.get("/api/me", headers=auth)).status_code == 401
-    actions = [r["action"] for r in await pg.fetch("SELECT action FROM audit_log ORDER BY id")]
-    assert actions == ["account.token_create", "account.token_revoke"]
+    entries = [tuple(r) for r in await pg.fetch("SELECT action, outcome FROM audit_log ORDER BY id")]
+    assert [a for a, _ in entries] == [
+        "account.token_create",
+        "token.create",
+        "token.revoke",
+        "account.token_revoke",
+    ]
+    # an admin's refused token actions are on the audit trail (a person's own are not admin actions)
+    assert [o.split(":")[0] for _, o in entries] == ["ok", "refused", "refused", "ok"]
 
 
 async def test_a_token_cannot_reset_a_password(
@@ -130,7 +137,14 @@ async def test_a_token_cannot_reset_a_password(
         assert "/admin/users" in r.json()["detail"] and "password" not in {*r.json()}
     assert dict(await pg.fetch("SELECT id, password_hash FROM users")) == hashes
     assert not await pg.fetchval("SELECT bool_or(must_change_password) FROM users")
-    assert await pg.fetchval("SELECT count(*) FROM audit_log WHERE action = 'user.reset_password'") == 0
+    # each refusal of an admin's token is on the audit trail (naming no one for the unknown id)
+    refused = await pg.fetch(
+        "SELECT target_ids, outcome FROM audit_log WHERE action = 'user.reset_password' ORDER BY id"
+    )
+    assert [r["target_ids"] for r in refused] == [f'["{i}"]' for i in (ann.id, other_admin.id, admin.id)] + [
+        None
+    ]
+    assert all(r["outcome"].startswith("refused: ") for r in refused), refused
 
     # the same rule in the action, for any path that acts with an admin who holds a token
     engine = create_engine(db_url, pool_size=1)
@@ -155,7 +169,7 @@ async def test_a_token_cannot_reset_a_password(
             "SELECT outcome FROM audit_log WHERE action = 'user.reset_password' ORDER BY id"
         )
     ]
-    assert outcomes == ["ok"]
+    assert outcomes == ["refused: " + auth_module.RESETS_FROM_THE_PAGE] * 5 + ["ok"]
 
 
 def _expected_errors(path: str, method: str, operation: dict[str, Any], admin_paths: set[str]) -> set[str]:

@@ -332,6 +332,45 @@ async def test_a_schedule_of_a_diagnostic_type_is_refused_for_a_non_admin_owner_
     assert [r["user_id"] for r in await pg.fetch("SELECT user_id FROM schedules")] == [root.id]
 
 
+async def test_a_schedule_refused_for_its_owners_access_is_audited(
+    client: AsyncTestClient,
+    root: CurrentUser,
+    db_url: str,
+    engine: AsyncEngine,
+    ui_settings: Settings,
+    pg: asyncpg.Connection,
+) -> None:
+    """A schedule whose owner may not start its target was refused before the audited block began, so
+    it left no entry, while the refusals the change itself meets (an owner whose account is disabled)
+    did. A form to correct (a bad cron alone) is still not a refusal. (The API makes schedules of the
+    caller, an admin, so only the page and the action itself can name such an owner.)"""
+    await add_user(db_url, "bob@example.com")
+    form = {**SCHEDULE_FORM, "_target": "type:noop", "_owner": "bob@example.com"}
+    r = await post(client, "/admin/schedules/new", form)
+    assert r.status_code == 422 and "only admins may start" in r.text, r.text[-800:]
+
+    async def create(cron: str, owner: str) -> BadInput:
+        with pytest.raises(BadInput) as refused:
+            async with engine.connect() as conn:
+                try:
+                    await schedule_actions.create_schedule(
+                        conn, root, cron=cron, job_type="noop", owner_email=owner, settings=ui_settings
+                    )
+                finally:
+                    await conn.commit()  # what the action wrote, its audit entry, is kept
+        return refused.value
+
+    assert set((await create("* * * * *", "bob@example.com")).errors) == {"type"}
+    assert set((await create("nope", "bob@example.com")).errors) == {"cron", "type"}
+    rows = await pg.fetch("SELECT action, count, outcome FROM audit_log ORDER BY id")
+    assert [(e["action"], e["count"]) for e in rows] == [("schedule.create", 0)] * 3, rows
+    assert all(e["outcome"].startswith("refused: ") for e in rows), rows
+    assert all("only admins may start 'noop'" in e["outcome"] for e in rows), rows
+    assert set((await create("nope", root.email)).errors) == {"cron"}
+    assert await pg.fetchval("SELECT count(*) FROM audit_log") == 3
+    assert await pg.fetchval("SELECT count(*) FROM schedules") == 0
+
+
 async def test_a_schedule_whose_owner_lost_admin_rights_is_disabled_at_firing_with_the_reason(
     engine: AsyncEngine, ui_settings: Settings, db_url: str, pg: asyncpg.Connection
 ) -> None:

@@ -97,3 +97,71 @@ async def test_bytes_go_when_the_outermost_transaction_commits_and_stay_when_it_
         await db.commit()
         assert (tmp_path / str(ids[1])).exists()  # rolled back: the rows are back, so are the bytes
         assert (tmp_path / str(ids[2])).exists()
+
+
+async def test_the_inputs_that_may_name_an_output_are_read_once_for_all_outputs(
+    engine: AsyncEngine, settings: Any, pg: Any
+) -> None:
+    """DELETE_JOB_OUTPUTS searched every input of the owner's other jobs and pipelines, and every
+    schedule's, once per output file (a correlated search per row): a job with many outputs read the
+    owner's inputs that many times. They are read once now, and the same outputs go: those no other input
+    names, never the upload the job's own input names."""
+    from app.files import DELETE_JOB_OUTPUTS
+    from tests.support.factories import make_job, make_user
+
+    ann = await make_user(pg)
+    bob = await make_user(pg)
+    upload, by_job, by_pipeline, by_schedule, *free = (uuid.uuid4() for _ in range(7))
+    job = await make_job(engine, settings, ann)
+    other = await make_job(engine, settings, ann)
+    bobs = await make_job(engine, settings, bob)
+    await pg.execute("UPDATE jobs SET input_data = $2 WHERE id = $1", job["id"], f'{{"source": "{upload}"}}')
+    await pg.execute(
+        "UPDATE jobs SET input_data = $2 WHERE id = $1",
+        other["id"],
+        f'{{"files": ["{str(by_job).upper()}"]}}',
+    )
+    await pg.execute("UPDATE jobs SET input_data = $2 WHERE id = $1", bobs["id"], f'{{"f": "{free[0]}"}}')
+    await pg.execute(
+        "INSERT INTO pipelines (id, name, user_id, input_data) VALUES ($1, 'p', $2, $3)",
+        uuid.uuid4(),
+        ann.id,
+        f'{{"a": {{"b": "see {by_pipeline}x"}}}}',
+    )
+    async with engine.begin() as conn:
+        from app.actions import schedules as schedule_actions
+
+        admin = await make_user(pg, admin=True)
+        await schedule_actions.create_schedule(
+            conn, admin, cron="0 9 * * *", job_type="noop", settings=settings
+        )
+    await pg.execute("UPDATE schedules SET input_data = $1", f'{{"x": "{by_schedule}"}}')
+    for fid in (upload, by_job, by_pipeline, by_schedule, *free):
+        await pg.execute(
+            "INSERT INTO files (id, user_id, job_id, name, content_type, size, sha256)"
+            " VALUES ($1, $2, $3, 'f', 'application/octet-stream', 1, 'x')",
+            fid,
+            ann.id,
+            job["id"],
+        )
+    async with engine.connect() as conn:
+        deleted = set((await conn.execute(DELETE_JOB_OUTPUTS, {"job_id": job["id"]})).scalars())
+        await conn.rollback()
+        explain = text(f"EXPLAIN (ANALYZE, FORMAT JSON) {DELETE_JOB_OUTPUTS.text}")
+        plan = (await conn.execute(explain, {"job_id": job["id"]})).scalar_one()
+        await conn.rollback()
+    assert deleted == set(free), deleted
+
+    def scans(node: dict[str, Any]) -> list[tuple[str, int]]:
+        found = [(node["Relation Name"], node["Actual Loops"])] if "Relation Name" in node else []
+        for child in node.get("Plans", []):
+            found += scans(child)
+        return found
+
+    read = [
+        (table, loops)
+        for table, loops in scans(plan[0]["Plan"])
+        if table in ("jobs", "pipelines", "schedules")
+    ]
+    assert {t for t, _ in read} == {"jobs", "pipelines", "schedules"}, read
+    assert all(loops == 1 for _, loops in read), read

@@ -88,3 +88,50 @@ async def test_a_refused_entry_claims_no_count_on_the_audit_page(scene_of: Any) 
     assert "has no held jobs" in page and "already finished" in page, page
     for claim in ("job released", "jobs released", "job cancelled", "jobs cancelled", "job stopped"):
         assert claim not in page, claim
+
+
+async def test_every_refused_user_action_is_audited_on_the_page_and_the_api(scene_of: Any) -> None:  # noqa: F811
+    """Refusals of the actions on accounts were audited only for an admin's own account (and only because
+    the pages committed their 409 themselves): a reset password asked for with a token (403), a user
+    created with a taken email (409) and a token issued with a token left no entry. Every user action
+    now runs in one audited block (auditing_refusals); a form to correct (a malformed email, a bad
+    token name) and an unknown user are still not refusals."""
+    s = await scene_of()
+    r = await s.client.post(f"/api/users/{s.user_id}/reset-password", headers=s.admin)
+    assert r.status_code == 403, r.text
+    r = await s.client.post("/api/users/999999/reset-password", headers=s.admin)
+    assert r.status_code == 403, r.text  # the same answer, before it says whether the id exists
+    await login(s.client, "root@example.com")
+    csrf = csrf_from((await s.client.get("/admin/users")).text)
+
+    async def page(path: str, **data: str) -> Any:
+        return await s.client.post(path, data={"_csrf_token": csrf, **data}, follow_redirects=False)
+
+    r = await page("/admin/users", email="ann@example.com", password="a long password 1")
+    assert r.status_code == 422 and "already exists" in r.text, r.text[-500:]
+    assert (await page("/admin/users", email="not an email")).status_code == 422
+    for action in ("revoke-admin", "disable", "reset-password"):
+        assert (await page(f"/admin/users/{s.admin_id}/{action}")).status_code == 409, action
+    assert (await page("/admin/users/999999/disable")).status_code == 404
+    assert (await page(f"/admin/users/{s.user_id}/tokens", name="x" * 500)).status_code == 422
+    for name in ("release-jobs", "cancel-jobs"):
+        assert (await page(f"/admin/users/{s.user_id}/{name}")).status_code == 303, name
+    rows = await s.pg.fetch("SELECT action, target_ids, count, outcome FROM audit_log ORDER BY id")
+    got = [(e["action"], e["target_ids"], e["count"], e["outcome"].split(":")[0]) for e in rows]
+    ann, root = f'["{s.user_id}"]', f'["{s.admin_id}"]'
+    assert got == [
+        ("user.reset_password", ann, 0, "refused"),
+        ("user.reset_password", None, 0, "refused"),
+        ("user.create", None, 0, "refused"),
+        ("user.revoke_admin", root, 0, "refused"),
+        ("user.disable", root, 0, "refused"),
+        ("user.reset_password", root, 0, "refused"),
+        ("user.release_jobs", ann, 0, "refused"),
+        ("user.cancel_jobs", ann, 0, "refused"),
+    ], rows
+    words = [e["outcome"] for e in rows]
+    assert "/admin/users" in words[0] and "already exists" in words[2], words
+    assert "you cannot revoke your own admin rights" in words[3], words
+    # and what was refused did not happen
+    assert await s.pg.fetchval("SELECT count(*) FROM users") == 2
+    assert await s.pg.fetchval("SELECT bool_and(is_active) AND bool_and(NOT must_change_password) FROM users")

@@ -6,18 +6,13 @@ and a number was read as Unix time."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-import asyncpg
 import pytest
-from litestar.testing import AsyncTestClient
 
 from app.errors import BadInput
 from app.jobs.run_at import check_run_at
-from tests.support.webkit import HX, add_token, add_user, app_client, csrf_from, login
+from tests.support.webkit import HX, AdminApi, csrf_from, login
 
 LATER = "2030-01-01T09:00:00+01:00"
 BAD = {
@@ -33,22 +28,6 @@ BAD = {
 }
 
 
-@dataclass
-class Api:
-    client: AsyncTestClient
-    pg: asyncpg.Connection
-    root: dict[str, str]
-
-
-@pytest.fixture
-async def api(make_settings: Any, pg: asyncpg.Connection) -> AsyncIterator[Api]:
-    settings = make_settings(worker_enabled=False)
-    db = settings.database_url or ""
-    root = await add_user(db, "root@example.com", admin=True)
-    async with app_client(settings) as client:
-        yield Api(client, pg, {"Authorization": f"Bearer {await add_token(db, root.id)}"})
-
-
 def test_the_rule_reads_text_and_bounds_the_moment_in_utc() -> None:
     assert check_run_at(None) is None
     assert check_run_at("2030-01-01t09:00:00z") == datetime(2030, 1, 1, 9, tzinfo=UTC)
@@ -60,39 +39,43 @@ def test_the_rule_reads_text_and_bounds_the_moment_in_utc() -> None:
         assert words in caught.value.errors["steps[1].run_at"], value
 
 
-async def test_submission_and_reschedule_refuse_the_same_due_times_in_words(api: Api) -> None:
-    made = await api.client.post("/api/jobs", json={"type": "noop", "run_at": LATER}, headers=api.root)
+async def test_submission_and_reschedule_refuse_the_same_due_times_in_words(admin_api: AdminApi) -> None:
+    made = await admin_api.client.post(
+        "/api/jobs", json={"type": "noop", "run_at": LATER}, headers=admin_api.root
+    )
     assert made.status_code == 201, made.text
     job_id = made.json()["id"]
     for value, words in BAD.items():
         for path in ("/api/jobs", f"/api/jobs/{job_id}/reschedule"):
             body = {"type": "noop", "run_at": value} if path == "/api/jobs" else {"run_at": value}
-            r = await api.client.post(path, json=body, headers=api.root)
+            r = await admin_api.client.post(path, json=body, headers=admin_api.root)
             assert r.status_code == 422, (path, value, r.text)
             assert list(r.json()["errors"]) == ["run_at"], (path, value, r.text)
             assert words in r.json()["errors"]["run_at"], (path, value, r.text)
             assert "Invalid" not in r.text and "Expected" not in r.text, (path, value, r.text)
-    assert await api.pg.fetchval("SELECT count(*) FROM jobs") == 1
-    assert await api.pg.fetchval("SELECT run_at FROM jobs") == datetime(2030, 1, 1, 8, tzinfo=UTC)
-    moved = await api.client.post(
-        f"/api/jobs/{job_id}/reschedule", json={"run_at": "2031-06-01 10:00:00Z"}, headers=api.root
+    assert await admin_api.pg.fetchval("SELECT count(*) FROM jobs") == 1
+    assert await admin_api.pg.fetchval("SELECT run_at FROM jobs") == datetime(2030, 1, 1, 8, tzinfo=UTC)
+    moved = await admin_api.client.post(
+        f"/api/jobs/{job_id}/reschedule", json={"run_at": "2031-06-01 10:00:00Z"}, headers=admin_api.root
     )
     assert moved.status_code == 200, moved.text
     assert moved.json()["run_at"].startswith("2031-06-01T10:00:00")
 
 
-async def test_the_reschedule_form_is_held_to_the_same_bounds_in_utc(api: Api) -> None:
+async def test_the_reschedule_form_is_held_to_the_same_bounds_in_utc(admin_api: AdminApi) -> None:
     """The form bounds the date as typed; late on 31 Dec 9000 west of UTC is already 9001 in UTC, which
     the rule refuses beside the fields, as the API does."""
-    made = await api.client.post("/api/jobs", json={"type": "noop", "run_at": LATER}, headers=api.root)
+    made = await admin_api.client.post(
+        "/api/jobs", json={"type": "noop", "run_at": LATER}, headers=admin_api.root
+    )
     job_id = made.json()["id"]
-    assert (await login(api.client, "root@example.com")).status_code == 303
-    token = csrf_from((await api.client.get(f"/jobs/{job_id}")).text)
-    r = await api.client.post(
+    assert (await login(admin_api.client, "root@example.com")).status_code == 303
+    token = csrf_from((await admin_api.client.get(f"/jobs/{job_id}")).text)
+    r = await admin_api.client.post(
         f"/jobs/{job_id}/reschedule",
         data={"date": "9000-12-31", "time": "23:30", "tz": "Pacific/Pago_Pago", "_csrf_token": token},
         headers=HX,
     )
     assert r.status_code == 422, r.text
     assert "Must be a date between 1970 and 9000." in r.text
-    assert await api.pg.fetchval("SELECT run_at FROM jobs") == datetime(2030, 1, 1, 8, tzinfo=UTC)
+    assert await admin_api.pg.fetchval("SELECT run_at FROM jobs") == datetime(2030, 1, 1, 8, tzinfo=UTC)

@@ -3,38 +3,18 @@ sent as ``null`` is refused naming it (``{"cron": null}`` answered 200 and chang
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
-import pytest
-from litestar.testing import AsyncTestClient
 
-from tests.support.webkit import add_token, add_user, app_client, login
+from tests.support.webkit import AdminApi, add_token, add_user, app_client, login
 
 
-@dataclass
-class Api:
-    client: AsyncTestClient
-    pg: asyncpg.Connection
-    root: dict[str, str]
-
-
-@pytest.fixture
-async def api(make_settings: Any, pg: asyncpg.Connection) -> AsyncIterator[Api]:
-    settings = make_settings(worker_enabled=False)
-    db = settings.database_url or ""
-    root = await add_user(db, "root@example.com", admin=True)
-    async with app_client(settings) as client:
-        yield Api(client, pg, {"Authorization": f"Bearer {await add_token(db, root.id)}"})
-
-
-async def test_a_null_field_in_an_edit_is_refused_naming_it(api: Api) -> None:
-    made = await api.client.post(
+async def test_a_null_field_in_an_edit_is_refused_naming_it(admin_api: AdminApi) -> None:
+    made = await admin_api.client.post(
         "/api/schedules",
         json={"cron": "0 9 * * *", "timezone": "Europe/Berlin", "type": "noop"},
-        headers=api.root,
+        headers=admin_api.root,
     )
     assert made.status_code == 201, made.text
     sid = made.json()["id"]
@@ -45,15 +25,17 @@ async def test_a_null_field_in_an_edit_is_refused_naming_it(api: Api) -> None:
             {"enabled": None},
             {"input_data": None, "cron": None},
         ):
-            r = await api.client.request(method, f"/api/schedules/{sid}", json=body, headers=api.root)
+            r = await admin_api.client.request(
+                method, f"/api/schedules/{sid}", json=body, headers=admin_api.root
+            )
             assert r.status_code == 422, (method, body, r.text)
             assert set(r.json()["errors"]) == set(body), (method, body, r.text)
             assert "cannot be null" in r.json()["detail"], r.text
-    row = await api.pg.fetchrow("SELECT cron, timezone, enabled FROM schedules WHERE id = $1", sid)
+    row = await admin_api.pg.fetchrow("SELECT cron, timezone, enabled FROM schedules WHERE id = $1", sid)
     assert tuple(row) == ("0 9 * * *", "Europe/Berlin", True)
-    assert await api.pg.fetchval("SELECT count(*) FROM audit_log WHERE action = 'schedule.update'") == 0
+    assert await admin_api.pg.fetchval("SELECT count(*) FROM audit_log WHERE action = 'schedule.update'") == 0
     # a field left out keeps its value
-    r = await api.client.patch(f"/api/schedules/{sid}", json={"enabled": False}, headers=api.root)
+    r = await admin_api.client.patch(f"/api/schedules/{sid}", json={"enabled": False}, headers=admin_api.root)
     assert r.status_code == 200, r.text
     assert (r.json()["cron"], r.json()["timezone"], r.json()["enabled"]) == (
         "0 9 * * *",
@@ -62,21 +44,46 @@ async def test_a_null_field_in_an_edit_is_refused_naming_it(api: Api) -> None:
     )
 
 
-async def test_a_schedule_made_through_the_api_is_recorded_as_such(api: Api) -> None:
+async def test_a_schedule_made_through_the_api_is_recorded_as_such(admin_api: AdminApi) -> None:
     """``source`` was ``"ui"`` for a schedule created with ``POST /api/schedules``; it is ``"api"`` now
     (the check on the column allows it), and the console lists it as made through the API, editable and
     deletable like one made there."""
-    made = await api.client.post(
-        "/api/schedules", json={"cron": "0 9 * * *", "type": "noop"}, headers=api.root
+    made = await admin_api.client.post(
+        "/api/schedules", json={"cron": "0 9 * * *", "type": "noop"}, headers=admin_api.root
     )
     assert made.status_code == 201, made.text
     assert made.json()["source"] == "api"
     sid = made.json()["id"]
-    assert await api.pg.fetchval("SELECT source FROM schedules WHERE id = $1", sid) == "api"
-    listed = await api.client.get("/api/schedules", headers=api.root)
+    assert await admin_api.pg.fetchval("SELECT source FROM schedules WHERE id = $1", sid) == "api"
+    listed = await admin_api.client.get("/api/schedules", headers=admin_api.root)
     assert [s["source"] for s in listed.json()] == ["api"]
-    assert (await login(api.client, "root@example.com")).status_code == 303
-    page = await api.client.get("/admin/schedules")
+    assert (await login(admin_api.client, "root@example.com")).status_code == 303
+    page = await admin_api.client.get("/admin/schedules")
     assert "made through the API" in page.text
     assert f'id="edit-{sid}"' in page.text
     assert f"/admin/schedules/{sid}/delete" in page.text
+
+
+async def test_an_input_over_the_size_limit_is_a_form_to_correct_on_create_and_edit(
+    make_settings: Any, pg: asyncpg.Connection
+) -> None:
+    """A 413 about the schedule's input was audited as a refused edit and not as a refused create (the
+    create checked it before its audited block). It is about the request's own field, as a 422 about
+    one of the input's fields is: neither is audited."""
+    settings = make_settings(worker_enabled=False, job_max_input_bytes=1024)
+    db = settings.database_url or ""
+    root = await add_user(db, "root@example.com", admin=True)
+    big = {"text": "x" * 2000}
+    async with app_client(settings) as client:
+        h = {"Authorization": f"Bearer {await add_token(db, root.id)}"}
+        made = await client.post("/api/schedules", json={"cron": "0 9 * * *", "type": "noop"}, headers=h)
+        assert made.status_code == 201, made.text
+        sid = made.json()["id"]
+        r = await client.post(
+            "/api/schedules", json={"cron": "0 9 * * *", "type": "noop", "input_data": big}, headers=h
+        )
+        assert r.status_code == 413 and "JOB_MAX_INPUT_BYTES" in r.json()["detail"], r.text
+        r = await client.patch(f"/api/schedules/{sid}", json={"input_data": big}, headers=h)
+        assert r.status_code == 413 and "JOB_MAX_INPUT_BYTES" in r.json()["detail"], r.text
+    rows = await pg.fetch("SELECT action, outcome FROM audit_log ORDER BY id")
+    assert [(e["action"], e["outcome"]) for e in rows] == [("schedule.create", "ok")], rows

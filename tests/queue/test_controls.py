@@ -397,3 +397,37 @@ def test_a_fired_jobs_title_fits_however_long_the_schedules_name() -> None:
     long = fired_title("x" * 200, at)
     assert len(long) == 200
     assert long.endswith("… (2026-11-30 09:00 UTC)")
+
+
+async def test_enabling_or_disabling_a_schedule_reads_it_once(engine, settings, admin, pg) -> None:
+    """``set_enabled`` read the schedule before its audited block, again inside it, and a third time in
+    :func:`app.schedules.set_schedule_enabled`: one read is enough (its id for the audit entry, its state
+    and its owner for the change)."""
+    from sqlalchemy import event
+
+    from app.actions import schedules as schedule_actions
+
+    async with engine.begin() as conn:
+        row = await schedule_actions.create_schedule(
+            conn, admin, cron="0 9 * * *", job_type="noop", settings=settings
+        )
+    reads: list[str] = []
+
+    def capture(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM schedules" in statement:
+            reads.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", capture)
+    try:
+        for enabled, written in ((False, True), (False, False), (True, True), (True, False)):
+            reads.clear()
+            async with engine.begin() as conn:
+                before = await pg.fetchval("SELECT updated_at FROM schedules WHERE id = $1", row["id"])
+                after = await schedule_actions.set_enabled(conn, admin, str(row["id"]), enabled)
+            assert after["enabled"] is enabled
+            assert (after["updated_at"] != before) is written, (enabled, written)
+            assert len(reads) == 1, reads
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", capture)
+    actions = [r["action"] for r in await pg.fetch("SELECT action FROM audit_log ORDER BY id")]
+    assert actions == ["schedule.create", "schedule.disable", "schedule.enable"]

@@ -12,9 +12,11 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 from litestar.testing import AsyncTestClient
 
@@ -185,3 +187,13 @@ async def bearer(db_url: str, email: str, admin: bool = False) -> tuple[Any, dic
     """A user and the ``Authorization`` header of an API token of theirs."""
     user = await add_user(db_url, email, admin=admin)
     return user, {"Authorization": f"Bearer {await add_token(db_url, user.id)}"}
+
+
+@dataclass
+class AdminApi:
+    """A started app (no in-app worker), the test's database and the headers of root@example.com's API
+    token (an admin): the ``admin_api`` fixture (``tests/api/conftest.py``)."""
+
+    client: AsyncTestClient
+    pg: asyncpg.Connection
+    root: dict[str, str]

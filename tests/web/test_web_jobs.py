@@ -1397,7 +1397,7 @@ def test_a_list_of_numbers_is_typed_with_commas_not_json() -> None:
 
 
 def test_results_show_lists_of_objects_as_tables_and_objects_as_fields() -> None:
-    from app.web.display import result_items
+    from app.web.result_display import result_items
 
     items = {
         it["label"]: it
@@ -1428,7 +1428,7 @@ def test_results_show_lists_of_objects_as_tables_and_objects_as_fields() -> None
 
 def test_an_http_answer_reads_status_reason_and_method_before_its_body() -> None:
     """What a person looks at first in an HTTP request's result comes first: whether it worked."""
-    from app.web.display import result_items
+    from app.web.result_display import result_items
 
     result = {
         "body": "hi",
@@ -1451,7 +1451,7 @@ def test_a_csv_summarys_columns_read_as_a_table_with_nested_values_in_words() ->
     """A first-time user's trial found the CSV summary's columns shown as raw JSON: 14 keys and nested
     ``top_values`` / ``histogram``. They are a table, nested values written out in words."""
     from app.processors.reports import summarise_column
-    from app.web.display import result_items
+    from app.web.result_display import result_items
 
     columns = [
         summarise_column("species", ["Adelie", "Adelie", "Gentoo", ""], 3, False),

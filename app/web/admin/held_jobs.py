@@ -33,6 +33,5 @@ class HeldJobsController(Controller):
         try:
             done = await act_on_held(db_session, request.user, user_id, name, ip=client_ip(request))
         except Conflict as exc:
-            await db_session.commit()  # keeps the refusal's audit entry
             return flash.redirect(request, "/admin/users", exc.detail, ok=False)
         return flash.redirect(request, "/admin/users", done.message)

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.jobs.types import file_fields
 from app.processors import registry
-from app.web import display
+from app.web import display, result_display
 from app.web.deps import rows_of
 from app.web.job_page import available_actions
 
@@ -56,7 +56,7 @@ def input_hint(input_data: Any, type_name: str) -> dict[str, str] | None:
             if first and _as_uuid(first) is not None:
                 return {"kind": "file", "id": str(_as_uuid(first))}
     for value in input_data.values():
-        if isinstance(value, str) and display.is_http_url(value):
+        if isinstance(value, str) and result_display.is_http_url(value):
             return {"kind": "url", "text": value[:HINT_MAX]}
     return None
 

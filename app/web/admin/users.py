@@ -147,7 +147,6 @@ class UsersController(Controller):
                 target = await users.get_user(db_session, user_id)
                 await user_actions.set_active(db_session, request.user, user_id, action == "enable", ip=ip)
         except Conflict as exc:
-            await db_session.commit()  # keeps the refusal's audit entry: a 409 is rolled back otherwise
             ctx = await users_context(db_session, settings_of(request))
             ctx.update(notice=exc.detail, notice_ok=False)
             return render(request, "admin/users.html", ctx, status_code=409)
@@ -171,7 +170,6 @@ class UsersController(Controller):
                 db_session, request.user, user_id, ip=client_ip(request)
             )
         except Conflict as exc:
-            await db_session.commit()  # keeps the refusal's audit entry
             ctx = await users_context(db_session, settings_of(request))
             ctx.update(notice=exc.detail, notice_ok=False)
             return render(request, "admin/users.html", ctx, status_code=409)

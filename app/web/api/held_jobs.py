@@ -16,7 +16,6 @@ from litestar.params import FromPath
 from app import quotas, users
 from app.actions.held_jobs import act_on_held
 from app.auth import requires_admin
-from app.errors import Conflict
 from app.web import DbSession
 from app.web.deps import client_ip, settings_of
 from app.web.openapi import errors
@@ -86,9 +85,5 @@ class HeldJobsApiController(Controller):
 
 
 async def _act(request: Request[Any, Any, Any], db: Any, user_id: int, name: str) -> HeldAnswer:
-    try:
-        done = await act_on_held(db, request.user, user_id, name, ip=client_ip(request))
-    except Conflict:
-        await db.commit()  # keeps a refusal's audit entry: an error answer is rolled back otherwise
-        raise
+    done = await act_on_held(db, request.user, user_id, name, ip=client_ip(request))
     return HeldAnswer(done.user_id, done.email, done.count, done.message)
