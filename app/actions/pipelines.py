@@ -172,8 +172,8 @@ def _cancel_message(counts: Mapping[str, int]) -> str:
 
 async def cancel(db: AsyncSession, actor: Actor, pipeline_id: Any) -> CancelOutcome:
     """Cancel a pipeline's unfinished steps (owner or admin) through :func:`app.pipelines.cancel`. An
-    admin's cancel is audited and announced; an admin's refused cancel (already finished) is audited —
-    the caller commits to keep that entry.
+    admin's cancel is audited and announced; an admin's refused cancel (already finished) is audited, and
+    the answer's commit keeps that entry (``KEEP_REFUSAL``).
 
     Raises:
         NotFound: unknown, malformed or another user's pipeline (one answer for all).
