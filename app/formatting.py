@@ -85,6 +85,18 @@ def format_duration(value: float | timedelta | None) -> str:
     return f"{hours} h {m} min" if m else f"{hours} h"
 
 
+def url_host(host: str) -> str:
+    """``host`` as a URL writes it, for a message: an IPv6 literal in brackets (``[fe80::1]``), so that a
+    port after it (``[fe80::1]:8080``) is not read as part of the address; a name or an IPv4 address as
+    it is."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def host_port(host: str, port: object) -> str:
+    """``host:port`` for a message, with :func:`url_host`'s brackets (``[::1]:8080``, ``mail.example:25``)."""
+    return f"{url_host(host)}:{port}"
+
+
 ACRONYMS = frozenset(
     "api cpu csv dns gif html http https id ip jpeg jpg json ok pdf png smtp sql svg tls uri url utc uuid xml zip".split()
 )
