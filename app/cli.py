@@ -210,6 +210,7 @@ def serve(host: str, port: int, no_migrate: bool, web_processes: int) -> None:
         import uvicorn
 
         from app.db import DatabaseUnavailable, migration_status, run_migrations
+        from app.formatting import host_port
         from app.logs import configure_logging
         from app.server import create_app
 
@@ -233,7 +234,7 @@ def serve(host: str, port: int, no_migrate: bool, web_processes: int) -> None:
     # handlers in place, which the in-app worker's are put ahead of (several: each process does it).
     one = create_app(settings, auto_migrate=not no_migrate) if web_processes == 1 else None
     app: Any = _several_web_processes(settings, url) if one is None else functools.partial(_serving, one)
-    click.echo(f"Jobdesk on http://{host}:{port} (Ctrl+C stops it)", err=True)
+    click.echo(f"Jobdesk on http://{host_port(host, port)} (Ctrl+C stops it)", err=True)
     try:
         uvicorn.run(
             app,
@@ -305,6 +306,8 @@ def _check_port_free(host: str, port: int) -> None:
 
     Binds the way uvicorn does (``SO_REUSEADDR``, so a port with connections only in TIME_WAIT is free).
     """
+    from app.formatting import host_port
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -316,7 +319,7 @@ def _check_port_free(host: str, port: int) -> None:
                     f"Port {port} on {host} is already in use: another Jobdesk (or another program) is "
                     "listening there. Stop it, or start this one with --port."
                 ) from None
-            raise _fail(f"Cannot listen on {host}:{port}: {exc.strerror or exc}.") from None
+            raise _fail(f"Cannot listen on {host_port(host, port)}: {exc.strerror or exc}.") from None
 
 
 def _exit_after_graceful_shutdown() -> None:

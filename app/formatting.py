@@ -69,8 +69,8 @@ def format_bytes(n: int) -> str:
 
 
 def format_duration(value: float | timedelta | None) -> str:
-    """Seconds (or a timedelta) as ``850 ms`` / ``1.2 s`` / ``42 s`` / ``3 min 5 s`` / ``2 h 10 min``;
-    ``""`` for None."""
+    """Seconds (or a timedelta) as ``850 ms`` / ``1.2 s`` / ``42 s`` / ``3 min 5 s`` / ``2 h 10 min`` /
+    ``3 days 4 h`` / ``about 5 months`` (:func:`span_words`); ``""`` for None."""
     if value is None:
         return ""
     secs = value.total_seconds() if isinstance(value, timedelta) else float(value)
@@ -82,7 +82,41 @@ def format_duration(value: float | timedelta | None) -> str:
     if minutes < 60:
         return f"{minutes} min {s} s" if s else f"{minutes} min"
     hours, m = divmod(minutes, 60)
-    return f"{hours} h {m} min" if m else f"{hours} h"
+    if hours < 48:
+        return f"{hours} h {m} min" if m else f"{hours} h"
+    days, h = divmod(hours, 24)
+    if days < MONTHS_FROM_DAYS:
+        return f"{days} days {h} h" if h else f"{days} days"
+    return span_words(secs / 86400)
+
+
+MONTHS_FROM_DAYS = 60
+"""From this many days on, a span is told in months (then years), as a person would say it."""
+YEARS_FROM_DAYS = 548
+"""From about a year and a half on, a span is told in years."""
+
+
+def span_words(days: float) -> str:
+    """A span of ``days`` days (at least about one) in the words a person uses for it: ``5 days``, ``about
+    3 months``, ``about 6,974 years`` — never ``2547226 days``. Used by every wording of a far time, past
+    or future (:func:`format_duration`, ``app.web.format_ago``)."""
+    if days < MONTHS_FROM_DAYS:
+        return plural(max(1, round(days)), "day")
+    if days < YEARS_FROM_DAYS:
+        return f"about {round(days / 30.436875)} months"
+    return f"about {round(days / 365.2425):,} years"
+
+
+def url_host(host: str) -> str:
+    """``host`` as a URL writes it, for a message: an IPv6 literal in brackets (``[fe80::1]``), so that a
+    port after it (``[fe80::1]:8080``) is not read as part of the address; a name or an IPv4 address as
+    it is."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def host_port(host: str, port: object) -> str:
+    """``host:port`` for a message, with :func:`url_host`'s brackets (``[::1]:8080``, ``mail.example:25``)."""
+    return f"{url_host(host)}:{port}"
 
 
 ACRONYMS = frozenset(

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from app.formatting import url_host
 from app.jobs.types import InputModel, file_ids_in
 
 NAME_MAX = 80
@@ -39,7 +40,7 @@ def url_words(value: str) -> str | None:
         return None
     if not host:
         return None
-    host = host.removeprefix("www.")
+    host = url_host(host.removeprefix("www."))
     path = parts.path.rstrip("/")
     return _cut(host + path)
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from app.formatting import host_port, url_host
 from app.processors import PermanentError
 
 if TYPE_CHECKING:
@@ -196,7 +197,7 @@ class AddressPolicy:
         if not self.is_own(target, address) or _open_path(path):
             return None
         return (
-            f"{target.host}:{target.port} is Jobdesk itself; jobs may call only its JSON API there "
+            f"{host_port(target.host, target.port)} is Jobdesk itself; jobs may call only its JSON API there "
             f"(addresses starting with {OWN_API_PREFIX}, with an Authorization: Bearer token), its "
             f"/static/ files, /healthz and /readyz, not its pages or forms ({path[:100] or '/'})."
         )
@@ -262,7 +263,8 @@ class AddressPolicy:
         (:meth:`choose`)."""
         if is_public(address) or self.exempt(target):
             return None
-        said = f"{target.host} is" if _literal(target.name) == address else f"{target.host} is {address},"
+        host = url_host(target.host)
+        said = f"{host} is" if _literal(target.name) == address else f"{host} is {address},"
         return (
             f"{said} a local or private address that jobs may not reach "
             f"(port {target.port}). An admin can allow it with HTTP_REQUEST_ALLOWED_HOSTS."

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from app.formatting import host_port
 from app.processors import Input, JobContext, LongText, PermanentError, RetryableError, processor
 from app.processors.inputs import invalid
 
@@ -339,7 +340,7 @@ async def send_email(ctx: JobContext[EmailInput]) -> dict[str, Any]:
     inp = ctx.input
     host, port, starttls, username, password, note = _server(ctx)
     message, recipients = build_message(inp, ctx.settings.smtp_from, ctx.job["id"])
-    server = f"{host}:{port}"
+    server = host_port(host, port)
     implicit_tls = port == 465 and not starttls
     await ctx.report_progress(0.2, f"Connecting to the mail server {server}")
     try:

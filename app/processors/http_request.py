@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from app.formatting import format_duration
+from app.formatting import format_duration, url_host
 from app.jobs.backoff import RETRY_AFTER_STATUSES, retry_after_secs
 from app.processors import Input, JobContext, LongText, PermanentError, RetryableError, processor
 from app.processors.addresses import AddressPolicy, Resolver
@@ -360,7 +360,7 @@ async def http_request(ctx: JobContext[HttpRequestInput]) -> dict[str, Any]:
         TemporaryHttpError: 5xx, 408/425/429, timeout, connection or protocol failure (retried).
     """
     inp = ctx.input
-    host = urlsplit(inp.url).hostname or inp.url
+    host = url_host(urlsplit(inp.url).hostname or "") or inp.url
     await ctx.report_progress(0.1, f"Sending {inp.method} to {host}")
     started = time.monotonic()
     answer = await _exchange(ctx, host, resolver_for_jobs)

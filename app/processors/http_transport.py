@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import httpx
 
+from app.formatting import url_host
 from app.processors.addresses import DEFAULT_PORTS, AddressPolicy, Resolver, Target, resolve
 
 
@@ -32,9 +33,11 @@ class PinnedTransport(httpx.AsyncBaseTransport):
         try:
             addresses = await self._resolver(target.host, target.port)
         except OSError as exc:
-            raise httpx.ConnectError(f"{target.host} cannot be resolved ({exc})", request=request) from None
+            raise httpx.ConnectError(
+                f"{url_host(target.host)} cannot be resolved ({exc})", request=request
+            ) from None
         if not addresses:
-            raise httpx.ConnectError(f"{target.host} resolves to no address", request=request)
+            raise httpx.ConnectError(f"{url_host(target.host)} resolves to no address", request=request)
         address = self._policy.choose(target, addresses, request.url.path)
         extensions = dict(request.extensions)
         if target.scheme == "https" and target.host != str(address):

@@ -8,7 +8,7 @@ Filters available in every template (registered by :func:`register_filters`):
 * ``localtime`` — a datetime in the signed-in user's time zone, e.g. ``29 Nov 2026, 20:25 CET``;
 * ``clock`` — its time of day there, ``20:25:07`` (a job log line's);
 * ``isotime`` — ISO 8601 in UTC, for ``<time datetime=…>``;
-* ``ago`` — relative to now: ``just now``, ``2 min ago``, ``in 3 h``, ``5 days ago``;
+* ``ago`` — relative to now: ``just now``, ``2 min ago``, ``in 3 h``, ``5 days ago``, ``in about 12 years``;
 * ``duration`` — seconds as ``850 ms``, ``42 s``, ``3 min 5 s``, ``2 h 10 min``;
 * ``filesize`` — bytes as ``512 bytes``, ``1.5 KiB``, ``25 MiB``.
 """
@@ -31,6 +31,7 @@ from app.formatting import (
     format_duration,
     format_localtime,
     in_zone,
+    span_words,
     zone,
     zone_names,
 )
@@ -92,7 +93,8 @@ def _aware(value: datetime) -> datetime:
 
 
 def format_ago(value: datetime | None, now: datetime | None = None) -> str:
-    """``just now`` / ``2 min ago`` / ``in 3 h`` / ``5 days ago`` relative to ``now`` (default: now)."""
+    """``just now`` / ``2 min ago`` / ``in 3 h`` / ``5 days ago`` / ``about 4 months ago`` / ``in about
+    6,974 years`` relative to ``now`` (default: now)."""
     if value is None:
         return ""
     now = now or datetime.now(UTC)
@@ -106,8 +108,7 @@ def format_ago(value: datetime | None, now: datetime | None = None) -> str:
     elif secs < 22 * 3600:
         text = f"{round(secs / 3600)} h"
     else:
-        days = max(1, round(secs / 86400))
-        text = f"{days} day" if days == 1 else f"{days} days"
+        text = span_words(secs / 86400)
     return f"in {text}" if future else f"{text} ago"
 
 

@@ -14,6 +14,14 @@ limit"), ``{"requires_approval": "yes"}`` was refused but ``"true"`` and ``1`` w
   time given anything but ISO text (a number was read as Unix time) — in the domain's words
   (:func:`app.jobs.run_at.text_problem`), not the decoder's.
 
+``null`` is read by one rule on every route: for a field that may be left out, ``null`` is the same as
+leaving it out (``{"priority": null}`` is priority 0, as ``{}`` is; a field typed to take ``null`` reads
+it as its default already); a field that must be given, left out or sent as ``null``, is a 422 naming it
+("is required", with what it takes) — ``{"run_at": null}`` and ``{}`` on reschedule named neither the
+field nor what to send (the decoder's "Expected `datetime`, got `null`", or ``data``). A partial edit
+(``PATCH /api/schedules/{id}``) refuses ``null`` itself, naming the field, where "left out" means "keep".
+A body (or nested object) that is not a JSON object where one belongs is a 422 on its path, not ``data``.
+
 Free-form objects (``input_data``, a bulk ``filter``) are left to the rules that read them. A route
 that declares no body (cancel, pause, enable…) takes none: a body other than ``{}`` is a 422 saying so
 (:func:`refuse_body`), rather than being ignored — ``POST /api/job-types/x/pause {"paused": false}``
@@ -32,6 +40,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from app.errors import BadInput
 from app.jobs.payload import storable_text
 from app.jobs.run_at import text_problem as moment_text_problem
+from app.web.param_words import describe
 
 MAX_ERRORS = 20
 """At most this many fields are named in one answer."""
@@ -44,6 +53,21 @@ def _fields(cls: type) -> dict[str, Any]:
     """The fields of a body dataclass with their resolved types."""
     hints = get_type_hints(cls)
     return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)}
+
+
+@lru_cache(maxsize=256)
+def _required(cls: type) -> frozenset[str]:
+    """The fields of a body dataclass that have no default: a body must give them."""
+    return frozenset(
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
+
+
+def _takes_null(tp: Any) -> bool:
+    """Whether a field of type ``tp`` holds ``None`` itself (``int | None``, ``Any``)."""
+    return tp is Any or tp is None or tp is type(None) or type(None) in get_args(tp)
 
 
 def _path(base: str, key: Any) -> str:
@@ -85,6 +109,8 @@ def _check(value: Any, tp: Any, path: str, errors: dict[str, str]) -> None:
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if isinstance(value, dict):
             _check_object(value, tp, path, errors)
+        else:
+            errors[path or "body"] = "must be a JSON object with the fields " + ", ".join(_fields(tp))
         return
     if get_origin(tp) is list:
         item = (get_args(tp) or (Any,))[0]
@@ -109,15 +135,37 @@ def _scalar_problem(value: Any, tp: Any) -> str | None:
     return None
 
 
+_KINDS: dict[Any, str] = {str: "must be text", list: "must be a list", dict: "must be an object"}
+
+
+def _required_words(tp: Any) -> str:
+    """``is required`` with what the field takes, when that is known."""
+    words = describe(tp) or _KINDS.get(get_origin(tp) or tp)
+    return f"is required; it {words}" if words else "is required"
+
+
 def _check_object(value: dict[Any, Any], cls: type, path: str, errors: dict[str, str]) -> None:
+    """Check ``value`` against the body dataclass ``cls``; a ``null`` for a field that may be left out and
+    does not hold ``None`` itself is removed from ``value``, so that the conversion gives the field its
+    default (the rule of the module docstring)."""
     fields = _fields(cls)
-    for key, item in value.items():
+    required = _required(cls)
+    for key, item in list(value.items()):
         if len(errors) >= MAX_ERRORS:
             return
         if key not in fields:
             errors[_path(path, key)] = f"unknown field; the fields are {', '.join(fields)}"
+        elif item is None and not _takes_null(fields[key]):
+            if key in required:
+                errors[_path(path, key)] = _required_words(fields[key])
+            else:
+                del value[key]
         else:
             _check(item, fields[key], _path(path, key), errors)
+    for key in sorted(required - value.keys(), key=list(fields).index):
+        if len(errors) >= MAX_ERRORS:
+            return
+        errors[_path(path, key)] = _required_words(fields[key])
 
 
 def refuse_mismatch(value: Any, annotation: Any) -> None:

@@ -21,6 +21,9 @@ whose ``errors`` name the field.
   or ``?pipeline_id=…`` answered with every job, as if the filter had matched, while a body's unknown
   field is refused (:mod:`app.web.body_fields`). Pages keep their own rules (a bookmark may carry old
   parameters).
+* A value not written as a whole number for a query parameter that takes one
+  (:func:`refuse_fractional_whole`), on pages and the API alike: the decoder read ``?limit=2.0`` as 2
+  and ``1e1`` as 10.
 * A JSON body nested deeper than :data:`MAX_JSON_DEPTH` levels. Decoding — and every walk over the
   value after it — recurses once per level, and Python's stack gives out near 1,000 levels.
 
@@ -38,7 +41,8 @@ and a form is parsed once (the CSRF check and the handler reuse the parsed form)
 from __future__ import annotations
 
 import re
-from typing import Any
+import types
+from typing import Any, Union, get_args, get_origin
 from urllib.parse import unquote_to_bytes
 
 from litestar.datastructures import UploadFile
@@ -49,6 +53,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from app.errors import BadInput
 from app.web.body_fields import refuse_body
+from app.web.param_words import parameter_words
 
 FORM_CHECKED = "form_text_checked"
 """Route ``opt`` key: the handler itself refuses NUL characters and lone surrogates in its form fields."""
@@ -252,6 +257,22 @@ _QUERY_LISTS = "jobdesk.query_lists"
 """Route ``opt`` key for those of them that take several values (``?tag=a&tag=b``)."""
 
 
+_QUERY_WHOLE = "jobdesk.query_whole"
+"""Route ``opt`` key for the query parameters it takes that are whole numbers (``?limit=``)."""
+_WHOLE = re.compile(rb"[+-]?[0-9]+")
+
+
+def _whole_number_type(annotation: Any) -> bool:
+    """Whether a parameter declared ``annotation`` takes a whole number (``int``, ``int | None``,
+    ``list[int]``; a flag is not one)."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        return len(members) == 1 and _whole_number_type(members[0])
+    if get_origin(annotation) in (list, tuple, set, frozenset):
+        return any(_whole_number_type(a) for a in get_args(annotation))
+    return annotation is int
+
+
 def _query_names(handler: Any, path_params: Any) -> frozenset[str] | None:
     """The query parameters ``handler`` takes (its own and its dependencies', by the names a request
     sends), as Litestar's own reading of its signature finds them; ``None`` when it takes the whole
@@ -266,6 +287,12 @@ def _query_names(handler: Any, path_params: Any) -> frozenset[str] | None:
         handler.opt[_QUERY_NAMES] = names
         handler.opt[_QUERY_LISTS] = frozenset(
             p.field_alias for p in model.expected_query_params if p.is_sequence
+        )
+        signature = handler.parsed_fn_signature.parameters
+        handler.opt[_QUERY_WHOLE] = frozenset(
+            p.field_alias
+            for p in model.expected_query_params
+            if p.field_name in signature and _whole_number_type(signature[p.field_name].annotation)
         )
     taken: frozenset[str] | None = handler.opt[_QUERY_NAMES]
     return taken
@@ -299,6 +326,31 @@ def refuse_unknown_query(scope: Scope) -> None:
         seen.add(name)
 
 
+def refuse_fractional_whole(scope: Scope) -> None:
+    """Refuse a value that is not written as a whole number for a query parameter that takes one, on every
+    route (pages and API). The decoder reads a query's text leniently: ``?limit=2.0`` was 2 and ``1e1``
+    10, where a whole number belongs; the answer is the worded 422 of any other value that does not fit
+    (:func:`app.web.param_words.parameter_words`). An empty value is left to the route.
+
+    Raises:
+        BadInput: naming the parameter, saying what it takes.
+    """
+    handler = scope.get("route_handler")
+    query = scope.get("query_string", b"")
+    if handler is None or not query:
+        return
+    _query_names(handler, scope.get("path_params"))
+    whole: frozenset[str] = handler.opt[_QUERY_WHOLE]
+    if not whole:
+        return
+    for part in query.split(b"&"):
+        raw_name, _, raw_value = part.partition(b"=")
+        name = unquote_to_bytes(raw_name.replace(b"+", b" ")).decode("utf-8", "replace")
+        value = unquote_to_bytes(raw_value.replace(b"+", b" "))
+        if name in whole and value and not _WHOLE.fullmatch(value):
+            raise BadInput.field(name, parameter_words(handler, name) or "must be a whole number")
+
+
 def _takes_no_body(scope: Scope) -> bool:
     """Whether the route is an API route that declares no body and reads none itself."""
     handler = scope.get("route_handler")
@@ -316,6 +368,7 @@ class InputGuardMiddleware(ASGIMiddleware):
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         check_urlencoded(scope.get("query_string", b""))
         refuse_unknown_query(scope)
+        refuse_fractional_whole(scope)
         if scope.get("method", "GET") not in ("GET", "HEAD", "OPTIONS"):
             request: Any = scope["litestar_app"].request_class(scope=scope, receive=receive)
             content_type, _ = request.content_type

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from app.web.input_guard import _query_names
+from app.web.input_guard import _QUERY_WHOLE, _query_names
 from app.web.param_words import describe
-from tests.support.webkit import add_token, add_user, app_client
+from tests.support.webkit import add_token, add_user, app_client, sign_in_as
 
 ID = "01a20000-0000-7000-8000-000000000000"
 JUNK = ("zz z", "1.5", "-1", "0", "99999999999", "x" * 300)
@@ -85,3 +85,39 @@ def test_the_words_of_each_kind() -> None:
     assert describe(datetime) == "must be a date and time with a UTC offset, e.g. 2026-12-01T09:00:00+01:00"
     assert describe(Literal["a", "b"]) == "must be one of a, b"
     assert describe(str) is None
+
+
+async def test_a_whole_number_parameter_refuses_a_fraction_or_an_exponent_on_every_route(
+    make_settings: Any, db_url: str
+) -> None:
+    """``?limit=2.0`` was read as 2 and ``?limit=1e1`` as 10 (the decoder takes a float's text for an
+    int when it is whole). Every query parameter of every route (pages and API) that takes a whole
+    number refuses them in the words of any other value that does not fit, and still takes ``2``."""
+    settings = make_settings(worker_enabled=False)
+    async with app_client(settings) as client:
+        root = await sign_in_as(client, db_url, "root@example.com", admin=True)
+        auth = {"Authorization": f"Bearer {await add_token(db_url, root.id)}"}
+        checked = []
+        for route in client.app.routes:
+            path = re.sub(r"\{[a-z_]+:int\}", "999999", route.path)
+            path = re.sub(r"\{[a-z_]+:str\}", ID, path)
+            for handler in getattr(route, "route_handlers", []):
+                if "GET" not in handler.http_methods:
+                    continue
+                _query_names(handler, route.path_parameters)
+                for name in sorted(handler.opt[_QUERY_WHOLE]):
+                    checked.append(f"{route.path}?{name}")
+                    words = describe(handler.parsed_fn_signature.parameters[name].annotation, None)
+                    for junk in ("2.0", "1e1", "2.", "-0.0"):
+                        r = await client.get(path, params={name: junk}, headers=auth)
+                        assert r.status_code == 422, (path, name, junk, r.text)
+                        expected = words or "must be a whole number"
+                        if not path.startswith("/api/"):  # a page answers with a page saying it
+                            assert f"{name}: {expected}" in r.text, (path, name, r.text)
+                            continue
+                        said = r.json()["errors"][name]
+                        assert said.startswith(expected), (path, name, said)
+                        assert not re.search(r"`|Expected|Invalid", said), (path, name, said)
+        assert {"/api/jobs?limit", "/api/jobs?user_id", "/jobs/{job_id:str}/status?bell"} <= set(checked)
+        ok = await client.get("/api/jobs?limit=2", headers=auth)
+        assert ok.status_code == 200, ok.text

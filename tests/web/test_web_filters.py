@@ -66,3 +66,18 @@ def test_field_names_read_as_words_with_acronyms_and_units() -> None:
     # "bytes" would read "Size" like its neighbour "size" (pixels): it keeps its own word
     assert key_labels(["size", "bytes"]) == {"size": "Size", "bytes": "Bytes"}
     assert key_labels(["name", "bytes"]) == {"name": "Name", "bytes": "Size"}
+
+
+def test_far_times_read_as_a_person_says_them() -> None:
+    """A job due in year 9000 read "(in 2547226 days)": past and future, a far time is told in months,
+    then years (with thousands grouped), and a long duration in days, then months and years."""
+    assert format_ago(NOW + timedelta(days=59), NOW) == "in 59 days"
+    assert format_ago(NOW - timedelta(days=75), NOW) == "about 2 months ago"
+    assert format_ago(NOW + timedelta(days=400), NOW) == "in about 13 months"
+    assert format_ago(NOW - timedelta(days=3 * 365), NOW) == "about 3 years ago"
+    assert format_ago(datetime(9000, 1, 1, tzinfo=UTC), NOW) == "in about 6,973 years"
+    assert format_ago(datetime(1970, 1, 1, tzinfo=UTC), NOW) == "about 57 years ago"
+    assert format_ago(datetime.max.replace(tzinfo=UTC), NOW) == "in about 7,973 years"
+    assert format_duration(timedelta(hours=50)) == "2 days 2 h"
+    assert format_duration(timedelta(days=30)) == "30 days"
+    assert format_duration(timedelta(days=9000 * 365)) == "about 8,994 years"

@@ -94,6 +94,34 @@ def target_of(kind: str, name: str) -> Target | None:
     return None
 
 
+CHOOSE_TARGET = "Choose a job type or a pipeline template."
+
+
+def target_problem(value: str) -> str:
+    """Why ``value`` (a ``?target=`` or the form's ``_target``, for which :func:`target_of` found nothing)
+    names nothing a schedule can start, in words: the unknown type or template by its name, or how a
+    target is written (``type:<name>`` or ``template:<name>``) when ``value`` is not written so — with
+    the target it most likely meant when it names one without its kind (``http.request``)."""
+    kind, sep, name = value.partition(":")
+    shown = repr(value[:100])
+    if not value.strip():
+        return CHOOSE_TARGET
+    if sep and kind == "type":
+        return f"There is no job type called {name[:100]!r}. {CHOOSE_TARGET}"
+    if sep and kind == "template":
+        return f"There is no pipeline template called {name[:100]!r}. {CHOOSE_TARGET}"
+    meant = next((t for t in (target_of("type", value), target_of("template", value)) if t is not None), None)
+    if meant is not None:
+        return (
+            f"{shown} is written without its kind: a schedule's target is type:<job type> or "
+            f"template:<pipeline template>, here {meant.value}. Choose it below."
+        )
+    return (
+        f"{shown} is not a job type or a pipeline template that a schedule can start (a target is "
+        f"type:<job type> or template:<pipeline template>). {CHOOSE_TARGET}"
+    )
+
+
 def target_options() -> list[tuple[str, list[tuple[str, str]]]]:
     """The picker's groups of ``(value, label)``: job types, then pipeline templates."""
     types = [
@@ -292,7 +320,8 @@ class ScheduleFormController(Controller):
         db_session: DbSession,
         target: Annotated[str, QueryParameter(name="target")] = "",
     ) -> Template:
-        """The picker, or with ``?target=`` that type's or template's form (an unknown one: 404)."""
+        """The picker, or with ``?target=`` that type's or template's form (an unknown one, or one not
+        written ``type:<name>`` / ``template:<name>``: 404, the picker saying what is wrong)."""
         user = request.user
         kind, _, name = target[:TYPED_MAX].partition(":")
         tgt = target_of(kind, name)
@@ -311,7 +340,7 @@ class ScheduleFormController(Controller):
             values = await forms.initial_values(
                 fields, None, zone(user.timezone), conn, file_store(request), user
             )
-        errors = {TARGET: "Choose a job type or a pipeline template."} if target and tgt is None else {}
+        errors = {TARGET: target_problem(target)} if target and tgt is None else {}
         ctx = await form_context(request, target=tgt, typed=typed, values=values, errors=errors)
         return render(request, "admin/schedule_form.html", ctx, status_code=404 if errors else 200)
 
@@ -321,11 +350,12 @@ class ScheduleFormController(Controller):
         when the form was right but its owner's account is disabled and it was to be enabled)."""
         user = request.user
         form = await request.form()
-        kind, _, name = str(form.get(TARGET) or "")[:TYPED_MAX].partition(":")
+        sent = str(form.get(TARGET) or "")[:TYPED_MAX]
+        kind, _, name = sent.partition(":")
         tgt = target_of(kind, name)
         typed, own_errors = read_typed(request, form, tgt)
         if tgt is None:
-            errors = {TARGET: "Choose a job type or a pipeline template.", **own_errors}
+            errors = {TARGET: target_problem(sent), **own_errors}
             ctx = await form_context(request, target=None, typed=typed, values={}, errors=errors)
             return render(request, "admin/schedule_form.html", ctx, status_code=422)
         try:
