@@ -8,6 +8,10 @@ Who reads what:
 
 * a person reads their own files (admins: every file); anyone else gets the same
   :class:`~app.errors.NotFound` as for an unknown id, so ids of other people's files cannot be probed;
+* a person named as an approver of a step that waits for a decision also reads the files that step's
+  result lists, and only while it waits: they are asked to judge that result, and cannot without opening
+  it. Not the pipeline's other files (inputs, other steps' outputs), and not after the step is decided —
+  the decision is what the access was for, and what stays is the owner's (:meth:`FileStore.get`);
 * a job reads only its owner's files — an admin's job too, because a job acts for the person who
   submitted it. Every read goes through :meth:`FileStore.owned_files`, which asks the database at that
   moment; that holds for ids given inline, taken from a parent's result by ``$ref``, or listed in a
@@ -66,6 +70,19 @@ FORM_FILE = text(
 GET_FILE = text(f"SELECT {_COLUMNS} FROM files WHERE id = :id")
 OWNED_FILES = text(f"SELECT {_COLUMNS} FROM files WHERE id = ANY(CAST(:ids AS uuid[])) AND user_id = :owner")
 RECORDED = text("SELECT id FROM files WHERE id = ANY(CAST(:ids AS uuid[]))")
+APPROVER_READS = text(
+    """
+    SELECT EXISTS (
+        SELECT 1 FROM jobs j JOIN job_approval_rules r ON r.job_id = j.id
+        WHERE j.status = 'waiting_approval' AND j.user_id = :owner AND :reader = ANY(r.user_ids)
+          AND jsonb_path_exists(j.result_data, '$.** ? (@.file_id == $id)', jsonb_build_object('id', CAST(:id AS text)))
+    )
+    """
+)
+"""Whether ``reader`` is named as an approver of a step of ``owner``'s that waits for a decision and
+whose result lists the file ``id`` (a ``file_id`` at any depth, as :func:`ids_in_results` reads it).
+The step's rule is kept in ``job_approval_rules`` (:mod:`app.jobs.approvals`); the owner and admins
+read every such file anyway, so the named people are the only ones this adds."""
 
 OWNER_LOCK_NAMESPACE = 0x51_07A5
 """First key of the two-key advisory lock on a person's limits (the second is the user id): the lock
@@ -455,9 +472,14 @@ class FileStore:
         values = {"user_id": user_id, "form_key": form_key, "sha256": sha256, "name": clean_name(name)}
         return (await conn.execute(FORM_FILE, values)).mappings().first()
 
-    async def get(self, conn: AsyncConnection, file_id: Any, principal: Any | None) -> RowMapping:
+    async def get(
+        self, conn: AsyncConnection, file_id: Any, principal: Any | None, *, approvers: bool = True
+    ) -> RowMapping:
         """The file's row, checked against a signed-in ``principal`` (owner or admin; ``None`` = no
-        check). Not for jobs: they read through :meth:`owned_files`.
+        check). With ``approvers`` (every download: the page, its ``?view=1`` and the API), a person
+        named as an approver of a step waiting for a decision also reads the files its result lists
+        (:data:`APPROVER_READS`); a form that puts files into a job's input passes ``False``, since
+        only the owner's own files may go there. Not for jobs: they read through :meth:`owned_files`.
 
         Raises:
             NotFound: unknown, malformed or another user's id — the same answer for all three.
@@ -467,11 +489,15 @@ class FileStore:
         except ValueError:
             raise NotFound("No such file.") from None
         row = (await conn.execute(GET_FILE, {"id": fid})).mappings().first()
-        if row is None or (
-            principal is not None and not principal.is_admin and row["user_id"] != principal.id
-        ):
+        if row is None:
             raise NotFound("No such file.")
-        return row
+        if principal is None or principal.is_admin or row["user_id"] == principal.id:
+            return row
+        if approvers:
+            params = {"owner": row["user_id"], "reader": principal.id, "id": str(fid)}
+            if (await conn.execute(APPROVER_READS, params)).scalar_one():
+                return row
+        raise NotFound("No such file.")
 
     async def owned_files(
         self, conn: AsyncConnection, owner_id: int, file_ids: Iterable[object]

@@ -6,7 +6,8 @@
   above ``USER_MAX_UPLOAD_BYTES`` → 429 with the limit and ``Retry-After`` (:mod:`app.actions.files`). The stored content type is derived from the bytes
   (:func:`app.files.derive_type`), not taken from the request.
 * ``GET /files/{id}`` (browser session) and ``GET /api/files/{id}`` (Bearer) download a file: the owner
-  and admins only; anyone else gets the same 404 as for an unknown id, so ids cannot be probed. Pictures
+  and admins, and a named approver of a step waiting for their decision the files its result lists
+  (:meth:`app.files.FileStore.get`); anyone else gets the same 404 as for an unknown id, so ids cannot be probed. Pictures
   and plain text are served ``inline``, everything else as an ``attachment`` with a safe file name, so
   an uploaded HTML or script file is never shown as a page of this site; the type is one Jobdesk stores
   (else ``application/octet-stream``) and ``X-Content-Type-Options: nosniff`` comes with every response.
@@ -104,7 +105,7 @@ class FilesController(Controller):
         file_id: FromPath[str],
         view: Annotated[bool, QueryParameter()] = False,
     ) -> File:
-        """Download (owner or admin); 404 otherwise. ``?view=1`` opens an HTML report in the tab."""
+        """Download (owner, admin, or an approver of a waiting step its result lists); 404 otherwise. ``?view=1`` opens an HTML report in the tab."""
         return await download(request, db_session, file_id, view)
 
 
@@ -153,5 +154,6 @@ class FilesApiController(Controller):
     async def download_file(
         self, request: Request[Any, Any, Any], db_session: DbSession, file_id: FromPath[str]
     ) -> File:
-        """Download a file you own (admins: any file); 404 otherwise."""
+        """Download a file you own (admins: any file; a step's named approver: the files its result lists
+        while it waits for a decision); 404 otherwise."""
         return await download(request, db_session, file_id)

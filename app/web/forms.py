@@ -353,7 +353,7 @@ async def initial_values(
             infos = []
             for fid in ids:
                 try:
-                    row = await store.get(conn, fid, owner)
+                    row = await store.get(conn, fid, owner, approvers=False)
                 except NotFound:
                     continue
                 infos.append(file_info(row))
@@ -446,7 +446,7 @@ async def _kept_files(
         if not isinstance(kept, str) or not kept:
             continue
         try:
-            row = await store.get(conn, kept, owner)
+            row = await store.get(conn, kept, owner, approvers=False)
         except NotFound:
             gone = True
             continue

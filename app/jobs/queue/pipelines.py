@@ -67,17 +67,21 @@ def derive_pipeline_status(counts: Fetched) -> tuple[str, bool]:
     """``(status, finished)`` of a pipeline from its jobs' status counts.
 
     ``failed`` as soon as any step failed (the pipeline can no longer complete; independent steps may
-    still be finishing); ``finished`` once no step is live.
+    still be finishing); ``finished`` once no step is live. ``completed`` only when it has steps and
+    every one of them completed: a pipeline whose steps were all deleted (an admin's delete, one by one)
+    did not complete anything, so it keeps the finished status it had (``old_status``), or is
+    ``cancelled`` when it was still running — its steps will never run now.
     """
     live = counts["active"] + counts["waiting_approval"]
+    if not counts["total"]:
+        old = counts["old_status"]
+        return (old if old in ("failed", "cancelled", "completed") else "cancelled"), True
     if counts["failed"]:
         return "failed", live == 0
     if live == 0:
-        if counts["total"] and counts["completed"] == counts["total"]:
+        if counts["completed"] == counts["total"]:
             return "completed", True
-        if counts["cancelled"]:
-            return "cancelled", True
-        return "completed", True
+        return "cancelled", True
     if counts["waiting_approval"]:
         return "waiting_approval", False
     return "running", False

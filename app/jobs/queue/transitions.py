@@ -318,6 +318,35 @@ RESCHEDULE = sql(
 )
 
 
+WAITED_FOR = sql(
+    """
+    SELECT COALESCE(p.step_key, CAST(p.id AS text)) AS key FROM job_dependencies d JOIN jobs p ON p.id = d.depends_on
+    WHERE d.job_id = :id AND p.status <> 'completed'
+    ORDER BY p.step_key, p.id LIMIT 6
+    """
+)
+
+
+async def _run_now_refusal(conn: AsyncConnection, row: JobRow) -> str | None:
+    """Why "run now" cannot start this waiting job, or ``None``. Its due time is only one of the things
+    a claim waits for (:mod:`app.jobs.queue.claims`): a step whose earlier steps have not completed, and
+    a job held because its owner was disabled, would stay where they are with the time moved — an answer
+    of "it will start" that nothing follows. A later due time (``reschedule``) still means something for
+    them, so only "now" is refused."""
+    if row["pending_parents"] > 0:
+        keys = list((await conn.execute(WAITED_FOR, {"id": row["id"]})).scalars())
+        named = ", ".join(f"“{k}”" for k in keys[:5]) + (" and more" if len(keys) > 5 else "")
+        # a for_each step not yet expanded has no job row to name: its gate is counted all the same
+        return (
+            f"this step waits for earlier steps: {named}. It runs once they have completed."
+            if keys
+            else "this step waits for earlier steps. It runs once they have completed."
+        )
+    if not row["is_active"]:
+        return "this job is held because its owner's account is disabled. Release it first."
+    return None
+
+
 async def reschedule(
     db: AsyncConnection | AsyncSession, job_id: Any, principal: Principal, run_at: datetime | None
 ) -> JobRow:
@@ -325,7 +354,8 @@ async def reschedule(
 
     Raises:
         BadInput: ``run_at`` that is no due time (:func:`app.jobs.run_at.check_run_at`). NotFound /
-            Forbidden. Conflict: the job is not waiting.
+            Forbidden. Conflict: the job is not waiting; or, to run now, it waits for earlier steps or is
+            held (:func:`_run_now_refusal`).
     """
     check_run_at(run_at)
     conn = await conn_of(db)
@@ -334,6 +364,8 @@ async def reschedule(
         raise Forbidden("Only an admin can reschedule a job.")
     if row["status"] != Status.QUEUED:
         raise Conflict(f"Cannot reschedule job {row['id']}: it is {row['status']}, not waiting.")
+    if run_at is None and (why := await _run_now_refusal(conn, row)):
+        raise Conflict(why)
     found = (await conn.execute(RESCHEDULE, {"id": row["id"], "run_at": run_at})).mappings().first()
     assert found is not None, "the row is locked and queued"
     updated = job_row(found)
