@@ -78,6 +78,32 @@ _SHORT_IPV4 = re.compile(r"(?:0[xX][0-9a-fA-F]+|[0-9]+)(?:\.(?:0[xX][0-9a-fA-F]+
 (``127.1``, ``10.1``), one number (``2130706433``, ``0``), octal and hex parts (``0x7f.1``)."""
 
 
+def target_problem(target: Target) -> str | None:
+    """Why no request can ever reach ``target``, or ``None``: a port outside 1-65535, or a host name no
+    resolver can look up (a part longer than 63 characters, an empty part, more than 253 characters).
+    The same words at submission (:meth:`AddressPolicy.check_url`) and when the job runs
+    (:meth:`AddressPolicy.refuse_before_resolving`), where such a URL, e.g. from a ``$ref``, failed in the IDNA
+    codec and was retried as if the next attempt could do better."""
+    if not 1 <= target.port <= 65535:
+        return f"port {target.port} is out of range: a web address's port is a number from 1 to 65535"
+    name = target.name
+    if ":" in name or _literal(name) is not None:
+        return None
+    shown = name if len(name) <= 80 else name[:77] + "…"
+    labels = name.split(".")
+    if any(len(label) > 63 for label in labels):
+        return f"the host name {shown} has a part longer than 63 characters, which no web address can have"
+    if len(name) > 253:
+        return f"the host name {shown} is longer than 253 characters, which no web address can be"
+    if not all(labels):
+        return f"the host name {shown} has an empty part (two dots in a row, or a dot at its start)"
+    try:
+        name.encode("idna")
+    except UnicodeError:
+        return f"the host name {shown} cannot be looked up: it is not a valid host name"
+    return None
+
+
 def _literal(host: str) -> IPAddress | None:
     """``host`` as the address it spells, or ``None`` for a name. Besides the usual forms, the old IPv4
     spellings the resolver reads as addresses (:data:`_SHORT_IPV4`): a URL to ``http://127.1/`` reaches
@@ -214,10 +240,34 @@ class AddressPolicy:
             if problem:
                 raise PermanentError(problem)
 
+    def problem_before_resolving(self, target: Target, path: str) -> str | None:
+        """Why a request to ``path`` (percent-decoded) at ``target`` may not be sent, as far as it is
+        known without asking a resolver, or ``None``: :func:`target_problem`, :meth:`own_page_problem`,
+        and :meth:`address_problem` for an address literal. The one check of a URL at submission
+        (:meth:`check_url`) and of each request when the job runs (:meth:`refuse_before_resolving`),
+        so that a URL refused by one is refused by the other in the same words."""
+        unusable = target_problem(target)
+        if unusable:
+            return unusable[0].upper() + unusable[1:] + "."
+        known = _literal(target.name)
+        problem = self.own_page_problem(target, path, known)
+        return problem or (self.address_problem(target, known) if known is not None else None)
+
+    def refuse_before_resolving(self, target: Target, path: str) -> None:
+        """Raise if :meth:`problem_before_resolving` finds a problem: the job fails at once, without
+        asking the resolver, and is not retried (no attempt can do better).
+
+        Raises:
+            PermanentError: saying why.
+        """
+        problem = self.problem_before_resolving(target, path)
+        if problem:
+            raise PermanentError(problem)
+
     def check_url(self, url: str) -> str | None:
         """Why a URL known before anything is resolved (at submission) may not be requested, or
-        ``None``: :meth:`own_page_problem`, and :meth:`address_problem` for an address literal. A host
-        name is checked when it is resolved, at each attempt: what it resolves to may change."""
+        ``None`` (:meth:`problem_before_resolving`). Any other host name is checked when it is
+        resolved, at each attempt: what it resolves to may change."""
         import httpx  # here, not at the top: see the module docstring
 
         try:
@@ -226,10 +276,7 @@ class AddressPolicy:
             return None  # the input's own checks say what is wrong with it
         if parsed.scheme not in DEFAULT_PORTS or not parsed.host:
             return None
-        target = Target.of(parsed)
-        literal = _literal(target.name)
-        problem = self.own_page_problem(target, parsed.path)
-        return problem or (self.address_problem(target, literal) if literal is not None else None)
+        return self.problem_before_resolving(Target.of(parsed), parsed.path)
 
     def exempt(self, target: Target) -> bool:
         """Whether ``target`` may reach a local or private address."""

@@ -28,8 +28,9 @@ class PinnedTransport(httpx.AsyncBaseTransport):
         target = Target.of(request.url)
         if target.scheme not in DEFAULT_PORTS:
             raise httpx.UnsupportedProtocol(f"Request URL has an unsupported protocol '{target.scheme}://'.")
-        # Jobdesk's own pages by name first: refused without asking the resolver.
-        self._policy.refuse_own_page(target, request.url.path)
+        # What submission checks (a host or port no request can reach, Jobdesk's own pages by name, an
+        # address literal) first, in the same words: refused without asking the resolver.
+        self._policy.refuse_before_resolving(target, request.url.path)
         try:
             addresses = await self._resolver(target.host, target.port)
         except OSError as exc:

@@ -1,0 +1,54 @@
+"""Where an ``http.request`` job may connect is one rule, read the same at submission and when the job
+runs (:meth:`app.processors.addresses.AddressPolicy.problem_before_resolving`): a URL refused when the
+job runs, whatever it came by (a ``$ref``, a redirect), is refused at submission when given as text,
+in the same words, and never retried; one accepted at submission is not refused later for what was
+already known then."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.processors import PermanentError
+from tests.processors.test_processors_http import call
+from tests.support.webkit import add_token, add_user, app_client
+
+LONG_LABEL = "http://" + "a" * 300 + ".com/"
+
+
+async def submitted(make_settings: Any, db_url: str, urls: list[str], **overrides: Any) -> list[Any]:
+    """Each URL submitted as an ``http.request`` job through the JSON API: the error for
+    ``input_data.url`` of a 422, or the status code of any other answer."""
+    settings = make_settings(worker_enabled=False, **overrides)
+    user = await add_user(db_url, "urls@example.com")
+    headers = {"Authorization": f"Bearer {await add_token(db_url, user.id)}"}
+    out: list[Any] = []
+    async with app_client(settings) as client:
+        for url in urls:
+            resp = await client.post(
+                "/api/jobs", json={"type": "http.request", "input_data": {"url": url}}, headers=headers
+            )
+            out.append(
+                resp.json()["errors"]["input_data.url"] if resp.status_code == 422 else resp.status_code
+            )
+    return out
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        (LONG_LABEL, "has a part longer than 63 characters"),
+        ("http://example.com:99999/", "Port 99999 is out of range: a web address's port is a number from 1"),
+        ("http://a..example.com/", "has an empty part"),
+    ],
+)
+async def test_a_url_no_request_can_reach_is_refused_at_submission_and_fails_for_good_at_run_time(
+    make_settings, db_url, url, words
+) -> None:
+    [refused] = await submitted(make_settings, db_url, [url])
+    assert isinstance(refused, str) and words in refused, refused
+    # The same URL from a $ref or a redirect: a permanent failure in the same words, not a retry.
+    with pytest.raises(PermanentError) as failed:
+        await call(make_settings(), url=url)
+    assert str(failed.value) == refused
