@@ -12,7 +12,7 @@ import pytest
 
 from app.processors import PermanentError
 from tests.processors.test_processors_http import call
-from tests.support.webkit import add_token, add_user, app_client
+from tests.support.webkit import add_token, add_user, app_client, csrf, switch_to
 
 LONG_LABEL = "http://" + "a" * 300 + ".com/"
 
@@ -52,3 +52,42 @@ async def test_a_url_no_request_can_reach_is_refused_at_submission_and_fails_for
     with pytest.raises(PermanentError) as failed:
         await call(make_settings(), url=url)
     assert str(failed.value) == refused
+
+
+async def test_the_time_limit_is_at_least_a_tenth_of_a_second_on_the_api_and_the_form(
+    make_settings, db_url
+) -> None:
+    """A time limit of 1e-320 seconds was taken and every attempt then failed "within 9.99989e-321
+    seconds"; the schema's range holds on every path."""
+    settings = make_settings(worker_enabled=False)
+    user = await add_user(db_url, "timeout@example.com")
+    headers = {"Authorization": f"Bearer {await add_token(db_url, user.id)}"}
+    async with app_client(settings) as client:
+        for timeout, words in (
+            (1e-320, "Must be at least 0.1"),
+            (0, "Must be at least 0.1"),
+            (301, "at most 300"),
+        ):
+            resp = await client.post(
+                "/api/jobs",
+                json={"type": "http.request", "input_data": {"url": "https://x.test/", "timeout": timeout}},
+                headers=headers,
+            )
+            assert resp.status_code == 422, resp.text
+            assert words in resp.json()["errors"]["input_data.timeout"]
+        ok = await client.post(
+            "/api/jobs",
+            json={"type": "http.request", "input_data": {"url": "https://x.test/", "timeout": 0.1}},
+            headers=headers,
+        )
+        assert ok.status_code == 201, ok.text
+        await switch_to(client, "timeout@example.com")
+        form = {
+            "_csrf_token": await csrf(client),
+            "url": "https://x.test/",
+            "method": "GET",
+            "timeout": "1e-320",
+        }
+        page = await client.post("/jobs/new/http.request", data=form, follow_redirects=False)
+        assert page.status_code == 422, page.status_code
+        assert "Must be at least 0.1" in page.text
