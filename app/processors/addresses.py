@@ -78,6 +78,25 @@ _SHORT_IPV4 = re.compile(r"(?:0[xX][0-9a-fA-F]+|[0-9]+)(?:\.(?:0[xX][0-9a-fA-F]+
 (``127.1``, ``10.1``), one number (``2130706433``, ``0``), octal and hex parts (``0x7f.1``)."""
 
 
+LOOPBACK = ipaddress.IPv4Address("127.0.0.1")
+
+
+def always_local(name: str) -> bool:
+    """Whether ``name`` (without a final dot) is one that always means this machine: ``localhost`` and
+    every name under it (RFC 6761), whatever a resolver would answer."""
+    return name == "localhost" or name.endswith(".localhost")
+
+
+def known_address(name: str) -> IPAddress | None:
+    """The address ``name`` (without a final dot) reaches, known without asking a resolver: the address
+    it spells (:func:`_literal`), or loopback for a name that is :func:`always_local`. What a check at
+    submission reads as the URL's address; ``None`` for a name only a resolver can answer for."""
+    literal = _literal(name)
+    if literal is None and always_local(name):
+        return LOOPBACK
+    return literal
+
+
 def target_problem(target: Target) -> str | None:
     """Why no request can ever reach ``target``, or ``None``: a port outside 1-65535, or a host name no
     resolver can look up (a part longer than 63 characters, an empty part, more than 253 characters).
@@ -179,7 +198,7 @@ class AddressPolicy:
 
         self.base = Target.of(httpx.URL(settings.jobdesk_base_url))
         self.base_literal = _literal(self.base.name)
-        self.base_local = self.base.name == "localhost" or bool(
+        self.base_local = always_local(self.base.name) or bool(
             self.base_literal and _on_this_host(self.base_literal)
         )
         self.hosts: set[str] = set()
@@ -203,8 +222,9 @@ class AddressPolicy:
     def is_own(self, target: Target, address: IPAddress | None = None) -> bool:
         """Whether ``target`` (connecting to ``address``, once resolved) is Jobdesk itself: its own name
         and port under either scheme, or its port at its own literal address, or — when Jobdesk is on
-        this machine — its port at any loopback address or under the name ``localhost``, which reach
-        the same server whatever the base URL calls it."""
+        this machine — its port at any loopback address or under ``localhost`` (or a name under it),
+        which reach the same server whatever the base URL calls it. (Being Jobdesk restricts the paths;
+        only the base URL's own scheme, name and port may reach a loopback address, :meth:`exempt`.)"""
         if target.port != self.base.port:
             return False
         if target.name == self.base.name:
@@ -214,7 +234,7 @@ class AddressPolicy:
                 continue
             if candidate == self.base_literal or (self.base_local and _on_this_host(candidate)):
                 return True
-        return self.base_local and target.name == "localhost"
+        return self.base_local and always_local(target.name)
 
     def own_page_problem(self, target: Target, path: str, address: IPAddress | None = None) -> str | None:
         """Why a request to ``path`` (percent-decoded) at ``target`` may not be sent, or ``None``: at
@@ -243,13 +263,14 @@ class AddressPolicy:
     def problem_before_resolving(self, target: Target, path: str) -> str | None:
         """Why a request to ``path`` (percent-decoded) at ``target`` may not be sent, as far as it is
         known without asking a resolver, or ``None``: :func:`target_problem`, :meth:`own_page_problem`,
-        and :meth:`address_problem` for an address literal. The one check of a URL at submission
+        and :meth:`address_problem` for the address the host is known to reach (:func:`known_address`:
+        a literal, or loopback for ``localhost``). The one check of a URL at submission
         (:meth:`check_url`) and of each request when the job runs (:meth:`refuse_before_resolving`),
         so that a URL refused by one is refused by the other in the same words."""
         unusable = target_problem(target)
         if unusable:
             return unusable[0].upper() + unusable[1:] + "."
-        known = _literal(target.name)
+        known = known_address(target.name)
         problem = self.own_page_problem(target, path, known)
         return problem or (self.address_problem(target, known) if known is not None else None)
 

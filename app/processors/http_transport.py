@@ -29,7 +29,7 @@ class PinnedTransport(httpx.AsyncBaseTransport):
         if target.scheme not in DEFAULT_PORTS:
             raise httpx.UnsupportedProtocol(f"Request URL has an unsupported protocol '{target.scheme}://'.")
         # What submission checks (a host or port no request can reach, Jobdesk's own pages by name, an
-        # address literal) first, in the same words: refused without asking the resolver.
+        # address literal or localhost) first, in the same words: refused without asking the resolver.
         self._policy.refuse_before_resolving(target, request.url.path)
         try:
             addresses = await self._resolver(target.host, target.port)

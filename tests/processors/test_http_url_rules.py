@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from app.processors import PermanentError
-from tests.processors.test_processors_http import call
+from tests.processors.test_processors_http import call, serving
 from tests.support.webkit import add_token, add_user, app_client, csrf, switch_to
 
 LONG_LABEL = "http://" + "a" * 300 + ".com/"
@@ -91,3 +91,38 @@ async def test_the_time_limit_is_at_least_a_tenth_of_a_second_on_the_api_and_the
         page = await client.post("/jobs/new/http.request", data=form, follow_redirects=False)
         assert page.status_code == 422, page.status_code
         assert "Must be at least 0.1" in page.text
+
+
+@pytest.mark.parametrize(
+    ("base", "url", "allowed"),
+    [
+        # Another name for Jobdesk on loopback is a loopback address, as the job finds when it runs.
+        ("http://127.0.0.1:{port}", "http://localhost:{port}/api/ok", False),
+        ("http://127.0.0.1:{port}", "http://jobs.localhost:{port}/api/ok", False),
+        ("https://jobs.example.com", "http://localhost:{port}/api/ok", False),
+        # The base URL's own name: Jobdesk's own API, allowed at both.
+        ("http://localhost:{port}", "http://localhost:{port}/api/ok", True),
+    ],
+)
+async def test_names_that_are_always_local_read_alike_at_submission_and_at_run_time(
+    make_settings, db_url, base, url, allowed
+) -> None:
+    """``localhost`` and the names under it always mean this machine: at submission they are read as
+    127.0.0.1, the address the job finds when it runs; ``http://localhost:8765/api/me`` was accepted
+    and then failed at every attempt while Jobdesk's base URL said 127.0.0.1."""
+    with serving() as (own, seen):
+        port = own.rsplit(":", 1)[1]
+        base, url = base.format(port=port), url.format(port=port)
+        [answer] = await submitted(make_settings, db_url, [url], jobdesk_base_url=base)
+        settings = make_settings(jobdesk_base_url=base)
+        if allowed:
+            assert answer == 201, answer
+            assert (await call(settings, url=url))[0]["status"] == 200
+            assert seen == ["/api/ok"]
+            return
+        assert isinstance(answer, str), answer
+        assert "is 127.0.0.1, a local or private address that jobs may not reach" in answer
+        with pytest.raises(PermanentError) as failed:
+            await call(settings, url=url)
+        assert str(failed.value) == answer
+        assert seen == []
