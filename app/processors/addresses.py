@@ -214,6 +214,7 @@ class AddressPolicy:
             host, _, port = entry.partition(":")
         else:
             host, port = entry, ""
+        host = host.rstrip(".")  # a name with a final dot is the same name
         if port.isdigit():
             self.host_ports.add((host, int(port)))
         elif host:
@@ -303,9 +304,10 @@ class AddressPolicy:
         """Whether ``target`` may reach a local or private address."""
         return (
             self.allow_private
-            or target == self.base
-            or target.host in self.hosts
-            or (target.host, target.port) in self.host_ports
+            # By name: ``127.0.0.1.`` and ``jobs.example.com.`` are the base URL's host as it is written.
+            or (target.scheme, target.name, target.port) == (self.base.scheme, self.base.name, self.base.port)
+            or target.name in self.hosts
+            or (target.name, target.port) in self.host_ports
         )
 
     def choose(self, target: Target, addresses: list[IPAddress], path: str | None = None) -> IPAddress:

@@ -32,7 +32,9 @@ class PinnedTransport(httpx.AsyncBaseTransport):
         # address literal or localhost) first, in the same words: refused without asking the resolver.
         self._policy.refuse_before_resolving(target, request.url.path)
         try:
-            addresses = await self._resolver(target.host, target.port)
+            # By the name without a final dot, as every check reads it: the system's resolver does not
+            # read ``127.0.0.1.`` as that address.
+            addresses = await self._resolver(target.name, target.port)
         except OSError as exc:
             raise httpx.ConnectError(
                 f"{url_host(target.host)} cannot be resolved ({exc})", request=request

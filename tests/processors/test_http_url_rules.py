@@ -6,6 +6,7 @@ already known then."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from app.processors import PermanentError
 from tests.processors.test_processors_http import call, serving
 from tests.support.webkit import add_token, add_user, app_client, csrf, switch_to
 
+_people = itertools.count()
 LONG_LABEL = "http://" + "a" * 300 + ".com/"
 
 
@@ -21,7 +23,7 @@ async def submitted(make_settings: Any, db_url: str, urls: list[str], **override
     """Each URL submitted as an ``http.request`` job through the JSON API: the error for
     ``input_data.url`` of a 422, or the status code of any other answer."""
     settings = make_settings(worker_enabled=False, **overrides)
-    user = await add_user(db_url, "urls@example.com")
+    user = await add_user(db_url, f"urls{next(_people)}@example.com")
     headers = {"Authorization": f"Bearer {await add_token(db_url, user.id)}"}
     out: list[Any] = []
     async with app_client(settings) as client:
@@ -126,3 +128,42 @@ async def test_names_that_are_always_local_read_alike_at_submission_and_at_run_t
             await call(settings, url=url)
         assert str(failed.value) == answer
         assert seen == []
+
+
+@pytest.mark.parametrize(
+    ("base", "url"),
+    [
+        ("http://127.0.0.1:{port}", "http://127.0.0.1.:{port}/api/ok"),
+        ("http://localhost:{port}", "http://localhost.:{port}/api/ok"),
+        ("http://localhost:{port}", "http://LOCALHOST.:{port}/api/ok"),
+        ("http://localhost.:{port}", "http://localhost:{port}/api/ok"),
+    ],
+)
+async def test_a_final_dot_names_the_same_host_at_submission_and_at_run_time(
+    make_settings, db_url, base, url
+) -> None:
+    """``127.0.0.1.`` is the base URL's 127.0.0.1 (README: its name "with or without a final dot"):
+    it was refused at submission as a private address, and the system's resolver could not look it up
+    when the job ran."""
+    with serving() as (own, seen):
+        port = own.rsplit(":", 1)[1]
+        base, url = base.format(port=port), url.format(port=port)
+        assert await submitted(make_settings, db_url, [url], jobdesk_base_url=base) == [201]
+        result, _ = await call(make_settings(jobdesk_base_url=base), url=url)
+        assert result["status"] == 200
+        assert seen == ["/api/ok"]
+        # Its pages are still refused under that name.
+        [login] = await submitted(
+            make_settings, db_url, [url.replace("/api/ok", "/login")], jobdesk_base_url=base
+        )
+        assert "is Jobdesk itself; jobs may call only its JSON API there" in login
+
+
+async def test_an_allowed_host_is_allowed_with_or_without_a_final_dot(make_settings, db_url) -> None:
+    with serving() as (other, seen):
+        port = other.rsplit(":", 1)[1]
+        for entry, url in ((f"127.0.0.1.:{port}", other), (f"127.0.0.1:{port}", f"http://127.0.0.1.:{port}")):
+            allowed = {"http_request_allowed_hosts": entry, "jobdesk_base_url": "https://jobs.example.com"}
+            assert await submitted(make_settings, db_url, [f"{url}/ok"], **allowed) == [201]
+            assert (await call(make_settings(**allowed), url=f"{url}/ok"))[0]["status"] == 200
+        assert seen == ["/ok", "/ok"]
