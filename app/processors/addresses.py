@@ -78,6 +78,51 @@ _SHORT_IPV4 = re.compile(r"(?:0[xX][0-9a-fA-F]+|[0-9]+)(?:\.(?:0[xX][0-9a-fA-F]+
 (``127.1``, ``10.1``), one number (``2130706433``, ``0``), octal and hex parts (``0x7f.1``)."""
 
 
+LOOPBACK = ipaddress.IPv4Address("127.0.0.1")
+
+
+def always_local(name: str) -> bool:
+    """Whether ``name`` (without a final dot) is one that always means this machine: ``localhost`` and
+    every name under it (RFC 6761), whatever a resolver would answer."""
+    return name == "localhost" or name.endswith(".localhost")
+
+
+def known_address(name: str) -> IPAddress | None:
+    """The address ``name`` (without a final dot) reaches, known without asking a resolver: the address
+    it spells (:func:`_literal`), or loopback for a name that is :func:`always_local`. What a check at
+    submission reads as the URL's address; ``None`` for a name only a resolver can answer for."""
+    literal = _literal(name)
+    if literal is None and always_local(name):
+        return LOOPBACK
+    return literal
+
+
+def target_problem(target: Target) -> str | None:
+    """Why no request can ever reach ``target``, or ``None``: a port outside 1-65535, or a host name no
+    resolver can look up (a part longer than 63 characters, an empty part, more than 253 characters).
+    The same words at submission (:meth:`AddressPolicy.check_url`) and when the job runs
+    (:meth:`AddressPolicy.refuse_before_resolving`), where such a URL, e.g. from a ``$ref``, failed in the IDNA
+    codec and was retried as if the next attempt could do better."""
+    if not 1 <= target.port <= 65535:
+        return f"port {target.port} is out of range: a web address's port is a number from 1 to 65535"
+    name = target.name
+    if ":" in name or _literal(name) is not None:
+        return None
+    shown = name if len(name) <= 80 else name[:77] + "…"
+    labels = name.split(".")
+    if any(len(label) > 63 for label in labels):
+        return f"the host name {shown} has a part longer than 63 characters, which no web address can have"
+    if len(name) > 253:
+        return f"the host name {shown} is longer than 253 characters, which no web address can be"
+    if not all(labels):
+        return f"the host name {shown} has an empty part (two dots in a row, or a dot at its start)"
+    try:
+        name.encode("idna")
+    except UnicodeError:
+        return f"the host name {shown} cannot be looked up: it is not a valid host name"
+    return None
+
+
 def _literal(host: str) -> IPAddress | None:
     """``host`` as the address it spells, or ``None`` for a name. Besides the usual forms, the old IPv4
     spellings the resolver reads as addresses (:data:`_SHORT_IPV4`): a URL to ``http://127.1/`` reaches
@@ -153,7 +198,7 @@ class AddressPolicy:
 
         self.base = Target.of(httpx.URL(settings.jobdesk_base_url))
         self.base_literal = _literal(self.base.name)
-        self.base_local = self.base.name == "localhost" or bool(
+        self.base_local = always_local(self.base.name) or bool(
             self.base_literal and _on_this_host(self.base_literal)
         )
         self.hosts: set[str] = set()
@@ -169,6 +214,7 @@ class AddressPolicy:
             host, _, port = entry.partition(":")
         else:
             host, port = entry, ""
+        host = host.rstrip(".")  # a name with a final dot is the same name
         if port.isdigit():
             self.host_ports.add((host, int(port)))
         elif host:
@@ -177,8 +223,9 @@ class AddressPolicy:
     def is_own(self, target: Target, address: IPAddress | None = None) -> bool:
         """Whether ``target`` (connecting to ``address``, once resolved) is Jobdesk itself: its own name
         and port under either scheme, or its port at its own literal address, or — when Jobdesk is on
-        this machine — its port at any loopback address or under the name ``localhost``, which reach
-        the same server whatever the base URL calls it."""
+        this machine — its port at any loopback address or under ``localhost`` (or a name under it),
+        which reach the same server whatever the base URL calls it. (Being Jobdesk restricts the paths;
+        only the base URL's own scheme, name and port may reach a loopback address, :meth:`exempt`.)"""
         if target.port != self.base.port:
             return False
         if target.name == self.base.name:
@@ -188,7 +235,7 @@ class AddressPolicy:
                 continue
             if candidate == self.base_literal or (self.base_local and _on_this_host(candidate)):
                 return True
-        return self.base_local and target.name == "localhost"
+        return self.base_local and always_local(target.name)
 
     def own_page_problem(self, target: Target, path: str, address: IPAddress | None = None) -> str | None:
         """Why a request to ``path`` (percent-decoded) at ``target`` may not be sent, or ``None``: at
@@ -214,10 +261,35 @@ class AddressPolicy:
             if problem:
                 raise PermanentError(problem)
 
+    def problem_before_resolving(self, target: Target, path: str) -> str | None:
+        """Why a request to ``path`` (percent-decoded) at ``target`` may not be sent, as far as it is
+        known without asking a resolver, or ``None``: :func:`target_problem`, :meth:`own_page_problem`,
+        and :meth:`address_problem` for the address the host is known to reach (:func:`known_address`:
+        a literal, or loopback for ``localhost``). The one check of a URL at submission
+        (:meth:`check_url`) and of each request when the job runs (:meth:`refuse_before_resolving`),
+        so that a URL refused by one is refused by the other in the same words."""
+        unusable = target_problem(target)
+        if unusable:
+            return unusable[0].upper() + unusable[1:] + "."
+        known = known_address(target.name)
+        problem = self.own_page_problem(target, path, known)
+        return problem or (self.address_problem(target, known) if known is not None else None)
+
+    def refuse_before_resolving(self, target: Target, path: str) -> None:
+        """Raise if :meth:`problem_before_resolving` finds a problem: the job fails at once, without
+        asking the resolver, and is not retried (no attempt can do better).
+
+        Raises:
+            PermanentError: saying why.
+        """
+        problem = self.problem_before_resolving(target, path)
+        if problem:
+            raise PermanentError(problem)
+
     def check_url(self, url: str) -> str | None:
         """Why a URL known before anything is resolved (at submission) may not be requested, or
-        ``None``: :meth:`own_page_problem`, and :meth:`address_problem` for an address literal. A host
-        name is checked when it is resolved, at each attempt: what it resolves to may change."""
+        ``None`` (:meth:`problem_before_resolving`). Any other host name is checked when it is
+        resolved, at each attempt: what it resolves to may change."""
         import httpx  # here, not at the top: see the module docstring
 
         try:
@@ -226,18 +298,16 @@ class AddressPolicy:
             return None  # the input's own checks say what is wrong with it
         if parsed.scheme not in DEFAULT_PORTS or not parsed.host:
             return None
-        target = Target.of(parsed)
-        literal = _literal(target.name)
-        problem = self.own_page_problem(target, parsed.path)
-        return problem or (self.address_problem(target, literal) if literal is not None else None)
+        return self.problem_before_resolving(Target.of(parsed), parsed.path)
 
     def exempt(self, target: Target) -> bool:
         """Whether ``target`` may reach a local or private address."""
         return (
             self.allow_private
-            or target == self.base
-            or target.host in self.hosts
-            or (target.host, target.port) in self.host_ports
+            # By name: ``127.0.0.1.`` and ``jobs.example.com.`` are the base URL's host as it is written.
+            or (target.scheme, target.name, target.port) == (self.base.scheme, self.base.name, self.base.port)
+            or target.name in self.hosts
+            or (target.name, target.port) in self.host_ports
         )
 
     def choose(self, target: Target, addresses: list[IPAddress], path: str | None = None) -> IPAddress:

@@ -53,6 +53,8 @@ READ_CAP_BYTES = 1024 * 1024
 HEADER_VALUE_CAP = 2_000
 RETRYABLE_4XX = frozenset({408, 425, 429})
 MAX_REDIRECTS = 5
+MIN_TIMEOUT_SECS = 0.1
+MAX_TIMEOUT_SECS = 300
 TEXT_TYPES = re.compile(r"^(text/|application/([\w.+-]*\+)?(json|xml|javascript|x-www-form-urlencoded)\b)")
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 HEADER_VALUE = re.compile(r"^[\t\x20-\x7e]*$")
@@ -123,10 +125,14 @@ class HttpRequestInput(Input):
     )
     timeout: float = Field(
         10.0,
-        gt=0,
-        le=300,
+        # At least a tenth of a second: any positive number was taken, down to 1e-320, which no request
+        # can meet and a person reads back as "within 9.99989e-321 seconds". At most what an attempt of
+        # the type may take (its timeout, 360 s, leaves room to read the answer).
+        ge=MIN_TIMEOUT_SECS,
+        le=MAX_TIMEOUT_SECS,
         title="Time limit (seconds)",
-        description="Give up (and try again later) when the whole request takes longer than this.",
+        description=f"Give up (and try again later) when the whole request takes longer than this: "
+        f"from {MIN_TIMEOUT_SECS:g} to {MAX_TIMEOUT_SECS:g} seconds.",
     )
 
     @field_validator("url")

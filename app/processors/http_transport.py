@@ -28,10 +28,13 @@ class PinnedTransport(httpx.AsyncBaseTransport):
         target = Target.of(request.url)
         if target.scheme not in DEFAULT_PORTS:
             raise httpx.UnsupportedProtocol(f"Request URL has an unsupported protocol '{target.scheme}://'.")
-        # Jobdesk's own pages by name first: refused without asking the resolver.
-        self._policy.refuse_own_page(target, request.url.path)
+        # What submission checks (a host or port no request can reach, Jobdesk's own pages by name, an
+        # address literal or localhost) first, in the same words: refused without asking the resolver.
+        self._policy.refuse_before_resolving(target, request.url.path)
         try:
-            addresses = await self._resolver(target.host, target.port)
+            # By the name without a final dot, as every check reads it: the system's resolver does not
+            # read ``127.0.0.1.`` as that address.
+            addresses = await self._resolver(target.name, target.port)
         except OSError as exc:
             raise httpx.ConnectError(
                 f"{url_host(target.host)} cannot be resolved ({exc})", request=request

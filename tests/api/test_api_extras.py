@@ -18,6 +18,9 @@ import httpx
 import pytest
 
 from app.callbacks import CallbackSender
+from app.processors.addresses import AddressPolicy
+from app.processors.http_transport import PinnedTransport
+from tests.processors.test_processors_http import FakeResolver
 from tests.support.webkit import app_client, bearer, running_server
 from tests.support.workers import running_worker, wait_until
 
@@ -162,12 +165,19 @@ async def test_a_name_that_resolves_to_a_private_address_is_given_up_at_delivery
     settings = make_settings(worker_enabled=False, callback_signing_secret=SECRET)
     _, headers = await bearer(db_url, "dns@example.com", admin=True)
     async with app_client(settings) as client:
-        resp = await client.post(
+        # localhost is known to be loopback without asking a resolver: refused at once.
+        local = await client.post(
             "/api/jobs", json={"type": "noop", "callback_url": "http://localhost:9/h"}, headers=headers
+        )
+        assert local.status_code == 422, local.text
+        assert "localhost is 127.0.0.1, a local or private address" in local.json()["errors"]["callback_url"]
+        resp = await client.post(
+            "/api/jobs", json={"type": "noop", "callback_url": "http://intranet.test:9/h"}, headers=headers
         )
         job_id = resp.json()["id"]
     await pg.execute("UPDATE jobs SET status = 'completed', completed_at = now() WHERE id = $1::uuid", job_id)
-    sender = CallbackSender(engine, settings, log=_Log())
+    transport = PinnedTransport(AddressPolicy(settings), FakeResolver({"intranet.test": ["10.1.2.3"]}))
+    sender = CallbackSender(engine, settings, log=_Log(), transport=transport)
     assert await sender.run_once() == 1
     row = await pg.fetchrow(
         "SELECT given_up_at, last_error FROM job_callbacks WHERE job_id = $1::uuid", job_id

@@ -290,7 +290,10 @@ async def test_head_requests_have_no_body(server, settings) -> None:
             "a GET request cannot",
         ),
         ({"url": "https://x.test", "method": "POST", "body": "hi"}, "input_data.body", "choose JSON or text"),
-        ({"url": "https://x.test", "timeout": 0}, "input_data.timeout", "more than 0"),
+        ({"url": "https://x.test", "timeout": 0}, "input_data.timeout", "at least 0.1"),
+        ({"url": "https://x.test", "timeout": 1e-320}, "input_data.timeout", "at least 0.1"),
+        ({"url": "https://x.test", "timeout": 0.05}, "input_data.timeout", "at least 0.1"),
+        ({"url": "https://x.test", "timeout": 301}, "input_data.timeout", "at most 300"),
         ({"url": "https://x.test", "method": "TRACE"}, "input_data.method", "'GET'"),
     ],
 )

@@ -29,7 +29,7 @@ from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.many_jobs import enqueue_many, renamed
 from app.jobs.queue.new_jobs import NewJob, insert_edges
 from app.jobs.types import PermanentError, registry
-from app.settings import Settings
+from app.settings import Settings, get_settings
 
 STORE = sql(
     """
@@ -102,6 +102,19 @@ class Expansion:
     failed: list[uuid.UUID] = field(default_factory=list)
 
 
+def address_settings(settings: Any) -> dict[str, Any]:
+    """The settings a type's check at submission reads besides the limits (``http.request``: where jobs
+    may connect, :class:`~app.processors.addresses.AddressPolicy`). Kept with the step, so that its items
+    from a result are checked as a literal list's were when the pipeline was made; without them the
+    check read the defaults (Jobdesk at 127.0.0.1:8000) and refused Jobdesk's own API as a private
+    address."""
+    return {
+        "jobdesk_base_url": str(settings.jobdesk_base_url),
+        "http_request_allowed_hosts": [str(h) for h in settings.http_request_allowed_hosts],
+        "http_request_allow_private": bool(settings.http_request_allow_private),
+    }
+
+
 def spec_of(
     step: dict[str, Any],
     settings: Settings,
@@ -122,6 +135,7 @@ def spec_of(
             "job_max_input_bytes": settings.job_max_input_bytes,
             "default_max_attempts": settings.default_max_attempts,
             "user_max_waiting_jobs": settings.user_max_waiting_jobs,
+            **address_settings(settings),
         },
         "approval": approvals.stored_form(*rule) if rule is not None else None,
     }
@@ -166,7 +180,10 @@ class _Unusable(Exception):
 
 async def _expand(conn: AsyncConnection, row: dict[str, Any], out: Expansion) -> None:
     spec = row["spec"]
-    settings = Settings.model_construct(**spec["limits"])
+    limits = spec["limits"]
+    if "jobdesk_base_url" not in limits:  # a step stored before these were kept: today's settings
+        limits = {**address_settings(get_settings()), **limits}
+    settings = Settings.model_construct(**limits)
     pipeline = (await conn.execute(PIPELINE_SIZE, {"id": row["pipeline_id"]})).mappings().one()
     out.pipelines.add(row["pipeline_id"])
     try:
@@ -279,7 +296,8 @@ async def name_instances(conn: AsyncConnection, user_id: int, jobs: Sequence[New
 def _instance(
     row: dict[str, Any], spec: dict[str, Any], n: int, item: Any, user_id: int, settings: Settings
 ) -> NewJob:
-    path = f"{row['step_key']}[{n}]"
+    # Named as every other problem of an item is (``for_each[1].image`` from the insert's checks).
+    path = f"for_each[{n}]"
     data = substitute(spec["input_data"], item, path)
     stored = validate_step_input(spec["type"], data, path, settings)
     return NewJob(
