@@ -325,7 +325,10 @@ class AdminJobsController(Controller):
                 raise BadInput("Tick at least one row first.")
             return await bulk.plan_for(db, action, ids=ids), f
         upto = uuid_or_none(form_str(form, "upto", 64)) if confirmed else None
-        return await bulk.plan_for(db, action, job_filter=f, upto=upto), f
+        # With no filter the confirm step says it is every job of every user, and its form carries
+        # that confirmation; the action itself, posted without it, is refused.
+        everything = not f.active and (not confirmed or form_str(form, "all", 10) == "yes")
+        return await bulk.plan_for(db, action, job_filter=f, upto=upto, everything=everything), f
 
 
 def bulk_panel(

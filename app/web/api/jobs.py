@@ -99,12 +99,15 @@ class BulkBody:
     ``filter`` (every job matching ``{status, type, owner, pipeline, created_from, created_to, q}`` as on
     ``/admin/jobs``; ``owner`` is an e-mail address; any other field, a value that is not text or an
     unknown status is a 422, never a condition left out) or ``group`` (``{type, signature}`` of a failed group
-    on ``/admin/failed``; retry only). At most 2,000 jobs per call."""
+    on ``/admin/failed``; retry only). At most 2,000 jobs per call (more ids are a 422). A filter with no
+    condition is refused unless ``all`` is ``true``: every job of every user (the newest 2,000)."""
 
     action: str
     ids: list[UUID] | None = None
     filter: dict[str, Any] | None = None
     group: dict[str, Any] | None = None
+    all: bool = False
+    """``true`` confirms an empty (or absent) filter: act on every job of every user."""
 
 
 def job_json(
@@ -308,13 +311,18 @@ class JobsApiController(Controller):
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[BulkBody]
     ) -> dict[str, Any]:
         """Admins: retry or cancel many jobs at once, each in its own savepoint; jobs that moved on are
-        skipped. One audit entry and one admin notice with the count. Answers ``{action, done: [ids],
-        skipped: [ids], message}``."""
+        skipped, ids no job has are listed apart (``unknown``). One audit entry and one admin notice with
+        the count. Answers ``{action, done: [ids], skipped: [ids], unknown: [ids], message}``."""
         job_filter = None
         if data.filter is not None:
             job_filter = await parse_filter(db_session, data.filter, request.user, strict=True)
         plan = await bulk.plan_for(
-            db_session, data.action, ids=data.ids, job_filter=job_filter, group=data.group
+            db_session,
+            data.action,
+            ids=data.ids,
+            job_filter=job_filter,
+            group=data.group,
+            everything=data.all,
         )
         detail = {"filter": {k: v for k, v in job_filter.raw.items() if v}} if job_filter is not None else {}
         outcome = await bulk.run_bulk(db_session, actor_of(request), plan, detail={**detail, "via": "api"})
@@ -322,6 +330,7 @@ class JobsApiController(Controller):
             "action": outcome.action,
             "done": outcome.done,
             "skipped": outcome.skipped,
+            "unknown": outcome.unknown,
             "message": outcome.message,
         }
 
