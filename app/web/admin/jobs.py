@@ -152,6 +152,8 @@ async def list_context(db: AsyncSession, f: JobFilter, user: Any, after: str | N
     try:
         after_id = uuid.UUID(after) if after else None
     except ValueError:
+        # read as none, a bad keyset showed the first page as if it were the one asked for
+        f.errors["after"] = "Not a job id: follow the list's own Older link."
         after_id = None
     rows: list[Any] = []
     if not f.errors:
@@ -214,7 +216,11 @@ class AdminJobsController(Controller):
         ctx["paused"] = await controls.paused_for(db_session, [f.type] if f.type else None)
         ctx["counts"], ctx["cap"] = await status_counts(db_session), COUNT_CAP
         ctx["counts_oob"] = is_htmx(request)
-        return render(request, "admin/jobs.html", ctx, fragment="admin/_jobs_list.html")
+        # a filter that cannot be read lists nothing and says why beside it: a 422, as the API answers
+        status_code = 422 if f.errors else 200
+        return render(
+            request, "admin/jobs.html", ctx, fragment="admin/_jobs_list.html", status_code=status_code
+        )
 
     @get("/counts", name="admin.jobs.counts")
     async def counts(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
