@@ -264,7 +264,7 @@ class JobsApiController(Controller):
                 return Response(display.job_for(job_json(result.job), request.user), status_code=201)
             return await job_response(db, result.job, 201 if result.created else 200, viewer=request.user)
 
-    @get("/", name="api.jobs.list", responses=errors(401, 422))
+    @get("/", name="api.jobs.list", responses=errors(401, 403, 422))
     async def list_jobs(
         self,
         request: Request[Any, Any, Any],
@@ -274,7 +274,12 @@ class JobsApiController(Controller):
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = 50,
         after: FromQuery[UUID | None] = None,
         user_id: Annotated[
-            int | None, QueryParameter(ge=1, le=2**31 - 1, description="Admins only: one user's jobs.")
+            int | None,
+            QueryParameter(
+                ge=1,
+                le=2**31 - 1,
+                description="Admins: one user's jobs. Others: only their own id (403 for anyone else's).",
+            ),
         ] = None,
         tag: Annotated[
             str | None, QueryParameter(max_length=50, description="Only jobs with this tag.")
@@ -286,7 +291,7 @@ class JobsApiController(Controller):
         if status is not None and status not in Status._value2member_map_:
             raise BadInput.field("status", f"unknown status; one of {', '.join(s.value for s in Status)}")
         user = request.user
-        owner = user_id if user.is_admin else user.id
+        owner = job_actions.listed_owner(user, user_id)
         params = {
             "user_id": owner,
             "status": status,
