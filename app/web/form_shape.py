@@ -38,11 +38,8 @@ def shape_problem(form: Any, known: Iterable[str], repeatable: Iterable[str] = (
     if unknown:
         names = ", ".join(repr(shown_name(n)) for n in unknown[:5])
         return (
-            f"This form has no field {names}; nothing was started. Use the form's own fields "
-            "(the JSON API takes settings such as priority or max_attempts)."
-            if len(unknown) == 1
-            else f"This form has no fields {names}; nothing was started. Use the form's own fields "
-            "(the JSON API takes settings such as priority or max_attempts)."
+            f"This form has no field{'' if len(unknown) == 1 else 's'} {names}; nothing was started."
+            " Use the form's own fields (the JSON API takes settings such as priority or max_attempts)."
         )
     repeated = [name for name, n in counts.items() if n > 1 and name not in many]
     if repeated:

@@ -5,12 +5,14 @@ refuses a field its route does not declare: ``priority=50`` was dropped (the job
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import asyncpg
 from litestar.testing import AsyncTestClient
 
 import tests.support.forms  # noqa: F401  (registers test.form)
-from tests.support.webkit import csrf_from, sign_in_as
+from tests.support.jobsteps import enqueue
+from tests.support.webkit import HX, add_user, csrf, csrf_from, sign_in_as
 
 
 def _key(html: str) -> str:
@@ -40,3 +42,18 @@ async def test_a_field_the_form_has_not_or_sent_twice_is_a_form_error(
     # the form as the browser sends it starts the job
     r = await client.post("/jobs/new/test.form", data=base, follow_redirects=False)
     assert r.status_code == 303, r.text[-3000:]
+
+
+async def test_the_consoles_bulk_form_refuses_a_field_it_has_not(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection, engine: Any, settings: Any
+) -> None:
+    """``stauts=failed`` beside an owner was dropped, so "cancel ann's failed jobs" cancelled all of hers."""
+    ann = await add_user(db_url, "ann@example.com")
+    await sign_in_as(client, db_url, "root@example.com", admin=True)
+    await enqueue(engine, settings, ann.id)
+    page_h = {**HX, "x-csrftoken": await csrf(client)}
+    body = {"action": "cancel", "scope": "filter", "owner": "ann@example.com", "stauts": "failed"}
+    for path in ("/admin/jobs/bulk/confirm", "/admin/jobs/bulk"):
+        r = await client.post(path, data=body, headers=page_h)
+        assert r.status_code == 422 and "has no field &#39;stauts&#39;" in r.text, (path, r.text)
+    assert await pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'cancelled'") == 0

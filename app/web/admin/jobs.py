@@ -37,6 +37,7 @@ from app.actions import bulk
 from app.actions.bulk import BULK_ACTIONS, BULK_MAX, BulkPlan
 from app.actions.jobs import ACTIONS
 from app.actions.selection import (
+    FILTER_FIELDS,
     LIST_COLUMNS,
     LIVE_SQL,
     STATUS_OPTIONS,
@@ -61,6 +62,7 @@ from app.web.deps import (
     sentence,
     tell_unshown,
 )
+from app.web.form_shape import shape_problem
 from app.web.form_values import count
 from app.web.input_guard import FORM_CHECKED, problems_beside
 from app.web.job_page import CONFIRM
@@ -320,6 +322,10 @@ class AdminJobsController(Controller):
         self, request: Request[Any, Any, Any], db: AsyncSession, form: Any, *, confirmed: bool
     ) -> tuple[BulkPlan, JobFilter | None]:
         check_bulk_form(request)
+        # a misspelt condition (stauts=failed) left out would widen the action to jobs nobody meant
+        shape = shape_problem(form, BULK_FORM_FIELDS, repeatable=("ids",))
+        if shape:
+            raise BadInput(shape.replace("nothing was started", "nothing was done"))
         action = form_str(form, "action", 20)
         scope = form_str(form, "scope", 20)
         if action not in BULK_ACTIONS or scope not in ("selected", "filter"):
@@ -335,6 +341,10 @@ class AdminJobsController(Controller):
         # that confirmation; the action itself, posted without it, is refused.
         everything = not f.active and (not confirmed or form_str(form, "all", 10) == "yes")
         return await bulk.plan_for(db, action, job_filter=f, upto=upto, everything=everything), f
+
+
+BULK_FORM_FIELDS = ("action", "scope", "ids", "expected", "upto", "all", *FILTER_FIELDS)
+"""The fields the console's bulk forms and their confirm step send."""
 
 
 def bulk_panel(
