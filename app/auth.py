@@ -574,4 +574,7 @@ async def requires_admin(connection: ASGIConnection[Any, Any, Any, Any], handler
     """
     await requires_user(connection, handler)
     if not connection.scope["user"].is_admin:
+        # an API client reads this too: it asked for no page, so the words name what it did ask for
+        if connection.scope["path"].startswith(API_PREFIX):
+            raise Forbidden("Only an administrator can use this API route.")
         raise Forbidden("This page is for administrators only.")

@@ -98,8 +98,18 @@ async def change_password(
     return PasswordChanged(ended)
 
 
-async def set_timezone(db: Db, actor: Any, name: str, *, ip: str | None = None) -> str:
-    """Set the actor's time zone (an IANA name zoneinfo knows); returns it.
+@dataclass(frozen=True)
+class Setting:
+    """A setting as it now is, and whether this request changed it: one already so is not written and
+    not audited (as a schedule enabled again is not), so the trail lists only real changes."""
+
+    value: str
+    changed: bool
+
+
+async def set_timezone(db: Db, actor: Any, name: str, *, ip: str | None = None) -> Setting:
+    """Set the actor's time zone (an IANA name zoneinfo knows); returns it, unwritten and unaudited when
+    it already was.
 
     Raises:
         BadInput: (field ``timezone``) unknown zone.
@@ -108,16 +118,19 @@ async def set_timezone(db: Db, actor: Any, name: str, *, ip: str | None = None) 
     zone_name = known_zone((name or "").strip())
     if zone_name is None:
         raise BadInput.field("timezone", "Choose a time zone from the list, e.g. Europe/Copenhagen.")
+    if zone_name == user.timezone:
+        return Setting(zone_name, changed=False)
     async with db.begin_nested():
         await db.execute(
             text("UPDATE users SET timezone = :z WHERE id = :id"), {"z": zone_name, "id": user.id}
         )
         await _audit(db, user, "account.timezone", ip, {"from": user.timezone, "to": zone_name})
-    return zone_name
+    return Setting(zone_name, changed=True)
 
 
-async def set_theme(db: Db, actor: Any, theme: str, *, ip: str | None = None) -> str:
-    """Set the actor's colour theme (:data:`THEMES`); returns it.
+async def set_theme(db: Db, actor: Any, theme: str, *, ip: str | None = None) -> Setting:
+    """Set the actor's colour theme (:data:`THEMES`); returns it, unwritten and unaudited when it
+    already was.
 
     Raises:
         BadInput: (field ``theme``) not one of :data:`THEMES`.
@@ -125,10 +138,12 @@ async def set_theme(db: Db, actor: Any, theme: str, *, ip: str | None = None) ->
     user = _signed_in(actor)
     if theme not in THEMES:
         raise BadInput.field("theme", "Choose automatic, light or dark.")
+    if theme == user.theme:
+        return Setting(theme, changed=False)
     async with db.begin_nested():
         await db.execute(text("UPDATE users SET theme = :t WHERE id = :id"), {"t": theme, "id": user.id})
         await _audit(db, user, "account.theme", ip, {"from": user.theme, "to": theme})
-    return theme
+    return Setting(theme, changed=True)
 
 
 def token_expiry(days: int | None, now: datetime | None = None) -> datetime | None:

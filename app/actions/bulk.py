@@ -71,22 +71,38 @@ class BulkPlan:
     truncated: bool = False
     upto: uuid.UUID | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    unknown: list[uuid.UUID] = field(default_factory=list)
+    """Ticked ids no job has: reported apart from the jobs that had moved on, never tried."""
 
 
 async def plan_selected(db: AsyncSession, action: str, raw_ids: Sequence[str]) -> BulkPlan:
-    """Ticked rows: every valid id is tried; ``count`` is how many are eligible for ``action`` now."""
+    """Ticked rows: every id is tried; ``count`` is how many are eligible for ``action`` now, and ids no
+    job has are set apart in ``unknown``.
+
+    Raises:
+        BadInput: on ``ids``, a value that is not a job id, or more than :data:`BULK_MAX` distinct ids
+            (those past the limit were dropped unreported, in neither ``done`` nor ``skipped``).
+    """
     ids: list[uuid.UUID] = []
+    seen: set[uuid.UUID] = set()
     for value in raw_ids:
         try:
             jid = uuid.UUID(str(value))
         except ValueError:
-            continue
-        if jid not in ids:
+            raise BadInput.field("ids", f"{str(value)[:60]!r} is not a job id") from None
+        if jid not in seen:
+            seen.add(jid)
             ids.append(jid)
-    ids = ids[:BULK_MAX]
+    if len(ids) > BULK_MAX:
+        raise BadInput.field(
+            "ids", f"at most {BULK_MAX:,} jobs per bulk action; {len(ids):,} were sent, so send them in parts"
+        )
     rows = (await db.execute(ROWS_BY_ID, {"ids": ids})).mappings().all() if ids else []
+    found = {r["id"] for r in rows}
+    unknown = [j for j in ids if j not in found]
     eligible = len([r for r in rows if _eligible(action, r)])
-    return BulkPlan(action, "selected", ids, eligible, ineligible=len(ids) - eligible)
+    known = [j for j in ids if j in found]
+    return BulkPlan(action, "selected", known, eligible, ineligible=len(known) - eligible, unknown=unknown)
 
 
 def _eligible(action: str, row: Mapping[Any, Any]) -> bool:
@@ -110,12 +126,14 @@ async def plan_filter(db: AsyncSession, action: str, f: JobFilter, upto: uuid.UU
 
 @dataclass
 class BulkOutcome:
-    """``done`` and ``skipped`` job ids of a bulk action, and the sentence shown in place."""
+    """``done`` and ``skipped`` job ids of a bulk action, the ``unknown`` ids no job has, and the
+    sentence shown in place."""
 
     action: str
     done: list[uuid.UUID]
     skipped: list[uuid.UUID]
     message: str
+    unknown: list[uuid.UUID] = field(default_factory=list)
 
 
 async def run_bulk(
@@ -142,7 +160,8 @@ async def run_bulk(
         raise Forbidden("Only an admin can act on many jobs at once.")
     if expected is not None and plan.scope != "selected":
         plan.ids = plan.ids[: max(0, expected)]  # never more than the admin confirmed
-    done, skipped, unfit, limited = await _apply(db, actor, plan)
+    done, skipped, unfit, limited, vanished = await _apply(db, actor, plan)
+    unknown = [*plan.unknown, *vanished]
     gone = max(0, (expected or 0) - len(done) - len(skipped)) if plan.scope != "selected" else 0
     n_skipped = len(skipped) + gone
     full_detail = {
@@ -152,6 +171,9 @@ async def run_bulk(
         "skipped": n_skipped,
         "skipped_ids": [str(j) for j in skipped[:20]],
     }
+    if unknown:
+        full_detail["unknown"] = len(unknown)
+        full_detail["unknown_ids"] = [str(j) for j in unknown[:20]]
     if unfit:
         full_detail["input_unfit"] = unfit
     if limited:
@@ -183,17 +205,24 @@ async def run_bulk(
         if limited:
             reasons.append(f"{len(limited):,} because of their owner's limits ({limited[0]})")
         message += f"; {n_skipped:,} skipped: " + "; ".join(reasons) + "."
-    return BulkOutcome(plan.action, done, skipped, message)
+    if unknown:
+        message += (
+            f" {len(unknown):,} id{'s' if len(unknown) != 1 else ''} named no job"
+            f" ({', '.join(str(j) for j in unknown[:3])}{', …' if len(unknown) > 3 else ''})."
+        )
+    return BulkOutcome(plan.action, done, skipped, message, unknown=unknown)
 
 
 async def _apply(
     db: AsyncSession, actor: Actor, plan: BulkPlan
-) -> tuple[list[uuid.UUID], list[uuid.UUID], int, list[str]]:
+) -> tuple[list[uuid.UUID], list[uuid.UUID], int, list[str], list[uuid.UUID]]:
     """The ids done, the ids skipped, how many of those the queue's retry refused because a retry could
-    not succeed (:func:`app.jobs.error_text.retry_refusal`), and the refusals of those their owner's
-    limits kept back (:func:`_retry_within_limits`)."""
+    not succeed (:func:`app.jobs.error_text.retry_refusal`), the refusals of those their owner's
+    limits kept back (:func:`_retry_within_limits`), and the ids whose job was gone (deleted since the
+    plan) — never counted as having moved on."""
     done: list[uuid.UUID] = []
     skipped: list[uuid.UUID] = []
+    vanished: list[uuid.UUID] = []
     unfit = 0
     limited: list[str] = []
     retrying = plan.action == "retry"
@@ -213,11 +242,13 @@ async def _apply(
             except RateLimited as exc:
                 skipped.append(jid)
                 limited.append(exc.detail)
-            except (NotFound, Forbidden):
+            except NotFound:
+                vanished.append(jid)
+            except Forbidden:
                 skipped.append(jid)
             else:
                 done.append(jid)
-    return done, skipped, unfit, limited
+    return done, skipped, unfit, limited, vanished
 
 
 async def _retry_within_limits(db: AsyncSession, actor: Actor, jid: uuid.UUID, owner_id: int | None) -> None:
@@ -316,15 +347,24 @@ async def plan_for(
     job_filter: JobFilter | None = None,
     group: Mapping[str, Any] | None = None,
     upto: uuid.UUID | None = None,
+    everything: bool = False,
 ) -> BulkPlan:
     """The plan for exactly one of ``ids`` (ticked rows), ``job_filter`` (every matching row) or
     ``group`` (``{type, signature}`` of failed jobs; retry only).
 
+    A filter with no condition selects every job of every user: it is taken only with ``everything``
+    (the API's ``"all": true``, the console's confirm step), so a filter left empty by mistake — or one
+    whose conditions were all lost on the way — acts on nothing.
+
     Raises:
-        BadInput: an unknown action, none or several scopes, an empty id list, a filter with errors.
+        BadInput: an unknown action, none or several scopes, an empty id list, more ids than
+            :data:`BULK_MAX`, a filter with errors, an empty filter without ``everything``, ``everything``
+            with ticked ids, a group or a filter that has conditions.
     """
     if action not in BULK_ACTIONS:
         raise BadInput.field("action", "choose retry or cancel")
+    if everything and job_filter is None and ids is None and group is None:
+        job_filter = JobFilter()  # "all" alone: the empty filter it confirms
     given = [name for name, v in (("ids", ids), ("filter", job_filter), ("group", group)) if v is not None]
     if len(given) != 1:
         raise BadInput.field("ids", "give exactly one of ids, filter or group")
@@ -332,11 +372,21 @@ async def plan_for(
         if not ids:
             raise BadInput.field("ids", "tick at least one job first")
         return await plan_selected(db, action, [str(i) for i in ids])
+    if everything and (job_filter is None or job_filter.active):
+        raise BadInput.field(
+            "all", "all means every job of every user: send it with an empty filter, or leave it out"
+        )
     if job_filter is not None:
         if job_filter.errors:
             raise BadInput(
                 "Fix the filter first: " + " ".join(job_filter.errors.values()),
                 errors={f"filter.{k}": v for k, v in job_filter.errors.items()},
+            )
+        if not job_filter.active and not everything:
+            raise BadInput.field(
+                "filter",
+                "choose at least one filter, or confirm that you mean every job of every user"
+                f' (up to {BULK_MAX:,}): "all": true in the API, the confirm step on /admin/jobs',
             )
         return await plan_filter(db, action, job_filter, upto)
     assert group is not None

@@ -136,6 +136,24 @@ def allowed(user: Any, action: str, row: Mapping[Any, Any]) -> bool:
     return True
 
 
+def listed_owner(user: Any, user_id: int | None) -> int | None:
+    """Whose jobs a list shows ``user``: an admin's ``user_id`` (``None``: everyone's), a plain person's
+    own. A plain person naming someone else is refused, not answered with their own jobs as if the
+    parameter had been read.
+
+    Raises:
+        Forbidden: a person who is not an admin asked for another person's jobs.
+    """
+    if user.is_admin:
+        return user_id
+    if user_id is not None and user_id != user.id:
+        raise Forbidden(
+            f"Only an administrator can list another person's jobs; leave out user_id (or give your own,"
+            f" {user.id}) for yours."
+        )
+    return int(user.id)
+
+
 async def authorize(db: AsyncSession, user: Any, action: str, jid: uuid.UUID) -> None:
     """Admins may do every action on every job; others only :data:`OWNER` actions on their own jobs.
 

@@ -22,6 +22,7 @@ account is disabled, which the next firing would disable again), :class:`~app.er
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -242,7 +243,9 @@ async def update_schedule(
     ip: str | None = None,
 ) -> RowMapping:
     """Change a schedule's cron expression, time zone, input and enabled flag (its target, owner and name
-    stay); the next run is computed from now. The audit entry names what changed. Returns the row. An
+    stay); the next run is computed from now. The audit entry names what changed; an edit that only
+    switches ``enabled`` is :func:`set_enabled` (``schedule.enable`` / ``schedule.disable``), and one that
+    changes more is one ``schedule.update`` whose ``changed`` lists ``enabled`` too. Returns the row. An
     edit that changes nothing (the same values, as they are stored) writes nothing and leaves no audit
     entry: the row comes back as it was, which :func:`unchanged` tells.
 
@@ -255,8 +258,13 @@ async def update_schedule(
     errors: dict[str, str] = {}
     cron, timezone, _name = _texts(cron, timezone, None, errors)
     _raise_all(errors)
+    stored = await schedules.get_schedule(db, schedule_id)
+    if _only_switches(stored, cron, timezone, input_data, enabled, settings):
+        # One change, one name in the trail: an edit that only turns a schedule on or off is the
+        # enable or disable it is (its refusal too), as the Enable/Disable buttons record it.
+        return await set_enabled(db, actor, stored["id"], enabled, ip=ip)
     who = acting(actor, ip)
-    sid = (await schedules.get_schedule(db, schedule_id))["id"]
+    sid = stored["id"]
     async with (
         auditing_refusals(
             db, who, "schedule.update", target_type="schedule", target_ids=[sid], inputs=FORM_FIELDS
@@ -275,10 +283,11 @@ async def update_schedule(
         changed = [k for k in ("cron", "timezone", "input_data", "enabled") if before[k] != row[k]]
         if not changed:
             return row
+        switched = "schedule.enable" if row["enabled"] else "schedule.disable"
         await record_done(
             db,
             who,
-            "schedule.update",
+            switched if changed == ["enabled"] else "schedule.update",
             target_type="schedule",
             target_ids=[row["id"]],
             detail={
@@ -289,6 +298,34 @@ async def update_schedule(
             },
         )
     return row
+
+
+def _only_switches(
+    stored: Any,
+    cron: str,
+    timezone: str,
+    input_data: dict[str, Any] | None,
+    enabled: bool,
+    settings: Settings,
+) -> bool:
+    """Whether an edit changes the enabled flag and nothing else, its values read as the schedule would
+    store them (a form sends every field, defaults included).
+
+    Raises:
+        BadInput: a bad cron expression, zone or input (:func:`app.schedules.check_schedule`).
+    """
+    if stored["enabled"] == enabled:
+        return False
+    cron, values = schedules.check_schedule(
+        cron,
+        timezone,
+        stored["job_type"],
+        stored["template"],
+        input_data if input_data is not None else {},
+        settings,
+    )
+    as_stored = json.loads(payload.json_text(values))
+    return (cron, timezone, as_stored) == (stored["cron"], stored["timezone"], stored["input_data"])
 
 
 CHANGEABLE = ("cron", "timezone", "input_data", "enabled")

@@ -148,14 +148,16 @@ class AccountController(Controller):
         if refused:
             return await self._page(request, db_session, 422, errors=refused, values={"timezone": typed[:64]})
         try:
-            zone_name = await account_actions.set_timezone(
-                db_session, request.user, typed, ip=client_ip(request)
-            )
+            zone = await account_actions.set_timezone(db_session, request.user, typed, ip=client_ip(request))
         except BadInput as exc:
             return await self._page(
                 request, db_session, 422, errors=dict(exc.errors), values={"timezone": typed[:64]}
             )
-        return flash.redirect(request, "/account", f"Times are now shown in {zone_name}.")
+        if not zone.changed:
+            return flash.redirect(
+                request, "/account", f"Times were already shown in {zone.value}: nothing changed."
+            )
+        return flash.redirect(request, "/account", f"Times are now shown in {zone.value}.")
 
     @post("/theme", name="account.theme", status_code=200, opt={FORM_CHECKED: True})
     async def set_theme(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template | Redirect:
@@ -170,7 +172,10 @@ class AccountController(Controller):
             )
         except BadInput as exc:
             return await self._page(request, db_session, 422, errors=dict(exc.errors))
-        return flash.redirect(request, "/account", f"Colours: {THEME_WORDS[theme].lower()}.")
+        words = THEME_WORDS[theme.value].lower()
+        if not theme.changed:
+            return flash.redirect(request, "/account", f"Colours were already {words}: nothing changed.")
+        return flash.redirect(request, "/account", f"Colours: {words}.")
 
     @post("/tokens", name="account.tokens.create", status_code=200, opt={FORM_CHECKED: True})
     async def create_token(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:

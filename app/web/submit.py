@@ -25,6 +25,7 @@ from app.errors import BadInput, KeyReused, RateLimited, TooLarge
 from app.jobs.input_words import problem_words
 from app.web import flash, forms, render, zone
 from app.web.deps import file_store, settings_of
+from app.web.form_shape import shape_problem
 from app.web.form_values import datetime_notes
 from app.web.form_values import parse_run_at as parse_run_at
 from app.web.input_guard import form_problems, shown_name
@@ -136,7 +137,19 @@ async def read_form(
     title = str(form.get(forms.TITLE) or "").strip()
     notes = datetime_notes(fields, form, zone(user.timezone))
     errors = {**parsed.errors, **refused}
+    shape = shape_problem(form, *form_names(fields, controls))
+    if shape:
+        errors.setdefault(forms.FORM_ERROR, shape)
     return Submission(fields, form, parsed, errors, title, parsed.too_large, key=key, notes=notes)
+
+
+def form_names(fields: list[forms.FormField], controls: Mapping[str, str]) -> tuple[set[str], set[str]]:
+    """The names a job or pipeline form sends (its fields, a file field's kept files, its own controls,
+    its key) and those it may send more than once (a many-files field, kept files)."""
+    files = [f for f in fields if f.kind in ("file", "files")]
+    kept = {f"{forms.KEEP}.{f.name}" for f in files}
+    known = {f.name for f in fields} | kept | set(controls) | set(OWN_CONTROLS) | {forms.FORM_KEY}
+    return known, kept | {f.name for f in files if f.kind == "files"}
 
 
 def check_schema(sub: Submission, model: type[BaseModel]) -> None:

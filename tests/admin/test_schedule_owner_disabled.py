@@ -81,13 +81,8 @@ async def test_enabling_a_schedule_of_a_disabled_owner_is_refused_on_the_page_an
         "SELECT action, outcome, count, target_ids FROM audit_log"
         " WHERE action LIKE 'schedule.%' AND action <> 'schedule.create' ORDER BY id"
     )
-    assert [r["action"] for r in refusals] == [
-        "schedule.enable",
-        "schedule.update",
-        "schedule.enable",
-        "schedule.update",
-        "schedule.update",
-    ]
+    # each of these only switches enabled on, so each is recorded as the Enable button records it
+    assert [r["action"] for r in refusals] == ["schedule.enable"] * 5
     for entry in refusals:
         assert entry["outcome"].startswith('refused: The schedule "Ann\'s hello" cannot be enabled'), entry
         assert WHY in entry["outcome"] and entry["count"] == 0 and sid in entry["target_ids"], entry

@@ -41,6 +41,9 @@ async def test_me_settings_and_own_tokens_through_the_api(
     assert changed.status_code == 200
     assert changed.json()["timezone"] == "Europe/Copenhagen" and changed.json()["theme"] == "dark"
     assert (await client.get("/api/me", headers=auth)).json()["timezone"] == "Europe/Copenhagen"
+    # the same values again change nothing, so the trail records nothing (it read "dark to dark")
+    again = await client.put("/api/me", json={"timezone": "Europe/Copenhagen", "theme": "dark"}, headers=auth)
+    assert again.status_code == 200 and again.json()["theme"] == "dark", again.text
 
     listed = (await client.get("/api/me/tokens", headers=auth)).json()
     assert [t["name"] for t in listed] == ["test"]

@@ -119,7 +119,7 @@ async def test_a_body_above_the_request_limit_is_a_413_too(make_settings, db_url
 async def test_owners_see_only_their_jobs_and_get_404_for_others(api, db_url) -> None:
     client, _ = api
     _, u1 = await bearer(db_url, "u1@example.com")
-    _, u2 = await bearer(db_url, "u2@example.com")
+    u2_user, u2 = await bearer(db_url, "u2@example.com")
     _, admin = await bearer(db_url, "admin@example.com", admin=True)
     job = (await client.post("/api/jobs", json={"type": "test.step"}, headers=u1)).json()
     unknown = str(uuid.uuid4())
@@ -134,9 +134,14 @@ async def test_owners_see_only_their_jobs_and_get_404_for_others(api, db_url) ->
         )
     for action in ("cancel", "retry", "approve", "rerun", "run-again"):
         assert (await client.post(f"/api/jobs/{job['id']}/{action}", headers=u2)).status_code == 404, action
-    assert (await client.get("/api/jobs?user_id=1", headers=u2)).json()[
-        "items"
-    ] == []  # the filter is ignored for non-admins
+    # someone else's jobs are refused in words, not answered with one's own as if the filter were read
+    other = await client.get(f"/api/jobs?user_id={job['user_id']}", headers=u2)
+    assert other.status_code == 403, other.text
+    assert "Only an administrator can list another person's jobs" in other.json()["detail"]
+    mine = (await client.get("/api/jobs", headers=u2)).json()["items"]
+    assert mine == []
+    own = await client.get(f"/api/jobs?user_id={u2_user.id}", headers=u2)
+    assert own.status_code == 200 and own.json()["items"] == [], own.text
     assert (await client.get(f"/api/jobs/{job['id']}", headers=admin)).status_code == 200
     assert len((await client.get("/api/jobs", headers=admin)).json()["items"]) == 1
     assert (await client.get(f"/api/jobs/{job['id']}", headers=u1)).json()["status"] == "queued"  # unchanged

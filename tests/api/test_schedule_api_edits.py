@@ -87,3 +87,32 @@ async def test_an_input_over_the_size_limit_is_a_form_to_correct_on_create_and_e
         assert r.status_code == 413 and "JOB_MAX_INPUT_BYTES" in r.json()["detail"], r.text
     rows = await pg.fetch("SELECT action, outcome FROM audit_log ORDER BY id")
     assert [(e["action"], e["outcome"]) for e in rows] == [("schedule.create", "ok")], rows
+
+
+async def test_an_edit_that_only_switches_enabled_is_recorded_as_enable_or_disable(
+    admin_api: AdminApi,
+) -> None:
+    """``PATCH {"enabled": false}`` was audited as ``schedule.update`` ("Edited") while the Disable button
+    records ``schedule.disable``: one change had two names in the trail."""
+    made = await admin_api.client.post(
+        "/api/schedules", json={"cron": "0 9 * * *", "type": "noop"}, headers=admin_api.root
+    )
+    assert made.status_code == 201, made.text
+    sid = made.json()["id"]
+    path = f"/api/schedules/{sid}"
+    for body in ({"enabled": False}, {"enabled": True}, {"enabled": False, "cron": "0 9 * * *"}):
+        r = await admin_api.client.patch(path, json=body, headers=admin_api.root)
+        assert r.status_code == 200, r.text
+    r = await admin_api.client.put(path, json={"enabled": True, "cron": "0 10 * * *"}, headers=admin_api.root)
+    assert r.status_code == 200, r.text
+    rows = await admin_api.pg.fetch(
+        "SELECT action, detail FROM audit_log WHERE action LIKE 'schedule.%' AND action <> 'schedule.create'"
+        " ORDER BY id"
+    )
+    assert [r["action"] for r in rows] == [
+        "schedule.disable",
+        "schedule.enable",
+        "schedule.disable",
+        "schedule.update",  # more than enabled changed: one edit, naming both
+    ]
+    assert '"enabled"' in rows[-1]["detail"] and '"cron"' in rows[-1]["detail"], rows[-1]["detail"]

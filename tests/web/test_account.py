@@ -158,6 +158,12 @@ async def test_time_zone_and_theme_are_saved_and_junk_is_a_field_error(
     assert '<html lang="en" data-theme="dark">' in (await client.get("/jobs")).text
     assert (await _post(client, "/account/theme", theme="light")).status_code == 303
     assert '<html lang="en" data-theme="light">' in (await client.get("/")).text
+    # choosing what is already chosen changes nothing: said so, and not in the trail
+    same = await _post(client, "/account/theme", theme="light")
+    assert same.status_code == 303
+    assert "already light: nothing changed" in (await client.get("/account")).text
+    assert (await _post(client, "/account/timezone", timezone="Europe/Copenhagen")).status_code == 303
+    assert "already shown in Europe/Copenhagen: nothing changed" in (await client.get("/account")).text
     actions = await pg.fetch("SELECT action FROM audit_log WHERE user_email = 'ann@example.com' ORDER BY id")
     assert [a["action"] for a in actions] == ["account.timezone", "account.theme", "account.theme"]
 

@@ -412,7 +412,8 @@ async def test_admin_guard(make_settings: Any, db_url: str) -> None:
             "/api/admin/test-only", headers={"Authorization": f"Bearer {await add_token(db_url, ann.id)}"}
         )
         assert r.status_code == 403
-        assert r.json() == {"detail": "This page is for administrators only."}
+        # API words: the client asked for no page
+        assert r.json() == {"detail": "Only an administrator can use this API route."}
         # an admin: allowed
         c.cookies.clear()
         await login(c, "boss@example.com")

@@ -37,6 +37,7 @@ from app.actions import bulk
 from app.actions.bulk import BULK_ACTIONS, BULK_MAX, BulkPlan
 from app.actions.jobs import ACTIONS
 from app.actions.selection import (
+    FILTER_FIELDS,
     LIST_COLUMNS,
     LIVE_SQL,
     STATUS_OPTIONS,
@@ -61,6 +62,7 @@ from app.web.deps import (
     sentence,
     tell_unshown,
 )
+from app.web.form_shape import shape_problem
 from app.web.form_values import count
 from app.web.input_guard import FORM_CHECKED, problems_beside
 from app.web.job_page import CONFIRM
@@ -152,6 +154,8 @@ async def list_context(db: AsyncSession, f: JobFilter, user: Any, after: str | N
     try:
         after_id = uuid.UUID(after) if after else None
     except ValueError:
+        # read as none, a bad keyset showed the first page as if it were the one asked for
+        f.errors["after"] = "Not a job id: follow the list's own Older link."
         after_id = None
     rows: list[Any] = []
     if not f.errors:
@@ -214,7 +218,11 @@ class AdminJobsController(Controller):
         ctx["paused"] = await controls.paused_for(db_session, [f.type] if f.type else None)
         ctx["counts"], ctx["cap"] = await status_counts(db_session), COUNT_CAP
         ctx["counts_oob"] = is_htmx(request)
-        return render(request, "admin/jobs.html", ctx, fragment="admin/_jobs_list.html")
+        # a filter that cannot be read lists nothing and says why beside it: a 422, as the API answers
+        status_code = 422 if f.errors else 200
+        return render(
+            request, "admin/jobs.html", ctx, fragment="admin/_jobs_list.html", status_code=status_code
+        )
 
     @get("/counts", name="admin.jobs.counts")
     async def counts(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
@@ -314,6 +322,10 @@ class AdminJobsController(Controller):
         self, request: Request[Any, Any, Any], db: AsyncSession, form: Any, *, confirmed: bool
     ) -> tuple[BulkPlan, JobFilter | None]:
         check_bulk_form(request)
+        # a misspelt condition (stauts=failed) left out would widen the action to jobs nobody meant
+        shape = shape_problem(form, BULK_FORM_FIELDS, repeatable=("ids",))
+        if shape:
+            raise BadInput(shape.replace("nothing was started", "nothing was done"))
         action = form_str(form, "action", 20)
         scope = form_str(form, "scope", 20)
         if action not in BULK_ACTIONS or scope not in ("selected", "filter"):
@@ -325,7 +337,14 @@ class AdminJobsController(Controller):
                 raise BadInput("Tick at least one row first.")
             return await bulk.plan_for(db, action, ids=ids), f
         upto = uuid_or_none(form_str(form, "upto", 64)) if confirmed else None
-        return await bulk.plan_for(db, action, job_filter=f, upto=upto), f
+        # With no filter the confirm step says it is every job of every user, and its form carries
+        # that confirmation; the action itself, posted without it, is refused.
+        everything = not f.active and (not confirmed or form_str(form, "all", 10) == "yes")
+        return await bulk.plan_for(db, action, job_filter=f, upto=upto, everything=everything), f
+
+
+BULK_FORM_FIELDS = ("action", "scope", "ids", "expected", "upto", "all", *FILTER_FIELDS)
+"""The fields the console's bulk forms and their confirm step send."""
 
 
 def bulk_panel(

@@ -99,12 +99,15 @@ class BulkBody:
     ``filter`` (every job matching ``{status, type, owner, pipeline, created_from, created_to, q}`` as on
     ``/admin/jobs``; ``owner`` is an e-mail address; any other field, a value that is not text or an
     unknown status is a 422, never a condition left out) or ``group`` (``{type, signature}`` of a failed group
-    on ``/admin/failed``; retry only). At most 2,000 jobs per call."""
+    on ``/admin/failed``; retry only). At most 2,000 jobs per call (more ids are a 422). A filter with no
+    condition is refused unless ``all`` is ``true``: every job of every user (the newest 2,000)."""
 
     action: str
     ids: list[UUID] | None = None
     filter: dict[str, Any] | None = None
     group: dict[str, Any] | None = None
+    all: bool = False
+    """``true`` confirms an empty (or absent) filter: act on every job of every user."""
 
 
 def job_json(
@@ -261,7 +264,7 @@ class JobsApiController(Controller):
                 return Response(display.job_for(job_json(result.job), request.user), status_code=201)
             return await job_response(db, result.job, 201 if result.created else 200, viewer=request.user)
 
-    @get("/", name="api.jobs.list", responses=errors(401, 422))
+    @get("/", name="api.jobs.list", responses=errors(401, 403, 422))
     async def list_jobs(
         self,
         request: Request[Any, Any, Any],
@@ -271,7 +274,12 @@ class JobsApiController(Controller):
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = 50,
         after: FromQuery[UUID | None] = None,
         user_id: Annotated[
-            int | None, QueryParameter(ge=1, le=2**31 - 1, description="Admins only: one user's jobs.")
+            int | None,
+            QueryParameter(
+                ge=1,
+                le=2**31 - 1,
+                description="Admins: one user's jobs. Others: only their own id (403 for anyone else's).",
+            ),
         ] = None,
         tag: Annotated[
             str | None, QueryParameter(max_length=50, description="Only jobs with this tag.")
@@ -283,7 +291,7 @@ class JobsApiController(Controller):
         if status is not None and status not in Status._value2member_map_:
             raise BadInput.field("status", f"unknown status; one of {', '.join(s.value for s in Status)}")
         user = request.user
-        owner = user_id if user.is_admin else user.id
+        owner = job_actions.listed_owner(user, user_id)
         params = {
             "user_id": owner,
             "status": status,
@@ -308,13 +316,18 @@ class JobsApiController(Controller):
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[BulkBody]
     ) -> dict[str, Any]:
         """Admins: retry or cancel many jobs at once, each in its own savepoint; jobs that moved on are
-        skipped. One audit entry and one admin notice with the count. Answers ``{action, done: [ids],
-        skipped: [ids], message}``."""
+        skipped, ids no job has are listed apart (``unknown``). One audit entry and one admin notice with
+        the count. Answers ``{action, done: [ids], skipped: [ids], unknown: [ids], message}``."""
         job_filter = None
         if data.filter is not None:
             job_filter = await parse_filter(db_session, data.filter, request.user, strict=True)
         plan = await bulk.plan_for(
-            db_session, data.action, ids=data.ids, job_filter=job_filter, group=data.group
+            db_session,
+            data.action,
+            ids=data.ids,
+            job_filter=job_filter,
+            group=data.group,
+            everything=data.all,
         )
         detail = {"filter": {k: v for k, v in job_filter.raw.items() if v}} if job_filter is not None else {}
         outcome = await bulk.run_bulk(db_session, actor_of(request), plan, detail={**detail, "via": "api"})
@@ -322,6 +335,7 @@ class JobsApiController(Controller):
             "action": outcome.action,
             "done": outcome.done,
             "skipped": outcome.skipped,
+            "unknown": outcome.unknown,
             "message": outcome.message,
         }
 

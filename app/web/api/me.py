@@ -111,11 +111,11 @@ class AccountApiController(Controller):
         changes: dict[str, Any] = {}
         ip = client_ip(request)
         if data.timezone is not None:
-            changes["timezone"] = await account_actions.set_timezone(
-                db_session, request.user, data.timezone, ip=ip
-            )
+            zone = await account_actions.set_timezone(db_session, request.user, data.timezone, ip=ip)
+            changes["timezone"] = zone.value
         if data.theme is not None:
-            changes["theme"] = await account_actions.set_theme(db_session, request.user, data.theme, ip=ip)
+            theme = await account_actions.set_theme(db_session, request.user, data.theme, ip=ip)
+            changes["theme"] = theme.value
         return _me(request.user, **changes)
 
     @get("/me/tokens", name="api.me.tokens", responses=errors(401))
