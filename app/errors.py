@@ -46,6 +46,16 @@ class Conflict(AppError):
     status_code = 409
 
 
+class NotJson(AppError):
+    """415: a body sent in a form's encoding (multipart or urlencoded) to a route that reads JSON. Reading
+    it as a form would use up the body that the JSON reader then waits for."""
+
+    status_code = 415
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, extra={"errors": {"body": detail}})
+
+
 class BadInput(AppError):
     """422 with the offending field path (e.g. ``input_data.name``) and a reason per field.
 
