@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
+import time
 from pathlib import Path
 
 import httpx
@@ -79,3 +81,29 @@ def test_no_body_of_any_kind_leaves_a_route_hanging(db_url: str, tmp_path: Path)
                     if r.status_code != 415 or "send JSON (Content-Type: application/json)" not in r.text:
                         answers[(method, path, kind)] = f"{r.status_code} {r.text[:200]}"
         assert answers == {}
+
+
+def test_a_body_shorter_than_its_content_length_is_a_client_error_not_ours(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A body cut short of its ``Content-Length`` (or a connection closed mid-body) is the client's
+    fault: logged as a 400 request, not as an unhandled error with a traceback."""
+    user = asyncio.run(add_user(db_url, "ann@example.com"))
+    token = asyncio.run(add_token(db_url, user.id))
+    with running_server(db_url, tmp_path) as base:
+        port = int(base.rsplit(":", 1)[1])
+        for length, body in (("100", b'{"a":1}'), ("2", b'{"a":1}')):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(
+                    f"POST /api/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n".encode()
+                    + body
+                )
+                s.shutdown(socket.SHUT_WR)
+                s.recv(1000)
+        time.sleep(0.5)
+    log = (tmp_path / "serve.log").read_text()
+    assert '"status":400' in log
+    assert "unhandled error" not in log
+    assert "Traceback" not in log
+    assert '"status":500' not in log
