@@ -73,6 +73,15 @@ class BadInput(AppError):
         return cls(f"{path}: {message}", errors={path: message})
 
 
+class TooLargeFields(BadInput):
+    """413 with ``errors`` like :class:`BadInput`'s: a request that checks many values at once (a batch's
+    rows) and names every problem, one of them a value over its size limit. The status is the one every
+    other route gives that value alone (:class:`TooLarge`); a form that shows each problem beside its
+    field catches it as the :class:`BadInput` it also is."""
+
+    status_code = 413
+
+
 class KeyReused(BadInput):
     """422: a one-time key — a job's ``idempotency_key``, a form's key — sent again with a request that
     differs from the one that first used it. A repeat of the same request is answered with what the
