@@ -28,6 +28,8 @@ whose ``errors`` name the field.
   to send JSON (:func:`refuse_form_for_json`), before the form is read — reading a multipart form uses
   up the body as it goes, so the JSON reader then waited for bytes that never came, until the client
   gave up.
+* An empty body sent to a route that must be sent a JSON body: "the body is empty; send a JSON object",
+  where the decoder named only its own argument (``data: 'data'``).
 * A JSON body nested deeper than :data:`MAX_JSON_DEPTH` levels. Decoding — and every walk over the
   value after it — recurses once per level, and Python's stack gives out near 1,000 levels.
 
@@ -86,6 +88,7 @@ NOT_UTF8_MESSAGE = "is not UTF-8 text; nothing was saved"
 NOT_JSON_MESSAGE = (
     "this request takes a JSON body: send JSON (Content-Type: application/json), not a form ({kind})"
 )
+EMPTY_BODY_MESSAGE = "the body is empty; send a JSON object (Content-Type: application/json)"
 DEPTH_MESSAGE = f"the JSON is nested more than {MAX_JSON_DEPTH} levels deep; flatten it"
 
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
@@ -214,6 +217,13 @@ def _reads_json(scope: Scope) -> bool:
         return False
     media_type = getattr(field.kwarg_definition, "media_type", RequestEncodingType.JSON)
     return bool(media_type == RequestEncodingType.JSON)
+
+
+def _needs_json(scope: Scope) -> bool:
+    """Whether the route reads a JSON body that must be given (not ``Body | None = None``)."""
+    handler = scope.get("route_handler")
+    field = handler.parsed_data_field if _reads_json(scope) and handler is not None else None
+    return field is not None and not (field.is_optional or field.has_default)
 
 
 def refuse_form_for_json(scope: Scope, content_type: str) -> None:
@@ -422,4 +432,6 @@ class InputGuardMiddleware(ASGIMiddleware):
                         raise BadInput.field(_field_name(name), problem)
             elif _is_json(content_type) and json_depth(await request.body()) > MAX_JSON_DEPTH:
                 raise BadInput.field("body", DEPTH_MESSAGE)
+            if _needs_json(scope) and not (await request.body()).strip():
+                raise BadInput.field("body", EMPTY_BODY_MESSAGE)
         await next_app(scope, receive, send)
