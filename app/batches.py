@@ -27,7 +27,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app.errors import BadInput, KeyReused, NotFound, TooLarge
+from app.errors import BadInput, KeyReused, NotFound, TooLarge, TooLargeFields
 from app.jobs import queue
 from app.jobs.payload import check_input, json_text, storable_text
 from app.jobs.queue import NewJob, new_id
@@ -150,7 +150,8 @@ def _check_row(spec: ProcessorSpec, row: Any, settings: Settings, path: str) -> 
     try:
         check_input(row, settings.job_max_input_bytes, field=path)
     except TooLarge as exc:
-        raise BadInput.field(path, exc.detail) from None
+        # said once, on the row's path: the limit's words begin with the path themselves
+        raise TooLargeFields.field(path, exc.detail.removeprefix(f"{path} ").removesuffix(".")) from None
     data = spec.validate_input(row, field_prefix=path)
     # The checks that need the settings (Jobdesk's own address, addresses jobs may not reach) run here
     # with the schema's, so that their problems are named by row and column as every other row's are.
@@ -164,7 +165,9 @@ def check_rows(spec: ProcessorSpec, rows: Any, settings: Settings) -> list[dict[
 
     Raises:
         BadInput: ``rows`` empty, not a list or longer than :data:`MAX_ROWS`; otherwise one entry per
-        problem, keyed ``rows[<index>].<field>`` (at most :data:`MAX_ERRORS`), for all rows at once.
+        problem, keyed ``rows[<index>].<field>`` (at most :data:`MAX_ERRORS`), for all rows at once —
+        a :class:`~app.errors.TooLargeFields` (413) when a row is over ``JOB_MAX_INPUT_BYTES``, the status
+        a job's, a pipeline's or a schedule's input over it gets.
     """
     if not isinstance(rows, list) or not rows:
         raise BadInput.field("rows", "give at least one row (a list of input objects)")
@@ -174,12 +177,14 @@ def check_rows(spec: ProcessorSpec, rows: Any, settings: Settings) -> list[dict[
         )
     errors: dict[str, str] = {}
     bad_rows = 0
+    too_large = False
     inputs: list[dict[str, Any]] = []
     for i, row in enumerate(rows):
         try:
             inputs.append(_check_row(spec, row, settings, f"rows[{i}]"))
         except BadInput as exc:
             bad_rows += 1
+            too_large = too_large or isinstance(exc, TooLargeFields)
             errors.update(exc.errors or {f"rows[{i}]": exc.detail})
             if len(errors) >= MAX_ERRORS:
                 break
@@ -190,7 +195,8 @@ def check_rows(spec: ProcessorSpec, rows: Any, settings: Settings) -> list[dict[
             if bad_rows == 1
             else f" (and problems in {bad_rows - 1:,} more row{'s' if bad_rows > 2 else ''})"
         )
-        raise BadInput(f"{first}: {message}{more}. Nothing was started.", errors=errors)
+        refusal = TooLargeFields if too_large else BadInput
+        raise refusal(f"{first}: {message.removesuffix('.')}{more}. Nothing was started.", errors=errors)
     return inputs
 
 

@@ -170,8 +170,76 @@ def check_cron(cron: str) -> str:
             f"{backwards[:20]!r} runs backwards; write a range low to high, or two ranges (hours around "
             "midnight: '22-23,0-2')",
         )
-    next_fire(cron, "UTC", _CHECK_FROM)
+    step = _absurd_step(cron)
+    if step is not None:
+        raise BadInput.field("cron", step)
+    never = _never_fires(cron)
+    if never is not None:
+        raise BadInput.field("cron", never)
+    try:
+        next_fire(cron, "UTC", _CHECK_FROM)
+    except BadInput as exc:
+        if not any(w in exc.detail for w in _NO_DATE):
+            raise
+        raise BadInput.field(
+            "cron", "this schedule would never run: no date matches its day, month and weekday fields"
+        ) from None
     return cron
+
+
+_NO_DATE = ("failed to find next date", "no fire time found")
+"""croniter's words (and :func:`next_fire`'s) for an expression that names no date at all."""
+_FIELDS = (("minute", 60), ("hour", 24), ("day", 31), ("month", 12), ("weekday", 7))
+"""Each field's name and how many values it has: a step (``*/15``) is at most that."""
+_MONTHS = "January February March April May June July August September October November December".split()
+_MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def _absurd_step(cron: str) -> str | None:
+    """What is wrong with the first step (after ``/``) that is not a whole number from 1 to its field's
+    number of values (``0-59/99999999999999999999``, ``*/0``), if any: croniter took a step of any size."""
+    for (name, count), field in zip(_FIELDS, cron.split(), strict=False):
+        for item in field.split(","):
+            if "/" not in item:
+                continue
+            step = item.split("/", 1)[1]
+            if not step.isdigit() or not 1 <= int(step) <= count:
+                return (
+                    f"{item[:30]!r}: the step after '/' in the {name} field must be a whole number "
+                    f"from 1 to {count}"
+                )
+    return None
+
+
+def _numbers(field: str, names: dict[str, int]) -> set[int] | None:
+    """The values a day or month field of plain numbers, names and ranges names; ``None`` for any other."""
+    found: set[int] = set()
+    for item in field.split(","):
+        bounds = [names.get(b.lower(), b) for b in item.split("-")]
+        if len(bounds) > 2 or not all(str(b).isdigit() for b in bounds):
+            return None
+        low, high = int(bounds[0]), int(bounds[-1])
+        found.update(range(low, high + 1))
+    return found
+
+
+def _never_fires(cron: str) -> str | None:
+    """Why a schedule whose days of the month no month it names has never fires (``0 0 31 2 *``), in
+    words; ``None`` when it does fire, or when its weekday field is set (a day fires on either)."""
+    _, _, day, month, weekday = cron.split()
+    if weekday not in ("*", "?"):
+        return None
+    days = _numbers(day, {})
+    months = _numbers(month, _NAMES[3]) if month != "*" else set(range(1, 13))
+    if not days or not months or any(m < 1 or m > 12 for m in months):
+        return None
+    if min(days) <= max(_MONTH_DAYS[m - 1] for m in months):
+        return None
+    named = " and ".join(_MONTHS[m - 1] for m in sorted(months)[:3])
+    return (
+        f"never fires: {named} {'has' if len(months) == 1 else 'have'} no day {min(days)}; "
+        "this schedule would never run"
+    )
 
 
 _NAMES = {

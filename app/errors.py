@@ -46,6 +46,16 @@ class Conflict(AppError):
     status_code = 409
 
 
+class NotJson(AppError):
+    """415: a body sent in a form's encoding (multipart or urlencoded) to a route that reads JSON. Reading
+    it as a form would use up the body that the JSON reader then waits for."""
+
+    status_code = 415
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, extra={"errors": {"body": detail}})
+
+
 class BadInput(AppError):
     """422 with the offending field path (e.g. ``input_data.name``) and a reason per field.
 
@@ -61,6 +71,15 @@ class BadInput(AppError):
     @classmethod
     def field(cls, path: str, message: str) -> BadInput:
         return cls(f"{path}: {message}", errors={path: message})
+
+
+class TooLargeFields(BadInput):
+    """413 with ``errors`` like :class:`BadInput`'s: a request that checks many values at once (a batch's
+    rows) and names every problem, one of them a value over its size limit. The status is the one every
+    other route gives that value alone (:class:`TooLarge`); a form that shows each problem beside its
+    field catches it as the :class:`BadInput` it also is."""
+
+    status_code = 413
 
 
 class KeyReused(BadInput):

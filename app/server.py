@@ -46,6 +46,7 @@ from litestar.datastructures import CacheControlHeader
 from litestar.enums import ScopeType
 from litestar.exceptions import (
     HTTPException,
+    InternalServerException,
     MethodNotAllowedException,
     NotAuthorizedException,
     NotFoundException,
@@ -283,6 +284,11 @@ def _unstorable_input(exc: BaseException) -> bool:
     return isinstance(cause.__cause__, OverflowError | UnicodeEncodeError)
 
 
+CLIENT_GONE = "client disconnected prematurely"
+"""Litestar's words (a 500) when the connection ends before the body it announced."""
+BODY_CUT_SHORT = "The request's body ended before the length it announced (Content-Length); send it again."
+
+
 def _classify(
     exc: Exception, settings: Settings, handler: Any = None
 ) -> tuple[int, str, dict[str, str], dict[str, str]]:
@@ -301,6 +307,11 @@ def _classify(
         return 403, CSRF_MESSAGE, {}, {}
     if isinstance(exc, MethodNotAllowedException):
         return 405, "This address does not accept that kind of request.", {}, dict(exc.headers or {})
+    if isinstance(exc, InternalServerException) and exc.detail == CLIENT_GONE:
+        # The client's fault (a Content-Length longer than the body it sent, or the connection closed
+        # mid-body; uvicorn has already answered a malformed request with its own 400): a 400, logged
+        # as a request like any other, not as an error of ours with a traceback.
+        return 400, BODY_CUT_SHORT, {}, {}
     if isinstance(exc, HTTPException):
         if exc.status_code == 413:
             limit = format_bytes(settings.upload_max_bytes)

@@ -70,10 +70,50 @@ FILE_WORDS = {
 """What a file field takes, said when it was given something else (an object, a number, a name)."""
 
 
+MARKERS = ("$ref", "$literal", "$item")
+"""The keys that make an object a pipeline step's marker rather than data (:mod:`app.jobs.graph`,
+:mod:`app.jobs.fanout`)."""
+
+
+def marker_words(value: Any) -> str | None:
+    """What is wrong with ``value`` when it is shaped like a pipeline marker (``{"$ref": …}``,
+    ``{"$literal": …}``, ``{"$item": …}``) where the schema refused it; ``None`` otherwise.
+
+    A marker that is alone in its object reaches a schema check only where markers are not read — a
+    plain job's input, a batch's row, a schedule's — since a pipeline step's markers are resolved or set
+    aside before its check; one with other keys beside it is not a marker anywhere."""
+    if not isinstance(value, dict):
+        return None
+    found = [m for m in MARKERS if m in value]
+    if not found:
+        return None
+    marker = found[0]
+    if len(value) > 1:
+        others = ", ".join(sorted(repr(str(k)) for k in value if k != marker)[:5])
+        return (
+            f'An object with "{marker}" must have that one key only, like {{"{marker}": …}}; '
+            f"remove the others ({others})."
+        )
+    return (
+        f'"{marker}" works only in a pipeline step\'s input (POST /api/pipelines), where it reads '
+        f"{_MARKER_READS[marker]}; here, give the value itself."
+    )
+
+
+_MARKER_READS = {
+    "$ref": "a value from an earlier step's result",
+    "$literal": "its value as it is",
+    "$item": "an item of the step's for_each list",
+}
+
+
 def problem_words(error: Mapping[str, Any], file_widget: str | None = None) -> str:
     """One pydantic error (an item of ``ValidationError.errors()``) as a sentence; ``file_widget``
     (``"file"``/``"files"``) when the error is in a field that takes uploaded files."""
     kind = str(error.get("type", ""))
+    marker = marker_words(error.get("input"))
+    if marker is not None and kind != "missing":
+        return marker
     if file_widget in FILE_WORDS and kind not in ("missing", "too_short", "too_long"):
         return FILE_WORDS[file_widget]
     if kind in _MESSAGES:

@@ -109,6 +109,12 @@ class FilesController(Controller):
         return await download(request, db_session, file_id, view)
 
 
+NO_FILE_NAME = (
+    "the part named 'file' has no file name: send the file with its name "
+    '(filename="report.pdf" in the part\'s Content-Disposition; curl -F file=@report.pdf does this)'
+)
+
+
 class FilesApiController(Controller):
     """``/api/files``: upload and download with a Bearer token."""
 
@@ -129,8 +135,11 @@ class FilesApiController(Controller):
         settings = settings_of(request)
         form = await request.form()
         upload = form.get("file")
-        if upload is None or isinstance(upload, str) or not getattr(upload, "filename", ""):
+        if upload is None:
             raise BadInput.field("file", "send the file as multipart/form-data in a part named 'file'")
+        if isinstance(upload, str) or not getattr(upload, "filename", ""):
+            # the parser reads a part without a file name (none, or filename="") as a text field
+            raise BadInput.field("file", NO_FILE_NAME)
         row, problem, size = await store_upload(
             upload,
             await db_session.connection(),

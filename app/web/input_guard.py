@@ -24,6 +24,12 @@ whose ``errors`` name the field.
 * A value not written as a whole number for a query parameter that takes one
   (:func:`refuse_fractional_whole`), on pages and the API alike: the decoder read ``?limit=2.0`` as 2
   and ``1e1`` as 10.
+* A body in a form's encoding (multipart or urlencoded) sent to a route that reads JSON: a 415 saying
+  to send JSON (:func:`refuse_form_for_json`), before the form is read — reading a multipart form uses
+  up the body as it goes, so the JSON reader then waited for bytes that never came, until the client
+  gave up.
+* An empty body sent to a route that must be sent a JSON body: "the body is empty; send a JSON object",
+  where the decoder named only its own argument (``data: 'data'``).
 * A JSON body nested deeper than :data:`MAX_JSON_DEPTH` levels. Decoding — and every walk over the
   value after it — recurses once per level, and Python's stack gives out near 1,000 levels.
 
@@ -51,7 +57,7 @@ from litestar.exceptions import ClientException
 from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from app.errors import BadInput
+from app.errors import BadInput, NotJson
 from app.web.body_fields import refuse_body
 from app.web.param_words import parameter_words
 
@@ -79,6 +85,10 @@ TOO_MANY_PARTS_MESSAGE = (
     "this form has more than 1,000 fields or files; send fewer at once; nothing was saved"
 )
 NOT_UTF8_MESSAGE = "is not UTF-8 text; nothing was saved"
+NOT_JSON_MESSAGE = (
+    "this request takes a JSON body: send JSON (Content-Type: application/json), not a form ({kind})"
+)
+EMPTY_BODY_MESSAGE = "the body is empty; send a JSON object (Content-Type: application/json)"
 DEPTH_MESSAGE = f"the JSON is nested more than {MAX_JSON_DEPTH} levels deep; flatten it"
 
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
@@ -199,14 +209,45 @@ def shown_name(name: str) -> str:
     return _field_name(name)
 
 
+def _reads_json(scope: Scope) -> bool:
+    """Whether the route's declared body is read as JSON (Litestar's default media type)."""
+    handler = scope.get("route_handler")
+    field = handler.parsed_data_field if handler is not None else None
+    if field is None:
+        return False
+    media_type = getattr(field.kwarg_definition, "media_type", RequestEncodingType.JSON)
+    return bool(media_type == RequestEncodingType.JSON)
+
+
+def _needs_json(scope: Scope) -> bool:
+    """Whether the route reads a JSON body that must be given (not ``Body | None = None``)."""
+    handler = scope.get("route_handler")
+    field = handler.parsed_data_field if _reads_json(scope) and handler is not None else None
+    return field is not None and not (field.is_optional or field.has_default)
+
+
+def refuse_form_for_json(scope: Scope, content_type: str) -> None:
+    """Refuse a form (multipart or urlencoded) sent to a route that reads JSON, before anything reads
+    it as a form (see the module docstring).
+
+    Raises:
+        NotJson: saying to send JSON.
+    """
+    forms = (RequestEncodingType.URL_ENCODED, RequestEncodingType.MULTI_PART)
+    if content_type in forms and _reads_json(scope):
+        raise NotJson(NOT_JSON_MESSAGE.format(kind=content_type))
+
+
 async def read_form(request: Any) -> Any:
     """The request's form, parsed once for the whole request (the CSRF check, this guard and the handler
     share it).
 
     Raises:
+        NotJson: the route reads JSON (:func:`refuse_form_for_json`).
         BadInput: (``form``) a field that is not text in its part's character set; a file or field name
         longer than the parser reads (:data:`LONG_NAME_MESSAGE`); more parts than it reads.
     """
+    refuse_form_for_json(request.scope, request.content_type[0])
     try:
         return await request.form()
     except (UnicodeDecodeError, LookupError):  # LookupError: a charset Python does not know
@@ -391,4 +432,6 @@ class InputGuardMiddleware(ASGIMiddleware):
                         raise BadInput.field(_field_name(name), problem)
             elif _is_json(content_type) and json_depth(await request.body()) > MAX_JSON_DEPTH:
                 raise BadInput.field("body", DEPTH_MESSAGE)
+            if _needs_json(scope) and not (await request.body()).strip():
+                raise BadInput.field("body", EMPTY_BODY_MESSAGE)
         await next_app(scope, receive, send)

@@ -24,10 +24,11 @@ from typing import Any
 from litestar import Request
 from litestar.exceptions import SerializationException
 
-from app.errors import BadInput
+from app.errors import AppError, BadInput
 from app.jobs.payload import find_problem
 from app.web.body_fields import refuse_mismatch
 
+_FORMS = ("multipart/form-data", "application/x-www-form-urlencoded")
 _SUSPECT = re.compile(rb"\\u0000|\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 """An escaped NUL, an escaped surrogate (a valid pair matches too, and passes the second look), or a
 surrogate written as (invalid) UTF-8."""
@@ -110,9 +111,31 @@ def _refuse_undecodable(body: bytes) -> None:
     refuse_unstorable(value)
 
 
+BOM = b"\xef\xbb\xbf"
+"""UTF-8's byte order mark, which some editors and Windows tools write before JSON text; RFC 8259 lets a
+reader ignore it, and the decoder refused it as "invalid character (byte 0)"."""
+
+MALFORMED = "the body is not valid JSON ({why}); send a JSON object (Content-Type: application/json)"
+
+
+def _malformed(exc: SerializationException) -> AppError:
+    """A 400 in words for a body the decoder could not read (its own "JSON is malformed: …" kept as the
+    reason)."""
+    why = str(exc.detail or "").removeprefix("JSON is malformed: ") or "it could not be read"
+    return AppError(MALFORMED.format(why=why[:200]))
+
+
 class JsonBodyRequest(Request[Any, Any, Any]):
     """The request class: :meth:`json` refuses unstorable text as described in the module docstring, and a
-    body that does not fit the route's body type (:func:`app.web.body_fields.refuse_mismatch`)."""
+    body that does not fit the route's body type (:func:`app.web.body_fields.refuse_mismatch`); a byte
+    order mark before a body that is not a form is dropped (:data:`BOM`), and a body that is not JSON is
+    a 400 saying to send JSON."""
+
+    async def body(self) -> bytes:
+        body = await super().body()
+        if body.startswith(BOM) and self.content_type[0] not in _FORMS:
+            return body[len(BOM) :]
+        return body
 
     async def json(self) -> Any:
         try:
@@ -123,7 +146,7 @@ class JsonBodyRequest(Request[Any, Any, Any]):
                 _refuse_undecodable(body)
             if "out of range" in str(exc.detail):
                 _refuse_huge_numbers(body)
-            raise
+            raise _malformed(exc) from None
         if b"\\u0000" in await self.body():
             refuse_unstorable(value)
         handler = self.scope.get("route_handler")

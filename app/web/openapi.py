@@ -7,7 +7,7 @@ Errors are ``{"detail": "…"}``, plus ``errors`` (``{field: message}``) on a 42
 * 403 — signed in but not allowed (an admin route, a job type for admins only);
 * 404 — unknown id, or another person's (one answer for both, so ids cannot be probed);
 * 409 — the thing is not in a state that allows the action (already finished, not paused…);
-* 413 — the body or an input is over its size limit;
+* 413 — the body or an input is over its size limit (a batch names every row's problems in ``errors``, as on a 422);
 * 422 — bad input, with the field named;
 * 429 — too many requests (per-person limits).
 """

@@ -276,7 +276,6 @@ async def test_a_multipart_field_that_is_not_text_is_a_422_on_every_path_not_a_5
     token = {"x-csrftoken": csrf_from((await walk.client.get("/jobs")).text)}
     for url, extra in (
         ("/api/files", walk.bearer),  # the JSON API, by token
-        ("/api/jobs", walk.bearer),
         ("/admin/controls/pause", token),  # forms, the CSRF token in the header (the check reads no form)
         ("/jobs/new/noop", token),  # forms that check their own fields
         ("/batches/new/noop", token),
@@ -289,3 +288,6 @@ async def test_a_multipart_field_that_is_not_text_is_a_422_on_every_path_not_a_5
         r = await walk.client.post(url, content=body, headers={**headers, **extra})
         assert r.status_code == 422, (url, r.status_code, r.text[:300])
         assert "not UTF-8 text" in r.text, (url, r.text[:300])
+    # a route that reads JSON does not read a form at all
+    r = await walk.client.post("/api/jobs", content=body, headers={**headers, **walk.bearer})
+    assert r.status_code == 415 and "send JSON (Content-Type: application/json)" in r.text, r.text

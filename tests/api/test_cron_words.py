@@ -1,0 +1,44 @@
+"""A cron expression that names no date (``0 0 31 2 *``) is refused saying that it never fires and why,
+not with croniter's "(failed to find next date)"; a step beyond its field (``*/99999999999999999999``, or
+0) is refused, where croniter took it. One rule (:func:`app.cron.check_cron`) for the API, the schedule
+form and schedules defined in code."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.cron import check_cron
+from app.errors import BadInput
+from tests.support.webkit import AdminApi
+
+
+@pytest.mark.parametrize(
+    ("cron", "words"),
+    [
+        ("0 0 31 2 *", "never fires: February has no day 31"),
+        ("0 0 30 feb *", "never fires: February has no day 30"),
+        ("0 0 31 4,6 *", "never fires: April and June have no day 31"),
+        (
+            "0-59/99999999999999999999 * * * *",
+            "the step after '/' in the minute field must be a whole number from 1 to 60",
+        ),
+        ("0 */0 * * *", "the step after '/' in the hour field must be a whole number from 1 to 24"),
+    ],
+)
+def test_a_schedule_that_cannot_fire_as_written_is_refused_in_words(cron: str, words: str) -> None:
+    with pytest.raises(BadInput) as refused:
+        check_cron(cron)
+    assert words in refused.value.errors["cron"], refused.value.errors
+    assert "failed to find" not in refused.value.detail
+
+
+@pytest.mark.parametrize("cron", ["0 0 29 2 *", "0 0 31 * *", "0 0 31 2 1", "*/15 * * * *", "0 0 1-31/2 * *"])
+def test_schedules_that_fire_are_taken(cron: str) -> None:
+    assert check_cron(cron) == cron
+
+
+async def test_the_api_says_so(admin_api: AdminApi) -> None:
+    body = {"type": "noop", "name": "n", "cron": "0 0 31 2 *", "input_data": {}}
+    r = await admin_api.client.post("/api/schedules", json=body, headers=admin_api.root)
+    assert r.status_code == 422, r.text
+    assert "never fires: February has no day 31" in r.json()["errors"]["cron"], r.text
