@@ -514,6 +514,19 @@ def cpu_files(ctx: Any) -> Result:
     return Result(data={"written": ctx.input.files}, files=outputs)
 
 
+# The same work under a 3 s limit of its own: a test of the limit keeps it short while the test's other
+# cpu jobs keep the default limit, which a loaded machine's process start-up can take seconds of.
+processor(
+    "test.cpu_files_limited",
+    title="Write files in a process, 3 s limit",
+    description="As test.cpu_files, with a 3 s time limit.",
+    input=CpuFilesInput,
+    cpu_bound=True,
+    diagnostic=True,
+    timeout=3,
+)(cpu_files)
+
+
 @processor(
     "test.thread_stuck",
     title="Stuck in a thread",

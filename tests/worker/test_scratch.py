@@ -48,13 +48,8 @@ async def scratch_made(settings: Settings) -> None:
 async def test_a_cpu_job_leaves_no_scratch_directory_whatever_its_outcome(
     make_settings: Any, engine: Any, owner: TestUser, pg: asyncpg.Connection
 ) -> None:
-    settings = make_settings(job_default_timeout_secs=3, job_cancel_grace_secs=0.2)
+    settings = make_settings(job_cancel_grace_secs=0.2)
     async with running_worker(settings):
-        # The limit is for the slow job below. The first job also starts the worker's process pool, which
-        # took more than 3 s on a loaded 2-core machine: a job that writes nothing starts it first,
-        # whatever becomes of that job.
-        warm = await enqueue(engine, settings, owner, "test.cpu_files", {"files": 0})
-        await wait_status(pg, warm, {"completed", "failed"}, timeout=30)
         done = await enqueue(engine, settings, owner, "test.cpu_files", {"files": 3})
         row = await wait_status(pg, done, {"completed", "failed"}, timeout=30)
         assert row["status"] == "completed", row["error_message"]
@@ -66,7 +61,7 @@ async def test_a_cpu_job_leaves_no_scratch_directory_whatever_its_outcome(
         assert row["status"] == "failed" and "on purpose" in row["error_message"]
         assert left_in(settings) == []
 
-        slow = await enqueue(engine, settings, owner, "test.cpu_files", {"files": 1, "seconds": 60})
+        slow = await enqueue(engine, settings, owner, "test.cpu_files_limited", {"files": 1, "seconds": 60})
         row = await wait_status(pg, slow, {"completed", "failed"}, timeout=30)
         assert "longer than its 3 s limit" in row["error_message"]
         assert left_in(settings) == []
