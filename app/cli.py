@@ -393,6 +393,7 @@ def migrate() -> None:
 def create_user_cmd(email: str, admin: bool, password_stdin: bool) -> None:
     """Create a user who signs in with EMAIL. Without --password-stdin a password is generated and printed."""
     with _imports_without_gc():
+        from app.actions.trail import committed
         from app.actions.users import COMMAND_LINE, create_user
         from app.auth import check_password_rules, generate_password, normalize_email
         from app.errors import AppError
@@ -410,11 +411,14 @@ def create_user_cmd(email: str, admin: bool, password_stdin: bool) -> None:
         raise _fail(exc.detail) from None
 
     # Through the action, as an admin's page does it: the account, its audit entry and the admins'
-    # notice are written together, naming the command line as who acted.
+    # notice are written together, naming the command line as who acted; a refusal (a taken email) is
+    # audited and kept as on the page.
     async def body(engine: AsyncEngine, url: str) -> Any:
-        async with engine.begin() as conn:
-            new = await create_user(conn, COMMAND_LINE, email=email, password=password, is_admin=admin)
+        async def action(db: Any) -> Any:
+            new = await create_user(db, COMMAND_LINE, email=email, password=password, is_admin=admin)
             return new.user
+
+        return await committed(engine, action)
 
     user = _run(lambda: _with_engine(settings, body, need_schema=True))
     role = "administrator" if user.is_admin else "user"
@@ -433,18 +437,21 @@ def create_token_cmd(email: str, name: str) -> None:
     Send it as the header 'Authorization: Bearer <token>' to /api/ routes.
     """
     with _imports_without_gc():
+        from app.actions.trail import committed
         from app.actions.users import COMMAND_LINE, issue_token
         from app.auth import get_user_by_email
 
     settings = _settings()
 
     # Through the action, as an admin's page does it (audited, the admins notified, a disabled account
-    # refused).
+    # refused, and that refusal audited and kept as on the page).
     async def body(engine: AsyncEngine, url: str) -> tuple[str, str]:
-        async with engine.begin() as conn:
-            user = await get_user_by_email(conn, email)
-            issued = await issue_token(conn, COMMAND_LINE, user.id, name)
+        async def action(db: Any) -> tuple[str, str]:
+            user = await get_user_by_email(db, email)
+            issued = await issue_token(db, COMMAND_LINE, user.id, name)
             return issued.user_email, issued.token
+
+        return await committed(engine, action)
 
     owner, token = _run(lambda: _with_engine(settings, body, need_schema=True))
     click.echo(f"Created an API token for {owner}. It is shown once; store it now:")
@@ -456,15 +463,18 @@ def create_token_cmd(email: str, name: str) -> None:
 def unlock_user_cmd(email: str) -> None:
     """Let the user EMAIL sign in again at once: forget their failed sign-ins (kept in the audit trail)."""
     with _imports_without_gc():
+        from app.actions.trail import committed
         from app.actions.users import COMMAND_LINE, unlock_sign_in
         from app.auth import get_user_by_email
 
     settings = _settings()
 
     async def body(engine: AsyncEngine, url: str) -> Any:
-        async with engine.begin() as conn:
-            user = await get_user_by_email(conn, email)
-            return await unlock_sign_in(conn, COMMAND_LINE, user.id)
+        async def action(db: Any) -> Any:
+            user = await get_user_by_email(db, email)
+            return await unlock_sign_in(db, COMMAND_LINE, user.id)
+
+        return await committed(engine, action)
 
     done = _run(lambda: _with_engine(settings, body, need_schema=True))
     n = done.cleared

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app import callbacks
+from app import callbacks, controls
 from app.actions import access, quotas
 from app.actions.trail import Actor, auditing_refusals, record_by_owner, record_done
 from app.errors import AppError, BadInput, Conflict, Forbidden, KeyReused, NotFound, RateLimited
@@ -407,9 +407,18 @@ CALLS: dict[str, Call] = {
 }
 
 
-def ok_message(action: str, row: Mapping[Any, Any], new_job: Mapping[Any, Any] | None = None) -> str:
+def ok_message(
+    action: str, row: Mapping[Any, Any], new_job: Mapping[Any, Any] | None = None, *, paused: bool = False
+) -> str:
     """The plain-words answer to an action that changed something; for "run again", also when the new
-    job's priority is lower than the old one's (the queue's rule for a non-admin owner)."""
+    job's priority is lower than the old one's (the queue's rule for a non-admin owner); for "run now",
+    whether its type is ``paused`` (then its due time is now, but no worker takes it until the type is
+    resumed: "it will start as soon as a worker is free" would not come true)."""
+    if action == "run-now" and paused:
+        return (
+            "Its due time is now, but its type is paused: it waits until an admin resumes the type, "
+            "then starts as soon as a worker is free."
+        )
     if action == "run-again" and new_job is not None:
         lowered = priority_lowered(row.get("priority"), new_job.get("priority"))
         return "Started again as a new job." + (f" {lowered}" if lowered else "")
@@ -511,7 +520,9 @@ async def perform(
     if action in OWNER_AUDITED and not actor.is_admin:
         await record_by_owner(db, actor, audit_action, target_type="job", target_ids=[jid])
     new_id = new_job["id"] if new_job is not None else None
-    return ActionOutcome(action, True, ok_message(action, row, new_job), 200, jid, new_id, row, new_job)
+    paused = action == "run-now" and bool(await controls.paused_for(db, [row["type"]]))
+    message = ok_message(action, row, new_job, paused=paused)
+    return ActionOutcome(action, True, message, 200, jid, new_id, row, new_job)
 
 
 async def delete(db: AsyncSession, actor: Actor, job_id: Any) -> None:

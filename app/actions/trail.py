@@ -5,21 +5,23 @@ to the alert channels).
 Both rows are written in the caller's transaction, so they exist exactly when the action committed.
 An admin's refused action (the job had moved on, an admin tried to lock themselves out) is audited with
 the reason and no notice, whatever refused it (:func:`auditing_refusals`); a request's answer keeps that
-entry although it is an error (:data:`KEEP_REFUSAL`), other callers commit to keep it.
+entry although it is an error (:data:`KEEP_REFUSAL`), the ``jobdesk`` commands run through :func:`committed`, which does the same.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app import audit
 from app.errors import AppError, BadInput, Forbidden, NotFound, TooLarge
 from app.jobs import outbox
+
+T = TypeVar("T")
 
 Db = AsyncConnection | AsyncSession
 """Where an action writes: a session or a connection whose transaction the caller commits."""
@@ -152,6 +154,24 @@ async def record_refused(
     )
     if isinstance(db, AsyncSession):
         db.info[KEEP_REFUSAL] = True
+
+
+async def committed(engine: AsyncEngine, action: Callable[[AsyncSession], Awaitable[T]]) -> T:
+    """Run ``action`` in one transaction of its own, outside a request (the ``jobdesk`` commands), as a
+    request's answer runs it: committed when it succeeds, and when it raises after recording a refusal
+    (:data:`KEEP_REFUSAL`), so that a refused command stays in the audit trail as the same refusal on a
+    page does; rolled back otherwise. The error is raised on."""
+    async with AsyncSession(engine, expire_on_commit=False) as session:
+        try:
+            result = await action(session)
+        except BaseException:
+            if session.info.pop(KEEP_REFUSAL, False):
+                await session.commit()
+            else:
+                await session.rollback()
+            raise
+        await session.commit()
+        return result
 
 
 @asynccontextmanager

@@ -46,6 +46,8 @@ class Pipeline(Base):
     updated_at: Mapped[datetime] = now_column()
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     form_key: Mapped[str | None] = mapped_column(Text)
+    # An admin deleted a step of it before that step completed: it can no longer be "completed".
+    removed_unfinished: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
     __table_args__ = (
         CheckConstraint(in_list("status", PIPELINE_STATUSES), name="status_known"),
         # A pipeline turns "failed" as soon as a step fails, while independent steps may still finish;

@@ -51,7 +51,10 @@ class Target:
     def of(cls, url: httpx.URL) -> Target:
         scheme = url.scheme.lower()
         host = url.raw_host.decode("ascii").lower().strip("[]")
-        return cls(scheme, host, url.port or DEFAULT_PORTS.get(scheme, 0))
+        # ``is None``, not falsy: a URL's written port 0 is port 0 (refused by :func:`target_problem`),
+        # not the scheme's default.
+        port = url.port if url.port is not None else DEFAULT_PORTS.get(scheme, 0)
+        return cls(scheme, host, port)
 
     @property
     def name(self) -> str:

@@ -43,12 +43,21 @@ class PinnedTransport(httpx.AsyncBaseTransport):
             raise httpx.ConnectError(f"{url_host(target.host)} resolves to no address", request=request)
         address = self._policy.choose(target, addresses, request.url.path)
         extensions = dict(request.extensions)
-        if target.scheme == "https" and target.host != str(address):
-            extensions["sni_hostname"] = target.host
+        if target.scheme == "https" and target.name != str(address):
+            # By the name without its final dot, as the Host header below: a TLS server name may not end
+            # with a dot (RFC 6066), and certificates name the host without it.
+            extensions["sni_hostname"] = target.name
+        headers = request.headers
+        if target.name != target.host:
+            # ``example.com.`` is the same host as ``example.com``; servers route by the name without the
+            # dot, and many answer a Host header with it by a 400 or their default site.
+            headers = headers.copy()
+            port = "" if request.url.port is None else f":{request.url.port}"
+            headers["Host"] = f"{target.name}{port}"
         pinned = httpx.Request(
             request.method,
             request.url.copy_with(host=str(address)),
-            headers=request.headers,
+            headers=headers,
             stream=request.stream,
             extensions=extensions,
         )

@@ -208,6 +208,9 @@ async def status_context(
         "result_json": None,
         "error": None,
         "history": None,
+        # A waiting job of a paused type says so in every rendering of this part (the page, its poll, an
+        # action's answer), never "it will start as soon as a worker is free".
+        "paused": await controls.paused_for(db, [row["type"]]) if row["status"] == Status.QUEUED else [],
     }
     if state["terminal"] or row["status"] == Status.WAITING_APPROVAL:
         # the page's row has it already (JOB_PAGE); a status fragment reads it now
@@ -398,7 +401,6 @@ async def page_context(db: AsyncSession, job_id: Any, user: Any, **status_kw: An
         history=await job_history(db, row["id"], user),
         history_oob=False,
         log=await job_log.log_view(db, row),
-        paused=await controls.paused_for(db, [row["type"]]) if row["status"] == Status.QUEUED else [],
         approval=await approval_actions.record_of(db, row["id"]) if full["requires_approval"] else None,
     )
     return ctx

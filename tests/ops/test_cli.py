@@ -214,7 +214,30 @@ async def test_create_token_refuses_a_disabled_account(
         run(tmp_path, "create-token", "ann@example.com", DATABASE_URL=db_url), "This account is disabled"
     )
     assert await pg.fetchval("SELECT count(*) FROM api_tokens") == 0
-    assert await pg.fetchval("SELECT count(*) FROM audit_log WHERE action = 'token.create'") == 0
+    # refused as the same request on the admin's page is: audited, with the reason
+    refused = await pg.fetch("SELECT user_email, count, outcome FROM audit_log WHERE action = 'token.create'")
+    assert [(r["user_email"], r["count"]) for r in refused] == [("command line", 0)], refused
+    assert refused[0]["outcome"].startswith("refused: This account is disabled"), refused
+
+
+async def test_a_refused_command_is_audited_as_the_same_refusal_on_a_page(
+    tmp_path: Path, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """The command's transaction rolled back on the refusal, and the refusal's audit entry with it, where
+    a page's answer keeps it: a taken email is now in the trail as refused, with no admin notice, and
+    the account itself unchanged; an input to correct (a malformed email) is not an action refused."""
+    assert run(tmp_path, "create-user", "ann@example.com", DATABASE_URL=db_url).returncode == 0
+    assert_clean_failure(
+        run(tmp_path, "create-user", "ANN@example.com", "--admin", DATABASE_URL=db_url), "already exists"
+    )
+    assert_clean_failure(run(tmp_path, "create-user", "not-an-email", DATABASE_URL=db_url), "email")
+    audited = await pg.fetch("SELECT user_email, action, count, outcome FROM audit_log ORDER BY id")
+    assert [tuple(r) for r in audited] == [
+        ("command line", "user.create", 1, "ok"),
+        ("command line", "user.create", 0, "refused: A user with the email ann@example.com already exists."),
+    ], audited
+    assert await pg.fetchval("SELECT count(*) FROM alert_outbox WHERE kind = 'admin_action'") == 1
+    assert await pg.fetchval("SELECT is_admin FROM users") is False
 
 
 # --- worker entry points -------------------------------------------------------------------------------------

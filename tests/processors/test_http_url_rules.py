@@ -42,6 +42,9 @@ async def submitted(make_settings: Any, db_url: str, urls: list[str], **override
     [
         (LONG_LABEL, "has a part longer than 63 characters"),
         ("http://example.com:99999/", "Port 99999 is out of range: a web address's port is a number from 1"),
+        # Port 0 read as "no port" went to port 80 at submission's check, and to port 0 when it ran.
+        ("http://example.com:0/", "Port 0 is out of range: a web address's port is a number from 1"),
+        ("https://example.com:0/", "Port 0 is out of range: a web address's port is a number from 1"),
         ("http://a..example.com/", "has an empty part"),
     ],
 )

@@ -617,3 +617,20 @@ async def test_https_to_the_checked_address_verifies_the_certificate_for_the_nam
                     await call(settings, url=url)
         assert names
         assert set(names) == {"hook.test"}
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl tool")
+async def test_a_host_written_with_a_final_dot_is_sent_without_it(
+    make_settings, monkeypatch, tmp_path
+) -> None:
+    """``hook.test.`` is the host hook.test: the TLS server name (SNI) and the Host header carried the
+    final dot, which a TLS server name may not have, so the certificate for hook.test was checked
+    against another name and servers routing by name did not know it. Both now name hook.test."""
+    monkeypatch.setattr(http_request, "resolver_for_jobs", FakeResolver({"hook.test": ["127.0.0.1"]}))
+    cert, key = _self_signed(tmp_path, "hook.test")
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    with tls_server(cert, key) as (port, names):
+        settings = make_settings(http_request_allowed_hosts=f"hook.test:{port}")
+        result, _ = await call(settings, url=f"https://hook.test.:{port}/host")
+        assert result["body"] == f"hook.test:{port}"
+    assert names and set(names) == {"hook.test"}, names

@@ -41,7 +41,7 @@ from app.settings import Settings
 
 PIPELINE_COUNTS = sql(
     """
-    SELECT p.id, p.status AS old_status,
+    SELECT p.id, p.status AS old_status, p.removed_unfinished,
            count(*) FILTER (WHERE j.status = 'completed') AS completed,
            count(*) FILTER (WHERE j.status = 'failed') AS failed,
            count(*) FILTER (WHERE j.status = 'cancelled') AS cancelled,
@@ -63,22 +63,35 @@ SET_PIPELINE_STATUS = sql(
 )
 
 
+MARK_REMOVED_UNFINISHED = sql("UPDATE pipelines SET removed_unfinished = true WHERE id = :id")
+
+
+async def mark_removed_unfinished(conn: AsyncConnection, pipeline_id: uuid.UUID) -> None:
+    """Record that a step of this pipeline (locked by ``lock_pipelines``) is being deleted before it
+    completed: its status is derived from the steps it still has, and the deleted one's events go with
+    it, so without this the remaining completed steps would make it ``completed``."""
+    await conn.execute(MARK_REMOVED_UNFINISHED, {"id": pipeline_id})
+
+
 def derive_pipeline_status(counts: Fetched) -> tuple[str, bool]:
     """``(status, finished)`` of a pipeline from its jobs' status counts.
 
     ``failed`` as soon as any step failed (the pipeline can no longer complete; independent steps may
-    still be finishing); ``finished`` once no step is live. ``completed`` only when it has steps and
-    every one of them completed: a pipeline whose steps were all deleted (an admin's delete, one by one)
-    did not complete anything, so it keeps the finished status it had (``old_status``), or is
-    ``cancelled`` when it was still running — its steps will never run now.
+    still be finishing); ``finished`` once no step is live. ``completed`` only when every step it still
+    has completed and no step was deleted before it completed (``removed_unfinished``): a pipeline that
+    lost a step (an admin's delete) did not run it, so once nothing is live it keeps the finished status
+    it had (``old_status``: a pipeline whose steps were all deleted, one by one), or is ``cancelled`` —
+    the deleted steps will never run now.
     """
     live = counts["active"] + counts["waiting_approval"]
+    old = counts["old_status"]
     if not counts["total"]:
-        old = counts["old_status"]
         return (old if old in ("failed", "cancelled", "completed") else "cancelled"), True
     if counts["failed"]:
         return "failed", live == 0
     if live == 0:
+        if counts["removed_unfinished"]:
+            return (old if old in ("failed", "cancelled") else "cancelled"), True
         if counts["completed"] == counts["total"]:
             return "completed", True
         return "cancelled", True

@@ -463,8 +463,10 @@ class JobsApiController(Controller):
     async def run_now(
         self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
     ) -> Response[dict[str, Any]]:
-        """Start a scheduled or retrying job as soon as a worker is free (admins). 409 if not waiting, or if
-        it waits for earlier steps or is held: its due time is not what keeps it."""
+        """Make a scheduled or retrying job due now (admins): it starts as soon as a worker is free, unless
+        its type is paused — then it waits until the type is resumed (``GET /api/job-types/controls``
+        lists the paused types). 409 if not waiting, or if it waits for earlier steps or is held: its due
+        time is not what keeps it."""
         outcome = await act(request, db_session, "run-now", job_id)
         return await job_response(db_session, outcome.row, viewer=request.user)
 
