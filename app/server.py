@@ -16,7 +16,8 @@ Start-up (the lifespan, in this order):
 Before any handler: :class:`app.web.auth_middleware.AuthenticationMiddleware` finds the user,
 :class:`app.web.csrf.CsrfMiddleware` checks the session-bound CSRF token of every form post, and
 :class:`app.web.input_guard.InputGuardMiddleware` refuses NUL characters, lone surrogates and over-deep
-JSON with a 422 naming the field.
+JSON with a 422 naming the field, and :class:`app.web.form_shape.ButtonFormMiddleware` a field sent to a
+page form that reads none.
 
 Every response carries security headers (a strict Content Security Policy without inline scripts; ``/schema`` alone gets the relaxed policy its Swagger page needs), ``X-Request-ID``, ``X-Process-ID`` and
 ``Cache-Control: no-store`` (except static files). Errors become JSON ``{"detail": …}`` under ``/api/``,
@@ -102,6 +103,7 @@ from app.web.commits import commit_or_refuse
 from app.web.csrf import FAILED as CSRF_FAILED
 from app.web.csrf import CsrfMiddleware
 from app.web.files import FilesApiController, FilesController
+from app.web.form_shape import ButtonFormMiddleware
 from app.web.health import HealthController
 from app.web.home import HomeController
 from app.web.input_guard import InputGuardMiddleware
@@ -580,6 +582,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
                 session_max_age=timedelta(days=settings.session_max_age_days),
             ),
             InputGuardMiddleware(),
+            ButtonFormMiddleware(),
         ],
         before_send=[commit_or_refuse(sa_config.session_scope_key), security_headers],
         template_config=TemplateConfig(

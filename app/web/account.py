@@ -12,8 +12,8 @@ link to the API's documentation.
 
 The changes and their audit entries are :mod:`app.actions.account` (the JSON API's ``/api/me…`` calls
 the same actions); this module reads the forms and renders. Errors are shown next to their fields (422),
-text that cannot be stored too (``FORM_CHECKED``: :func:`app.web.input_guard.problems_beside`), with what
-was typed kept (never a password).
+text that cannot be stored too and a field the form has not or one sent twice (``FORM_CHECKED``:
+:func:`app.web.form_shape.form_errors`), with what was typed kept (never a password).
 
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
@@ -30,10 +30,12 @@ from app.actions import account as account_actions
 from app.errors import BadInput
 from app.web import DbSession, flash, render
 from app.web.deps import client_ip, settings_of
+from app.web.form_shape import form_errors
 from app.web.form_values import whole_number
-from app.web.input_guard import FORM_CHECKED, problems_beside
+from app.web.input_guard import FORM_CHECKED
 
 PASSWORD_FIELDS = ("current_password", "password", "password_repeat")
+TOKEN_FIELDS = ("name", "expires_in_days")
 
 THEME_WORDS = {"auto": "Automatic (follow this device)", "light": "Light", "dark": "Dark"}
 
@@ -114,7 +116,7 @@ class AccountController(Controller):
         """Change the password; other sessions end. Wrong current password, a short or repeated new one:
         422 with the message next to the field."""
         form = await request.form()
-        refused = problems_beside(request, PASSWORD_FIELDS, "password")
+        refused = form_errors(request, form, PASSWORD_FIELDS, "password")
         if refused:
             return await self._page(request, db_session, 422, errors=refused)
         try:
@@ -144,7 +146,7 @@ class AccountController(Controller):
         """Set the time zone (an IANA name); an unknown one is a 422 next to the field, as typed."""
         form = await request.form()
         typed = str(form.get("timezone") or "")
-        refused = problems_beside(request, ("timezone",), "timezone")
+        refused = form_errors(request, form, ("timezone",), "timezone")
         if refused:
             return await self._page(request, db_session, 422, errors=refused, values={"timezone": typed[:64]})
         try:
@@ -163,7 +165,7 @@ class AccountController(Controller):
     async def set_theme(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template | Redirect:
         """Light, dark or automatic (the device's setting)."""
         form = await request.form()
-        refused = problems_beside(request, ("theme",), "theme")
+        refused = form_errors(request, form, ("theme",), "theme")
         if refused:
             return await self._page(request, db_session, 422, errors=refused)
         try:
@@ -184,7 +186,7 @@ class AccountController(Controller):
         name = str(form.get("name") or "")
         days = str(form.get("expires_in_days") or "")
         typed = {"token_name": name[:100], "expires_in_days": days[:10]}
-        refused = problems_beside(request, ("name", "expires_in_days"), "name")
+        refused = form_errors(request, form, TOKEN_FIELDS, "name")
         if refused:
             return await self._page(request, db_session, 422, errors=refused, values=typed)
         try:

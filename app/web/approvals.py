@@ -23,7 +23,8 @@ from app.errors import BadInput, Forbidden
 from app.processors import registry
 from app.web import DbSession, display, is_htmx, render, result_display
 from app.web.deps import FORM, actor_of, not_taken, settings_of, tell_unshown
-from app.web.input_guard import FORM_CHECKED, problems_beside
+from app.web.form_shape import form_errors
+from app.web.input_guard import FORM_CHECKED
 
 
 def sentence(text: str) -> str:
@@ -58,17 +59,19 @@ def check_token(request: Request[Any, Any, Any], job_id: Any, token: str | None)
 
 DECISION_CONTROLS = {"approve": ("comment",), "reject": ("reason",)}
 """The text field of each decision's form (a one-click link's ``token`` is hidden)."""
+DECISION_HIDDEN = ("token", "view")
+"""The hidden fields a decision's form may send: a one-click link's token, which part answers it."""
 
 
 async def decide_from_form(
     db: AsyncSession, request: Request[Any, Any, Any], job_id: str, decision: str
 ) -> tuple[ActionOutcome, dict[str, str]]:
     """The decision a form asks for, and the errors to show on the form by field: text it cannot take
-    (:func:`app.web.input_guard.problems_beside`) or a missing reason is a 422 with nothing decided; a bad
+    or a field the form has not or sent twice (:func:`app.web.form_shape.form_errors`) or a missing reason is a 422 with nothing decided; a bad
     token is a 403."""
     form = await request.form()
     controls = DECISION_CONTROLS[decision]
-    errors = problems_beside(request, controls, FORM)
+    errors = form_errors(request, form, controls, FORM, hidden=DECISION_HIDDEN, nothing="nothing was decided")
     if errors:
         return ActionOutcome(decision, False, not_taken(errors), 422, parse_id(job_id)), errors
     token = form.get("token")

@@ -3,13 +3,12 @@
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Annotated, Any
 
 from litestar import Controller, Request, get, post
-from litestar.enums import RequestEncodingType
-from litestar.params import Body, QueryParameter
+from litestar.params import QueryParameter
 from litestar.response import Redirect, Template
 
 from app.auth import PASSWORD_FORM, SESSION_COOKIE, create_session, delete_session, safe_next
@@ -18,7 +17,8 @@ from app.signin import sign_in
 from app.web import DbSession, current_user, render
 from app.web.csrf import COOKIE_NAME as CSRF_COOKIE
 from app.web.csrf import csrf_cookie, session_token_for_cookie
-from app.web.input_guard import FORM_CHECKED, problems_beside
+from app.web.form_shape import form_errors
+from app.web.input_guard import FORM_CHECKED
 
 
 @dataclass
@@ -30,6 +30,16 @@ class LoginForm:
     next: str = "/"
     timezone: str = ""
     """The browser's IANA zone, filled in by static/account.js; stored at the first sign-in."""
+
+
+def read_login(form: Any) -> LoginForm:
+    """The sign-in form's fields as sent (a missing one as its default); a file in a field is no text."""
+    sent = {f.name: form.get(f.name) for f in fields(LoginForm)}
+    return LoginForm(**{name: value for name, value in sent.items() if isinstance(value, str)})
+
+
+LOGIN_CONTROLS = ("email", "password")
+"""The sign-in form's fields a person types in (an error shows beside each); the others are hidden."""
 
 
 def _client_ip(request: Request[Any, Any, Any]) -> str:
@@ -57,7 +67,6 @@ class AuthController(Controller):
     async def login_submit(
         self,
         request: Request[Any, Any, Any],
-        data: Annotated[LoginForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
         db_session: DbSession,
     ) -> Template | Redirect:
         """Check the password; on success start a session and go to ``next`` (a local path only). The new
@@ -67,10 +76,20 @@ class AuthController(Controller):
         429 with the minutes to wait.
         """
         settings = request.app.state.settings
+        form = await request.form()
+        data = read_login(form)
         target = safe_next(data.next)
         email = data.email.strip()
-        # text that cannot be taken: beside the email or password, any other field's above the form
-        refused = problems_beside(request, ("email", "password"), "_form")
+        # text that cannot be taken: beside the email or password, any other field's above the form; so is
+        # a field the form has not or one sent twice (of which the first would have been taken)
+        refused = form_errors(
+            request,
+            form,
+            LOGIN_CONTROLS,
+            "_form",
+            hidden=[f.name for f in fields(LoginForm)],
+            nothing="you are not signed in",
+        )
         if refused:
             return render(
                 request,

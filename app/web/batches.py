@@ -44,8 +44,9 @@ from app.web.deps import (
     settings_of,
     unchanged,
 )
+from app.web.form_shape import form_errors
 from app.web.form_values import whole_number
-from app.web.input_guard import FORM_CHECKED, form_problems, problems_beside
+from app.web.input_guard import FORM_CHECKED, form_problems
 from app.web.notifications import bell_news
 
 FORM_ERROR = "_form"
@@ -132,7 +133,7 @@ class BatchesController(Controller):
         )
         sheet_upload = form.get("sheet")
         files = [u for u in form.getall("files", []) if _is_upload(u)]
-        refused = self._refused(request, ctx["fields"])
+        refused = self._refused(request, form, ctx["fields"])
         if refused:
             # text that cannot be taken, beside its control, nothing read or stored; the mapping step
             # comes back with its columns as chosen and the name as typed
@@ -151,14 +152,22 @@ class BatchesController(Controller):
         return render(request, "batches/new.html", ctx, status_code=422)
 
     def _refused(
-        self, request: Request[Any, Any, Any], fields: list[spreadsheets.SheetField]
+        self, request: Request[Any, Any, Any], form: Any, fields: list[spreadsheets.SheetField]
     ) -> dict[str, str]:
-        """The form's text that cannot be taken (:func:`app.web.input_guard.problems_beside`), keyed as
-        the page shows errors: the name, a column's choice, the spreadsheet or the files (their file
-        names), anything else above the form."""
+        """The form's text that cannot be taken, a field it has not or one sent twice
+        (:func:`app.web.form_shape.form_errors`), keyed as the page shows errors: the name, a column's
+        choice, the spreadsheet or the files (their file names), anything else above the form."""
         controls = {NAME_FIELD: NAME_FIELD, "sheet": "file", "files": "files"}
         controls.update({f"map.{f.name}": f"map.{f.name}" for f in fields})
-        return problems_beside(request, controls, FORM_ERROR)
+        return form_errors(
+            request,
+            form,
+            controls,
+            FORM_ERROR,
+            hidden=(forms.FORM_KEY, "sheet_id"),
+            repeatable=("files",),
+            nothing="nothing was started",
+        )
 
     async def _load_sheet(
         self, request: Request[Any, Any, Any], db_session: Any, sheet_id: Any

@@ -24,7 +24,7 @@ from app.actions.trail import Actor
 from app.db import fetch_dicts
 from app.errors import BadInput
 from app.files import FileStore
-from app.web.input_guard import problems_beside
+from app.web.form_shape import form_errors
 
 NO_NEWS = 204
 """A poll's answer while nothing changed (htmx keeps the old content)."""
@@ -90,6 +90,8 @@ NOTHING_CHANGED = "Nothing changed: correct what the form says below."
 
 ACTION_CONTROLS = {"reject": ("reason",)}
 """The fields a job action's form shows an error beside (the others' only field is hidden: ``view``)."""
+ACTION_HIDDEN = ("view",)
+"""The hidden field every job action's form may send: which status part answers it."""
 
 
 def sent_form(action: str, job_id: Any, errors: dict[str, str], **typed: str) -> dict[str, Any]:
@@ -139,11 +141,12 @@ async def perform_from_page(
     controls: Any = (),
 ) -> tuple[ActionOutcome, dict[str, str]]:
     """:func:`app.actions.jobs.perform` for a page's form, and the errors to show on the form by control:
-    text it cannot take (:func:`app.web.input_guard.problems_beside`: beside ``controls``, a mapping
-    field → control or the names of fields that are their own; any other field's under :data:`FORM`) and
-    a bad reason or time are a 422 with nothing done. A refusal's audit entry stays: the action marks it
+    text it cannot take or a field it has not or sent twice (:func:`app.web.form_shape.form_errors`:
+    beside ``controls``, a mapping field → control or the names of fields that are their own; any other
+    field's under :data:`FORM`) and a bad reason or time are a 422 with nothing done. A refusal's audit entry stays: the action marks it
     for the answer to commit (:data:`app.actions.trail.KEEP_REFUSAL`)."""
-    errors = problems_beside(request, controls, FORM)
+    form = await request.form()
+    errors = form_errors(request, form, controls, FORM, hidden=ACTION_HIDDEN, nothing="nothing was done")
     if errors:
         return await refuse_form(request, db, action, job_id, errors)
     try:

@@ -36,6 +36,7 @@ from app.processors import ProcessorSpec
 from app.web import DbSession, display, forms, is_htmx, job_log, render, submit, zone
 from app.web.deps import (
     ACTION_CONTROLS,
+    ACTION_HIDDEN,
     FORM,
     actor_of,
     cell_response,
@@ -49,7 +50,8 @@ from app.web.deps import (
     tell_unshown,
     unchanged,
 )
-from app.web.input_guard import FORM_CHECKED, problems_beside
+from app.web.form_shape import form_errors
+from app.web.input_guard import FORM_CHECKED
 from app.web.job_page import (
     JOB_CELL,
     load_status_row,
@@ -319,7 +321,9 @@ class JobsController(Controller):
         as typed; a job no longer waiting, 409."""
         form = await request.form()
         typed = {name: str(form.get(name) or "") for name in RESCHEDULE_CONTROLS}
-        errors = problems_beside(request, RESCHEDULE_CONTROLS, FORM)
+        errors = form_errors(
+            request, form, RESCHEDULE_CONTROLS, FORM, hidden=ACTION_HIDDEN, nothing="nothing was done"
+        )
         reading = submit.parse_run_at(typed["date"], typed["time"], typed["tz"])
         if not errors and (reading.error or reading.when is None):
             errors = {RUN_AT: reading.error or "Choose a date and a time (or use Run now)."}

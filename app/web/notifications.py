@@ -15,8 +15,9 @@ from app.auth import requires_user
 from app.web import DbSession, is_htmx, render
 from app.web.account import account_page
 from app.web.deps import FORM, not_taken, rows_of
+from app.web.form_shape import form_errors
 from app.web.form_values import NOT_A_CHECKBOX, checkbox
-from app.web.input_guard import FORM_CHECKED, problems_beside
+from app.web.input_guard import FORM_CHECKED
 
 # --- the bell in the polls pages already make ----------------------------------------------------------
 # A page puts the count it shows in its poll's URL (``bell_url``); the poll compares it with the count
@@ -105,7 +106,7 @@ class NotificationsController(Controller):
         """Mark the ticked notices (or, with ``all``, every one) read; a form that cannot be taken is the
         page again (422) saying why above the list, nothing marked."""
         form = await request.form()
-        problem = problems_beside(request, (), FORM)
+        problem = form_errors(request, form, (), FORM, hidden=("id", "all"), repeatable=("id",))
         if problem:
             return await _page(request, db_session, 422, read_error=not_taken(problem))
         ids = None if form.get("all") else _ids(form.getall("id") if hasattr(form, "getall") else [])
@@ -121,7 +122,7 @@ class NotificationsController(Controller):
         (422) with the error at the top of the form; nothing is saved."""
         form = await request.form()
         back = _back(form.get("next"))
-        errors = problems_beside(request, (), FORM)
+        errors = form_errors(request, form, (), FORM, hidden=("next", "email"))
         choice = checkbox(form.get("email"))
         if errors or choice is None:
             error = not_taken(errors or {FORM: NOT_A_CHECKBOX})

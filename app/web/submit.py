@@ -74,6 +74,8 @@ def sent_before(exc: KeyReused) -> tuple[str, dict[str, Any]]:
     return SENT_BEFORE.format(kind=kind), {"kind": kind, "url": f"{PAGES[kind]}{exc.existing_id}"}
 
 
+SETTINGS_HINT = "Use the form's own fields (the JSON API takes settings such as priority or max_attempts)."
+"""Where a job setting the form has no field for belongs (said when the form is sent one)."""
 OWN_CONTROLS = {forms.TITLE: forms.TITLE}
 """The controls every job and pipeline form has besides its fields, each to its error's key."""
 RUN_AT_CONTROLS = {
@@ -137,19 +139,26 @@ async def read_form(
     title = str(form.get(forms.TITLE) or "").strip()
     notes = datetime_notes(fields, form, zone(user.timezone))
     errors = {**parsed.errors, **refused}
-    shape = shape_problem(form, *form_names(fields, controls))
+    shape = shape_problem(form, *form_names(fields, controls), hint=SETTINGS_HINT)
     if shape:
         errors.setdefault(forms.FORM_ERROR, shape)
     return Submission(fields, form, parsed, errors, title, parsed.too_large, key=key, notes=notes)
 
 
-def form_names(fields: list[forms.FormField], controls: Mapping[str, str]) -> tuple[set[str], set[str]]:
-    """The names a job or pipeline form sends (its fields, a file field's kept files, its own controls,
-    its key) and those it may send more than once (a many-files field, kept files)."""
+def input_names(fields: list[forms.FormField]) -> tuple[set[str], set[str]]:
+    """The names the controls made from an input schema send (its fields, a file field's kept files) and
+    those they may send more than once (a many-files field, kept files): the job, pipeline and schedule
+    forms' own share."""
     files = [f for f in fields if f.kind in ("file", "files")]
     kept = {f"{forms.KEEP}.{f.name}" for f in files}
-    known = {f.name for f in fields} | kept | set(controls) | set(OWN_CONTROLS) | {forms.FORM_KEY}
-    return known, kept | {f.name for f in files if f.kind == "files"}
+    return {f.name for f in fields} | kept, kept | {f.name for f in files if f.kind == "files"}
+
+
+def form_names(fields: list[forms.FormField], controls: Mapping[str, str]) -> tuple[set[str], set[str]]:
+    """The names a job or pipeline form sends (:func:`input_names`, its own controls, its key) and those
+    it may send more than once."""
+    known, many = input_names(fields)
+    return known | set(controls) | set(OWN_CONTROLS) | {forms.FORM_KEY}, many
 
 
 def check_schema(sub: Submission, model: type[BaseModel]) -> None:

@@ -218,7 +218,8 @@ async def test_every_row_action_as_admin_owner_other_user_and_signed_out(
     await switch_to(client, "root@example.com")
     token = await token_of(client)
     for action, jid, status, words in cases:
-        data = {"_csrf_token": token, "reason": "Looks wrong"}
+        # only the reject form has a reason: another action's form sent one is refused as a field it has not
+        data = {"_csrf_token": token, **({"reason": "Looks wrong"} if action == "reject" else {})}
         r = await client.post(f"/admin/jobs/{jid}/{action}", data=data, headers=HX)
         assert r.status_code == 200, (action, r.text)
         assert r.text.lstrip().startswith(f'<tr id="row-{jid}"'), (action, r.text)

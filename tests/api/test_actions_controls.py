@@ -47,6 +47,10 @@ async def root_api(root: CurrentUser, db_url: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {await add_token(db_url, root.id)}"}
 
 
+NOOP_SCHEDULE_FORM = {**{k: v for k, v in SCHEDULE_FORM.items() if k != "name"}, "_target": "type:noop"}
+"""The schedule form for ``noop``, which has no input fields (``name`` is test.form's)."""
+
+
 async def post(client: AsyncTestClient, path: str, data: dict[str, Any] | None = None) -> Any:
     form = dict(data or {})
     form.setdefault("_csrf_token", csrf_from((await client.get("/admin/users")).text))
@@ -320,7 +324,7 @@ async def test_a_schedule_of_a_diagnostic_type_is_refused_for_a_non_admin_owner_
     client: AsyncTestClient, root: CurrentUser, db_url: str, pg: asyncpg.Connection
 ) -> None:
     bob = await add_user(db_url, "bob@example.com")
-    form = {**SCHEDULE_FORM, "_target": "type:noop", "_owner": "bob@example.com"}
+    form = {**NOOP_SCHEDULE_FORM, "_owner": "bob@example.com"}
     r = await post(client, "/admin/schedules/new", form)
     assert r.status_code == 422
     assert "only admins may start" in r.text
@@ -345,7 +349,7 @@ async def test_a_schedule_refused_for_its_owners_access_is_audited(
     did. A form to correct (a bad cron alone) is still not a refusal. (The API makes schedules of the
     caller, an admin, so only the page and the action itself can name such an owner.)"""
     await add_user(db_url, "bob@example.com")
-    form = {**SCHEDULE_FORM, "_target": "type:noop", "_owner": "bob@example.com"}
+    form = {**NOOP_SCHEDULE_FORM, "_owner": "bob@example.com"}
     r = await post(client, "/admin/schedules/new", form)
     assert r.status_code == 422 and "only admins may start" in r.text, r.text[-800:]
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from litestar import Litestar
@@ -291,3 +292,84 @@ async def test_a_multipart_field_that_is_not_text_is_a_422_on_every_path_not_a_5
     # a route that reads JSON does not read a form at all
     r = await walk.client.post("/api/jobs", content=body, headers={**headers, **walk.bearer})
     assert r.status_code == 415 and "send JSON (Content-Type: application/json)" in r.text, r.text
+
+
+# --- a form's shape ---------------------------------------------------------------------------------------
+
+UNKNOWN = "zzz_unknown"
+REPEATABLE = {"ids", "id", "files"}
+"""Fields a form sends more than once by design (ticked rows, ticked notices, many files)."""
+
+
+async def _shape_pages(walk: Walk) -> list[str]:
+    """:func:`_pages` and the pages with the other forms: the account, notifications, a batch, schedules."""
+    c = walk.client
+    created = await c.post("/api/schedules", json={"cron": "0 9 * * *", "type": "noop"}, headers=walk.bearer)
+    assert created.status_code == 201, created.text
+    paths = [
+        "/account",
+        "/notifications",
+        "/batches/new/http.request",
+        "/admin/schedules/new?target=type:noop",
+    ]
+    paths.append(f"/admin/schedules/{created.json()['id']}/edit")
+    return [*await _pages(walk), *[(await c.get(p)).text for p in paths]]
+
+
+async def _post_pairs(c: AsyncTestClient, action: str, pairs: list[tuple[str, str]]) -> Any:
+    token = csrf_from((await c.get("/jobs")).text)
+    body = urlencode([*pairs, ("_csrf_token", token)])
+    headers = {"content-type": "application/x-www-form-urlencoded"}
+    return await c.post(action, content=body, headers=headers, follow_redirects=False)
+
+
+def _refused(r: Any, words: str) -> bool:
+    return r.status_code == 422 and words in r.text
+
+
+async def test_every_post_form_refuses_a_field_it_has_not_and_one_sent_twice(walk: Walk) -> None:
+    """Each form read its fields one by one, so a field it has not was dropped without a word and of one
+    sent twice the first was taken; every form of the web UI now refuses both, saying which (422)."""
+    c, covered, wrong = walk.client, set(), []
+    forms = {
+        (f.action, tuple(sorted(f.fields))): f for page in await _shape_pages(walk) for f in forms_in(page)
+    }
+    for form in sorted(forms.values(), key=lambda f: f.action == "/logout"):  # signing out ends the walk
+        path, _ = _route_for(walk.app, form.action)
+        covered.add(path)
+        pairs = [(k, v) for k, v in form.fields.items() if k != "_csrf_token"]
+        r = await _post_pairs(c, form.action, [*pairs, (UNKNOWN, "1")])
+        if not _refused(r, f"no field &#39;{UNKNOWN}&#39;"):
+            wrong.append((form.action, UNKNOWN, r.status_code))
+        once = [(k, v) for k, v in pairs if k not in REPEATABLE]
+        if once:
+            r = await _post_pairs(c, form.action, [*pairs, once[0]])
+            if not _refused(r, f"&#39;{once[0][0]}&#39; more than once"):
+                wrong.append((form.action, once[0][0], r.status_code))
+    walk.client.cookies.clear()  # the sign-in form, signed out
+    pairs = [("email", "boss@example.com"), ("password", "x"), ("next", "/"), ("timezone", "UTC")]
+    for extra, words in (((UNKNOWN, "1"), f"no field &#39;{UNKNOWN}&#39;"), (pairs[0], "more than once")):
+        token = csrf_from((await c.get("/login")).text)
+        body = urlencode([*pairs, extra, ("_csrf_token", token)])
+        r = await c.post(
+            "/login", content=body, headers={"content-type": "application/x-www-form-urlencoded"}
+        )
+        if not _refused(r, words):
+            wrong.append(("/login", extra[0], r.status_code))
+    assert not wrong, f"{len(wrong)} not refused: {wrong}"
+    for path in (
+        "/account/password",
+        "/account/timezone",
+        "/account/theme",
+        "/account/tokens",
+        "/admin/users",
+        "/admin/users/{user_id:int}/tokens",
+        "/admin/failed/retry/confirm",
+        "/admin/schedules/new",
+        "/admin/schedules/{schedule_id:str}/edit",
+        "/batches/new/{type_name:str}",
+        "/notifications/email",
+        "/logout",
+    ):
+        assert path in covered, path
+    assert len(covered) > 25, sorted(covered)

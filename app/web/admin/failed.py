@@ -27,6 +27,11 @@ from app.web.admin.jobs import (
 from app.web.deps import actor_of
 from app.web.input_guard import FORM_CHECKED
 
+GROUP_FIELDS = ("type", "signature", "upto")
+"""What "Retry all in this group" sends: the group (:func:`group_plan` reads them)."""
+GROUP_CONFIRMED_FIELDS = (*GROUP_FIELDS, "action", "scope", "expected")
+"""What its confirm step sends (``admin/_jobs_bulk.html``): the group and the count it showed."""
+
 
 async def group_plan(db: AsyncSession, form: Any) -> BulkPlan:
     """The failed group a "Retry all" form names (type, error signature, newest id shown)."""
@@ -54,8 +59,9 @@ class FailedJobsController(Controller):
     async def group_confirm(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
         """Step 1 of "Retry all in this group": the count (a form that cannot be taken: why, 422)."""
         try:
-            check_bulk_form(request)
-            plan = await group_plan(db_session, await request.form())
+            form = await request.form()
+            check_bulk_form(request, form, GROUP_FIELDS)
+            plan = await group_plan(db_session, form)
         except BadInput as exc:
             return bulk_refused(request, exc, "/admin/failed")
         ctx = {
@@ -73,7 +79,7 @@ class FailedJobsController(Controller):
         """Step 2: retry the group's jobs (one audit entry ``jobs.bulk_retry``)."""
         form = await request.form()
         try:
-            check_bulk_form(request)
+            check_bulk_form(request, form, GROUP_CONFIRMED_FIELDS)
             plan = await group_plan(db_session, form)
             expected = expected_count(form)
         except BadInput as exc:

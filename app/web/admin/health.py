@@ -35,8 +35,9 @@ from app.processors import registry
 from app.web import DbSession, confirms, flash, is_htmx, render
 from app.web.admin.waiting import WAITING_KINDS, waiting_kinds
 from app.web.deps import FORM, client_ip, not_taken, settings_of
+from app.web.form_shape import form_errors
 from app.web.form_values import whole_number
-from app.web.input_guard import FORM_CHECKED, problems_beside
+from app.web.input_guard import FORM_CHECKED
 
 POLL = "every 5s"
 """How often the live part of ``/admin`` refreshes (paused while the tab is hidden, static/app.js)."""
@@ -402,7 +403,7 @@ class HealthController(Controller):
         """Pause or resume one job type (``*``: all); a type that cannot be taken (a hidden field) is a
         422 with nothing changed, said above the table."""
         form = await request.form()
-        problem = problems_beside(request, (), FORM)
+        problem = form_errors(request, form, (), FORM, hidden=("type",), nothing="nothing changed")
         if problem:
             return await self._index(
                 request,
@@ -435,7 +436,7 @@ class HealthController(Controller):
         form = await request.form()
         job_type = str(form.get("type") or "").strip()
         # text that cannot be stored beside its field; in the type (a hidden field) above the table
-        errors = problems_beside(request, LIMIT_FIELDS, NOTICE)
+        errors = form_errors(request, form, LIMIT_FIELDS, NOTICE, hidden=("type",), nothing="nothing changed")
         notice = errors.pop(NOTICE, None)
         max_running = _int_or_none(form.get("max_running"), "max_running", errors)
         max_per_minute = _int_or_none(form.get("max_per_minute"), "max_per_minute", errors)

@@ -23,6 +23,7 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 """
 
 import uuid
+from collections.abc import Iterable
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -62,9 +63,9 @@ from app.web.deps import (
     sentence,
     tell_unshown,
 )
-from app.web.form_shape import shape_problem
+from app.web.form_shape import form_errors
 from app.web.form_values import count
-from app.web.input_guard import FORM_CHECKED, problems_beside
+from app.web.input_guard import FORM_CHECKED
 from app.web.job_page import CONFIRM
 from app.web.metrics import CAPPED_COUNT, EXACT_CAP, planner_estimate
 
@@ -321,11 +322,7 @@ class AdminJobsController(Controller):
     async def _plan(
         self, request: Request[Any, Any, Any], db: AsyncSession, form: Any, *, confirmed: bool
     ) -> tuple[BulkPlan, JobFilter | None]:
-        check_bulk_form(request)
-        # a misspelt condition (stauts=failed) left out would widen the action to jobs nobody meant
-        shape = shape_problem(form, BULK_FORM_FIELDS, repeatable=("ids",))
-        if shape:
-            raise BadInput(shape.replace("nothing was started", "nothing was done"))
+        check_bulk_form(request, form, BULK_FORM_FIELDS, repeatable=("ids",))
         action = form_str(form, "action", 20)
         scope = form_str(form, "scope", 20)
         if action not in BULK_ACTIONS or scope not in ("selected", "filter"):
@@ -359,12 +356,20 @@ def bulk_panel(
     return render(request, "admin/jobs_result.html", ctx, status_code=status_code)
 
 
-def check_bulk_form(request: Request[Any, Any, Any]) -> None:
-    """Raises:
-    BadInput: text in the form that cannot be taken (:func:`app.web.input_guard.problems_beside`; its
-    fields are hidden or buttons, so the panel says which).
+def check_bulk_form(
+    request: Request[Any, Any, Any], form: Any, fields: Iterable[str], repeatable: Iterable[str] = ()
+) -> None:
+    """A bulk form (``fields``: every name it sends, ``repeatable`` those sent more than once), checked
+    before any of its values is read (:func:`app.web.form_shape.form_errors`). A misspelt condition
+    (``stauts=failed``) left out would widen the action to jobs nobody meant.
+
+    Raises:
+    BadInput: text in the form that cannot be taken (its fields are hidden or buttons, so the panel says
+    which); a field the form has not, or one sent twice.
     """
-    problem = problems_beside(request, (), FORM).get(FORM)
+    problem = form_errors(
+        request, form, (), FORM, hidden=fields, repeatable=repeatable, nothing="nothing was done"
+    ).get(FORM)
     if problem:
         raise BadInput(problem)
 

@@ -40,9 +40,10 @@ from app.formatting import format_localtime, zone
 from app.processors import registry
 from app.web import DbSession, flash, forms, render
 from app.web.deps import client_ip, file_store, settings_of
+from app.web.form_shape import shape_problem
 from app.web.form_values import NOT_A_CHECKBOX, checkbox
 from app.web.input_guard import FORM_CHECKED, form_problems
-from app.web.submit import errors_from_bad_input, text_errors, validate
+from app.web.submit import errors_from_bad_input, input_names, text_errors, validate
 
 PREVIEW_COUNT = 5
 TYPED_MAX = 1_000
@@ -153,6 +154,10 @@ def read_typed(request: Any, form: Any, tgt: Any) -> tuple[dict[str, Any], dict[
     fields = forms.form_fields(tgt.model) if tgt is not None else []
     own = {key: key for key in (CRON, TIMEZONE, NAME, OWNER, ENABLED, CATCH_UP, TARGET)}
     errors = text_errors(fields, form_problems(request), own)
+    known, many = input_names(fields)
+    shape = shape_problem(form, known | set(own), many, nothing="nothing was saved")
+    if shape:
+        errors.setdefault(forms.FORM_ERROR, shape)
     for key in (ENABLED, CATCH_UP):
         ticked = checkbox(form.get(key))
         typed[key] = bool(ticked)

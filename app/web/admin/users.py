@@ -31,8 +31,9 @@ from app.actions import users as user_actions
 from app.errors import BadInput, Conflict
 from app.web import DbSession, confirms, flash, render
 from app.web.deps import client_ip, sentence, settings_of
+from app.web.form_shape import form_errors
 from app.web.form_values import NOT_A_CHECKBOX, checkbox
-from app.web.input_guard import FORM_CHECKED, problems_beside
+from app.web.input_guard import FORM_CHECKED
 
 USER_ACTIONS = {
     "make-admin": "user.make_admin",
@@ -101,7 +102,7 @@ class UsersController(Controller):
         email = str(form.get("email") or "")
         ticked = checkbox(form.get("is_admin"))
         make_admin = bool(ticked)
-        errors = problems_beside(request, ("email", "password", "is_admin"), "email")
+        errors = form_errors(request, form, ("email", "password", "is_admin"), "email")
         if ticked is None:
             errors.setdefault("is_admin", NOT_A_CHECKBOX)
         if not errors:
@@ -190,7 +191,7 @@ class UsersController(Controller):
         that cannot be taken is a 422 with the error beside that user's name field, as typed."""
         form = await request.form()
         name = str(form.get("name") or "")
-        errors = problems_beside(request, ("name",), "name")
+        errors = form_errors(request, form, ("name",), "name")
         if not errors:
             try:
                 issued = await user_actions.issue_token(

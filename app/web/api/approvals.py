@@ -66,7 +66,7 @@ class ApprovalsApiController(Controller):
     @post(
         ["/{job_id:str}/approve", "/{job_id:str}/reject"],
         name="api.approvals.decide",
-        responses=errors(401, 403, 404, 409, 413, 422),
+        responses=errors(401, 403, 404, 409, 413, 415, 422),
         status_code=200,
     )
     async def decide(

@@ -68,7 +68,7 @@ class BatchesApiController(Controller):
     guards = [requires_user]
     tags = ["batches"]
 
-    @post("/", name="api.batches.create", responses=errors(401, 403, 413, 422, 429), status_code=201)
+    @post("/", name="api.batches.create", responses=errors(401, 403, 413, 415, 422, 429), status_code=201)
     async def create(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[BatchCreate]
     ) -> dict[str, Any]:

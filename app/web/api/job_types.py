@@ -121,7 +121,7 @@ class JobTypeControlsApiController(Controller):
     @put(
         "/job-types/{job_type:str}/limits",
         name="api.job_types.limits",
-        responses=errors(401, 403, 404, 409, 413, 422),
+        responses=errors(401, 403, 404, 409, 413, 415, 422),
         status_code=200,
     )
     async def limits(

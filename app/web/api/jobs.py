@@ -233,7 +233,7 @@ class JobsApiController(Controller):
     guards = [requires_user]
     tags = ["jobs"]
 
-    @post("/", name="api.jobs.create", responses=errors(401, 403, 409, 413, 422, 429), status_code=201)
+    @post("/", name="api.jobs.create", responses=errors(401, 403, 409, 413, 415, 422, 429), status_code=201)
     async def create(
         self, request: Request[Any, Any, Any], data: JSONBody[JobCreate]
     ) -> Response[dict[str, Any]]:
@@ -308,7 +308,7 @@ class JobsApiController(Controller):
     @post(
         "/bulk",
         name="api.jobs.bulk",
-        responses=errors(401, 403, 413, 422),
+        responses=errors(401, 403, 413, 415, 422),
         status_code=200,
         guards=[requires_admin],
     )
@@ -394,7 +394,7 @@ class JobsApiController(Controller):
     @post(
         "/{job_id:str}/run-again",
         name="api.jobs.run_again",
-        responses=errors(401, 403, 404, 409, 413, 422, 429),
+        responses=errors(401, 403, 404, 409, 413, 415, 422, 429),
         status_code=201,
     )
     async def run_again(
@@ -425,7 +425,7 @@ class JobsApiController(Controller):
     @post(
         "/{job_id:str}/reject",
         name="api.jobs.reject",
-        responses=errors(401, 403, 404, 409, 413, 422),
+        responses=errors(401, 403, 404, 409, 413, 415, 422),
         status_code=200,
     )
     async def reject(
@@ -473,7 +473,7 @@ class JobsApiController(Controller):
     @post(
         "/{job_id:str}/reschedule",
         name="api.jobs.reschedule",
-        responses=errors(401, 403, 404, 409, 413, 422),
+        responses=errors(401, 403, 404, 409, 413, 415, 422),
         status_code=200,
     )
     async def reschedule(

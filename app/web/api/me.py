@@ -102,7 +102,7 @@ class AccountApiController(Controller):
         """The user the bearer token belongs to."""
         return _me(request.user)
 
-    @put("/me", name="api.me.update", status_code=200, responses=errors(401, 413, 422))
+    @put("/me", name="api.me.update", status_code=200, responses=errors(401, 413, 415, 422))
     async def update_me(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[MeUpdate]
     ) -> Me:
@@ -123,7 +123,9 @@ class AccountApiController(Controller):
         """Your API tokens that are not revoked, newest first (expired ones are marked)."""
         return [TokenInfo(**row) for row in await auth.user_tokens(db_session, request.user.id)]
 
-    @post("/me/tokens", name="api.me.tokens.create", status_code=201, responses=errors(401, 403, 413, 422))
+    @post(
+        "/me/tokens", name="api.me.tokens.create", status_code=201, responses=errors(401, 403, 413, 415, 422)
+    )
     async def create_token(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[TokenCreate]
     ) -> NewToken:

@@ -50,7 +50,10 @@ class NotificationsApiController(Controller):
         }
 
     @post(
-        "/notifications/read", name="api.notifications.read", responses=errors(401, 413, 422), status_code=200
+        "/notifications/read",
+        name="api.notifications.read",
+        responses=errors(401, 413, 415, 422),
+        status_code=200,
     )
     async def mark_read(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[ReadBody | None] = None
@@ -76,7 +79,7 @@ class NotificationsApiController(Controller):
         marked = await notifications.mark_read(db_session, request.user.id, ids)
         return {"marked": marked, "unread": await notifications.unread_count(db_session, request.user.id)}
 
-    @put("/me/notifications", name="api.me.notifications", responses=errors(401, 413, 422))
+    @put("/me/notifications", name="api.me.notifications", responses=errors(401, 413, 415, 422))
     async def email_choice(
         self,
         request: Request[Any, Any, Any],

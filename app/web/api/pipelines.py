@@ -104,7 +104,7 @@ class PipelinesApiController(Controller):
     guards = [requires_user]
     tags = ["pipelines"]
 
-    @post("/", name="api.pipelines.create", responses=errors(401, 403, 413, 422, 429), status_code=201)
+    @post("/", name="api.pipelines.create", responses=errors(401, 403, 413, 415, 422, 429), status_code=201)
     async def create(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[PipelineCreate]
     ) -> dict[str, Any]:

@@ -57,7 +57,9 @@ class SchedulesApiController(Controller):
         """Every schedule with its next and last fire time and last job or pipeline."""
         return [dict(r) for r in await schedules.list_schedules(db_session)]
 
-    @post("/schedules", name="api.schedules.create", responses=errors(401, 403, 413, 422), status_code=201)
+    @post(
+        "/schedules", name="api.schedules.create", responses=errors(401, 403, 413, 415, 422), status_code=201
+    )
     async def create_schedule(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[ScheduleCreate]
     ) -> dict[str, Any]:
@@ -100,7 +102,7 @@ class SchedulesApiController(Controller):
     @patch(
         "/schedules/{schedule_id:str}",
         name="api.schedules.update",
-        responses=errors(401, 403, 404, 409, 413, 422),
+        responses=errors(401, 403, 404, 409, 413, 415, 422),
         status_code=200,
     )
     async def update_schedule(
@@ -118,7 +120,7 @@ class SchedulesApiController(Controller):
     @put(
         "/schedules/{schedule_id:str}",
         name="api.schedules.replace",
-        responses=errors(401, 403, 404, 409, 413, 422),
+        responses=errors(401, 403, 404, 409, 413, 415, 422),
         status_code=200,
     )
     async def replace_schedule(
