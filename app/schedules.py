@@ -114,7 +114,9 @@ def _validate_target(
     tpl = pipelines.get_template(template or "")
     if tpl is None:
         raise BadInput.field("template", f"unknown pipeline template {str(template)[:100]!r}")
-    values, _steps = tpl.build(input_data)
+    values, steps = tpl.build(input_data)
+    # the pipeline each firing will make, checked now (its $refs too) rather than at every firing
+    queue.check_spec(tpl.title, steps, settings)
     return values
 
 
