@@ -35,6 +35,7 @@ from app.jobs.graph import (
     KEY_PATTERN,
     MAX_STEPS,
     check_graph,
+    check_ref_sources,
     find_cycle,
     plan_next_jobs,
     resolve_refs,
@@ -158,6 +159,15 @@ def template(tpl: Template) -> Template:
     if tpl.name in TEMPLATES and TEMPLATES[tpl.name] is not tpl:
         raise ValueError(f"pipeline template {tpl.name!r} is registered twice")
     check_graph([{"key": s.key, "depends_on": list(s.depends_on)} for s in tpl.steps], "steps")
+    for i, s in enumerate(tpl.steps):
+        if isinstance(s.input, dict):
+            # a fixed input's $refs are known now: one that cannot be read is the template's own mistake
+            try:
+                check_ref_sources(
+                    {"depends_on": list(s.depends_on), "input_data": s.input}, f"steps[{i}].input_data"
+                )
+            except BadInput as exc:
+                raise ValueError(f"pipeline template {tpl.name!r}: {exc.detail}") from None
     TEMPLATES[tpl.name] = tpl
     return tpl
 

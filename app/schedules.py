@@ -35,7 +35,7 @@ from app import pipelines, quotas
 from app.cron import check_cron, check_zone, fire_times, fired_title, next_fire
 from app.errors import BadInput, Conflict, NotFound
 from app.jobs import outbox, queue
-from app.jobs.payload import check_input, json_text
+from app.jobs.payload import check_input, json_text, text_problem
 from app.jobs.queue import NewJob
 from app.jobs.types import file_refs, may_submit, refusal, registry
 from app.settings import Settings
@@ -114,18 +114,50 @@ def _validate_target(
     tpl = pipelines.get_template(template or "")
     if tpl is None:
         raise BadInput.field("template", f"unknown pipeline template {str(template)[:100]!r}")
-    values, _steps = tpl.build(input_data)
+    values, steps = tpl.build(input_data)
+    # the pipeline each firing will make, checked now (its $refs too) rather than at every firing
+    queue.check_spec(tpl.title, steps, settings)
     return values
 
 
-def check_schedule(
-    cron: str, timezone: str, job_type: str | None, template: str | None, input_data: Any, settings: Settings
-) -> tuple[str, dict[str, Any]]:
-    """The normalised cron expression and the target's validated input.
+NAME_MAX = 200
+"""The longest name a schedule takes."""
+
+
+def check_name(name: Any) -> str:
+    """A schedule's name, stripped; ``""`` when none was given (one is made from its target and cron).
 
     Raises:
-        BadInput: every bad field at once (cron, timezone, type/template, input_data…), so a form can
-        show them all next to their fields.
+        BadInput: (``name``) not text, text PostgreSQL cannot store, or over :data:`NAME_MAX` characters.
+    """
+    if name is None:
+        return ""
+    if not isinstance(name, str):
+        raise BadInput.field("name", "must be text")
+    if (problem := text_problem(name)) is not None:
+        raise BadInput.field("name", problem)
+    name = name.strip()
+    if len(name) > NAME_MAX:
+        raise BadInput.field("name", f"is {len(name):,} characters long; at most {NAME_MAX} are allowed")
+    return name
+
+
+def check_schedule(
+    cron: str,
+    timezone: str,
+    job_type: str | None,
+    template: str | None,
+    input_data: Any,
+    settings: Settings,
+    *,
+    name: Any = None,
+) -> tuple[str, dict[str, Any]]:
+    """The normalised cron expression and the target's validated input; ``name`` is checked with them
+    (:func:`check_name`).
+
+    Raises:
+        BadInput: every bad field at once (cron, timezone, type/template, input_data…, name), so a form
+        can show them all next to their fields.
     """
     errors: dict[str, str] = {}
     out: dict[str, Any] = {}
@@ -136,6 +168,7 @@ def check_schedule(
             "values",
             lambda: _validate_target(job_type, template, {} if input_data is None else input_data, settings),
         ),
+        ("name", lambda: check_name(name)),
     ):
         try:
             out[key] = check()
@@ -194,10 +227,8 @@ async def create_schedule(
         input that is not the owner's. Conflict: created enabled for an owner whose account is disabled
         (:func:`check_may_enable`); created disabled, it is kept.
     """
-    cron, values = check_schedule(cron, timezone, job_type, template, input_data, settings)
-    name = (name or "").strip() or f"{job_type or template} at {cron} ({timezone})"
-    if len(name) > 200 or "\x00" in name:
-        raise BadInput.field("name", "at most 200 characters")
+    cron, values = check_schedule(cron, timezone, job_type, template, input_data, settings, name=name)
+    name = check_name(name) or f"{job_type or template} at {cron} ({timezone})"[:NAME_MAX]
     params = {
         "id": uuid7(),
         "name": name,

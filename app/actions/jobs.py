@@ -26,7 +26,7 @@ from app.actions.trail import Actor, auditing_refusals, record_by_owner, record_
 from app.errors import AppError, BadInput, Conflict, Forbidden, KeyReused, NotFound, RateLimited
 from app.files import FileStore, remove_after_commit
 from app.jobs import naming, queue
-from app.jobs.decisions import Decision, decision_words
+from app.jobs.decisions import Decision, decider_view, decision_words
 from app.jobs.error_text import retry_refusal
 from app.jobs.queue import Enqueued, NewJob
 from app.jobs.queue.repeats import Repeat, refusal
@@ -107,6 +107,9 @@ class ActionOutcome:
     row: Mapping[Any, Any] | None = None
     new_job: Mapping[Any, Any] | None = None
     conflict: Conflict | None = None
+    decider_view: dict[str, Any] | None = None
+    """For a decision by someone who may not see the job (a named approver), what they are told of it
+    (:func:`app.jobs.decisions.decider_view`); ``row`` is then ``None``."""
 
 
 def parse_id(value: Any, what: str = "job") -> uuid.UUID:
@@ -522,6 +525,10 @@ async def perform(
     new_id = new_job["id"] if new_job is not None else None
     paused = action == "run-now" and bool(await controls.paused_for(db, [row["type"]]))
     message = ok_message(action, row, new_job, paused=paused)
+    if not queue.may_see(row, actor.user):
+        # a named approver decides a step whose job they may not read: no caller can answer with it
+        view = decider_view(row, message)
+        return ActionOutcome(action, True, message, 200, jid, new_id, None, None, decider_view=view)
     return ActionOutcome(action, True, message, 200, jid, new_id, row, new_job)
 
 

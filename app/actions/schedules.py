@@ -38,7 +38,6 @@ from app.settings import Settings
 CRON_MAX = 300
 TIMEZONE_MAX = 100
 EMAIL_MAX = 254
-NAME_MAX = 300
 FORM_FIELDS = ("cron", "timezone", "name", "owner", "input_data")
 """The fields a schedule's form or request gives: a 422 about these alone is a form to correct, not a
 refused change, and is not audited (``input_data`` covers each input field, ``input_data.<field>``)."""
@@ -76,17 +75,17 @@ async def owner_of(db: Db, actor: Any, owner_email: str | None) -> Any:
         raise BadInput.field("owner", exc.detail) from None
 
 
-def _texts(cron: Any, timezone: Any, name: Any, errors: dict[str, str]) -> tuple[str, str, str]:
-    """The schedule's cron, time zone and name as storable text; a value that is not text, too long, or
-    holds a NUL or a lone surrogate, or an empty time zone, is added to ``errors`` (and given back as
-    ``""``) so that the other fields are still checked."""
+def _texts(cron: Any, timezone: Any, errors: dict[str, str]) -> tuple[str, str]:
+    """The schedule's cron and time zone as storable text; a value that is not text, too long, or holds
+    a NUL or a lone surrogate, or an empty time zone, is added to ``errors`` (and given back as ``""``)
+    so that the other fields are still checked. The name is checked with the schedule
+    (:func:`app.schedules.check_schedule`)."""
     texts: list[str] = []
     for value, key, limit in ((cron, "cron", CRON_MAX), (timezone, "timezone", TIMEZONE_MAX)):
         texts.append(_kept(errors, lambda v=value, k=key, n=limit: _text(v, k, n).strip(), ""))
     if not texts[1] and "timezone" not in errors:
         errors["timezone"] = "Choose a time zone."
-    name = _kept(errors, lambda: _text(name or "", "name", NAME_MAX), "")
-    return texts[0], texts[1], name
+    return texts[0], texts[1]
 
 
 def _kept(errors: dict[str, str], check: Any, default: Any = None) -> Any:
@@ -153,7 +152,7 @@ async def create_schedule(
         db, who, "schedule.create", target_type="schedule", target_ids=[], inputs=FORM_FIELDS
     ):
         errors: dict[str, str] = {}
-        cron, timezone, name = _texts(cron, timezone, name, errors)
+        cron, timezone = _texts(cron, timezone, errors)
         try:
             owner = await owner_of(db, who.user, owner_email)
         except BadInput as exc:
@@ -161,7 +160,10 @@ async def create_schedule(
             owner = who.user
         _kept(errors, lambda: _check_target(owner, job_type, template))
         _kept(
-            errors, lambda: schedules.check_schedule(cron, timezone, job_type, template, input_data, settings)
+            errors,
+            lambda: schedules.check_schedule(
+                cron, timezone, job_type, template, input_data, settings, name=name
+            ),
         )
         _raise_all(errors)
         async with db.begin_nested():
@@ -256,7 +258,7 @@ async def update_schedule(
     """
     require_admin(actor, "edit schedules")
     errors: dict[str, str] = {}
-    cron, timezone, _name = _texts(cron, timezone, None, errors)
+    cron, timezone = _texts(cron, timezone, errors)
     _raise_all(errors)
     stored = await schedules.get_schedule(db, schedule_id)
     if _only_switches(stored, cron, timezone, input_data, enabled, settings):

@@ -17,6 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.formatting import format_localtime, zone
+from app.jobs.states import label
 
 DONE_WORDS = {"approved": "approved", "rejected": "rejected", "rerun_requested": "sent back to run again"}
 """An approval event's kind as a past participle."""
@@ -102,3 +103,18 @@ async def decisions_of(db: AsyncConnection | AsyncSession, job_id: Any) -> list[
         }
         for r in rows
     ]
+
+
+DECIDER_FIELDS = ("id", "type", "title", "step_key", "pipeline_id", "status")
+"""What a decision's answer tells someone who may decide a step but may not see its job (a named
+approver who is neither its owner nor an admin): the step as their list of steps names it, never its
+input, result or error, which only its owner and admins may read."""
+
+
+def decider_view(row: Any, message: str) -> dict[str, Any]:
+    """The answer to a decision for someone who may not see the job: :data:`DECIDER_FIELDS` of the
+    decided ``row``, its status in plain words, and ``message`` (what the decision did)."""
+    view = {k: row[k] for k in DECIDER_FIELDS}
+    view["status_label"] = label(row["status"], is_active=row.get("is_active", True))
+    view["message"] = message
+    return view

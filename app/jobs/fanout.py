@@ -171,6 +171,26 @@ def _short(item: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "…"
 
 
+REF_FORM = '"<step>.<field>"'
+"""What a ``$ref`` takes: a step's key, a dot, and the path of a field of its result (``load.rows``,
+``load.rows.0.name``)."""
+
+
+def ref_problem(ref: Any) -> str | None:
+    """What is wrong with the text of a ``{"$ref": ref}``, or ``None``: it is a step's key and a non-empty
+    field path (no empty part: ``"a"``, ``"a."`` and ``"a..b"`` could only fail when the step runs).
+    The one rule for every ``$ref`` a pipeline is made with — a step's input, a ``for_each`` list, a
+    processor's next jobs — whichever path made it (API, form, template, schedule)."""
+    if not isinstance(ref, str) or not ref:
+        return f'"$ref" takes {REF_FORM}, the step being one it depends on'
+    key, dot, path = ref.partition(".")
+    if not key:
+        return f'{ref[:100]!r} names no step: "$ref" takes {REF_FORM}'
+    if not dot or not path or "" in path.split("."):
+        return f'{ref[:100]!r} names no field of step {key[:64]!r}: "$ref" takes {REF_FORM}'
+    return None
+
+
 def source_of(for_each: Any) -> str | None:
     """The parent step key a ``{"$ref": "<step>.<field>"}`` list comes from; ``None`` for a literal."""
     if isinstance(for_each, dict) and set(for_each) == {"$ref"} and isinstance(for_each["$ref"], str):
@@ -200,8 +220,8 @@ def check_for_each(steps: Sequence[dict[str, Any]], prefix: str, max_items: int)
         value = step["for_each"]
         source = source_of(value)
         if source is not None:
-            if "." not in value["$ref"] or not value["$ref"].split(".", 1)[1]:
-                raise BadInput.field(field, 'a "$ref" list names a field: "<step>.<field>"')
+            if (problem := ref_problem(value["$ref"])) is not None:
+                raise BadInput.field(field, problem)
             if source == step.get("key"):
                 raise BadInput.field(field, f"dependency cycle: {source} → {source} (its own result)")
             deps = step.get("depends_on") or []

@@ -30,6 +30,7 @@ from app.jobs.fanout import (
     has_items,
     has_literals,
     is_literal,
+    ref_problem,
     unwrap_literals,
 )
 from app.jobs.payload import check_input
@@ -213,10 +214,8 @@ def check_ref_sources(step: dict[str, Any], path: str) -> None:
                 return
             if set(value) == {"$ref"}:
                 ref = value["$ref"]
-                if not isinstance(ref, str) or not ref:
-                    raise BadInput.field(
-                        where, '"$ref" takes "<step>.<field>", the step being one it depends on'
-                    )
+                if (problem := ref_problem(ref)) is not None:
+                    raise BadInput.field(where, problem)
                 key = ref.split(".", 1)[0]
                 if key not in sources:
                     raise BadInput.field(

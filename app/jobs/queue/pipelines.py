@@ -130,7 +130,7 @@ INSERT_PIPELINE = sql(
 )
 
 
-def _check_spec(
+def check_spec(
     name: Any, steps: Any, settings: Settings
 ) -> tuple[str, list[dict[str, Any]], dict[str, dict[str, Any]], dict[str, str]]:
     """The pipeline's name, stripped; the steps with each literal ``for_each`` expanded
@@ -283,7 +283,7 @@ async def create_pipeline(
         Conflict: the owner has a pipeline with ``form_key`` already (nothing is created).
     """
     conn = await conn_of(db)
-    name, expanded, stored_inputs, paths = _check_spec(name, steps, settings)
+    name, expanded, stored_inputs, paths = check_spec(name, steps, settings)
     pipeline_id = new_id()
     row = (
         (

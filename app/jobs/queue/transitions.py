@@ -37,7 +37,7 @@ from app.jobs.queue.new_jobs import Enqueued, NewJob, enqueue
 from app.jobs.queue.pipelines import mark_removed_unfinished, refresh_pipelines
 from app.jobs.rows import JobRow, job_row
 from app.jobs.run_at import check_run_at
-from app.jobs.states import Actor, Status, sources
+from app.jobs.states import Actor, Status, label, sources
 from app.jobs.types import (
     USER_MAX_PRIORITY,
     PermanentError,
@@ -327,6 +327,13 @@ WAITED_FOR = sql(
 )
 
 
+def not_waiting(row: JobRow, done: str) -> str:
+    """Why a job that no longer waits cannot be ``done`` ("run now", "rescheduled"), with its status in
+    the words its page shows ("Running", "Done"): the one sentence the API's 409, the page's notice
+    ("Nothing changed: …") and the audit entry give, as :func:`_run_now_refusal`'s are."""
+    return f"this job is {label(row['status'], is_active=row['is_active'])}, not waiting, so it cannot be {done}."
+
+
 async def _run_now_refusal(conn: AsyncConnection, row: JobRow) -> str | None:
     """Why "run now" cannot start this waiting job, or ``None``. Its due time is only one of the things
     a claim waits for (:mod:`app.jobs.queue.claims`): a step whose earlier steps have not completed, and
@@ -363,7 +370,7 @@ async def reschedule(
     if not principal.is_admin:
         raise Forbidden("Only an admin can reschedule a job.")
     if row["status"] != Status.QUEUED:
-        raise Conflict(f"Cannot reschedule job {row['id']}: it is {row['status']}, not waiting.")
+        raise Conflict(not_waiting(row, "run now" if run_at is None else "rescheduled"))
     if run_at is None and (why := await _run_now_refusal(conn, row)):
         raise Conflict(why)
     found = (await conn.execute(RESCHEDULE, {"id": row["id"], "run_at": run_at})).mappings().first()

@@ -15,7 +15,7 @@ from app.actions import approvals
 from app.auth import requires_user
 from app.errors import BadInput
 from app.web import DbSession
-from app.web.api.jobs import job_response, rejection_reason
+from app.web.api.jobs import outcome_response, rejection_reason
 from app.web.deps import actor_of
 from app.web.openapi import errors
 
@@ -94,4 +94,4 @@ class ApprovalsApiController(Controller):
             raise BadInput.field("comment", message) from None
         if outcome.conflict is not None:
             raise outcome.conflict
-        return await job_response(db_session, outcome.row, viewer=request.user)
+        return await outcome_response(db_session, outcome, viewer=request.user)

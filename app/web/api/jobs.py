@@ -151,6 +151,16 @@ async def job_response(
     return Response(display.job_for(job_json(row, deps, tags), viewer), status_code=status_code)
 
 
+async def outcome_response(
+    db: AsyncSession, outcome: job_actions.ActionOutcome, *, viewer: Any
+) -> Response[dict[str, Any]]:
+    """An action's answer: the job as ``viewer`` may read it, or, for a decision by a named approver who
+    may not see the job, only what the action tells them (``outcome.decider_view``)."""
+    if outcome.row is None and outcome.decider_view is not None:
+        return Response(outcome.decider_view, status_code=200)
+    return await job_response(db, outcome.row, viewer=viewer)
+
+
 @asynccontextmanager
 async def session_of(request: Request[Any, Any, Any]) -> AsyncIterator[AsyncSession]:
     """A session for one request, committed when the block ends without an exception (rolled back
@@ -420,7 +430,7 @@ class JobsApiController(Controller):
     ) -> Response[dict[str, Any]]:
         """Approve a step waiting for approval (admins): it completes and its dependents run."""
         outcome = await act(request, db_session, "approve", job_id)
-        return await job_response(db_session, outcome.row, viewer=request.user)
+        return await outcome_response(db_session, outcome, viewer=request.user)
 
     @post(
         "/{job_id:str}/reject",
@@ -444,7 +454,7 @@ class JobsApiController(Controller):
             if sent_as == "reason" or "reason" not in exc.errors:
                 raise
             raise BadInput.field(sent_as, exc.errors["reason"]) from None
-        return await job_response(db_session, outcome.row, viewer=request.user)
+        return await outcome_response(db_session, outcome, viewer=request.user)
 
     @post("/{job_id:str}/rerun", name="api.jobs.rerun", responses=errors(401, 403, 404, 409), status_code=200)
     async def rerun(
