@@ -36,7 +36,7 @@ from app.files import INLINE_TYPES, served_type
 from app.formatting import format_bytes
 from app.web import DbSession
 from app.web.deps import file_store, settings_of
-from app.web.input_guard import READS_BODY
+from app.web.input_guard import READS_BODY, UPLOADS
 from app.web.openapi import errors
 
 
@@ -127,7 +127,7 @@ class FilesApiController(Controller):
         name="api.files.upload",
         responses=errors(401, 413, 422, 429),
         status_code=201,
-        opt={READS_BODY: True},
+        opt={READS_BODY: True, UPLOADS: True},
     )
     async def upload(self, request: Request[Any, Any, Any], db_session: DbSession) -> UploadedFile:
         """Upload one file (multipart form field ``file``); returns its id for a job's input. 413 above

@@ -49,7 +49,7 @@ from app.web.deps import (
     tell_unshown,
     unchanged,
 )
-from app.web.input_guard import FORM_CHECKED, problems_beside
+from app.web.input_guard import FORM_CHECKED, UPLOADS, problems_beside
 from app.web.job_page import (
     JOB_CELL,
     load_status_row,
@@ -186,7 +186,9 @@ class JobsController(Controller):
         )
         return render(request, "jobs/new.html", ctx)
 
-    @post("/new/{type_name:str}", name="jobs.create", status_code=303, opt={FORM_CHECKED: True})
+    @post(
+        "/new/{type_name:str}", name="jobs.create", status_code=303, opt={FORM_CHECKED: True, UPLOADS: True}
+    )
     async def create_job(
         self, request: Request[Any, Any, Any], db_session: DbSession, type_name: FromPath[str]
     ) -> Template | Redirect:
