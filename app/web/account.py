@@ -30,6 +30,7 @@ from app.actions import account as account_actions
 from app.errors import BadInput
 from app.web import DbSession, flash, render
 from app.web.deps import client_ip, settings_of
+from app.web.form_shape import shape_problem
 from app.web.form_values import whole_number
 from app.web.input_guard import FORM_CHECKED, problems_beside
 
@@ -43,6 +44,7 @@ async def account_context(db: AsyncSession, user: Any) -> dict[str, Any]:
         "tokens": await auth.user_tokens(db, user.id),
         "themes": THEME_WORDS,
         "min_password": auth.MIN_PASSWORD_LENGTH,
+        "max_password": auth.MAX_PASSWORD_LENGTH,
         "max_token_days": account_actions.MAX_TOKEN_DAYS,
         "errors": {},
         "values": {"timezone": user.timezone, "token_name": "", "expires_in_days": ""},
@@ -114,7 +116,8 @@ class AccountController(Controller):
         """Change the password; other sessions end. Wrong current password, a short or repeated new one:
         422 with the message next to the field."""
         form = await request.form()
-        refused = problems_beside(request, PASSWORD_FIELDS, "password")
+        shape = shape_problem(form, PASSWORD_FIELDS, outcome="the password was not changed", hint="")
+        refused = {"password": shape} if shape else problems_beside(request, PASSWORD_FIELDS, "password")
         if refused:
             return await self._page(request, db_session, 422, errors=refused)
         try:

@@ -18,7 +18,11 @@ from app.signin import sign_in
 from app.web import DbSession, current_user, render
 from app.web.csrf import COOKIE_NAME as CSRF_COOKIE
 from app.web.csrf import csrf_cookie, session_token_for_cookie
+from app.web.form_shape import shape_problem
 from app.web.input_guard import FORM_CHECKED, problems_beside
+
+LOGIN_FIELDS = ("email", "password", "next", "timezone")
+LOGIN_HINT = " Sign in with the form's email and password."
 
 
 @dataclass
@@ -69,6 +73,14 @@ class AuthController(Controller):
         settings = request.app.state.settings
         target = safe_next(data.next)
         email = data.email.strip()
+        # a field the form has not (or one sent twice) is refused, as the other forms refuse it
+        shape = shape_problem(
+            await request.form(), LOGIN_FIELDS, outcome="you were not signed in", hint=LOGIN_HINT
+        )
+        if shape is not None:
+            return render(
+                request, "login.html", {"next": target, "email": email, "error": shape}, status_code=422
+            )
         # text that cannot be taken: beside the email or password, any other field's above the form
         refused = problems_beside(request, ("email", "password"), "_form")
         if refused:

@@ -28,21 +28,31 @@ def _pairs(form: Any) -> list[tuple[str, Any]]:
     return list(form.items())
 
 
-def shape_problem(form: Any, known: Iterable[str], repeatable: Iterable[str] = ()) -> str | None:
+JOB_FORM_HINT = " Use the form's own fields (the JSON API takes settings such as priority or max_attempts)."
+
+
+def shape_problem(
+    form: Any,
+    known: Iterable[str],
+    repeatable: Iterable[str] = (),
+    *,
+    outcome: str = "nothing was started",
+    hint: str = JOB_FORM_HINT,
+) -> str | None:
     """Why ``form`` cannot be read as the form whose fields are ``known`` (``repeatable``: those it may
-    send more than once), in words for the top of the form; ``None`` when it can."""
+    send more than once), in words for the top of the form; ``None`` when it can. ``outcome`` says what
+    did not happen, ``hint`` (after the first sentence) what to do instead."""
     known_names = set(known) | BROWSER_ARTEFACTS
     many = set(repeatable)
     counts = Counter(name for name, _ in _pairs(form))
     unknown = [name for name in counts if name not in known_names]
     if unknown:
         names = ", ".join(repr(shown_name(n)) for n in unknown[:5])
-        return (
-            f"This form has no field{'' if len(unknown) == 1 else 's'} {names}; nothing was started."
-            " Use the form's own fields (the JSON API takes settings such as priority or max_attempts)."
-        )
+        return f"This form has no field{'' if len(unknown) == 1 else 's'} {names}; {outcome}.{hint}"
     repeated = [name for name, n in counts.items() if n > 1 and name not in many]
     if repeated:
         names = ", ".join(repr(shown_name(n)) for n in repeated[:5])
-        return f"The form sent {names} more than once; send each field once. Nothing was started."
+        return (
+            f"The form sent {names} more than once; send each field once. {outcome[:1].upper()}{outcome[1:]}."
+        )
     return None
