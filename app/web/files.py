@@ -135,6 +135,9 @@ class FilesApiController(Controller):
         settings = settings_of(request)
         form = await request.form()
         upload = form.get("file")
+        sent = len(form.getall("file")) if upload is not None else 0
+        if sent > 1:  # the others would have been dropped without a word
+            raise BadInput.field("file", f"send one file per request (this one has {sent} 'file' parts)")
         if upload is None:
             raise BadInput.field("file", "send the file as multipart/form-data in a part named 'file'")
         if isinstance(upload, str) or not getattr(upload, "filename", ""):
