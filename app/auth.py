@@ -65,7 +65,9 @@ MIN_PASSWORD_LENGTH = 8
 MAX_PASSWORD_LENGTH = 1024
 """Longest password one may set; a longer one matches no account (:func:`verify_password`) and is not
 hashed: argon2 over megabytes of text took seconds of CPU per sign-in attempt."""
-_EMAIL_RE = re.compile(r"^[^@\s\x00-\x1f\x7f]+@[^@\s\x00-\x1f\x7f]+$")
+# a local part, then a domain of at least two dot-separated labels (``a@b`` reaches no one outside the
+# machine it was typed on); no spaces, control characters or a second ``@``
+_EMAIL_RE = re.compile(r"^[^@\s\x00-\x1f\x7f]+@(?:[^@\s\x00-\x1f\x7f.]+\.)+[^@\s\x00-\x1f\x7f.]+$")
 
 _hasher = PasswordHasher()
 
@@ -143,7 +145,8 @@ def normalize_email(email: str) -> str:
     """``email`` stripped and lower-cased.
 
     Raises:
-        BadInput: (field ``email``) empty, longer than 254 characters, or not ``something@domain``.
+        BadInput: (field ``email``) empty, longer than 254 characters, or not ``something@domain.tld``
+        (a domain of at least two labels, none empty).
     """
     value = (email or "").strip().lower()
     if not value:
