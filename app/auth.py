@@ -62,7 +62,12 @@ API_PREFIX = "/api/"
 TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
 
 MIN_PASSWORD_LENGTH = 8
-_EMAIL_RE = re.compile(r"^[^@\s\x00-\x1f\x7f]+@[^@\s\x00-\x1f\x7f]+$")
+MAX_PASSWORD_LENGTH = 1024
+"""Longest password one may set; a longer one matches no account (:func:`verify_password`) and is not
+hashed: argon2 over megabytes of text took seconds of CPU per sign-in attempt."""
+# a local part, then a domain of at least two dot-separated labels (``a@b`` reaches no one outside the
+# machine it was typed on); no spaces, control characters or a second ``@``
+_EMAIL_RE = re.compile(r"^[^@\s\x00-\x1f\x7f]+@(?:[^@\s\x00-\x1f\x7f.]+\.)+[^@\s\x00-\x1f\x7f.]+$")
 
 _hasher = PasswordHasher()
 
@@ -121,7 +126,10 @@ def password_needs_rehash(password_hash: str) -> bool:
 
 
 def verify_password(password_hash: str, password: str) -> bool:
-    """Whether ``password`` matches ``password_hash``; a malformed hash counts as no match."""
+    """Whether ``password`` matches ``password_hash``; a malformed hash counts as no match, and so does a
+    password longer than any that can be set (:data:`MAX_PASSWORD_LENGTH`), without hashing it."""
+    if len(password) > MAX_PASSWORD_LENGTH:
+        return False
     try:
         return _hasher.verify(password_hash, password)
     except (VerificationError, InvalidHashError):
@@ -137,7 +145,8 @@ def normalize_email(email: str) -> str:
     """``email`` stripped and lower-cased.
 
     Raises:
-        BadInput: (field ``email``) empty, longer than 254 characters, or not ``something@domain``.
+        BadInput: (field ``email``) empty, longer than 254 characters, or not ``something@domain.tld``
+        (a domain of at least two labels, none empty).
     """
     value = (email or "").strip().lower()
     if not value:
@@ -152,12 +161,17 @@ _NOT_TYPABLE = re.compile("[\x00\ud800-\udfff]")
 
 def check_password_rules(password: str) -> None:
     """Raises:
-    BadInput: (field ``password``) shorter than :data:`MIN_PASSWORD_LENGTH` characters, or holding a NUL
+    BadInput: (field ``password``) shorter than :data:`MIN_PASSWORD_LENGTH` characters, longer than
+    :data:`MAX_PASSWORD_LENGTH`, or holding a NUL
     character or a lone surrogate: the sign-in form refuses those, so such a password could never be
     used (the admin's user form, which checks its own fields, and the CLI let one through).
     """
     if len(password) < MIN_PASSWORD_LENGTH:
         raise BadInput.field("password", f"Use at least {MIN_PASSWORD_LENGTH} characters.")
+    if len(password) > MAX_PASSWORD_LENGTH:
+        raise BadInput.field(
+            "password", f"Use at most {MAX_PASSWORD_LENGTH:,} characters (this one has {len(password):,})."
+        )
     if _NOT_TYPABLE.search(password):
         raise BadInput.field(
             "password", "Remove the NUL character or lone surrogate: signing in would refuse it."

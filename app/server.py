@@ -13,7 +13,8 @@ Start-up (the lifespan, in this order):
    (:func:`app.worker.threaded.start_in_thread`) — in one web process per host
    (:mod:`app.worker.host_lock`); on shutdown it is stopped, and awaited, before the engine is disposed.
 
-Before any handler: :class:`app.web.auth_middleware.AuthenticationMiddleware` finds the user,
+Before any handler: :class:`app.web.input_guard.BodyLimitMiddleware` refuses a body over its route's
+limit (413), :class:`app.web.auth_middleware.AuthenticationMiddleware` finds the user,
 :class:`app.web.csrf.CsrfMiddleware` checks the session-bound CSRF token of every form post, and
 :class:`app.web.input_guard.InputGuardMiddleware` refuses NUL characters, lone surrogates and over-deep
 JSON with a 422 naming the field, and :class:`app.web.form_shape.ButtonFormMiddleware` a field sent to a
@@ -106,7 +107,7 @@ from app.web.files import FilesApiController, FilesController
 from app.web.form_shape import ButtonFormMiddleware
 from app.web.health import HealthController
 from app.web.home import HomeController
-from app.web.input_guard import InputGuardMiddleware
+from app.web.input_guard import BodyLimitMiddleware, InputGuardMiddleware
 from app.web.job_log import JobLogApiController, JobLogController
 from app.web.jobs import JobsController
 from app.web.json_body import JsonBodyRequest
@@ -574,6 +575,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
         plugins=[SQLAlchemyPlugin(config=sa_config), HTMXPlugin(), _AfterPlugins(_worker_lifespan(settings))],
         middleware=[
             RequestContextMiddleware(),
+            BodyLimitMiddleware(),
             AuthenticationMiddleware(),
             CsrfMiddleware(
                 settings.resolved_secret_key(),

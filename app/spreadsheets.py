@@ -122,7 +122,8 @@ def read(data: bytes, name: str, *, max_rows: int = MAX_ROWS, max_bytes: int = D
     run it in a thread from an event loop.
 
     Raises:
-        BadInput: on ``file``: not a CSV or XLSX file, no header row, no data rows, more than
+        BadInput: on ``file``: not a CSV or XLSX file, no header row, no data rows, a row with a value
+        past the header's last column (named by its number), more than
         ``max_rows`` data rows or :data:`MAX_COLUMNS` columns, more than ``max_bytes`` characters of
         text, a workbook that would unpack to too much (:func:`_check_archive`).
     """
@@ -161,7 +162,16 @@ def read(data: bytes, name: str, *, max_rows: int = MAX_ROWS, max_bytes: int = D
             continue
         if len(sheet.rows) >= max_rows:
             raise too_many_rows(max_rows)
-        sheet.rows.append((number, cleaned[: len(sheet.columns)]))
+        if len(cleaned) > len(sheet.columns):
+            # a value past the last header belongs to no column: dropping it ran the row without it
+            width = len(sheet.columns)
+            raise BadInput.field(
+                "file",
+                f"Row {number} has a value in column {len(cleaned)}, past the last of the header's "
+                f"{width} column{'' if width == 1 else 's'}: give that column a header, or remove "
+                "the value (a comma inside a value needs quotes around the value).",
+            )
+        sheet.rows.append((number, cleaned))
     if sheet is None:
         raise BadInput.field("file", "This spreadsheet is empty: the first row should name the columns.")
     if not sheet.rows:

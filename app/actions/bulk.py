@@ -80,9 +80,16 @@ async def plan_selected(db: AsyncSession, action: str, raw_ids: Sequence[str]) -
     job has are set apart in ``unknown``.
 
     Raises:
-        BadInput: on ``ids``, a value that is not a job id, or more than :data:`BULK_MAX` distinct ids
+        BadInput: on ``ids``, a value that is not a job id, or more than :data:`BULK_MAX` ids as sent
             (those past the limit were dropped unreported, in neither ``done`` nor ``skipped``).
     """
+    # counted as sent, repeats included, before any is read: the limit is on the list a client sends
+    if len(raw_ids) > BULK_MAX:
+        raise BadInput.field(
+            "ids",
+            f"at most {BULK_MAX:,} ids per bulk action; {len(raw_ids):,} were sent (repeats count), "
+            "so send them in parts",
+        )
     ids: list[uuid.UUID] = []
     seen: set[uuid.UUID] = set()
     for value in raw_ids:
@@ -93,10 +100,6 @@ async def plan_selected(db: AsyncSession, action: str, raw_ids: Sequence[str]) -
         if jid not in seen:
             seen.add(jid)
             ids.append(jid)
-    if len(ids) > BULK_MAX:
-        raise BadInput.field(
-            "ids", f"at most {BULK_MAX:,} jobs per bulk action; {len(ids):,} were sent, so send them in parts"
-        )
     rows = (await db.execute(ROWS_BY_ID, {"ids": ids})).mappings().all() if ids else []
     found = {r["id"] for r in rows}
     unknown = [j for j in ids if j not in found]

@@ -202,6 +202,7 @@ async def submit(
         TooLarge: input above ``JOB_MAX_INPUT_BYTES``.
         RateLimited: over the person's waiting or per-minute limit (:mod:`app.actions.quotas`).
     """
+    queue.check_dependencies(new, actor.settings)  # before anything looks the ids up
     access.check_type(actor.user, new.type)
     access.check_priority(actor.user, new.priority)
     checked_tags = check_tags(list(tags) if tags is not None else None)

@@ -45,6 +45,7 @@ async def account_context(db: AsyncSession, user: Any) -> dict[str, Any]:
         "tokens": await auth.user_tokens(db, user.id),
         "themes": THEME_WORDS,
         "min_password": auth.MIN_PASSWORD_LENGTH,
+        "max_password": auth.MAX_PASSWORD_LENGTH,
         "max_token_days": account_actions.MAX_TOKEN_DAYS,
         "errors": {},
         "values": {"timezone": user.timezone, "token_name": "", "expires_in_days": ""},

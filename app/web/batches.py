@@ -46,7 +46,7 @@ from app.web.deps import (
 )
 from app.web.form_shape import form_errors
 from app.web.form_values import whole_number
-from app.web.input_guard import FORM_CHECKED, form_problems
+from app.web.input_guard import FORM_CHECKED, UPLOADS, form_problems
 from app.web.notifications import bell_news
 
 FORM_ERROR = "_form"
@@ -118,7 +118,12 @@ class BatchesController(Controller):
         spec = access.page_spec(request.user, type_name)
         return render(request, "batches/new.html", self._context(request, spec))
 
-    @post("/new/{type_name:str}", name="batches.create", status_code=200, opt={FORM_CHECKED: True})
+    @post(
+        "/new/{type_name:str}",
+        name="batches.create",
+        status_code=200,
+        opt={FORM_CHECKED: True, UPLOADS: True},
+    )
     async def create_batch(
         self, request: Request[Any, Any, Any], db_session: DbSession, type_name: FromPath[str]
     ) -> Template | Redirect:

@@ -36,7 +36,7 @@ from app.files import INLINE_TYPES, served_type
 from app.formatting import format_bytes
 from app.web import DbSession
 from app.web.deps import file_store, settings_of
-from app.web.input_guard import READS_BODY
+from app.web.input_guard import READS_BODY, UPLOADS
 from app.web.openapi import errors
 
 
@@ -127,7 +127,7 @@ class FilesApiController(Controller):
         name="api.files.upload",
         responses=errors(401, 413, 422, 429),
         status_code=201,
-        opt={READS_BODY: True},
+        opt={READS_BODY: True, UPLOADS: True},
     )
     async def upload(self, request: Request[Any, Any, Any], db_session: DbSession) -> UploadedFile:
         """Upload one file (multipart form field ``file``); returns its id for a job's input. 413 above
@@ -135,6 +135,9 @@ class FilesApiController(Controller):
         settings = settings_of(request)
         form = await request.form()
         upload = form.get("file")
+        sent = len(form.getall("file")) if upload is not None else 0
+        if sent > 1:  # the others would have been dropped without a word
+            raise BadInput.field("file", f"send one file per request (this one has {sent} 'file' parts)")
         if upload is None:
             raise BadInput.field("file", "send the file as multipart/form-data in a part named 'file'")
         if isinstance(upload, str) or not getattr(upload, "filename", ""):

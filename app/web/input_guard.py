@@ -33,6 +33,12 @@ whose ``errors`` name the field.
 * A JSON body nested deeper than :data:`MAX_JSON_DEPTH` levels. Decoding — and every walk over the
   value after it — recurses once per level, and Python's stack gives out near 1,000 levels.
 
+Before any of that, a body larger than the route may take is refused with a 413 saying the limit in
+words (:func:`body_limit`), from its ``Content-Length`` before a byte of it is read, or as soon as a body
+sent in chunks grows past it: ``UPLOAD_MAX_BYTES`` is for routes that take files (``opt={UPLOADS:
+True}``); a JSON body or a form without files may be far smaller. Reading, decoding and checking a body
+of tens of megabytes took seconds of the one event loop every request shares.
+
 A form handler that shows each error next to its field (keeping what was typed) opts out of the form
 check with ``opt={FORM_CHECKED: True}``: the guard then refuses nothing of the form's fields and records
 instead what it would have refused — NUL characters, lone surrogates, bytes that are not UTF-8 (which
@@ -57,7 +63,10 @@ from litestar.exceptions import ClientException
 from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from app.errors import BadInput, NotJson
+from app.errors import BadInput, NotJson, TooLarge
+from app.formatting import format_bytes
+from app.settings import Settings
+from app.spreadsheets import MAX_ROWS
 from app.web.body_fields import refuse_body
 from app.web.param_words import parameter_words
 
@@ -67,7 +76,14 @@ FORM_CHECKED = "form_text_checked"
 READS_BODY = "reads_body"
 """Route ``opt`` key: an API route without a declared body that reads its body itself (a form, bytes)."""
 
+UPLOADS = "takes_uploads"
+"""Route ``opt`` key: a route whose body may carry files, up to ``UPLOAD_MAX_BYTES`` (:func:`body_limit`)."""
+
 API_PREFIX = "/api/"
+
+ROW_ROOM = 512
+"""Bytes of JSON a batch's row may take on average within :func:`body_limit`'s limit (an ``http.request``
+row with a long URL is about 150): a batch of :data:`~app.spreadsheets.MAX_ROWS` rows fits."""
 
 MAX_JSON_DEPTH = 100
 """Deepest nesting of arrays and objects accepted in a JSON body; job inputs need a handful of levels."""
@@ -392,12 +408,84 @@ def refuse_fractional_whole(scope: Scope) -> None:
             raise BadInput.field(name, parameter_words(handler, name) or "must be a whole number")
 
 
+def body_limit(settings: Settings, scope: Scope) -> int:
+    """The most bytes of body the request's route takes: ``UPLOAD_MAX_BYTES`` for a route that takes
+    files (``UPLOADS``); for any other body (JSON, a form without files) four times
+    ``JOB_MAX_INPUT_BYTES`` — room for a job's largest input with its other fields — or room for a batch
+    of the most rows a batch may have (:data:`ROW_ROOM` each), whichever is more, and never more than
+    ``UPLOAD_MAX_BYTES``."""
+    handler = scope.get("route_handler")
+    if handler is not None and handler.opt.get(UPLOADS):
+        return settings.upload_max_bytes
+    room = max(4 * settings.job_max_input_bytes, MAX_ROWS * ROW_ROOM)
+    return min(settings.upload_max_bytes, room)
+
+
+def _too_large(size: int | None, limit: int, scope: Scope) -> TooLarge:
+    hint = ""
+    if scope.get("path", "").startswith(API_PREFIX):
+        what = "a JSON request"
+        hint = (
+            " Files go to POST /api/files; a larger batch can be sent as a CSV or XLSX file on its batch "
+            "page."
+        )
+    else:
+        what = "a form without files"
+    said = f"is {format_bytes(size)}" if size is not None else "is larger than that"
+    return TooLarge(
+        f"The request is too large: the limit for {what} is {format_bytes(limit)}, and this body {said}."
+        f"{hint} Nothing was read or saved."
+    )
+
+
+def refuse_large_body(scope: Scope, receive: Receive, limit: int) -> Receive:
+    """Refuse a body over ``limit`` bytes: at once when its ``Content-Length`` says so, else (a body sent
+    in chunks, or one longer than it announced) as soon as what was received passes it. Returns the
+    ``receive`` every later reader must use.
+
+    Raises:
+        TooLarge: (413) saying the limit in words, now or from the returned ``receive``.
+    """
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            announced = int(value) if value.isdigit() else None
+            if announced is not None and announced > limit:
+                raise _too_large(announced, limit, scope)
+    received = 0
+
+    async def capped() -> Any:
+        nonlocal received
+        message = await receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > limit:
+                raise _too_large(None, limit, scope)
+        return message
+
+    return capped
+
+
 def _takes_no_body(scope: Scope) -> bool:
     """Whether the route is an API route that declares no body and reads none itself."""
     handler = scope.get("route_handler")
     if handler is None or not scope.get("path", "").startswith(API_PREFIX):
         return False
     return handler.parsed_data_field is None and not handler.opt.get(READS_BODY)
+
+
+class BodyLimitMiddleware(ASGIMiddleware):
+    """Refuses a body over :func:`body_limit` (413); runs before anything reads a body (the CSRF check
+    reads a form's)."""
+
+    scopes = (ScopeType.HTTP,)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        if scope.get("method", "GET") not in ("GET", "HEAD", "OPTIONS"):
+            settings = scope["litestar_app"].state.settings
+            limit = body_limit(settings, scope)
+            if limit < settings.upload_max_bytes:  # else Litestar's own limit, the same, applies
+                receive = refuse_large_body(scope, receive, limit)
+        await next_app(scope, receive, send)
 
 
 class InputGuardMiddleware(ASGIMiddleware):

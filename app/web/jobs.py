@@ -51,7 +51,7 @@ from app.web.deps import (
     unchanged,
 )
 from app.web.form_shape import form_errors
-from app.web.input_guard import FORM_CHECKED
+from app.web.input_guard import FORM_CHECKED, UPLOADS
 from app.web.job_page import (
     JOB_CELL,
     load_status_row,
@@ -188,7 +188,9 @@ class JobsController(Controller):
         )
         return render(request, "jobs/new.html", ctx)
 
-    @post("/new/{type_name:str}", name="jobs.create", status_code=303, opt={FORM_CHECKED: True})
+    @post(
+        "/new/{type_name:str}", name="jobs.create", status_code=303, opt={FORM_CHECKED: True, UPLOADS: True}
+    )
     async def create_job(
         self, request: Request[Any, Any, Any], db_session: DbSession, type_name: FromPath[str]
     ) -> Template | Redirect:

@@ -37,7 +37,7 @@ from app.web.deps import (
     settings_of,
     unchanged,
 )
-from app.web.input_guard import FORM_CHECKED
+from app.web.input_guard import FORM_CHECKED, UPLOADS
 from app.web.my_jobs import pipeline_list_item
 from app.web.notifications import bell_news, viewer_bell
 from app.web.pipeline_page import (
@@ -142,7 +142,9 @@ class PipelinesController(Controller):
             ),
         )
 
-    @post("/new/{name:str}", name="pipelines.create", status_code=303, opt={FORM_CHECKED: True})
+    @post(
+        "/new/{name:str}", name="pipelines.create", status_code=303, opt={FORM_CHECKED: True, UPLOADS: True}
+    )
     async def create_pipeline(
         self, request: Request[Any, Any, Any], db_session: DbSession, name: FromPath[str]
     ) -> Template | Redirect:

@@ -27,6 +27,10 @@ async def test_more_ids_than_the_limit_is_a_422_naming_it(
     assert r.status_code == 422, r.text[:300]
     assert "2,000" in r.json()["errors"]["ids"], r.text[:300]
     assert await pg.fetchval("SELECT count(*) FROM audit_log WHERE action = 'jobs.bulk_cancel'") == 0
+    # counted as sent: 2,001 copies of one id are over the limit too, as the README says
+    r = await client.post("/api/jobs/bulk", json={"action": "cancel", "ids": [ids[0]] * 2001}, headers=api_h)
+    assert r.status_code == 422, r.text[:300]
+    assert "2,001 were sent (repeats count)" in r.json()["errors"]["ids"], r.text[:300]
 
 
 async def test_unknown_ids_are_reported_apart_from_jobs_that_moved_on(

@@ -118,6 +118,8 @@ async def test_create_user_failures(
         "A user with the email ann@example.com already exists.",
     )
     assert_clean_failure(run(tmp_path, "create-user", "not-an-email", DATABASE_URL=db_url), "email")
+    # a domain without a dot reaches no one (the web's and the API's users are made by the same rule)
+    assert_clean_failure(run(tmp_path, "create-user", "a@b", DATABASE_URL=db_url), "email")
     assert_clean_failure(
         run(
             tmp_path, "create-user", "c@example.com", "--password-stdin", stdin="short\n", DATABASE_URL=db_url

@@ -58,11 +58,11 @@ def test_an_xlsx_made_with_openpyxl_reads_typed_cells() -> None:
     ws.append(["URL", "Timeout", None])
     ws.append(["http://a/", 3, None])
     ws.append([None, None, None])
-    ws.append(["http://b/", 4.0, "extra"])
+    ws.append(["http://b/", 4.0, None])
     out = io.BytesIO()
     book.save(out)
     sheet = spreadsheets.read(out.getvalue(), "book.xlsx")
-    assert sheet.columns == ["URL", "Timeout"]  # a cell beyond the last named column is left out
+    assert sheet.columns == ["URL", "Timeout"]  # (a value past it: test_spreadsheet_extra_cells.py)
     assert inputs(sheet) == [{"url": "http://a/", "timeout": 3}, {"url": "http://b/", "timeout": 4}]
     assert [n for n, _ in sheet.rows] == [2, 4]
 

@@ -141,6 +141,25 @@ def _validated(check: _TypeCheck, data: dict[str, Any], path: str) -> tuple[str,
     return (json_text(model.model_dump(mode="json")) if unstorable_json(text) else text), None
 
 
+def dependencies_problem(settings: Settings, count: int) -> str | None:
+    """Why a list of ``count`` dependencies is too long, or ``None``: the rule that bounds a pipeline's
+    dependencies (``PIPELINE_MAX_EDGES``) bounds one job's list too, counted as sent (repeats included),
+    so that a list of hundreds of thousands of ids is refused before the database looks them up."""
+    limit = settings.pipeline_max_edges
+    if limit and count > limit:
+        return f"a job may depend on at most {limit:,} jobs (PIPELINE_MAX_EDGES); this list has {count:,}"
+    return None
+
+
+def check_dependencies(job: NewJob, settings: Settings, field: str = "dependent_on_jobs") -> None:
+    """Raises:
+    BadInput: naming ``field``, ``job`` depends on more jobs than :func:`dependencies_problem` allows.
+    """
+    problem = dependencies_problem(settings, len(job.depends_on))
+    if problem is not None:
+        raise BadInput.field(field, problem)
+
+
 def prepare(
     job: NewJob, settings: Settings, *, field_prefix: str = "", skip_schema: bool = False
 ) -> dict[str, Any]:
@@ -155,6 +174,7 @@ def prepare(
         TooLarge: input above ``JOB_MAX_INPUT_BYTES``.
     """
     p = field_prefix
+    check_dependencies(job, settings, f"{p}dependent_on_jobs")
     spec = registry.get(job.type)
     if spec is None:
         # The person is not known here: the types anyone may submit (the actions layer names the

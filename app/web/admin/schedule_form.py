@@ -42,7 +42,7 @@ from app.web import DbSession, flash, forms, render
 from app.web.deps import client_ip, file_store, settings_of
 from app.web.form_shape import shape_problem
 from app.web.form_values import NOT_A_CHECKBOX, checkbox
-from app.web.input_guard import FORM_CHECKED, form_problems
+from app.web.input_guard import FORM_CHECKED, UPLOADS, form_problems
 from app.web.submit import errors_from_bad_input, input_names, text_errors, validate
 
 PREVIEW_COUNT = 5
@@ -349,7 +349,7 @@ class ScheduleFormController(Controller):
         ctx = await form_context(request, target=tgt, typed=typed, values=values, errors=errors)
         return render(request, "admin/schedule_form.html", ctx, status_code=404 if errors else 200)
 
-    @post("/new", name="admin.schedules.create", status_code=303, opt={FORM_CHECKED: True})
+    @post("/new", name="admin.schedules.create", status_code=303, opt={FORM_CHECKED: True, UPLOADS: True})
     async def create(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template | Redirect:
         """Create; any problem → the form again (422) with every error next to its field, values kept (409
         when the form was right but its owner's account is disabled and it was to be enabled)."""
@@ -410,7 +410,12 @@ class ScheduleFormController(Controller):
         ctx = await form_context(request, target=tgt, typed=typed, values=values, schedule=row)
         return render(request, "admin/schedule_form.html", ctx)
 
-    @post("/{schedule_id:str}/edit", name="admin.schedules.save", status_code=303, opt={FORM_CHECKED: True})
+    @post(
+        "/{schedule_id:str}/edit",
+        name="admin.schedules.save",
+        status_code=303,
+        opt={FORM_CHECKED: True, UPLOADS: True},
+    )
     async def save(
         self, request: Request[Any, Any, Any], db_session: DbSession, schedule_id: FromPath[str]
     ) -> Template | Redirect:

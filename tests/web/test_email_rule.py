@@ -1,0 +1,30 @@
+"""A new person's e-mail address needs a domain of at least two labels: ``a@b`` was accepted (web form,
+CLI), an account no e-mail could reach. The one rule is :func:`app.auth.normalize_email`, which
+:func:`app.auth.create_user` — every way a user is made — goes through."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.auth import create_user, normalize_email
+from app.db import create_engine
+from app.errors import BadInput
+
+
+@pytest.mark.parametrize("email", ["a@b", "a@b.", "a@.b", "a@b..c", "a@@b.c", "a b@c.d"])
+async def test_an_address_without_a_real_domain_is_refused(email: str, db_url: str) -> None:
+    with pytest.raises(BadInput) as caught:
+        normalize_email(email)
+    assert caught.value.errors["email"] == "Enter an email address like you@example.com."
+    engine = create_engine(db_url, pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            with pytest.raises(BadInput):
+                await create_user(conn, email, "a long enough password")
+    finally:
+        await engine.dispose()
+
+
+def test_ordinary_addresses_pass() -> None:
+    for email in ("ann@example.com", "A.B+c@mail.example.co.uk", "x@xn--bcher-kva.example"):
+        assert normalize_email(email) == email.lower()
