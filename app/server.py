@@ -98,7 +98,7 @@ from app.web.api import (
 from app.web.api.notifications import NotificationsApiController
 from app.web.approvals import ApprovalsController
 from app.web.auth import AuthController
-from app.web.auth_middleware import AuthenticationMiddleware
+from app.web.auth_middleware import AuthenticationMiddleware, UnroutedPage
 from app.web.batches import BatchesController
 from app.web.commits import commit_or_refuse
 from app.web.csrf import FAILED as CSRF_FAILED
@@ -369,7 +369,7 @@ def make_exception_handler(
             return Response(fragment, status_code=status, media_type=MediaType.HTML, headers=headers)
 
         template = "404.html" if status == 404 else "error.html"
-        return Template(
+        return (Template if "user" in request.scope else UnroutedPage)(
             template_name=template,
             context={
                 "user": current_user(request),

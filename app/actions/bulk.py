@@ -15,6 +15,7 @@ import hashlib
 import re
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.actions import quotas
 from app.actions.selection import LIVE_SQL, JobFilter, filter_where, ids_sql
-from app.actions.trail import Actor, record_done
+from app.actions.trail import Actor, auditing_refusals, record_done
 from app.errors import BadInput, Conflict, Forbidden, NotFound, RateLimited
 from app.jobs import queue
 from app.jobs.states import LIVE, Status
@@ -340,6 +341,15 @@ async def plan_group(db: AsyncSession, type_: str, signature: str, upto: uuid.UU
     return BulkPlan(
         "retry", "group", ids, len(ids), upto=data["upto"], extra={"type": type_, "signature": signature}
     )
+
+
+def refusals(db: AsyncSession, actor: Actor, action: Any) -> AbstractAsyncContextManager[None]:
+    """The audited block around planning a bulk ``action`` from a request (the page's form, the API's
+    body): a refused request — an empty filter, no ids, a filter with errors — leaves one ``refused: …``
+    entry like every admin action's refusal. An action that is neither retry nor cancel names no entry."""
+    if not isinstance(action, str) or action not in AUDIT_ACTIONS:
+        return nullcontext()
+    return auditing_refusals(db, actor, AUDIT_ACTIONS[action], target_type="job", target_ids=[])
 
 
 async def plan_for(

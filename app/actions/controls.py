@@ -24,9 +24,6 @@ from app import controls
 from app.actions.trail import Db, acting, auditing_refusals, record_done, require_admin
 from app.errors import Conflict
 
-LIMIT_FIELDS = ("type", "max_running", "max_per_minute", "max_running_per_user")
-"""The limits form's fields: a 422 about them alone is a form to correct, not a refused change."""
-
 
 def type_label(job_type: str) -> str:
     """``job_type`` in words: ``*`` is "every job type"."""
@@ -106,12 +103,12 @@ async def set_limits(
 
     Raises:
         Conflict: the limits are these already (nothing is written; audited as refused). BadInput: a limit
-        out of range, or limits for ``*`` (a form to correct, not audited).
+        out of range, or limits for ``*`` (audited as refused, as every refusal is).
     """
     require_admin(actor, "change job type limits")
     who = acting(actor, ip)
     async with auditing_refusals(
-        db, who, "job_type.limits", target_type="job_type", target_ids=[job_type[:100]], inputs=LIMIT_FIELDS
+        db, who, "job_type.limits", target_type="job_type", target_ids=[job_type[:100]]
     ):
         async with db.begin_nested():
             row = await controls.set_limits(

@@ -21,7 +21,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app import callbacks, controls
-from app.actions import access, quotas
+from app.actions import access, quotas, trail
 from app.actions.trail import Actor, auditing_refusals, record_by_owner, record_done
 from app.errors import AppError, BadInput, Conflict, Forbidden, KeyReused, NotFound, RateLimited
 from app.files import FileStore, remove_after_commit
@@ -384,9 +384,6 @@ async def _reschedule(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[s
     return await queue.reschedule(db, jid, actor.user, kw.get("run_at")), None
 
 
-REQUEST_FIELDS = ("reason", "run_at", "comment")
-"""An action's own fields: a 422 about them alone is a form to correct, not a refused action."""
-
 AUDIT_ACTIONS = {
     "cancel": "job.cancel",
     "retry": "job.retry",
@@ -499,9 +496,10 @@ async def perform(
     """
     if action not in CALLS:
         raise ValueError(f"unknown job action {action!r}")
-    jid = parse_id(job_id)
-    await authorize(db, actor.user, action, jid)
     audit_action = AUDIT_ACTIONS[action]
+    async with auditing_refusals(db, actor, audit_action, target_type="job", target_ids=[str(job_id)[:64]]):
+        jid = parse_id(job_id)
+        await authorize(db, actor.user, action, jid)
     timezone = getattr(actor.user, "timezone", None)
 
     def words(exc: AppError) -> str:
@@ -509,9 +507,10 @@ async def perform(
 
     try:
         # Every refusal once the action has started is audited: a job that moved on (409, answered
-        # below), the owner's limits (429), an input that no longer fits its type (422)…
+        # below), the owner's limits (429), an input that no longer fits its type, a time without an
+        # offset (422)…
         async with auditing_refusals(
-            db, actor, audit_action, target_type="job", target_ids=[jid], words=words, inputs=REQUEST_FIELDS
+            db, actor, audit_action, target_type="job", target_ids=[jid], words=words
         ):
             async with db.begin_nested():
                 row, new_job = await CALLS[action](
@@ -533,6 +532,20 @@ async def perform(
     return ActionOutcome(action, True, message, 200, jid, new_id, row, new_job)
 
 
+async def refuse_form(
+    db: AsyncSession, actor: Actor, action: str, job_id: Any, errors: dict[str, str]
+) -> uuid.UUID:
+    """A page's form for ``action`` that its own checks refused (text that cannot be taken, a moment
+    that cannot be read): after the permission check the action itself makes first (so it tells no one
+    more than the action would), audited as the action's refusal; returns the job's id."""
+    audit_action = AUDIT_ACTIONS[action]
+    async with auditing_refusals(db, actor, audit_action, target_type="job", target_ids=[str(job_id)[:64]]):
+        jid = parse_id(job_id)
+        await authorize(db, actor.user, action, jid)
+    await trail.refused_form(db, actor, audit_action, errors, target_type="job", target_ids=[jid])
+    return jid
+
+
 async def delete(db: AsyncSession, actor: Actor, job_id: Any) -> None:
     """Delete a finished or waiting job (admins), audited like the other actions (a refusal too: the
     caller's answer keeps its entry). The files the job produced are deleted with it, their bytes once
@@ -541,8 +554,9 @@ async def delete(db: AsyncSession, actor: Actor, job_id: Any) -> None:
     Raises:
         NotFound / Forbidden. Conflict: the job is running (cancel it first).
     """
-    jid = parse_id(job_id)
-    await authorize(db, actor.user, "delete", jid)
+    async with auditing_refusals(db, actor, "job.delete", target_type="job", target_ids=[str(job_id)[:64]]):
+        jid = parse_id(job_id)
+        await authorize(db, actor.user, "delete", jid)
     async with auditing_refusals(db, actor, "job.delete", target_type="job", target_ids=[jid]):
         async with db.begin_nested():
             outputs = await queue.delete(db, jid, actor.user)

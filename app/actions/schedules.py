@@ -5,9 +5,8 @@ whose transaction the caller commits, ``actor`` the signed-in user or an
 :class:`~app.actions.trail.Actor` — checks that the actor is an admin, makes the change through
 :mod:`app.schedules` and writes its audit entry and admin notice (:mod:`app.actions.trail`), all inside
 one savepoint. The admin page and the JSON API both call these, so either leaves the same record. A
-refusal once the change has started (a 409, an edited schedule whose target is gone) is audited as
-refused (:func:`app.actions.trail.auditing_refusals`); a 422 only about the request's own fields
-(:data:`FORM_FIELDS`), a 413 of its input and an unknown schedule (404) are not.
+refusal (a 409, an edited schedule whose target is gone, a 422 naming a field, a 413 of its input, an
+unknown schedule) is audited as refused (:func:`app.actions.trail.auditing_refusals`).
 
 A schedule's jobs belong to its owner, so the owner must be allowed to start its target
 (:mod:`app.actions.access`): an admin cannot schedule a diagnostic type for a non-admin. The sweep
@@ -38,9 +37,6 @@ from app.settings import Settings
 CRON_MAX = 300
 TIMEZONE_MAX = 100
 EMAIL_MAX = 254
-FORM_FIELDS = ("cron", "timezone", "name", "owner", "input_data")
-"""The fields a schedule's form or request gives: a 422 about these alone is a form to correct, not a
-refused change, and is not audited (``input_data`` covers each input field, ``input_data.<field>``)."""
 
 
 def _text(value: Any, field: str, limit: int) -> str:
@@ -145,12 +141,9 @@ async def create_schedule(
     """
     require_admin(actor, "create schedules")
     who = acting(actor, ip)
-    # The checks are inside the audited block: an owner who may not start the target is a refused
-    # create, audited as the refusals the change itself meets are; a 422 only about the request's own
-    # fields (FORM_FIELDS) is a form to correct, which the block lets through unaudited.
-    async with auditing_refusals(
-        db, who, "schedule.create", target_type="schedule", target_ids=[], inputs=FORM_FIELDS
-    ):
+    # The checks are inside the audited block: a bad field, a taken name, an owner who may not start
+    # the target are each a refused create, audited as the refusals the change itself meets are.
+    async with auditing_refusals(db, who, "schedule.create", target_type="schedule", target_ids=[]):
         errors: dict[str, str] = {}
         cron, timezone = _texts(cron, timezone, errors)
         try:
@@ -213,7 +206,8 @@ async def set_enabled(
     require_admin(actor, "enable or disable schedules")
     who = acting(actor, ip)
     action = "schedule.enable" if enabled else "schedule.disable"
-    before = await schedules.get_schedule(db, schedule_id)  # read once: its id, state and owner
+    async with auditing_refusals(db, who, action, target_type="schedule", target_ids=[_asked(schedule_id)]):
+        before = await schedules.get_schedule(db, schedule_id)  # read once: its id, state and owner
     async with (
         auditing_refusals(db, who, action, target_type="schedule", target_ids=[before["id"]]),
         db.begin_nested(),
@@ -257,20 +251,21 @@ async def update_schedule(
         definition.
     """
     require_admin(actor, "edit schedules")
-    errors: dict[str, str] = {}
-    cron, timezone = _texts(cron, timezone, errors)
-    _raise_all(errors)
-    stored = await schedules.get_schedule(db, schedule_id)
-    if _only_switches(stored, cron, timezone, input_data, enabled, settings):
-        # One change, one name in the trail: an edit that only turns a schedule on or off is the
-        # enable or disable it is (its refusal too), as the Enable/Disable buttons record it.
-        return await set_enabled(db, actor, stored["id"], enabled, ip=ip)
     who = acting(actor, ip)
+    async with auditing_refusals(
+        db, who, "schedule.update", target_type="schedule", target_ids=[_asked(schedule_id)]
+    ):
+        errors: dict[str, str] = {}
+        cron, timezone = _texts(cron, timezone, errors)
+        _raise_all(errors)
+        stored = await schedules.get_schedule(db, schedule_id)
+        if _only_switches(stored, cron, timezone, input_data, enabled, settings):
+            # One change, one name in the trail: an edit that only turns a schedule on or off is the
+            # enable or disable it is (its refusal too), as the Enable/Disable buttons record it.
+            return await set_enabled(db, actor, stored["id"], enabled, ip=ip)
     sid = stored["id"]
     async with (
-        auditing_refusals(
-            db, who, "schedule.update", target_type="schedule", target_ids=[sid], inputs=FORM_FIELDS
-        ),
+        auditing_refusals(db, who, "schedule.update", target_type="schedule", target_ids=[sid]),
         db.begin_nested(),
     ):
         before, row = await schedules.update_schedule(
@@ -352,16 +347,25 @@ async def change_schedule(
         BadInput: each field given as ``None`` named, then as :func:`update_schedule`.
     """
     require_admin(actor, "edit schedules")
-    _raise_all(
-        {
-            k: f"cannot be null: give a new value, or leave {k} out to keep the current one"
-            for k in CHANGEABLE
-            if k in changes and changes[k] is None
-        }
-    )
-    row = await schedules.get_schedule(db, schedule_id)
+    who = acting(actor, ip)
+    async with auditing_refusals(
+        db, who, "schedule.update", target_type="schedule", target_ids=[_asked(schedule_id)]
+    ):
+        _raise_all(
+            {
+                k: f"cannot be null: give a new value, or leave {k} out to keep the current one"
+                for k in CHANGEABLE
+                if k in changes and changes[k] is None
+            }
+        )
+        row = await schedules.get_schedule(db, schedule_id)
     kept = {k: changes[k] if k in changes else row[k] for k in CHANGEABLE}
     return await update_schedule(db, actor, schedule_id, **kept, settings=settings, ip=ip)
+
+
+def _asked(schedule_id: Any) -> str:
+    """The schedule id an admin asked for, as a refusal's entry names it (it may name no schedule)."""
+    return str(schedule_id)[:100]
 
 
 def unchanged(before: Any, after: Any) -> bool:
@@ -374,11 +378,17 @@ async def delete_schedule(db: Db, actor: Any, schedule_id: Any, *, ip: str | Non
     """Delete a schedule made in the console or the API (the jobs it started stay); returns the deleted
     row. One defined in code is refused with Conflict: the next worker start would create it again."""
     require_admin(actor, "delete schedules")
-    async with db.begin_nested():
+    who = acting(actor, ip)
+    async with (
+        auditing_refusals(
+            db, who, "schedule.delete", target_type="schedule", target_ids=[_asked(schedule_id)]
+        ),
+        db.begin_nested(),
+    ):
         row = await schedules.delete_schedule(db, schedule_id)
         await record_done(
             db,
-            acting(actor, ip),
+            who,
             "schedule.delete",
             target_type="schedule",
             target_ids=[row["id"]],

@@ -3,14 +3,16 @@ shown on ``/admin/audit``) and one admin notice (:func:`app.jobs.outbox.record_a
 to the alert channels).
 
 Both rows are written in the caller's transaction, so they exist exactly when the action committed.
-An admin's refused action (the job had moved on, an admin tried to lock themselves out) is audited with
-the reason and no notice, whatever refused it (:func:`auditing_refusals`); a request's answer keeps that
-entry although it is an error (:data:`KEEP_REFUSAL`), the ``jobdesk`` commands run through :func:`committed`, which does the same.
+An admin's refused action (the job had moved on, an admin tried to lock themselves out, a field that
+cannot be taken, an unknown target, a change that would change nothing) is audited once with the reason
+and no notice, whatever refused it (:func:`auditing_refusals`; a page's own form check that refuses
+before the action is asked: :func:`refused_form`); a request's answer keeps that entry although it is an
+error (:data:`KEEP_REFUSAL`); the ``jobdesk`` commands run through :func:`committed`, which does the same.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,7 +20,7 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app import audit
-from app.errors import AppError, BadInput, Forbidden, NotFound, TooLarge
+from app.errors import AppError, BadInput, Forbidden
 from app.jobs import outbox
 
 T = TypeVar("T")
@@ -183,47 +185,63 @@ async def auditing_refusals(
     target_type: str,
     target_ids: Sequence[Any],
     words: Callable[[AppError], str] | None = None,
-    inputs: Collection[str] = (),
 ) -> AsyncIterator[None]:
-    """Audit as refused (:func:`record_refused`) any :class:`~app.errors.AppError` the block raises once
-    the admin's action has started — a 409, a 429 of the owner's limits, a 422, a 403 — and raise it on.
-    Not a 404: what does not exist was not acted on (an unknown id would leave an entry naming it); nor a
-    :class:`~app.errors.BadInput` only about the request's own fields named in ``inputs`` (a rejection
-    without a reason, a time without an offset), nor a :class:`~app.errors.TooLarge` naming one of them
-    (an ``input_data`` over ``JOB_MAX_INPUT_BYTES``), or within them (``input_data`` covers
-    ``input_data.url`` and ``input_data.items[2]``): that is a form to correct, answered beside its field.
-    Wrap the block's own savepoint, so that the entry is written after what the action began is undone.
-    ``words`` gives the reason in words (the error's message by default)."""
+    """Audit as refused (:func:`record_refused`) any :class:`~app.errors.AppError` the block raises — a
+    409, a 429 of the owner's limits, a 422 about any field, a 413, a 404 (an unknown type or id), a 403 —
+    and raise it on. One rule for every admin action and every path: whatever an admin asked for and
+    did not get leaves one ``refused: …`` entry. An error already audited by an inner block is not written
+    again (blocks nest: an action's whole body and the savepoint of its change). Wrap the block's own
+    savepoint, so that the entry is written after what the action began is undone. ``words`` gives the
+    reason in words (the error's message by default)."""
     try:
         yield
-    except NotFound:
-        raise
-    except BadInput as exc:
-        if exc.errors and all(_within(path, inputs) for path in exc.errors):
-            raise
-        await record_refused(
-            db, actor, action, target_type=target_type, target_ids=target_ids, reason=_reason(exc, words)
-        )
-        raise
-    except TooLarge as exc:
-        # an input over the size limit is the request's own field to correct, as a 422 about it is
-        if exc.field is not None and _within(exc.field, inputs):
-            raise
-        await record_refused(
-            db, actor, action, target_type=target_type, target_ids=target_ids, reason=_reason(exc, words)
-        )
-        raise
     except AppError as exc:
-        await record_refused(
-            db, actor, action, target_type=target_type, target_ids=target_ids, reason=_reason(exc, words)
+        await refused_once(
+            db, actor, action, exc, target_type=target_type, target_ids=target_ids, words=words
         )
         raise
 
 
-def _within(path: str, inputs: Collection[str]) -> bool:
-    """Whether the error's field ``path`` is one of ``inputs`` or a field inside one of them."""
-    return any(path == i or path.startswith((f"{i}.", f"{i}[")) for i in inputs)
+_AUDITED = "_jobdesk_audited"
+"""Attribute set on an error whose refusal is in the trail, so that an outer block does not write it again."""
+
+
+async def refused_once(
+    db: Db,
+    actor: Actor,
+    action: str,
+    exc: AppError,
+    *,
+    target_type: str,
+    target_ids: Sequence[Any],
+    words: Callable[[AppError], str] | None = None,
+) -> None:
+    """Audit ``exc`` as the refusal of ``action`` unless it is audited already. A page whose own form
+    check refuses before the action is called goes through here too, with the same words the action's
+    refusal would have."""
+    if getattr(exc, _AUDITED, False):
+        return
+    await record_refused(
+        db, actor, action, target_type=target_type, target_ids=target_ids, reason=_reason(exc, words)
+    )
+    setattr(exc, _AUDITED, True)
 
 
 def _reason(exc: AppError, words: Callable[[AppError], str] | None) -> str:
     return words(exc) if words is not None else exc.detail
+
+
+async def refused_form(
+    db: Db,
+    actor: Actor,
+    action: str,
+    errors: Mapping[str, str],
+    *,
+    target_type: str,
+    target_ids: Sequence[Any],
+) -> None:
+    """A page's form for ``action`` that its own checks refused before the action could be asked (text
+    that cannot be a number, a target that is not offered): audited as the action's refusal of the same
+    fields would be, so that a refusal leaves one entry whichever path it came by."""
+    problem = BadInput("; ".join(f"{k}: {v}" for k, v in errors.items()) or "the form cannot be taken")
+    await refused_once(db, actor, action, problem, target_type=target_type, target_ids=target_ids)

@@ -5,9 +5,8 @@ Each action takes ``(db, actor, parameters…)`` — ``db`` an ``AsyncSession`` 
 whose transaction the caller commits, ``actor`` the signed-in user (:class:`app.auth.CurrentUser`) —
 checks that the actor is an admin, makes the change and writes its audit entry and admin notice inside
 one savepoint. A refusal once the target is known — your own account, a credential asked for with a
-token, a taken email — is audited as refused, on every path, by one helper
-(:func:`app.actions.trail.auditing_refusals`); a 422 only about the request's own fields (an email or a
-password to correct, a token's name) and an unknown user (404) are not.
+token, a taken email, a malformed one, an unknown user, a change that would change nothing (409 "Nothing
+changed") — is audited as refused, on every path, by one helper (:func:`app.actions.trail.auditing_refusals`).
 
 Errors: :class:`~app.errors.Forbidden` (not an admin, 403), :class:`~app.errors.NotFound` (404),
 :class:`~app.errors.Conflict` (409), :class:`~app.errors.BadInput` (422, naming the field).
@@ -15,6 +14,7 @@ Errors: :class:`~app.errors.Forbidden` (not an admin, 403), :class:`~app.errors.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,9 +81,7 @@ async def create_user(
         password = auth.generate_password()
     who = acting(actor, ip)
     async with (
-        auditing_refusals(
-            db, who, "user.create", target_type="user", target_ids=[], inputs=("email", "password")
-        ),
+        auditing_refusals(db, who, "user.create", target_type="user", target_ids=[]),
         db.begin_nested(),
     ):
         new = await auth.create_user(db, email, password, is_admin=is_admin)
@@ -112,12 +110,17 @@ async def _user_or_none(db: Db, user_id: int) -> RowMapping | None:
         return None
 
 
-def _audited(
-    db: Db, actor: Any, action: str, target: Any, ip: str | None, inputs: tuple[str, ...] = ()
-) -> Any:
-    """The audited block of an action on the user ``target`` (a row, or ``None`` when it is unknown)."""
-    ids = [target["id"]] if target is not None else []
-    return auditing_refusals(db, acting(actor, ip), action, target_type="user", target_ids=ids, inputs=inputs)
+def _audited(db: Db, actor: Any, action: str, target: Any, ip: str | None) -> Any:
+    """The audited block of an action on the user ``target`` (a row, or the id asked for when no user has
+    it: the refusal names what the admin asked for)."""
+    ids = [target["id"] if isinstance(target, Mapping) else target]
+    return auditing_refusals(db, acting(actor, ip), action, target_type="user", target_ids=ids)
+
+
+def _unchanged(what: str) -> None:
+    """A change that would leave the account as it is: refused like every other no-op of an admin action
+    (409, audited as refused), never recorded as done."""
+    raise Conflict(f"Nothing changed: {what}.")
 
 
 async def set_admin(db: Db, actor: Any, user_id: int, is_admin: bool, *, ip: str | None = None) -> RowMapping:
@@ -128,11 +131,14 @@ async def set_admin(db: Db, actor: Any, user_id: int, is_admin: bool, *, ip: str
         when the caller commits).
     """
     require_admin(actor, "change admin rights")
-    target = await users.get_user(db, user_id)
     action = "user.make_admin" if is_admin else "user.revoke_admin"
+    async with _audited(db, actor, action, user_id, ip):
+        target = await users.get_user(db, user_id)
     async with _audited(db, actor, action, target, ip), db.begin_nested():
         if target["id"] == actor.id and not is_admin:
             _refuse_own("revoke your own admin rights")
+        if bool(target["is_admin"]) == is_admin:
+            _unchanged(f"{target['email']} is {'already' if is_admin else 'not'} an admin")
         await users.set_admin(db, target["id"], is_admin)
         await record_done(
             db,
@@ -155,11 +161,14 @@ async def set_active(db: Db, actor: Any, user_id: int, active: bool, *, ip: str 
         NotFound: no such user. Conflict: disabling your own account (audited as refused).
     """
     require_admin(actor, "enable or disable users")
-    target = await users.get_user(db, user_id)
     action = "user.enable" if active else "user.disable"
+    async with _audited(db, actor, action, user_id, ip):
+        target = await users.get_user(db, user_id)
     async with _audited(db, actor, action, target, ip), db.begin_nested():
         if target["id"] == actor.id and not active:
             _refuse_own("disable your own account")
+        if bool(target["is_active"]) == active:
+            _unchanged(f"{target['email']} is already {'enabled' if active else 'disabled'}")
         ended = await users.set_active(db, target["id"], active)
         detail: dict[str, Any] = {"email": target["email"]}
         if not active:
@@ -181,9 +190,12 @@ async def unlock_sign_in(db: Db, actor: Any, user_id: int, *, ip: str | None = N
         NotFound: no such user.
     """
     require_admin(actor, "unlock sign-in")
-    target = await users.get_user(db, user_id)
+    async with _audited(db, actor, "user.unlock", user_id, ip):
+        target = await users.get_user(db, user_id)
     async with _audited(db, actor, "user.unlock", target, ip), db.begin_nested():
         cleared = await signin.unlock(db, target["email"])
+        if not cleared:
+            _unchanged(f"{target['email']} has no failed sign-ins to forget")
         await record_done(
             db,
             acting(actor, ip),
@@ -217,10 +229,10 @@ async def reset_password(db: Db, actor: Any, user_id: int, *, ip: str | None = N
     """
     require_admin(actor, "reset passwords")
     target = await _user_or_none(db, user_id)
-    async with _audited(db, actor, "user.reset_password", target, ip), db.begin_nested():
+    async with _audited(db, actor, "user.reset_password", target or user_id, ip), db.begin_nested():
         auth.require_signed_in_browser(actor, auth.RESETS_FROM_THE_PAGE)
         if target is None:
-            target = await users.get_user(db, user_id)  # raises NotFound, not audited
+            target = await users.get_user(db, user_id)  # raises NotFound, audited as the refusal it is
         if target["id"] == actor.id:
             _refuse_own("reset your own password here (change it on your account page)")
         password = auth.generate_password()
@@ -247,10 +259,10 @@ async def issue_token(
     """
     require_admin(actor, "issue API tokens for users")
     target = await _user_or_none(db, user_id)
-    async with _audited(db, actor, "token.create", target, ip, inputs=("name",)), db.begin_nested():
+    async with _audited(db, actor, "token.create", target or user_id, ip), db.begin_nested():
         auth.require_signed_in_browser(actor)
         if target is None:
-            target = await users.get_user(db, user_id)  # raises NotFound, not audited
+            target = await users.get_user(db, user_id)  # raises NotFound, audited as the refusal it is
         label = token_name(name)
         token, token_id = await auth.create_token(db, target["id"], label)
         await record_done(

@@ -8,10 +8,11 @@ would cost them about a second at start-up.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from litestar.enums import ScopeType
 from litestar.middleware import ASGIMiddleware
+from litestar.response import Template
 
 from app.auth import (
     API_PREFIX,
@@ -101,3 +102,24 @@ class AuthenticationMiddleware(ASGIMiddleware):
                             await _send_to_password_form(scope, send)
                             return
         await next_app(scope, receive, send)
+
+
+class UnroutedPage(Template):
+    """A page answering a path no route matched (the 404 of ``/nonexistent``): Litestar answers it before
+    any middleware runs, so this middleware did not find the signed-in person, and the page's top bar said
+    "Sign in" to them. The person is looked up from the session cookie as the page is sent."""
+
+    def to_asgi_response(self, *args: Any, **kwargs: Any) -> Any:
+        parent = super().to_asgi_response
+
+        async def send_page(scope: Scope, receive: Receive, send: Send) -> None:
+            cookie = None if scope["path"].startswith(API_PREFIX) else scope_cookie(scope, SESSION_COOKIE)
+            if cookie:
+                user = await user_for_session(scope["litestar_app"].state.engine, cookie)
+                if user is not None:
+                    scope["user"] = user
+                    scope.setdefault("state", {})["session_hash"] = secret_digest(cookie)
+                    self.context = {**(self.context or {}), "user": user}
+            await parent(*args, **kwargs)(scope, receive, send)
+
+        return send_page

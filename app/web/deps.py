@@ -118,8 +118,7 @@ async def refuse_form(
     """The answer to an action's form that cannot be taken (``errors``, by control): a 422 with nothing
     done, after the permission check the action itself makes first (so it tells no one more than the
     action would)."""
-    jid = parse_uuid(job_id)
-    await job_actions.authorize(db, request.user, action, jid)
+    jid = await job_actions.refuse_form(db, actor_of(request), action, job_id, errors)
     return ActionOutcome(action, False, not_taken(errors), 422, jid), errors
 
 

@@ -94,8 +94,8 @@ async def test_every_refused_user_action_is_audited_on_the_page_and_the_api(scen
     """Refusals of the actions on accounts were audited only for an admin's own account (and only because
     the pages committed their 409 themselves): a reset password asked for with a token (403), a user
     created with a taken email (409) and a token issued with a token left no entry. Every user action
-    now runs in one audited block (auditing_refusals); a form to correct (a malformed email, a bad
-    token name) and an unknown user are still not refusals."""
+    now runs in one audited block (auditing_refusals), and so is a form to correct (a malformed email, a
+    bad token name) and an unknown user: every refusal of an admin action is one entry."""
     s = await scene_of()
     r = await s.client.post(f"/api/users/{s.user_id}/reset-password", headers=s.admin)
     assert r.status_code == 403, r.text
@@ -121,17 +121,20 @@ async def test_every_refused_user_action_is_audited_on_the_page_and_the_api(scen
     ann, root = f'["{s.user_id}"]', f'["{s.admin_id}"]'
     assert got == [
         ("user.reset_password", ann, 0, "refused"),
-        ("user.reset_password", None, 0, "refused"),
+        ("user.reset_password", '["999999"]', 0, "refused"),
+        ("user.create", None, 0, "refused"),
         ("user.create", None, 0, "refused"),
         ("user.revoke_admin", root, 0, "refused"),
         ("user.disable", root, 0, "refused"),
         ("user.reset_password", root, 0, "refused"),
+        ("user.disable", '["999999"]', 0, "refused"),
+        ("token.create", ann, 0, "refused"),
         ("user.release_jobs", ann, 0, "refused"),
         ("user.cancel_jobs", ann, 0, "refused"),
     ], rows
     words = [e["outcome"] for e in rows]
     assert "/admin/users" in words[0] and "already exists" in words[2], words
-    assert "you cannot revoke your own admin rights" in words[3], words
+    assert "you cannot revoke your own admin rights" in words[4], words
     # and what was refused did not happen
     assert await s.pg.fetchval("SELECT count(*) FROM users") == 2
     assert await s.pg.fetchval("SELECT bool_and(is_active) AND bool_and(NOT must_change_password) FROM users")

@@ -213,7 +213,13 @@ async def test_the_api_unlocks_for_admins_only(
     assert r.status_code == 200
     assert r.json() == {"id": ann.id, "email": "ann@example.com", "failures_cleared": 7}
     assert await pg.fetchval("SELECT count(*) FROM login_attempts") == 0
-    assert await pg.fetchval("SELECT count(*) FROM audit_log WHERE action = 'user.unlock'") == 1
+    assert (
+        await pg.fetchval("SELECT count(*) FROM audit_log WHERE action = 'user.unlock' AND outcome = 'ok'")
+        == 1
+    )
+    # the unknown ids are refusals on the trail, as every refused admin action is
+    refused = "SELECT count(*) FROM audit_log WHERE action = 'user.unlock' AND outcome LIKE 'refused: %'"
+    assert await pg.fetchval(refused) == 2
 
 
 def test_the_command_line_unlocks(db_url: str, tmp_path: Path) -> None:

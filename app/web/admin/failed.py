@@ -79,9 +79,10 @@ class FailedJobsController(Controller):
         """Step 2: retry the group's jobs (one audit entry ``jobs.bulk_retry``)."""
         form = await request.form()
         try:
-            check_bulk_form(request, form, GROUP_CONFIRMED_FIELDS)
-            plan = await group_plan(db_session, form)
-            expected = expected_count(form)
+            async with bulk.refusals(db_session, actor_of(request), "retry"):
+                check_bulk_form(request, form, GROUP_CONFIRMED_FIELDS)
+                plan = await group_plan(db_session, form)
+                expected = expected_count(form)
         except BadInput as exc:
             return bulk_refused(request, exc, "/admin/failed")
         outcome = await bulk.run_bulk(db_session, actor_of(request), plan, expected=expected)

@@ -29,12 +29,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import auth, controls
 from app.actions import controls as control_actions
+from app.actions import trail
 from app.errors import BadInput, Conflict, NotFound
 from app.jobs import queue
 from app.processors import registry
 from app.web import DbSession, confirms, flash, is_htmx, render
 from app.web.admin.waiting import WAITING_KINDS, waiting_kinds
-from app.web.deps import FORM, client_ip, not_taken, settings_of
+from app.web.deps import FORM, actor_of, client_ip, not_taken, settings_of
 from app.web.form_shape import form_errors
 from app.web.form_values import whole_number
 from app.web.input_guard import FORM_CHECKED
@@ -404,7 +405,17 @@ class HealthController(Controller):
         422 with nothing changed, said above the table."""
         form = await request.form()
         problem = form_errors(request, form, (), FORM, hidden=("type",), nothing="nothing changed")
+        job_type = str(form.get("type") or "").strip()
+        paused = request.url.path.rstrip("/").endswith("/pause")
         if problem:
+            await trail.refused_form(
+                db_session,
+                actor_of(request),
+                "job_type.pause" if paused else "job_type.resume",
+                problem,
+                target_type="job_type",
+                target_ids=[job_type[:100]],
+            )
             return await self._index(
                 request,
                 db_session,
@@ -413,8 +424,6 @@ class HealthController(Controller):
                 status_code=422,
                 fragment=True,
             )
-        job_type = str(form.get("type") or "").strip()
-        paused = request.url.path.rstrip("/").endswith("/pause")
         act = control_actions.pause if paused else control_actions.resume
         try:
             await act(db_session, request.user, job_type, ip=client_ip(request))
@@ -441,7 +450,8 @@ class HealthController(Controller):
         max_running = _int_or_none(form.get("max_running"), "max_running", errors)
         max_per_minute = _int_or_none(form.get("max_per_minute"), "max_per_minute", errors)
         per_user = _int_or_none(form.get("max_running_per_user"), "max_running_per_user", errors)
-        if not errors and notice is None:
+        asked = not errors and notice is None
+        if asked:
             try:
                 await control_actions.set_limits(
                     db_session,
@@ -463,7 +473,17 @@ class HealthController(Controller):
                     status_code=exc.status_code,
                     fragment=True,
                 )
-        if errors or notice is not None:
+        if (errors or notice is not None) and not asked:
+            # refused by the form's own checks before the action was asked: the action's refusal would
+            # have left this entry
+            await trail.refused_form(
+                db_session,
+                actor_of(request),
+                "job_type.limits",
+                {**errors, **({NOTICE: notice} if notice else {})},
+                target_type="job_type",
+                target_ids=[job_type[:100]],
+            )
             errors["_type"] = job_type
             # the form comes back with what was typed next to its error, not the stored value
             typed = {k: str(form.get(k) or "")[:20] for k in LIMIT_FIELDS}

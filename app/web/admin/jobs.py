@@ -306,8 +306,9 @@ class AdminJobsController(Controller):
         (422, nothing done) why the form cannot be taken."""
         form = await request.form()
         try:
-            plan, f = await self._plan(request, db_session, form, confirmed=True)
-            expected = expected_count(form)
+            async with bulk.refusals(db_session, actor_of(request), form.get("action")):
+                plan, f = await self._plan(request, db_session, form, confirmed=True)
+                expected = expected_count(form)
         except BadInput as exc:
             return bulk_refused(request, exc, "/admin/jobs")
         detail = {"filter": {k: v for k, v in f.raw.items() if v}} if f is not None else {}

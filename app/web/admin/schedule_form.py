@@ -34,12 +34,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import auth, pipelines, schedules, users
 from app import cron as cron_times
 from app.actions import schedules as schedule_actions
+from app.actions import trail
 from app.actions.trail import KEEP_REFUSAL
 from app.errors import BadInput, Conflict, TooLarge
 from app.formatting import format_localtime, zone
 from app.processors import registry
 from app.web import DbSession, flash, forms, render
-from app.web.deps import client_ip, file_store, settings_of
+from app.web.deps import actor_of, client_ip, file_store, settings_of
 from app.web.form_shape import shape_problem
 from app.web.form_values import NOT_A_CHECKBOX, checkbox
 from app.web.input_guard import FORM_CHECKED, UPLOADS, form_problems
@@ -191,6 +192,7 @@ async def submit(
     principal: Any,
     act: Callable[[dict[str, Any]], Awaitable[Mapping[Any, Any]]],
     *,
+    audited: tuple[str, list[Any]],
     unchanged_input: dict[str, Any] | None = None,
     own_errors: Mapping[str, str] | None = None,
 ) -> tuple[Mapping[Any, Any] | None, dict[str, Any], dict[str, str]]:
@@ -200,7 +202,8 @@ async def submit(
     error), the input controls' values to show again and every error.
 
     ``target`` is ``None`` for a schedule whose job type or template is gone from the code: there is no
-    form, and ``unchanged_input`` is passed on (the action names the missing target)."""
+    form, and ``unchanged_input`` is passed on (the action names the missing target). ``audited`` is the
+    action's name and targets: a form refused for its own errors is audited as the action's refusal."""
     settings = settings_of(request)
     fields = forms.form_fields(target.model) if target else []
     parsed = await forms.parse_form(
@@ -240,7 +243,12 @@ async def submit(
             raise
         errors[ENABLED] = exc.detail
     if form_to_correct:
-        db.info.pop(KEEP_REFUSAL, None)  # the savepoint that held the refusal's entry was rolled back
+        # the savepoint that held the action's own entry was rolled back: one entry names every error
+        db.info.pop(KEEP_REFUSAL, None)
+        action, ids = audited
+        await trail.refused_form(
+            db, actor_of(request), action, errors, target_type="schedule", target_ids=ids
+        )
     if errors and parsed.new_files:
         await db.commit()  # the form shown again keeps the uploads; the action's change was rolled back
     return (None if errors else row), parsed.values, errors
@@ -361,6 +369,14 @@ class ScheduleFormController(Controller):
         typed, own_errors = read_typed(request, form, tgt)
         if tgt is None:
             errors = {TARGET: target_problem(sent), **own_errors}
+            await trail.refused_form(
+                db_session,
+                actor_of(request),
+                "schedule.create",
+                errors,
+                target_type="schedule",
+                target_ids=[],
+            )
             ctx = await form_context(request, target=None, typed=typed, values={}, errors=errors)
             return render(request, "admin/schedule_form.html", ctx, status_code=422)
         try:
@@ -386,7 +402,14 @@ class ScheduleFormController(Controller):
             )
 
         row, values, errors = await submit(
-            request, db_session, form, tgt, principal, act, own_errors=own_errors
+            request,
+            db_session,
+            form,
+            tgt,
+            principal,
+            act,
+            audited=("schedule.create", []),
+            own_errors=own_errors,
         )
         if row is None:
             ctx = await form_context(request, target=tgt, typed=typed, values=values, errors=errors)
@@ -446,6 +469,7 @@ class ScheduleFormController(Controller):
             tgt,
             owner,
             act,
+            audited=("schedule.update", [row["id"]]),
             unchanged_input=row["input_data"] or {},
             own_errors=own_errors,
         )

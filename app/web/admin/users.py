@@ -27,10 +27,11 @@ from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import auth, quotas, signin, users
+from app.actions import trail
 from app.actions import users as user_actions
 from app.errors import BadInput, Conflict
 from app.web import DbSession, confirms, flash, render
-from app.web.deps import client_ip, sentence, settings_of
+from app.web.deps import actor_of, client_ip, sentence, settings_of
 from app.web.form_shape import form_errors
 from app.web.form_values import NOT_A_CHECKBOX, checkbox
 from app.web.input_guard import FORM_CHECKED
@@ -105,7 +106,12 @@ class UsersController(Controller):
         errors = form_errors(request, form, ("email", "password", "is_admin"), "email")
         if ticked is None:
             errors.setdefault("is_admin", NOT_A_CHECKBOX)
-        if not errors:
+        if errors:
+            # refused by the form's own checks before the action was asked, audited as its refusal
+            await trail.refused_form(
+                db_session, actor_of(request), "user.create", errors, target_type="user", target_ids=[]
+            )
+        else:
             try:
                 new = await user_actions.create_user(
                     db_session,
@@ -136,17 +142,18 @@ class UsersController(Controller):
         Your own admin flag and account are refused with 409 (recorded as refused)."""
         action = request.url.path.rstrip("/").rsplit("/", 1)[1]
         ip = client_ip(request)
-        if action == "unlock":
-            unlocked = await user_actions.unlock_sign_in(db_session, request.user, user_id, ip=ip)
-            return flash.redirect(request, "/admin/users", unlock_words(unlocked))
         try:
+            if action == "unlock":
+                unlocked = await user_actions.unlock_sign_in(db_session, request.user, user_id, ip=ip)
+                return flash.redirect(request, "/admin/users", unlock_words(unlocked))
             if action in ("make-admin", "revoke-admin"):
                 target = await user_actions.set_admin(
                     db_session, request.user, user_id, action == "make-admin", ip=ip
                 )
             else:
-                target = await users.get_user(db_session, user_id)
+                # the action first: an unknown id is its refusal (404), audited as every refusal is
                 await user_actions.set_active(db_session, request.user, user_id, action == "enable", ip=ip)
+                target = await users.get_user(db_session, user_id)
         except Conflict as exc:
             ctx = await users_context(db_session, settings_of(request))
             ctx.update(notice=exc.detail, notice_ok=False)
@@ -192,7 +199,16 @@ class UsersController(Controller):
         form = await request.form()
         name = str(form.get("name") or "")
         errors = form_errors(request, form, ("name",), "name")
-        if not errors:
+        if errors:
+            await trail.refused_form(
+                db_session,
+                actor_of(request),
+                "token.create",
+                errors,
+                target_type="user",
+                target_ids=[user_id],
+            )
+        else:
             try:
                 issued = await user_actions.issue_token(
                     db_session, request.user, user_id, name, ip=client_ip(request)

@@ -329,16 +329,17 @@ class JobsApiController(Controller):
         skipped, ids no job has are listed apart (``unknown``). One audit entry and one admin notice with
         the count. Answers ``{action, done: [ids], skipped: [ids], unknown: [ids], message}``."""
         job_filter = None
-        if data.filter is not None:
-            job_filter = await parse_filter(db_session, data.filter, request.user, strict=True)
-        plan = await bulk.plan_for(
-            db_session,
-            data.action,
-            ids=data.ids,
-            job_filter=job_filter,
-            group=data.group,
-            everything=data.all,
-        )
+        async with bulk.refusals(db_session, actor_of(request), data.action):
+            if data.filter is not None:
+                job_filter = await parse_filter(db_session, data.filter, request.user, strict=True)
+            plan = await bulk.plan_for(
+                db_session,
+                data.action,
+                ids=data.ids,
+                job_filter=job_filter,
+                group=data.group,
+                everything=data.all,
+            )
         detail = {"filter": {k: v for k, v in job_filter.raw.items() if v}} if job_filter is not None else {}
         outcome = await bulk.run_bulk(db_session, actor_of(request), plan, detail={**detail, "via": "api"})
         return {

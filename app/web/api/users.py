@@ -2,7 +2,8 @@
 
 * ``POST /api/users/{id}/unlock`` — lift the sign-in limits on an account at once: its failed sign-ins
   are forgotten (:mod:`app.signin`), with an audit entry and an admin notice. Answers
-  ``{"id", "email", "failures_cleared"}``; 404 for an unknown id.
+  ``{"id", "email", "failures_cleared"}``; 404 for an unknown id, 409 "Nothing changed" when it has no failed
+  sign-ins to forget (audited as refused, as every no-op of an admin action is).
 * ``POST /api/users/{id}/reset-password`` — answers 403 saying where to do it: a one-time password is a
   credential for another account, so it is handed out only to an admin signed in with their password
   (**Reset password** on ``/admin/users``; :func:`app.auth.require_signed_in_browser`). A stolen token
@@ -30,7 +31,12 @@ class UsersApiController(Controller):
     guards = [requires_admin]
     tags = ["users"]
 
-    @post("/{user_id:int}/unlock", name="api.users.unlock", responses=errors(401, 403, 404), status_code=200)
+    @post(
+        "/{user_id:int}/unlock",
+        name="api.users.unlock",
+        responses=errors(401, 403, 404, 409),
+        status_code=200,
+    )
     async def unlock(
         self, request: Request[Any, Any, Any], db_session: DbSession, user_id: FromPath[int]
     ) -> dict[str, Any]:

@@ -1,0 +1,166 @@
+"""Every admin action's refusal leaves one audit entry ``refused: …``, whatever refused it and whichever
+path it came by (the JSON API or the page).
+
+A schedule with an unknown ``type`` was written as refused, but a bad cron expression, an unknown zone, a
+name over 200 characters, a bad edit, a pause of an unknown type, limits out of range, a bulk action on
+an empty filter and a page's reschedule with a bad time were not written at all; disabling a disabled
+user was written "ok" twice, and unlocking a user with no failed sign-ins answered 200 "ok, failures
+cleared 0" where every other no-op is a 409 "Nothing changed".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+from litestar.testing import AsyncTestClient
+
+import tests.support.forms  # noqa: F401  (registers test.form)
+from app.auth import CurrentUser
+from tests.admin.test_admin_console_actions import SCHEDULE
+from tests.api.test_actions_controls import root, root_api  # noqa: F401  (fixtures)
+from tests.support.webkit import add_user, csrf_from
+
+
+@dataclass
+class Refusal:
+    """One refused request: ``action`` is the audit entry's, ``{sid}``, ``{job}`` and ``{bob}`` in the
+    paths are filled in; ``api`` is ``(method, path, json)``, ``web`` is ``(path, form)``."""
+
+    action: str
+    api: tuple[str, str, dict[str, Any]] | None
+    web: tuple[str, dict[str, str]] | None
+    status: set[int] = field(default_factory=lambda: {422})
+
+
+def _schedule(**changes: str) -> dict[str, str]:
+    return {**SCHEDULE, **changes}
+
+
+API_SCHEDULE = {"type": "test.form", "input_data": {"name": "Ann"}}
+
+REFUSALS = [
+    *(
+        Refusal(
+            "schedule.create",
+            ("POST", "/api/schedules", {**API_SCHEDULE, "cron": cron}),
+            ("/admin/schedules/new", _schedule(_cron=cron)),
+        )
+        for cron in ("61 * * * *", "0 0 31 2 *", "@reboot", "*/0 * * * *")
+    ),
+    Refusal(
+        "schedule.create",
+        ("POST", "/api/schedules", {**API_SCHEDULE, "cron": "0 3 * * *", "timezone": "Mars/Base"}),
+        ("/admin/schedules/new", _schedule(_timezone="Mars/Base")),
+    ),
+    Refusal(
+        "schedule.create",
+        ("POST", "/api/schedules", {**API_SCHEDULE, "cron": "0 3 * * *", "name": "n" * 201}),
+        ("/admin/schedules/new", _schedule(_name="n" * 201)),
+    ),
+    Refusal(
+        "schedule.create",
+        ("POST", "/api/schedules", {"type": "test.form", "cron": "0 3 * * *", "input_data": {"name": 5}}),
+        ("/admin/schedules/new", _schedule(name="")),
+    ),
+    Refusal(
+        "schedule.create",
+        ("POST", "/api/schedules", {**API_SCHEDULE, "cron": "0 3 * * *", "name": "Taken"}),
+        ("/admin/schedules/new", _schedule(_name="Taken")),
+        {409, 422},
+    ),
+    Refusal(
+        "schedule.update",
+        ("PATCH", "/api/schedules/{sid}", {"cron": "0 0 31 2 *"}),
+        ("/admin/schedules/{sid}/edit", _schedule(_name="Taken", _cron="0 0 31 2 *")),
+    ),
+    Refusal(
+        "schedule.update",
+        ("PATCH", "/api/schedules/{sid}", {"timezone": "Mars/Base"}),
+        ("/admin/schedules/{sid}/edit", _schedule(_name="Taken", _timezone="Mars/Base")),
+    ),
+    Refusal(
+        "job_type.pause",
+        ("POST", "/api/job-types/no.such.type/pause", {}),
+        ("/admin/controls/pause", {"type": "no.such.type"}),
+        {404},
+    ),
+    Refusal(
+        "job_type.limits",
+        ("PUT", "/api/job-types/test.form/limits", {"max_running": -1}),
+        ("/admin/controls/limits", {"type": "test.form", "max_running": "-1"}),
+    ),
+    Refusal("job_type.limits", None, ("/admin/controls/limits", {"type": "test.form", "max_running": "abc"})),
+    Refusal(
+        "jobs.bulk_cancel",
+        ("POST", "/api/jobs/bulk", {"action": "cancel", "filter": {}}),
+        ("/admin/jobs/bulk", {"action": "cancel", "scope": "filter"}),
+    ),
+    Refusal(
+        "job.reschedule",
+        ("POST", "/api/jobs/{job}/reschedule", {"run_at": "9500-01-01T00:00:00+00:00"}),
+        ("/jobs/{job}/reschedule", {"date": "9500-01-01", "time": "09:00", "tz": "UTC"}),
+    ),
+    Refusal("job.reschedule", None, ("/jobs/{job}/reschedule", {"date": "soon", "time": "", "tz": "UTC"})),
+    Refusal("user.create", None, ("/admin/users", {"email": "not an email", "password": "long enough pw"})),
+    Refusal("user.disable", None, ("/admin/users/{bob}/disable", {}), {409}),
+    Refusal("user.enable", None, ("/admin/users/{carl}/enable", {}), {409}),
+    Refusal("user.unlock", ("POST", "/api/users/{bob}/unlock", {}), ("/admin/users/{bob}/unlock", {}), {409}),
+]
+
+
+async def _entries(pg: asyncpg.Connection, after: int) -> list[tuple[str, str]]:
+    rows = await pg.fetch("SELECT action, outcome FROM audit_log WHERE id > $1 ORDER BY id", after)
+    return [(r["action"], r["outcome"]) for r in rows]
+
+
+async def test_every_admin_refusal_leaves_one_refused_entry_on_the_api_and_the_page(
+    client: AsyncTestClient,
+    root: CurrentUser,  # noqa: F811
+    root_api: dict[str, str],  # noqa: F811
+    db_url: str,
+    pg: asyncpg.Connection,
+) -> None:
+    bob = await add_user(db_url, "bob@example.com", active=False)
+    carl = await add_user(db_url, "carl@example.com")
+    made = await client.post(
+        "/api/schedules", json={**API_SCHEDULE, "cron": "0 3 * * *", "name": "Taken"}, headers=root_api
+    )
+    assert made.status_code == 201, made.text
+    r = await client.post(
+        "/api/jobs",
+        json={"type": "test.form", "input_data": {"name": "Ann"}, "run_at": "2099-01-01T00:00:00+00:00"},
+        headers=root_api,
+    )
+    assert r.status_code in (200, 201), r.text
+    ids = {"sid": made.json()["id"], "job": r.json()["id"], "bob": bob.id, "carl": carl.id}
+    token = csrf_from((await client.get("/admin/users")).text)
+    failures: list[str] = []
+    for refusal in REFUSALS:
+        for via in ("api", "web"):
+            last = await pg.fetchval("SELECT coalesce(max(id), 0) FROM audit_log")
+            if via == "api" and refusal.api is not None:
+                method, path, body = refusal.api
+                path = path.format(**ids)
+                r = await client.request(method, path, json=body, headers=root_api)
+            elif via == "web" and refusal.web is not None:
+                path, form = refusal.web
+                path = path.format(**ids)
+                r = await client.post(path, data={**form, "_csrf_token": token}, follow_redirects=False)
+            else:
+                continue
+            entries = await _entries(pg, last)
+            label = f"{via} {path} {refusal.action}"
+            if r.status_code not in refusal.status:
+                failures.append(f"{label}: answered {r.status_code}: {r.text[:200]}")
+            elif (
+                len(entries) != 1
+                or entries[0][0] != refusal.action
+                or not entries[0][1].startswith("refused: ")
+            ):
+                failures.append(f"{label}: audit {entries}")
+    assert not failures, "\n".join(failures)
+    # nothing a refusal touched was changed: still one schedule, Bob still disabled
+    assert await pg.fetchval("SELECT count(*) FROM schedules") == 1
+    assert await pg.fetchval("SELECT is_active FROM users WHERE id = $1", bob.id) is False
