@@ -87,7 +87,7 @@ async def test_enabling_a_schedule_of_a_disabled_owner_is_refused_on_the_page_an
         assert entry["outcome"].startswith('refused: The schedule "Ann\'s hello" cannot be enabled'), entry
         assert WHY in entry["outcome"] and entry["count"] == 0 and sid in entry["target_ids"], entry
 
-    # a form to correct is not a refusal, nor is an unknown schedule
+    # a form to correct and an unknown schedule are refusals too, each on record once
     r = await post(client, f"/admin/schedules/{sid}/edit", {**form, "_cron": "every day"})
     assert r.status_code == 422 and 'id="e-_cron"' in r.text, r.text[-800:]
     r = await client.patch(f"/api/schedules/{sid}", json={"cron": "every day"}, headers=api)
@@ -95,7 +95,7 @@ async def test_enabling_a_schedule_of_a_disabled_owner_is_refused_on_the_page_an
     r = await client.post("/api/schedules/01a24c9b-324c-715c-ba6b-7b9daff43c30/enable", headers=api)
     assert r.status_code == 404, r.text
     audited = "SELECT count(*) FROM audit_log WHERE action LIKE 'schedule.%' AND action <> 'schedule.create'"
-    assert await pg.fetchval(audited) == len(refusals)
+    assert await pg.fetchval(audited) == len(refusals) + 3
 
     # once the account is enabled again, so is the schedule
     await pg.execute("UPDATE users SET is_active = true WHERE email = 'ann@example.com'")
