@@ -58,14 +58,19 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-# Two pytest processes for most tests, then the timing-bound `serial` ones alone (tests/conftest.py).
+# Two pytest processes for most tests, then the timing-bound `serial` ones apart from them
+# (tests/conftest.py): two of those at a time, a file each, since they mostly wait on their own worker
+# and server processes (about a quarter of the two cores) rather than compete for the CPU as the others
+# do; last, alone, the `alone` tests, which compare throughput measured in adjacent rounds.
 test: lint typecheck
 	$(VENV)/bin/pytest -n 2 --dist loadfile -m "not serial"
-	$(VENV)/bin/pytest -m serial
+	$(VENV)/bin/pytest -n 2 --dist loadfile -m "serial and not alone"
+	$(VENV)/bin/pytest -m alone
 
 check: lint typecheck
 	$(VENV)/bin/pytest -n 2 --dist loadfile -m "$(FAST) and not serial"
-	$(VENV)/bin/pytest -m "$(FAST) and serial"
+	$(VENV)/bin/pytest -n 2 --dist loadfile -m "$(FAST) and serial and not alone"
+	$(VENV)/bin/pytest -m "$(FAST) and alone"
 
 # The browser tests write their screenshots to tests/artifacts/ only; this copies the ones docs/ shows.
 screenshots: $(STAMP)

@@ -943,8 +943,8 @@ async def _sent_count(pg: asyncpg.Connection, at_least: int = 1) -> bool:
 
 @pytest.mark.slow
 # Compares the worker's wall-clock throughput in adjacent rounds: beside another pytest process the
-# rounds swung by 30 % (median ratio 0.75 in one `-n 2` run, 0.94 alone), so it runs in the serial phase.
-@pytest.mark.serial
+# rounds swung by 30 % (median ratio 0.75 in one `-n 2` run, 0.94 alone), so it runs with nothing beside it.
+@pytest.mark.alone
 async def test_a_hanging_channel_does_not_slow_the_worker(
     make_settings, engine, owner, pg, receiver, monkeypatch
 ) -> None:
