@@ -88,7 +88,7 @@ class AuthController(Controller):
             LOGIN_CONTROLS,
             "_form",
             hidden=[f.name for f in fields(LoginForm)],
-            nothing="you are not signed in",
+            nothing="you were not signed in",
         )
         if refused:
             return render(
