@@ -289,7 +289,7 @@ CASES = {
     ),
 }
 
-STATE = """SELECT (SELECT count(*) FROM audit_log),
+STATE = """SELECT (SELECT count(*) FROM audit_log WHERE outcome NOT LIKE 'refused: %'),
     (SELECT string_agg(id::text || status || coalesce(run_at::text, ''), ',' ORDER BY id) FROM jobs),
     (SELECT count(*) FROM notifications WHERE read_at IS NOT NULL),
     (SELECT string_agg(email_notifications::text, ',' ORDER BY id) FROM users),

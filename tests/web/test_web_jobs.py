@@ -759,7 +759,7 @@ async def test_approval_steps_from_the_pipeline_page_approve_reject_with_reason_
     job_page = (await client.get(f"/jobs/{step}")).text
     assert "An administrator rejected the result." in job_page
     assert "Wrong &lt;numbers&gt;" in job_page
-    audit = await pg.fetchrow("SELECT detail FROM audit_log WHERE action = 'job.reject'")
+    audit = await pg.fetchrow("SELECT detail FROM audit_log WHERE action = 'job.reject' AND outcome = 'ok'")
     assert json.loads(audit["detail"]) == {"reason": "Wrong <numbers>"}
 
     pid, step = await waiting_step()

@@ -1,5 +1,5 @@
-"""A job whose input does not fit its type when it runs (a ``$ref`` that read the whole result into a
-text field) fails at once, naming each bad field as a submission would, and its pages do not offer a
+"""A job whose input does not fit its type when it runs (a ``$ref`` that read an object of the result
+into a text field) fails at once, naming each bad field as a submission would, and its pages do not offer a
 Retry that would fail the same way."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from tests.support.webkit import add_user, login
 from tests.support.workers import running_worker, wait_status
 
 STEPS: list[dict[str, Any]] = [
-    {"key": "a", "type": "test.echo", "input_data": {"v": 1}},
-    {"key": "b", "type": "test.form", "input_data": {"name": {"$ref": "a"}, "copies": {"$ref": "a"}}},
+    {"key": "a", "type": "test.echo", "input_data": {"v": {"w": 1}}},
+    {"key": "b", "type": "test.form", "input_data": {"name": {"$ref": "a.v"}, "copies": {"$ref": "a.v"}}},
 ]
 
 
