@@ -35,7 +35,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,7 @@ import structlog
 from advanced_alchemy.extensions.litestar import AsyncSessionConfig, SQLAlchemyAsyncConfig, SQLAlchemyPlugin
 from litestar import Litestar, MediaType, Request, Response
 from litestar.config.app import AppConfig
-from litestar.datastructures import CacheControlHeader
+from litestar.datastructures import CacheControlHeader, State
 from litestar.enums import ScopeType
 from litestar.exceptions import (
     HTTPException,
@@ -330,12 +329,11 @@ def _classify(
     return 500, "Something went wrong on our side. The error has been logged.", {}, {}
 
 
-def make_exception_handler(
-    settings: Settings,
-) -> Callable[[Request[Any, Any, Any], Exception], Response[Any]]:
+def make_exception_handler() -> Callable[[Request[Any, Any, Any], Exception], Response[Any]]:
     """The one exception handler: JSON for ``/api/``, a fragment for htmx, a page otherwise."""
 
     def handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+        settings: Settings = request.app.state.settings
         status, detail, errors, headers = _classify(exc, settings, request.scope.get("route_handler"))
         rid = request_id_for(request.scope)
         if status == 500:
@@ -416,10 +414,11 @@ class _AfterPlugins(InitPluginProtocol):
 
 
 def _database_lifespan(
-    settings: Settings, sa_config: SQLAlchemyAsyncConfig, *, auto_migrate: bool
+    sa_config: SQLAlchemyAsyncConfig, *, auto_migrate: bool
 ) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        settings: Settings = app.state.settings
         url = await asyncio.to_thread(resolve_database_url, settings)
         engine = create_engine(
             url,
@@ -431,6 +430,9 @@ def _database_lifespan(
             pooler=settings.database_pooler,
         )
         sa_config.engine_instance = engine
+        # advanced-alchemy keeps the session maker it made, bound to the engine it was made with: a
+        # started-again app (new settings, or the same database after a restart) needs one on this engine
+        sa_config.session_maker = None
         app.state.engine = engine
         app.state.database_url = url
         try:
@@ -453,9 +455,10 @@ def _database_lifespan(
     return lifespan
 
 
-def _worker_lifespan(settings: Settings) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
+def _worker_lifespan() -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        settings: Settings = app.state.settings
         app.state.worker = None
         app.state.worker_task = None
         if not settings.worker_enabled:
@@ -557,10 +560,11 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
     a database whose schema is behind makes start-up fail with :class:`StartupRefused`, whose message
     says to run ``jobdesk migrate``. Connection failures raise :class:`app.db.DatabaseUnavailable`.
 
-    ``app.state`` gets ``settings``, ``engine``, ``database_url``, ``worker`` and ``worker_task`` (both
-    ``None`` without an in-app worker), once the lifespan has started.
+    The app reads its settings from ``app.state.settings`` when its lifespan starts and per request,
+    never while it is built: :func:`rebind` gives a stopped app other settings. ``app.state`` gets
+    ``engine``, ``database_url``, ``worker`` and ``worker_task`` (both ``None`` without an in-app
+    worker), once the lifespan has started.
     """
-    settings = settings or get_settings()
     sa_config = _sqlalchemy_config()
     static = create_static_files_router(
         path="/static",
@@ -571,18 +575,13 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
     )
     app = Litestar(
         route_handlers=[*CONTROLLERS, static],
-        lifespan=[_database_lifespan(settings, sa_config, auto_migrate=auto_migrate)],
-        plugins=[SQLAlchemyPlugin(config=sa_config), HTMXPlugin(), _AfterPlugins(_worker_lifespan(settings))],
+        lifespan=[_database_lifespan(sa_config, auto_migrate=auto_migrate)],
+        plugins=[SQLAlchemyPlugin(config=sa_config), HTMXPlugin(), _AfterPlugins(_worker_lifespan())],
         middleware=[
             RequestContextMiddleware(),
             BodyLimitMiddleware(),
             AuthenticationMiddleware(),
-            CsrfMiddleware(
-                settings.resolved_secret_key(),
-                exclude=CSRF_EXCLUDE,
-                secure=settings.cookies_secure,
-                session_max_age=timedelta(days=settings.session_max_age_days),
-            ),
+            CsrfMiddleware(exclude=CSRF_EXCLUDE),
             InputGuardMiddleware(),
             ButtonFormMiddleware(),
         ],
@@ -592,14 +591,21 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
         ),
         openapi_config=_openapi(),
         on_startup=[plain_descriptions, dummy_hash],  # dummy_hash: made here, not at the first sign-in
-        exception_handlers={Exception: make_exception_handler(settings)},
-        request_max_body_size=settings.upload_max_bytes,
+        exception_handlers={Exception: make_exception_handler()},
+        # BodyLimitMiddleware applies UPLOAD_MAX_BYTES and the smaller limits, from the settings of the day
+        request_max_body_size=None,
         request_class=JsonBodyRequest,
         logging_config=None,
         debug=False,
     )
-    app.state.settings = settings
-    app.state.engine = None
-    app.state.worker = None
-    app.state.worker_task = None
+    return rebind(app, settings or get_settings())
+
+
+def rebind(app: Litestar, settings: Settings) -> Litestar:
+    """``app`` (not running) with ``settings`` and a new, empty state: its next start reads them.
+
+    Building an app costs Litestar a third of a second or more (it inspects every handler), many times
+    what starting one costs; one process that serves several databases in turn, as the tests do, builds
+    it once."""
+    app.state = State({"settings": settings, "engine": None, "worker": None, "worker_task": None})
     return app

@@ -35,6 +35,7 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from litestar.utils.scope.state import ScopeState
 
 from app.auth import session_hash_of
+from app.settings import Settings
 from app.web.input_guard import read_form
 
 COOKIE_NAME = "csrftoken"
@@ -119,26 +120,32 @@ class CsrfMiddleware(ASGIMiddleware):
 
     scopes = (ScopeType.HTTP,)
 
-    def __init__(
-        self, secret: str, *, exclude: Sequence[str], secure: bool, session_max_age: timedelta
-    ) -> None:
-        self.secret = secret
+    def __init__(self, *, exclude: Sequence[str]) -> None:
         self.exclude = re.compile("|".join(exclude)) if exclude else None
-        self.secure = secure
-        self.session_max_age = session_max_age
+        self._settings: Settings | None = None
+        self._secret = ""
+
+    def _secret_of(self, settings: Settings) -> str:
+        # read from the data directory when SECRET_KEY is unset: once per settings, not per request
+        if settings is not self._settings:
+            self._secret = settings.resolved_secret_key()
+            self._settings = settings
+        return self._secret
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         if self.exclude is not None and self.exclude.search(scope["path"]):
             await next_app(scope, receive, send)
             return
+        settings: Settings = scope["litestar_app"].state.settings
+        secret = self._secret_of(settings)
         cookie = scope_cookie(scope, COOKIE_NAME)
         session_hash = session_hash_of(scope)
         if session_hash:
-            expected = session_token(self.secret, session_hash)
-        elif valid_anonymous_token(self.secret, cookie):
+            expected = session_token(secret, session_hash)
+        elif valid_anonymous_token(secret, cookie):
             expected = str(cookie)
         else:
-            expected = new_anonymous_token(self.secret)
+            expected = new_anonymous_token(secret)
         if scope.get("method", "GET") not in SAFE_METHODS:
             submitted = _header(scope, HEADER_NAME.encode()) or await _form_token(scope, receive)
             if not (_same(submitted, expected) and _same(cookie, expected)):
@@ -147,8 +154,8 @@ class CsrfMiddleware(ASGIMiddleware):
         if cookie == expected:
             await next_app(scope, receive, send)
             return
-        max_age = self.session_max_age if session_hash else None
-        header = csrf_cookie(expected, secure=self.secure, max_age=max_age).to_header(header="")
+        max_age = timedelta(days=settings.session_max_age_days) if session_hash else None
+        header = csrf_cookie(expected, secure=settings.cookies_secure, max_age=max_age).to_header(header="")
 
         async def send_with_cookie(message: Message) -> None:
             if message["type"] == "http.response.start":

@@ -421,7 +421,9 @@ def body_limit(settings: Settings, scope: Scope) -> int:
     return min(settings.upload_max_bytes, room)
 
 
-def _too_large(size: int | None, limit: int, scope: Scope) -> TooLarge:
+def _too_large(size: int | None, limit: int, scope: Scope, upload_limit: int | None) -> TooLarge:
+    if limit == upload_limit:  # the limit of any request, files and all
+        return TooLarge(f"The request is too large: the limit is {format_bytes(limit)}.")
     hint = ""
     if scope.get("path", "").startswith(API_PREFIX):
         what = "a JSON request"
@@ -438,10 +440,11 @@ def _too_large(size: int | None, limit: int, scope: Scope) -> TooLarge:
     )
 
 
-def refuse_large_body(scope: Scope, receive: Receive, limit: int) -> Receive:
+def refuse_large_body(scope: Scope, receive: Receive, limit: int, upload_limit: int | None = None) -> Receive:
     """Refuse a body over ``limit`` bytes: at once when its ``Content-Length`` says so, else (a body sent
     in chunks, or one longer than it announced) as soon as what was received passes it. Returns the
-    ``receive`` every later reader must use.
+    ``receive`` every later reader must use. ``upload_limit``: ``UPLOAD_MAX_BYTES``, the limit of every
+    request, whose refusal needs fewer words.
 
     Raises:
         TooLarge: (413) saying the limit in words, now or from the returned ``receive``.
@@ -450,7 +453,7 @@ def refuse_large_body(scope: Scope, receive: Receive, limit: int) -> Receive:
         if name == b"content-length":
             announced = int(value) if value.isdigit() else None
             if announced is not None and announced > limit:
-                raise _too_large(announced, limit, scope)
+                raise _too_large(announced, limit, scope, upload_limit)
     received = 0
 
     async def capped() -> Any:
@@ -459,7 +462,7 @@ def refuse_large_body(scope: Scope, receive: Receive, limit: int) -> Receive:
         if message["type"] == "http.request":
             received += len(message.get("body", b""))
             if received > limit:
-                raise _too_large(None, limit, scope)
+                raise _too_large(None, limit, scope, upload_limit)
         return message
 
     return capped
@@ -482,9 +485,9 @@ class BodyLimitMiddleware(ASGIMiddleware):
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         if scope.get("method", "GET") not in ("GET", "HEAD", "OPTIONS"):
             settings = scope["litestar_app"].state.settings
-            limit = body_limit(settings, scope)
-            if limit < settings.upload_max_bytes:  # else Litestar's own limit, the same, applies
-                receive = refuse_large_body(scope, receive, limit)
+            receive = refuse_large_body(
+                scope, receive, body_limit(settings, scope), settings.upload_max_bytes
+            )
         await next_app(scope, receive, send)
 
 

@@ -162,7 +162,7 @@ async def test_the_csrf_check_fails_with_csrf_switched_off(
     so the 403 above is the CSRF check's doing."""
     monkeypatch.setattr(server, "CSRF_EXCLUDE", [*server.CSRF_EXCLUDE, "^/admin/"])
     await add_user(db_url, "root@example.com", admin=True)
-    async with app_client(make_settings(worker_enabled=False)) as c:
+    async with app_client(make_settings(worker_enabled=False), fresh=True) as c:
         await as_user(c, "root@example.com")
         r = await c.post("/admin/controls/pause", data={"type": "test.form"}, follow_redirects=False)
         assert r.status_code == 303

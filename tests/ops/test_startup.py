@@ -119,3 +119,39 @@ async def test_worker_disabled_starts_no_worker(
         assert c.app.state.worker is None
         assert "worker" not in (await c.get("/readyz")).json()["checks"]
     assert fake_worker_module.instances == []
+
+
+async def test_an_app_started_again_on_other_settings_serves_only_their_database(
+    make_settings: Any, db_url: str, recycled_databases: Any, pg_server_url: str
+) -> None:
+    """An app reads its settings when it starts (``rebind``): started again on a second database, every
+    read — the token check and a handler's own session alike — goes to that one, none to the first."""
+    from sqlalchemy.engine import make_url
+
+    from app.server import rebind
+    from tests.support.webkit import bearer
+
+    second = await recycled_databases.take()
+    second_url = make_url(pg_server_url).set(database=second).render_as_string(hide_password=False)
+    try:
+        app = create_app(make_settings(worker_enabled=False))
+        _, first_auth = await bearer(db_url, "first@example.com", admin=True)
+        from litestar.testing import AsyncTestClient
+
+        async with AsyncTestClient(app=app) as c:
+            r = await c.post(
+                "/api/jobs", json={"type": "noop", "input_data": {"text": "a"}}, headers=first_auth
+            )
+            assert r.status_code == 201, r.text
+        _, second_auth = await bearer(second_url, "second@example.com", admin=True)
+        rebind(app, make_settings(worker_enabled=False, database_url=second_url))
+        async with AsyncTestClient(app=app) as c:
+            r = await c.post(
+                "/api/jobs", json={"type": "noop", "input_data": {"text": "b"}}, headers=second_auth
+            )
+            assert r.status_code == 201, r.text
+            listed = (await c.get("/api/jobs", headers=second_auth)).json()
+            assert [job["id"] for job in listed["items"]] == [r.json()["id"]]
+            assert (await c.get("/api/jobs", headers=first_auth)).status_code == 401
+    finally:
+        await recycled_databases.give_back(second)
