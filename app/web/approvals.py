@@ -39,7 +39,9 @@ def with_result(row: dict[str, Any]) -> dict[str, Any]:
     spec = registry.get(row["type"])
     row["type_title"] = spec.title if spec is not None else row["type"]
     row["result_items"] = result_display.result_items(result)
-    row["result_json"] = None if row["result_items"] or result is None else result_display.pretty_json(result)
+    # an object's fields are all in the items; one with nothing to show is "no result", not its "{}"
+    shown = row["result_items"] or isinstance(result, dict) or result_display.is_blank(result)
+    row["result_json"] = None if shown else result_display.pretty_json(result)
     row["waited"] = display.now_utc() - row["waiting_since"]
     return row
 
