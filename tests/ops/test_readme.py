@@ -48,3 +48,13 @@ def test_every_case_id_a_test_names_is_explained_in_docs_cases() -> None:
     explained |= set(re.findall(r"^- \*\*([CN]\d\d) —", cases, flags=re.M))
     named = {case for path in TESTS.rglob("*.py") for case in re.findall(r"\b([CN]\d\d)\b", path.read_text())}
     assert sorted(named - explained) == []
+
+
+def test_the_demo_section_says_it_needs_the_servers_database_url() -> None:
+    """``jobdesk demo`` writes into the database, not through the server: started without the server's
+    ``DATABASE_URL`` it used the embedded one, where the account was unknown or no worker ran its jobs."""
+    section = README.split("## Try it: `jobdesk demo`", 1)[1].split("\n## ", 1)[0]
+    assert "needs the same database as the running" in section
+    assert "DATABASE_URL='postgresql://user:password@db-host:5432/jobdesk' make demo EMAIL=" in section
+    row = next(line for line in README.splitlines() if line.startswith("| `jobdesk demo"))
+    assert "the running server's `DATABASE_URL`" in row
