@@ -22,8 +22,7 @@ from app.auth import requires_user
 from app.errors import BadInput, Forbidden
 from app.processors import registry
 from app.web import DbSession, display, is_htmx, render, result_display
-from app.web.deps import FORM, actor_of, not_taken, settings_of, tell_unshown
-from app.web.form_shape import form_errors
+from app.web.deps import action_form_errors, actor_of, not_taken, settings_of, tell_unshown
 from app.web.input_guard import FORM_CHECKED
 
 
@@ -73,7 +72,7 @@ async def decide_from_form(
     token is a 403."""
     form = await request.form()
     controls = DECISION_CONTROLS[decision]
-    errors = form_errors(request, form, controls, FORM, hidden=DECISION_HIDDEN, nothing="nothing was decided")
+    errors = action_form_errors(request, form, controls, DECISION_HIDDEN)
     if errors:
         return ActionOutcome(decision, False, not_taken(errors), 422, parse_id(job_id)), errors
     token = form.get("token")
