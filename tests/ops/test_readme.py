@@ -58,3 +58,13 @@ def test_the_demo_section_says_it_needs_the_servers_database_url() -> None:
     assert "DATABASE_URL='postgresql://user:password@db-host:5432/jobdesk' make demo EMAIL=" in section
     row = next(line for line in README.splitlines() if line.startswith("| `jobdesk demo"))
     assert "the running server's `DATABASE_URL`" in row
+
+
+def test_the_password_bounds_in_the_readme_are_the_rules() -> None:
+    """The account page and the admins' create-user form both say how long a password may be."""
+    from app.auth import MAX_PASSWORD_LENGTH, MIN_PASSWORD_LENGTH
+
+    words = f"{MIN_PASSWORD_LENGTH} to {MAX_PASSWORD_LENGTH:,} characters"
+    account = next(line for line in README.splitlines() if line.startswith("- **Password**"))
+    users = next(line for line in README.splitlines() if line.startswith("- `/admin/users`"))
+    assert words in account and words in users
