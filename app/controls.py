@@ -13,8 +13,8 @@
 
 Every change wakes idle workers (NOTIFY) when it can make jobs claimable. Who may change them, the
 audit entry and the admin notice are :mod:`app.actions.controls`, which every page and API route
-calls. Periodic schedules are in :mod:`app.schedules`; their names are re-exported here for the
-callers that know them as ``controls.<name>``.
+calls. Periodic schedules are in :mod:`app.schedules` (firing: :mod:`app.schedule_firing`); their names
+are re-exported here for the callers that know them as ``controls.<name>``.
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from app.cron import MAX_CATCH_UP, check_cron, fire_times, fired_title, next_fir
 from app.errors import BadInput, NotFound
 from app.jobs import queue
 from app.jobs.types import registry
+from app.schedule_firing import fire_due
 from app.schedules import (
     CODE_SCHEDULES,
     SCHEDULE_COLUMNS,
     ScheduleSpec,
     create_schedule,
     delete_schedule,
-    fire_due,
     get_schedule,
     list_schedules,
     schedule,

@@ -1,6 +1,6 @@
 """Cron times in a time zone, free of any clock: a cron expression (croniter) names wall-clock times in
 the schedule's zone, and :func:`next_fire` says when each really fires across daylight-saving changes.
-The schedules themselves (rows, firing, who may change them) are :mod:`app.schedules`; "now" is always
+The schedules themselves are :mod:`app.schedules` (rows) and :mod:`app.schedule_firing`; "now" is always
 given by the caller, read from the database's clock.
 """
 

@@ -2,7 +2,7 @@
 one pipeline may be. Each limit is a setting; 0 turns it off.
 
 This module counts and words the refusals; :mod:`app.actions.quotas` enforces them on every path a
-person submits by (forms, the JSON API, run again, uploads), and :mod:`app.schedules` asks
+person submits by (forms, the JSON API, run again, uploads), and :mod:`app.schedule_firing` asks
 :func:`schedule_refusal` before a firing. Checks and inserts of one person are serialised by a
 transaction-scoped advisory lock on the person (:func:`lock`), so concurrent requests cannot all pass
 a check that only one of them fits.

@@ -21,7 +21,7 @@ JSON with a 422 naming the field, and :class:`app.web.form_shape.ButtonFormMiddl
 page form that reads none.
 
 Every response carries security headers (a strict Content Security Policy without inline scripts; ``/schema`` alone gets the relaxed policy its Swagger page needs), ``X-Request-ID``, ``X-Process-ID`` and
-``Cache-Control: no-store`` (except static files). Errors become JSON ``{"detail": …}`` under ``/api/``,
+``Cache-Control: no-store`` (except static files): :mod:`app.web.request_context`. Errors become JSON ``{"detail": …}`` under ``/api/``,
 a small fragment for htmx, and a page otherwise — never a traceback.
 """
 
@@ -29,10 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import html
-import os
 import re
-import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -44,7 +41,6 @@ from advanced_alchemy.extensions.litestar import AsyncSessionConfig, SQLAlchemyA
 from litestar import Litestar, MediaType, Request, Response
 from litestar.config.app import AppConfig
 from litestar.datastructures import CacheControlHeader, State
-from litestar.enums import ScopeType
 from litestar.exceptions import (
     HTTPException,
     InternalServerException,
@@ -54,7 +50,6 @@ from litestar.exceptions import (
     PermissionDeniedException,
     ValidationException,
 )
-from litestar.middleware import ASGIMiddleware
 from litestar.openapi.config import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
@@ -64,7 +59,7 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, Template
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
-from litestar.types import ASGIApp, ControllerRouterHandler, Message, Receive, Scope, Send
+from litestar.types import ControllerRouterHandler, Message, Scope
 from sqlalchemy import exc as sa_exc
 
 from app import __version__
@@ -114,6 +109,7 @@ from app.web.metrics import MetricsController
 from app.web.notifications import NotificationsController
 from app.web.openapi import plain_descriptions
 from app.web.pipelines import PipelinesController
+from app.web.request_context import RequestContextMiddleware, request_id_for, security_headers
 from app.worker.host_lock import InAppWorkerSlot
 from app.worker.threaded import start_in_thread
 
@@ -123,101 +119,11 @@ ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = ROOT / "templates"
 STATIC_DIR = ROOT / "static"
 
-CSP = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'"
-)
-#: ``/schema`` only: Litestar's Swagger page boots from an inline script (with the spec inline).
-SCHEMA_CSP = (
-    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
-    "img-src 'self' data:; object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'"
-)
-#: Downloads (``/files/{id}``): opened by mistake in a browser, a stored HTML file runs no script and
-#: belongs to no origin, so an uploaded page cannot act in a signed-in user's session.
-FILES_CSP = "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'"
-SECURITY_HEADERS = (
-    ("x-content-type-options", "nosniff"),
-    ("referrer-policy", "same-origin"),
-    ("x-frame-options", "DENY"),
-    ("cross-origin-opener-policy", "same-origin"),
-    ("permissions-policy", "camera=(), microphone=(), geolocation=()"),
-)
 CSRF_EXCLUDE = ["^/api/", "^/healthz", "^/readyz", "^/metrics", "^/static/"]
-_RAW_SECURITY = [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS]
-_RAW_CSP = {"page": CSP.encode(), "schema": SCHEMA_CSP.encode(), "files": FILES_CSP.encode()}
-_SET_BY_US = {b"content-security-policy", b"x-request-id", *(k for k, _ in _RAW_SECURITY)}
-
-_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 class StartupRefused(DatabaseUnavailable):
     """The server will not start; the message says why and what to run (e.g. ``jobdesk migrate``)."""
-
-
-# --- request context and security headers -------------------------------------------------------------------
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return value.decode("latin-1")
-    return None
-
-
-def request_id_for(scope: Scope) -> str:
-    """The request's id: set by :class:`RequestContextMiddleware`, else the client's valid
-    ``X-Request-ID``, else a new random one (stored on the scope so every caller agrees)."""
-    state = scope.setdefault("state", {})
-    rid = state.get("request_id")
-    if rid is None:
-        given = _header(scope, b"x-request-id")
-        rid = given if given and _REQUEST_ID_RE.match(given) else uuid.uuid4().hex
-        state["request_id"] = rid
-        state.setdefault("started", time.perf_counter())
-    return rid
-
-
-class RequestContextMiddleware(ASGIMiddleware):
-    """``request.state.request_id`` from ``X-Request-ID`` (or generated), bound into structlog's
-    context vars for every line logged while serving the request, so its log lines can be found together."""
-
-    scopes = (ScopeType.HTTP,)
-
-    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
-        rid = request_id_for(scope)
-        structlog.contextvars.clear_contextvars()
-        structlog.contextvars.bind_contextvars(request_id=rid)
-        await next_app(scope, receive, send)
-
-
-async def security_headers(message: Message, scope: Scope) -> None:
-    """``before_send`` hook: security headers, ``X-Request-ID`` and ``Cache-Control`` on every HTTP
-    response — including those for paths no route matched, which skip route middleware — and one
-    access-log line per response (``status``, ``ms`` since the request arrived)."""
-    if message["type"] != "http.response.start" or scope["type"] != ScopeType.HTTP:
-        return
-    path = scope["path"]
-    started = scope.get("state", {}).get("started")
-    quiet = path.startswith(("/static/", "/healthz", "/readyz"))
-    (log.debug if quiet else log.info)(
-        "request",
-        method=scope["method"],
-        path=path,
-        status=message["status"],
-        ms=round((time.perf_counter() - started) * 1000, 1) if started else None,
-        request_id=request_id_for(scope),
-    )
-    # raw (name, value) pairs: ours replace any of the same name; built without MutableScopeHeaders'
-    # per-header scans, since this runs on every response (bench/pages.py)
-    raw = [h for h in message.get("headers") or () if h[0].lower() not in _SET_BY_US]
-    csp = "schema" if path.startswith("/schema") else "files" if path.startswith("/files/") else "page"
-    raw.append((b"content-security-policy", _RAW_CSP[csp]))
-    raw.extend(_RAW_SECURITY)
-    raw.append((b"x-request-id", request_id_for(scope).encode()))
-    raw.append((b"x-process-id", str(os.getpid()).encode()))  # which of `serve --workers N` answered
-    if not path.startswith("/static/") and not any(h[0].lower() == b"cache-control" for h in raw):
-        raw.append((b"cache-control", b"no-store"))
-    message["headers"] = raw
 
 
 # --- errors -------------------------------------------------------------------------------------------------

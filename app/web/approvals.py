@@ -22,8 +22,7 @@ from app.auth import requires_user
 from app.errors import BadInput, Forbidden
 from app.processors import registry
 from app.web import DbSession, display, is_htmx, render, result_display
-from app.web.deps import FORM, actor_of, not_taken, settings_of, tell_unshown
-from app.web.form_shape import form_errors
+from app.web.deps import action_form_errors, actor_of, not_taken, settings_of, tell_unshown
 from app.web.input_guard import FORM_CHECKED
 
 
@@ -39,7 +38,9 @@ def with_result(row: dict[str, Any]) -> dict[str, Any]:
     spec = registry.get(row["type"])
     row["type_title"] = spec.title if spec is not None else row["type"]
     row["result_items"] = result_display.result_items(result)
-    row["result_json"] = None if row["result_items"] or result is None else result_display.pretty_json(result)
+    # an object's fields are all in the items; one with nothing to show is "no result", not its "{}"
+    shown = row["result_items"] or isinstance(result, dict) or result_display.is_blank(result)
+    row["result_json"] = None if shown else result_display.pretty_json(result)
     row["waited"] = display.now_utc() - row["waiting_since"]
     return row
 
@@ -71,7 +72,7 @@ async def decide_from_form(
     token is a 403."""
     form = await request.form()
     controls = DECISION_CONTROLS[decision]
-    errors = form_errors(request, form, controls, FORM, hidden=DECISION_HIDDEN, nothing="nothing was decided")
+    errors = action_form_errors(request, form, controls, DECISION_HIDDEN)
     if errors:
         return ActionOutcome(decision, False, not_taken(errors), 422, parse_id(job_id)), errors
     token = form.get("token")

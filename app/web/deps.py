@@ -11,7 +11,7 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 """
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from litestar import Request, Response
@@ -124,9 +124,19 @@ async def refuse_form(
 
 def not_taken(errors: dict[str, str]) -> str:
     """The notice of a form that was not taken: the problem no control shows (:data:`FORM`), or where the
-    errors are."""
+    errors are. "Nothing changed" is said here, so the problem must not say it too: its form is checked by
+    :func:`action_form_errors`."""
     problem = errors.get(FORM)
     return f"Nothing changed: {problem[:1].lower()}{problem[1:]}" if problem else NOTHING_CHANGED
+
+
+def action_form_errors(
+    request: Request[Any, Any, Any], form: Any, controls: Any, hidden: Iterable[str]
+) -> dict[str, str]:
+    """:func:`app.web.form_shape.form_errors` of a form whose refusal :func:`not_taken` words ("Nothing
+    changed: …"): the problem leaves out what was not done, which that prefix says ("Nothing changed:
+    this form has no field 'x'; nothing was done" said it twice)."""
+    return form_errors(request, form, controls, FORM, hidden=hidden, nothing="")
 
 
 async def perform_from_page(
@@ -145,7 +155,7 @@ async def perform_from_page(
     field's under :data:`FORM`) and a bad reason or time are a 422 with nothing done. A refusal's audit entry stays: the action marks it
     for the answer to commit (:data:`app.actions.trail.KEEP_REFUSAL`)."""
     form = await request.form()
-    errors = form_errors(request, form, controls, FORM, hidden=ACTION_HIDDEN, nothing="nothing was done")
+    errors = action_form_errors(request, form, controls, ACTION_HIDDEN)
     if errors:
         return await refuse_form(request, db, action, job_id, errors)
     try:

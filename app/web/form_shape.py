@@ -48,7 +48,9 @@ def shape_problem(
 ) -> str | None:
     """Why ``form`` cannot be read as the form whose fields are ``known`` (``repeatable``: those it may
     send more than once), in words for the top of the form; ``None`` when it can. ``nothing``: what the
-    form did not do ("nothing was saved"); ``hint``: a sentence on where the refused field belongs."""
+    form did not do ("nothing was saved"), or ``""`` when the answer says it around these words
+    ("Nothing changed: …", :func:`app.web.deps.not_taken`); ``hint``: a sentence on where the refused
+    field belongs."""
     known_names = set(known) | BROWSER_ARTEFACTS
     many = set(repeatable)
     counts = Counter(name for name, _ in _pairs(form))
@@ -56,13 +58,13 @@ def shape_problem(
     if unknown:
         names = ", ".join(repr(shown_name(n)) for n in unknown[:5])
         plural = "" if len(unknown) == 1 else "s"
-        return f"This form has no field{plural} {names}; {nothing}.{f' {hint}' if hint else ''}"
+        done = f"; {nothing}." if nothing else "."
+        return f"This form has no field{plural} {names}{done}{f' {hint}' if hint else ''}"
     repeated = [name for name, n in counts.items() if n > 1 and name not in many]
     if repeated:
         names = ", ".join(repr(shown_name(n)) for n in repeated[:5])
-        return (
-            f"The form sent {names} more than once; send each field once. {nothing[:1].upper()}{nothing[1:]}."
-        )
+        done = f" {nothing[:1].upper()}{nothing[1:]}." if nothing else ""
+        return f"The form sent {names} more than once; send each field once.{done}"
     return None
 
 

@@ -37,7 +37,7 @@ from app.web import DbSession, display, forms, is_htmx, job_log, render, submit,
 from app.web.deps import (
     ACTION_CONTROLS,
     ACTION_HIDDEN,
-    FORM,
+    action_form_errors,
     actor_of,
     cell_response,
     file_store,
@@ -50,7 +50,6 @@ from app.web.deps import (
     tell_unshown,
     unchanged,
 )
-from app.web.form_shape import form_errors
 from app.web.input_guard import FORM_CHECKED, UPLOADS
 from app.web.job_page import (
     JOB_CELL,
@@ -323,9 +322,7 @@ class JobsController(Controller):
         as typed; a job no longer waiting, 409."""
         form = await request.form()
         typed = {name: str(form.get(name) or "") for name in RESCHEDULE_CONTROLS}
-        errors = form_errors(
-            request, form, RESCHEDULE_CONTROLS, FORM, hidden=ACTION_HIDDEN, nothing="nothing was done"
-        )
+        errors = action_form_errors(request, form, RESCHEDULE_CONTROLS, ACTION_HIDDEN)
         reading = submit.parse_run_at(typed["date"], typed["time"], typed["tz"])
         if not errors and (reading.error or reading.when is None):
             errors = {RUN_AT: reading.error or "Choose a date and a time (or use Run now)."}

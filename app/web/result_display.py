@@ -70,13 +70,13 @@ def _compact(value: Any) -> str:
     ``[{from, to, count}]`` as ``1–2: 3; …``, other objects as ``Key value, …``, lists joined by ``;``
     (a first-time user's trial found the CSV summary's columns shown as raw JSON)."""
     if isinstance(value, list):
-        return "; ".join(_compact(v) for v in value)
+        return "; ".join(_compact(v) for v in value if not is_blank(v))
     if isinstance(value, dict):
         if set(value) == {"value", "count"}:
             return f"{_compact(value['value'])} ({_compact(value['count'])})"
         if set(value) == {"from", "to", "count"}:
             return f"{_compact(value['from'])}–{_compact(value['to'])}: {_compact(value['count'])}"
-        return ", ".join(f"{humanize(str(k))} {_compact(v)}" for k, v in value.items())
+        return ", ".join(f"{humanize(str(k))} {_compact(v)}" for k, v in value.items() if not is_blank(v))
     if isinstance(value, bool):
         return "Yes" if value else "No"
     if isinstance(value, float):
@@ -165,12 +165,20 @@ def _ordered(result: dict[str, Any]) -> list[tuple[str, Any]]:
     return sorted(((str(k), v) for k, v in result.items()), key=rank)
 
 
+def is_blank(value: Any) -> bool:
+    """Nothing to show: ``None``, an empty text, an empty list or an empty object. Such a field is left
+    out rather than written as ``None``, ``[]``, ``{}`` or "none" (an e-mail's "Refused {}", a pipeline
+    contact sheet's "Pictures none" when its pictures come from the earlier steps)."""
+    return value is None or (isinstance(value, str | list | dict) and not value)
+
+
 def display_item(key: str, value: Any, label: str | None = None, depth: int = 0) -> dict[str, Any]:
     """One readable field: ``{"label", "kind", "value"}`` with ``kind`` one of ``text``, ``multiline``,
-    ``url``, ``file``, ``files``, ``yesno``, ``empty``, ``list``, ``table`` (a list of objects),
-    ``fields`` (an object, shown as nested fields), ``json`` (anything else)."""
+    ``url``, ``file``, ``files``, ``yesno``, ``empty`` (nothing to show, :func:`is_blank`; lists of
+    items leave it out), ``list``, ``table`` (a list of objects), ``fields`` (an object, shown as nested
+    fields), ``json`` (anything else)."""
     label = label or key_label(key)
-    if value is None:
+    if is_blank(value):
         return {"label": label, "kind": "empty", "value": None}
     if isinstance(value, bool):
         return {"label": label, "kind": "yesno", "value": value}
@@ -193,18 +201,17 @@ def display_item(key: str, value: Any, label: str | None = None, depth: int = 0)
     table = _as_table(value)
     if table is not None:
         return {"label": label, "kind": "table", "value": table}
-    if isinstance(value, dict) and depth == 0 and 0 < len(value) <= 20:
-        return {
-            "label": label,
-            "kind": "fields",
-            "value": _items(_ordered(value), depth=1),
-        }
+    if isinstance(value, dict) and depth == 0 and len(value) <= 20:
+        fields = _items(_ordered(value), depth=1)
+        return {"label": label, "kind": "fields" if fields else "empty", "value": fields or None}
     return {"label": label, "kind": "json", "value": pretty_json(value)}
 
 
 def _items(fields: list[tuple[str, Any]], depth: int = 0) -> list[dict[str, Any]]:
+    """The fields as items, without those that have nothing to show."""
     labels = key_labels([k for k, _ in fields])
-    return [display_item(k, v, labels[k], depth) for k, v in fields]
+    items = (display_item(k, v, labels[k], depth) for k, v in fields)
+    return [it for it in items if it["kind"] != "empty"]
 
 
 def pretty_json(value: Any, limit: int = JSON_SHOWN_MAX) -> str:
@@ -228,7 +235,8 @@ def input_items(
     input_data: Any, fields: list[Any], file_names: Mapping[str, Any], tz: Any = None
 ) -> list[dict[str, Any]]:
     """What the person asked for, labelled from the schema and in its order (``jsonb`` does not keep
-    key order); uploaded file ids become download links, date-times are shown in the viewer's zone."""
+    key order); uploaded file ids become download links, date-times are shown in the viewer's zone.
+    A field left empty is left out (:func:`is_blank`)."""
     if not isinstance(input_data, dict):
         return []
     by_name = {f.name: f for f in fields}
@@ -238,9 +246,9 @@ def input_items(
         value = input_data[key]
         f = by_name.get(key)
         label = f.label if f else key_label(key)
-        if value is None or value == "":
-            items.append({"label": label, "kind": "empty", "value": None})
-        elif f is not None and f.kind in ("file", "files"):
+        if is_blank(value):
+            continue
+        if f is not None and f.kind in ("file", "files"):
             ids = value if isinstance(value, list) else [value]
             refs = [
                 {"file_id": str(i), "name": file_names[str(i)]["name"], "size": file_names[str(i)]["size"]}
@@ -249,7 +257,8 @@ def input_items(
                 for i in ids
                 if i
             ]
-            items.append({"label": label, "kind": "files", "value": refs})
+            if refs:
+                items.append({"label": label, "kind": "files", "value": refs})
         elif f is not None and f.kind == "choice" and f.choices:
             shown = next((c.label for c in f.choices if c.value == str(value)), str(value))
             items.append({"label": label, "kind": "text", "value": shown})
@@ -264,7 +273,7 @@ def input_items(
             items.append({"label": label, "kind": "text", "value": str(int(value))})
         else:
             items.append(display_item(key, value, label))
-    return items
+    return [it for it in items if it["kind"] != "empty"]
 
 
 def file_ids_in(input_data: Any, fields: list[Any]) -> list[str]:

@@ -22,7 +22,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import tests.support.forms  # noqa: F401  (registers test.form, a public type)
-from app import schedules
+from app import schedule_firing
 from app.actions import schedules as schedule_actions
 from app.alerts.messages import describe
 from app.auth import CurrentUser
@@ -387,7 +387,7 @@ async def test_a_schedule_whose_owner_lost_admin_rights_is_disabled_at_firing_wi
     await pg.execute("UPDATE users SET is_admin = false WHERE id = $1", carol.id)
     await pg.execute("UPDATE schedules SET next_fire_at = now() - interval '1 minute'")
     async with engine.begin() as conn:
-        assert await schedules.fire_due(conn, ui_settings) == []
+        assert await schedule_firing.fire_due(conn, ui_settings) == []
     state = await pg.fetchrow("SELECT enabled, next_fire_at FROM schedules WHERE id = $1", row["id"])
     assert dict(state) == {"enabled": False, "next_fire_at": None}
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
@@ -402,7 +402,7 @@ async def test_a_schedule_whose_owner_lost_admin_rights_is_disabled_at_firing_wi
     await pg.execute("UPDATE users SET is_admin = true WHERE id = $1", carol.id)
     await pg.execute("UPDATE schedules SET enabled = true, next_fire_at = now() - interval '1 minute'")
     async with engine.begin() as conn:
-        assert len(await schedules.fire_due(conn, ui_settings)) == 1
+        assert len(await schedule_firing.fire_due(conn, ui_settings)) == 1
 
 
 async def completed_with_next(engine: AsyncEngine, settings: Settings, owner_id: int, next_type: str) -> Any:

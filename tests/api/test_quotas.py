@@ -29,7 +29,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 import tests.support.forms  # noqa: F401  (registers test.form, test.step, test.steps)
-from app import schedules
+from app import schedule_firing, schedules
 from app.db import create_engine
 from app.jobs.queue import SystemPrincipal
 from app.settings import Settings
@@ -322,7 +322,7 @@ async def test_a_schedule_firing_into_a_full_queue_is_skipped_and_said(scene_of:
             )
         await s.pg.execute("UPDATE schedules SET next_fire_at = now() - interval '1 second'")
         async with engine.begin() as conn:
-            assert await schedules.fire_due(conn, s.settings) == []
+            assert await schedule_firing.fire_due(conn, s.settings) == []
     finally:
         await engine.dispose()
     assert await s.pg.fetchval("SELECT count(*) FROM jobs WHERE user_id = $1", s.user_id) == 1

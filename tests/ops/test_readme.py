@@ -48,3 +48,23 @@ def test_every_case_id_a_test_names_is_explained_in_docs_cases() -> None:
     explained |= set(re.findall(r"^- \*\*([CN]\d\d) —", cases, flags=re.M))
     named = {case for path in TESTS.rglob("*.py") for case in re.findall(r"\b([CN]\d\d)\b", path.read_text())}
     assert sorted(named - explained) == []
+
+
+def test_the_demo_section_says_it_needs_the_servers_database_url() -> None:
+    """``jobdesk demo`` writes into the database, not through the server: started without the server's
+    ``DATABASE_URL`` it used the embedded one, where the account was unknown or no worker ran its jobs."""
+    section = README.split("## Try it: `jobdesk demo`", 1)[1].split("\n## ", 1)[0]
+    assert "needs the same database as the running" in section
+    assert "DATABASE_URL='postgresql://user:password@db-host:5432/jobdesk' make demo EMAIL=" in section
+    row = next(line for line in README.splitlines() if line.startswith("| `jobdesk demo"))
+    assert "the running server's `DATABASE_URL`" in row
+
+
+def test_the_password_bounds_in_the_readme_are_the_rules() -> None:
+    """The account page and the admins' create-user form both say how long a password may be."""
+    from app.auth import MAX_PASSWORD_LENGTH, MIN_PASSWORD_LENGTH
+
+    words = f"{MIN_PASSWORD_LENGTH} to {MAX_PASSWORD_LENGTH:,} characters"
+    account = next(line for line in README.splitlines() if line.startswith("- **Password**"))
+    users = next(line for line in README.splitlines() if line.startswith("- `/admin/users`"))
+    assert words in account and words in users

@@ -68,3 +68,17 @@ async def test_signing_in_with_an_over_long_password_fails_without_hashing(
     assert r.status_code == 422 and "This form has no field &#39;junk&#39;; you were not signed in" in r.text
     r = await _post(client, "/login", email="ann@example.com", password=PASSWORD)
     assert r.status_code == 303
+
+
+async def test_the_admins_create_user_form_says_the_longest_password(
+    client: AsyncTestClient, db_url: str
+) -> None:
+    """The account page said "at most 1,024 characters"; the admins' form to create a user, which takes
+    a password through the same rule, said only the shortest."""
+    await sign_in_as(client, db_url, "boss@example.com", admin=True)
+    page = (await client.get("/admin/users")).text
+    help_text = page.split('id="h-password"', 1)[1].split("</small>", 1)[0]
+    assert (
+        f"At least {auth.MIN_PASSWORD_LENGTH} and at most {auth.MAX_PASSWORD_LENGTH:,} characters."
+        in help_text
+    )

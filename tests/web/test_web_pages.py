@@ -13,8 +13,9 @@ from litestar.params import FromQuery
 from litestar.testing import AsyncTestClient
 
 from app.errors import BadInput, Conflict
-from app.server import CSP, create_app
+from app.server import create_app
 from app.web.input_guard import READS_BODY
+from app.web.request_context import CSP
 from tests.support.webkit import add_token, add_user, app_client, login
 
 # --- home --------------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 import asyncpg
 import pytest
 
-from app import schedules
+from app import schedule_firing, schedules
 from app.actions import schedules as schedule_actions
 from app.code_schedules import sync_code_schedules
 from app.errors import Conflict
@@ -373,7 +373,7 @@ async def test_a_code_schedule_in_berlin_fires_once_per_wall_time_across_dayligh
         assert await sync_code_schedules(conn, settings) == 1
     await pg.execute("UPDATE schedules SET next_fire_at = $1", datetime.fromisoformat(first))
     async with engine.begin() as conn:
-        fired = await schedules.fire_due(conn, settings)
+        fired = await schedule_firing.fire_due(conn, settings)
     assert [f["fired_at"].isoformat() for f in fired] == expected
     keys = sorted(
         r["idempotency_key"].split(":", 2)[2] for r in await pg.fetch("SELECT idempotency_key FROM jobs")

@@ -35,7 +35,7 @@ from app.jobs import queue
 from app.processors import registry
 from app.web import DbSession, confirms, flash, is_htmx, render
 from app.web.admin.waiting import WAITING_KINDS, waiting_kinds
-from app.web.deps import FORM, actor_of, client_ip, not_taken, settings_of
+from app.web.deps import action_form_errors, actor_of, client_ip, not_taken, settings_of
 from app.web.form_shape import form_errors
 from app.web.form_values import whole_number
 from app.web.input_guard import FORM_CHECKED
@@ -404,7 +404,7 @@ class HealthController(Controller):
         """Pause or resume one job type (``*``: all); a type that cannot be taken (a hidden field) is a
         422 with nothing changed, said above the table."""
         form = await request.form()
-        problem = form_errors(request, form, (), FORM, hidden=("type",), nothing="nothing changed")
+        problem = action_form_errors(request, form, (), ("type",))
         job_type = str(form.get("type") or "").strip()
         paused = request.url.path.rstrip("/").endswith("/pause")
         if problem:

@@ -66,6 +66,7 @@ async def users_context(
         "notice_ok": True,
         "secret": None,
         "min_password": auth.MIN_PASSWORD_LENGTH,
+        "max_password": auth.MAX_PASSWORD_LENGTH,
         "lock_minutes": int(signin.LOGIN_WINDOW.total_seconds() // 60),
         "confirms": confirms,
     }
