@@ -15,7 +15,7 @@ import hashlib
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,8 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.actions import quotas
 from app.actions.selection import LIVE_SQL, JobFilter, filter_where, ids_sql
-from app.actions.trail import Actor, auditing_refusals, record_done
-from app.errors import BadInput, Conflict, Forbidden, NotFound, RateLimited
+from app.actions.trail import Actor, Db, auditing_refusals, record_done, refused_once
+from app.errors import AppError, BadInput, Conflict, Forbidden, NotFound, RateLimited
 from app.jobs import queue
 from app.jobs.states import LIVE, Status
 from app.processors import registry
@@ -52,6 +52,9 @@ BULK_ACTIONS = {
 }
 AUDIT_ACTIONS = {"retry": "jobs.bulk_retry", "cancel": "jobs.bulk_cancel"}
 """The audit trail's name of each bulk action (each has words in :data:`app.audit.ACTIONS`)."""
+UNKNOWN_ACTION = "jobs.bulk"
+"""The audit trail's name of a bulk request refused whose action is neither retry nor cancel, or could
+not be read: an admin's refused request all the same."""
 ROWS_BY_ID = text("SELECT id, status, is_active FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))")
 
 
@@ -353,12 +356,30 @@ def _scope_words(scope: str, meant: str) -> str:
 
 
 def refusals(db: AsyncSession, actor: Actor, action: Any) -> AbstractAsyncContextManager[None]:
-    """The audited block around planning a bulk ``action`` from a request (the page's form, the API's
-    body): a refused request — an empty filter, no ids, a filter with errors — leaves one ``refused: …``
-    entry like every admin action's refusal. An action that is neither retry nor cancel names no entry."""
-    if not isinstance(action, str) or action not in AUDIT_ACTIONS:
-        return nullcontext()
-    return auditing_refusals(db, actor, AUDIT_ACTIONS[action], target_type="job", target_ids=[])
+    """The audited block around planning a bulk ``action`` from a request (the page's form and its
+    confirm step, the API's body): a refused request — an empty filter, no ids, a filter with errors, an
+    action that is neither retry nor cancel — leaves one ``refused: …`` entry like every admin action's
+    refusal (:data:`UNKNOWN_ACTION` when the action asked for is not one)."""
+    return auditing_refusals(
+        db,
+        actor,
+        AUDIT_ACTIONS[action] if isinstance(action, str) and action in AUDIT_ACTIONS else UNKNOWN_ACTION,
+        target_type="job",
+        target_ids=[],
+    )
+
+
+async def refused(db: Db, actor: Actor, action: Any, exc: AppError) -> None:
+    """A request for a bulk ``action`` refused before :func:`refusals` could be entered (its body could not
+    be read): audited once, as that block would have."""
+    await refused_once(
+        db,
+        actor,
+        AUDIT_ACTIONS[action] if isinstance(action, str) and action in AUDIT_ACTIONS else UNKNOWN_ACTION,
+        exc,
+        target_type="job",
+        target_ids=[],
+    )
 
 
 async def plan_for(

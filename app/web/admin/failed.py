@@ -69,10 +69,12 @@ class FailedJobsController(Controller):
     @post("/retry/confirm", name="admin.failed.confirm", status_code=200, opt={FORM_CHECKED: True})
     async def group_confirm(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
         """Step 1 of "Retry all in this group": the count (a form that cannot be taken: why, 422)."""
+        form = await request.form()
         try:
-            form = await request.form()
-            check_bulk_form(request, form, GROUP_FIELDS)
-            plan = await group_plan(db_session, form)
+            # a refusal here is an admin's refused bulk action, as at the next step
+            async with bulk.refusals(db_session, actor_of(request), "retry"):
+                check_bulk_form(request, form, GROUP_FIELDS)
+                plan = await group_plan(db_session, form)
         except BadInput as exc:
             return bulk_refused(request, exc, "/admin/failed")
         ctx = {
