@@ -32,7 +32,7 @@ from app.jobs.queue.fanouts import name_instances
 from app.jobs.queue.fanouts import store as store_fanout
 from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.many_jobs import enqueue_many, renamed
-from app.jobs.queue.new_jobs import NewJob, lock_parents
+from app.jobs.queue.new_jobs import NewJob, check_dependency_list, lock_parents
 from app.jobs.rows import Fetched
 from app.jobs.types import NextJob, may_create_next, priority_refusal, refusal, registry
 from app.settings import Settings
@@ -148,6 +148,7 @@ def check_spec(
     for i, step in enumerate(steps):
         if not isinstance(step, dict):
             raise BadInput.field(f"steps[{i}]", "must be an object with key, type and input_data")
+        check_dependency_list(step.get("depends_on"), settings, f"steps[{i}].depends_on")
     steps = [dict(s) for s in steps]
     check_for_each(steps, "steps", settings.pipeline_max_steps)
     check_graph(steps, "steps")
@@ -460,10 +461,13 @@ async def insert_next_jobs(
     (:func:`~app.jobs.graph.check_ref_sources`). Returns the pipeline id.
 
     Raises:
-        BadInput: a dependency that is not in the pipeline; a ``$ref`` to a job it does not depend on
+        BadInput: a dependency list longer than a job's may be (``next_jobs[1].depends_on``,
+        :func:`~app.jobs.queue.new_jobs.check_dependency_list`); a dependency that is not in the pipeline; a ``$ref`` to a job it does not depend on
         (``next_jobs[1].input_data.url``); a type the creator may not create for its owner
         (:func:`check_next_types`).
     """
+    for i, nj in enumerate(next_jobs):
+        check_dependency_list(nj.depends_on, settings, f"next_jobs[{i}].depends_on")
     await check_next_types(conn, creator, next_jobs)
     pipeline_id = await _pipeline_of(conn, creator)
     existing = (await conn.execute(PIPELINE_KEYS, {"pid": pipeline_id})).mappings().all()
