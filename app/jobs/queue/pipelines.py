@@ -41,7 +41,7 @@ from app.settings import Settings
 
 PIPELINE_COUNTS = sql(
     """
-    SELECT p.id, p.status AS old_status, p.removed_unfinished,
+    SELECT p.id, p.status AS old_status, p.removed_unfinished, p.removed_failed,
            count(*) FILTER (WHERE j.status = 'completed') AS completed,
            count(*) FILTER (WHERE j.status = 'failed') AS failed,
            count(*) FILTER (WHERE j.status = 'cancelled') AS cancelled,
@@ -63,21 +63,33 @@ SET_PIPELINE_STATUS = sql(
 )
 
 
-MARK_REMOVED_UNFINISHED = sql("UPDATE pipelines SET removed_unfinished = true WHERE id = :id")
+MARK_REMOVED = sql(
+    """
+    UPDATE pipelines SET removed_unfinished = removed_unfinished OR :unfinished,
+        removed_failed = removed_failed OR :failed
+    WHERE id = :id
+    """
+)
 
 
-async def mark_removed_unfinished(conn: AsyncConnection, pipeline_id: uuid.UUID) -> None:
-    """Record that a step of this pipeline (locked by ``lock_pipelines``) is being deleted before it
-    completed: its status is derived from the steps it still has, and the deleted one's events go with
-    it, so without this the remaining completed steps would make it ``completed``."""
-    await conn.execute(MARK_REMOVED_UNFINISHED, {"id": pipeline_id})
+async def mark_removed(conn: AsyncConnection, pipeline_id: uuid.UUID, step_status: str) -> None:
+    """Record what a step of this pipeline (locked by ``lock_pipelines``) that is being deleted leaves
+    behind: its status is derived from the steps it still has, and the deleted one's events go with it.
+    A step deleted before it completed (``removed_unfinished``) keeps the remaining completed steps from
+    making it ``completed``; a failed one (``removed_failed``) keeps it ``failed``, as a pipeline with a
+    failed step is, however the others end."""
+    if step_status == "completed":
+        return
+    params = {"id": pipeline_id, "unfinished": True, "failed": step_status == "failed"}
+    await conn.execute(MARK_REMOVED, params)
 
 
 def derive_pipeline_status(counts: Fetched) -> tuple[str, bool]:
     """``(status, finished)`` of a pipeline from its jobs' status counts.
 
     ``failed`` as soon as any step failed (the pipeline can no longer complete; independent steps may
-    still be finishing); ``finished`` once no step is live. ``completed`` only when every step it still
+    still be finishing), also when that step was deleted since (``removed_failed``), whether the others
+    still run, end or go too; ``finished`` once no step is live. ``completed`` only when every step it still
     has completed and no step was deleted before it completed (``removed_unfinished``): a pipeline that
     lost a step (an admin's delete) did not run it, so once nothing is live it keeps the finished status
     it had (``old_status``: a pipeline whose steps were all deleted, one by one), or is ``cancelled`` —
@@ -85,10 +97,10 @@ def derive_pipeline_status(counts: Fetched) -> tuple[str, bool]:
     """
     live = counts["active"] + counts["waiting_approval"]
     old = counts["old_status"]
+    if counts["failed"] or counts["removed_failed"]:
+        return "failed", live == 0
     if not counts["total"]:
         return (old if old in ("failed", "cancelled", "completed") else "cancelled"), True
-    if counts["failed"]:
-        return "failed", live == 0
     if live == 0:
         if counts["removed_unfinished"]:
             return (old if old in ("failed", "cancelled") else "cancelled"), True
