@@ -109,6 +109,7 @@ from app.web.metrics import MetricsController
 from app.web.notifications import NotificationsController
 from app.web.openapi import plain_descriptions
 from app.web.pipelines import PipelinesController
+from app.web.refused_requests import audit_refused_request
 from app.web.request_context import RequestContextMiddleware, request_id_for, security_headers
 from app.worker.host_lock import InAppWorkerSlot
 from app.worker.threaded import start_in_thread
@@ -492,6 +493,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
             ButtonFormMiddleware(),
         ],
         before_send=[commit_or_refuse(sa_config.session_scope_key), security_headers],
+        after_exception=[audit_refused_request(sa_config.session_scope_key)],
         template_config=TemplateConfig(
             directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=register_filters
         ),

@@ -15,7 +15,7 @@ import hashlib
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,8 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.actions import quotas
 from app.actions.selection import LIVE_SQL, JobFilter, filter_where, ids_sql
-from app.actions.trail import Actor, auditing_refusals, record_done
-from app.errors import BadInput, Conflict, Forbidden, NotFound, RateLimited
+from app.actions.trail import Actor, Db, auditing_refusals, record_done, refused_once
+from app.errors import AppError, BadInput, Conflict, Forbidden, NotFound, RateLimited
 from app.jobs import queue
 from app.jobs.states import LIVE, Status
 from app.processors import registry
@@ -36,6 +36,8 @@ BULK_BATCH = 100
 """Jobs acted on per batch inside a bulk action (each job in its own savepoint)."""
 FAILED_WINDOW = 2_000
 """Failed groups are formed from only the newest this many failed jobs (one index range scan)."""
+SCOPES = {"ids": "selected", "filter": "filter", "group": "group"}
+"""The scope (as forms name it) of each way of naming jobs: ticked ids, a filter, a failed group."""
 GROUP_KEYS = ("type", "signature")
 """The fields that name a failed group in a bulk retry."""
 ERROR_SIGNATURE_MAX = 160
@@ -50,6 +52,9 @@ BULK_ACTIONS = {
 }
 AUDIT_ACTIONS = {"retry": "jobs.bulk_retry", "cancel": "jobs.bulk_cancel"}
 """The audit trail's name of each bulk action (each has words in :data:`app.audit.ACTIONS`)."""
+UNKNOWN_ACTION = "jobs.bulk"
+"""The audit trail's name of a bulk request refused whose action is neither retry nor cancel, or could
+not be read: an admin's refused request all the same."""
 ROWS_BY_ID = text("SELECT id, status, is_active FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))")
 
 
@@ -343,13 +348,38 @@ async def plan_group(db: AsyncSession, type_: str, signature: str, upto: uuid.UU
     )
 
 
+def _scope_words(scope: str, meant: str) -> str:
+    shown = scope[:40]
+    if scope not in SCOPES.values():
+        return f"{shown!r} is not a scope; the scopes are {', '.join(SCOPES.values())}"
+    return f"this form acts on the {meant!r} scope, not {shown!r}; go back and confirm again"
+
+
 def refusals(db: AsyncSession, actor: Actor, action: Any) -> AbstractAsyncContextManager[None]:
-    """The audited block around planning a bulk ``action`` from a request (the page's form, the API's
-    body): a refused request — an empty filter, no ids, a filter with errors — leaves one ``refused: …``
-    entry like every admin action's refusal. An action that is neither retry nor cancel names no entry."""
-    if not isinstance(action, str) or action not in AUDIT_ACTIONS:
-        return nullcontext()
-    return auditing_refusals(db, actor, AUDIT_ACTIONS[action], target_type="job", target_ids=[])
+    """The audited block around planning a bulk ``action`` from a request (the page's form and its
+    confirm step, the API's body): a refused request — an empty filter, no ids, a filter with errors, an
+    action that is neither retry nor cancel — leaves one ``refused: …`` entry like every admin action's
+    refusal (:data:`UNKNOWN_ACTION` when the action asked for is not one)."""
+    return auditing_refusals(
+        db,
+        actor,
+        AUDIT_ACTIONS[action] if isinstance(action, str) and action in AUDIT_ACTIONS else UNKNOWN_ACTION,
+        target_type="job",
+        target_ids=[],
+    )
+
+
+async def refused(db: Db, actor: Actor, action: Any, exc: AppError) -> None:
+    """A request for a bulk ``action`` refused before :func:`refusals` could be entered (its body could not
+    be read): audited once, as that block would have."""
+    await refused_once(
+        db,
+        actor,
+        AUDIT_ACTIONS[action] if isinstance(action, str) and action in AUDIT_ACTIONS else UNKNOWN_ACTION,
+        exc,
+        target_type="job",
+        target_ids=[],
+    )
 
 
 async def plan_for(
@@ -361,9 +391,14 @@ async def plan_for(
     group: Mapping[str, Any] | None = None,
     upto: uuid.UUID | None = None,
     everything: bool = False,
+    scope: str | None = None,
 ) -> BulkPlan:
     """The plan for exactly one of ``ids`` (ticked rows), ``job_filter`` (every matching row) or
     ``group`` (``{type, signature}`` of failed jobs; retry only).
+
+    ``scope`` is the scope a form names beside what it sends (``selected``, ``filter``, ``group``; its
+    confirm step carries the plan's own): when given it must be the scope of what was sent, since
+    a form whose scope says one thing and whose fields another cannot be read either way.
 
     A filter with no condition selects every job of every user: it is taken only with ``everything``
     (the API's ``"all": true``, the console's confirm step), so a filter left empty by mistake — or one
@@ -372,7 +407,8 @@ async def plan_for(
     Raises:
         BadInput: an unknown action, none or several scopes, an empty id list, more ids than
             :data:`BULK_MAX`, a filter with errors, an empty filter without ``everything``, ``everything``
-            with ticked ids, a group or a filter that has conditions.
+            with ticked ids, a group or a filter that has conditions; a ``scope`` that is not the one
+            of what was sent.
     """
     if action not in BULK_ACTIONS:
         raise BadInput.field("action", "choose retry or cancel")
@@ -381,6 +417,8 @@ async def plan_for(
     given = [name for name, v in (("ids", ids), ("filter", job_filter), ("group", group)) if v is not None]
     if len(given) != 1:
         raise BadInput.field("ids", "give exactly one of ids, filter or group")
+    if scope is not None and scope != SCOPES[given[0]]:
+        raise BadInput.field("scope", _scope_words(scope, SCOPES[given[0]]))
     if ids is not None:
         if not ids:
             raise BadInput.field("ids", "tick at least one job first")
@@ -405,7 +443,17 @@ async def plan_for(
     assert group is not None
     if action != "retry":
         raise BadInput.field("action", "a failed group can only be retried")
-    # A key left out, misspelt or extra named no group at all, and "Retried 0 jobs" read as success.
+    _check_group(group)
+    return await plan_group(
+        db, str(group.get("type") or "")[:200], str(group.get("signature") or "")[:500], upto
+    )
+
+
+def _check_group(group: Mapping[str, Any]) -> None:
+    """Raises:
+    BadInput: a group's field left out, misspelt or extra — it named no group at all, and "Retried 0
+    jobs" read as success — or not text, or no type.
+    """
     for key in group:
         if key not in GROUP_KEYS:
             raise BadInput.field(f"group.{str(key)[:100]}", "unknown field; a group is {type, signature}")
@@ -414,6 +462,3 @@ async def plan_for(
             raise BadInput.field(f"group.{key}", "must be text (as /admin/failed shows the group)")
     if not group["type"]:
         raise BadInput.field("group.type", "name the job type of the failed group")
-    return await plan_group(
-        db, str(group.get("type") or "")[:200], str(group.get("signature") or "")[:500], upto
-    )

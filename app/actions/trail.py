@@ -227,6 +227,17 @@ async def refused_once(
     setattr(exc, _AUDITED, True)
 
 
+def audited(exc: BaseException) -> bool:
+    """Whether ``exc``, or an error it was raised in place of (``raise … from``, or within ``except``), is
+    on the trail already (:func:`refused_once`)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if getattr(seen, _AUDITED, False):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _reason(exc: AppError, words: Callable[[AppError], str] | None) -> str:
     return words(exc) if words is not None else exc.detail
 

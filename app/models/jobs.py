@@ -48,6 +48,8 @@ class Pipeline(Base):
     form_key: Mapped[str | None] = mapped_column(Text)
     # An admin deleted a step of it before that step completed: it can no longer be "completed".
     removed_unfinished: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
+    # An admin deleted a failed step of it: it had a failed step, so it is "failed" however the rest end.
+    removed_failed: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
     __table_args__ = (
         CheckConstraint(in_list("status", PIPELINE_STATUSES), name="status_known"),
         # A pipeline turns "failed" as soon as a step fails, while independent steps may still finish;

@@ -603,3 +603,33 @@ async def test_the_list_shows_who_paused_the_filtered_type(
     assert "are paused" in page
     assert "root@example.com" in page
     assert "are paused" not in (await client.get("/admin/jobs?type=noop")).text
+
+
+async def test_a_failed_groups_retry_holds_the_action_and_scope_it_is_sent(
+    client: AsyncTestClient, db_url: str, engine: AsyncEngine, ui_settings: Settings, pg: asyncpg.Connection
+) -> None:
+    """The confirm step of "Retry all in this group" sends ``action`` and ``scope``; the retry read neither,
+    so ``action=cancel`` (or a scope of ticked rows, or of a filter) retried the whole group."""
+    admin = await sign_in_as(client, db_url, "root@example.com", admin=True)
+    failed = [await failed_job(engine, ui_settings, admin.id, "boom") for _ in range(2)]
+    token = await token_of(client)
+    r = await client.post(
+        "/admin/failed/retry/confirm", data={"_csrf_token": token, "type": "test.form", "signature": "boom"}
+    )
+    assert r.status_code == 200, r.text
+    sent = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', r.text))
+    assert (sent["action"], sent["scope"], sent["expected"]) == ("retry", "group", "2"), sent
+    for changes, words in (
+        ({"action": "cancel"}, "a failed group can only be retried"),
+        ({"action": "delete"}, "choose retry or cancel"),
+        ({"scope": "filter"}, "not &#39;filter&#39;"),
+        ({"scope": "selected"}, "not &#39;selected&#39;"),
+        ({"scope": "everything"}, "is not a scope"),
+    ):
+        r = await client.post("/admin/failed/retry", data={**sent, **changes}, headers=HX)
+        assert r.status_code == 422, (changes, r.status_code, r.text)
+        assert words in r.text.lower(), (changes, r.text)
+        assert await pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'failed'") == 2, changes
+    r = await client.post("/admin/failed/retry", data=sent, headers=HX)
+    assert r.status_code == 200 and "Retried 2 jobs" in r.text, r.text
+    assert {r["id"] for r in await pg.fetch("SELECT id FROM jobs WHERE status = 'queued'")} == set(failed)

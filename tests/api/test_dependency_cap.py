@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+import tests.support.forms  # noqa: F401  (registers the test.steps template)
+from app import schedules
 from app.db import create_engine
 from app.errors import BadInput
 from app.jobs import queue
@@ -52,3 +54,33 @@ async def test_the_python_api_holds_the_same_rule(make_settings: Any) -> None:
         assert "at most 3 jobs" in caught.value.errors["dependent_on_jobs"]
     finally:
         await engine.dispose()
+
+
+async def test_a_pipeline_step_made_in_python_holds_the_same_rule(make_settings: Any) -> None:
+    """``queue.create_pipeline`` (a template's pipeline, a schedule's firing) read a step's list only after
+    dropping its repeats, so ``["a"] * 4`` was one dependency whatever the cap."""
+    settings = make_settings(worker_enabled=False, pipeline_max_edges=3)
+    engine = create_engine(settings.database_url or "", pool_size=1)
+    steps = [
+        {"key": "a", "type": "http.request", "input_data": PING},
+        {"key": "b", "type": "http.request", "input_data": PING, "depends_on": ["a"] * 4},
+    ]
+    try:
+        async with engine.begin() as conn:
+            with pytest.raises(BadInput) as caught:
+                await queue.create_pipeline(conn, name="p", steps=steps, user_id=1, settings=settings)
+        message = caught.value.errors["steps[1].depends_on"]
+        assert "at most 3 jobs" in message and "has 4" in message, caught.value.errors
+    finally:
+        await engine.dispose()
+
+
+def test_a_schedule_of_a_pipeline_holds_the_same_rule(make_settings: Any) -> None:
+    """A schedule of a template checks the pipeline each firing will make, with the same cap: the
+    template's last step waits for two steps, over a cap of one."""
+    settings = make_settings(worker_enabled=False, pipeline_max_edges=1)
+    with pytest.raises(BadInput) as caught:
+        schedules.check_schedule("0 3 * * *", "UTC", None, "test.steps", {}, settings)
+    assert "at most 1 jobs" in caught.value.errors["steps[3].depends_on"], caught.value.errors
+    fits = make_settings(worker_enabled=False, pipeline_max_edges=2)
+    schedules.check_schedule("0 3 * * *", "UTC", None, "test.steps", {}, fits)

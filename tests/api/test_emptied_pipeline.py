@@ -119,3 +119,46 @@ async def test_a_pipeline_that_lost_an_unfinished_step_is_never_completed(
     assert page.status_code == 200
     badge = page.text.split('class="status status-', 1)[1].split("</span>", 2)[1]
     assert "Cancelled" in badge and "Completed" not in badge, badge
+
+
+async def test_a_pipeline_whose_failed_step_was_deleted_stays_failed_however_the_rest_end(
+    client: AsyncTestClient, ui_settings: Settings, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """A step failed (rejected) while another waited for approval; the failed step was deleted: the
+    pipeline read "waiting for approval" and, once the other step completed (or was cancelled, or deleted
+    too), "cancelled" — though it had a failed step. It is "failed" throughout."""
+    alice = await add_user(db_url, "alice@example.com")
+    root = await add_user(db_url, "root@example.com", admin=True)
+    as_alice, as_root = await token_of(db_url, alice), await token_of(db_url, root)
+    side_by_side = {
+        "name": "side by side",
+        "steps": [
+            {"key": "a", "type": "test.step", "input_data": {}, "requires_approval": True},
+            {"key": "b", "type": "test.step", "input_data": {}, "requires_approval": True},
+        ],
+    }
+    made = []
+    for _ in range(3):
+        r = await client.post("/api/pipelines", json=side_by_side, headers=as_alice)
+        assert r.status_code == 201, r.text
+        made.append((r.json()["id"], {s["key"]: s["job_id"] for s in r.json()["steps"]}))
+    async with running_worker(ui_settings):
+        for _, steps in made:
+            for jid in steps.values():
+                await wait_status(pg, jid, ["waiting_approval"])
+    ends = {
+        "approved": ("POST", "/api/jobs/{b}/approve"),
+        "cancelled": ("POST", "/api/jobs/{b}/cancel"),
+        "deleted": ("DELETE", "/api/jobs/{b}"),
+    }
+    for (pid, steps), (end, (method, path)) in zip(made, ends.items(), strict=True):
+        r = await client.post(f"/api/jobs/{steps['a']}/reject", json={"reason": "wrong"}, headers=as_root)
+        assert r.status_code == 200, r.text
+        assert await _status(client, pid, as_alice) == "failed"
+        assert (await client.delete(f"/api/jobs/{steps['a']}", headers=as_root)).status_code == 204
+        assert await _status(client, pid, as_alice) == "failed", end
+        assert await pg.fetchval("SELECT finished_at FROM pipelines WHERE id = $1", pid) is None, end
+        r = await client.request(method, path.format(b=steps["b"]), headers=as_root)
+        assert r.status_code in (200, 204), (end, r.text)
+        assert await _status(client, pid, as_alice) == "failed", end
+        assert await pg.fetchval("SELECT finished_at IS NOT NULL FROM pipelines WHERE id = $1", pid), end

@@ -10,6 +10,7 @@ cleared 0" where every other no-op is a 409 "Nothing changed".
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ import tests.support.forms  # noqa: F401  (registers test.form)
 from app.auth import CurrentUser
 from tests.admin.test_admin_console_actions import SCHEDULE
 from tests.api.test_actions_controls import root, root_api  # noqa: F401  (fixtures)
-from tests.support.webkit import add_user, csrf_from
+from tests.support.webkit import add_token, add_user, csrf_from
 
 
 @dataclass
@@ -164,3 +165,95 @@ async def test_every_admin_refusal_leaves_one_refused_entry_on_the_api_and_the_p
     # nothing a refusal touched was changed: still one schedule, Bob still disabled
     assert await pg.fetchval("SELECT count(*) FROM schedules") == 1
     assert await pg.fetchval("SELECT is_active FROM users WHERE id = $1", bob.id) is False
+
+
+UNREAD_BODIES = [
+    # (method, path, raw body, status, the entry's action, its target ids)
+    ("POST", "/api/jobs/bulk", '{"action": "retry", "ids": ["not a job id"]}', 422, "jobs.bulk_retry", []),
+    ("POST", "/api/jobs/bulk", '{"action": "cancel", "ids": "{job}"}', 422, "jobs.bulk_cancel", []),
+    ("POST", "/api/jobs/bulk", '{"action": 5, "ids": []}', 422, "jobs.bulk", []),
+    ("POST", "/api/jobs/bulk", '{"action": "retry", "ids": [', 400, "jobs.bulk", []),
+    ("POST", "/api/jobs/bulk", '{"action": "delete", "ids": ["{job}"]}', 422, "jobs.bulk", []),
+    ("PUT", "/api/job-types/test.form/limits", '{"max_running": "3"}', 422, "job_type.limits", ["test.form"]),
+    ("POST", "/api/job-types/test.form/pause", '{"paused": false}', 422, "job_type.pause", ["test.form"]),
+    ("POST", "/api/jobs/{job}/reject", '{"reason": "a", "comment": "b"}', 422, "job.reject", ["{job}"]),
+    ("POST", "/api/jobs/{job}/reschedule", '{"run_at": 5}', 422, "job.reschedule", ["{job}"]),
+    ("POST", "/api/schedules", '{"type": "test.form", "cron": 5}', 422, "schedule.create", []),
+]
+
+
+async def test_an_admin_request_refused_before_its_action_is_known_is_audited_once(
+    client: AsyncTestClient,
+    root: CurrentUser,  # noqa: F811
+    root_api: dict[str, str],  # noqa: F811
+    db_url: str,
+    pg: asyncpg.Connection,
+) -> None:
+    """A body the decoder refused (422, or 400 for one that is not JSON) was refused before the route's
+    handler ran, and an action that is neither retry nor cancel was refused by a bulk block that named no
+    entry: neither left one. Each is now one ``refused: …`` entry; a plain user's refusal still none."""
+    r = await client.post(
+        "/api/jobs",
+        json={"type": "test.form", "input_data": {"name": "Ann"}, "run_at": "2099-01-01T00:00:00+00:00"},
+        headers=root_api,
+    )
+    job = r.json()["id"]
+    failures: list[str] = []
+    headers = {**root_api, "Content-Type": "application/json"}
+    for method, path, body, status, action, targets in UNREAD_BODIES:
+        path, body = path.replace("{job}", job), body.replace("{job}", job)
+        last = await pg.fetchval("SELECT coalesce(max(id), 0) FROM audit_log")
+        r = await client.request(method, path, content=body.encode(), headers=headers)
+        rows = await pg.fetch(
+            "SELECT action, target_ids, outcome FROM audit_log WHERE id > $1 ORDER BY id", last
+        )
+        got = [(e["action"], json.loads(e["target_ids"] or "[]"), e["outcome"].split(":")[0]) for e in rows]
+        want = [(action, [t.replace("{job}", job) for t in targets], "refused")]
+        if r.status_code != status or got != want:
+            failures.append(f"{method} {path} {body}: {r.status_code} {got} {r.text[:150]}")
+    assert not failures, "\n".join(failures)
+    # a plain user's own refusal is not an admin's: no entry
+    ann = await add_user(db_url, "ann@example.com")
+    ann_api = {
+        "Authorization": f"Bearer {await add_token(db_url, ann.id)}",
+        "Content-Type": "application/json",
+    }
+    r = await client.post(
+        "/api/jobs", json={"type": "test.form", "input_data": {"name": "A"}}, headers=ann_api
+    )
+    last = await pg.fetchval("SELECT coalesce(max(id), 0) FROM audit_log")
+    r = await client.post(f"/api/jobs/{r.json()['id']}/cancel", content=b'{"now": true}', headers=ann_api)
+    assert r.status_code == 422, r.text
+    assert await pg.fetchval("SELECT count(*) FROM audit_log WHERE id > $1", last) == 0
+
+
+async def test_a_bulk_action_refused_at_its_confirm_step_is_audited_once(
+    client: AsyncTestClient,
+    root: CurrentUser,  # noqa: F811
+    pg: asyncpg.Connection,
+) -> None:
+    """The confirm step of a bulk action (the console's and a failed group's) refused a form with a 422
+    in the panel and left no entry, where the same form at the next step left one."""
+    token = csrf_from((await client.get("/admin/users")).text)
+    refusals = [
+        ("/admin/jobs/bulk/confirm", {"action": "retry", "scope": "selected"}, "jobs.bulk_retry"),
+        (
+            "/admin/jobs/bulk/confirm",
+            {"action": "cancel", "scope": "filter", "status": "nope"},
+            "jobs.bulk_cancel",
+        ),
+        ("/admin/jobs/bulk/confirm", {"action": "delete", "scope": "filter"}, "jobs.bulk"),
+        ("/admin/failed/retry/confirm", {"type": "", "signature": "boom"}, "jobs.bulk_retry"),
+        (
+            "/admin/failed/retry/confirm",
+            {"type": "test.form", "signature": "b", "priority": "5"},
+            "jobs.bulk_retry",
+        ),
+    ]
+    for path, form, action in refusals:
+        last = await pg.fetchval("SELECT coalesce(max(id), 0) FROM audit_log")
+        r = await client.post(path, data={**form, "_csrf_token": token})
+        assert r.status_code == 422, (path, form, r.status_code, r.text[-300:])
+        entries = await _entries(pg, last)
+        assert len(entries) == 1 and entries[0][0] == action, (path, form, entries)
+        assert entries[0][1].startswith("refused: "), entries

@@ -178,3 +178,22 @@ async def test_next_jobs_whose_keys_are_taken_read_each_other_under_their_new_ke
         )
     assert b2["status"] == "completed", b2["error_message"]
     assert json.loads(b2["result_data"]) == {"from_a": 2}
+
+
+async def test_a_next_jobs_dependency_list_is_capped_as_sent(engine, settings, owner, pg) -> None:
+    """Next jobs did not go through the cap a submitted job's list has (``PIPELINE_MAX_EDGES``): a list of
+    any length was taken, its repeats dropped. Over the cap, counted as sent, the creator fails naming the
+    list, and nothing is created."""
+    capped = settings.model_copy(update={"pipeline_max_edges": 3})
+    creator = new_id()
+    jobs = [
+        {"type": "test.echo", "key": "a", "input_data": {"v": 1}},
+        {"type": "test.echo", "key": "b", "depends_on": ["a"] * 4, "input_data": {"v": 2}},
+    ]
+    async with running_worker(capped):
+        await enqueue_next(engine, capped, owner, jobs, creator)
+        row = await wait_status(pg, creator, {"failed", "completed"})
+    assert row["status"] == "failed", row["error_message"]
+    assert "next_jobs[1].depends_on: " in row["error_message"], row["error_message"]
+    assert "at most 3 jobs" in row["error_message"], row["error_message"]
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 1

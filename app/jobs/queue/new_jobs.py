@@ -151,13 +151,28 @@ def dependencies_problem(settings: Settings, count: int) -> str | None:
     return None
 
 
-def check_dependencies(job: NewJob, settings: Settings, field: str = "dependent_on_jobs") -> None:
-    """Raises:
-    BadInput: naming ``field``, ``job`` depends on more jobs than :func:`dependencies_problem` allows.
+def check_dependency_list(depends_on: Any, settings: Settings, field: str) -> None:
+    """The one cap on a job's dependencies, for every path that creates jobs — a submitted job
+    (:func:`prepare`), a pipeline's step (:func:`app.jobs.queue.pipelines.check_spec`, which a schedule of
+    a pipeline goes through when it is made and when it fires) and a processor's next job
+    (:func:`app.jobs.queue.pipelines.insert_next_jobs`) — counted as sent (repeats included), before any
+    of them is looked up. Anything but a list is left to the caller's own checks.
+
+    Raises:
+        BadInput: naming ``field``, more dependencies than :func:`dependencies_problem` allows.
     """
-    problem = dependencies_problem(settings, len(job.depends_on))
+    if not isinstance(depends_on, list | tuple):
+        return
+    problem = dependencies_problem(settings, len(depends_on))
     if problem is not None:
         raise BadInput.field(field, problem)
+
+
+def check_dependencies(job: NewJob, settings: Settings, field: str = "dependent_on_jobs") -> None:
+    """Raises:
+    BadInput: naming ``field``, ``job`` depends on more jobs than :func:`check_dependency_list` allows.
+    """
+    check_dependency_list(list(job.depends_on), settings, field)
 
 
 def prepare(

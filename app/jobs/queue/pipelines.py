@@ -32,7 +32,7 @@ from app.jobs.queue.fanouts import name_instances
 from app.jobs.queue.fanouts import store as store_fanout
 from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.many_jobs import enqueue_many, renamed
-from app.jobs.queue.new_jobs import NewJob, lock_parents
+from app.jobs.queue.new_jobs import NewJob, check_dependency_list, lock_parents
 from app.jobs.rows import Fetched
 from app.jobs.types import NextJob, may_create_next, priority_refusal, refusal, registry
 from app.settings import Settings
@@ -41,7 +41,7 @@ from app.settings import Settings
 
 PIPELINE_COUNTS = sql(
     """
-    SELECT p.id, p.status AS old_status, p.removed_unfinished,
+    SELECT p.id, p.status AS old_status, p.removed_unfinished, p.removed_failed,
            count(*) FILTER (WHERE j.status = 'completed') AS completed,
            count(*) FILTER (WHERE j.status = 'failed') AS failed,
            count(*) FILTER (WHERE j.status = 'cancelled') AS cancelled,
@@ -63,21 +63,33 @@ SET_PIPELINE_STATUS = sql(
 )
 
 
-MARK_REMOVED_UNFINISHED = sql("UPDATE pipelines SET removed_unfinished = true WHERE id = :id")
+MARK_REMOVED = sql(
+    """
+    UPDATE pipelines SET removed_unfinished = removed_unfinished OR :unfinished,
+        removed_failed = removed_failed OR :failed
+    WHERE id = :id
+    """
+)
 
 
-async def mark_removed_unfinished(conn: AsyncConnection, pipeline_id: uuid.UUID) -> None:
-    """Record that a step of this pipeline (locked by ``lock_pipelines``) is being deleted before it
-    completed: its status is derived from the steps it still has, and the deleted one's events go with
-    it, so without this the remaining completed steps would make it ``completed``."""
-    await conn.execute(MARK_REMOVED_UNFINISHED, {"id": pipeline_id})
+async def mark_removed(conn: AsyncConnection, pipeline_id: uuid.UUID, step_status: str) -> None:
+    """Record what a step of this pipeline (locked by ``lock_pipelines``) that is being deleted leaves
+    behind: its status is derived from the steps it still has, and the deleted one's events go with it.
+    A step deleted before it completed (``removed_unfinished``) keeps the remaining completed steps from
+    making it ``completed``; a failed one (``removed_failed``) keeps it ``failed``, as a pipeline with a
+    failed step is, however the others end."""
+    if step_status == "completed":
+        return
+    params = {"id": pipeline_id, "unfinished": True, "failed": step_status == "failed"}
+    await conn.execute(MARK_REMOVED, params)
 
 
 def derive_pipeline_status(counts: Fetched) -> tuple[str, bool]:
     """``(status, finished)`` of a pipeline from its jobs' status counts.
 
     ``failed`` as soon as any step failed (the pipeline can no longer complete; independent steps may
-    still be finishing); ``finished`` once no step is live. ``completed`` only when every step it still
+    still be finishing), also when that step was deleted since (``removed_failed``), whether the others
+    still run, end or go too; ``finished`` once no step is live. ``completed`` only when every step it still
     has completed and no step was deleted before it completed (``removed_unfinished``): a pipeline that
     lost a step (an admin's delete) did not run it, so once nothing is live it keeps the finished status
     it had (``old_status``: a pipeline whose steps were all deleted, one by one), or is ``cancelled`` —
@@ -85,10 +97,10 @@ def derive_pipeline_status(counts: Fetched) -> tuple[str, bool]:
     """
     live = counts["active"] + counts["waiting_approval"]
     old = counts["old_status"]
+    if counts["failed"] or counts["removed_failed"]:
+        return "failed", live == 0
     if not counts["total"]:
         return (old if old in ("failed", "cancelled", "completed") else "cancelled"), True
-    if counts["failed"]:
-        return "failed", live == 0
     if live == 0:
         if counts["removed_unfinished"]:
             return (old if old in ("failed", "cancelled") else "cancelled"), True
@@ -148,6 +160,7 @@ def check_spec(
     for i, step in enumerate(steps):
         if not isinstance(step, dict):
             raise BadInput.field(f"steps[{i}]", "must be an object with key, type and input_data")
+        check_dependency_list(step.get("depends_on"), settings, f"steps[{i}].depends_on")
     steps = [dict(s) for s in steps]
     check_for_each(steps, "steps", settings.pipeline_max_steps)
     check_graph(steps, "steps")
@@ -460,10 +473,13 @@ async def insert_next_jobs(
     (:func:`~app.jobs.graph.check_ref_sources`). Returns the pipeline id.
 
     Raises:
-        BadInput: a dependency that is not in the pipeline; a ``$ref`` to a job it does not depend on
+        BadInput: a dependency list longer than a job's may be (``next_jobs[1].depends_on``,
+        :func:`~app.jobs.queue.new_jobs.check_dependency_list`); a dependency that is not in the pipeline; a ``$ref`` to a job it does not depend on
         (``next_jobs[1].input_data.url``); a type the creator may not create for its owner
         (:func:`check_next_types`).
     """
+    for i, nj in enumerate(next_jobs):
+        check_dependency_list(nj.depends_on, settings, f"next_jobs[{i}].depends_on")
     await check_next_types(conn, creator, next_jobs)
     pipeline_id = await _pipeline_of(conn, creator)
     existing = (await conn.execute(PIPELINE_KEYS, {"pid": pipeline_id})).mappings().all()

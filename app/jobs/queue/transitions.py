@@ -34,7 +34,7 @@ from app.jobs.queue.consequences import consequences
 from app.jobs.queue.fanouts import GATES_OF
 from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.new_jobs import Enqueued, NewJob, enqueue
-from app.jobs.queue.pipelines import mark_removed_unfinished, refresh_pipelines
+from app.jobs.queue.pipelines import mark_removed, refresh_pipelines
 from app.jobs.rows import JobRow, job_row
 from app.jobs.run_at import check_run_at
 from app.jobs.states import Actor, Status, label, sources
@@ -408,8 +408,8 @@ async def delete(db: AsyncConnection | AsyncSession, job_id: Any, principal: Pri
     if row["status"] == Status.IN_PROGRESS:
         raise Conflict(f"Cannot delete job {row['id']}: it is running; cancel it first.")
     await lock_pipelines(conn, [row["pipeline_id"]])
-    if row["pipeline_id"] and row["status"] != Status.COMPLETED:
-        await mark_removed_unfinished(conn, row["pipeline_id"])
+    if row["pipeline_id"]:
+        await mark_removed(conn, row["pipeline_id"], row["status"])
     # Mark it as gone for the cascade's reason, then cascade, then delete.
     await conn.execute(CASCADE_CANCEL_REMOVED, {"id": row["id"], "actor": actor_of(principal)})
     outputs = list((await conn.execute(DELETE_JOB_OUTPUTS, {"job_id": row["id"]})).scalars())

@@ -33,13 +33,24 @@ GROUP_CONFIRMED_FIELDS = (*GROUP_FIELDS, "action", "scope", "expected")
 """What its confirm step sends (``admin/_jobs_bulk.html``): the group and the count it showed."""
 
 
+def asked(form: Any, name: str, default: str) -> str:
+    """The ``action`` or ``scope`` a form sends (its confirm step sends the plan's own), ``default`` when
+    it sends none: the address says it (a retry of a failed group)."""
+    value = form.get(name)
+    return default if value is None else str(value).strip()[:40]
+
+
 async def group_plan(db: AsyncSession, form: Any) -> BulkPlan:
-    """The failed group a "Retry all" form names (type, error signature, newest id shown)."""
-    return await bulk.plan_group(
+    """The failed group a "Retry all" form names (type, error signature, newest id shown), planned by
+    the bulk layer's one rule for every bulk form and the API (:func:`app.actions.bulk.plan_for`): the
+    ``action`` and ``scope`` the confirm step sends are held to it, so a cancel or another scope is
+    refused, never taken as this group's retry."""
+    return await bulk.plan_for(
         db,
-        form_str(form, "type", 200),
-        form_str(form, "signature"),
-        uuid_or_none(form_str(form, "upto", 64)),
+        asked(form, "action", "retry"),
+        group={"type": form_str(form, "type", 200), "signature": form_str(form, "signature")},
+        upto=uuid_or_none(form_str(form, "upto", 64)),
+        scope=asked(form, "scope", "group"),
     )
 
 
@@ -58,10 +69,12 @@ class FailedJobsController(Controller):
     @post("/retry/confirm", name="admin.failed.confirm", status_code=200, opt={FORM_CHECKED: True})
     async def group_confirm(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
         """Step 1 of "Retry all in this group": the count (a form that cannot be taken: why, 422)."""
+        form = await request.form()
         try:
-            form = await request.form()
-            check_bulk_form(request, form, GROUP_FIELDS)
-            plan = await group_plan(db_session, form)
+            # a refusal here is an admin's refused bulk action, as at the next step
+            async with bulk.refusals(db_session, actor_of(request), "retry"):
+                check_bulk_form(request, form, GROUP_FIELDS)
+                plan = await group_plan(db_session, form)
         except BadInput as exc:
             return bulk_refused(request, exc, "/admin/failed")
         ctx = {
@@ -79,7 +92,7 @@ class FailedJobsController(Controller):
         """Step 2: retry the group's jobs (one audit entry ``jobs.bulk_retry``)."""
         form = await request.form()
         try:
-            async with bulk.refusals(db_session, actor_of(request), "retry"):
+            async with bulk.refusals(db_session, actor_of(request), asked(form, "action", "retry")):
                 check_bulk_form(request, form, GROUP_CONFIRMED_FIELDS)
                 plan = await group_plan(db_session, form)
                 expected = expected_count(form)

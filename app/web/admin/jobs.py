@@ -287,7 +287,9 @@ class AdminJobsController(Controller):
         be taken is a 422 that says why, in the panel."""
         form = await request.form()
         try:
-            plan, f = await self._plan(request, db_session, form, confirmed=False)
+            # a refusal here is an admin's refused bulk action, as at the next step
+            async with bulk.refusals(db_session, actor_of(request), form.get("action")):
+                plan, f = await self._plan(request, db_session, form, confirmed=False)
         except BadInput as exc:
             return bulk_refused(request, exc, "/admin/jobs")
         ctx = {

@@ -1,0 +1,151 @@
+"""An admin's API request refused before its action was asked — a JSON body the decoder or the field
+check refused (422), a body sent to a route that takes none, a body over the limit (413), a reason
+given twice — is audited as the refusal of the action the route carries out, once, as the action's own
+refusal would have been (:mod:`app.actions.trail`).
+
+Such a request never reaches the action's audited block (the error is raised while the request is read,
+before its handler runs, or by the handler before it calls the action), so :func:`audit_refused_request`,
+an ``after_exception`` hook, writes the entry from :data:`ROUTE_ACTIONS`, in a transaction of its own:
+the request's is rolled back with its error. An error an action has audited already (marked by
+:func:`app.actions.trail.refused_once`, also when a handler raises another error in its place) and a
+request whose session keeps a refusal are not written again. A bulk request whose body could not be
+read names no action: it is audited as :data:`app.actions.bulk.UNKNOWN_ACTION`. A person who is not an
+admin leaves no entry, as their refusals never do.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import structlog
+from advanced_alchemy.extensions.litestar._utils import get_aa_scope_state
+from litestar import Request
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.types import AfterExceptionHookHandler, Scope
+from litestar.utils.empty import value_or_default
+from litestar.utils.scope.state import ScopeState
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.actions import bulk
+from app.actions.trail import KEEP_REFUSAL, Actor, audited, refused_once
+from app.errors import AppError, BadInput
+from app.web import param_words
+from app.web.deps import actor_of
+
+log = structlog.get_logger("jobdesk.web")
+
+ROUTE_ACTIONS = {
+    "api.jobs.bulk": "jobs.bulk",
+    "api.jobs.cancel": "job.cancel",
+    "api.jobs.retry": "job.retry",
+    "api.jobs.run_again": "job.run_again",
+    "api.jobs.approve": "job.approve",
+    "api.jobs.reject": "job.reject",
+    "api.jobs.rerun": "job.rerun",
+    "api.jobs.run_now": "job.run_now",
+    "api.jobs.reschedule": "job.reschedule",
+    "api.jobs.delete": "job.delete",
+    "api.approvals.decide:approve": "job.approve",
+    "api.approvals.decide:reject": "job.reject",
+    "api.pipelines.cancel": "pipeline.cancel",
+    "api.batches.retry_failed": "batch.retry_failed",
+    "api.job_types.pause": "job_type.pause",
+    "api.job_types.resume": "job_type.resume",
+    "api.job_types.limits": "job_type.limits",
+    "api.schedules.create": "schedule.create",
+    "api.schedules.enable:enable": "schedule.enable",
+    "api.schedules.enable:disable": "schedule.disable",
+    "api.schedules.update": "schedule.update",
+    "api.schedules.replace": "schedule.update",
+    "api.schedules.delete": "schedule.delete",
+    "api.users.unlock": "user.unlock",
+    "api.users.reset_password": "user.reset_password",
+    "api.users.release_jobs": "user.release_jobs",
+    "api.users.cancel_jobs": "user.cancel_jobs",
+}
+"""The audited action each API route carries out (``name:last path segment`` for a route with two
+paths), as its action names it."""
+
+TARGETS = ("job_id", "pipeline_id", "batch_id", "job_type", "schedule_id", "user_id")
+"""The path parameters that name what an action acts on."""
+
+_NOT_REFUSALS = (401, 405)
+"""Not an admin's refused action: a request nobody signed in to, a method the address does not take."""
+
+
+def _route_key(scope: Scope) -> str | None:
+    handler = scope.get("route_handler")
+    name = getattr(handler, "name", None)
+    if not name:
+        return None
+    last = str(scope.get("path", "")).rstrip("/").rsplit("/", 1)[-1]
+    return f"{name}:{last}" if f"{name}:{last}" in ROUTE_ACTIONS else name
+
+
+def _as_refusal(exc: Exception, scope: Scope) -> AppError | None:
+    """``exc`` as the error the answer says, when it refuses the request (4xx); else ``None``."""
+    if isinstance(exc, AppError):
+        found: AppError | None = exc
+    elif isinstance(exc, ValidationException):
+        detail, errors = param_words.refusal(exc, scope.get("route_handler"))
+        found = BadInput(detail, errors=errors)
+    elif isinstance(exc, HTTPException) and exc.status_code == 413:
+        found = AppError(exc.detail)
+        found.status_code = 413
+    else:
+        return None
+    status = getattr(found, "status_code", 400)
+    return found if 400 <= status < 500 and status not in _NOT_REFUSALS else None
+
+
+def _asked_bulk_action(scope: Scope) -> Any:
+    """The ``action`` of a bulk request's body, when the body was read and is a JSON object."""
+    body = value_or_default(ScopeState.from_scope(scope).body, b"")
+    try:
+        value = json.loads(body) if body else None
+    except (ValueError, RecursionError):
+        return None
+    return value.get("action") if isinstance(value, dict) else None
+
+
+def _target(scope: Scope) -> tuple[str, list[str]]:
+    params = scope.get("path_params") or {}
+    for name in TARGETS:
+        if name in params:
+            return name.removesuffix("_id"), [str(params[name])[:100]]
+    return "job", []
+
+
+def audit_refused_request(session_scope_key: str) -> AfterExceptionHookHandler:
+    """The ``after_exception`` hook described in the module docstring (``session_scope_key``: where the
+    request's session is kept in the scope, to see whether it holds a refusal already)."""
+
+    async def hook(exc: Exception, scope: Scope) -> None:
+        key = _route_key(scope)
+        user = scope.get("user")
+        if key not in ROUTE_ACTIONS or not getattr(user, "is_admin", False) or audited(exc):
+            return
+        session: Any = get_aa_scope_state(scope, session_scope_key)
+        if session is not None and session.info.get(KEEP_REFUSAL):
+            return
+        refusal = _as_refusal(exc, scope)
+        engine = scope["litestar_app"].state.engine
+        if refusal is None or engine is None:
+            return
+        actor: Actor = actor_of(Request(scope))
+        target_type, target_ids = _target(scope)
+        action = ROUTE_ACTIONS[key]
+        try:
+            async with AsyncSession(engine, expire_on_commit=False) as db:
+                if action == "jobs.bulk":
+                    await bulk.refused(db, actor, _asked_bulk_action(scope), refusal)
+                else:
+                    await refused_once(
+                        db, actor, action, refusal, target_type=target_type, target_ids=target_ids
+                    )
+                await db.commit()
+        except Exception as error:  # the answer stands; the entry is what was lost
+            log.warning("a refused request could not be audited", error=repr(error)[:300], action=action)
+
+    return hook
