@@ -257,3 +257,35 @@ async def test_a_bulk_action_refused_at_its_confirm_step_is_audited_once(
         entries = await _entries(pg, last)
         assert len(entries) == 1 and entries[0][0] == action, (path, form, entries)
         assert entries[0][1].startswith("refused: "), entries
+
+
+PERSONS_OWN = {
+    "api.jobs.create",
+    "api.pipelines.create",
+    "api.batches.create",
+    "api.files.upload",
+    "api.me.update",
+    "api.me.notifications",
+    "api.me.tokens.create",
+    "api.me.tokens.revoke",
+    "api.notifications.read",
+}
+"""Routes that change only what is the person's own (their jobs, files, tokens, settings): no admin
+action, nothing to audit."""
+
+
+def test_every_api_route_that_changes_something_names_its_audited_action(client: AsyncTestClient) -> None:
+    """A route added later cannot slip past the audit of refused requests: each API route that changes
+    something is either an admin's audited action (``ROUTE_ACTIONS``) or changes only the person's own."""
+    from app.web.refused_requests import ROUTE_ACTIONS
+
+    audited_routes = {key.split(":")[0] for key in ROUTE_ACTIONS}
+    unplaced = sorted(
+        f"{sorted(handler.http_methods)} {route.path} {handler.name}"
+        for route in client.app.routes
+        if route.path.startswith("/api/")
+        for handler in getattr(route, "route_handlers", [])
+        if set(handler.http_methods) - {"GET", "HEAD", "OPTIONS"}
+        and handler.name not in audited_routes | PERSONS_OWN
+    )
+    assert not unplaced, unplaced
