@@ -486,8 +486,10 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
         plugins=[SQLAlchemyPlugin(config=sa_config), HTMXPlugin(), _AfterPlugins(_worker_lifespan())],
         middleware=[
             RequestContextMiddleware(),
-            BodyLimitMiddleware(),
+            # after the sign-in check (which reads no body), so that an admin's request refused for its size
+            # is audited as theirs; before anything reads a body (the CSRF check reads a form's)
             AuthenticationMiddleware(),
+            BodyLimitMiddleware(),
             CsrfMiddleware(exclude=CSRF_EXCLUDE),
             InputGuardMiddleware(),
             ButtonFormMiddleware(),

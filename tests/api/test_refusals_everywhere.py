@@ -289,3 +289,30 @@ def test_every_api_route_that_changes_something_names_its_audited_action(client:
         and handler.name not in audited_routes | PERSONS_OWN
     )
     assert not unplaced, unplaced
+
+
+async def test_an_admin_request_refused_for_its_size_is_audited_once(
+    client: AsyncTestClient,
+    root: CurrentUser,  # noqa: F811
+    root_api: dict[str, str],  # noqa: F811
+    pg: asyncpg.Connection,
+) -> None:
+    """A body over the limit is refused from its ``Content-Length`` before anything reads it; the
+    refusal is an admin's refused action like any other, so the audit must know who sent it."""
+    from app.web.input_guard import body_limit
+
+    limit = body_limit(client.app.state.settings, {"path": "/api/jobs/bulk"})
+    body = b'{"action": "retry", "ids": [' + b" " * limit + b"]}"
+    headers = {**root_api, "Content-Type": "application/json"}
+    cases = [
+        ("POST", "/api/jobs/bulk", "jobs.bulk"),
+        ("POST", "/api/schedules", "schedule.create"),
+        ("PUT", "/api/job-types/test.form/limits", "job_type.limits"),
+    ]
+    for method, path, action in cases:
+        last = await pg.fetchval("SELECT coalesce(max(id), 0) FROM audit_log")
+        r = await client.request(method, path, content=body, headers=headers)
+        assert r.status_code == 413, (path, r.text[:200])
+        entries = await _entries(pg, last)
+        assert len(entries) == 1 and entries[0][0] == action, (path, entries)
+        assert entries[0][1].startswith("refused: "), entries
