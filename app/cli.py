@@ -395,8 +395,7 @@ def create_user_cmd(email: str, admin: bool, password_stdin: bool) -> None:
     with _imports_without_gc():
         from app.actions.trail import committed
         from app.actions.users import COMMAND_LINE, create_user
-        from app.auth import check_password_rules, generate_password, normalize_email
-        from app.errors import AppError
+        from app.auth import generate_password
 
     settings = _settings()
     generated = not password_stdin
@@ -404,15 +403,10 @@ def create_user_cmd(email: str, admin: bool, password_stdin: bool) -> None:
         password = sys.stdin.readline().rstrip("\r\n")
     else:
         password = generate_password()
-    try:
-        normalize_email(email)
-        check_password_rules(password)
-    except AppError as exc:
-        raise _fail(exc.detail) from None
 
     # Through the action, as an admin's page does it: the account, its audit entry and the admins'
-    # notice are written together, naming the command line as who acted; a refusal (a taken email) is
-    # audited and kept as on the page.
+    # notice are written together, naming the command line as who acted; a refusal (a taken or
+    # malformed email, a password out of bounds) is audited and kept as on the page.
     async def body(engine: AsyncEngine, url: str) -> Any:
         async def action(db: Any) -> Any:
             new = await create_user(db, COMMAND_LINE, email=email, password=password, is_admin=admin)
@@ -438,17 +432,15 @@ def create_token_cmd(email: str, name: str) -> None:
     """
     with _imports_without_gc():
         from app.actions.trail import committed
-        from app.actions.users import COMMAND_LINE, issue_token
-        from app.auth import get_user_by_email
+        from app.actions.users import COMMAND_LINE, issue_token_by_email
 
     settings = _settings()
 
     # Through the action, as an admin's page does it (audited, the admins notified, a disabled account
-    # refused, and that refusal audited and kept as on the page).
+    # or an unknown email refused, and that refusal audited and kept as on the page).
     async def body(engine: AsyncEngine, url: str) -> tuple[str, str]:
         async def action(db: Any) -> tuple[str, str]:
-            user = await get_user_by_email(db, email)
-            issued = await issue_token(db, COMMAND_LINE, user.id, name)
+            issued = await issue_token_by_email(db, COMMAND_LINE, email, name)
             return issued.user_email, issued.token
 
         return await committed(engine, action)

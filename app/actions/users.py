@@ -276,6 +276,21 @@ async def issue_token(
     return IssuedToken(token, token_id, target["id"], target["email"])
 
 
+async def issue_token_by_email(
+    db: Db, actor: Any, email: str, name: str = "", *, ip: str | None = None
+) -> IssuedToken:
+    """:func:`issue_token` for the user who signs in with ``email`` (the command line names people by
+    their email): an unknown email is refused, and audited, as an unknown id is.
+
+    Raises:
+        NotFound: no user has that email.
+    """
+    require_admin(actor, "issue API tokens for users")
+    async with auditing_refusals(db, acting(actor, ip), "token.create", target_type="user", target_ids=[]):
+        user = await auth.get_user_by_email(db, email)
+    return await issue_token(db, actor, user.id, name, ip=ip)
+
+
 async def revoke_token(db: Db, actor: Any, token_id: int, *, ip: str | None = None) -> None:
     """Revoke any user's live API token.
 

@@ -227,17 +227,28 @@ async def test_a_refused_command_is_audited_as_the_same_refusal_on_a_page(
 ) -> None:
     """The command's transaction rolled back on the refusal, and the refusal's audit entry with it, where
     a page's answer keeps it: a taken email is now in the trail as refused, with no admin notice, and
-    the account itself unchanged; an input to correct (a malformed email) is not an action refused."""
+    the account itself unchanged. Every other refusal an admin's page audits is in the trail too: a
+    malformed email, a password out of bounds, a token for an email nobody has."""
     assert run(tmp_path, "create-user", "ann@example.com", DATABASE_URL=db_url).returncode == 0
     assert_clean_failure(
         run(tmp_path, "create-user", "ANN@example.com", "--admin", DATABASE_URL=db_url), "already exists"
     )
     assert_clean_failure(run(tmp_path, "create-user", "not-an-email", DATABASE_URL=db_url), "email")
+    short = run(
+        tmp_path, "create-user", "bob@example.com", "--password-stdin", DATABASE_URL=db_url, stdin="short\n"
+    )
+    assert_clean_failure(short, "at least 8")
+    assert_clean_failure(run(tmp_path, "create-token", "ghost@example.com", DATABASE_URL=db_url), "No user")
     audited = await pg.fetch("SELECT user_email, action, count, outcome FROM audit_log ORDER BY id")
-    assert [tuple(r) for r in audited] == [
-        ("command line", "user.create", 1, "ok"),
-        ("command line", "user.create", 0, "refused: A user with the email ann@example.com already exists."),
+    assert [tuple(r)[:3] for r in audited] == [
+        ("command line", "user.create", 1),
+        ("command line", "user.create", 0),
+        ("command line", "user.create", 0),
+        ("command line", "user.create", 0),
+        ("command line", "token.create", 0),
     ], audited
+    assert audited[1]["outcome"] == "refused: A user with the email ann@example.com already exists."
+    assert all(r["outcome"].startswith("refused: ") for r in audited[1:]), audited
     assert await pg.fetchval("SELECT count(*) FROM alert_outbox WHERE kind = 'admin_action'") == 1
     assert await pg.fetchval("SELECT is_admin FROM users") is False
 
