@@ -47,8 +47,8 @@ class Conflict(AppError):
 
 
 class NotJson(AppError):
-    """415: a body sent in a form's encoding (multipart or urlencoded) to a route that reads JSON. Reading
-    it as a form would use up the body that the JSON reader then waits for."""
+    """415: a body sent to a route that reads JSON in another type: a form (multipart or urlencoded),
+    ``text/plain``, or no ``Content-Type`` at all (:func:`app.web.input_guard.refuse_not_json`)."""
 
     status_code = 415
 

@@ -20,6 +20,9 @@ limit (413), :class:`app.web.auth_middleware.AuthenticationMiddleware` finds the
 JSON with a 422 naming the field, and :class:`app.web.form_shape.ButtonFormMiddleware` a field sent to a
 page form that reads none.
 
+Outside the routing, :class:`app.web.methods.HeadAsGet` serves a HEAD as its path's GET without the body,
+and makes an ``OPTIONS`` answer's ``Allow`` (like a 405's) list every method of the path.
+
 Every response carries security headers (a strict Content Security Policy without inline scripts; ``/schema`` alone gets the relaxed policy its Swagger page needs), ``X-Request-ID``, ``X-Process-ID`` and
 ``Cache-Control: no-store`` (except static files): :mod:`app.web.request_context`. Errors become JSON ``{"detail": …}`` under ``/api/``,
 a small fragment for htmx, and a page otherwise — never a traceback.
@@ -105,6 +108,7 @@ from app.web.input_guard import BodyLimitMiddleware, InputGuardMiddleware
 from app.web.job_log import JobLogApiController, JobLogController
 from app.web.jobs import JobsController
 from app.web.json_body import JsonBodyRequest
+from app.web.methods import HeadAsGet, allow_of_405
 from app.web.metrics import MetricsController
 from app.web.notifications import NotificationsController
 from app.web.openapi import plain_descriptions
@@ -215,7 +219,12 @@ def _classify(
     if isinstance(exc, PermissionDeniedException) and exc.detail == CSRF_FAILED:
         return 403, CSRF_MESSAGE, {}, {}
     if isinstance(exc, MethodNotAllowedException):
-        return 405, "This address does not accept that kind of request.", {}, dict(exc.headers or {})
+        return (
+            405,
+            "This address does not accept that kind of request.",
+            {},
+            allow_of_405(dict(exc.headers or {})),
+        )
     if isinstance(exc, InternalServerException) and exc.detail == CLIENT_GONE:
         # The client's fault (a Content-Length longer than the body it sent, or the connection closed
         # mid-body; uvicorn has already answered a malformed request with its own 400): a 400, logged
@@ -508,6 +517,7 @@ def create_app(settings: Settings | None = None, *, auto_migrate: bool = False) 
         logging_config=None,
         debug=False,
     )
+    app.asgi_handler = HeadAsGet(app, app.asgi_handler)
     return rebind(app, settings or get_settings())
 
 

@@ -9,10 +9,8 @@ with the job row locked, to decide.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -24,6 +22,7 @@ from app.actions.trail import Actor
 from app.errors import BadInput, Forbidden, NotFound
 from app.jobs import approvals, decisions, queue
 from app.jobs.approvals import link, link_problem, link_token
+from app.jobs.cursors import Cursor, read_cursor
 
 __all__ = [
     "Page",
@@ -116,21 +115,6 @@ def _cursor(row: Mapping[str, Any]) -> str:
     return f"{row['waiting_since'].isoformat()}|{row['id']}"
 
 
-def parse_cursor(value: str | None) -> tuple[datetime | None, uuid.UUID | None]:
-    """``after`` as the keyset ``(waiting since, id)``.
-
-    Raises:
-        BadInput: a cursor this module did not make.
-    """
-    if not value:
-        return None, None
-    try:
-        at, _, jid = value.partition("|")
-        return datetime.fromisoformat(at), uuid.UUID(jid)
-    except ValueError:
-        raise BadInput.field("after", "not a cursor from an earlier page") from None
-
-
 def _shaped(user: Any, row: Mapping[str, Any], decided: set[Any]) -> dict[str, Any]:
     out = dict(row)
     out["approvals_needed"] = row["approvals_needed"] or 1
@@ -143,7 +127,7 @@ def _shaped(user: Any, row: Mapping[str, Any], decided: set[Any]) -> dict[str, A
 
 
 async def _page(db: AsyncSession, user: Any, statements: Any, after: str | None, limit: int) -> Page:
-    after_at, after_id = parse_cursor(after)
+    after_at, after_id = read_cursor(after, Cursor.WAITING) or (None, None)
     statement = statements[after_at is not None]
     params = {"after_at": after_at, "after_id": after_id, "limit": limit + 1, "uid": user.id}
     params["is_admin"] = bool(user.is_admin)

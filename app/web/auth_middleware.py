@@ -22,6 +22,7 @@ from app.auth import (
     token_holder,
     user_for_session,
 )
+from app.errors import AppError
 from app.web.csrf import scope_cookie
 
 if TYPE_CHECKING:
@@ -29,12 +30,31 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 
+MANY_AUTHORIZATIONS = (
+    "This request has more than one Authorization header, so it is not clear whose it is; nothing was "
+    "done. Send one header: 'Authorization: Bearer <token>'."
+)
+
+
+def authorization(scope: Scope) -> str | None:
+    """The value of the request's ``Authorization`` header, or ``None``: the one rule for every route that
+    reads it (the API's tokens here, ``/metrics``' scraper token).
+
+    Raises:
+        AppError: (400, :data:`MANY_AUTHORIZATIONS`) the header is there more than once, or once with
+            values a proxy joined with a comma (no token holds one): taking one of them (the first, as
+            before) acted for whoever it named while the request also named someone else.
+    """
+    values = [value for key, value in scope["headers"] if key == b"authorization"]
+    if len(values) > 1 or (values and b"," in values[0]):
+        raise AppError(MANY_AUTHORIZATIONS)
+    return values[0].decode("latin-1") if values else None
+
+
 def _bearer(scope: Scope) -> str | None:
-    for key, value in scope["headers"]:
-        if key == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            return token.strip() if scheme.lower() == "bearer" else None
-    return None
+    """The request's bearer token (:func:`authorization`), or ``None`` (no header, or another scheme)."""
+    scheme, _, token = (authorization(scope) or "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
 
 
 #: Where a person whose password an administrator reset may still go before choosing a new one: the
@@ -65,10 +85,10 @@ class AuthenticationMiddleware(ASGIMiddleware):
 
     ``/api/…`` requests: only ``Authorization: Bearer <token>``; other requests: only the session cookie
     (so API calls need no CSRF token, and a page can never act through the API with the browser's cookie).
-    Never rejects a request itself (the guards below do), except one: a person who must change the
-    password an administrator reset is sent to the password form from every page but
-    :data:`MUST_CHANGE_OPEN`. Static files and health probes are skipped.
-    At most one indexed query per request.
+    Never rejects a request itself (the guards below do), except two: an API request with more than one
+    ``Authorization`` header is a 400 (:func:`authorization`), and a person who must change the password an
+    administrator reset is sent to the password form from every page but :data:`MUST_CHANGE_OPEN`.
+    Static files and health probes are skipped. At most one indexed query per request.
     """
 
     scopes = (ScopeType.HTTP,)

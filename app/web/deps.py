@@ -12,9 +12,10 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Request, Response
+from litestar.params import QueryParameter
 from litestar.response import Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -209,6 +210,12 @@ def cell_response(
         headers={"Vary": "HX-Request"},
     )
 
+
+AfterCursor = Annotated[
+    str | None,
+    QueryParameter(description="The `next` of the page before (leave it out for the first page)."),
+]
+"""A list's ``?after=`` cursor as sent: read by :func:`app.jobs.cursors.read_cursor`, whose 422 names it."""
 
 MAX_PAGE = 200
 """Most rows one API list answer may ask for (``limit``)."""

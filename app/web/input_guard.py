@@ -24,10 +24,13 @@ whose ``errors`` name the field.
 * A value not written as a whole number for a query parameter that takes one
   (:func:`refuse_fractional_whole`), on pages and the API alike: the decoder read ``?limit=2.0`` as 2
   and ``1e1`` as 10.
-* A body in a form's encoding (multipart or urlencoded) sent to a route that reads JSON: a 415 saying
-  to send JSON (:func:`refuse_form_for_json`), before the form is read — reading a multipart form uses
-  up the body as it goes, so the JSON reader then waited for bytes that never came, until the client
-  gave up.
+* A body sent to a route that reads JSON in any other type — a form (multipart or urlencoded),
+  ``text/plain``, or with no ``Content-Type`` at all: a 415 saying to send JSON (:func:`refuse_not_json`,
+  the one rule for every such route). The decoder read any body as JSON whatever its type claimed, so
+  ``text/plain`` started a job. A request without a body (an action such as cancel or retry, or an
+  optional body left out) names no type and is not refused. A form is refused before it is read:
+  reading a multipart form uses up the body as it goes, so the JSON reader then waited for bytes that
+  never came, until the client gave up.
 * An empty body sent to a route that must be sent a JSON body: "the body is empty; send a JSON object",
   where the decoder named only its own argument (``data: 'data'``).
 * A JSON body nested deeper than :data:`MAX_JSON_DEPTH` levels. Decoding — and every walk over the
@@ -101,9 +104,7 @@ TOO_MANY_PARTS_MESSAGE = (
     "this form has more than 1,000 fields or files; send fewer at once; nothing was saved"
 )
 NOT_UTF8_MESSAGE = "is not UTF-8 text; nothing was saved"
-NOT_JSON_MESSAGE = (
-    "this request takes a JSON body: send JSON (Content-Type: application/json), not a form ({kind})"
-)
+NOT_JSON_MESSAGE = "this request takes a JSON body: send JSON (Content-Type: application/json), not {kind}"
 EMPTY_BODY_MESSAGE = "the body is empty; send a JSON object (Content-Type: application/json)"
 DEPTH_MESSAGE = f"the JSON is nested more than {MAX_JSON_DEPTH} levels deep; flatten it"
 
@@ -242,16 +243,28 @@ def _needs_json(scope: Scope) -> bool:
     return field is not None and not (field.is_optional or field.has_default)
 
 
-def refuse_form_for_json(scope: Scope, content_type: str) -> None:
-    """Refuse a form (multipart or urlencoded) sent to a route that reads JSON, before anything reads
-    it as a form (see the module docstring).
+def _sent_as(content_type: str) -> str:
+    if content_type in (RequestEncodingType.URL_ENCODED, RequestEncodingType.MULTI_PART):
+        return f"a form ({content_type})"
+    return content_type or "a body without a Content-Type"
+
+
+async def refuse_not_json(request: Any) -> None:
+    """The one rule for every route that reads a JSON body: a body sent in another type (see the module
+    docstring) is refused before anything reads it. A form's type alone decides (its body is not read
+    here: a multipart body is used up as it is read); for any other type, only a body that is there.
 
     Raises:
-        NotJson: saying to send JSON.
+        NotJson: (415) saying to send JSON with ``Content-Type: application/json``.
     """
+    if not _reads_json(request.scope):
+        return
+    content_type = request.content_type[0]
+    if _is_json(content_type):
+        return
     forms = (RequestEncodingType.URL_ENCODED, RequestEncodingType.MULTI_PART)
-    if content_type in forms and _reads_json(scope):
-        raise NotJson(NOT_JSON_MESSAGE.format(kind=content_type))
+    if content_type in forms or (await request.body()).strip():
+        raise NotJson(NOT_JSON_MESSAGE.format(kind=_sent_as(content_type)))
 
 
 async def read_form(request: Any) -> Any:
@@ -259,11 +272,11 @@ async def read_form(request: Any) -> Any:
     share it).
 
     Raises:
-        NotJson: the route reads JSON (:func:`refuse_form_for_json`).
+        NotJson: the route reads JSON (:func:`refuse_not_json`).
         BadInput: (``form``) a field that is not text in its part's character set; a file or field name
         longer than the parser reads (:data:`LONG_NAME_MESSAGE`); more parts than it reads.
     """
-    refuse_form_for_json(request.scope, request.content_type[0])
+    await refuse_not_json(request)
     try:
         return await request.form()
     except (UnicodeDecodeError, LookupError):  # LookupError: a charset Python does not know
@@ -504,6 +517,7 @@ class InputGuardMiddleware(ASGIMiddleware):
         if scope.get("method", "GET") not in ("GET", "HEAD", "OPTIONS"):
             request: Any = scope["litestar_app"].request_class(scope=scope, receive=receive)
             content_type, _ = request.content_type
+            await refuse_not_json(request)
             if _takes_no_body(scope):
                 refuse_body(await request.body())
             elif content_type in (RequestEncodingType.URL_ENCODED, RequestEncodingType.MULTI_PART):

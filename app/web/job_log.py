@@ -11,8 +11,8 @@ from litestar import Controller, Request, Response, get
 from litestar.params import FromPath, QueryParameter
 
 from app.auth import requires_user
-from app.errors import BadInput
 from app.jobs import joblog, queue
+from app.jobs.cursors import Cursor, read_cursor
 from app.jobs.states import LIVE
 from app.web import DbSession
 from app.web.openapi import errors
@@ -87,12 +87,7 @@ class JobLogApiController(Controller):
     ) -> dict[str, Any]:
         """The job's log: ``{"lines": [{seq, at, level, text, attempt}], "cut": n}`` — ``cut`` counts the
         oldest lines no longer kept. ``?after=<seq>`` returns only newer lines (poll with the last seq)."""
-        try:
-            since = int(after) if after not in (None, "") else 0
-        except ValueError:
-            raise BadInput.field("after", "must be a line's seq (a whole number)") from None
-        if not 0 <= since < 2**63:
-            raise BadInput.field("after", "must be a line's seq (a whole number)")
+        since = read_cursor(after, Cursor.SEQ) or 0
         row = await queue.get_job(db_session, job_id, request.user)
         lines = await joblog.read(db_session, row["id"], after=since)
         return {

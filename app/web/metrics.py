@@ -15,7 +15,8 @@ Two kinds of series:
   long one stops vacuum, so dead rows pile up).
 
 Access: ``Authorization: Bearer <METRICS_TOKEN>`` (for the scraper) or a signed-in admin's session; 401
-otherwise (403 for a signed-in non-admin).
+otherwise (403 for a signed-in non-admin), and 400 for more than one ``Authorization`` header
+(:func:`app.web.auth_middleware.authorization`).
 """
 
 import hmac
@@ -31,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import __version__
 from app.processors import registry
+from app.web.auth_middleware import authorization
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LIVE_STATUSES = ("queued", "in_progress", "waiting_approval")
@@ -189,7 +191,7 @@ class _Snapshot(Collector):
 def _authorized(request: Request[Any, Any, Any]) -> Response[Any] | None:
     """``None`` when the caller may read metrics, else the plain-text 401/403 to send."""
     token = request.app.state.settings.metrics_token
-    header = request.headers.get("authorization", "")
+    header = authorization(request.scope) or ""
     if (
         token
         and header[:7].lower() == "bearer "

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import batches
 from app.actions import access
 from app.actions.pipelines import startable_templates
+from app.jobs.cursors import Cursor, read_cursor
 from app.jobs.states import Status
 from app.processors import registry
 from app.web import display
@@ -271,10 +272,7 @@ async def list_context(
     status = status if status in PIPELINE_STATUS_FOR else None
     search = search_words(q)
     type_filter = (type_filter or "").strip()[:200] or None
-    try:
-        after_id = uuid.UUID(after) if after else None
-    except ValueError:
-        after_id = None
+    after_id = read_cursor(after, Cursor.ID)  # one it did not give is a 422, not the first page
     template = job_type = None
     if type_filter and type_filter.startswith(PIPELINE_TYPE_PREFIX):
         template = type_filter.removeprefix(PIPELINE_TYPE_PREFIX)

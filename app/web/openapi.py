@@ -8,7 +8,8 @@ Errors are ``{"detail": "…"}``, plus ``errors`` (``{field: message}``) on a 42
 * 404 — unknown id, or another person's (one answer for both, so ids cannot be probed);
 * 409 — the thing is not in a state that allows the action (already finished, not paused…);
 * 413 — the body or an input is over its size limit (a batch names every row's problems in ``errors``, as on a 422);
-* 415 — a route that reads a JSON body was sent a form (multipart or urlencoded): send JSON;
+* 415 — a route that reads a JSON body was sent a body of another type (a form, ``text/plain``, or no
+  ``Content-Type``): send JSON;
 * 422 — bad input, with the field named;
 * 429 — too many requests (per-person limits).
 """
@@ -39,7 +40,10 @@ ERROR_WORDS = {
     404: "No such thing, or it is not yours.",
     409: "Not possible in the current state; the detail says why.",
     413: "The body or an input is larger than the configured limit.",
-    415: "The body is a form (multipart or urlencoded): this route reads JSON; send Content-Type: application/json.",
+    415: (
+        "The body is not sent as JSON (a form, text/plain, or no Content-Type): this route reads JSON; "
+        "send Content-Type: application/json."
+    ),
     422: "Bad input: the detail and errors name the field and what is wrong with it.",
     429: "Too many requests: the detail says when to try again.",
 }

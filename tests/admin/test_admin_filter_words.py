@@ -26,7 +26,7 @@ async def test_a_filter_value_the_page_cannot_read_is_an_error_beside_it(
         ("owner=nobody@example.com", "No user has this e-mail address."),
         ("pipeline=zzz", "Not a pipeline id"),
         ("created_from=yesterday", "Not a date and time"),
-        ("after=zzz", "Not a job id"),
+        ("after=zzz", "is not a position this list gave"),
     ):
         r = await client.get(f"/admin/jobs?{query}")
         assert r.status_code == 422, (query, r.status_code)

@@ -178,7 +178,7 @@ async def test_a_token_cannot_reset_a_password(
 def _expected_errors(path: str, method: str, operation: dict[str, Any], admin_paths: set[str]) -> set[str]:
     """The error statuses a route must document, from what it is: every /api route needs a token (401);
     an id in the path can be unknown (404); a body can be too large (413) or wrong (422), and a JSON
-    body sent as a form is refused (415, :func:`app.web.input_guard.refuse_form_for_json`); an admin
+    body sent in another type is refused (415, :func:`app.web.input_guard.refuse_not_json`); an admin
     route refuses others (403)."""
     wanted = {"401"}
     if "{" in path:

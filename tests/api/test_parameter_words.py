@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from app.jobs.cursors import Cursor, cursor_words
 from app.web.input_guard import _QUERY_WHOLE, _query_names
 from app.web.param_words import describe
 from tests.support.webkit import add_token, add_user, app_client, sign_in_as
@@ -45,7 +46,7 @@ async def test_every_query_parameter_of_every_api_route_refuses_in_words(
                         assert not re.search(r"`|Expected|Invalid", said), (path, name, junk, said)
                         assert r.json()["detail"].startswith(f"{name}: "), r.text
     assert refused["/api/jobs?limit"] == "must be a whole number from 1 to 200"
-    assert refused["/api/jobs?after"] == f"must be an id, e.g. {ID}"
+    assert refused["/api/jobs?after"] == cursor_words(Cursor.ID)
     assert refused["/api/pipelines?limit"] == "must be a whole number from 1 to 200"
     assert refused[f"/api/jobs/{ID}?wait"] == "must be a number from 0 to 60"
     assert refused["/api/jobs?tag"] == "must be at most 50 characters"
@@ -57,7 +58,7 @@ async def test_every_query_parameter_of_every_api_route_refuses_in_words(
         ("limit=1.5", "limit: must be a whole number from 1 to 200"),
         ("limit=0", "limit: must be a whole number from 1 to 200"),
         ("limit=", "limit: must be a whole number from 1 to 200"),
-        ("after=zzz", f"after: must be an id, e.g. {ID}"),
+        ("after=zzz", f"after: {cursor_words(Cursor.ID)}"),
         ("user_id=x", "user_id: must be a whole number from 1 to 2147483647"),
     ],
 )

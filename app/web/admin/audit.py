@@ -17,6 +17,7 @@ from litestar.params import QueryParameter
 from litestar.response import Template
 
 from app import audit, auth
+from app.jobs.cursors import Cursor, read_cursor
 from app.web import DbSession, render
 
 AUDIT_PAGE = 50
@@ -122,15 +123,6 @@ def _filter(value: str | None, limit: int) -> str | None:
     return (value or "").replace("\x00", "").strip()[:limit] or None
 
 
-def _before(value: str | None) -> int | None:
-    """The entry id to page from; anything that is no entry id (a bigint) starts from the newest."""
-    try:
-        before = int(value) if value else None
-    except ValueError:
-        return None
-    return before if before is not None and 0 < before < 2**63 else None
-
-
 class AuditController(Controller):
     """``/admin/audit``; admins only."""
 
@@ -150,7 +142,7 @@ class AuditController(Controller):
         """The audit trail, newest first, :data:`AUDIT_PAGE` per page ("Older" keeps the filters)."""
         action = _filter(action, 100)
         email = (_filter(user_filter, 254) or "").lower() or None
-        before_id = _before(before)
+        before_id = read_cursor(before, Cursor.ENTRY, field="before")
         rows = await audit.entries(
             db_session, before=before_id, limit=AUDIT_PAGE + 1, action=action, user_email=email
         )

@@ -49,6 +49,7 @@ from app.actions.selection import (
 )
 from app.auth import requires_admin
 from app.errors import BadInput, NotFound
+from app.jobs.cursors import Cursor, read_cursor
 from app.processors import registry
 from app.web import DbSession, display, is_htmx, render
 from app.web.admin.job_rows import row_items
@@ -153,10 +154,11 @@ def type_options() -> list[tuple[str, str]]:
 async def list_context(db: AsyncSession, f: JobFilter, user: Any, after: str | None) -> dict[str, Any]:
     """The list page: :data:`PAGE_SIZE` rows newest first after the keyset ``after`` (a job id)."""
     try:
-        after_id = uuid.UUID(after) if after else None
-    except ValueError:
-        # read as none, a bad keyset showed the first page as if it were the one asked for
-        f.errors["after"] = "Not a job id: follow the list's own Older link."
+        after_id = read_cursor(after, Cursor.ID)
+    except BadInput as exc:
+        # beside the filter, as its other values are: read as none, it showed the first page as if it
+        # were the one asked for
+        f.errors["after"] = f"The list's position (after) {exc.errors['after']}."
         after_id = None
     rows: list[Any] = []
     if not f.errors:

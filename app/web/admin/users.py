@@ -30,6 +30,7 @@ from app import auth, quotas, signin, users
 from app.actions import trail
 from app.actions import users as user_actions
 from app.errors import BadInput, Conflict
+from app.jobs.cursors import Cursor, read_cursor
 from app.web import DbSession, confirms, flash, render
 from app.web.deps import actor_of, client_ip, sentence, settings_of
 from app.web.form_shape import form_errors
@@ -90,11 +91,13 @@ class UsersController(Controller):
         self,
         request: Request[Any, Any, Any],
         db_session: DbSession,
-        after: Annotated[str, QueryParameter(max_length=254)] = "",
+        after: Annotated[str, QueryParameter()] = "",
     ) -> Template:
         """Users with their admin flag, state, last sign-in, sessions and live API tokens, and the create
         form; ``after`` pages on (the users whose email sorts after it)."""
-        ctx = await users_context(db_session, settings_of(request), after=after)
+        ctx = await users_context(
+            db_session, settings_of(request), after=read_cursor(after, Cursor.EMAIL) or ""
+        )
         return render(request, "admin/users.html", ctx)
 
     @post("/users", name="admin.users.create", status_code=200, opt={FORM_CHECKED: True})

@@ -6,18 +6,18 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 
 from dataclasses import dataclass, field
 from typing import Annotated, Any
-from uuid import UUID
 
 from litestar import Controller, Request, Response, get, post
-from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.params import FromPath, JSONBody, QueryParameter
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import batches
 from app.actions import batches as batch_actions
 from app.auth import requires_user
 from app.errors import Conflict
+from app.jobs.cursors import Cursor, read_cursor
 from app.web import DbSession
-from app.web.deps import MAX_PAGE, actor_of
+from app.web.deps import MAX_PAGE, AfterCursor, actor_of
 from app.web.openapi import errors
 
 JOB_FIELDS = ("id", "row", "status", "title", "attempts", "max_attempts", "error_message", "completed_at")
@@ -85,11 +85,11 @@ class BatchesApiController(Controller):
         request: Request[Any, Any, Any],
         db_session: DbSession,
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = 50,
-        after: FromQuery[UUID | None] = None,
+        after: AfterCursor = None,
     ) -> dict[str, Any]:
         """Your batches, newest first (without their jobs), keyset-paginated by ``after`` as the other
         lists are: ``{items, next}``."""
-        views = await batches.recent_views(db_session, request.user, limit, after)
+        views = await batches.recent_views(db_session, request.user, limit, read_cursor(after, Cursor.ID))
         return {
             "items": [batch_json(v) for v in views],
             "next": views[-1].id if len(views) == limit else None,

@@ -28,12 +28,13 @@ from app.actions.selection import parse_filter
 from app.auth import requires_admin, requires_user
 from app.errors import BadInput
 from app.jobs import queue
+from app.jobs.cursors import Cursor, read_cursor
 from app.jobs.queue import NewJob
 from app.jobs.states import Status, label
 from app.jobs.tags import TAG_FILTER, tags_of
 from app.jobs.types import priority_lowered
 from app.web import DbSession, display
-from app.web.deps import MAX_PAGE, actor_of
+from app.web.deps import MAX_PAGE, AfterCursor, actor_of
 from app.web.job_page import poll_row
 from app.web.openapi import errors
 
@@ -282,7 +283,7 @@ class JobsApiController(Controller):
         status: FromQuery[str | None] = None,
         job_type: Annotated[str | None, QueryParameter(name="type")] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = 50,
-        after: FromQuery[UUID | None] = None,
+        after: AfterCursor = None,
         user_id: Annotated[
             int | None,
             QueryParameter(
@@ -306,7 +307,7 @@ class JobsApiController(Controller):
             "user_id": owner,
             "status": status,
             "type": job_type,
-            "after": after,
+            "after": read_cursor(after, Cursor.ID),
             "limit": limit,
             "tag": tag,
         }

@@ -6,18 +6,18 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any
-from uuid import UUID
 
 from litestar import Controller, Request, get, post
-from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.params import FromPath, JSONBody, QueryParameter
 from sqlalchemy import text
 
 from app import pipelines
 from app.actions import pipelines as pipeline_actions
 from app.auth import requires_user
 from app.errors import BadInput, Conflict
+from app.jobs.cursors import Cursor, read_cursor
 from app.web import DbSession, display
-from app.web.deps import MAX_PAGE, actor_of
+from app.web.deps import MAX_PAGE, AfterCursor, actor_of
 from app.web.openapi import errors
 
 STEP_FIELDS = (
@@ -142,11 +142,12 @@ class PipelinesApiController(Controller):
         request: Request[Any, Any, Any],
         db_session: DbSession,
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = 50,
-        after: FromQuery[UUID | None] = None,
+        after: AfterCursor = None,
     ) -> dict[str, Any]:
         """Your pipelines (admins: everyone's), newest first, keyset-paginated by ``after``."""
         user = request.user
-        params = {"user_id": None if user.is_admin else user.id, "after": after, "limit": limit}
+        after_id = read_cursor(after, Cursor.ID)
+        params = {"user_id": None if user.is_admin else user.id, "after": after_id, "limit": limit}
         rows = (await db_session.execute(_LIST_PIPELINES, params)).mappings().all()
         return {"items": [dict(r) for r in rows], "next": rows[-1]["id"] if len(rows) == limit else None}
 

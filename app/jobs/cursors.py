@@ -1,0 +1,102 @@
+"""List cursors: the one reader of the position every list pages from (keyset pagination).
+
+A list hands out the position of its next page — the API's ``next``, a page's Older link — and takes it
+back as ``?after=`` (``?before=`` on the audit trail). Each list once read it its own way, and a value it
+had not made was shown the first page on some (My jobs, the audit trail) as if it were the page asked
+for, and was a 422 on others. :func:`read_cursor` reads every one of them: nothing (or an empty value) is
+the first page, and anything the list could not have made is a :class:`~app.errors.BadInput` naming the
+parameter, in one wording — a 422 in the API, and the 422 page (or the message beside the filter) a page
+answers any value it cannot read with.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import uuid
+from datetime import datetime
+from typing import Any
+
+from app.errors import BadInput
+
+_WHOLE = re.compile(r"[0-9]{1,19}")
+MAX_EMAIL = 254
+
+
+def _id(text: str) -> uuid.UUID:
+    return uuid.UUID(text)
+
+
+def _waiting(text: str) -> tuple[datetime, uuid.UUID]:
+    at, bar, jid = text.partition("|")
+    since = datetime.fromisoformat(at)
+    if not bar or since.tzinfo is None:
+        raise ValueError(text)
+    return since, uuid.UUID(jid)
+
+
+def _whole(text: str, least: int) -> int:
+    if not _WHOLE.fullmatch(text) or not least <= int(text) < 2**63:
+        raise ValueError(text)
+    return int(text)
+
+
+def _email(text: str) -> str:
+    if len(text) > MAX_EMAIL:
+        raise ValueError(text)
+    return text
+
+
+class Cursor(enum.Enum):
+    """What a list's cursor is made of: its reader, and where a person finds a good one."""
+
+    ID = "id"
+    """Jobs, pipelines, batches (newest first): the id of the last row of the page before."""
+    WAITING = "waiting"
+    """Steps waiting for a decision (oldest first): ``<waiting since>|<id>``."""
+    ENTRY = "entry"
+    """The audit trail (newest first, ``before``): an entry's id."""
+    SEQ = "seq"
+    """A job's log: the seq of the last line read (0 or more)."""
+    EMAIL = "email"
+    """Users, by email: any text up to an email's length sorts among them."""
+
+
+_READERS: dict[Cursor, Any] = {
+    Cursor.ID: _id,
+    Cursor.WAITING: _waiting,
+    Cursor.ENTRY: lambda text: _whole(text, 1),
+    Cursor.SEQ: lambda text: _whole(text, 0),
+    Cursor.EMAIL: _email,
+}
+
+_WHERE = {
+    Cursor.SEQ: "the seq of the last line you have",
+    Cursor.EMAIL: f"an email address (at most {MAX_EMAIL} characters)",
+}
+NOT_A_CURSOR = (
+    "is not a position this list gave: pass back {where} unchanged, or leave it out for the first page"
+)
+"""The words of every refused cursor; ``where`` says where the list gives a good one."""
+
+
+def cursor_words(kind: Cursor) -> str:
+    """What is wrong with a cursor of ``kind`` that cannot be read, as a 422's field message."""
+    where = _WHERE.get(kind, "the 'next' of the page before (on a page: its Older link)")
+    return NOT_A_CURSOR.format(where=where)
+
+
+def read_cursor(value: str | None, kind: Cursor, field: str = "after") -> Any:
+    """``value`` (a query parameter) read as a cursor of ``kind``: ``None`` for nothing or an empty value
+    (the first page); a UUID (``ID``), ``(datetime, UUID)`` (``WAITING``), an int (``ENTRY``, ``SEQ``) or
+    the text (``EMAIL``).
+
+    Raises:
+        BadInput: naming ``field``, :func:`cursor_words`: a value the list could not have made.
+    """
+    if value is None or value == "":
+        return None
+    try:
+        return _READERS[kind](value)
+    except (ValueError, OverflowError):
+        raise BadInput.field(field, cursor_words(kind)) from None

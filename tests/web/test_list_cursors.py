@@ -1,0 +1,106 @@
+"""Every list reads its cursor (``?after=``, the audit trail's ``?before=``) with one reader
+(:func:`app.jobs.cursors.read_cursor`): a cursor the list could not have made is a 422 naming the
+parameter in one wording — JSON in the API, the error page (or the message beside the filter) on the
+pages — where My jobs and the audit trail used to show their first page as if it were the one asked for.
+The walk finds every route that takes a cursor, so a list added later is covered as it is added."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.jobs.cursors import Cursor, cursor_words
+from app.server import create_app
+from app.settings import Settings
+from tests.support.jobsteps import enqueue
+from tests.support.webkit import add_token, add_user, login
+
+CURSOR_NAMES = ("after", "before")
+EMAIL_LISTS = {"/admin/users"}  # by email: any short text sorts among them
+
+
+@dataclass
+class Site:
+    client: AsyncTestClient
+    app: Litestar
+    bearer: dict[str, str]
+    job_id: str
+
+
+@pytest.fixture
+async def site(make_settings: Any, db_url: str, engine: AsyncEngine) -> AsyncIterator[Site]:
+    settings: Settings = make_settings(worker_enabled=False)
+    boss = await add_user(db_url, "boss@example.com", admin=True)
+    bearer = {"Authorization": f"Bearer {await add_token(db_url, boss.id)}"}
+    jobs = [await enqueue(engine, settings, boss.id, "noop", input_data={}) for _ in range(3)]
+    app = create_app(settings)
+    async with AsyncTestClient(app=app, base_url="http://testserver.local") as client:
+        assert (await login(client, "boss@example.com")).status_code == 303
+        yield Site(client, app, bearer, str(jobs[0]))
+
+
+def cursor_routes(app: Litestar) -> list[tuple[str, str]]:
+    """``(path, cursor parameter)`` of every GET route that takes a cursor."""
+    found = []
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", []):
+            if "GET" not in handler.http_methods:
+                continue
+            for name, fd in handler.parsed_fn_signature.parameters.items():
+                kwarg = fd.kwarg_definition
+                alias = getattr(kwarg, "query", None) or getattr(kwarg, "name", None) or name
+                if alias in CURSOR_NAMES:
+                    found.append((route.path, alias))
+    return sorted(set(found))
+
+
+def _fill(path: str, job_id: str) -> str:
+    return re.sub(r"\{\w+:\w+\}", job_id, path)
+
+
+async def test_every_list_refuses_a_cursor_it_did_not_give_in_one_wording(site: Site) -> None:
+    routes = cursor_routes(site.app)
+    paths = {p for p, _ in routes}
+    for expected in ("/api/jobs", "/api/pipelines", "/api/batches", "/api/approvals", "/jobs", "/admin/jobs"):
+        assert expected in paths, expected
+    assert ("/admin/audit", "before") in routes and "/approvals" in paths and "/admin/approvals" in paths
+    for path, name in routes:
+        url = _fill(path, site.job_id)
+        api = url.startswith("/api/")
+        bad = ["x" * 300] + ([] if path in EMAIL_LISTS else ["zzz", "2026-01-01T00:00:00|zzz", "-1"])
+        for value in bad:
+            r = await site.client.get(
+                url, params={name: value}, headers=site.bearer if api else {}, follow_redirects=False
+            )
+            assert r.status_code == 422, (url, name, value, r.status_code, r.text[:300])
+            text = r.json()["errors"][name] if api else html.unescape(r.text)
+            assert "is not a position this list gave" in text, (url, name, value, text[:3000])
+            assert name in (r.json()["detail"] if api else text), (url, name)
+        # nothing, or an empty value, is the first page
+        for params in ({}, {name: ""}):
+            r = await site.client.get(url, params=params, headers=site.bearer if api else {})
+            assert r.status_code == 200, (url, params, r.status_code, r.text[:300])
+
+
+async def test_a_cursor_the_list_gave_pages_on(site: Site) -> None:
+    r = await site.client.get("/api/jobs", params={"limit": 2}, headers=site.bearer)
+    first = r.json()
+    assert len(first["items"]) == 2 and first["next"]
+    r = await site.client.get("/api/jobs", params={"limit": 2, "after": first["next"]}, headers=site.bearer)
+    assert r.status_code == 200
+    assert [i["id"] for i in r.json()["items"]] == [site.job_id]
+    r = await site.client.get("/jobs", params={"after": first["next"]})
+    assert r.status_code == 200 and site.job_id in r.text
+
+
+def test_the_words_say_where_a_good_cursor_is() -> None:
+    assert "'next'" in cursor_words(Cursor.ID) and "Older link" in cursor_words(Cursor.ID)
+    assert "seq" in cursor_words(Cursor.SEQ)
