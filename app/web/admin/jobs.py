@@ -386,15 +386,14 @@ def bulk_refused(request: Request[Any, Any, Any], exc: BadInput, back: str) -> T
 
 def expected_count(form: Any) -> int | None:
     """The count the confirmation showed (``expected``), which caps what a bulk action does; ``None``
-    when the form carries none.
+    when the form carries none. Its range is the bulk layer's rule (:func:`app.actions.bulk.check_expected`).
 
     Raises:
-        BadInput: on ``expected``, sent but not a whole number: read as none, it lifted the cap.
+        BadInput: on ``expected``, sent but not a whole number (read as none, it lifted the cap), or
+        outside what a confirmation shows.
     """
     try:
-        return count(form.get("expected"))
+        value = count(form.get("expected"))
     except ValueError:
-        raise BadInput.field(
-            "expected",
-            "must be the number of jobs the confirmation showed; go back and confirm again",
-        ) from None
+        raise BadInput.field("expected", bulk.EXPECTED_WORDS) from None
+    return bulk.check_expected(value)
