@@ -55,6 +55,7 @@ from app.web.admin.job_rows import row_items
 from app.web.deps import (
     ACTION_CONTROLS,
     FORM,
+    action_form_errors,
     actor_of,
     one_snapshot,
     perform_from_page,
@@ -63,7 +64,6 @@ from app.web.deps import (
     sentence,
     tell_unshown,
 )
-from app.web.form_shape import form_errors
 from app.web.form_values import count
 from app.web.input_guard import FORM_CHECKED
 from app.web.job_page import CONFIRM
@@ -370,9 +370,8 @@ def check_bulk_form(
     BadInput: text in the form that cannot be taken (its fields are hidden or buttons, so the panel says
     which); a field the form has not, or one sent twice.
     """
-    problem = form_errors(
-        request, form, (), FORM, hidden=fields, repeatable=repeatable, nothing="nothing was done"
-    ).get(FORM)
+    # the panel says "Nothing changed: " before the problem (templates/admin/_jobs_bulk.html)
+    problem = action_form_errors(request, form, (), fields, repeatable).get(FORM)
     if problem:
         raise BadInput(problem)
 
