@@ -18,7 +18,9 @@ a check that only one of them fits.
   or not, and results — until retention deletes them. Admins too. Every file stored for a person goes
   through :func:`app.files.check_room` (an upload is refused with a 429, a job's output fails the job).
 * **pipeline size** (``PIPELINE_MAX_STEPS``, ``PIPELINE_MAX_EDGES``): steps and ``depends_on`` entries of
-  one pipeline when it starts. Admins too. This one is a 422 naming ``steps``: retrying never helps.
+  one pipeline when it starts. Admins too. This one is a 422 naming ``steps``: retrying never helps. Its
+  rule is :func:`app.jobs.queue.new_jobs.pipeline_size_refusal`, which every pipeline meets when its spec is
+  checked (a schedule's too), so that a schedule is refused when it is made, not when it fires.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app import dbclock, files
-from app.errors import BadInput, RateLimited
+from app.errors import RateLimited
 from app.formatting import format_bytes
 from app.settings import Settings
 
@@ -239,22 +241,6 @@ async def stored_refusal(
         f"{settings.job_retention_days:g} days after the job that used them finished. {retry_words(wait)}",
         wait,
     )
-
-
-def pipeline_refusal(settings: Settings, steps: int, edges: int) -> BadInput | None:
-    """A 422 naming ``steps`` when a pipeline has more steps or dependencies than allowed."""
-    if settings.pipeline_max_steps and steps > settings.pipeline_max_steps:
-        return BadInput.field(
-            "steps",
-            f"a pipeline may have at most {settings.pipeline_max_steps:,} steps (this one has {steps:,})",
-        )
-    if settings.pipeline_max_edges and edges > settings.pipeline_max_edges:
-        return BadInput.field(
-            "steps",
-            f"a pipeline may have at most {settings.pipeline_max_edges:,} dependencies between its steps "
-            f"(this one has {edges:,})",
-        )
-    return None
 
 
 async def schedule_refusal(

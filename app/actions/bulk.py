@@ -133,6 +133,27 @@ async def plan_filter(db: AsyncSession, action: str, f: JobFilter, upto: uuid.UU
     )
 
 
+EXPECTED_WORDS = (
+    f"must be the number of jobs the confirmation showed, a whole number from 1 to {BULK_MAX:,}; "
+    "go back and confirm again"
+)
+
+
+def check_expected(value: Any) -> int | None:
+    """The count a confirm step showed (``expected``), which caps a bulk action on a filter or a group;
+    ``None`` when none was sent. A confirm step shows a count only when there is something to do and
+    never more than :data:`BULK_MAX`, so anything else was not sent by one.
+
+    Raises:
+        BadInput: on ``expected``, not a whole number from 1 to :data:`BULK_MAX`.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= BULK_MAX:
+        raise BadInput.field("expected", EXPECTED_WORDS)
+    return value
+
+
 @dataclass
 class BulkOutcome:
     """``done`` and ``skipped`` job ids of a bulk action, the ``unknown`` ids no job has, and the
@@ -159,20 +180,22 @@ async def run_bulk(
     (``jobs.bulk_retry`` / ``jobs.bulk_cancel``, ``count`` = done, outcome ``"N done, M skipped"``) and
     one admin notice, in the caller's transaction.
 
-    ``expected`` is the count shown at the confirm step: rows that stopped matching since then count as
-    skipped, so the outcome adds up to what the admin confirmed.
+    ``expected`` is the count shown at the confirm step (:func:`check_expected`): the action never goes
+    past it. It is what the form says, not what the database holds, so it counts nothing itself:
+    ``skipped`` are only jobs of the plan that were tried and had moved on (or their owner's limits
+    held back), never more than the plan matched.
 
     Raises:
-        Forbidden: the actor is not an admin.
+        Forbidden: the actor is not an admin. BadInput: ``expected`` refused by :func:`check_expected`.
     """
     if not actor.is_admin:
         raise Forbidden("Only an admin can act on many jobs at once.")
+    expected = check_expected(expected)
     if expected is not None and plan.scope != "selected":
-        plan.ids = plan.ids[: max(0, expected)]  # never more than the admin confirmed
+        plan.ids = plan.ids[:expected]  # never more than the admin confirmed
     done, skipped, unfit, limited, vanished = await _apply(db, actor, plan)
     unknown = [*plan.unknown, *vanished]
-    gone = max(0, (expected or 0) - len(done) - len(skipped)) if plan.scope != "selected" else 0
-    n_skipped = len(skipped) + gone
+    n_skipped = len(skipped)
     full_detail = {
         **(detail or {}),
         **plan.extra,

@@ -28,7 +28,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app import quotas
-from app.jobs.queue import Guard
+from app.jobs.queue import Guard, pipeline_size_refusal
 from app.settings import Settings
 
 PIPELINE_SIZE = text(
@@ -231,7 +231,7 @@ def check_steps(settings: Settings, steps: Sequence[Any]) -> None:
     # A step run for each item of a literal list is as many steps (a list from a parent's result is
     # counted when it is expanded).
     size = len(steps) + sum(len(s["for_each"]) - 1 for s in dicts if isinstance(s.get("for_each"), list))
-    refused = quotas.pipeline_refusal(settings, size, edges)
+    refused = pipeline_size_refusal(settings, size, edges)
     if refused is not None:
         raise refused
 
@@ -247,7 +247,7 @@ async def after_pipeline(
     """
     conn = await db.connection() if isinstance(db, AsyncSession) else db
     size = (await conn.execute(PIPELINE_SIZE, {"pid": pipeline_id})).mappings().one()
-    refused = quotas.pipeline_refusal(settings, int(size["steps"]), int(size["edges"]))
+    refused = pipeline_size_refusal(settings, int(size["steps"]), int(size["edges"]))
     if refused is not None:
         raise refused
     await after_submit(db, person, settings, int(size["steps"]))

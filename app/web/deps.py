@@ -132,12 +132,17 @@ def not_taken(errors: dict[str, str]) -> str:
 
 
 def action_form_errors(
-    request: Request[Any, Any, Any], form: Any, controls: Any, hidden: Iterable[str]
+    request: Request[Any, Any, Any],
+    form: Any,
+    controls: Any,
+    hidden: Iterable[str],
+    repeatable: Iterable[str] = (),
 ) -> dict[str, str]:
-    """:func:`app.web.form_shape.form_errors` of a form whose refusal :func:`not_taken` words ("Nothing
-    changed: …"): the problem leaves out what was not done, which that prefix says ("Nothing changed:
-    this form has no field 'x'; nothing was done" said it twice)."""
-    return form_errors(request, form, controls, FORM, hidden=hidden, nothing="")
+    """:func:`app.web.form_shape.form_errors` of a form whose refusal is worded "Nothing changed: …"
+    (:func:`not_taken`, the bulk panels): the problem leaves out what was not done, which that prefix
+    says ("Nothing changed: this form has no field 'x'; nothing was done" said it twice).
+    ``repeatable``: the fields the form may send more than once."""
+    return form_errors(request, form, controls, FORM, hidden=hidden, repeatable=repeatable, nothing="")
 
 
 async def perform_from_page(

@@ -218,7 +218,8 @@ async def status_context(
         result = outcome["result_data"]
         ctx["result_items"] = result_display.result_items(result)
         ctx["previews"] = await csv_previews(db, files, result_display.output_files(result), row["user_id"])
-        ctx["result_json"] = result_display.pretty_json(result) if result is not None else None
+        # a result with nothing to show reads "No result.", not a "Details" holding its "{}"
+        ctx["result_json"] = None if result_display.is_blank(result) else result_display.pretty_json(result)
         upstream = await upstream_step(db, row) if row["status"] == Status.CANCELLED else None
         ctx["error"] = display.error_summary(row, outcome["error_message"], user, upstream)
         if row.get("requires_approval") and row["completed_at"] and row["started_at"]:

@@ -166,10 +166,19 @@ def _ordered(result: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def is_blank(value: Any) -> bool:
-    """Nothing to show: ``None``, an empty text, an empty list or an empty object. Such a field is left
-    out rather than written as ``None``, ``[]``, ``{}`` or "none" (an e-mail's "Refused {}", a pipeline
-    contact sheet's "Pictures none" when its pictures come from the earlier steps)."""
-    return value is None or (isinstance(value, str | list | dict) and not value)
+    """Nothing to show: ``None``, a text of nothing but spaces, or a list or object whose every item is
+    blank itself (``[]``, ``{}``, ``[null, "", {}]``). Such a field is left out rather than written as
+    ``None``, ``[]``, ``{}``, "none" or a label with nothing beside it (an e-mail's "Refused {}", a
+    pipeline contact sheet's "Pictures none" when its pictures come from the earlier steps)."""
+    if value is None:
+        return True
+    if isinstance(value, str):
+        return not value.strip()
+    if isinstance(value, list):
+        return all(is_blank(v) for v in value)
+    if isinstance(value, dict):
+        return all(is_blank(v) for v in value.values())
+    return False
 
 
 def display_item(key: str, value: Any, label: str | None = None, depth: int = 0) -> dict[str, Any]:

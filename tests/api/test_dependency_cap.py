@@ -7,16 +7,18 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import asyncpg
 import pytest
 
 import tests.support.forms  # noqa: F401  (registers the test.steps template)
-from app import schedules
+from app import schedule_firing, schedules
 from app.db import create_engine
 from app.errors import BadInput
 from app.jobs import queue
-from app.jobs.queue import NewJob
+from app.jobs.queue import NewJob, SystemPrincipal
 from tests.api.test_body_fields import Scene
 from tests.api.test_body_fields import scene as scene  # the same signed-in people
+from tests.support.webkit import add_token, add_user, app_client
 
 PING = {"url": "http://example.com/"}
 
@@ -77,10 +79,76 @@ async def test_a_pipeline_step_made_in_python_holds_the_same_rule(make_settings:
 
 def test_a_schedule_of_a_pipeline_holds_the_same_rule(make_settings: Any) -> None:
     """A schedule of a template checks the pipeline each firing will make, with the same cap: the
-    template's last step waits for two steps, over a cap of one."""
+    template's last step waits for two steps, over a cap of one; its four dependencies in all are over
+    a cap of three."""
     settings = make_settings(worker_enabled=False, pipeline_max_edges=1)
     with pytest.raises(BadInput) as caught:
         schedules.check_schedule("0 3 * * *", "UTC", None, "test.steps", {}, settings)
-    assert "at most 1 jobs" in caught.value.errors["steps[3].depends_on"], caught.value.errors
-    fits = make_settings(worker_enabled=False, pipeline_max_edges=2)
+    assert "at most 1 job (" in caught.value.errors["steps[3].depends_on"], caught.value.errors
+    three = make_settings(worker_enabled=False, pipeline_max_edges=3)
+    with pytest.raises(BadInput) as caught:
+        schedules.check_schedule("0 3 * * *", "UTC", None, "test.steps", {}, three)
+    assert "at most 3 dependencies between its steps (this one has 4)" in caught.value.errors["steps"]
+    fits = make_settings(worker_enabled=False, pipeline_max_edges=4)
     schedules.check_schedule("0 3 * * *", "UTC", None, "test.steps", {}, fits)
+
+
+def test_the_limits_words_agree_with_their_counts(make_settings: Any) -> None:
+    one = make_settings(worker_enabled=False, pipeline_max_edges=1, pipeline_max_steps=1)
+    assert queue.dependencies_problem(one, 2) == (
+        "a job may depend on at most 1 job (PIPELINE_MAX_EDGES); this list has 2"
+    )
+    refused = queue.pipeline_size_refusal(one, 1, 2)
+    assert refused is not None and refused.errors["steps"] == (
+        "a pipeline may have at most 1 dependency between its steps (this one has 2)"
+    )
+    refused = queue.pipeline_size_refusal(one, 2, 0)
+    assert refused is not None and "at most 1 step (this one has 2)" in refused.errors["steps"]
+
+
+async def test_a_schedule_of_a_template_over_the_cap_is_refused_made_changed_and_fired(
+    make_settings: Any, pg: asyncpg.Connection
+) -> None:
+    """Each step of ``test.steps`` waits for at most two, but the pipeline has four dependencies: over a
+    cap of three, ``/api/pipelines`` refused it once built while a schedule of it was made, changed and
+    fired (creating the pipeline). Now each is refused with the same words, a firing by disabling the
+    schedule with an admin notice naming the reason."""
+    settings = make_settings(worker_enabled=False, pipeline_max_edges=3)
+    db = settings.database_url or ""
+    root = await add_user(db, "root@example.com", admin=True)
+    headers = {"Authorization": f"Bearer {await add_token(db, root.id)}"}
+    words = "a pipeline may have at most 3 dependencies between its steps (this one has 4)"
+    async with app_client(settings) as client:
+        r = await client.post(
+            "/api/pipelines", json={"template": "test.steps", "input_data": {}}, headers=headers
+        )
+        assert r.status_code == 422 and r.json()["errors"]["steps"] == words, r.text
+        body = {"cron": "* * * * *", "template": "test.steps", "input_data": {}, "name": "s"}
+        r = await client.post("/api/schedules", json=body, headers=headers)
+        assert r.status_code == 422 and r.json()["errors"]["steps"] == words, r.text
+        # one made before the cap was lowered
+        engine = create_engine(db, pool_size=1)
+        try:
+            async with engine.begin() as conn:
+                owner = SystemPrincipal(id=root.id, is_admin=True, email="root@example.com")
+                row = await schedules.create_schedule(
+                    conn,
+                    name="s",
+                    cron="* * * * *",
+                    template="test.steps",
+                    input_data={},
+                    owner=owner,
+                    settings=make_settings(worker_enabled=False, pipeline_max_edges=0),
+                )
+            change = {"input_data": {"title": "Other"}}
+            r = await client.patch(f"/api/schedules/{row['id']}", json=change, headers=headers)
+            assert r.status_code == 422 and r.json()["errors"]["steps"] == words, r.text
+            await pg.execute("UPDATE schedules SET next_fire_at = now() - interval '1 second'")
+            async with engine.begin() as conn:
+                assert await schedule_firing.fire_due(conn, settings) == []
+        finally:
+            await engine.dispose()
+    assert await pg.fetchval("SELECT count(*) FROM pipelines") == 0
+    assert await pg.fetchval("SELECT enabled FROM schedules WHERE id = $1", row["id"]) is False
+    notice = await pg.fetchval("SELECT payload::text FROM alert_outbox WHERE kind = 'admin_action'")
+    assert "schedule.disable" in notice and words in notice, notice

@@ -1,6 +1,7 @@
 """A refused action's notice says "Nothing changed" once. The form check's own words ended with
 "nothing was done" ("nothing was decided", "nothing changed"), and the answer put "Nothing changed: "
-before them: "Nothing changed: this form has no field 'junk'; nothing was done." (app.web.deps.not_taken)."""
+before them: "Nothing changed: this form has no field 'junk'; nothing was done." (app.web.deps.not_taken),
+on a job's actions and on the bulk panels of /admin/jobs and /admin/failed alike."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from app.settings import Settings
 from tests.support.jobsteps import claim, enqueue, finish
 from tests.support.webkit import HX, csrf_from, sign_in_as
 
+BULK = {"action": "retry", "type": "noop", "status": "failed"}
+GROUP = {"type": "noop", "signature": "boom"}
 SAYS_NOTHING = re.compile(r"nothing (was |has )?(done|changed|decided|saved|started)", re.IGNORECASE)
 
 
@@ -47,6 +50,10 @@ async def paths(
         (f"/approvals/{waiting}/reject", {"reason": "no"}),
         ("/admin/controls/pause", {"type": "noop"}),
         ("/admin/controls/resume", {"type": "noop"}),
+        # the bulk panels, which say "Nothing changed: " before the problem (templates/admin/_jobs_bulk.html)
+        *[(url, {**BULK, "scope": "filter"}) for url in ("/admin/jobs/bulk/confirm", "/admin/jobs/bulk")],
+        ("/admin/failed/retry/confirm", GROUP),
+        ("/admin/failed/retry", {**GROUP, "action": "retry", "scope": "group", "expected": "1"}),
     ]
 
 
@@ -69,4 +76,4 @@ async def test_every_refused_action_says_nothing_changed_once(
             said[f"{url} {extra[0][0]}"] = notice
             assert len(SAYS_NOTHING.findall(notice)) == 1, (url, notice)
             assert "Nothing changed:" in notice, (url, notice)
-    assert len(said) == 2 * (2 * len(ACTIONS) + 5)
+    assert len(said) == 2 * (2 * len(ACTIONS) + 9)

@@ -103,3 +103,50 @@ def test_a_waiting_steps_result_with_nothing_to_show_is_no_result_not_its_json()
     assert row["result_items"] == [] and row["result_json"] is None
     row = with_result({"type": "noop", "result_data": [1, 2], "waiting_since": datetime.now(UTC)})
     assert row["result_json"] == "[\n  1,\n  2\n]"
+
+
+def test_spaces_and_lists_of_blanks_are_nothing_to_show() -> None:
+    """A text of spaces showed a label with nothing beside it, and ``[null, "", {}]`` its raw JSON."""
+    items = result_items({"spaces": "   ", "blanks": [None, "", {}], "nested": {"x": [" "]}, "kept": 1})
+    assert [it["label"] for it in items] == ["Kept"], items
+
+    from app.processors import registry
+    from app.web.forms import form_fields
+
+    fields_of_sheet = form_fields(registry.get("images.contact_sheet").input_model)
+    shown = input_items({"images": [None, ""], "columns": 4, "title": "  "}, fields_of_sheet, {})
+    assert [it["label"] for it in shown] == ["Pictures per row"], shown
+
+
+async def test_a_result_with_nothing_to_show_reads_no_result_as_an_empty_input_does(
+    client: AsyncTestClient, db_url: str, engine: Any, ui_settings: Settings
+) -> None:
+    """A result of ``{}`` showed a "Result" heading with only "Details" holding ``{}``."""
+    user = await sign_in_as(client, db_url, "ann@example.com")
+    for result in ({}, {"note": "  ", "rows": [None, "", {}]}):
+        jid = await enqueue(engine, ui_settings, user.id, "noop", input_data={})
+        await claim(engine, jid)
+        await finish(engine, ui_settings, jid, "completed", result=result)
+        page = (await client.get(f"/jobs/{jid}")).text
+        section = page.split('id="result"', 1)[1].split("</section>", 1)[0]
+        assert "No result." in section and "Details" not in section, section
+        assert "{}" not in section and "null" not in section, section
+
+
+async def test_the_admin_page_says_nobody_is_waiting_not_none(client: AsyncTestClient, db_url: str) -> None:
+    await sign_in_as(client, db_url, "root@example.com", admin=True)
+    page = (await client.get("/admin")).text
+    stat = page.split('id="stat-oldest"', 1)[1].split("</article>", 1)[0]
+    assert ">none<" not in stat and "nobody is waiting" in stat, stat
+
+
+def test_the_audit_trail_leaves_out_details_with_nothing_in_them() -> None:
+    """A bulk action on ticked rows has no filter: its entry showed "filter {}"."""
+    from app.web.admin.audit import detail_fields
+
+    fields = detail_fields({"filter": {}, "scope": "selected", "skipped": 0, "ids": [None, "a"], "note": " "})
+    assert fields == [
+        {"label": "ids", "value": "a"},
+        {"label": "scope", "value": "selected"},
+        {"label": "skipped", "value": "0"},
+    ], fields

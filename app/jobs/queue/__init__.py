@@ -135,6 +135,7 @@ from app.jobs.queue.new_jobs import (
     enqueue,
     insert_edges,
     lock_parents,
+    pipeline_size_refusal,
     prepare,
     repeat_of,
 )
@@ -252,6 +253,7 @@ __all__ = [
     "prepare",
     "check_dependencies",
     "dependencies_problem",
+    "pipeline_size_refusal",
     "FILE_OWNERS",
     "check_file_owners",
     "LINK_FILES",

@@ -141,13 +141,40 @@ def _validated(check: _TypeCheck, data: dict[str, Any], path: str) -> tuple[str,
     return (json_text(model.model_dump(mode="json")) if unstorable_json(text) else text), None
 
 
+def _counted(n: int, word: str, words: str | None = None) -> str:
+    """``n`` with thousands separators and its noun, which agree: "1 job", "2,000 jobs", "1 dependency"."""
+    return f"{n:,} {word if n == 1 else (words or word + 's')}"
+
+
 def dependencies_problem(settings: Settings, count: int) -> str | None:
     """Why a list of ``count`` dependencies is too long, or ``None``: the rule that bounds a pipeline's
     dependencies (``PIPELINE_MAX_EDGES``) bounds one job's list too, counted as sent (repeats included),
     so that a list of hundreds of thousands of ids is refused before the database looks them up."""
     limit = settings.pipeline_max_edges
     if limit and count > limit:
-        return f"a job may depend on at most {limit:,} jobs (PIPELINE_MAX_EDGES); this list has {count:,}"
+        return f"a job may depend on at most {_counted(limit, 'job')} (PIPELINE_MAX_EDGES); this list has {count:,}"
+    return None
+
+
+def pipeline_size_refusal(settings: Settings, steps: int, edges: int) -> BadInput | None:
+    """The one rule on a pipeline's size as it starts (``PIPELINE_MAX_STEPS``, ``PIPELINE_MAX_EDGES``): a
+    422 naming ``steps`` when it has more steps or ``depends_on`` entries than allowed, else ``None``.
+    Every path that makes a pipeline meets it: an ad-hoc one as sent (:mod:`app.actions.quotas`), and
+    every one once built and expanded (:func:`app.jobs.queue.pipelines.check_spec`), a template's and a
+    schedule's, when the schedule is made or changed and when it fires, included."""
+    if settings.pipeline_max_steps and steps > settings.pipeline_max_steps:
+        return BadInput.field(
+            "steps",
+            f"a pipeline may have at most {_counted(settings.pipeline_max_steps, 'step')} "
+            f"(this one has {steps:,})",
+        )
+    if settings.pipeline_max_edges and edges > settings.pipeline_max_edges:
+        limit = settings.pipeline_max_edges
+        return BadInput.field(
+            "steps",
+            f"a pipeline may have at most {_counted(limit, 'dependency', 'dependencies')} "
+            f"between its steps (this one has {edges:,})",
+        )
     return None
 
 

@@ -32,7 +32,7 @@ from app.jobs.queue.fanouts import name_instances
 from app.jobs.queue.fanouts import store as store_fanout
 from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.many_jobs import enqueue_many, renamed
-from app.jobs.queue.new_jobs import NewJob, check_dependency_list, lock_parents
+from app.jobs.queue.new_jobs import NewJob, check_dependency_list, lock_parents, pipeline_size_refusal
 from app.jobs.rows import Fetched
 from app.jobs.types import NextJob, may_create_next, priority_refusal, refusal, registry
 from app.settings import Settings
@@ -182,6 +182,13 @@ def check_spec(
         raise BadInput.field(
             "steps", "a pipeline needs at least one step to run; every step's for_each list is empty"
         )
+    # The pipeline's size as it will start (a template's known only now that it is built): the same rule
+    # an ad-hoc pipeline meets as sent, so that a schedule is refused when it is made, not when it fires.
+    refused = pipeline_size_refusal(
+        settings, len(expanded), sum(len(s.get("depends_on") or ()) for s in expanded)
+    )
+    if refused is not None:
+        raise refused
     _check_deferred(expanded)
     for s in expanded:
         check_ref_sources(s, paths[s["key"]])

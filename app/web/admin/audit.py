@@ -19,6 +19,7 @@ from litestar.response import Template
 from app import audit, auth
 from app.jobs.cursors import Cursor, read_cursor
 from app.web import DbSession, render
+from app.web.result_display import is_blank
 
 AUDIT_PAGE = 50
 TARGETS_SHOWN = 20
@@ -86,14 +87,14 @@ def detail_fields(detail: Any, prefix: str = "") -> list[dict[str, str]]:
     """An entry's detail as labelled fields (``filter status: failed``), nested objects flattened, lists
     joined; at most :data:`DETAIL_FIELDS_MAX` fields of :data:`VALUE_MAX` characters each."""
     if not isinstance(detail, dict):
-        return (
-            [{"label": prefix or "detail", "value": _value_words(detail)}] if detail not in (None, "") else []
-        )
+        return [] if is_blank(detail) else [{"label": prefix or "detail", "value": _value_words(detail)}]
     out: list[dict[str, str]] = []
     for key in sorted(detail):
         label = f"{prefix} {key}".strip().replace("_", " ")
         value = detail[key]
-        if isinstance(value, dict) and value:
+        if is_blank(value):
+            continue  # a bulk action on ticked rows has no filter: no "filter {}"
+        if isinstance(value, dict):
             out.extend(detail_fields(value, label))
         else:
             out.append({"label": label, "value": _value_words(value)})
@@ -108,6 +109,7 @@ def _value_words(value: Any) -> str:
     elif isinstance(value, bool):
         text = "yes" if value else "no"
     elif isinstance(value, list):
+        value = [v for v in value if not is_blank(v)]
         text = ", ".join(_value_words(v) for v in value[:20]) + (
             f" and {len(value) - 20} more" if len(value) > 20 else ""
         )

@@ -56,6 +56,7 @@ from app.web.admin.job_rows import row_items
 from app.web.deps import (
     ACTION_CONTROLS,
     FORM,
+    action_form_errors,
     actor_of,
     one_snapshot,
     perform_from_page,
@@ -64,7 +65,6 @@ from app.web.deps import (
     sentence,
     tell_unshown,
 )
-from app.web.form_shape import form_errors
 from app.web.form_values import count
 from app.web.input_guard import FORM_CHECKED
 from app.web.job_page import CONFIRM
@@ -372,9 +372,8 @@ def check_bulk_form(
     BadInput: text in the form that cannot be taken (its fields are hidden or buttons, so the panel says
     which); a field the form has not, or one sent twice.
     """
-    problem = form_errors(
-        request, form, (), FORM, hidden=fields, repeatable=repeatable, nothing="nothing was done"
-    ).get(FORM)
+    # the panel says "Nothing changed: " before the problem (templates/admin/_jobs_bulk.html)
+    problem = action_form_errors(request, form, (), fields, repeatable).get(FORM)
     if problem:
         raise BadInput(problem)
 
@@ -388,15 +387,14 @@ def bulk_refused(request: Request[Any, Any, Any], exc: BadInput, back: str) -> T
 
 def expected_count(form: Any) -> int | None:
     """The count the confirmation showed (``expected``), which caps what a bulk action does; ``None``
-    when the form carries none.
+    when the form carries none. Its range is the bulk layer's rule (:func:`app.actions.bulk.check_expected`).
 
     Raises:
-        BadInput: on ``expected``, sent but not a whole number: read as none, it lifted the cap.
+        BadInput: on ``expected``, sent but not a whole number (read as none, it lifted the cap), or
+        outside what a confirmation shows.
     """
     try:
-        return count(form.get("expected"))
+        value = count(form.get("expected"))
     except ValueError:
-        raise BadInput.field(
-            "expected",
-            "must be the number of jobs the confirmation showed; go back and confirm again",
-        ) from None
+        raise BadInput.field("expected", bulk.EXPECTED_WORDS) from None
+    return bulk.check_expected(value)
