@@ -108,8 +108,7 @@ def tell_unshown(ctx: dict[str, Any], errors: dict[str, str], shown: bool) -> di
     moved on since the page was drawn), so that they are not lost."""
     errors = {k: v for k, v in errors.items() if k != FORM}
     if errors and not shown:
-        said = " ".join(errors.values())
-        ctx["notice"] = f"Nothing changed: {said[:1].lower()}{said[1:]}"
+        ctx["notice"] = nothing_changed(" ".join(errors.values()))
     return ctx
 
 
@@ -128,7 +127,14 @@ def not_taken(errors: dict[str, str]) -> str:
     errors are. "Nothing changed" is said here, so the problem must not say it too: its form is checked by
     :func:`action_form_errors`."""
     problem = errors.get(FORM)
-    return f"Nothing changed: {problem[:1].lower()}{problem[1:]}" if problem else NOTHING_CHANGED
+    return nothing_changed(problem) if problem else NOTHING_CHANGED
+
+
+def nothing_changed(problem: str) -> str:
+    """The notice of a refused form: "Nothing changed: " and the problem, which goes on after it in
+    lower case ("Nothing changed: this form has no field 'x'"), on a job's actions and the bulk panels
+    alike."""
+    return f"Nothing changed: {problem[:1].lower()}{problem[1:]}"
 
 
 def action_form_errors(

@@ -369,7 +369,7 @@ async def test_bulk_cancel_of_every_row_matching_a_filter_affects_exactly_the_co
         headers=HX,
     )
     assert r.status_code == 422
-    assert "Tick at least one row" in r.text
+    assert "Nothing changed: tick at least one row" in r.text
 
 
 # --- failed groups --------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ async def paths(
         (f"/approvals/{waiting}/reject", {"reason": "no"}),
         ("/admin/controls/pause", {"type": "noop"}),
         ("/admin/controls/resume", {"type": "noop"}),
-        # the bulk panels, which say "Nothing changed: " before the problem (templates/admin/_jobs_bulk.html)
+        # the bulk panels, which say "Nothing changed: " before the problem (app.web.admin.jobs.bulk_refused)
         *[(url, {**BULK, "scope": "filter"}) for url in ("/admin/jobs/bulk/confirm", "/admin/jobs/bulk")],
         ("/admin/failed/retry/confirm", GROUP),
         ("/admin/failed/retry", {**GROUP, "action": "retry", "scope": "group", "expected": "1"}),
@@ -76,4 +76,6 @@ async def test_every_refused_action_says_nothing_changed_once(
             said[f"{url} {extra[0][0]}"] = notice
             assert len(SAYS_NOTHING.findall(notice)) == 1, (url, notice)
             assert "Nothing changed:" in notice, (url, notice)
+            # the problem goes on after the prefix in lower case, on the bulk panels as on a job's actions
+            assert re.search(r"Nothing changed: [a-z]", notice), (url, notice)
     assert len(said) == 2 * (2 * len(ACTIONS) + 9)

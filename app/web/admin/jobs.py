@@ -58,11 +58,11 @@ from app.web.deps import (
     FORM,
     action_form_errors,
     actor_of,
+    nothing_changed,
     one_snapshot,
     perform_from_page,
     rows_of,
     sent_form,
-    sentence,
     tell_unshown,
 )
 from app.web.form_values import count
@@ -372,7 +372,7 @@ def check_bulk_form(
     BadInput: text in the form that cannot be taken (its fields are hidden or buttons, so the panel says
     which); a field the form has not, or one sent twice.
     """
-    # the panel says "Nothing changed: " before the problem (templates/admin/_jobs_bulk.html)
+    # the panel says "Nothing changed: " before the problem (:func:`bulk_refused`)
     problem = action_form_errors(request, form, (), fields, repeatable).get(FORM)
     if problem:
         raise BadInput(problem)
@@ -381,7 +381,7 @@ def check_bulk_form(
 def bulk_refused(request: Request[Any, Any, Any], exc: BadInput, back: str) -> Template:
     """A bulk form that cannot be taken: why, where its panel shows (422); nothing was done."""
     said = "; ".join(f"{v} (field {k!r})" for k, v in exc.errors.items()) or exc.detail
-    refused = sentence(f"{said[:1].lower()}{said[1:]}")
+    refused = nothing_changed(said + ("" if said.endswith(".") else "."))
     return bulk_panel(request, {"refused": refused, "back": back}, status_code=422)
 
 
