@@ -37,6 +37,8 @@ BULK_BATCH = 100
 FAILED_WINDOW = 2_000
 """Failed groups are formed from only the newest this many failed jobs (one index range scan)."""
 SCOPES = {"ids": "selected", "filter": "filter", "group": "group"}
+SELECTOR_WORDS = "send one of ids, filter or group"
+"""Why a bulk request naming no jobs, or naming them two ways at once, is refused."""
 """The scope (as forms name it) of each way of naming jobs: ticked ids, a filter, a failed group."""
 GROUP_KEYS = ("type", "signature")
 """The fields that name a failed group in a bulk retry."""
@@ -438,8 +440,14 @@ async def plan_for(
     if everything and job_filter is None and ids is None and group is None:
         job_filter = JobFilter()  # "all" alone: the empty filter it confirms
     given = [name for name, v in (("ids", ids), ("filter", job_filter), ("group", group)) if v is not None]
-    if len(given) != 1:
-        raise BadInput.field("ids", "give exactly one of ids, filter or group")
+    if not given:
+        raise BadInput.field("ids", SELECTOR_WORDS)
+    if len(given) > 1:
+        # acting on one and dropping the other would do what nobody asked: the form's scope, when it
+        # names one, is the one meant, and the field named is the one sent beside it
+        meant = next((name for name in given if SCOPES[name] == scope), given[0])
+        extra = next(name for name in given if name != meant)
+        raise BadInput.field(extra, f"{SELECTOR_WORDS}, not {' and '.join(given)} together")
     if scope is not None and scope != SCOPES[given[0]]:
         raise BadInput.field("scope", _scope_words(scope, SCOPES[given[0]]))
     if ids is not None:

@@ -333,8 +333,10 @@ class AdminJobsController(Controller):
         if action not in BULK_ACTIONS or scope not in ("selected", "filter"):
             raise BadInput("Choose Retry or Cancel, for the ticked rows or for every matching row.")
         f = await parse_filter(db, form, request.user)
+        ids = form.getall("ids", []) if hasattr(form, "getall") else form.get("ids") or []
         if scope == "selected":
-            ids = form.getall("ids", []) if hasattr(form, "getall") else form.get("ids") or []
+            # the filter fields beside ticked rows are the list's own view (the way back to it), which
+            # every ticked-rows form carries: the scope says the rows are what it acts on
             if not ids:
                 raise BadInput("Tick at least one row first.")
             return await bulk.plan_for(db, action, ids=ids), f
@@ -342,7 +344,11 @@ class AdminJobsController(Controller):
         # With no filter the confirm step says it is every job of every user, and its form carries
         # that confirmation; the action itself, posted without it, is refused.
         everything = not f.active and (not confirmed or form_str(form, "all", 10) == "yes")
-        return await bulk.plan_for(db, action, job_filter=f, upto=upto, everything=everything), f
+        # ticked ids sent with a filter's form are refused by the bulk layer's rule, never dropped
+        plan = await bulk.plan_for(
+            db, action, ids=ids or None, job_filter=f, upto=upto, everything=everything, scope=scope
+        )
+        return plan, f
 
 
 BULK_FORM_FIELDS = ("action", "scope", "ids", "expected", "upto", "all", *FILTER_FIELDS)
