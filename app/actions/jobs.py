@@ -451,6 +451,10 @@ def conflict_words(exc: Conflict, action: str, timezone: str | None = None) -> s
     decided = extra.get("decided")
     if isinstance(decided, Decision):
         return f"Nothing changed: this step was {decision_words(decided, timezone or 'UTC')}."
+    reason = extra.get("reason")
+    if isinstance(reason, str):
+        # the queue's own reason, the words the API's 409 gives after "Cannot <action> job …: "
+        return f"Nothing changed: {reason}."
     status = extra.get("status")
     if status == "cancelling":
         return "Nothing changed: the job is already being stopped."

@@ -119,6 +119,14 @@ LABELS = {
 }
 
 
+def not_in(status: str, wanted: str, *, is_active: bool = True) -> str:
+    """Why an action that needs a job ``wanted`` ("failed", "waiting for approval") cannot act on one in
+    ``status``, the status in the words its page shows: "it is Done, not failed". The queue's refusal
+    says it after "Cannot retry job …: " (the API's 409) and a page after "Nothing changed: ", so the two
+    give the same reason in the same words."""
+    return f"it is {label(status, is_active=is_active)}, not {wanted}"
+
+
 def label(
     status: str,
     *,

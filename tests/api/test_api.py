@@ -170,7 +170,7 @@ async def test_retry_is_for_the_owner_or_an_admin_and_409_when_not_failed(api, d
     assert mine.status_code == 409  # the owner may ask; the job has not failed
     not_failed = await client.post(f"/api/jobs/{job['id']}/retry", headers=admin)
     assert not_failed.status_code == 409
-    assert "queued, not failed" in not_failed.json()["detail"]
+    assert "it is Waiting, not failed" in not_failed.json()["detail"]
 
 
 async def test_list_is_keyset_paginated_newest_first_and_filterable(api, db_url) -> None:

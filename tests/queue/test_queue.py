@@ -566,7 +566,7 @@ async def test_retry_is_for_the_owner_or_an_admin_and_only_for_failed_jobs(
     cancelled = (await make_job(engine, settings, owner))["id"]
     async with engine.begin() as conn:
         await queue.cancel(conn, cancelled, owner)
-    for jid, status in ((completed, "completed"), (cancelled, "cancelled")):
+    for jid, status in ((completed, "Done"), (cancelled, "Cancelled")):
         with pytest.raises(Conflict, match=f"it is {status}, not failed"):
             async with engine.begin() as conn:
                 await queue.retry(conn, jid, admin)

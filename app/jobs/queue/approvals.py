@@ -33,7 +33,7 @@ from app.jobs.queue.common import (
 from app.jobs.queue.consequences import consequences
 from app.jobs.queue.pipelines import refresh_pipelines
 from app.jobs.rows import JobRow, job_row
-from app.jobs.states import Status
+from app.jobs.states import Status, not_in
 
 APPROVE = sql(
     f"""
@@ -78,9 +78,9 @@ async def _decision_conflict(conn: AsyncConnection, row: JobRow, action: str) ->
             f"Cannot {action} job {row['id']}: it was {decision_words(decided)}.",
             extra={"status": row["status"], "decision": last["kind"], "decided": decided},
         )
+    reason = not_in(row["status"], "waiting for approval", is_active=row["is_active"])
     return Conflict(
-        f"Cannot {action} job {row['id']}: it is {row['status']}, not waiting for approval.",
-        extra={"status": row["status"]},
+        f"Cannot {action} job {row['id']}: {reason}.", extra={"status": row["status"], "reason": reason}
     )
 
 

@@ -37,7 +37,7 @@ from app.jobs.queue.new_jobs import Enqueued, NewJob, enqueue
 from app.jobs.queue.pipelines import mark_removed, refresh_pipelines
 from app.jobs.rows import JobRow, job_row
 from app.jobs.run_at import check_run_at
-from app.jobs.states import Actor, Status, label, sources
+from app.jobs.states import Actor, Status, label, not_in, sources
 from app.jobs.types import (
     USER_MAX_PRIORITY,
     PermanentError,
@@ -171,9 +171,9 @@ async def retry(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
     if Status.FAILED not in sources(Status.QUEUED, Actor.ADMIN if principal.is_admin else Actor.OWNER):
         raise Forbidden("Only an admin can retry a failed job.")
     if row["status"] != Status.FAILED:
+        reason = not_in(row["status"], "failed", is_active=row["is_active"])
         raise Conflict(
-            f"Cannot retry job {row['id']}: it is {row['status']}, not failed.",
-            extra={"status": row["status"]},
+            f"Cannot retry job {row['id']}: {reason}.", extra={"status": row["status"], "reason": reason}
         )
     refusal = retry_refusal(row)
     if refusal is not None:
