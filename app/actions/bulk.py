@@ -37,9 +37,9 @@ BULK_BATCH = 100
 FAILED_WINDOW = 2_000
 """Failed groups are formed from only the newest this many failed jobs (one index range scan)."""
 SCOPES = {"ids": "selected", "filter": "filter", "group": "group"}
+"""The scope (as forms name it) of each way of naming jobs: ticked ids, a filter, a failed group."""
 SELECTOR_WORDS = "send one of ids, filter or group"
 """Why a bulk request naming no jobs, or naming them two ways at once, is refused."""
-"""The scope (as forms name it) of each way of naming jobs: ticked ids, a filter, a failed group."""
 GROUP_KEYS = ("type", "signature")
 """The fields that name a failed group in a bulk retry."""
 ERROR_SIGNATURE_MAX = 160
