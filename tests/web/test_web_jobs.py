@@ -640,7 +640,7 @@ async def test_admin_actions_are_audited_and_alerted_and_conflicts_are_audited_a
 
     r = await client.post(f"/jobs/{jid}/retry", headers=h)  # a double click
     assert r.status_code == 409
-    assert "Nothing changed: the job is now Waiting, so this cannot be done." in r.text
+    assert "Nothing changed: it is Waiting, not failed." in r.text
     refused = await pg.fetchrow("SELECT * FROM audit_log ORDER BY id DESC LIMIT 1")
     assert refused["action"] == "job.retry"
     assert refused["outcome"].startswith("refused: Nothing changed")
