@@ -209,3 +209,22 @@ class AdminApi:
     client: AsyncTestClient
     pg: asyncpg.Connection
     root: dict[str, str]
+
+
+@dataclass
+class Site:
+    """A started app (no in-app worker) with an admin, boss@example.com, signed in; the headers of the
+    admin's API token; and three queued ``noop`` jobs of theirs (``job_id``: the first). The ``site``
+    fixture of ``tests/web``, for the walks over every route."""
+
+    client: AsyncTestClient
+    bearer: dict[str, str]
+    job_ids: list[str]
+
+    @property
+    def app(self) -> Litestar:
+        return self.client.app  # type: ignore[return-value]
+
+    @property
+    def job_id(self) -> str:
+        return self.job_ids[0]

@@ -6,45 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from litestar import Litestar
-from litestar.testing import AsyncTestClient
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.server import create_app
-from app.settings import Settings
-from tests.support.jobsteps import enqueue
-from tests.support.webkit import add_token, add_user, login, running_server
+from tests.support.webkit import Site, add_token, add_user, running_server
 
 # headers that differ between any two answers, whatever the method
 VOLATILE = {"x-request-id", "date", "set-cookie"}
 ALL_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
-
-
-@dataclass
-class Site:
-    client: AsyncTestClient
-    app: Litestar
-    bearer: dict[str, str]
-    job_id: str
-
-
-@pytest.fixture
-async def site(make_settings: Any, db_url: str, engine: AsyncEngine) -> AsyncIterator[Site]:
-    settings: Settings = make_settings(worker_enabled=False)
-    boss = await add_user(db_url, "boss@example.com", admin=True)
-    bearer = {"Authorization": f"Bearer {await add_token(db_url, boss.id)}"}
-    job = await enqueue(engine, settings, boss.id, "noop", input_data={})
-    app = create_app(settings)
-    async with AsyncTestClient(app=app, base_url="http://testserver.local") as client:
-        assert (await login(client, "boss@example.com")).status_code == 303
-        yield Site(client, app, bearer, str(job))
 
 
 def _paths(app: Litestar) -> dict[str, set[str]]:

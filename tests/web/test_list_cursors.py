@@ -8,43 +8,14 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
 
-import pytest
 from litestar import Litestar
-from litestar.testing import AsyncTestClient
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.jobs.cursors import Cursor, cursor_words
-from app.server import create_app
-from app.settings import Settings
-from tests.support.jobsteps import enqueue
-from tests.support.webkit import add_token, add_user, login
+from tests.support.webkit import Site
 
 CURSOR_NAMES = ("after", "before")
 EMAIL_LISTS = {"/admin/users"}  # by email: any short text sorts among them
-
-
-@dataclass
-class Site:
-    client: AsyncTestClient
-    app: Litestar
-    bearer: dict[str, str]
-    job_id: str
-
-
-@pytest.fixture
-async def site(make_settings: Any, db_url: str, engine: AsyncEngine) -> AsyncIterator[Site]:
-    settings: Settings = make_settings(worker_enabled=False)
-    boss = await add_user(db_url, "boss@example.com", admin=True)
-    bearer = {"Authorization": f"Bearer {await add_token(db_url, boss.id)}"}
-    jobs = [await enqueue(engine, settings, boss.id, "noop", input_data={}) for _ in range(3)]
-    app = create_app(settings)
-    async with AsyncTestClient(app=app, base_url="http://testserver.local") as client:
-        assert (await login(client, "boss@example.com")).status_code == 303
-        yield Site(client, app, bearer, str(jobs[0]))
 
 
 def cursor_routes(app: Litestar) -> list[tuple[str, str]]:
