@@ -255,8 +255,8 @@ async def test_a_value_the_database_cannot_hold_is_classified_as_bad_input(
         assert (status, detail) == (422, server.UNSTORABLE_MESSAGE), exc
 
 
-@pytest.mark.parametrize("bad", ["abc", "3 jobs", "-1", "1e3"])
-async def test_an_expected_count_that_is_not_a_number_is_refused_not_read_as_no_cap(
+@pytest.mark.parametrize("bad", ["abc", "3 jobs", "-1", "1e3", "0", "2001", "100000000000"])
+async def test_an_expected_count_no_confirmation_shows_is_refused_not_read_as_no_cap(
     client: AsyncTestClient,
     admin: CurrentUser,
     engine: Any,
@@ -265,7 +265,8 @@ async def test_an_expected_count_that_is_not_a_number_is_refused_not_read_as_no_
     bad: str,
 ) -> None:
     """``expected`` (the count the confirmation showed) caps a bulk action; one that is not a whole
-    number was read as none, so the action went over every matching job, however many had come since."""
+    number was read as none, so the action went over every matching job, however many had come since,
+    and one out of the range a confirmation shows (0, over the bulk limit) was taken as it came."""
     for _ in range(2):
         await failed_job(engine, ui_settings, admin.id, "boom", type_="test.form")
     sent = [
@@ -276,6 +277,7 @@ async def test_an_expected_count_that_is_not_a_number_is_refused_not_read_as_no_
         r = await post(client, url, data)
         assert r.status_code == 422, (url, r.status_code)
         assert "expected" in r.text and "go back and confirm again" in r.text, (url, r.text[:1000])
+        assert "from 1 to 2,000" in r.text and "(field &#39;expected&#39;)" in r.text, (url, r.text[:1000])
     assert await pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'failed'") == 2
     # each refusal is on the trail, and nothing was done
     outcomes = [r["outcome"] for r in await pg.fetch("SELECT outcome FROM audit_log")]
