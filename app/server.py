@@ -154,25 +154,30 @@ _DISCONNECT_TYPES: tuple[type[BaseException], ...] = (
 )
 
 
+def _driver_errors(exc: BaseException) -> tuple[BaseException, ...]:
+    """The driver's own errors behind ``exc``: a statement run through SQLAlchemy wraps asyncpg's error
+    (``orig``, whose cause is asyncpg's); one run straight on the asyncpg connection (:mod:`app.db`: the
+    token lookup, the single enqueue, a bulk enqueue's ``COPY``) raises asyncpg's error itself."""
+    if isinstance(exc, sa_exc.DBAPIError):
+        orig = exc.orig
+        return () if orig is None else (orig, orig.__cause__ or orig)
+    return (exc,)
+
+
 def _database_trouble(exc: BaseException) -> str | None:
     """A readable 503 message when ``exc`` means the database is busy, down or too slow; else None."""
     if isinstance(exc, sa_exc.TimeoutError):
         return BUSY_MESSAGE
     if isinstance(exc, DatabaseUnavailable | ConnectionError | TimeoutError):
         return DB_DOWN_MESSAGE
-    if isinstance(exc, sa_exc.DBAPIError):
-        if exc.connection_invalidated:
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        return DB_DOWN_MESSAGE
+    for candidate in _driver_errors(exc):
+        if isinstance(candidate, asyncpg.QueryCanceledError):
+            return SLOW_MESSAGE
+        if isinstance(candidate, _DISCONNECT_TYPES):
             return DB_DOWN_MESSAGE
-        orig = exc.orig
-        cause = getattr(orig, "__cause__", None) or orig
-        for candidate in (orig, cause):
-            if isinstance(candidate, asyncpg.QueryCanceledError):
-                return SLOW_MESSAGE
-            if isinstance(candidate, _DISCONNECT_TYPES):
-                return DB_DOWN_MESSAGE
-        if isinstance(exc, sa_exc.InterfaceError):
-            return DB_DOWN_MESSAGE
-    if isinstance(exc, _DISCONNECT_TYPES):
+    if isinstance(exc, sa_exc.InterfaceError):
         return DB_DOWN_MESSAGE
     return None
 
@@ -187,12 +192,13 @@ def _unstorable_input(exc: BaseException) -> bool:
     """Whether the database refused a value of the request itself, not the query: a number too large
     for its column or text PostgreSQL cannot hold (checked once the value reaches the driver, so an
     input that slipped past a form's checks still answers 422 instead of 500)."""
-    if not isinstance(exc, sa_exc.DBAPIError):
+    errors = _driver_errors(exc)
+    if not errors:
         return False
-    cause: BaseException | None = getattr(exc.orig, "__cause__", None) or exc.orig
+    cause = errors[-1]
     if isinstance(cause, asyncpg.CharacterNotInRepertoireError | asyncpg.UntranslatableCharacterError):
         return True
-    if cause is None or type(cause) is not asyncpg.DataError:
+    if type(cause) is not asyncpg.DataError:
         return False
     return isinstance(cause.__cause__, OverflowError | UnicodeEncodeError)
 

@@ -484,6 +484,28 @@ async def test_web_connections_carry_statement_and_idle_in_transaction_timeouts(
         await plain.dispose()
 
 
+async def test_a_statement_out_of_time_on_the_bare_connection_answers_503(
+    make_settings: Any, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """The statements that run straight on asyncpg (the token lookup of every API request, the single
+    enqueue, a bulk enqueue's COPY) raise the driver's own errors, not SQLAlchemy's: a statement timeout
+    there is the database being slow, a 503 with the words a wrapped one gets, not a 500. The token
+    lookup is held up by a lock on its table until the statement timeout cancels it."""
+    settings = make_settings(worker_enabled=False, db_statement_timeout_ms=300)
+    user = await add_user(db_url, "slow-lookup@example.com")
+    token = await add_token(db_url, user.id)
+    async with app_client(settings) as c:
+        async with pg.transaction():
+            await pg.execute("LOCK TABLE api_tokens IN ACCESS EXCLUSIVE MODE")
+            r = await c.get("/api/me", headers={"Authorization": f"Bearer {token}"})
+        assert (r.status_code, r.json()["detail"]) == (
+            503,
+            "The database took too long to answer. Please try again in a moment.",
+        )
+        assert r.headers["Retry-After"] == "5"
+        assert (await c.get("/api/me", headers={"Authorization": f"Bearer {token}"})).status_code == 200
+
+
 # --- C15: the UI while processors hold every pooled connection ----------------------------------------------
 
 
