@@ -4,6 +4,7 @@ behind PgBouncer in transaction mode, and bulk enqueue reporting every bad job b
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -14,7 +15,7 @@ from sqlalchemy.engine import make_url
 from app.db import asyncpg_dsn, create_engine
 from app.errors import BadInput
 from app.jobs import queue
-from app.jobs.queue import NewJob
+from app.jobs.queue import NewJob, many_jobs
 from app.settings import Settings
 from tests.support.factories import TestUser, event_kinds, job_row
 
@@ -191,3 +192,83 @@ async def test_jobs_without_an_idempotency_key_skip_the_conflict_check_and_keyed
             await queue.enqueue(engine, job, settings)
     assert await pg.fetchval("SELECT count(*) FROM jobs WHERE idempotency_key = 'nightly'") == 1
     assert await pg.fetchval("SELECT count(*) FROM jobs WHERE idempotency_key IS NULL") == 6
+
+
+async def test_a_bulk_copy_writes_what_the_insert_statement_writes(
+    engine: Any,
+    settings: Settings,
+    owner: TestUser,
+    pg: asyncpg.Connection,
+    db_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch without idempotency keys is written by ``COPY``; the insert statement (a batch with a key,
+    or no asyncpg connection to copy on) writes the same rows and events: every column, a job without a
+    due time due at the transaction's start and one with its own, the pending parents, the actor. The
+    NOTIFY goes out only when some job can run without waiting for a parent."""
+    due = datetime.now(UTC) + timedelta(hours=3)
+
+    def batch() -> list[NewJob]:
+        return [
+            NewJob(
+                type="noop",
+                input_data={"i": 1},
+                user_id=owner.id,
+                title="first",
+                priority=7,
+                request_id="r-9",
+            ),
+            NewJob(
+                type="noop", input_data={}, user_id=owner.id, run_at=due, max_attempts=2, step_key="later"
+            ),
+            NewJob(type="noop", input_data={"w": [1]}, user_id=owner.id, requires_approval=True),
+        ]
+
+    async def write(jobs: list[NewJob], waiting: set[int]) -> tuple[list[Any], list[str]]:
+        listener = await asyncpg.connect(asyncpg_dsn(db_url))
+        try:
+            notes = await _listen(listener)
+            async with engine.begin() as conn:
+                ids = await queue.enqueue_many(
+                    conn, jobs, settings, actor="test:bulk", pending={jobs[k].id: 2 for k in waiting}
+                )
+            assert ids == [j.id for j in jobs]
+            await asyncio.sleep(0.3)
+            return ids, [notes.get_nowait() for _ in range(notes.qsize())]
+        finally:
+            await listener.close()
+
+    async def written(ids: list[Any]) -> list[dict[str, Any]]:
+        rows = []
+        for job_id in ids:
+            row = await job_row(pg, job_id)
+            row["run_at"] = "at the start" if row["run_at"] == row["created_at"] else row["run_at"]
+            for volatile in ("id", "created_at", "updated_at"):
+                row.pop(volatile)
+            trail = await pg.fetch(
+                "SELECT kind, from_status, to_status, actor, data, pipeline_id, at = $2 AS at_start "
+                "FROM job_events WHERE job_id = $1 ORDER BY id",
+                job_id,
+                await pg.fetchval("SELECT created_at FROM jobs WHERE id = $1", job_id),
+            )
+            rows.append({**row, "events": [dict(e) for e in trail]})
+        return rows
+
+    copied, copied_notes = await write(batch(), waiting={1})
+    assert copied_notes == [""]
+    _, none_free = await write(batch(), waiting={0, 1, 2})
+    assert none_free == [], "a NOTIFY for jobs that all wait for parents"
+
+    async def no_driver(conn: Any) -> None:
+        return None
+
+    monkeypatch.setattr(many_jobs, "driver_connection", no_driver)
+    inserted, inserted_notes = await write(batch(), waiting={1})
+    assert inserted_notes == [""]
+    assert await written(copied) == await written(inserted)
+    first, later, _ = await written(copied)
+    assert (first["run_at"], later["run_at"], later["pending_parents"]) == ("at the start", due, 2)
+    assert first["events"] == [
+        {"kind": "enqueued", "from_status": None, "to_status": "queued", "actor": "test:bulk", "data": None,
+         "pipeline_id": None, "at_start": True}
+    ]  # fmt: skip
