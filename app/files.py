@@ -18,8 +18,9 @@ Who reads what:
   parent's result. CPU-bound processors, which run in a child process without a database, get only
   the files the worker resolved through it (:meth:`JobFiles.for_process`).
 
-The stored content type is derived from the bytes (see :func:`derive_type`), never taken as sent. Files
-produced by a job belong to the job's owner. Retention (:func:`app.jobs.queue.prune`) deletes a file
+The stored content type is derived from the bytes (:mod:`app.file_types`), never taken as sent, and a
+file is stored within its owner's storage limit (:mod:`app.storage_limit`). Files produced by a job
+belong to the job's owner. Retention (:func:`app.jobs.queue.prune`) deletes a file
 once no job holds it (``files.job_id``: the job that produced it or first used it, until that job is
 deleted) and it is older than ``JOB_RETENTION_DAYS`` — but never while a job still in the database, a
 pipeline or a schedule names it in its input, since those can still run with it. Bytes whose row was
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import mimetypes
 import os
 import re
 import shutil
@@ -48,6 +48,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from uuid_utils.compat import uuid7
 
 from app.errors import BadInput, NotFound
+from app.file_types import derive_type
+from app.storage_limit import check_room
 
 MAX_NAME = 200
 MAX_PROCESS_FILES = 2000
@@ -84,11 +86,6 @@ whose result lists the file ``id`` (a ``file_id`` at any depth, as :func:`ids_in
 The step's rule is kept in ``job_approval_rules`` (:mod:`app.jobs.approvals`); the owner and admins
 read every such file anyway, so the named people are the only ones this adds."""
 
-OWNER_LOCK_NAMESPACE = 0x51_07A5
-"""First key of the two-key advisory lock on a person's limits (the second is the user id): the lock
-:mod:`app.quotas` takes for submissions and uploads, taken here too before a file is counted in."""
-OWNER_LOCK = text("SELECT pg_advisory_xact_lock(:ns, :user_id)")
-STORED_BY = text("SELECT COALESCE(sum(size), 0) FROM files WHERE user_id = :user_id")
 DELETE_JOB_FILES = text(
     "DELETE FROM files WHERE id = ANY(CAST(:ids AS uuid[])) AND job_id = :job_id RETURNING id"
 )
@@ -154,78 +151,7 @@ def remove_after_commit(
     event.listen(session, "after_rollback", rolled_back)
 
 
-class StorageFull(Exception):
-    """Storing ``adding`` more bytes would take the person's files (``stored`` now) above ``limit``
-    (``USER_MAX_UPLOAD_BYTES``)."""
-
-    def __init__(self, stored: int, adding: int, limit: int) -> None:
-        super().__init__(f"{stored} + {adding} bytes stored would be above the limit of {limit}")
-        self.stored, self.adding, self.limit = stored, adding, limit
-
-
-async def stored_bytes(conn: AsyncConnection, user_id: int) -> int:
-    """Bytes of every file the person owns (uploads and results), as ``conn`` sees them."""
-    return int((await conn.execute(STORED_BY, {"user_id": user_id})).scalar_one())
-
-
-async def check_room(conn: AsyncConnection, user_id: int, adding: int, limit: int) -> None:
-    """The storage rule, for every file stored for a person (uploads, jobs' results): take the person's
-    limits lock for ``conn``'s transaction, so that concurrent saves cannot together pass the limit, then
-    refuse ``adding`` bytes that would take their files above ``limit`` (0: no limit).
-
-    Raises:
-        StorageFull: with what is stored, what was asked for and the limit.
-    """
-    if not limit:
-        return
-    await conn.execute(OWNER_LOCK, {"ns": OWNER_LOCK_NAMESPACE, "user_id": user_id})
-    stored = await stored_bytes(conn, user_id)
-    if stored + adding > limit:
-        raise StorageFull(stored, adding, limit)
-
-
 _UUID_TEXT = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-
-
-TYPE_WORDS = {
-    "image/png": "a PNG picture",
-    "image/jpeg": "a JPEG picture",
-    "image/gif": "a GIF picture",
-    "image/webp": "a WebP picture",
-    "image/tiff": "a TIFF picture",
-    "image/bmp": "a BMP picture",
-    "image/heic": "a HEIC picture",
-    "text/csv": "a CSV table",
-    "text/tab-separated-values": "a tab-separated table",
-    "text/plain": "a text file",
-    "text/html": "a web page (HTML)",
-    "text/markdown": "a Markdown text",
-    "application/json": "a JSON file",
-    "application/pdf": "a PDF document",
-    "application/zip": "a ZIP archive",
-    "application/gzip": "a gzip archive",
-    "application/octet-stream": "not a file type Jobdesk recognises",
-}
-"""Stored content types (derived from the bytes, :func:`app.files.derive_type`) in words."""
-
-
-def kind_problem(content_type: str | None, accept: str) -> str | None:
-    """Why a stored file does not fit a field that accepts ``accept`` (the schema's ``accept`` hint, as
-    on the form's file input), or ``None`` when it fits. Pictures must be pictures by their bytes; a
-    table field takes text, and also a file of unknown type (a UTF-16 CSV has NUL bytes, so it is not
-    stored as text) but never a picture, archive or document."""
-    ctype = (content_type or "application/octet-stream").lower()
-    words = TYPE_WORDS.get(ctype, f"a {ctype} file")
-    wants = [a.strip().lower() for a in accept.split(",") if a.strip()]
-    if "image/*" in wants:
-        if ctype.startswith("image/"):
-            return None
-        return f"This file is {words}, not a picture. Choose a picture (JPEG, PNG, GIF or WebP)."
-    if "text/csv" in wants:
-        if ctype.startswith("text/") or ctype == "application/octet-stream":
-            return None
-        return f"This file is {words}, not a CSV table. Choose a .csv file, for example saved from a spreadsheet."
-    return None
 
 
 def parse_file_id(value: object) -> uuid.UUID:
@@ -256,87 +182,6 @@ def clean_name(name: str | None) -> str:
     base = os.path.basename((name or "").replace("\\", "/")).strip()
     base = "".join(ch for ch in base if ch.isprintable() and ch not in '"<>|:*?')
     return (base or "file")[:MAX_NAME]
-
-
-# --- content types ------------------------------------------------------------------------------
-
-OCTET = "application/octet-stream"
-_MAGIC: list[tuple[bytes, str]] = [
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-    (b"%PDF-", "application/pdf"),
-    (b"PK\x03\x04", "application/zip"),
-    (b"PK\x05\x06", "application/zip"),
-    (b"\x1f\x8b", "application/gzip"),
-    (b"II*\x00", "image/tiff"),
-    (b"MM\x00*", "image/tiff"),
-    (b"ID3", "audio/mpeg"),
-]
-ZIP_BASED = frozenset(
-    {
-        "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-        "application/vnd.openxmlformats-officedocument.presentationml.presentation",
-        "application/vnd.oasis.opendocument.text",
-        "application/vnd.oasis.opendocument.spreadsheet",
-    }
-)
-"""Formats that are ZIP archives: named by the file's extension when its bytes are a ZIP archive."""
-TEXT_TYPES = frozenset(
-    {"text/plain", "text/csv", "text/tab-separated-values", "text/markdown", "application/json", "text/html"}
-)
-"""Text formats a file may be stored as when its bytes are text (no NUL byte) and its name or the sender
-says so. Scripts and SVG are not among them: they are stored as ``application/octet-stream``."""
-SERVED_TYPES = frozenset(
-    {t for _, t in _MAGIC} | {"image/webp", "image/bmp", "image/heic"} | ZIP_BASED | TEXT_TYPES
-)
-"""Every type :func:`derive_type` can store; a download of any other stored type (rows written before
-types were derived) is served as ``application/octet-stream``."""
-INLINE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "text/plain"})
-"""Types a browser may show in place (pictures and plain text, with ``nosniff``); everything else is
-downloaded as an attachment, so no upload is ever shown as a page of this site."""
-
-
-def _magic_type(head: bytes) -> str | None:
-    for magic, found in _MAGIC:
-        if head.startswith(magic):
-            return found
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "image/webp"
-    if head[:2] == b"BM" and head[14:18] in (b"\x0c\x00\x00\x00", b"(\x00\x00\x00", b"|\x00\x00\x00"):
-        return "image/bmp"
-    if head[4:12] in (b"ftypheic", b"ftypheix", b"ftypmif1"):
-        return "image/heic"
-    return None
-
-
-def derive_type(head: bytes, name: str, declared: str | None = None) -> str:
-    """The content type to store for a file whose bytes start with ``head``: a well-known binary format
-    by its magic bytes (a ZIP archive named ``.xlsx`` is a spreadsheet); text (no NUL byte) as one of
-    :data:`TEXT_TYPES` when ``declared`` or the name's extension says so; else
-    ``application/octet-stream``. What a sender declares is only a hint among safe choices."""
-    found = _magic_type(head)
-    by_name = mimetypes.guess_type(name)[0]
-    if found == "application/zip" and by_name in ZIP_BASED:
-        return by_name
-    if found:
-        return found
-    if b"\x00" in head:
-        return OCTET
-    hint = (declared or "").split(";")[0].strip().lower()
-    for candidate in (hint, by_name):
-        if candidate in TEXT_TYPES:
-            return candidate
-    return OCTET
-
-
-def served_type(stored: str | None) -> str:
-    """The ``Content-Type`` a download is served with: the stored type if it is one Jobdesk stores,
-    else ``application/octet-stream`` (a type with control characters or a script type never reaches
-    a response header)."""
-    return stored if stored in SERVED_TYPES else OCTET
 
 
 def file_ref(row: RowMapping | dict[str, Any]) -> dict[str, Any]:
@@ -425,14 +270,15 @@ class FileStore:
         limit: int = 0,
     ) -> RowMapping:
         """Store ``data`` (or the file at ``source``) and insert its row in the caller's transaction.
-        ``content_type`` is only a hint: the stored type is :func:`derive_type` of the bytes.
-        ``form_key``: the one-time key of the form it was uploaded with (:meth:`stored_with`).
-        ``limit``: the owner's ``USER_MAX_UPLOAD_BYTES`` (:func:`check_room`, once the size is known; the
-        bytes are removed when it refuses).
+        ``content_type`` is only a hint: the stored type is
+        :func:`~app.file_types.derive_type` of the bytes. ``form_key``: the one-time key of the form it
+        was uploaded with (:meth:`stored_with`). ``limit``: the owner's ``USER_MAX_UPLOAD_BYTES``
+        (:func:`~app.storage_limit.check_room`, once the size is known; the bytes are removed when it
+        refuses).
 
         Raises:
             BadInput: neither or both of ``data`` and ``source``.
-            StorageFull: the file would take its owner's files above ``limit``.
+            StorageFull: (:mod:`app.storage_limit`) the file would take its owner's files above ``limit``.
         """
         if (data is None) == (source is None):
             raise BadInput("give either data or a source path")

@@ -1,5 +1,5 @@
 """``ctx.files`` for one attempt of a running job (:class:`JobFiles`): the owner's files it may read,
-and its outputs, stored for the owner within their storage limit (:func:`app.files.check_room`)."""
+and its outputs, stored for the owner within their storage limit (:func:`app.storage_limit.check_room`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from app.files import (
     DELETE_JOB_FILES,
     MAX_PROCESS_FILES,
     FileStore,
-    StorageFull,
     StoredFile,
     clean_name,
     file_ref,
@@ -23,6 +22,7 @@ from app.files import (
 )
 from app.formatting import format_bytes
 from app.jobs.types import Input, PermanentError, file_ids_in
+from app.storage_limit import StorageFull
 
 
 class JobFiles:

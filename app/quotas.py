@@ -16,7 +16,7 @@ a check that only one of them fits.
   jobs do not count. Admins are exempt.
 * **stored** (``USER_MAX_UPLOAD_BYTES``): bytes of every file the person owns — uploads, used by a job
   or not, and results — until retention deletes them. Admins too. Every file stored for a person goes
-  through :func:`app.files.check_room` (an upload is refused with a 429, a job's output fails the job).
+  through :func:`app.storage_limit.check_room` (an upload is refused with a 429, a job's output fails the job).
 * **pipeline size** (``PIPELINE_MAX_STEPS``, ``PIPELINE_MAX_EDGES``): steps and ``depends_on`` entries of
   one pipeline when it starts. Admins too. This one is a 422 naming ``steps``: retrying never helps. Its
   rule is :func:`app.jobs.queue.new_jobs.pipeline_size_refusal`, which every pipeline meets when its spec is
@@ -34,14 +34,14 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app import dbclock, files
+from app import dbclock, storage_limit
 from app.errors import RateLimited
 from app.formatting import format_bytes
 from app.settings import Settings
 
-LOCK_NAMESPACE = files.OWNER_LOCK_NAMESPACE
+LOCK_NAMESPACE = storage_limit.OWNER_LOCK_NAMESPACE
 """First key of the two-key advisory lock (the second is the user id), so it meets no other lock; the
-storage rule (:func:`app.files.check_room`) takes the same lock."""
+storage rule (:func:`app.storage_limit.check_room`) takes the same lock."""
 WINDOW_SECS = 60
 WAITING_RETRY_SECS = 60
 """``Retry-After`` when the waiting limit is reached: how soon jobs finish is not known in advance (they
@@ -231,7 +231,7 @@ async def stored_refusal(
     if not limit:
         return None
     conn = await _conn(db)
-    stored = await files.stored_bytes(conn, user_id)
+    stored = await storage_limit.stored_bytes(conn, user_id)
     if stored + adding <= limit:
         return None
     wait = await _first_expiry(conn, settings, user_id)

@@ -13,7 +13,7 @@ same lock, the same counts and the same refusals, with the job inserted only whe
 Admins are exempt from the waiting and per-minute limits, not from the storage and pipeline-size ones.
 A retry or a run again is held to the limits of the job's owner, whoever acts (:func:`before_requeue`):
 an admin's retry of a person's job cannot take that person above their waiting limit.
-The storage limit is held where a file is stored (:func:`app.files.check_room`): an upload over it is
+The storage limit is held where a file is stored (:func:`app.storage_limit.check_room`): an upload over it is
 refused and a job's output over it fails its job. A submission is not refused for it: a job that stores
 nothing needs no room, and a check per submission would cost every one of them a query.
 """

@@ -6,7 +6,7 @@ A due time is a moment with a UTC offset (``2026-12-01T09:00:00+01:00``) between
 :data:`RUN_AT_YEARS`, counted in UTC. Outside them, PostgreSQL may still store the moment but Python
 cannot always read it back into a person's zone (9999-12-31T23:59:59-14:00 is year 10000 in UTC), and a
 date that far off is a typing mistake. Whether the moment has already passed is the action's check
-(:func:`app.actions.jobs.check_run_at`), on the database's clock.
+(:func:`app.actions.submissions.check_run_at`), on the database's clock.
 
 As JSON a due time is text: a number is not read as Unix time (the README promises ISO text with an
 offset, and ``1700000000`` would silently be a date in 2023), and text that is not such a moment is

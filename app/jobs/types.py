@@ -124,7 +124,7 @@ def file_fields(model: InputModel) -> dict[str, str]:
 @functools.lru_cache(maxsize=512)
 def file_accepts(model: InputModel) -> dict[str, str]:
     """``{file field: its accept hint}`` of ``model`` (``image/*``, ``text/csv``: what the form's file
-    input offers, and what :func:`app.files.kind_problem` holds a stored file to), for the fields that
+    input offers, and what :func:`app.file_types.kind_problem` holds a stored file to), for the fields that
     have one."""
     props = model.model_json_schema().get("properties") or {}
     return {

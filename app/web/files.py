@@ -4,7 +4,7 @@
   the id goes into a job's input (a ``FileId`` field). Above ``UPLOAD_MAX_BYTES`` → 413 naming the limit
   in words; an empty file or no ``file`` part → 422; a file that would take the person's stored files
   above ``USER_MAX_UPLOAD_BYTES`` → 429 with the limit and ``Retry-After`` (:mod:`app.actions.files`). The stored content type is derived from the bytes
-  (:func:`app.files.derive_type`), not taken from the request.
+  (:func:`app.file_types.derive_type`), not taken from the request.
 * ``GET /files/{id}`` (browser session) and ``GET /api/files/{id}`` (Bearer) download a file: the owner
   and admins, and a named approver of a step waiting for their decision the files its result lists
   (:meth:`app.files.FileStore.get`); anyone else gets the same 404 as for an unknown id, so ids cannot be probed. Pictures
@@ -32,7 +32,7 @@ from litestar.response import File
 from app.actions.files import store_upload
 from app.auth import requires_user
 from app.errors import BadInput, NotFound, TooLarge
-from app.files import INLINE_TYPES, served_type
+from app.file_types import INLINE_TYPES, served_type
 from app.formatting import format_bytes
 from app.web import DbSession
 from app.web.deps import file_store, settings_of

@@ -26,8 +26,7 @@ from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import controls
-from app.actions import access
-from app.actions import jobs as job_actions
+from app.actions import access, submissions
 from app.actions.jobs import ACTIONS, ActionOutcome
 from app.auth import requires_user
 from app.errors import NotFound
@@ -210,7 +209,7 @@ class JobsController(Controller):
         job = await submit.start(
             db_session,
             sub,
-            lambda: job_actions.submit_form(
+            lambda: submissions.submit_form(
                 db_session, actor, spec, sub.parsed.data, run_at=run_at.when, form_key=key, title=sub.title
             ),
         )

@@ -26,6 +26,8 @@ FOUNDATION = {
     "app.logs",
     "app.metrics",
     "app.files",
+    "app.file_types",
+    "app.storage_limit",
     "app.formatting",
 }
 """What the job core may use besides ``app.jobs.*`` (and the ``app`` package itself)."""

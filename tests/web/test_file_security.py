@@ -24,7 +24,8 @@ import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
 
-from app.files import FileStore, derive_type, parse_file_id, served_type
+from app.file_types import derive_type, served_type
+from app.files import FileStore, parse_file_id
 from app.processors.images import make_contact_sheet, member_name
 from app.settings import Settings
 from tests.support.procs import EXAMPLES, as_dict, cpu_context, put_file, upload

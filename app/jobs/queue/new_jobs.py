@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.db import write_rows
 from app.errors import BadInput
-from app.files import kind_problem
+from app.file_types import kind_problem
 from app.jobs.fanout import has_literals, unwrap_literals
 from app.jobs.payload import check_input, check_text, json_text, unstorable_json
 from app.jobs.queue.common import JOB_COLUMNS, JOBS_CHANNEL, conn_of, new_id, notify_jobs, sql
@@ -278,7 +278,7 @@ async def check_file_owners(
 ) -> None:
     """Every file id a job's input names must be a file of the job's owner — admins' jobs included: a
     job only reads its owner's files — and of the kind its field accepts (a picture for ``image/*``, a
-    table for ``text/csv``: :func:`app.files.kind_problem`), so that a CSV given as a picture is an error
+    table for ``text/csv``: :func:`app.file_types.kind_problem`), so that a CSV given as a picture is an error
     at submission on every path rather than a job that fails when it runs. ``refs`` is ``[(owner user
     id, field path, file id, accept hint or None)]`` (:func:`app.jobs.types.file_refs`). Another user's
     file gets the same answer as an unknown id, so that file ids cannot be probed.

@@ -20,7 +20,7 @@ stored row, field by field:
 Not compared: ``request_id`` and ``created_by_job`` (where a request came from, not what it asks for:
 two parent jobs may well ask for one shared follow-up under one key), and what the job's state has
 become since (a finished or cancelled job answers a repeat as a waiting one does). Tags and a callback
-URL are the API's own and are compared by :func:`app.actions.jobs.submit`.
+URL are the API's own and are compared by :func:`app.actions.submissions.submit`.
 
 The comparison reads the stored row after ``INSERT … ON CONFLICT DO NOTHING`` found it, in the same
 transaction: the conflict waits for a concurrent first insert to commit or roll back, so the row

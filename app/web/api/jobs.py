@@ -22,7 +22,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.actions import bulk
+from app.actions import bulk, submissions
 from app.actions import jobs as job_actions
 from app.actions.selection import parse_filter
 from app.auth import requires_admin, requires_user
@@ -166,7 +166,7 @@ async def outcome_response(
 async def session_of(request: Request[Any, Any, Any]) -> AsyncIterator[AsyncSession]:
     """A session for one request, committed when the block ends without an exception (rolled back
     otherwise), for a handler that often needs none: a job enqueued on its own is one autocommit
-    statement on the engine (:func:`app.actions.jobs.submit`), and the request-scoped ``db_session``
+    statement on the engine (:func:`app.actions.submissions.submit`), and the request-scoped ``db_session``
     cost it a session made, begun and committed around nothing (about a tenth of the request's CPU).
     Unlike ``db_session``'s commit, which runs as the answer starts, a failed commit here is the
     request's error."""
@@ -269,7 +269,7 @@ class JobsApiController(Controller):
             depends_on=list(data.dependent_on_jobs or []),
         )
         async with session_of(request) as db:
-            result = await job_actions.submit(db, actor, new, tags=data.tags, callback_url=data.callback_url)
+            result = await submissions.submit(db, actor, new, tags=data.tags, callback_url=data.callback_url)
             if result.created and not new.depends_on and not data.tags:
                 # A job just created without dependencies or tags has none: nothing to read back.
                 return Response(display.job_for(job_json(result.job), request.user), status_code=201)
