@@ -4,7 +4,8 @@ and rolled back otherwise — advanced-alchemy's ``autocommit_include_redirects`
 difference: a commit that fails (the connection to the database broke, the server refused the
 transaction at its end) turns the answer into a 503 that says nothing was saved. advanced-alchemy's own
 handler logs such a failure at debug level and sends the handler's 2xx, so a person was told "done" about
-a change the database never kept.
+a change the database never kept. A rollback that fails (its connection is gone) leaves the error answer
+as it is: it already says that nothing was done.
 
 The answer's status and headers can still change here (its start has not been sent); its body, built for
 the 2xx, is replaced by the refusal as it goes out.
@@ -52,7 +53,7 @@ def commit_or_refuse(session_scope_key: str) -> BeforeMessageSendHookHandler:
                 if 200 <= message["status"] < 400 or kept:
                     await session.commit()
                 else:
-                    await session.rollback()
+                    await _roll_back(session, scope, message["status"])
         except Exception as exc:
             _refuse(message, scope, exc)
         finally:
@@ -64,6 +65,23 @@ def commit_or_refuse(session_scope_key: str) -> BeforeMessageSendHookHandler:
                 delete_aa_scope_state(scope, session_scope_key)
 
     return hook
+
+
+async def _roll_back(session: Any, scope: Scope, status: int) -> None:
+    """Roll back the session of an answer that already says nothing was done (an error). A rollback that
+    fails leaves that answer as it is: nothing was committed, and the server ends the transaction with its
+    connection, which the pool then discards. It fails when the connection was lost under a statement run
+    straight on asyncpg (a bulk enqueue's ``COPY``, :func:`app.db.fetch_dicts`), which SQLAlchemy did not
+    see break; the answer is then the 503 saying the database cannot be reached, not a failed commit."""
+    try:
+        await session.rollback()
+    except Exception as exc:
+        log.warning(
+            "could not roll back a refused request's changes; its connection is gone",
+            path=scope["path"],
+            status=status,
+            error=repr(exc)[:300],
+        )
 
 
 def _refuse(message: Message, scope: Scope, exc: Exception) -> None:
