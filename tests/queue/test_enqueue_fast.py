@@ -16,6 +16,8 @@ from app.db import asyncpg_dsn, create_engine
 from app.errors import BadInput
 from app.jobs import queue
 from app.jobs.queue import NewJob, many_jobs
+from app.server import UNSTORABLE_MESSAGE
+from app.server import _classify as server_classify
 from app.settings import Settings
 from tests.support.factories import TestUser, event_kinds, job_row
 
@@ -272,3 +274,23 @@ async def test_a_bulk_copy_writes_what_the_insert_statement_writes(
         {"kind": "enqueued", "from_status": None, "to_status": "queued", "actor": "test:bulk", "data": None,
          "pipeline_id": None, "at_start": True}
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"step_key": "\ud800"}, {"user_id": 2**40}, {"request_id": "a\x00b"}],
+    ids=["lone-surrogate", "out-of-range", "nul"],
+)
+async def test_a_value_the_copy_cannot_store_is_refused_as_a_statement_would_refuse_it(
+    engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection, fields: dict[str, Any]
+) -> None:
+    """A value the bulk enqueue's ``COPY`` cannot write (a Python caller's text with a lone surrogate or a
+    NUL, a number out of its column's range) is the driver's ``DataError``, as for a statement's
+    parameter, which the web layer answers as input it cannot store (422, not 500); nothing is written."""
+    job = NewJob(**{"type": "noop", "input_data": {}, "user_id": owner.id, **fields})
+    with pytest.raises(asyncpg.DataError) as err:
+        async with engine.begin() as conn:
+            await queue.enqueue_many(conn, [job], settings)
+    status, detail, _, _ = server_classify(err.value, settings)
+    assert (status, detail) == (422, UNSTORABLE_MESSAGE)
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
+import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.db import driver_connection
@@ -179,21 +180,31 @@ async def _copy_in(
     for timed in (False, True):
         group = [p for p in prepared if (p["run_at"] is not None) is timed]
         if group:
-            await raw.copy_records_to_table(
+            await _copy(
+                raw,
                 "jobs",
-                columns=_COPY_COLUMNS + (["run_at"] if timed else []),
-                records=[
-                    (*row(p), pending.get(p["id"], 0), *([p["run_at"]] if timed else [])) for p in group
-                ],
+                _COPY_COLUMNS + (["run_at"] if timed else []),
+                [(*row(p), pending.get(p["id"], 0), *([p["run_at"]] if timed else [])) for p in group],
             )
-    await raw.copy_records_to_table(
+    await _copy(
+        raw,
         "job_events",
-        columns=_EVENT_COLUMNS,
-        records=[
+        _EVENT_COLUMNS,
+        [
             (p["id"], p["pipeline_id"], "enqueued", "queued", actor or f"user:{p['user_id']}")
             for p in prepared
         ],
     )
+
+
+async def _copy(raw: Any, table: str, columns: list[str], records: list[tuple[Any, ...]]) -> None:
+    try:
+        await raw.copy_records_to_table(table, columns=columns, records=records)
+    except (OverflowError, TypeError, ValueError) as exc:
+        # A value asyncpg cannot encode (a number out of its column's range, a lone surrogate) is a
+        # DataError when it is a statement's parameter, which the web layer answers as input it cannot
+        # store (422); its COPY lets the encoder's own error out instead.
+        raise asyncpg.DataError(f"a value for {table} cannot be stored: {exc}") from exc
 
 
 async def enqueue_many(
