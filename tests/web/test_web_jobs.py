@@ -173,7 +173,7 @@ async def test_run_at_errors_and_a_scheduled_job(
     await sign_in_as(client, db_url, "ann@example.com")
     token = await csrf(client)
     cases = [
-        ({"_title": "x" * 201}, "Must be at most 200 characters without NUL."),
+        ({"_title": "x" * 201}, "Must be at most 200 characters (this one has 201)."),
         ({"_run_at_date": "2030-01-01"}, "Choose a time as well as a date"),
         ({"_run_at_time": "09:30"}, "Choose a date as well as a time"),
         ({"_run_at_date": "2020-01-01", "_run_at_time": "09:30"}, "That moment has already passed"),
