@@ -29,7 +29,7 @@ from app.files import FileStore, remove_after_commit
 from app.jobs import queue
 from app.jobs.decisions import Decision, decider_view, decision_words
 from app.jobs.error_text import retry_refusal
-from app.jobs.states import LABELS, LIVE, Status
+from app.jobs.states import LIVE, Status
 from app.jobs.types import priority_lowered
 from app.processors import registry
 
@@ -260,10 +260,6 @@ def ok_message(
     }[action]
 
 
-def _words(status: str) -> str:
-    return LABELS.get(Status(status), status) if status in Status._value2member_map_ else status
-
-
 def conflict_words(exc: Conflict, action: str, timezone: str | None = None) -> str:
     """A :class:`Conflict` from the queue as "Nothing changed: …" in plain words; a decision already
     taken names who took it and when (in ``timezone``, the person's own)."""
@@ -273,15 +269,9 @@ def conflict_words(exc: Conflict, action: str, timezone: str | None = None) -> s
         return f"Nothing changed: this step was {decision_words(decided, timezone or 'UTC')}."
     reason = extra.get("reason")
     if isinstance(reason, str):
-        # the queue's own reason, the words the API's 409 gives after "Cannot <action> job …: "
+        # the queue's own reason (:func:`app.jobs.states.not_in`, :func:`~app.jobs.states.not_cancellable`),
+        # the words the API's 409 gives after "Cannot <action> job …: "
         return f"Nothing changed: {reason}."
-    status = extra.get("status")
-    if status == "cancelling":
-        return "Nothing changed: the job is already being stopped."
-    if status in (Status.COMPLETED, Status.FAILED, Status.CANCELLED):
-        return f"Nothing changed: the job has already finished ({_words(status)})."
-    if status:
-        return f"Nothing changed: the job is now {_words(status)}, so this cannot be done."
     return "Nothing changed: " + exc.detail
 
 

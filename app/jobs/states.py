@@ -127,6 +127,16 @@ def not_in(status: str, wanted: str, *, is_active: bool = True) -> str:
     return f"it is {label(status, is_active=is_active)}, not {wanted}"
 
 
+def not_cancellable(status: str, *, is_active: bool = True) -> str:
+    """Why a cancel cannot act on a job in ``status`` (finished, or running with a cancel request already),
+    the status in the words its page shows: "it has already finished (Done)", "it is already being
+    stopped". As :func:`not_in`'s, the queue's refusal says it after "Cannot cancel job …: " (the API's
+    409) and a page after "Nothing changed: "."""
+    if status == Status.IN_PROGRESS and not is_active:
+        return "it is already being stopped"
+    return f"it has already finished ({label(status, is_active=is_active)})"
+
+
 def label(
     status: str,
     *,

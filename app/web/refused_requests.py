@@ -1,7 +1,10 @@
-"""An admin's API request refused before its action was asked — a JSON body the decoder or the field
-check refused (422), a body sent to a route that takes none, a body over the limit (413), a reason
-given twice — is audited as the refusal of the action the route carries out, once, as the action's own
-refusal would have been (:mod:`app.actions.trail`).
+"""An admin's request refused before its action was asked — on the JSON API, a body the decoder or the
+field check refused (422), a body sent to a route that takes none, a reason given twice; on a page, a form
+that cannot be read (a multipart body without its boundary, a part that is not text), a field sent to a
+button form that reads none; on either, a body over the limit (413) — is audited as the refusal of the
+action the route carries out, once, as the action's own refusal would have been
+(:mod:`app.actions.trail`). One rule for every entry path: a page's form and the API's request for the
+same action leave the same entry.
 
 Such a request never reaches the action's audited block (the error is raised while the request is read,
 before its handler runs, or by the handler before it calls the action), so :func:`audit_refused_request`,
@@ -10,7 +13,8 @@ the request's is rolled back with its error. An error an action has audited alre
 :func:`app.actions.trail.refused_once`, also when a handler raises another error in its place) and a
 request whose session keeps a refusal are not written again. A bulk request whose body could not be
 read names no action: it is audited as :data:`app.actions.bulk.UNKNOWN_ACTION`. A person who is not an
-admin leaves no entry, as their refusals never do.
+admin leaves no entry, as their refusals never do; nor does a failed CSRF check (403), which may be a
+request the admin never sent.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from app.web.deps import actor_of
 log = structlog.get_logger("jobdesk.web")
 
 ROUTE_ACTIONS = {
+    # the JSON API
     "api.jobs.bulk": "jobs.bulk",
     "api.jobs.cancel": "job.cancel",
     "api.jobs.retry": "job.retry",
@@ -63,24 +68,85 @@ ROUTE_ACTIONS = {
     "api.users.reset_password": "user.reset_password",
     "api.users.release_jobs": "user.release_jobs",
     "api.users.cancel_jobs": "user.cancel_jobs",
+    # the pages: a job's page (its owner's own actions are not audited: the hook skips non-admins)
+    "jobs.action:cancel": "job.cancel",
+    "jobs.action:retry": "job.retry",
+    "jobs.action:run-again": "job.run_again",
+    "jobs.action:approve": "job.approve",
+    "jobs.action:reject": "job.reject",
+    "jobs.action:rerun": "job.rerun",
+    "jobs.action:run-now": "job.run_now",
+    "jobs.reschedule": "job.reschedule",
+    "approvals.decide:approve": "job.approve",
+    "approvals.decide:reject": "job.reject",
+    "pipelines.cancel": "pipeline.cancel",
+    "batches.retry_failed": "batch.retry_failed",
+    # the admin pages
+    "admin.jobs.action:cancel": "job.cancel",
+    "admin.jobs.action:retry": "job.retry",
+    "admin.jobs.action:run-again": "job.run_again",
+    "admin.jobs.action:approve": "job.approve",
+    "admin.jobs.action:reject": "job.reject",
+    "admin.jobs.action:rerun": "job.rerun",
+    "admin.jobs.action:run-now": "job.run_now",
+    "admin.jobs.bulk": "jobs.bulk",
+    "admin.jobs.bulk_confirm": "jobs.bulk",
+    "admin.failed.retry": "jobs.bulk_retry",
+    "admin.failed.confirm": "jobs.bulk_retry",
+    "admin.controls.pause:pause": "job_type.pause",
+    "admin.controls.pause:resume": "job_type.resume",
+    "admin.controls.limits": "job_type.limits",
+    "admin.schedules.create": "schedule.create",
+    "admin.schedules.save": "schedule.update",
+    "admin.schedules.enable:enable": "schedule.enable",
+    "admin.schedules.enable:disable": "schedule.disable",
+    "admin.schedules.delete": "schedule.delete",
+    "admin.users.create": "user.create",
+    "admin.users.action:make-admin": "user.make_admin",
+    "admin.users.action:revoke-admin": "user.revoke_admin",
+    "admin.users.action:disable": "user.disable",
+    "admin.users.action:enable": "user.enable",
+    "admin.users.action:unlock": "user.unlock",
+    "admin.users.reset_password": "user.reset_password",
+    "admin.users.held:release-jobs": "user.release_jobs",
+    "admin.users.held:cancel-jobs": "user.cancel_jobs",
+    "admin.users.token": "token.create",
+    "admin.tokens.revoke": "token.revoke",
+    "admin.alerts.test": "alerts.test",
 }
-"""The audited action each API route carries out (``name:last path segment`` for a route with two
-paths), as its action names it."""
+"""The audited action each route that changes something carries out, on the JSON API and the pages alike
+(``name:last path segment`` for a route with several paths), as its action names it."""
 
-TARGETS = ("job_id", "pipeline_id", "batch_id", "job_type", "schedule_id", "user_id")
-"""The path parameters that name what an action acts on."""
+TARGETS = {
+    "job_id": "job",
+    "pipeline_id": "pipeline",
+    "batch_id": "batch",
+    "job_type": "job_type",
+    "schedule_id": "schedule",
+    "user_id": "user",
+}
+"""The path parameters that name what an action acts on, and the kind of target each names."""
+
+TARGET_KINDS = {"jobs": "job", "token": "user", "alerts": "alert_channel"}
+"""The kind of target of an action whose path names none (a bulk action, a create, a token's revoke, whose
+target is the token's owner), by the action's first part where it is not the kind itself."""
 
 _NOT_REFUSALS = (401, 405)
 """Not an admin's refused action: a request nobody signed in to, a method the address does not take."""
 
 
-def _route_key(scope: Scope) -> str | None:
+def route_key(scope: Scope) -> str | None:
+    """The request's route as :data:`ROUTE_ACTIONS` names it, or ``None`` for a route that carries out no
+    audited action."""
     handler = scope.get("route_handler")
     name = getattr(handler, "name", None)
     if not name:
         return None
     last = str(scope.get("path", "")).rstrip("/").rsplit("/", 1)[-1]
-    return f"{name}:{last}" if f"{name}:{last}" in ROUTE_ACTIONS else name
+    for key in (f"{name}:{last}", name):
+        if key in ROUTE_ACTIONS:
+            return key
+    return None
 
 
 def _as_refusal(exc: Exception, scope: Scope) -> AppError | None:
@@ -109,12 +175,13 @@ def _asked_bulk_action(scope: Scope) -> Any:
     return value.get("action") if isinstance(value, dict) else None
 
 
-def _target(scope: Scope) -> tuple[str, list[str]]:
+def _target(scope: Scope, action: str) -> tuple[str, list[str]]:
     params = scope.get("path_params") or {}
-    for name in TARGETS:
+    for name, kind in TARGETS.items():
         if name in params:
-            return name.removesuffix("_id"), [str(params[name])[:100]]
-    return "job", []
+            return kind, [str(params[name])[:100]]
+    first = action.split(".", 1)[0]
+    return TARGET_KINDS.get(first, first), []
 
 
 def audit_refused_request(session_scope_key: str) -> AfterExceptionHookHandler:
@@ -122,9 +189,9 @@ def audit_refused_request(session_scope_key: str) -> AfterExceptionHookHandler:
     request's session is kept in the scope, to see whether it holds a refusal already)."""
 
     async def hook(exc: Exception, scope: Scope) -> None:
-        key = _route_key(scope)
+        key = route_key(scope)
         user = scope.get("user")
-        if key not in ROUTE_ACTIONS or not getattr(user, "is_admin", False) or audited(exc):
+        if key is None or not getattr(user, "is_admin", False) or audited(exc):
             return
         session: Any = get_aa_scope_state(scope, session_scope_key)
         if session is not None and session.info.get(KEEP_REFUSAL):
@@ -134,8 +201,8 @@ def audit_refused_request(session_scope_key: str) -> AfterExceptionHookHandler:
         if refusal is None or engine is None:
             return
         actor: Actor = actor_of(Request(scope))
-        target_type, target_ids = _target(scope)
         action = ROUTE_ACTIONS[key]
+        target_type, target_ids = _target(scope, action)
         try:
             async with AsyncSession(engine, expire_on_commit=False) as db:
                 if action == "jobs.bulk":

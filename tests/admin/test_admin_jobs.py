@@ -231,7 +231,7 @@ async def test_every_row_action_as_admin_owner_other_user_and_signed_out(
     # "already finished": 409 in place, audited as refused
     r = await client.post(f"/admin/jobs/{queued}/cancel", data={"_csrf_token": token}, headers=HX)
     assert r.status_code == 409
-    assert "Nothing changed: the job has already finished (Cancelled)." in r.text
+    assert "Nothing changed: it has already finished (Cancelled)." in r.text
     assert r.text.lstrip().startswith(f'<tr id="row-{queued}"')
     assert (await pg.fetchval("SELECT outcome FROM audit_log ORDER BY id DESC LIMIT 1")).startswith("refused")
     # reject needs a reason; unknown ids are 404

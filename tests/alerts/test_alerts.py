@@ -1208,9 +1208,16 @@ async def test_send_test_alert_shows_the_result_in_place_and_is_logged(admin_cli
     log = await pg.fetch("SELECT channel, ok, status_code, alert_id FROM alert_deliveries ORDER BY id")
     assert [tuple(r) for r in log] == [("slack", True, 200, None), ("telegram", False, 400, None)]
     audit = await pg.fetch("SELECT action, outcome, user_email FROM audit_log ORDER BY id")
+    # the refused test (no such channel) is an admin's refused action like any other; the post without a
+    # CSRF token is none: it may not have been the admin's
     assert [tuple(a) for a in audit] == [
         ("alerts.test", "ok", "root@example.com"),
         ("alerts.test", "failed", "root@example.com"),
+        (
+            "alerts.test",
+            "refused: There is no such alert channel: choose Slack, Telegram or Webhook.",
+            "root@example.com",
+        ),
     ]
 
     # without htmx (no JavaScript) the form posts and the page comes back with the result in place

@@ -304,7 +304,7 @@ async def test_a_refused_api_action_answers_409_and_keeps_its_audit_entry(
     assert (await client.post(f"/api/jobs/{jid}/cancel", headers=api_h)).status_code == 200
     again = await client.post(f"/api/jobs/{jid}/cancel", headers=api_h)
     assert again.status_code == 409
-    assert "already cancelled" in again.json()["detail"]
+    assert "it has already finished (Cancelled)" in again.json()["detail"]
     rows = await pg.fetch("SELECT action, outcome FROM audit_log ORDER BY id")
     assert [r["action"] for r in rows] == ["job.cancel", "job.cancel"]
     assert rows[1]["outcome"].startswith("refused: Nothing changed")

@@ -156,7 +156,7 @@ async def test_cancel_then_cancel_again_gives_a_readable_409(api, db_url) -> Non
     assert first.json()["status"] == "cancelled"
     second = await client.post(f"/api/jobs/{job['id']}/cancel", headers=h)
     assert second.status_code == 409
-    assert "already cancelled" in second.json()["detail"]
+    assert "it has already finished (Cancelled)" in second.json()["detail"]
 
 
 async def test_retry_is_for_the_owner_or_an_admin_and_409_when_not_failed(api, db_url, pg) -> None:

@@ -21,7 +21,7 @@ import tests.support.forms  # noqa: F401  (registers test.form)
 from app.auth import CurrentUser
 from tests.admin.test_admin_console_actions import SCHEDULE
 from tests.api.test_actions_controls import root, root_api  # noqa: F401  (fixtures)
-from tests.support.webkit import add_token, add_user, csrf_from
+from tests.support.webkit import add_token, add_user, csrf, csrf_from, switch_to
 
 
 @dataclass
@@ -260,6 +260,7 @@ async def test_a_bulk_action_refused_at_its_confirm_step_is_audited_once(
 
 
 PERSONS_OWN = {
+    # the JSON API
     "api.jobs.create",
     "api.pipelines.create",
     "api.batches.create",
@@ -269,24 +270,38 @@ PERSONS_OWN = {
     "api.me.tokens.create",
     "api.me.tokens.revoke",
     "api.notifications.read",
+    # the pages
+    "auth.login_submit",
+    "auth.logout",
+    "account.password",
+    "account.theme",
+    "account.timezone",
+    "account.tokens.create",
+    "account.tokens.revoke",
+    "jobs.create",
+    "pipelines.create",
+    "batches.create",
+    "notifications.email",
+    "notifications.read",
 }
-"""Routes that change only what is the person's own (their jobs, files, tokens, settings): no admin
-action, nothing to audit."""
+"""Routes that change only what is the person's own (their jobs, files, tokens, settings, sign-in): no
+admin action, nothing to audit."""
 
 
-def test_every_api_route_that_changes_something_names_its_audited_action(client: AsyncTestClient) -> None:
-    """A route added later cannot slip past the audit of refused requests: each API route that changes
-    something is either an admin's audited action (``ROUTE_ACTIONS``) or changes only the person's own."""
-    from app.web.refused_requests import ROUTE_ACTIONS
+def test_every_route_that_changes_something_names_its_audited_action(client: AsyncTestClient) -> None:
+    """A route added later cannot slip past the audit of refused requests: each route that changes
+    something, on the API and the pages alike, is either an admin's audited action (each of its paths
+    in ``ROUTE_ACTIONS``) or changes only the person's own. The pages' routes were in neither, so an
+    admin's page form refused before its handler ran (a body over the limit) left no entry."""
+    from app.web.refused_requests import ROUTE_ACTIONS, route_key
 
-    audited_routes = {key.split(":")[0] for key in ROUTE_ACTIONS}
     unplaced = sorted(
         f"{sorted(handler.http_methods)} {route.path} {handler.name}"
         for route in client.app.routes
-        if route.path.startswith("/api/")
         for handler in getattr(route, "route_handlers", [])
         if set(handler.http_methods) - {"GET", "HEAD", "OPTIONS"}
-        and handler.name not in audited_routes | PERSONS_OWN
+        and handler.name not in PERSONS_OWN
+        and route_key({"route_handler": handler, "path": route.path}) not in ROUTE_ACTIONS  # type: ignore[typeddict-item]
     )
     assert not unplaced, unplaced
 
@@ -316,3 +331,97 @@ async def test_an_admin_request_refused_for_its_size_is_audited_once(
         entries = await _entries(pg, last)
         assert len(entries) == 1 and entries[0][0] == action, (path, entries)
         assert entries[0][1].startswith("refused: "), entries
+
+
+FORM = "application/x-www-form-urlencoded"
+NO_BOUNDARY = "multipart/form-data"
+NOT_UTF8 = (
+    b'--b\r\nContent-Disposition: form-data; name="note"\r\n\r\n\xff\xfe\r\n--b--\r\n',
+    "multipart/form-data; boundary=b",
+)
+
+
+def _page_refusals(ids: dict[str, Any], limit: int) -> list[tuple[str, bytes, str, int]]:
+    """(path, body, Content-Type, status) of page forms refused before their handler reads them."""
+    big = b"reason=" + b"x" * limit
+    return [
+        (f"/admin/users/{ids['bob']}/disable", big, FORM, 413),
+        ("/admin/jobs/bulk", big, FORM, 413),
+        ("/admin/controls/limits", big, FORM, 413),
+        (f"/jobs/{ids['job']}/cancel", big, FORM, 413),
+        (f"/admin/jobs/{ids['job']}/reject", b"", NO_BOUNDARY, 422),
+        (f"/admin/schedules/{ids['sid']}/disable", *NOT_UTF8, 422),
+        # a field sent to a button form: refused before anything looks the id up
+        (f"/pipelines/{ids['job']}/cancel", b"now=1", FORM, 422),
+    ]
+
+
+async def test_an_admin_page_form_refused_before_its_handler_is_audited_once(
+    client: AsyncTestClient,
+    root: CurrentUser,  # noqa: F811
+    root_api: dict[str, str],  # noqa: F811
+    db_url: str,
+    pg: asyncpg.Connection,
+) -> None:
+    """A page form refused for its size (413), or one that cannot be read (a multipart body without its
+    boundary, a part that is not text, a field sent to a button form), was refused before its handler
+    ran and left no entry, where the same refusal on the API left one. Each is now one ``refused: …``
+    entry of the route's action for an admin; an error the action audited itself is not written again;
+    a plain user's refusals leave none."""
+    from app.web.input_guard import body_limit
+
+    bob = await add_user(db_url, "bob@example.com")
+    made = await client.post("/api/schedules", json={**API_SCHEDULE, "cron": "0 3 * * *"}, headers=root_api)
+    r = await client.post(
+        "/api/jobs", json={"type": "test.form", "input_data": {"name": "Ann"}}, headers=root_api
+    )
+    ids = {"bob": str(bob.id), "job": r.json()["id"], "sid": made.json()["id"]}
+    limit = body_limit(client.app.state.settings, {"path": "/admin/jobs/bulk"})  # type: ignore[typeddict-item]
+    wanted = {
+        f"/admin/users/{ids['bob']}/disable": ("user.disable", "user", [ids["bob"]]),
+        "/admin/jobs/bulk": ("jobs.bulk", "job", []),
+        "/admin/controls/limits": ("job_type.limits", "job_type", []),
+        f"/jobs/{ids['job']}/cancel": ("job.cancel", "job", [ids["job"]]),
+        f"/admin/jobs/{ids['job']}/reject": ("job.reject", "job", [ids["job"]]),
+        f"/admin/schedules/{ids['sid']}/disable": ("schedule.disable", "schedule", [ids["sid"]]),
+        f"/pipelines/{ids['job']}/cancel": ("pipeline.cancel", "pipeline", [ids["job"]]),
+    }
+    token = csrf_from((await client.get("/admin/users")).text)
+    failures: list[str] = []
+    for path, body, kind, status in _page_refusals(ids, limit):
+        last = await pg.fetchval("SELECT coalesce(max(id), 0) FROM audit_log")
+        headers = {"Content-Type": kind, "x-csrftoken": token}
+        r = await client.post(path, content=body, headers=headers, follow_redirects=False)
+        rows = await pg.fetch(
+            "SELECT action, target_type, target_ids, outcome FROM audit_log WHERE id > $1 ORDER BY id", last
+        )
+        got = [
+            (e["action"], e["target_type"], json.loads(e["target_ids"] or "[]"), e["outcome"].split(":")[0])
+            for e in rows
+        ]
+        if r.status_code != status or got != [(*wanted[path], "refused")]:
+            failures.append(f"{path} {kind}: {r.status_code} {got} {r.text[:150]}")
+    # refused by the action itself (an unknown token), after its handler began: its own entry only
+    last = await pg.fetchval("SELECT coalesce(max(id), 0) FROM audit_log")
+    r = await client.post("/admin/tokens/987654/revoke", data={"_csrf_token": token})
+    got = await _entries(pg, last)
+    if r.status_code != 404 or len(got) != 1 or got[0][0] != "token.revoke":
+        failures.append(f"/admin/tokens/987654/revoke: {r.status_code} {got}")
+    assert not failures, "\n".join(failures)
+    assert await pg.fetchval("SELECT is_active FROM users WHERE id = $1", bob.id) is True
+
+    # a plain user's refused page forms, on her own job and on an admin's page: no entry
+    ann = await add_user(db_url, "ann@example.com")
+    ann_api = {"Authorization": f"Bearer {await add_token(db_url, ann.id)}"}
+    r = await client.post(
+        "/api/jobs", json={"type": "test.form", "input_data": {"name": "A"}}, headers=ann_api
+    )
+    ids["job"] = r.json()["id"]
+    await switch_to(client, "ann@example.com")
+    token = await csrf(client)
+    last = await pg.fetchval("SELECT coalesce(max(id), 0) FROM audit_log")
+    for path, body, kind, status in _page_refusals(ids, limit):
+        headers = {"Content-Type": kind, "x-csrftoken": token}
+        r = await client.post(path, content=body, headers=headers, follow_redirects=False)
+        assert r.status_code == status, (path, r.status_code, r.text[:200])
+    assert await _entries(pg, last) == []

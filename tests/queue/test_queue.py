@@ -453,7 +453,7 @@ async def test_cancelling_a_finished_job_is_a_409_that_changes_nothing(engine, s
     job = (await make_job(engine, settings, owner))["id"]
     await claim(engine)
     await finish(engine, settings, [done(job)])
-    with pytest.raises(Conflict, match="already completed"):
+    with pytest.raises(Conflict, match=r"already finished \(Done\)"):
         async with engine.begin() as conn:
             await queue.cancel(conn, job, owner)
     db = await job_row(pg, job)

@@ -579,7 +579,7 @@ async def test_the_owner_cancels_in_place_and_a_second_cancel_says_nothing_chang
     assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", jid) == "cancelled"
     r = await client.post(f"/jobs/{jid}/cancel", headers={**HX, "x-csrftoken": token})
     assert r.status_code == 409
-    assert "Nothing changed: the job has already finished (Cancelled)." in r.text
+    assert "Nothing changed: it has already finished (Cancelled)." in r.text
     assert r.text.lstrip().startswith('<article id="job-status"')  # still the status part, not a bare error
     # the owner's own actions are not admin actions: no audit entry, no admin alert
     assert await pg.fetchval("SELECT count(*) FROM audit_log") == 0
@@ -606,7 +606,7 @@ async def test_cancelling_a_running_job_shows_cancelling_until_the_worker_stops_
     assert "hx-get" in r.text  # still polling until it stops
     r = await client.post(f"/jobs/{jid}/cancel", headers={**HX, "x-csrftoken": token})
     assert r.status_code == 409
-    assert "Nothing changed: the job is already being stopped." in r.text
+    assert "Nothing changed: it is already being stopped." in r.text
 
 
 async def test_admin_actions_are_audited_and_alerted_and_conflicts_are_audited_as_refused(

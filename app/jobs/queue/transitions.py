@@ -37,7 +37,7 @@ from app.jobs.queue.new_jobs import Enqueued, NewJob, enqueue
 from app.jobs.queue.pipelines import mark_removed, refresh_pipelines
 from app.jobs.rows import JobRow, job_row
 from app.jobs.run_at import check_run_at
-from app.jobs.states import Actor, Status, label, not_in, sources
+from app.jobs.states import Actor, Status, label, not_cancellable, not_in, sources
 from app.jobs.types import (
     USER_MAX_PRIORITY,
     PermanentError,
@@ -66,14 +66,10 @@ REQUEST_CANCEL = sql(
 )
 
 
-def _terminal_conflict(row: JobRow, action: str) -> Conflict:
-    words = {
-        "completed": "has already completed",
-        "failed": "has already failed",
-        "cancelled": "was already cancelled",
-    }
-    state = words.get(row["status"], f"is {row['status']}")
-    return Conflict(f"Cannot {action} job {row['id']}: it {state}.", extra={"status": row["status"]})
+def _cancel_refused(row: JobRow) -> Conflict:
+    reason = not_cancellable(row["status"], is_active=row["is_active"])
+    status = "cancelling" if row["status"] == Status.IN_PROGRESS else row["status"]
+    return Conflict(f"Cannot cancel job {row['id']}: {reason}.", extra={"status": status, "reason": reason})
 
 
 async def cancel(
@@ -87,7 +83,8 @@ async def cancel(
 
     Raises:
         NotFound: unknown or another user's job.
-        Conflict: the job is already finished ("already completed"), or a cancel is already pending.
+        Conflict: the job has already finished, or a cancel is already pending
+            (:func:`app.jobs.states.not_cancellable` says which, in the page's words).
     """
     conn = await conn_of(db)
     row = await lock_job(conn, job_id, principal)
@@ -99,14 +96,14 @@ async def cancel(
         message += f": {reason}"
     if row["status"] == Status.IN_PROGRESS:
         if not row["is_active"]:
-            raise Conflict(f"Job {row['id']} is already being cancelled.", extra={"status": "cancelling"})
+            raise _cancel_refused(row)
         await conn.execute(REQUEST_CANCEL, {"id": row["id"]})
         await add_event(conn, row, "cancel_requested", actor, message=message)
         await notify_cancel(conn, row["id"])
         return await get_job(conn, row["id"])
     allowed = [s.value for s in sources(Status.CANCELLED, Actor.ADMIN if principal.is_admin else Actor.OWNER)]
     if row["status"] not in allowed:
-        raise _terminal_conflict(row, "cancel")
+        raise _cancel_refused(row)
     await lock_pipelines(conn, [row["pipeline_id"]])
     changed = (
         (await conn.execute(CANCEL_QUEUED, {"id": row["id"], "from": allowed, "message": cap_text(message)}))
