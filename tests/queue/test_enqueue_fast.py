@@ -204,7 +204,7 @@ async def test_a_bulk_copy_writes_what_the_insert_statement_writes(
     db_url: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A batch without idempotency keys is written by ``COPY``; the insert statement (a batch with a key,
+    """A large batch without idempotency keys is written by ``COPY``; the insert statement (a small batch,
     or no asyncpg connection to copy on) writes the same rows and events: every column, a job without a
     due time due at the transaction's start and one with its own, the pending parents, the actor. The
     NOTIFY goes out only when some job can run without waiting for a parent."""
@@ -256,15 +256,13 @@ async def test_a_bulk_copy_writes_what_the_insert_statement_writes(
             rows.append({**row, "events": [dict(e) for e in trail]})
         return rows
 
+    monkeypatch.setattr(many_jobs, "COPY_FROM", 1)
     copied, copied_notes = await write(batch(), waiting={1})
     assert copied_notes == [""]
     _, none_free = await write(batch(), waiting={0, 1, 2})
     assert none_free == [], "a NOTIFY for jobs that all wait for parents"
 
-    async def no_driver(conn: Any) -> None:
-        return None
-
-    monkeypatch.setattr(many_jobs, "driver_connection", no_driver)
+    monkeypatch.setattr(many_jobs, "COPY_FROM", 10**9)
     inserted, inserted_notes = await write(batch(), waiting={1})
     assert inserted_notes == [""]
     assert await written(copied) == await written(inserted)
@@ -282,11 +280,17 @@ async def test_a_bulk_copy_writes_what_the_insert_statement_writes(
     ids=["lone-surrogate", "out-of-range", "nul"],
 )
 async def test_a_value_the_copy_cannot_store_is_refused_as_a_statement_would_refuse_it(
-    engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection, fields: dict[str, Any]
+    engine: Any,
+    settings: Settings,
+    owner: TestUser,
+    pg: asyncpg.Connection,
+    fields: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A value the bulk enqueue's ``COPY`` cannot write (a Python caller's text with a lone surrogate or a
     NUL, a number out of its column's range) is the driver's ``DataError``, as for a statement's
     parameter, which the web layer answers as input it cannot store (422, not 500); nothing is written."""
+    monkeypatch.setattr(many_jobs, "COPY_FROM", 1)
     job = NewJob(**{"type": "noop", "input_data": {}, "user_id": owner.id, **fields})
     with pytest.raises(asyncpg.DataError) as err:
         async with engine.begin() as conn:
