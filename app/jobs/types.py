@@ -324,6 +324,8 @@ def refusal(spec: ProcessorSpec) -> str:
     return f"only admins may start {spec.type!r}: it is for testing and diagnostics"
 
 
+PRIORITY_RANGE = (-100, 100)
+"""Accepted ``priority`` of a job (enqueue's range check, :mod:`app.jobs.queue.new_jobs`); higher runs first."""
 USER_MAX_PRIORITY = 0
 """The highest ``priority`` a person who is not an admin may give a job. Claims are strictly by priority
 with no aging, so a higher one would run ahead of everyone else's jobs for as long as it keeps some
@@ -332,12 +334,14 @@ due; a person may still lower their own jobs (down to the queue's range), and ad
 
 def priority_refusal(is_admin: bool, priority: Any) -> str | None:
     """Why a person (``is_admin``) may not give a job ``priority``, in plain words, or ``None``. A value
-    that is not a whole number is left to the queue's range check, which names it."""
+    that is not a whole number from :data:`PRIORITY_RANGE` is left to the queue's range check, which
+    names it: that is the first thing wrong with it, whoever sends it (``10**30`` is not a priority at
+    all, and "use 0 or lower" would not be the fix)."""
     if (
         is_admin
         or isinstance(priority, bool)
         or not isinstance(priority, int)
-        or priority <= USER_MAX_PRIORITY
+        or not USER_MAX_PRIORITY < priority <= PRIORITY_RANGE[1]
     ):
         return None
     return (

@@ -22,7 +22,7 @@ from app.auth import requires_user
 from app.errors import BadInput, Forbidden
 from app.processors import registry
 from app.web import DbSession, display, is_htmx, render, result_display
-from app.web.deps import action_form_errors, actor_of, not_taken, settings_of, tell_unshown
+from app.web.deps import action_form_errors, actor_of, not_taken, refuse_form, settings_of, tell_unshown
 from app.web.input_guard import FORM_CHECKED
 
 
@@ -68,13 +68,14 @@ async def decide_from_form(
     db: AsyncSession, request: Request[Any, Any, Any], job_id: str, decision: str
 ) -> tuple[ActionOutcome, dict[str, str]]:
     """The decision a form asks for, and the errors to show on the form by field: text it cannot take
-    or a field the form has not or sent twice (:func:`app.web.form_shape.form_errors`) or a missing reason is a 422 with nothing decided; a bad
-    token is a 403."""
+    or a field the form has not or sent twice (:func:`app.web.form_shape.form_errors`; audited as the
+    decision's refusal, as on the job page: :func:`app.web.deps.refuse_form`) or a missing reason is a
+    422 with nothing decided; a bad token is a 403."""
     form = await request.form()
     controls = DECISION_CONTROLS[decision]
     errors = action_form_errors(request, form, controls, DECISION_HIDDEN)
     if errors:
-        return ActionOutcome(decision, False, not_taken(errors), 422, parse_id(job_id)), errors
+        return await refuse_form(request, db, decision, job_id, errors)
     token = form.get("token")
     check_token(request, job_id, str(token) if token else None)
     comment = str(form.get("reason") or form.get("comment") or "")

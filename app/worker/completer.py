@@ -24,7 +24,7 @@ from app.jobs import queue
 from app.jobs.queue import Outcome
 from app.settings import Settings
 from app.worker.executor import RunningJob
-from app.worker.faults import describe, retrying
+from app.worker.faults import describe, next_jobs_refused, retrying
 from app.worker.held import HeldConnection
 
 COMPLETER_BATCH = 1000
@@ -168,7 +168,7 @@ class Completer:
                 # failure, told as the executor tells a next-jobs plan it refuses.
                 refused = isinstance(exc, BadInput) and bool(outcome.next_jobs)
                 error = (
-                    f"could not create the next jobs: {exc}"
+                    next_jobs_refused(exc)
                     if refused
                     else f"the outcome could not be recorded: {describe(exc)}"
                 )

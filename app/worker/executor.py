@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import pipelines
 from app.db import is_transient
+from app.errors import AppError
 from app.files import FileStore
 from app.job_files import JobFiles
 from app.jobs import queue
@@ -46,7 +47,7 @@ from app.processors import (
 from app.settings import Settings
 from app.worker import scratch
 from app.worker.cpu import run_in_process
-from app.worker.faults import describe, first_line
+from app.worker.faults import describe, first_line, next_jobs_refused
 from app.worker.joblog import JobLogger, JobLogWriter, current
 
 PROGRESS_MIN_INTERVAL_SECS = 0.5
@@ -334,12 +335,11 @@ class Executor:
             try:
                 outcome.next_jobs = pipelines.plan_next_jobs(row, next_jobs, self.settings)
             except Exception as exc:  # a bad next-jobs plan is the processor's permanent failure
-                return self._failure(
-                    job,
-                    registry.get(row["type"]),
-                    f"could not create the next jobs: {describe(exc)}",
-                    permanent=True,
-                )
+                if isinstance(exc, AppError):
+                    job.log.warning("the next jobs were refused", error=first_line(exc))
+                else:
+                    job.log.error("the next jobs could not be planned", error=describe(exc))
+                return self._failure(job, registry.get(row["type"]), next_jobs_refused(exc), permanent=True)
         return outcome
 
     def _failure(

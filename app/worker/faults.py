@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db import is_transient
+from app.errors import AppError
 from app.processors import RetryableError
 from app.worker.cpu import ProcessFailure
 from app.worker.held import HeldConnection
@@ -35,6 +36,18 @@ def describe(exc: BaseException) -> str:
     except RecursionError:
         tb = ""
     return f"{head}\n\n{tb}" if tb else head
+
+
+def next_jobs_refused(exc: BaseException) -> str:
+    """The stored error of a job whose next jobs were refused, whether the plan was refused before the
+    outcome was written or the queue refused them while writing it: the refusal's words (the field and
+    why), without a traceback, which would say where the check is and not what the processor asked for
+    (the executor logs it when the refusal is not one of the app's own)."""
+    if isinstance(exc, AppError):
+        why = str(exc)
+    else:
+        why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return f"could not create the next jobs: {why}"
 
 
 def first_line(exc: BaseException) -> str:

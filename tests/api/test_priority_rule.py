@@ -5,6 +5,7 @@ starve everyone else's. The rule is :func:`app.jobs.types.priority_refusal`, app
 layer for what a person asks for (``POST /api/jobs``; an ad-hoc pipeline's steps, a ``for_each`` step
 alike, from Python or ``POST /api/pipelines``) and in the queue for what is copied or made for them ("run again", a processor's next jobs).
 Batches, schedules and templates have no priority to give (a field the route does not know is a 422).
+A value outside the queue's range (-100–100) gets the range's words first, from anyone.
 """
 
 from __future__ import annotations
@@ -141,3 +142,40 @@ async def test_a_processors_next_job_gets_a_priority_above_0_only_for_an_admin_o
     root = await add_user(db_url, "root@example.com", admin=True)
     await completed_with_next(engine, settings, root.id, 5)
     assert await pg.fetchval("SELECT max(priority) FROM jobs") == 5
+
+
+OUT_OF_RANGE = [10**30, 101, -101]
+
+
+@pytest.mark.parametrize("priority", OUT_OF_RANGE)
+async def test_a_priority_out_of_range_gets_the_range_words_whoever_sends_it(
+    client: AsyncTestClient,
+    engine: AsyncEngine,
+    settings: Settings,
+    db_url: str,
+    pg: asyncpg.Connection,
+    priority: int,
+) -> None:
+    """A priority outside -100–100 is wrong before it is too high for a person who is not an admin: the
+    range is the first thing said about it, on every path ("use 0 or lower" was said of ``10**30``)."""
+    bob_user, bob = await headers(db_url, "bob@example.com")
+    _, root = await headers(db_url, "root@example.com", admin=True)
+    words = "must be a whole number from -100 to 100"
+    for who in (bob, root):
+        r = await client.post("/api/jobs", json={**JOB, "priority": priority}, headers=who)
+        assert r.status_code == 422, r.text
+        assert words in r.json()["errors"]["priority"], r.text
+        step = {"key": "a", **JOB, "priority": priority}
+        r = await client.post("/api/pipelines", json={"name": "p", "steps": [step]}, headers=who)
+        assert r.status_code == 422, r.text
+        assert words in r.json()["errors"]["steps[0].priority"], r.text
+    steps = [{"key": "a", **JOB}, {"key": "b", **JOB, "priority": priority}]
+    async with AsyncSession(engine) as db:
+        with pytest.raises(BadInput) as refused:
+            await pipeline_actions.submit_steps(db, Actor(bob_user, settings=settings), "p", steps)
+    assert words in refused.value.errors["steps[1].priority"]
+    await pg.execute("DELETE FROM jobs")
+    with pytest.raises(BadInput) as refused:
+        await completed_with_next(engine, settings, bob_user.id, priority)
+    assert words in refused.value.errors["next_jobs[0].priority"]
+    assert await pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'queued'") == 0

@@ -197,3 +197,39 @@ async def test_a_next_jobs_dependency_list_is_capped_as_sent(engine, settings, o
     assert "next_jobs[1].depends_on: " in row["error_message"], row["error_message"]
     assert "at most 3 jobs" in row["error_message"], row["error_message"]
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
+
+
+NEXT_JOBS_REFUSED = {
+    # refused by the plan, before the outcome is written (app.worker.executor)
+    "unknown type, at planning": ([{"type": "test.nosuch", "input_data": {}}], "next_jobs[0].type"),
+    "a cycle, at planning": (
+        [
+            {"type": "test.echo", "key": "a", "depends_on": ["b"], "input_data": {}},
+            {"type": "test.echo", "key": "b", "depends_on": ["a"], "input_data": {}},
+        ],
+        "next_jobs",
+    ),
+    # refused by the queue while the outcome is written (app.worker.completer)
+    "a title too long, when written": (
+        [{"type": "test.echo", "title": "t" * 300, "input_data": {}}],
+        "next_jobs[0].title",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NEXT_JOBS_REFUSED))
+async def test_refused_next_jobs_store_the_refusals_words_without_a_traceback(
+    engine, settings, owner, pg, case
+) -> None:
+    """Next jobs refused at planning stored "could not create the next jobs: BadInput: …" and the
+    traceback of the check; refused when the outcome is written, only the words. Both store the words."""
+    jobs, field = NEXT_JOBS_REFUSED[case]
+    creator = new_id()
+    async with running_worker(settings):
+        await enqueue_next(engine, settings, owner, jobs, creator)
+        row = await wait_status(pg, creator, {"failed", "completed"})
+    assert row["status"] == "failed"
+    error = row["error_message"]
+    assert error.startswith(f"could not create the next jobs: {field}"), error
+    assert "Traceback" not in error and "BadInput" not in error and "\n" not in error, error
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 1

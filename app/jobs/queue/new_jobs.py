@@ -22,13 +22,19 @@ from app.jobs.queue.repeats import Repeat, compare, refusal, requested_run_at
 from app.jobs.rows import JobRow, job_row
 from app.jobs.run_at import check_run_at
 from app.jobs.states import Status
-from app.jobs.types import ProcessorSpec, file_fields, file_refs, may_submit, registry, validation_error
+from app.jobs.types import (
+    PRIORITY_RANGE,
+    ProcessorSpec,
+    file_fields,
+    file_refs,
+    may_submit,
+    registry,
+    validation_error,
+)
 from app.settings import Settings
 
 MAX_ATTEMPTS_RANGE = (1, 1000)
 """Accepted ``max_attempts`` on enqueue: outside gets a 422."""
-PRIORITY_RANGE = (-100, 100)
-"""Accepted ``priority`` on enqueue; higher runs first."""
 
 
 @dataclass
