@@ -203,6 +203,18 @@ def _unstorable_input(exc: BaseException) -> bool:
     return isinstance(cause.__cause__, OverflowError | UnicodeEncodeError)
 
 
+GONE_MESSAGE = (
+    "Something this request refers to was deleted while it was being handled. Nothing was changed; "
+    "reload the page and try again."
+)
+
+
+def _referent_deleted(exc: BaseException) -> bool:
+    """Whether the database refused a row because a row it refers to is gone (a foreign key): deleted by
+    another transaction after the request checked it (a person, a pipeline, a batch, a file)."""
+    return any(isinstance(e, asyncpg.ForeignKeyViolationError) for e in _driver_errors(exc))
+
+
 CLIENT_GONE = "client disconnected prematurely"
 """Litestar's words (a 500) when the connection ends before the body it announced."""
 BODY_CUT_SHORT = "The request's body ended before the length it announced (Content-Length); send it again."
@@ -245,6 +257,8 @@ def _classify(
         return exc.status_code, exc.detail, {}, dict(exc.headers or {})
     if _unstorable_input(exc):
         return 422, UNSTORABLE_MESSAGE, {}, {}
+    if _referent_deleted(exc):
+        return 409, GONE_MESSAGE, {}, {}
     trouble = _database_trouble(exc)
     if trouble is not None:
         return 503, trouble, {}, {"Retry-After": "5"}

@@ -1,10 +1,20 @@
-"""A request whose changes the database refuses at commit gets a 503 saying nothing was saved, never
-the 2xx its handler meant (app.web.commits)."""
+"""A request whose changes the database refuses gets an answer that says so and what it means, never the
+2xx its handler meant nor a 500: at commit, a 503 saying nothing was saved (app.web.commits); its
+connection lost, the 503 of a database away; a row it refers to deleted meanwhile, a 409 (app.server)."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from typing import Any
+
+import asyncpg
+import pytest
+
 import tests.support.forms
 import tests.support.processors  # noqa: F401
+from app.db import asyncpg_dsn
+from app.server import GONE_MESSAGE
 from tests.support.webkit import app_client, bearer
 
 # Refuses, at commit, any transaction that cancelled a job: the shape of a commit that fails after the
@@ -74,3 +84,60 @@ async def test_a_connection_lost_mid_request_is_the_503_of_a_database_away(make_
         await pg.execute(
             "DROP TRIGGER end_connection_on_doomed_job ON jobs; DROP FUNCTION test_end_connection()"
         )
+
+
+def _delete_once_waited_for(dsn: str, user_id: int, deleted: threading.Event) -> None:
+    """In a thread of its own (the test client holds the test's event loop while it waits for an answer):
+    delete the person in a transaction, and commit once another backend waits for that row's lock."""
+
+    async def run() -> None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            async with conn.transaction():
+                await conn.execute("DELETE FROM users WHERE id = $1", user_id)
+                deleted.set()
+                for _ in range(500):
+                    await conn.execute("SELECT pg_stat_clear_snapshot()")  # a fresh look each time
+                    waiting = await conn.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND wait_event_type = 'Lock'"
+                    )
+                    if waiting:
+                        break
+                    await asyncio.sleep(0.01)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/jobs", {"type": "test.step"}),  # one autocommit statement straight on asyncpg
+        ("/api/batches", {"type": "test.step", "rows": [{}, {}]}),  # through the request's session
+    ],
+    ids=["job", "batch"],
+)
+async def test_a_row_deleted_while_a_request_refers_to_it_is_a_409(
+    make_settings: Any, db_url: str, pg: asyncpg.Connection, path: str, body: dict[str, Any]
+) -> None:
+    """Something a request's rows refer to, deleted by another transaction while the request runs (here
+    the person, whose deletion commits while the request's foreign-key check waits for it), is a 409
+    that says so, not a 500; nothing is written. Both ways a statement reaches the database: wrapped by
+    SQLAlchemy (a batch) and straight on asyncpg (one job)."""
+    settings = make_settings(worker_enabled=False)
+    async with app_client(settings) as client:
+        user, h = await bearer(db_url, "gone@example.com")
+        deleted = threading.Event()
+        deleter = threading.Thread(
+            target=_delete_once_waited_for, args=(asyncpg_dsn(db_url), user.id, deleted)
+        )
+        deleter.start()
+        assert deleted.wait(10)
+        r = await client.post(path, json=body, headers=h)
+        deleter.join(10)
+        assert r.status_code == 409, r.text
+        assert r.json()["detail"] == GONE_MESSAGE
+        assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
+        assert await pg.fetchval("SELECT count(*) FROM batches") == 0
