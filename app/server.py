@@ -256,6 +256,14 @@ def make_exception_handler() -> Callable[[Request[Any, Any, Any], Exception], Re
             log.error("unhandled error", exc_info=exc, path=request.scope["path"], request_id=rid)
         elif status == 503:
             log.warning("database trouble", error=f"{type(exc).__name__}: {exc}"[:500], request_id=rid)
+        elif status == 409 and referent_deleted(exc):
+            # The answer says only that something was deleted; the database's words (the constraint, the
+            # row) tell a deletion from a foreign key that a request of ours breaks on its own.
+            log.warning(
+                "a row the request refers to was deleted",
+                error=f"{type(exc).__name__}: {exc}"[:500],
+                request_id=rid,
+            )
         path = request.scope["path"]
 
         if path.startswith((API_PREFIX, "/schema")):

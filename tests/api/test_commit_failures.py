@@ -11,6 +11,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+import structlog.testing
 
 import tests.support.forms
 import tests.support.processors  # noqa: F401
@@ -183,3 +184,22 @@ async def test_an_admins_request_refused_for_a_row_deleted_meanwhile_is_audited_
         ] * 3
         assert all(job_id in e["target_ids"] for e in entries), entries
         assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", uuid.UUID(job_id)) == "queued"
+
+
+async def test_a_row_refused_for_a_deleted_referent_is_logged_with_the_database_words(
+    make_settings: Any, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """The 409 says to the person only that something was deleted; the log keeps the database's own words
+    (which constraint, which row), so a foreign key a normal request breaks through a fault of ours,
+    not a deletion, can be found: that 409 was the one error answer logged nowhere."""
+    settings = make_settings(worker_enabled=False)
+    async with app_client(settings) as client:
+        _, owner = await bearer(db_url, "owner@example.com")
+        job_id = (await client.post("/api/jobs", json={"type": "test.step"}, headers=owner)).json()["id"]
+        await pg.execute(CANCEL_REFERS_TO_A_DELETED_ROW)
+        with structlog.testing.capture_logs() as logs:
+            r = await client.post(f"/api/jobs/{job_id}/cancel", headers=owner)
+        assert r.status_code == 409, r.text
+        gone = [e for e in logs if e["event"] == "a row the request refers to was deleted"]
+        assert len(gone) == 1 and gone[0]["log_level"] == "warning", logs
+        assert "referent gone" in gone[0]["error"] and gone[0]["request_id"], gone
