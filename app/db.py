@@ -476,6 +476,23 @@ async def _read_rows_bounded(
         ) from None
 
 
+def driver_errors(exc: BaseException) -> tuple[BaseException, ...]:
+    """The driver's own errors behind ``exc``: a statement run through SQLAlchemy wraps asyncpg's error
+    (``orig``, whose cause is asyncpg's); one run straight on the asyncpg connection (the token lookup,
+    the single enqueue, a bulk enqueue's ``COPY``) raises asyncpg's error itself."""
+    if isinstance(exc, sa_exc.DBAPIError):
+        orig = exc.orig
+        return () if orig is None else (orig, orig.__cause__ or orig)
+    return (exc,)
+
+
+def referent_deleted(exc: BaseException) -> bool:
+    """Whether the database refused a row because a row it refers to is gone (a foreign key): deleted by
+    another transaction after the request checked it (a person, a pipeline, a batch, a file). The web
+    layer answers it with :data:`app.errors.GONE_MESSAGE` (409), and audits an admin's as a refusal."""
+    return any(isinstance(e, asyncpg.ForeignKeyViolationError) for e in driver_errors(exc))
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether ``exc`` means "the database is (briefly) unavailable; try again": a dropped or refused
     connection (or one left in the middle of an operation), an admin/crash shutdown, too many connections, a pool timeout, a serialization failure or

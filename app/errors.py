@@ -40,6 +40,14 @@ class Unauthorized(AppError):
     status_code = 401
 
 
+GONE_MESSAGE = (
+    "Something this request refers to was deleted while it was being handled. Nothing was changed; "
+    "reload the page and try again."
+)
+"""The 409 of a row the database refused because a row it refers to was deleted meanwhile
+(:func:`app.db.referent_deleted`)."""
+
+
 class Conflict(AppError):
     """409: the object is not in a state where the action applies, e.g. cancelling a finished job."""
 

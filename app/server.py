@@ -72,12 +72,14 @@ from app.db import (
     check_connection,
     create_engine,
     describe_url,
+    driver_errors,
     head_revision,
     migration_status,
+    referent_deleted,
     run_migrations,
 )
 from app.embedded import resolve_database_url
-from app.errors import AppError, BadInput
+from app.errors import GONE_MESSAGE, AppError, BadInput
 from app.formatting import format_bytes
 from app.settings import Settings, get_settings
 from app.web import admin, current_user, is_htmx, param_words, register_filters
@@ -154,16 +156,6 @@ _DISCONNECT_TYPES: tuple[type[BaseException], ...] = (
 )
 
 
-def _driver_errors(exc: BaseException) -> tuple[BaseException, ...]:
-    """The driver's own errors behind ``exc``: a statement run through SQLAlchemy wraps asyncpg's error
-    (``orig``, whose cause is asyncpg's); one run straight on the asyncpg connection (:mod:`app.db`: the
-    token lookup, the single enqueue, a bulk enqueue's ``COPY``) raises asyncpg's error itself."""
-    if isinstance(exc, sa_exc.DBAPIError):
-        orig = exc.orig
-        return () if orig is None else (orig, orig.__cause__ or orig)
-    return (exc,)
-
-
 def _database_trouble(exc: BaseException) -> str | None:
     """A readable 503 message when ``exc`` means the database is busy, down or too slow; else None."""
     if isinstance(exc, sa_exc.TimeoutError):
@@ -172,7 +164,7 @@ def _database_trouble(exc: BaseException) -> str | None:
         return DB_DOWN_MESSAGE
     if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
         return DB_DOWN_MESSAGE
-    for candidate in _driver_errors(exc):
+    for candidate in driver_errors(exc):
         if isinstance(candidate, asyncpg.QueryCanceledError):
             return SLOW_MESSAGE
         if isinstance(candidate, _DISCONNECT_TYPES):
@@ -192,7 +184,7 @@ def _unstorable_input(exc: BaseException) -> bool:
     """Whether the database refused a value of the request itself, not the query: a number too large
     for its column or text PostgreSQL cannot hold (checked once the value reaches the driver, so an
     input that slipped past a form's checks still answers 422 instead of 500)."""
-    errors = _driver_errors(exc)
+    errors = driver_errors(exc)
     if not errors:
         return False
     cause = errors[-1]
@@ -201,18 +193,6 @@ def _unstorable_input(exc: BaseException) -> bool:
     if type(cause) is not asyncpg.DataError:
         return False
     return isinstance(cause.__cause__, OverflowError | UnicodeEncodeError)
-
-
-GONE_MESSAGE = (
-    "Something this request refers to was deleted while it was being handled. Nothing was changed; "
-    "reload the page and try again."
-)
-
-
-def _referent_deleted(exc: BaseException) -> bool:
-    """Whether the database refused a row because a row it refers to is gone (a foreign key): deleted by
-    another transaction after the request checked it (a person, a pipeline, a batch, a file)."""
-    return any(isinstance(e, asyncpg.ForeignKeyViolationError) for e in _driver_errors(exc))
 
 
 CLIENT_GONE = "client disconnected prematurely"
@@ -257,7 +237,7 @@ def _classify(
         return exc.status_code, exc.detail, {}, dict(exc.headers or {})
     if _unstorable_input(exc):
         return 422, UNSTORABLE_MESSAGE, {}, {}
-    if _referent_deleted(exc):
+    if referent_deleted(exc):
         return 409, GONE_MESSAGE, {}, {}
     trouble = _database_trouble(exc)
     if trouble is not None:
@@ -276,6 +256,14 @@ def make_exception_handler() -> Callable[[Request[Any, Any, Any], Exception], Re
             log.error("unhandled error", exc_info=exc, path=request.scope["path"], request_id=rid)
         elif status == 503:
             log.warning("database trouble", error=f"{type(exc).__name__}: {exc}"[:500], request_id=rid)
+        elif status == 409 and referent_deleted(exc):
+            # The answer says only that something was deleted; the database's words (the constraint, the
+            # row) tell a deletion from a foreign key that a request of ours breaks on its own.
+            log.warning(
+                "a row the request refers to was deleted",
+                error=f"{type(exc).__name__}: {exc}"[:500],
+                request_id=rid,
+            )
         path = request.scope["path"]
 
         if path.startswith((API_PREFIX, "/schema")):

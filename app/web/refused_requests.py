@@ -1,9 +1,10 @@
 """An admin's request refused before its action was asked — on the JSON API, a body the decoder or the
 field check refused (422), a body sent to a route that takes none, a reason given twice; on a page, a form
 that cannot be read (a multipart body without its boundary, a part that is not text), a field sent to a
-button form that reads none; on either, a body over the limit (413) — is audited as the refusal of the
-action the route carries out, once, as the action's own refusal would have been
-(:mod:`app.actions.trail`). One rule for every entry path: a page's form and the API's request for the
+button form that reads none; on either, a body over the limit (413), or a row the request refers to
+that another transaction deleted meanwhile (the database's 409, which the action does not audit as its
+own refusal) — is audited as the refusal of the action the route carries out, once, as the action's own
+refusal would have been (:mod:`app.actions.trail`). One rule for every entry path: a page's form and the API's request for the
 same action leave the same entry.
 
 Such a request never reaches the action's audited block (the error is raised while the request is read,
@@ -33,7 +34,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.actions import bulk
 from app.actions.trail import KEEP_REFUSAL, Actor, audited, refused_once
-from app.errors import AppError, BadInput
+from app.db import referent_deleted
+from app.errors import GONE_MESSAGE, AppError, BadInput, Conflict
 from app.web import param_words
 from app.web.deps import actor_of
 
@@ -159,6 +161,10 @@ def _as_refusal(exc: Exception, scope: Scope) -> AppError | None:
     elif isinstance(exc, HTTPException) and exc.status_code == 413:
         found = AppError(exc.detail)
         found.status_code = 413
+    elif referent_deleted(exc):
+        # The database's refusal, not the action's (which audits only its own): the request's rows
+        # refer to one another transaction deleted meanwhile, answered 409 saying nothing was changed.
+        found = Conflict(GONE_MESSAGE)
     else:
         return None
     status = getattr(found, "status_code", 400)

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from typing import Any
 
 import asyncpg
 import pytest
+import structlog.testing
 
 import tests.support.forms
 import tests.support.processors  # noqa: F401
 from app.db import asyncpg_dsn
 from app.server import GONE_MESSAGE
-from tests.support.webkit import app_client, bearer
+from tests.support.webkit import app_client, bearer, csrf_from, login
 
 # Refuses, at commit, any transaction that cancelled a job: the shape of a commit that fails after the
 # handler has finished (a deferred constraint, the server shutting down, the connection lost at COMMIT).
@@ -141,3 +143,63 @@ async def test_a_row_deleted_while_a_request_refers_to_it_is_a_409(
         assert r.json()["detail"] == GONE_MESSAGE
         assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
         assert await pg.fetchval("SELECT count(*) FROM batches") == 0
+
+
+# Refuses a job's cancellation as a foreign key does a row whose referent another transaction deleted
+# while the request ran (the race itself is timed in the test above): the 409 of app.server.
+CANCEL_REFERS_TO_A_DELETED_ROW = """
+    CREATE FUNCTION test_referent_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN RAISE foreign_key_violation USING MESSAGE = 'referent gone'; END $$;
+    CREATE TRIGGER cancel_refers_to_a_deleted_row BEFORE INSERT ON job_events
+        FOR EACH ROW WHEN (NEW.to_status = 'cancelled') EXECUTE FUNCTION test_referent_gone();
+"""
+
+
+async def test_an_admins_request_refused_for_a_row_deleted_meanwhile_is_audited_once(
+    make_settings: Any, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """That 409 refuses an admin's action as any other 4xx does, so it is on the audit trail, once per
+    request, on the API and the pages alike (the after_exception hook of app.web.refused_requests); it
+    left no entry, as it is the database's error and not the action's. A plain user's leaves none."""
+    settings = make_settings(worker_enabled=False)
+    async with app_client(settings) as client:
+        _, owner = await bearer(db_url, "owner@example.com")
+        _, root = await bearer(db_url, "root@example.com", admin=True)
+        job_id = (await client.post("/api/jobs", json={"type": "test.step"}, headers=owner)).json()["id"]
+        await pg.execute(CANCEL_REFERS_TO_A_DELETED_ROW)
+
+        await login(client, "root@example.com")
+        token = csrf_from((await client.get(f"/jobs/{job_id}")).text)
+        answers = [
+            await client.post(f"/api/jobs/{job_id}/cancel", headers=root),
+            await client.post(f"/jobs/{job_id}/cancel", data={"_csrf_token": token}),
+            await client.post(f"/admin/jobs/{job_id}/cancel", data={"_csrf_token": token}),
+        ]
+        assert [a.status_code for a in answers] == [409, 409, 409], [a.text[-500:] for a in answers]
+        assert (await client.post(f"/api/jobs/{job_id}/cancel", headers=owner)).status_code == 409
+
+        entries = await pg.fetch("SELECT action, target_ids, outcome FROM audit_log ORDER BY id")
+        assert [(e["action"], e["outcome"]) for e in entries] == [
+            ("job.cancel", f"refused: {GONE_MESSAGE}")
+        ] * 3
+        assert all(job_id in e["target_ids"] for e in entries), entries
+        assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", uuid.UUID(job_id)) == "queued"
+
+
+async def test_a_row_refused_for_a_deleted_referent_is_logged_with_the_database_words(
+    make_settings: Any, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """The 409 says to the person only that something was deleted; the log keeps the database's own words
+    (which constraint, which row), so a foreign key a normal request breaks through a fault of ours,
+    not a deletion, can be found: that 409 was the one error answer logged nowhere."""
+    settings = make_settings(worker_enabled=False)
+    async with app_client(settings) as client:
+        _, owner = await bearer(db_url, "owner@example.com")
+        job_id = (await client.post("/api/jobs", json={"type": "test.step"}, headers=owner)).json()["id"]
+        await pg.execute(CANCEL_REFERS_TO_A_DELETED_ROW)
+        with structlog.testing.capture_logs() as logs:
+            r = await client.post(f"/api/jobs/{job_id}/cancel", headers=owner)
+        assert r.status_code == 409, r.text
+        gone = [e for e in logs if e["event"] == "a row the request refers to was deleted"]
+        assert len(gone) == 1 and gone[0]["log_level"] == "warning", logs
+        assert "referent gone" in gone[0]["error"] and gone[0]["request_id"], gone
