@@ -42,7 +42,7 @@ class Unauthorized(AppError):
 
 GONE_MESSAGE = (
     "Something this request refers to was deleted while it was being handled. Nothing was changed; "
-    "reload the page and try again."
+    "look again at what is there now before trying again."
 )
 """The 409 of a row the database refused because a row it refers to was deleted meanwhile
 (:func:`app.db.referent_deleted`)."""
