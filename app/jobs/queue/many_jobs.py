@@ -65,23 +65,25 @@ Two ``COPY``s and the ``NOTIFY`` take five round trips where the statement takes
 jobs 1.07–1.37 ms by the statement against 1.33–1.59 ms by ``COPY``; alike at 50; ``COPY`` ahead from
 about 75, and by a third at 10,000."""
 
-_MANY_COLUMNS = {
-    "ids": "id",
-    "types": "type",
-    "user_ids": "user_id",
-    "inputs": "input",
-    "priorities": "priority",
-    "run_ats": "run_at",
-    "max_attempts": "max_attempts",
-    "keys": "idempotency_key",
-    "titles": "title",
-    "pipeline_ids": "pipeline_id",
-    "step_keys": "step_key",
-    "approvals": "requires_approval",
-    "created_by": "created_by_job",
-    "request_ids": "request_id",
-}
-"""Array parameter of :data:`INSERT_MANY` → key of :func:`prepare`'s parameters."""
+_COLUMNS = (
+    ("ids", "id", "id"),
+    ("types", "type", "type"),
+    ("user_ids", "user_id", "user_id"),
+    ("inputs", "input_data", "input"),
+    ("priorities", "priority", "priority"),
+    ("run_ats", "run_at", "run_at"),
+    ("max_attempts", "max_attempts", "max_attempts"),
+    ("keys", "idempotency_key", "idempotency_key"),
+    ("titles", "title", "title"),
+    ("pipeline_ids", "pipeline_id", "pipeline_id"),
+    ("step_keys", "step_key", "step_key"),
+    ("approvals", "requires_approval", "requires_approval"),
+    ("created_by", "created_by_job", "created_by_job"),
+    ("request_ids", "request_id", "request_id"),
+)
+"""Each field of a new job: the array parameter of :data:`INSERT_MANY`, the column of ``jobs``
+(:func:`_copy_in`) and the key of :func:`prepare`'s parameters."""
+_MANY_COLUMNS = {param: key for param, _, key in _COLUMNS}
 
 
 _JOB_PATH = re.compile(r"(?<![\w.])jobs\[(\d+)\](\.input_data)?")
@@ -157,22 +159,8 @@ async def _insert_keyed(
     return inserted
 
 
-_COPIED = {
-    "id": "id",
-    "type": "type",
-    "user_id": "user_id",
-    "input_data": "input",
-    "priority": "priority",
-    "max_attempts": "max_attempts",
-    "title": "title",
-    "pipeline_id": "pipeline_id",
-    "step_key": "step_key",
-    "requires_approval": "requires_approval",
-    "created_by_job": "created_by_job",
-    "request_id": "request_id",
-}
-"""Column of ``jobs`` that :func:`_copy_in` writes → key of :func:`prepare`'s parameters (then
-``pending_parents``, and ``run_at`` for the jobs that have one)."""
+# Copied jobs have no key, and those without a due time take the column's default (see _copy_in).
+_COPIED = {column: key for _, column, key in _COLUMNS if key not in ("idempotency_key", "run_at")}
 _COPY_COLUMNS = [*_COPIED, "pending_parents"]
 _EVENT_COLUMNS = ["job_id", "pipeline_id", "kind", "to_status", "actor"]
 
