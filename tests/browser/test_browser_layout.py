@@ -246,3 +246,23 @@ def test_the_admin_menu_shows_keyboard_focus(server: str, browser: Any) -> None:
     )
     assert ring[0] != "none" and ring[1] >= 2, f"no visible focus on the Admin menu: {ring}"
     page.context.close()
+
+
+def test_a_long_unbroken_name_wraps_in_my_jobs(server: str, browser: Any) -> None:
+    # a name of 200 letters without a space (a pasted token, a file name): the "What" cell was as wide as
+    # the name, and the status and the time went off the page into the table's sideways scroll
+    page = signed_in(browser, server, LONG_EMAIL, DESKTOP)
+    page.goto(server + "/jobs/new/http.request")
+    page.fill("#f-url", "https://example.com/")
+    page.fill("#f-_title", "x" * 200)
+    page.locator("main form button[type=submit]").last.click()
+    page.wait_for_url(server + "/jobs/*")
+    page.goto(server + "/jobs")
+    page.wait_for_selector("#job-list .job-table")
+    cut = page.evaluate(
+        "(() => { const el = document.querySelector('#job-list .table-scroll');"
+        " return el.scrollWidth > el.clientWidth + 0.5; })()"
+    )
+    assert not cut, "My jobs scrolls sideways for a long name"
+    inside_screen(page, "#job-list .job-table td:nth-child(2)")
+    page.context.close()
