@@ -99,7 +99,10 @@ async def security_headers(message: Message, scope: Scope) -> None:
     # raw (name, value) pairs: ours replace any of the same name; built without MutableScopeHeaders'
     # per-header scans, since this runs on every response (bench/pages.py)
     raw = [h for h in message.get("headers") or () if h[0].lower() not in _SET_BY_US]
-    csp = "schema" if path.startswith("/schema") else "files" if path.startswith("/files/") else "page"
+    # a download's sandbox is for the stored bytes only: a missing file's error page is one of ours, and
+    # under the sandbox it lost its stylesheet (a bare list of links where the page should be)
+    download = path.startswith("/files/") and message["status"] < 400
+    csp = "schema" if path.startswith("/schema") else "files" if download else "page"
     raw.append((b"content-security-policy", _RAW_CSP[csp]))
     raw.extend(_RAW_SECURITY)
     raw.append((b"x-request-id", request_id_for(scope).encode()))

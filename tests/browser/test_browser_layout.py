@@ -228,3 +228,41 @@ def test_recent_batches_on_my_jobs_fit_a_phone(batch_server: str, browser: Any, 
         for selector in ("#my-batches .batch-row a", "#my-batches .batch-row .status", "#all-batches"):
             inside_screen(page, selector)
         page.context.close()
+
+
+def test_the_admin_menu_shows_keyboard_focus(server: str, browser: Any) -> None:
+    # Pico takes the outline off a dropdown's summary and puts a ring in its box-shadow, which the top
+    # bar removes so that "Admin" reads as a link: reached with Tab, nothing showed where focus was
+    page = signed_in(browser, server, "root@example.com", DESKTOP)
+    for _ in range(20):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.matches('.admin-menu summary')"):
+            break
+    else:
+        raise AssertionError("Tab never reached the Admin menu")
+    ring = page.evaluate(
+        "(() => { const s = getComputedStyle(document.activeElement);"
+        " return [s.outlineStyle, parseFloat(s.outlineWidth), s.boxShadow]; })()"
+    )
+    assert ring[0] != "none" and ring[1] >= 2, f"no visible focus on the Admin menu: {ring}"
+    page.context.close()
+
+
+def test_a_long_unbroken_name_wraps_in_my_jobs(server: str, browser: Any) -> None:
+    # a name of 200 letters without a space (a pasted token, a file name): the "What" cell was as wide as
+    # the name, and the status and the time went off the page into the table's sideways scroll
+    page = signed_in(browser, server, LONG_EMAIL, DESKTOP)
+    page.goto(server + "/jobs/new/http.request")
+    page.fill("#f-url", "https://example.com/")
+    page.fill("#f-_title", "x" * 200)
+    page.locator("main form button[type=submit]").last.click()
+    page.wait_for_url(server + "/jobs/*")
+    page.goto(server + "/jobs")
+    page.wait_for_selector("#job-list .job-table")
+    cut = page.evaluate(
+        "(() => { const el = document.querySelector('#job-list .table-scroll');"
+        " return el.scrollWidth > el.clientWidth + 0.5; })()"
+    )
+    assert not cut, "My jobs scrolls sideways for a long name"
+    inside_screen(page, "#job-list .job-table td:nth-child(2)")
+    page.context.close()

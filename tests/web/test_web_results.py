@@ -14,6 +14,7 @@ from app.jobs.naming import name_from_input, url_words
 from app.processors import registry
 from app.settings import Settings
 from app.web.my_jobs import like_pattern
+from app.web.request_context import CSP
 from tests.support.jobsteps import claim, enqueue, finish
 from tests.support.webkit import HX, bearer, sign_in_as, switch_to
 
@@ -196,6 +197,18 @@ async def test_a_job_page_shows_pictures_opens_reports_and_shows_a_csvs_first_ro
     assert "allow-scripts" not in viewed.headers["content-security-policy"]
     downloaded = await client.get(f"/files/{html['file_id']}")
     assert downloaded.headers["content-disposition"].startswith("attachment")
+
+
+async def test_a_missing_files_error_page_keeps_the_pages_own_styles(
+    client: AsyncTestClient, db_url: str
+) -> None:
+    # a link to a file retention removed: the 404 is our page, not stored bytes, so it is not sandboxed
+    await sign_in_as(client, db_url, "ann@example.com")
+    for path in ("/files/no-such-file", "/files/01a24f5d-b557-7783-b9e7-a9635cbcd8de?view=1"):
+        r = await client.get(path)
+        assert r.status_code == 404
+        assert "No such file" in r.text
+        assert r.headers["content-security-policy"] == CSP, r.headers["content-security-policy"]
 
 
 async def test_a_pipeline_page_puts_its_outputs_and_why_it_failed_at_the_top(
