@@ -15,7 +15,11 @@ the request's is rolled back with its error. An error an action has audited alre
 request whose session keeps a refusal are not written again. A bulk request whose body could not be
 read names no action: it is audited as :data:`app.actions.bulk.UNKNOWN_ACTION`. A person who is not an
 admin leaves no entry, as their refusals never do; nor does a failed CSRF check (403), which may be a
-request the admin never sent.
+request the admin never sent, nor a page's request refused before its CSRF check could pass — over the
+body limit, or a form the check could not parse to find its token — unless its ``X-CSRFToken`` header
+(every htmx request's) is the session's token (:func:`app.web.csrf.vouched`): a page of another site on
+this host could otherwise write entries in the admin's name with their session cookie alone. A plain
+form's refused post, whose token is in the body that was refused, is therefore not audited.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from app.actions import bulk
 from app.actions.trail import KEEP_REFUSAL, Actor, audited, refused_once
 from app.db import referent_deleted
 from app.errors import GONE_MESSAGE, AppError, BadInput, Conflict
-from app.web import param_words
+from app.web import csrf, param_words
 from app.web.deps import actor_of
 
 log = structlog.get_logger("jobdesk.web")
@@ -198,6 +202,8 @@ def audit_refused_request(session_scope_key: str) -> AfterExceptionHookHandler:
         key = route_key(scope)
         user = scope.get("user")
         if key is None or not getattr(user, "is_admin", False) or audited(exc):
+            return
+        if not csrf.vouched(scope):  # possibly forged: refused before a CSRF check it would fail
             return
         session: Any = get_aa_scope_state(scope, session_scope_key)
         if session is not None and session.info.get(KEEP_REFUSAL):
