@@ -465,3 +465,53 @@ async def test_a_page_request_refused_before_its_csrf_check_is_audited_only_with
             failures.append(f"{kind} {body[:20]!r} header={header is not None}: {r.status_code} {got}")
     assert not failures, "\n".join(failures)
     assert await pg.fetchval("SELECT is_active FROM users WHERE id = $1", bob.id) is True
+
+
+async def test_a_bulk_request_refused_before_its_action_is_read_says_so_in_its_entry(
+    client: AsyncTestClient,
+    root: CurrentUser,  # noqa: F811
+    root_api: dict[str, str],  # noqa: F811
+    pg: asyncpg.Connection,
+) -> None:
+    """The console's bulk form names its action by the button pressed, in the body: refused before the
+    body was read (over the limit), the entry was "Asked for a bulk action on jobs" with nothing to say
+    which or why not. Its detail now says the action is not known because nothing was read; a body that
+    was read names the action it asked for, known or not."""
+    from app.web.input_guard import body_limit
+
+    not_read = "not known: the request was refused before it was read"
+    limit = body_limit(client.app.state.settings, {"path": "/admin/jobs/bulk"})  # type: ignore[typeddict-item]
+    token = csrf_from((await client.get("/admin/users")).text)
+    cases = [
+        (
+            "/admin/jobs/bulk",
+            {"Content-Type": FORM, "x-csrftoken": token},
+            b"action=retry&reason=" + b"x" * limit,
+            413,
+            ("jobs.bulk", {"action": not_read}),
+        ),
+        (
+            "/api/jobs/bulk",
+            {**root_api, "Content-Type": "application/json"},
+            json.dumps({"action": "delete", "ids": [], "colour": "red"}).encode(),
+            422,
+            ("jobs.bulk", {"action": "delete"}),
+        ),
+        (
+            "/api/jobs/bulk",
+            {**root_api, "Content-Type": "application/json"},
+            json.dumps({"action": "retry", "ids": [], "colour": "red"}).encode(),
+            422,
+            ("jobs.bulk_retry", None),
+        ),
+    ]
+    for path, headers, body, status, wanted in cases:
+        last = await pg.fetchval("SELECT coalesce(max(id), 0) FROM audit_log")
+        r = await client.post(path, content=body, headers=headers, follow_redirects=False)
+        assert r.status_code == status, (path, r.status_code, r.text[:200])
+        rows = await pg.fetch("SELECT action, detail, outcome FROM audit_log WHERE id > $1", last)
+        got = [(e["action"], json.loads(e["detail"]) if e["detail"] else None) for e in rows]
+        assert got == [wanted], (path, got)
+    page = (await client.get("/admin/audit")).text
+    assert not_read in page
+    assert "Asked for a bulk action on jobs, not retry or cancel (or not known)" in page
