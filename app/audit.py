@@ -55,7 +55,7 @@ ACTIONS: dict[str, Words] = {
     "job.delete": Words("Deleted a job"),
     "jobs.bulk_retry": Words("Retried jobs in bulk"),
     "jobs.bulk_cancel": Words("Cancelled jobs in bulk"),
-    "jobs.bulk": Words("Asked for a bulk action on jobs"),
+    "jobs.bulk": Words("Asked for a bulk action on jobs, not retry or cancel (or not known)"),
     "pipeline.cancel": Words("Cancelled a pipeline", ("job stopped", "jobs stopped")),
     "batch.retry_failed": Words("Retried a batch's failed rows", ("row retried", "rows retried")),
     "job_type.pause": Words("Paused a job type"),

@@ -127,6 +127,14 @@ class TooLarge(AppError):
         self.field = field
 
 
+def is_refusal(exc: BaseException) -> bool:
+    """Whether ``exc`` refuses what was asked for a reason its words give a person — an :class:`AppError`
+    answered 4xx: bad input, over a limit (:class:`TooLarge`), not allowed, not found, a conflict — rather
+    than a fault (the database away, 503; a bug). A refusal is told in its words, without a traceback,
+    wherever it is met: a request's answer, or a job's error when a processor's next jobs are refused."""
+    return isinstance(exc, AppError) and 400 <= exc.status_code < 500
+
+
 class RateLimited(AppError):
     """429: too many attempts; the message says when to try again."""
 

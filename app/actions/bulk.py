@@ -57,6 +57,9 @@ AUDIT_ACTIONS = {"retry": "jobs.bulk_retry", "cancel": "jobs.bulk_cancel"}
 UNKNOWN_ACTION = "jobs.bulk"
 """The audit trail's name of a bulk request refused whose action is neither retry nor cancel, or could
 not be read: an admin's refused request all the same."""
+NOT_READ_WORDS = "not known: the request was refused before it was read"
+"""What a refused bulk request's entry says of its action when its body (where a page's form and the API
+both name it) was never read: over the size limit, a form that cannot be parsed."""
 ROWS_BY_ID = text("SELECT id, status, is_active FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))")
 
 
@@ -394,16 +397,22 @@ def refusals(db: AsyncSession, actor: Actor, action: Any) -> AbstractAsyncContex
     )
 
 
-async def refused(db: Db, actor: Actor, action: Any, exc: AppError) -> None:
+async def refused(db: Db, actor: Actor, action: Any, exc: AppError, *, read: bool = True) -> None:
     """A request for a bulk ``action`` refused before :func:`refusals` could be entered (its body could not
-    be read): audited once, as that block would have."""
+    be read), or after it (the database's refusal): audited once, as that block would have. An action that
+    is not one (:data:`UNKNOWN_ACTION`) is named in the entry's detail as it was asked — or, when the body
+    was not ``read``, as not known (:data:`NOT_READ_WORDS`), so that the entry does not read as an
+    action the admin asked for and Jobdesk does not know."""
+    known = isinstance(action, str) and action in AUDIT_ACTIONS
+    asked = "none given" if action is None or action == "" else str(action)[:40]
     await refused_once(
         db,
         actor,
-        AUDIT_ACTIONS[action] if isinstance(action, str) and action in AUDIT_ACTIONS else UNKNOWN_ACTION,
+        AUDIT_ACTIONS[action] if known else UNKNOWN_ACTION,
         exc,
         target_type="job",
         target_ids=[],
+        detail=None if known else {"action": asked if read else NOT_READ_WORDS},
     )
 
 

@@ -137,7 +137,14 @@ async def record_by_owner(
 
 
 async def record_refused(
-    db: Db, actor: Actor, action: str, *, target_type: str, target_ids: Sequence[Any], reason: str
+    db: Db,
+    actor: Actor,
+    action: str,
+    *,
+    target_type: str,
+    target_ids: Sequence[Any],
+    reason: str,
+    detail: dict[str, Any] | None = None,
 ) -> None:
     """An admin's action that changed nothing: audited with the reason, no notice, and ``count`` 0 (what the
     action did: nothing; what it was asked to act on is in ``target_ids``). A request's session is marked
@@ -152,6 +159,7 @@ async def record_refused(
         target_ids=target_ids,
         count=0,
         outcome=f"refused: {reason}"[:OUTCOME_MAX],
+        detail=detail,
         ip=actor.ip,
     )
     if isinstance(db, AsyncSession):
@@ -215,6 +223,7 @@ async def refused_once(
     target_type: str,
     target_ids: Sequence[Any],
     words: Callable[[AppError], str] | None = None,
+    detail: dict[str, Any] | None = None,
 ) -> None:
     """Audit ``exc`` as the refusal of ``action`` unless it is audited already. A page whose own form
     check refuses before the action is called goes through here too, with the same words the action's
@@ -222,7 +231,13 @@ async def refused_once(
     if getattr(exc, _AUDITED, False):
         return
     await record_refused(
-        db, actor, action, target_type=target_type, target_ids=target_ids, reason=_reason(exc, words)
+        db,
+        actor,
+        action,
+        target_type=target_type,
+        target_ids=target_ids,
+        reason=_reason(exc, words),
+        detail=detail,
     )
     setattr(exc, _AUDITED, True)
 

@@ -47,6 +47,8 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _SESSION_PURPOSE = b"jobdesk csrf for session\x00"
 _ANON_PURPOSE = b"jobdesk csrf for an anonymous visitor\x00"
 _ANON_NONCE_HEX = 32
+_PASSED = "jobdesk.csrf_passed"
+"""Scope key set once a request's CSRF check has passed (:func:`vouched`)."""
 
 
 def _mac(secret: str, purpose: bytes, value: str) -> str:
@@ -150,6 +152,7 @@ class CsrfMiddleware(ASGIMiddleware):
             submitted = _header(scope, HEADER_NAME.encode()) or await _form_token(scope, receive)
             if not (_same(submitted, expected) and _same(cookie, expected)):
                 raise PermissionDeniedException(FAILED)
+            scope[_PASSED] = True  # type: ignore[literal-required]
         ScopeState.from_scope(scope).csrf_token = expected
         if cookie == expected:
             await next_app(scope, receive, send)
@@ -163,6 +166,27 @@ class CsrfMiddleware(ASGIMiddleware):
             await send(message)
 
         await next_app(scope, receive, send_with_cookie)
+
+
+def vouched(scope: Scope) -> bool:
+    """Whether a request is known to come from its signed-in person, as an audit entry of its refusal
+    needs (:mod:`app.web.refused_requests`): one not signed in by a session cookie (an API token, which
+    no other site can make a browser send), one whose CSRF check passed, or one refused before the check
+    could read a token from its body (over the body limit, a form that cannot be parsed) whose
+    ``X-CSRFToken`` header — every htmx request sends it — and cookie are its session's token.
+
+    Otherwise the request may be forged: a page of another site on this host (another port) can post a
+    form that the browser sends with the session cookie, and an entry would then say the admin did what
+    they never asked. A token in the body of a refused request is never read: the body is refused
+    because it cannot be read (or should not be, being over the limit)."""
+    session_hash = session_hash_of(scope)
+    if not session_hash or scope.get(_PASSED):
+        return True
+    secret = scope["litestar_app"].state.settings.resolved_secret_key()
+    expected = session_token(secret, session_hash)
+    return _same(_header(scope, HEADER_NAME.encode()), expected) and _same(
+        scope_cookie(scope, COOKIE_NAME), expected
+    )
 
 
 async def _form_token(scope: Scope, receive: Receive) -> str | None:

@@ -13,9 +13,14 @@ an ``after_exception`` hook, writes the entry from :data:`ROUTE_ACTIONS`, in a t
 the request's is rolled back with its error. An error an action has audited already (marked by
 :func:`app.actions.trail.refused_once`, also when a handler raises another error in its place) and a
 request whose session keeps a refusal are not written again. A bulk request whose body could not be
-read names no action: it is audited as :data:`app.actions.bulk.UNKNOWN_ACTION`. A person who is not an
+read names no action: it is audited as :data:`app.actions.bulk.UNKNOWN_ACTION`, its detail saying that
+the action is not known because the request was not read. A person who is not an
 admin leaves no entry, as their refusals never do; nor does a failed CSRF check (403), which may be a
-request the admin never sent.
+request the admin never sent, nor a page's request refused before its CSRF check could pass — over the
+body limit, or a form the check could not parse to find its token — unless its ``X-CSRFToken`` header
+(every htmx request's) is the session's token (:func:`app.web.csrf.vouched`): a page of another site on
+this host could otherwise write entries in the admin's name with their session cookie alone. A plain
+form's refused post, whose token is in the body that was refused, is therefore not audited.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from app.actions import bulk
 from app.actions.trail import KEEP_REFUSAL, Actor, audited, refused_once
 from app.db import referent_deleted
 from app.errors import GONE_MESSAGE, AppError, BadInput, Conflict
-from app.web import param_words
+from app.web import csrf, param_words
 from app.web.deps import actor_of
 
 log = structlog.get_logger("jobdesk.web")
@@ -171,14 +176,21 @@ def _as_refusal(exc: Exception, scope: Scope) -> AppError | None:
     return found if 400 <= status < 500 and status not in _NOT_REFUSALS else None
 
 
-def _asked_bulk_action(scope: Scope) -> Any:
-    """The ``action`` of a bulk request's body, when the body was read and is a JSON object."""
-    body = value_or_default(ScopeState.from_scope(scope).body, b"")
+def _asked_bulk_action(scope: Scope) -> tuple[bool, Any]:
+    """Whether a bulk request's body was read, and the ``action`` it names: a page's form field (the
+    button pressed), or the field of the API's JSON object."""
+    state = ScopeState.from_scope(scope)
+    form = value_or_default(state.form, None)
+    if isinstance(form, dict):
+        return True, form.get("action")
+    body = value_or_default(state.body, None)
+    if body is None:
+        return False, None
     try:
         value = json.loads(body) if body else None
     except (ValueError, RecursionError):
-        return None
-    return value.get("action") if isinstance(value, dict) else None
+        return True, None
+    return True, value.get("action") if isinstance(value, dict) else None
 
 
 def _target(scope: Scope, action: str) -> tuple[str, list[str]]:
@@ -199,6 +211,8 @@ def audit_refused_request(session_scope_key: str) -> AfterExceptionHookHandler:
         user = scope.get("user")
         if key is None or not getattr(user, "is_admin", False) or audited(exc):
             return
+        if not csrf.vouched(scope):  # possibly forged: refused before a CSRF check it would fail
+            return
         session: Any = get_aa_scope_state(scope, session_scope_key)
         if session is not None and session.info.get(KEEP_REFUSAL):
             return
@@ -212,7 +226,8 @@ def audit_refused_request(session_scope_key: str) -> AfterExceptionHookHandler:
         try:
             async with AsyncSession(engine, expire_on_commit=False) as db:
                 if action == "jobs.bulk":
-                    await bulk.refused(db, actor, _asked_bulk_action(scope), refusal)
+                    read, asked = _asked_bulk_action(scope)
+                    await bulk.refused(db, actor, asked, refusal, read=read)
                 else:
                     await refused_once(
                         db, actor, action, refusal, target_type=target_type, target_ids=target_ids

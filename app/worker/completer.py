@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import metrics
-from app.errors import BadInput
+from app.errors import is_refusal
 from app.jobs import queue
 from app.jobs.queue import Outcome
 from app.settings import Settings
@@ -164,9 +164,10 @@ class Completer:
             outcome = batch[0]
             self.log.error("could not record an outcome", job_id=str(outcome.job_id), error=describe(exc))
             if outcome.kind in ("completed", "failed") and not fallback:
-                # The core refusing a processor's next jobs (a type, a $ref, a file) is the processor's
-                # failure, told as the executor tells a next-jobs plan it refuses.
-                refused = isinstance(exc, BadInput) and bool(outcome.next_jobs)
+                # The core refusing a processor's next jobs (a type, a $ref, a file, an input over its
+                # limit) is the processor's failure, told as the executor tells a next-jobs plan it
+                # refuses: every refusal of the app's own, not only a BadInput.
+                refused = is_refusal(exc) and bool(outcome.next_jobs)
                 error = (
                     next_jobs_refused(exc)
                     if refused

@@ -425,3 +425,93 @@ async def test_an_admin_page_form_refused_before_its_handler_is_audited_once(
         r = await client.post(path, content=body, headers=headers, follow_redirects=False)
         assert r.status_code == status, (path, r.status_code, r.text[:200])
     assert await _entries(pg, last) == []
+
+
+async def test_a_page_request_refused_before_its_csrf_check_is_audited_only_with_the_sessions_token(
+    client: AsyncTestClient,
+    root: CurrentUser,  # noqa: F811
+    db_url: str,
+    pg: asyncpg.Connection,
+) -> None:
+    """A page's post refused before the CSRF check had passed — over the body limit by its
+    ``Content-Length``, or a form the check could not parse to find its token — was audited as the
+    admin's refused action: a page of another site on this host, posting with the admin's session cookie
+    alone, could write entries in their name. Such a refusal is audited only when the ``X-CSRFToken``
+    header (htmx's) is the session's token; a token only in the refused body is never read."""
+    from app.web.input_guard import body_limit
+
+    bob = await add_user(db_url, "bob@example.com")
+    path = f"/admin/users/{bob.id}/disable"
+    limit = body_limit(client.app.state.settings, {"path": path})  # type: ignore[typeddict-item]
+    token = csrf_from((await client.get("/admin/users")).text)
+    big = b"reason=" + b"x" * limit
+    cases = [
+        # (body, Content-Type, header token, status, audited)
+        (big, FORM, None, 413, False),
+        (b"_csrf_token=" + token.encode() + b"&" + big, FORM, None, 413, False),
+        (big, FORM, token, 413, True),
+        (b"", NO_BOUNDARY, None, 422, False),
+        (b"", NO_BOUNDARY, "s" + "0" * 64, 403, False),  # a wrong header: the check refuses first
+        (b"", NO_BOUNDARY, token, 422, True),
+    ]
+    failures = []
+    for body, kind, header, status, audited in cases:
+        last = await pg.fetchval("SELECT coalesce(max(id), 0) FROM audit_log")
+        headers = {"Content-Type": kind, **({"x-csrftoken": header} if header else {})}
+        r = await client.post(path, content=body, headers=headers, follow_redirects=False)
+        got = await _entries(pg, last)
+        wanted = [("user.disable", "refused")] if audited else []
+        if r.status_code != status or [(a, o.split(":")[0]) for a, o in got] != wanted:
+            failures.append(f"{kind} {body[:20]!r} header={header is not None}: {r.status_code} {got}")
+    assert not failures, "\n".join(failures)
+    assert await pg.fetchval("SELECT is_active FROM users WHERE id = $1", bob.id) is True
+
+
+async def test_a_bulk_request_refused_before_its_action_is_read_says_so_in_its_entry(
+    client: AsyncTestClient,
+    root: CurrentUser,  # noqa: F811
+    root_api: dict[str, str],  # noqa: F811
+    pg: asyncpg.Connection,
+) -> None:
+    """The console's bulk form names its action by the button pressed, in the body: refused before the
+    body was read (over the limit), the entry was "Asked for a bulk action on jobs" with nothing to say
+    which or why not. Its detail now says the action is not known because nothing was read; a body that
+    was read names the action it asked for, known or not."""
+    from app.web.input_guard import body_limit
+
+    not_read = "not known: the request was refused before it was read"
+    limit = body_limit(client.app.state.settings, {"path": "/admin/jobs/bulk"})  # type: ignore[typeddict-item]
+    token = csrf_from((await client.get("/admin/users")).text)
+    cases = [
+        (
+            "/admin/jobs/bulk",
+            {"Content-Type": FORM, "x-csrftoken": token},
+            b"action=retry&reason=" + b"x" * limit,
+            413,
+            ("jobs.bulk", {"action": not_read}),
+        ),
+        (
+            "/api/jobs/bulk",
+            {**root_api, "Content-Type": "application/json"},
+            json.dumps({"action": "delete", "ids": [], "colour": "red"}).encode(),
+            422,
+            ("jobs.bulk", {"action": "delete"}),
+        ),
+        (
+            "/api/jobs/bulk",
+            {**root_api, "Content-Type": "application/json"},
+            json.dumps({"action": "retry", "ids": [], "colour": "red"}).encode(),
+            422,
+            ("jobs.bulk_retry", None),
+        ),
+    ]
+    for path, headers, body, status, wanted in cases:
+        last = await pg.fetchval("SELECT coalesce(max(id), 0) FROM audit_log")
+        r = await client.post(path, content=body, headers=headers, follow_redirects=False)
+        assert r.status_code == status, (path, r.status_code, r.text[:200])
+        rows = await pg.fetch("SELECT action, detail, outcome FROM audit_log WHERE id > $1", last)
+        got = [(e["action"], json.loads(e["detail"]) if e["detail"] else None) for e in rows]
+        assert got == [wanted], (path, got)
+    page = (await client.get("/admin/audit")).text
+    assert not_read in page
+    assert "Asked for a bulk action on jobs, not retry or cancel (or not known)" in page

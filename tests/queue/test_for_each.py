@@ -522,3 +522,34 @@ async def test_instances_of_a_titled_step_are_named_after_their_file_or_numbered
     assert titles["count[0]"] == "Count (1)" and titles["count[1]"] == "Count (2)"
     assert titles["plain[0]"] is None
     assert titles["later[0]"] == "Later: horse.png" and titles["later[1]"] == "Later: rocket.jpg"
+
+
+async def test_an_item_whose_instance_is_over_the_input_limit_fails_the_step_not_its_parent(
+    engine, make_settings, owner, pg
+) -> None:
+    """An instance's input is the step's input with the item put in: each within ``JOB_MAX_INPUT_BYTES``,
+    together over it. The step fails with the limit in words, naming the item, as for any other bad
+    item; its parent, whose completion expands the list, completes (through the worker, it failed with
+    "the outcome could not be recorded" and a traceback)."""
+    settings = make_settings(job_max_input_bytes=1024)
+    pid = await create(
+        engine,
+        settings,
+        owner,
+        [
+            step("src", "test.echo", {"items": ["x" * 600]}),
+            step("each", "test.echo", {"x": {"$item": ""}, "pad": "y" * 600}, for_each={"$ref": "src.items"}),
+        ],
+    )
+    async with running_worker(settings):
+        await wait_until(
+            lambda: pg.fetchval("SELECT status IN ('completed', 'failed') FROM pipelines WHERE id = $1", pid),
+            what="the pipeline's end",
+        )
+    jobs = await jobs_of(pg, pid)
+    assert jobs["src"]["status"] == "completed", jobs["src"]["error_message"]
+    assert jobs["each"]["status"] == "failed"
+    assert jobs["each"]["error_message"] == (
+        "step 'each' could not run once per item: for_each[0] is 1.2 KiB; the limit is 1 KiB "
+        "(JOB_MAX_INPUT_BYTES). Upload large data as a file and pass its id instead."
+    )

@@ -15,6 +15,7 @@ import pytest
 import tests.support.processors  # noqa: F401  (registers the test job types)
 from app.jobs import queue
 from app.jobs.error_text import error_text_for
+from app.jobs.payload import check_input
 from app.jobs.queue import NewJob, new_id
 from app.settings import Settings
 from tests.support.factories import TestUser, make_user
@@ -233,3 +234,44 @@ async def test_refused_next_jobs_store_the_refusals_words_without_a_traceback(
     assert error.startswith(f"could not create the next jobs: {field}"), error
     assert "Traceback" not in error and "BadInput" not in error and "\n" not in error, error
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
+
+
+async def test_next_jobs_over_the_input_limit_as_written_fail_their_creator_with_the_limit_in_words(
+    engine, settings, make_settings, owner, pg
+) -> None:
+    """The input limit (``JOB_MAX_INPUT_BYTES``) is met by next jobs as planned and again as written, where
+    a ``$ref`` to a sibling stored under a primed key (``a'``, its own key taken by a first run) is one
+    character longer: a next job at the limit goes over it then. Its creator fails with the limit in words
+    naming the next job, as a refusal at planning does, not with "the outcome could not be recorded" and a
+    traceback. (The creators are submitted under the default limit: their input holds the next jobs'.)"""
+    limit = 1024
+    small = make_settings(job_max_input_bytes=limit)
+    base = {"from_a": {"$ref": "a.v"}, "pad": ""}
+    base["pad"] = "x" * (limit - len(check_input(base, settings.job_max_input_bytes).encode()))
+    assert len(check_input(base, limit).encode()) == limit
+    first, second = new_id(), new_id()
+    a = {"type": "test.echo", "key": "a", "input_data": {"v": 1}}
+    async with running_worker(small):
+        await enqueue_next(engine, settings, owner, [a], first)
+        assert (await wait_status(pg, first, {"completed", "failed"}))["status"] == "completed"
+        pipeline = await pg.fetchval("SELECT pipeline_id FROM jobs WHERE id = $1", first)
+        again = NewJob(
+            id=second,
+            type="test.next",
+            input_data={
+                "jobs": [a, {"type": "test.echo", "key": "b", "depends_on": ["a"], "input_data": base}]
+            },
+            user_id=owner.id,
+            pipeline_id=pipeline,
+            step_key="again",
+        )
+        async with engine.begin() as conn:
+            await queue.enqueue(conn, again, settings)
+        row = await wait_status(pg, second, {"completed", "failed"})
+    assert row["status"] == "failed"
+    assert row["error_message"] == (
+        "could not create the next jobs: next_jobs[1].input_data is 1 KiB; the limit is 1 KiB "
+        "(JOB_MAX_INPUT_BYTES). Upload large data as a file and pass its id instead."
+    ), row["error_message"]
+    # the second run created nothing: the first run's creator and its a, and the second creator
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 3

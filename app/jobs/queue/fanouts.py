@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.errors import BadInput
+from app.errors import AppError, BadInput, TooLarge, is_refusal
 from app.jobs import approvals, naming
 from app.jobs.fanout import empty_refs, instance_key, instance_number, substitute
 from app.jobs.graph import resolve_refs, validate_step_input
@@ -202,12 +202,17 @@ async def _expand(conn: AsyncConnection, row: dict[str, Any], out: Expansion) ->
                 await enqueue_many(
                     conn, jobs, settings, actor="system:pipeline", edges=edges, skip_schema=True
                 )
-            except BadInput as exc:
+            except (BadInput, TooLarge) as exc:
                 raise renamed(exc, [f"for_each[{n}]" for n in range(len(jobs))]) from None
             if spec.get("approval"):
                 rule = approvals.from_stored(spec["approval"])
                 await approvals.store_rules(conn, [(j.id, *rule) for j in jobs])
-    except (_Unusable, BadInput) as exc:
+    except (_Unusable, AppError) as exc:
+        # Any refusal of the app's own (an instance's input over JOB_MAX_INPUT_BYTES as well as a bad
+        # field) is the step's failure in words; raised, it failed the parent whose completion expands
+        # the list, as an outcome that could not be recorded.
+        if not isinstance(exc, _Unusable) and not is_refusal(exc):
+            raise
         message = f"step {row['step_key']!r} could not run once per item: {_reason(exc)}"
         out.failed.append(await _fail(conn, row, spec, pipeline["user_id"], message))
         await conn.execute(

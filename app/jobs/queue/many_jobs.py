@@ -15,7 +15,7 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.db import driver_connection
-from app.errors import BadInput
+from app.errors import BadInput, TooLarge
 from app.jobs.queue.common import JOBS_CHANNEL, conn_of, notify_jobs, sql
 from app.jobs.queue.new_jobs import ON_KEY_CONFLICT, NewJob, check_files, insert_edges, link_files, prepare
 from app.jobs.queue.repeats import compare, refusals
@@ -89,12 +89,13 @@ _MANY_COLUMNS = {param: key for param, _, key in _COLUMNS}
 _JOB_PATH = re.compile(r"(?<![\w.])jobs\[(\d+)\](\.input_data)?")
 
 
-def renamed(exc: BadInput, inputs: Sequence[str]) -> BadInput:
+def renamed(exc: BadInput | TooLarge, inputs: Sequence[str]) -> BadInput | TooLarge:
     """``exc`` from :func:`enqueue_many` in the caller's names, for a caller whose jobs the person wrote
     elsewhere or in another order (a pipeline's steps, inserted parents first; a processor's next jobs;
     the instances of a step run once per item): ``jobs[k].input_data…`` becomes ``inputs[k]…``
     (``steps[2].input_data.image``, ``steps[2].for_each[1].image``), and another field of ``jobs[k]``
-    becomes that field of the step ``inputs[k]`` is in (``steps[2].title``)."""
+    becomes that field of the step ``inputs[k]`` is in (``steps[2].title``). An input over its limit
+    (:class:`TooLarge`) stays one, named the same way."""
 
     def name(match: re.Match[str]) -> str:
         k = int(match.group(1))
@@ -102,6 +103,9 @@ def renamed(exc: BadInput, inputs: Sequence[str]) -> BadInput:
             return match.group(0)
         return inputs[k] if match.group(2) else inputs[k].split(".", 1)[0]
 
+    if isinstance(exc, TooLarge):
+        field = _JOB_PATH.sub(name, exc.field) if exc.field else None
+        return TooLarge(_JOB_PATH.sub(name, exc.detail), field=field, extra=exc.extra)
     return BadInput(
         _JOB_PATH.sub(name, exc.detail), errors={_JOB_PATH.sub(name, k): v for k, v in exc.errors.items()}
     )

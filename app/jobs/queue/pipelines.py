@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app.errors import BadInput, Conflict
+from app.errors import BadInput, Conflict, TooLarge
 from app.jobs import approvals, outbox
 from app.jobs.fanout import base_key, check_for_each, expand_literal
 from app.jobs.graph import (
@@ -384,7 +384,7 @@ async def insert_steps(
     name a bad one by (:func:`~app.jobs.queue.many_jobs.renamed`)."""
     try:
         await enqueue_many(conn, jobs, settings, actor=actor, pending=pending, edges=edges, skip_schema=True)
-    except BadInput as exc:
+    except (BadInput, TooLarge) as exc:
         raise renamed(exc, inputs) from None
 
 
@@ -484,6 +484,8 @@ async def insert_next_jobs(
         :func:`~app.jobs.queue.new_jobs.check_dependency_list`); a dependency that is not in the pipeline; a ``$ref`` to a job it does not depend on
         (``next_jobs[1].input_data.url``); a type the creator may not create for its owner
         (:func:`check_next_types`).
+        TooLarge: a next job's input above ``JOB_MAX_INPUT_BYTES`` as written (``next_jobs[1].input_data``):
+        a ``$ref`` to a sibling stored under a primed key is longer than the processor wrote it.
     """
     for i, nj in enumerate(next_jobs):
         check_dependency_list(nj.depends_on, settings, f"next_jobs[{i}].depends_on")
