@@ -35,7 +35,10 @@ venv: $(STAMP)
 # SIGTERM sent to make reaches only this recipe's shell, which would die and leave the server running
 # without a parent: the shell passes it on and waits for the server's own stop. Ctrl+C reaches the
 # server directly (the terminal signals the whole group), so the shell only waits then: passing that
-# one on too would be a second signal, which hurries the stop.
+# one on too would be a second signal, which hurries the stop. A SIGTERM to the whole group (a service
+# manager, `kill -TERM -- -<pgid>`) reaches the server directly and from the shell, which cannot tell
+# the two cases apart: the server counts a SIGTERM within half a second of the one before as the same
+# request (app/worker/signals.py), whereas each Ctrl+C counts.
 run: $(STAMP)
 	@trap : INT; trap 'kill -TERM $$server 2>/dev/null' TERM; \
 		JOBDESK_BASE_URL="$${JOBDESK_BASE_URL:-http://$(HOST):$(PORT)}" $(VENV)/bin/jobdesk serve --host $(HOST) --port $(PORT) & server=$$!; \

@@ -11,7 +11,13 @@ The handlers are plain Python signal handlers (:func:`signal.signal`), not the e
   these handlers in the main thread between bytecodes (a ``time.sleep`` is interrupted for it), so the
   stop is asked of the loop at once and the stop watch (:mod:`app.worker.stuck`) starts its clock.
 
-A second signal during the stop forces it (the worker's :meth:`~app.worker.runner.Worker.hurry`).
+A second signal during the stop forces it (the worker's :meth:`~app.worker.runner.Worker.hurry`) —
+except a SIGTERM within :data:`ONE_REQUEST_SECS` of the SIGTERM counted before it, which is the same
+request arriving twice: a service manager, ``docker stop`` or ``kill -TERM -- -<pgid>`` signals every
+process of a group, and a parent that passes a SIGTERM on to its child (``make run``'s recipe shell, a
+wrapper script) sends the child a second copy a few milliseconds later. Counted, it cut the running jobs
+short and the process exited 3 after a stop nobody hurried. SIGINT counts every time: a terminal sends
+one per Ctrl+C, so a second one is a person's, and uvicorn quits at once on it, whenever it comes.
 
 ``jobdesk serve`` leaves the signals to uvicorn, which stops the web server on them; its in-app worker
 gets them through :meth:`StopSignals.chain`, which puts these handlers ahead of uvicorn's once uvicorn
@@ -26,10 +32,16 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+ONE_REQUEST_SECS = 0.5
+"""A SIGTERM this soon after the SIGTERM counted last is the same request passed on again, not a second
+one: a parent passes it on within milliseconds (longer on a loaded machine), a person sends another
+``kill`` seconds later at the soonest."""
 
 
 class StopSignals:
@@ -40,11 +52,14 @@ class StopSignals:
         self.received: int | None = None
         """The first stop signal received, if any."""
         self.count = 0
-        """How many stop signals were received (a second one forces the stop)."""
+        """How many stop requests were received (a second one forces the stop): each stop signal, but a
+        SIGTERM within :data:`ONE_REQUEST_SECS` of the one counted before it is the same request."""
         self.catching = False
         """Whether stop signals reach this process's :meth:`forward` target (:meth:`install`, :meth:`chain`)."""
         self._target: Callable[[int, int], None] | None = None
         self._repeats = True
+        self._sigterm_at: float | None = None
+        """When the last counted SIGTERM came (:func:`time.monotonic`)."""
 
     def install(self) -> None:
         """Catch SIGTERM and SIGINT from now on (only the main thread may; elsewhere, nothing changes)."""
@@ -97,6 +112,11 @@ class StopSignals:
             self._target = None
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGTERM:
+            now = time.monotonic()
+            if self._sigterm_at is not None and now - self._sigterm_at < ONE_REQUEST_SECS:
+                return  # the request counted already, passed on by a parent of this process
+            self._sigterm_at = now
         if self.received is None:
             self.received = signum
         self.count += 1

@@ -104,13 +104,16 @@ class WorkerProcess:
         self.log_path = log_path
         self._log = open(log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, *self.command],
+            self.argv(),
             env=worker_env(settings, **{**self.environment(), **extra}),
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=own_group,
         )
+
+    def argv(self) -> list[str]:
+        return [sys.executable, *self.command]
 
     def environment(self) -> dict[str, str]:
         return {}
@@ -156,6 +159,34 @@ class ServeProcess(WorkerProcess):
 
     def environment(self) -> dict[str, str]:
         return {"WORKER_ENABLED": "true"}
+
+
+class MakeRunProcess(WorkerProcess):
+    """``make run PORT=PORT`` as a person starts it, in a process group of its own (make's), serving on
+    ``settings``' database with the test's interpreter: its ``VENV`` (in ``venv_dir``) holds a
+    ``jobdesk`` that runs this checkout's command, and a stamp newer than ``pyproject.toml``, so make
+    installs nothing."""
+
+    def __init__(self, settings: Settings, log_path: Path, port: int, venv_dir: Path) -> None:
+        jobdesk = venv_dir / "bin" / "jobdesk"
+        jobdesk.parent.mkdir(parents=True, exist_ok=True)
+        jobdesk.write_text(f'#!/bin/sh\nexec {sys.executable} -m app.cli "$@"\n')
+        jobdesk.chmod(0o755)
+        (venv_dir / ".installed-stamp").touch()
+        self.make = ["make", "--no-print-directory", "run", f"VENV={venv_dir}", f"PORT={port}"]
+        super().__init__(settings, log_path, own_group=True)
+
+    def argv(self) -> list[str]:
+        return self.make
+
+    def environment(self) -> dict[str, str]:
+        return {"WORKER_ENABLED": "true"}
+
+    def close(self) -> None:
+        """Whatever of the group is left (make, its shell, the server) is killed."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        super().close()
 
 
 @contextlib.contextmanager
