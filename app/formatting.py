@@ -68,6 +68,16 @@ def format_bytes(n: int) -> str:
     return f"{n} bytes"
 
 
+def format_sizes(size: int, limit: int) -> tuple[str, str]:
+    """``size`` and the ``limit`` it is measured against, in words that tell them apart: rounded as
+    :func:`format_bytes` rounds, unless that makes two different sizes read the same ("1 KiB; the limit
+    is 1 KiB" for 1,025 bytes against 1,024), when both are given in exact bytes."""
+    said, most = format_bytes(size), format_bytes(limit)
+    if said == most and size != limit:
+        return f"{size:,} bytes", f"{limit:,} bytes"
+    return said, most
+
+
 def format_duration(value: float | timedelta | None) -> str:
     """Seconds (or a timedelta) as ``850 ms`` / ``1.2 s`` / ``42 s`` / ``3 min 5 s`` / ``2 h 10 min`` /
     ``3 days 4 h`` / ``about 5 months`` (:func:`span_words`); ``""`` for None."""

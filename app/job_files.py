@@ -20,7 +20,7 @@ from app.files import (
     file_ref,
     ids_in_results,
 )
-from app.formatting import format_bytes
+from app.formatting import format_bytes, format_sizes
 from app.jobs.types import Input, PermanentError, file_ids_in
 from app.storage_limit import StorageFull
 
@@ -145,11 +145,10 @@ class JobFiles:
         return len(gone)
 
     def _full_words(self, full: StorageFull, name: str, removed: int) -> str:
-        before = full.stored
+        total, most = format_sizes(full.stored + full.adding, full.limit)
         words = (
             f"Not enough room for this job's results: storing {name} ({format_bytes(full.adding)}) would "
-            f"take your stored files to {format_bytes(before + full.adding)}, above the limit of "
-            f"{format_bytes(full.limit)} per person."
+            f"take your stored files to {total}, above the limit of {most} per person."
         )
         if removed:
             words += f" The {removed} file{'s' if removed != 1 else ''} this job had stored were deleted."

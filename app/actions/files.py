@@ -20,7 +20,7 @@ from typing import Any
 
 from app.actions import quotas
 from app.files import FileStore
-from app.formatting import format_bytes
+from app.formatting import format_sizes
 from app.quotas import lock as lock_limits
 from app.settings import Settings
 
@@ -67,9 +67,10 @@ async def store_upload(
     """
     path, size, sha256 = await asyncio.to_thread(_copy_upload, upload.file, store.dir, max_bytes)
     if path is None:
+        said, most = format_sizes(size, max_bytes)
         return (
             None,
-            f"This file is {format_bytes(size)}; the largest file you can upload is {format_bytes(max_bytes)}.",
+            f"This file is {said}; the largest file you can upload is {most}.",
             size,
         )
     if size == 0:

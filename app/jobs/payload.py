@@ -26,7 +26,7 @@ import re
 from typing import Any
 
 from app.errors import BadInput, TooLarge
-from app.formatting import format_bytes
+from app.formatting import format_sizes
 
 NUL = "\x00"
 REPLACEMENT = "\ufffd"
@@ -253,8 +253,9 @@ def check_input(input_data: Any, max_bytes: int, *, field: str = "input_data") -
         text = json_text(input_data)
     size = len(text.encode())
     if size > max_bytes:
+        said, most = format_sizes(size, max_bytes)
         raise TooLarge(
-            f"{field} is {format_bytes(size)}; the limit is {format_bytes(max_bytes)} (JOB_MAX_INPUT_BYTES). "
+            f"{field} is {said}; the limit is {most} (JOB_MAX_INPUT_BYTES). "
             "Upload large data as a file and pass its id instead.",
             field=field,
         )
@@ -276,11 +277,12 @@ def result_json(result: Any) -> str:
     text = json_text(result)
     size = len(text.encode())
     if size > RESULT_CAP_BYTES:
+        said, most = format_sizes(size, RESULT_CAP_BYTES)
         text = json_text(
             {
                 "truncated": True,
-                "note": f"the result was {format_bytes(size)}; results above "
-                f"{format_bytes(RESULT_CAP_BYTES)} are not stored — save large output as a file",
+                "note": f"the result was {said}; results above {most} are not stored — save large output "
+                "as a file",
             }
         )
     return text

@@ -33,7 +33,7 @@ from app.actions.files import store_upload
 from app.auth import requires_user
 from app.errors import BadInput, NotFound, TooLarge
 from app.file_types import INLINE_TYPES, served_type
-from app.formatting import format_bytes
+from app.formatting import format_sizes
 from app.web import DbSession
 from app.web.deps import file_store, settings_of
 from app.web.input_guard import READS_BODY, UPLOADS
@@ -154,9 +154,8 @@ class FilesApiController(Controller):
         )
         if row is None:
             if size > settings.upload_max_bytes:
-                raise TooLarge(
-                    f"The file is {format_bytes(size)}; the limit is {format_bytes(settings.upload_max_bytes)}."
-                )
+                said, most = format_sizes(size, settings.upload_max_bytes)
+                raise TooLarge(f"The file is {said}; the limit is {most}.")
             raise BadInput.field("file", problem or "the file could not be stored")
         return UploadedFile(
             id=str(row["id"]), name=row["name"], size=row["size"], content_type=row["content_type"]

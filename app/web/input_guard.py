@@ -67,7 +67,7 @@ from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from app.errors import BadInput, NotJson, TooLarge
-from app.formatting import format_bytes
+from app.formatting import format_bytes, format_sizes
 from app.settings import Settings
 from app.spreadsheets import MAX_ROWS
 from app.web.body_fields import refuse_body
@@ -446,9 +446,13 @@ def _too_large(size: int | None, limit: int, scope: Scope, upload_limit: int | N
         )
     else:
         what = "a form without files"
-    said = f"is {format_bytes(size)}" if size is not None else "is larger than that"
+    most = format_bytes(limit)
+    said = "is larger than that"
+    if size is not None:
+        body, most = format_sizes(size, limit)
+        said = f"is {body}"
     return TooLarge(
-        f"The request is too large: the limit for {what} is {format_bytes(limit)}, and this body {said}."
+        f"The request is too large: the limit for {what} is {most}, and this body {said}."
         f"{hint} Nothing was read or saved."
     )
 

@@ -270,7 +270,7 @@ async def test_next_jobs_over_the_input_limit_as_written_fail_their_creator_with
         row = await wait_status(pg, second, {"completed", "failed"})
     assert row["status"] == "failed"
     assert row["error_message"] == (
-        "could not create the next jobs: next_jobs[1].input_data is 1 KiB; the limit is 1 KiB "
+        "could not create the next jobs: next_jobs[1].input_data is 1,025 bytes; the limit is 1,024 bytes "
         "(JOB_MAX_INPUT_BYTES). Upload large data as a file and pass its id instead."
     ), row["error_message"]
     # the second run created nothing: the first run's creator and its a, and the second creator
