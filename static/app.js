@@ -88,6 +88,87 @@
   });
 })();
 
+/* 3b. A job, pipeline or batch form's one-time key (_form_key) survives the back button. Pages are sent
+       `Cache-Control: no-store`, so Back fetches the form page again, with a new key; the browser refills
+       the fields a person typed but not a hidden input. Sent then, the form started a second job, or
+       started one with the edited values instead of saying that it had started one already. So, as a
+       keyed form is sent, the keys of the page's keyed forms are written into this history entry's
+       state, and a page reached by Back or Forward (or shown again from the back/forward cache) puts
+       them back before it can be sent. Only Back and Forward: a new visit ("Start a job" again), or a
+       reload, keeps the new key the server gave, so that a second job is a deliberate choice.
+       Not on a page that answered a POST (<body data-posted>: a form shown again with its errors, or
+       with "started one already" and a new key): the browser sends that POST again to show it, with
+       the key it carried, and the key the server then puts in the form stands. Writing a state there
+       would also turn the entry into a plain GET of the URL, and the batch page's mapping step would
+       come back as an empty upload form. Without scripts the server's key stands everywhere. The
+       server alone decides what a repeated key means (the same job, or the notice). */
+(function () {
+  "use strict";
+  var NAME = "_form_key";
+  var STATE = "jobdeskFormKeys";
+
+  // Each keyed form by its id, else its action and its place among forms with that action.
+  function keyedForms() {
+    var seen = {};
+    var found = [];
+    document.querySelectorAll("form").forEach(function (form) {
+      var input = form.querySelector("input[type=hidden][name='" + NAME + "']");
+      if (!input) { return; }
+      var name = form.id ? "#" + form.id : (form.getAttribute("action") || "");
+      seen[name] = (seen[name] || 0) + 1;
+      found.push({ name: name + " " + seen[name], input: input });
+    });
+    return found;
+  }
+
+  function remembered() {
+    var state = history.state;
+    return state && typeof state === "object" && state[STATE] && typeof state[STATE] === "object" ? state[STATE] : null;
+  }
+
+  function restore() {
+    var keys = posted() ? null : remembered();
+    if (!keys) { return; }
+    keyedForms().forEach(function (form) {
+      if (typeof keys[form.name] === "string" && keys[form.name]) {
+        form.input.value = keys[form.name];
+      }
+    });
+  }
+
+  function posted() {
+    return document.body.hasAttribute("data-posted");
+  }
+
+  document.addEventListener("submit", function (evt) {
+    var form = evt.target;
+    if (posted() || !(form instanceof HTMLFormElement) || !form.querySelector("input[type=hidden][name='" + NAME + "']")) {
+      return;
+    }
+    var keys = {};
+    keyedForms().forEach(function (keyed) { keys[keyed.name] = keyed.input.value; });
+    var state = history.state && typeof history.state === "object" ? history.state : {};
+    var next = {};
+    Object.keys(state).forEach(function (name) { next[name] = state[name]; });
+    next[STATE] = keys;
+    try {
+      history.replaceState(next, "");
+    } catch (e) {
+      // a state the browser will not store changes nothing: the form is sent as it is
+    }
+  });
+
+  var navigation = window.performance && performance.getEntriesByType ? performance.getEntriesByType("navigation")[0] : null;
+  if (navigation && navigation.type === "back_forward") {
+    restore();
+  }
+  window.addEventListener("pageshow", function (evt) {
+    if (evt.persisted) {
+      restore();
+    }
+  });
+})();
+
 /* 4. File inputs with data-max-bytes (UPLOAD_MAX_BYTES) say at once, next to the field, when a chosen
       file is too large, and keep such a form from being sent: the server would refuse the whole request
       with 413 before reading it, and what was typed would be lost. */
