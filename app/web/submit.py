@@ -18,6 +18,7 @@ from typing import Any
 
 from litestar import Request
 from litestar.response import Redirect, Template
+from markupsafe import Markup
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -57,7 +58,7 @@ class Submission:
 
 
 SENT_BEFORE = (
-    "This form was sent already, and it started a {kind} then. What you sent now is different, so "
+    "This form was sent already, and it started {what} then. What you sent now is different, so "
     "nothing new was started. Send the form again to start another {kind} with these values."
 )
 
@@ -71,7 +72,11 @@ def sent_before(exc: KeyReused) -> tuple[str, dict[str, Any]]:
     the form, and what the notice links (``kind``, ``url`` of what the form started). The form comes back
     with a new key, so sending it again starts a new one — a choice made, not a silent second job."""
     kind = exc.kind
-    return SENT_BEFORE.format(kind=kind), {"kind": kind, "url": f"{PAGES[kind]}{exc.existing_id}"}
+    url = f"{PAGES[kind]}{exc.existing_id}"
+    # Said once, in the form's error summary, where the words link what the key started (the words alone
+    # are the error's, as the API gives them).
+    linked = Markup(SENT_BEFORE).format(what=Markup('<a href="{}">a {}</a>').format(url, kind), kind=kind)
+    return SENT_BEFORE.format(what=f"a {kind}", kind=kind), {"kind": kind, "url": url, "words": linked}
 
 
 SETTINGS_HINT = "Use the form's own fields (the JSON API takes settings such as priority or max_attempts)."

@@ -3,7 +3,7 @@
 Pages are sent ``Cache-Control: no-store``, so Back fetches the form page again and the server gives it
 a new key; Chromium refills the typed fields but not the hidden key. ``static/app.js`` (3b) puts the key
 the form was sent with back. So: sent, Back, sent unchanged → the same job (one in the database); Back,
-an edit, sent → "This form started a job when it was sent before" with a link to it, nothing new; the
+an edit, sent → "This form was sent already, and it started a job then" with a link to it, nothing new; the
 form a fresh visit shows ("Start a job" again) → a new job. A batch: its spreadsheet read and started,
 Back to the upload form, the same file read and started → the same batch.
 
@@ -100,9 +100,13 @@ def test_the_back_button_keeps_the_forms_key(
     page.fill(field, "Bob")
     send()
     assert page.url == base + form_url
-    notice = page.locator("p.notice-warn", has_text=f"This form started a {kind} when it was sent before")
+    notice = page.locator(
+        "#form-errors", has_text=f"This form was sent already, and it started a {kind} then"
+    )
     assert notice.count() == 1
     assert notice.locator("a").get_attribute("href") == first.removeprefix(base)
+    # said in the summary (with the link) and beside the button, as any error of the whole form, no more
+    assert page.content().count("This form was sent already") == 2
     assert count(db_url, table) == 1
     page.screenshot(path=str(artifacts_dir / f"form-key-{kind}-sent-before.png"), full_page=True)
 
