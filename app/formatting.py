@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 import zoneinfo
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -293,3 +294,63 @@ def local_moments(text: str, tz: tzinfo) -> str:
 
 
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+# --- text direction -----------------------------------------------------------------------------------
+# A name, a file name or an error can hold Unicode's directional formatting characters. Left open, an
+# override (U+202E) reverses everything after it up to the end of the line or block — the label beside
+# a job name, the rest of an alert's line — which lets a name pose as other words. The rule, for every
+# place that shows such text: what a value opens is closed at its end, and a closer it did not open is
+# dropped (:func:`balanced`, idempotent, so a value typed back into a form stays as it was), and where
+# the output is plain text the value is also set apart with FSI … PDI (:func:`isolated`), as ``<bdi>``
+# or ``unicode-bidi: isolate`` set it apart on a page.
+
+_EMBEDDINGS = "\u202a\u202b\u202d\u202e"  # LRE RLE LRO RLO, closed by PDF
+_PDF = "\u202c"
+_ISOLATES = "\u2066\u2067\u2068"  # LRI RLI FSI, closed by PDI
+_PDI = "\u2069"
+_DIRECTIONAL = re.compile(f"[{_EMBEDDINGS}{_PDF}{_ISOLATES}{_PDI}]")
+FSI = "\u2068"
+PDI = _PDI
+
+
+def balanced(value: str) -> str:
+    """``value`` with every directional embedding, override and isolate it opens closed at its end, and
+    every PDF or PDI that closes nothing it opened removed — so it cannot change the direction of text
+    after it. Follows the Unicode bidi algorithm's matching: a PDI closes the innermost open isolate
+    together with the embeddings opened inside it; a PDF closes an embedding only within the same
+    isolate."""
+    if value.isascii() or _DIRECTIONAL.search(value) is None:
+        return value
+    out: list[str] = []
+    stack: list[str] = []  # "e" for an embedding or override, "i" for an isolate
+    for ch in value:
+        if ch in _EMBEDDINGS:
+            stack.append("e")
+        elif ch in _ISOLATES:
+            stack.append("i")
+        elif ch == _PDF:
+            if not stack or stack[-1] != "e":
+                continue
+            stack.pop()
+        elif ch == _PDI:
+            if "i" not in stack:
+                continue
+            while stack.pop() != "i":
+                pass
+        out.append(ch)
+    out.extend(_PDI if kind == "i" else _PDF for kind in reversed(stack))
+    return "".join(out)
+
+
+_TURNING = frozenset({"R", "AL", "AN", "LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI"})
+
+
+def isolated(value: str) -> str:
+    """``value`` for plain text beside other words (an alert's line, an e-mail): :func:`balanced` and set
+    apart with FSI … PDI, so its direction is its own and neither leaks out nor is changed by its
+    neighbours. Text with no right-to-left letter and no direction control is returned as it is: it
+    cannot turn anything, and stays byte for byte what was typed."""
+    if value.isascii() or not any(unicodedata.bidirectional(ch) in _TURNING for ch in value):
+        return value
+    return f"{FSI}{balanced(value)}{PDI}"

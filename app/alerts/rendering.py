@@ -6,6 +6,13 @@ mention (``<!channel>``) or a link; backticks in it are replaced by ``ˋ`` so it
 span. Our own words get the same escapes, with Slack's formatting characters swapped for look-alikes.
 Telegram text is HTML-escaped (``parse_mode=HTML``).
 
+Text direction: a user's value in a line (every ``literal`` fact) is set apart with Unicode's FSI … PDI
+and its own direction controls closed (:func:`app.formatting.isolated`), so a name holding U+202E
+(right-to-left override) cannot reverse the rest of its line. The error stands on lines of its own at the
+end, so its controls reach nothing but itself, and it keeps the channel's size budget. The webhook's
+``facts``, ``error`` and ``data`` are the values as recorded (data for a program); its ``text`` is set
+apart like the other channels.
+
 An error longer than the channel allows is cut with a ``…[truncated, N bytes]`` marker, N being the full
 error's size — also when the error was already cut when it was recorded, whose marker is replaced.
 """
@@ -19,7 +26,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.alerts.channels import Channel
-from app.alerts.messages import Message, one_line
+from app.alerts.messages import Fact, Message, one_line
+from app.formatting import isolated
 from app.jobs.outbox import error_size
 
 SLACK_TEXT_LIMIT = 3900
@@ -44,9 +52,9 @@ def slack_plain(value: str) -> str:
 
 def slack_code(value: str) -> str:
     """User text for Slack as inline code: one line, ``&<>`` escaped (no mention, no link), backticks
-    swapped for ``ˋ`` (cannot close the span). Empty → ``—``."""
+    swapped for ``ˋ`` (cannot close the span), set apart in its own text direction. Empty → ``—``."""
     line = one_line(value)
-    return f"`{line.translate(_SLACK_CODE)}`" if line else "—"
+    return f"`{isolated(line).translate(_SLACK_CODE)}`" if line else "—"
 
 
 def _slack_unit(ch: str) -> int:
@@ -91,10 +99,15 @@ def cut_error(message: Message, room: int, unit: Callable[[str], int]) -> tuple[
     return raw[: max(0, end)] + marker, True
 
 
+def _shown(fact: Fact) -> str:
+    """A fact's value as a line shows it: a user's value (``literal``) set apart in its own direction."""
+    return isolated(fact.value) if fact.style == "literal" else fact.value
+
+
 def plain_text(message: Message, error_limit: int = WEBHOOK_ERROR_LIMIT) -> str:
     """The whole message as plain text (the generic webhook's ``text``)."""
     lines = [f"{message.icon} {message.headline}"]
-    lines += [f"{f.label}: {f.value}" + (f" <{f.url}>" if f.url else "") for f in message.facts]
+    lines += [f"{f.label}: {_shown(f)}" + (f" <{f.url}>" if f.url else "") for f in message.facts]
     if message.note:
         lines.append(message.note)
     if message.error:
@@ -135,7 +148,7 @@ def telegram_body(message: Message, chat_id: str) -> dict[str, Any]:
         if f.style == "link" and f.url:
             value = f'<a href="{esc(f.url, quote=True)}">{esc(f.value, quote=False)}</a>'
         elif f.style == "literal":
-            value = f"<code>{esc(one_line(f.value), quote=False)}</code>"
+            value = f"<code>{esc(isolated(one_line(f.value)), quote=False)}</code>"
         else:
             value = esc(f.value, quote=False)
         lines.append(f"<b>{esc(f.label, quote=False)}:</b> {value}")

@@ -11,6 +11,12 @@ Filters available in every template (registered by :func:`register_filters`):
 * ``ago`` — relative to now: ``just now``, ``2 min ago``, ``in 3 h``, ``5 days ago``, ``in about 12 years``;
 * ``duration`` — seconds as ``850 ms``, ``42 s``, ``3 min 5 s``, ``2 h 10 min``;
 * ``filesize`` — bytes as ``512 bytes``, ``1.5 KiB``, ``25 MiB``.
+
+Every value a template outputs (``{{ … }}``, in text and in attributes alike) is :func:`balanced` on its
+way out: a name, a file name or an error that opens a text direction (U+202E, right-to-left override)
+closes it at its own end, so it cannot reverse the words after it. ``static/app.css`` also sets every
+inline element apart (``unicode-bidi: isolate``), so a value in its own element neither turns nor is
+turned by its neighbours. Together they are the rule for user text on pages: no template marks it.
 """
 
 from collections.abc import Callable, Mapping
@@ -27,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.formatting import (
     COMMON_ZONES,
+    balanced,
     format_bytes,
     format_duration,
     format_localtime,
@@ -140,6 +147,13 @@ def _isotime_filter(value: datetime | None) -> str:
     return in_zone(value, UTC).isoformat(timespec="seconds")
 
 
+def _finalize(value: Any) -> Any:
+    """What every ``{{ … }}`` outputs: a plain string :func:`balanced` (text directions it opens are
+    closed, see the module's docstring); markup already made safe (``Markup``: ``tojson``, the CSRF
+    input) and other values as they are."""
+    return balanced(value) if type(value) is str else value
+
+
 _DICT_ATTRIBUTES = frozenset(dir(dict))
 
 
@@ -168,6 +182,7 @@ def register_filters(engine: JinjaTemplateEngine) -> None:
     stop Jinja from checking every template file's mtime on each render (templates change only with a
     release; a restart picks them up) — a measurable part of a poll's cost in ``bench/pages.py``."""
     engine.engine.auto_reload = False
+    engine.engine.finalize = _finalize
     engine.engine.getattr = fast_getattr(engine.engine)  # type: ignore[method-assign,assignment]
     engine.engine.filters.update(
         localtime=_localtime_filter,

@@ -89,7 +89,7 @@ class FormField:
     """One control of a generated form.
 
     ``default`` is the schema default as a Python value (``None`` when required or defaulting to
-    ``None``); ``attrs`` are HTML hints (``min``, ``max``, ``step``, ``maxlength``) — the server checks
+    ``None``); ``attrs`` are HTML hints (``min``, ``max``, ``step``, ``data-maxlength``: never ``maxlength``, which cuts a paste) — the server checks
     again; ``python_type`` is the unwrapped annotation (e.g. ``Decimal`` vs ``float`` for ``decimal``).
     """
 
@@ -228,11 +228,10 @@ def _attrs(kind: str, c: dict[str, Any]) -> dict[str, str]:
             attrs["max"] = num_text(c["le"])
         elif "lt" in c:
             attrs["max"] = num_text(int(c["lt"]) - 1)
-    if kind == "text" and "max_length" in c:
-        attrs["maxlength"] = str(c["max_length"])
-    if kind == "textarea" and "max_length" in c:
-        # Not ``maxlength``: a browser silently cuts a longer paste to it. The server refuses the
-        # whole text with an error next to the field instead, and the help line names the limit.
+    if kind in ("text", "textarea") and "max_length" in c:
+        # Not ``maxlength``: a browser silently cuts a longer paste to it (a 270-character title became
+        # 200), so the server never saw the extra. The server refuses the whole text with an error next
+        # to the field instead, naming the limit and the count, and the help line names the limit.
         attrs["data-maxlength"] = str(c["max_length"])
     return attrs
 

@@ -14,6 +14,7 @@ import functools
 import time
 import uuid
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from litestar import Request
@@ -205,6 +206,7 @@ async def status_context(
         "previews": {},
         "usually": None,
         "work": None,
+        "ran": None,
         "result_json": None,
         "error": None,
         "history": None,
@@ -224,6 +226,8 @@ async def status_context(
         ctx["error"] = display.error_summary(row, outcome["error_message"], user, upstream)
         if row.get("requires_approval") and row["completed_at"] and row["started_at"]:
             ctx["work"] = await approval_times(db, row)
+        if ctx["work"] is None:
+            ctx["ran"] = await run_time(db, row)
         if row["status"] == Status.WAITING_APPROVAL:  # the step's own approvers, not only admins
             may = await approval_actions.may_decide(db, user, row["id"], row["user_id"])
             ctx["actions"]["approve"] = ctx["actions"]["reject"] = may
@@ -260,6 +264,23 @@ async def upstream_step(db: AsyncSession, row: Mapping[Any, Any]) -> dict[str, A
     if found is None:
         return None
     return {"job_id": found["id"], "title": display.job_title(dict(found), registry.get(found["type"]))}
+
+
+ENDED_FROM = text(
+    "SELECT from_status FROM job_events WHERE job_id = :id AND to_status = :status ORDER BY id DESC LIMIT 1"
+)
+
+
+async def run_time(db: AsyncSession, row: Mapping[Any, Any]) -> timedelta | None:
+    """How long a finished job's last attempt ran (a timedelta): from its start to its end, when it ended
+    running; ``None`` when it ended without running — cancelled while it waited for its first attempt,
+    for a retry or for its parents — whose ``started_at`` is an earlier attempt's (or none): the time from
+    there to the cancel was a wait, not work ("took 7.1 s" for a job that never ran)."""
+    started, ended = row["started_at"], row["completed_at"]
+    if started is None or ended is None or ended < started:
+        return None
+    ended_from = (await db.execute(ENDED_FROM, {"id": row["id"], "status": row["status"]})).scalar()
+    return ended - started if ended_from == Status.IN_PROGRESS else None
 
 
 async def approval_times(db: AsyncSession, row: Mapping[Any, Any]) -> dict[str, Any] | None:

@@ -130,6 +130,19 @@ def _run_at_raw(form: Any, user: Any) -> dict[str, str]:
     }
 
 
+VARY = {"Vary": "HX-Request"}
+
+
+async def opened_directly(request: Request[Any, Any, Any], job_id: str) -> Template:
+    """The job page, for a poll's address (``/status``, ``/cell``) opened without htmx — a reload, a
+    bookmark, a link copied from the developer tools: the whole page, never a bare fragment (``Vary``: the
+    same address answers htmx with the fragment)."""
+    async with AsyncSession(request.app.state.engine) as db:
+        await one_snapshot(db)
+        ctx = await page_context(db, job_id, request.user, files=file_store(request))
+    return render(request, "jobs/detail.html", ctx, headers=VARY)
+
+
 class JobsController(Controller):
     """``/jobs``: My jobs, the job forms, job pages, their live fragments and actions."""
 
@@ -247,6 +260,8 @@ class JobsController(Controller):
         log line came after ``log``; 286 — htmx's "stop polling" — with the final fragment (result, error,
         history) once finished. New log lines ride along out of band. The unchanged case costs one
         autocommit query (:func:`poll_row`) and no session; a read-only session is opened only to render."""
+        if not is_htmx(request):
+            return await opened_directly(request, job_id)
         user = request.user
         row = await poll_row(request, job_id, user)
         state = display.job_state(row)
@@ -259,9 +274,6 @@ class JobsController(Controller):
             # in it (a retry between the poll's read and the history's showed a history ahead of it)
             await one_snapshot(db)
             row = await load_status_row(db, row["id"], user)
-            if not is_htmx(request):
-                ctx = await page_context(db, row["id"], user, files=file_store(request))
-                return render(request, "jobs/detail.html", ctx)
             ctx = await status_context(
                 db, row, user, with_history=state["terminal"], files=file_store(request)
             )
@@ -287,6 +299,8 @@ class JobsController(Controller):
     ) -> Template | Response[Any]:
         """One My jobs status cell: 204 while unchanged, 286 with the final cell once finished; the
         bell out of band when the owner's unread count is no longer ``bell`` (one query either way)."""
+        if not is_htmx(request):
+            return await opened_directly(request, job_id)
         row = await poll_row(request, job_id, request.user, JOB_CELL)
         news, count = poll_bell(row, request.user, bell)
         return cell_response(request, job_list_item(row, count), v, (news, count))

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 from litestar import Controller, Request, Response, get, post
 from litestar.params import FromPath, QueryParameter
 from litestar.response import Redirect, Template
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import pipelines
 from app.actions import pipelines as pipeline_actions
@@ -91,6 +92,18 @@ def form_context(
 def _step_title(type_name: str) -> str:
     spec = registry.get(type_name)
     return spec.title if spec else type_name
+
+
+VARY = {"Vary": "HX-Request"}
+
+
+async def opened_directly(request: Request[Any, Any, Any], db: AsyncSession, pipeline_id: str) -> Template:
+    """The pipeline page, for a poll's address (``/status``, ``/cell``) opened without htmx — a reload, a
+    bookmark, a link copied from the developer tools: the whole page, never a bare fragment (``Vary``: the
+    same address answers htmx with the fragment)."""
+    await one_snapshot(db)
+    ctx = await pipeline_page_context(db, pipeline_id, request.user)
+    return render(request, "pipelines/detail.html", ctx, headers=VARY)
 
 
 class PipelinesController(Controller):
@@ -198,11 +211,10 @@ class PipelinesController(Controller):
         """The polled fragment: 204 while unchanged; 286 with the final state once finished; the bell
         out of band when the viewer's unread count is no longer ``bell``. Steps, outputs and history
         from one snapshot."""
+        if not is_htmx(request):
+            return await opened_directly(request, db_session, pipeline_id)
         user = request.user
         await one_snapshot(db_session)
-        if not is_htmx(request):
-            ctx = await pipeline_page_context(db_session, pipeline_id, user)
-            return render(request, "pipelines/detail.html", ctx)
         ctx = await pipeline_status_context(db_session, pipeline_id, user, with_outcome=False)
         finished = ctx["state"]["finished"]
         quiet = unchanged(v, ctx["state"]["version"], finished)
@@ -227,6 +239,8 @@ class PipelinesController(Controller):
     ) -> Template | Response[Any]:
         """One My jobs status cell for a pipeline (with its percentage while running); the bell out of
         band when the viewer's unread count is no longer ``bell``."""
+        if not is_htmx(request):
+            return await opened_directly(request, db_session, pipeline_id)
         row = await load_pipeline_row(db_session, pipeline_id, request.user)
         counts = (await db_session.execute(STEP_COUNTS, {"id": row["id"]})).mappings().one()
         count = await viewer_bell(db_session, request.user) if bell is not None else None

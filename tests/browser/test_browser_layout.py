@@ -266,3 +266,20 @@ def test_a_long_unbroken_name_wraps_in_my_jobs(server: str, browser: Any) -> Non
     assert not cut, "My jobs scrolls sideways for a long name"
     inside_screen(page, "#job-list .job-table td:nth-child(2)")
     page.context.close()
+
+
+def test_a_too_long_paste_reaches_the_server_and_gets_the_field_error(server: str, browser: Any) -> None:
+    # a field's maxlength cut a pasted 270-character title to 200 without a word, so the server's rule
+    # (refused with the limit and the count, never cut) never saw the extra
+    page = signed_in(browser, server, LONG_EMAIL, DESKTOP)
+    page.goto(server + "/jobs/new/http.request")
+    page.fill("#f-url", "https://example.com/")
+    page.focus("#f-_title")
+    page.keyboard.insert_text("y" * 270)  # as a paste: typed text is what a maxlength cuts
+    assert len(page.input_value("#f-_title")) == 270, "the browser cut the pasted title"
+    page.locator("main form button[type=submit]").last.click()
+    page.wait_for_selector("#e-_title")
+    error = page.inner_text("#e-_title")
+    assert "200" in error and "270" in error, error
+    assert len(page.input_value("#f-_title")) == 270, "the form shown again lost the extra"
+    page.context.close()

@@ -1,0 +1,79 @@
+"""Direction controls in user text stay inside it: a job name holding U+202E (right-to-left override)
+reversed the words after it in the same cell — the type label on /admin/jobs, "(koohbew) tseuqer bew a
+dneS" — and names also come from file names, so refusing the character where a title is typed is not
+enough. Every value a page outputs closes the directions it opens (``app.formatting.balanced``, applied
+to every ``{{ … }}``); the stylesheet sets every inline element apart (checked in the browser)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+import tests.support.forms  # noqa: F401  (registers test.form)
+from app.formatting import balanced, isolated
+from tests.support.jobsteps import claim, failed_job, finish
+from tests.support.webkit import Site
+
+RLO = "\u202e"
+NAME = RLO + "Send a web request (webhook)"
+
+
+def closed(page: str, shown: str = NAME) -> None:
+    """The page opens no direction it does not close (our own words hold none: each value must close
+    what it opens), and the value is on it."""
+    assert shown in page, f"{shown!r} is not on the page"
+    assert balanced(page) == page, "a direction control in a value reaches past its end"
+
+
+async def test_a_name_with_a_direction_override_is_closed_in_every_listing(
+    site: Site, engine: AsyncEngine, make_settings: Any
+) -> None:
+    client, settings = site.client, make_settings(worker_enabled=False)
+    r = await client.post(
+        "/api/jobs",
+        json={"type": "noop", "input_data": {}, "title": NAME, "tags": [NAME]},
+        headers=site.bearer,
+    )
+    assert r.status_code == 201, r.text
+    job = r.json()["id"]
+    boss = (await client.get("/api/me", headers=site.bearer)).json()["id"]
+    error = f"{RLO}could not reach the host"
+    failed = await failed_job(engine, settings, boss, error, title=NAME)
+    steps = [{"key": "ok", "type": "noop", "input_data": {}, "requires_approval": True, "title": NAME}]
+    r = await client.post("/api/pipelines", json={"name": NAME, "steps": steps}, headers=site.bearer)
+    assert r.status_code == 201, r.text
+    pipeline, step = r.json()["id"], r.json()["steps"][0]["job_id"]
+    await finish(engine, settings, await claim(engine, uuid.UUID(step)), "completed", result={})
+    for path in (
+        "/jobs",
+        f"/jobs/{job}",
+        f"/jobs/{failed}",
+        f"/pipelines/{pipeline}",
+        "/admin/jobs",
+        "/admin/approvals",
+        "/approvals",
+        "/notifications",
+    ):
+        page = await client.get(path)
+        assert page.status_code == 200, path
+        try:
+            closed(page.text)
+        except AssertionError as e:
+            raise AssertionError(f"{path}: {e}") from None
+    closed((await client.get("/admin/failed")).text, error)
+    closed((await client.get(f"/jobs/{failed}")).text, error)
+
+
+def test_balanced_closes_what_a_value_opens_and_drops_what_it_does_not() -> None:
+    assert balanced("plain") == "plain"
+    assert balanced(RLO + "abc") == RLO + "abc\u202c"
+    assert balanced("a\u202cb\u2069c") == "abc"  # closers of nothing it opened
+    assert balanced("\u2067x" + RLO + "y") == "\u2067x" + RLO + "y\u202c\u2069"
+    assert balanced("x\u2067a\u2069b") == "x\u2067a\u2069b"
+    for value in ("\u2069" + RLO, "\u2067\u202c", RLO + "\u2067\u202c\u2069"):
+        assert balanced(balanced(value)) == balanced(value)
+    assert isolated("plain") == "plain"  # nothing in it can turn: kept as typed
+    assert isolated(RLO + "abc") == "\u2068" + RLO + "abc\u202c\u2069"
+    assert isolated("שלום") == "\u2068שלום\u2069"
