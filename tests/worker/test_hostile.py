@@ -1,0 +1,52 @@
+"""Corners found by attacking the worker as a hostile environment would: a cancel request that meets a
+stop, claimed jobs the worker will not run, a worker whose clock is not the database's."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import tests.support.processors  # noqa: F401  (registers the test job types)
+from app.jobs import queue
+from app.jobs.queue import NewJob
+from app.settings import Settings
+from app.worker.runner import Worker
+from tests.support.factories import TestUser, event_kinds
+from tests.support.workers import wait_status
+
+
+async def _enqueue(
+    engine: Any, settings: Settings, user: TestUser, type_: str, data: dict[str, Any], **kw: Any
+) -> uuid.UUID:
+    async with engine.begin() as conn:
+        result = await queue.enqueue(
+            conn, NewJob(type=type_, input_data=data, user_id=user.id, **kw), settings
+        )
+    return result.job["id"]
+
+
+async def test_a_job_whose_cancel_meets_the_end_of_the_stops_grace_ends_cancelled_not_held(
+    make_settings, engine, owner, pg
+) -> None:
+    """A cancel is requested for a running job whose processor does not stop at once (its cancel grace is
+    long), and the worker is stopped meanwhile with a short grace: the job is stopped for the shutdown. The
+    cancel was accepted, so the job ends ``cancelled``; handed back to the queue it stayed ``queued`` with
+    its cancel flag, which reads "Held" and is never claimed nor cancelled."""
+    settings = make_settings(job_cancel_grace_secs=10, worker_shutdown_grace_secs=0.3)
+    worker = Worker(settings, settings.database_url or "")
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        job = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 30, "cooperative": False})
+        await wait_status(pg, job, {"in_progress"})
+        async with engine.begin() as conn:
+            await queue.cancel(conn, job, owner)
+        await asyncio.sleep(0.5)  # the worker saw the request (NOTIFY) and asked the processor to stop
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    row = await wait_status(pg, job, {"cancelled", "queued"}, timeout=5)
+    assert (row["status"], row["is_active"]) == ("cancelled", False), row
+    assert row["locked_by"] is None and row["completed_at"] is not None
+    assert (await event_kinds(pg, job))[-2:] == ["cancel_requested", "cancelled"]
