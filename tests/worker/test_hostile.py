@@ -4,6 +4,7 @@ stop, claimed jobs the worker will not run, a worker whose clock is not the data
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -50,3 +51,37 @@ async def test_a_job_whose_cancel_meets_the_end_of_the_stops_grace_ends_cancelle
     assert (row["status"], row["is_active"]) == ("cancelled", False), row
     assert row["locked_by"] is None and row["completed_at"] is not None
     assert (await event_kinds(pg, job))[-2:] == ["cancel_requested", "cancelled"]
+
+
+async def test_jobs_claimed_too_late_to_run_are_handed_back_without_costing_an_attempt(
+    make_settings, engine, owner, pg, monkeypatch
+) -> None:
+    """A claim's answer reaches the worker only after its loop was blocked for a whole lease (a processor
+    blocked it, or the answer was slow): the worker does not run those jobs, their lease may be over. Left
+    to the rescue, each lost the attempt the claim counted, so a job on its last attempt failed with "lease
+    expired: worker lost" without ever having started. Handed back at once (fenced by the attempt), the
+    job runs on its one attempt."""
+    lease = 2.0
+    settings = make_settings(worker_visibility_timeout_secs=lease, worker_sweep_interval_secs=0.3)
+    job = await _enqueue(engine, settings, owner, "noop", {}, max_attempts=1)
+    worker = Worker(settings, settings.database_url or "")
+    claim = worker.claimer.claim
+    blocked = []
+
+    async def late(want: int) -> Any:
+        rows = await claim(want)
+        if rows and not blocked:
+            blocked.append(rows)
+            time.sleep(lease - worker.leases.margin / 2)  # noqa: ASYNC251  (the loop blocked meanwhile)
+        return rows
+
+    monkeypatch.setattr(worker.claimer, "claim", late)
+    task = asyncio.create_task(worker.run())
+    try:
+        row = await wait_status(pg, job, {"completed", "failed"}, timeout=15)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert blocked, "the claim was not held up"
+    assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
+    assert await event_kinds(pg, job) == ["enqueued", "claimed", "released", "claimed", "completed"]
