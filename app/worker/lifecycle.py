@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from app import __version__, controls
 from app.jobs import queue
+from app.jobs.queue import Outcome
 from app.worker.faults import retrying
 
 if TYPE_CHECKING:
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 
 LINGERING_LAST_SECS = 1.0
 """How long a stopping worker still waits for processor tasks that ignored their cancellation."""
+
+CANCELLED_UNSTARTED = "cancelled before it started"
 
 RELEASED_UNSTARTED = "released: claimed ahead of a free slot, not started before the worker stopped"
 
@@ -96,6 +99,23 @@ def release_buffered(worker: Worker) -> int:
     if jobs:
         worker.log.info("releasing claimed jobs that have not started", count=len(jobs))
     return len(jobs)
+
+
+def cancel_buffered(worker: Worker, job_id: uuid.UUID) -> None:
+    """A cancel was requested for a job claimed ahead of a free slot: it never starts, and its cancel is
+    recorded now, not once a slot frees (its page read "Cancelling" that long, and then it ran until the
+    durable check, which looks at running jobs only, caught up)."""
+    for job in worker.buffer.drop({job_id}):
+        job.log.info("cancel requested before the job started; it will not start")
+        worker.completer.submit(
+            Outcome(
+                job.id,
+                "cancelled",
+                message=CANCELLED_UNSTARTED,
+                pipeline_id=job.row["pipeline_id"],
+                attempt=job.row["attempts"],
+            )
+        )
 
 
 def drop_buffered(worker: Worker, job_ids: set[uuid.UUID], why: str) -> None:

@@ -514,7 +514,10 @@ class Worker:
         """Ask a running job to stop (cancel request seen through NOTIFY or the durable check): set its
         cancel signal, then cancel its task after ``JOB_CANCEL_GRACE_SECS``."""
         job = self.running.get(job_id)
-        if job is None or job.cancel_event.is_set():
+        if job is None:
+            lifecycle.cancel_buffered(self, job_id)
+            return
+        if job.cancel_event.is_set():
             return
         job.log.info(
             "cancel requested; asking the processor to stop", grace_secs=self.settings.job_cancel_grace_secs

@@ -85,3 +85,32 @@ async def test_jobs_claimed_too_late_to_run_are_handed_back_without_costing_an_a
     assert blocked, "the claim was not held up"
     assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
     assert await event_kinds(pg, job) == ["enqueued", "claimed", "released", "claimed", "completed"]
+
+
+async def test_a_cancel_of_a_claimed_job_waiting_for_a_slot_ends_it_before_it_starts(
+    make_settings, engine, owner, pg
+) -> None:
+    """A job claimed ahead of a free slot (buffered: ``in_progress``, leased, not started) is cancelled. It
+    ends ``cancelled`` at once, and never starts: the cancel was seen only for running jobs, so it read
+    "Cancelling" until a slot freed, then started and ran its side effect before the durable check caught
+    up."""
+    settings = make_settings(max_concurrent_jobs=1)
+    worker = Worker(settings, settings.database_url or "")
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        first = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 3, "cooperative": False})
+        await wait_status(pg, first, {"in_progress"})
+        waiting = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 0, "cooperative": False})
+        await wait_status(pg, waiting, {"in_progress"})  # claimed into the buffer
+        assert waiting in worker.buffer
+        async with engine.begin() as conn:
+            await queue.cancel(conn, waiting, owner)
+        row = await wait_status(pg, waiting, {"cancelled", "completed"}, timeout=1.5)
+        await wait_status(pg, first, {"completed"})
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert row["status"] == "cancelled"
+    assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", waiting) == 0
+    assert (await event_kinds(pg, waiting))[-2:] == ["cancel_requested", "cancelled"]
