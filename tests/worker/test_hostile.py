@@ -4,9 +4,13 @@ stop, claimed jobs the worker will not run, a worker whose clock is not the data
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 import uuid
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 import tests.support.processors  # noqa: F401  (registers the test job types)
 from app.jobs import queue
@@ -14,7 +18,7 @@ from app.jobs.queue import NewJob
 from app.settings import Settings
 from app.worker.runner import Worker
 from tests.support.factories import TestUser, event_kinds
-from tests.support.workers import wait_status
+from tests.support.workers import WorkerProcess, wait_status
 
 
 async def _enqueue(
@@ -114,3 +118,70 @@ async def test_a_cancel_of_a_claimed_job_waiting_for_a_slot_ends_it_before_it_st
     assert row["status"] == "cancelled"
     assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", waiting) == 0
     assert (await event_kinds(pg, waiting))[-2:] == ["cancel_requested", "cancelled"]
+
+
+FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FAKETIME_LIB.exists(), reason="libfaketime is not installed")
+async def test_workers_whose_clocks_are_minutes_off_keep_every_time_on_the_databases_clock(
+    make_settings, engine, owner, pg, tmp_path
+) -> None:
+    """Two worker processes, one clock five minutes fast and one five minutes slow (libfaketime), share
+    jobs whose leases must be renewed, a retry with its backoff, a scheduled job and a job that logs. None
+    is rescued or run twice, the retry and the scheduled job start on time by the database's clock, and
+    the logged lines carry times within their job's run: stamped by the worker's own clock they read five
+    minutes after the job had finished (or before it started)."""
+    lease = 2.0
+    settings = make_settings(worker_visibility_timeout_secs=lease, worker_sweep_interval_secs=0.3)
+    db_now = await pg.fetchval("SELECT now()")
+    ids = {
+        "renewed": await _enqueue(engine, settings, owner, "sleep", {"seconds": 2.5 * lease}),
+        "retried": await _enqueue(engine, settings, owner, "fail", {"times": 1}),
+        "scheduled": await _enqueue(
+            engine, settings, owner, "noop", {}, run_at=db_now + datetime.timedelta(seconds=3)
+        ),
+    }
+    ids.update(
+        {f"logs{i}": await _enqueue(engine, settings, owner, "test.logs", {"lines": 3}) for i in range(4)}
+    )
+    procs = [
+        WorkerProcess(
+            settings,
+            tmp_path / f"w{skew}.log",
+            LD_PRELOAD=str(FAKETIME_LIB),
+            FAKETIME=f"{skew}m",
+            FAKETIME_NO_CACHE="1",
+        )
+        for skew in ("+5", "-5")
+    ]
+    try:
+        for job in ids.values():
+            await wait_status(pg, job, {"completed", "failed"}, timeout=20)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            await asyncio.to_thread(p.wait, 30)
+            p.close()
+    rows = {name: await pg.fetchrow("SELECT * FROM jobs WHERE id = $1", job) for name, job in ids.items()}
+    assert {name: r["status"] for name, r in rows.items()} == dict.fromkeys(ids, "completed")
+    kinds = {name: await event_kinds(pg, job) for name, job in ids.items()}
+    assert not [name for name, k in kinds.items() if "rescued" in k], kinds
+    assert rows["renewed"]["attempts"] == 1
+    assert rows["retried"]["attempts"] == 2
+    assert rows["retried"]["completed_at"] - db_now < datetime.timedelta(seconds=10)
+    assert db_now + datetime.timedelta(seconds=3) <= rows["scheduled"]["started_at"]
+    assert rows["scheduled"]["started_at"] < db_now + datetime.timedelta(seconds=8)
+    for name, r in rows.items():
+        if name.startswith("logs"):
+            ats = [a for (a,) in await pg.fetch("SELECT at FROM job_logs WHERE job_id = $1", ids[name])]
+            assert ats, name
+            slack = datetime.timedelta(seconds=2)
+            assert all(r["started_at"] - slack <= at <= r["completed_at"] + slack for at in ats), (
+                name,
+                r["started_at"],
+                r["completed_at"],
+                ats,
+            )
