@@ -185,3 +185,54 @@ async def test_workers_whose_clocks_are_minutes_off_keep_every_time_on_the_datab
                 r["completed_at"],
                 ats,
             )
+
+
+async def _disable(pg: Any, engine: Any, user: TestUser) -> None:
+    """Disable ``user`` as the admin's action does: the account, then its waiting jobs held."""
+    await pg.execute("UPDATE users SET is_active = false WHERE id = $1", user.id)
+    async with engine.begin() as conn:
+        await queue.hold_user_jobs(conn, user.id, "test")
+
+
+async def test_a_running_job_of_a_disabled_owner_that_goes_back_to_waiting_is_held(
+    make_settings, engine, owner, pg
+) -> None:
+    """A job runs while its owner is disabled; it is left to finish, but its attempt fails (a retry is
+    due) and, on another, the worker stops before it finishes (it is handed back). Each went back to
+    ``queued`` as claimable and ran again for the disabled owner: the hold covers only the jobs waiting at
+    the disable. Both are held now, as a processor's next jobs for a disabled owner are."""
+    settings = make_settings(worker_shutdown_grace_secs=0.3)
+    worker = Worker(settings, settings.database_url or "")
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        retried = await _enqueue(engine, settings, owner, "test.hang", {"seconds": 10}, max_attempts=3)
+        handed_back = await _enqueue(engine, settings, owner, "sleep", {"seconds": 30})
+        await wait_status(pg, retried, {"in_progress"})
+        await wait_status(pg, handed_back, {"in_progress"})
+        await _disable(pg, engine, owner)
+        await asyncio.sleep(1.5)  # the timeout (0.5 s) fails the attempt; its retry is due at once
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    for job, attempts in ((retried, 1), (handed_back, 0)):
+        row = await pg.fetchrow("SELECT status, is_active, attempts FROM jobs WHERE id = $1", job)
+        assert dict(row) == {"status": "queued", "is_active": False, "attempts": attempts}, (job, dict(row))
+        assert (await event_kinds(pg, job))[-1] == "held"
+
+
+async def test_a_disabled_owners_job_rescued_from_a_lost_worker_is_held(
+    make_settings, engine, owner, pg
+) -> None:
+    """The rescue puts a lost worker's job back to waiting: for a disabled owner it waits held."""
+    settings = make_settings()
+    job = await _enqueue(engine, settings, owner, "noop", {})
+    async with engine.begin() as conn:
+        assert [r["id"] for r in await queue.claim(conn, "lost-worker", 1, 30)] == [job]
+    await pg.execute("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", job)
+    await _disable(pg, engine, owner)
+    async with engine.begin() as conn:
+        assert [r["id"] for r in await queue.rescue_expired(conn)] == [job]
+    row = await pg.fetchrow("SELECT status, is_active, attempts FROM jobs WHERE id = $1", job)
+    assert dict(row) == {"status": "queued", "is_active": False, "attempts": 1}
+    assert (await event_kinds(pg, job))[-2:] == ["rescued", "held"]

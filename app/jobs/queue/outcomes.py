@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.jobs.payload import cap_text, storable_json
 from app.jobs.queue.common import JOBS_CHANNEL, fetch_rows, lock_pipelines, sql
 from app.jobs.queue.consequences import Changed, consequences
+from app.jobs.queue.holds import hold_requeued
 from app.jobs.queue.pipelines import insert_next_jobs
 from app.jobs.types import NextJob
 from app.settings import Settings
@@ -296,6 +297,7 @@ async def finish(
         await _fail(batch, by_kind[OutcomeKind.FAILED])
     await _acknowledge_cancels(batch, by_kind[OutcomeKind.CANCELLED])
     report.notify = await _release(batch, by_kind[OutcomeKind.RELEASED])
+    await hold_requeued(conn, batch.changed)  # a retry or a hand-back of a disabled owner's job waits held
     for r in batch.changed:
         report.status[r["id"]] = r["status"]
     report.lost = {o.job_id for o in outcomes} - set(report.status)
