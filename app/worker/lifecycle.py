@@ -37,6 +37,8 @@ LINGERING_LAST_SECS = 1.0
 
 CANCELLED_UNSTARTED = "cancelled before it started"
 
+RELEASED_DROPPED = "released: claimed ahead of a free slot, not started while the database was out of reach"
+
 RELEASED_UNSTARTED = "released: claimed ahead of a free slot, not started before the worker stopped"
 
 
@@ -118,11 +120,18 @@ def cancel_buffered(worker: Worker, job_id: uuid.UUID) -> None:
         )
 
 
-def drop_buffered(worker: Worker, job_ids: set[uuid.UUID], why: str) -> None:
-    """Forget buffered jobs whose lease is lost or about to run out: they must not start here."""
+def drop_buffered(worker: Worker, job_ids: set[uuid.UUID], why: str, *, hand_back: bool = False) -> None:
+    """Drop buffered jobs whose lease is lost or about to run out: they must not start here. With
+    ``hand_back`` (a lease about to run out unrenewed, the database out of reach) each is released
+    through the completer, which writes it once the database answers: fenced by the attempt, it changes
+    nothing if the job was rescued meanwhile, and otherwise spares the job the rescue, which counts the
+    attempt it never ran (failing a job on its last one). A lost lease has nothing to hand back."""
     for job in worker.buffer.drop(job_ids):
         job.log.warning(f"{why}; dropping the claimed job before it started")
-        worker.completer.forget(job)
+        if hand_back:
+            worker.completer.submit(job.released(RELEASED_DROPPED))
+        else:
+            worker.completer.forget(job)
 
 
 async def _finished_within(worker: Worker, tasks: list[asyncio.Task[None]], grace: float) -> set[Any]:

@@ -541,7 +541,7 @@ class Worker:
     def lease_running_out(self, job_ids: list[uuid.UUID]) -> None:
         """These jobs' leases end within the margin and could not be renewed (the database is out of
         reach): stop them now, before another worker can have claimed them."""
-        lifecycle.drop_buffered(self, set(job_ids), "lease not renewed and about to run out")
+        lifecycle.drop_buffered(self, set(job_ids), "lease not renewed and about to run out", hand_back=True)
         for job_id in job_ids:
             job = self.running.get(job_id)
             if job is not None and job.stop_reason is None:

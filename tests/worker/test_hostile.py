@@ -236,3 +236,40 @@ async def test_a_disabled_owners_job_rescued_from_a_lost_worker_is_held(
     row = await pg.fetchrow("SELECT status, is_active, attempts FROM jobs WHERE id = $1", job)
     assert dict(row) == {"status": "queued", "is_active": False, "attempts": 1}
     assert (await event_kinds(pg, job))[-2:] == ["rescued", "held"]
+
+
+@pytest.mark.slow
+async def test_a_claimed_job_dropped_unstarted_in_a_partition_is_handed_back_not_failed(
+    make_settings, engine, owner, pg, tcp_proxy
+) -> None:
+    """A worker is cut off (packets vanish) while one job runs and another, on its last attempt, waits
+    in its buffer. Its leases cannot be renewed, so before they end it stops the running job and drops the
+    waiting one. The dropped job never started: handed back once the database is in reach again (fenced by
+    its attempt), it runs on its one attempt; left to the rescue, it failed as "lease expired: worker
+    lost" without having run."""
+    lease = 3.0
+    common: dict[str, Any] = {"worker_visibility_timeout_secs": lease, "max_concurrent_jobs": 1}
+    settings = make_settings(**common)
+    cut_off = make_settings(database_url=tcp_proxy.url(settings.database_url or ""), **common)
+    worker = Worker(cut_off, cut_off.database_url or "")
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        running = await _enqueue(engine, settings, owner, "sleep", {"seconds": 30})
+        await wait_status(pg, running, {"in_progress"})
+        waiting = await _enqueue(engine, settings, owner, "noop", {}, max_attempts=1)
+        await wait_status(pg, waiting, {"in_progress"})
+        assert waiting in worker.buffer
+        tcp_proxy.cut("blackhole")
+        for _ in range(100):  # dropped a heartbeat before the lease ends by the worker's clock
+            if waiting not in worker.buffer:
+                break
+            await asyncio.sleep(0.05)
+        assert waiting not in worker.buffer
+        tcp_proxy.restore()
+        row = await wait_status(pg, waiting, {"completed", "failed"}, timeout=15)
+    finally:
+        tcp_proxy.restore()
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
