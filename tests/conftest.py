@@ -63,6 +63,7 @@ SERIAL_MODULES = {
     "tests/ops/test_partition.py",
     "tests/ops/test_pgbouncer.py",
     "tests/worker/test_chaos.py",
+    "tests/worker/test_hostile.py",
     "tests/worker/test_claim_order.py",
     "tests/worker/test_claim_rate.py",
     "tests/worker/test_worker_faults.py",

@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 from app.db import is_transient
+from app.jobs.queue import Outcome
 from app.worker.completer import COMPLETER_BATCH
 from app.worker.faults import first_line
 
@@ -34,6 +35,8 @@ renewing all those leases in one transaction held up the very completions it wai
 
 CLAIM_ARRIVAL_SECS = 5.0
 """How long a stopping worker waits for the answers of claims on their way (normally milliseconds)."""
+
+RELEASED_LATE = "released: the claim's answer came too late to run the job safely"
 
 CLAIM_RETRY_FIRST_SECS = 0.2
 """First wait after a claim failed because the database is unreachable (doubled up to the poll interval
@@ -148,10 +151,21 @@ async def _claim_and_start(worker: Worker, want: int) -> tuple[int, float | None
     rows = await worker.claimer.claim(want)
     if time.monotonic() - sent >= worker.lease_secs - worker.leases.margin:
         # The answer came too late to run these safely (the loop was blocked while it waited): their
-        # leases may be running out already. The rescue gives them to a worker in time.
-        worker.log.warning(
-            "claimed jobs arrived too late to run; leaving them to the rescue", count=len(rows)
-        )
+        # leases may be running out already. Handed back at once, not left to the rescue, which would
+        # count the attempt the claim took (failing a job on its last attempt that never started) and
+        # wait for the lease to end. Each release is fenced by the attempt: a job rescued or claimed
+        # again meanwhile is left as it is.
+        worker.log.warning("claimed jobs arrived too late to run; handing them back", count=len(rows))
+        for row in rows:
+            worker.completer.submit(
+                Outcome(
+                    row["id"],
+                    "released",
+                    message=RELEASED_LATE,
+                    pipeline_id=row["pipeline_id"],
+                    attempt=row["attempts"],
+                )
+            )
         return len(rows), None
     for row in rows:  # start at once: the lookup below must not delay them (latency)
         worker.hold(row, sent)

@@ -25,11 +25,11 @@ import uuid
 from collections import deque
 from collections.abc import Iterable
 from contextvars import ContextVar
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import dbclock
 from app.db import is_transient
 from app.jobs import joblog
 from app.jobs.joblog import Line
@@ -57,7 +57,9 @@ class JobLogBuffer:
 
     def add(self, level: str, message: str) -> None:
         """Keep one line (any thread). Past the bound the oldest unwritten line is dropped and counted."""
-        line = Line(self.job_id, self.attempt, datetime.now(UTC), level, message)
+        # On the database's clock, as every other time of the job (started, finished, its events): a
+        # worker host whose clock is minutes off stamped its lines minutes outside the job's run.
+        line = Line(self.job_id, self.attempt, dbclock.db_time(), level, message)
         with self._lock:
             if len(self._lines) == self._lines.maxlen:
                 self._dropped += 1
@@ -76,7 +78,7 @@ class JobLogBuffer:
             dropped, self._dropped = self._dropped, 0
             self._queued = False
         if dropped:
-            when = lines[0].at if lines else datetime.now(UTC)
+            when = lines[0].at if lines else dbclock.db_time()
             marker = Line(self.job_id, self.attempt, when, joblog.CUT, joblog.cut_text(dropped), dropped)
             lines.insert(0, marker)
         return lines

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from app import __version__, controls
 from app.jobs import queue
+from app.jobs.queue import Outcome
 from app.worker.faults import retrying
 
 if TYPE_CHECKING:
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
 
 LINGERING_LAST_SECS = 1.0
 """How long a stopping worker still waits for processor tasks that ignored their cancellation."""
+
+CANCELLED_UNSTARTED = "cancelled before it started"
+
+RELEASED_DROPPED = "released: claimed ahead of a free slot, not started while the database was out of reach"
 
 RELEASED_UNSTARTED = "released: claimed ahead of a free slot, not started before the worker stopped"
 
@@ -98,11 +103,35 @@ def release_buffered(worker: Worker) -> int:
     return len(jobs)
 
 
-def drop_buffered(worker: Worker, job_ids: set[uuid.UUID], why: str) -> None:
-    """Forget buffered jobs whose lease is lost or about to run out: they must not start here."""
+def cancel_buffered(worker: Worker, job_id: uuid.UUID) -> None:
+    """A cancel was requested for a job claimed ahead of a free slot: it never starts, and its cancel is
+    recorded now, not once a slot frees (its page read "Cancelling" that long, and then it ran until the
+    durable check, which looks at running jobs only, caught up)."""
+    for job in worker.buffer.drop({job_id}):
+        job.log.info("cancel requested before the job started; it will not start")
+        worker.completer.submit(
+            Outcome(
+                job.id,
+                "cancelled",
+                message=CANCELLED_UNSTARTED,
+                pipeline_id=job.row["pipeline_id"],
+                attempt=job.row["attempts"],
+            )
+        )
+
+
+def drop_buffered(worker: Worker, job_ids: set[uuid.UUID], why: str, *, hand_back: bool = False) -> None:
+    """Drop buffered jobs whose lease is lost or about to run out: they must not start here. With
+    ``hand_back`` (a lease about to run out unrenewed, the database out of reach) each is released
+    through the completer, which writes it once the database answers: fenced by the attempt, it changes
+    nothing if the job was rescued meanwhile, and otherwise spares the job the rescue, which counts the
+    attempt it never ran (failing a job on its last one). A lost lease has nothing to hand back."""
     for job in worker.buffer.drop(job_ids):
         job.log.warning(f"{why}; dropping the claimed job before it started")
-        worker.completer.forget(job)
+        if hand_back:
+            worker.completer.submit(job.released(RELEASED_DROPPED))
+        else:
+            worker.completer.forget(job)
 
 
 async def _finished_within(worker: Worker, tasks: list[asyncio.Task[None]], grace: float) -> set[Any]:

@@ -514,7 +514,10 @@ class Worker:
         """Ask a running job to stop (cancel request seen through NOTIFY or the durable check): set its
         cancel signal, then cancel its task after ``JOB_CANCEL_GRACE_SECS``."""
         job = self.running.get(job_id)
-        if job is None or job.cancel_event.is_set():
+        if job is None:
+            lifecycle.cancel_buffered(self, job_id)
+            return
+        if job.cancel_event.is_set():
             return
         job.log.info(
             "cancel requested; asking the processor to stop", grace_secs=self.settings.job_cancel_grace_secs
@@ -538,7 +541,7 @@ class Worker:
     def lease_running_out(self, job_ids: list[uuid.UUID]) -> None:
         """These jobs' leases end within the margin and could not be renewed (the database is out of
         reach): stop them now, before another worker can have claimed them."""
-        lifecycle.drop_buffered(self, set(job_ids), "lease not renewed and about to run out")
+        lifecycle.drop_buffered(self, set(job_ids), "lease not renewed and about to run out", hand_back=True)
         for job_id in job_ids:
             job = self.running.get(job_id)
             if job is not None and job.stop_reason is None:

@@ -445,7 +445,7 @@ async def test_a_loop_blocked_longer_than_the_lease_loses_no_lease(
 ) -> None:
     """Two workers run span jobs while processors block their event loops for twice the lease (3 s). The
     lease keepers renew from their own threads, without waiting for row locks the blocked loops hold, and a
-    claim answered while a loop was blocked is left to the rescue: nothing runs twice, nothing is lost."""
+    claim answered while a loop was blocked is handed back unrun: nothing runs twice, nothing is lost."""
     lease = 3.0
     settings = make_settings(
         worker_visibility_timeout_secs=lease, worker_sweep_interval_secs=0.5, max_concurrent_jobs=3
@@ -473,8 +473,9 @@ async def test_a_loop_blocked_longer_than_the_lease_loses_no_lease(
             p.close()
     spans = await _spans_by_job(pg)
     assert {len(runs) for runs in spans.values()} == {1}, "a span job ran more than once"
-    # A claim whose answer arrives while its worker's loop is blocked is not run there but rescued (the
-    # lease may be running out by then); so rescues may happen, repeated runs may not.
+    # A claim whose answer arrives while its worker's loop is blocked is not run there but handed back (the
+    # lease may be running out by then; the rescue may be first); so rescues may happen, repeated runs
+    # may not.
     rescued_then_run_twice = await pg.fetchval(
         "SELECT count(*) FROM side_effects GROUP BY job_id HAVING count(*) > 1 LIMIT 1"
     )

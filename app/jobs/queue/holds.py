@@ -4,7 +4,8 @@ A held job stays ``queued`` with ``is_active = false``: the claim takes only act
 never runs, and no status name changes for anything that reads jobs. Holding, releasing and cancelling
 are each one compare-and-set over the person's waiting jobs, written with one event per job, in the
 caller's transaction (the disable's, for holding). A job that was already running when its owner was
-disabled finishes; next jobs its processor creates for a disabled owner are held as they are inserted,
+disabled finishes, and is held if it goes back to waiting instead (a retry, a hand-back at a worker's
+stop, a rescue: :func:`hold_requeued`); next jobs its processor creates for a disabled owner are held as they are inserted,
 and so is a job an admin retries or runs again for a disabled owner: only a release lets it run.
 Cancelling held jobs is :mod:`.held_cancel` (it has a cancel's consequences).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
@@ -70,6 +72,25 @@ async def hold_if_owner_disabled(conn: AsyncConnection, user_id: int, ids: Seque
         return 0
     params = {"user_id": user_id, "ids": list(ids), "actor": "system:disabled", "message": HELD_MESSAGE}
     return int((await conn.execute(HOLD, params)).scalar_one())
+
+
+OWNERS_DISABLED = sql("SELECT id FROM users WHERE id = ANY(CAST(:ids AS int[])) AND NOT is_active")
+
+
+async def hold_requeued(conn: AsyncConnection, rows: Sequence[Any]) -> int:
+    """Hold the jobs among ``rows`` (a transition's rows: ``id``, ``user_id``, ``status``) that went back
+    to waiting while their owner is disabled: a running job is left to finish, but not to start again (a
+    retry after a failed attempt, a hand-back at a worker's stop, a rescue); returns how many."""
+    owners = {r["user_id"] for r in rows if r["status"] == "queued" and r.get("user_id") is not None}
+    if not owners:
+        return 0
+    disabled = set((await conn.execute(OWNERS_DISABLED, {"ids": sorted(owners)})).scalars())
+    held = 0
+    for user_id in sorted(disabled):
+        ids = [r["id"] for r in rows if r["status"] == "queued" and r.get("user_id") == user_id]
+        params = {"user_id": user_id, "ids": ids, "actor": "system:disabled", "message": HELD_MESSAGE}
+        held += int((await conn.execute(HOLD, params)).scalar_one())
+    return held
 
 
 async def release_user_jobs(db: AsyncConnection | AsyncSession, user_id: int, actor: str) -> int:

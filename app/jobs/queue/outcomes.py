@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.jobs.payload import cap_text, storable_json
 from app.jobs.queue.common import JOBS_CHANNEL, fetch_rows, lock_pipelines, sql
 from app.jobs.queue.consequences import Changed, consequences
+from app.jobs.queue.holds import hold_requeued
 from app.jobs.queue.pipelines import insert_next_jobs
 from app.jobs.types import NextJob
 from app.settings import Settings
@@ -150,25 +151,36 @@ CANCEL_ACK_MANY = sql(
     """
 )
 
+# A job whose cancel was requested (``NOT is_active``) is not handed back: the cancel was accepted, and
+# ``queued`` with the cancel flag is a held job ("Held"), which no worker claims and nobody had held.
+# The stop ended it, so it ends ``cancelled``, as the rescue ends such a job whose worker was lost.
 RELEASE_MANY = sql(
     f"""
     WITH input AS (
         SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[])) AS t(id, attempt)
     ), upd AS (
         UPDATE jobs j
-        SET status = 'queued', attempts = GREATEST(j.attempts - 1, 0), run_at = now(), updated_at = now(),
-            locked_by = NULL, lease_expires_at = NULL
+        SET status = CASE WHEN j.is_active THEN 'queued' ELSE 'cancelled' END,
+            attempts = CASE WHEN j.is_active THEN GREATEST(j.attempts - 1, 0) ELSE j.attempts END,
+            run_at = CASE WHEN j.is_active THEN now() ELSE j.run_at END,
+            completed_at = CASE WHEN j.is_active THEN NULL ELSE now() END,
+            error_message = CASE WHEN j.is_active THEN j.error_message ELSE :cancelled END,
+            updated_at = now(), locked_by = NULL, lease_expires_at = NULL
         FROM input
         WHERE j.id = input.id AND j.status = 'in_progress' AND j.locked_by = :worker
           AND (input.attempt IS NULL OR j.attempts = input.attempt)
-        RETURNING j.id, j.pipeline_id, j.status
+        RETURNING j.id, j.pipeline_id, j.status, j.type, j.user_id, j.title, j.step_key
     ), ev AS (
         INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, message)
-        SELECT id, pipeline_id, 'released', 'in_progress', 'queued', :actor, :message FROM upd
-    ), notify AS (SELECT pg_notify('{JOBS_CHANNEL}', '') FROM upd LIMIT 1)
+        SELECT id, pipeline_id, CASE WHEN status = 'queued' THEN 'released' ELSE 'cancelled' END,
+               'in_progress', status, :actor, CASE WHEN status = 'queued' THEN :message ELSE :cancelled END
+        FROM upd
+    ), notify AS (SELECT pg_notify('{JOBS_CHANNEL}', '') FROM upd WHERE status = 'queued' LIMIT 1)
     SELECT upd.*, (SELECT count(*) FROM notify) AS notified FROM upd
     """
 )
+RELEASED_CANCELLED = "cancelled; its worker stopped before the job did"
+"""The error of a job released while its cancel was pending (it ends ``cancelled``)."""
 
 
 @dataclass
@@ -246,7 +258,8 @@ async def _acknowledge_cancels(batch: _Batch, cancelled: list[Outcome]) -> None:
 
 
 async def _release(batch: _Batch, released: list[Outcome]) -> bool:
-    """Jobs handed back at shutdown (``queued`` again, the attempt not counted), each only at the attempt
+    """Jobs handed back at shutdown (``queued`` again, the attempt not counted; ``cancelled`` when a cancel
+    was requested), each only at the attempt
     its outcome belongs to: the late release of an attempt whose lease was lost must not hand back a
     newer attempt of the same job, even one this worker claimed. Returns whether a NOTIFY was sent."""
     if not released:
@@ -256,9 +269,10 @@ async def _release(batch: _Batch, released: list[Outcome]) -> bool:
         "ids": [o.job_id for o in released],
         "attempts": [o.attempt for o in released],
         "message": cap_text(message),
+        "cancelled": RELEASED_CANCELLED,
     }
     rows = await batch.write(RELEASE_MANY, params, fast=False)
-    return bool(rows)
+    return any(r["notified"] for r in rows)
 
 
 async def finish(
@@ -283,6 +297,7 @@ async def finish(
         await _fail(batch, by_kind[OutcomeKind.FAILED])
     await _acknowledge_cancels(batch, by_kind[OutcomeKind.CANCELLED])
     report.notify = await _release(batch, by_kind[OutcomeKind.RELEASED])
+    await hold_requeued(conn, batch.changed)  # a retry or a hand-back of a disabled owner's job waits held
     for r in batch.changed:
         report.status[r["id"]] = r["status"]
     report.lost = {o.job_id for o in outcomes} - set(report.status)

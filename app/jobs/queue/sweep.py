@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.jobs import outbox
 from app.jobs.queue.common import lock_pipelines, notify_jobs, sql
 from app.jobs.queue.consequences import consequences, consequences_of_lost_jobs
+from app.jobs.queue.holds import hold_requeued
 from app.jobs.states import Status
 
 RESCUE_LOCK_KEY = 0x6A6F6264  # "jobd": one sweeper at a time across processes
@@ -103,6 +104,7 @@ async def rescue_expired(
     params = {"ids": ids, "delays": await _retry_delays(conn, ids, delays), "actor": "system:sweep"}
     rows = (await conn.execute(RESCUE, params)).mappings().all()
     if rows:
+        await hold_requeued(conn, rows)  # a disabled owner's job, back to waiting, waits held
         await consequences(conn, [r for r in rows if r["status"] != Status.FAILED], "system:sweep")
         dead = [r for r in rows if r["status"] == Status.FAILED]
         if dead:

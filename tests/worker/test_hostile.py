@@ -1,0 +1,275 @@
+"""Corners found by attacking the worker as a hostile environment would: a cancel request that meets a
+stop, claimed jobs the worker will not run, a worker whose clock is not the database's."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tests.support.processors  # noqa: F401  (registers the test job types)
+from app.jobs import queue
+from app.jobs.queue import NewJob
+from app.settings import Settings
+from app.worker.runner import Worker
+from tests.support.factories import TestUser, event_kinds
+from tests.support.workers import WorkerProcess, wait_status
+
+
+async def _enqueue(
+    engine: Any, settings: Settings, user: TestUser, type_: str, data: dict[str, Any], **kw: Any
+) -> uuid.UUID:
+    async with engine.begin() as conn:
+        result = await queue.enqueue(
+            conn, NewJob(type=type_, input_data=data, user_id=user.id, **kw), settings
+        )
+    return result.job["id"]
+
+
+async def test_a_job_whose_cancel_meets_the_end_of_the_stops_grace_ends_cancelled_not_held(
+    make_settings, engine, owner, pg
+) -> None:
+    """A cancel is requested for a running job whose processor does not stop at once (its cancel grace is
+    long), and the worker is stopped meanwhile with a short grace: the job is stopped for the shutdown. The
+    cancel was accepted, so the job ends ``cancelled``; handed back to the queue it stayed ``queued`` with
+    its cancel flag, which reads "Held" and is never claimed nor cancelled."""
+    settings = make_settings(job_cancel_grace_secs=10, worker_shutdown_grace_secs=0.3)
+    worker = Worker(settings, settings.database_url or "")
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        job = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 30, "cooperative": False})
+        await wait_status(pg, job, {"in_progress"})
+        async with engine.begin() as conn:
+            await queue.cancel(conn, job, owner)
+        await asyncio.sleep(0.5)  # the worker saw the request (NOTIFY) and asked the processor to stop
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    row = await wait_status(pg, job, {"cancelled", "queued"}, timeout=5)
+    assert (row["status"], row["is_active"]) == ("cancelled", False), row
+    assert row["locked_by"] is None and row["completed_at"] is not None
+    assert (await event_kinds(pg, job))[-2:] == ["cancel_requested", "cancelled"]
+
+
+async def test_jobs_claimed_too_late_to_run_are_handed_back_without_costing_an_attempt(
+    make_settings, engine, owner, pg, monkeypatch
+) -> None:
+    """A claim's answer reaches the worker only after its loop was blocked for a whole lease (a processor
+    blocked it, or the answer was slow): the worker does not run those jobs, their lease may be over. Left
+    to the rescue, each lost the attempt the claim counted, so a job on its last attempt failed with "lease
+    expired: worker lost" without ever having started. Handed back at once (fenced by the attempt), the
+    job runs on its one attempt."""
+    lease = 2.0
+    settings = make_settings(worker_visibility_timeout_secs=lease, worker_sweep_interval_secs=0.3)
+    job = await _enqueue(engine, settings, owner, "noop", {}, max_attempts=1)
+    worker = Worker(settings, settings.database_url or "")
+    claim = worker.claimer.claim
+    blocked = []
+
+    async def late(want: int) -> Any:
+        rows = await claim(want)
+        if rows and not blocked:
+            blocked.append(rows)
+            time.sleep(lease - worker.leases.margin / 2)  # noqa: ASYNC251  (the loop blocked meanwhile)
+        return rows
+
+    monkeypatch.setattr(worker.claimer, "claim", late)
+    task = asyncio.create_task(worker.run())
+    try:
+        row = await wait_status(pg, job, {"completed", "failed"}, timeout=15)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert blocked, "the claim was not held up"
+    assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
+    assert await event_kinds(pg, job) == ["enqueued", "claimed", "released", "claimed", "completed"]
+
+
+async def test_a_cancel_of_a_claimed_job_waiting_for_a_slot_ends_it_before_it_starts(
+    make_settings, engine, owner, pg
+) -> None:
+    """A job claimed ahead of a free slot (buffered: ``in_progress``, leased, not started) is cancelled. It
+    ends ``cancelled`` at once, and never starts: the cancel was seen only for running jobs, so it read
+    "Cancelling" until a slot freed, then started and ran its side effect before the durable check caught
+    up."""
+    settings = make_settings(max_concurrent_jobs=1)
+    worker = Worker(settings, settings.database_url or "")
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        first = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 3, "cooperative": False})
+        await wait_status(pg, first, {"in_progress"})
+        waiting = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 0, "cooperative": False})
+        await wait_status(pg, waiting, {"in_progress"})  # claimed into the buffer
+        assert waiting in worker.buffer
+        async with engine.begin() as conn:
+            await queue.cancel(conn, waiting, owner)
+        row = await wait_status(pg, waiting, {"cancelled", "completed"}, timeout=1.5)
+        await wait_status(pg, first, {"completed"})
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert row["status"] == "cancelled"
+    assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", waiting) == 0
+    assert (await event_kinds(pg, waiting))[-2:] == ["cancel_requested", "cancelled"]
+
+
+FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FAKETIME_LIB.exists(), reason="libfaketime is not installed")
+async def test_workers_whose_clocks_are_minutes_off_keep_every_time_on_the_databases_clock(
+    make_settings, engine, owner, pg, tmp_path
+) -> None:
+    """Two worker processes, one clock five minutes fast and one five minutes slow (libfaketime), share
+    jobs whose leases must be renewed, a retry with its backoff, a scheduled job and a job that logs. None
+    is rescued or run twice, the retry and the scheduled job start on time by the database's clock, and
+    the logged lines carry times within their job's run: stamped by the worker's own clock they read five
+    minutes after the job had finished (or before it started)."""
+    lease = 2.0
+    settings = make_settings(worker_visibility_timeout_secs=lease, worker_sweep_interval_secs=0.3)
+    db_now = await pg.fetchval("SELECT now()")
+    ids = {
+        "renewed": await _enqueue(engine, settings, owner, "sleep", {"seconds": 2.5 * lease}),
+        "retried": await _enqueue(engine, settings, owner, "fail", {"times": 1}),
+        "scheduled": await _enqueue(
+            engine, settings, owner, "noop", {}, run_at=db_now + datetime.timedelta(seconds=3)
+        ),
+    }
+    ids.update(
+        {f"logs{i}": await _enqueue(engine, settings, owner, "test.logs", {"lines": 3}) for i in range(4)}
+    )
+    procs = [
+        WorkerProcess(
+            settings,
+            tmp_path / f"w{skew}.log",
+            LD_PRELOAD=str(FAKETIME_LIB),
+            FAKETIME=f"{skew}m",
+            FAKETIME_NO_CACHE="1",
+        )
+        for skew in ("+5", "-5")
+    ]
+    try:
+        for job in ids.values():
+            await wait_status(pg, job, {"completed", "failed"}, timeout=20)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            await asyncio.to_thread(p.wait, 30)
+            p.close()
+    rows = {name: await pg.fetchrow("SELECT * FROM jobs WHERE id = $1", job) for name, job in ids.items()}
+    assert {name: r["status"] for name, r in rows.items()} == dict.fromkeys(ids, "completed")
+    kinds = {name: await event_kinds(pg, job) for name, job in ids.items()}
+    assert not [name for name, k in kinds.items() if "rescued" in k], kinds
+    assert rows["renewed"]["attempts"] == 1
+    assert rows["retried"]["attempts"] == 2
+    assert rows["retried"]["completed_at"] - db_now < datetime.timedelta(seconds=10)
+    assert db_now + datetime.timedelta(seconds=3) <= rows["scheduled"]["started_at"]
+    assert rows["scheduled"]["started_at"] < db_now + datetime.timedelta(seconds=8)
+    for name, r in rows.items():
+        if name.startswith("logs"):
+            ats = [a for (a,) in await pg.fetch("SELECT at FROM job_logs WHERE job_id = $1", ids[name])]
+            assert ats, name
+            slack = datetime.timedelta(seconds=2)
+            assert all(r["started_at"] - slack <= at <= r["completed_at"] + slack for at in ats), (
+                name,
+                r["started_at"],
+                r["completed_at"],
+                ats,
+            )
+
+
+async def _disable(pg: Any, engine: Any, user: TestUser) -> None:
+    """Disable ``user`` as the admin's action does: the account, then its waiting jobs held."""
+    await pg.execute("UPDATE users SET is_active = false WHERE id = $1", user.id)
+    async with engine.begin() as conn:
+        await queue.hold_user_jobs(conn, user.id, "test")
+
+
+async def test_a_running_job_of_a_disabled_owner_that_goes_back_to_waiting_is_held(
+    make_settings, engine, owner, pg
+) -> None:
+    """A job runs while its owner is disabled; it is left to finish, but its attempt fails (a retry is
+    due) and, on another, the worker stops before it finishes (it is handed back). Each went back to
+    ``queued`` as claimable and ran again for the disabled owner: the hold covers only the jobs waiting at
+    the disable. Both are held now, as a processor's next jobs for a disabled owner are."""
+    settings = make_settings(worker_shutdown_grace_secs=0.3)
+    worker = Worker(settings, settings.database_url or "")
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        retried = await _enqueue(engine, settings, owner, "test.hang", {"seconds": 10}, max_attempts=3)
+        handed_back = await _enqueue(engine, settings, owner, "sleep", {"seconds": 30})
+        await wait_status(pg, retried, {"in_progress"})
+        await wait_status(pg, handed_back, {"in_progress"})
+        await _disable(pg, engine, owner)
+        await asyncio.sleep(1.5)  # the timeout (0.5 s) fails the attempt; its retry is due at once
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    for job, attempts in ((retried, 1), (handed_back, 0)):
+        row = await pg.fetchrow("SELECT status, is_active, attempts FROM jobs WHERE id = $1", job)
+        assert dict(row) == {"status": "queued", "is_active": False, "attempts": attempts}, (job, dict(row))
+        assert (await event_kinds(pg, job))[-1] == "held"
+
+
+async def test_a_disabled_owners_job_rescued_from_a_lost_worker_is_held(
+    make_settings, engine, owner, pg
+) -> None:
+    """The rescue puts a lost worker's job back to waiting: for a disabled owner it waits held."""
+    settings = make_settings()
+    job = await _enqueue(engine, settings, owner, "noop", {})
+    async with engine.begin() as conn:
+        assert [r["id"] for r in await queue.claim(conn, "lost-worker", 1, 30)] == [job]
+    await pg.execute("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", job)
+    await _disable(pg, engine, owner)
+    async with engine.begin() as conn:
+        assert [r["id"] for r in await queue.rescue_expired(conn)] == [job]
+    row = await pg.fetchrow("SELECT status, is_active, attempts FROM jobs WHERE id = $1", job)
+    assert dict(row) == {"status": "queued", "is_active": False, "attempts": 1}
+    assert (await event_kinds(pg, job))[-2:] == ["rescued", "held"]
+
+
+@pytest.mark.slow
+async def test_a_claimed_job_dropped_unstarted_in_a_partition_is_handed_back_not_failed(
+    make_settings, engine, owner, pg, tcp_proxy
+) -> None:
+    """A worker is cut off (packets vanish) while one job runs and another, on its last attempt, waits
+    in its buffer. Its leases cannot be renewed, so before they end it stops the running job and drops the
+    waiting one. The dropped job never started: handed back once the database is in reach again (fenced by
+    its attempt), it runs on its one attempt; left to the rescue, it failed as "lease expired: worker
+    lost" without having run."""
+    lease = 3.0
+    common: dict[str, Any] = {"worker_visibility_timeout_secs": lease, "max_concurrent_jobs": 1}
+    settings = make_settings(**common)
+    cut_off = make_settings(database_url=tcp_proxy.url(settings.database_url or ""), **common)
+    worker = Worker(cut_off, cut_off.database_url or "")
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        running = await _enqueue(engine, settings, owner, "sleep", {"seconds": 30})
+        await wait_status(pg, running, {"in_progress"})
+        waiting = await _enqueue(engine, settings, owner, "noop", {}, max_attempts=1)
+        await wait_status(pg, waiting, {"in_progress"})
+        assert waiting in worker.buffer
+        tcp_proxy.cut("blackhole")
+        for _ in range(100):  # dropped a heartbeat before the lease ends by the worker's clock
+            if waiting not in worker.buffer:
+                break
+            await asyncio.sleep(0.05)
+        assert waiting not in worker.buffer
+        tcp_proxy.restore()
+        row = await wait_status(pg, waiting, {"completed", "failed"}, timeout=15)
+    finally:
+        tcp_proxy.restore()
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
