@@ -70,6 +70,7 @@ __all__ = [
     "layers",
     "plan_next_jobs",
     "resolve_refs",
+    "started_column",
     "template",
     "topo_order",
     "validate_step_input",
@@ -247,6 +248,27 @@ async def by_form_key(db: AsyncConnection | AsyncSession, user_id: int, form_key
 
 # --- reading ----------------------------------------------------------------------------------------
 
+STEP_STARTED = "({s}.attempts > 0 OR {s}.status NOT IN ('queued', 'cancelled'))"
+"""Whether a step (a ``jobs`` row named ``{s}``) has started: a worker claimed it and it is running, waiting
+for a decision, finished, or waiting to try again after an attempt. A step handed back unstarted (a
+worker's stop gives the attempt back) or re-opened by a retry has not, until a worker claims it again;
+a step cancelled before any attempt never did."""
+
+
+def started_column(pipeline: str) -> str:
+    """The select-list item ``started`` for the pipeline row named ``pipeline``: whether any of its steps
+    has started (:data:`STEP_STARTED`). Only a ``running`` pipeline asks (a finished one, or one whose step
+    waits for a decision, has started): one probe of ``ix_jobs_pipeline_id`` that stops at the first
+    started step, so a list pays at most one bounded probe per pipeline it shows. A pipeline that is
+    ``running`` but has no started step is waiting for a worker, and is shown so
+    (:func:`app.web.display.pipeline_state`)."""
+    step = STEP_STARTED.format(s="s")
+    return (
+        f"CASE WHEN {pipeline}.status <> 'running' THEN true ELSE EXISTS ("
+        f"SELECT 1 FROM jobs s WHERE s.pipeline_id = {pipeline}.id AND {step}) END AS started"
+    )
+
+
 GET_PIPELINE = text(
     "SELECT id, name, template, user_id, status, input_data, created_at, updated_at, finished_at FROM pipelines WHERE id = :id"
 )
@@ -255,11 +277,11 @@ PIPELINE_STEPS = text(
     SELECT j.id, j.step_key, j.type, j.title, j.status, j.is_active, j.pending_parents, j.run_at, j.attempts,
            j.max_attempts, j.progress, j.progress_message, j.started_at, j.completed_at, j.requires_approval,
            j.error_message IS NOT NULL AS has_error, left(j.error_message, 64) AS error_head,
-           j.created_at, j.created_by_job,
+           j.created_at, j.created_by_job, STEP_STARTED AS started,
            COALESCE((SELECT array_agg(d.depends_on::text ORDER BY d.depends_on) FROM job_dependencies d WHERE d.job_id = j.id),
                     '{}') AS depends_on_ids
     FROM jobs j WHERE j.pipeline_id = :id ORDER BY j.id
-    """
+    """.replace("STEP_STARTED", STEP_STARTED.format(s="j"))
 )
 
 
@@ -313,6 +335,7 @@ async def get(
     done = sum(1 for s in steps if s["status"] == "completed")
     return {
         **dict(p),
+        "started": p["status"] != "running" or any(r["started"] for r in rows),
         "progress": round(100 * done / len(steps)) if steps else 0,
         "current": [s["key"] for s in steps if s["status"] == "in_progress"],
         "layers": layers(steps),

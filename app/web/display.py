@@ -291,16 +291,21 @@ PIPELINE_LABELS = {
 
 
 def pipeline_state(p: Mapping[str, Any], steps: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    """``{"label", "css", "finished", "version"}`` of a pipeline row (or :func:`app.pipelines.get` view).
+    """``{"label", "css", "finished", "started", "version"}`` of a pipeline row with its ``started``
+    column (:func:`app.pipelines.started_column`) or of an :func:`app.pipelines.get` view.
 
-    A pipeline is *finished* once no step is live (``finished_at`` set): a failed pipeline may still
-    have independent steps running, and its page keeps polling until they end.
+    A ``running`` pipeline none of whose steps has started reads "Waiting", as each of its steps and a
+    job in its place do: "Running" with 0% read as stuck while it waited for a worker. A pipeline is
+    *finished* once no step is live (``finished_at`` set): a failed pipeline may still have independent
+    steps running, and its page keeps polling until they end.
     """
-    label = PIPELINE_LABELS.get(p["status"], humanize(p["status"]))
+    status = p["status"]
+    started = status != "running" or bool(p["started"])
+    label = PIPELINE_LABELS.get(status, humanize(status)) if started else "Waiting"
     finished = p.get("finished_at") is not None
-    if p["status"] == "failed" and not finished:
+    if status == "failed" and not finished:
         label = "Failed (other steps are still finishing)"
-    css = STATUS_CLASS.get(PIPELINE_LABELS.get(p["status"], ""), "waiting")
+    css = STATUS_CLASS.get(label, STATUS_CLASS.get(PIPELINE_LABELS.get(status, ""), "waiting"))
     step_parts = tuple(
         (
             str(s.get("job_id")),
@@ -318,5 +323,9 @@ def pipeline_state(p: Mapping[str, Any], steps: list[Mapping[str, Any]] | None =
         "label": label,
         "css": css,
         "finished": finished,
-        "version": fingerprint(p["status"], str(p.get("finished_at")), str(p.get("updated_at")), step_parts),
+        "started": started,
+        # ``started`` turns when a worker claims the first step, which leaves the pipeline's row as it was
+        "version": fingerprint(
+            status, started, str(p.get("finished_at")), str(p.get("updated_at")), step_parts
+        ),
     }

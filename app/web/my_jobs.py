@@ -22,6 +22,7 @@ from app.actions import access
 from app.actions.pipelines import startable_templates
 from app.jobs.cursors import Cursor, read_cursor
 from app.jobs.states import Status
+from app.pipelines import started_column
 from app.processors import registry
 from app.web import display
 from app.web.batch_page import STATUS_WORDS, batch_state
@@ -46,15 +47,19 @@ STATUS_FILTERS = (
     (Status.FAILED.value, "Failed"),
     (Status.CANCELLED.value, "Cancelled"),
 )
-#: Job status filter → pipeline status (``None``: no pipeline matches that filter).
+#: Job status filter → pipeline status (``None``: no pipeline matches that filter). A ``running``
+#: pipeline none of whose steps has started reads "Waiting" (:func:`app.web.display.pipeline_state`), so
+#: "Waiting" lists those and "Running" the others (:data:`PIPELINE_STARTED_FOR`).
 PIPELINE_STATUS_FOR = {
-    "queued": None,
+    "queued": "running",
     "in_progress": "running",
     "waiting_approval": "waiting_approval",
     "completed": "completed",
     "failed": "failed",
     "cancelled": "cancelled",
 }
+PIPELINE_STARTED_FOR = {"queued": False, "in_progress": True}
+"""Job status filter → whether the listed ``running`` pipelines have a started step."""
 PIPELINE_TYPE_PREFIX = "pipeline:"
 
 
@@ -105,9 +110,14 @@ def list_jobs_sql(*, status: bool, job_type: bool, after: bool, search: bool = F
 
 
 @functools.lru_cache(maxsize=32)
-def list_pipelines_sql(*, status: bool, template: bool, after: bool, search: bool = False) -> Any:
+def list_pipelines_sql(
+    *, status: bool, template: bool, after: bool, search: bool = False, started: bool | None = None
+) -> Any:
     """The pipelines half of My jobs, served by ``ix_pipelines_user_id_id``; a search looks at the name and
-    the input of the newest :data:`SEARCH_WINDOW`."""
+    the input of the newest :data:`SEARCH_WINDOW`. Each row has ``started``
+    (:func:`app.pipelines.started_column`: one bounded probe per listed pipeline that is ``running``);
+    ``started`` True or False keeps only the pipelines that have (not) started, probing each ``running``
+    one the scan meets."""
     where = ["user_id = :user_id"]
     if status:
         where.append("status = :status")
@@ -116,21 +126,22 @@ def list_pipelines_sql(*, status: bool, template: bool, after: bool, search: boo
     if after:
         where.append("id < :after")
     if not search:
-        return text(
-            f"SELECT {_LIST_PIPELINE_COLUMNS} FROM pipelines WHERE {' AND '.join(where)} "
-            "ORDER BY id DESC LIMIT :limit"
-        )
-    return text(
-        f"""
+        sql = f"SELECT {_LIST_PIPELINE_COLUMNS} FROM pipelines WHERE {' AND '.join(where)}"
+    else:
+        sql = f"""
         SELECT {_LIST_PIPELINE_COLUMNS} FROM (
             SELECT {_LIST_PIPELINE_COLUMNS}, input_data FROM pipelines WHERE {" AND ".join(where)}
             ORDER BY id DESC LIMIT {SEARCH_WINDOW}
         ) recent
-        WHERE name ILIKE :pattern ESCAPE '\\'
-           OR left(COALESCE(input_data::text, ''), {SEARCHED_INPUT_CHARS}) ILIKE :pattern ESCAPE '\\'
-        ORDER BY id DESC LIMIT :limit
+        WHERE (name ILIKE :pattern ESCAPE '\\'
+           OR left(COALESCE(input_data::text, ''), {SEARCHED_INPUT_CHARS}) ILIKE :pattern ESCAPE '\\')
         """
-    )
+    # the probe is taken on the rows the filters leave (the planner flattens these subqueries): with no
+    # ``started`` filter, on the listed rows only, the Limit stopping the scan
+    sql = f"SELECT *, {started_column('listed')} FROM ({sql}) listed"
+    if started is not None:
+        sql = f"SELECT * FROM ({sql}) probed WHERE {'' if started else 'NOT '}started"
+    return text(f"{sql} ORDER BY id DESC LIMIT :limit")
 
 
 def job_list_item(row: Mapping[str, Any], bell: int | None = None) -> dict[str, Any]:
@@ -159,6 +170,9 @@ def pipeline_list_item(
     """A My jobs row for a pipeline."""
     state = display.pipeline_state(row, None)
     version = display.fingerprint(state["version"], done, total)
+    percent = round(100 * done / total) if total and done is not None else None
+    # "Waiting · 0%" read as stuck too: the percentage is shown once a step has started
+    shown = state["started"] and not state["finished"]
     return {
         "kind": "pipeline",
         "id": row["id"],
@@ -168,9 +182,7 @@ def pipeline_list_item(
         "state": {**state, "terminal": state["finished"], "version": version},
         "created_at": row["created_at"],
         "cell_url": None if state["finished"] else bell_url(f"/pipelines/{row['id']}/cell?v={version}", bell),
-        "percent": round(100 * done / total)
-        if total and done is not None and not state["finished"]
-        else None,
+        "percent": percent if shown else None,
     }
 
 
@@ -238,15 +250,19 @@ async def _job_rows(
 async def _pipeline_rows(
     db: AsyncSession,
     user: Any,
-    status: str | None,
+    job_status: str | None,
     template: str | None,
     after_id: uuid.UUID | None,
     search: str | None,
 ) -> list[Any]:
     sql = list_pipelines_sql(
-        status=bool(status), template=bool(template), after=bool(after_id), search=bool(search)
+        status=bool(job_status),
+        template=bool(template),
+        after=bool(after_id),
+        search=bool(search),
+        started=PIPELINE_STARTED_FOR.get(job_status or ""),
     )
-    params = _params(user, after_id, status=status, template=template)
+    params = _params(user, after_id, status=PIPELINE_STATUS_FOR.get(job_status or ""), template=template)
     if search:
         params["pattern"] = like_pattern(search)
     return await rows_of(db, sql, params)
@@ -279,10 +295,9 @@ async def list_context(
     elif type_filter:
         job_type = type_filter
     job_rows = await _job_rows(db, user, status, job_type, after_id, search) if template is None else []
-    pipeline_status = PIPELINE_STATUS_FOR.get(status) if status else None
     pipeline_rows: list[Any] = []
-    if job_type is None and not (status and pipeline_status is None):
-        pipeline_rows = await _pipeline_rows(db, user, pipeline_status, template, after_id, search)
+    if job_type is None and not (status and PIPELINE_STATUS_FOR.get(status) is None):
+        pipeline_rows = await _pipeline_rows(db, user, status, template, after_id, search)
     merged = sorted(
         [("job", r) for r in job_rows] + [("pipeline", r) for r in pipeline_rows],
         key=lambda kr: kr[1]["id"],

@@ -28,7 +28,8 @@ from app.web.notifications import bell_url, viewer_bell
 HISTORY_LIMIT = 200
 
 PIPELINE_ROW = text(
-    "SELECT id, name, template, user_id, status, created_at, updated_at, finished_at FROM pipelines WHERE id = :id"
+    "SELECT id, name, template, user_id, status, created_at, updated_at, finished_at, "
+    f"{pipelines.started_column('pipelines')} FROM pipelines WHERE id = :id"
 )
 STEP_COUNTS = text(
     """

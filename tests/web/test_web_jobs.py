@@ -1321,6 +1321,8 @@ async def test_every_query_of_every_page_and_poll_uses_an_index_on_a_big_table(
             "/",
             "/jobs",
             "/jobs?status=failed",
+            "/jobs?status=queued",  # a running pipeline none of whose steps started reads "Waiting"
+            "/jobs?status=in_progress",
             "/jobs?type=test.form",
             "/jobs?type=pipeline:test.steps",
             f"/jobs?after={running}",
