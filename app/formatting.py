@@ -356,6 +356,20 @@ def isolated(value: str) -> str:
     return f"{FSI}{balanced(value)}{PDI}"
 
 
+def isolated_within(value: str, limit: int, mark: str = "…") -> str:
+    """:func:`isolated` ``value`` in at most ``limit`` characters, for a name stored beside our words (a
+    job's title "<batch name> · row 3"): when it does not fit, ``value`` is cut and ends in ``mark``
+    inside the isolate. A name with no right-to-left letter or control reads as ``value[: limit - 1] +
+    mark`` did before, byte for byte."""
+    shown = isolated(value)
+    if len(shown) <= limit:
+        return shown
+    cut = value[: limit - len(mark)]
+    while len(shown := isolated(cut + mark)) > limit:  # closers and FSI … PDI take room too
+        cut = cut[: len(cut) - (len(shown) - limit)]
+    return shown
+
+
 @functools.cache
 def turning_class() -> str:
     """A regular-expression bracket of every character :func:`isolated` counts as turning (a right-to-left
