@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from app import localtime
 from app.errors import BadInput
-from app.formatting import known_zone
+from app.formatting import isolated_within, known_zone
 
 if TYPE_CHECKING:
     from croniter import croniter
@@ -110,10 +110,10 @@ def next_fire(cron: str, tz: str, after: datetime) -> datetime:
 def fired_title(name: str, at: datetime) -> str:
     """The title of the job a schedule starts: its name and the due time, the name shortened so that the
     title stays within the 200 characters a job title may have (a trial found a 190-character name
-    accepted, then every firing refused and the schedule disabled)."""
+    accepted, then every firing refused and the schedule disabled), and set apart in its own direction,
+    so that a name holding U+202E cannot reverse the time after it."""
     suffix = f" ({at:%Y-%m-%d %H:%M} UTC)"
-    room = 200 - len(suffix)
-    return (name if len(name) <= room else name[: room - 1] + "…") + suffix
+    return isolated_within(name, 200 - len(suffix)) + suffix
 
 
 _CHECK_FROM = datetime(2000, 1, 1, tzinfo=UTC)

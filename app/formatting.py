@@ -354,3 +354,37 @@ def isolated(value: str) -> str:
     if value.isascii() or not any(unicodedata.bidirectional(ch) in _TURNING for ch in value):
         return value
     return f"{FSI}{balanced(value)}{PDI}"
+
+
+def isolated_within(value: str, limit: int, mark: str = "…") -> str:
+    """:func:`isolated` ``value`` in at most ``limit`` characters, for a name stored beside our words (a
+    job's title "<batch name> · row 3"): when it does not fit, ``value`` is cut and ends in ``mark``
+    inside the isolate. A name with no right-to-left letter or control reads as ``value[: limit - 1] +
+    mark`` did before, byte for byte."""
+    shown = isolated(value)
+    if len(shown) <= limit:
+        return shown
+    cut = value[: limit - len(mark)]
+    while len(shown := isolated(cut + mark)) > limit:  # closers and FSI … PDI take room too
+        cut = cut[: len(cut) - (len(shown) - limit)]
+    return shown
+
+
+@functools.cache
+def turning_class() -> str:
+    """A regular-expression bracket of every character :func:`isolated` counts as turning (a right-to-left
+    letter, an Arabic number or a direction control), read from this Python's Unicode data: for a
+    statement that sets user text apart in SQL (``jobdesk_isolated``, migration 0023), so that it isolates
+    exactly what :func:`isolated` does. Every such character is outside ASCII, so none is special in a
+    bracket, for PostgreSQL's regular expressions as for :mod:`re`."""
+    ranges: list[str] = []
+    start: int | None = None
+    for code in range(0x80, 0x110001):
+        turning = code <= 0x10FFFF and unicodedata.bidirectional(chr(code)) in _TURNING
+        if turning and start is None:
+            start = code
+        elif not turning and start is not None:
+            end = code - 1
+            ranges.append(chr(start) if start == end else f"{chr(start)}-{chr(end)}")
+            start = None
+    return f"[{''.join(ranges)}]"

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from app.formatting import plural
+from app.formatting import isolated, plural
 from app.jobs.approvals import LINK_TTL_SECONDS
 from app.jobs.approvals import link as approval_link
 from app.jobs.payload import json_text
@@ -44,7 +44,7 @@ class Message:
     kind: str
     icon: str
     headline: str
-    """Plain words (our text and job type titles)."""
+    """Plain words: our text, with job type titles and names set apart in their own direction."""
     facts: tuple[Fact, ...]
     error: str | None = None
     error_size: int | None = None
@@ -104,6 +104,13 @@ def _type_title(type_: str | None) -> str:
         return "Unknown job type"
     spec = registry.get(type_)
     return spec.title if spec is not None and spec.title else type_
+
+
+def _titled(type_: str | None) -> str:
+    """A job type's title for a headline, set apart in its own direction (:func:`isolated`): a title, or
+    the type name of a type this process does not know, is text beside our words, and one holding U+202E
+    would reverse the rest of the headline."""
+    return isolated(_type_title(type_))
 
 
 def _attempts(p: dict[str, Any]) -> str | None:
@@ -189,7 +196,7 @@ def _failed(kind: str, row: _Row) -> Message:
     return Message(
         kind,
         "❌",
-        f"Job failed: {_type_title(p.get('type'))}",
+        f"Job failed: {_titled(p.get('type'))}",
         tuple(facts),
         error=p.get("error"),
         error_size=p.get("error_size"),
@@ -222,7 +229,7 @@ def _pipeline_failed(kind: str, row: _Row) -> Message:
     return Message(
         kind,
         "❌",
-        "Pipeline failed" + (f": {_type_title(step['type'])} step failed" if step.get("type") else ""),
+        "Pipeline failed" + (f": {_titled(step['type'])} step failed" if step.get("type") else ""),
         tuple(facts),
         error=step.get("error"),
         error_size=step.get("error_size"),
@@ -247,7 +254,7 @@ def _approval_needed(kind: str, row: _Row) -> Message:
         days = LINK_TTL_SECONDS // 86400
         note = f"Its approvers can decide through the link (sign-in needed; it works for {days} days)."
     waiting = "Still waiting for approval" if p.get("reminder") else "Waiting for approval"
-    return Message(kind, "✋", f"{waiting}: {_type_title(p.get('type'))}", tuple(facts), note=note, url=url)
+    return Message(kind, "✋", f"{waiting}: {_titled(p.get('type'))}", tuple(facts), note=note, url=url)
 
 
 _TARGET_NOUNS = {"job_type": "job type", "user": "user", "schedule": "schedule", "pipeline": "pipeline"}
@@ -330,7 +337,7 @@ def _admin_other_action(kind: str, row: _Row, target_type: str) -> Message:
     if target_type == "job_type" and targets == ["*"]:
         what = "every job type"
     elif target_type == "job_type" and len(targets) == 1:
-        what = f"job type {one_line(targets[0], 100)}"
+        what = f"job type {isolated(one_line(targets[0], 100))}"
     elif len(targets) == 1:
         what = noun
     else:

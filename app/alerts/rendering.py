@@ -6,9 +6,10 @@ mention (``<!channel>``) or a link; backticks in it are replaced by ``ˋ`` so it
 span. Our own words get the same escapes, with Slack's formatting characters swapped for look-alikes.
 Telegram text is HTML-escaped (``parse_mode=HTML``).
 
-Text direction: a user's value in a line (every ``literal`` fact) is set apart with Unicode's FSI … PDI
-and its own direction controls closed (:func:`app.formatting.isolated`), so a name holding U+202E
-(right-to-left override) cannot reverse the rest of its line. The error stands on lines of its own at the
+Text direction: a user's value in a line (every ``literal`` fact, and a job type's title or name in a
+headline, set apart by :mod:`app.alerts.messages`) is set apart with Unicode's FSI … PDI and its own
+direction controls closed (:func:`app.formatting.isolated`), so a name holding U+202E (right-to-left
+override) cannot reverse the rest of its line. The error stands on lines of its own at the
 end, so its controls reach nothing but itself, and it keeps the channel's size budget. The webhook's
 ``facts``, ``error`` and ``data`` are the values as recorded (data for a program); its ``text`` is set
 apart like the other channels.

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from app.formatting import url_host
+from app.formatting import isolated, url_host
 from app.jobs.types import InputModel, file_ids_in
 
 NAME_MAX = 80
@@ -52,7 +52,8 @@ def _file_words(model: InputModel, data: Mapping[str, Any], names: Mapping[str, 
         return None
     first = _cut(known[0])
     rest = len(ids) - 1
-    return first if rest == 0 else f"{first} and {rest} more"
+    # a file name beside our words is set apart: one holding U+202E would reverse " and 4 more"
+    return first if rest == 0 else f"{isolated(first)} and {rest} more"
 
 
 def name_from_input(model: InputModel | None, data: Any, file_names: Mapping[str, str]) -> str | None:

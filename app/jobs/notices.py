@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.formatting import isolated
 from app.jobs.approvals import may_decide, rule_from
 from app.jobs.payload import json_text, storable_text
 from app.jobs.types import registry
@@ -135,6 +136,14 @@ def sql_format(kind: str, *, many: bool) -> str:
     return _ONE[kind].replace("%", "%%").replace("{}", "%s")
 
 
+def one_text(kind: str, title: str) -> str:
+    """The text of a lone ``kind`` notice naming ``title``, set apart in its own direction
+    (:func:`app.formatting.isolated`): a name holding U+202E would otherwise reverse the words after it in
+    the e-mail and wherever the text is shown as it is. A statement that writes the text in SQL passes the
+    title through ``jobdesk_isolated`` (migration 0023) with :func:`app.formatting.turning_class`."""
+    return _ONE[kind].format(isolated(title))
+
+
 def type_titles() -> str:
     """Every registered type's title by type name, as JSON text: for a notice written in SQL, where a job
     without a title of its own is named by its type's title (:func:`_title`)."""
@@ -175,7 +184,7 @@ async def record(
                 "n": n,
                 "job": None if n > 1 or is_pipeline else one["id"],
                 "pipeline": (one["id"] if is_pipeline else one.get("pipeline_id")) if n == 1 else None,
-                "text": storable_text(_ONE[kind].format(_title(one)) if n == 1 else _MANY[kind] % n),
+                "text": storable_text(one_text(kind, _title(one)) if n == 1 else _MANY[kind] % n),
             },
         )
 

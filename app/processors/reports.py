@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from app.formatting import plural
+from app.formatting import isolated, plural
 from app.processors import TABLES, CpuContext, FileId, Input, OutputFile, PermanentError, Result, processor
 from app.processors.csv_charts import render_report
 from app.processors.csv_stats import DECIMAL, MISSING, summarise_column
@@ -422,7 +422,8 @@ def check_csv(ctx: CpuContext) -> dict[str, Any]:
     inp: CsvLayoutInput = ctx.input
     table = read_table(stored_file(ctx, inp.file, "CSV file"), inp.encoding, inp.delimiter, inp.header)
     columns = summarise(table, 3)
-    described = ", ".join(f"{c['name']} ({c['type']})" for c in columns)
+    # a column's name is the file's text beside our words: one holding U+202E would reverse the rest
+    described = ", ".join(f"{isolated(c['name'])} ({c['type']})" for c in columns)
     return {
         "message": f"Found {plural(len(columns), 'column')} in {plural(table.rows, 'row')}: {described}.",
         **layout_of(table),

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import auth, notifications
 from app.actions import account as account_actions
 from app.errors import BadInput
+from app.formatting import isolated
 from app.web import DbSession, flash, render
 from app.web.deps import client_ip, settings_of
 from app.web.form_shape import form_errors
@@ -199,8 +200,9 @@ class AccountController(Controller):
         return await self._page(
             request,
             db_session,
-            notice=f"API token “{token.name}” created.",
-            secret={"label": f"Your new API token “{token.name}”", "value": token.token},
+            # the name is set apart: one holding U+202E would reverse "” created." after it
+            notice=f"API token “{isolated(token.name)}” created.",
+            secret={"label": f"Your new API token “{isolated(token.name)}”", "value": token.token},
         )
 
     @post("/tokens/{token_id:int}/revoke", name="account.tokens.revoke", status_code=200)

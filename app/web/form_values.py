@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from app import localtime
-from app.formatting import known_zone, zone
+from app.formatting import isolated, known_zone, zone
 
 _INT_RE = re.compile(r"^[+-]?\d{1,30}$")
 
@@ -258,7 +258,10 @@ def _numbers(f: Control, raw: str, tz: ZoneInfo) -> Converted:
         except ValueError:
             example = "160, 640" if whole else "0.5, 2.5"
             kind = "whole number" if whole else "number"
-            return None, f"“{part[:20]}” is not a {kind}. Separate the numbers with commas, like {example}."
+            return (
+                None,
+                f"“{isolated(part[:20])}” is not a {kind}. Separate the numbers with commas, like {example}.",
+            )
     return numbers, None
 
 

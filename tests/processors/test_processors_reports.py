@@ -198,6 +198,9 @@ def test_the_check_counts_in_words_that_agree(tmp_path) -> None:
 
     assert message(b"email\nann@example.com\n").startswith("Found 1 column in 1 row: email (")
     assert message(b"a,b\n1,2\n3,4\n").startswith("Found 2 columns in 2 rows: a (")
+    # a column name holding U+202E (right-to-left override) does not reverse the words after it
+    odd = message("\u202ename,b\nx,1\n".encode())
+    assert odd.startswith("Found 2 columns in 1 row: \u2068\u202ename\u202c\u2069 (text), b (")
 
 
 def test_types_dates_yes_no_leading_zeros(tmp_path) -> None:

@@ -320,3 +320,15 @@ def test_only_zone_names_a_picker_offers_are_taken_from_outside() -> None:
         "UTC\x00",
     ):
         assert known_zone(junk) is None, junk
+
+
+async def test_a_token_name_with_a_direction_override_does_not_turn_the_words_after_it(
+    client: AsyncTestClient, db_url: str
+) -> None:
+    """The answer's notice "API token “…” created." and the label above the secret set the name apart
+    (FSI … PDI): left open, U+202E in the name reversed "” created." after it."""
+    await sign_in_as(client, db_url, "ann@example.com")
+    made = await _post(client, "/account/tokens", name="\u202enightly", expires_in_days="")
+    assert made.status_code == 200
+    assert "API token “\u2068\u202enightly\u202c\u2069” created." in made.text
+    assert "Your new API token “\u2068\u202enightly\u202c\u2069”" in made.text

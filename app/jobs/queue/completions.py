@@ -2,7 +2,9 @@
 
 A job outside any pipeline that completes (and does not wait for an approval) causes only this: its row
 and ``completed`` event, one fewer pending parent for each job that depends on it (a NOTIFY when one
-became claimable), and its owner's "finished" notice, folded with the owner's recent unread one.
+became claimable), and its owner's "finished" notice, folded with the owner's recent unread one (the
+job's name in it set apart in its own direction by ``jobdesk_isolated``, as :func:`notices.one_text`
+does).
 :data:`COMPLETE_STANDALONE` writes all of that in one statement, so a batch of such completions is one
 round trip and, run on its own (autocommit), one commit: what :func:`app.jobs.queue.finish` does for the
 same batch in a transaction of five or more statements.
@@ -20,6 +22,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.formatting import turning_class
 from app.jobs import notices
 from app.jobs.payload import storable_json
 from app.jobs.queue.common import fetch_rows, sql
@@ -70,7 +73,7 @@ COMPLETE_STANDALONE = sql(
     ), fresh AS (
         INSERT INTO notifications (user_id, kind, job_id, pipeline_id, text, count, email_due)
         SELECT o.user_id, :kind, CASE WHEN o.n = 1 THEN o.job_id END, NULL,
-               CASE WHEN o.n = 1 THEN format(:one, o.title) ELSE format(:many, o.n) END, o.n, u.email_notifications
+               CASE WHEN o.n = 1 THEN format(:one, jobdesk_isolated(o.title, :turning)) ELSE format(:many, o.n) END, o.n, u.email_notifications
         FROM owners o JOIN users u ON u.id = o.user_id
         WHERE o.user_id NOT IN (SELECT user_id FROM target)
     )
@@ -104,6 +107,7 @@ async def complete_standalone(
         "one": notices.sql_format(notices.JOB_COMPLETED, many=False),
         "many": notices.sql_format(notices.JOB_COMPLETED, many=True),
         "titles": notices.type_titles(),
+        "turning": turning_class(),
     }
     rows = await fetch_rows(conn, COMPLETE_STANDALONE, params)
     done: dict[uuid.UUID, str] = {r["id"]: "completed" for r in rows}
