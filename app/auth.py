@@ -31,6 +31,7 @@ import functools
 import hashlib
 import re
 import secrets
+import unicodedata
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -145,14 +146,20 @@ def normalize_email(email: str) -> str:
     """``email`` stripped and lower-cased.
 
     Raises:
-        BadInput: (field ``email``) empty, longer than 254 characters, or not ``something@domain.tld``
-        (a domain of at least two labels, none empty).
+        BadInput: (field ``email``) empty, longer than 254 characters, not ``something@domain.tld``
+        (a domain of at least two labels, none empty), or holding an invisible format character.
     """
     value = (email or "").strip().lower()
     if not value:
         raise BadInput.field("email", "Enter an email address.")
     if len(value) > 254 or not _EMAIL_RE.match(value):
         raise BadInput.field("email", "Enter an email address like you@example.com.")
+    if any(unicodedata.category(ch) == "Cf" for ch in value):
+        # Invisible format characters (a right-to-left override, a zero-width space) let one address
+        # pose as another on every page and message that names it; no mail system needs them.
+        raise BadInput.field(
+            "email", "An email address cannot hold invisible characters (direction marks, zero-width spaces)."
+        )
     return value
 
 

@@ -28,3 +28,20 @@ async def test_an_address_without_a_real_domain_is_refused(email: str, db_url: s
 def test_ordinary_addresses_pass() -> None:
     for email in ("ann@example.com", "A.B+c@mail.example.co.uk", "x@xn--bcher-kva.example"):
         assert normalize_email(email) == email.lower()
+
+
+@pytest.mark.parametrize("hidden", ["\u202e", "\u200b", "\u2066", "\u00ad", "\ufeff"])
+async def test_an_address_holding_an_invisible_character_is_refused(hidden: str, db_url: str) -> None:
+    """A direction override (U+202E) reverses the words after an address on every page and message that
+    names it, and a zero-width space makes a look-alike of another person's: refused at the one rule."""
+    email = f"ann{hidden}@example.com"
+    with pytest.raises(BadInput) as caught:
+        normalize_email(email)
+    assert caught.value.errors["email"].startswith("An email address cannot hold invisible characters")
+    engine = create_engine(db_url, pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            with pytest.raises(BadInput):
+                await create_user(conn, email, "a long enough password")
+    finally:
+        await engine.dispose()
