@@ -6,6 +6,7 @@ to every ``{{ … }}``); the stylesheet sets every inline element apart (checked
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -77,3 +78,16 @@ def test_balanced_closes_what_a_value_opens_and_drops_what_it_does_not() -> None
     assert isolated("plain") == "plain"  # nothing in it can turn: kept as typed
     assert isolated(RLO + "abc") == "\u2068" + RLO + "abc\u202c\u2069"
     assert isolated("שלום") == "\u2068שלום\u2069"
+
+
+def test_balanced_takes_linear_time_on_many_unmatched_closers() -> None:
+    """Many embeddings followed by as many PDIs (none of which closes anything): a job input of this
+    shape, rendered on its page, held the event loop for tens of seconds when each PDI searched the
+    open embeddings for an isolate."""
+    n = 30_000
+    value = "\u202a" * n + "\u2069" * n
+    started = time.perf_counter()
+    out = balanced(value)
+    took = time.perf_counter() - started
+    assert out == "\u202a" * n + "\u202c" * n
+    assert took < 1.5, f"balanced took {took:.1f} s for {2 * n} characters"
