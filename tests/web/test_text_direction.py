@@ -6,6 +6,7 @@ to every ``{{ … }}``); the stylesheet sets every inline element apart (checked
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from typing import Any
@@ -91,3 +92,19 @@ def test_balanced_takes_linear_time_on_many_unmatched_closers() -> None:
     took = time.perf_counter() - started
     assert out == "\u202a" * n + "\u202c" * n
     assert took < 1.5, f"balanced took {took:.1f} s for {2 * n} characters"
+
+
+async def test_edit_and_resubmit_fills_the_form_with_the_input_as_it_was_sent(
+    site: Site, engine: AsyncEngine, make_settings: Any
+) -> None:
+    """A form field's value is the person's data, not text beside other words: a control shows it in its
+    own box, so a direction it opens reaches nothing else. Balanced like any output, "Edit and resubmit"
+    filled the form with a PDF appended and the closers it did not open dropped, and resubmitting sent
+    other text than the job's (a web request's body, say)."""
+    settings = make_settings(worker_enabled=False)
+    boss = (await site.client.get("/api/me", headers=site.bearer)).json()["id"]
+    name, notes = "a\u202cb" + RLO + "c", "x\u2069y\u2067z"
+    jid = await failed_job(engine, settings, boss, "Boom", input_data={"name": name, "notes": notes})
+    form = (await site.client.get(f"/jobs/new/test.form?from={jid}")).text
+    assert re.search(f'name="name"[^>]*value="{name}"', form), "the name was changed"
+    assert re.search(f'name="notes"[^>]*>{notes}</textarea>', form), "the notes were changed"
