@@ -324,20 +324,26 @@ def balanced(value: str) -> str:
         return value
     out: list[str] = []
     stack: list[str] = []  # "e" for an embedding or override, "i" for an isolate
+    # Counted apart, not looked for in the stack: a value of many embeddings followed by many PDIs
+    # searched the whole stack at each PDI, and one job input of a few hundred KB took the page (and the
+    # event loop it renders on) tens of seconds.
+    isolates = 0
     for ch in value:
         if ch in _EMBEDDINGS:
             stack.append("e")
         elif ch in _ISOLATES:
             stack.append("i")
+            isolates += 1
         elif ch == _PDF:
             if not stack or stack[-1] != "e":
                 continue
             stack.pop()
         elif ch == _PDI:
-            if "i" not in stack:
+            if not isolates:
                 continue
             while stack.pop() != "i":
                 pass
+            isolates -= 1
         out.append(ch)
     out.extend(_PDI if kind == "i" else _PDF for kind in reversed(stack))
     return "".join(out)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from typing import Any
 
 from app.errors import BadInput, TooLarge
@@ -201,9 +202,27 @@ def _find_problem(value: Any, path: str, depth: int, max_depth: int = MAX_DEPTH)
             if found:
                 return found
         return None
-    if value is None or isinstance(value, bool | int):
+    if value is None or isinstance(value, bool):
         return None
+    if isinstance(value, int):
+        return _long_int_problem(value, path)
     return path, f"has a value of type {type(value).__name__}, which is not JSON"
+
+
+def _long_int_problem(value: int, path: str) -> tuple[str, str] | None:
+    """A whole number Python will not write as JSON (more than ``sys.get_int_max_str_digits()`` digits):
+    refused as the JSON API's decoder refuses it, never stored as ``null`` (:func:`storable`)."""
+    if value.bit_length() <= MAX_INT_BITS:
+        return None
+    try:
+        str(value)
+    except ValueError:
+        most = sys.get_int_max_str_digits()
+        return (
+            path,
+            f"is a whole number of more than {most:,} digits, which cannot be stored (send it as text)",
+        )
+    return None
 
 
 def find_problem(value: Any, path: str = "") -> tuple[str, str] | None:
@@ -239,8 +258,8 @@ def check_input(input_data: Any, max_bytes: int, *, field: str = "input_data") -
 
     Raises:
         BadInput: not an object, a NUL character or a lone surrogate (in a value or a key), a non-finite
-            number, or nesting deeper than :data:`MAX_DEPTH`; the message and ``errors`` name the field
-            path.
+            number, a whole number too long to write as JSON, or nesting deeper than :data:`MAX_DEPTH`;
+            the message and ``errors`` name the field path.
         TooLarge: the JSON text is larger than ``max_bytes`` (``JOB_MAX_INPUT_BYTES``).
     """
     if not isinstance(input_data, dict):

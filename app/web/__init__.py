@@ -10,13 +10,16 @@ Filters available in every template (registered by :func:`register_filters`):
 * ``isotime`` — ISO 8601 in UTC, for ``<time datetime=…>``;
 * ``ago`` — relative to now: ``just now``, ``2 min ago``, ``in 3 h``, ``5 days ago``, ``in about 12 years``;
 * ``duration`` — seconds as ``850 ms``, ``42 s``, ``3 min 5 s``, ``2 h 10 min``;
-* ``filesize`` — bytes as ``512 bytes``, ``1.5 KiB``, ``25 MiB``.
+* ``filesize`` — bytes as ``512 bytes``, ``1.5 KiB``, ``25 MiB``;
+* ``as_typed`` — a form control's value as it was typed or stored (escaped, not balanced: see below).
 
 Every value a template outputs (``{{ … }}``, in text and in attributes alike) is :func:`balanced` on its
 way out: a name, a file name or an error that opens a text direction (U+202E, right-to-left override)
 closes it at its own end, so it cannot reverse the words after it. ``static/app.css`` also sets every
 inline element apart (``unicode-bidi: isolate``), so a value in its own element neither turns nor is
-turned by its neighbours. Together they are the rule for user text on pages: no template marks it.
+turned by its neighbours. Together they are the rule for user text on pages: no template marks it —
+except a form control's value (``value="…"``, a textarea's text), shown in the control's own box and sent
+back with the form, which ``as_typed`` keeps as it was.
 """
 
 from collections.abc import Callable, Mapping
@@ -29,6 +32,7 @@ from litestar import Request
 from litestar.di import NamedDependency
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Template
+from markupsafe import Markup, escape
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.formatting import (
@@ -154,6 +158,14 @@ def _finalize(value: Any) -> Any:
     return balanced(value) if type(value) is str else value
 
 
+def _as_typed_filter(value: Any) -> Markup:
+    """``{{ value | as_typed }}``: a form control's value escaped but not :func:`balanced` — the person's
+    data, which the control shows in its own box (a direction it opens reaches nothing outside it), and
+    which is sent back as the form is submitted: balanced, "Edit and resubmit" and a form shown again with
+    its errors changed what was typed (a closer added, closers of nothing dropped)."""
+    return escape(value)
+
+
 _DICT_ATTRIBUTES = frozenset(dir(dict))
 
 
@@ -191,6 +203,7 @@ def register_filters(engine: JinjaTemplateEngine) -> None:
         ago=format_ago,
         duration=format_duration,
         filesize=format_filesize,
+        as_typed=_as_typed_filter,
     )
     # the shared zone picker (templates/_zone_picker.html) lists these itself, so no page has to pass them
     engine.engine.globals.update(zone_names=zone_names, common_zone_count=len(COMMON_ZONES))

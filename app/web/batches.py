@@ -36,6 +36,7 @@ from app.web import DbSession, forms, is_htmx, render, submit
 from app.web.batch_downloads import csv_chunks, zip_chunks
 from app.web.batch_page import batch_context, batch_state, mapping_view, problems_of
 from app.web.deps import (
+    POLL_VARY,
     actor_of,
     file_store,
     one_snapshot,
@@ -395,14 +396,16 @@ class BatchesController(Controller):
         await one_snapshot(db_session)
         ctx = await batch_context(db_session, batch_id, request.user)
         if not is_htmx(request):
-            return render(request, "batches/detail.html", ctx)
+            return render(request, "batches/detail.html", ctx, headers=POLL_VARY)
         finished = ctx["state"]["finished"]
         quiet = unchanged(v, ctx["state"]["version"], finished)
         news = bell_news(ctx["unread"], bell)
         if quiet is not None and not news:
             return quiet
         ctx["bell"] = ctx["unread"] if bell is not None else None
-        return render(request, "batches/_status.html", ctx, status_code=poll_status(finished))
+        return render(
+            request, "batches/_status.html", ctx, status_code=poll_status(finished), headers=POLL_VARY
+        )
 
     @post("/{batch_id:str}/retry-failed", name="batches.retry_failed", status_code=200)
     async def retry_failed(

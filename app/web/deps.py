@@ -29,6 +29,9 @@ from app.web.form_shape import form_errors
 
 NO_NEWS = 204
 """A poll's answer while nothing changed (htmx keeps the old content)."""
+POLL_VARY = {"Vary": "HX-Request"}
+"""On every answer of a polled address, the page, the fragment and the 204 alike: the same address answers
+a reload with the page and htmx with a fragment or nothing."""
 STOP_POLLING = 286
 """htmx's "stop polling" status: sent with the final content once a job or pipeline has finished."""
 
@@ -191,7 +194,7 @@ def unchanged(v: str | None, version: str, finished: bool) -> Response[Any] | No
     """A poll's 204 when the fingerprint ``v`` it sent still matches and nothing has finished; ``None``
     when there is news to render (with :func:`poll_status`)."""
     if not finished and v == version:
-        return Response(content=b"", status_code=NO_NEWS)
+        return Response(content=b"", status_code=NO_NEWS, headers=POLL_VARY)
     return None
 
 
@@ -218,7 +221,7 @@ def cell_response(
         template_name="jobs/_cell.html",
         context={"item": item, "user": request.user, "bell": count},
         status_code=poll_status(finished),
-        headers={"Vary": "HX-Request"},
+        headers=POLL_VARY,
     )
 
 

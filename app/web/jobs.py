@@ -36,6 +36,7 @@ from app.web import DbSession, display, forms, is_htmx, job_log, render, submit,
 from app.web.deps import (
     ACTION_CONTROLS,
     ACTION_HIDDEN,
+    POLL_VARY,
     action_form_errors,
     actor_of,
     cell_response,
@@ -130,7 +131,7 @@ def _run_at_raw(form: Any, user: Any) -> dict[str, str]:
     }
 
 
-VARY = {"Vary": "HX-Request"}
+VARY = POLL_VARY
 
 
 async def opened_directly(request: Request[Any, Any, Any], job_id: str) -> Template:

@@ -29,6 +29,7 @@ from app.errors import NotFound
 from app.processors import registry
 from app.web import DbSession, forms, is_htmx, render, submit, zone
 from app.web.deps import (
+    POLL_VARY,
     actor_of,
     cell_response,
     file_store,
@@ -94,7 +95,7 @@ def _step_title(type_name: str) -> str:
     return spec.title if spec else type_name
 
 
-VARY = {"Vary": "HX-Request"}
+VARY = POLL_VARY
 
 
 async def opened_directly(request: Request[Any, Any, Any], db: AsyncSession, pipeline_id: str) -> Template:
@@ -226,7 +227,7 @@ class PipelinesController(Controller):
         if finished:
             ctx["history"] = await pipeline_history(db_session, ctx["pipeline"]["id"], user)
             ctx["history_oob"] = True
-        return render(request, "pipelines/_status.html", ctx, status_code=poll_status(finished))
+        return render(request, "pipelines/_status.html", ctx, status_code=poll_status(finished), headers=VARY)
 
     @get("/{pipeline_id:str}/cell", name="pipelines.cell")
     async def pipeline_cell(

@@ -64,3 +64,15 @@ def test_the_walk_is_switched_off_only_when_the_text_proves_it_needless() -> Non
     assert payload._plain_json({"i": 1, "s": "é"}) == '{"i":1,"s":"é"}'
     for data in ({"s": "a\x00"}, {"s": "\ud800"}, {1: 2}, {"d": {}}, _nested(MAX_DEPTH)):
         assert payload._plain_json(data) is None, data
+
+
+def test_a_whole_number_too_long_to_write_as_json_is_refused_naming_it_not_stored_as_null() -> None:
+    """The JSON API refuses a whole number of more digits than Python writes (4,300) naming its field; a
+    processor's next job, a pipeline's step or a Python caller's input with one was stored with ``null``
+    in its place, and the job then ran on a value nobody gave it."""
+    with pytest.raises(BadInput) as err:
+        check_input({"xs": [1, {"n": 10**5000}]}, 1 << 20)
+    ((field, why),) = err.value.errors.items()
+    assert field == "input_data.xs[1].n"
+    assert "4,300 digits" in why, why
+    assert check_input({"n": 10**4000}, 1 << 20) == '{"n":' + str(10**4000) + "}"  # within it: kept

@@ -6,6 +6,8 @@ to every ``{{ … }}``); the stylesheet sets every inline element apart (checked
 
 from __future__ import annotations
 
+import re
+import time
 import uuid
 from typing import Any
 
@@ -77,3 +79,32 @@ def test_balanced_closes_what_a_value_opens_and_drops_what_it_does_not() -> None
     assert isolated("plain") == "plain"  # nothing in it can turn: kept as typed
     assert isolated(RLO + "abc") == "\u2068" + RLO + "abc\u202c\u2069"
     assert isolated("שלום") == "\u2068שלום\u2069"
+
+
+def test_balanced_takes_linear_time_on_many_unmatched_closers() -> None:
+    """Many embeddings followed by as many PDIs (none of which closes anything): a job input of this
+    shape, rendered on its page, held the event loop for tens of seconds when each PDI searched the
+    open embeddings for an isolate."""
+    n = 30_000
+    value = "\u202a" * n + "\u2069" * n
+    started = time.perf_counter()
+    out = balanced(value)
+    took = time.perf_counter() - started
+    assert out == "\u202a" * n + "\u202c" * n
+    assert took < 1.5, f"balanced took {took:.1f} s for {2 * n} characters"
+
+
+async def test_edit_and_resubmit_fills_the_form_with_the_input_as_it_was_sent(
+    site: Site, engine: AsyncEngine, make_settings: Any
+) -> None:
+    """A form field's value is the person's data, not text beside other words: a control shows it in its
+    own box, so a direction it opens reaches nothing else. Balanced like any output, "Edit and resubmit"
+    filled the form with a PDF appended and the closers it did not open dropped, and resubmitting sent
+    other text than the job's (a web request's body, say)."""
+    settings = make_settings(worker_enabled=False)
+    boss = (await site.client.get("/api/me", headers=site.bearer)).json()["id"]
+    name, notes = "a\u202cb" + RLO + "c", "x\u2069y\u2067z"
+    jid = await failed_job(engine, settings, boss, "Boom", input_data={"name": name, "notes": notes})
+    form = (await site.client.get(f"/jobs/new/test.form?from={jid}")).text
+    assert re.search(f'name="name"[^>]*value="{name}"', form), "the name was changed"
+    assert re.search(f'name="notes"[^>]*>{notes}</textarea>', form), "the notes were changed"
