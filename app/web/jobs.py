@@ -131,9 +131,6 @@ def _run_at_raw(form: Any, user: Any) -> dict[str, str]:
     }
 
 
-VARY = POLL_VARY
-
-
 async def opened_directly(request: Request[Any, Any, Any], job_id: str) -> Template:
     """The job page, for a poll's address (``/status``, ``/cell``) opened without htmx — a reload, a
     bookmark, a link copied from the developer tools: the whole page, never a bare fragment (``Vary``: the
@@ -141,7 +138,7 @@ async def opened_directly(request: Request[Any, Any, Any], job_id: str) -> Templ
     async with AsyncSession(request.app.state.engine) as db:
         await one_snapshot(db)
         ctx = await page_context(db, job_id, request.user, files=file_store(request))
-    return render(request, "jobs/detail.html", ctx, headers=VARY)
+    return render(request, "jobs/detail.html", ctx, headers=POLL_VARY)
 
 
 class JobsController(Controller):

@@ -95,16 +95,13 @@ def _step_title(type_name: str) -> str:
     return spec.title if spec else type_name
 
 
-VARY = POLL_VARY
-
-
 async def opened_directly(request: Request[Any, Any, Any], db: AsyncSession, pipeline_id: str) -> Template:
     """The pipeline page, for a poll's address (``/status``, ``/cell``) opened without htmx — a reload, a
     bookmark, a link copied from the developer tools: the whole page, never a bare fragment (``Vary``: the
     same address answers htmx with the fragment)."""
     await one_snapshot(db)
     ctx = await pipeline_page_context(db, pipeline_id, request.user)
-    return render(request, "pipelines/detail.html", ctx, headers=VARY)
+    return render(request, "pipelines/detail.html", ctx, headers=POLL_VARY)
 
 
 class PipelinesController(Controller):
@@ -227,7 +224,9 @@ class PipelinesController(Controller):
         if finished:
             ctx["history"] = await pipeline_history(db_session, ctx["pipeline"]["id"], user)
             ctx["history_oob"] = True
-        return render(request, "pipelines/_status.html", ctx, status_code=poll_status(finished), headers=VARY)
+        return render(
+            request, "pipelines/_status.html", ctx, status_code=poll_status(finished), headers=POLL_VARY
+        )
 
     @get("/{pipeline_id:str}/cell", name="pipelines.cell")
     async def pipeline_cell(
