@@ -18,8 +18,9 @@ way out: a name, a file name or an error that opens a text direction (U+202E, ri
 closes it at its own end, so it cannot reverse the words after it. ``static/app.css`` also sets every
 inline element apart (``unicode-bidi: isolate``), so a value in its own element neither turns nor is
 turned by its neighbours. Together they are the rule for user text on pages: no template marks it —
-except a form control's value (``value="…"``, a textarea's text), shown in the control's own box and sent
-back with the form, which ``as_typed`` keeps as it was.
+except a form control's value (``value="…"``, a textarea's text, a hidden field), shown in the control's
+own box (or not at all) and sent back with the form, which ``as_typed`` keeps as it was: every template
+that fills a field with what was sent uses it.
 """
 
 from collections.abc import Callable, Mapping

@@ -108,3 +108,19 @@ async def test_edit_and_resubmit_fills_the_form_with_the_input_as_it_was_sent(
     form = (await site.client.get(f"/jobs/new/test.form?from={jid}")).text
     assert re.search(f'name="name"[^>]*value="{name}"', form), "the name was changed"
     assert re.search(f'name="notes"[^>]*>{notes}</textarea>', form), "the notes were changed"
+
+
+async def test_every_form_field_shows_back_what_was_typed(site: Site) -> None:
+    """The same for every field a page fills with what was sent: a filter, a search, an address, kept in a
+    hidden field for the next page. Balanced, the field sent back other text than was typed (a filter
+    matching other names, a closer appended to a search)."""
+    typed = "a\u202cb" + RLO + "c"
+    pages = {
+        f"/admin/audit?user={typed}": "user",
+        f"/jobs?q={typed}": "q",
+        f"/admin/jobs?q={typed}": "q",
+    }
+    for url, field in pages.items():
+        page = (await site.client.get(url)).text
+        values = re.findall(f'name="{field}"[^>]*value="([^"]*)"', page)
+        assert values and all(v == typed for v in values), (url, values)
