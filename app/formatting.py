@@ -301,7 +301,8 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 # override (U+202E) reverses everything after it up to the end of the line or block — the label beside
 # a job name, the rest of an alert's line — which lets a name pose as other words. The rule, for every
 # place that shows such text: what a value opens is closed at its end, and a closer it did not open is
-# dropped (:func:`balanced`, idempotent, so a value typed back into a form stays as it was), and where
+# dropped (:func:`balanced`, idempotent; a form's own fields show what was typed instead, ``as_typed`` in
+# :mod:`app.web`, since a field shows its value in its own box and sends it back), and where
 # the output is plain text the value is also set apart with FSI … PDI (:func:`isolated`), as ``<bdi>``
 # or ``unicode-bidi: isolate`` set it apart on a page.
 
