@@ -46,7 +46,7 @@ RELEASED_DROPPED = "released: claimed ahead of a free slot, not started while th
 
 RELEASED_UNSTARTED = "released: claimed ahead of a free slot, not started before the worker stopped"
 
-RELEASED_UNRECEIVED = "released: claimed as its worker stopped; the claim's answer never reached the worker"
+RELEASED_UNRECEIVED = "released: its worker's claim took it, but the claim's answer never reached the worker"
 
 UNRECEIVED_SECS = 5.0
 """The longest a stopping worker spends handing back jobs it never received (the database may be out of
@@ -214,27 +214,28 @@ async def release_unreceived(worker: Worker) -> None:
         set(worker.held) | set(worker.running) | set(worker.completer.unrecorded) | worker.completer.given_up
     )
     engine = create_engine(worker.url, pool_size=1, application_name=f"jobdesk-stop:{worker.id}"[:63])
+    answered = False
     try:
         async with asyncio.timeout(UNRECEIVED_SECS):
             if claimer.cut_short:
                 async with engine.connect() as conn:
                     await conn.execution_options(isolation_level="AUTOCOMMIT")
                     gone = await queue.end_sessions(conn, sorted(claimer.cut_short), worker.application_name)
-                if not gone:
+                if not gone:  # what it commits later is left to the rescue; what it did is handed back
                     worker.log.warning(
                         "a claim cut short at the stop still runs; the sweep will rescue its jobs"
                     )
-                    return
             async with engine.begin() as conn:
                 report = await queue.release_unreceived(
                     conn, worker.id, sorted(known), RELEASED_UNRECEIVED, worker.settings
                 )
+        answered = True
         if report.status:
             worker.log.info("handed back jobs claimed but never received", count=len(report.status))
-        await engine.dispose()
     except Exception as exc:  # TimeoutError included: the database is out of reach
         worker.log.warning(
             "could not hand back jobs claimed but never received; the sweep will rescue them",
             error=repr(exc)[:200],
         )
-        await engine.dispose(close=False)
+    finally:
+        await engine.dispose(close=answered)
