@@ -220,7 +220,7 @@ class CallbackSender:
             ):
                 status = resp.status_code
                 wait = (
-                    retry_after_secs(resp.headers.get("retry-after"))
+                    retry_after_secs(resp.headers.get("retry-after"), date=resp.headers.get("date"))
                     if status in RETRY_AFTER_STATUSES
                     else None
                 )

@@ -130,8 +130,12 @@ def _observe_clock(dbapi_connection: Any, _record: Any) -> None:
 
 
 def engine_pooler(engine: AsyncEngine) -> PoolerMode:
-    """The ``DATABASE_POOLER`` mode ``engine`` was made for (``none`` for engines made elsewhere)."""
-    return getattr(engine.sync_engine, "_jobdesk_pooler", "none")
+    """The ``DATABASE_POOLER`` mode ``engine`` was made for (``none`` for engines made elsewhere); an
+    engine made by ``execution_options`` (the autocommit ones) shares its parent's pool and mode."""
+    sync: Any = engine.sync_engine
+    while not hasattr(sync, "_jobdesk_pooler") and hasattr(sync, "_proxied"):
+        sync = sync._proxied
+    return getattr(sync, "_jobdesk_pooler", "none")
 
 
 def _process_settings() -> Settings | None:

@@ -45,7 +45,7 @@ class Attempt:
 
 
 def _retry_after(response: httpx.Response) -> float | None:
-    seconds = retry_after_secs(response.headers.get("retry-after"))
+    seconds = retry_after_secs(response.headers.get("retry-after"), date=response.headers.get("date"))
     if seconds is None:  # Telegram says it in the body; any other body (or none) is no answer
         with contextlib.suppress(ValueError, LookupError, AttributeError, TypeError):
             seconds = float(response.json()["parameters"]["retry_after"])

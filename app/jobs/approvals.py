@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app import dbclock
 from app.errors import BadInput
 from app.jobs.payload import json_text
 
@@ -294,10 +294,18 @@ def _signature(secret: str, job_id: str, expires: int) -> str:
     return base64.urlsafe_b64encode(mac).decode().rstrip("=")
 
 
+def _now() -> float:
+    """Now, by the database's clock (:mod:`app.dbclock`), in seconds. A link signed on one web host is
+    checked on another: on their own clocks, minutes apart, one host accepted a link another refused as
+    expired, and a host whose clock was slow kept links alive past their expiry."""
+    return dbclock.db_time().timestamp()
+
+
 def link_token(secret: str, job_id: Any, *, ttl: int = LINK_TTL_SECONDS, now: float | None = None) -> str:
-    """``<expires>.<signature>``: the HMAC-SHA256 of the job id and the expiry, keyed by the server's
-    secret, so a link cannot be made for another step nor kept alive past its expiry."""
-    expires = int((now if now is not None else time.time()) + ttl)
+    """``<expires>.<signature>``: the HMAC-SHA256 of the job id and the expiry (a Unix time on the
+    database's clock), keyed by the server's secret, so a link cannot be made for another step nor kept
+    alive past its expiry."""
+    expires = int((now if now is not None else _now()) + ttl)
     return f"{expires}.{_signature(secret, str(job_id), expires)}"
 
 
@@ -308,7 +316,7 @@ def link_problem(secret: str, job_id: Any, token: str, *, now: float | None = No
         return "This approval link is not valid."
     if not hmac.compare_digest(_signature(secret, str(job_id), int(expires_text)), signature):
         return "This approval link is not valid."
-    if int(expires_text) < (now if now is not None else time.time()):
+    if int(expires_text) < (now if now is not None else _now()):
         return "This approval link has expired. Open the step from your approvals list instead."
     return None
 

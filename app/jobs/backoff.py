@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from app import dbclock
+
 MAX_DELAY_SECS = 30 * 24 * 3600.0
 """No policy may wait longer than 30 days; keeps ``now() + delay`` far from timestamp limits."""
 
@@ -73,21 +75,40 @@ RETRY_AFTER_STATUSES = frozenset({429, 503})
 _SECONDS = re.compile(r"\d{1,12}(\.\d{1,6})?")  # whole seconds, as RFC 9110 writes them; a fraction too
 
 
-def retry_after_secs(value: str | None, now: datetime | None = None) -> float | None:
+def retry_after_secs(
+    value: str | None, now: datetime | None = None, *, date: str | None = None
+) -> float | None:
     """Seconds a ``Retry-After`` header value asks to wait: a number of seconds, or an HTTP date (a moment
-    already past is 0); ``None`` when there is none or it cannot be read. Never raises."""
+    already past is 0); ``None`` when there is none or it cannot be read. Never raises.
+
+    An HTTP date is a moment on the answering server's clock, so it is measured from that clock's reading
+    in the same answer, its ``Date`` header (``date``), when there is a readable one; else from ``now``,
+    else from the database's clock (:func:`app.dbclock.db_time`), which every time of a job is on. The
+    host's own clock may be minutes off: a wait measured from it ended minutes too soon (0: at once) or
+    too late (the caller's cap then held it)."""
     value = (value or "").strip()
     if not value:
         return None
     if _SECONDS.fullmatch(value):
         return float(value)
+    when = _http_date(value)
+    if when is None:
+        return None
+    return max((when - (_http_date(date) or now or dbclock.db_time())).total_seconds(), 0.0)
+
+
+def _http_date(value: str | None) -> datetime | None:
+    """An HTTP date (RFC 9110 §5.6.7), in UTC; ``None`` when there is none or it cannot be read."""
+    value = (value or "").strip()
+    if not value:
+        return None
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:  # "-0000": a time in UTC
         when = when.replace(tzinfo=UTC)
-    return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
+    return when
 
 
 def at_least(delay: float, wanted: float | None, cap: float) -> float:

@@ -396,7 +396,7 @@ def _asked_to_wait(response: httpx.Response) -> float | None:
     within the job type's longest retry delay), or ``None``."""
     if response.status_code not in RETRY_AFTER_STATUSES:
         return None
-    return retry_after_secs(response.headers.get("retry-after"))
+    return retry_after_secs(response.headers.get("retry-after"), date=response.headers.get("date"))
 
 
 def _joined_headers(headers: httpx.Headers) -> dict[str, str]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from app.db import is_transient
 from app.jobs.queue import Outcome
+from app.worker import lifecycle
 from app.worker.completer import COMPLETER_BATCH
 from app.worker.faults import first_line
 
@@ -56,14 +57,18 @@ async def claim_loop(worker: Worker) -> None:
         # went silent (a partition) the answer may never come, and the worker could not stop.
         if flying:
             _, late = await asyncio.wait(flying, timeout=CLAIM_ARRIVAL_SECS)
+            worker.claimer.gave_up(late)
             for task in late:
                 task.cancel()
             if late:
                 worker.log.warning(
-                    "stopping without the answer of a claim; the sweep will rescue what it took",
+                    "stopping without the answer of a claim; handing back what it took",
                     waited_secs=CLAIM_ARRIVAL_SECS,
                 )
             worker.start_side_tasks()  # a first claim's jobs may be running: their logs need the writer
+        if worker.claimer.unanswered:
+            # Its jobs are locked by us unseen: left to the rescue, each would lose an attempt it never ran.
+            await lifecycle.release_unreceived(worker)
 
 
 async def _claim_until_stopped(

@@ -23,10 +23,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.db import engine_pooler
 from app.jobs import queue
 from app.jobs.rows import ClaimedJob
 from app.jobs.types import registry
@@ -74,21 +76,56 @@ class Claimer:
         self.room_in: float | None = None
         """Seconds until a held-back per-minute limit allows another start (``None``: not known)."""
         self._looked = float("-inf")
+        self.unanswered = False
+        """Whether a claim ended without its answer (cancelled at the stop, or failed): the jobs it took, if
+        it took any, are locked by this worker without its knowing them."""
+        self.cut_short: set[int] = set()
+        """Server process ids of claims the worker gave up waiting for (see
+        :func:`app.worker.lifecycle.release_unreceived`)."""
+        self._on_way: dict[asyncio.Task[Any] | None, list[int | None]] = {}
 
     async def claim(self, want: int) -> list[ClaimedJob]:
         """Claim up to ``want`` jobs of this worker's types, in claim order, within every limit."""
         now = time.monotonic()
         if not self.limited and now - self._looked < LIMITS_RECHECK_SECS:
             self.held_back, self.room_in = (), None
-            async with self._connection() as conn:
-                return list(await queue.claim(conn, self.worker_id, want, self.lease_secs, types=self.types))
+            with self._answered() as on:
+                async with self._connection() as conn:
+                    on.append(_server_pid(conn))
+                    return list(
+                        await queue.claim(conn, self.worker_id, want, self.lease_secs, types=self.types)
+                    )
         self._looked = now
-        async with self.engine.begin() as conn:
-            result = await queue.claim_within_all_limits(
-                conn, self.worker_id, want, self.lease_secs, types=self.types, user_max=self.user_max
-            )
+        with self._answered() as on:  # the commit too: its answer may be what never comes
+            async with self.engine.begin() as conn:
+                on.append(_server_pid(conn))
+                result = await queue.claim_within_all_limits(
+                    conn, self.worker_id, want, self.lease_secs, types=self.types, user_max=self.user_max
+                )
         self.limited, self.held_back, self.room_in = result.limited, result.held_back, result.room_in
         return list(result.jobs)
+
+    @contextlib.contextmanager
+    def _answered(self) -> Iterator[list[int | None]]:
+        """Keep, while the claim is on its way, the server process the block puts in the list (read before
+        the claim is sent: a connection cut short is discarded), for :meth:`gave_up`; note a claim that
+        failed without its answer."""
+        on: list[int | None] = []
+        task = asyncio.current_task()
+        self._on_way[task] = on
+        try:
+            yield on
+        except BaseException:
+            self.unanswered = True
+            raise
+        finally:
+            self._on_way.pop(task, None)
+
+    def gave_up(self, claims: Iterable[asyncio.Task[Any]]) -> None:
+        """The worker stopped waiting for the answers of ``claims`` (and cancelled them)."""
+        for claim in claims:
+            self.unanswered = True
+            self.cut_short.update(pid for pid in self._on_way.get(claim, ()) if pid is not None)
 
     async def seconds_until_next_due(self) -> float | None:
         """Seconds until the next scheduled job is due (``None``: nothing scheduled)."""
@@ -118,6 +155,18 @@ class Claimer:
         if self.room_in is None:
             return seconds
         return max(0.0, min(seconds, self.room_in))
+
+
+def _server_pid(conn: AsyncConnection) -> int | None:
+    """The PostgreSQL server process of ``conn`` (an attribute read: asyncpg keeps the process id the
+    server sent at connect). ``None`` behind a pooler, whose process id is its own and no server's."""
+    if engine_pooler(conn.engine) != "none":
+        return None
+    with contextlib.suppress(Exception):
+        sync: Any = conn.sync_connection
+        pid = sync.connection.dbapi_connection._connection.get_server_pid()
+        return pid if isinstance(pid, int) else None
+    return None
 
 
 async def wait_any(events: Iterable[asyncio.Event], seconds: float) -> None:

@@ -106,6 +106,9 @@ class Completer:
         """Outcomes submitted and not yet recorded (or given up), by job id, whether queued or in a batch
         being written: what a stop that has to go on without the event loop still records, from another
         thread (:mod:`app.worker.stuck`); a finished job handed back instead would run again."""
+        self.given_up: set[uuid.UUID] = set()
+        """Jobs let go of with nothing recorded (:meth:`forget`): a stop must not hand them back as never
+        started (:func:`app.worker.lifecycle.release_unreceived`)."""
         self._outcomes: asyncio.Queue[Outcome | None] = asyncio.Queue()
 
     def submit(self, outcome: Outcome) -> None:
@@ -127,6 +130,7 @@ class Completer:
         """Let go of a job that has nothing to record (its lease was lost)."""
         if self.held.get(job.id) is job:
             del self.held[job.id]
+        self.given_up.add(job.id)
         self.recorded.set()
 
     async def run(self) -> None:

@@ -12,6 +12,10 @@ claimed but has not started.
   executor turns a shutdown cancel into a ``released`` outcome).
 * Then the worker waits (a while) for the completer to record every outcome; jobs whose outcome could
   not be recorded are left to the rescue sweep.
+* **Jobs never received** — a claim whose answer had not come when the worker stopped (or that failed)
+  may have taken jobs: they are locked by this worker, which never saw them. Once no such claim can still
+  commit, they are handed back (:func:`release_unreceived`), so the rescue does not count the attempt
+  they never ran.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from app import __version__, controls
+from app.db import create_engine
 from app.jobs import queue
 from app.jobs.queue import Outcome
 from app.worker.faults import retrying
@@ -40,6 +45,12 @@ CANCELLED_UNSTARTED = "cancelled before it started"
 RELEASED_DROPPED = "released: claimed ahead of a free slot, not started while the database was out of reach"
 
 RELEASED_UNSTARTED = "released: claimed ahead of a free slot, not started before the worker stopped"
+
+RELEASED_UNRECEIVED = "released: its worker's claim took it, but the claim's answer never reached the worker"
+
+UNRECEIVED_SECS = 5.0
+"""The longest a stopping worker spends handing back jobs it never received (the database may be out of
+reach: they are then left to the rescue)."""
 
 
 async def register(worker: Worker) -> None:
@@ -182,3 +193,49 @@ async def drain(worker: Worker) -> None:
         # Short: they had the grace period and the cancel grace already. A second grace period here made
         # a stop with such a processor take twice as long as documented.
         await asyncio.wait(set(worker.executor.lingering), timeout=min(grace, LINGERING_LAST_SECS))
+
+
+async def release_unreceived(worker: Worker) -> None:
+    """Hand back the jobs a claim of this worker's took without the worker ever receiving them (a claim
+    cancelled at the stop, its answer not in; or a claim that failed on its way), if the database
+    answers within :data:`UNRECEIVED_SECS`, on a new connection: the claims' own may be dead or silent.
+
+    Such a claim may still be running on the server, and commit after a release that looked for its
+    jobs too early. So first its server session is ended (its process, recorded when the claim was cut
+    short, filtered by the worker's connection name) and the release waits until it is gone: a claim
+    rolled back took nothing, a claim committed before is seen by the release. Closing the connection on
+    our side would not do: the server notices a closed client only when it next writes to it, which is
+    after the commit. (Fencing each claim by the worker's row instead would put a row lock on every claim
+    of the hot path, for a case that happens at a stop.) Behind a pooler the server's process is not
+    known; the cancel request asyncpg sends for the cut claim is then all that stops it.
+    """
+    claimer = worker.claimer
+    known = (
+        set(worker.held) | set(worker.running) | set(worker.completer.unrecorded) | worker.completer.given_up
+    )
+    engine = create_engine(worker.url, pool_size=1, application_name=f"jobdesk-stop:{worker.id}"[:63])
+    answered = False
+    try:
+        async with asyncio.timeout(UNRECEIVED_SECS):
+            if claimer.cut_short:
+                async with engine.connect() as conn:
+                    await conn.execution_options(isolation_level="AUTOCOMMIT")
+                    gone = await queue.end_sessions(conn, sorted(claimer.cut_short), worker.application_name)
+                if not gone:  # what it commits later is left to the rescue; what it did is handed back
+                    worker.log.warning(
+                        "a claim cut short at the stop still runs; the sweep will rescue its jobs"
+                    )
+            async with engine.begin() as conn:
+                report = await queue.release_unreceived(
+                    conn, worker.id, sorted(known), RELEASED_UNRECEIVED, worker.settings
+                )
+        answered = True
+        if report.status:
+            worker.log.info("handed back jobs claimed but never received", count=len(report.status))
+    except Exception as exc:  # TimeoutError included: the database is out of reach
+        worker.log.warning(
+            "could not hand back jobs claimed but never received; the sweep will rescue them",
+            error=repr(exc)[:200],
+        )
+    finally:
+        await engine.dispose(close=answered)

@@ -110,11 +110,13 @@ class Worker:
         self.debug = level == "DEBUG"
         self.log = log.bind(worker_id=self.id)
         self.files = FileStore(settings.files_dir)
+        self.application_name = f"jobdesk-worker:{self.id}"[:63]
+        """The name of the worker's own connections (what a stop's cleanup finds its sessions by)."""
         self.engine = create_engine(
             url,
             pool_size=4,
             pool_timeout=30,
-            application_name=f"jobdesk-worker:{self.id}"[:63],
+            application_name=self.application_name,
             idle_in_transaction_timeout_ms=idle_in_transaction_ms(settings),
         )
         self.autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")

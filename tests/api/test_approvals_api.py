@@ -124,6 +124,35 @@ async def test_two_approvals_from_two_people_and_the_owner_only_when_listed(
     assert await pg.fetchval("SELECT count(DISTINCT user_id) FROM job_approvals WHERE job_id = $1", jid) == 2
 
 
+def test_web_hosts_whose_clocks_are_minutes_apart_agree_on_a_links_expiry(monkeypatch: Any) -> None:
+    """A link is signed on one web host and opened on another, their clocks ten minutes off either way
+    (the database's is right, and each host's dbclock knows its offset). On the hosts' own clocks, a
+    link signed on the slow host was refused as expired by the fast one within its five minutes, and one
+    signed on the fast host was still accepted by the slow one after they were over."""
+    from app import dbclock
+
+    start = time.time()
+
+    def on_host(skew: float, *, after: float) -> None:
+        """``after`` seconds past the start, on a host whose clock is ``skew`` seconds off."""
+        monkeypatch.setattr(time, "time", lambda: start + after + skew)
+        monkeypatch.setattr(time, "time_ns", lambda: int((start + after + skew) * 1e9))
+        monkeypatch.setattr(dbclock, "_offset_ns", int(-skew * 1e9))
+
+    secret, jid = "s3cret", uuid.uuid4()
+    on_host(-600, after=0)
+    slow_signed = link_token(secret, jid, ttl=300)
+    on_host(+600, after=0)
+    fast_signed = link_token(secret, jid, ttl=300)
+    for skew in (-600, 0, +600):
+        on_host(skew, after=60)
+        assert link_problem(secret, jid, slow_signed) is None, skew
+        assert link_problem(secret, jid, fast_signed) is None, skew
+        on_host(skew, after=400)
+        assert "expired" in (link_problem(secret, jid, slow_signed) or ""), skew
+        assert "expired" in (link_problem(secret, jid, fast_signed) or ""), skew
+
+
 async def test_the_page_and_the_one_click_link_need_a_named_approver_and_a_good_token(
     client: AsyncTestClient, db_url: str, engine: AsyncEngine, ui_settings: Settings, pg: asyncpg.Connection
 ) -> None:

@@ -35,6 +35,45 @@ def test_retry_after_is_read_as_seconds_or_as_an_http_date() -> None:
         assert retry_after_secs(unreadable, NOW) is None, unreadable
 
 
+@pytest.mark.parametrize("skew", [timedelta(minutes=10), timedelta(minutes=-10)])
+def test_an_http_date_is_measured_on_the_servers_clock_or_the_databases_not_the_hosts(
+    monkeypatch: pytest.MonkeyPatch, skew: timedelta
+) -> None:
+    """The worker host's clock is ten minutes fast (or slow); the database's is right, and dbclock knows
+    the offset. A server asks to wait until a date two minutes after its own ``Date``, or, without a
+    ``Date``, five minutes from now. Measured from the host's clock, the wait was 0 (the retry came at
+    once, hammering a server that asked for a pause) or fifteen minutes; measured from the answer's
+    ``Date``, or else the database's clock, it is what the server asked."""
+    from types import SimpleNamespace
+
+    from app import dbclock
+    from app.jobs import backoff
+
+    class Skewed(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return datetime.now(tz) + skew
+
+    monkeypatch.setattr(backoff, "datetime", Skewed)
+    monkeypatch.setattr(
+        dbclock,
+        "time",
+        SimpleNamespace(time_ns=lambda: time.time_ns() + int(skew / timedelta(microseconds=1)) * 1000),
+    )
+    monkeypatch.setattr(dbclock, "_offset_ns", -int(skew / timedelta(microseconds=1)) * 1000)
+
+    def http(moment: datetime) -> str:
+        return email.utils.format_datetime(moment, usegmt=True)
+
+    real = datetime.now(UTC).replace(microsecond=0)
+    server = real - timedelta(hours=1)  # the server's own clock is off too: its Date says where it is
+    assert retry_after_secs(http(server + timedelta(seconds=120)), date=http(server)) == 120.0
+    assert retry_after_secs(http(real + timedelta(seconds=300))) == pytest.approx(300, abs=2)
+    # an unreadable Date is no reference: the database's clock is
+    assert retry_after_secs(http(real + timedelta(seconds=300)), date="soon") == pytest.approx(300, abs=2)
+    assert retry_after_secs("120", date=http(server)) == 120.0  # seconds need no clock
+
+
 def test_the_delay_is_at_least_what_was_asked_and_at_most_the_cap() -> None:
     policy = RetryPolicy.schedule([10.0, 60.0], jitter=0.0)
     assert retry_delay(policy, 1) == 10.0

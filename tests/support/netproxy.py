@@ -11,7 +11,9 @@ It runs its own event loop in a thread, so it keeps forwarding whatever the test
   new connections again.
 
 :class:`BlackholeProxy` is simpler and runs in the test's own loop: it freezes the connections open at the
-moment, and connects new ones through normally (a path that drops one connection's packets).
+moment, and connects new ones through normally (a path that drops one connection's packets). With
+``answers_only`` it lets what the client sends on them through and holds back only what the server
+answers (a request that arrives and runs, its answer lost or slow).
 """
 
 from __future__ import annotations
@@ -138,6 +140,8 @@ class BlackholeProxy:
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
         self.frozen = False
+        self.answers_only = False
+        """While frozen, forward the client's bytes and hold back only the server's."""
         self.server: asyncio.Server | None = None
         self.port = 0
         self._writers: list[asyncio.StreamWriter] = []
@@ -147,14 +151,14 @@ class BlackholeProxy:
         self.port = self.server.sockets[0].getsockname()[1]
 
     async def _pipe(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, born_frozen: bool
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, born_frozen: bool, answers: bool
     ) -> None:
         with contextlib.suppress(Exception):
             while True:
                 data = await reader.read(65536)
                 if not data:
                     break
-                if self.frozen and not born_frozen:
+                if self.frozen and not born_frozen and (answers or not self.answers_only):
                     continue  # swallow: the peer never hears back, and nothing is closed
                 writer.write(data)
                 await writer.drain()
@@ -164,7 +168,8 @@ class BlackholeProxy:
         self._writers += [writer, up_writer]
         born_frozen = self.frozen  # connections made after the freeze work normally
         await asyncio.gather(
-            self._pipe(reader, up_writer, born_frozen), self._pipe(up_reader, writer, born_frozen)
+            self._pipe(reader, up_writer, born_frozen, False),
+            self._pipe(up_reader, writer, born_frozen, True),
         )
 
     async def close(self) -> None:

@@ -72,3 +72,20 @@ async def test_a_statement_interrupted_midway_leaves_no_half_used_connection_beh
     assert time.monotonic() - started < 1.5  # not waiting for the abandoned statement to end
     await held.close()
     assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def test_an_autocommit_engine_is_behind_the_same_pooler_as_its_parent() -> None:
+    """The worker's kept connections come from ``engine.execution_options(isolation_level="AUTOCOMMIT")``.
+    Such an engine read as made for no pooler: behind PgBouncer in transaction mode a kept connection set
+    generic plans on whichever server connection ran it, and a claim cut short at a stop would have had
+    PgBouncer's own process id taken for the server's (:func:`app.worker.claiming._server_pid`)."""
+    from app.db import create_engine, engine_pooler
+
+    engine = create_engine("postgresql+asyncpg://nobody@127.0.0.1:1/none", pool_size=1, pooler="transaction")
+    try:
+        autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        assert engine_pooler(autocommit) == "transaction"
+        assert engine_pooler(autocommit.execution_options(isolation_level="AUTOCOMMIT")) == "transaction"
+        assert not HeldConnection(autocommit)._generic
+    finally:
+        await engine.dispose()

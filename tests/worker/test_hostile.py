@@ -273,3 +273,146 @@ async def test_a_claimed_job_dropped_unstarted_in_a_partition_is_handed_back_not
         worker.stop()
         await asyncio.wait_for(task, 30)
     assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
+
+
+async def test_a_claim_whose_answer_had_not_come_at_the_stop_is_handed_back_not_left_to_the_rescue(
+    make_settings, engine, owner, pg, db_url, monkeypatch
+) -> None:
+    """A claim reaches the database and takes a job on its last attempt, but its answer is held on the way
+    back (a silent connection) when the worker stops. The worker gives up waiting for it and cancels it:
+    the job, locked by the stopped worker, was left to the rescue, which counted the attempt it never ran
+    and failed it as "lease expired: worker lost". The stopping worker reaches the database on a new
+    connection, ends the claim's session and hands the job back: ``queued``, its attempt not counted, and
+    it runs later exactly once."""
+    from sqlalchemy.engine import make_url
+
+    from app.db import create_engine
+    from app.worker import claim_loop, claiming
+    from tests.support.netproxy import BlackholeProxy
+
+    monkeypatch.setattr(claim_loop, "CLAIM_ARRIVAL_SECS", 1.0)
+    monkeypatch.setattr(
+        claiming, "LIMITS_RECHECK_SECS", 3600.0
+    )  # every claim after the first on the kept connection
+    url = make_url(db_url)
+    proxy = BlackholeProxy(url.port or 5432)
+    await proxy.start()
+    proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    # a long poll: the worker waits idle for a NOTIFY (the listener's own connection is not proxied)
+    settings = make_settings(worker_visibility_timeout_secs=30, job_processor_poll_interval=30)
+    worker = Worker(settings, settings.database_url or "")
+    claims = create_engine(proxied, pool_size=2, application_name=worker.application_name)
+    worker.claimer = claiming.Claimer(
+        claims,
+        claims.execution_options(isolation_level="AUTOCOMMIT"),
+        worker_id=worker.id,
+        lease_secs=worker.lease_secs,
+    )
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        await asyncio.sleep(1.0)  # the first claim is in and nothing is on its way: the kept connection idles
+        proxy.answers_only = proxy.frozen = True
+        job = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 0}, max_attempts=1)
+        row = await wait_status(pg, job, {"in_progress"})
+        assert row["locked_by"] == worker.id
+        await asyncio.sleep(0.3)
+        assert job not in worker.held  # the claim's answer has not come
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+        await claims.dispose(close=False)
+        await proxy.close()
+    row = await pg.fetchrow("SELECT status, attempts, locked_by FROM jobs WHERE id = $1", job)
+    assert dict(row) == {"status": "queued", "attempts": 0, "locked_by": None}
+    assert await event_kinds(pg, job) == ["enqueued", "claimed", "released"]
+    # the claim's session was ended before the release: a claim still running could not commit after it
+    cut = sorted(worker.claimer.cut_short)
+    assert cut and not await pg.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)", cut)
+    again = Worker(settings, settings.database_url or "")
+    task = asyncio.create_task(again.run())
+    try:
+        row = await wait_status(pg, job, {"completed", "failed"}, timeout=15)
+    finally:
+        again.stop()
+        await asyncio.wait_for(task, 30)
+    assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
+    assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 1
+
+
+@pytest.mark.slow
+async def test_a_claim_still_running_on_the_server_at_the_stop_cannot_commit_after_the_hand_back(
+    make_settings, engine, owner, pg, db_url, tcp_proxy, monkeypatch
+) -> None:
+    """A claim is on its way and still running on the server (waiting for a lock) when the worker, cut
+    off from it (nothing it sends on that path arrives, the cancel request neither), stops. The stop's
+    hand-back, on a path that works, found nothing yet; the claim then committed, and its job stayed
+    locked by the stopped worker until the rescue counted an attempt it never ran. The stop ends the
+    claim's server session first: the claim is rolled back, the job waits on its one attempt."""
+    import asyncpg
+
+    from app.db import asyncpg_dsn, create_engine
+    from app.worker import claim_loop, claiming
+
+    monkeypatch.setattr(claim_loop, "CLAIM_ARRIVAL_SECS", 1.0)
+    monkeypatch.setattr(claiming, "LIMITS_RECHECK_SECS", 3600.0)
+    settings = make_settings(worker_visibility_timeout_secs=30, job_processor_poll_interval=30)
+    worker = Worker(settings, settings.database_url or "")
+    claims = create_engine(tcp_proxy.url(db_url), pool_size=2, application_name=worker.application_name)
+    worker.claimer = claiming.Claimer(
+        claims,
+        claims.execution_options(isolation_level="AUTOCOMMIT"),
+        worker_id=worker.id,
+        lease_secs=worker.lease_secs,
+    )
+    blocker = await asyncpg.connect(asyncpg_dsn(db_url))
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        db_now = await pg.fetchval("SELECT now()")
+        job = await _enqueue(
+            engine,
+            settings,
+            owner,
+            "test.effect",
+            {"seconds": 0},
+            max_attempts=1,
+            run_at=db_now + datetime.timedelta(hours=1),
+        )
+        # The claim's statement waits for this lock before it starts, and sees the job due once it has it.
+        await blocker.execute(
+            "BEGIN; LOCK TABLE job_events IN SHARE MODE;"
+            f"UPDATE jobs SET run_at = now() - interval '1 second' WHERE id = '{job}'"
+        )
+        await pg.execute(f"NOTIFY {queue.JOBS_CHANNEL}")  # the worker claims
+        for _ in range(200):
+            waiting = await pg.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                worker.application_name,
+            )
+            if waiting:
+                break
+            await asyncio.sleep(0.05)
+        assert waiting, "the claim did not reach the lock"
+        tcp_proxy.cut("blackhole")
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    finally:
+        worker.stop()
+        await blocker.execute("COMMIT")  # a claim still running would commit now
+        await blocker.close()
+        tcp_proxy.restore()
+        await asyncio.wait_for(task, 30)
+        await claims.dispose(close=False)
+    await asyncio.sleep(0.5)
+    row = await pg.fetchrow("SELECT status, attempts, locked_by FROM jobs WHERE id = $1", job)
+    assert dict(row) == {"status": "queued", "attempts": 0, "locked_by": None}
+    again = Worker(settings, settings.database_url or "")
+    task = asyncio.create_task(again.run())
+    try:
+        row = await wait_status(pg, job, {"completed", "failed"}, timeout=15)
+    finally:
+        again.stop()
+        await asyncio.wait_for(task, 30)
+    assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
+    assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 1

@@ -148,6 +148,7 @@ from app.jobs.queue.outcomes import (
     Outcome,
     OutcomeKind,
     finish,
+    release_unreceived,
 )
 from app.jobs.queue.pipelines import (
     INSERT_PIPELINE,
@@ -200,6 +201,7 @@ from app.jobs.queue.workers import (
     TOUCH_WORKER,
     TYPES_WITHOUT_WORKERS,
     UNREGISTER_WORKER,
+    end_sessions,
     forget_old,
     register_worker,
     set_worker_health,
@@ -313,6 +315,7 @@ __all__ = [
     "CANCEL_ACK_MANY",
     "RELEASE_MANY",
     "finish",
+    "release_unreceived",
     "COMPLETE_STANDALONE",
     "complete_standalone",
     "standalone",
@@ -362,6 +365,7 @@ __all__ = [
     "touch_worker",
     "set_worker_health",
     "unregister_worker",
+    "end_sessions",
     "forget_old",
     "HOLD",
     "RELEASE",

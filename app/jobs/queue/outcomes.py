@@ -182,6 +182,13 @@ RELEASE_MANY = sql(
 RELEASED_CANCELLED = "cancelled; its worker stopped before the job did"
 """The error of a job released while its cancel was pending (it ends ``cancelled``)."""
 
+UNRECEIVED = sql(
+    """
+    SELECT id, pipeline_id, attempts FROM jobs
+    WHERE status = 'in_progress' AND locked_by = :worker AND NOT (id = ANY(CAST(:known AS uuid[])))
+    """
+)
+
 
 @dataclass
 class _Batch:
@@ -304,3 +311,26 @@ async def finish(
     notified = await consequences(conn, batch.changed, batch.actor, batch.extra_pipelines)
     report.notify = notified or report.notify
     return report
+
+
+async def release_unreceived(
+    conn: AsyncConnection, worker_id: str, known: Sequence[uuid.UUID], message: str, settings: Settings
+) -> FinishReport:
+    """A stopping worker hands back the jobs locked by it that it never received: a claim of its took them
+    but its answer never came (cancelled at the stop, or lost with its connection), so they never started.
+    ``known``: every job the worker received and has not settled (buffered, running, outcome unrecorded,
+    or given up after it started); those are the normal stop's. Call it only once no claim of the worker's
+    can still commit. Each job is released by :func:`finish` at the attempt read here (``queued`` again,
+    the attempt not counted, a ``released`` event), fenced as every release is."""
+    rows = (await conn.execute(UNRECEIVED, {"worker": worker_id, "known": list(known)})).mappings().all()
+    outcomes = [
+        Outcome(
+            r["id"],
+            OutcomeKind.RELEASED,
+            message=message,
+            pipeline_id=r["pipeline_id"],
+            attempt=r["attempts"],
+        )
+        for r in rows
+    ]
+    return await finish(conn, worker_id, outcomes, settings)

@@ -3,6 +3,8 @@ with the job types it runs, and its per-minute throughput samples."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Sequence
 
 from sqlalchemy.engine import RowMapping
@@ -126,6 +128,37 @@ async def set_worker_health(conn: AsyncConnection, worker_id: str, health: str) 
 
 async def unregister_worker(conn: AsyncConnection, worker_id: str) -> None:
     await conn.execute(UNREGISTER_WORKER, {"id": worker_id})
+
+
+# A session of the worker's own (its name, and a process the worker recorded), never this one.
+END_SESSIONS = sql(
+    """
+    SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity
+    WHERE pid = ANY(CAST(:pids AS int[])) AND application_name = :name AND pid <> pg_backend_pid()
+    """
+)
+SESSIONS_LEFT = sql(
+    """
+    SELECT count(*) FROM pg_stat_activity
+    WHERE pid = ANY(CAST(:pids AS int[])) AND application_name = :name AND pid <> pg_backend_pid()
+    """
+)
+
+
+async def end_sessions(
+    conn: AsyncConnection, pids: Sequence[int], application_name: str, *, wait_secs: float = 2.0
+) -> bool:
+    """End the server sessions ``pids`` of a worker's (``application_name``: a process id reused since
+    belongs to another session, left alone), rolling back whatever they were running, and wait (up to
+    ``wait_secs``) until they are gone; returns whether they are. ``conn`` in autocommit mode."""
+    params = {"pids": list(pids), "name": application_name}
+    await conn.execute(END_SESSIONS, params)
+    deadline = time.monotonic() + wait_secs
+    while (await conn.execute(SESSIONS_LEFT, params)).scalar_one():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
 
 
 async def forget_old(conn: AsyncConnection) -> None:
