@@ -262,7 +262,7 @@ def token_name(name: Any) -> str:
     check_text(name, "name")
     label = " ".join(name.split())
     if len(label) > TOKEN_NAME_MAX:
-        raise BadInput.field("name", f"must be at most {TOKEN_NAME_MAX} characters (it has {len(label):,})")
+        raise BadInput.field("name", f"must be at most {TOKEN_NAME_MAX:,} characters (it has {len(label):,})")
     return label
 
 

@@ -59,7 +59,7 @@ def check_url(url: Any, settings: Settings, field: str = "callback_url") -> str:
     if not settings.callback_signing_secret:
         raise BadInput.field(field, "callbacks are not set up here: an admin sets CALLBACK_SIGNING_SECRET")
     if not isinstance(url, str) or not url.strip() or len(url) > MAX_URL_CHARS or text_problem(url):
-        raise BadInput.field(field, f"give an http or https URL of at most {MAX_URL_CHARS} characters")
+        raise BadInput.field(field, f"give an http or https URL of at most {MAX_URL_CHARS:,} characters")
     import httpx  # here: every worker imports this module for its sweep (see app.processors.addresses)
 
     try:

@@ -53,8 +53,10 @@ COMMON_ZONES = (
 
 def plural(n: object, word: str) -> str:
     """``plural(1, "row")`` → ``"1 row"``, ``plural(3, "row")`` → ``"3 rows"``: a count and its noun,
-    which agree (the noun takes an ``s``; every noun counted so far does)."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+    which agree (the noun takes an ``s``; every noun counted so far does); ``1,500 rows`` with the
+    thousands separator every number in a message has."""
+    said = f"{n:,}" if isinstance(n, int) and not isinstance(n, bool) else str(n)
+    return f"{said} {word}" if n == 1 else f"{said} {word}s"
 
 
 def format_bytes(n: int) -> str:

@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app import dbclock, storage_limit
 from app.errors import RateLimited
-from app.formatting import format_bytes
+from app.formatting import format_bytes, format_sizes
 from app.settings import Settings
 
 LOCK_NAMESPACE = storage_limit.OWNER_LOCK_NAMESPACE
@@ -235,9 +235,10 @@ async def stored_refusal(
     if stored + adding <= limit:
         return None
     wait = await _first_expiry(conn, settings, user_id)
+    kept, most = format_sizes(stored, limit)  # never "you keep 2 KiB … the limit is 2 KiB" with room left
     return refusal(
-        f"Not enough room for this file ({format_bytes(adding)}): you keep {format_bytes(stored)} of files "
-        f"and the limit is {format_bytes(limit)} per person. Files are deleted "
+        f"Not enough room for this file ({format_bytes(adding)}): you keep {kept} of files "
+        f"and the limit is {most} per person. Files are deleted "
         f"{settings.job_retention_days:g} days after the job that used them finished. {retry_words(wait)}",
         wait,
     )

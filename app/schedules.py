@@ -131,7 +131,7 @@ def check_name(name: Any) -> str:
         raise BadInput.field("name", problem)
     name = name.strip()
     if len(name) > NAME_MAX:
-        raise BadInput.field("name", f"is {len(name):,} characters long; at most {NAME_MAX} are allowed")
+        raise BadInput.field("name", f"is {len(name):,} characters long; at most {NAME_MAX:,} are allowed")
     return name
 
 

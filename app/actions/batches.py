@@ -54,7 +54,9 @@ def check_name(name: Any) -> str:
     check_text(name, "name")
     name = name.strip()
     if len(name) > batches.NAME_MAX:
-        raise BadInput.field("name", f"must be at most {batches.NAME_MAX} characters (it has {len(name):,})")
+        raise BadInput.field(
+            "name", f"must be at most {batches.NAME_MAX:,} characters (it has {len(name):,})"
+        )
     return name
 
 

@@ -104,7 +104,7 @@ def _approvers(value: Any, path: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
         raise BadInput.field(path, 'must be a list of e-mail addresses, "admins" or "owner"')
     if len(value) > MAX_APPROVERS:
-        raise BadInput.field(path, f"at most {MAX_APPROVERS} approvers")
+        raise BadInput.field(path, f"at most {MAX_APPROVERS:,} approvers")
     names: list[str] = []
     for i, v in enumerate(value):
         name = v.strip().lower()

@@ -72,7 +72,7 @@ _READERS: dict[Cursor, Any] = {
 
 _WHERE = {
     Cursor.SEQ: "the seq of the last line you have",
-    Cursor.EMAIL: f"an email address (at most {MAX_EMAIL} characters)",
+    Cursor.EMAIL: f"an email address (at most {MAX_EMAIL:,} characters)",
 }
 NOT_A_CURSOR = (
     "is not a position this list gave: pass back {where} unchanged, or leave it out for the first page"

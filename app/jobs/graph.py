@@ -121,7 +121,7 @@ def check_graph(steps: Sequence[dict[str, Any]], prefix: str, *, external: set[s
     if not steps:
         raise BadInput.field(prefix, "a pipeline needs at least one step")
     if len(steps) > MAX_STEPS:
-        raise BadInput.field(prefix, f"a pipeline can have at most {MAX_STEPS} steps")
+        raise BadInput.field(prefix, f"a pipeline can have at most {MAX_STEPS:,} steps")
     keys = _check_keys(steps, prefix)
     known = set(keys) | (external or set())
     edges = {

@@ -10,15 +10,19 @@ as a number".
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from typing import Any
 
 from app.formatting import plural
 
 
 def number_text(value: Any) -> str:
-    """A schema's bound as a person writes it: ``5``, not ``5.0``."""
+    """A schema's bound as a person writes it: ``5``, not ``5.0``; ``1,000,000`` with the thousands
+    separator every number in Jobdesk's messages has."""
     if isinstance(value, float) and value.is_integer():
-        return str(int(value))
+        value = int(value)
+    if isinstance(value, int | float | Decimal) and not isinstance(value, bool):
+        return f"{value:,}"
     return str(value)
 
 
@@ -35,7 +39,7 @@ _MESSAGES: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "less_than_equal": lambda c: f"Must be at most {number_text(c.get('le'))}.",
     "less_than": lambda c: f"Must be less than {number_text(c.get('lt'))}.",
     "string_too_short": lambda c: f"Enter at least {plural(c.get('min_length'), 'character')}.",
-    "string_too_long": lambda c: f"Use at most {c.get('max_length')} characters.",
+    "string_too_long": lambda c: f"Use at most {plural(c.get('max_length'), 'character')}.",
     "too_short": lambda c: f"Give at least {plural(c.get('min_length'), 'item')}.",
     "too_long": lambda c: f"Give at most {plural(c.get('max_length'), 'item')}.",
     "literal_error": lambda c: _choices(c),

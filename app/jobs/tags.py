@@ -26,7 +26,7 @@ def check_tags(value: Any, field: str = "tags") -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or len(value) > MAX_TAGS:
-        raise BadInput.field(field, f"give a list of at most {MAX_TAGS} tags")
+        raise BadInput.field(field, f"give a list of at most {MAX_TAGS:,} tags")
     tags: list[str] = []
     for i, tag in enumerate(value):
         if not isinstance(tag, str) or not tag.strip() or len(tag.strip()) > MAX_TAG_CHARS:

@@ -11,6 +11,8 @@ Filters available in every template (registered by :func:`register_filters`):
 * ``ago`` — relative to now: ``just now``, ``2 min ago``, ``in 3 h``, ``5 days ago``, ``in about 12 years``;
 * ``duration`` — seconds as ``850 ms``, ``42 s``, ``3 min 5 s``, ``2 h 10 min``;
 * ``filesize`` — bytes as ``512 bytes``, ``1.5 KiB``, ``25 MiB``;
+* ``filesize_of(limit)`` — bytes against their limit, ``1 KiB of 4.9 KiB``, exact when rounding would make
+  two different sizes read the same (:func:`app.formatting.format_sizes`);
 * ``as_typed`` — a form control's value as it was typed or stored (escaped, not balanced: see below).
 
 Every value a template outputs (``{{ … }}``, in text and in attributes alike) is :func:`balanced` on its
@@ -42,6 +44,7 @@ from app.formatting import (
     format_bytes,
     format_duration,
     format_localtime,
+    format_sizes,
     in_zone,
     span_words,
     zone,
@@ -129,6 +132,12 @@ def format_filesize(value: int | None) -> str:
     return "" if value is None else format_bytes(int(value))
 
 
+def format_filesize_of(value: int, limit: int) -> str:
+    """``value`` bytes against ``limit``: ``1 KiB of 4.9 KiB``, never ``2 KiB of 2 KiB`` with room left."""
+    said, most = format_sizes(int(value), int(limit))
+    return f"{said} of {most}"
+
+
 @pass_context
 def _localtime_filter(ctx: Mapping[str, Any], value: datetime | None, seconds: bool = False) -> str:
     return format_localtime(value, _user_zone(ctx), seconds=seconds)
@@ -204,6 +213,7 @@ def register_filters(engine: JinjaTemplateEngine) -> None:
         ago=format_ago,
         duration=format_duration,
         filesize=format_filesize,
+        filesize_of=format_filesize_of,
         as_typed=_as_typed_filter,
     )
     # the shared zone picker (templates/_zone_picker.html) lists these itself, so no page has to pass them

@@ -78,11 +78,11 @@ def describe(annotation: Any, kwargs: Any = None) -> str | None:
     if tp is str:
         low, high = getattr(kwargs, "min_length", None), getattr(kwargs, "max_length", None)
         if low and high:
-            return f"must be {low} to {high} characters"
+            return f"must be {low:,} to {high:,} characters"
         if high is not None:
-            return f"must be at most {high} characters"
+            return f"must be at most {high:,} characters"
         if low:
-            return f"must be at least {low} characters"
+            return f"must be at least {low:,} characters"
     return None
 
 

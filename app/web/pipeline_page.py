@@ -31,12 +31,6 @@ PIPELINE_ROW = text(
     "SELECT id, name, template, user_id, status, created_at, updated_at, finished_at, "
     f"{pipelines.started_column('pipelines')} FROM pipelines WHERE id = :id"
 )
-STEP_COUNTS = text(
-    """
-    SELECT count(*) AS total, count(*) FILTER (WHERE status = 'completed') AS done
-    FROM jobs WHERE pipeline_id = :id
-    """
-)
 PIPELINE_EVENTS = text(
     """
     SELECT e.id, e.job_id, j.title AS step_title, j.type AS step_type, j.step_key, e.at, e.kind, e.from_status,

@@ -40,11 +40,10 @@ from app.web.deps import (
     unchanged,
 )
 from app.web.input_guard import FORM_CHECKED, UPLOADS
-from app.web.my_jobs import pipeline_list_item
+from app.web.my_jobs import pipeline_list_items
 from app.web.notifications import bell_news, viewer_bell
 from app.web.pipeline_page import (
     PIPELINE_INPUT,
-    STEP_COUNTS,
     load_pipeline_row,
     outcome_context,
     pipeline_history,
@@ -242,9 +241,8 @@ class PipelinesController(Controller):
         if not is_htmx(request):
             return await opened_directly(request, db_session, pipeline_id)
         row = await load_pipeline_row(db_session, pipeline_id, request.user)
-        counts = (await db_session.execute(STEP_COUNTS, {"id": row["id"]})).mappings().one()
         count = await viewer_bell(db_session, request.user) if bell is not None else None
-        item = pipeline_list_item(row, counts["done"], counts["total"], count)
+        (item,) = await pipeline_list_items(db_session, [row], count)
         return cell_response(request, item, v, (bell_news(count, bell), count))
 
     @post("/{pipeline_id:str}/cancel", name="pipelines.cancel", status_code=200)

@@ -10,11 +10,12 @@ import uuid
 
 import pytest
 from litestar.testing import AsyncTestClient
+from pydantic import BaseModel, Field, ValidationError
 
 import tests.support.forms  # noqa: F401  (test.form, test.step)
 from app import spreadsheets
 from app.errors import BadInput
-from app.jobs.input_words import sentence_of
+from app.jobs.input_words import problem_words, sentence_of
 from app.processors import registry
 from app.web import submit
 from app.web.batch_page import problems_of
@@ -128,3 +129,26 @@ async def test_a_rejection_s_reason_is_taken_as_reason_or_comment_on_both_routes
     assert r.status_code == 422 and "reason" in r.json()["errors"], r.text
     r = await client.post(f"/api/approvals/{jid}/reject", json={"comment": "old name"}, headers=root)
     assert r.status_code == 200, r.text
+
+
+class _Bounded(BaseModel):
+    body: str = Field("", max_length=1_000_000)
+    note: str = Field("", min_length=0, max_length=2_000)
+    copies: int = Field(0, le=1_000_000)
+    scale: float = Field(0.0, ge=-2_500.0)
+    items: list[int] = Field([], max_length=1_500)
+
+
+def test_a_schema_s_bounds_are_said_with_thousands_separators() -> None:
+    """A schema's length message read "Use at most 1000000 characters" where every other number in a
+    message has its separators ("1,024 characters"): lengths, bounds and counts of items alike."""
+    with pytest.raises(ValidationError) as caught:
+        _Bounded(body="x" * 1_000_001, note="y" * 2_001, copies=1_000_001, scale=-2_501, items=[0] * 1_501)
+    words = {str(e["loc"][0]): problem_words(e) for e in caught.value.errors()}
+    assert words == {
+        "body": "Use at most 1,000,000 characters.",
+        "note": "Use at most 2,000 characters.",
+        "copies": "Must be at most 1,000,000.",
+        "scale": "Must be at least -2,500.",
+        "items": "Give at most 1,500 items.",
+    }

@@ -276,6 +276,19 @@ async def test_stored_bytes_limit_refuses_uploads_on_the_api_and_the_form(scene_
     assert await s.pg.fetchval("SELECT count(*) FROM jobs") == 0
 
 
+async def test_the_storage_refusal_never_reads_the_kept_size_as_the_limit(scene_of: Any) -> None:
+    """Stored files a byte under the limit round to it ("you keep 2 KiB … the limit is 2 KiB"): the
+    refusal then gives both in exact bytes, as every other size-against-its-limit message does, and so
+    does the admins' usage line."""
+    s = await scene_of(user_max_upload_bytes=2048)
+    up = await s.client.post("/api/files", files={"file": ("a.txt", b"a" * 2047)}, headers=s.user)
+    assert up.status_code == 201
+    r = await s.client.post("/api/files", files={"file": ("b.txt", b"b" * 10)}, headers=s.user)
+    assert_limited(r, "you keep 2,047 bytes of files and the limit is 2,048 bytes per person")
+    await login(s.client, "root@example.com")  # the admins' usage line reads them the same way
+    assert "2,047 bytes of 2,048 bytes of files" in (await s.client.get("/admin/users")).text
+
+
 async def test_admins_see_usage_against_the_limits(scene_of: Any) -> None:
     s = await scene_of(user_max_waiting_jobs=10, user_max_upload_bytes=5000)
     await s.client.post("/api/jobs", json=job(), headers=s.user)

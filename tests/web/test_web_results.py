@@ -354,7 +354,7 @@ async def test_the_email_form_says_when_email_is_not_set_up_and_a_long_body_is_r
         follow_redirects=False,
     )
     assert r.status_code == 422
-    assert "Use at most 200000 characters." in r.text
+    assert "Use at most 200,000 characters." in r.text
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
     await sign_in_as(client, db_url, "root@example.com", admin=True)
     assert "<code>SMTP_HOST</code>" in (await client.get("/jobs/new/email.send")).text
