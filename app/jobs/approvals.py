@@ -34,7 +34,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app import dbclock
+from app.dbclock import db_time
 from app.errors import BadInput
 from app.jobs.payload import json_text
 
@@ -298,7 +298,7 @@ def _now() -> float:
     """Now, by the database's clock (:mod:`app.dbclock`), in seconds. A link signed on one web host is
     checked on another: on their own clocks, minutes apart, one host accepted a link another refused as
     expired, and a host whose clock was slow kept links alive past their expiry."""
-    return dbclock.db_time().timestamp()
+    return db_time().timestamp()
 
 
 def link_token(secret: str, job_id: Any, *, ttl: int = LINK_TTL_SECONDS, now: float | None = None) -> str:

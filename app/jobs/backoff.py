@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from app import dbclock
+from app.dbclock import db_time
 
 MAX_DELAY_SECS = 30 * 24 * 3600.0
 """No policy may wait longer than 30 days; keeps ``now() + delay`` far from timestamp limits."""
@@ -94,7 +94,7 @@ def retry_after_secs(
     when = _http_date(value)
     if when is None:
         return None
-    return max((when - (_http_date(date) or now or dbclock.db_time())).total_seconds(), 0.0)
+    return max((when - (_http_date(date) or now or db_time())).total_seconds(), 0.0)
 
 
 def _http_date(value: str | None) -> datetime | None:
