@@ -275,6 +275,40 @@ async def test_a_claimed_job_dropped_unstarted_in_a_partition_is_handed_back_not
     assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
 
 
+def _claiming_through(settings: Any, url: str, monkeypatch: Any) -> tuple[Worker, Any]:
+    """A worker whose claims go to ``url`` (a proxy the test controls) on an engine of their own, named as
+    the worker's connections are; every claim after the first runs on the kept connection, and a stop
+    waits 1 s for a claim's answer. A long poll (``settings``): the worker waits idle for a NOTIFY, on a
+    listener whose connection is not proxied."""
+    from app.db import create_engine
+    from app.worker import claim_loop, claiming
+
+    monkeypatch.setattr(claim_loop, "CLAIM_ARRIVAL_SECS", 1.0)
+    monkeypatch.setattr(claiming, "LIMITS_RECHECK_SECS", 3600.0)
+    worker = Worker(settings, settings.database_url or "")
+    claims = create_engine(url, pool_size=2, application_name=worker.application_name)
+    worker.claimer = claiming.Claimer(
+        claims,
+        claims.execution_options(isolation_level="AUTOCOMMIT"),
+        worker_id=worker.id,
+        lease_secs=worker.lease_secs,
+    )
+    return worker, claims
+
+
+async def _runs_once_more(settings: Any, pg: Any, job: Any) -> None:
+    """A fresh worker runs the handed-back ``job`` once: completed on the attempt it was given back."""
+    again = Worker(settings, settings.database_url or "")
+    task = asyncio.create_task(again.run())
+    try:
+        row = await wait_status(pg, job, {"completed", "failed"}, timeout=15)
+    finally:
+        again.stop()
+        await asyncio.wait_for(task, 30)
+    assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
+    assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 1
+
+
 async def test_a_claim_whose_answer_had_not_come_at_the_stop_is_handed_back_not_left_to_the_rescue(
     make_settings, engine, owner, pg, db_url, monkeypatch
 ) -> None:
@@ -286,28 +320,14 @@ async def test_a_claim_whose_answer_had_not_come_at_the_stop_is_handed_back_not_
     it runs later exactly once."""
     from sqlalchemy.engine import make_url
 
-    from app.db import create_engine
-    from app.worker import claim_loop, claiming
     from tests.support.netproxy import BlackholeProxy
 
-    monkeypatch.setattr(claim_loop, "CLAIM_ARRIVAL_SECS", 1.0)
-    monkeypatch.setattr(
-        claiming, "LIMITS_RECHECK_SECS", 3600.0
-    )  # every claim after the first on the kept connection
     url = make_url(db_url)
     proxy = BlackholeProxy(url.port or 5432)
     await proxy.start()
     proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
-    # a long poll: the worker waits idle for a NOTIFY (the listener's own connection is not proxied)
     settings = make_settings(worker_visibility_timeout_secs=30, job_processor_poll_interval=30)
-    worker = Worker(settings, settings.database_url or "")
-    claims = create_engine(proxied, pool_size=2, application_name=worker.application_name)
-    worker.claimer = claiming.Claimer(
-        claims,
-        claims.execution_options(isolation_level="AUTOCOMMIT"),
-        worker_id=worker.id,
-        lease_secs=worker.lease_secs,
-    )
+    worker, claims = _claiming_through(settings, proxied, monkeypatch)
     task = asyncio.create_task(worker.run())
     try:
         await asyncio.wait_for(worker.wait_started(), 20)
@@ -329,15 +349,7 @@ async def test_a_claim_whose_answer_had_not_come_at_the_stop_is_handed_back_not_
     # the claim's session was ended before the release: a claim still running could not commit after it
     cut = sorted(worker.claimer.cut_short)
     assert cut and not await pg.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)", cut)
-    again = Worker(settings, settings.database_url or "")
-    task = asyncio.create_task(again.run())
-    try:
-        row = await wait_status(pg, job, {"completed", "failed"}, timeout=15)
-    finally:
-        again.stop()
-        await asyncio.wait_for(task, 30)
-    assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
-    assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 1
+    await _runs_once_more(settings, pg, job)
 
 
 @pytest.mark.slow
@@ -351,20 +363,10 @@ async def test_a_claim_still_running_on_the_server_at_the_stop_cannot_commit_aft
     claim's server session first: the claim is rolled back, the job waits on its one attempt."""
     import asyncpg
 
-    from app.db import asyncpg_dsn, create_engine
-    from app.worker import claim_loop, claiming
+    from app.db import asyncpg_dsn
 
-    monkeypatch.setattr(claim_loop, "CLAIM_ARRIVAL_SECS", 1.0)
-    monkeypatch.setattr(claiming, "LIMITS_RECHECK_SECS", 3600.0)
     settings = make_settings(worker_visibility_timeout_secs=30, job_processor_poll_interval=30)
-    worker = Worker(settings, settings.database_url or "")
-    claims = create_engine(tcp_proxy.url(db_url), pool_size=2, application_name=worker.application_name)
-    worker.claimer = claiming.Claimer(
-        claims,
-        claims.execution_options(isolation_level="AUTOCOMMIT"),
-        worker_id=worker.id,
-        lease_secs=worker.lease_secs,
-    )
+    worker, claims = _claiming_through(settings, tcp_proxy.url(db_url), monkeypatch)
     blocker = await asyncpg.connect(asyncpg_dsn(db_url))
     task = asyncio.create_task(worker.run())
     try:
@@ -407,12 +409,4 @@ async def test_a_claim_still_running_on_the_server_at_the_stop_cannot_commit_aft
     await asyncio.sleep(0.5)
     row = await pg.fetchrow("SELECT status, attempts, locked_by FROM jobs WHERE id = $1", job)
     assert dict(row) == {"status": "queued", "attempts": 0, "locked_by": None}
-    again = Worker(settings, settings.database_url or "")
-    task = asyncio.create_task(again.run())
-    try:
-        row = await wait_status(pg, job, {"completed", "failed"}, timeout=15)
-    finally:
-        again.stop()
-        await asyncio.wait_for(task, 30)
-    assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
-    assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 1
+    await _runs_once_more(settings, pg, job)
