@@ -14,7 +14,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import tests.support.forms  # noqa: F401  (registers test.form)
-from app.formatting import balanced, isolated, turning_class
+from app.formatting import balanced, isolated, read_turning_class, turning_class
 from app.jobs.queue import Outcome
 from app.notifications import build_message
 from app.settings import Settings
@@ -100,3 +100,10 @@ async def test_a_name_with_an_override_is_set_apart_in_notices_and_their_email(
 async def test_the_database_sets_text_apart_as_python_does(pg: asyncpg.Connection, value: str) -> None:
     shown = await pg.fetchval("SELECT jobdesk_isolated($1, $2)", value, turning_class())
     assert shown == isolated(value)
+
+
+def test_the_kept_bracket_is_the_one_this_python_reads() -> None:
+    """The bracket kept in the source for one version of the Unicode data is what reading that data gives,
+    so SQL isolates what Python does whichever of the two the worker used."""
+    assert turning_class() == read_turning_class()
+    assert all(isolated(ch) != ch for ch in read_turning_class()[1:-1].replace("-", ""))
