@@ -17,7 +17,7 @@ import tests.support.forms  # noqa: F401  (registers test.steps)
 from app import pipelines
 from app.settings import Settings
 from tests.support.jobsteps import claim, finish
-from tests.support.webkit import HX, sign_in_as
+from tests.support.webkit import HX, add_token, sign_in_as
 
 
 @pytest.fixture
@@ -109,3 +109,27 @@ async def test_my_jobs_lists_an_unstarted_pipeline_as_waiting_and_its_cell_turns
     assert not listed((await client.get("/jobs?status=queued")).text, pid)
     assert listed((await client.get("/jobs?status=in_progress")).text, pid)
     assert listed((await client.get("/jobs?q=Four")).text, pid)  # a search lists it with its state too
+
+
+async def test_the_api_says_whether_a_pipeline_has_started(
+    client: AsyncTestClient, db_url: str, engine: AsyncEngine, settings: Settings
+) -> None:
+    """The JSON API keeps ``status`` as it was (``running`` from the start) and says apart, in the one
+    pipeline and in the list, what the pages read as "Waiting": no worker has taken a step yet."""
+    user = await sign_in_as(client, db_url, "ann@example.com")
+    async with engine.begin() as conn:
+        pid = (
+            await pipelines.create_from_template(conn, "test.steps", {}, user_id=user.id, settings=settings)
+        )["id"]
+
+    bearer = {"Authorization": f"Bearer {await add_token(db_url, user.id)}"}
+
+    async def said() -> list[tuple[str, bool]]:
+        one = (await client.get(f"/api/pipelines/{pid}", headers=bearer)).json()
+        items = (await client.get("/api/pipelines", headers=bearer)).json()["items"]
+        (listed_one,) = [p for p in items if p["id"] == str(pid)]
+        return [(one["status"], one["started"]), (listed_one["status"], listed_one["started"])]
+
+    assert await said() == [("running", False), ("running", False)]
+    await claim(engine)
+    assert await said() == [("running", True), ("running", True)]

@@ -35,8 +35,10 @@ STEP_FIELDS = (
     "progress",
 )
 _LIST_PIPELINES = text(
-    """
-    SELECT id, name, template, status, user_id, created_at, updated_at, finished_at FROM pipelines
+    f"""
+    SELECT id, name, template, status, {pipelines.started_column("pipelines")}, user_id, created_at, updated_at,
+           finished_at
+    FROM pipelines
     WHERE (CAST(:user_id AS int) IS NULL OR user_id = :user_id)
       AND (CAST(:after AS uuid) IS NULL OR id < :after)
     ORDER BY id DESC LIMIT :limit
@@ -87,6 +89,9 @@ def pipeline_json(view: dict[str, Any]) -> dict[str, Any]:
         "name": view["name"],
         "template": view["template"],
         "status": view["status"],
+        # ``status`` stays ``running`` from the start, as it always was; whether a worker has taken any
+        # step yet is said apart (the pages read "Waiting" until then).
+        "started": view["started"],
         "progress": view["progress"],
         "current": view["current"],
         "layers": [[step["key"] for step in layer] for layer in view["layers"]],
