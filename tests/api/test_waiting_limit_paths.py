@@ -193,3 +193,14 @@ async def test_no_path_takes_a_person_above_their_waiting_limit(scene: Scene, pa
     words = await add(scene)
     assert says in words, words
     assert await waiting(scene) <= LIMIT
+
+
+async def test_an_admins_next_jobs_are_created_past_the_limit(scene: Scene) -> None:
+    """Admins are exempt from the waiting limit, their processors' next jobs too."""
+    await scene.pg.execute("UPDATE users SET is_admin = true WHERE id = $1", scene.user_id)
+    async with scene.engine.begin() as conn:
+        await queue.enqueue(conn, NewJob(type="noop", input_data={}, user_id=scene.user_id), scene.settings)
+    creator = await run_one(scene, result="{}", next_jobs=[NextJob(type="noop"), NextJob(type="noop")])
+    statuses = await scene.pg.fetch("SELECT status FROM jobs WHERE created_by_job = $1", creator["id"])
+    assert [r["status"] for r in statuses] == ["queued", "queued"]
+    assert await waiting(scene) == 4
