@@ -8,8 +8,9 @@ transaction-scoped advisory lock on the person (:func:`lock`), so concurrent req
 a check that only one of them fits.
 
 * **waiting** (``USER_MAX_WAITING_JOBS``): the person's ``queued`` jobs — ready, scheduled, waiting for
-  earlier steps or held. Admins are exempt. Also checked when a step runs once per item of a list from a
-  parent's result (:mod:`app.jobs.queue.fanouts`: the step fails).
+  earlier steps or held. Admins are exempt. The rule is the core's (:mod:`app.jobs.queue.waiting`), which
+  also holds the jobs a finished parent adds to it (a list's instances, a processor's next jobs: recorded
+  failed, saying why).
 * **per minute** (``USER_MAX_JOBS_PER_MINUTE``): submissions in the last 60 seconds, where a job, a
   whole pipeline (or batch) each count once, whatever its number of jobs, and so does a person's own
   retry (one job, or a batch's failed rows; ``counted_retries``, :func:`count_retry`); processors' next
@@ -37,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from app import dbclock, storage_limit
 from app.errors import RateLimited
 from app.formatting import format_bytes, format_sizes
+from app.jobs.queue.waiting import over_limit
 from app.settings import Settings
 
 LOCK_NAMESPACE = storage_limit.OWNER_LOCK_NAMESPACE
@@ -134,9 +136,9 @@ def waiting_refusal(
     """The refusal when ``now_waiting`` (counted after adding ``added``) is above the limit; ``whose``
     names the person whose jobs they are when it is not the one asking (an admin's retry of theirs)."""
     limit = settings.user_max_waiting_jobs
-    if not limit or now_waiting <= limit or added <= 0:
-        return None
     before = now_waiting - added
+    if not over_limit(limit, before, added):
+        return None
     adds = f"; this would add {added:,}" if added > 1 else ""
     has = f"{whose} has {before:,} waiting jobs" if whose else f"you have {before:,} waiting"
     return refusal(
@@ -244,20 +246,30 @@ async def stored_refusal(
     )
 
 
-async def schedule_refusal(
+async def schedule_waiting(
     conn: AsyncConnection, settings: Settings, user_id: int, is_admin: bool
-) -> str | None:
-    """Why a schedule firing for this owner is skipped now (their waiting jobs are at the limit), or
-    ``None``. Admins' schedules are exempt, as admins are."""
-    limit = settings.user_max_waiting_jobs
-    if is_admin or not limit:
+) -> int | None:
+    """Take the owner's :func:`lock` for a schedule's firing and count their waiting jobs; ``None`` when
+    the limit does not hold (off, or an admin's schedule: exempt, as admins are)."""
+    if is_admin or not settings.user_max_waiting_jobs:
         return None
     await lock(conn, user_id)
-    now_waiting = await waiting(conn, user_id)
-    if now_waiting < limit:
+    return await waiting(conn, user_id)
+
+
+def schedule_refusal(settings: Settings, before: int | None, after: int | None = None) -> str | None:
+    """Why a schedule's firing is skipped, or ``None``: the owner had ``before`` jobs waiting
+    (:func:`schedule_waiting`), and the firing adds at least one (``after``: counted once it has fired,
+    a pipeline's steps all count, as a person's submission of it is counted)."""
+    limit = settings.user_max_waiting_jobs
+    if before is None:
         return None
+    adding = 1 if after is None else after - before
+    if not over_limit(limit, before, adding):
+        return None
+    adds = f", this firing would add {adding:,}" if adding > 1 else ""
     return (
-        f"skipped a firing: its owner has {now_waiting:,} jobs waiting, the limit is {limit:,} "
+        f"skipped a firing: its owner has {before:,} jobs waiting{adds}, the limit is {limit:,} "
         "(USER_MAX_WAITING_JOBS); it fires again at its next time"
     )
 

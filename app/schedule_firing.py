@@ -51,6 +51,10 @@ ADVANCE = text(
 )
 
 
+class _Full(Exception):
+    """A firing that would take its owner above the waiting limit; the message is the skip's reason."""
+
+
 async def _fire(conn: AsyncConnection, row: RowMapping, at: datetime, settings: Settings) -> dict[str, Any]:
     """Start the schedule's job (idempotent per fire time) or pipeline for fire time ``at``."""
     if row["job_type"]:
@@ -144,8 +148,9 @@ async def fire_due(conn: AsyncConnection, settings: Settings, *, limit: int = 50
     Returns ``[{"schedule": name, "fired_at": …, "job_id"|"pipeline_id": …}]``. A schedule whose target
     became invalid (type removed, input no longer valid) or whose owner may no longer start it is
     disabled, with an admin notice naming the reason, rather than failing the sweep; so is one whose
-    owner's account is disabled. A firing whose owner has ``USER_MAX_WAITING_JOBS`` jobs waiting is
-    skipped (the schedule moves on to its next time) with an admin notice.
+    owner's account is disabled. A firing that would take its owner above ``USER_MAX_WAITING_JOBS``
+    (all of a pipeline's steps counted) is skipped (the schedule moves on to its next time) with an
+    admin notice.
 
     A paused type does not pile up a schedule's jobs: while the previous fire's job (or a step of its
     pipeline) waits in a paused type, the due times pass without a new job, so at most one fire per
@@ -167,13 +172,24 @@ async def fire_due(conn: AsyncConnection, settings: Settings, *, limit: int = 50
         if len(times) > 1 and row["job_type"]:
             if (await conn.execute(TYPE_PAUSED, {"type": row["job_type"]})).scalar():
                 times = times[-1:]  # a catch-up into a paused type: one waiting job, not a pile
-        full = await quotas.schedule_refusal(conn, settings, row["user_id"], bool(row["owner_is_admin"]))
+        before = await quotas.schedule_waiting(conn, settings, row["user_id"], bool(row["owner_is_admin"]))
+        full = quotas.schedule_refusal(settings, before)
         if full is not None:
             await _skip(conn, row, times[-1], nxt, full)
             continue
         try:
             async with conn.begin_nested():
                 these = [await _fire(conn, row, at, settings) for at in times]
+                # A pipeline's steps (or catch-up times) are known only once fired: over the limit with
+                # them, the firing is rolled back and skipped, as a person's submission of it is refused.
+                if before is not None:
+                    after = await quotas.waiting(conn, row["user_id"])
+                    full = quotas.schedule_refusal(settings, before, after)
+                    if full is not None:
+                        raise _Full(full)
+        except _Full as exc:
+            await _skip(conn, row, times[-1], nxt, str(exc))
+            continue
         except BadInput as exc:
             await _disable(conn, row, f"its target is no longer valid: {exc.detail}")
             continue

@@ -37,11 +37,11 @@ import _common as c
 import asyncpg
 import httpx
 
-from app.auth import create_token
 from app.db import create_engine
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from app.settings import load_settings
+from app.tokens import create_token
 
 RAW_INSERT = (
     "INSERT INTO jobs (id, type, user_id, input_data, max_attempts) VALUES ($1, 'noop', $2, $3::jsonb, 11)"

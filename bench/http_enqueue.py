@@ -40,8 +40,8 @@ import _common as c
 import asyncpg
 from enqueue import reset, serving, single_raw
 
-from app.auth import create_token
 from app.db import create_engine
+from app.tokens import create_token
 
 BENCH = Path(__file__).resolve().parent
 PYTHONPATH = os.pathsep.join([os.environ.get("PYTHONPATH") or str(BENCH.parent), str(BENCH)])

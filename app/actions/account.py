@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app import audit, auth
+from app import audit, auth, tokens
 from app.actions.trail import Db
 from app.errors import BadInput, Forbidden
 from app.formatting import known_zone
@@ -167,17 +167,17 @@ async def create_token(
     """Create an API token for the actor, valid for ``expires_in_days`` days (``None``: until revoked).
 
     Raises:
-        Forbidden: the actor acts through an API token (:func:`app.auth.require_signed_in_browser`).
+        Forbidden: the actor acts through an API token (:func:`app.tokens.require_signed_in_browser`).
         BadInput: (field ``name``) empty name; (``expires_in_days``) see :func:`token_expiry`.
     """
     user = _signed_in(actor)
-    auth.require_signed_in_browser(user)
-    label = auth.token_name(name)
+    tokens.require_signed_in_browser(user)
+    label = tokens.token_name(name)
     if not label:
         raise BadInput.field("name", "Name the token after the program that will use it.")
     expires_at = token_expiry(expires_in_days)
     async with db.begin_nested():
-        token, token_id = await auth.create_token(db, user.id, label, expires_at=expires_at)
+        token, token_id = await tokens.create_token(db, user.id, label, expires_at=expires_at)
         await _audit(
             db,
             user,
@@ -196,11 +196,11 @@ async def revoke_token(db: Db, actor: Any, token_id: int, *, ip: str | None = No
     """Revoke one of the actor's own live tokens.
 
     Raises:
-        Forbidden: the actor acts through an API token (:func:`app.auth.require_signed_in_browser`).
+        Forbidden: the actor acts through an API token (:func:`app.tokens.require_signed_in_browser`).
         NotFound: no such live token of theirs (another person's token is not found either).
     """
     user = _signed_in(actor)
-    auth.require_signed_in_browser(user)
+    tokens.require_signed_in_browser(user)
     async with db.begin_nested():
-        await auth.revoke_token(db, token_id, user_id=user.id)
+        await tokens.revoke_token(db, token_id, user_id=user.id)
         await _audit(db, user, "account.token_revoke", ip, {"token_id": token_id})

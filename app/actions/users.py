@@ -20,11 +20,12 @@ from typing import Any
 
 from sqlalchemy.engine import RowMapping
 
-from app import auth, signin, users
+from app import auth, signin, tokens, users
 from app.actions.trail import Db, acting, auditing_refusals, record_done, require_admin
-from app.auth import CurrentUser, token_name
+from app.auth import CurrentUser
 from app.errors import Conflict, NotFound
 from app.jobs import queue
+from app.tokens import token_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +231,7 @@ async def reset_password(db: Db, actor: Any, user_id: int, *, ip: str | None = N
     require_admin(actor, "reset passwords")
     target = await _user_or_none(db, user_id)
     async with _audited(db, actor, "user.reset_password", target or user_id, ip), db.begin_nested():
-        auth.require_signed_in_browser(actor, auth.RESETS_FROM_THE_PAGE)
+        tokens.require_signed_in_browser(actor, tokens.RESETS_FROM_THE_PAGE)
         if target is None:
             target = await users.get_user(db, user_id)  # raises NotFound, audited as the refusal it is
         if target["id"] == actor.id:
@@ -260,11 +261,11 @@ async def issue_token(
     require_admin(actor, "issue API tokens for users")
     target = await _user_or_none(db, user_id)
     async with _audited(db, actor, "token.create", target or user_id, ip), db.begin_nested():
-        auth.require_signed_in_browser(actor)
+        tokens.require_signed_in_browser(actor)
         if target is None:
             target = await users.get_user(db, user_id)  # raises NotFound, audited as the refusal it is
         label = token_name(name)
-        token, token_id = await auth.create_token(db, target["id"], label)
+        token, token_id = await tokens.create_token(db, target["id"], label)
         await record_done(
             db,
             acting(actor, ip),
@@ -305,8 +306,8 @@ async def revoke_token(db: Db, actor: Any, token_id: int, *, ip: str | None = No
         ),
         db.begin_nested(),
     ):
-        auth.require_signed_in_browser(actor)
-        await auth.revoke_token(db, token_id)
+        tokens.require_signed_in_browser(actor)
+        await tokens.revoke_token(db, token_id)
         await record_done(
             db,
             acting(actor, ip),

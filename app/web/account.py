@@ -25,7 +25,7 @@ from litestar.params import FromPath
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import auth, notifications
+from app import auth, notifications, tokens
 from app.actions import account as account_actions
 from app.errors import BadInput
 from app.formatting import isolated
@@ -43,7 +43,7 @@ THEME_WORDS = {"auto": "Automatic (follow this device)", "light": "Light", "dark
 
 async def account_context(db: AsyncSession, user: Any) -> dict[str, Any]:
     return {
-        "tokens": await auth.user_tokens(db, user.id),
+        "tokens": await tokens.user_tokens(db, user.id),
         "themes": THEME_WORDS,
         "min_password": auth.MIN_PASSWORD_LENGTH,
         "max_password": auth.MAX_PASSWORD_LENGTH,

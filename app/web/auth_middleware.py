@@ -19,10 +19,10 @@ from app.auth import (
     PASSWORD_FORM,
     SESSION_COOKIE,
     secret_digest,
-    token_holder,
     user_for_session,
 )
 from app.errors import AppError
+from app.tokens import token_holder
 from app.web.csrf import scope_cookie
 
 if TYPE_CHECKING:

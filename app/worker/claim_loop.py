@@ -78,6 +78,18 @@ async def _claim_until_stopped(
     error_delay = CLAIM_RETRY_FIRST_SECS
     most = worker.concurrency + worker.buffer.capacity + UNRECORDED_MAX  # jobs held at most
     while not worker.stopping:
+        if worker.claimer.unanswered and not flying:
+            # A claim failed without its answer (its connection cut, say) and may have taken jobs, locked
+            # by this worker unseen: left to the rescue, each would lose an attempt it never ran. Handed
+            # back once the database answers again, before the next claim: with no claim on its way, a
+            # job locked by this worker and not received is one of those (the fence, the attempt, leaves
+            # a job rescued meanwhile alone). Only after a failure: the claims themselves cost nothing more.
+            if await lifecycle.release_unreceived(worker, stopping=False):
+                error_delay = CLAIM_RETRY_FIRST_SECS
+            else:
+                await worker.sleep(error_delay)
+                error_delay = min(error_delay * 2, max(poll, 5.0))
+            continue
         worker.fill_slots()
         free = worker.free_slots() - sum(flying.values())
         # A slot held by a task that ignored its cancel frees at an unknown time: no job waits for it.
@@ -93,8 +105,10 @@ async def _claim_until_stopped(
         bound = most - len(worker.held) - sum(flying.values())
         behind = bound < free + room
         want = max(0, min(free + room, bound))
-        if len(flying) < CLAIMS_IN_FLIGHT and want >= (
-            1 if free > 0 else max(1, worker.buffer.capacity // 2)
+        if (
+            len(flying) < CLAIMS_IN_FLIGHT
+            and not worker.claimer.unanswered
+            and want >= (1 if free > 0 else max(1, worker.buffer.capacity // 2))
         ):
             worker.woken.clear()  # a NOTIFY from now on is for a later claim than this one
             worker.completer.recorded.clear()  # an outcome recorded during the claim may lift a limit

@@ -26,6 +26,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
+import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db import engine_pooler
@@ -78,10 +79,11 @@ class Claimer:
         self._looked = float("-inf")
         self.unanswered = False
         """Whether a claim ended without its answer (cancelled at the stop, or failed): the jobs it took, if
-        it took any, are locked by this worker without its knowing them."""
+        it took any, are locked by this worker without its knowing them. Cleared once they are handed
+        back (:func:`app.worker.lifecycle.release_unreceived`)."""
         self.cut_short: set[int] = set()
-        """Server process ids of claims the worker gave up waiting for (see
-        :func:`app.worker.lifecycle.release_unreceived`)."""
+        """Server process ids of claims that failed or that the worker gave up waiting for: ended before
+        their jobs are handed back (see :func:`app.worker.lifecycle.release_unreceived`)."""
         self._on_way: dict[asyncio.Task[Any] | None, list[int | None]] = {}
 
     async def claim(self, want: int) -> list[ClaimedJob]:
@@ -115,8 +117,13 @@ class Claimer:
         self._on_way[task] = on
         try:
             yield on
-        except BaseException:
-            self.unanswered = True
+        except BaseException as exc:
+            # A claim that failed on its way (its connection cut, say) may have committed, or may still
+            # be running on the server: its session is ended before what it took is handed back. One the
+            # server refused (a deadlock, a timeout) took nothing, and its session is alive and in use.
+            if not _refused_by_server(exc):
+                self.unanswered = True
+                self.cut_short.update(pid for pid in on if pid is not None)
             raise
         finally:
             self._on_way.pop(task, None)
@@ -155,6 +162,22 @@ class Claimer:
         if self.room_in is None:
             return seconds
         return max(0.0, min(seconds, self.room_in))
+
+
+def _refused_by_server(exc: BaseException) -> bool:
+    """Whether the server answered the claim with an error (a deadlock, a statement timeout, its session
+    ended): its transaction was rolled back, so it took nothing. A lost connection is no answer."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, asyncpg.PostgresError) and not isinstance(
+            current, asyncpg.exceptions.PostgresConnectionError
+        ):
+            return True
+        # what it was raised from (SQLAlchemy's wrapping of the driver's error), not what it met meanwhile
+        current = current.__cause__ or getattr(current, "orig", None)
+    return False
 
 
 def _server_pid(conn: AsyncConnection) -> int | None:

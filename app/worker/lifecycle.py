@@ -15,7 +15,8 @@ claimed but has not started.
 * **Jobs never received** — a claim whose answer had not come when the worker stopped (or that failed)
   may have taken jobs: they are locked by this worker, which never saw them. Once no such claim can still
   commit, they are handed back (:func:`release_unreceived`), so the rescue does not count the attempt
-  they never ran.
+  they never ran. A claim that fails while the worker runs is followed by the same hand-back, once the
+  database answers again and before the next claim (:mod:`app.worker.claim_loop`).
 """
 
 from __future__ import annotations
@@ -195,25 +196,31 @@ async def drain(worker: Worker) -> None:
         await asyncio.wait(set(worker.executor.lingering), timeout=min(grace, LINGERING_LAST_SECS))
 
 
-async def release_unreceived(worker: Worker) -> None:
+async def release_unreceived(worker: Worker, *, stopping: bool = True) -> bool:
     """Hand back the jobs a claim of this worker's took without the worker ever receiving them (a claim
     cancelled at the stop, its answer not in; or a claim that failed on its way), if the database
     answers within :data:`UNRECEIVED_SECS`, on a new connection: the claims' own may be dead or silent.
+    Call it only while no claim of the worker's is on its way: a job such a claim took would look
+    unreceived. Returns whether it was done (then :attr:`~app.worker.claiming.Claimer.unanswered` is
+    cleared); while the worker runs (not ``stopping``) the caller tries again later, also when a claim's
+    session could not be ended yet.
 
     Such a claim may still be running on the server, and commit after a release that looked for its
-    jobs too early. So first its server session is ended (its process, recorded when the claim was cut
-    short, filtered by the worker's connection name) and the release waits until it is gone: a claim
-    rolled back took nothing, a claim committed before is seen by the release. Closing the connection on
-    our side would not do: the server notices a closed client only when it next writes to it, which is
-    after the commit. (Fencing each claim by the worker's row instead would put a row lock on every claim
-    of the hot path, for a case that happens at a stop.) Behind a pooler the server's process is not
-    known; the cancel request asyncpg sends for the cut claim is then all that stops it.
+    jobs too early. So first its server session is ended (its process, recorded when the claim failed or
+    was cut short, filtered by the worker's connection name) and the release waits until it is gone: a
+    claim rolled back took nothing, a claim committed before is seen by the release. Closing the
+    connection on our side would not do: the server notices a closed client only when it next writes to
+    it, which is after the commit. (Fencing each claim by the worker's row instead would put a row lock on
+    every claim of the hot path, for a case that happens at a stop or after a failure.) Behind a pooler
+    the server's process is not known; the cancel request asyncpg sends for the cut claim is then all that
+    stops it.
     """
     claimer = worker.claimer
     known = (
         set(worker.held) | set(worker.running) | set(worker.completer.unrecorded) | worker.completer.given_up
     )
-    engine = create_engine(worker.url, pool_size=1, application_name=f"jobdesk-stop:{worker.id}"[:63])
+    name = f"jobdesk-{'stop' if stopping else 'handback'}:{worker.id}"[:63]
+    engine = create_engine(worker.url, pool_size=1, application_name=name)
     answered = False
     try:
         async with asyncio.timeout(UNRECEIVED_SECS):
@@ -221,6 +228,10 @@ async def release_unreceived(worker: Worker) -> None:
                 async with engine.connect() as conn:
                     await conn.execution_options(isolation_level="AUTOCOMMIT")
                     gone = await queue.end_sessions(conn, sorted(claimer.cut_short), worker.application_name)
+                if not gone and not stopping:
+                    worker.log.warning("a failed claim still runs on the server; handing back its jobs later")
+                    answered = True
+                    return False
                 if not gone:  # what it commits later is left to the rescue; what it did is handed back
                     worker.log.warning(
                         "a claim cut short at the stop still runs; the sweep will rescue its jobs"
@@ -230,12 +241,18 @@ async def release_unreceived(worker: Worker) -> None:
                     conn, worker.id, sorted(known), RELEASED_UNRECEIVED, worker.settings
                 )
         answered = True
+        claimer.unanswered = False
+        claimer.cut_short.clear()
         if report.status:
             worker.log.info("handed back jobs claimed but never received", count=len(report.status))
+        return True
     except Exception as exc:  # TimeoutError included: the database is out of reach
         worker.log.warning(
-            "could not hand back jobs claimed but never received; the sweep will rescue them",
+            "could not hand back jobs claimed but never received; the sweep will rescue them"
+            if stopping
+            else "could not hand back jobs claimed but never received yet; trying again",
             error=repr(exc)[:200],
         )
+        return False
     finally:
         await engine.dispose(close=answered)

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
 
-from app import auth as auth_module
+from app import tokens as tokens_module
 from app.actions import account as account_actions
 from app.actions import users as user_actions
 from app.db import create_engine
@@ -75,11 +75,11 @@ async def test_a_token_can_neither_mint_nor_revoke_tokens(
     for body in ({"name": "forever"}, {"name": "forever", "expires_in_days": 3650}, {"name": ""}):
         minted = await client.post("/api/me/tokens", json=body, headers=auth)
         assert minted.status_code == 403, minted.text
-        assert minted.json()["detail"] == auth_module.TOKENS_FROM_THE_PAGE
+        assert minted.json()["detail"] == tokens_module.TOKENS_FROM_THE_PAGE
         assert "/account" in minted.json()["detail"]
     for token_id in (stolen_id, stolen_id + 1000):
         revoked = await client.delete(f"/api/me/tokens/{token_id}", headers=auth)
-        assert revoked.status_code == 403 and revoked.json()["detail"] == auth_module.TOKENS_FROM_THE_PAGE
+        assert revoked.status_code == 403 and revoked.json()["detail"] == tokens_module.TOKENS_FROM_THE_PAGE
     assert await pg.fetchval("SELECT count(*) FROM api_tokens") == before
     assert await pg.fetchval("SELECT count(*) FROM api_tokens WHERE revoked_at IS NOT NULL") == 0
     # listing stays readable through the API
@@ -136,7 +136,7 @@ async def test_a_token_cannot_reset_a_password(
     for target in (ann.id, other_admin.id, admin.id, 999999):
         r = await client.post(f"/api/users/{target}/reset-password", headers=admin_auth)
         assert r.status_code == 403, r.text
-        assert r.json()["detail"] == auth_module.RESETS_FROM_THE_PAGE
+        assert r.json()["detail"] == tokens_module.RESETS_FROM_THE_PAGE
         assert "/admin/users" in r.json()["detail"] and "password" not in {*r.json()}
     assert dict(await pg.fetch("SELECT id, password_hash FROM users")) == hashes
     assert not await pg.fetchval("SELECT bool_or(must_change_password) FROM users")
@@ -172,7 +172,7 @@ async def test_a_token_cannot_reset_a_password(
             "SELECT outcome FROM audit_log WHERE action = 'user.reset_password' ORDER BY id"
         )
     ]
-    assert outcomes == ["refused: " + auth_module.RESETS_FROM_THE_PAGE] * 5 + ["ok"]
+    assert outcomes == ["refused: " + tokens_module.RESETS_FROM_THE_PAGE] * 5 + ["ok"]
 
 
 def _expected_errors(path: str, method: str, operation: dict[str, Any], admin_paths: set[str]) -> set[str]:

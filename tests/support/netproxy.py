@@ -13,7 +13,8 @@ It runs its own event loop in a thread, so it keeps forwarding whatever the test
 :class:`BlackholeProxy` is simpler and runs in the test's own loop: it freezes the connections open at the
 moment, and connects new ones through normally (a path that drops one connection's packets). With
 ``answers_only`` it lets what the client sends on them through and holds back only what the server
-answers (a request that arrives and runs, its answer lost or slow).
+answers (a request that arrives and runs, its answer lost or slow); ``sever()`` then resets them (the
+answer is lost for good, and the client sees its connection cut).
 """
 
 from __future__ import annotations
@@ -171,6 +172,14 @@ class BlackholeProxy:
             self._pipe(reader, up_writer, born_frozen, False),
             self._pipe(up_reader, writer, born_frozen, True),
         )
+
+    def sever(self) -> None:
+        """Reset every connection open now, both ways (what the server answered and was held back is
+        lost with it), and forward whatever connects from now on."""
+        for w in self._writers:
+            _abort(w)
+        self._writers.clear()
+        self.frozen = False
 
     async def close(self) -> None:
         for w in self._writers:

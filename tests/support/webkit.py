@@ -21,10 +21,11 @@ import httpx
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from app.auth import CurrentUser, create_token, create_user
+from app.auth import CurrentUser, create_user
 from app.db import create_engine
 from app.server import create_app, rebind
 from app.settings import Settings
+from app.tokens import create_token
 
 PASSWORD = "correct horse battery"
 HX = {"HX-Request": "true"}

@@ -352,6 +352,46 @@ async def test_a_claim_whose_answer_had_not_come_at_the_stop_is_handed_back_not_
     await _runs_once_more(settings, pg, job)
 
 
+async def test_a_claim_that_failed_while_the_worker_runs_is_handed_back_once_the_database_answers(
+    make_settings, engine, owner, pg, db_url, monkeypatch
+) -> None:
+    """A claim reaches the database and takes a job on its last attempt, and its connection is cut before
+    the answer comes back: the claim fails, the worker goes on. The job, locked by the running worker that
+    never received it, stayed claimed until its lease ended, and the rescue then counted the attempt it
+    never ran and failed it as "lease expired: worker lost". Once the database answers again, the worker
+    hands it back (``queued``, its attempt not counted, a ``released`` event) before its next claim, and
+    then runs it, exactly once, on its one attempt."""
+    from sqlalchemy.engine import make_url
+
+    from tests.support.netproxy import BlackholeProxy
+
+    url = make_url(db_url)
+    proxy = BlackholeProxy(url.port or 5432)
+    await proxy.start()
+    proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    settings = make_settings(worker_visibility_timeout_secs=30, job_processor_poll_interval=30)
+    worker, claims = _claiming_through(settings, proxied, monkeypatch)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        await asyncio.sleep(1.0)  # the first claim is in and nothing is on its way: the kept connection idles
+        proxy.answers_only = proxy.frozen = True
+        job = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 0}, max_attempts=1)
+        row = await wait_status(pg, job, {"in_progress"})
+        assert row["locked_by"] == worker.id and job not in worker.held  # committed; the answer held back
+        proxy.sever()  # the answer is lost and the claim fails; the database answers on new connections
+        row = await wait_status(pg, job, {"completed", "failed"}, timeout=10)
+        assert not task.done()  # the worker ran on
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+        await claims.dispose(close=False)
+        await proxy.close()
+    assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
+    assert await event_kinds(pg, job) == ["enqueued", "claimed", "released", "claimed", "completed"]
+    assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 1
+
+
 @pytest.mark.slow
 async def test_a_claim_still_running_on_the_server_at_the_stop_cannot_commit_after_the_hand_back(
     make_settings, engine, owner, pg, db_url, tcp_proxy, monkeypatch

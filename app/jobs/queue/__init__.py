@@ -25,7 +25,8 @@ jobs outside pipelines), :mod:`.consequences` (what a finished job causes), :mod
 ``cancel``, ``retry``, ``reschedule``…), :mod:`.approvals` (``approve``, ``reject``, ``rerun``, and
 ``expire_approvals`` for steps nobody decided in time), :mod:`.sweep` (``rescue_expired``, ``prune``,
 ``stuck_dependents``), :mod:`.holds` and :mod:`.held_cancel` (a disabled person's waiting jobs held,
-released or cancelled), :mod:`.workers` (the worker registry) and :mod:`.common`. Everything public is
+released or cancelled), :mod:`.waiting` (the per-person waiting limit's rule, and its check of the
+jobs a finished parent adds), :mod:`.workers` (the worker registry) and :mod:`.common`. Everything public is
 re-exported here: ``from app.jobs import queue`` and ``queue.enqueue(...)``. The modules have noun
 names so that none is shadowed by the function of the same name here (``queue.claim`` is the function).
 """

@@ -28,6 +28,7 @@ from app.jobs.queue.common import fetch_rows, new_id, notify_jobs, sql
 from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.many_jobs import enqueue_many, renamed
 from app.jobs.queue.new_jobs import NewJob, insert_edges
+from app.jobs.queue.waiting import refusal_from_result
 from app.jobs.types import PermanentError, registry
 from app.settings import Settings, get_settings
 
@@ -54,11 +55,10 @@ PARENT_RESULTS = sql(
 )
 PIPELINE_SIZE = sql(
     """
-    SELECT p.user_id, u.is_admin, (SELECT count(*) FROM jobs j WHERE j.pipeline_id = p.id) AS steps
-    FROM pipelines p JOIN users u ON u.id = p.user_id WHERE p.id = :id
+    SELECT p.user_id, (SELECT count(*) FROM jobs j WHERE j.pipeline_id = p.id) AS steps
+    FROM pipelines p WHERE p.id = :id
     """
 )
-OWNER_WAITING = sql("SELECT count(*) FROM jobs WHERE user_id = :user_id AND status = 'queued'")
 MARK_EXPANDED = sql(
     """
     UPDATE pipeline_fanouts SET expanded_at = now(), instances = :n
@@ -193,7 +193,11 @@ async def _expand(conn: AsyncConnection, row: dict[str, Any], out: Expansion) ->
             raise _Unusable(
                 f"its list has {len(items):,} items, and a pipeline may have at most {limit:,} steps"
             )
-        await _check_waiting(conn, pipeline, len(items), settings)
+        refused = await refusal_from_result(
+            conn, pipeline["user_id"], len(items), settings, f"its list has {len(items):,} items"
+        )
+        if refused is not None:
+            raise _Unusable(refused)
         jobs = [_instance(row, spec, n, item, pipeline["user_id"], settings) for n, item in enumerate(items)]
         await name_instances(conn, pipeline["user_id"], jobs)
         if jobs:
@@ -228,28 +232,6 @@ async def _expand(conn: AsyncConnection, row: dict[str, Any], out: Expansion) ->
     if await _open_gates(conn, row, [j.id for j in jobs]):
         await notify_jobs(conn)
         out.notified = True
-
-
-async def _check_waiting(conn: AsyncConnection, pipeline: Any, adding: int, settings: Settings) -> None:
-    """The owner's waiting limit (``USER_MAX_WAITING_JOBS``, admins exempt) holds for the jobs a list from a
-    parent's result adds, as for the jobs a person submits: otherwise every small pipeline could add
-    ``PIPELINE_MAX_STEPS`` waiting jobs past it. Counted without the person's lock, which a submission
-    takes before it locks the jobs it depends on: taken here, in the transaction that has just completed
-    such a job, the two could wait for each other. So a submission of the owner's committing at this
-    very moment and this list do not see each other, and together may pass the limit by that much.
-
-    Raises:
-        _Unusable: the list would take the owner above the limit.
-    """
-    limit = settings.user_max_waiting_jobs
-    if not limit or not adding or pipeline["is_admin"]:
-        return
-    waiting = int((await conn.execute(OWNER_WAITING, {"user_id": pipeline["user_id"]})).scalar_one())
-    if waiting + adding > limit:
-        raise _Unusable(
-            f"its list has {adding:,} items, and with them its owner would have {waiting + adding:,} jobs "
-            f"waiting; the limit is {limit:,} per person"
-        )
 
 
 def _reason(exc: Exception) -> str:

@@ -15,7 +15,7 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.db import driver_connection
-from app.errors import BadInput, TooLarge
+from app.errors import BadInput, KeyReused, TooLarge
 from app.jobs.queue.common import JOBS_CHANNEL, conn_of, notify_jobs, sql
 from app.jobs.queue.new_jobs import ON_KEY_CONFLICT, NewJob, check_files, insert_edges, link_files, prepare
 from app.jobs.queue.repeats import compare, refusals
@@ -94,8 +94,9 @@ def renamed(exc: BadInput | TooLarge, inputs: Sequence[str]) -> BadInput | TooLa
     elsewhere or in another order (a pipeline's steps, inserted parents first; a processor's next jobs;
     the instances of a step run once per item): ``jobs[k].input_data…`` becomes ``inputs[k]…``
     (``steps[2].input_data.image``, ``steps[2].for_each[1].image``), and another field of ``jobs[k]``
-    becomes that field of the step ``inputs[k]`` is in (``steps[2].title``). An input over its limit
-    (:class:`TooLarge`) stays one, named the same way."""
+    becomes that field of the step ``inputs[k]`` is in (``steps[2].title``). The error keeps its class and
+    attributes: an input over its limit (:class:`TooLarge`) stays one, and a reused key
+    (:class:`~app.errors.KeyReused`) stays one, its ``key_field`` named the same way."""
 
     def name(match: re.Match[str]) -> str:
         k = int(match.group(1))
@@ -103,12 +104,20 @@ def renamed(exc: BadInput | TooLarge, inputs: Sequence[str]) -> BadInput | TooLa
             return match.group(0)
         return inputs[k] if match.group(2) else inputs[k].split(".", 1)[0]
 
-    if isinstance(exc, TooLarge):
-        field = _JOB_PATH.sub(name, exc.field) if exc.field else None
-        return TooLarge(_JOB_PATH.sub(name, exc.detail), field=field, extra=exc.extra)
-    return BadInput(
-        _JOB_PATH.sub(name, exc.detail), errors={_JOB_PATH.sub(name, k): v for k, v in exc.errors.items()}
-    )
+    # A copy of the same class with the same attributes, only the names changed: a KeyReused (the
+    # repeat's kind, the job it made, what differs) and a TooLargeFields (a 413) stay what they are.
+    out = type(exc).__new__(type(exc))
+    out.__dict__.update(exc.__dict__)
+    out.detail = _JOB_PATH.sub(name, exc.detail)
+    out.args = (out.detail,)
+    if isinstance(out, TooLarge):
+        out.field = _JOB_PATH.sub(name, out.field) if out.field else None
+    else:
+        out.errors = {_JOB_PATH.sub(name, k): v for k, v in out.errors.items()}
+        out.extra = {**out.extra, "errors": out.errors}
+    if isinstance(out, KeyReused):
+        out.key_field = _JOB_PATH.sub(name, out.key_field)
+    return out
 
 
 MANY_ERRORS_SHOWN = 50

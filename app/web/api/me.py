@@ -4,7 +4,7 @@
 * ``PUT /api/me`` — change ``timezone`` and/or ``theme`` (the account page's actions);
 * ``GET /api/me/tokens`` — their tokens (no secrets); ``POST /api/me/tokens`` and
   ``DELETE /api/me/tokens/{id}`` answer 403: tokens are created and revoked on the account page only
-  (:func:`app.auth.require_signed_in_browser`), so a stolen token can neither outlive its expiry or
+  (:func:`app.tokens.require_signed_in_browser`), so a stolen token can neither outlive its expiry or
   revocation by minting another nor revoke its owner's other tokens.
 
 Password changes are page-only: the API has no session to keep. A person whose password an
@@ -21,7 +21,7 @@ from typing import Any
 from litestar import Controller, Request, delete, get, post, put
 from litestar.params import FromPath, JSONBody
 
-from app import auth
+from app import tokens
 from app.actions import account as account_actions
 from app.auth import requires_user
 from app.web import DbSession
@@ -121,7 +121,7 @@ class AccountApiController(Controller):
     @get("/me/tokens", name="api.me.tokens", responses=errors(401))
     async def tokens(self, request: Request[Any, Any, Any], db_session: DbSession) -> list[TokenInfo]:
         """Your API tokens that are not revoked, newest first (expired ones are marked)."""
-        return [TokenInfo(**row) for row in await auth.user_tokens(db_session, request.user.id)]
+        return [TokenInfo(**row) for row in await tokens.user_tokens(db_session, request.user.id)]
 
     @post(
         "/me/tokens", name="api.me.tokens.create", status_code=201, responses=errors(401, 403, 413, 415, 422)

@@ -6,7 +6,7 @@
   sign-ins to forget (audited as refused, as every no-op of an admin action is).
 * ``POST /api/users/{id}/reset-password`` — answers 403 saying where to do it: a one-time password is a
   credential for another account, so it is handed out only to an admin signed in with their password
-  (**Reset password** on ``/admin/users``; :func:`app.auth.require_signed_in_browser`). A stolen token
+  (**Reset password** on ``/admin/users``; :func:`app.tokens.require_signed_in_browser`). A stolen token
   could otherwise take over any account, an admin's too, for longer than the token lives. The route
   keeps its path so that a script that used it reads why.
 
