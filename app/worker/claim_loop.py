@@ -86,6 +86,15 @@ async def _claim_until_stopped(
             # a job rescued meanwhile alone). Only after a failure: the claims themselves cost nothing more.
             if await lifecycle.release_unreceived(worker, stopping=False):
                 error_delay = CLAIM_RETRY_FIRST_SECS
+            elif worker.claimer.unanswered_secs() >= worker.lease_secs:
+                # Not for ever (a claim's session that cannot be ended, a hand-back the database keeps
+                # refusing): once the leases of what the claim took have run out, the rescue hands those
+                # jobs on, and waiting on would only keep this worker from claiming at all.
+                worker.claimer.give_up_hand_back()
+                worker.log.warning(
+                    "gave up handing back jobs a failed claim took; the sweep will rescue them",
+                    waited_secs=round(worker.lease_secs),
+                )
             else:
                 await worker.sleep(error_delay)
                 error_delay = min(error_delay * 2, max(poll, 5.0))

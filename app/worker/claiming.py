@@ -80,7 +80,8 @@ class Claimer:
         self.unanswered = False
         """Whether a claim ended without its answer (cancelled at the stop, or failed): the jobs it took, if
         it took any, are locked by this worker without its knowing them. Cleared once they are handed
-        back (:func:`app.worker.lifecycle.release_unreceived`)."""
+        back (:func:`app.worker.lifecycle.release_unreceived`), or given up on (:meth:`give_up_hand_back`)."""
+        self._unanswered_at: float | None = None
         self.cut_short: set[int] = set()
         """Server process ids of claims that failed or that the worker gave up waiting for: ended before
         their jobs are handed back (see :func:`app.worker.lifecycle.release_unreceived`)."""
@@ -122,8 +123,7 @@ class Claimer:
             # be running on the server: its session is ended before what it took is handed back. One the
             # server refused (a deadlock, a timeout) took nothing, and its session is alive and in use.
             if not _refused_by_server(exc):
-                self.unanswered = True
-                self.cut_short.update(pid for pid in on if pid is not None)
+                self._lost_answer(on)
             raise
         finally:
             self._on_way.pop(task, None)
@@ -131,8 +131,31 @@ class Claimer:
     def gave_up(self, claims: Iterable[asyncio.Task[Any]]) -> None:
         """The worker stopped waiting for the answers of ``claims`` (and cancelled them)."""
         for claim in claims:
-            self.unanswered = True
-            self.cut_short.update(pid for pid in self._on_way.get(claim, ()) if pid is not None)
+            self._lost_answer(self._on_way.get(claim, ()))
+
+    def _lost_answer(self, pids: Iterable[int | None]) -> None:
+        if not self.unanswered:
+            self.unanswered, self._unanswered_at = True, time.monotonic()
+        self.cut_short.update(pid for pid in pids if pid is not None)
+
+    def unanswered_secs(self) -> float:
+        """Seconds since a claim first failed without its answer and nothing was handed back (0: none)."""
+        return (
+            0.0
+            if not self.unanswered or self._unanswered_at is None
+            else time.monotonic() - self._unanswered_at
+        )
+
+    def handed_back(self) -> None:
+        """What claims without an answer took is handed back (or there was nothing to hand back)."""
+        self.unanswered, self._unanswered_at = False, None
+        self.cut_short.clear()
+
+    def give_up_hand_back(self) -> None:
+        """Stop trying to hand back what claims without an answer took: their leases have run out by now, so
+        the rescue hands those jobs on (counting the attempt), and waiting longer would only keep this
+        worker from claiming."""
+        self.handed_back()
 
     async def seconds_until_next_due(self) -> float | None:
         """Seconds until the next scheduled job is due (``None``: nothing scheduled)."""

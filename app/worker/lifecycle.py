@@ -241,8 +241,7 @@ async def release_unreceived(worker: Worker, *, stopping: bool = True) -> bool:
                     conn, worker.id, sorted(known), RELEASED_UNRECEIVED, worker.settings
                 )
         answered = True
-        claimer.unanswered = False
-        claimer.cut_short.clear()
+        claimer.handed_back()
         if report.status:
             worker.log.info("handed back jobs claimed but never received", count=len(report.status))
         return True

@@ -392,6 +392,48 @@ async def test_a_claim_that_failed_while_the_worker_runs_is_handed_back_once_the
     assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 1
 
 
+async def test_a_failed_claim_whose_jobs_cannot_be_handed_back_stops_the_worker_claiming_no_longer_than_a_lease(
+    make_settings, engine, owner, pg, db_url, monkeypatch
+) -> None:
+    """A claim fails without its answer and its server session cannot be ended (it never goes away), so
+    what it took cannot be handed back safely. The worker claims nothing while it tries, but not for
+    ever: once a lease has passed, whatever the claim took is the rescue's, and the worker claims again
+    (a job enqueued meanwhile runs). Trying for ever stopped the worker for good."""
+    from sqlalchemy.engine import make_url
+
+    from tests.support.netproxy import BlackholeProxy
+
+    async def never_gone(*args: Any, **kwargs: Any) -> bool:
+        return False
+
+    url = make_url(db_url)
+    proxy = BlackholeProxy(url.port or 5432)
+    await proxy.start()
+    proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    settings = make_settings(worker_visibility_timeout_secs=3, job_processor_poll_interval=30)
+    worker, claims = _claiming_through(settings, proxied, monkeypatch)
+    monkeypatch.setattr(queue, "end_sessions", never_gone)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        await asyncio.sleep(1.0)
+        proxy.answers_only = proxy.frozen = True
+        lost = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 0}, max_attempts=3)
+        await wait_status(pg, lost, {"in_progress"})
+        proxy.sever()
+        proxy.answers_only = proxy.frozen = False
+        later = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 0})
+        row = await wait_status(pg, later, {"completed", "failed"}, timeout=15)
+        assert not task.done()
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+        await claims.dispose(close=False)
+        await proxy.close()
+    assert row["status"] == "completed"
+    assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", later) == 1
+
+
 @pytest.mark.slow
 async def test_a_claim_still_running_on_the_server_at_the_stop_cannot_commit_after_the_hand_back(
     make_settings, engine, owner, pg, db_url, tcp_proxy, monkeypatch
