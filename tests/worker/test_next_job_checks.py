@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -275,3 +276,39 @@ async def test_next_jobs_over_the_input_limit_as_written_fail_their_creator_with
     ), row["error_message"]
     # the second run created nothing: the first run's creator and its a, and the second creator
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 3
+
+
+@pytest.mark.parametrize(
+    ("scheduled", "admin", "created"), [(2, False, True), (3, False, False), (3, True, True)]
+)
+async def test_next_jobs_that_would_take_their_owner_past_the_waiting_limit_fail_their_creator(
+    engine, make_settings, pg, scheduled, admin, created
+) -> None:
+    """The per-person waiting limit (``USER_MAX_WAITING_JOBS``) holds for a processor's next jobs as for
+    jobs submitted and for a ``for_each`` list read from a result: a job that waited as one could add any
+    number past it once it ran. Admins are exempt, as from the limit itself. The owner has ``scheduled``
+    jobs waiting for tomorrow; the creator asks for three."""
+    settings = make_settings(user_max_waiting_jobs=5)
+    person = await make_user(pg, admin=admin)
+    tomorrow = datetime.now(UTC) + timedelta(days=1)
+    async with engine.begin() as conn:
+        for _ in range(scheduled):
+            await queue.enqueue(
+                conn, NewJob(type="noop", input_data={}, user_id=person.id, run_at=tomorrow), settings
+            )
+    jobs = [{"type": "test.echo", "key": k, "input_data": {"v": 1}} for k in "abc"]
+    creator = new_id()
+    async with running_worker(settings):
+        await enqueue_next(engine, settings, person, jobs, creator)
+        row = await wait_status(pg, creator, {"failed", "completed"})
+    made = await pg.fetchval("SELECT count(*) FROM jobs WHERE created_by_job = $1", creator)
+    if created:
+        assert row["status"] == "completed", row["error_message"]
+        assert made == 3
+        return
+    assert row["status"] == "failed"
+    assert row["error_message"] == (
+        "could not create the next jobs: next_jobs: 3 next jobs would give their owner 6 jobs waiting; "
+        "the limit is 5 per person"
+    )
+    assert made == 0

@@ -435,6 +435,40 @@ async def check_next_types(
         raise BadInput.field(f"next_jobs[{i}].priority", str(priority_refusal(False, nj.priority)))
 
 
+OWNER_ROOM = sql(
+    """
+    SELECT u.is_admin, (SELECT count(*) FROM jobs j WHERE j.user_id = u.id AND j.status = 'queued') AS waiting
+    FROM users u WHERE u.id = :id
+    """
+)
+
+
+async def check_next_room(
+    conn: AsyncConnection, creator: Mapping[str, Any], adding: int, settings: Settings
+) -> None:
+    """The owner's waiting limit (``USER_MAX_WAITING_JOBS``, admins exempt) holds for a processor's next
+    jobs as for jobs submitted and for a ``for_each`` list read from a result: otherwise a job that
+    waited as one could add any number of waiting jobs past the limit once it ran. Counted without the
+    person's lock, as a list from a result is (:func:`app.jobs.queue.fanouts.expand_ready`), for the same
+    reason: a submission takes that lock before it locks the jobs it depends on.
+
+    Raises:
+        BadInput: naming ``next_jobs``, how many they are, what the owner would have waiting, the limit.
+    """
+    limit = settings.user_max_waiting_jobs
+    if not limit or not adding:
+        return
+    row = (await conn.execute(OWNER_ROOM, {"id": creator["user_id"]})).mappings().one()
+    waiting = int(row["waiting"])
+    if row["is_admin"] or waiting + adding <= limit:
+        return
+    raise BadInput.field(
+        "next_jobs",
+        f"{adding:,} next jobs would give their owner {waiting + adding:,} jobs waiting; "
+        f"the limit is {limit:,} per person",
+    )
+
+
 async def _pipeline_of(conn: AsyncConnection, creator: Mapping[str, Any]) -> uuid.UUID:
     """The creator's pipeline; a new one (named after the creator) if it had none."""
     if creator["pipeline_id"] is not None:
@@ -490,6 +524,7 @@ async def insert_next_jobs(
     for i, nj in enumerate(next_jobs):
         check_dependency_list(nj.depends_on, settings, f"next_jobs[{i}].depends_on")
     await check_next_types(conn, creator, next_jobs)
+    await check_next_room(conn, creator, len(next_jobs), settings)
     pipeline_id = await _pipeline_of(conn, creator)
     existing = (await conn.execute(PIPELINE_KEYS, {"pid": pipeline_id})).mappings().all()
     by_id = {str(r["id"]): r["id"] for r in existing}
