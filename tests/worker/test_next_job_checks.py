@@ -312,3 +312,29 @@ async def test_next_jobs_that_would_take_their_owner_past_the_waiting_limit_fail
         "the limit is 5 per person"
     )
     assert made == 0
+
+
+@pytest.mark.parametrize(("asked", "created"), [(2, True), (3, False)])
+async def test_next_jobs_that_would_take_their_pipeline_past_its_size_fail_their_creator(
+    engine, make_settings, owner, pg, asked, created
+) -> None:
+    """``PIPELINE_MAX_STEPS`` holds for a processor's next jobs as for a ``for_each`` list read from a
+    result: a processor (or one retried, whose next jobs join the same pipeline again) could grow a
+    pipeline past any size. The creator is the pipeline's first step; the limit is 3."""
+    settings = make_settings(pipeline_max_steps=3)
+    jobs = [{"type": "test.echo", "key": k, "input_data": {"v": 1}} for k in "abc"[:asked]]
+    creator = new_id()
+    async with running_worker(settings):
+        await enqueue_next(engine, settings, owner, jobs, creator)
+        row = await wait_status(pg, creator, {"failed", "completed"})
+    made = await pg.fetchval("SELECT count(*) FROM jobs WHERE created_by_job = $1", creator)
+    if created:
+        assert row["status"] == "completed", row["error_message"]
+        assert made == asked
+        return
+    assert row["status"] == "failed"
+    assert row["error_message"] == (
+        "could not create the next jobs: next_jobs: 3 next jobs would give their pipeline 4 steps; "
+        "a pipeline may have at most 3 steps"
+    )
+    assert made == 0
