@@ -132,16 +132,34 @@ def generate_password() -> str:
     return secrets.token_urlsafe(12)
 
 
+_NOT_TYPABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def email_key(email: str | None) -> str:
+    """``email`` as an account is looked up by it: stripped, lower-cased, at most 254 characters, a NUL
+    or a lone surrogate (a command-line argument's byte that is not UTF-8) replaced by U+FFFD. The
+    database takes neither, and no stored address holds one (:func:`normalize_email`), so such a lookup
+    finds nobody instead of failing."""
+    return _NOT_TYPABLE.sub("\ufffd", (email or "").strip().lower())[:254]
+
+
 def normalize_email(email: str) -> str:
     """``email`` stripped and lower-cased.
 
     Raises:
         BadInput: (field ``email``) empty, longer than 254 characters, not ``something@domain.tld``
-        (a domain of at least two labels, none empty), or holding an invisible format character.
+        (a domain of at least two labels, none empty), or holding an invisible format character, a NUL
+        or a lone surrogate.
     """
     value = (email or "").strip().lower()
     if not value:
         raise BadInput.field("email", "Enter an email address.")
+    if _NOT_TYPABLE.search(value):
+        # A command-line argument whose bytes are not UTF-8 arrives as lone surrogates, which the
+        # database cannot store (the pages refuse them before they get here).
+        raise BadInput.field(
+            "email", "An email address cannot hold a NUL character or a byte that is not UTF-8 text."
+        )
     if len(value) > 254 or not _EMAIL_RE.match(value):
         raise BadInput.field("email", "Enter an email address like you@example.com.")
     if any(unicodedata.category(ch) == "Cf" for ch in value):
@@ -151,9 +169,6 @@ def normalize_email(email: str) -> str:
             "email", "An email address cannot hold invisible characters (direction marks, zero-width spaces)."
         )
     return value
-
-
-_NOT_TYPABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def check_password_rules(password: str) -> None:
@@ -215,7 +230,7 @@ async def get_user_by_email(db: Db, email: str) -> CurrentUser:
     Raises:
         NotFound: no such user.
     """
-    wanted = (email or "").replace("\x00", "\ufffd").strip().lower()[:254]
+    wanted = email_key(email)
     row = (
         await db.execute(
             text(f"SELECT {USER_COLUMNS} FROM users u WHERE u.email = :email"),

@@ -34,6 +34,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import batches, pipelines, spreadsheets
+from app.auth import email_key
 from app.errors import AppError
 from app.files import FileStore
 from app.jobs import queue
@@ -260,7 +261,7 @@ def _plan(base: str, email: str, files: dict[str, str], email_job: uuid.UUID | N
 
 async def _demo_user(engine: AsyncEngine, email: str) -> Any:
     """The active user ``email``; :class:`DemoError` when there is none."""
-    wanted = (email or "").strip().lower()
+    wanted = email_key(email)
     async with engine.connect() as conn:
         user = (await conn.execute(USER_ROW, {"email": wanted})).mappings().first()
     if user is None:

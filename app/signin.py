@@ -38,6 +38,7 @@ from app.auth import (
     CurrentUser,
     Db,
     dummy_hash,
+    email_key,
     hash_password,
     password_needs_rehash,
     user_of,
@@ -104,9 +105,8 @@ _LOCKED = text(
 
 
 def clean_email(email: str | None) -> str:
-    """``email`` as it is looked up and counted: stripped, lower-cased, at most 254 characters, a NUL
-    (which no stored email holds, and which the database would refuse) replaced."""
-    return (email or "").replace("\x00", "\ufffd").strip().lower()[:254]
+    """``email`` as it is looked up and counted (:func:`app.auth.email_key`)."""
+    return email_key(email)
 
 
 async def _wait_seconds(db: Db, scope: str, email: str, ip: str, limit: int) -> float:

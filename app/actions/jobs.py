@@ -196,7 +196,13 @@ async def _reject(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, 
 
 
 async def _rerun(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, Any]) -> tuple[Any, Any]:
-    return await queue.rerun(db, jid, actor.user), None
+    # A rerun puts a step waiting for approval (which waits to run no more) back in its owner's queue:
+    # within the owner's waiting limit, as a retry is.
+    owner = await _owner(db, actor, jid)
+    counted = await quotas.before_requeue(db, actor.user, owner, actor.settings)
+    row = await queue.rerun(db, jid, actor.user)
+    await quotas.after_requeue(db, owner, actor.settings, counted)
+    return row, None
 
 
 async def _reschedule(db: AsyncSession, actor: Actor, jid: uuid.UUID, kw: dict[str, Any]) -> tuple[Any, Any]:

@@ -160,7 +160,7 @@ def parse_step(step: dict[str, Any], path: str) -> ApprovalSpec | None:
     return ApprovalSpec(approvers, needed, timeout, on_timeout)
 
 
-USERS_BY_EMAIL = text("SELECT id, email FROM users WHERE email = ANY(CAST(:emails AS text[]))")
+USERS_BY_EMAIL = text("SELECT id, email, is_active FROM users WHERE email = ANY(CAST(:emails AS text[]))")
 OTHER_ADMINS = text(
     "SELECT count(*) FROM users WHERE is_admin AND is_active AND id <> ALL(CAST(:not_ids AS int[]))"
 )
@@ -170,14 +170,23 @@ async def resolve(conn: AsyncConnection, spec: ApprovalSpec, owner_id: int, path
     """The rule of a step for the pipeline of ``owner_id``: e-mails become user ids.
 
     Raises:
-        BadInput: an e-mail with no account (``steps[1].approvers[0]``); ``approvals_needed`` above the
-            number of distinct people who could approve (the submitter counts only with ``owner``).
+        BadInput: an e-mail with no account, or a disabled one (``steps[1].approvers[0]``);
+            ``approvals_needed`` above the number of distinct people who could approve (the submitter
+            counts only with ``owner``).
     """
     emails = [a for a in spec.approvers if a not in (ADMINS, OWNER)]
-    found = {r["email"]: r["id"] for r in (await conn.execute(USERS_BY_EMAIL, {"emails": emails})).mappings()}
+    rows = (await conn.execute(USERS_BY_EMAIL, {"emails": emails})).mappings().all()
+    found = {r["email"]: r["id"] for r in rows}
+    disabled = {r["email"] for r in rows if not r["is_active"]}
     for i, a in enumerate(spec.approvers):
         if a not in (ADMINS, OWNER) and a not in found:
             raise BadInput.field(f"{path}.approvers[{i}]", f"no account with the e-mail address {a!r}")
+        # A disabled account can neither sign in nor decide (as a disabled admin does not count for
+        # "admins"): a step only it could decide would wait for ever.
+        if a in disabled:
+            raise BadInput.field(
+                f"{path}.approvers[{i}]", f"the account {a} is disabled, so it cannot approve"
+            )
     rule = Rule(
         frozenset(found.values()), ADMINS in spec.approvers, OWNER in spec.approvers, spec.approvals_needed
     )

@@ -25,6 +25,11 @@ from app.formatting import isolated, known_zone, zone
 
 _INT_RE = re.compile(r"^[+-]?\d{1,30}$")
 
+TYPED_MAX = 1_000
+"""A typed value a form shows again (after an error) is kept up to this many characters, above every
+such field's own limit: one refused for its length is shown as typed, not cut to the limit, which a
+second press would then take without a word."""
+
 
 class Control(Protocol):
     """What a converter needs of a form field."""

@@ -306,12 +306,14 @@ async def test_limits_change_is_audited_and_bad_limits_are_field_errors(
     page = (await client.get("/admin")).text
     assert "set limits of" in page
     assert "max running 3" in page
-    for bad in ("-1", "abc", "100001", "1.5"):
+    # a long one too: shown again as typed (it was cut to 20 characters beside its error)
+    for bad in ("-1", "abc", "100001", "1.5", "1" * 30):
         r = await post(
             client, "/admin/controls/limits", {"type": "test.form", "max_running": bad}, headers=HX
         )
         assert r.status_code == 422, bad
         assert 'class="field-error"' in r.text, bad
+        assert f'value="{bad}"' in r.text, bad
     assert await pg.fetchval("SELECT max_running FROM job_type_controls WHERE type = 'test.form'") == 3
     # null removes
     await post(

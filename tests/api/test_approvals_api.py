@@ -67,6 +67,13 @@ async def test_a_named_approver_decides_through_the_api_and_nobody_else_may(
     r = await client.post("/api/pipelines", json=spec(approvers=["nobody@example.com"]), headers=as_owner)
     assert r.status_code == 422, r.text
     assert "steps[0].approvers[0]" in r.json()["errors"]
+    # a disabled account cannot decide: a step only it could approve would wait for ever
+    await add_user(db_url, "gone@example.com", active=False)
+    r = await client.post("/api/pipelines", json=spec(approvers=["gone@example.com"]), headers=as_owner)
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"] == {
+        "steps[0].approvers[0]": "the account gone@example.com is disabled, so it cannot approve"
+    }
     r = await client.post(
         "/api/pipelines", json=spec(approvers=["ann@example.com"], approvals_needed=3), headers=as_owner
     )

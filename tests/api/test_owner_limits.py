@@ -120,3 +120,34 @@ async def test_a_persons_own_retries_count_against_their_per_minute_limit_on_eve
     # Once the retries leave the minute, she may submit again.
     await s.pg.execute("UPDATE counted_retries SET at = at - interval '2 minutes'")
     assert (await s.client.post("/api/jobs", json=job(10), headers=s.user)).status_code == 201
+
+
+async def test_an_admins_rerun_is_held_to_the_owners_waiting_limit_on_the_api_and_the_page(
+    scene_of: Any,  # noqa: F811
+) -> None:
+    """A rerun puts a step waiting for approval back in its owner's queue, as a retry does: with the owner
+    at the waiting limit it is refused with the owner's limit, on the API and on the job's page, and the
+    step keeps waiting for its decision."""
+    s = await scene_of(user_max_waiting_jobs=3)
+    review = {
+        "name": "review",
+        "steps": [{"key": "draft", "type": "test.step", "input_data": {}, "requires_approval": True}],
+    }
+    r = await s.client.post("/api/pipelines", json=review, headers=s.user)
+    assert r.status_code == 201, r.text
+    step = r.json()["steps"][0]["job_id"]
+    await s.pg.execute("UPDATE jobs SET status = 'waiting_approval', attempts = 1 WHERE id = $1::uuid", step)
+    for i in range(3):
+        assert (await s.client.post("/api/jobs", json=job(i), headers=s.user)).status_code == 201
+    words = ("ann@example.com has 3 waiting jobs", "limit is 3")
+    assert_limited(await s.client.post(f"/api/jobs/{step}/rerun", headers=s.admin), *words)
+    await login(s.client, "root@example.com")
+    page = await s.client.get(f"/jobs/{step}")
+    r = await s.client.post(f"/jobs/{step}/rerun", data={"_csrf_token": csrf_from(page.text)})
+    assert r.status_code == 429 and "Too many jobs waiting" in r.text, r.text
+    assert await s.pg.fetchval("SELECT status FROM jobs WHERE id = $1::uuid", step) == "waiting_approval"
+    # With a place free, the rerun goes through.
+    waiting = await s.pg.fetchval("SELECT id FROM jobs WHERE status = 'queued' ORDER BY id LIMIT 1")
+    assert (await s.client.post(f"/api/jobs/{waiting}/cancel", headers=s.user)).status_code == 200
+    assert (await s.client.post(f"/api/jobs/{step}/rerun", headers=s.admin)).status_code == 200
+    assert await _queued(s) == 3

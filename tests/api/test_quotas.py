@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -427,6 +428,34 @@ async def test_an_admins_retry_or_run_again_of_a_disabled_persons_job_is_held(sc
     assert len(rows) == 3 and all(r["status"] == "queued" and not r["is_active"] for r in rows), rows
     assert await s.pg.fetchval("SELECT count(*) FROM job_events WHERE kind = 'held'") == 3
     assert (await s.client.post(f"/api/users/{s.user_id}/release-jobs", headers=s.admin)).json()["count"] == 3
+
+
+async def test_an_admins_rerun_of_a_disabled_persons_step_is_held(scene_of: Any) -> None:
+    """A step waiting for approval is not waiting to run, so a disable does not hold it; an admin's rerun
+    of it, like a retry or a run again, puts it back in the queue for its disabled owner. It waits held
+    until a release, instead of running for the disabled account at once."""
+    s = await scene_of()
+    review = {
+        "name": "review",
+        "steps": [{"key": "draft", "type": "test.step", "input_data": {}, "requires_approval": True}],
+    }
+    r = await s.client.post("/api/pipelines", json=review, headers=s.user)
+    assert r.status_code == 201, r.text
+    step = uuid.UUID(r.json()["steps"][0]["job_id"])
+    engine = create_engine(s.settings.database_url or "", pool_size=1)
+    try:
+        await claim(engine, step)
+        await finish(engine, s.settings, step, "completed", result={"ok": True})
+    finally:
+        await engine.dispose()
+    assert await s.pg.fetchval("SELECT status FROM jobs WHERE id = $1", step) == "waiting_approval"
+    await _disable(s)
+    rerun = await s.client.post(f"/api/jobs/{step}/rerun", headers=s.admin)
+    assert rerun.status_code == 200, rerun.text
+    row = await s.pg.fetchrow("SELECT status, is_active FROM jobs WHERE id = $1", step)
+    assert (row["status"], row["is_active"]) == ("queued", False)
+    assert await s.pg.fetchval("SELECT count(*) FROM job_events WHERE kind = 'held'") == 1
+    assert (await s.client.post(f"/api/users/{s.user_id}/release-jobs", headers=s.admin)).json()["count"] == 1
 
 
 async def test_released_jobs_run(scene_of: Any) -> None:

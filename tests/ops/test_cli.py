@@ -253,6 +253,25 @@ async def test_a_refused_command_is_audited_as_the_same_refusal_on_a_page(
     assert await pg.fetchval("SELECT is_admin FROM users") is False
 
 
+async def test_an_email_that_is_not_utf8_is_one_error_line_on_every_command(
+    tmp_path: Path, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """A command-line argument whose bytes are not UTF-8 reaches Python as a lone surrogate
+    (``\udcff`` for the byte 0xff), which PostgreSQL cannot take: each command that names a person
+    by e-mail crashed with a database traceback, and create-user's refusal went unaudited. Now making
+    an account refuses it as a malformed address (audited as refused, as on the page), and a lookup
+    finds nobody."""
+    bad = "ann\udcff@example.com"
+    assert_clean_failure(run(tmp_path, "create-user", bad, DATABASE_URL=db_url), "email")
+    assert_clean_failure(run(tmp_path, "create-token", bad, DATABASE_URL=db_url), "No user")
+    assert_clean_failure(run(tmp_path, "unlock-user", bad, DATABASE_URL=db_url), "No user")
+    assert_clean_failure(run(tmp_path, "demo", "--email", bad, DATABASE_URL=db_url), "No user")
+    audited = await pg.fetch("SELECT action, outcome FROM audit_log ORDER BY id")
+    assert [r["action"] for r in audited] == ["user.create", "token.create"], audited
+    assert all(r["outcome"].startswith("refused: ") for r in audited), audited
+    assert await pg.fetchval("SELECT count(*) FROM users") == 0
+
+
 # --- worker entry points -------------------------------------------------------------------------------------
 
 

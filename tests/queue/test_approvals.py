@@ -80,6 +80,12 @@ async def later(pg: asyncpg.Connection, jid: uuid.UUID, interval: str) -> None:
 
 BAD_RULES = [
     ({"approvers": ["nobody@example.com"]}, "steps[0].approvers[0]", "no account"),
+    # a disabled account can neither sign in nor decide: a step only it could decide would wait for ever
+    (
+        {"approvers": ["admins", "gone@example.com"]},
+        "steps[0].approvers[1]",
+        "the account gone@example.com is disabled, so it cannot approve",
+    ),
     ({"approvers": ["ann@example.com"], "approvals_needed": 2}, "steps[0].approvals_needed", "only 1 person"),
     ({"approvers": ["ann@example.com"], "approvals_needed": 0}, "steps[0].approvals_needed", "from 1"),
     ({"approvers": "ann@example.com"}, "steps[0].approvers", "must be a list"),
@@ -98,6 +104,8 @@ async def test_a_bad_approval_rule_is_refused_with_the_steps_path(
     engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection
 ) -> None:
     await make_user(pg, email="ann@example.com")
+    gone = await make_user(pg, email="gone@example.com")
+    await pg.execute("UPDATE users SET is_active = false WHERE id = $1", gone.id)
     for fields, path, words in BAD_RULES:
         with pytest.raises(BadInput) as err:
             await create(engine, settings, owner, review(**fields))

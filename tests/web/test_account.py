@@ -332,3 +332,33 @@ async def test_a_token_name_with_a_direction_override_does_not_turn_the_words_af
     assert made.status_code == 200
     assert "API token “\u2068\u202enightly\u202c\u2069” created." in made.text
     assert "Your new API token “\u2068\u202enightly\u202c\u2069”" in made.text
+
+
+async def test_a_value_refused_for_its_length_is_shown_again_as_typed_not_cut_to_the_limit(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """The token forms (the account page's and an admin's for a user) and the admin's new-user form
+    showed a value refused for its length cut to that length: "must be at most 100 characters (it has
+    150)" beside a field holding 100, which a second press then took, cut, without a word."""
+    from html import unescape
+
+    def shown(page: str, field: str) -> str:
+        match = re.search(rf'<input[^>]*name="{field}"[^>]*value="([^"]*)"', page)
+        assert match, field
+        return unescape(match.group(1))
+
+    await sign_in_as(client, db_url, "ann@example.com", admin=True)
+    name = "n" * 150
+    mine = await _post(client, "/account/tokens", name=name, expires_in_days="12345678901")
+    assert mine.status_code == 422
+    assert shown(mine.text, "name") == name
+    assert shown(mine.text, "expires_in_days") == "12345678901"
+    bob = await add_user(db_url, "bob@example.com")
+    theirs = await _post(client, f"/admin/users/{bob.id}/tokens", name=name)
+    assert theirs.status_code == 422
+    assert shown(theirs.text, "name") == name
+    email = "e" * 300 + "@example.com"
+    user = await _post(client, "/admin/users", email=email, password="")
+    assert user.status_code == 422
+    assert shown(user.text, "email") == email
+    assert await pg.fetchval("SELECT count(*) FROM api_tokens") == 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -275,3 +276,68 @@ async def test_next_jobs_over_the_input_limit_as_written_fail_their_creator_with
     ), row["error_message"]
     # the second run created nothing: the first run's creator and its a, and the second creator
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 3
+
+
+@pytest.mark.parametrize(
+    ("scheduled", "admin", "created"), [(2, False, True), (3, False, False), (3, True, True)]
+)
+async def test_next_jobs_that_would_take_their_owner_past_the_waiting_limit_are_recorded_failed(
+    engine, make_settings, pg, scheduled, admin, created
+) -> None:
+    """The per-person waiting limit (``USER_MAX_WAITING_JOBS``) holds for a processor's next jobs, run by
+    a worker, as for jobs submitted and for a ``for_each`` list read from a result: a job that waited as
+    one could add any number past it once it ran. Over it the next jobs are recorded failed, saying why,
+    and the job that asked for them stays completed. Admins are exempt, as from the limit itself. The
+    owner has ``scheduled`` jobs waiting for tomorrow; the creator asks for three."""
+    settings = make_settings(user_max_waiting_jobs=5)
+    person = await make_user(pg, admin=admin)
+    tomorrow = datetime.now(UTC) + timedelta(days=1)
+    async with engine.begin() as conn:
+        for _ in range(scheduled):
+            await queue.enqueue(
+                conn, NewJob(type="noop", input_data={}, user_id=person.id, run_at=tomorrow), settings
+            )
+    jobs = [{"type": "test.echo", "key": k, "input_data": {"v": 1}} for k in "abc"]
+    creator = new_id()
+    async with running_worker(settings):
+        await enqueue_next(engine, settings, person, jobs, creator)
+        row = await wait_status(pg, creator, {"failed", "completed"})
+    made = await pg.fetch("SELECT status, error_message FROM jobs WHERE created_by_job = $1", creator)
+    assert row["status"] == "completed", row["error_message"]
+    assert len(made) == 3
+    if created:
+        assert {r["status"] for r in made} <= {"queued", "in_progress", "completed"}
+        return
+    assert {(r["status"], r["error_message"]) for r in made} == {
+        (
+            "failed",
+            f"could not create the next jobs: job {creator} asked for 3 next jobs, and with them its owner "
+            "would have 6 jobs waiting; the limit is 5 per person",
+        )
+    }
+
+
+@pytest.mark.parametrize(("asked", "created"), [(2, True), (3, False)])
+async def test_next_jobs_that_would_take_their_pipeline_past_its_size_fail_their_creator(
+    engine, make_settings, owner, pg, asked, created
+) -> None:
+    """``PIPELINE_MAX_STEPS`` holds for a processor's next jobs as for a ``for_each`` list read from a
+    result: a processor (or one retried, whose next jobs join the same pipeline again) could grow a
+    pipeline past any size. The creator is the pipeline's first step; the limit is 3."""
+    settings = make_settings(pipeline_max_steps=3)
+    jobs = [{"type": "test.echo", "key": k, "input_data": {"v": 1}} for k in "abc"[:asked]]
+    creator = new_id()
+    async with running_worker(settings):
+        await enqueue_next(engine, settings, owner, jobs, creator)
+        row = await wait_status(pg, creator, {"failed", "completed"})
+    made = await pg.fetchval("SELECT count(*) FROM jobs WHERE created_by_job = $1", creator)
+    if created:
+        assert row["status"] == "completed", row["error_message"]
+        assert made == asked
+        return
+    assert row["status"] == "failed"
+    assert row["error_message"] == (
+        "could not create the next jobs: next_jobs: 3 next jobs would give their pipeline 4 steps; "
+        "a pipeline may have at most 3 steps"
+    )
+    assert made == 0

@@ -31,6 +31,7 @@ from app.jobs.queue.common import (
     sql,
 )
 from app.jobs.queue.consequences import consequences
+from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.pipelines import refresh_pipelines
 from app.jobs.rows import JobRow, job_row
 from app.jobs.states import Status, not_in
@@ -260,6 +261,13 @@ async def rerun(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
         from_status="waiting_approval",
         to_status="queued",
     )
+    # Only a release lets a disabled person's work run: a step waiting for approval was not held at the
+    # disable (it was not waiting to run), so the rerun that puts it back in the queue holds it, as a
+    # retry or a run again does.
+    if await hold_if_owner_disabled(conn, row["user_id"], [row["id"]]):
+        found = (await conn.execute(GET_JOB_FOR_UPDATE, {"id": row["id"]})).mappings().first()
+        assert found is not None, "the row is locked"
+        updated = job_row(found)
     await notify_jobs(conn)
     if row["pipeline_id"]:
         await refresh_pipelines(conn, [row["pipeline_id"]])

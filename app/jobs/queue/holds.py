@@ -6,7 +6,7 @@ are each one compare-and-set over the person's waiting jobs, written with one ev
 caller's transaction (the disable's, for holding). A job that was already running when its owner was
 disabled finishes, and is held if it goes back to waiting instead (a retry, a hand-back at a worker's
 stop, a rescue: :func:`hold_requeued`); next jobs its processor creates for a disabled owner are held as they are inserted,
-and so is a job an admin retries or runs again for a disabled owner: only a release lets it run.
+and so is a job an admin retries, runs again or reruns for a disabled owner: only a release lets it run.
 Cancelling held jobs is :mod:`.held_cancel` (it has a cancel's consequences).
 """
 
@@ -67,7 +67,7 @@ async def hold_user_jobs(db: AsyncConnection | AsyncSession, user_id: int, actor
 async def hold_if_owner_disabled(conn: AsyncConnection, user_id: int, ids: Sequence[uuid.UUID]) -> int:
     """Hold the jobs ``ids`` that just became waiting when their owner is disabled (a processor's next
     jobs for a job that was running when its owner was disabled; a job an admin retries, with the steps
-    the retry re-opens, or runs again); returns how many were held."""
+    the retry re-opens, runs again or reruns); returns how many were held."""
     if not ids or not (await conn.execute(OWNER_DISABLED, {"user_id": user_id})).scalar():
         return 0
     params = {"user_id": user_id, "ids": list(ids), "actor": "system:disabled", "message": HELD_MESSAGE}

@@ -493,6 +493,15 @@ async def insert_next_jobs(
     await check_next_types(conn, creator, next_jobs)
     pipeline_id = await _pipeline_of(conn, creator)
     existing = (await conn.execute(PIPELINE_KEYS, {"pid": pipeline_id})).mappings().all()
+    # PIPELINE_MAX_STEPS holds for the steps a pipeline gains as it runs, as for a for_each list read from
+    # a result: a processor (or its retry, whose next jobs join the pipeline again) could grow it past any size.
+    limit = settings.pipeline_max_steps
+    if limit and len(existing) + len(next_jobs) > limit:
+        raise BadInput.field(
+            "next_jobs",
+            f"{len(next_jobs):,} next jobs would give their pipeline {len(existing) + len(next_jobs):,} "
+            f"steps; a pipeline may have at most {limit:,} steps",
+        )
     by_id = {str(r["id"]): r["id"] for r in existing}
     by_key = {r["step_key"]: r["id"] for r in existing if r["step_key"]}
     keys = _new_keys(creator, next_jobs, set(by_key))

@@ -42,14 +42,11 @@ from app.processors import registry
 from app.web import DbSession, flash, forms, render
 from app.web.deps import actor_of, client_ip, file_store, settings_of
 from app.web.form_shape import shape_problem
-from app.web.form_values import NOT_A_CHECKBOX, checkbox
+from app.web.form_values import NOT_A_CHECKBOX, TYPED_MAX, checkbox
 from app.web.input_guard import FORM_CHECKED, UPLOADS, form_problems
 from app.web.submit import errors_from_bad_input, input_names, text_errors, validate
 
 PREVIEW_COUNT = 5
-TYPED_MAX = 1_000
-"""A schedule control's typed value is kept (and shown again) up to this many characters; the action
-refuses anything longer than its own, smaller limits."""
 
 CRON, TIMEZONE, ENABLED, NAME, OWNER, CATCH_UP, TARGET = (
     "_cron",
