@@ -33,7 +33,7 @@ from app.jobs.queue.fanouts import store as store_fanout
 from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.many_jobs import enqueue_many, renamed
 from app.jobs.queue.new_jobs import NewJob, check_dependency_list, lock_parents, pipeline_size_refusal
-from app.jobs.queue.waiting import record_refused, refusal_from_result
+from app.jobs.queue.waiting import insert_refused_jobs, refusal_from_result
 from app.jobs.rows import Fetched
 from app.jobs.types import NextJob, may_create_next, priority_refusal, refusal, registry
 from app.settings import Settings
@@ -552,7 +552,7 @@ async def insert_next_jobs(
     asked = f"job {creator['id']} asked for {len(jobs):,} next jobs"
     refused = await refusal_from_result(conn, creator["user_id"], len(jobs), settings, asked)
     if refused is not None:
-        await record_refused(conn, jobs, f"could not create the next jobs: {refused}", settings)
+        await insert_refused_jobs(conn, jobs, f"could not create the next jobs: {refused}", settings)
         return pipeline_id
     # Parents already in the pipeline: lock them so none finishes unseen, and count the unfinished ones.
     # The creator counts as unfinished: its completion, written in this transaction, releases its

@@ -86,7 +86,9 @@ def _attempts(job: Any, settings: Any) -> int:
     )
 
 
-async def record_refused(conn: AsyncConnection, jobs: Sequence[Any], message: str, settings: Any) -> None:
+async def insert_refused_jobs(
+    conn: AsyncConnection, jobs: Sequence[Any], message: str, settings: Any
+) -> None:
     """Record jobs a finished parent asked for and the limit refused (``NewJob``\\ s of one owner, one
     pipeline and one creator) as ``failed`` from the start, each with its ``failed`` event and
     ``message``: the owner sees what was not run and why, and the pipeline is failed."""
