@@ -49,7 +49,7 @@ BULK_ACTIONS = {
         "verb": "Cancel",
         "done": "Cancelled",
         "eligible": f"{LIVE_SQL} AND is_active",
-        "what": "waiting, running or needing approval (and not already being stopped)",
+        "what": "waiting, running or needing approval (not held, and not already being stopped)",
     },
 }
 AUDIT_ACTIONS = {"retry": "jobs.bulk_retry", "cancel": "jobs.bulk_cancel"}

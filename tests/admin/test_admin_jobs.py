@@ -314,6 +314,33 @@ async def test_bulk_retry_of_ticked_rows_shows_the_count_then_retries_and_audits
     assert await pg.fetchval("SELECT count(*) FROM job_events WHERE kind = 'retried'") == 3
 
 
+async def test_a_bulk_cancel_that_finds_only_held_jobs_says_where_they_are_cancelled(
+    client: AsyncTestClient, db_url: str, engine: AsyncEngine, ui_settings: Settings, pg: asyncpg.Connection
+) -> None:
+    """A disabled person's waiting jobs are held, and a bulk cancel leaves them alone (they have their own
+    button): the confirm step said only that it applies to jobs "waiting, running or needing approval",
+    beside a list of waiting jobs, as if it were broken. It says they are held, and where they go."""
+    from app.jobs import queue
+
+    await sign_in_as(client, db_url, "root@example.com", admin=True)
+    ann = (
+        await pg.fetchrow("INSERT INTO users (email, password_hash) VALUES ('ann@x.org', 'x') RETURNING id")
+    )["id"]
+    held = await enqueue(engine, ui_settings, ann, "noop")
+    async with engine.begin() as conn:
+        await pg.execute("UPDATE users SET is_active = false WHERE id = $1", ann)
+        assert await queue.hold_user_jobs(conn, ann, "admin:root") == 1
+    body = {"_csrf_token": await token_of(client), "action": "cancel", "scope": "selected", "ids": str(held)}
+    r = await client.post("/admin/jobs/bulk/confirm", data=body, headers=HX)
+    assert r.status_code == 200, r.text
+    assert "No job here can be cancelled" in r.text
+    assert "(not held, and not already being stopped)" in r.text
+    assert (
+        'held jobs are cancelled with <strong>Cancel held jobs</strong> on <a href="/admin/users">' in r.text
+    )
+    assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", held) == "queued"
+
+
 async def test_bulk_cancel_of_every_row_matching_a_filter_affects_exactly_the_count_shown(
     client: AsyncTestClient, db_url: str, engine: AsyncEngine, ui_settings: Settings, pg: asyncpg.Connection
 ) -> None:
