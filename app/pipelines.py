@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput, Conflict, NotFound
 from app.jobs import naming, queue
-from app.jobs.error_text import input_unfit
+from app.jobs.error_text import input_unfit, never_created
 from app.jobs.graph import (
     KEY_PATTERN,
     MAX_STEPS,
@@ -329,6 +329,7 @@ async def get(
                 "has_error": r["has_error"],
                 # failed because its input does not fit its type: a retry would fail the same way
                 "input_unfit": input_unfit(r["error_head"]),
+                "never_created": never_created(r["error_head"]),
                 "created_by": key_of.get(str(r["created_by_job"])) if r["created_by_job"] else None,
             }
         )

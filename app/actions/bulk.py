@@ -275,7 +275,10 @@ async def _apply(
                         await queue.cancel(db, jid, actor.user)
             except Conflict as exc:
                 skipped.append(jid)
-                unfit += bool((exc.extra or {}).get("retry_refused"))
+                refused = (exc.extra or {}).get("retry_refused")
+                unfit += refused == "input_unfit"
+                if refused == "never_created":
+                    limited.append("refused by the waiting limit when they were asked for, they never ran")
             except RateLimited as exc:
                 skipped.append(jid)
                 limited.append(exc.detail)

@@ -57,18 +57,48 @@ def input_unfit(message: str | None) -> bool:
     return bool(message) and str(message).startswith(INPUT_UNFIT)
 
 
+NEVER_CREATED = "could not create the next jobs: "
+"""How the error of a processor's next job refused by its owner's waiting limit begins: it is recorded
+failed as it is made (:mod:`app.jobs.queue.waiting`), never ran, and has none of the dependencies its plan
+gave it, so a retry would run it on its own, out of its order and without what its ``$ref`` reads
+(:func:`never_created`)."""
+
+
+def never_created(message: str | None) -> bool:
+    """Whether a job is a next job its owner's waiting limit refused as it was made (:data:`NEVER_CREATED`)."""
+    return bool(message) and str(message).startswith(NEVER_CREATED)
+
+
+def retry_refusal_kind(row: Mapping[Any, Any]) -> str | None:
+    """What :func:`retry_refusal` refuses ``row`` for: ``"input_unfit"``, ``"never_created"``, or ``None``."""
+    error = row.get("error_message") or row.get("error_preview")
+    if row.get("never_created") or never_created(error):
+        return "never_created"
+    if row.get("input_unfit") or input_unfit(error):
+        return "input_unfit"
+    return None
+
+
 def retry_refusal(row: Mapping[Any, Any]) -> str | None:
     """Why the failed job ``row`` may not be retried, in words that say what to do instead, or ``None``
     when it may. The one rule for every path: the pages hide "Retry" when it gives a reason, and
     :func:`app.jobs.queue.retry` (one job, a bulk retry, a batch's failed rows) refuses with it.
 
     A job whose input does not fit its type (:func:`input_unfit`) would fail the same way again: its
-    input, and what its ``$ref`` reads, are the same the next time. ``row`` is a job row (its
-    ``error_message``, or the lists' ``error_preview``) or a pipeline page's step (``input_unfit``).
+    input, and what its ``$ref`` reads, are the same the next time. A next job the owner's waiting limit
+    refused (:func:`never_created`) would run out of its order. ``row`` is a job row (its
+    ``error_message``, or the lists' ``error_preview``) or a pipeline page's step (``input_unfit``,
+    ``never_created``).
     """
-    error = row.get("error_message") or row.get("error_preview")
-    if not (row.get("input_unfit") or input_unfit(error)):
+    kind = retry_refusal_kind(row)
+    if kind is None:
         return None
+    if kind == "never_created":
+        return (
+            "it never ran: its owner's waiting limit refused it when the job before it asked for it, so it "
+            "has none of the steps it was to wait for; run that job again once there is room"
+        )
+    error = row.get("error_message") or row.get("error_preview")
     why = str(error)[len(INPUT_UNFIT) :].split(": ", 1)[-1] if input_unfit(error) else ""
     fields = f" ({why[:300]}{'…' if len(why) > 300 else ''})" if why else ""
     again = (

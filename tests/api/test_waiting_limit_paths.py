@@ -121,6 +121,12 @@ async def next_jobs(s: Scene) -> str:
     assert {e["message"] for e in events} == {rows[0]["error_message"]}
     pid = await s.pg.fetchval("SELECT pipeline_id FROM jobs WHERE id = $1", creator["id"])
     assert await s.pg.fetchval("SELECT status FROM pipelines WHERE id = $1", pid) == "failed"
+    # Made failed without the steps they were to wait for, they are not retried (n2 would run before n1
+    # and without what n1 gives it); the refusal says what to do instead.
+    r = await s.client.post(f"/api/jobs/{rows[1]['id']}/retry", headers=s.auth)
+    assert r.status_code == 409, r.text
+    assert "it never ran: its owner's waiting limit refused it" in r.json()["detail"]
+    assert await s.pg.fetchval("SELECT status FROM jobs WHERE id = $1", rows[1]["id"]) == "failed"
     return str(rows[0]["error_message"])
 
 

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput, Conflict, TooLarge
 from app.jobs import approvals, outbox
+from app.jobs.error_text import NEVER_CREATED
 from app.jobs.fanout import base_key, check_for_each, expand_literal
 from app.jobs.graph import (
     check_graph,
@@ -552,7 +553,7 @@ async def insert_next_jobs(
     asked = f"job {creator['id']} asked for {len(jobs):,} next jobs"
     refused = await refusal_from_result(conn, creator["user_id"], len(jobs), settings, asked)
     if refused is not None:
-        await insert_refused_jobs(conn, jobs, f"could not create the next jobs: {refused}", settings)
+        await insert_refused_jobs(conn, jobs, f"{NEVER_CREATED}{refused}", settings)
         return pipeline_id
     # Parents already in the pipeline: lock them so none finishes unseen, and count the unfinished ones.
     # The creator counts as unfinished: its completion, written in this transaction, releases its

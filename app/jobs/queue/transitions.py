@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput, Conflict, Forbidden
 from app.files import DELETE_JOB_OUTPUTS
-from app.jobs.error_text import retry_refusal
+from app.jobs.error_text import retry_refusal, retry_refusal_kind
 from app.jobs.fanout import unwrap_literals
 from app.jobs.graph import has_refs, resolve_refs
 from app.jobs.payload import cap_text
@@ -174,7 +174,9 @@ async def retry(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
         )
     refusal = retry_refusal(row)
     if refusal is not None:
-        raise Conflict(f"Cannot retry job {row['id']}: {refusal}.", extra={"retry_refused": "input_unfit"})
+        raise Conflict(
+            f"Cannot retry job {row['id']}: {refusal}.", extra={"retry_refused": retry_refusal_kind(row)}
+        )
     await lock_pipelines(conn, [row["pipeline_id"]])
     updated = (await conn.execute(RETRY_FAILED, {"id": row["id"]})).mappings().first()
     if updated is None:  # lost a race with another retry
