@@ -49,14 +49,17 @@ async def test_took_is_shown_only_for_time_spent_running(
     # ran and was stopped by its cancel: that run is its time
     running = await enqueue(engine, settings, user.id)
     assert await claim(engine, running) == running
-    await pg.execute("UPDATE jobs SET started_at = now() - interval '3 seconds' WHERE id = $1", running)
     assert (await client.post(f"/jobs/{running}/cancel", headers=h)).status_code == 200
     await finish(engine, settings, running, "cancelled")
+    # its run set to 3 s exactly, from its end: a slow machine's second between the steps shows no more
+    await pg.execute(
+        "UPDATE jobs SET started_at = completed_at - interval '3 seconds' WHERE id = $1", running
+    )
     assert " · took 3 s" in finished_line((await client.get(f"/jobs/{running}")).text)
 
     # ran to the end
     done = await enqueue(engine, settings, user.id)
     assert await claim(engine, done) == done
-    await pg.execute("UPDATE jobs SET started_at = now() - interval '2 seconds' WHERE id = $1", done)
     await finish(engine, settings, done, "completed", result={})
+    await pg.execute("UPDATE jobs SET started_at = completed_at - interval '2 seconds' WHERE id = $1", done)
     assert " · took 2 s" in finished_line((await client.get(f"/jobs/{done}")).text)
