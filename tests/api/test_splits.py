@@ -23,8 +23,11 @@ import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 import tests.support.forms  # noqa: F401  (registers the test job types)
+from app.settings import Settings
+from tests.support.jobsteps import claim, finish
 from tests.support.splitproxy import SplitProxy
 from tests.support.webkit import add_token, add_user, app_client, csrf, switch_to
 
@@ -270,5 +273,36 @@ async def test_an_admins_user_disable_form_with_its_audit_entry(split: Split, db
         audited = await _audited(s, "user.disable", user_id)
         assert audited == disabled, f"disabled: {disabled}, {audited} audit entries"
         return audited
+
+    await cut_everywhere(split, setup, request, effects)
+
+
+async def test_an_admins_approval_with_its_audit_entry_and_the_next_step_released(
+    split: Split, engine: AsyncEngine, settings: Settings
+) -> None:
+    """A step's approval, its audit entry and the release of the step after it: together or not at all."""
+
+    async def setup(s: Split) -> tuple[str, str]:
+        steps = [
+            {"key": "draft", "type": "test.step", "requires_approval": True},
+            {"key": "publish", "type": "test.step", "depends_on": ["draft"]},
+        ]
+        r = await s.client.post("/api/pipelines", json={"name": "split", "steps": steps}, headers=s.owner)
+        assert r.status_code == 201, r.text
+        ids = {step["key"]: str(step["job_id"]) for step in r.json()["steps"]}
+        await claim(engine, uuid.UUID(ids["draft"]))
+        await finish(engine, settings, uuid.UUID(ids["draft"]), "completed", result={})
+        return ids["draft"], ids["publish"]
+
+    async def request(s: Split, target: tuple[str, str]) -> Any:
+        return await s.client.post(f"/api/jobs/{target[0]}/approve", headers=s.root)
+
+    async def effects(s: Split, target: tuple[str, str]) -> int:
+        draft, publish = target
+        approved = await _events(s, draft, "completed")
+        audited = await _audited(s, "job.approve", draft)
+        waiting = await s.pg.fetchval("SELECT pending_parents FROM jobs WHERE id = $1", uuid.UUID(publish))
+        assert approved == audited == 1 - waiting, f"{approved} approvals, {audited} audit entries, {waiting}"
+        return approved
 
     await cut_everywhere(split, setup, request, effects)
