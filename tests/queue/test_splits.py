@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import tests.support.forms  # noqa: F401  (registers test.step)
-from app.db import create_engine
+from app.db import create_engine, is_transient
 from app.jobs import queue
 from app.jobs.queue import Outcome
 from app.processors import NextJob
@@ -234,3 +234,43 @@ async def test_a_schedule_fires_once_for_its_time(
         assert (jobs, row["moved"], row["last_job_id"] is not None) == (1, True, True), where
 
     await cut_everywhere(proxy, pg, setup, act, check)
+
+
+async def test_a_bulk_enqueue_by_copy_is_all_or_nothing_and_leaves_the_pool_sound(
+    cut_engine: AsyncEngine, settings: Settings, owner: TestUser, pg: asyncpg.Connection, proxy: SplitProxy
+) -> None:
+    """Enough jobs at once to go in by ``COPY`` (straight on asyncpg): a cut at any round trip leaves all
+    of them or none, and the next enqueue on the same engine goes in (the lost connection was not given
+    back to the pool)."""
+
+    def jobs(marker: str) -> list[queue.NewJob]:
+        return [
+            queue.NewJob(type="noop", input_data={"i": i}, user_id=owner.id, title=marker) for i in range(64)
+        ]
+
+    async def enqueue(marker: str) -> None:
+        async with cut_engine.begin() as conn:
+            await queue.enqueue_many(conn, jobs(marker), settings)
+
+    async def count(marker: str) -> int:
+        return int(await pg.fetchval("SELECT count(*) FROM jobs WHERE title = $1", marker))
+
+    for after in (False, True):
+        for n in range(1, MAX_ROUND_TRIPS + 1):
+            where = f"cut {'after' if after else 'before'} round trip {n}"
+            marker = str(uuid.uuid4())
+            proxy.arm(n, after=after)
+            try:
+                await asyncio.wait_for(enqueue(marker), 15)
+            except Exception as exc:
+                assert is_transient(exc), f"{where}: {exc!r}"
+            _, cut = proxy.disarm()
+            assert await count(marker) in (0, 64), where
+            await _consistent(pg, where)
+            following = str(uuid.uuid4())
+            await asyncio.wait_for(enqueue(following), 15)
+            assert await count(following) == 64, f"{where}, then the next enqueue"
+            if not cut:
+                break
+        else:
+            raise AssertionError(f"still cut at round trip {MAX_ROUND_TRIPS}")
