@@ -382,8 +382,26 @@ async def driver_connection(conn: AsyncConnection) -> Any | None:
     if not adapter._started:  # type: ignore[union-attr]
         async with mutex:
             if not adapter._started:  # type: ignore[union-attr]
-                await start()  # a no-op in autocommit mode
+                async with discarded_if_lost(conn, raw):
+                    await start()  # a no-op in autocommit mode
     return raw
+
+
+@contextlib.asynccontextmanager
+async def discarded_if_lost(conn: AsyncConnection, raw: asyncpg.Connection) -> AsyncIterator[None]:
+    """Run a statement sent straight on ``raw`` (``conn``'s asyncpg connection); if its connection was
+    lost meanwhile, invalidate ``conn`` so that the pool discards it. SQLAlchemy sees a lost connection
+    only under a statement of its own: one lost under a statement sent straight, or under the ``BEGIN``
+    sent for it (whose adapter then counts its transaction as never begun, so the rollback as it goes
+    back has nothing to do), went back to the pool as if sound, and every later checkout that began
+    with such a statement failed on it, for as long as the pool kept it: the worker's retries of a job's
+    completion failed on the same dead connection until the pool recycled it, half an hour later."""
+    try:
+        yield
+    except BaseException:
+        if raw.is_closed() and not conn.invalidated:
+            await conn.invalidate()
+        raise
 
 
 async def fetch_dicts(conn: AsyncConnection, statement: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -391,7 +409,8 @@ async def fetch_dicts(conn: AsyncConnection, statement: Any, params: dict[str, A
     raw = await driver_connection(conn)
     if raw is None:
         return [dict(r) for r in (await conn.execute(statement, params)).mappings().all()]
-    return await _fetch_raw(raw, statement, params)
+    async with discarded_if_lost(conn, raw):
+        return await _fetch_raw(raw, statement, params)
 
 
 async def _fetch_raw(raw: asyncpg.Connection, statement: Any, params: dict[str, Any]) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app.db import driver_connection
+from app.db import discarded_if_lost, driver_connection
 from app.errors import BadInput, KeyReused, TooLarge
 from app.jobs.queue.common import JOBS_CHANNEL, conn_of, notify_jobs, sql
 from app.jobs.queue.new_jobs import ON_KEY_CONFLICT, NewJob, check_files, insert_edges, link_files, prepare
@@ -253,7 +253,8 @@ async def enqueue_many(
     if any(p["idempotency_key"] is not None for p in prepared):
         inserted = await _insert_keyed(conn, prepared, _insert_params(prepared, pending, actor))
     elif len(prepared) >= COPY_FROM and (raw := await driver_connection(conn)) is not None:
-        await _copy_in(raw, prepared, pending, actor)
+        async with discarded_if_lost(conn, raw):
+            await _copy_in(raw, prepared, pending, actor)
         inserted = [p["id"] for p in prepared]
         if any(pending.get(p["id"], 0) == 0 for p in prepared):
             await notify_jobs(conn)
