@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import asyncpg
 import structlog
 from advanced_alchemy.extensions.litestar._utils import delete_aa_scope_state, get_aa_scope_state
 from advanced_alchemy.extensions.litestar.plugins.init.config.common import SESSION_TERMINUS_ASGI_EVENTS
@@ -28,6 +29,13 @@ log = structlog.get_logger("jobdesk.web")
 NOT_SAVED = (
     "Nothing was saved: the database did not confirm the change. Please check and try again in a moment."
 )
+NOT_CONFIRMED = (
+    "The connection to the database was lost as the change was being saved, so it may or may not have been"
+    " made. Please check before trying again (a request repeated with the same idempotency key or form is"
+    " done once)."
+)
+"""The answer when the commit got no answer at all: the server may have committed before the connection
+went, so "nothing was saved" could be false."""
 _REFUSAL = "_jobdesk_refusal"
 """Scope key: the body that replaces the answer's, once its commit failed."""
 
@@ -93,7 +101,8 @@ def _refuse(message: Message, scope: Scope, exc: Exception) -> None:
         error=repr(exc)[:300],
     )
     api = scope["path"].startswith("/api/")
-    body = (json.dumps({"detail": NOT_SAVED}) if api else NOT_SAVED).encode()
+    said = NOT_CONFIRMED if _unanswered(exc) else NOT_SAVED
+    body = (json.dumps({"detail": said}) if api else said).encode()
     content_type = b"application/json" if api else b"text/plain; charset=utf-8"
     dropped = (b"content-length", b"content-type", b"location", b"hx-redirect", b"hx-trigger", b"etag")
     headers = [h for h in message.get("headers") or () if h[0].lower() not in dropped]
@@ -101,3 +110,20 @@ def _refuse(message: Message, scope: Scope, exc: Exception) -> None:
     message["status"] = 503
     message["headers"] = headers
     scope[_REFUSAL] = body  # type: ignore[literal-required]
+
+
+def _unanswered(exc: BaseException) -> bool:
+    """Whether the commit failed without an answer from the server (its connection lost), rather than
+    refused by it (a deferred constraint, a serialization failure, a shutdown), which rolls it back."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, asyncpg.PostgresError) and not isinstance(
+            current, asyncpg.exceptions.PostgresConnectionError
+        ):
+            return False  # the server's own answer
+        if isinstance(current, OSError | asyncpg.exceptions.InterfaceError | asyncpg.PostgresConnectionError):
+            return True
+        current = current.__cause__ or current.__context__ or getattr(current, "orig", None)
+    return False
