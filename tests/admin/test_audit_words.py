@@ -206,3 +206,24 @@ async def test_audit_page_says_every_action_and_counts_in_words(
     assert "2 jobs stopped" in page
     assert "3 rows retried" in page
     assert "and 1 more" not in page and "in all" not in page
+
+
+def test_every_audit_entry_is_written_by_the_actions_layer() -> None:
+    """Who did what is recorded where the action is decided (``app/actions``), once for every path:
+    a page or an API handler that wrote its own entry would leave the same action unrecorded on the
+    other path. Every call that writes an entry (``audit.record`` and the functions passing an action on
+    to it) is made in ``app/actions`` or ``app/audit.py``; the one hook that audits a request refused
+    before it reached its action (``app/web/refused_requests.py``) does it with the actions layer's own
+    ``refused_once``."""
+    modules = _modules()
+    sinks = _sinks(modules)
+    outside = [
+        f"{m.path.relative_to(ROOT)}:{call.lineno} {name}"
+        for m in modules
+        for call in (n for n in ast.walk(m.tree) if isinstance(n, ast.Call))
+        if (name := _callee(call)) in sinks
+        and m.path.relative_to(APP).parts[0] != "actions"
+        and m.path.name != "audit.py"
+        and not (m.path.name == "refused_requests.py" and name == "refused_once")
+    ]
+    assert not outside, f"audit entries written outside the actions layer: {outside}"

@@ -11,13 +11,12 @@ from litestar import Controller, Request, get, post
 from litestar.params import FromPath
 from litestar.response import Template
 
-from app import audit
-from app.alerts.admin import pending_counts, recent_deliveries, record_test
-from app.alerts.admin import send_test as send_test_alert
+from app.actions import alerts as alert_actions
+from app.alerts.admin import pending_counts, recent_deliveries
 from app.alerts.channels import channel_overview
 from app.auth import requires_admin
-from app.errors import Conflict, NotFound
-from app.web import DbSession, current_user, is_htmx, render
+from app.web import DbSession, is_htmx, render
+from app.web.deps import actor_of
 
 KIND_WORDS = {
     "failed": "Job failed",
@@ -64,37 +63,14 @@ class AlertsAdminController(Controller):
     async def send_test(
         self, request: Request[Any, Any, Any], db_session: DbSession, channel: FromPath[str]
     ) -> Template:
-        """Send a test alert to ``channel`` (``slack``, ``telegram`` or ``webhook``) from this process,
-        waiting at most :data:`app.alerts.admin.TEST_SEND_TIMEOUT_SECS`; log it in the deliveries and the audit
-        trail. htmx gets the result fragment; a plain form post gets the page with the result in place.
-        A channel that refuses is a normal outcome (200 with the reason), not an error.
-
-        Raises:
-            NotFound: no such channel.
-            Conflict: the channel is not configured (says which variables to set).
+        """Send a test alert to ``channel`` (:func:`app.actions.alerts.send_test`: logged in the deliveries
+        and the audit trail). htmx gets the result fragment; a plain form post gets the page with the
+        result in place. A channel that refuses is a normal outcome (200 with the reason), not an error.
         """
-        settings = request.app.state.settings
-        overview = {c["name"]: c for c in channel_overview(settings)}
-        if channel not in overview:
-            raise NotFound("There is no such alert channel: choose Slack, Telegram or Webhook.")
-        user = current_user(request)
-        try:
-            attempt, message = await send_test_alert(settings, channel, admin_email=user.email)
-        except LookupError:
-            raise Conflict(
-                f"{overview[channel]['label']} is not configured. {overview[channel]['hint']}"
-            ) from None
-        await record_test(db_session, attempt, message, user.email)
-        await audit.record(
-            db_session,
-            user=user,
-            action="alerts.test",
-            target_type="alert_channel",
-            count=0,
-            outcome="ok" if attempt.ok else "failed",
-            detail={"channel": channel, "status_code": attempt.status_code, "error": attempt.error},
+        label, attempt = await alert_actions.send_test(
+            db_session, actor_of(request), request.app.state.settings, channel
         )
-        result = {"label": overview[channel]["label"], "attempt": attempt}
+        result = {"label": label, "attempt": attempt}
         if is_htmx(request):  # the result in place, and the deliveries list refreshed out of band
             await db_session.flush()
             return render(
