@@ -1,0 +1,71 @@
+"""A worker whose connections to PostgreSQL go silent while it runs (packets dropped, nothing closed: a
+partition, a dead NAT entry): every statement it waits on must end within a bound tied to the lease, and
+what the statement did must be handed back or recorded, never left to the rescue or run twice."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy.engine import make_url
+
+import tests.support.processors  # noqa: F401  (registers the test job types)
+from tests.support.factories import event_kinds
+from tests.support.netproxy import BlackholeProxy
+from tests.support.workers import wait_status
+from tests.worker.test_hostile import _claiming_through, _enqueue
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def blackhole(db_url: str) -> AsyncIterator[tuple[BlackholeProxy, str]]:
+    """A :class:`BlackholeProxy` in front of the test database, and the database URL through it."""
+    url = make_url(db_url)
+    proxy = BlackholeProxy(url.port or 5432)
+    await proxy.start()
+    try:
+        yield proxy, url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    finally:
+        proxy.sever()
+        await proxy.close()
+
+
+async def test_a_claim_whose_answer_never_comes_is_given_up_within_the_lease_and_its_job_handed_back(
+    make_settings, engine, owner, pg, blackhole, monkeypatch
+) -> None:
+    """A claim reaches the database and takes a job on its last attempt, and its connection then goes
+    silent for good while the worker runs. Nothing bounded the wait: the claim waited for ever (the
+    kernel sees nothing wrong with a connection that has nothing unacknowledged in flight), its job
+    stayed locked by the worker until the rescue counted the attempt it never ran and failed it as
+    "lease expired: worker lost". An answer later than the lease less its margin would be handed back
+    anyway, so the claim gives up then, and its job goes through the hand-back of a failed claim:
+    ``released`` (its session ended first, fenced by the attempt), and run once on a fresh connection."""
+    proxy, proxied = blackhole
+    lease = 4.0
+    settings = make_settings(
+        worker_visibility_timeout_secs=lease, worker_sweep_interval_secs=0.5, job_processor_poll_interval=30
+    )
+    worker, claims = _claiming_through(settings, proxied, monkeypatch)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        await asyncio.sleep(1.0)  # the first claim is in and nothing is on its way: the kept connection idles
+        proxy.answers_only = proxy.frozen = True  # what is open now goes silent; new connections work
+        job = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 0}, max_attempts=1)
+        row = await wait_status(pg, job, {"in_progress"})
+        silent_at = time.monotonic()
+        assert row["locked_by"] == worker.id and job not in worker.held  # the answer is held back
+        row = await wait_status(pg, job, {"completed", "failed"}, timeout=3 * lease)
+        took = time.monotonic() - silent_at
+        assert not task.done()
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+        await claims.dispose(close=False)
+    assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
+    assert await event_kinds(pg, job) == ["enqueued", "claimed", "released", "claimed", "completed"]
+    assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 1
+    assert took < lease, took
