@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 import tests.support.processors  # noqa: F401  (registers the test job types)
+from app.worker.runner import Worker
 from tests.support.factories import event_kinds
 from tests.support.netproxy import BlackholeProxy
 from tests.support.workers import wait_status
@@ -69,3 +70,44 @@ async def test_a_claim_whose_answer_never_comes_is_given_up_within_the_lease_and
     assert await event_kinds(pg, job) == ["enqueued", "claimed", "released", "claimed", "completed"]
     assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 1
     assert took < lease, took
+
+
+async def test_an_outcome_write_whose_answer_never_comes_is_tried_again_on_a_fresh_connection(
+    make_settings, engine, owner, pg, blackhole
+) -> None:
+    """A job (one that does not use the database) finishes while every connection its worker has open
+    goes silent. The outcome's write waited
+    for ever on its kept connection, while the lease keeper, which gives up on a silent renewal and
+    takes a fresh connection, went on renewing the job's lease: the job stayed ``in_progress`` for good,
+    neither recorded nor rescued. The write gives up after the lease less its margin, on a connection
+    closed at once, and is written again on a fresh one: the job completes, once."""
+    proxy, proxied = blackhole
+    lease = 4.0
+    settings = make_settings(worker_visibility_timeout_secs=lease, job_processor_poll_interval=30)
+    through = make_settings(
+        database_url=proxied, worker_visibility_timeout_secs=lease, job_processor_poll_interval=30
+    )
+    worker = Worker(through, proxied)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        first = await _enqueue(engine, settings, owner, "noop", {})
+        await wait_status(pg, first, {"completed"})  # the completer's kept connection is open now
+        job = await _enqueue(engine, settings, owner, "sleep", {"seconds": 1.0})
+        await wait_status(pg, job, {"in_progress"})
+        proxy.frozen = True  # nothing gets through either way; the job finishes in about a second
+        silent_at = time.monotonic()
+        row = await wait_status(pg, job, {"completed", "failed"}, timeout=3 * lease)
+        took = time.monotonic() - silent_at
+        for _ in range(100):  # the worker has the answer: it let go of the job
+            if job not in worker.held:
+                break
+            await asyncio.sleep(0.05)
+        assert job not in worker.held and not task.done()
+    finally:
+        proxy.sever()
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
+    assert await event_kinds(pg, job) == ["enqueued", "claimed", "completed"]
+    assert took < 1.0 + lease, took
