@@ -5,16 +5,23 @@ what the statement did must be handed back or recorded, never left to the rescue
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 import tests.support.processors  # noqa: F401  (registers the test job types)
+from app import silence
+from app.db import create_engine, is_transient
 from app.worker.runner import Worker
 from tests.support.factories import event_kinds
 from tests.support.netproxy import BlackholeProxy
+from tests.support.silent_link import SilentLink
+from tests.support.silent_link import available as silent_link_available
 from tests.support.workers import wait_status
 from tests.worker.test_hostile import _claiming_through, _enqueue
 
@@ -111,3 +118,120 @@ async def test_an_outcome_write_whose_answer_never_comes_is_tried_again_on_a_fre
     assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
     assert await event_kinds(pg, job) == ["enqueued", "claimed", "completed"]
     assert took < 1.0 + lease, took
+
+
+@pytest.fixture
+def silent_link(pg_server_url: str) -> Iterator[SilentLink]:
+    if not silent_link_available():
+        pytest.skip("needs root and the ip command (a network namespace)")
+    target = make_url(pg_server_url)
+    link = SilentLink(target.host or "127.0.0.1", target.port or 5432)
+    try:
+        yield link.start()
+    finally:
+        link.close()
+
+
+@pytest.fixture
+def short_silence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bounds on silence, short enough for a test (probes every second)."""
+    monkeypatch.setattr(silence, "KEEPALIVE_IDLE_SECS", 1)
+    monkeypatch.setattr(silence, "KEEPALIVE_INTERVAL_SECS", 1)
+    monkeypatch.setattr(silence, "KEEPALIVE_COUNT", 2)
+    monkeypatch.setattr(silence, "USER_TIMEOUT_SECS", 2)
+
+
+async def test_a_statement_on_a_path_gone_silent_fails_with_a_connection_error_within_the_bound(
+    db_url, silent_link, short_silence
+) -> None:
+    """A pooled connection (as a web request's, or a processor's) runs a statement after the path to the
+    database went silent for good. Nothing acknowledged what it sent, and it waited for the kernel's
+    retransmissions to give up (about 15 minutes); with keepalive and ``TCP_USER_TIMEOUT`` on its socket
+    it fails within the bound with a connection error, which the pool and the worker treat as transient,
+    and the pool's next connection is a fresh one."""
+    engine = create_engine(silent_link.url(db_url), pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))  # the connection is made, and kept in the pool
+        silent_link.cut()
+        started = time.monotonic()
+        with pytest.raises(Exception) as failed:
+            async with asyncio.timeout(12):
+                async with engine.connect() as conn:
+                    await conn.execute(text("SELECT 1"))
+        took = time.monotonic() - started
+    finally:
+        await engine.dispose(close=False)
+    assert not isinstance(failed.value, TimeoutError), f"still waiting after {took:.1f} s"
+    assert is_transient(failed.value), repr(failed.value)
+    assert took < 8, took
+
+
+async def test_an_idle_connection_on_a_path_gone_silent_is_noticed_without_a_statement(
+    db_url, silent_link, short_silence
+) -> None:
+    """An idle connection (a listener waiting for notifications, a pooled connection between requests)
+    whose path goes silent: with nothing in flight, TCP never noticed, and the connection looked open for
+    ever. Keepalive probes notice it within the bound: asyncpg sees it closed."""
+    import asyncpg
+
+    from app.db import asyncpg_dsn
+    from app.silence import SilenceBoundConnection
+
+    conn = await asyncpg.connect(
+        asyncpg_dsn(silent_link.url(db_url)), timeout=5, connection_class=SilenceBoundConnection
+    )
+    try:
+        silent_link.cut()
+        started = time.monotonic()
+        while not conn.is_closed() and time.monotonic() - started < 12:
+            await asyncio.sleep(0.1)
+        took = time.monotonic() - started
+        closed = conn.is_closed()
+    finally:
+        conn.terminate()
+    assert closed, f"still open after {took:.1f} s"
+    assert took < 8, took
+
+
+def _bounded(raw: Any) -> bool:
+    sock = raw._transport.get_extra_info("socket")
+    return (
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        and sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == silence.KEEPALIVE_IDLE_SECS
+        and sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == silence.USER_TIMEOUT_SECS * 1000
+    )
+
+
+@pytest.mark.parametrize("pooler", ["none", "transaction", "session"])
+async def test_every_kind_of_connection_has_the_bound_on_silence(db_url, make_settings, pooler) -> None:
+    """The engines' connections in every ``DATABASE_POOLER`` mode (socket options: PgBouncer sees nothing
+    of them) and the worker's LISTEN connection, made on its own, carry keepalive and the user timeout."""
+    from app.worker.listener import Listener
+
+    engine = create_engine(db_url, pool_size=1, pooler=pooler)
+    try:
+        async with engine.connect() as conn:
+            raw = (await conn.get_raw_connection()).dbapi_connection._connection
+            assert _bounded(raw)
+    finally:
+        await engine.dispose()
+    if pooler != "none":
+        return
+    listener = Listener(
+        db_url.replace("postgresql+asyncpg://", "postgresql://", 1),
+        on_jobs=lambda: None,
+        on_cancel=print,
+        log=None,
+    )
+    running = asyncio.create_task(listener.run())
+    try:
+        for _ in range(100):
+            if listener.connected:
+                break
+            await asyncio.sleep(0.05)
+        assert listener._conn is not None and _bounded(listener._conn)
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        await listener.aclose()
