@@ -177,17 +177,13 @@ async def _claim_and_start(worker: Worker, want: int) -> tuple[int, float | None
     ``want``, the seconds until the next scheduled job is due (``None``: nothing scheduled)."""
     sent = time.monotonic()  # the leases start no earlier than this, by our clock
     # Bounded: on a connection gone silent (a partition, a dead NAT entry) the answer may never come, and
-    # nothing else ends the wait (TCP sees nothing wrong while nothing it sent is unacknowledged). An
-    # answer later than this would be handed back below anyway; given up here, the claim counts as failed
-    # without its answer (its connection dropped), and what it took goes through the hand-back of a
+    # nothing else ends the wait soon (TCP sees nothing wrong while nothing it sent is unacknowledged). An
+    # answer later than this would be handed back below anyway; given up here (its connection closed),
+    # the claim counts as failed without its answer, and what it took goes through the hand-back of a
     # failed claim (its session ended first, each job fenced by its attempt). A client-side timer: no
     # round trip more.
     answer_secs = claim_answer_secs(worker)
-    try:
-        async with asyncio.timeout(answer_secs):
-            rows = await worker.claimer.claim(want)
-    except TimeoutError:
-        raise TimeoutError(f"no answer to the claim within {answer_secs:g} s") from None
+    rows = await worker.claimer.claim(want, answer_secs)
     if time.monotonic() - sent >= worker.lease_secs - worker.leases.margin:
         # The answer came too late to run these safely (the loop was blocked while it waited): their
         # leases may be running out already. Handed back at once, not left to the rescue, which would
@@ -213,8 +209,7 @@ async def _claim_and_start(worker: Worker, want: int) -> tuple[int, float | None
         worker.log.debug("claimed", count=len(rows), ids=[str(r["id"]) for r in rows])
     if len(rows) >= want:
         return len(rows), None
-    async with asyncio.timeout(answer_secs):  # the same silence on the same kept connection
-        return len(rows), await worker.claimer.seconds_until_next_due()
+    return len(rows), await worker.claimer.seconds_until_next_due(answer_secs)
 
 
 def claim_answer_secs(worker: Worker) -> float:

@@ -72,8 +72,8 @@ async def test_jobs_claimed_too_late_to_run_are_handed_back_without_costing_an_a
     claim = worker.claimer.claim
     blocked = []
 
-    async def late(want: int) -> Any:
-        rows = await claim(want)
+    async def late(want: int, *args: Any) -> Any:
+        rows = await claim(want, *args)
         if rows and not blocked:
             blocked.append(rows)
             time.sleep(lease - worker.leases.margin / 2)  # noqa: ASYNC251  (the loop blocked meanwhile)
