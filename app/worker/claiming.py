@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 import asyncpg
+import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db import close_unless_answered, engine_pooler
@@ -34,6 +35,8 @@ from app.jobs import queue
 from app.jobs.rows import ClaimedJob
 from app.jobs.types import registry
 from app.worker.held import HeldConnection
+
+log = structlog.get_logger("jobdesk.worker")
 
 LIMITS_RECHECK_SECS = 1.0
 """How often a worker whose types have no limit looks again (by taking the locking path once)."""
@@ -122,7 +125,15 @@ class Claimer:
 
         def bound(conn: AsyncConnection) -> None:
             if seconds is not None:
-                timer = close_unless_answered(conn, seconds)
+                timer = close_unless_answered(
+                    conn,
+                    seconds,
+                    lambda: log.warning(
+                        "no answer to a claim; closing its connection",
+                        worker_id=self.worker_id,
+                        waited_secs=round(seconds, 2),
+                    ),
+                )
                 if timer is not None:
                     timers.append(timer)
 

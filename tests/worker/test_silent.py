@@ -235,3 +235,37 @@ async def test_every_kind_of_connection_has_the_bound_on_silence(db_url, make_se
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
         await listener.aclose()
+
+
+async def test_a_claim_transaction_gone_silent_is_given_up_within_the_lease_and_the_worker_claims_on(
+    make_settings, engine, owner, pg, blackhole, monkeypatch
+) -> None:
+    """The claims that look at the limits run in a transaction. Its connection goes silent while it waits
+    for its BEGIN's answer (nothing claimed yet). Given up by cancelling it, its rollback waited on the same
+    silent connection, the claim stayed on its way, and the job enqueued meanwhile waited past the lease;
+    with its connection closed at the bound, every wait on it ends at once and the next claim, on a fresh
+    connection, runs the job, once."""
+    from app.worker import claiming
+
+    proxy, proxied = blackhole
+    lease = 4.0
+    settings = make_settings(worker_visibility_timeout_secs=lease, job_processor_poll_interval=30)
+    worker, claims = _claiming_through(settings, proxied, monkeypatch)
+    monkeypatch.setattr(claiming, "LIMITS_RECHECK_SECS", 0.0)  # every claim takes the locking path
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        await asyncio.sleep(1.0)
+        proxy.answers_only = proxy.frozen = True
+        silent_at = time.monotonic()
+        job = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 0}, max_attempts=1)
+        row = await wait_status(pg, job, {"completed", "failed"}, timeout=3 * lease)
+        took = time.monotonic() - silent_at
+        assert not task.done()
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+        await claims.dispose(close=False)
+    assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
+    assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 1
+    assert took < lease, took
