@@ -45,6 +45,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import await_only
 
+from app.silence import SilenceBoundConnection
+
 PoolerMode = Literal["none", "transaction", "session"]
 POOLER_MODES: tuple[PoolerMode, ...] = ("none", "transaction", "session")
 
@@ -77,11 +79,16 @@ def connect_args(
     (:func:`install`)."""
     if mode == "none":
         server_settings = {"application_name": application_name, **settings}
-        return {"server_settings": server_settings, "timeout": CONNECT_TIMEOUT_SECS}
+        return {
+            "server_settings": server_settings,
+            "timeout": CONNECT_TIMEOUT_SECS,
+            "connection_class": SilenceBoundConnection,
+        }
     # application_name is a startup parameter PgBouncer itself tracks and accepts.
     args: dict[str, Any] = {
         "server_settings": {"application_name": application_name},
         "timeout": CONNECT_TIMEOUT_SECS,
+        "connection_class": SilenceBoundConnection,  # socket options: nothing PgBouncer sees
     }
     if mode == "transaction":
         args["statement_cache_size"] = 0

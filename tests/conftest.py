@@ -64,6 +64,7 @@ SERIAL_MODULES = {
     "tests/ops/test_pgbouncer.py",
     "tests/worker/test_chaos.py",
     "tests/worker/test_hostile.py",
+    "tests/worker/test_silent.py",
     "tests/worker/test_claim_order.py",
     "tests/worker/test_claim_rate.py",
     "tests/worker/test_worker_faults.py",

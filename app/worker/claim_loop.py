@@ -176,7 +176,14 @@ async def _claim_and_start(worker: Worker, want: int) -> tuple[int, float | None
     """Claim up to ``want`` jobs and start them; returns how many were claimed and, when fewer than
     ``want``, the seconds until the next scheduled job is due (``None``: nothing scheduled)."""
     sent = time.monotonic()  # the leases start no earlier than this, by our clock
-    rows = await worker.claimer.claim(want)
+    # Bounded: on a connection gone silent (a partition, a dead NAT entry) the answer may never come, and
+    # nothing else ends the wait soon (TCP sees nothing wrong while nothing it sent is unacknowledged). An
+    # answer later than this would be handed back below anyway; given up here (its connection closed),
+    # the claim counts as failed without its answer, and what it took goes through the hand-back of a
+    # failed claim (its session ended first, each job fenced by its attempt). A client-side timer: no
+    # round trip more.
+    answer_secs = claim_answer_secs(worker)
+    rows = await worker.claimer.claim(want, answer_secs)
     if time.monotonic() - sent >= worker.lease_secs - worker.leases.margin:
         # The answer came too late to run these safely (the loop was blocked while it waited): their
         # leases may be running out already. Handed back at once, not left to the rescue, which would
@@ -202,4 +209,11 @@ async def _claim_and_start(worker: Worker, want: int) -> tuple[int, float | None
         worker.log.debug("claimed", count=len(rows), ids=[str(r["id"]) for r in rows])
     if len(rows) >= want:
         return len(rows), None
-    return len(rows), await worker.claimer.seconds_until_next_due()
+    return len(rows), await worker.claimer.seconds_until_next_due(answer_secs)
+
+
+def claim_answer_secs(worker: Worker) -> float:
+    """How long a claim waits for its answer: the lease less the keeper's margin, the point from which
+    jobs arriving would be handed back unstarted (at least a second, for a margin set close to the
+    lease)."""
+    return max(1.0, worker.lease_secs - worker.leases.margin)

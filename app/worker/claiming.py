@@ -23,17 +23,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 import asyncpg
+import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.db import engine_pooler
+from app.db import close_unless_answered, engine_pooler
 from app.jobs import queue
 from app.jobs.rows import ClaimedJob
 from app.jobs.types import registry
 from app.worker.held import HeldConnection
+
+log = structlog.get_logger("jobdesk.worker")
 
 LIMITS_RECHECK_SECS = 1.0
 """How often a worker whose types have no limit looks again (by taking the locking path once)."""
@@ -87,26 +90,58 @@ class Claimer:
         their jobs are handed back (see :func:`app.worker.lifecycle.release_unreceived`)."""
         self._on_way: dict[asyncio.Task[Any] | None, list[int | None]] = {}
 
-    async def claim(self, want: int) -> list[ClaimedJob]:
-        """Claim up to ``want`` jobs of this worker's types, in claim order, within every limit."""
+    async def claim(self, want: int, answer_secs: float | None = None) -> list[ClaimedJob]:
+        """Claim up to ``want`` jobs of this worker's types, in claim order, within every limit. Without
+        an answer (its commit's included) within ``answer_secs`` the claim's connection is closed and
+        the claim fails as one whose connection was cut (:meth:`_bounded`)."""
         now = time.monotonic()
         if not self.limited and now - self._looked < LIMITS_RECHECK_SECS:
             self.held_back, self.room_in = (), None
-            with self._answered() as on:
+            with self._answered() as on, self._bounded(answer_secs) as bound:
                 async with self._connection() as conn:
                     on.append(_server_pid(conn))
+                    bound(conn)
                     return list(
                         await queue.claim(conn, self.worker_id, want, self.lease_secs, types=self.types)
                     )
         self._looked = now
-        with self._answered() as on:  # the commit too: its answer may be what never comes
+        with self._answered() as on, self._bounded(answer_secs) as bound:  # the commit too
             async with self.engine.begin() as conn:
                 on.append(_server_pid(conn))
+                bound(conn)
                 result = await queue.claim_within_all_limits(
                     conn, self.worker_id, want, self.lease_secs, types=self.types, user_max=self.user_max
                 )
         self.limited, self.held_back, self.room_in = result.limited, result.held_back, result.room_in
         return list(result.jobs)
+
+    @contextlib.contextmanager
+    def _bounded(self, seconds: float | None) -> Iterator[Callable[[AsyncConnection], None]]:
+        """Give the block's connection (passed to the function yielded) ``seconds`` to answer, after which
+        its socket is closed (:func:`app.db.close_unless_answered`) and every wait on it fails at once,
+        with a connection error: the statement's, and the rollback or commit of the locking path's
+        transaction, which a cancelled claim would still wait for on the same silent connection."""
+        timers: list[asyncio.TimerHandle] = []
+
+        def bound(conn: AsyncConnection) -> None:
+            if seconds is not None:
+                timer = close_unless_answered(
+                    conn,
+                    seconds,
+                    lambda: log.warning(
+                        "no answer to a claim; closing its connection",
+                        worker_id=self.worker_id,
+                        waited_secs=round(seconds, 2),
+                    ),
+                )
+                if timer is not None:
+                    timers.append(timer)
+
+        try:
+            yield bound
+        finally:
+            for timer in timers:
+                timer.cancel()
 
     @contextlib.contextmanager
     def _answered(self) -> Iterator[list[int | None]]:
@@ -157,10 +192,12 @@ class Claimer:
         worker from claiming."""
         self.handed_back()
 
-    async def seconds_until_next_due(self) -> float | None:
-        """Seconds until the next scheduled job is due (``None``: nothing scheduled)."""
-        async with self._connection() as conn:
-            return await queue.seconds_until_next_due(conn)
+    async def seconds_until_next_due(self, answer_secs: float | None = None) -> float | None:
+        """Seconds until the next scheduled job is due (``None``: nothing scheduled); bounded as a claim."""
+        with self._bounded(answer_secs) as bound:
+            async with self._connection() as conn:
+                bound(conn)
+                return await queue.seconds_until_next_due(conn)
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[AsyncConnection]:

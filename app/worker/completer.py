@@ -94,6 +94,11 @@ class Completer:
         self.settings = settings
         self.worker_id = worker_id
         self.engine = engine
+        self.answer_secs = settings.heartbeat_secs
+        """How long a write of outcomes waits for its answer before it is tried again on a fresh
+        connection: as long as the lease keeper waits for a renewal's. Meanwhile the keeper renews the
+        jobs' leases, so on a connection gone silent the jobs would stay held, neither recorded nor
+        rescued, for as long as the write waited: for ever, unbounded."""
         self.held_conn = HeldConnection(engine)
         """Where batches of standalone completions are written, each as one autocommit statement."""
         self.held = held
@@ -205,6 +210,7 @@ class Completer:
                 "finish",
                 lambda conn: queue.complete_standalone(conn, self.worker_id, batch),
                 self.log,
+                answer_secs=self.answer_secs,
             )
             rest = [o for o in batch if o.job_id not in report.status]
             if not rest:
@@ -214,6 +220,7 @@ class Completer:
             "finish",
             lambda conn: queue.finish(conn, self.worker_id, rest, self.settings),
             self.log,
+            answer_secs=self.answer_secs,
         )
         more.status.update(report.status)
         more.notify = more.notify or report.notify

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.db import is_transient
+from app.db import close_unless_answered, is_transient
 from app.errors import AppError
 from app.processors import RetryableError
 from app.worker.cpu import ProcessFailure
@@ -61,14 +61,29 @@ async def retrying(
     what: str,
     fn: Callable[[AsyncConnection], Awaitable[T]],
     log: Any,
+    *,
+    answer_secs: float | None = None,
 ) -> T:
     """Run ``fn(conn)`` in a transaction on ``db`` (an engine), or on a held autocommit connection,
     retrying transient errors with backoff until it succeeds: an outage of the database delays the
-    worker's bookkeeping but never loses it."""
+    worker's bookkeeping but never loses it. An attempt without its answer (commit included) after
+    ``answer_secs`` has its connection closed (:func:`app.db.close_unless_answered`) and is tried
+    again on a fresh one: on a connection gone silent it would otherwise wait for ever."""
     delay = RETRY_FIRST_DELAY_SECS
     while True:
+        watch: asyncio.TimerHandle | None = None
         try:
             async with db.use() if isinstance(db, HeldConnection) else db.begin() as conn:
+                if answer_secs is not None:
+                    watch = close_unless_answered(
+                        conn,
+                        answer_secs,
+                        lambda: log.warning(
+                            "no answer from the database; closing the connection",
+                            operation=what,
+                            waited_secs=answer_secs,
+                        ),
+                    )
                 return await fn(conn)
         except Exception as exc:
             if not is_transient(exc):
@@ -78,3 +93,6 @@ async def retrying(
             )
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_DELAY_SECS)
+        finally:
+            if watch is not None:
+                watch.cancel()

@@ -22,6 +22,7 @@ import structlog
 
 from app import metrics
 from app.jobs.queue import CANCEL_CHANNEL, JOBS_CHANNEL
+from app.silence import SilenceBoundConnection
 
 LIVENESS_INTERVAL_SECS = 2.0
 LIVENESS_TIMEOUT_SECS = 2.0
@@ -70,7 +71,10 @@ class Listener:
 
     async def _connect(self) -> asyncpg.Connection:
         conn = await asyncpg.connect(
-            self.dsn, timeout=CONNECT_TIMEOUT_SECS, server_settings={"application_name": "jobdesk-listener"}
+            self.dsn,
+            timeout=CONNECT_TIMEOUT_SECS,
+            server_settings={"application_name": "jobdesk-listener"},
+            connection_class=SilenceBoundConnection,
         )
         try:
             # The LISTEN statements are bounded too: a connection that goes silent right after its

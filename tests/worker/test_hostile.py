@@ -72,8 +72,8 @@ async def test_jobs_claimed_too_late_to_run_are_handed_back_without_costing_an_a
     claim = worker.claimer.claim
     blocked = []
 
-    async def late(want: int) -> Any:
-        rows = await claim(want)
+    async def late(want: int, *args: Any) -> Any:
+        rows = await claim(want, *args)
         if rows and not blocked:
             blocked.append(rows)
             time.sleep(lease - worker.leases.margin / 2)  # noqa: ASYNC251  (the loop blocked meanwhile)
@@ -328,6 +328,14 @@ async def test_a_claim_whose_answer_had_not_come_at_the_stop_is_handed_back_not_
     proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     settings = make_settings(worker_visibility_timeout_secs=30, job_processor_poll_interval=30)
     worker, claims = _claiming_through(settings, proxied, monkeypatch)
+    ended: list[int] = []
+    end_sessions = queue.end_sessions
+
+    async def recorded(conn: Any, pids: list[int], name: str, **kw: Any) -> bool:
+        ended.extend(pids)
+        return await end_sessions(conn, pids, name, **kw)
+
+    monkeypatch.setattr(queue, "end_sessions", recorded)
     task = asyncio.create_task(worker.run())
     try:
         await asyncio.wait_for(worker.wait_started(), 20)
@@ -347,7 +355,7 @@ async def test_a_claim_whose_answer_had_not_come_at_the_stop_is_handed_back_not_
     assert dict(row) == {"status": "queued", "attempts": 0, "locked_by": None}
     assert await event_kinds(pg, job) == ["enqueued", "claimed", "released"]
     # the claim's session was ended before the release: a claim still running could not commit after it
-    cut = sorted(worker.claimer.cut_short)
+    cut = sorted(ended)
     assert cut and not await pg.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)", cut)
     await _runs_once_more(settings, pg, job)
 
