@@ -34,6 +34,7 @@ from app.jobs.payload import check_input, json_text, storable_text
 from app.jobs.queue import NewJob, new_id
 from app.jobs.queue.many_jobs import renamed
 from app.jobs.types import ProcessorSpec, file_refs
+from app.request_keys import Keyed, made_by
 from app.settings import Settings
 from app.spreadsheets import MAX_ROWS
 
@@ -49,9 +50,9 @@ LIVE = ("queued", "in_progress", "waiting_approval")
 BATCH_COLUMNS = "id, user_id, type, name, source, total, form_key, created_at"
 INSERT_BATCH = text(
     f"""
-    INSERT INTO batches (id, user_id, type, name, source, total, form_key)
-    VALUES (:id, :user_id, :type, :name, :source, :total, :form_key)
-    ON CONFLICT (user_id, form_key) WHERE form_key IS NOT NULL DO NOTHING
+    INSERT INTO batches (id, user_id, type, name, source, total, form_key, idempotency_key, request_digest)
+    VALUES (:id, :user_id, :type, :name, :source, :total, :form_key, :idempotency_key, :request_digest)
+    ON CONFLICT DO NOTHING
     RETURNING {BATCH_COLUMNS}
     """
 )
@@ -258,12 +259,15 @@ async def create(
     row_numbers: Sequence[int] | None = None,
     request_id: str | None = None,
     form_key: str | None = None,
+    keyed: Keyed | None = None,
 ) -> tuple[RowMapping, bool]:
     """Create the batch and one queued job per input (already checked by :func:`check_rows`), in the
     caller's transaction; ``(batch row, created)``. A repeated ``form_key`` asking for the same batch
     (:func:`_same_batch`) returns the batch it made before, with ``created=False``; asking for another
     it is refused. ``row_numbers`` name each row in its job's title (the spreadsheet's own row
-    numbers; 1, 2, … by default).
+    numbers; 1, 2, … by default). ``keyed``: the API's idempotency key, stored with the digest of its
+    request; when a concurrent first request with it made its batch first, that batch is answered
+    (:func:`app.request_keys.made_by`).
 
     Raises:
         BadInput: a file id in a row that is not the owner's (``rows[i].<field>``).
@@ -290,8 +294,14 @@ async def create(
         "source": asked["source"],
         "total": len(inputs),
         "form_key": form_key,
+        "idempotency_key": keyed.key if keyed else None,
+        "request_digest": keyed.digest if keyed else None,
     }
     row = (await conn.execute(INSERT_BATCH, values)).mappings().first()
+    if row is None and form_key is None and keyed is not None:  # the API's key sent twice at once
+        existing = await made_by(conn, "batches", user_id, keyed)
+        assert existing is not None, "ON CONFLICT without an existing batch"
+        return existing, False
     if row is None:  # the same form sent twice at once: the other request made it
         existing = (
             (await conn.execute(BY_FORM_KEY, {"user_id": user_id, "form_key": form_key})).mappings().one()

@@ -54,6 +54,11 @@ class Conflict(AppError):
     status_code = 409
 
 
+class KeyTaken(Conflict):
+    """409: a one-time key already has what it made (a concurrent first request with it committed
+    first); the caller answers the request as a repeat of that one."""
+
+
 class NotJson(AppError):
     """415: a body sent to a route that reads JSON in another type: a form (multipart or urlencoded),
     ``text/plain``, or no ``Content-Type`` at all (:func:`app.web.input_guard.refuse_not_json`)."""

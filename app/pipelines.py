@@ -196,10 +196,13 @@ async def create_from_template(
     request_id: str | None = None,
     title: str | None = None,
     form_key: str | None = None,
+    idempotency_key: str | None = None,
+    request_digest: str | None = None,
 ) -> RowMapping:
     """Start a registered template (``POST /api/pipelines {template, input_data}``). ``title`` names
     this run (the form's "Name this pipeline"); without it the pipeline is named after the template.
-    ``form_key``: the template form's key (see :func:`app.jobs.queue.create_pipeline`).
+    ``form_key``: the template form's key; ``idempotency_key`` and ``request_digest``: the API's (see
+    :func:`app.jobs.queue.create_pipeline`).
 
     Raises:
         BadInput: unknown template (``template``), bad input (``input_data.<field>``), or a ``title``
@@ -229,6 +232,8 @@ async def create_from_template(
         input_data=values,
         request_id=request_id,
         form_key=form_key,
+        idempotency_key=idempotency_key,
+        request_digest=request_digest,
     )
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import batches
+from app import batches, request_keys
 from app.actions import access, quotas
 from app.actions.trail import Actor, auditing_refusals, record_by_owner, record_done, record_refused
 from app.errors import BadInput, Conflict, RateLimited
@@ -70,23 +70,41 @@ async def submit(
     source: str = "api",
     row_numbers: Sequence[int] | None = None,
     form_key: str | None = None,
+    idempotency_key: str | None = None,
 ) -> tuple[RowMapping, bool]:
     """Start a batch of ``type_name`` with one job per row of ``rows`` (input objects); all rows are
     checked first and nothing is created unless all pass. ``(batch row, created)``: a repeated
     ``form_key`` asking for the same batch returns the earlier batch, over the limits or not; asking
-    for another it is refused (:func:`app.batches.create`).
+    for another it is refused (:func:`app.batches.create`). So does ``POST /api/batches``'s
+    ``idempotency_key`` (:mod:`app.request_keys`: the same request is ``type``, ``rows`` and ``name``
+    as sent), looked up under the person's lock before the limits are counted, as a repeat adds nothing.
 
     Raises:
         BadInput: ``type``; ``name`` (:func:`check_name`); ``rows`` (empty, too many);
         ``rows[i].<field>`` for every bad row.
         RateLimited: over the person's per-minute limit, or the rows would take them above the
         waiting limit (the whole batch is refused).
-        KeyReused: ``form_key`` started a batch with other rows, name, type or source.
+        KeyReused: ``form_key`` started a batch with other rows, name, type or source; or
+        ``idempotency_key`` one for a different request.
     """
+    request = {"type": type_name, "rows": rows, "name": name}
+    # Thousands of rows take a while to write out for the digest too: in a thread, as their checks.
+    keyed = (
+        await asyncio.to_thread(request_keys.keyed, idempotency_key, request)
+        if idempotency_key is not None
+        else None
+    )
     spec = spec_for(actor, type_name)
     name = check_name(name)
     # Thousands of rows take a while to check: in a thread, so the server keeps answering meanwhile.
     inputs = await asyncio.to_thread(batches.check_rows, spec, rows, actor.settings)
+    if keyed is not None:
+        # Under the lock a concurrent first request with the key holds until it commits, so this one
+        # waits for it and is answered with its batch.
+        await quotas.lock_person(db, actor.user)
+        existing = await request_keys.made_by(db, "batches", actor.user.id, keyed)
+        if existing is not None:
+            return existing, False
     try:
         await quotas.before_submit(db, actor.user, actor.settings)
         await quotas.before_adding(db, actor.user, actor.settings, len(inputs))
@@ -120,6 +138,7 @@ async def submit(
         row_numbers=row_numbers,
         request_id=actor.request_id,
         form_key=form_key,
+        keyed=keyed,
     )
     if created:
         await quotas.after_submit(db, actor.user, actor.settings, len(inputs))

@@ -19,11 +19,12 @@ from sqlalchemy import text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import pipelines
+from app import pipelines, request_keys
 from app.actions import access, quotas
 from app.actions.jobs import parse_id
 from app.actions.trail import Actor, record_done, record_refused
-from app.errors import BadInput, KeyReused, NotFound
+from app.errors import BadInput, KeyReused, KeyTaken, NotFound
+from app.request_keys import Keyed
 
 PIPELINE_STATE = text("SELECT id, user_id, status, finished_at FROM pipelines WHERE id = :id")
 
@@ -72,6 +73,7 @@ async def submit_template(
     *,
     title: str | None = None,
     form_key: str | None = None,
+    keyed: Keyed | None = None,
 ) -> RowMapping:
     """Start the registered template ``name`` with ``input_data`` for ``actor``. ``form_key``: the
     template form's one-time key. A repeat of it asking for the same pipeline (the same template,
@@ -83,7 +85,8 @@ async def submit_template(
         BadInput: unknown template or one for admins only (``template``), bad input
         (``input_data.<field>``), a title over 200 characters, more steps than a pipeline may have
         (``steps``). TooLarge: a step's input too large. RateLimited: over the person's waiting or
-        per-minute limit. KeyReused: ``form_key`` started a pipeline with other values.
+        per-minute limit. KeyReused: ``form_key`` started a pipeline with other values. KeyTaken:
+        ``keyed``'s key has made a pipeline already (:func:`submit_api` looks for it first).
     """
     tpl = pipelines.get_template(name) if isinstance(name, str) else None
     if tpl is not None and not access.may_start_template(actor.user, tpl):
@@ -113,19 +116,25 @@ async def submit_template(
         request_id=actor.request_id,
         title=title,
         form_key=form_key,
+        idempotency_key=keyed.key if keyed else None,
+        request_digest=keyed.digest if keyed else None,
     )
     await quotas.after_pipeline(db, actor.user, actor.settings, created["id"])
     return created
 
 
-async def submit_steps(db: AsyncSession, actor: Actor, name: str, steps: Sequence[Any]) -> RowMapping:
-    """Start an ad-hoc pipeline: every step's type must be one ``actor`` may submit directly.
+async def submit_steps(
+    db: AsyncSession, actor: Actor, name: str, steps: Sequence[Any], *, keyed: Keyed | None = None
+) -> RowMapping:
+    """Start an ad-hoc pipeline: every step's type must be one ``actor`` may submit directly. ``keyed``:
+    the API's idempotency key, stored with the pipeline (:func:`submit_api`).
 
     Raises:
         BadInput: ``steps[i].type`` for a diagnostic or internal type (non-admins); bad keys,
         dependencies, cycles, types or inputs, named by path; more steps or dependencies than
         ``PIPELINE_MAX_STEPS`` / ``PIPELINE_MAX_EDGES`` (``steps``). TooLarge: a step's input too large.
-        RateLimited: over the person's waiting or per-minute limit.
+        RateLimited: over the person's waiting or per-minute limit. KeyTaken: ``keyed``'s key has made a
+        pipeline already.
     """
     if isinstance(steps, list):
         quotas.check_steps(actor.settings, steps)
@@ -141,9 +150,58 @@ async def submit_steps(db: AsyncSession, actor: Actor, name: str, steps: Sequenc
         user_id=actor.user.id,
         settings=actor.settings,
         request_id=actor.request_id,
+        idempotency_key=keyed.key if keyed else None,
+        request_digest=keyed.digest if keyed else None,
     )
     await quotas.after_pipeline(db, actor.user, actor.settings, created["id"])
     return created
+
+
+async def submit_api(
+    db: AsyncSession,
+    actor: Actor,
+    *,
+    template: str | None,
+    input_data: Any,
+    name: str | None,
+    steps: Sequence[Any] | None,
+    idempotency_key: str | None = None,
+) -> tuple[RowMapping, bool]:
+    """``POST /api/pipelines``: start the ``template`` with ``input_data`` (``name`` names the run), or
+    without a template the ad-hoc pipeline ``name`` of ``steps``; ``(pipeline row, created)``.
+
+    With an ``idempotency_key`` (:mod:`app.request_keys`), a repeat of the request that made a pipeline
+    with it is answered with that pipeline (``created`` false) before anything is checked or counted:
+    it adds nothing, so the person's limits neither count nor refuse it. The key is looked up under
+    the person's lock, held to the end of the transaction, so that a concurrent first request with it
+    waits for this one and finds its pipeline; the unique index decides all the same (:class:`KeyTaken`
+    is then answered as a repeat).
+
+    Raises:
+        BadInput: as :func:`submit_template` and :func:`submit_steps`; a bad ``idempotency_key``.
+        KeyReused: the key made a pipeline for a different request. RateLimited: as those.
+    """
+    if template is not None:
+        request: dict[str, Any] = {"template": template, "input_data": input_data, "name": name}
+    else:
+        request = {"name": name, "steps": list(steps or [])}
+    keyed = request_keys.keyed(idempotency_key, request)
+    if keyed is not None:
+        await quotas.lock_person(db, actor.user)
+        earlier = await request_keys.made_by(db, "pipelines", actor.user.id, keyed)
+        if earlier is not None:
+            return earlier, False
+    try:
+        if template is not None:
+            row = await submit_template(db, actor, template, input_data, title=name, keyed=keyed)
+        else:
+            row = await submit_steps(db, actor, name or "", list(steps or []), keyed=keyed)
+    except KeyTaken:
+        earlier = await request_keys.made_by(db, "pipelines", actor.user.id, keyed) if keyed else None
+        if earlier is None:
+            raise
+        return earlier, False
+    return row, True
 
 
 @dataclass

@@ -46,6 +46,9 @@ class Pipeline(Base):
     updated_at: Mapped[datetime] = now_column()
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     form_key: Mapped[str | None] = mapped_column(Text)
+    # POST /api/pipelines's key and the digest of the request that first sent it (app.request_keys).
+    idempotency_key: Mapped[str | None] = mapped_column(Text)
+    request_digest: Mapped[str | None] = mapped_column(Text)
     # An admin deleted a step of it before that step completed: it can no longer be "completed".
     removed_unfinished: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
     # An admin deleted a failed step of it: it had a failed step, so it is "failed" however the rest end.
@@ -67,6 +70,13 @@ class Pipeline(Base):
             unique=True,
             postgresql_where=text("form_key IS NOT NULL"),
         ),
+        Index(
+            "uq_pipelines_user_id_idempotency_key",
+            "user_id",
+            "idempotency_key",
+            unique=True,
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+        ),
     )
 
 
@@ -83,6 +93,9 @@ class Batch(Base):
     source: Mapped[str] = mapped_column(Text, nullable=False)
     total: Mapped[int] = mapped_column(Integer, nullable=False)
     form_key: Mapped[str | None] = mapped_column(Text)
+    # POST /api/batches's key and the digest of the request that first sent it (app.request_keys).
+    idempotency_key: Mapped[str | None] = mapped_column(Text)
+    request_digest: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = now_column()
     __table_args__ = (
         Index("ix_batches_user_id_id", "user_id", text("id DESC")),
@@ -92,6 +105,13 @@ class Batch(Base):
             "form_key",
             unique=True,
             postgresql_where=text("form_key IS NOT NULL"),
+        ),
+        Index(
+            "uq_batches_user_id_idempotency_key",
+            "user_id",
+            "idempotency_key",
+            unique=True,
+            postgresql_where=text("idempotency_key IS NOT NULL"),
         ),
     )
 

@@ -70,3 +70,14 @@ def plain_descriptions(app: Litestar) -> None:
             operation = getattr(item, method, None)
             if operation is not None and operation.description:
                 operation.description = operation.description.replace("``", "`")
+
+
+KEY_WORDS = (
+    "Optional, 1–200 characters, unique per person. The same request sent again with it (the body as "
+    "sent, without the key, as canonical JSON) answers 200 with the {} it started, whatever its state "
+    "since, over your limits or not; a different request with it is refused (422 on idempotency_key). "
+    "Send one to repeat safely a request that got no answer (a timeout, or a 503 saying the change may "
+    "or may not have been made)."
+)
+"""The OpenAPI description of ``POST /api/pipelines``'s and ``POST /api/batches``'s ``idempotency_key``
+(formatted with ``pipeline`` or ``batch``)."""

@@ -3,7 +3,7 @@ with what the first request made; sent again with a different request it is refu
 (``KeyReused``, a 422), never answered with the first request's job, pipeline or batch as if the second
 one had gone in. The paths: ``queue.enqueue`` (on the engine and in a transaction), ``enqueue_many``,
 ``POST /api/jobs``, the job form, the pipeline form and the batch form (``POST /api/pipelines`` and
-``POST /api/batches`` take no key). Concurrent first requests with one key and different contents make
+``POST /api/batches``: tests/api/test_api_keys_pipelines_batches.py). Concurrent first requests with one key and different contents make
 one job and refuse the others."""
 
 from __future__ import annotations

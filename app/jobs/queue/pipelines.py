@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app.errors import BadInput, Conflict, TooLarge
+from app.errors import BadInput, KeyTaken, TooLarge
 from app.jobs import approvals, outbox
 from app.jobs.error_text import NEVER_CREATED
 from app.jobs.fanout import base_key, check_for_each, expand_literal
@@ -136,9 +136,10 @@ async def refresh_pipelines(conn: AsyncConnection, pipeline_ids: Iterable[uuid.U
 
 INSERT_PIPELINE = sql(
     """
-    INSERT INTO pipelines (id, name, template, user_id, input_data, form_key)
-    VALUES (:id, :name, :template, :user_id, CAST(CAST(:input AS text) AS jsonb), :form_key)
-    ON CONFLICT (user_id, form_key) WHERE form_key IS NOT NULL DO NOTHING
+    INSERT INTO pipelines (id, name, template, user_id, input_data, form_key, idempotency_key, request_digest)
+    VALUES (:id, :name, :template, :user_id, CAST(CAST(:input AS text) AS jsonb), :form_key, :idempotency_key,
+            :request_digest)
+    ON CONFLICT DO NOTHING
     RETURNING id, name, template, user_id, status, created_at
     """
 )
@@ -292,17 +293,21 @@ async def create_pipeline(
     request_id: str | None = None,
     actor: str | None = None,
     form_key: str | None = None,
+    idempotency_key: str | None = None,
+    request_digest: str | None = None,
 ) -> RowMapping:
     """Validate a spec and create the pipeline and all its jobs in the caller's transaction (all or
     nothing). Returns the pipeline row. ``form_key``: the key of the form that started it, one pipeline
     per owner and key — the caller looks for the owner's earlier pipeline with it first, under the
-    owner's lock (:func:`app.actions.pipelines.submit_template`).
+    owner's lock (:func:`app.actions.pipelines.submit_template`). ``idempotency_key``: the API's key,
+    also one per owner, stored with ``request_digest`` (:mod:`app.request_keys`).
 
     Raises:
         BadInput: bad name, keys, dependencies (unknown, self, cycle with its path), types or inputs —
             named by field path (``steps[2].input_data.seconds``).
         TooLarge: a step's input above ``JOB_MAX_INPUT_BYTES``.
-        Conflict: the owner has a pipeline with ``form_key`` already (nothing is created).
+        KeyTaken: the owner has a pipeline with ``form_key`` or ``idempotency_key`` already (nothing
+            is created).
     """
     conn = await conn_of(db)
     name, expanded, stored_inputs, paths = check_spec(name, steps, settings)
@@ -318,6 +323,8 @@ async def create_pipeline(
                     "user_id": user_id,
                     "input": json_text(input_data) if input_data is not None else None,
                     "form_key": form_key,
+                    "idempotency_key": idempotency_key,
+                    "request_digest": request_digest,
                 },
             )
         )
@@ -325,7 +332,7 @@ async def create_pipeline(
         .first()
     )
     if row is None:
-        raise Conflict("This form has started a pipeline already; it was not started again.")
+        raise KeyTaken("This key has started a pipeline already; it was not started again.")
     rules = await _approval_rules(conn, steps, user_id)
     regular, deferred, gates = _gated(expanded)
     ids = {s["key"]: new_id() for s in regular}

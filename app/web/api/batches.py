@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get, post
-from litestar.params import FromPath, JSONBody, QueryParameter
+from litestar.params import FromPath, JSONBody, KwargDefinition, QueryParameter
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import batches
@@ -18,7 +18,7 @@ from app.errors import Conflict
 from app.jobs.cursors import Cursor, read_cursor
 from app.web import DbSession
 from app.web.deps import MAX_PAGE, AfterCursor, actor_of
-from app.web.openapi import errors
+from app.web.openapi import KEY_WORDS, errors
 
 JOB_FIELDS = ("id", "row", "status", "title", "attempts", "max_attempts", "error_message", "completed_at")
 
@@ -26,11 +26,13 @@ JOB_FIELDS = ("id", "row", "status", "title", "attempts", "max_attempts", "error
 @dataclass
 class BatchCreate:
     """``type``: a job type you may submit; ``rows``: one ``input_data`` object per job (at most 10,000);
-    ``name``: optional text (at most 200 characters), shown on the batch page."""
+    ``name``: optional text (at most 200 characters), shown on the batch page; ``idempotency_key``:
+    optional, makes the request safe to send again (its field says how)."""
 
     type: Any = None
     rows: Any = field(default_factory=list)
     name: Any = None
+    idempotency_key: Annotated[str | None, KwargDefinition(description=KEY_WORDS.format("batch"))] = None
 
 
 def batch_json(view: batches.BatchView, jobs: list[Any] | None = None) -> dict[str, Any]:
@@ -71,13 +73,22 @@ class BatchesApiController(Controller):
     @post("/", name="api.batches.create", responses=errors(401, 403, 413, 415, 422, 429), status_code=201)
     async def create(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[BatchCreate]
-    ) -> dict[str, Any]:
+    ) -> Response[dict[str, Any]]:
         """Start one job of ``type`` per row. Every row is checked first; any problem is a 422 naming
-        each bad row's field (``rows[3].url``) and nothing is created. Over your limits: 429, whole."""
-        row, _ = await batch_actions.submit(
-            db_session, actor_of(request), data.type, data.rows, name=data.name
+        each bad row's field (``rows[3].url``) and nothing is created. Over your limits: 429, whole.
+        201 with the batch; 200 with the batch an ``idempotency_key`` started for the same request
+        before (over your limits or not); 422 on ``idempotency_key`` when it started one for another
+        request."""
+        row, created = await batch_actions.submit(
+            db_session,
+            actor_of(request),
+            data.type,
+            data.rows,
+            name=data.name,
+            idempotency_key=data.idempotency_key,
         )
-        return await full_json(db_session, row["id"], request.user)
+        body = await full_json(db_session, row["id"], request.user)
+        return Response(body, status_code=201 if created else 200)
 
     @get("/", name="api.batches.list", responses=errors(401, 422))
     async def list_batches(

@@ -7,8 +7,8 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any
 
-from litestar import Controller, Request, get, post
-from litestar.params import FromPath, JSONBody, QueryParameter
+from litestar import Controller, Request, Response, get, post
+from litestar.params import FromPath, JSONBody, KwargDefinition, QueryParameter
 from sqlalchemy import text
 
 from app import pipelines
@@ -18,7 +18,7 @@ from app.errors import BadInput, Conflict
 from app.jobs.cursors import Cursor, read_cursor
 from app.web import DbSession, display
 from app.web.deps import MAX_PAGE, AfterCursor, actor_of
-from app.web.openapi import errors
+from app.web.openapi import KEY_WORDS, errors
 
 STEP_FIELDS = (
     "job_id",
@@ -74,12 +74,14 @@ class PipelineStep:
 @dataclass
 class PipelineCreate:
     """Either ``{template, input_data, name?}`` (a registered template; ``name`` names the run, the
-    template's title without it) or ``{name, steps}`` (ad hoc)."""
+    template's title without it) or ``{name, steps}`` (ad hoc). ``idempotency_key``: optional, makes
+    the request safe to send again (its field says how)."""
 
     template: str | None = None
     input_data: dict[str, Any] | None = None
     name: str | None = None
     steps: list[PipelineStep] | None = None
+    idempotency_key: Annotated[str | None, KwargDefinition(description=KEY_WORDS.format("pipeline"))] = None
 
 
 def pipeline_json(view: dict[str, Any]) -> dict[str, Any]:
@@ -112,34 +114,41 @@ class PipelinesApiController(Controller):
     @post("/", name="api.pipelines.create", responses=errors(401, 403, 413, 415, 422, 429), status_code=201)
     async def create(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[PipelineCreate]
-    ) -> dict[str, Any]:
+    ) -> Response[dict[str, Any]]:
         """Start a pipeline from a registered ``template`` with ``input_data``, or from an ad-hoc ``name``
         and ``steps``. All steps are created or none: cycles (a step depending on itself included),
-        unknown keys and bad inputs get 422 naming the path (``steps[1].depends_on``)."""
+        unknown keys and bad inputs get 422 naming the path (``steps[1].depends_on``). 201 with the
+        pipeline; 200 with the pipeline an ``idempotency_key`` started for the same request before
+        (over your limits or not); 422 on ``idempotency_key`` when it started one for another request."""
         actor = actor_of(request)
+        steps: list[dict[str, Any]] | None = None
         if data.template is not None:
             if data.steps is not None:
                 raise BadInput.field("steps", "give either a template or steps, not both")
-            # ``name`` names this run, as the template form's "Name this pipeline" does (it was dropped
-            # silently); checked by the same rule, its error under the API's own field name.
-            try:
-                row = await pipeline_actions.submit_template(
-                    db_session, actor, data.template, data.input_data or {}, title=data.name
-                )
-            except BadInput as exc:
-                if "title" not in exc.errors:
-                    raise
-                raise BadInput.field("name", exc.errors["title"]) from None
+        elif data.steps is None:
+            raise BadInput.field("template", "give a template name (with input_data), or a name and steps")
         else:
-            if data.steps is None:
-                raise BadInput.field(
-                    "template", "give a template name (with input_data), or a name and steps"
-                )
             steps = [
                 {k: v for k, v in asdict(s).items() if k != "for_each" or v is not None} for s in data.steps
             ]
-            row = await pipeline_actions.submit_steps(db_session, actor, data.name or "", steps)
-        return pipeline_json(await pipelines.get(db_session, row["id"], actor.user))
+        # ``name`` names a template's run, as the template form's "Name this pipeline" does (it was
+        # dropped silently); checked by the same rule, its error under the API's own field name.
+        try:
+            row, created = await pipeline_actions.submit_api(
+                db_session,
+                actor,
+                template=data.template,
+                input_data=data.input_data or {},
+                name=data.name,
+                steps=steps,
+                idempotency_key=data.idempotency_key,
+            )
+        except BadInput as exc:
+            if data.template is None or "title" not in exc.errors:
+                raise
+            raise BadInput.field("name", exc.errors["title"]) from None
+        view = await pipelines.get(db_session, row["id"], actor.user)
+        return Response(pipeline_json(view), status_code=201 if created else 200)
 
     @get("/", name="api.pipelines.list", responses=errors(401, 422))
     async def list_pipelines(

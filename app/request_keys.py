@@ -1,0 +1,115 @@
+"""Idempotency keys of ``POST /api/pipelines`` and ``POST /api/batches``: the same contract as a job's key
+(:mod:`app.jobs.queue.repeats`), for what the API asks for as a whole.
+
+A key is unique per person (``uq_pipelines_user_id_idempotency_key``, ``uq_batches_…``). Sent again with
+the same request it is answered with the pipeline or batch it made, whatever has become of it since;
+sent with a different request it is refused (:class:`app.errors.KeyReused`, 422 on
+``idempotency_key``), never answered with the first one's as if the second had gone in.
+
+"The same request" is the request as the person sent it, without the key, in canonical JSON: object
+keys sorted, a whole number written ``1`` whether it came as ``1`` or ``1.0``, and the fields the API
+fills in (a step's ``depends_on: []``) filled in. Its SHA-256 is stored with the key
+(``request_digest``) and a repeat is compared with that, not with the rows the request made: those
+change (steps are cancelled, rows retried), and what was made from a request says too little of it
+(two template inputs can build the same steps).
+
+The key has its own column, apart from the forms' ``form_key``, so that a client's key and a form's
+one-time key never answer for each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import text
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from app.errors import BadInput, KeyReused
+from app.jobs.payload import check_text
+
+KEY_MAX = 200
+"""A key's length at most, as a job's."""
+
+Table = Literal["pipelines", "batches"]
+_LOOKUP = {
+    table: text(f"SELECT * FROM {table} WHERE user_id = :user_id AND idempotency_key = :key")
+    for table in ("pipelines", "batches")
+}
+_KIND = {"pipelines": "pipeline", "batches": "batch"}
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """A keyed request: the ``key`` the person sent and the ``digest`` of what they asked for with it."""
+
+    key: str
+    digest: str
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _normal(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normal(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        # JSON has one kind of number: 1.0 asks for what 1 does (as a job's input compared as jsonb).
+        return int(value)
+    return value
+
+
+def digest(request: Mapping[str, Any]) -> str:
+    """The SHA-256 (hex) of ``request`` in canonical JSON (:func:`_normal`, keys sorted, no spaces)."""
+    canonical = json.dumps(
+        _normal(request), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    )
+    # A lone surrogate is refused later, by the input checks; the digest must not fail before them.
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def keyed(key: Any, request: Mapping[str, Any]) -> Keyed | None:
+    """The key and digest of a request sent with ``idempotency_key`` ``key``; ``None`` without one.
+
+    Raises:
+        BadInput: on ``idempotency_key``: not text, empty, longer than :data:`KEY_MAX`, or text that
+        cannot be stored.
+    """
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise BadInput.field("idempotency_key", f"must be text, not {type(key).__name__}")
+    if not 0 < len(key) <= KEY_MAX:
+        raise BadInput.field(
+            "idempotency_key", f"must be 1 to {KEY_MAX} characters (this one has {len(key):,})"
+        )
+    check_text(key, "idempotency_key")
+    return Keyed(key, digest(request))
+
+
+async def made_by(
+    db: AsyncConnection | AsyncSession, table: Table, user_id: int, request: Keyed
+) -> RowMapping | None:
+    """The pipeline or batch (its row in ``table``) that ``user_id``'s key made, when this request is
+    the one that made it; ``None`` when the key has made none.
+
+    Raises:
+        KeyReused: the key made one for a different request.
+    """
+    params = {"user_id": user_id, "key": request.key}
+    row = (await db.execute(_LOOKUP[table], params)).mappings().first()
+    if row is None:
+        return None
+    if row["request_digest"] != request.digest:
+        kind = _KIND[table]
+        raise KeyReused(
+            f"this key was already used for a different request, which made {kind} {row['id']}; "
+            f"repeat that request exactly to get its {kind}, or send this one with a new key",
+            field="idempotency_key",
+            kind=kind,
+            existing_id=row["id"],
+        )
+    return row
