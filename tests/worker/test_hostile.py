@@ -4,9 +4,11 @@ stop, claimed jobs the worker will not run, a worker whose clock is not the data
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -296,6 +298,34 @@ def _claiming_through(settings: Any, url: str, monkeypatch: Any) -> tuple[Worker
     return worker, claims
 
 
+@contextlib.asynccontextmanager
+async def _behind_blackhole(
+    settings: Any, db_url: str, monkeypatch: Any
+) -> AsyncIterator[tuple[Worker, Any, asyncio.Task[None]]]:
+    """A running worker (``settings``) whose claims go to ``db_url`` through a blackhole proxy the test
+    controls, started, its first claim in and nothing on its way (the kept connection idles):
+    ``(worker, proxy, its task)``. Stopped, and the proxy closed, at the end."""
+    from sqlalchemy.engine import make_url
+
+    from tests.support.netproxy import BlackholeProxy
+
+    url = make_url(db_url)
+    proxy = BlackholeProxy(url.port or 5432)
+    await proxy.start()
+    proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    worker, claims = _claiming_through(settings, proxied, monkeypatch)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        await asyncio.sleep(1.0)
+        yield worker, proxy, task
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+        await claims.dispose(close=False)
+        await proxy.close()
+
+
 async def _runs_once_more(settings: Any, pg: Any, job: Any) -> None:
     """A fresh worker runs the handed-back ``job`` once: completed on the attempt it was given back."""
     again = Worker(settings, settings.database_url or "")
@@ -318,16 +348,7 @@ async def test_a_claim_whose_answer_had_not_come_at_the_stop_is_handed_back_not_
     and failed it as "lease expired: worker lost". The stopping worker reaches the database on a new
     connection, ends the claim's session and hands the job back: ``queued``, its attempt not counted, and
     it runs later exactly once."""
-    from sqlalchemy.engine import make_url
-
-    from tests.support.netproxy import BlackholeProxy
-
-    url = make_url(db_url)
-    proxy = BlackholeProxy(url.port or 5432)
-    await proxy.start()
-    proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     settings = make_settings(worker_visibility_timeout_secs=30, job_processor_poll_interval=30)
-    worker, claims = _claiming_through(settings, proxied, monkeypatch)
     ended: list[int] = []
     end_sessions = queue.end_sessions
 
@@ -336,21 +357,13 @@ async def test_a_claim_whose_answer_had_not_come_at_the_stop_is_handed_back_not_
         return await end_sessions(conn, pids, name, **kw)
 
     monkeypatch.setattr(queue, "end_sessions", recorded)
-    task = asyncio.create_task(worker.run())
-    try:
-        await asyncio.wait_for(worker.wait_started(), 20)
-        await asyncio.sleep(1.0)  # the first claim is in and nothing is on its way: the kept connection idles
+    async with _behind_blackhole(settings, db_url, monkeypatch) as (worker, proxy, _):
         proxy.answers_only = proxy.frozen = True
         job = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 0}, max_attempts=1)
         row = await wait_status(pg, job, {"in_progress"})
         assert row["locked_by"] == worker.id
         await asyncio.sleep(0.3)
         assert job not in worker.held  # the claim's answer has not come
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 30)
-        await claims.dispose(close=False)
-        await proxy.close()
     row = await pg.fetchrow("SELECT status, attempts, locked_by FROM jobs WHERE id = $1", job)
     assert dict(row) == {"status": "queued", "attempts": 0, "locked_by": None}
     assert await event_kinds(pg, job) == ["enqueued", "claimed", "released"]
@@ -369,20 +382,8 @@ async def test_a_claim_that_failed_while_the_worker_runs_is_handed_back_once_the
     never ran and failed it as "lease expired: worker lost". Once the database answers again, the worker
     hands it back (``queued``, its attempt not counted, a ``released`` event) before its next claim, and
     then runs it, exactly once, on its one attempt."""
-    from sqlalchemy.engine import make_url
-
-    from tests.support.netproxy import BlackholeProxy
-
-    url = make_url(db_url)
-    proxy = BlackholeProxy(url.port or 5432)
-    await proxy.start()
-    proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     settings = make_settings(worker_visibility_timeout_secs=30, job_processor_poll_interval=30)
-    worker, claims = _claiming_through(settings, proxied, monkeypatch)
-    task = asyncio.create_task(worker.run())
-    try:
-        await asyncio.wait_for(worker.wait_started(), 20)
-        await asyncio.sleep(1.0)  # the first claim is in and nothing is on its way: the kept connection idles
+    async with _behind_blackhole(settings, db_url, monkeypatch) as (worker, proxy, task):
         proxy.answers_only = proxy.frozen = True
         job = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 0}, max_attempts=1)
         row = await wait_status(pg, job, {"in_progress"})
@@ -390,11 +391,6 @@ async def test_a_claim_that_failed_while_the_worker_runs_is_handed_back_once_the
         proxy.sever()  # the answer is lost and the claim fails; the database answers on new connections
         row = await wait_status(pg, job, {"completed", "failed"}, timeout=10)
         assert not task.done()  # the worker ran on
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 30)
-        await claims.dispose(close=False)
-        await proxy.close()
     assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
     assert await event_kinds(pg, job) == ["enqueued", "claimed", "released", "claimed", "completed"]
     assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 1
@@ -407,24 +403,13 @@ async def test_a_failed_claim_whose_jobs_cannot_be_handed_back_stops_the_worker_
     what it took cannot be handed back safely. The worker claims nothing while it tries, but not for
     ever: once a lease has passed, whatever the claim took is the rescue's, and the worker claims again
     (a job enqueued meanwhile runs). Trying for ever stopped the worker for good."""
-    from sqlalchemy.engine import make_url
-
-    from tests.support.netproxy import BlackholeProxy
 
     async def never_gone(*args: Any, **kwargs: Any) -> bool:
         return False
 
-    url = make_url(db_url)
-    proxy = BlackholeProxy(url.port or 5432)
-    await proxy.start()
-    proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     settings = make_settings(worker_visibility_timeout_secs=3, job_processor_poll_interval=30)
-    worker, claims = _claiming_through(settings, proxied, monkeypatch)
     monkeypatch.setattr(queue, "end_sessions", never_gone)
-    task = asyncio.create_task(worker.run())
-    try:
-        await asyncio.wait_for(worker.wait_started(), 20)
-        await asyncio.sleep(1.0)
+    async with _behind_blackhole(settings, db_url, monkeypatch) as (_, proxy, task):
         proxy.answers_only = proxy.frozen = True
         lost = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 0}, max_attempts=3)
         await wait_status(pg, lost, {"in_progress"})
@@ -433,11 +418,6 @@ async def test_a_failed_claim_whose_jobs_cannot_be_handed_back_stops_the_worker_
         later = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 0})
         row = await wait_status(pg, later, {"completed", "failed"}, timeout=15)
         assert not task.done()
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 30)
-        await claims.dispose(close=False)
-        await proxy.close()
     assert row["status"] == "completed"
     assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", later) == 1
 
