@@ -49,7 +49,10 @@ async def wait_output(worker: WorkerProcess, text: str, timeout: float = 30) -> 
     async def seen() -> bool:
         return text in worker.output()
 
-    await wait_until(seen, timeout=timeout, interval=0.05, what=f"the line {text!r}")
+    try:
+        await wait_until(seen, timeout=timeout, interval=0.05, what=f"the line {text!r}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the output ends:\n{worker.output()[-4000:]}") from None
 
 
 async def stop_and_wait(
@@ -160,8 +163,8 @@ async def test_a_second_stop_signal_skips_the_rest_of_the_grace(
     worker = WorkerProcess(settings, tmp_path / "worker.log")
     try:
         await wait_status(pg, job, {"in_progress"}, timeout=30)
-        if loop == "blocked":
-            await wait_output(worker, "event loop blocked")
+        # started, not only claimed: a job still in the buffer when the stop comes is released unstarted
+        await wait_output(worker, "event loop blocked" if loop == "blocked" else "job started")
         worker.terminate()
         await wait_output(worker, "stop watch started")
         if loop == "answering":
@@ -325,8 +328,7 @@ async def test_serve_a_second_stop_signal_skips_the_rest_of_the_in_app_workers_g
         # uvicorn logs this once its socket listens; "Application startup complete" comes before the
         # bind, and a connection right after it was refused on a loaded machine
         await wait_output(serve, "Uvicorn running on")
-        if loop == "blocked":
-            await wait_output(serve, "event loop blocked")
+        await wait_output(serve, "event loop blocked" if loop == "blocked" else "job started")
         with request_in_flight(port) if sig == signal.SIGINT else contextlib.nullcontext():
             serve.signal(sig)
             await wait_output(serve, "Shutting down")
@@ -413,6 +415,7 @@ async def test_serve_with_web_processes_a_ctrl_c_lets_the_in_app_job_finish(
     serve = ServeProcess(settings, tmp_path / "serve.log", free_port(), web_processes=2, own_group=True)
     try:
         await wait_status(pg, job, {"in_progress"}, timeout=90)
+        await wait_output(serve, "job started")
         os.killpg(serve.pid, signal.SIGINT)
         code = await asyncio.to_thread(serve.wait, 30)
     finally:
@@ -443,6 +446,7 @@ async def test_make_run_stopped_by_a_sigterm_to_its_group_lets_the_in_app_job_fi
         # serving, and settled: its main thread takes in each of the two signals as it comes (two that
         # both came while it waited for the interpreter's lock were one call of its handler)
         await wait_output(make, "Uvicorn running on")
+        await wait_output(make, "job started")
         await asyncio.sleep(0.5)
         os.killpg(make.pid, signal.SIGTERM)
         await asyncio.to_thread(make.wait, 30)
@@ -468,6 +472,7 @@ async def test_serve_takes_a_sigterm_passed_on_again_moments_later_as_one_reques
     try:
         await wait_status(pg, job, {"in_progress"}, timeout=60)
         await wait_output(serve, "Uvicorn running on")
+        await wait_output(serve, "job started")
         serve.terminate()
         await asyncio.sleep(0.1)
         code, _, output = await stop_and_wait(serve, 30)
