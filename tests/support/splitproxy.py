@@ -30,6 +30,19 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+
+def cut_plan(every: bool, most: int) -> list[tuple[bool, int]]:
+    """Which cuts a test makes: ``(after, up to round trip)`` pairs, N counting up from 1 in each until a
+    code path ends before its Nth round trip.
+
+    By default every round trip is cut after the server ran its statement (the answer lost, the COMMIT
+    included), and only the first before it: a cut before round trip N leaves the server where a cut
+    after N - 1 does (N - 1 ran, N did not; the transaction rolls back with the connection), and the
+    client meets the dead connection one exchange later, on the same path. ``every`` (``--long``) makes
+    both cuts at every round trip."""
+    return [(False, most), (True, most)] if every else [(False, 1), (True, most)]
+
+
 _SSL_REQUEST = 80877103
 _GSS_REQUEST = 80877104
 
@@ -62,6 +75,8 @@ class SplitProxy:
     """Whether the armed stretch cut a connection."""
     cut_statement: bytes = b""
     """The first bytes of the message the cut fell on (for a failing test's message)."""
+    every_cut: bool = False
+    """Whether a test cuts before the statement at every round trip too (:func:`cut_plan`)."""
     _server: asyncio.Server | None = None
     _conns: set[_Conn] = field(default_factory=set)
     _loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
