@@ -83,8 +83,11 @@ async def test_transaction_mode_shares_server_connections_without_prepared_state
     asyncpg's named, cached statements (what Jobdesk did before ``DATABASE_POOLER``) fails."""
     bouncer = pgbouncer("transaction", default_pool_size=2)
     url = bouncer.url(_database(db_url))
+    # 600 at once on two server connections: on a loaded machine the last wait longer than the default
+    # 5 s for a connection, which is not what this test looks at
     engines = [
-        create_engine(url, pool_size=5, pooler="transaction", statement_timeout_ms=4321) for _ in range(2)
+        create_engine(url, pool_size=5, pool_timeout=60, pooler="transaction", statement_timeout_ms=4321)
+        for _ in range(2)
     ]
     try:
         wrong, errors, texts = await _mixed_workload(engines, 600)
