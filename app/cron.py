@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from app import localtime
+from app.digits import whole
 from app.errors import BadInput
 from app.formatting import isolated_within, known_zone
 
@@ -203,7 +204,8 @@ def _absurd_step(cron: str) -> str | None:
             if "/" not in item:
                 continue
             step = item.split("/", 1)[1]
-            if not step.isdigit() or not 1 <= int(step) <= count:
+            number = whole(step)
+            if number is None or not 1 <= number <= count:
                 return (
                     f"{item[:30]!r}: the step after '/' in the {name} field must be a whole number "
                     f"from 1 to {count}"
@@ -216,9 +218,10 @@ def _numbers(field: str, names: dict[str, int]) -> set[int] | None:
     found: set[int] = set()
     for item in field.split(","):
         bounds = [names.get(b.lower(), b) for b in item.split("-")]
-        if len(bounds) > 2 or not all(str(b).isdigit() for b in bounds):
+        numbers = [n for b in bounds if (n := b if isinstance(b, int) else whole(b)) is not None]
+        if len(bounds) > 2 or len(numbers) != len(bounds):
             return None
-        low, high = int(bounds[0]), int(bounds[-1])
+        low, high = numbers[0], numbers[-1]
         found.update(range(low, high + 1))
     return found
 
@@ -260,7 +263,8 @@ def _backward_range(cron: str) -> str | None:
                 continue
             names = _NAMES.get(index, {})
             low, high = (names.get(b.lower(), b) for b in bounds)
-            if str(low).isdigit() and str(high).isdigit() and int(low) > int(high):
+            first, last = whole(str(low)), whole(str(high))
+            if first is not None and last is not None and first > last:
                 return item
     return None
 

@@ -21,6 +21,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from app.digits import whole
+
 KIB = 1024
 MIB = 1024 * 1024
 
@@ -47,6 +49,27 @@ def _csv_words(value: Any) -> Any:
     if isinstance(value, str):
         return [p.strip() for p in value.split(",") if p.strip()]
     return value
+
+
+def allowed_host(entry: str) -> tuple[str, int | None]:
+    """An ``HTTP_REQUEST_ALLOWED_HOSTS`` entry as ``(host, port or None for any port)``, lower-cased: a
+    name, ``name:port``, ``[IPv6]`` or ``[IPv6]:port``. Raises ValueError, saying which entry, for a port
+    that is not a number from 1 to 65535: the settings are refused at start, not each job's check."""
+    entry = entry.strip().lower()
+    if entry.startswith("["):
+        host, _, rest = entry[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else rest
+    elif entry.count(":") == 1:
+        host, _, port = entry.partition(":")
+    else:
+        host, port = entry, ""
+    host = host.rstrip(".")  # a name with a final dot is the same name
+    if not port:
+        return host, None
+    number = whole(port)
+    if number is None or not 0 < number < 65536:
+        raise ValueError(f"{entry[:80]!r}: the port after the host must be a number from 1 to 65535")
+    return host, number
 
 
 class Settings(BaseSettings):
@@ -226,6 +249,13 @@ class Settings(BaseSettings):
     def _parse_words(cls, value: Any) -> Any:
         return _csv_words(value)
 
+    @field_validator("http_request_allowed_hosts")
+    @classmethod
+    def _check_allowed_hosts(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            allowed_host(entry)
+        return value
+
     @field_validator("alert_on")
     @classmethod
     def _check_alert_on(cls, value: list[str]) -> list[str]:
@@ -277,7 +307,8 @@ class Settings(BaseSettings):
         if value is None or value.strip() == "":
             return None
         host, sep, port = value.strip().rpartition(":")
-        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        number = whole(port)
+        if not sep or number is None or not 0 < number < 65536:
             raise ValueError("expected host:port, e.g. 127.0.0.1:9108 (0.0.0.0:9108 inside a container)")
         return f"{host or '0.0.0.0'}:{port}"
 

@@ -35,6 +35,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.dbclock import db_time
+from app.digits import whole
 from app.errors import BadInput
 from app.jobs.payload import json_text
 
@@ -321,11 +322,12 @@ def link_token(secret: str, job_id: Any, *, ttl: int = LINK_TTL_SECONDS, now: fl
 def link_problem(secret: str, job_id: Any, token: str, *, now: float | None = None) -> str | None:
     """Why the link's token does not open this step (altered, for another step, expired), or ``None``."""
     expires_text, _, signature = (token or "").partition(".")
-    if not expires_text.isdigit() or not signature:
+    expires = whole(expires_text)
+    if expires is None or not signature:
         return "This approval link is not valid."
-    if not hmac.compare_digest(_signature(secret, str(job_id), int(expires_text)), signature):
+    if not hmac.compare_digest(_signature(secret, str(job_id), expires), signature):
         return "This approval link is not valid."
-    if int(expires_text) < (now if now is not None else _now()):
+    if expires < (now if now is not None else _now()):
         return "This approval link has expired. Open the step from your approvals list instead."
     return None
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from app.digits import whole
 from app.errors import BadInput
 from app.jobs.fanout import (
     LITERAL,
@@ -286,8 +287,8 @@ def _field(ref: str, key: str, value: Any, fields: list[str]) -> Any:
     for f in fields:
         if isinstance(value, dict) and f in value:
             value = value[f]
-        elif isinstance(value, list) and f.isdigit() and int(f) < len(value):
-            value = value[int(f)]
+        elif isinstance(value, list) and (index := whole(f)) is not None and index < len(value):
+            value = value[index]
         else:
             raise PermanentError(f"input refers to {ref!r}, but step {key!r} has no such result")
     return value

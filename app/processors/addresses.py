@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.formatting import host_port, url_host
 from app.processors import PermanentError
+from app.settings import allowed_host
 
 if TYPE_CHECKING:
     import httpx
@@ -210,16 +211,9 @@ class AddressPolicy:
             self._allow(str(entry).strip().lower())
 
     def _allow(self, entry: str) -> None:
-        if entry.startswith("["):
-            host, _, rest = entry[1:].partition("]")
-            port = rest[1:] if rest.startswith(":") else ""
-        elif entry.count(":") == 1:
-            host, _, port = entry.partition(":")
-        else:
-            host, port = entry, ""
-        host = host.rstrip(".")  # a name with a final dot is the same name
-        if port.isdigit():
-            self.host_ports.add((host, int(port)))
+        host, port = allowed_host(entry)
+        if port is not None:
+            self.host_ports.add((host, port))
         elif host:
             self.hosts.add(host)
 

@@ -287,7 +287,11 @@ class ContactSheetInput(Input):
 
 
 def _natural(key: str) -> list[Any]:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", key)]
+    """``key`` split into text and runs of digits (every other part), the runs compared as numbers: by
+    their length without leading zeros, then their digits. Not ``int``: a name is anyone's text, and
+    ``int`` refuses more than 4,300 digits."""
+    parts = re.split(r"([0-9]+)", key)
+    return [(len(p.lstrip("0")), p.lstrip("0")) if i % 2 else p for i, p in enumerate(parts)]
 
 
 def _sheet_sources(ctx: CpuContext) -> tuple[list[tuple[str, Path]], list[tuple[str, Path]]]:

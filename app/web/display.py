@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from app.digits import whole
 from app.formatting import local_moments, zone
 from app.jobs import states
 from app.jobs.error_text import error_text_for, upstream_of, viewer_is_admin
@@ -274,8 +275,8 @@ def user_ids_in(events: Sequence[Mapping[str, Any]]) -> list[int]:
     ids = set()
     for e in events:
         kind, _, rest = (e.get("actor") or "").partition(":")
-        if kind == "user" and rest.isdigit():
-            ids.add(int(rest))
+        if kind == "user" and (user_id := whole(rest)) is not None:
+            ids.add(user_id)
     return sorted(ids)
 
 

@@ -17,6 +17,7 @@ from litestar.params import QueryParameter
 from litestar.response import Template
 
 from app import audit, auth
+from app.digits import whole
 from app.jobs.cursors import Cursor, read_cursor
 from app.web import DbSession, render
 from app.web.result_display import is_blank
@@ -46,7 +47,7 @@ def _target_links(row: Mapping[Any, Any]) -> list[dict[str, str | None]]:
         href = None
         if row["target_type"] in TARGET_PAGES and _is_uuid(tid):
             href = f"{TARGET_PAGES[row['target_type']]}{uuid.UUID(tid)}"
-        elif row["target_type"] == "user" and tid.isdigit():
+        elif row["target_type"] == "user" and whole(tid) is not None:
             href = f"/admin/users#user-{tid}"
         elif row["target_type"] == "schedule" and _is_uuid(tid):
             href = "/admin/schedules#schedule-" + tid
