@@ -204,13 +204,16 @@ async def _partition(
         a_host.link(False)
         cut_at = time.time()
         (run_dir / "cut").touch()  # A's "late" jobs finish now, while A is cut off
-        await wait_until(
-            lambda: pg.fetchval(
-                "SELECT count(*) = $1 FROM jobs WHERE status = 'completed'", LONG_JOBS + LATE_JOBS
-            ),
-            timeout=LEASE + 60,
-            what="host B completing every job within the lease plus a minute",
-        )
+        try:
+            await wait_until(
+                lambda: pg.fetchval(
+                    "SELECT count(*) = $1 FROM jobs WHERE status = 'completed'", LONG_JOBS + LATE_JOBS
+                ),
+                timeout=LEASE + 60,
+                what="host B completing every job within the lease plus a minute",
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{await _scene(pg, a, b)}") from None
         rescued_in = time.time() - cut_at
         a_host.link(True)
 
@@ -246,6 +249,20 @@ async def _partition(
         assert ("done", a_id) in [(e, w) for e, w, _, _ in runs], runs  # A finished it, too late to count
     assert _count(a, "stopping the job before it can be rescued") >= LONG_JOBS
     print(f"\n{label}: every job of the cut-off host completed elsewhere {rescued_in:.1f} s after the cut")
+
+
+async def _scene(pg: asyncpg.Connection, *workers: HostWorker | None) -> str:
+    """What a failed wait saw: the jobs, the server's sessions and each host's last lines."""
+    jobs = await pg.fetch("SELECT id, status, attempts, locked_by, locked_until, now() AS now FROM jobs")
+    sessions = await pg.fetch(
+        "SELECT pid, application_name, state, wait_event, left(query, 80) AS query, xact_start "
+        "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    lines = ["jobs:", *(str(dict(r)) for r in jobs), "sessions:", *(str(dict(r)) for r in sessions)]
+    for worker in workers:
+        if worker is not None:
+            lines += [f"--- {worker.log.name}:", worker.text()[-6000:]]
+    return "\n".join(lines)
 
 
 def _count(worker: HostWorker, text: str) -> int:
