@@ -295,7 +295,7 @@ async def create(
         "total": len(inputs),
         "form_key": form_key,
         "idempotency_key": keyed.key if keyed else None,
-        "request_digest": keyed.digest if keyed else None,
+        "request_digest": keyed.stored if keyed else None,
     }
     row = (await conn.execute(INSERT_BATCH, values)).mappings().first()
     if row is None and form_key is None and keyed is not None:  # the API's key sent twice at once

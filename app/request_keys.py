@@ -11,7 +11,9 @@ keys sorted, a whole number written ``1`` whether it came as ``1`` or ``1.0``, a
 fills in (a step's ``depends_on: []``) filled in. Its SHA-256 is stored with the key
 (``request_digest``) and a repeat is compared with that, not with the rows the request made: those
 change (steps are cancelled, rows retried), and what was made from a request says too little of it
-(two template inputs can build the same steps).
+(two template inputs can build the same steps). After it, the same column keeps a short digest of
+each field (each item of a list of up to :data:`ITEMS_NAMED`), so that a refusal can say what differs
+(``steps[1] differs``) without the request itself being kept.
 
 The key has its own column, apart from the forms' ``form_key``, so that a client's key and a form's
 one-time key never answer for each other.
@@ -43,12 +45,38 @@ _LOOKUP = {
 _KIND = {"pipelines": "pipeline", "batches": "batch"}
 
 
+ITEMS_NAMED = 100
+"""A list field of at most this many items has a digest per item; a longer one (a batch's rows), one."""
+DIFFERS_NAMED = 5
+"""How many differing fields a refusal names at most."""
+
+
 @dataclass(frozen=True)
 class Keyed:
-    """A keyed request: the ``key`` the person sent and the ``digest`` of what they asked for with it."""
+    """A keyed request: the ``key`` the person sent, the ``digest`` of what they asked for with it, and
+    the digests of its ``parts`` (fields, or a short list's items)."""
 
     key: str
     digest: str
+    parts: dict[str, str]
+
+    @property
+    def stored(self) -> str:
+        """What ``request_digest`` keeps: the digest, a space, the parts' digests as JSON."""
+        return f"{self.digest} {json.dumps(self.parts, separators=(',', ':'), ensure_ascii=False)}"
+
+    def differs(self, stored: str) -> tuple[str, ...]:
+        """The parts in which the request ``stored`` (a ``request_digest``) differs from this one; empty
+        when that row predates the parts."""
+        _, _, kept = stored.partition(" ")
+        try:
+            theirs = json.loads(kept) if kept else {}
+        except ValueError:
+            return ()
+        if not isinstance(theirs, dict) or not theirs:
+            return ()
+        names = [*self.parts, *(n for n in theirs if n not in self.parts)]
+        return tuple(n for n in names if self.parts.get(n) != theirs.get(n))
 
 
 def _normal(value: Any) -> Any:
@@ -62,13 +90,24 @@ def _normal(value: Any) -> Any:
     return value
 
 
-def digest(request: Mapping[str, Any]) -> str:
+def digest(request: Any) -> str:
     """The SHA-256 (hex) of ``request`` in canonical JSON (:func:`_normal`, keys sorted, no spaces)."""
     canonical = json.dumps(
         _normal(request), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
     )
     # A lone surrogate is refused later, by the input checks; the digest must not fail before them.
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _parts(request: Mapping[str, Any]) -> dict[str, str]:
+    """A short digest of each field of ``request``, of each item of a list of up to :data:`ITEMS_NAMED`."""
+    parts: dict[str, str] = {}
+    for name, value in request.items():
+        if isinstance(value, list | tuple) and len(value) <= ITEMS_NAMED:
+            parts.update({f"{name}[{i}]": digest(item)[:16] for i, item in enumerate(value)})
+        else:
+            parts[str(name)] = digest(value)[:16]
+    return parts
 
 
 def keyed(key: Any, request: Mapping[str, Any]) -> Keyed | None:
@@ -87,7 +126,7 @@ def keyed(key: Any, request: Mapping[str, Any]) -> Keyed | None:
             "idempotency_key", f"must be 1 to {KEY_MAX} characters (this one has {len(key):,})"
         )
     check_text(key, "idempotency_key")
-    return Keyed(key, digest(request))
+    return Keyed(key, digest(request), _parts(request))
 
 
 async def made_by(
@@ -103,13 +142,27 @@ async def made_by(
     row = (await db.execute(_LOOKUP[table], params)).mappings().first()
     if row is None:
         return None
-    if row["request_digest"] != request.digest:
+    stored = str(row["request_digest"] or "")
+    if stored.partition(" ")[0] != request.digest:
         kind = _KIND[table]
+        differs = request.differs(stored)
         raise KeyReused(
-            f"this key was already used for a different request, which made {kind} {row['id']}; "
-            f"repeat that request exactly to get its {kind}, or send this one with a new key",
+            f"this key was already used for a different request, which made {kind} {row['id']}"
+            f"{_in_words(differs)}; repeat that request exactly to get its {kind}, or send this one with "
+            "a new key",
             field="idempotency_key",
             kind=kind,
             existing_id=row["id"],
+            differs=differs,
         )
     return row
+
+
+def _in_words(differs: tuple[str, ...]) -> str:
+    """`` (steps[1], name differ)``: what differs, for a refusal; nothing when that is not known."""
+    if not differs:
+        return ""
+    named = ", ".join(differs[:DIFFERS_NAMED]) + (
+        f" and {len(differs) - DIFFERS_NAMED:,} more" if len(differs) > DIFFERS_NAMED else ""
+    )
+    return f" ({named} {'differs' if len(differs) == 1 else 'differ'})"

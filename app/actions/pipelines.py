@@ -117,7 +117,7 @@ async def submit_template(
         title=title,
         form_key=form_key,
         idempotency_key=keyed.key if keyed else None,
-        request_digest=keyed.digest if keyed else None,
+        request_digest=keyed.stored if keyed else None,
     )
     await quotas.after_pipeline(db, actor.user, actor.settings, created["id"])
     return created
@@ -151,7 +151,7 @@ async def submit_steps(
         settings=actor.settings,
         request_id=actor.request_id,
         idempotency_key=keyed.key if keyed else None,
-        request_digest=keyed.digest if keyed else None,
+        request_digest=keyed.stored if keyed else None,
     )
     await quotas.after_pipeline(db, actor.user, actor.settings, created["id"])
     return created

@@ -52,6 +52,8 @@ BODIES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     ),
 }
 """Each keyed path: its URL, a request, and a change that makes it a different request."""
+DIFFERS = {"template": "(input_data differs)", "steps": "(name differs)", "batch": "(rows[1] differs)"}
+"""What the refusal of each change says differs."""
 SIZE = {"template": 4, "steps": 2, "batch": 2}
 """How many jobs each request makes."""
 TABLE = {"template": "pipelines", "steps": "pipelines", "batch": "batches"}
@@ -143,7 +145,33 @@ async def test_a_different_request_with_the_key_is_refused_naming_it(scene_of: A
     assert refused.status_code == 422, refused.text
     message = refused.json()["errors"]["idempotency_key"]
     assert "already used for a different request" in message and first.json()["id"] in message, message
+    assert DIFFERS[kind] in message, message
     assert await count(s, kind) == 1
+
+
+async def test_the_refusal_names_each_step_and_field_that_differs(scene_of: Any) -> None:
+    """A request's fields, and each item of a short list (a pipeline's steps), are named; a repeat of the
+    first request is still answered with its pipeline."""
+    s = await scene_of()
+    url, body = keyed("steps")
+    first = await s.client.post(url, json=body, headers=s.ann)
+    assert first.status_code == 201, first.text
+    steps = [dict(step) for step in body["steps"]]
+    steps[1]["input_data"] = {"label": "changed"}
+    steps.append({"key": "c", "type": "test.step", "input_data": {"label": "c"}})
+    refused = await s.client.post(url, json={**body, "name": "renamed", "steps": steps}, headers=s.ann)
+    assert refused.status_code == 422, refused.text
+    message = refused.json()["errors"]["idempotency_key"]
+    assert "(name, steps[1], steps[2] differ)" in message, message
+    again = await s.client.post(url, json=body, headers=s.ann)
+    assert (again.status_code, again.json()["id"]) == (200, first.json()["id"]), again.text
+    # a key stored before the parts were: the request's digest alone still decides, without the names
+    await s.pg.execute("UPDATE pipelines SET request_digest = split_part(request_digest, ' ', 1)")
+    refused = await s.client.post(url, json={**body, "name": "renamed"}, headers=s.ann)
+    message = refused.json()["errors"]["idempotency_key"]
+    assert refused.status_code == 422 and "(" not in message, message
+    again = await s.client.post(url, json=body, headers=s.ann)
+    assert (again.status_code, again.json()["id"]) == (200, first.json()["id"]), again.text
 
 
 @pytest.mark.parametrize("kind", list(BODIES))
