@@ -224,7 +224,28 @@ class Completer:
         )
         more.status.update(report.status)
         more.notify = more.notify or report.notify
+        left_out = [o for o in rest if o.job_id not in more.status]
+        if left_out:
+            more.status.update(await self._recorded_earlier(left_out))
         return more
+
+    async def _recorded_earlier(self, left_out: list[Outcome]) -> dict[uuid.UUID, str]:
+        """Of outcomes a write left out, those an earlier write of this worker's had recorded (its
+        COMMIT went through, its answer was lost, and it was written again): reported as recorded, not
+        as a lease lost. Best effort: a failed look-up leaves them reported as lost."""
+        try:
+            async with self.engine.connect() as conn:
+                found = await queue.recorded_earlier(conn, self.worker_id, left_out)
+        except Exception as exc:
+            self.log.warning("could not look up outcomes written without an answer", error=describe(exc))
+            return {}
+        for job_id, status in found.items():
+            self.log.info(
+                "outcome was recorded by an earlier write whose answer was lost",
+                job_id=str(job_id),
+                status=status,
+            )
+        return found
 
     def _after_record(self, batch: list[Outcome], report: queue.FinishReport) -> None:
         counts: dict[tuple[Any, str], int] = {}  # counters are bumped once per batch and type

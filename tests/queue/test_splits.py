@@ -133,15 +133,20 @@ async def test_a_completion_with_its_event_notice_and_next_jobs(
         job = (await make_job(engine, settings, owner, title=f"split {uuid.uuid4()}"))["id"]
         return job, await _claimed(engine, job)
 
+    reported: dict[uuid.UUID, str | None] = {}
+
     async def act(target: tuple[uuid.UUID, int]) -> None:
         job, attempt = target
         child = NextJob(type="noop", input_data={"from": str(job)}, key="child")
-        await completer.write(
+        report = await completer.write(
             [Outcome(job, "completed", result='{"n": 1}', attempt=attempt, next_jobs=[child])]
         )
+        reported[job] = report.status.get(job)
 
     async def check(target: tuple[uuid.UUID, int], where: str) -> None:
         job, _ = target
+        # a write whose COMMIT went through unanswered, written again, is reported recorded: not a lease lost
+        assert reported[job] == "completed", f"{where}: reported {reported[job]}"
         row = await pg.fetchrow("SELECT status, result_data FROM jobs WHERE id = $1", job)
         assert (row["status"], json.loads(row["result_data"])) == ("completed", {"n": 1}), where
         events = await pg.fetchval(
@@ -178,12 +183,16 @@ async def test_a_pipeline_steps_completion_releases_its_dependent_once(
         second = (await make_job(engine, settings, owner, depends_on=[first]))["id"]
         return first, second, await _claimed(engine, first)
 
+    reported: dict[uuid.UUID, str | None] = {}
+
     async def act(target: tuple[uuid.UUID, uuid.UUID, int]) -> None:
         first, _, attempt = target
-        await completer.write([Outcome(first, "completed", result="{}", attempt=attempt)])
+        report = await completer.write([Outcome(first, "completed", result="{}", attempt=attempt)])
+        reported[first] = report.status.get(first)
 
     async def check(target: tuple[uuid.UUID, uuid.UUID, int], where: str) -> None:
         first, second, _ = target
+        assert reported[first] == "completed", f"{where}: reported {reported[first]}"
         assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", first) == "completed", where
         pending = await pg.fetchval("SELECT pending_parents FROM jobs WHERE id = $1", second)
         assert pending == 0, f"{where}: the dependent still waits for {pending}"

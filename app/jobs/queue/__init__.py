@@ -88,7 +88,13 @@ from app.jobs.queue.common import (
     read_job,
     sql,
 )
-from app.jobs.queue.completions import COMPLETE_STANDALONE, complete_standalone, standalone
+from app.jobs.queue.completions import (
+    COMPLETE_STANDALONE,
+    RECORDED_EARLIER,
+    complete_standalone,
+    recorded_earlier,
+    standalone,
+)
 from app.jobs.queue.consequences import (
     CASCADE_CANCEL,
     RELEASE_DEPENDENTS,
@@ -320,6 +326,8 @@ __all__ = [
     "COMPLETE_STANDALONE",
     "complete_standalone",
     "standalone",
+    "RECORDED_EARLIER",
+    "recorded_earlier",
     "CANCEL_QUEUED",
     "REQUEST_CANCEL",
     "cancel",

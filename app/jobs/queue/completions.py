@@ -112,3 +112,36 @@ async def complete_standalone(
     rows = await fetch_rows(conn, COMPLETE_STANDALONE, params)
     done: dict[uuid.UUID, str] = {r["id"]: "completed" for r in rows}
     return FinishReport(status=done, notify=bool(rows and rows[0]["notified"]))
+
+
+RECORDED_EARLIER = sql(
+    """
+    SELECT j.id, j.status
+    FROM unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[])) AS input(id, attempt)
+    JOIN jobs j ON j.id = input.id AND j.attempts = input.attempt
+    JOIN LATERAL (
+        SELECT actor, to_status FROM job_events
+        WHERE job_id = j.id AND to_status IS NOT NULL ORDER BY id DESC LIMIT 1
+    ) e ON e.actor = :actor AND e.to_status = j.status
+    WHERE j.status <> 'in_progress'
+    """
+)
+
+
+async def recorded_earlier(
+    conn: AsyncConnection, worker_id: str, outcomes: Sequence[Outcome]
+) -> dict[uuid.UUID, str]:
+    """Of ``outcomes`` that a write did not apply, those this worker's earlier write of the same attempt
+    had applied, by job id with the status it left: a write whose COMMIT went through while its answer
+    was lost, then written again, finds its job no longer in progress. Told apart from a lease lost
+    (the job rescued, run elsewhere, cancelled by someone else) by the job's last change of status:
+    this worker's, at this attempt. One read, made only for outcomes a write left out."""
+    fenced = [o for o in outcomes if o.attempt is not None]
+    if not fenced:
+        return {}
+    params = {
+        "ids": [o.job_id for o in fenced],
+        "attempts": [o.attempt for o in fenced],
+        "actor": f"worker:{worker_id}",
+    }
+    return {r["id"]: r["status"] for r in await fetch_rows(conn, RECORDED_EARLIER, params)}
