@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -111,9 +112,9 @@ class Completer:
         """Outcomes submitted and not yet recorded (or given up), by job id, whether queued or in a batch
         being written: what a stop that has to go on without the event loop still records, from another
         thread (:mod:`app.worker.stuck`); a finished job handed back instead would run again."""
-        self.given_up: set[uuid.UUID] = set()
-        """Jobs let go of with nothing recorded (:meth:`forget`): a stop must not hand them back as never
-        started (:func:`app.worker.lifecycle.release_unreceived`)."""
+        self._given_up: dict[uuid.UUID, float] = {}
+        """Jobs let go of with nothing recorded (:meth:`forget`), with when: a stop must not hand them back
+        as never started (:func:`app.worker.lifecycle.release_unreceived`)."""
         self._outcomes: asyncio.Queue[Outcome | None] = asyncio.Queue()
 
     def submit(self, outcome: Outcome) -> None:
@@ -135,8 +136,18 @@ class Completer:
         """Let go of a job that has nothing to record (its lease was lost)."""
         if self.held.get(job.id) is job:
             del self.held[job.id]
-        self.given_up.add(job.id)
+        self._given_up[job.id] = time.monotonic()
         self.recorded.set()
+
+    @property
+    def given_up(self) -> set[uuid.UUID]:
+        """The jobs let go of within the last lease. Older ones are forgotten: whatever this worker held
+        of them has run out and been rescued by now, so a job of theirs locked by this worker is from a
+        later claim, and the set does not grow with every lease lost over the worker's life."""
+        oldest = time.monotonic() - self.settings.worker_visibility_timeout_secs
+        for job_id in [j for j, at in self._given_up.items() if at < oldest]:
+            del self._given_up[job_id]
+        return set(self._given_up)
 
     async def run(self) -> None:
         try:
