@@ -9,6 +9,7 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 
 import uuid
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -81,6 +82,22 @@ def step_view(step: Mapping[str, Any], owner_id: int, user: Any) -> dict[str, An
     }
 
 
+def _timing(view: Mapping[str, Any]) -> dict[str, timedelta | None]:
+    """``ran``: from the first step's start to the pipeline's end, what "took" says (a job's page counts
+    a job's run, not its wait); ``waited``: from submission to that start, said apart when it is a
+    second or more. Both ``None`` until the pipeline has finished, and when no step started."""
+    starts = [s["started_at"] for s in view["steps"] if s.get("started_at") is not None]
+    finished = view.get("finished_at")
+    if finished is None or not starts:
+        return {"ran": None, "waited": None}
+    first = min(starts)
+    waited = first - view["created_at"]
+    return {
+        "ran": max(finished - first, timedelta(0)),
+        "waited": waited if waited >= timedelta(seconds=1) else None,
+    }
+
+
 async def pipeline_status_context(
     db: AsyncSession,
     pipeline_id: Any,
@@ -118,6 +135,7 @@ async def pipeline_status_context(
         "history_oob": False,
         "confirm_cancel": confirms.cancel_pipeline(view["steps"]),
         "confirms": CONFIRM,
+        **_timing(view),
     }
     ctx["template"] = pipelines.get_template(view["template"]) if view["template"] else None
     ctx["summary_oob"] = True
