@@ -136,6 +136,7 @@ class Completer:
         """Let go of a job that has nothing to record (its lease was lost)."""
         if self.held.get(job.id) is job:
             del self.held[job.id]
+        self._forget_old()
         self._given_up[job.id] = time.monotonic()
         self.recorded.set()
 
@@ -144,10 +145,13 @@ class Completer:
         """The jobs let go of within the last lease. Older ones are forgotten: whatever this worker held
         of them has run out and been rescued by now, so a job of theirs locked by this worker is from a
         later claim, and the set does not grow with every lease lost over the worker's life."""
+        self._forget_old()
+        return set(self._given_up)
+
+    def _forget_old(self) -> None:
         oldest = time.monotonic() - self.settings.worker_visibility_timeout_secs
         for job_id in [j for j, at in self._given_up.items() if at < oldest]:
             del self._given_up[job_id]
-        return set(self._given_up)
 
     async def run(self) -> None:
         try:

@@ -40,4 +40,8 @@ async def test_a_job_let_go_of_is_forgotten_after_a_lease(
     assert completer.given_up == {second}
     now[0] += 30
     assert completer.given_up == set()
+    for _ in range(3):  # nothing read between: the ones a lease old go as new ones come
+        now[0] += 31
+        completer.forget(SimpleNamespace(id=uuid.uuid4()))  # type: ignore[arg-type]
+    assert len(completer._given_up) == 1
     await completer.held_conn.close()
