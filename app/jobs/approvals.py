@@ -323,9 +323,12 @@ def link_problem(secret: str, job_id: Any, token: str, *, now: float | None = No
     """Why the link's token does not open this step (altered, for another step, expired), or ``None``."""
     expires_text, _, signature = (token or "").partition(".")
     expires = whole(expires_text)
-    if expires is None or not signature:
+    # The expiry as it was signed (no leading zeros), and the signature compared as bytes: compare_digest
+    # refuses text that is not ASCII with a TypeError, which a link's query string may well hold.
+    if expires is None or str(expires) != expires_text or not signature:
         return "This approval link is not valid."
-    if not hmac.compare_digest(_signature(secret, str(job_id), expires), signature):
+    signed = _signature(secret, str(job_id), expires).encode()
+    if not hmac.compare_digest(signed, signature.encode("utf-8", "surrogatepass")):
         return "This approval link is not valid."
     if expires < (now if now is not None else _now()):
         return "This approval link has expired. Open the step from your approvals list instead."

@@ -42,6 +42,24 @@ def test_a_signed_approval_link_with_such_digits_is_not_valid(digits: str) -> No
     assert link_problem("s3cret", job_id, f"{digits}.{signature}") == "This approval link is not valid."
 
 
+@pytest.mark.parametrize("signature", ["é", "\ud800", "ｓｉｇ", "\u0000"])
+def test_a_signed_approval_link_whose_signature_is_not_ascii_is_not_valid(signature: str) -> None:
+    """hmac.compare_digest raises TypeError for text that is not ASCII: it was a 500, for anyone signed in."""
+    job_id = uuid.uuid4()
+    expires = link_token("s3cret", job_id, now=0).partition(".")[0]
+    assert link_problem("s3cret", job_id, f"{expires}.{signature}") == "This approval link is not valid."
+
+
+def test_a_signed_approval_link_with_its_expiry_written_otherwise_is_not_valid() -> None:
+    """The expiry as it was signed: ``0123`` is not ``123`` (a token altered, if harmlessly)."""
+    job_id = uuid.uuid4()
+    token = link_token("s3cret", job_id, now=4_000_000_000)
+    assert link_problem("s3cret", job_id, token, now=4_000_000_000) is None
+    assert (
+        link_problem("s3cret", job_id, "0" + token, now=4_000_000_000) == "This approval link is not valid."
+    )
+
+
 @pytest.mark.parametrize("step", ["²", "①", "9" * 5000])
 def test_a_cron_step_or_day_with_such_digits_is_refused_in_words(step: str) -> None:
     with pytest.raises(BadInput) as refused:
