@@ -172,7 +172,8 @@ def schema_problem(settings: Settings, where: str, message: str) -> str:
         return line
     return (
         f"{line} That is the embedded PostgreSQL in {settings.data_dir}, used because DATABASE_URL is "
-        "not set: if Jobdesk runs on another database, set the same DATABASE_URL for this command."
+        "not set: if Jobdesk runs on another database, set the same DATABASE_URL for this command; if it "
+        "runs on its embedded one with another JOBDESK_DATA_DIR, set that one."
     )
 
 

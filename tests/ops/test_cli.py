@@ -150,6 +150,7 @@ def test_the_embedded_database_without_a_schema_points_at_database_url(make_sett
     assert line.startswith("The database schema at postgresql+asyncpg://jobdesk@localhost:5433/jobdesk")
     assert f"the embedded PostgreSQL in {settings.data_dir}" in line
     assert "set the same DATABASE_URL for this command" in line
+    assert "with another JOBDESK_DATA_DIR, set that one" in line
 
 
 # --- create-token -----------------------------------------------------------------------------------------
