@@ -384,11 +384,11 @@ def refuse_unknown_query(scope: Scope) -> None:
         return
     seen: set[str] = set()
     for part in query.split(b"&"):
-        raw = part.partition(b"=")[0]
-        if not raw:
+        if not part:  # "?a=1&&b=2", a trailing "&": nothing was sent
             continue
+        raw = part.partition(b"=")[0]
         name = unquote_to_bytes(raw.replace(b"+", b" ")).decode("utf-8", "replace")
-        if name not in names:
+        if name not in names:  # "?=x" too: a value for no parameter was read as none at all
             takes = f"the parameters are {', '.join(sorted(names))}" if names else "it takes none"
             raise BadInput.field(_field_name(name), f"unknown query parameter; {takes}")
         if name in seen and name not in handler.opt[_QUERY_LISTS]:

@@ -214,6 +214,9 @@ async def test_an_unknown_query_parameter_is_refused_naming_it_on_every_api_rout
         assert r.status_code == 422, (path, r.text)
         assert list(r.json()["errors"]) == ["q"], (path, r.text)
         assert r.json()["errors"]["q"].startswith("unknown query parameter"), (path, r.text)
+    r = await scene.client.get("/api/jobs?=queued", headers=scene.ann)  # a value without a name
+    assert (r.status_code, list(r.json()["errors"])) == (422, ["(unnamed)"]), r.text
+    assert (await scene.client.get("/api/jobs?limit=2&&", headers=scene.ann)).status_code == 200
     r = await scene.client.get(
         "/api/jobs", params={"pipeline_id": "01a20000-0000-7000-8000-000000000000"}, headers=scene.ann
     )
