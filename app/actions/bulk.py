@@ -242,6 +242,8 @@ async def run_bulk(
         if limited:
             reasons.append(f"{len(limited):,} because of their owner's limits ({limited[0]})")
         message += f"; {n_skipped:,} skipped: " + "; ".join(reasons) + "."
+    if plan.truncated:  # said at the confirmation too; the answer must not read as if that were all
+        message += f" More jobs match: this acted on the newest {BULK_MAX:,}; run it again for the rest."
     if unknown:
         message += (
             f" {len(unknown):,} id{'s' if len(unknown) != 1 else ''} named no job"

@@ -62,3 +62,21 @@ def test_the_bulk_layer_holds_the_rule() -> None:
         with pytest.raises(BadInput) as caught:
             bulk.check_expected(bad)
         assert "from 1 to 2,000" in caught.value.errors["expected"], bad
+
+
+async def test_a_bulk_action_over_more_than_the_limit_says_more_jobs_match(
+    client: AsyncTestClient,
+    admin: CurrentUser,
+    engine: Any,
+    ui_settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """By a filter matching more than the bulk limit it acts on the newest; its answer said "Retried 2,000
+    jobs; 0 skipped." as if that were all, and left the rest unmentioned."""
+    monkeypatch.setattr(bulk, "BULK_MAX", 2)
+    for _ in range(3):
+        await failed_job(engine, ui_settings, admin.id, "boom", type_="test.step")
+    by_filter = {"action": "retry", "scope": "filter", "status": "failed", "type": "test.step"}
+    r = await post(client, "/admin/jobs/bulk", {**by_filter, "expected": "2"}, headers=HX)
+    assert r.status_code == 200, r.text[:500]
+    assert "Retried 2 jobs; 0 skipped. More jobs match: this acted on the newest 2; run it again" in r.text
