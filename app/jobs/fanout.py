@@ -91,6 +91,22 @@ def has_literals(value: Any) -> bool:
     return False
 
 
+def in_literal(value: Any, loc: Sequence[Any]) -> bool:
+    """Whether the place ``loc`` (keys and indexes, as a schema's error names it) of ``value`` — a step's
+    input as written — lies inside a ``{"$literal": …}``: what is there is data, whatever its shape. A
+    ``loc`` that leaves ``value`` (a schema's own part, such as a union member's name) ends the walk."""
+    for part in loc:
+        if is_literal(value):
+            return True
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value):
+            value = value[part]
+        else:
+            return False
+    return is_literal(value)
+
+
 def has_items(value: Any) -> bool:
     """Whether ``value`` holds an ``{"$item": …}`` anywhere (not inside a ``{"$literal": …}``)."""
     if isinstance(value, dict):

@@ -16,6 +16,7 @@ more references, and so is a ``for_each`` item (``{"$literal": …}``, :data:`ap
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,6 +31,7 @@ from app.jobs.fanout import (
     group_instances,
     has_items,
     has_literals,
+    in_literal,
     is_literal,
     ref_problem,
     unwrap_literals,
@@ -192,7 +194,9 @@ def validate_step_input(type_: Any, input_data: Any, path: str, settings: Settin
             e for e in exc.errors() if not (e["type"] == "missing" and e["loc"] and e["loc"][0] in ref_fields)
         ]
         if errors:
-            raise validation_errors(errors, path, spec.input_model) from None
+            # what the person wrote inside a literal is data: refused as such, never as a marker
+            in_input = functools.partial(in_literal, input_data)
+            raise validation_errors(errors, path, spec.input_model, as_data=in_input) from None
     return input_data
 
 

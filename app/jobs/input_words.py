@@ -111,11 +111,13 @@ _MARKER_READS = {
 }
 
 
-def problem_words(error: Mapping[str, Any], file_widget: str | None = None) -> str:
+def problem_words(error: Mapping[str, Any], file_widget: str | None = None, *, as_data: bool = False) -> str:
     """One pydantic error (an item of ``ValidationError.errors()``) as a sentence; ``file_widget``
-    (``"file"``/``"files"``) when the error is in a field that takes uploaded files."""
+    (``"file"``/``"files"``) when the error is in a field that takes uploaded files. ``as_data``: the
+    value was written inside a pipeline step's ``{"$literal": …}``, so a marker-shaped one is data, and
+    is refused in the words any other value of its shape is (not as a marker misplaced)."""
     kind = str(error.get("type", ""))
-    marker = marker_words(error.get("input"))
+    marker = None if as_data else marker_words(error.get("input"))
     if marker is not None and kind != "missing":
         return marker
     if file_widget in FILE_WORDS and kind not in ("missing", "too_short", "too_long"):

@@ -80,12 +80,17 @@ def validation_error(exc: ValidationError, prefix: str, model: InputModel | None
 
 
 def validation_errors(
-    details: Sequence[ErrorDetails], prefix: str, model: InputModel | None = None
+    details: Sequence[ErrorDetails],
+    prefix: str,
+    model: InputModel | None = None,
+    *,
+    as_data: Callable[[Sequence[int | str]], bool] | None = None,
 ) -> BadInput:
     """Some of a ``ValidationError``'s errors (at least one) as :class:`BadInput`, as
     :func:`validation_error` does for all of them. Each problem is said as the forms say it
     (:func:`app.jobs.input_words.problem_words`); a field that is missing or not the type's stays a
-    short phrase after its path ("input_data.url: is required")."""
+    short phrase after its path ("input_data.url: is required"). ``as_data(loc)`` says whether the value
+    at an error's location was written as data (inside a pipeline step's ``{"$literal": …}``)."""
     files = file_fields(model) if model is not None else {}
     errors: dict[str, str] = {}
     for err in details:
@@ -99,7 +104,9 @@ def validation_errors(
         else:
             top = err["loc"][0] if err["loc"] else None
             # without its full stop: it follows a path, and paths are joined ("…; input_data.b: …")
-            message = problem_words(err, files.get(top) if isinstance(top, str) else None).removesuffix(".")
+            data = as_data is not None and as_data(err["loc"])
+            widget = files.get(top) if isinstance(top, str) else None
+            message = problem_words(err, widget, as_data=data).removesuffix(".")
         errors.setdefault(path, message)
     first_path, first_msg = next(iter(errors.items()))
     return BadInput(f"{first_path}: {first_msg}", errors=errors)

@@ -20,7 +20,8 @@ it as its default already); a field that must be given, left out or sent as ``nu
 ("is required", with what it takes) — ``{"run_at": null}`` and ``{}`` on reschedule named neither the
 field nor what to send (the decoder's "Expected `datetime`, got `null`", or ``data``). A partial edit
 (``PATCH /api/schedules/{id}``) refuses ``null`` itself, naming the field, where "left out" means "keep".
-A body (or nested object) that is not a JSON object where one belongs is a 422 on its path, not ``data``.
+A body (or nested object) that is not a JSON object where one belongs is a 422 on its path, not ``data``;
+a body of ``null`` is one of those, on every route (:func:`refuse_mismatch`, :func:`refuse_body`).
 
 Free-form objects (``input_data``, a bulk ``filter``) are left to the rules that read them. A route
 that declares no body (cancel, pause, enable…) takes none: a body other than ``{}`` is a 422 saying so
@@ -168,14 +169,26 @@ def _check_object(value: dict[Any, Any], cls: type, path: str, errors: dict[str,
         errors[_path(path, key)] = _required_words(fields[key])
 
 
-def refuse_mismatch(value: Any, annotation: Any) -> None:
+def _object_words(annotation: Any) -> str:
+    """What a body of type ``annotation`` must be: a JSON object, with its dataclass's fields."""
+    for tp in (annotation, *(_members(annotation) or ())):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            return "must be a JSON object with the fields " + ", ".join(_fields(tp))
+    return "must be a JSON object"
+
+
+def refuse_mismatch(value: Any, annotation: Any, *, sent: bool = True) -> None:
     """Refuse a decoded JSON body that does not fit the route's body type ``annotation``, as described in
-    the module docstring. Anything this does not look at is left to the conversion.
+    the module docstring. Anything this does not look at is left to the conversion. ``sent`` says the
+    request had a body: a body of ``null`` is then refused like ``[]`` or ``1`` (even where the body may
+    be left out, which the decoder also reads as ``None``: it was taken as "no body", approving a step).
 
     Raises:
         BadInput: naming every field found (at most :data:`MAX_ERRORS`).
     """
     errors: dict[str, str] = {}
+    if value is None and sent:
+        errors["body"] = _object_words(annotation)
     _check(value, annotation, "", errors)
     if errors:
         first, message = next(iter(errors.items()))
@@ -191,11 +204,12 @@ def _empty(body: bytes) -> bool:
         value = json.loads(text)
     except (ValueError, RecursionError):
         return False
-    return value is None or value == {}
+    return value == {}
 
 
 def refuse_body(body: bytes) -> None:
-    """Refuse a body sent to a route that declares none, unless it is empty, ``{}`` or ``null``.
+    """Refuse a body sent to a route that declares none, unless it is empty or ``{}`` (``null`` is a body
+    like ``[]``: it was taken, and the step approved or the job cancelled).
 
     Raises:
         BadInput: on ``body``, saying that the request takes none.

@@ -14,7 +14,7 @@ whose ``errors`` name the field.
 * A urlencoded form field or a query parameter whose bytes (after ``%`` decoding) are not UTF-8. The
   parser reads them with replacement characters, so ``name=ab%FFc`` was stored as ``ab\ufffdc``: a
   value the person never typed, saved without a word.
-* A body sent to an API route that declares none (cancel, pause, enable…), unless it is empty or ``{}``
+* A body sent to an API route that declares none (cancel, pause, enable…), unless it is empty or ``{}`` (not ``null``)
   (:func:`app.web.body_fields.refuse_body`): ignoring it let ``{"paused": false}`` pause a type. A
   route that reads its body itself (the API's upload: a form) says so with ``opt={READS_BODY: True}``.
 * A query parameter an API route does not take (:func:`refuse_unknown_query`): ``GET /api/jobs?q=zzz``

@@ -152,5 +152,8 @@ class JsonBodyRequest(Request[Any, Any, Any]):
         handler = self.scope.get("route_handler")
         field = handler.parsed_data_field if handler is not None else None
         if field is not None:
-            refuse_mismatch(value, field.annotation)
+            # an empty body decodes as None too: only one that is there is refused for it
+            refuse_mismatch(
+                value, field.annotation, sent=value is not None or bool((await self.body()).strip())
+            )
         return value

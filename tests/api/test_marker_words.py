@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import tests.support.forms
+import tests.support.processors  # noqa: F401  (test.echo)
 from tests.support.webkit import AdminApi
 
 EMAIL = {"to": ["a@example.com"], "subject": "s", "body": "b"}
@@ -33,3 +35,34 @@ async def test_a_marker_with_another_key_beside_it_says_so(admin_api: AdminApi) 
     words = errors["steps[0].input_data.subject"]
     assert 'An object with "$ref" must have that one key only' in words, errors
     assert "'x'" in words
+
+
+async def test_a_marker_inside_a_literal_is_data_refused_only_as_data(admin_api: AdminApi) -> None:
+    """In a pipeline step's input, ``{"$literal": v}`` is ``v`` as it is: a marker-shaped ``v`` is an object
+    like any other, so where the field takes text it is refused as any object is ("Enter text"), not as a
+    marker "that works only in a pipeline step's input" — this is one — and where the field takes an
+    object it is taken as it is."""
+    plain = {"key": "a", "type": "email.send", "input_data": {**EMAIL, "body": {"a": 1}}}
+    want = await refusal(admin_api, "/api/pipelines", {"name": "p", "steps": [plain]})
+    assert want == {"steps[0].input_data.body": "Enter text"}, want
+    for inner in ({"$ref": "x.y"}, {"$literal": "x"}, {"$item": ""}, {"$ref": "x.y", "z": 1}):
+        step = {"key": "a", "type": "email.send", "input_data": {**EMAIL, "body": {"$literal": inner}}}
+        errors = await refusal(admin_api, "/api/pipelines", {"name": "p", "steps": [step]})
+        assert errors == want, (inner, errors)
+    deep = {
+        "key": "a",
+        "type": "test.form",
+        "input_data": {"name": "Ann", "extra": {"$literal": {"n": {"$ref": 1}}}},
+    }
+    errors = await refusal(admin_api, "/api/pipelines", {"name": "p", "steps": [deep]})
+    assert errors == {"steps[0].input_data.extra.n": "Enter a whole number, like 42"}, errors
+    taken = {
+        "key": "a",
+        "type": "test.echo",
+        "input_data": {"v": {"$literal": {"$literal": {"$ref": "x.y"}}}},
+    }
+    r = await admin_api.client.post(
+        "/api/pipelines", json={"name": "p", "steps": [taken]}, headers=admin_api.root
+    )
+    assert r.status_code == 201, r.text
+    assert await admin_api.pg.fetchval("SELECT count(*) FROM jobs") == 1

@@ -11,8 +11,11 @@ import asyncpg
 import pytest
 
 import tests.support.processors  # noqa: F401  (test.echo)
+from app.errors import BadInput
 from app.jobs import queue
+from app.jobs.graph import plan_next_jobs
 from app.jobs.queue import Outcome
+from app.jobs.types import NextJob
 from app.settings import Settings
 from tests.queue.test_for_each import create, jobs_of, step
 from tests.support.factories import TestUser
@@ -95,3 +98,47 @@ async def test_an_item_of_a_literal_list_is_data_too(
     assert jobs["alone[0]"]["result_data"] == {"v": LURE}, jobs["alone[0]"]["error_message"]
     assert jobs["alone[1]"]["result_data"] == {"v": {"k": LURE}}
     assert jobs["after[0]"]["result_data"] == {"v": LURE}, jobs["after[0]"]["error_message"]
+
+
+WRITTEN = {
+    "ref": {"$ref": "src.body"},
+    "literal": {"$literal": "x"},
+    "item": {"$item": ""},
+    "nested": [{"$ref": "src.body", "k": 1}, {"deep": {"$literal": {"$ref": "x.y"}}}],
+}
+"""Values written inside ``{"$literal": …}``, each shaped like a marker: data the step gets as it is."""
+
+
+async def test_a_literal_written_in_a_step_s_input_reaches_the_step_as_it_is(
+    engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection
+) -> None:
+    wrapped = {k: {"$literal": v} for k, v in WRITTEN.items()}
+    pid = await create(
+        engine,
+        settings,
+        owner,
+        [
+            step("src", "test.echo", {"body": "from src"}),
+            step("after", "test.echo", wrapped, ["src"]),
+            step("alone", "test.echo", wrapped),
+        ],
+    )
+    async with running_worker(settings):
+        await wait_until(
+            lambda: pg.fetchval("SELECT status IN ('completed', 'failed') FROM pipelines WHERE id = $1", pid),
+            what="the pipeline",
+        )
+    jobs = await jobs_of(pg, pid)
+    assert jobs["after"]["result_data"] == WRITTEN, jobs["after"]["error_message"]
+    assert jobs["alone"]["result_data"] == WRITTEN, jobs["alone"]["error_message"]
+
+
+def test_a_processor_s_next_job_reads_a_literal_as_data_too(settings: Settings) -> None:
+    """The check of a processor's next jobs is the pipeline's: a marker inside a literal is refused in
+    the words any object of its shape is, and taken where the field takes an object."""
+    email = {"to": ["a@example.com"], "subject": "s", "body": {"$literal": {"$ref": "x.y"}}}
+    with pytest.raises(BadInput) as refused:
+        plan_next_jobs(None, [NextJob(type="email.send", input_data=email)], settings)
+    assert refused.value.errors == {"next_jobs[0].input_data.body": "Enter text"}
+    echo = NextJob(type="test.echo", input_data={"v": {"$literal": {"$literal": "x"}}})
+    assert plan_next_jobs(None, [echo], settings) == [echo]
