@@ -29,6 +29,7 @@ FOUNDATION = {
     "app.file_types",
     "app.storage_limit",
     "app.formatting",
+    "app.digits",
 }
 """What the job core may use besides ``app.jobs.*`` (and the ``app`` package itself)."""
 
