@@ -5,6 +5,7 @@ across a daylight-saving change, and the same audited actions behind the pages a
 from __future__ import annotations
 
 import html
+import re
 from datetime import UTC, datetime
 
 import asyncpg
@@ -486,3 +487,43 @@ async def test_the_page_marks_a_code_schedule_the_servers_code_no_longer_declare
     await post(client, f"/admin/schedules/{sid}/disable", {})
     await post(client, f"/admin/schedules/{sid}/delete", {})
     assert await pg.fetchval("SELECT count(*) FROM schedules") == 0
+
+
+async def test_an_over_long_schedule_field_is_refused_with_its_real_length_and_shown_as_typed(
+    client: AsyncTestClient,
+    admin: CurrentUser,
+    engine: AsyncEngine,
+    ui_settings: Settings,
+    pg: asyncpg.Connection,
+) -> None:
+    """The form cut its own controls to 1,000 characters before the action read them: a 6,009-character
+    cron expression was refused as "is 1,000 characters long" (the API says 6,009 for the same value)
+    and came back holding its first 1,000. Over-long text is refused, never cut: the error gives the real
+    length, and the form shows what was typed — on the new form and the edit form alike."""
+
+    def shown(page: str, field: str) -> str:
+        match = re.search(rf'<input[^>]*name="{field}"[^>]*value="([^"]*)"', page)
+        assert match, field
+        return html.unescape(match.group(1))
+
+    cron = "0 9 * * *" + " 1" * 3000
+    name = "N" * 1500
+    owner = "o" * 2000 + "@example.com"
+    assert len(cron) == 6009
+    new = {"_target": "type:test.form", "_timezone": "UTC", "_enabled": "on", "name": "Ann"}
+    r = await post(client, "/admin/schedules/new", {**new, "_cron": cron, "_name": name, "_owner": owner})
+    assert r.status_code == 422, r.text[:2000]
+    page = html.unescape(r.text)
+    assert "is 6,009 characters long; at most 300 are allowed" in page
+    assert "is 1,500 characters long; at most 200 are allowed" in page
+    assert "is 2,012 characters long; at most 254 are allowed" in page
+    assert (shown(r.text, "_cron"), shown(r.text, "_name"), shown(r.text, "_owner")) == (cron, name, owner)
+    assert await pg.fetchval("SELECT count(*) FROM schedules") == 0
+
+    sid = await _schedule(engine, admin, ui_settings)
+    edit = {"_cron": cron, "_timezone": "Europe/Berlin", "name": "Ann", "_enabled": "on"}
+    r = await post(client, f"/admin/schedules/{sid}/edit", edit)
+    assert r.status_code == 422, r.text[:2000]
+    assert "is 6,009 characters long; at most 300 are allowed" in html.unescape(r.text)
+    assert shown(r.text, "_cron") == cron
+    assert await pg.fetchval("SELECT cron FROM schedules WHERE id = $1::uuid", sid) == "0 9 * * *"

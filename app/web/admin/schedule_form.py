@@ -145,10 +145,12 @@ def preview(cron: str, tz: str, viewer_tz: str | None) -> tuple[list[str], str |
 def read_typed(request: Any, form: Any, tgt: Any) -> tuple[dict[str, Any], dict[str, str]]:
     """The schedule's own controls as typed, and the form's errors before any action: text that cannot
     be taken beside its control (:func:`app.web.input_guard.form_problems`; the target's generated
-    fields too), a checkbox sent with a value no box sends."""
-    typed: dict[str, Any] = {
-        key: str(form.get(key) or "")[:TYPED_MAX] for key in (CRON, TIMEZONE, NAME, OWNER)
-    }
+    fields too), a checkbox sent with a value no box sends.
+
+    The text is kept whole: the action refuses one over its limit naming its real length, and the form
+    shows it as typed (cut here, a 6,009-character cron was refused as "1,000 characters long" and came
+    back holding its first 1,000)."""
+    typed: dict[str, Any] = {key: str(form.get(key) or "") for key in (CRON, TIMEZONE, NAME, OWNER)}
     fields = forms.form_fields(tgt.model) if tgt is not None else []
     own = {key: key for key in (CRON, TIMEZONE, NAME, OWNER, ENABLED, CATCH_UP, TARGET)}
     errors = text_errors(fields, form_problems(request), own)
@@ -265,7 +267,10 @@ async def form_context(
 ) -> dict[str, Any]:
     """What ``admin/schedule_form.html`` shows: the picker (no target, a new schedule), or the form."""
     user = request.user
-    times, problem = preview(typed[CRON], typed[TIMEZONE] or "UTC", user.timezone)
+    # no preview of a cron over its limit (its length is the error beside it): the text is kept whole,
+    # and one of megabytes would only be parsed to show nothing
+    over = len(typed[CRON]) > schedule_actions.CRON_MAX
+    times, problem = ([], None) if over else preview(typed[CRON], typed[TIMEZONE] or "UTC", user.timezone)
     fields = forms.form_fields(target.model) if target else []
     # the summary lists the errors in the order of the controls on the page
     order = [TARGET, NAME, CRON, TIMEZONE, OWNER, forms.FORM_ERROR] + [f.name for f in fields]
