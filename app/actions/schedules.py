@@ -14,7 +14,9 @@ checks the owner again at each firing (:func:`app.schedules.owner_refusal`).
 
 Errors: :class:`~app.errors.Forbidden` (403), :class:`~app.errors.NotFound` (an unknown schedule, 404),
 :class:`~app.errors.Conflict` (409: deleting a schedule defined in code; enabling one whose owner's
-account is disabled, which the next firing would disable again), :class:`~app.errors.BadInput`
+account is disabled, which the next firing would disable again; a change that changes nothing — enabling
+an enabled schedule, disabling a disabled one, an edit to the values it has — "Nothing changed: …",
+nothing written, audited as refused as every admin no-op is), :class:`~app.errors.BadInput`
 (422, naming the field: ``cron``, ``timezone``, ``type``, ``template``, ``input_data…``, ``name``,
 ``owner``; ``type`` or ``template`` also for a target the owner may not start), :class:`~app.errors.TooLarge` (the input is over ``JOB_MAX_INPUT_BYTES``, 413).
 """
@@ -30,7 +32,7 @@ from sqlalchemy.engine import RowMapping
 from app import auth, pipelines, schedules
 from app.actions import access
 from app.actions.trail import Db, acting, auditing_refusals, record_done, require_admin
-from app.errors import BadInput, NotFound
+from app.errors import BadInput, Conflict, NotFound
 from app.jobs import payload
 from app.settings import Settings
 
@@ -196,11 +198,11 @@ async def set_enabled(
     db: Db, actor: Any, schedule_id: Any, enabled: bool, *, ip: str | None = None
 ) -> RowMapping:
     """Enable (the next run is computed from now; missed runs are not back-filled) or disable a schedule.
-    Returns the updated row. One already so is returned as it was (its ``updated_at`` too), with no
-    write and no audit entry: :func:`unchanged` tells.
+    Returns the updated row.
 
     Raises:
-        NotFound: unknown id. Conflict: enabling a schedule whose owner's account is disabled
+        NotFound: unknown id. Conflict: the schedule is already so ("Nothing changed: …", nothing written,
+        audited as refused); enabling a schedule whose owner's account is disabled
         (:func:`app.schedules.check_may_enable`).
     """
     require_admin(actor, "enable or disable schedules")
@@ -213,7 +215,13 @@ async def set_enabled(
         db.begin_nested(),
     ):
         if before["enabled"] == enabled:
-            return before
+            # a no-op is refused, as every admin action that would change nothing is: its next run and
+            # who last changed it stay, and the trail says it was asked and changed nothing
+            raise Conflict(
+                f"Nothing changed: schedule {before['name']!r} is already "
+                + ("enabled." if enabled else "disabled."),
+                extra=UNCHANGED,
+            )
         row = await schedules.switch_schedule(db, before, enabled)
         await record_done(
             db,
@@ -241,13 +249,12 @@ async def update_schedule(
     """Change a schedule's cron expression, time zone, input and enabled flag (its target, owner and name
     stay); the next run is computed from now. The audit entry names what changed; an edit that only
     switches ``enabled`` is :func:`set_enabled` (``schedule.enable`` / ``schedule.disable``), and one that
-    changes more is one ``schedule.update`` whose ``changed`` lists ``enabled`` too. Returns the row. An
-    edit that changes nothing (the same values, as they are stored) writes nothing and leaves no audit
-    entry: the row comes back as it was, which :func:`unchanged` tells.
+    changes more is one ``schedule.update`` whose ``changed`` lists ``enabled`` too. Returns the row.
 
     Raises:
         NotFound: unknown id. BadInput: each bad field named (cron, timezone, input fields).
-        Conflict: enabling a schedule whose owner's account is disabled; changing a code schedule's
+        Conflict: an edit that changes nothing (the same values, as they are stored: "Nothing changed:
+        …", nothing written, audited as refused); enabling a schedule whose owner's account is disabled; changing a code schedule's
         definition.
     """
     require_admin(actor, "edit schedules")
@@ -279,7 +286,11 @@ async def update_schedule(
         )
         changed = [k for k in ("cron", "timezone", "input_data", "enabled") if before[k] != row[k]]
         if not changed:
-            return row
+            raise Conflict(
+                f"Nothing changed: schedule {row['name']!r} already has this cron expression, time zone, "
+                "input and enabled flag.",
+                extra=UNCHANGED,
+            )
         switched = "schedule.enable" if row["enabled"] else "schedule.disable"
         await record_done(
             db,
@@ -344,7 +355,9 @@ async def change_schedule(
     answered 200 and changed nothing, and a schedule has no "no cron" to set.
 
     Raises:
-        BadInput: each field given as ``None`` named, then as :func:`update_schedule`.
+        BadInput: each field given as ``None`` named, then as :func:`update_schedule`. Conflict: no field
+        of :data:`CHANGEABLE` is given ("Nothing changed: …", audited as refused), or the values given
+        are the schedule's already (:func:`update_schedule`).
     """
     require_admin(actor, "edit schedules")
     who = acting(actor, ip)
@@ -359,19 +372,29 @@ async def change_schedule(
             }
         )
         row = await schedules.get_schedule(db, schedule_id)
+        if not any(k in changes for k in CHANGEABLE):
+            raise Conflict(
+                f"Nothing changed: the request gives no field to change in schedule {row['name']!r}; "
+                "send cron, timezone, input_data or enabled.",
+                extra=UNCHANGED,
+            )
     kept = {k: changes[k] if k in changes else row[k] for k in CHANGEABLE}
     return await update_schedule(db, actor, schedule_id, **kept, settings=settings, ip=ip)
+
+
+UNCHANGED = {"unchanged": True}
+"""The ``extra`` of the 409 of a change that would change nothing (:func:`unchanged`)."""
+
+
+def unchanged(exc: Conflict) -> bool:
+    """Whether ``exc`` refused a change that would have changed nothing ("Nothing changed: …"), not one
+    that cannot be made (a schedule defined in code, an owner whose account is disabled)."""
+    return bool(exc.extra.get("unchanged"))
 
 
 def _asked(schedule_id: Any) -> str:
     """The schedule id an admin asked for, as a refusal's entry names it (it may name no schedule)."""
     return str(schedule_id)[:100]
-
-
-def unchanged(before: Any, after: Any) -> bool:
-    """Whether an edit or an enable/disable that returned ``after`` left the schedule ``before`` as it
-    was (nothing written, nothing audited)."""
-    return bool(before["updated_at"] == after["updated_at"])
 
 
 async def delete_schedule(db: Db, actor: Any, schedule_id: Any, *, ip: str | None = None) -> RowMapping:

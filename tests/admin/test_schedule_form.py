@@ -5,6 +5,7 @@ across a daylight-saving change, and the same audited actions behind the pages a
 from __future__ import annotations
 
 import html
+import re
 from datetime import UTC, datetime
 
 import asyncpg
@@ -413,7 +414,7 @@ async def test_a_range_that_runs_backwards_is_refused(
             )
 
 
-async def test_an_edit_that_changes_nothing_writes_and_audits_nothing_on_the_page_and_the_api(
+async def test_an_edit_that_changes_nothing_is_refused_and_audited_on_the_page_and_the_api(
     client: AsyncTestClient,
     admin: CurrentUser,
     engine: AsyncEngine,
@@ -422,21 +423,23 @@ async def test_an_edit_that_changes_nothing_writes_and_audits_nothing_on_the_pag
     pg: asyncpg.Connection,
 ) -> None:
     """Saving the form as it was, a PATCH or PUT of the same values, enabling an enabled schedule: each
-    was an audit entry (and an admin notice) saying the schedule was changed. Now nothing is written —
-    its next run stays — nothing is recorded, and the page says nothing changed."""
+    was an audit entry (and an admin notice) saying the schedule was changed, then a 200 that recorded
+    nothing. The rule of every admin action: a 409 "Nothing changed" saying what was already so, nothing
+    written — its next run stays — audited as refused, no notice; the page shows it on the list, as the
+    other admin pages show a no-op."""
     sid = await _schedule(engine, admin, ui_settings)
     headers = {"Authorization": f"Bearer {await add_token(db_url, admin.id)}"}
     stamp = "SELECT updated_at, next_fire_at FROM schedules WHERE id = $1::uuid"
     before = await pg.fetchrow(stamp, sid)
-    audits = "SELECT count(*) FROM audit_log"
-    assert await pg.fetchval(audits) == 1  # its creation
+    audits = "SELECT action, outcome FROM audit_log ORDER BY id"
+    assert [a["action"] for a in await pg.fetch(audits)] == ["schedule.create"]
     notices = "SELECT count(*) FROM alert_outbox WHERE kind = 'admin_action'"
     announced = await pg.fetchval(notices)
 
     same = {"_cron": "0 9 * * *", "_timezone": "Europe/Berlin", "name": "Ann", "_enabled": "on"}
     r = await post(client, f"/admin/schedules/{sid}/edit", same)
-    assert r.status_code == 303, r.text
-    assert "nothing changed" in (await client.get(r.headers["location"])).text
+    assert r.status_code == 409, r.text
+    assert "Nothing changed: schedule &#39;Morning hello&#39; already has this cron" in r.text
     for call in (
         lambda: client.patch(f"/api/schedules/{sid}", json={"cron": "0 9 * * *"}, headers=headers),
         lambda: client.put(f"/api/schedules/{sid}", json={"input_data": {"name": "Ann"}}, headers=headers),
@@ -444,18 +447,24 @@ async def test_an_edit_that_changes_nothing_writes_and_audits_nothing_on_the_pag
         lambda: client.post(f"/api/schedules/{sid}/enable", headers=headers),
     ):
         answer = await call()
-        assert answer.status_code == 200 and answer.json()["cron"] == "0 9 * * *", answer.text
+        assert answer.status_code == 409 and "Nothing changed" in answer.json()["detail"], answer.text
     r = await post(client, f"/admin/schedules/{sid}/enable")
-    assert r.status_code == 303
-    assert "already enabled: nothing changed" in (await client.get(r.headers["location"])).text
-    assert await pg.fetchval(audits) == 1
+    assert r.status_code == 409
+    assert "Nothing changed: schedule &#39;Morning hello&#39; is already enabled." in r.text
+    trail = await pg.fetch(audits)
+    assert [a["action"] for a in trail] == [
+        "schedule.create",
+        *["schedule.update"] * 4,
+        *["schedule.enable"] * 2,
+    ]
+    assert all(a["outcome"].startswith("refused: Nothing changed: ") for a in trail[1:]), trail
     assert await pg.fetchval(notices) == announced
     assert await pg.fetchrow(stamp, sid) == before
 
     # a real change is saved and recorded, once, naming what changed
     r = await post(client, f"/admin/schedules/{sid}/edit", {**same, "name": "Bea"})
     assert r.status_code == 303 and "saved" in (await client.get(r.headers["location"])).text
-    assert await pg.fetchval(audits) == 2
+    assert len(await pg.fetch(audits)) == len(trail) + 1
     assert "input_data" in await pg.fetchval("SELECT detail::text FROM audit_log ORDER BY id DESC LIMIT 1")
 
 
@@ -478,3 +487,43 @@ async def test_the_page_marks_a_code_schedule_the_servers_code_no_longer_declare
     await post(client, f"/admin/schedules/{sid}/disable", {})
     await post(client, f"/admin/schedules/{sid}/delete", {})
     assert await pg.fetchval("SELECT count(*) FROM schedules") == 0
+
+
+async def test_an_over_long_schedule_field_is_refused_with_its_real_length_and_shown_as_typed(
+    client: AsyncTestClient,
+    admin: CurrentUser,
+    engine: AsyncEngine,
+    ui_settings: Settings,
+    pg: asyncpg.Connection,
+) -> None:
+    """The form cut its own controls to 1,000 characters before the action read them: a 6,009-character
+    cron expression was refused as "is 1,000 characters long" (the API says 6,009 for the same value)
+    and came back holding its first 1,000. Over-long text is refused, never cut: the error gives the real
+    length, and the form shows what was typed — on the new form and the edit form alike."""
+
+    def shown(page: str, field: str) -> str:
+        match = re.search(rf'<input[^>]*name="{field}"[^>]*value="([^"]*)"', page)
+        assert match, field
+        return html.unescape(match.group(1))
+
+    cron = "0 9 * * *" + " 1" * 3000
+    name = "N" * 1500
+    owner = "o" * 2000 + "@example.com"
+    assert len(cron) == 6009
+    new = {"_target": "type:test.form", "_timezone": "UTC", "_enabled": "on", "name": "Ann"}
+    r = await post(client, "/admin/schedules/new", {**new, "_cron": cron, "_name": name, "_owner": owner})
+    assert r.status_code == 422, r.text[:2000]
+    page = html.unescape(r.text)
+    assert "is 6,009 characters long; at most 300 are allowed" in page
+    assert "is 1,500 characters long; at most 200 are allowed" in page
+    assert "is 2,012 characters long; at most 254 are allowed" in page
+    assert (shown(r.text, "_cron"), shown(r.text, "_name"), shown(r.text, "_owner")) == (cron, name, owner)
+    assert await pg.fetchval("SELECT count(*) FROM schedules") == 0
+
+    sid = await _schedule(engine, admin, ui_settings)
+    edit = {"_cron": cron, "_timezone": "Europe/Berlin", "name": "Ann", "_enabled": "on"}
+    r = await post(client, f"/admin/schedules/{sid}/edit", edit)
+    assert r.status_code == 422, r.text[:2000]
+    assert "is 6,009 characters long; at most 300 are allowed" in html.unescape(r.text)
+    assert shown(r.text, "_cron") == cron
+    assert await pg.fetchval("SELECT cron FROM schedules WHERE id = $1::uuid", sid) == "0 9 * * *"

@@ -118,3 +118,46 @@ async def test_an_edit_that_only_switches_enabled_is_recorded_as_enable_or_disab
         "schedule.update",  # more than enabled changed: one edit, naming both
     ]
     assert '"enabled"' in rows[-1]["detail"] and '"cron"' in rows[-1]["detail"], rows[-1]["detail"]
+
+
+async def test_a_schedule_change_that_changes_nothing_is_a_409_audited_as_refused(
+    admin_api: AdminApi,
+) -> None:
+    """Disabling a disabled schedule, enabling an enabled one twice, ``PATCH {}`` and a ``PATCH`` of the
+    values it has each answered 200 and left no audit entry; the README's rule for admin actions is a
+    409 "Nothing changed" saying what was already so, audited as refused, as resuming a running type is."""
+    made = await admin_api.client.post(
+        "/api/schedules", json={"cron": "0 9 * * *", "type": "noop", "name": "Daily"}, headers=admin_api.root
+    )
+    assert made.status_code == 201, made.text
+    sid = made.json()["id"]
+    pg = admin_api.pg
+    stamp = "SELECT updated_at, next_fire_at FROM schedules WHERE id = $1"
+    trail = "SELECT action, outcome, count FROM audit_log WHERE action LIKE 'schedule.%' ORDER BY id"
+    notices = "SELECT count(*) FROM alert_outbox WHERE kind = 'admin_action'"
+
+    async def refused(method: str, path: str, body: Any, action: str, says: str) -> None:
+        before, entries, announced = (
+            await pg.fetchrow(stamp, sid),
+            await pg.fetch(trail),
+            await pg.fetchval(notices),
+        )
+        r = await admin_api.client.request(method, path, json=body, headers=admin_api.root)
+        assert r.status_code == 409, (method, path, body, r.status_code, r.text)
+        assert r.json()["detail"].startswith("Nothing changed: ") and says in r.json()["detail"], r.text
+        after = await pg.fetch(trail)
+        assert [tuple(e) for e in after[len(entries) :]] == [(action, f"refused: {r.json()['detail']}", 0)]
+        assert await pg.fetchrow(stamp, sid) == before  # nothing written: its next run stays
+        assert await pg.fetchval(notices) == announced  # a refusal sends no admin notice
+
+    disable, enable = f"/api/schedules/{sid}/disable", f"/api/schedules/{sid}/enable"
+    assert (await admin_api.client.post(disable, headers=admin_api.root)).status_code == 200
+    await refused("POST", disable, None, "schedule.disable", "'Daily' is already disabled")
+    assert (await admin_api.client.post(enable, headers=admin_api.root)).status_code == 200
+    await refused("POST", enable, None, "schedule.enable", "'Daily' is already enabled")
+    await refused("PATCH", f"/api/schedules/{sid}", {}, "schedule.update", "gives no field to change")
+    await refused("PUT", f"/api/schedules/{sid}", {}, "schedule.update", "gives no field to change")
+    await refused(
+        "PATCH", f"/api/schedules/{sid}", {"cron": "0 9 * * *"}, "schedule.update", "already has this cron"
+    )
+    await refused("PATCH", f"/api/schedules/{sid}", {"enabled": True}, "schedule.update", "already has")

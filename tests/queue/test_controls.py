@@ -14,7 +14,7 @@ import pytest
 from app import controls
 from app.actions import controls as control_actions
 from app.db import asyncpg_dsn
-from app.errors import BadInput, NotFound
+from app.errors import BadInput, Conflict, NotFound
 from app.jobs import queue
 from app.jobs.queue import NewJob
 from tests.support.factories import fire_by_seconds, make_user
@@ -427,11 +427,27 @@ async def test_enabling_or_disabling_a_schedule_reads_it_once(engine, settings, 
             reads.clear()
             async with engine.begin() as conn:
                 before = await pg.fetchval("SELECT updated_at FROM schedules WHERE id = $1", row["id"])
-                after = await schedule_actions.set_enabled(conn, admin, str(row["id"]), enabled)
-            assert after["enabled"] is enabled
-            assert (after["updated_at"] != before) is written, (enabled, written)
+                if written:
+                    after = await schedule_actions.set_enabled(conn, admin, str(row["id"]), enabled)
+                    assert after["enabled"] is enabled
+                    assert after["updated_at"] != before
+                else:  # already so: refused, nothing written (the refusal is audited)
+                    with pytest.raises(Conflict, match="Nothing changed"):
+                        await schedule_actions.set_enabled(conn, admin, str(row["id"]), enabled)
+                    assert (
+                        await pg.fetchval("SELECT updated_at FROM schedules WHERE id = $1", row["id"])
+                        == before
+                    )
             assert len(reads) == 1, reads
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", capture)
-    actions = [r["action"] for r in await pg.fetch("SELECT action FROM audit_log ORDER BY id")]
-    assert actions == ["schedule.create", "schedule.disable", "schedule.enable"]
+    actions = [
+        (r["action"], r["outcome"][:24]) for r in await pg.fetch("SELECT * FROM audit_log ORDER BY id")
+    ]
+    assert actions == [
+        ("schedule.create", "ok"),
+        ("schedule.disable", "ok"),
+        ("schedule.disable", "refused: Nothing changed"),
+        ("schedule.enable", "ok"),
+        ("schedule.enable", "refused: Nothing changed"),
+    ]

@@ -31,7 +31,7 @@ from litestar.response import Redirect, Template
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import auth, pipelines, schedules, users
+from app import auth, controls, pipelines, schedules, users
 from app import cron as cron_times
 from app.actions import schedules as schedule_actions
 from app.actions import trail
@@ -145,10 +145,12 @@ def preview(cron: str, tz: str, viewer_tz: str | None) -> tuple[list[str], str |
 def read_typed(request: Any, form: Any, tgt: Any) -> tuple[dict[str, Any], dict[str, str]]:
     """The schedule's own controls as typed, and the form's errors before any action: text that cannot
     be taken beside its control (:func:`app.web.input_guard.form_problems`; the target's generated
-    fields too), a checkbox sent with a value no box sends."""
-    typed: dict[str, Any] = {
-        key: str(form.get(key) or "")[:TYPED_MAX] for key in (CRON, TIMEZONE, NAME, OWNER)
-    }
+    fields too), a checkbox sent with a value no box sends.
+
+    The text is kept whole: the action refuses one over its limit naming its real length, and the form
+    shows it as typed (cut here, a 6,009-character cron was refused as "1,000 characters long" and came
+    back holding its first 1,000)."""
+    typed: dict[str, Any] = {key: str(form.get(key) or "") for key in (CRON, TIMEZONE, NAME, OWNER)}
     fields = forms.form_fields(tgt.model) if tgt is not None else []
     own = {key: key for key in (CRON, TIMEZONE, NAME, OWNER, ENABLED, CATCH_UP, TARGET)}
     errors = text_errors(fields, form_problems(request), own)
@@ -235,10 +237,13 @@ async def submit(
         for name, message in action_errors(exc, fields).items():
             errors.setdefault(name, message)
     except Conflict as exc:
-        # enabling a schedule whose owner's account is disabled: said beside the Enabled box
-        if exc.extra.get("field") != "enabled":
+        if exc.extra.get("field") == "enabled":
+            # enabling a schedule whose owner's account is disabled: said beside the Enabled box
+            errors[ENABLED] = exc.detail
+        elif not (form_to_correct and schedule_actions.unchanged(exc)):
+            # an edit to the stored values is the caller's 409; with errors of the form's own, those are
+            # what to correct (as before the action refused a no-op), audited below
             raise
-        errors[ENABLED] = exc.detail
     if form_to_correct:
         # the savepoint that held the action's own entry was rolled back: one entry names every error
         db.info.pop(KEEP_REFUSAL, None)
@@ -262,7 +267,10 @@ async def form_context(
 ) -> dict[str, Any]:
     """What ``admin/schedule_form.html`` shows: the picker (no target, a new schedule), or the form."""
     user = request.user
-    times, problem = preview(typed[CRON], typed[TIMEZONE] or "UTC", user.timezone)
+    # no preview of a cron over its limit (its length is the error beside it): the text is kept whole,
+    # and one of megabytes would only be parsed to show nothing
+    over = len(typed[CRON]) > schedule_actions.CRON_MAX
+    times, problem = ([], None) if over else preview(typed[CRON], typed[TIMEZONE] or "UTC", user.timezone)
     fields = forms.form_fields(target.model) if target else []
     # the summary lists the errors in the order of the controls on the page
     order = [TARGET, NAME, CRON, TIMEZONE, OWNER, forms.FORM_ERROR] + [f.name for f in fields]
@@ -314,6 +322,33 @@ def _status(errors: Mapping[str, str]) -> int:
 
 def _row_target(row: Any) -> Target | None:
     return target_of("type", row["job_type"]) if row["job_type"] else target_of("template", row["template"])
+
+
+async def schedules_context(db: AsyncSession) -> dict[str, Any]:
+    """What ``admin/schedules.html`` shows (:mod:`app.web.admin.schedules`); here, beside the forms, since
+    a form that changed nothing answers with the list too."""
+    rows = await controls.list_schedules(db)
+    owner_ids = sorted({r["user_id"] for r in rows})
+    return {
+        "schedules": rows,
+        "owners": await users.emails_of(db, owner_ids),
+        # such a schedule cannot be enabled (nor run) until its owner's account is enabled again
+        "disabled_owners": await users.disabled_among(db, owner_ids),
+        "declared": schedules.declared_code_schedules(),
+        "targets": target_options(),
+        "errors": {},
+        "notice": None,
+        "notice_ok": True,
+    }
+
+
+async def refused(db: AsyncSession, request: Request[Any, Any, Any], exc: Conflict) -> Template:
+    """``/admin/schedules`` again, 409, with the refusal's own words: a schedule already as asked
+    ("Nothing changed: …", as the other admin pages show a no-op), one defined in code, an owner's
+    disabled account."""
+    ctx = await schedules_context(db)
+    ctx.update(notice=exc.detail, notice_ok=False)
+    return render(request, "admin/schedules.html", ctx, status_code=409)
 
 
 class ScheduleFormController(Controller):
@@ -459,26 +494,29 @@ class ScheduleFormController(Controller):
             )
 
         owner = await _owner(db_session, row)
-        saved, values, errors = await submit(
-            request,
-            db_session,
-            form,
-            tgt,
-            owner,
-            act,
-            audited=("schedule.update", [row["id"]]),
-            unchanged_input=row["input_data"] or {},
-            own_errors=own_errors,
-        )
+        try:
+            saved, values, errors = await submit(
+                request,
+                db_session,
+                form,
+                tgt,
+                owner,
+                act,
+                audited=("schedule.update", [row["id"]]),
+                unchanged_input=row["input_data"] or {},
+                own_errors=own_errors,
+            )
+        except Conflict as exc:
+            if not schedule_actions.unchanged(exc):
+                raise
+            # the form as the schedule is: the list with "Nothing changed: …", 409, as the Enable and
+            # Disable buttons of a schedule already so answer
+            return await refused(db_session, request, exc)
         if saved is None:
             ctx = await form_context(
                 request, target=tgt, typed=typed, values=values, errors=errors, schedule=row
             )
             return render(request, "admin/schedule_form.html", ctx, status_code=_status(errors))
-        if schedule_actions.unchanged(row, saved):
-            return flash.redirect(
-                request, "/admin/schedules", f"Schedule {saved['name']!r}: nothing changed."
-            )
         return flash.redirect(request, "/admin/schedules", f"Schedule {saved['name']!r} saved.")
 
     @get("/preview", name="admin.schedules.preview")

@@ -5,7 +5,8 @@
   are :mod:`app.web.admin.schedule_form`);
 * ``POST /admin/schedules/{id}/{enable,disable,delete}`` — a schedule defined in code cannot be deleted
   while it is enabled or the code declares it (409: disable it instead, or remove it from the code); one
-  whose owner's account is disabled cannot be enabled (409).
+  whose owner's account is disabled cannot be enabled (409), and one already enabled (disabled) is not
+  enabled (disabled) again (409 "Nothing changed", audited as refused).
 
 The changes themselves, their audit entries and admin notices are :mod:`app.actions.schedules`.
 
@@ -17,39 +18,13 @@ from typing import Any
 from litestar import Controller, Request, get, post
 from litestar.params import FromPath
 from litestar.response import Redirect, Template
-from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import auth, controls, users
+from app import auth
 from app.actions import schedules as schedule_actions
 from app.errors import Conflict
-from app.schedules import declared_code_schedules
 from app.web import DbSession, flash, render
-from app.web.admin.schedule_form import target_options
+from app.web.admin.schedule_form import refused, schedules_context
 from app.web.deps import client_ip
-
-
-async def schedules_context(db: AsyncSession) -> dict[str, Any]:
-    rows = await controls.list_schedules(db)
-    owner_ids = sorted({r["user_id"] for r in rows})
-    return {
-        "schedules": rows,
-        "owners": await users.emails_of(db, owner_ids),
-        # such a schedule cannot be enabled (nor run) until its owner's account is enabled again
-        "disabled_owners": await users.disabled_among(db, owner_ids),
-        "declared": declared_code_schedules(),
-        "targets": target_options(),
-        "errors": {},
-        "notice": None,
-        "notice_ok": True,
-    }
-
-
-async def refused(db: AsyncSession, request: Request[Any, Any, Any], exc: Conflict) -> Template:
-    """The list again, 409, with the refusal's own words (a refusal is not a no-op: "Nothing changed" is
-    said only where the schedule was already as asked)."""
-    ctx = await schedules_context(db)
-    ctx.update(notice=exc.detail, notice_ok=False)
-    return render(request, "admin/schedules.html", ctx, status_code=409)
 
 
 class SchedulesController(Controller):
@@ -78,9 +53,8 @@ class SchedulesController(Controller):
         self, request: Request[Any, Any, Any], db_session: DbSession, schedule_id: FromPath[str]
     ) -> Template | Redirect:
         """Enable (next run computed from now, no back-fill) or disable a schedule; enabling one whose
-        owner's account is disabled answers 409 with the reason on the list."""
+        owner's account is disabled, or one already as asked, answers 409 with the reason on the list."""
         enabled = request.url.path.rstrip("/").endswith("/enable")
-        before = await controls.get_schedule(db_session, schedule_id)
         try:
             row = await schedule_actions.set_enabled(
                 db_session, request.user, schedule_id, enabled, ip=client_ip(request)
@@ -88,10 +62,6 @@ class SchedulesController(Controller):
         except Conflict as exc:
             return await refused(db_session, request, exc)
         state = "enabled" if enabled else "disabled"
-        if schedule_actions.unchanged(before, row):
-            return flash.redirect(
-                request, "/admin/schedules", f"Schedule {row['name']!r} was already {state}: nothing changed."
-            )
         return flash.redirect(request, "/admin/schedules", f"Schedule {row['name']!r} {state}.")
 
     @post("/{schedule_id:str}/delete", name="admin.schedules.delete", status_code=303)

@@ -92,7 +92,8 @@ class SchedulesApiController(Controller):
         self, request: Request[Any, Any, Any], db_session: DbSession, schedule_id: FromPath[str]
     ) -> dict[str, Any]:
         """Enable a schedule (its next run is computed from now; missed runs are not back-filled) or
-        disable it. Returns the schedule."""
+        disable it. Returns the schedule; 409 "Nothing changed" when it is already so (audited as
+        refused)."""
         enabled = request.url.path.rstrip("/").endswith("/enable")
         row = await schedule_actions.set_enabled(
             db_session, request.user, schedule_id, enabled, ip=client_ip(request)
@@ -114,7 +115,8 @@ class SchedulesApiController(Controller):
     ) -> dict[str, Any]:
         """Change cron, time zone, input or enabled (the next run is computed from now); the same action
         as the console's edit form, audited as ``schedule.update``. 422 naming every bad field; 409 for
-        enabling a schedule whose owner's account is disabled."""
+        enabling a schedule whose owner's account is disabled, and "Nothing changed" for an edit that
+        gives no field or only the values the schedule has (audited as refused)."""
         return await _change(request, db_session, schedule_id, data)
 
     @put(
