@@ -208,7 +208,7 @@ class AddressPolicy:
         self.hosts: set[str] = set()
         self.host_ports: set[tuple[str, int]] = set()
         for entry in settings.http_request_allowed_hosts:
-            self._allow(str(entry).strip().lower())
+            self._allow(str(entry))
 
     def _allow(self, entry: str) -> None:
         host, port = allowed_host(entry)

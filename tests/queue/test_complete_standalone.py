@@ -13,15 +13,14 @@ from typing import Any
 
 import asyncpg
 import pytest
-import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.jobs import queue
 from app.jobs.queue import Outcome
 from app.settings import Settings
-from app.worker.completer import Completer, Tally
+from app.worker.completer import Completer
 from tests.support.factories import make_job, make_user
-from tests.support.workers import wait_until
+from tests.support.workers import standalone_completer, wait_until
 
 WORKER = "test-worker"
 
@@ -82,17 +81,8 @@ async def _scenario(engine: AsyncEngine, settings: Settings, pg: asyncpg.Connect
 
 @pytest.fixture
 async def completer(engine: AsyncEngine, settings: Settings) -> AsyncIterator[Completer]:
-    completer = Completer(
-        settings,
-        worker_id=WORKER,
-        engine=engine,
-        held={},
-        tally=Tally(),
-        log=structlog.get_logger("test"),
-        on_notify=lambda: None,
-    )
-    yield completer
-    await completer.held_conn.close()
+    async with standalone_completer(settings, engine, WORKER) as completer:
+        yield completer
 
 
 async def test_the_one_statement_completion_writes_what_the_transaction_writes(

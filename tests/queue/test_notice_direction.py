@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
-import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import tests.support.forms  # noqa: F401  (registers test.form)
@@ -18,9 +17,10 @@ from app.formatting import balanced, isolated, read_turning_class, turning_class
 from app.jobs.queue import Outcome
 from app.notifications import build_message
 from app.settings import Settings
-from app.worker.completer import Completer, Tally
+from app.worker.completer import Completer
 from tests.support.factories import make_user
 from tests.support.jobsteps import claim, enqueue, failed_job, finish
+from tests.support.workers import standalone_completer
 
 RLO, PDF, FSI, PDI = "\u202e", "\u202c", "\u2068", "\u2069"
 NAME = f"{RLO}Quarterly report"
@@ -29,17 +29,8 @@ SHOWN = f"{FSI}{NAME}{PDF}{PDI}"
 
 @pytest.fixture
 async def completer(engine: AsyncEngine, settings: Settings) -> AsyncIterator[Completer]:
-    completer = Completer(
-        settings,
-        worker_id="test-worker",
-        engine=engine,
-        held={},
-        tally=Tally(),
-        log=structlog.get_logger("test"),
-        on_notify=lambda: None,
-    )
-    yield completer
-    await completer.held_conn.close()
+    async with standalone_completer(settings, engine, "test-worker") as completer:
+        yield completer
 
 
 async def _texts(pg: asyncpg.Connection, user_id: int) -> list[str]:

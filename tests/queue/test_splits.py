@@ -29,10 +29,11 @@ from app.jobs.queue import Outcome
 from app.processors import NextJob
 from app.schedules import create_schedule
 from app.settings import Settings
-from app.worker.completer import Completer, Tally
+from app.worker.completer import Completer
 from app.worker.maintenance import ScheduleFiring
 from tests.support.factories import TestUser, make_job
 from tests.support.splitproxy import SplitProxy, cut_plan
+from tests.support.workers import standalone_completer
 
 WORKER = "split-worker"
 MAX_ROUND_TRIPS = 40
@@ -97,17 +98,8 @@ async def cut_everywhere(
 
 @pytest.fixture
 async def completer(settings: Settings, cut_engine: AsyncEngine) -> AsyncIterator[Completer]:
-    completer = Completer(
-        settings,
-        worker_id=WORKER,
-        engine=cut_engine,
-        held={},
-        tally=Tally(),
-        log=structlog.get_logger("test"),
-        on_notify=lambda: None,
-    )
-    yield completer
-    await completer.held_conn.close()
+    async with standalone_completer(settings, cut_engine, WORKER) as completer:
+        yield completer
 
 
 async def _claimed(engine: AsyncEngine, job_id: uuid.UUID) -> int:

@@ -14,11 +14,35 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import structlog
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.settings import Settings
+from app.worker.completer import Completer, Tally
 from app.worker.runner import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextlib.asynccontextmanager
+async def standalone_completer(
+    settings: Settings, engine: AsyncEngine, worker_id: str = "test-worker"
+) -> AsyncIterator[Completer]:
+    """A worker's completer on ``engine``, outside any worker: outcomes written by the test's calls to
+    :meth:`~app.worker.completer.Completer.write` (or its other methods); its held connection closed at exit."""
+    completer = Completer(
+        settings,
+        worker_id=worker_id,
+        engine=engine,
+        held={},
+        tally=Tally(),
+        log=structlog.get_logger("test"),
+        on_notify=lambda: None,
+    )
+    try:
+        yield completer
+    finally:
+        await completer.held_conn.close()
 
 
 @contextlib.asynccontextmanager
