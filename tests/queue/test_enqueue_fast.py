@@ -262,10 +262,18 @@ async def test_a_bulk_copy_writes_what_the_insert_statement_writes(
     _, none_free = await write(batch(), waiting={0, 1, 2})
     assert none_free == [], "a NOTIFY for jobs that all wait for parents"
 
+    monkeypatch.setattr(many_jobs, "STREAM_FROM", 1)
+    streamed, streamed_notes = await write(batch(), waiting={1})
+    assert streamed_notes == [""]
+    _, none_free = await write(batch(), waiting={0, 1, 2})
+    assert none_free == [], "a NOTIFY for streamed jobs that all wait for parents"
+
+    monkeypatch.setattr(many_jobs, "STREAM_FROM", 10**9)
     monkeypatch.setattr(many_jobs, "COPY_FROM", 10**9)
     inserted, inserted_notes = await write(batch(), waiting={1})
     assert inserted_notes == [""]
     assert await written(copied) == await written(inserted)
+    assert await written(streamed) == await written(inserted)
     first, later, _ = await written(copied)
     assert (first["run_at"], later["run_at"], later["pending_parents"]) == ("at the start", due, 2)
     assert first["events"] == [
@@ -279,18 +287,21 @@ async def test_a_bulk_copy_writes_what_the_insert_statement_writes(
     [{"step_key": "\ud800"}, {"user_id": 2**40}, {"request_id": "a\x00b"}],
     ids=["lone-surrogate", "out-of-range", "nul"],
 )
+@pytest.mark.parametrize("stream_from", [1, 10**9], ids=["streamed", "checked-first"])
 async def test_a_value_the_copy_cannot_store_is_refused_as_a_statement_would_refuse_it(
     engine: Any,
     settings: Settings,
     owner: TestUser,
     pg: asyncpg.Connection,
     fields: dict[str, Any],
+    stream_from: int,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A value the bulk enqueue's ``COPY`` cannot write (a Python caller's text with a lone surrogate or a
     NUL, a number out of its column's range) is the driver's ``DataError``, as for a statement's
     parameter, which the web layer answers as input it cannot store (422, not 500); nothing is written."""
     monkeypatch.setattr(many_jobs, "COPY_FROM", 1)
+    monkeypatch.setattr(many_jobs, "STREAM_FROM", stream_from)
     job = NewJob(**{"type": "noop", "input_data": {}, "user_id": owner.id, **fields})
     with pytest.raises(asyncpg.DataError) as err:
         async with engine.begin() as conn:

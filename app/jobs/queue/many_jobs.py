@@ -1,13 +1,14 @@
-"""Bulk enqueue: many jobs validated first, then written with their ``enqueued`` events in the caller's
-transaction (batches, pipelines, fan-out steps, Python callers): a large batch by ``COPY``, a small one by
-one insert statement, and a batch in which some jobs have idempotency keys by one ``INSERT … ON CONFLICT``
-statement."""
+"""Bulk enqueue: many jobs validated, then written with their ``enqueued`` events in the caller's
+transaction (batches, pipelines, fan-out steps, Python callers): a large batch by ``COPY`` (the largest
+checked while the copy runs, so that the database writes the first rows while the client checks the
+next), a small one by one insert statement, and a batch in which some jobs have idempotency keys by one
+``INSERT … ON CONFLICT`` statement."""
 
 from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -124,24 +125,48 @@ MANY_ERRORS_SHOWN = 50
 """Most bad jobs a bulk enqueue reports at once (each with its index); the rest are counted."""
 
 
-def _prepare_all(jobs: Sequence[NewJob], settings: Settings, skip_schema: bool) -> list[dict[str, Any]]:
-    """Every job validated (each type's schema compiled once, see :func:`_type_check`); the problems of
-    every bad job, by index, in one :class:`BadInput`."""
-    prepared: list[dict[str, Any]] = []
-    errors: dict[str, str] = {}
-    bad = 0
-    for i, j in enumerate(jobs):
+class _Checker:
+    """The jobs of one bulk enqueue validated in order (each type's schema compiled once, see
+    :func:`_type_check`), the problems of every bad job kept by index for one :class:`BadInput`."""
+
+    def __init__(self, jobs: Sequence[NewJob], settings: Settings, skip_schema: bool) -> None:
+        self.jobs, self.settings, self.skip_schema = jobs, settings, skip_schema
+        self.prepared: list[dict[str, Any]] = []
+        self.errors: dict[str, str] = {}
+        self.bad = 0
+        self.done = 0
+
+    def check(self, i: int) -> dict[str, Any] | None:
+        """Job ``i``'s insert parameters, or ``None`` when it is bad (its problems kept)."""
+        self.done = i + 1
         try:
-            prepared.append(prepare(j, settings, field_prefix=f"jobs[{i}].", skip_schema=skip_schema))
+            p = prepare(self.jobs[i], self.settings, field_prefix=f"jobs[{i}].", skip_schema=self.skip_schema)
         except BadInput as exc:
-            bad += 1
-            if bad <= MANY_ERRORS_SHOWN:
-                errors.update(exc.errors or {f"jobs[{i}]": str(exc)})
-    if bad:
-        first, message = next(iter(errors.items()))
-        more = f" (and {bad - 1} more bad jobs)" if bad > 1 else ""
-        raise BadInput(f"{first}: {message}{more}", errors=errors)
-    return prepared
+            self.bad += 1
+            if self.bad <= MANY_ERRORS_SHOWN:
+                self.errors.update(exc.errors or {f"jobs[{i}]": str(exc)})
+            return None
+        self.prepared.append(p)
+        return p
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Every job checked (those not checked yet, then), and their parameters.
+
+        Raises:
+            BadInput: naming every bad job (up to :data:`MANY_ERRORS_SHOWN`) and counting the rest.
+        """
+        for i in range(self.done, len(self.jobs)):
+            self.check(i)
+        if self.bad:
+            first, message = next(iter(self.errors.items()))
+            more = f" (and {self.bad - 1} more bad jobs)" if self.bad > 1 else ""
+            raise BadInput(f"{first}: {message}{more}", errors=self.errors)
+        return self.prepared
+
+
+def _prepare_all(jobs: Sequence[NewJob], settings: Settings, skip_schema: bool) -> list[dict[str, Any]]:
+    """Every job validated; the problems of every bad job, by index, in one :class:`BadInput`."""
+    return _Checker(jobs, settings, skip_schema).finish()
 
 
 def _insert_params(
@@ -197,6 +222,74 @@ async def _copy_in(
                 _COPY_COLUMNS + (["run_at"] if timed else []),
                 [(*row(p), pending.get(p["id"], 0), *([p["run_at"]] if timed else [])) for p in group],
             )
+    await _copy_events(raw, prepared, actor)
+
+
+STREAM_FROM = 2_000
+"""Fewest jobs without keys whose checks run while their ``COPY`` is under way (:func:`_stream_in`).
+The driver sends copied rows in buffers of half a megabyte, so the database starts on the first rows
+only once that many are checked (about 4,000 small inputs): a smaller batch gains nothing and pays the
+savepoint's two round trips."""
+
+_SAVEPOINT = "jobdesk_bulk_copy"
+
+
+async def _stream_in(
+    conn: AsyncConnection,
+    raw: Any,
+    checker: _Checker,
+    pending: dict[uuid.UUID, int],
+    actor: str | None,
+) -> list[dict[str, Any]]:
+    """:func:`_copy_in` of jobs checked while they are copied: the database writes the first rows (and
+    their index entries) while the client checks the next ones, on another core, instead of after
+    them. The checks decide as before: at the first bad job the copy ends with the jobs before it,
+    those rows are rolled back to a savepoint taken first, the rest are checked for the error, and
+    nothing is left written; a batch that checks out is written as :func:`_copy_in` writes it.
+
+    Only ``BadInput`` and the like end the copy early: the generator never raises into the driver,
+    which on an exception from its input aborts the ``COPY`` and sends the server a cancel request that
+    may land on the next statement (the rollback to the savepoint)."""
+    row = itemgetter(*_COPIED.values())
+    timed: list[dict[str, Any]] = []
+    stopped: list[Exception] = []
+
+    async def untimed() -> AsyncIterator[tuple[Any, ...]]:
+        for i in range(len(checker.jobs)):
+            try:
+                p = checker.check(i)
+            except Exception as exc:  # a TooLarge, or a type's own check failing: raised after the copy
+                stopped.append(exc)
+                return
+            if p is None:
+                return
+            if p["run_at"] is not None:
+                timed.append(p)
+            else:
+                yield (*row(p), pending.get(p["id"], 0))
+
+    async with discarded_if_lost(conn, raw):
+        await raw.execute(f"SAVEPOINT {_SAVEPOINT}")
+        await _copy(raw, "jobs", _COPY_COLUMNS, untimed())
+        try:
+            if stopped:
+                raise stopped[0]
+            prepared = checker.finish()
+            await check_files(conn, prepared)
+        except Exception:
+            await raw.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}; RELEASE SAVEPOINT {_SAVEPOINT}")
+            raise
+        if timed:
+            columns = [*_COPY_COLUMNS, "run_at"]
+            await _copy(
+                raw, "jobs", columns, [(*row(p), pending.get(p["id"], 0), p["run_at"]) for p in timed]
+            )
+        await _copy_events(raw, prepared, actor)
+        await raw.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+    return prepared
+
+
+async def _copy_events(raw: Any, prepared: Sequence[dict[str, Any]], actor: str | None) -> None:
     await _copy(
         raw,
         "job_events",
@@ -208,7 +301,9 @@ async def _copy_in(
     )
 
 
-async def _copy(raw: Any, table: str, columns: list[str], records: list[tuple[Any, ...]]) -> None:
+async def _copy(
+    raw: Any, table: str, columns: list[str], records: list[tuple[Any, ...]] | AsyncIterator[tuple[Any, ...]]
+) -> None:
     try:
         await raw.copy_records_to_table(table, columns=columns, records=records)
     except (OverflowError, TypeError, ValueError) as exc:
@@ -247,20 +342,31 @@ async def enqueue_many(
     conn = await conn_of(db)
     if not jobs:
         return []
-    prepared = _prepare_all(jobs, settings, skip_schema)
-    await check_files(conn, prepared)
     pending = pending or {}
-    if any(p["idempotency_key"] is not None for p in prepared):
-        inserted = await _insert_keyed(conn, prepared, _insert_params(prepared, pending, actor))
-    elif len(prepared) >= COPY_FROM and (raw := await driver_connection(conn)) is not None:
-        async with discarded_if_lost(conn, raw):
-            await _copy_in(raw, prepared, pending, actor)
+    copied = True
+    if (
+        len(jobs) >= STREAM_FROM
+        and all(j.idempotency_key is None for j in jobs)
+        and (raw := await driver_connection(conn)) is not None
+    ):
+        prepared = await _stream_in(conn, raw, _Checker(jobs, settings, skip_schema), pending, actor)
+    else:
+        prepared = _prepare_all(jobs, settings, skip_schema)
+        await check_files(conn, prepared)
+        if any(p["idempotency_key"] is not None for p in prepared):
+            inserted = await _insert_keyed(conn, prepared, _insert_params(prepared, pending, actor))
+            copied = False
+        elif len(prepared) >= COPY_FROM and (raw := await driver_connection(conn)) is not None:
+            async with discarded_if_lost(conn, raw):
+                await _copy_in(raw, prepared, pending, actor)
+        else:
+            params = _insert_params(prepared, pending, actor)
+            inserted = [r[0] for r in (await conn.execute(INSERT_MANY_WITHOUT_KEYS, params)).all()]
+            copied = False
+    if copied:  # the statements NOTIFY in themselves
         inserted = [p["id"] for p in prepared]
         if any(pending.get(p["id"], 0) == 0 for p in prepared):
             await notify_jobs(conn)
-    else:
-        params = _insert_params(prepared, pending, actor)
-        inserted = [r[0] for r in (await conn.execute(INSERT_MANY_WITHOUT_KEYS, params)).all()]
     created = set(inserted)
     await link_files(
         conn, [(p["id"], fid) for p in prepared if p["id"] in created for _, fid, _ in p["files"]]
