@@ -75,6 +75,7 @@ ACTIONS: dict[str, Words] = {
     "account.password": Words("Changed their own password"),
     "account.timezone": Words("Changed their own time zone"),
     "account.theme": Words("Changed their own colours"),
+    "account.email_notifications": Words("Changed their own e-mail choice for notices"),
     "account.token_create": Words("Created their own API token"),
     "account.token_revoke": Words("Revoked their own API token"),
     "schedule.create": Words("Created a schedule"),

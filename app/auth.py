@@ -40,6 +40,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.db import read_rows
+from app.emails import MAX_LENGTH as MAX_EMAIL_LENGTH
+from app.emails import NOT_TYPABLE, email_key, folded
 from app.errors import BadInput, Conflict, Forbidden, NotFound, Unauthorized
 
 if TYPE_CHECKING:
@@ -132,26 +134,19 @@ def generate_password() -> str:
     return secrets.token_urlsafe(12)
 
 
-_NOT_TYPABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-def email_key(email: str | None) -> str:
-    """``email`` as an account is looked up by it: stripped, lower-cased, at most 254 characters, a NUL
-    or a lone surrogate (a command-line argument's byte that is not UTF-8) replaced by U+FFFD. The
-    database takes neither, and no stored address holds one (:func:`normalize_email`), so such a lookup
-    finds nobody instead of failing."""
-    return _NOT_TYPABLE.sub("\ufffd", (email or "").strip().lower())[:254]
+_NOT_TYPABLE = NOT_TYPABLE
 
 
 def normalize_email(email: str) -> str:
-    """``email`` stripped and lower-cased.
+    """``email`` as it is stored: its key (:mod:`app.emails`: NFKC, case-folded, stripped), so that an
+    address differing only by compatibility forms or case from a stored one is the same account.
 
     Raises:
         BadInput: (field ``email``) empty, longer than 254 characters, not ``something@domain.tld``
         (a domain of at least two labels, none empty), or holding an invisible format character, a NUL
         or a lone surrogate.
     """
-    value = (email or "").strip().lower()
+    value = folded(email or "")
     if not value:
         raise BadInput.field("email", "Enter an email address.")
     if _NOT_TYPABLE.search(value):
@@ -160,7 +155,7 @@ def normalize_email(email: str) -> str:
         raise BadInput.field(
             "email", "An email address cannot hold a NUL character or a byte that is not UTF-8 text."
         )
-    if len(value) > 254 or not _EMAIL_RE.match(value):
+    if len(value) > MAX_EMAIL_LENGTH or not _EMAIL_RE.match(value):
         raise BadInput.field("email", "Enter an email address like you@example.com.")
     if any(unicodedata.category(ch) == "Cf" for ch in value):
         # Invisible format characters (a right-to-left override, a zero-width space) let one address
@@ -204,7 +199,8 @@ async def create_user(db: Db, email: str, password: str, *, is_admin: bool = Fal
 
     Raises:
         BadInput: malformed email or too-short password.
-        Conflict: a user with this email (compared lower-cased) exists.
+        Conflict: a user with this email exists (compared by its key, :mod:`app.emails`: a look-alike in
+            compatibility forms or another case is the same address).
     """
     email = normalize_email(email)
     check_password_rules(password)

@@ -496,6 +496,10 @@ def demo(email: str, samples: Path | None, wait_secs: int) -> None:
 
     Without SMTP_HOST the email job is delivered to a local mail server that this command runs until
     the job has finished (at most --wait seconds); the message is saved under JOBDESK_DATA_DIR/demo-mail.
+
+    The demo is held to EMAIL's limits like any submission (USER_MAX_JOBS_PER_MINUTE,
+    USER_MAX_WAITING_JOBS, USER_MAX_UPLOAD_BYTES; admins are exempt from the first two, as on the
+    pages): when they refuse it, nothing is submitted.
     """
     with _imports_without_gc():
         from app import demo as demo_mod

@@ -25,6 +25,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from app.emails import email_key
 from app.errors import AppError, BadInput, TooLarge
 from app.jobs import outbox, queue
 from app.jobs.queue import SystemPrincipal
@@ -53,11 +54,11 @@ async def _owner(conn: AsyncConnection, spec: ScheduleSpec) -> SystemPrincipal:
     Raises:
         BadInput: (``owner``) no such user, or one who may not start the target.
     """
-    email = (spec.owner_email or "").strip()
+    email = email_key(spec.owner_email)
     user = (
         (
             await conn.execute(
-                text("SELECT id, email, is_admin, is_active FROM users WHERE email = lower(:e)"), {"e": email}
+                text("SELECT id, email, is_admin, is_active FROM users WHERE email = :e"), {"e": email}
             )
         )
         .mappings()

@@ -2,10 +2,12 @@
 one run of each pipeline template, and a batch read from a small spreadsheet of web requests to
 Jobdesk's own pages (:func:`demo_sheet`), using the sample files in ``examples/``.
 
-Everything goes through the same checks as the API: files are stored with :class:`app.files.FileStore`
-and must be the user's (:func:`app.jobs.queue.check_file_owners`), jobs are created with
-:func:`app.jobs.queue.enqueue`, pipelines with :func:`app.pipelines.create_from_template` — all in one
-transaction, so a problem leaves nothing half-created.
+Everything goes through the same actions as the API, as the user: jobs through
+:func:`app.actions.submissions.submit`, pipelines through :mod:`app.actions.pipelines`, the batch through
+:func:`app.actions.batches.submit`, and each sample file is stored under the user's storage limit
+(:func:`app.actions.quotas.check_upload`) — so the per-person limits (waiting jobs, jobs per minute,
+stored bytes) hold for the demo as for any other submission; the demo is not exempt. All in one
+transaction, so a refusal leaves nothing half-created.
 
 Email: with ``SMTP_HOST`` set, the email job goes through that server like any other. Without it the
 demo starts a small mail server (aiosmtpd) on 127.0.0.1, tells the email job where it is through
@@ -31,13 +33,17 @@ from typing import Any
 import httpx
 from aiosmtpd.smtp import SMTP
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app import batches, pipelines, spreadsheets
-from app.auth import email_key
+from app import pipelines, spreadsheets
+from app.actions import batches as batch_actions
+from app.actions import pipelines as pipeline_actions
+from app.actions import quotas
+from app.actions.submissions import submit as submit_job
+from app.actions.trail import Actor
+from app.auth import CurrentUser, email_key
 from app.errors import AppError
 from app.files import FileStore
-from app.jobs import queue
 from app.jobs.queue import NewJob, new_id
 from app.processors import registry
 from app.processors.email_send import DEMO_DIR
@@ -283,25 +289,23 @@ async def _start_mail_sink(run: DemoRun, settings: Settings) -> Path:
     return note_path
 
 
-async def _create(conn: Any, item: _Planned, user: Any, settings: Settings, base: str) -> Submitted:
-    """Create ``item`` as ``user`` through the same calls as the API, in ``conn``'s transaction."""
+async def _create(db: AsyncSession, item: _Planned, actor: Actor, base: str) -> Submitted:
+    """Create ``item`` as the actor through the same actions as the API, in ``db``'s transaction."""
     if item.kind == "job":
         assert registry.get(item.type) is not None, item.type
         new = NewJob(
             type=item.type,
             input_data=item.input_data,
-            user_id=user["id"],
+            user_id=actor.user.id,
             title=f"Demo: {item.label}",
             **item.options,
         )
-        row = (await queue.enqueue(conn, new, settings, actor=f"user:{user['id']}")).job
+        row = (await submit_job(db, actor, new)).job
         return Submitted("job", row["id"], item.type, item.label, item.expect, f"{base}/jobs/{row['id']}")
     if item.kind == "steps":
-        return await _create_reviewed(conn, item, user, settings, base)
+        return await _create_reviewed(db, item, actor, base)
     assert pipelines.get_template(item.type) is not None, item.type
-    pipeline = await pipelines.create_from_template(
-        conn, item.type, item.input_data, user_id=user["id"], settings=settings
-    )
+    pipeline = await pipeline_actions.submit_template(db, actor, item.type, item.input_data)
     return Submitted(
         "pipeline", pipeline["id"], item.type, item.label, item.expect, f"{base}/pipelines/{pipeline['id']}"
     )
@@ -318,7 +322,7 @@ def demo_sheet(base: str) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-async def _create_batch(conn: Any, user: Any, settings: Settings, base: str) -> Submitted:
+async def _create_batch(db: AsyncSession, actor: Actor, base: str) -> Submitted:
     """The spreadsheet batch: read like an upload, every row checked, one ``http.request`` per row."""
     spec = registry.get("http.request")
     assert spec is not None
@@ -326,31 +330,25 @@ async def _create_batch(conn: Any, user: Any, settings: Settings, base: str) -> 
     fields = spreadsheets.fields_of(spec.input_model)
     mapping = spreadsheets.match_columns(fields, sheet.columns)
     rows = [spreadsheets.row_input(fields, cells, mapping) for _, cells in sheet.rows]
-    inputs = batches.check_rows(spec, rows, settings)
-    batch, _ = await batches.create(
-        conn,
-        spec=spec,
-        inputs=inputs,
-        user_id=user["id"],
-        settings=settings,
+    batch, _ = await batch_actions.submit(
+        db,
+        actor,
+        spec.type,
+        rows,
         name="Demo: web requests from a spreadsheet",
         source="spreadsheet demo-requests.csv",
         row_numbers=[n for n, _ in sheet.rows],
     )
-    label = f"spreadsheet batch of {len(inputs)} web requests to Jobdesk's own pages"
+    label = f"spreadsheet batch of {len(rows)} web requests to Jobdesk's own pages"
     return Submitted("batch", batch["id"], spec.type, label, "completed", f"{base}/batches/{batch['id']}")
 
 
-async def _create_reviewed(conn: Any, item: _Planned, user: Any, settings: Settings, base: str) -> Submitted:
+async def _create_reviewed(db: AsyncSession, item: _Planned, actor: Actor, base: str) -> Submitted:
     """An ad-hoc pipeline whose one step waits for a named approver: the demo user, by e-mail (with
     ``owner``, since a submitter may approve their own step only when the step says so)."""
     step = {"key": "review", "type": item.type, "input_data": item.input_data, "requires_approval": True}
-    pipeline = await pipelines.create(
-        conn,
-        name=f"Demo: {item.label}",
-        steps=[{**step, **item.options}],
-        user_id=user["id"],
-        settings=settings,
+    pipeline = await pipeline_actions.submit_steps(
+        db, actor, f"Demo: {item.label}", [{**step, **item.options}]
     )
     return Submitted(
         "pipeline", pipeline["id"], item.type, item.label, item.expect, f"{base}/pipelines/{pipeline['id']}"
@@ -372,10 +370,13 @@ async def submit(
         DemoError: unknown or disabled user; sample files missing; nothing answers at
         ``JOBDESK_BASE_URL`` (:func:`check_base_url`).
         BadInput / TooLarge: a job or pipeline the checks refuse (as the API would).
+        RateLimited: the user's per-person limits refuse it (waiting jobs, jobs per minute, stored
+        bytes), as they would refuse the same submissions on a page or the API.
     """
     paths = _samples(samples_dir or default_samples_dir())
     user = await _demo_user(engine, email)
     run = DemoRun(user["email"], user["is_admin"])
+    actor = Actor(CurrentUser(user["id"], user["email"], user["is_admin"]), settings=settings)
     base = settings.jobdesk_base_url
     await check_base_url(base)
     store = FileStore(settings.files_dir)
@@ -384,15 +385,24 @@ async def submit(
     try:
         if not settings.smtp_host:
             note_path = await _start_mail_sink(run, settings)
-        async with engine.begin() as conn:
+        async with AsyncSession(engine, expire_on_commit=False) as db, db.begin():
+            conn = await db.connection()
             files: dict[str, str] = {}
             for key, path in paths.items():
-                row = await store.save(conn, user_id=user["id"], name=path.name, source=path)
+                # the person's storage limit, as an upload of the same file on a page is held to it
+                await quotas.check_upload(conn, actor.user, settings, path.stat().st_size)
+                row = await store.save(
+                    conn,
+                    user_id=user["id"],
+                    name=path.name,
+                    source=path,
+                    limit=settings.user_max_upload_bytes,
+                )
                 stored.append(row["id"])
                 files[key] = str(row["id"])
             for item in _plan(base, user["email"], files, run.email_job):
-                run.items.append(await _create(conn, item, user, settings, base))
-            run.items.append(await _create_batch(conn, user, settings, base))
+                run.items.append(await _create(db, item, actor, base))
+            run.items.append(await _create_batch(db, actor, base))
     except BaseException:
         store.remove(stored)
         if note_path is not None:

@@ -1,5 +1,5 @@
-"""A person's own account: change their password, their time zone and colour theme, create and revoke
-their own API tokens.
+"""A person's own account: change their password, their time zone, colour theme and e-mail choice for
+notices, create and revoke their own API tokens.
 
 Each action takes ``(db, actor, parameters…)`` — ``db`` an ``AsyncSession`` or ``AsyncConnection`` whose
 transaction the caller commits, ``actor`` the signed-in user (:class:`app.auth.CurrentUser`) — acts on
@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app import audit, auth, tokens
+from app import audit, auth, notifications, tokens
 from app.actions.trail import Db
 from app.errors import BadInput, Forbidden
 from app.formatting import known_zone
@@ -144,6 +144,22 @@ async def set_theme(db: Db, actor: Any, theme: str, *, ip: str | None = None) ->
         await db.execute(text("UPDATE users SET theme = :t WHERE id = :id"), {"t": theme, "id": user.id})
         await _audit(db, user, "account.theme", ip, {"from": user.theme, "to": theme})
     return Setting(theme, changed=True)
+
+
+async def set_email_notifications(db: Db, actor: Any, on: bool, *, ip: str | None = None) -> bool:
+    """Choose whether the actor's notices are also e-mailed; returns whether this changed it. A choice
+    already so is not written and not audited, as with the time zone and theme. The account page, the
+    ``/notifications`` page and ``PUT /api/me/notifications`` all call this, so each change is audited.
+    """
+    user = _signed_in(actor)
+    wanted = bool(on)
+    before = await notifications.email_choice(db, user.id)
+    if before == wanted:
+        return False
+    async with db.begin_nested():
+        await notifications.set_email_choice(db, user.id, wanted)
+        await _audit(db, user, "account.email_notifications", ip, {"from": before, "to": wanted})
+    return True
 
 
 def token_expiry(days: int | None, now: datetime | None = None) -> datetime | None:

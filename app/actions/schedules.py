@@ -32,6 +32,7 @@ from sqlalchemy.engine import RowMapping
 from app import auth, pipelines, schedules
 from app.actions import access
 from app.actions.trail import Db, acting, auditing_refusals, record_done, require_admin
+from app.emails import email_key
 from app.errors import BadInput, Conflict, NotFound
 from app.jobs import payload
 from app.settings import Settings
@@ -64,7 +65,7 @@ async def owner_of(db: Db, actor: Any, owner_email: str | None) -> Any:
     Raises:
         BadInput: (``owner``) not text, too long, or no such user.
     """
-    email = _text(owner_email or "", "owner", EMAIL_MAX).strip().lower()
+    email = email_key(_text(owner_email or "", "owner", EMAIL_MAX))
     if not email or email == actor.email:
         return actor
     try:

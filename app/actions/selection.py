@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.emails import email_key
 from app.jobs.states import LIVE, Status
 
 ID_SLACK = timedelta(minutes=1)
@@ -133,7 +134,7 @@ async def parse_filter(
     f = JobFilter(raw=raw, status=status, errors=errors)
     f.type = raw["type"] or None
     if raw["owner"]:
-        owner = (await db.execute(USER_BY_EMAIL, {"email": raw["owner"].lower()})).scalar()
+        owner = (await db.execute(USER_BY_EMAIL, {"email": email_key(raw["owner"])})).scalar()
         if owner is None:
             f.errors["owner"] = "No user has this e-mail address."
         f.owner_id = owner

@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.dbclock import db_time
 from app.digits import whole
+from app.emails import folded
 from app.errors import BadInput
 from app.jobs.payload import json_text
 
@@ -108,7 +109,7 @@ def _approvers(value: Any, path: str) -> tuple[str, ...]:
         raise BadInput.field(path, f"at most {MAX_APPROVERS:,} approvers")
     names: list[str] = []
     for i, v in enumerate(value):
-        name = v.strip().lower()
+        name = folded(v)  # the accounts' rule (app.emails), so a look-alike names the same person
         if name not in (ADMINS, OWNER) and (
             "@" not in name or len(name) > 254 or any(c.isspace() or ord(c) < 32 for c in name)
         ):

@@ -11,10 +11,11 @@ from litestar import Controller, Request, get, post
 from litestar.response import Redirect, Template
 
 from app import notifications
+from app.actions import account as account_actions
 from app.auth import requires_user
 from app.web import DbSession, is_htmx, render
 from app.web.account import account_page
-from app.web.deps import FORM, not_taken, rows_of
+from app.web.deps import FORM, client_ip, not_taken, rows_of
 from app.web.form_shape import form_errors
 from app.web.form_values import NOT_A_CHECKBOX, checkbox
 from app.web.input_guard import FORM_CHECKED
@@ -129,5 +130,5 @@ class NotificationsController(Controller):
             if back.startswith("/account"):
                 return await account_page(request, db_session, 422, email_error=error)
             return await _page(request, db_session, 422, email_error=error)
-        await notifications.set_email_choice(db_session, request.user.id, choice)
+        await account_actions.set_email_notifications(db_session, request.user, choice, ip=client_ip(request))
         return Redirect(back, status_code=303)

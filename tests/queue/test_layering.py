@@ -30,6 +30,7 @@ FOUNDATION = {
     "app.storage_limit",
     "app.formatting",
     "app.digits",
+    "app.emails",
 }
 """What the job core may use besides ``app.jobs.*`` (and the ``app`` package itself)."""
 

@@ -18,6 +18,7 @@ from litestar.response import Template
 
 from app import audit, auth
 from app.digits import whole
+from app.emails import email_key
 from app.jobs.cursors import Cursor, read_cursor
 from app.web import DbSession, render
 from app.web.result_display import is_blank
@@ -144,7 +145,7 @@ class AuditController(Controller):
     ) -> Template:
         """The audit trail, newest first, :data:`AUDIT_PAGE` per page ("Older" keeps the filters)."""
         action = _filter(action, 100)
-        email = (_filter(user_filter, 254) or "").lower() or None
+        email = email_key(_filter(user_filter, 254)) or None
         before_id = read_cursor(before, Cursor.ENTRY, field="before")
         rows = await audit.entries(
             db_session, before=before_id, limit=AUDIT_PAGE + 1, action=action, user_email=email

@@ -10,9 +10,11 @@ from litestar import Controller, Request, get, post, put
 from litestar.params import JSONBody
 
 from app import notifications
+from app.actions import account as account_actions
 from app.auth import requires_user
 from app.errors import BadInput
 from app.web import DbSession
+from app.web.deps import client_ip
 from app.web.openapi import errors
 
 
@@ -89,5 +91,7 @@ class NotificationsApiController(Controller):
         """``{"email": true}``: notices are also e-mailed (when the server has SMTP set)."""
         if data is None or not isinstance(data.email, bool):
             raise BadInput.field("email", "must be true or false")
-        await notifications.set_email_choice(db_session, request.user.id, data.email)
+        await account_actions.set_email_notifications(
+            db_session, request.user, data.email, ip=client_ip(request)
+        )
         return {"email": data.email, "smtp": bool(request.app.state.settings.smtp_host)}

@@ -1,0 +1,132 @@
+"""An address that differs from an account's only by Unicode compatibility forms (fullwidth
+``ａｌｉｃｅ``) or by case is that account's address (:mod:`app.emails`): creating it again is refused
+as "already exists" on every path that creates accounts (the admins' page, ``jobdesk create-user``), it
+signs in as the same person (and its failures count against that person's sign-in limits), and every
+lookup by address finds that person. Stored addresses are migrated to their key (migration 0025); two
+accounts that now collide are both kept and named, never a failed migration."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import asyncpg
+import pytest
+from litestar.testing import AsyncTestClient
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app import auth, demo
+from app.actions import schedules as schedule_actions
+from app.db import asyncpg_dsn, run_migrations
+from app.jobs import approvals
+from tests.support.cli import assert_clean_failure, run
+from tests.support.webkit import PASSWORD, csrf, login, sign_in_as
+
+ALICE = "alice@example.com"
+FULLWIDTH = "ａｌｉｃｅ＠ｅｘａｍｐｌｅ．ｃｏｍ"
+LOOKALIKES = (FULLWIDTH, "ＡＬＩＣＥ@example.com", "Alice@EXAMPLE.com", " ａｌｉｃｅ@example.com ")
+
+
+async def test_a_lookalike_is_the_same_account_on_the_page_at_sign_in_and_in_lookups(
+    client: AsyncTestClient, db_url: str, engine: AsyncEngine, pg: asyncpg.Connection
+) -> None:
+    admin = await sign_in_as(client, db_url, "root@example.com", admin=True)
+
+    async def create(email: str) -> str:
+        data = {"_csrf_token": await csrf(client), "email": email, "password": PASSWORD}
+        return (await client.post("/admin/users", data=data)).text
+
+    await create(ALICE)
+    for email in LOOKALIKES:
+        assert f"A user with the email {ALICE} already exists." in await create(email), email
+    assert await pg.fetchval("SELECT count(*) FROM users WHERE email <> 'root@example.com'") == 1
+    # a new address is stored as its key
+    await create("Ｂｏｂ@Example.com")
+    assert await pg.fetchval("SELECT email FROM users WHERE email LIKE 'b%'") == "bob@example.com"
+    alice_id = await pg.fetchval("SELECT id FROM users WHERE email = $1", ALICE)
+
+    # sign-in: a lookalike signs in as alice; its failures are alice's
+    client.cookies.clear()
+    assert (await login(client, FULLWIDTH, "wrong password")).status_code != 303
+    failed = "SELECT array_agg(DISTINCT email) FROM login_attempts WHERE NOT ok"
+    assert await pg.fetchval(failed) == [ALICE]
+    for email in LOOKALIKES:
+        client.cookies.clear()
+        r = await login(client, email)
+        assert r.status_code == 303, (email, r.text)
+    assert await pg.fetchval("SELECT count(*) FROM web_sessions WHERE user_id = $1", alice_id) == len(
+        LOOKALIKES
+    )
+
+    # lookups by address: the command line's, a schedule's owner, a step's approvers, the demo's
+    async with engine.begin() as conn:
+        for email in LOOKALIKES:
+            assert (await auth.get_user_by_email(conn, email)).id == alice_id
+            assert (await schedule_actions.owner_of(conn, admin, email)).id == alice_id
+            assert (await demo._demo_user(engine, email))["id"] == alice_id
+        spec = approvals.parse_step({"requires_approval": True, "approvers": list(LOOKALIKES)}, "steps[0]")
+        assert spec is not None and spec.approvers == (ALICE,)
+        rule = await approvals.resolve(conn, spec, admin.id, "steps[0]")
+        assert rule.user_ids == frozenset({alice_id})
+    # the admins' jobs filter by owner
+    await sign_in_as(client, db_url, "root2@example.com", admin=True)
+    page = (await client.get("/admin/jobs", params={"owner": FULLWIDTH})).text
+    assert "No user has this e-mail address." not in page
+
+
+async def test_the_command_line_refuses_a_lookalike_and_finds_the_account_by_it(
+    tmp_path: Path, db_url: str, pg: asyncpg.Connection
+) -> None:
+    assert run(tmp_path, "create-user", ALICE, DATABASE_URL=db_url).returncode == 0
+    assert_clean_failure(
+        run(tmp_path, "create-user", FULLWIDTH, DATABASE_URL=db_url),
+        f"A user with the email {ALICE} already exists.",
+    )
+    issued = run(tmp_path, "create-token", "ＡＬＩＣＥ@example.com", DATABASE_URL=db_url)
+    assert issued.returncode == 0, issued.stderr
+    assert await pg.fetchval("SELECT count(*) FROM users") == 1
+    assert await pg.fetchval("SELECT count(*) FROM api_tokens") == 1
+
+
+async def test_the_migration_keys_stored_addresses_and_keeps_both_of_a_colliding_pair(
+    fresh_db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    await run_migrations(fresh_db_url, "0024")
+    pg = await asyncpg.connect(asyncpg_dsn(fresh_db_url))
+    try:
+        stored = [
+            ALICE,
+            "ａｌｉｃｅ@example.com",
+            "ｃａｒｏｌ@example.com",
+            "straße@example.de",
+            "dave@example.com",
+        ]
+        ids = [
+            await pg.fetchval("INSERT INTO users (email, password_hash) VALUES ($1, 'x') RETURNING id", e)
+            for e in stored
+        ]
+        with caplog.at_level(logging.WARNING):
+            await run_migrations(fresh_db_url)
+        rows = dict(await pg.fetch("SELECT id, email FROM users"))
+        assert [rows[i] for i in ids] == [
+            ALICE,
+            "ａｌｉｃｅ@example.com",  # its key is taken: kept as it was, named in a warning
+            "carol@example.com",
+            "strasse@example.de",
+            "dave@example.com",
+        ]
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warned) == 1 and "'ａｌｉｃｅ@example.com'" in warned[0] and ALICE in warned[0], warned
+    finally:
+        await pg.close()
+
+
+def test_the_key_of_a_key_is_itself_and_lower_case() -> None:
+    # what is stored is looked up again by the same rule, and meets the table's lower-case check
+    from app.emails import folded
+
+    for cp in range(0x10000):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        key = folded(f"a{chr(cp)}@example.com")
+        assert folded(key) == key and key.lower() == key, hex(cp)
