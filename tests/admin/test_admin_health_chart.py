@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 from litestar.testing import AsyncTestClient
 
 from app.auth import CurrentUser
+from app.jobs import queue
 from app.web.admin.health import chart_origin, throughput_chart
 from tests.support.webkit import HX
 
@@ -72,3 +74,20 @@ async def test_per_type_figures_of_the_last_hour(
     row = row[: row.index("</tr>")]
     cells = re.findall(r"<td>(.*?)</td>", row.replace("\n", " "))
     assert [c.strip() for c in cells[-4:]] == ["3", "1", "2 s", "4 s"], cells
+
+
+async def test_the_workers_housekeeping_keeps_the_week_the_chart_shows(
+    client: AsyncTestClient, admin: CurrentUser, pg: asyncpg.Connection, engine: Any
+) -> None:
+    """The 7-day chart reads tallies up to a week old: the housekeeping that drops old tallies keeps
+    them that long (it dropped everything older than a day, so the week showed one day)."""
+    await pg.execute(
+        "INSERT INTO throughput_samples (minute, worker_id, completed, failed) "
+        "SELECT date_trunc('minute', now()) - i * interval '1 day', 'w-1', 5, 0 FROM generate_series(0, 9) i"
+    )
+    async with engine.begin() as conn:
+        await queue.forget_old(conn)
+    left = await pg.fetchval("SELECT count(*) FROM throughput_samples")
+    assert left == 8, f"{left} daily tallies kept of the last ten days"
+    week = (await client.get("/admin/health?range=7d", headers=HX)).text
+    assert "35 done" in week  # today and the six days before it, 5 each

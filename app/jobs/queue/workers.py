@@ -39,10 +39,11 @@ RECORD_THROUGHPUT = sql(
     """
 )
 UNREGISTER_WORKER = sql("DELETE FROM workers WHERE id = :id")
+# Tallies are kept for a day beyond the longest range /admin's chart shows (a week).
 FORGET_OLD = sql(
     """
     WITH w AS (DELETE FROM workers WHERE last_seen_at < now() - interval '1 day' RETURNING 1),
-         t AS (DELETE FROM throughput_samples WHERE minute < now() - interval '1 day' RETURNING 1),
+         t AS (DELETE FROM throughput_samples WHERE minute < now() - interval '8 days' RETURNING 1),
          s AS (DELETE FROM job_type_starts WHERE at < now() - interval '1 minute' RETURNING 1)
     SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM t), (SELECT count(*) FROM s)
     """
@@ -162,8 +163,9 @@ async def end_sessions(
 
 
 async def forget_old(conn: AsyncConnection) -> None:
-    """Housekeeping: worker rows and throughput samples older than a day, starts older than a minute (the
-    claim prunes those of the types it takes; these are of types whose limit was lifted)."""
+    """Housekeeping: worker rows older than a day, throughput samples older than eight days, starts older
+    than a minute (the claim prunes those of the types it takes; these are of types whose limit was
+    lifted)."""
     await conn.execute(FORGET_OLD)
 
 
