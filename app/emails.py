@@ -1,5 +1,5 @@
-"""One rule for telling e-mail addresses apart, for every account path: creating one (the admins' page,
-``POST /api/users``, ``jobdesk create-user``), signing in and its limits, and every lookup by address
+"""One rule for telling e-mail addresses apart, for every account path: creating one (the admins' page and
+``jobdesk create-user``), signing in and its limits, and every lookup by address
 (the command line, a schedule's owner, a step's approvers, the jobs filter, the demo).
 
 An address is compared, and stored, as its *key*: Unicode NFKC (compatibility forms become their plain
