@@ -155,7 +155,12 @@ def normalize_email(email: str) -> str:
         raise BadInput.field(
             "email", "An email address cannot hold a NUL character or a byte that is not UTF-8 text."
         )
-    if len(value) > MAX_EMAIL_LENGTH or not _EMAIL_RE.match(value):
+    if len(value) > MAX_EMAIL_LENGTH:
+        # its real length, as every refused length is named: the form shows the address whole
+        raise BadInput.field(
+            "email", f"is {len(value):,} characters long; at most {MAX_EMAIL_LENGTH} are allowed"
+        )
+    if not _EMAIL_RE.match(value):
         raise BadInput.field("email", "Enter an email address like you@example.com.")
     if any(unicodedata.category(ch) == "Cf" for ch in value):
         # Invisible format characters (a right-to-left override, a zero-width space) let one address

@@ -27,7 +27,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app.errors import BadInput, KeyReused, NotFound, TooLarge, TooLargeFields
+from app.errors import BadInput, KeyReused, NotFound, TooLarge, TooLargeFields, differ_words
 from app.formatting import isolated_within
 from app.jobs import queue
 from app.jobs.payload import check_input, json_text, storable_text
@@ -361,9 +361,8 @@ async def _same_batch(conn: AsyncConnection, existing: RowMapping, asked: dict[s
     differs = tuple(f for f in ("type", "name", "source", "rows") if not row[f"same_{f}"])
     if differs:
         raise KeyReused(
-            f"this form was already sent and started batch {existing['id']} "
-            f"({', '.join(differs)} {'differs' if len(differs) == 1 else 'differ'}); "
-            "a new batch needs a new form",
+            f"this form was already sent and started batch {existing['id']}"
+            f"{differ_words(differs)}; a new batch needs a new form",
             field="form_key",
             kind="batch",
             existing_id=existing["id"],

@@ -7,6 +7,7 @@ JSON ``{"detail": …}`` for the API, an inline message for htmx fragments, or a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -95,6 +96,18 @@ class TooLargeFields(BadInput):
     status_code = 413
 
 
+def differ_words(differs: Sequence[str], named: int | None = None) -> str:
+    """`` (steps[1], name differ)``: what differs between a repeated key's request and the first one, in
+    the words every :class:`KeyReused` gives it (a job's key, a pipeline's or a batch's form and API
+    keys), its first ``named`` parts and how many more; nothing when that is not known."""
+    if not differs:
+        return ""
+    shown = differs if named is None else differs[:named]
+    more = len(differs) - len(shown)
+    listed = ", ".join(shown) + (f" and {more:,} more" if more else "")
+    return f" ({listed} {'differs' if len(differs) == 1 else 'differ'})"
+
+
 class KeyReused(BadInput):
     """422: a one-time key — a job's ``idempotency_key``, a form's key — sent again with a request that
     differs from the one that first used it. A repeat of the same request is answered with what the
@@ -102,7 +115,8 @@ class KeyReused(BadInput):
     job, pipeline or batch, as if it had gone in (the Idempotency-Key draft's and Stripe's rule).
 
     ``key_field`` (the ``field`` argument) is the key's field path (``idempotency_key``, ``jobs[3].idempotency_key``, ``_form_key``);
-    ``kind`` and ``existing_id`` name what the first request made; ``differs`` the fields that differ.
+    ``kind`` and ``existing_id`` name what the first request made; ``differs`` the fields that differ
+    (in a message's words: :func:`differ_words`).
     """
 
     def __init__(

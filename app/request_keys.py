@@ -31,7 +31,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app.errors import BadInput, KeyReused
+from app.errors import BadInput, KeyReused, differ_words
 from app.jobs.payload import check_text
 
 KEY_MAX = 200
@@ -148,7 +148,7 @@ async def made_by(
         differs = request.differs(stored)
         raise KeyReused(
             f"this key was already used for a different request, which made {kind} {row['id']}"
-            f"{_in_words(differs)}; repeat that request exactly to get its {kind}, or send this one with "
+            f"{differ_words(differs, DIFFERS_NAMED)}; repeat that request exactly to get its {kind}, or send this one with "
             "a new key",
             field="idempotency_key",
             kind=kind,
@@ -156,13 +156,3 @@ async def made_by(
             differs=differs,
         )
     return row
-
-
-def _in_words(differs: tuple[str, ...]) -> str:
-    """`` (steps[1], name differ)``: what differs, for a refusal; nothing when that is not known."""
-    if not differs:
-        return ""
-    named = ", ".join(differs[:DIFFERS_NAMED]) + (
-        f" and {len(differs) - DIFFERS_NAMED:,} more" if len(differs) > DIFFERS_NAMED else ""
-    )
-    return f" ({named} {'differs' if len(differs) == 1 else 'differ'})"

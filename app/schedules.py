@@ -28,9 +28,9 @@ from uuid_utils.compat import uuid7
 from app import pipelines
 from app.cron import check_cron, check_zone, next_fire
 from app.errors import BadInput, Conflict, NotFound
-from app.jobs import queue
+from app.jobs import queue, types
 from app.jobs.payload import check_input, json_text, text_problem
-from app.jobs.types import file_refs, may_submit, refusal, registry
+from app.jobs.types import file_refs, registry
 from app.settings import Settings
 
 
@@ -444,9 +444,8 @@ def owner_refusal(row: RowMapping | Mapping[str, Any]) -> str | None:
         return None
     if row["job_type"]:
         spec = registry.get(row["job_type"])
-        if spec is not None and not may_submit(False, spec):
-            return f"its owner may no longer start it: {refusal(spec)}"
-        return None
+        refused = None if spec is None else types.owner_refusal(False, spec)
+        return None if refused is None else f"its owner may no longer start it: {refused}"
     tpl = pipelines.get_template(row["template"] or "")
     if tpl is not None and tpl.diagnostic:
         return f"its owner may no longer start it: only admins may start {tpl.name!r}"

@@ -198,7 +198,7 @@ async def run_bulk(
     expected = check_expected(expected)
     if expected is not None and plan.scope != "selected":
         plan.ids = plan.ids[:expected]  # never more than the admin confirmed
-    done, skipped, unfit, limited, vanished = await _apply(db, actor, plan)
+    done, skipped, unfit, limited, vanished, barred = await _apply(db, actor, plan)
     unknown = [*plan.unknown, *vanished]
     n_skipped = len(skipped)
     full_detail = {
@@ -215,6 +215,8 @@ async def run_bulk(
         full_detail["input_unfit"] = unfit
     if limited:
         full_detail["owner_limits"] = len(limited)
+    if barred:
+        full_detail["owner_not_allowed"] = len(barred)
     await record_done(
         db,
         actor,
@@ -229,8 +231,8 @@ async def run_bulk(
     message = f"{verb} {len(done):,} job{'s' if len(done) != 1 else ''}"
     if plan.action == "cancel":
         message += " (running ones stop shortly)"
-    moved = n_skipped - unfit - len(limited)
-    if not unfit and not limited:
+    moved = n_skipped - unfit - len(limited) - len(barred)
+    if not unfit and not limited and not barred:
         message += f"; {n_skipped:,} skipped" + (" because they had moved on." if n_skipped else ".")
     else:
         reasons = [f"{moved:,} because they had moved on"] if moved else []
@@ -241,6 +243,8 @@ async def run_bulk(
             )
         if limited:
             reasons.append(f"{len(limited):,} because of their owner's limits ({limited[0]})")
+        if barred:
+            reasons.append(f"{len(barred):,} because their owner may not have their type now ({barred[0]})")
         message += f"; {n_skipped:,} skipped: " + "; ".join(reasons) + "."
     if plan.truncated:  # said at the confirmation too; the answer must not read as if that were all
         message += f" More jobs match: this acted on the newest {BULK_MAX:,}; run it again for the rest."
@@ -254,16 +258,19 @@ async def run_bulk(
 
 async def _apply(
     db: AsyncSession, actor: Actor, plan: BulkPlan
-) -> tuple[list[uuid.UUID], list[uuid.UUID], int, list[str], list[uuid.UUID]]:
+) -> tuple[list[uuid.UUID], list[uuid.UUID], int, list[str], list[uuid.UUID], list[str]]:
     """The ids done, the ids skipped, how many of those the queue's retry refused because a retry could
     not succeed (:func:`app.jobs.error_text.retry_refusal`), the refusals of those their owner's
-    limits kept back (:func:`_retry_within_limits`), and the ids whose job was gone (deleted since the
-    plan) — never counted as having moved on."""
+    limits kept back (:func:`_retry_within_limits`), the ids whose job was gone (deleted since the
+    plan) — never counted as having moved on — and the refusals of those whose owner may not have
+    their type in the queue now (:mod:`app.jobs.queue.owner_rule`: an admins-only type, and the owner
+    is not an admin any more)."""
     done: list[uuid.UUID] = []
     skipped: list[uuid.UUID] = []
     vanished: list[uuid.UUID] = []
     unfit = 0
     limited: list[str] = []
+    barred: list[str] = []
     retrying = plan.action == "retry"
     for start in range(0, len(plan.ids), BULK_BATCH):
         chunk = plan.ids[start : start + BULK_BATCH]
@@ -286,11 +293,12 @@ async def _apply(
                 limited.append(exc.detail)
             except NotFound:
                 vanished.append(jid)
-            except Forbidden:
+            except Forbidden as exc:
                 skipped.append(jid)
+                barred.append(str((exc.extra or {}).get("rule") or exc.detail))
             else:
                 done.append(jid)
-    return done, skipped, unfit, limited, vanished
+    return done, skipped, unfit, limited, vanished, barred
 
 
 async def _retry_within_limits(db: AsyncSession, actor: Actor, jid: uuid.UUID, owner_id: int | None) -> None:

@@ -21,7 +21,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import controls
-from app.actions import access, quotas, trail
+from app.actions import quotas, trail
 from app.actions.submissions import check_run_at
 from app.actions.trail import Actor, auditing_refusals, record_by_owner, record_done
 from app.errors import AppError, Conflict, Forbidden, NotFound
@@ -30,7 +30,7 @@ from app.jobs import queue
 from app.jobs.decisions import Decision, decider_view, decision_words
 from app.jobs.error_text import retry_refusal
 from app.jobs.states import LIVE, Status
-from app.jobs.types import priority_lowered
+from app.jobs.types import owner_refusal, priority_lowered
 from app.processors import registry
 
 OWNER = "owner or admin"
@@ -63,6 +63,9 @@ DECIDED_BY_RULE = ("approve", "reject")
 """Who may approve or reject is the step's own rule (:func:`app.jobs.approvals.refusal`), which the
 queue asks with the job row locked: a named approver need not be an admin or the owner."""
 OWNER_OF = text("SELECT user_id, type FROM jobs WHERE id = :id")
+REQUEUES = ("retry", "run-again")
+"""The owner's actions that put the job's work in their queue again: offered only for a type they may
+have there now (:func:`app.jobs.types.owner_refusal`)."""
 
 
 @dataclass
@@ -106,9 +109,12 @@ def allowed(user: Any, action: str, row: Mapping[Any, Any]) -> bool:
         return True
     if WHO_MAY[action] == ADMIN or row["user_id"] != user.id:
         return False
-    if action == "run-again":
+    if action in REQUEUES:
+        # the queue's rule for the owner as they are now (:mod:`app.jobs.queue.owner_rule`); whether code
+        # chose the type of a job put back in place is read there, here only guessed from the row
         spec = registry.get(row["type"])
-        return spec is not None and access.may_submit(user, spec)
+        coded = action == "retry" and (row.get("pipeline_id") or row.get("created_by_job")) is not None
+        return spec is not None and owner_refusal(user.is_admin, spec, coded=coded) is None
     return True
 
 
@@ -135,7 +141,9 @@ async def authorize(db: AsyncSession, user: Any, action: str, jid: uuid.UUID) ->
 
     Raises:
         NotFound: another user's or an unknown job, for a non-admin (one answer for both).
-        Forbidden: an admin action asked for by the owner; "run again" of a type they may not submit.
+        Forbidden: an admin action asked for by the owner. (Whether the owner may have the job's type
+        in the queue again is the queue's rule, asked by retry, run again and rerun themselves:
+        :mod:`app.jobs.queue.owner_rule`.)
     """
     if user.is_admin or action in DECIDED_BY_RULE:
         return
@@ -144,10 +152,6 @@ async def authorize(db: AsyncSession, user: Any, action: str, jid: uuid.UUID) ->
         raise NotFound(f"No job with id {jid}.")
     if WHO_MAY[action] == ADMIN:
         raise Forbidden(FORBIDDEN[action])
-    if action == "run-again":
-        spec = registry.get(row["type"])
-        if spec is not None and not access.may_submit(user, spec):
-            raise Forbidden(access.refusal(spec)[:1].upper() + access.refusal(spec)[1:] + ".")
 
 
 # --- one job's actions ------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from app import pipelines, request_keys
 from app.actions import access, quotas
 from app.actions.jobs import parse_id
 from app.actions.trail import Actor, record_done, record_refused
-from app.errors import BadInput, KeyReused, KeyTaken, NotFound
+from app.errors import BadInput, KeyReused, KeyTaken, NotFound, differ_words
 from app.request_keys import Keyed
 
 PIPELINE_STATE = text("SELECT id, user_id, status, finished_at FROM pipelines WHERE id = :id")
@@ -97,9 +97,8 @@ async def submit_template(
             differs = await pipelines.differences(db, earlier["id"], name, input_data, title)
             if differs:
                 raise KeyReused(
-                    f"this form was already sent and started pipeline {earlier['id']} "
-                    f"({', '.join(differs)} {'differs' if len(differs) == 1 else 'differ'}); "
-                    "a new pipeline needs a new form",
+                    f"this form was already sent and started pipeline {earlier['id']}"
+                    f"{differ_words(differs)}; a new pipeline needs a new form",
                     field="form_key",
                     kind="pipeline",
                     existing_id=earlier["id"],

@@ -331,6 +331,20 @@ def refusal(spec: ProcessorSpec) -> str:
     return f"only admins may start {spec.type!r}: it is for testing and diagnostics"
 
 
+def owner_refusal(owner_is_admin: bool, spec: ProcessorSpec, *, coded: bool = False) -> str | None:
+    """Why work of type ``spec`` may not be put in the queue for its owner *now* (as they are at this
+    moment: an admin demoted since keeps no admin rights over their old jobs), in plain words, or ``None``.
+    The one rule behind every path that makes or requeues a job of an existing one — retry (one job, many
+    by a filter, a batch's failed rows), run again, a step's rerun — and a schedule's firing: the owner
+    must be allowed to submit the type (:func:`may_submit`). ``coded``: the job is a step its pipeline's
+    template wrote, or a next job a processor made; its type was chosen by code, so an internal step
+    (:func:`is_internal`) stays allowed in place, as it was when it was made. A diagnostic type never is:
+    it was admitted for an admin only."""
+    if may_submit(owner_is_admin, spec) or (coded and is_internal(spec)):
+        return None
+    return refusal(spec)
+
+
 PRIORITY_RANGE = (-100, 100)
 """Accepted ``priority`` of a job (enqueue's range check, :mod:`app.jobs.queue.new_jobs`); higher runs first."""
 USER_MAX_PRIORITY = 0

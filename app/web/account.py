@@ -32,7 +32,7 @@ from app.formatting import isolated
 from app.web import DbSession, flash, render
 from app.web.deps import client_ip, settings_of
 from app.web.form_shape import form_errors
-from app.web.form_values import TYPED_MAX, whole_number
+from app.web.form_values import typed_values, whole_number
 from app.web.input_guard import FORM_CHECKED
 
 PASSWORD_FIELDS = ("current_password", "password", "password_repeat")
@@ -187,7 +187,8 @@ class AccountController(Controller):
         form = await request.form()
         name = str(form.get("name") or "")
         days = str(form.get("expires_in_days") or "")
-        typed = {"token_name": name[:TYPED_MAX], "expires_in_days": days[:TYPED_MAX]}
+        shown = typed_values(form, ("name", "expires_in_days"))
+        typed = {"token_name": shown["name"], "expires_in_days": shown["expires_in_days"]}
         refused = form_errors(request, form, TOKEN_FIELDS, "name")
         if refused:
             return await self._page(request, db_session, 422, errors=refused, values=typed)

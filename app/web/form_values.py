@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
@@ -26,9 +26,19 @@ from app.formatting import isolated, known_zone, zone
 _INT_RE = re.compile(r"^[+-]?\d{1,30}$")
 
 TYPED_MAX = 1_000
-"""A typed value a form shows again (after an error) is kept up to this many characters, above every
-such field's own limit: one refused for its length is shown as typed, not cut to the limit, which a
-second press would then take without a word."""
+"""The most of a value a form reads where it only looks something up or shows a preview (the schedule
+form's target, its fire times as the admin types). A value a form shows again beside its error is
+never cut (:func:`typed_values`)."""
+
+
+def typed_values(form: Any, names: Iterable[str]) -> dict[str, str]:
+    """The form's ``names`` as typed, whole, for a form that shows them again beside its errors (the
+    schedule forms, the new-user form, the token forms, a type's limits): a value refused for its length
+    comes back as it was sent, the error names its real length, and a second press is refused the same
+    way. Cut to a bound here, a 1,500-character token name was refused as "it has 1,500", came back
+    holding its first 1,000, and the second press was refused as "it has 1,000", about a value nobody
+    typed. (The body's own size limit bounds what a form can send.)"""
+    return {name: str(form.get(name) or "") for name in names}
 
 
 class Control(Protocol):

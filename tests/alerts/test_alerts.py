@@ -724,8 +724,9 @@ async def test_c22_one_alert_per_final_failure_and_a_flood_grouped_across_worker
         j1 = await enqueue(
             engine, settings, owner, "fail", {"times": 2, "message": "flaky: reset"}, max_attempts=5
         )
+        # an admin's: "fail" is for admins, and a retry needs its owner to be one (app.jobs.queue.owner_rule)
         j2 = await enqueue(
-            engine, settings, owner, "fail", {"message": "payment gateway said no"}, max_attempts=5
+            engine, settings, admin, "fail", {"message": "payment gateway said no"}, max_attempts=5
         )
         assert (await wait_status(pg, j1, {"completed"}))["attempts"] == 3
         assert (await wait_status(pg, j2, {"failed"}))["attempts"] == 5

@@ -330,7 +330,7 @@ async def test_a_retried_parent_reopens_dependents_that_still_wait_for_the_whole
     pid = await create(
         engine,
         settings,
-        owner,
+        admin,  # noop is for admins: a retry needs its owner to be one (app.jobs.queue.owner_rule)
         [
             step("src", "noop", {"items": [1, 2]}, max_attempts=1),
             step("each", "noop", {"x": {"$item": ""}}, for_each={"$ref": "src.items"}),

@@ -218,7 +218,8 @@ async def test_a_manual_retry_of_the_failed_upstream_reopens_what_it_cancelled(
     its failure cancelled; they wait for it again and run once it completes."""
     await pg.execute(FLAGS_DDL)
     await pg.execute("INSERT INTO test_flags (name) VALUES ('downstream')")
-    pid = await _c08(engine, settings, owner, "test.until_fixed", {})
+    # an admin's: the type is for admins, and a retry needs its owner to be one (app.jobs.queue.owner_rule)
+    pid = await _c08(engine, settings, admin, "test.until_fixed", {})
     async with running_worker(settings):
         await wait_until(
             lambda: pg.fetchval("SELECT finished_at IS NOT NULL FROM pipelines WHERE id = $1", pid),
@@ -416,8 +417,9 @@ async def test_rejecting_fails_the_step_and_cancels_its_dependents(
     assert await pg.fetchval("SELECT status FROM pipelines WHERE id = $1", pid) == "failed"
 
 
-async def test_a_rerun_runs_only_that_step_again_and_waits_again(engine, settings, owner, admin, pg) -> None:
-    pid = await _approval_pipeline(engine, settings, owner)
+async def test_a_rerun_runs_only_that_step_again_and_waits_again(engine, settings, admin, pg) -> None:
+    # an admin's: noop is for admins, and a rerun needs its owner to be one (app.jobs.queue.owner_rule)
+    pid = await _approval_pipeline(engine, settings, admin)
     async with running_worker(settings):
         draft = (await steps_by_key(pg, pid))["draft"]["id"]
         await wait_status(pg, draft, {"waiting_approval"})

@@ -32,6 +32,7 @@ from app.jobs.queue.common import (
 )
 from app.jobs.queue.consequences import consequences
 from app.jobs.queue.holds import hold_if_owner_disabled
+from app.jobs.queue.owner_rule import check_owner_may_have
 from app.jobs.queue.pipelines import refresh_pipelines
 from app.jobs.rows import JobRow, job_row
 from app.jobs.states import Status, not_in
@@ -248,6 +249,7 @@ async def rerun(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
         raise Forbidden("Only an admin can rerun a step.")
     if row["status"] != Status.WAITING_APPROVAL:
         raise await _decision_conflict(conn, row, "rerun")
+    await check_owner_may_have(conn, row, principal, "rerun")
     await lock_pipelines(conn, [row["pipeline_id"]])
     await decisions.forget(conn, row["id"])
     found = (await conn.execute(RERUN, {"id": row["id"]})).mappings().first()

@@ -37,7 +37,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db import write_rows
-from app.errors import KeyReused
+from app.errors import KeyReused, differ_words
 from app.jobs.queue.common import sql
 from app.jobs.rows import JOB_FIELDS, JobRow, job_row
 
@@ -153,11 +153,10 @@ async def compare(
 
 def refusal(repeat: Repeat, field: str = "idempotency_key") -> KeyReused:
     """The refusal of a key repeated with a different request, naming the job it made and what differs."""
-    fields = ", ".join(repeat.differs)
-    verb = "differs" if len(repeat.differs) == 1 else "differ"
     message = (
-        f"this key was already used for a different request, which made job {repeat.job['id']} "
-        f"({fields} {verb}); repeat that request exactly to get its job, or send this one with a new key"
+        f"this key was already used for a different request, which made job {repeat.job['id']}"
+        f"{differ_words(repeat.differs)}; repeat that request exactly to get its job, or send this one with"
+        " a new key"
     )
     return KeyReused(message, field=field, kind="job", existing_id=repeat.job["id"], differs=repeat.differs)
 

@@ -34,6 +34,7 @@ from app.jobs.queue.consequences import consequences
 from app.jobs.queue.fanouts import GATES_OF
 from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.new_jobs import Enqueued, NewJob, enqueue
+from app.jobs.queue.owner_rule import check_owner_may_have, owner_is_admin
 from app.jobs.queue.pipelines import mark_removed, refresh_pipelines
 from app.jobs.rows import JobRow, job_row
 from app.jobs.run_at import check_run_at
@@ -41,11 +42,7 @@ from app.jobs.states import Actor, Status, label, not_cancellable, not_in, sourc
 from app.jobs.types import (
     USER_MAX_PRIORITY,
     PermanentError,
-    admins_only,
-    may_submit,
     priority_refusal,
-    refusal,
-    registry,
 )
 from app.settings import Settings
 
@@ -177,6 +174,7 @@ async def retry(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
         raise Conflict(
             f"Cannot retry job {row['id']}: {refusal}.", extra={"retry_refused": retry_refusal_kind(row)}
         )
+    await check_owner_may_have(conn, row, principal, "retried")
     await lock_pipelines(conn, [row["pipeline_id"]])
     updated = (await conn.execute(RETRY_FAILED, {"id": row["id"]})).mappings().first()
     if updated is None:  # lost a race with another retry
@@ -200,7 +198,6 @@ async def retry(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
     return await get_job(conn, row["id"])
 
 
-OWNER_IS_ADMIN = sql("SELECT is_admin FROM users WHERE id = :id")
 PARENT_RESULTS = sql(
     """
     SELECT COALESCE(p.step_key, p.id::text) AS key, p.result_data
@@ -210,34 +207,23 @@ PARENT_RESULTS = sql(
 )
 
 
-async def _owner_is_admin(conn: AsyncConnection, row: JobRow, principal: Principal) -> bool:
-    if row["user_id"] == principal.id:
-        return bool(principal.is_admin)
-    return bool((await conn.execute(OWNER_IS_ADMIN, {"id": row["user_id"]})).scalar())
-
-
-async def _check_owner_may_submit(conn: AsyncConnection, row: JobRow, principal: Principal) -> int:
-    """The new job is the owner's, so the owner must be allowed to submit its type: an admin's "run
-    again" of a person's diagnostic or internal job (a template's step) would give that person a job
-    they could not start themselves, as a schedule would (:func:`app.jobs.types.may_submit`). Returns
-    the new job's priority: the job's, but at most :data:`~app.jobs.types.USER_MAX_PRIORITY` when the
-    owner is not an admin (:func:`app.jobs.types.priority_refusal`; a job may have a higher one from
-    before that rule, or from a processor), since nobody chose a priority to refuse here.
+async def _priority_for_owner(conn: AsyncConnection, row: JobRow, principal: Principal) -> int:
+    """The new job is the owner's, so the owner must be allowed to submit its type now
+    (:func:`app.jobs.queue.owner_rule.check_owner_may_have`): an admin's "run again" of a person's
+    diagnostic or internal job (a template's step) would give that person a job they could not start
+    themselves, and a demoted admin's of their own admins-only job too. Returns the new job's priority:
+    the job's, but at most :data:`~app.jobs.types.USER_MAX_PRIORITY` when the owner is not an admin
+    (:func:`app.jobs.types.priority_refusal`; a job may have a higher one from before that rule, or from
+    a processor), since nobody chose a priority to refuse here.
 
     Raises:
         Forbidden: the type is for admins and the owner is not one.
     """
-    spec = registry.get(row["type"])
+    await check_owner_may_have(conn, row, principal, "run again", in_place=False)
     priority = int(row["priority"])
-    high = priority_refusal(False, priority) is not None
-    if not high and (spec is None or not admins_only(spec)):
+    if priority_refusal(False, priority) is None or await owner_is_admin(conn, row, principal):
         return priority
-    owner_is_admin = await _owner_is_admin(conn, row, principal)
-    if spec is not None and not may_submit(owner_is_admin, spec):
-        raise Forbidden(
-            f"Run again would make a new job for this job's owner, who is not an admin, and {refusal(spec)}."
-        )
-    return priority if owner_is_admin else min(priority, USER_MAX_PRIORITY)
+    return min(priority, USER_MAX_PRIORITY)
 
 
 async def run_again(
@@ -259,7 +245,7 @@ async def run_again(
     """
     conn = await conn_of(db)
     row = await get_job(conn, job_id, principal)
-    priority = await _check_owner_may_submit(conn, row, principal)
+    priority = await _priority_for_owner(conn, row, principal)
     result = await enqueue(
         conn,
         NewJob(

@@ -37,7 +37,7 @@ from app.web import DbSession, confirms, flash, is_htmx, render
 from app.web.admin.waiting import WAITING_KINDS, waiting_kinds
 from app.web.deps import action_form_errors, actor_of, client_ip, not_taken, settings_of
 from app.web.form_shape import form_errors
-from app.web.form_values import TYPED_MAX, whole_number
+from app.web.form_values import typed_values, whole_number
 from app.web.input_guard import FORM_CHECKED
 
 POLL = "every 5s"
@@ -467,7 +467,7 @@ class HealthController(Controller):
             )
             errors["_type"] = job_type
             # the form comes back with what was typed next to its error, not the stored value
-            typed = {k: str(form.get(k) or "")[:TYPED_MAX] for k in LIMIT_FIELDS}
+            typed = typed_values(form, LIMIT_FIELDS)
             return await self._index(
                 request,
                 db_session,

@@ -42,7 +42,7 @@ from app.processors import registry
 from app.web import DbSession, flash, forms, render
 from app.web.deps import actor_of, client_ip, file_store, settings_of
 from app.web.form_shape import shape_problem
-from app.web.form_values import NOT_A_CHECKBOX, TYPED_MAX, checkbox
+from app.web.form_values import NOT_A_CHECKBOX, TYPED_MAX, checkbox, typed_values
 from app.web.input_guard import FORM_CHECKED, UPLOADS, form_problems
 from app.web.submit import errors_from_bad_input, input_names, text_errors, validate
 
@@ -150,7 +150,7 @@ def read_typed(request: Any, form: Any, tgt: Any) -> tuple[dict[str, Any], dict[
     The text is kept whole: the action refuses one over its limit naming its real length, and the form
     shows it as typed (cut here, a 6,009-character cron was refused as "1,000 characters long" and came
     back holding its first 1,000)."""
-    typed: dict[str, Any] = {key: str(form.get(key) or "") for key in (CRON, TIMEZONE, NAME, OWNER)}
+    typed: dict[str, Any] = typed_values(form, (CRON, TIMEZONE, NAME, OWNER))
     fields = forms.form_fields(tgt.model) if tgt is not None else []
     own = {key: key for key in (CRON, TIMEZONE, NAME, OWNER, ENABLED, CATCH_UP, TARGET)}
     errors = text_errors(fields, form_problems(request), own)

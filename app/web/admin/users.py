@@ -34,7 +34,7 @@ from app.jobs.cursors import Cursor, read_cursor
 from app.web import DbSession, confirms, flash, render
 from app.web.deps import actor_of, client_ip, sentence, settings_of
 from app.web.form_shape import form_errors
-from app.web.form_values import NOT_A_CHECKBOX, TYPED_MAX, checkbox
+from app.web.form_values import NOT_A_CHECKBOX, checkbox, typed_values
 from app.web.input_guard import FORM_CHECKED
 
 USER_ACTIONS = {
@@ -131,7 +131,7 @@ class UsersController(Controller):
                 errors = {"email": exc.detail}
         ctx = await users_context(db_session, settings_of(request))
         if errors:
-            ctx.update(errors=errors, values={"email": email[:TYPED_MAX], "is_admin": make_admin})
+            ctx.update(errors=errors, values={**typed_values(form, ("email",)), "is_admin": make_admin})
             return render(request, "admin/users.html", ctx, status_code=422)
         ctx["notice"] = f"Created {new.user.email}" + (" (admin)." if make_admin else ".")
         if new.password is not None:
@@ -221,7 +221,7 @@ class UsersController(Controller):
                 errors = {"name": sentence(exc.errors.get("name") or exc.detail)}
         ctx = await users_context(db_session, settings_of(request))
         if errors:
-            ctx["token_form"] = {"user_id": user_id, "name": name[:TYPED_MAX], "errors": errors}
+            ctx["token_form"] = {"user_id": user_id, **typed_values(form, ("name",)), "errors": errors}
             return render(request, "admin/users.html", ctx, status_code=422)
         ctx["notice"] = f"API token issued for {issued.user_email}."
         ctx["secret"] = {"label": f"API token for {issued.user_email}", "value": issued.token}
