@@ -266,7 +266,13 @@ async def _exchange(ctx: JobContext[HttpRequestInput], host: str, resolver: Reso
     kept = bytearray()
     size = 0
     truncated = False
-    transport = PinnedTransport(AddressPolicy(ctx.settings), resolver)
+    policy = AddressPolicy(ctx.settings)
+    # Before httpx builds the request: it reads the URL's host through strict IDNA and raises on a
+    # name such as ``xn--`` (from a ``$ref``), which is refused here in the submission's words.
+    problem = policy.check_url(inp.url)
+    if problem:
+        raise PermanentError(problem)
+    transport = PinnedTransport(policy, resolver)
     try:
         async with asyncio.timeout(inp.timeout):
             async with httpx.AsyncClient(
@@ -292,6 +298,9 @@ async def _exchange(ctx: JobContext[HttpRequestInput], host: str, resolver: Reso
         raise PermanentError(f"{host} redirected more than {MAX_REDIRECTS} times; giving up.") from None
     except httpx.UnsupportedProtocol as exc:
         raise PermanentError(f"{host} redirected to an address that is not http or https: {exc}") from None
+    except UnicodeError:
+        # httpx's IDNA reading of a redirect's host name (the first URL was checked above).
+        raise PermanentError(f"{host} redirected to an address whose host name is not valid.") from None
     except httpx.ConnectError as exc:
         raise TemporaryHttpError(f"Could not connect to {host}: {exc or 'connection failed'}") from None
     except httpx.HTTPError as exc:
