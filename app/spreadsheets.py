@@ -26,7 +26,6 @@ from __future__ import annotations
 import csv
 import io
 import itertools
-import json
 import re
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from typing import Any
 
+from app import typed_json
 from app.errors import BadInput
 from app.formatting import format_bytes
 from app.jobs.types import InputModel, widget_of
@@ -444,7 +444,7 @@ def convert(f: SheetField, value: Any) -> Any:
         return parts
     if f.kind == "object":
         try:
-            return json.loads(cell_text(value))
+            return typed_json.parse(cell_text(value))
         except ValueError:
             return cell_text(value)
     return cell_text(value)

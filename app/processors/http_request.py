@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from app import typed_json
 from app.formatting import format_duration, url_host
 from app.jobs.backoff import RETRY_AFTER_STATUSES, retry_after_secs
 from app.processors import Input, JobContext, LongText, PermanentError, RetryableError, processor
@@ -172,7 +173,7 @@ class HttpRequestInput(Input):
             raise invalid(f"a {method} request cannot carry a body here; choose POST, PUT or PATCH")
         if kind == "json":
             try:
-                json.loads(value)
+                typed_json.parse(value)
             except ValueError as exc:
                 raise invalid(f"is not valid JSON: {exc}") from None
         return value
@@ -230,7 +231,7 @@ def _request_parts(inp: HttpRequestInput) -> tuple[dict[str, str], bytes | None]
         headers["User-Agent"] = "Jobdesk (http.request)"
     content: bytes | None = None
     if inp.body_type == "json":
-        content = json.dumps(json.loads(inp.body)).encode()
+        content = json.dumps(typed_json.parse(inp.body)).encode()
         if "content-type" not in names:
             headers["Content-Type"] = "application/json"
     elif inp.body_type == "text":
