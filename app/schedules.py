@@ -416,6 +416,7 @@ async def get_schedule(
     """The schedule; with ``lock``, its row locked until the transaction ends, for a change decided on
     what it reads: the same change sent twice at once then sees the first one's outcome (nothing to
     change, or no schedule), where both read the row before either wrote and both reported "ok".
+    ``NO KEY UPDATE``: rows that only point at it (its jobs) are not held up.
 
     Raises:
         NotFound: an unknown or malformed id (or one deleted while a lock was awaited).
@@ -425,7 +426,7 @@ async def get_schedule(
         sid = uuid.UUID(str(schedule_id))
     except ValueError:
         raise NotFound("No such schedule.") from None
-    locked = " FOR UPDATE" if lock else ""
+    locked = " FOR NO KEY UPDATE" if lock else ""
     row = (
         (
             await conn.execute(
