@@ -66,7 +66,9 @@ def check_url(url: Any, settings: Settings, field: str = "callback_url") -> str:
         parsed = httpx.URL(url.strip())
     except httpx.InvalidURL:
         raise BadInput.field(field, "is not a valid URL") from None
-    if parsed.scheme not in ("http", "https") or not parsed.host:
+    # ``raw_host``, not ``host``, which raises on a malformed IDNA name (``xn--``): the address check
+    # below refuses such a name in words.
+    if parsed.scheme not in ("http", "https") or not parsed.raw_host:
         raise BadInput.field(field, "give an http or https URL with a host name")
     if parsed.userinfo:
         raise BadInput.field(field, "may not carry a user name or password")

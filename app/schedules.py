@@ -277,7 +277,7 @@ async def update_schedule(
         schedule whose owner's account is disabled (:func:`check_may_enable`).
     """
     conn = await queue.conn_of(db)
-    before = await get_schedule(conn, schedule_id)
+    before = await get_schedule(conn, schedule_id, lock=True)
     if before["source"] == "code" and _changes_definition(before, cron, timezone, input_data):
         # The next worker start would put the code's definition back without a word.
         raise Conflict(
@@ -353,7 +353,7 @@ async def set_schedule_enabled(
         NotFound: unknown id. Conflict: enabling a schedule whose owner's account is disabled
         (:func:`check_may_enable`).
     """
-    return await switch_schedule(db, await get_schedule(db, schedule_id), enabled)
+    return await switch_schedule(db, await get_schedule(db, schedule_id, lock=True), enabled)
 
 
 async def switch_schedule(db: AsyncConnection | AsyncSession, row: RowMapping, enabled: bool) -> RowMapping:
@@ -399,7 +399,7 @@ async def delete_schedule(db: AsyncConnection | AsyncSession, schedule_id: Any) 
         NotFound: unknown id. Conflict: a code-defined schedule still enabled or declared.
     """
     conn = await queue.conn_of(db)
-    row = await get_schedule(conn, schedule_id)
+    row = await get_schedule(conn, schedule_id, lock=True)
     registry.names()  # import the modules, which declare the code's schedules
     if row["source"] == "code" and (row["enabled"] or row["name"] in CODE_SCHEDULES):
         raise Conflict(
@@ -410,15 +410,29 @@ async def delete_schedule(db: AsyncConnection | AsyncSession, schedule_id: Any) 
     return row
 
 
-async def get_schedule(db: AsyncConnection | AsyncSession, schedule_id: Any) -> RowMapping:
-    """Raises NotFound for an unknown or malformed id."""
+async def get_schedule(
+    db: AsyncConnection | AsyncSession, schedule_id: Any, *, lock: bool = False
+) -> RowMapping:
+    """The schedule; with ``lock``, its row locked until the transaction ends, for a change decided on
+    what it reads: the same change sent twice at once then sees the first one's outcome (nothing to
+    change, or no schedule), where both read the row before either wrote and both reported "ok".
+    ``NO KEY UPDATE``: rows that only point at it (its jobs) are not held up.
+
+    Raises:
+        NotFound: an unknown or malformed id (or one deleted while a lock was awaited).
+    """
     conn = await queue.conn_of(db)
     try:
         sid = uuid.UUID(str(schedule_id))
     except ValueError:
         raise NotFound("No such schedule.") from None
+    locked = " FOR NO KEY UPDATE" if lock else ""
     row = (
-        (await conn.execute(text(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = :id"), {"id": sid}))
+        (
+            await conn.execute(
+                text(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = :id{locked}"), {"id": sid}
+            )
+        )
         .mappings()
         .first()
     )

@@ -26,7 +26,6 @@ from __future__ import annotations
 import csv
 import io
 import itertools
-import json
 import re
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from typing import Any
 
+from app import typed_json
 from app.errors import BadInput
 from app.formatting import format_bytes
 from app.jobs.types import InputModel, widget_of
@@ -132,14 +132,16 @@ def read(data: bytes, name: str, *, max_rows: int = MAX_ROWS, max_bytes: int = D
     text = empty = 0
     empty_on_top = False  # an empty row before the first row with anything in it
     for number, cells in rows:
-        if cells.count(None) + cells.count("") == len(cells):
+        # one cell past the widest header allowed is enough to refuse it; none further is cleaned
+        head = cells[: MAX_COLUMNS + 1]
+        far = _far_value(cells)
+        if not far and head.count(None) + head.count("") == len(head):
             cleaned = []  # told cheaply: a workbook's row numbers can skip a million rows, each read empty
         else:
-            # one cell past the widest header allowed is enough to refuse it; none further is cleaned
-            cleaned = [_clean(c) for c in cells[: MAX_COLUMNS + 1]]
+            cleaned = [_clean(c) for c in head]
             while cleaned and (cleaned[-1] is None or cleaned[-1] == ""):
                 cleaned.pop()  # a workbook's rows are padded to its widest row
-        if not cleaned:
+        if not cleaned and not far:
             empty_on_top = empty_on_top or sheet is None
             empty += 1
             if empty > MAX_EMPTY_ROWS:
@@ -156,18 +158,18 @@ def read(data: bytes, name: str, *, max_rows: int = MAX_ROWS, max_bytes: int = D
         if sheet is None:
             if empty_on_top:
                 raise _no_header(number)
-            if len(cleaned) > MAX_COLUMNS:
+            if far or len(cleaned) > MAX_COLUMNS:
                 raise BadInput.field("file", f"This spreadsheet has more than {MAX_COLUMNS} columns.")
             sheet = Sheet(name=name, columns=_headers(cleaned))
             continue
         if len(sheet.rows) >= max_rows:
             raise too_many_rows(max_rows)
-        if len(cleaned) > len(sheet.columns):
+        if (far or len(cleaned)) > len(sheet.columns):
             # a value past the last header belongs to no column: dropping it ran the row without it
             width = len(sheet.columns)
             raise BadInput.field(
                 "file",
-                f"Row {number} has a value in column {len(cleaned)}, past the last of the header's "
+                f"Row {number} has a value in column {far or len(cleaned)}, past the last of the header's "
                 f"{width} column{'' if width == 1 else 's'}: give that column a header, or remove "
                 "the value (a comma inside a value needs quotes around the value).",
             )
@@ -177,6 +179,19 @@ def read(data: bytes, name: str, *, max_rows: int = MAX_ROWS, max_bytes: int = D
     if not sheet.rows:
         raise BadInput.field("file", "This spreadsheet has a header row but no rows below it.")
     return sheet
+
+
+def _far_value(cells: Sequence[Any]) -> int:
+    """The column number of the row's last value past the first ``MAX_COLUMNS + 1`` cells (the ones
+    cleaned), or 0: a value there is still a value past the header's last column. Nearly every row has
+    nothing there, told at C speed (``count(None)`` compares by identity; ``count("")`` would not)."""
+    tail = cells[MAX_COLUMNS + 1 :]
+    if tail.count(None) == len(tail):
+        return 0
+    for i in range(len(tail) - 1, -1, -1):
+        if _clean(tail[i]) not in (None, ""):
+            return MAX_COLUMNS + 2 + i
+    return 0
 
 
 def _no_header(first: int) -> BadInput:
@@ -316,7 +331,10 @@ def _xlsx_rows(data: bytes, max_bytes: int) -> Iterator[tuple[int, Sequence[Any]
         sheet = book.worksheets[0] if book.worksheets else None
         if sheet is None:
             return
-        rows = sheet.iter_rows(values_only=True, max_col=MAX_COLUMNS + 1)
+        # Each row as wide as its own last cell: the sheet's recorded dimension pads every row to the
+        # widest one, and a column limit cut off (silently dropped) a value past it.
+        sheet.reset_dimensions()
+        rows = sheet.iter_rows(values_only=True)
         for number in itertools.count(1):
             try:
                 cells = next(rows, None)
@@ -444,7 +462,7 @@ def convert(f: SheetField, value: Any) -> Any:
         return parts
     if f.kind == "object":
         try:
-            return json.loads(cell_text(value))
+            return typed_json.parse(cell_text(value))
         except ValueError:
             return cell_text(value)
     return cell_text(value)

@@ -66,15 +66,18 @@ async def list_users(db: Db, limit: int = USERS_LIMIT, *, after: str = "") -> li
     return users
 
 
-async def get_user(db: Db, user_id: int) -> RowMapping:
-    """``id, email, is_admin, is_active`` of one user.
+async def get_user(db: Db, user_id: int, *, lock: bool = False) -> RowMapping:
+    """``id, email, is_admin, is_active`` of one user; with ``lock``, the row locked until the transaction
+    ends, for a change decided on what it reads (the same change sent twice at once then sees the first
+    one's outcome). ``NO KEY UPDATE``: the user's own submissions, which only point at the row, go on.
 
     Raises:
         NotFound: no such user.
     """
     row = None
     if 0 < user_id <= MAX_ID:
-        row = (await db.execute(USER_BY_ID, {"id": user_id})).mappings().first()
+        query = text(f"{USER_BY_ID.text} FOR NO KEY UPDATE") if lock else USER_BY_ID
+        row = (await db.execute(query, {"id": user_id})).mappings().first()
     if row is None:
         raise NotFound(f"No user with id {user_id}.")
     return row

@@ -215,6 +215,7 @@ async def set_enabled(
         auditing_refusals(db, who, action, target_type="schedule", target_ids=[before["id"]]),
         db.begin_nested(),
     ):
+        before = await schedules.get_schedule(db, before["id"], lock=True)  # as it is once ours to change
         if before["enabled"] == enabled:
             # a no-op is refused, as every admin action that would change nothing is: its next run and
             # who last changed it stay, and the trail says it was asked and changed nothing

@@ -136,6 +136,7 @@ async def set_admin(db: Db, actor: Any, user_id: int, is_admin: bool, *, ip: str
     async with _audited(db, actor, action, user_id, ip):
         target = await users.get_user(db, user_id)
     async with _audited(db, actor, action, target, ip), db.begin_nested():
+        target = await users.get_user(db, target["id"], lock=True)  # as it is once ours to change
         if target["id"] == actor.id and not is_admin:
             _refuse_own("revoke your own admin rights")
         if bool(target["is_admin"]) == is_admin:
@@ -166,6 +167,7 @@ async def set_active(db: Db, actor: Any, user_id: int, active: bool, *, ip: str 
     async with _audited(db, actor, action, user_id, ip):
         target = await users.get_user(db, user_id)
     async with _audited(db, actor, action, target, ip), db.begin_nested():
+        target = await users.get_user(db, target["id"], lock=True)  # as it is once ours to change
         if target["id"] == actor.id and not active:
             _refuse_own("disable your own account")
         if bool(target["is_active"]) == active:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import re
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from app.errors import BadInput
@@ -32,6 +32,9 @@ def _waiting(text: str) -> tuple[datetime, uuid.UUID]:
     since = datetime.fromisoformat(at)
     if not bar or since.tzinfo is None:
         raise ValueError(text)
+    # A moment that is past year 9999 (or before year 1) in UTC, such as 9999-12-31T23:59:59-14:00, is
+    # read by Python but overflows as the database driver sends it (a 422 that named nothing).
+    since.astimezone(UTC)
     return since, uuid.UUID(jid)
 
 

@@ -29,13 +29,26 @@ def check_tags(value: Any, field: str = "tags") -> list[str]:
         raise BadInput.field(field, f"give a list of at most {MAX_TAGS:,} tags")
     tags: list[str] = []
     for i, tag in enumerate(value):
-        if not isinstance(tag, str) or not tag.strip() or len(tag.strip()) > MAX_TAG_CHARS:
-            raise BadInput.field(f"{field}[{i}]", f"a tag is 1 to {MAX_TAG_CHARS} characters")
-        if text_problem(tag) or any(ord(c) < 32 for c in tag):
-            raise BadInput.field(f"{field}[{i}]", "a tag may not contain control characters")
-        if tag.strip() not in tags:
-            tags.append(tag.strip())
+        kept = read_tag(tag, f"{field}[{i}]")
+        if kept not in tags:
+            tags.append(kept)
     return tags
+
+
+def read_tag(value: Any, field: str = "tag") -> str:
+    """One tag as it is kept: a job's (:func:`check_tags`) and a list's ``?tag=`` filter alike, so that
+    the filter finds what a submission stored. An empty ``?tag=`` listed nothing, as if no job could be
+    asked for, and `` a`` missed the job tagged ``a``.
+
+    Raises:
+        BadInput: naming ``field``: not text of 1 to 50 characters (spaces around it not counted), or
+            with control characters.
+    """
+    if not isinstance(value, str) or not value.strip() or len(value.strip()) > MAX_TAG_CHARS:
+        raise BadInput.field(field, f"a tag is 1 to {MAX_TAG_CHARS} characters")
+    if text_problem(value) or any(ord(c) < 32 for c in value):
+        raise BadInput.field(field, "a tag may not contain control characters")
+    return value.strip()
 
 
 ADD = text(

@@ -124,7 +124,22 @@ def target_problem(target: Target) -> str | None:
         name.encode("idna")
     except UnicodeError:
         return f"the host name {shown} cannot be looked up: it is not a valid host name"
+    if not all(map(_a_label_ok, labels)):
+        return f"the host name {shown} cannot be looked up: it is not a valid host name"
     return None
+
+
+def _a_label_ok(label: str) -> bool:
+    """Whether ``label`` is no internationalised label, or one whose Punycode spells some non-ASCII
+    text: ``xn--`` alone or ``xn--zz`` is no name anyone can register, and httpx's ``URL.host``
+    raises on it. Read as leniently as IDNA 2003 (an emoji name such as ``xn--ls8h`` passes)."""
+    if not label.lower().startswith("xn--"):
+        return True
+    try:
+        text = label[4:].encode("ascii").decode("punycode")
+    except UnicodeError:
+        return False
+    return not text.isascii()
 
 
 def _literal(host: str) -> IPAddress | None:
@@ -293,7 +308,9 @@ class AddressPolicy:
             parsed = httpx.URL(url)
         except (httpx.InvalidURL, ValueError):
             return None  # the input's own checks say what is wrong with it
-        if parsed.scheme not in DEFAULT_PORTS or not parsed.host:
+        # ``raw_host``: ``host`` decodes the name's IDNA and raises on a malformed one (``xn--``),
+        # which is for :func:`target_problem` to refuse in words.
+        if parsed.scheme not in DEFAULT_PORTS or not parsed.raw_host:
             return None
         return self.problem_before_resolving(Target.of(parsed), parsed.path)
 

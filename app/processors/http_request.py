@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from app import typed_json
 from app.formatting import format_duration, url_host
 from app.jobs.backoff import RETRY_AFTER_STATUSES, retry_after_secs
 from app.processors import Input, JobContext, LongText, PermanentError, RetryableError, processor
@@ -172,7 +173,7 @@ class HttpRequestInput(Input):
             raise invalid(f"a {method} request cannot carry a body here; choose POST, PUT or PATCH")
         if kind == "json":
             try:
-                json.loads(value)
+                typed_json.parse(value)
             except ValueError as exc:
                 raise invalid(f"is not valid JSON: {exc}") from None
         return value
@@ -230,7 +231,7 @@ def _request_parts(inp: HttpRequestInput) -> tuple[dict[str, str], bytes | None]
         headers["User-Agent"] = "Jobdesk (http.request)"
     content: bytes | None = None
     if inp.body_type == "json":
-        content = json.dumps(json.loads(inp.body)).encode()
+        content = json.dumps(typed_json.parse(inp.body)).encode()
         if "content-type" not in names:
             headers["Content-Type"] = "application/json"
     elif inp.body_type == "text":
@@ -266,7 +267,13 @@ async def _exchange(ctx: JobContext[HttpRequestInput], host: str, resolver: Reso
     kept = bytearray()
     size = 0
     truncated = False
-    transport = PinnedTransport(AddressPolicy(ctx.settings), resolver)
+    policy = AddressPolicy(ctx.settings)
+    # Before httpx builds the request: it reads the URL's host through strict IDNA and raises on a
+    # name such as ``xn--`` (from a ``$ref``), which is refused here in the submission's words.
+    problem = policy.check_url(inp.url)
+    if problem:
+        raise PermanentError(problem)
+    transport = PinnedTransport(policy, resolver)
     try:
         async with asyncio.timeout(inp.timeout):
             async with httpx.AsyncClient(
@@ -292,6 +299,9 @@ async def _exchange(ctx: JobContext[HttpRequestInput], host: str, resolver: Reso
         raise PermanentError(f"{host} redirected more than {MAX_REDIRECTS} times; giving up.") from None
     except httpx.UnsupportedProtocol as exc:
         raise PermanentError(f"{host} redirected to an address that is not http or https: {exc}") from None
+    except UnicodeError:
+        # httpx's IDNA reading of a redirect's host name (the first URL was checked above).
+        raise PermanentError(f"{host} redirected to an address whose host name is not valid.") from None
     except httpx.ConnectError as exc:
         raise TemporaryHttpError(f"Could not connect to {host}: {exc or 'connection failed'}") from None
     except httpx.HTTPError as exc:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import codecs
 import csv
 import io
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from app import typed_json
 from app.formatting import isolated, plural
 from app.processors import TABLES, CpuContext, FileId, Input, OutputFile, PermanentError, Result, processor
 from app.processors.csv_charts import render_report
@@ -158,7 +158,7 @@ def _refuse_documents(text: str) -> None:
         raise not_csv("it looks like a web page or an XML document")
     if head[:1] in ("{", "["):
         try:
-            json.loads(text)
+            typed_json.parse(text)
         except ValueError:
             return
         raise not_csv("it is a JSON document")

@@ -65,7 +65,10 @@ def read(request: Request[Any, Any, Any]) -> dict[str, Any] | None:
     if not raw or "." not in raw or len(raw) > 4096:
         return None
     body, sig = raw.rsplit(".", 1)
-    if not hmac.compare_digest(sig, _signature(request, body)):
+    # Compared as bytes: compare_digest raises TypeError for text with non-ASCII characters, and any
+    # site on the same host name (cookies ignore the port) can set this cookie, so that every page
+    # answered 500 until the cookie was gone.
+    if not hmac.compare_digest(sig.encode("utf-8", "surrogatepass"), _signature(request, body).encode()):
         return None
     try:
         data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))

@@ -106,3 +106,23 @@ async def test_no_page_takes_a_notice_from_its_address(client: AsyncTestClient, 
         r = await client.get(f"{path}?done={fake}&notice={fake}")
         assert r.status_code == 200, path
         assert "Your files were deleted" not in r.text, path
+
+
+async def test_a_notice_cookie_with_characters_no_signature_has_is_ignored_on_every_page(
+    client: AsyncTestClient, admin: CurrentUser
+) -> None:
+    """Any site on the same host name can set the notice cookie (cookies ignore the port): one whose
+    signature held a non-ASCII character made every full page a 500, signed in or not, until it was
+    gone. It is ignored like any forged notice, and cleared."""
+    signed_in = "; ".join(f"{k}={v}" for k, v in client.cookies.items())
+    for value in ("x.\u00e9", "\u00e9.\u00e9\u00e9", "eyJtIjoiaGkifQ.\u00ff"):
+        for path, cookies in (
+            ("/admin", signed_in),
+            ("/jobs", signed_in),
+            ("/account", signed_in),
+            ("/login", ""),
+        ):
+            header = f"{cookies}; {COOKIE}={value}".lstrip("; ").encode()  # as a browser sends it: UTF-8
+            r = await client.get(path, headers={"Cookie": header}, follow_redirects=False)
+            assert r.status_code == 200, (value, path, r.status_code)
+            assert 'id="flash-notice"' not in r.text

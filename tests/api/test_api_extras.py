@@ -65,6 +65,14 @@ async def test_tags_are_kept_shown_and_filter_the_list(make_settings, db_url) ->
             )
             assert bad.status_code == 422, bad.text
             assert field in bad.json()["errors"], bad.json()
+        # ?tag= reads a tag as a submission keeps it: spaces around it dropped, an empty or over-long
+        # one refused in the same words (an empty one listed nothing, as if no job could match).
+        spaced = (await client.get("/api/jobs", params={"tag": " nightly "}, headers=headers)).json()
+        assert [j["id"] for j in spaced["items"]] == [a.json()["id"]]
+        for tag in ("", "  ", "x" * 51):
+            bad = await client.get("/api/jobs", params={"tag": tag}, headers=headers)
+            assert bad.status_code == 422, (tag, bad.text)
+            assert bad.json()["errors"] == {"tag": "a tag is 1 to 50 characters"}, bad.json()
 
 
 class Receiver:

@@ -7,7 +7,7 @@ from typing import Any
 
 import asyncpg
 
-from tests.support.webkit import AdminApi, add_token, add_user, app_client, login
+from tests.support.webkit import AdminApi, add_token, add_user, app_client, login, running_server
 
 
 async def test_a_null_field_in_an_edit_is_refused_naming_it(admin_api: AdminApi) -> None:
@@ -161,3 +161,34 @@ async def test_a_schedule_change_that_changes_nothing_is_a_409_audited_as_refuse
         "PATCH", f"/api/schedules/{sid}", {"cron": "0 9 * * *"}, "schedule.update", "already has this cron"
     )
     await refused("PATCH", f"/api/schedules/{sid}", {"enabled": True}, "schedule.update", "already has")
+
+
+async def test_concurrent_repeats_of_a_schedule_action_do_it_once(
+    db_url: str, pg: asyncpg.Connection, tmp_path: Any
+) -> None:
+    """The same Disable, edit or Delete sent several times at once (a double click, a retrying client):
+    each read the schedule before any had written, so every one answered "ok", was audited as done and
+    alerted the admins; a delete answered 204 three times for one schedule. One does it; the others
+    see what it did: 409 "Nothing changed", or 404. (A real server: the test client runs requests one
+    at a time.)"""
+    import asyncio
+
+    import httpx
+
+    admin = await add_user(db_url, "racer@example.com", admin=True)
+    root = {"Authorization": f"Bearer {await add_token(db_url, admin.id)}"}
+    with running_server(db_url, tmp_path / "data") as base:
+        async with httpx.AsyncClient(base_url=base, headers=root, timeout=30) as client:
+            made = await client.post("/api/schedules", json={"cron": "0 9 * * *", "type": "noop"})
+            sid = made.json()["id"]
+            for name, method, path, body in (
+                ("schedule.disable", "POST", f"/api/schedules/{sid}/disable", None),
+                ("schedule.update", "PATCH", f"/api/schedules/{sid}", {"cron": "5 9 * * *"}),
+                ("schedule.delete", "DELETE", f"/api/schedules/{sid}", None),
+            ):
+                sent = [client.request(method, path, json=body) for _ in range(6)]
+                codes = sorted(r.status_code for r in await asyncio.gather(*sent))
+                done, again = (204, 404) if name == "schedule.delete" else (200, 409)
+                assert codes == [done] + [again] * 5, (name, codes)
+                ok = "SELECT count(*) FROM audit_log WHERE action = $1 AND outcome = 'ok'"
+                assert await pg.fetchval(ok, name) == 1, name

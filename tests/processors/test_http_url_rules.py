@@ -46,6 +46,10 @@ async def submitted(make_settings: Any, db_url: str, urls: list[str], **override
         ("http://example.com:0/", "Port 0 is out of range: a web address's port is a number from 1"),
         ("https://example.com:0/", "Port 0 is out of range: a web address's port is a number from 1"),
         ("http://a..example.com/", "has an empty part"),
+        # Internationalised labels whose Punycode spells nothing: httpx's URL.host raised on them,
+        # a 500 at submission.
+        ("http://xn--/", "host name xn-- cannot be looked up: it is not a valid host name"),
+        ("https://xn--zz.example.com/", "xn--zz.example.com cannot be looked up: it is not a valid host"),
     ],
 )
 async def test_a_url_no_request_can_reach_is_refused_at_submission_and_fails_for_good_at_run_time(
@@ -170,3 +174,42 @@ async def test_an_allowed_host_is_allowed_with_or_without_a_final_dot(make_setti
             assert await submitted(make_settings, db_url, [f"{url}/ok"], **allowed) == [201]
             assert (await call(make_settings(**allowed), url=f"{url}/ok"))[0]["status"] == 200
         assert seen == ["/ok", "/ok"]
+
+
+async def test_a_malformed_international_host_name_is_a_422_on_every_path_that_takes_a_url(
+    make_settings, db_url
+) -> None:
+    """A job's URL, a pipeline step's, a batch row's and a callback's address are read by the one rule
+    (:func:`app.processors.addresses.target_problem`); a name like ``xn--`` was a 500 on each, and a
+    real international name still passes."""
+    settings = make_settings(worker_enabled=False, callback_signing_secret="s")
+    user = await add_user(db_url, f"urls{next(_people)}@example.com")
+    headers = {"Authorization": f"Bearer {await add_token(db_url, user.id)}"}
+    words = "host name xn-- cannot be looked up: it is not a valid host name"
+    bad = {"url": "https://xn--/"}
+    good = {"url": "https://xn--exmple-cua.com/"}
+    async with app_client(settings) as client:
+        for path, body, field in (
+            ("/api/jobs", {"type": "http.request", "input_data": bad}, "input_data.url"),
+            (
+                "/api/jobs",
+                {"type": "http.request", "input_data": good, "callback_url": "https://xn--/h"},
+                "callback_url",
+            ),
+            (
+                "/api/pipelines",
+                {"name": "p", "steps": [{"key": "a", "type": "http.request", "input_data": bad}]},
+                "steps[0].input_data.url",
+            ),
+            ("/api/batches", {"type": "http.request", "rows": [good, bad]}, "rows[1].url"),
+        ):
+            resp = await client.post(path, json=body, headers=headers)
+            assert resp.status_code == 422, (path, resp.text)
+            assert words in resp.json()["errors"][field], resp.json()
+        assert (await client.get("/api/jobs", headers=headers)).json()["items"] == []
+        resp = await client.post(
+            "/api/jobs",
+            json={"type": "http.request", "input_data": good, "callback_url": "https://xn--ls8h.la/h"},
+            headers=headers,
+        )
+        assert resp.status_code == 201, resp.text

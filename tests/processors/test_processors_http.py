@@ -257,6 +257,9 @@ async def test_redirects_are_followed_but_loops_and_non_web_targets_are_permanen
         await call(settings, url=f"{server}/loop")
     with pytest.raises(PermanentError, match="not http or https"):
         await call(settings, url=f"{server}/to-ftp")
+    # A host name httpx cannot read (its IDNA raised out of the processor, retried as unknown).
+    with pytest.raises(PermanentError, match="redirected to an address whose host name is not valid"):
+        await call(settings, url=f"{server}/redirect-to?http://xn--/")
 
 
 async def test_head_requests_have_no_body(server, settings) -> None:

@@ -31,7 +31,7 @@ from app.jobs import queue
 from app.jobs.cursors import Cursor, read_cursor
 from app.jobs.queue import NewJob
 from app.jobs.states import Status, label
-from app.jobs.tags import TAG_FILTER, tags_of
+from app.jobs.tags import TAG_FILTER, read_tag, tags_of
 from app.jobs.types import priority_lowered
 from app.web import DbSession, display
 from app.web.deps import MAX_PAGE, AfterCursor, actor_of
@@ -292,9 +292,7 @@ class JobsApiController(Controller):
                 description="Admins: one user's jobs. Others: only their own id (403 for anyone else's).",
             ),
         ] = None,
-        tag: Annotated[
-            str | None, QueryParameter(max_length=50, description="Only jobs with this tag.")
-        ] = None,
+        tag: Annotated[str | None, QueryParameter(description="Only jobs with this tag.")] = None,
     ) -> dict[str, Any]:
         """Jobs newest first: your own, or (admins) everyone's; ``tag`` keeps those with that tag. Keyset
         pagination: pass the response's ``next`` as ``after``. Rows omit input, result and error text
@@ -309,7 +307,7 @@ class JobsApiController(Controller):
             "type": job_type,
             "after": read_cursor(after, Cursor.ID),
             "limit": limit,
-            "tag": tag,
+            "tag": read_tag(tag) if tag is not None else None,
         }
         rows = (await db_session.execute(text(_LIST_JOBS), params)).mappings().all()
         tags = await tags_of(db_session, [r["id"] for r in rows])
