@@ -210,12 +210,13 @@ async def set_enabled(
     who = acting(actor, ip)
     action = "schedule.enable" if enabled else "schedule.disable"
     async with auditing_refusals(db, who, action, target_type="schedule", target_ids=[_asked(schedule_id)]):
-        before = await schedules.get_schedule(db, schedule_id)  # read once: its id, state and owner
+        # read once, locked until the caller's transaction ends: its id, state and owner as they are once
+        # ours to change (the same change sent twice at once then sees the first one's outcome)
+        before = await schedules.get_schedule(db, schedule_id, lock=True)
     async with (
         auditing_refusals(db, who, action, target_type="schedule", target_ids=[before["id"]]),
         db.begin_nested(),
     ):
-        before = await schedules.get_schedule(db, before["id"], lock=True)  # as it is once ours to change
         if before["enabled"] == enabled:
             # a no-op is refused, as every admin action that would change nothing is: its next run and
             # who last changed it stay, and the trail says it was asked and changed nothing
