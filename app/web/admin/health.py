@@ -10,9 +10,9 @@
 Polled queries read small tables or partial indexes only, so a poll stays cheap on a table of millions
 of jobs: ``workers``; ``ix_jobs_running``; ``ix_jobs_live`` (waiting per type, counted up to
 :data:`WAITING_CAP` each); ``ix_jobs_queued_run_at`` (oldest waiting); ``throughput_samples`` (primary key
-range, a row per worker per minute written by the heartbeat, read through :mod:`app.throughput`) for the
-chart and the failures of the last hour; ``ix_jobs_finished`` (the newest finished jobs, a bounded range)
-for the per-type figures — a poll never scans ``jobs`` or ``job_events``.
+range, a row per worker per minute written by the heartbeat) for the chart; ``ix_jobs_finished`` (the
+newest finished jobs, a bounded range) for the per-type figures and the failures of the last hour — a poll
+never scans ``jobs`` or ``job_events``.
 
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
@@ -27,7 +27,7 @@ from litestar.response import Redirect, Template
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import auth, controls, throughput
+from app import auth, controls
 from app.actions import controls as control_actions
 from app.actions import trail
 from app.errors import BadInput, Conflict, NotFound
@@ -90,6 +90,15 @@ OLDEST_WAITING = text(
     ORDER BY run_at LIMIT 1
     """
 )
+THROUGHPUT = text(
+    """
+    SELECT date_bin(make_interval(mins => :step), minute, :origin) AS minute,
+           sum(completed) AS completed, sum(failed) AS failed
+    FROM throughput_samples
+    WHERE minute >= :origin
+    GROUP BY 1 ORDER BY 1
+    """
+)
 #: The chart's choices: label → (bars, minutes per bar). A range is a primary-key range of
 #: ``throughput_samples`` (a row per worker per minute), at most a week of them.
 CHART_RANGES = {"1h": (60, 1), "24h": (48, 30), "7d": (42, 240)}
@@ -117,6 +126,10 @@ TYPE_HOUR = text(
     GROUP BY type ORDER BY type LIMIT 200
     """
 )
+FAILED_LAST_HOUR = text(
+    "SELECT COALESCE(sum(failed), 0) FROM throughput_samples WHERE minute > now() - interval '1 hour'"
+)
+DB_NOW = text("SELECT date_trunc('minute', now())")
 
 HEALTH_QUERIES = {
     "live_workers": LIVE_WORKERS,
@@ -124,7 +137,8 @@ HEALTH_QUERIES = {
     "waiting_by_type": WAITING_BY_TYPE,
     "running_by_type": RUNNING_BY_TYPE,
     "oldest_waiting": OLDEST_WAITING,
-    "throughput": throughput.PER_BIN,
+    "throughput": THROUGHPUT,
+    "failed_last_hour": FAILED_LAST_HOUR,
     "type_hour": TYPE_HOUR,
     "types_without_workers": queue.TYPES_WITHOUT_WORKERS,
     "waiting_kinds": WAITING_KINDS,
@@ -140,8 +154,12 @@ RECENT_CONTROLS = text(
 )
 
 
-chart_origin = throughput.origin
-"""The first bar's start (:func:`app.throughput.origin`)."""
+def chart_origin(end_minute: datetime, bars: int, step: int) -> datetime:
+    """The first bar's start: ``bars - 1`` steps of ``step`` minutes before the bar holding ``end_minute``
+    (bars start at whole multiples of ``step`` minutes since midnight UTC)."""
+    since_midnight = end_minute - end_minute.replace(hour=0, minute=0, second=0, microsecond=0)
+    aligned = end_minute - timedelta(minutes=(since_midnight.total_seconds() // 60) % step)
+    return aligned - timedelta(minutes=step * (bars - 1))
 
 
 def throughput_chart(
@@ -214,19 +232,20 @@ async def health(db: AsyncSession, settings: Any, chart_range: str = CHART_DEFAU
     waiting = await waiting_by_type(db)
     running = {r["type"]: int(r["n"]) for r in (await db.execute(RUNNING_BY_TYPE)).mappings().all()}
     oldest = (await db.execute(OLDEST_WAITING)).mappings().first()
-    end = await throughput.now_minute(db)
+    end = (await db.execute(DB_NOW)).scalar_one()
     if chart_range not in CHART_RANGES:
         chart_range = CHART_DEFAULT
     bars, step = CHART_RANGES[chart_range]
-    samples = await throughput.per_bin(db, end, bars, step)
-    # the figure and the chart from one source (app.throughput), so they cannot disagree: on the
-    # one-hour chart the figure is its bars' failures, otherwise the same query over that hour
-    if (bars, step) == (throughput.HOUR_BARS, 1):
-        failed_hour = throughput.failed_in(samples)
-    else:
-        failed_hour = await throughput.failed_last_hour(db, end)
+    origin = chart_origin(end, bars, step)
+    samples = (await db.execute(THROUGHPUT, {"step": step, "origin": origin})).mappings().all()
     hour = {r["type"]: dict(r) for r in (await db.execute(TYPE_HOUR)).mappings().all()}
     hour_capped = any(h["capped"] for h in hour.values())
+    failed_hour = sum(int(h["failed"]) for h in hour.values())
+    if hour_capped:
+        # past the sample, the workers' per-minute tallies: written with each heartbeat (100 s apart by
+        # default) and without jobs failed outside a worker (a rejection), so they lag behind the jobs;
+        # from the jobs themselves the figure agrees with the per-type table and with what just happened
+        failed_hour = max(failed_hour, int((await db.execute(FAILED_LAST_HOUR)).scalar_one()))
     unserved = await queue.types_without_workers(await queue.conn_of(db), fresh_secs=fresh)
     return {
         "unserved": unserved,
