@@ -151,3 +151,17 @@ async def test_an_admins_retry_reopens_her_diagnostic_step(scene: Scene) -> None
     r = await scene.client.post(f"/api/jobs/{scene.a}/retry", headers=scene.carol_api)
     assert r.status_code == 200, r.text
     assert await scene.pg.fetchval("SELECT status FROM jobs WHERE id = $1", scene.b) == "queued"
+
+
+async def test_no_retry_button_for_a_step_whose_retry_the_rule_would_refuse(scene: Scene) -> None:
+    """The job page and the pipeline page ask the rule the retry asks: ``a``'s Retry is offered while
+    Carol is an admin, and not once she is demoted."""
+    pid = await scene.pg.fetchval("SELECT pipeline_id FROM jobs WHERE id = $1", scene.a)
+    await switch_to(scene.client, "root@example.com")
+    assert 'id="act-retry"' in (await scene.client.get(f"/jobs/{scene.a}")).text
+    assert f'id="retry-{scene.a}"' in (await scene.client.get(f"/pipelines/{pid}")).text
+    await demote(scene)
+    for email in ("root@example.com", "carol@example.com"):
+        await switch_to(scene.client, email)
+        assert 'id="act-retry"' not in (await scene.client.get(f"/jobs/{scene.a}")).text, email
+        assert f'id="retry-{scene.a}"' not in (await scene.client.get(f"/pipelines/{pid}")).text, email
