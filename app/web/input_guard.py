@@ -20,8 +20,8 @@ whose ``errors`` name the field.
 * A query parameter an API route does not take (:func:`refuse_unknown_query`): ``GET /api/jobs?q=zzz``
   or ``?pipeline_id=…`` answered with every job, as if the filter had matched, while a body's unknown
   field is refused (:mod:`app.web.body_fields`). Pages keep their own rules (a bookmark may carry old
-  parameters). So is one given empty (``?type=``, ``?status=``), one answer for every parameter, and
-  one that takes a single value given twice.
+  parameters). So is one given empty (``?type=``, ``?status=``), one answer for every parameter; and,
+  on pages too, one that takes a single value given twice.
 * A value not written as a whole number for a query parameter that takes one
   (:func:`refuse_fractional_whole`), on pages and the API alike: the decoder read ``?limit=2.0`` as 2
   and ``1e1`` as 10.
@@ -382,7 +382,8 @@ def _empty_words(handler: Any, name: str) -> str:
 
 
 def refuse_unknown_query(scope: Scope) -> None:
-    """Refuse a query parameter the API route does not take (see the module docstring).
+    """Refuse a query parameter the API route does not take, or gives empty, and one that takes a single
+    value given twice to any route (see the module docstring).
 
     Raises:
         BadInput: naming the first unknown parameter, with the ones the route takes; or one that takes a
@@ -391,8 +392,9 @@ def refuse_unknown_query(scope: Scope) -> None:
     """
     handler = scope.get("route_handler")
     query = scope.get("query_string", b"")
-    if handler is None or not query or not scope.get("path", "").startswith(API_PREFIX):
+    if handler is None or not query:
         return
+    api = scope.get("path", "").startswith(API_PREFIX)
     names = _query_names(handler, scope.get("path_params"))
     if names is None:
         return
@@ -403,11 +405,15 @@ def refuse_unknown_query(scope: Scope) -> None:
         raw, _, value = part.partition(b"=")
         name = unquote_to_bytes(raw.replace(b"+", b" ")).decode("utf-8", "replace")
         if name not in names:  # "?=x" too: a value for no parameter was read as none at all
+            if not api:
+                continue
             takes = f"the parameters are {', '.join(sorted(names))}" if names else "it takes none"
             raise BadInput.field(_field_name(name), f"unknown query parameter; {takes}")
         if name in seen and name not in handler.opt[_QUERY_LISTS]:
+            # pages too: "/admin/audit?user=x&user=y" filtered by one of the two without a word
             raise BadInput.field(name, "given more than once; it takes one value")
-        if not value and name not in _EMPTY_MEANS_FIRST:
+        # a page's filter form sends its empty fields: there an empty value is "any"
+        if api and not value and name not in _EMPTY_MEANS_FIRST:
             # one answer for every parameter: "?type=" had listed nothing without a word while
             # "?status=" was refused, and neither filter means "any" when left empty
             raise BadInput.field(name, _empty_words(handler, name))
