@@ -29,6 +29,7 @@ from app.jobs.types import (
     file_refs,
     may_submit,
     registry,
+    type_shown,
     validation_error,
 )
 from app.settings import Settings
@@ -232,7 +233,7 @@ def prepare(
         # The person is not known here: the types anyone may submit (the actions layer names the
         # person's own, admins' included for an admin, before a person's job gets here).
         known = ", ".join(sorted(s.type for s in registry.all() if may_submit(False, s))) or "none"
-        raise BadInput.field(f"{p}type", f"unknown job type {job.type[:100]!r}; known types: {known}")
+        raise BadInput.field(f"{p}type", f"unknown job type {type_shown(job.type)}; known types: {known}")
     raw_text = check_input(job.input_data, settings.job_max_input_bytes, field=f"{p}input_data")
     check = _type_check(spec)
     normalized: dict[str, Any] | None
