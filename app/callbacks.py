@@ -53,12 +53,15 @@ def check_url(url: Any, settings: Settings, field: str = "callback_url") -> str:
     """``url`` if it can be a callback target.
 
     Raises:
-        BadInput: callbacks are not set up, or the URL is not an http(s) URL with a host, carries
+        BadInput: callbacks are not set up, or the URL is empty, is not an http(s) URL with a host, carries
             credentials, is too long, or names a local or private address (literal) that is not allowed.
     """
     if not settings.callback_signing_secret:
         raise BadInput.field(field, "callbacks are not set up here: an admin sets CALLBACK_SIGNING_SECRET")
-    if not isinstance(url, str) or not url.strip() or len(url) > MAX_URL_CHARS or text_problem(url):
+    if isinstance(url, str) and not url.strip():
+        # said apart: "of at most N characters" would read as if an empty URL were too long
+        raise BadInput.field(field, f"is empty: give an http or https URL, or leave {field} out")
+    if not isinstance(url, str) or len(url) > MAX_URL_CHARS or text_problem(url):
         raise BadInput.field(field, f"give an http or https URL of at most {MAX_URL_CHARS:,} characters")
     import httpx  # here: every worker imports this module for its sweep (see app.processors.addresses)
 

@@ -30,7 +30,7 @@ from app.code_schedules import sync_code_schedules
 from app.cron import MAX_CATCH_UP, check_cron, fire_times, fired_title, next_fire, zone
 from app.errors import BadInput, NotFound
 from app.jobs import queue
-from app.jobs.types import registry
+from app.jobs.types import registry, type_shown
 from app.schedule_firing import fire_due
 from app.schedules import (
     CODE_SCHEDULES,
@@ -79,7 +79,7 @@ MAX_LIMIT = 100_000
 def check_type(job_type: str) -> None:
     """Raises NotFound for a job type that is not registered (``*`` is every type)."""
     if job_type != ALL_TYPES and registry.get(job_type) is None:
-        raise NotFound(f"No job type {job_type[:100]!r}.")
+        raise NotFound(f"No job type {type_shown(job_type)}.")
 
 
 # --- pause, resume, limits ------------------------------------------------------------------------

@@ -238,7 +238,9 @@ def _never_fires(cron: str) -> str | None:
         return None
     if min(days) <= max(_MONTH_DAYS[m - 1] for m in months):
         return None
-    named = " and ".join(_MONTHS[m - 1] for m in sorted(months)[:3])
+    # every month named (at most five have fewer than 31 days), so none is left out without a word
+    names = [_MONTHS[m - 1] for m in sorted(months)]
+    named = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
     return (
         f"never fires: {named} {'has' if len(months) == 1 else 'have'} no day {min(days)}; "
         "this schedule would never run"

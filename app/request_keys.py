@@ -31,11 +31,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app.errors import BadInput, KeyReused, differ_words
-from app.jobs.payload import check_text
-
-KEY_MAX = 200
-"""A key's length at most, as a job's."""
+from app.errors import KeyReused, differ_words
+from app.jobs.queue.repeats import check_key
 
 Table = Literal["pipelines", "batches"]
 _LOOKUP = {
@@ -114,19 +111,11 @@ def keyed(key: Any, request: Mapping[str, Any]) -> Keyed | None:
     """The key and digest of a request sent with ``idempotency_key`` ``key``; ``None`` without one.
 
     Raises:
-        BadInput: on ``idempotency_key``: not text, empty, longer than :data:`KEY_MAX`, or text that
-        cannot be stored.
+        BadInput: on ``idempotency_key``: what :func:`app.jobs.queue.repeats.check_key` refuses.
     """
     if key is None:
         return None
-    if not isinstance(key, str):
-        raise BadInput.field("idempotency_key", f"must be text, not {type(key).__name__}")
-    if not 0 < len(key) <= KEY_MAX:
-        raise BadInput.field(
-            "idempotency_key", f"must be 1 to {KEY_MAX} characters (this one has {len(key):,})"
-        )
-    check_text(key, "idempotency_key")
-    return Keyed(key, digest(request), _parts(request))
+    return Keyed(check_key(key), digest(request), _parts(request))
 
 
 async def made_by(

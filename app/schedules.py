@@ -30,7 +30,7 @@ from app.cron import check_cron, check_zone, next_fire
 from app.errors import BadInput, Conflict, NotFound
 from app.jobs import queue, types
 from app.jobs.payload import check_input, json_text, text_problem
-from app.jobs.types import file_refs, registry
+from app.jobs.types import file_refs, registry, type_shown
 from app.settings import Settings
 
 
@@ -100,7 +100,7 @@ def _validate_target(
     if job_type is not None:
         spec = registry.get(job_type)
         if spec is None:
-            raise BadInput.field("type", f"unknown job type {job_type[:100]!r}")
+            raise BadInput.field("type", f"unknown job type {type_shown(job_type)}")
         valid = spec.validate_input(input_data)
         spec.check_settings(valid, settings)
         return valid

@@ -28,7 +28,7 @@ import io
 import itertools
 import re
 import zipfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from typing import Any
@@ -398,6 +398,39 @@ def match_columns(fields: Iterable[SheetField], columns: Sequence[str]) -> dict[
                 chosen[f.name] = by_title
                 used.add(by_title)
     return chosen
+
+
+COLUMNS_NAMED = 10
+"""The most columns a refused choice lists by name (a wide sheet's others are counted)."""
+
+
+def chosen_columns(
+    sent: Mapping[str, Any], fields: Iterable[SheetField], columns: Sequence[str]
+) -> tuple[dict[str, int | None], dict[str, str]]:
+    """Each field's column as the mapping step sent it (``sent``: field name → its choice, a column's
+    number from 0, or empty for none), and what is wrong with a choice, by field name. A choice that
+    names no column of the sheet (``99``, ``x``: a form made by hand, or kept from a wider file) is
+    refused naming the field and the columns there are; taken as "no column" it started rows without
+    the field, or with its default, without a word."""
+    chosen: dict[str, int | None] = {}
+    wrong: dict[str, str] = {}
+    for f in fields:
+        raw = str(sent.get(f.name) or "").strip()
+        chosen[f.name] = None
+        if not raw:
+            continue
+        if raw.isascii() and raw.isdigit() and len(raw) <= 9 and int(raw) < len(columns):
+            chosen[f.name] = int(raw)
+            continue
+        shown = raw if len(raw) <= 20 else raw[:20] + "…"
+        named = [f"{i} “{c}”" for i, c in enumerate(columns[:COLUMNS_NAMED])]
+        if len(columns) > COLUMNS_NAMED:
+            named.append(f"{len(columns) - COLUMNS_NAMED:,} more")
+        wrong[f.name] = (
+            f"{f.title} ({f.name}): there is no column {shown!r} in this spreadsheet; its columns are"
+            f" {', '.join(named)}: choose one of them, or none"
+        )
+    return chosen, wrong
 
 
 # --- cells to JSON -----------------------------------------------------------------------------------

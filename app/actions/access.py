@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from app.errors import BadInput, NotFound
 from app.jobs import types
-from app.jobs.types import INTERNAL_GROUP, admins_only, is_internal, priority_refusal, refusal
+from app.jobs.types import INTERNAL_GROUP, admins_only, is_internal, priority_refusal, refusal, type_shown
 from app.processors import ProcessorSpec, registry
 
 __all__ = [
@@ -81,7 +81,7 @@ def check_type(person: Any, type_name: Any, field: str = "type") -> ProcessorSpe
     spec = registry.get(type_name) if isinstance(type_name, str) else None
     if spec is None:
         known = ", ".join(sorted(s.type for s in submittable_types(person))) or "none"
-        raise BadInput.field(field, f"unknown job type {str(type_name)[:100]!r}; known types: {known}")
+        raise BadInput.field(field, f"unknown job type {type_shown(type_name)}; known types: {known}")
     if not may_submit(person, spec):
         raise BadInput.field(field, refusal(spec))
     return spec
@@ -107,7 +107,7 @@ def page_spec(person: Any, type_name: str) -> ProcessorSpec:
     """
     spec = registry.get(type_name)
     if spec is None or not may_submit(person, spec):
-        raise NotFound(f"There is no job type called {type_name[:100]!r}.")
+        raise NotFound(f"There is no job type called {type_shown(type_name)}.")
     return spec
 
 

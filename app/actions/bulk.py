@@ -295,7 +295,11 @@ async def _apply(
                 vanished.append(jid)
             except Forbidden as exc:
                 skipped.append(jid)
-                barred.append(str((exc.extra or {}).get("rule") or exc.detail))
+                extra = exc.extra or {}
+                rule = str(extra.get("rule") or exc.detail)
+                barred.append(
+                    f"a retry would re-open {extra['reopens']}: {rule}" if "reopens" in extra else rule
+                )
             else:
                 done.append(jid)
     return done, skipped, unfit, limited, vanished, barred

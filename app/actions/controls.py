@@ -23,6 +23,7 @@ from sqlalchemy.engine import RowMapping
 from app import controls
 from app.actions.trail import Db, acting, auditing_refusals, record_done, require_admin
 from app.errors import Conflict
+from app.jobs.types import cut_type
 
 
 def type_label(job_type: str) -> str:
@@ -53,7 +54,7 @@ async def _set_paused(db: Db, actor: Any, job_type: str, paused: bool, ip: str |
     require_admin(actor, "pause or resume job types")
     who = acting(actor, ip)
     action = "job_type.pause" if paused else "job_type.resume"
-    async with auditing_refusals(db, who, action, target_type="job_type", target_ids=[job_type[:100]]):
+    async with auditing_refusals(db, who, action, target_type="job_type", target_ids=[cut_type(job_type)]):
         async with db.begin_nested():
             if not paused:
                 controls.check_type(job_type)
@@ -108,7 +109,7 @@ async def set_limits(
     require_admin(actor, "change job type limits")
     who = acting(actor, ip)
     async with auditing_refusals(
-        db, who, "job_type.limits", target_type="job_type", target_ids=[job_type[:100]]
+        db, who, "job_type.limits", target_type="job_type", target_ids=[cut_type(job_type)]
     ):
         async with db.begin_nested():
             row = await controls.set_limits(

@@ -29,7 +29,7 @@ from app.files import FileStore, remove_after_commit
 from app.jobs import queue
 from app.jobs.decisions import Decision, decider_view, decision_words
 from app.jobs.error_text import retry_refusal
-from app.jobs.states import LIVE, Status
+from app.jobs.states import LIVE, TERMINAL, Status
 from app.jobs.types import owner_refusal, priority_lowered
 from app.processors import registry
 
@@ -116,6 +116,30 @@ def allowed(user: Any, action: str, row: Mapping[Any, Any]) -> bool:
         coded = action == "retry" and (row.get("pipeline_id") or row.get("created_by_job")) is not None
         return spec is not None and owner_refusal(user.is_admin, spec, coded=coded) is None
     return True
+
+
+async def requeues_refused(db: AsyncSession, user: Any, job_id: uuid.UUID, status: str) -> frozenset[str]:
+    """Which of "retry", "run-again" and "rerun" the queue's owner rule
+    (:func:`app.jobs.queue.requeue_refusal`, the one those actions ask) would refuse ``user`` on the job
+    now, for a job in ``status``: a page offers no button its action refuses — an admin looking at a
+    demoted admin's diagnostic job, a failed step whose retry would re-open a step its owner may not
+    have. Asked on the job's own row, only for the actions its status allows."""
+    asks: list[tuple[str, bool, bool]] = []
+    if status == Status.FAILED:
+        asks.append(("retry", True, True))
+    if status in TERMINAL:
+        asks.append(("run-again", False, False))
+    if status == Status.WAITING_APPROVAL:
+        asks.append(("rerun", True, False))
+    if not asks:
+        return frozenset()
+    conn = await queue.conn_of(db)
+    row = await queue.get_job(conn, job_id)
+    refused = set()
+    for action, in_place, reopens in asks:
+        if await queue.requeue_refusal(conn, row, user, in_place=in_place, reopens=reopens) is not None:
+            refused.add(action)
+    return frozenset(refused)
 
 
 def listed_owner(user: Any, user_id: int | None) -> int | None:

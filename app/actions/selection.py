@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.emails import email_key
 from app.jobs.states import LIVE, Status
+from app.jobs.types import registry, type_shown
 
 ID_SLACK = timedelta(minutes=1)
 """Margin around a created-time range when it is turned into an id range (ids and ``created_at`` are
@@ -46,6 +47,7 @@ STATUS_OPTIONS = (
 )
 _STATUS_VALUES = {v for v, _ in STATUS_OPTIONS if v}
 USER_BY_EMAIL = text("SELECT id FROM users WHERE email = :email")
+TYPE_HAS_JOBS = text("SELECT EXISTS (SELECT 1 FROM jobs WHERE type = :type)")
 
 
 def _zone(name: str | None) -> ZoneInfo:
@@ -118,7 +120,7 @@ async def parse_filter(
     """Read :data:`FILTER_FIELDS` from a query string, a form or (``strict``) a JSON object (times in the
     admin's time zone).
 
-    Never raises for bad input: an unknown status, an unknown owner, a malformed pipeline id or time
+    Never raises for bad input: an unknown status, type or owner, a malformed pipeline id or time
     lands in ``errors`` under its field name (the page shows it beside the field, with a 422; a bulk
     action is refused) — a condition left out would list, or act on, jobs nobody meant. ``strict`` (a
     JSON object, which holds nothing else) also puts there a field that is not a filter field and a
@@ -133,6 +135,11 @@ async def parse_filter(
         )
     f = JobFilter(raw=raw, status=status, errors=errors)
     f.type = raw["type"] or None
+    if f.type is not None and registry.get(f.type) is None:
+        # a type no longer registered whose jobs are still here stays a filter: they are listed and
+        # cancelled by it; any other name matches nothing, so acting on "0 jobs" would hide a typo
+        if not (await db.execute(TYPE_HAS_JOBS, {"type": f.type})).scalar():
+            f.errors["type"] = f"unknown job type {type_shown(f.type)}: no job type has this name"
     if raw["owner"]:
         owner = (await db.execute(USER_BY_EMAIL, {"email": email_key(raw["owner"])})).scalar()
         if owner is None:

@@ -37,7 +37,7 @@ from app.jobs.fanout import (
     unwrap_literals,
 )
 from app.jobs.payload import check_input
-from app.jobs.types import NextJob, PermanentError, registry, validation_errors
+from app.jobs.types import NextJob, PermanentError, registry, type_shown, validation_errors
 from app.settings import Settings
 
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -180,7 +180,7 @@ def validate_step_input(type_: Any, input_data: Any, path: str, settings: Settin
     """
     spec = registry.get(type_) if isinstance(type_, str) else None
     if spec is None:
-        raise BadInput.field(path.rsplit(".", 1)[0] + ".type", f"unknown job type {str(type_)[:100]!r}")
+        raise BadInput.field(path.rsplit(".", 1)[0] + ".type", f"unknown job type {type_shown(type_)}")
     check_input(input_data, settings.job_max_input_bytes, field=path)
     ref_fields = {k for k, v in input_data.items() if has_refs(v) or has_items(v)}
     if not ref_fields and not has_literals(input_data):

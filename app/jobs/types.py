@@ -324,6 +324,23 @@ def may_submit(is_admin: bool, spec: ProcessorSpec) -> bool:
     return is_admin or not admins_only(spec)
 
 
+TYPE_SHOWN_MAX = 100
+"""The most characters of a job type's name an answer, a page or an audit entry echoes."""
+
+
+def cut_type(name: Any) -> str:
+    """A type name as sent, cut at :data:`TYPE_SHOWN_MAX` characters with "…" (a registered name is far
+    shorter): what an unknown type's refusal and its audit entry echo of it, never a whole path
+    segment or field of thousands of characters, nor a cut that reads as the whole name."""
+    text = str(name)
+    return text if len(text) <= TYPE_SHOWN_MAX else text[:TYPE_SHOWN_MAX] + "…"
+
+
+def type_shown(name: Any) -> str:
+    """:func:`cut_type`, quoted, for a sentence naming an unknown type."""
+    return repr(cut_type(name))
+
+
 def refusal(spec: ProcessorSpec) -> str:
     """Why a non-admin may not submit ``spec`` directly, in plain words."""
     if is_internal(spec):

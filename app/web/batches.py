@@ -46,7 +46,6 @@ from app.web.deps import (
     unchanged,
 )
 from app.web.form_shape import form_errors
-from app.web.form_values import whole_number
 from app.web.input_guard import FORM_CHECKED, UPLOADS, form_problems
 from app.web.notifications import bell_news
 
@@ -62,14 +61,6 @@ def _file_field(spec: ProcessorSpec) -> str | None:
     """The type's one-file field, if it has one: many files dropped there start one job each."""
     single = [name for name, kind in file_fields(spec.input_model).items() if kind == "file"]
     return single[0] if single else None
-
-
-def _chosen(form: Any, fields: list[spreadsheets.SheetField], columns: list[str]) -> dict[str, int | None]:
-    out: dict[str, int | None] = {}
-    for f in fields:
-        index = whole_number(str(form.get(f"map.{f.name}") or ""))
-        out[f.name] = index if index is not None and 0 <= index < len(columns) else None
-    return out
 
 
 def _read_stored(path: Path, name: str, max_bytes: int) -> spreadsheets.Sheet:
@@ -270,8 +261,10 @@ class BatchesController(Controller):
             return render(request, "batches/new.html", ctx, status_code=422)
         sheet_id, sheet = loaded
         fields = ctx["fields"]
-        chosen = _chosen(form, fields, sheet.columns)
+        sent = {f.name: form.get(f"map.{f.name}") for f in fields}
+        chosen, wrong = spreadsheets.chosen_columns(sent, fields, sheet.columns)
         step = ctx["step"] = mapping_view(sheet_id, sheet, fields, chosen)
+        refused = {**{f"map.{name}": words for name, words in wrong.items()}, **(refused or {})}
         if refused:
             ctx["errors"] = refused
             return render(request, "batches/new.html", ctx, status_code=422)

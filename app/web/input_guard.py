@@ -20,7 +20,8 @@ whose ``errors`` name the field.
 * A query parameter an API route does not take (:func:`refuse_unknown_query`): ``GET /api/jobs?q=zzz``
   or ``?pipeline_id=…`` answered with every job, as if the filter had matched, while a body's unknown
   field is refused (:mod:`app.web.body_fields`). Pages keep their own rules (a bookmark may carry old
-  parameters).
+  parameters). So is one given empty (``?type=``, ``?status=``), one answer for every parameter; and,
+  on pages too, one that takes a single value given twice.
 * A value not written as a whole number for a query parameter that takes one
   (:func:`refuse_fractional_whole`), on pages and the API alike: the decoder read ``?limit=2.0`` as 2
   and ``1e1`` as 10.
@@ -368,17 +369,32 @@ def _query_names(handler: Any, path_params: Any) -> frozenset[str] | None:
     return taken
 
 
+_EMPTY_MEANS_FIRST = frozenset({"after", "before"})
+"""Cursors: an empty one is the first page (:func:`app.jobs.cursors.read_cursor`), what a client
+passing on the ``next`` of the page before, ``null`` at first, sends."""
+
+
+def _empty_words(handler: Any, name: str) -> str:
+    """What a parameter given empty is told: what it takes, in its declaration's words when there are."""
+    words = parameter_words(handler, name)
+    takes = words.removeprefix("must be ") if words and words.startswith("must be ") else "a value"
+    return f"is empty; give {takes}, or leave {name} out"
+
+
 def refuse_unknown_query(scope: Scope) -> None:
-    """Refuse a query parameter the API route does not take (see the module docstring).
+    """Refuse a query parameter the API route does not take, or gives empty, and one that takes a single
+    value given twice to any route (see the module docstring).
 
     Raises:
         BadInput: naming the first unknown parameter, with the ones the route takes; or one that takes a
-            single value given twice (``?limit=5&limit=6`` had silently used one of them).
+            single value given twice (``?limit=5&limit=6`` had silently used one of them); or one given
+            empty.
     """
     handler = scope.get("route_handler")
     query = scope.get("query_string", b"")
-    if handler is None or not query or not scope.get("path", "").startswith(API_PREFIX):
+    if handler is None or not query:
         return
+    api = scope.get("path", "").startswith(API_PREFIX)
     names = _query_names(handler, scope.get("path_params"))
     if names is None:
         return
@@ -386,13 +402,21 @@ def refuse_unknown_query(scope: Scope) -> None:
     for part in query.split(b"&"):
         if not part:  # "?a=1&&b=2", a trailing "&": nothing was sent
             continue
-        raw = part.partition(b"=")[0]
+        raw, _, value = part.partition(b"=")
         name = unquote_to_bytes(raw.replace(b"+", b" ")).decode("utf-8", "replace")
         if name not in names:  # "?=x" too: a value for no parameter was read as none at all
+            if not api:
+                continue
             takes = f"the parameters are {', '.join(sorted(names))}" if names else "it takes none"
             raise BadInput.field(_field_name(name), f"unknown query parameter; {takes}")
         if name in seen and name not in handler.opt[_QUERY_LISTS]:
+            # pages too: "/admin/audit?user=x&user=y" filtered by one of the two without a word
             raise BadInput.field(name, "given more than once; it takes one value")
+        # a page's filter form sends its empty fields: there an empty value is "any"
+        if api and not value and name not in _EMPTY_MEANS_FIRST:
+            # one answer for every parameter: "?type=" had listed nothing without a word while
+            # "?status=" was refused, and neither filter means "any" when left empty
+            raise BadInput.field(name, _empty_words(handler, name))
         seen.add(name)
 
 

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import controls
 from app.actions import access
 from app.actions import approvals as approval_actions
-from app.actions.jobs import allowed
+from app.actions.jobs import allowed, requeues_refused
 from app.db import read_rows
 from app.errors import NotFound
 from app.files import FileStore
@@ -141,9 +141,17 @@ async def job_history(db: AsyncSession, job_id: uuid.UUID, user: Any) -> dict[st
     return {"lines": [display.event_line(r, user, emails) for r in rows], "more": more}
 
 
-def available_actions(row: Mapping[Any, Any], state: Mapping[str, Any], user: Any) -> dict[str, bool]:
+def available_actions(
+    row: Mapping[Any, Any], state: Mapping[str, Any], user: Any, refused: frozenset[str] = frozenset()
+) -> dict[str, bool]:
     """Which buttons the viewer gets: the actions layer's rules applied to the job's state (the action
-    checks again when a button is pressed)."""
+    checks again when a button is pressed); ``refused``: the actions the queue's owner rule would refuse
+    (:func:`app.actions.jobs.requeues_refused`), offered by no button."""
+    if refused:
+        return {
+            name: offered and name.replace("_", "-") not in refused
+            for name, offered in available_actions(row, state, user).items()
+        }
     status = row["status"]
     standalone = row.get("pipeline_id") is None
     spec = registry.get(row["type"])
@@ -190,7 +198,9 @@ async def status_context(
         "job": row,
         "state": state,
         "title": display.job_title(row, spec),
-        "actions": available_actions(row, state, user),
+        "actions": available_actions(
+            row, state, user, await requeues_refused(db, user, row["id"], row["status"])
+        ),
         "notice": notice,
         "notice_ok": notice_ok,
         "new_job_id": new_job_id,

@@ -16,7 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import controls, pipelines
-from app.actions.jobs import allowed
+from app.actions.jobs import allowed, requeues_refused
 from app.actions.pipelines import may_cancel, startable_templates
 from app.errors import NotFound
 from app.jobs import naming
@@ -64,8 +64,12 @@ async def load_pipeline_row(db: AsyncSession, pipeline_id: Any, user: Any) -> Ma
     return row
 
 
-def step_view(step: Mapping[str, Any], owner_id: int, user: Any) -> dict[str, Any]:
-    """One box of the step indicator: the step, its derived state and the admin buttons it offers."""
+def step_view(
+    step: Mapping[str, Any], owner_id: int, user: Any, refused: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """One box of the step indicator: the step, its derived state and the admin buttons it offers (none
+    for an action in ``refused``: what the queue's owner rule would refuse,
+    :func:`app.actions.jobs.requeues_refused`)."""
     state = display.job_state(step)
     status = step["status"]
     row = {**step, "user_id": owner_id}
@@ -76,8 +80,8 @@ def step_view(step: Mapping[str, Any], owner_id: int, user: Any) -> dict[str, An
         "actions": {
             "approve": waiting and allowed(user, "approve", row),
             "reject": waiting and allowed(user, "reject", row),
-            "rerun": waiting and allowed(user, "rerun", row),
-            "retry": status == "failed" and allowed(user, "retry", row),
+            "rerun": waiting and allowed(user, "rerun", row) and "rerun" not in refused,
+            "retry": status == "failed" and allowed(user, "retry", row) and "retry" not in refused,
         },
     }
 
@@ -98,6 +102,18 @@ def _timing(view: Mapping[str, Any]) -> dict[str, timedelta | None]:
     }
 
 
+async def _refused(db: AsyncSession, user: Any, step: Mapping[str, Any], owner_id: int) -> frozenset[str]:
+    """The owner rule's refusals for a step whose buttons ``user`` would otherwise get (a failed step's
+    Retry, a waiting step's rerun): asked only for those, so a page of steps costs no read per step."""
+    row = {**step, "user_id": owner_id}
+    if not (
+        (step["status"] == "failed" and allowed(user, "retry", row))
+        or (step["status"] == "waiting_approval" and allowed(user, "rerun", row))
+    ):
+        return frozenset()
+    return await requeues_refused(db, user, step["job_id"], step["status"])
+
+
 async def pipeline_status_context(
     db: AsyncSession,
     pipeline_id: Any,
@@ -114,7 +130,10 @@ async def pipeline_status_context(
     view = await pipelines.get(db, pipeline_id, user)
     state = display.pipeline_state(view, view["steps"])
     unread = await viewer_bell(db, user)  # the poll carries it: the bell is refreshed with the page
-    steps = {s["key"]: step_view(s, view["user_id"], user) for s in view["steps"]}
+    steps = {
+        s["key"]: step_view(s, view["user_id"], user, await _refused(db, user, s, view["user_id"]))
+        for s in view["steps"]
+    }
     layers = [[steps[s["key"]] for s in layer] for layer in view["layers"]]
     ctx: dict[str, Any] = {
         "pipeline": view,

@@ -351,6 +351,14 @@ async def test_audit_page_lists_filters_and_pages(
     assert "Started a scheduled job now" in page
     page = (await client.get("/admin/audit?action=job_type.pause")).text
     assert page.count('<tr id="audit-') == 3
+    # a filter given twice is refused naming it, as the JSON API refuses it, not filtered by one of them
+    for query, name in (
+        ("user=root@example.com&user=other@example.com", "user"),
+        ("action=a&action=b", "action"),
+    ):
+        r = await client.get(f"/admin/audit?{query}")
+        assert r.status_code == 422 and "given more than once; it takes one value" in r.text, query
+        assert name in r.text
     # keyset: the second page has the rest
     first = (await client.get("/admin/audit")).text
     older = first.split('id="older"')[0].rsplit('href="', 1)[1].split('"')[0].replace("&amp;", "&")

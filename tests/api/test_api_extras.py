@@ -167,6 +167,19 @@ async def test_callback_urls_are_refused_when_not_set_up_or_private(make_setting
         assert (await client.get("/api/jobs", headers=headers)).json()["items"] == []
 
 
+async def test_an_empty_callback_url_is_called_empty_not_too_long(make_settings, db_url) -> None:
+    _, headers = await bearer(db_url, "emptyhook@example.com")
+    job = {"type": "http.request", "input_data": {"url": "https://example.com/"}}
+    async with app_client(make_settings(worker_enabled=False, callback_signing_secret=SECRET)) as client:
+        for url in ("", "   "):
+            resp = await client.post("/api/jobs", json={**job, "callback_url": url}, headers=headers)
+            assert resp.status_code == 422, resp.text
+            words = resp.json()["errors"]["callback_url"]
+            assert "is empty" in words and "at most" not in words, words
+        resp = await client.post("/api/jobs", json={**job, "callback_url": "h" * 3000}, headers=headers)
+        assert "at most 2,000 characters" in resp.json()["errors"]["callback_url"], resp.text
+
+
 async def test_a_name_that_resolves_to_a_private_address_is_given_up_at_delivery(
     make_settings, db_url, engine, pg
 ) -> None:

@@ -251,3 +251,26 @@ async def test_a_query_parameter_that_takes_one_value_is_refused_when_given_twic
         assert r.json()["errors"] == {name: "given more than once; it takes one value"}
     ok = await scene.client.get("/api/jobs?tag=a&limit=5&status=queued", headers=scene.ann)
     assert ok.status_code == 200, ok.text
+
+
+async def test_an_empty_list_filter_is_refused_naming_it_on_every_api_list(scene: Scene) -> None:
+    """``?type=`` listed nothing without a word while ``?status=`` was a 422: every empty value is now
+    the same 422 naming its parameter (the shared reader of API query parameters)."""
+    for path, name in (
+        ("/api/jobs", "type"),
+        ("/api/jobs", "status"),
+        ("/api/jobs", "tag"),
+        ("/api/jobs", "user_id"),
+        ("/api/pipelines", "limit"),
+        ("/api/batches", "limit"),
+    ):
+        for query in (f"{name}=", name, f"{name}=&&"):
+            r = await scene.client.get(f"{path}?{query}", headers=scene.ann)
+            assert r.status_code == 422, (path, query, r.text)
+            assert r.json()["errors"][name].startswith("is empty; give "), r.text
+            assert r.json()["errors"][name].endswith(f", or leave {name} out"), r.text
+    r = await scene.client.get("/api/jobs?type=", headers=scene.ann)
+    assert r.json()["errors"] == {"type": "is empty; give a value, or leave type out"}, r.text
+    r = await scene.client.get("/api/jobs?limit=", headers=scene.ann)
+    assert r.json()["errors"] == {"limit": "is empty; give a whole number from 1 to 200, or leave limit out"}
+    assert (await scene.client.get("/api/jobs?after=", headers=scene.ann)).status_code == 200

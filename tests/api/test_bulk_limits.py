@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 import tests.support.forms  # noqa: F401  (test.form)
 from app.settings import Settings
 from tests.support.jobsteps import enqueue
-from tests.support.webkit import HX, add_token, add_user, csrf, sign_in_as
+from tests.support.webkit import HX, add_token, add_user, csrf, sign_in_as, switch_to
 
 
 async def test_more_ids_than_the_limit_is_a_422_naming_it(
@@ -81,3 +81,29 @@ async def test_an_empty_filter_needs_all_true(
     assert r.status_code == 422 and "all" in r.json()["errors"], r.text
     r = await client.post("/api/jobs/bulk", json={"action": "cancel", "all": True}, headers=api_h)
     assert r.status_code == 200 and len(r.json()["done"]) == 2, r.text
+
+
+async def test_an_unknown_type_in_a_bulk_filter_is_refused_and_a_removed_type_with_jobs_is_not(
+    client: AsyncTestClient, db_url: str, engine: AsyncEngine, settings: Settings, pg: asyncpg.Connection
+) -> None:
+    """``{"type": "nope"}`` acted on 0 jobs without a word; an unknown type is refused as the README
+    says of every refusal of an admin action (422 naming ``filter.type``, one ``refused: …`` entry),
+    on the console too. A type no longer registered whose jobs are still here stays a filter."""
+    admin = await add_user(db_url, "root@example.com", admin=True)
+    api_h = {"Authorization": f"Bearer {await add_token(db_url, admin.id)}"}
+    job = await enqueue(engine, settings, admin.id)
+    body = {"action": "cancel", "filter": {"type": "nope"}}
+    r = await client.post("/api/jobs/bulk", json=body, headers=api_h)
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"]["filter.type"] == "unknown job type 'nope': no job type has this name", r.text
+    outcomes = await pg.fetch("SELECT outcome FROM audit_log WHERE action = 'jobs.bulk_cancel'")
+    assert [o["outcome"][:9] for o in outcomes] == ["refused: "]
+    await switch_to(client, "root@example.com")
+    page = await client.get("/admin/jobs?type=nope")
+    assert page.status_code == 422 and "unknown job type &#39;nope&#39;" in page.text, page.text[-1500:]
+    # a type since removed, its job still here: listed and cancelled by it
+    await pg.execute("UPDATE jobs SET type = 'gone.type' WHERE id = $1", job)
+    r = await client.post(
+        "/api/jobs/bulk", json={"action": "cancel", "filter": {"type": "gone.type"}}, headers=api_h
+    )
+    assert r.status_code == 200 and r.json()["done"] == [str(job)], r.text

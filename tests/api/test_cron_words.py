@@ -18,6 +18,8 @@ from tests.support.webkit import AdminApi
         ("0 0 31 2 *", "never fires: February has no day 31"),
         ("0 0 30 feb *", "never fires: February has no day 30"),
         ("0 0 31 4,6 *", "never fires: April and June have no day 31"),
+        ("0 0 31 4,6,9,11 *", "never fires: April, June, September and November have no day 31"),
+        ("0 0 31 feb,apr,jun,sep,nov *", "never fires: February, April, June, September and November have"),
         (
             "0-59/99999999999999999999 * * * *",
             "the step after '/' in the minute field must be a whole number from 1 to 60",

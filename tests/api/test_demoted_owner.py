@@ -284,3 +284,16 @@ def test_the_one_rule_keeps_a_templates_internal_step_and_never_a_diagnostic_typ
     assert owner_refusal(False, internal) is not None
     assert owner_refusal(False, noop, coded=True) == RULE
     assert owner_refusal(True, noop) is None and owner_refusal(True, internal) is None
+
+
+async def test_an_admin_is_offered_no_retry_or_run_again_the_rule_would_refuse(scene: Scene) -> None:
+    """The job page asks the queue's rule too: Carol's failed ``noop`` offers Retry and Run again while
+    she is an admin, and neither once she is demoted (to her or to an admin)."""
+    await switch_to(scene.client, "root@example.com")
+    page = (await scene.client.get(f"/jobs/{scene.job}")).text
+    assert 'id="act-retry"' in page and 'id="act-run-again"' in page
+    await demote(scene)
+    for email in ("root@example.com", "carol@example.com"):
+        await switch_to(scene.client, email)
+        page = (await scene.client.get(f"/jobs/{scene.job}")).text
+        assert 'id="act-retry"' not in page and 'id="act-run-again"' not in page, email

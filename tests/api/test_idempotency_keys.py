@@ -284,3 +284,24 @@ async def test_concurrent_first_requests_with_one_key_and_different_contents_mak
         else:
             assert isinstance(result, KeyReused), result
     assert sum(isinstance(r, queue.Enqueued) and r.created for r in results) == 1
+
+
+async def test_a_key_of_only_spaces_is_refused_on_every_route_that_takes_one(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """``"  "`` was taken as a key; the one reader of keys (jobs, pipelines, batches) refuses it."""
+    ann = await sign_in_as(client, db_url, "ann@example.com")
+    headers = {"Authorization": f"Bearer {await add_token(db_url, ann.id)}"}
+    step = {"type": "test.step", "input_data": {"label": "a"}}
+    for path, body in (
+        ("/api/jobs", step),
+        ("/api/pipelines", {"name": "p", "steps": [{"key": "a", **step}]}),
+        ("/api/batches", {"type": "test.step", "rows": [{"label": "a"}]}),
+    ):
+        for key in ("  ", "\t \n"):
+            r = await client.post(path, json={**body, "idempotency_key": key}, headers=headers)
+            assert r.status_code == 422, (path, r.text)
+            assert "only spaces" in r.json()["errors"]["idempotency_key"], (path, r.text)
+        ok = await client.post(path, json={**body, "idempotency_key": " k "}, headers=headers)
+        assert ok.status_code == 201, (path, ok.text)
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 3

@@ -57,7 +57,7 @@ async def test_every_query_parameter_of_every_api_route_refuses_in_words(
     [
         ("limit=1.5", "limit: must be a whole number from 1 to 200"),
         ("limit=0", "limit: must be a whole number from 1 to 200"),
-        ("limit=", "limit: must be a whole number from 1 to 200"),
+        ("limit=", "limit: is empty; give a whole number from 1 to 200, or leave limit out"),
         ("after=zzz", f"after: {cursor_words(Cursor.ID)}"),
         ("user_id=x", "user_id: must be a whole number from 1 to 2147483647"),
     ],

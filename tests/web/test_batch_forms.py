@@ -466,3 +466,43 @@ def test_a_long_cell_is_kept_whole_and_held_to_its_fields_limit_as_a_submission_
     else:
         assert batches.check_rows(spec, [row], settings) == [submitted]
         assert len(submitted["body"]) == size
+
+
+async def test_a_column_choice_that_names_no_column_is_refused_naming_the_field_and_the_columns(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """``map.url=99`` (no such column) was taken as "no column chosen"; it is refused beside its field,
+    with the columns the sheet has, and nothing starts. A choice within the sheet still starts it."""
+    import html
+
+    await sign_in_as(client, db_url, "ann@example.com")
+    page = await client.get("/batches/new/http.request")
+    token = csrf_from(page.text)
+    key = re.search(r'name="_form_key" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+    mapped = await client.post(
+        "/batches/new/http.request",
+        data={"_csrf_token": token, "_form_key": key},
+        files=_post_file("a.csv", b"Web address,Verb\nhttp://jobs.test:9/a,GET\n"),
+    )
+    sheet_id = re.search(r'name="sheet_id" value="([^"]+)"', mapped.text).group(1)  # type: ignore[union-attr]
+    start = {"_csrf_token": token, "_form_key": key, "sheet_id": sheet_id, "map.method": "1"}
+    for choice in ("99", "x", "-1", "2"):
+        r = await client.post("/batches/new/http.request", data={**start, "map.url": choice})
+        assert r.status_code == 422, (choice, r.text[-1500:])
+        said = html.unescape(r.text)
+        assert f"(url): there is no column '{choice}' in this spreadsheet" in said, said[-2000:]
+        assert "its columns are 0 “Web address”, 1 “Verb”" in said, said[-2000:]
+        assert 'id="e-map.url"' in r.text
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
+    ok = await client.post("/batches/new/http.request", data={**start, "map.url": "0"})
+    assert ok.status_code == 200 and "Batch of 1 job" in ok.text, ok.text[-1500:]
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
+
+
+def test_chosen_columns_counts_the_columns_of_a_wide_sheet() -> None:
+    fields = [spreadsheets.SheetField("url", "Address", "string", True)]
+    chosen, wrong = spreadsheets.chosen_columns({"url": "40"}, fields, [f"c{i}" for i in range(30)])
+    assert chosen == {"url": None}
+    assert wrong["url"].endswith("9 “c9”, 20 more: choose one of them, or none"), wrong
+    assert spreadsheets.chosen_columns({"url": " 3 "}, fields, ["a", "b", "c", "d"]) == ({"url": 3}, {})
+    assert spreadsheets.chosen_columns({"url": ""}, fields, ["a"]) == ({"url": None}, {})

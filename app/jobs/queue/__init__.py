@@ -157,6 +157,7 @@ from app.jobs.queue.outcomes import (
     finish,
     release_unreceived,
 )
+from app.jobs.queue.owner_rule import requeue_refusal
 from app.jobs.queue.pipelines import (
     INSERT_PIPELINE,
     NEW_PIPELINE_FOR,
@@ -244,6 +245,7 @@ __all__ = [
     "parse_job_id",
     "get_job",
     "may_see",
+    "requeue_refusal",
     "read_job",
     "lock_job",
     "DEPENDENCIES_OF",

@@ -18,7 +18,7 @@ from app.file_types import kind_problem
 from app.jobs.fanout import has_literals, unwrap_literals
 from app.jobs.payload import check_input, check_text, json_text, unstorable_json
 from app.jobs.queue.common import JOB_COLUMNS, JOBS_CHANNEL, conn_of, new_id, notify_jobs, sql
-from app.jobs.queue.repeats import Repeat, compare, refusal, requested_run_at
+from app.jobs.queue.repeats import Repeat, check_key, compare, refusal, requested_run_at
 from app.jobs.rows import JobRow, job_row
 from app.jobs.run_at import check_run_at
 from app.jobs.states import Status
@@ -29,6 +29,7 @@ from app.jobs.types import (
     file_refs,
     may_submit,
     registry,
+    type_shown,
     validation_error,
 )
 from app.settings import Settings
@@ -102,14 +103,8 @@ def _check_fields(job: NewJob, max_attempts: Any, p: str) -> None:
     # The field names are built only for the fields that are set: a bulk enqueue checks thousands of jobs.
     if job.run_at is not None:
         check_run_at(job.run_at, f"{p}run_at")
-    # A NUL or a lone surrogate is check_text's, in its words; the length is said with the count sent.
-    key = job.idempotency_key
-    if key is not None:
-        if not 0 < len(key) <= 200:
-            raise BadInput.field(
-                f"{p}idempotency_key", f"must be 1 to 200 characters (this one has {len(key):,})"
-            )
-        check_text(key, f"{p}idempotency_key")
+    if job.idempotency_key is not None:
+        check_key(job.idempotency_key, f"{p}idempotency_key")
     if job.title is not None:
         if len(job.title) > 200:
             raise BadInput.field(
@@ -238,7 +233,7 @@ def prepare(
         # The person is not known here: the types anyone may submit (the actions layer names the
         # person's own, admins' included for an admin, before a person's job gets here).
         known = ", ".join(sorted(s.type for s in registry.all() if may_submit(False, s))) or "none"
-        raise BadInput.field(f"{p}type", f"unknown job type {job.type[:100]!r}; known types: {known}")
+        raise BadInput.field(f"{p}type", f"unknown job type {type_shown(job.type)}; known types: {known}")
     raw_text = check_input(job.input_data, settings.job_max_input_bytes, field=f"{p}input_data")
     check = _type_check(spec)
     normalized: dict[str, Any] | None

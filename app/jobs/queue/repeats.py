@@ -1,4 +1,5 @@
-"""A job's idempotency key sent again: the same request is answered with the job the key made, a
+"""A job's idempotency key: the one reader of a key sent (:func:`check_key`, for jobs, pipelines and
+batches alike), and the key sent again: the same request is answered with the job the key made, a
 different one is refused (:class:`app.errors.KeyReused`, 422 on ``idempotency_key``).
 
 What makes two requests with one key "the same request" is the job they ask for, compared with the
@@ -37,7 +38,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db import write_rows
-from app.errors import KeyReused, differ_words
+from app.errors import BadInput, KeyReused, differ_words
+from app.jobs.payload import check_text
 from app.jobs.queue.common import sql
 from app.jobs.rows import JOB_FIELDS, JobRow, job_row
 
@@ -102,6 +104,30 @@ class Repeat:
     index: int
     job: JobRow
     differs: tuple[str, ...]
+
+
+KEY_MAX = 200
+"""A key's length at most (a job's, a pipeline's, a batch's)."""
+
+
+def check_key(key: Any, field: str = "idempotency_key") -> str:
+    """``key`` if it can be an idempotency key: text of 1 to :data:`KEY_MAX` characters, not only spaces
+    (``"  "`` reads as no key at all, and a client trimming it would send another), that can be stored.
+    Every route that takes a key reads it here.
+
+    Raises:
+        BadInput: on ``field``, saying which.
+    """
+    if not isinstance(key, str):
+        raise BadInput.field(field, f"must be text, not {type(key).__name__}")
+    if not 0 < len(key) <= KEY_MAX:
+        raise BadInput.field(field, f"must be 1 to {KEY_MAX} characters (this one has {len(key):,})")
+    if not key.strip():
+        raise BadInput.field(
+            field, "is only spaces; give a key with something besides spaces, or leave it out"
+        )
+    check_text(key, field)
+    return key
 
 
 def requested_run_at(params: Mapping[str, Any]) -> dict[str, Any]:

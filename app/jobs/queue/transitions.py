@@ -34,7 +34,7 @@ from app.jobs.queue.consequences import consequences
 from app.jobs.queue.fanouts import GATES_OF
 from app.jobs.queue.holds import hold_if_owner_disabled
 from app.jobs.queue.new_jobs import Enqueued, NewJob, enqueue
-from app.jobs.queue.owner_rule import check_owner_may_have, owner_is_admin
+from app.jobs.queue.owner_rule import check_owner_may_have, check_reopened_may_have, owner_is_admin
 from app.jobs.queue.pipelines import mark_removed, refresh_pipelines
 from app.jobs.rows import JobRow, job_row
 from app.jobs.run_at import check_run_at
@@ -152,7 +152,8 @@ async def retry(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
     Rule: the job goes back to ``queued`` with ``attempts = 0`` — a fresh budget of ``max_attempts`` —
     so the processor really runs again; its earlier attempts and errors stay in its event history. Jobs
     that were cancelled because this one failed (``blocked_by``) are re-opened and wait for it again
-    (as the README's "Pipelines" describes). A double click retries once: the second gets 409 "not failed".
+    (as the README's "Pipelines" describes); each must be work its owner may have in the queue now, or
+    nothing is retried (:func:`app.jobs.queue.owner_rule.check_reopened_may_have`). A double click retries once: the second gets 409 "not failed".
 
     Raises:
         NotFound: unknown id, or another user's job for a non-admin.
@@ -175,6 +176,7 @@ async def retry(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
             f"Cannot retry job {row['id']}: {refusal}.", extra={"retry_refused": retry_refusal_kind(row)}
         )
     await check_owner_may_have(conn, row, principal, "retried")
+    await check_reopened_may_have(conn, row, principal)
     await lock_pipelines(conn, [row["pipeline_id"]])
     updated = (await conn.execute(RETRY_FAILED, {"id": row["id"]})).mappings().first()
     if updated is None:  # lost a race with another retry

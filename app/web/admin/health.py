@@ -32,6 +32,7 @@ from app.actions import controls as control_actions
 from app.actions import trail
 from app.errors import BadInput, Conflict, NotFound
 from app.jobs import queue
+from app.jobs.types import cut_type
 from app.processors import registry
 from app.web import DbSession, confirms, flash, is_htmx, render
 from app.web.admin.waiting import WAITING_KINDS, waiting_kinds
@@ -414,7 +415,7 @@ class HealthController(Controller):
                 "job_type.pause" if paused else "job_type.resume",
                 problem,
                 target_type="job_type",
-                target_ids=[job_type[:100]],
+                target_ids=[cut_type(job_type)],
             )
             return await self._index(
                 request,
@@ -482,7 +483,7 @@ class HealthController(Controller):
                 "job_type.limits",
                 {**errors, **({NOTICE: notice} if notice else {})},
                 target_type="job_type",
-                target_ids=[job_type[:100]],
+                target_ids=[cut_type(job_type)],
             )
             errors["_type"] = job_type
             # the form comes back with what was typed next to its error, not the stored value

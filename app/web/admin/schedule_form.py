@@ -38,6 +38,7 @@ from app.actions import trail
 from app.actions.trail import KEEP_REFUSAL
 from app.errors import BadInput, Conflict, TooLarge
 from app.formatting import format_localtime, zone
+from app.jobs.types import type_shown
 from app.processors import registry
 from app.web import DbSession, flash, forms, render
 from app.web.deps import actor_of, client_ip, file_store, settings_of
@@ -106,7 +107,7 @@ def target_problem(value: str) -> str:
     if not value.strip():
         return CHOOSE_TARGET
     if sep and kind == "type":
-        return f"There is no job type called {name[:100]!r}. {CHOOSE_TARGET}"
+        return f"There is no job type called {type_shown(name)}. {CHOOSE_TARGET}"
     if sep and kind == "template":
         return f"There is no pipeline template called {name[:100]!r}. {CHOOSE_TARGET}"
     meant = next((t for t in (target_of("type", value), target_of("template", value)) if t is not None), None)
