@@ -27,7 +27,7 @@ from app.actions import schedules as schedule_actions
 from app.jobs.types import is_internal, owner_refusal, registry
 from app.settings import Settings
 from tests.support.jobsteps import claim, finish
-from tests.support.webkit import HX, add_token, add_user, csrf, switch_to
+from tests.support.webkit import HX, bearer, csrf, switch_to
 
 RULE = "only admins may start 'noop': it is for testing and diagnostics"
 
@@ -50,10 +50,8 @@ class Scene:
 async def scene(
     client: AsyncTestClient, engine: AsyncEngine, ui_settings: Settings, db_url: str, pg: asyncpg.Connection
 ) -> Scene:
-    carol = await add_user(db_url, "carol@example.com", admin=True)
-    root = await add_user(db_url, "root@example.com", admin=True)
-    carol_api = {"Authorization": f"Bearer {await add_token(db_url, carol.id)}"}
-    root_api = {"Authorization": f"Bearer {await add_token(db_url, root.id)}"}
+    carol, carol_api = await bearer(db_url, "carol@example.com", admin=True)
+    root, root_api = await bearer(db_url, "root@example.com", admin=True)
     made = await client.post("/api/jobs", json={"type": "noop", "max_attempts": 1}, headers=carol_api)
     assert made.status_code == 201, made.text
     job = uuid.UUID(made.json()["id"])

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 import tests.support.forms  # noqa: F401  (test.step)
 from app.settings import Settings
 from tests.support.jobsteps import claim, finish
-from tests.support.webkit import HX, add_token, add_user, csrf, switch_to
+from tests.support.webkit import HX, bearer, csrf, switch_to
 
 RULE = "only admins may start 'noop': it is for testing and diagnostics"
 STEP = "step 'b' (type 'noop')"
@@ -51,10 +51,8 @@ class Scene:
 async def scene(
     client: AsyncTestClient, engine: AsyncEngine, ui_settings: Settings, db_url: str, pg: asyncpg.Connection
 ) -> Scene:
-    carol = await add_user(db_url, "carol@example.com", admin=True)
-    root = await add_user(db_url, "root@example.com", admin=True)
-    carol_api = {"Authorization": f"Bearer {await add_token(db_url, carol.id)}"}
-    root_api = {"Authorization": f"Bearer {await add_token(db_url, root.id)}"}
+    _, carol_api = await bearer(db_url, "carol@example.com", admin=True)
+    _, root_api = await bearer(db_url, "root@example.com", admin=True)
     made = await client.post("/api/pipelines", json=PIPELINE, headers=carol_api)
     assert made.status_code == 201, made.text
     ids = {s["key"]: uuid.UUID(s["job_id"]) for s in made.json()["steps"]}
