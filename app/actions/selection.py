@@ -114,6 +114,20 @@ def _unreadable(values: Mapping[str, Any]) -> dict[str, str]:
     return errors
 
 
+def _repeated(values: Mapping[str, Any]) -> dict[str, str]:
+    """The filter fields a query string or a form names more than once. The input guard refuses a page's
+    declared parameter given twice, but these are read from the whole query here, so
+    ``?status=failed&status=queued`` was filtered by one of the two without a word."""
+    getall = getattr(values, "getall", None)
+    if getall is None:
+        return {}
+    return {
+        name: "given more than once; it takes one value"
+        for name in FILTER_FIELDS
+        if len(getall(name, [])) > 1
+    }
+
+
 async def parse_filter(
     db: AsyncSession, values: Mapping[str, Any], user: Any, *, strict: bool = False
 ) -> JobFilter:
@@ -127,7 +141,7 @@ async def parse_filter(
     value that is not text.
     """
     raw = {k: str(values.get(k) or "").strip()[:200] for k in FILTER_FIELDS}
-    errors = _unreadable(values) if strict else {}
+    errors = _unreadable(values) if strict else _repeated(values)
     status = raw["status"] if raw["status"] in _STATUS_VALUES else None
     if raw["status"] and status is None:
         errors.setdefault(

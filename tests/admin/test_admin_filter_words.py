@@ -27,6 +27,8 @@ async def test_a_filter_value_the_page_cannot_read_is_an_error_beside_it(
         ("pipeline=zzz", "Not a pipeline id"),
         ("created_from=yesterday", "Not a date and time"),
         ("after=zzz", "is not a position this list gave"),
+        ("status=failed&status=queued", "given more than once; it takes one value"),
+        ("owner=ann@example.com&owner=root@example.com", "given more than once; it takes one value"),
     ):
         r = await client.get(f"/admin/jobs?{query}")
         assert r.status_code == 422, (query, r.status_code)
