@@ -244,7 +244,7 @@ async def run_bulk(
         if limited:
             reasons.append(f"{len(limited):,} because of their owner's limits ({limited[0]})")
         if barred:
-            reasons.append(f"{len(barred):,} because their owner may not have their type now ({barred[0]})")
+            reasons.append(f"{len(barred):,} because {barred[0]}")
         message += f"; {n_skipped:,} skipped: " + "; ".join(reasons) + "."
     if plan.truncated:  # said at the confirmation too; the answer must not read as if that were all
         message += f" More jobs match: this acted on the newest {BULK_MAX:,}; run it again for the rest."
@@ -298,7 +298,9 @@ async def _apply(
                 extra = exc.extra or {}
                 rule = str(extra.get("rule") or exc.detail)
                 barred.append(
-                    f"a retry would re-open {extra['reopens']}: {rule}" if "reopens" in extra else rule
+                    f"a retry would re-open {extra['reopens']}, which their owner may not have now ({rule})"
+                    if "reopens" in extra
+                    else f"their owner may not have their type now ({rule})"
                 )
             else:
                 done.append(jid)
