@@ -118,12 +118,14 @@ def allowed(user: Any, action: str, row: Mapping[Any, Any]) -> bool:
     return True
 
 
-async def requeues_refused(db: AsyncSession, user: Any, job_id: uuid.UUID, status: str) -> frozenset[str]:
+async def requeues_refused(db: AsyncSession, user: Any, job: Mapping[Any, Any]) -> frozenset[str]:
     """Which of "retry", "run-again" and "rerun" the queue's owner rule
-    (:func:`app.jobs.queue.requeue_refusal`, the one those actions ask) would refuse ``user`` on the job
-    now, for a job in ``status``: a page offers no button its action refuses — an admin looking at a
-    demoted admin's diagnostic job, a failed step whose retry would re-open a step its owner may not
-    have. Asked on the job's own row, only for the actions its status allows."""
+    (:func:`app.jobs.queue.requeue_refusal`, the one those actions ask) would refuse ``user`` on ``job``
+    (a row with its ``id``, ``status``, ``type``, ``user_id``, ``pipeline_id`` and ``created_by_job``) now:
+    a page offers no button its action refuses — an admin looking at a demoted admin's diagnostic job, a
+    failed step whose retry would re-open a step its owner may not have. Asked only for the actions its
+    status allows."""
+    status = job["status"]
     asks: list[tuple[str, bool, bool]] = []
     if status == Status.FAILED:
         asks.append(("retry", True, True))
@@ -134,10 +136,9 @@ async def requeues_refused(db: AsyncSession, user: Any, job_id: uuid.UUID, statu
     if not asks:
         return frozenset()
     conn = await queue.conn_of(db)
-    row = await queue.get_job(conn, job_id)
     refused = set()
     for action, in_place, reopens in asks:
-        if await queue.requeue_refusal(conn, row, user, in_place=in_place, reopens=reopens) is not None:
+        if await queue.requeue_refusal(conn, job, user, in_place=in_place, reopens=reopens) is not None:
             refused.add(action)
     return frozenset(refused)
 

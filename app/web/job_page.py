@@ -55,7 +55,7 @@ CONFIRM = {
 #: or the full error text.
 _STATUS_COLUMNS = """
     id, user_id, type, title, status, is_active, pending_parents, run_at, attempts, max_attempts,
-    progress, progress_message, requires_approval, pipeline_id, step_key, blocked_by,
+    progress, progress_message, requires_approval, pipeline_id, step_key, blocked_by, created_by_job,
     created_at, updated_at, started_at, completed_at, left(error_message, 2000) AS error_preview,
     (SELECT max(seq) FROM job_logs l WHERE l.job_id = jobs.id) AS log_seq,
     (SELECT count(*) FROM notifications n WHERE n.user_id = jobs.user_id AND n.read_at IS NULL) AS unread
@@ -141,17 +141,9 @@ async def job_history(db: AsyncSession, job_id: uuid.UUID, user: Any) -> dict[st
     return {"lines": [display.event_line(r, user, emails) for r in rows], "more": more}
 
 
-def available_actions(
-    row: Mapping[Any, Any], state: Mapping[str, Any], user: Any, refused: frozenset[str] = frozenset()
-) -> dict[str, bool]:
+def available_actions(row: Mapping[Any, Any], state: Mapping[str, Any], user: Any) -> dict[str, bool]:
     """Which buttons the viewer gets: the actions layer's rules applied to the job's state (the action
-    checks again when a button is pressed); ``refused``: the actions the queue's owner rule would refuse
-    (:func:`app.actions.jobs.requeues_refused`), offered by no button."""
-    if refused:
-        return {
-            name: offered and name.replace("_", "-") not in refused
-            for name, offered in available_actions(row, state, user).items()
-        }
+    checks again when a button is pressed)."""
     status = row["status"]
     standalone = row.get("pipeline_id") is None
     spec = registry.get(row["type"])
@@ -178,6 +170,18 @@ def available_actions(
     }
 
 
+async def _offered(
+    db: AsyncSession, row: Mapping[Any, Any], state: Mapping[str, Any], user: Any
+) -> dict[str, bool]:
+    """:func:`available_actions`, less a retry, run again or rerun the queue's owner rule would refuse
+    (:func:`app.actions.jobs.requeues_refused`): asked on the row shown, only when one is offered."""
+    actions = available_actions(row, state, user)
+    if not any(actions.get(name) for name in ("retry", "run_again", "rerun")):
+        return actions
+    refused = await requeues_refused(db, user, row)
+    return {name: offered and name.replace("_", "-") not in refused for name, offered in actions.items()}
+
+
 async def status_context(
     db: AsyncSession,
     row: Mapping[Any, Any],
@@ -198,9 +202,7 @@ async def status_context(
         "job": row,
         "state": state,
         "title": display.job_title(row, spec),
-        "actions": available_actions(
-            row, state, user, await requeues_refused(db, user, row["id"], row["status"])
-        ),
+        "actions": await _offered(db, row, state, user),
         "notice": notice,
         "notice_ok": notice_ok,
         "new_job_id": new_job_id,

@@ -19,7 +19,7 @@ from app import controls, pipelines
 from app.actions.jobs import allowed, requeues_refused
 from app.actions.pipelines import may_cancel, startable_templates
 from app.errors import NotFound
-from app.jobs import naming
+from app.jobs import naming, queue
 from app.processors import registry
 from app.web import confirms, display, result_display
 from app.web.deps import parse_uuid
@@ -111,7 +111,7 @@ async def _refused(db: AsyncSession, user: Any, step: Mapping[str, Any], owner_i
         or (step["status"] == "waiting_approval" and allowed(user, "rerun", row))
     ):
         return frozenset()
-    return await requeues_refused(db, user, step["job_id"], step["status"])
+    return await requeues_refused(db, user, await queue.get_job(db, step["job_id"]))
 
 
 async def pipeline_status_context(

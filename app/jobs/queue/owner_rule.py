@@ -65,7 +65,7 @@ async def _refusal(
 
 
 async def _reopened_refused(
-    conn: AsyncConnection, row: JobRow, principal: Principal
+    conn: AsyncConnection, row: Mapping[Any, Any], principal: Principal
 ) -> tuple[Mapping[Any, Any], str] | None:
     """The first step a retry of ``row`` would re-open whose owner may not have it now, with why."""
     types = [spec.type for spec in registry.all() if admins_only(spec)]
@@ -83,7 +83,12 @@ def _step_words(step: Mapping[Any, Any]) -> str:
 
 
 async def requeue_refusal(
-    conn: AsyncConnection, row: JobRow, principal: Principal, *, in_place: bool = True, reopens: bool = False
+    conn: AsyncConnection,
+    row: Mapping[Any, Any],
+    principal: Principal,
+    *,
+    in_place: bool = True,
+    reopens: bool = False,
 ) -> str | None:
     """Why :func:`check_owner_may_have` would refuse, in plain words, or ``None``: for the buttons a page
     offers, so that they ask the rule the action asks."""
