@@ -37,6 +37,7 @@ TOKENS = text(
     """
 )
 USER_BY_ID = text("SELECT id, email, is_admin, is_active FROM users WHERE id = :id")
+USER_BY_ID_LOCKED = text(f"{USER_BY_ID.text} FOR NO KEY UPDATE")
 SET_ADMIN = text("UPDATE users SET is_admin = :v WHERE id = :id")
 SET_ACTIVE = text("UPDATE users SET is_active = :v WHERE id = :id")
 END_SESSIONS = text(
@@ -76,7 +77,7 @@ async def get_user(db: Db, user_id: int, *, lock: bool = False) -> RowMapping:
     """
     row = None
     if 0 < user_id <= MAX_ID:
-        query = text(f"{USER_BY_ID.text} FOR NO KEY UPDATE") if lock else USER_BY_ID
+        query = USER_BY_ID_LOCKED if lock else USER_BY_ID
         row = (await db.execute(query, {"id": user_id})).mappings().first()
     if row is None:
         raise NotFound(f"No user with id {user_id}.")
