@@ -8,10 +8,9 @@ statement got the previous one's SQL: in a loop of 2,000 such statements, 1,999 
 from __future__ import annotations
 
 import gc
-from typing import Any
-
 import json
 import math
+from typing import Any
 
 import pytest
 from sqlalchemy import text
