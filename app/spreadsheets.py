@@ -1,7 +1,8 @@
 """Spreadsheets as rows of job input: read a CSV or XLSX file, match its columns to a job type's input
 fields, and turn each row into an ``input_data`` dict.
 
-* **Reading** (:func:`read`): a CSV (UTF-8 with or without a byte-order mark, else Windows-1252;
+* **Reading** (:func:`read`): a CSV (UTF-8, UTF-16 or UTF-32 by its byte-order mark, else UTF-8 or
+  Windows-1252, :mod:`app.text_encoding`;
   comma, semicolon or tab separated, as Excel writes it in different countries) or the first sheet of
   an XLSX workbook, opened with openpyxl in read-only mode so a large file is streamed, not loaded.
   The first row is the header (an empty first row is refused: the row below it would be taken for the
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from typing import Any
 
-from app import typed_json
+from app import text_encoding, typed_json
 from app.errors import BadInput
 from app.formatting import format_bytes
 from app.jobs.types import InputModel, widget_of
@@ -227,23 +228,10 @@ def _headers(cells: Sequence[Any]) -> list[str]:
     return out
 
 
-UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
-"""How a UTF-16 text file starts (Excel's "Unicode Text", some exports): such a file is read as text."""
-
-
-def _utf16_without_bom(sample: bytes) -> bool:
-    """Text saved as UTF-16 with no byte-order mark: most of every other byte is zero."""
-    pairs = len(sample) // 2
-    if pairs < 2:
-        return False
-    return max(sample[0::2].count(0), sample[1::2].count(0)) >= pairs * 0.8
-
-
 def _decode(data: bytes) -> str:
-    if data.startswith(UTF16_BOMS):
-        return data.decode("utf-16", errors="replace")
-    if data.startswith(b"\xef\xbb\xbf"):
-        return data[3:].decode("utf-8", errors="replace")
+    marked = text_encoding.decode(data, errors="replace")
+    if marked is not None:
+        return marked[0]
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -259,12 +247,14 @@ def _delimiter(sample: str) -> str:
 
 
 def _csv_rows(data: bytes) -> Iterator[tuple[int, Sequence[Any]]]:
-    if not data.startswith(UTF16_BOMS) and b"\x00" in data[:SNIFF_BYTES]:
-        if _utf16_without_bom(data[:SNIFF_BYTES]):
+    if not text_encoding.is_wide(data) and b"\x00" in data[:SNIFF_BYTES]:
+        wide = text_encoding.unmarked_wide(data)
+        if wide:
             raise BadInput.field(
                 "file",
-                "This file is saved as UTF-16 text, which cannot be read here. In your spreadsheet program "
-                'use Save As and choose "CSV UTF-8" (or XLSX), then upload that file.',
+                f"This file is saved as {wide} text without a byte-order mark, which cannot be read here. "
+                'In your spreadsheet program use Save As and choose "CSV UTF-8" (or XLSX), then upload '
+                "that file.",
             )
         raise _unreadable("it holds binary data")
     text = _decode(data)
