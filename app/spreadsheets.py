@@ -467,7 +467,12 @@ def _boolean(value: Any) -> Any:
 
 
 def convert(f: SheetField, value: Any) -> Any:
-    """One cell as the JSON value of field ``f``; ``None`` for an empty cell (the field is left out)."""
+    """One cell as the JSON value of field ``f``; ``None`` for an empty cell (the field is left out).
+
+    Raises:
+        BadInput: on ``f.name``: an object field's cell is JSON giving a key twice
+            (:class:`app.typed_json.DuplicateKey`).
+    """
     if value is None or (isinstance(value, str) and value == ""):
         return None
     if f.kind == "integer":
@@ -486,6 +491,9 @@ def convert(f: SheetField, value: Any) -> Any:
     if f.kind == "object":
         try:
             return typed_json.parse(cell_text(value))
+        except typed_json.DuplicateKey as exc:
+            # kept as text, the schema would say "must be an object", silent about what is wrong with it
+            raise BadInput.field(f.name, str(exc)) from None
         except ValueError:
             return cell_text(value)
     return cell_text(value)
@@ -494,7 +502,11 @@ def convert(f: SheetField, value: Any) -> Any:
 def row_input(
     fields: Sequence[SheetField], cells: Sequence[Any], mapping: dict[str, int | None]
 ) -> dict[str, Any]:
-    """The ``input_data`` of one row: each mapped field's converted cell, empty cells left out."""
+    """The ``input_data`` of one row: each mapped field's converted cell, empty cells left out.
+
+    Raises:
+        BadInput: on the field of a cell that is no value of it at all (:func:`convert`).
+    """
     data: dict[str, Any] = {}
     for f in fields:
         column = mapping.get(f.name)
@@ -504,3 +516,25 @@ def row_input(
         if value is not None:
             data[f.name] = value
     return data
+
+
+def row_inputs(
+    fields: Sequence[SheetField], rows: Sequence[tuple[int, Sequence[Any]]], mapping: dict[str, int | None]
+) -> list[dict[str, Any]]:
+    """Every row's ``input_data`` (:func:`row_input`).
+
+    Raises:
+        BadInput: ``rows[<index>].<field>`` for each cell that is no value of its field at all (an object
+        giving a key twice), every row's at once, as a batch's other problems are named.
+    """
+    inputs: list[dict[str, Any]] = []
+    errors: dict[str, str] = {}
+    for i, (_, cells) in enumerate(rows):
+        try:
+            inputs.append(row_input(fields, cells, mapping))
+        except BadInput as exc:
+            errors.update({f"rows[{i}].{path}": message for path, message in exc.errors.items()})
+    if errors:
+        first, message = next(iter(errors.items()))
+        raise BadInput(f"{first}: {message}", errors=errors)
+    return inputs

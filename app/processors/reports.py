@@ -171,6 +171,8 @@ def _refuse_documents(text: str) -> None:
     if head[:1] in ("{", "["):
         try:
             typed_json.parse(text)
+        except typed_json.DuplicateKey:
+            pass  # a JSON document all the same
         except ValueError:
             return
         raise not_csv("it is a JSON document")

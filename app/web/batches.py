@@ -269,9 +269,9 @@ class BatchesController(Controller):
         if refused:
             ctx["errors"] = refused
             return render(request, "batches/new.html", ctx, status_code=422)
-        rows = [spreadsheets.row_input(fields, cells, chosen) for _, cells in sheet.rows]
         numbers = [n for n, _ in sheet.rows]
         try:
+            rows = spreadsheets.row_inputs(fields, sheet.rows, chosen)
             async with db_session.begin_nested():
                 batch, _ = await batch_actions.submit(
                     db_session,
