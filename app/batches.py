@@ -17,6 +17,7 @@ Who may start one, the limits and the retry of failed rows are :mod:`app.actions
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,10 @@ hundred say how."""
 NAME_MAX = 200
 STATUSES = ("queued", "in_progress", "waiting_approval", "completed", "failed", "cancelled")
 LIVE = ("queued", "in_progress", "waiting_approval")
+NOTHING_STARTED = "Nothing was started."
+"""The sentence every refusal of a batch ends with (:func:`refused`): a person who sees a problem in one
+row needs to know whether the other rows went in."""
+_ROW = re.compile(r"rows\[\d+\]")
 
 BATCH_COLUMNS = "id, user_id, type, name, source, total, form_key, created_at"
 INSERT_BATCH = text(
@@ -146,6 +151,28 @@ def derive_status(counts: Mapping[str, int]) -> tuple[str, bool]:
 # --- checking and creating ---------------------------------------------------------------------------
 
 
+def refused(exc: BadInput) -> BadInput:
+    """``exc`` as a batch's refusal, in the one form every one has: its first problem, how many more rows
+    have one, and :data:`NOTHING_STARTED` (a batch is created whole or not at all). The class and its
+    ``errors`` are kept (a :class:`~app.errors.TooLargeFields` stays a 413); a reused key
+    (:class:`~app.errors.KeyReused`, which says what the first request made) and a refusal already in
+    this form are returned as they are."""
+    if isinstance(exc, KeyReused) or exc.detail.endswith(NOTHING_STARTED):
+        return exc
+    errors = exc.errors or {"": exc.detail}
+    first, message = next(iter(errors.items()))
+    bad_rows = len({m.group() if (m := _ROW.match(path)) else path for path in errors})
+    more = (
+        "" if bad_rows <= 1 else f" (and problems in {bad_rows - 1:,} more row{'s' if bad_rows > 2 else ''})"
+    )
+    said = f"{first}: {message.removesuffix('.')}" if first else message.removesuffix(".")
+    out = type(exc).__new__(type(exc))
+    out.__dict__.update(exc.__dict__)
+    out.detail = f"{said}{more}. {NOTHING_STARTED}"
+    out.args = (out.detail,)
+    return out
+
+
 def _check_row(spec: ProcessorSpec, row: Any, settings: Settings, path: str) -> dict[str, Any]:
     if not isinstance(row, dict):
         raise BadInput.field(path, "must be an object of the job type's input fields")
@@ -172,33 +199,24 @@ def check_rows(spec: ProcessorSpec, rows: Any, settings: Settings) -> list[dict[
         a job's, a pipeline's or a schedule's input over it gets.
     """
     if not isinstance(rows, list) or not rows:
-        raise BadInput.field("rows", "give at least one row (a list of input objects)")
+        raise refused(BadInput.field("rows", "give at least one row (a list of input objects)"))
     if len(rows) > MAX_ROWS:
-        raise BadInput.field(
-            "rows", f"a batch may have at most {MAX_ROWS:,} rows (this one has {len(rows):,})"
+        raise refused(
+            BadInput.field("rows", f"a batch may have at most {MAX_ROWS:,} rows (this one has {len(rows):,})")
         )
     errors: dict[str, str] = {}
-    bad_rows = 0
     too_large = False
     inputs: list[dict[str, Any]] = []
     for i, row in enumerate(rows):
         try:
             inputs.append(_check_row(spec, row, settings, f"rows[{i}]"))
         except BadInput as exc:
-            bad_rows += 1
             too_large = too_large or isinstance(exc, TooLargeFields)
             errors.update(exc.errors or {f"rows[{i}]": exc.detail})
             if len(errors) >= MAX_ERRORS:
                 break
     if errors:
-        first, message = next(iter(errors.items()))
-        more = (
-            ""
-            if bad_rows == 1
-            else f" (and problems in {bad_rows - 1:,} more row{'s' if bad_rows > 2 else ''})"
-        )
-        refusal = TooLargeFields if too_large else BadInput
-        raise refusal(f"{first}: {message.removesuffix('.')}{more}. Nothing was started.", errors=errors)
+        raise refused((TooLargeFields if too_large else BadInput)("", errors=errors))
     return inputs
 
 
@@ -285,7 +303,10 @@ async def create(
         for i, data in enumerate(inputs)
         for ref in file_refs(spec.input_model, data, f"rows[{i}]")
     ]
-    await queue.check_file_owners(conn, refs)
+    try:
+        await queue.check_file_owners(conn, refs)
+    except BadInput as exc:
+        raise refused(exc) from None
     values = {
         "id": new_id(),
         "user_id": user_id,
@@ -324,7 +345,8 @@ async def create(
     except BadInput as exc:
         # :func:`check_rows` ran the queue's input checks already; any other the queue makes is still
         # named by the person's row (``rows[1].url``), never by the job's index in the insert.
-        raise renamed(exc, [f"rows[{i}]" for i in range(len(jobs))]) from None
+        out = renamed(exc, [f"rows[{i}]" for i in range(len(jobs))])
+        raise refused(out) if isinstance(out, BadInput) else out from None
     await conn.execute(SET_BATCH, {"batch_id": row["id"], "ids": ids})
     return row, True
 

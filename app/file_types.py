@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import mimetypes
 
+from app import text_encoding
+
 OCTET = "application/octet-stream"
 _MAGIC: list[tuple[bytes, str]] = [
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -66,8 +68,9 @@ def _magic_type(head: bytes) -> str | None:
 
 def derive_type(head: bytes, name: str, declared: str | None = None) -> str:
     """The content type to store for a file whose bytes start with ``head``: a well-known binary format
-    by its magic bytes (a ZIP archive named ``.xlsx`` is a spreadsheet); text (no NUL byte) as one of
-    :data:`TEXT_TYPES` when ``declared`` or the name's extension says so; else
+    by its magic bytes (a ZIP archive named ``.xlsx`` is a spreadsheet); text as one of
+    :data:`TEXT_TYPES` when ``declared`` or the name's extension says so (text is what holds no NUL byte, or
+    starts with UTF-16's or UTF-32's byte-order mark); else
     ``application/octet-stream``. What a sender declares is only a hint among safe choices."""
     found = _magic_type(head)
     by_name = mimetypes.guess_type(name)[0]
@@ -75,8 +78,8 @@ def derive_type(head: bytes, name: str, declared: str | None = None) -> str:
         return by_name
     if found:
         return found
-    if b"\x00" in head:
-        return OCTET
+    if b"\x00" in head and not text_encoding.is_wide(head):
+        return OCTET  # a NUL is no text's, but UTF-16's and UTF-32's, told by their byte-order mark
     hint = (declared or "").split(";")[0].strip().lower()
     for candidate in (hint, by_name):
         if candidate in TEXT_TYPES:

@@ -177,11 +177,28 @@ def _made_ms(name: str) -> int:
         return 0
 
 
+FALLBACK_NAME = "file"
+"""The name of a file whose own name leaves nothing usable (``..``, ``/``, only dots or spaces)."""
+_RESERVED = re.compile(r"(?i)(con|prn|aux|nul|com[0-9¹²³]|lpt[0-9¹²³])(\.|$)")
+"""Names Windows keeps for devices, with any extension: a download saved as ``nul.csv`` writes nowhere."""
+
+
 def clean_name(name: str | None) -> str:
-    """A safe display/download name: no path, no control characters, at most 200 characters."""
-    base = os.path.basename((name or "").replace("\\", "/")).strip()
-    base = "".join(ch for ch in base if ch.isprintable() and ch not in '"<>|:*?')
-    return (base or "file")[:MAX_NAME]
+    """The one name every stored file is given (an upload on every path, a job's output): its last part
+    after either separator, without characters that are not printable (controls, direction marks) or
+    that a file name may not hold on some system (``"<>|:*?``), without spaces around it and dots after
+    it (a name of only dots is a directory's, ``.`` or ``..``; Windows drops a trailing one), at most
+    :data:`MAX_NAME` characters with its extension kept, a Windows device name set apart with ``_``, and
+    :data:`FALLBACK_NAME` when nothing is left."""
+    kept = "".join(ch for ch in (name or "") if ch.isprintable() and ch not in '"<>|:*?')
+    base = kept.replace("\\", "/").rsplit("/", 1)[-1].strip(" ").rstrip(" .")
+    if len(base) > MAX_NAME:
+        stem, dot, ext = base.rpartition(".")
+        ext = f"{dot}{ext}" if stem and len(ext) <= 16 else ""
+        base = base[: len(base) - len(ext)][: MAX_NAME - len(ext)].rstrip(" .") + ext
+    if _RESERVED.match(base):
+        base = f"_{base}"[:MAX_NAME]
+    return base or FALLBACK_NAME
 
 
 def file_ref(row: RowMapping | dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Spreadsheets as rows of job input: read a CSV or XLSX file, match its columns to a job type's input
 fields, and turn each row into an ``input_data`` dict.
 
-* **Reading** (:func:`read`): a CSV (UTF-8 with or without a byte-order mark, else Windows-1252;
+* **Reading** (:func:`read`): a CSV (UTF-8, UTF-16 or UTF-32 by its byte-order mark, else UTF-8 or
+  Windows-1252, :mod:`app.text_encoding`;
   comma, semicolon or tab separated, as Excel writes it in different countries) or the first sheet of
   an XLSX workbook, opened with openpyxl in read-only mode so a large file is streamed, not loaded.
   The first row is the header (an empty first row is refused: the row below it would be taken for the
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from typing import Any
 
-from app import typed_json
+from app import text_encoding, typed_json
 from app.errors import BadInput
 from app.formatting import format_bytes
 from app.jobs.types import InputModel, widget_of
@@ -227,23 +228,10 @@ def _headers(cells: Sequence[Any]) -> list[str]:
     return out
 
 
-UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
-"""How a UTF-16 text file starts (Excel's "Unicode Text", some exports): such a file is read as text."""
-
-
-def _utf16_without_bom(sample: bytes) -> bool:
-    """Text saved as UTF-16 with no byte-order mark: most of every other byte is zero."""
-    pairs = len(sample) // 2
-    if pairs < 2:
-        return False
-    return max(sample[0::2].count(0), sample[1::2].count(0)) >= pairs * 0.8
-
-
 def _decode(data: bytes) -> str:
-    if data.startswith(UTF16_BOMS):
-        return data.decode("utf-16", errors="replace")
-    if data.startswith(b"\xef\xbb\xbf"):
-        return data[3:].decode("utf-8", errors="replace")
+    marked = text_encoding.decode(data, errors="replace")
+    if marked is not None:
+        return marked[0]
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -259,12 +247,14 @@ def _delimiter(sample: str) -> str:
 
 
 def _csv_rows(data: bytes) -> Iterator[tuple[int, Sequence[Any]]]:
-    if not data.startswith(UTF16_BOMS) and b"\x00" in data[:SNIFF_BYTES]:
-        if _utf16_without_bom(data[:SNIFF_BYTES]):
+    if not text_encoding.is_wide(data) and b"\x00" in data[:SNIFF_BYTES]:
+        wide = text_encoding.unmarked_wide(data)
+        if wide:
             raise BadInput.field(
                 "file",
-                "This file is saved as UTF-16 text, which cannot be read here. In your spreadsheet program "
-                'use Save As and choose "CSV UTF-8" (or XLSX), then upload that file.',
+                f"This file is saved as {wide} text without a byte-order mark, which cannot be read here. "
+                'In your spreadsheet program use Save As and choose "CSV UTF-8" (or XLSX), then upload '
+                "that file.",
             )
         raise _unreadable("it holds binary data")
     text = _decode(data)
@@ -477,7 +467,12 @@ def _boolean(value: Any) -> Any:
 
 
 def convert(f: SheetField, value: Any) -> Any:
-    """One cell as the JSON value of field ``f``; ``None`` for an empty cell (the field is left out)."""
+    """One cell as the JSON value of field ``f``; ``None`` for an empty cell (the field is left out).
+
+    Raises:
+        BadInput: on ``f.name``: an object field's cell is JSON giving a key twice
+            (:class:`app.typed_json.DuplicateKey`).
+    """
     if value is None or (isinstance(value, str) and value == ""):
         return None
     if f.kind == "integer":
@@ -496,6 +491,9 @@ def convert(f: SheetField, value: Any) -> Any:
     if f.kind == "object":
         try:
             return typed_json.parse(cell_text(value))
+        except typed_json.DuplicateKey as exc:
+            # kept as text, the schema would say "must be an object", silent about what is wrong with it
+            raise BadInput.field(f.name, str(exc)) from None
         except ValueError:
             return cell_text(value)
     return cell_text(value)
@@ -504,7 +502,11 @@ def convert(f: SheetField, value: Any) -> Any:
 def row_input(
     fields: Sequence[SheetField], cells: Sequence[Any], mapping: dict[str, int | None]
 ) -> dict[str, Any]:
-    """The ``input_data`` of one row: each mapped field's converted cell, empty cells left out."""
+    """The ``input_data`` of one row: each mapped field's converted cell, empty cells left out.
+
+    Raises:
+        BadInput: on the field of a cell that is no value of it at all (:func:`convert`).
+    """
     data: dict[str, Any] = {}
     for f in fields:
         column = mapping.get(f.name)
@@ -514,3 +516,25 @@ def row_input(
         if value is not None:
             data[f.name] = value
     return data
+
+
+def row_inputs(
+    fields: Sequence[SheetField], rows: Sequence[tuple[int, Sequence[Any]]], mapping: dict[str, int | None]
+) -> list[dict[str, Any]]:
+    """Every row's ``input_data`` (:func:`row_input`).
+
+    Raises:
+        BadInput: ``rows[<index>].<field>`` for each cell that is no value of its field at all (an object
+        giving a key twice), every row's at once, as a batch's other problems are named.
+    """
+    inputs: list[dict[str, Any]] = []
+    errors: dict[str, str] = {}
+    for i, (_, cells) in enumerate(rows):
+        try:
+            inputs.append(row_input(fields, cells, mapping))
+        except BadInput as exc:
+            errors.update({f"rows[{i}].{path}": message for path, message in exc.errors.items()})
+    if errors:
+        first, message = next(iter(errors.items()))
+        raise BadInput(f"{first}: {message}", errors=errors)
+    return inputs

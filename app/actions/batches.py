@@ -94,8 +94,11 @@ async def submit(
         if idempotency_key is not None
         else None
     )
-    spec = spec_for(actor, type_name)
-    name = check_name(name)
+    try:
+        spec = spec_for(actor, type_name)
+        name = check_name(name)
+    except BadInput as exc:
+        raise batches.refused(exc) from None
     # Thousands of rows take a while to check: in a thread, so the server keeps answering meanwhile.
     inputs = await asyncio.to_thread(batches.check_rows, spec, rows, actor.settings)
     if keyed is not None:

@@ -3,8 +3,8 @@
 ``report.csv_report`` (the "report" step of the "CSV report with review" pipeline,
 :mod:`app.processors.pipeline_templates`).
 
-Reading a CSV (:func:`read_table`): the encoding is UTF-8 (with or without BOM), UTF-16 (with BOM),
-Windows-1252 or Latin-1 — tried in that order unless chosen; the delimiter is found with
+Reading a CSV (:func:`read_table`): the encoding is UTF-8, UTF-16 or UTF-32 by its byte-order mark
+(:mod:`app.text_encoding`), else UTF-8, Windows-1252 or Latin-1 — tried in that order unless chosen; the delimiter is found with
 :class:`csv.Sniffer` among ``,`` ``;`` tab ``|``, checked by how consistently it splits the lines (and
 replaced by the most consistent one when the sniffer guesses badly). A file that is binary (a picture, a
 PDF, an Excel workbook…), an HTML/XML or JSON document, or text whose lines do not split into the same
@@ -17,7 +17,6 @@ and runs in a separate process; every step takes time linear in the file's size,
 
 from __future__ import annotations
 
-import codecs
 import csv
 import io
 import re
@@ -28,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from app import typed_json
+from app import text_encoding, typed_json
 from app.formatting import isolated, plural
 from app.processors import TABLES, CpuContext, FileId, Input, OutputFile, PermanentError, Result, processor
 from app.processors.csv_charts import render_report
@@ -48,7 +47,7 @@ DELIMITERS = {"comma": ",", "semicolon": ";", "tab": "\t", "pipe": "|"}
 DELIMITER_NAMES = {v: k for k, v in DELIMITERS.items()}
 MARKUP_START = re.compile(r"^<(!doctype\s+html|html[\s>]|\?xml\s)", re.IGNORECASE)
 
-Encoding = Literal["auto", "utf-8", "utf-8-sig", "utf-16", "cp1252", "latin-1"]
+Encoding = Literal["auto", "utf-8", "utf-8-sig", "utf-16", "utf-32", "cp1252", "latin-1"]
 Delimiter = Literal["auto", "comma", "semicolon", "tab", "pipe"]
 Header = Literal["auto", "yes", "no"]
 ENCODING_LABELS: dict[str, Any] = {
@@ -57,6 +56,7 @@ ENCODING_LABELS: dict[str, Any] = {
         "utf-8": "UTF-8",
         "utf-8-sig": "UTF-8 with BOM",
         "utf-16": "UTF-16",
+        "utf-32": "UTF-32",
         "cp1252": "Windows (cp1252)",
         "latin-1": "Latin-1 (ISO 8859-1)",
     }
@@ -106,26 +106,38 @@ def decode(raw: bytes, encoding: str) -> tuple[str, str]:
     """
     if not raw.strip():
         raise PermanentError("The file is empty: there is nothing to summarise.")
-    utf16 = raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
-    if not utf16 and encoding != "utf-16":
+    wide = text_encoding.is_wide(raw)
+    if not wide and encoding not in ("utf-16", "utf-32"):
         what = describe_bytes(raw[:64])
         if what:
             raise not_csv(f"it is {what}")
         if b"\x00" in raw[:65536]:
+            unmarked = text_encoding.unmarked_wide(raw)
+            if unmarked:
+                raise not_csv(
+                    f"it is {unmarked} text without a byte-order mark, whose byte order cannot be told; "
+                    'save it as "CSV UTF-8"'
+                )
             raise not_csv("it contains binary data, not text")
-    text, enc = _decode_text(raw, _encodings_to_try(raw, encoding, utf16))
+    text, enc = _decode_text(raw, _encodings_to_try(raw, encoding))
     if "\x00" in text:
         raise not_csv("it contains binary data, not text")
     _refuse_documents(text)
     return text, enc
 
 
-def _encodings_to_try(raw: bytes, encoding: str, utf16: bool) -> list[str]:
+_WITH_MARK = {"utf-8": "utf-8-sig", "utf-16-le": "utf-16", "utf-16-be": "utf-16"}
+"""The codec that reads (and drops) the byte-order mark :func:`app.text_encoding.bom` found; UTF-32's
+is ``utf-32``."""
+
+
+def _encodings_to_try(raw: bytes, encoding: str) -> list[str]:
     if encoding != "auto":
         return [encoding]
-    if raw.startswith(codecs.BOM_UTF8):
-        return ["utf-8-sig"]
-    return ["utf-16"] if utf16 else ["utf-8", "cp1252", "latin-1"]
+    marked = text_encoding.bom(raw)
+    if marked is not None:
+        return [_WITH_MARK.get(marked[0], "utf-32")]
+    return ["utf-8", "cp1252", "latin-1"]
 
 
 def _decode_text(raw: bytes, candidates: list[str]) -> tuple[str, str]:
@@ -159,6 +171,8 @@ def _refuse_documents(text: str) -> None:
     if head[:1] in ("{", "["):
         try:
             typed_json.parse(text)
+        except typed_json.DuplicateKey:
+            pass  # a JSON document all the same
         except ValueError:
             return
         raise not_csv("it is a JSON document")

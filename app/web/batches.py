@@ -30,6 +30,7 @@ from app.actions import batches as batch_actions
 from app.actions.files import store_upload
 from app.auth import requires_user
 from app.errors import BadInput, KeyReused, RateLimited
+from app.files import clean_name
 from app.jobs.types import file_fields
 from app.processors import ProcessorSpec, registry
 from app.web import DbSession, forms, is_htmx, render, submit
@@ -203,7 +204,7 @@ class BatchesController(Controller):
             sheet = await asyncio.to_thread(
                 spreadsheets.read,
                 data,
-                upload.filename or "spreadsheet.csv",
+                clean_name(upload.filename) if upload.filename else "spreadsheet.csv",
                 max_bytes=settings.upload_max_bytes,
             )
         except BadInput as exc:
@@ -268,9 +269,9 @@ class BatchesController(Controller):
         if refused:
             ctx["errors"] = refused
             return render(request, "batches/new.html", ctx, status_code=422)
-        rows = [spreadsheets.row_input(fields, cells, chosen) for _, cells in sheet.rows]
         numbers = [n for n, _ in sheet.rows]
         try:
+            rows = spreadsheets.row_inputs(fields, sheet.rows, chosen)
             async with db_session.begin_nested():
                 batch, _ = await batch_actions.submit(
                     db_session,
@@ -333,7 +334,7 @@ class BatchesController(Controller):
                         form_key=ctx["form_key"],
                     )
                     if row is None:
-                        raise BadInput.field("files", f"{upload.filename}: {problem}")
+                        raise BadInput.field("files", f"{clean_name(upload.filename)}: {problem}")
                     stored.append(row["id"])
                     rows.append({field: str(row["id"])})
                 batch, _ = await batch_actions.submit(

@@ -11,7 +11,6 @@ use it without a cycle.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
-from app import localtime
+from app import localtime, typed_json
 from app.formatting import isolated, known_zone, zone
 
 _INT_RE = re.compile(r"^[+-]?\d{1,30}$")
@@ -282,11 +281,13 @@ def _numbers(f: Control, raw: str, tz: ZoneInfo) -> Converted:
 
 def _json(f: Control, raw: str, tz: ZoneInfo) -> Converted:
     try:
-        return json.loads(raw), None
-    except ValueError:
+        return typed_json.parse(raw), None
+    except typed_json.DuplicateKey as exc:
+        return None, str(exc)
+    except ValueError as exc:
+        if str(exc) == typed_json.TOO_DEEP:  # the person's input, not a server fault
+            return None, "This must be valid JSON, nested less deeply."
         return None, "This must be valid JSON."
-    except RecursionError:  # nested deeper than the parser goes: the person's input, not a server fault
-        return None, "This must be valid JSON, nested less deeply."
 
 
 _CONVERTERS: dict[str, Callable[[Control, str, ZoneInfo], Converted]] = {

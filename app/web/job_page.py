@@ -21,7 +21,7 @@ from litestar import Request
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import controls
+from app import controls, text_encoding
 from app.actions import access
 from app.actions import approvals as approval_actions
 from app.actions.jobs import allowed, requeues_refused
@@ -365,7 +365,8 @@ def _first_rows(path: Any, tab: bool) -> dict[str, Any] | None:
             head = fh.read(PREVIEW_BYTES)
     except OSError:
         return None
-    text_ = head.decode("utf-8-sig", errors="replace")
+    marked = text_encoding.decode(head, errors="replace")
+    text_ = marked[0] if marked is not None else head.decode("utf-8", errors="replace")
     lines = text_.splitlines()
     if len(head) == PREVIEW_BYTES and len(lines) > 1:
         lines = lines[:-1]  # the last line may be cut in the middle

@@ -10,7 +10,9 @@ it with :class:`~app.errors.BadInput` naming the path of the offending value or 
 number of thousands of digits, or ``1e400``: a 400 naming ``$[...]``) is refused the same way, naming its path. The domain refuses the same input again on every other path
 (pipelines, schedules, next jobs, the Python API); query strings and forms are checked by
 :mod:`app.web.input_guard`. A body is then held against the fields its route declares
-(:mod:`app.web.body_fields`): an unknown field, or text where a number or a flag belongs, is a 422.
+(:mod:`app.web.body_fields`): an unknown field, or text where a number or a flag belongs, is a 422. An
+object giving a key twice, which the decoder reads as its last value, is a 422 naming the key and its
+path (:func:`app.typed_json.duplicate_key`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from litestar import Request
 from litestar.exceptions import SerializationException
 
+from app import typed_json
 from app.errors import AppError, BadInput
 from app.jobs.payload import find_problem
 from app.web.body_fields import refuse_mismatch
@@ -149,6 +152,10 @@ class JsonBodyRequest(Request[Any, Any, Any]):
             raise _malformed(exc) from None
         if b"\\u0000" in await self.body():
             refuse_unstorable(value)
+        # The decoder keeps the last of a key given twice without a word: read again to find one.
+        repeated = typed_json.duplicate_key(await self.body())
+        if repeated is not None:
+            raise BadInput.field(repeated.path, str(repeated))
         handler = self.scope.get("route_handler")
         field = handler.parsed_data_field if handler is not None else None
         if field is not None:

@@ -431,3 +431,27 @@ async def test_an_address_jobs_may_not_reach_is_refused_at_submission_unless_all
     ]
     r = await s.client.post("/api/batches", json={"type": "http.request", "rows": fine}, headers=s.ann)
     assert r.status_code == 201, r.text
+
+
+async def test_a_row_naming_no_such_file_is_refused_as_every_other_row_problem(scene_of: Any) -> None:
+    """A file id no one uploaded is found after the rows' own checks, when the batch is created: its
+    refusal reads as every other batch refusal does, with how many rows and that nothing was started."""
+    s = await scene_of()
+    missing = ["01890000-0000-7000-8000-000000000001", "01890000-0000-7000-8000-000000000002"]
+    rows = [{"file": fid} for fid in missing]
+    r = await s.client.post("/api/batches", json={"type": "report.csv_check", "rows": rows}, headers=s.ann)
+    assert r.status_code == 422, r.text
+    assert list(r.json()["errors"]) == ["rows[0].file", "rows[1].file"]
+    assert r.json()["detail"] == (
+        f"rows[0].file: no such file ({missing[0]}); upload it first (and problems in 1 more row)."
+        " Nothing was started."
+    )
+    assert await s.pg.fetchval("SELECT count(*) FROM batches") == 0
+
+    # the batch's own fields end the same way
+    r = await s.client.post("/api/batches", json={"type": "report.csv_check", "rows": []}, headers=s.ann)
+    assert r.status_code == 422 and r.json()["detail"].endswith(". Nothing was started."), r.text
+    r = await s.client.post(
+        "/api/batches", json={"type": "report.csv_check", "rows": rows, "name": "x" * 300}, headers=s.ann
+    )
+    assert r.status_code == 422 and r.json()["detail"].endswith(". Nothing was started."), r.text

@@ -31,6 +31,7 @@ FOUNDATION = {
     "app.formatting",
     "app.digits",
     "app.emails",
+    "app.text_encoding",
 }
 """What the job core may use besides ``app.jobs.*`` (and the ``app`` package itself)."""
 
