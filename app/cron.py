@@ -294,14 +294,34 @@ def fire_times(
 
     Without ``catch_up`` only the latest due time fires (no burst after downtime); with it, every missed
     time (at most :data:`MAX_CATCH_UP`, the most recent ones).
+
+    Only the times that fire are looked at: a window ending at ``now`` grows until it holds them (or
+    reaches back to ``due``), never a walk over every time missed since ``due``. A schedule that fires
+    every minute and was due a year ago (a server left off, a database restored from an old backup) would
+    otherwise take half a minute of the worker's event loop on every sweep, past the database's idle
+    transaction timeout, so the sweep never committed and no schedule fired again.
     """
-    times = [due]
+    wanted = MAX_CATCH_UP if catch_up else 1
+    span = timedelta(seconds=2 * wanted)
     while True:
-        following = next_fire(cron, tz, times[-1])
-        if following > now:
+        start = now - span
+        if start <= due:
+            times = _walk(cron, tz, due, now, include_start=True)
             break
-        times.append(following)
-        if len(times) > MAX_CATCH_UP * 10:  # a very dense cron after a long outage: stop counting
-            times = times[-MAX_CATCH_UP:]
+        times = _walk(cron, tz, start, now, include_start=False)
+        if len(times) >= wanted:
+            break
+        span *= 2
     nxt = next_fire(cron, tz, max(times[-1], now))
-    return (times[-MAX_CATCH_UP:] if catch_up else times[-1:]), nxt
+    return times[-wanted:], nxt
+
+
+def _walk(cron: str, tz: str, start: datetime, now: datetime, *, include_start: bool) -> list[datetime]:
+    """The fire times after ``start`` up to ``now`` (with ``start`` itself first when asked)."""
+    times = [start] if include_start else []
+    at = start
+    while True:
+        at = next_fire(cron, tz, at)
+        if at > now:
+            return times
+        times.append(at)
