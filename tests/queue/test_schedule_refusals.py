@@ -41,3 +41,32 @@ async def test_an_input_over_a_lowered_size_limit_disables_its_schedule_and_the_
     assert await pg.fetchval("SELECT enabled FROM schedules WHERE id = $1", heavy["id"]) is False
     notice = await pg.fetchval("SELECT payload::text FROM alert_outbox WHERE kind = 'admin_action'")
     assert "schedule.disable" in notice and "JOB_MAX_INPUT_BYTES" in notice, notice
+
+
+async def test_a_stored_zone_or_cron_this_host_cannot_read_disables_its_schedule_not_the_worker(
+    engine: Any, settings: Any, admin: Admin, pg: asyncpg.Connection
+) -> None:
+    """A trial set a stored schedule's zone to one this host's time-zone database lacks (as a host with
+    older tzdata lacks America/Ciudad_Juarez): ``next_fire`` raised out of the sweep, and the worker
+    stopped ("a side task died"), on every start. Such a schedule is now disabled with a notice."""
+    async with engine.begin() as conn:
+        for name in ("zone", "cron", "fine"):
+            await controls.create_schedule(
+                conn, cron="* * * * *", job_type="noop", owner=admin, settings=settings, name=name
+            )
+    await pg.execute("UPDATE schedules SET next_fire_at = now() - interval '1 minute'")
+    await pg.execute("UPDATE schedules SET timezone = 'Mars/Olympus' WHERE name = 'zone'")
+    await pg.execute("UPDATE schedules SET cron = '61 * * * *' WHERE name = 'cron'")
+
+    async with engine.begin() as conn:
+        fired = await controls.fire_due(conn, settings)
+
+    assert [f["schedule"] for f in fired] == ["fine"]
+    rows = await pg.fetch("SELECT name, enabled, next_fire_at FROM schedules ORDER BY name")
+    assert [(r["name"], r["enabled"], r["next_fire_at"] is None) for r in rows] == [
+        ("cron", False, True),
+        ("fine", True, False),
+        ("zone", False, True),
+    ]
+    notices = await pg.fetch("SELECT payload::text AS p FROM alert_outbox WHERE kind = 'admin_action'")
+    assert len(notices) == 2 and any("Mars/Olympus" in n["p"] for n in notices), notices
