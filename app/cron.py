@@ -6,6 +6,7 @@ given by the caller, read from the database's clock.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -164,6 +165,9 @@ def check_cron(cron: str) -> str:
                 else ""
             ),
         )
+    foreign = _foreign_word(cron)
+    if foreign is not None:
+        raise BadInput.field("cron", foreign)
     backwards = _backward_range(cron)
     if backwards is not None:
         raise BadInput.field(
@@ -209,6 +213,29 @@ def _absurd_step(cron: str) -> str | None:
                 return (
                     f"{item[:30]!r}: the step after '/' in the {name} field must be a whole number "
                     f"from 1 to {count}"
+                )
+    return None
+
+
+_WORDS = re.compile(r"[A-Za-z]+")
+_DAY_WORDS = frozenset({"l", "w"})
+"""The letters a day-of-month field may hold: its last day (``L``) and the nearest weekday (``15W``)."""
+
+
+def _foreign_word(cron: str) -> str | None:
+    """Why a field holds a word no crontab has, if one does. croniter reads ``R`` as a random value, drawn
+    again each time the next fire is computed, so ``0 R * * *`` fired at another hour each day (twice on
+    some days, on none on others) and never at the times its preview showed; ``H`` (a hashed value) it
+    refuses in words about a ``hash_id``. Numbers, ``*``, ranges, steps, month and weekday names, and a
+    day's ``L`` and ``W`` are what a crontab takes."""
+    for index, field in enumerate(cron.split()):
+        allowed = _NAMES.get(index, {}).keys() | (_DAY_WORDS if index == 2 else frozenset())
+        for word in _WORDS.findall(field):
+            if word.lower() not in allowed:
+                return (
+                    f"{word[:10]!r} in the {_FIELDS[index][0]} field is not a cron value; write numbers, "
+                    "'*', ranges and steps ('0 9 * * 1-5'), and names of months ('jan') in the month field "
+                    "and of weekdays ('mon') in the weekday field"
                 )
     return None
 
@@ -294,14 +321,34 @@ def fire_times(
 
     Without ``catch_up`` only the latest due time fires (no burst after downtime); with it, every missed
     time (at most :data:`MAX_CATCH_UP`, the most recent ones).
+
+    Only the times that fire are looked at: a window ending at ``now`` grows until it holds them (or
+    reaches back to ``due``), never a walk over every time missed since ``due``. A schedule that fires
+    every minute and was due a year ago (a server left off, a database restored from an old backup) would
+    otherwise take half a minute of the worker's event loop on every sweep, past the database's idle
+    transaction timeout, so the sweep never committed and no schedule fired again.
     """
-    times = [due]
+    wanted = MAX_CATCH_UP if catch_up else 1
+    span = timedelta(seconds=2 * wanted)
     while True:
-        following = next_fire(cron, tz, times[-1])
-        if following > now:
+        start = now - span
+        if start <= due:
+            times = _walk(cron, tz, due, now, include_start=True)
             break
-        times.append(following)
-        if len(times) > MAX_CATCH_UP * 10:  # a very dense cron after a long outage: stop counting
-            times = times[-MAX_CATCH_UP:]
+        times = _walk(cron, tz, start, now, include_start=False)
+        if len(times) >= wanted:
+            break
+        span *= 2
     nxt = next_fire(cron, tz, max(times[-1], now))
-    return (times[-MAX_CATCH_UP:] if catch_up else times[-1:]), nxt
+    return times[-wanted:], nxt
+
+
+def _walk(cron: str, tz: str, start: datetime, now: datetime, *, include_start: bool) -> list[datetime]:
+    """The fire times after ``start`` up to ``now`` (with ``start`` itself first when asked)."""
+    times = [start] if include_start else []
+    at = start
+    while True:
+        at = next_fire(cron, tz, at)
+        if at > now:
+            return times
+        times.append(at)

@@ -393,8 +393,16 @@ async def events(
 
 
 UNFINISHED_STEPS = text(
-    "SELECT id FROM jobs WHERE pipeline_id = :id AND status IN ('queued', 'in_progress', 'waiting_approval') ORDER BY id"
+    """
+    SELECT id FROM jobs
+    WHERE pipeline_id = :id
+      AND (status IN ('queued', 'waiting_approval') OR (status = 'in_progress' AND is_active))
+    ORDER BY id
+    """
 )
+"""The steps a cancel can still stop: waiting ones, and running ones not already asked to stop (a running
+step that is ``NOT is_active`` is "Cancelling…": counting it again made a second cancel look like one
+that stopped a step)."""
 
 
 COUNT_STOPPED = text(

@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app import pipelines, quotas
 from app.cron import fire_times, fired_title
-from app.errors import BadInput
+from app.errors import AppError, BadInput, RateLimited, is_refusal
 from app.jobs import outbox, queue
 from app.jobs.queue import NewJob
 from app.schedules import SCHEDULE_COLUMNS, owner_refusal
@@ -159,9 +159,15 @@ async def fire_due(conn: AsyncConnection, settings: Settings, *, limit: int = 50
     rows = (await conn.execute(DUE_SCHEDULES, {"limit": limit})).mappings().all()
     fired: list[dict[str, Any]] = []
     for row in rows:
-        times, nxt = fire_times(
-            row["cron"], row["timezone"], row["next_fire_at"], row["db_now"], row["catch_up"]
-        )
+        try:
+            times, nxt = fire_times(
+                row["cron"], row["timezone"], row["next_fire_at"], row["db_now"], row["catch_up"]
+            )
+        except BadInput as exc:
+            # A stored zone or cron this host cannot read (a zone its time-zone database lacks, a row
+            # stored under older rules): raised out of the sweep, it stopped the worker, on every start.
+            await _disable(conn, row, f"its times can no longer be computed: {exc.detail}")
+            continue
         refused = owner_refusal(row)
         if refused is not None:
             await _disable(conn, row, refused)
@@ -190,7 +196,15 @@ async def fire_due(conn: AsyncConnection, settings: Settings, *, limit: int = 50
         except _Full as exc:
             await _skip(conn, row, times[-1], nxt, str(exc))
             continue
-        except BadInput as exc:
+        except RateLimited as exc:
+            await _skip(conn, row, times[-1], nxt, exc.detail)
+            continue
+        except AppError as exc:
+            # Any refusal of the submission (a bad field, an input over a limit lowered since, a target
+            # the owner may not start), not only a BadInput: an uncaught one rolled back the whole sweep
+            # on every pass, so this schedule stayed due and none after it fired again.
+            if not is_refusal(exc):
+                raise
             await _disable(conn, row, f"its target is no longer valid: {exc.detail}")
             continue
         fired.extend(these)

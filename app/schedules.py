@@ -239,7 +239,9 @@ async def create_schedule(
     await _check_files(conn, job_type, template, values, owner.id)
     if enabled and source != "code":
         # the rule of Enable (a code schedule's owner is checked, by its own words, at the sync)
-        await check_may_enable(conn, {"user_id": owner.id, "name": name})
+        await check_may_enable(
+            conn, {"user_id": owner.id, "name": name, "job_type": job_type, "template": template}
+        )
     params["next_fire_at"] = next_fire(cron, timezone, await db_now(conn)) if enabled else None
     row = (await conn.execute(INSERT_SCHEDULE, params)).mappings().first()
     if row is None:
@@ -323,22 +325,40 @@ async def update_schedule(
     return before, after
 
 
-OWNER_STATE = text("SELECT email, is_active FROM users WHERE id = :id")
+OWNER_STATE = text("SELECT email, is_active, is_admin FROM users WHERE id = :id")
 
 
 async def check_may_enable(conn: AsyncConnection, row: Mapping[Any, Any]) -> None:
-    """Refuse to enable (or resume) a schedule whose owner's account is disabled: the next firing would
-    disable it again (:func:`owner_refusal`), so enabling it would only seem to work. The one rule for
+    """Refuse to enable (or resume) a schedule its next firing would disable again (:func:`owner_refusal`):
+    its owner's account is disabled, or its owner may no longer start its target (an admin since demoted,
+    whose schedule starts a diagnostic type), so enabling it would only seem to work. The one rule for
     the console's buttons and form and the API.
 
     Raises:
-        Conflict: (``extra["field"]`` is ``enabled``) the owner's account is disabled, naming it.
+        Conflict: (``extra["field"]`` is ``enabled``) the owner's account is disabled, naming it, or the
+        owner may not start the target, saying why.
     """
     owner = (await conn.execute(OWNER_STATE, {"id": row["user_id"]})).mappings().first()
-    if owner is not None and not owner["is_active"]:
+    if owner is None:
+        return
+    if not owner["is_active"]:
         raise Conflict(
             f"The schedule {row['name']!r} cannot be enabled: its owner's account ({owner['email']}) is "
             "disabled, and the schedule cannot run until that account is enabled again.",
+            extra={"field": "enabled"},
+        )
+    refused = owner_refusal(
+        {
+            "owner_is_active": True,
+            "owner_is_admin": owner["is_admin"],
+            "job_type": row.get("job_type"),
+            "template": row.get("template"),
+        }
+    )
+    if refused is not None:
+        raise Conflict(
+            f"The schedule {row['name']!r} cannot be enabled: {refused} ({owner['email']} owns it), so "
+            "its next run would disable it again. Make a new schedule that someone who may start it owns.",
             extra={"field": "enabled"},
         )
 

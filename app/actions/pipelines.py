@@ -224,7 +224,7 @@ def _cancel_message(counts: Mapping[str, int]) -> str:
         parts.append(
             f"{counts['cancelling']} running step{'s are' if counts['cancelling'] != 1 else ' is'} stopping"
         )
-    return "Pipeline cancelled: " + (", ".join(parts) if parts else "nothing was left to stop") + "."
+    return "Pipeline cancelled: " + ", ".join(parts) + "."
 
 
 async def cancel(db: AsyncSession, actor: Actor, pipeline_id: Any) -> CancelOutcome:
@@ -247,6 +247,13 @@ async def cancel(db: AsyncSession, actor: Actor, pipeline_id: Any) -> CancelOutc
         )
         return CancelOutcome(pid, False, message, 409)
     counts = await pipelines.cancel(db, pid, user)
+    if not counts["cancelled"] and not counts["cancelling"]:
+        # every step left was already stopping (a second click while they stop): nothing was written
+        message = "Nothing changed: the pipeline's running steps are already stopping."
+        await record_refused(
+            db, actor, "pipeline.cancel", target_type="pipeline", target_ids=[pid], reason=message
+        )
+        return CancelOutcome(pid, False, message, 409)
     await record_done(
         db,
         actor,

@@ -44,3 +44,30 @@ async def test_the_api_says_so(admin_api: AdminApi) -> None:
     r = await admin_api.client.post("/api/schedules", json=body, headers=admin_api.root)
     assert r.status_code == 422, r.text
     assert "never fires: February has no day 31" in r.json()["errors"]["cron"], r.text
+
+
+@pytest.mark.parametrize(
+    ("cron", "words"),
+    [
+        ("0 R * * *", "'R' in the hour field is not a cron value"),
+        ("R * * * *", "'R' in the minute field is not a cron value"),
+        ("H * * * *", "'H' in the minute field is not a cron value"),
+        ("0 0 * * jan", "'jan' in the weekday field is not a cron value"),
+        ("0 0 * * 5L", "'L' in the weekday field is not a cron value"),
+    ],
+)
+def test_a_word_no_crontab_has_is_refused_naming_its_field(cron: str, words: str) -> None:
+    """croniter read ``R`` as a random value drawn again at each next fire: a trial's ``0 R * * *`` was
+    saved, and fired at another hour each day (twice on some days, on none on others), never at the times
+    its preview showed."""
+    with pytest.raises(BadInput) as refused:
+        check_cron(cron)
+    assert words in refused.value.errors["cron"], refused.value.errors
+    assert "hash_id" not in refused.value.detail
+
+
+@pytest.mark.parametrize(
+    "cron", ["0 0 L * *", "0 0 15W * *", "0 0 1 JAN-FEB *", "0 9 * jan mon-fri", "0 0 * * 5#3"]
+)
+def test_names_and_a_days_last_and_weekday_marks_are_taken(cron: str) -> None:
+    assert check_cron(cron) == cron

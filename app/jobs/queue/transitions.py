@@ -341,6 +341,23 @@ async def _run_now_refusal(conn: AsyncConnection, row: JobRow) -> str | None:
     return None
 
 
+DUE_NOW = sql("SELECT CAST(:run_at AS timestamptz) <= now()")
+
+
+async def _unchanged_due_time(conn: AsyncConnection, row: JobRow, run_at: datetime | None) -> str | None:
+    """Why moving the job's due time to ``run_at`` (``None``: now) would change nothing, or ``None``. Run
+    now of a job already due only moved its due time later, behind the jobs due meanwhile (claims take
+    the earlier due time first), and both that and a reschedule to the moment it has were audited "ok":
+    an admin action that changes nothing is a "Nothing changed" refusal, as a second pause is."""
+    if run_at is None:
+        if (await conn.execute(DUE_NOW, {"run_at": row["run_at"]})).scalar():
+            return "this job is already due, so it cannot be run sooner: it starts when a worker takes it."
+        return None
+    if run_at == row["run_at"]:
+        return "this job already waits until that moment, so it was not rescheduled."
+    return None
+
+
 async def reschedule(
     db: AsyncConnection | AsyncSession, job_id: Any, principal: Principal, run_at: datetime | None
 ) -> JobRow:
@@ -349,7 +366,7 @@ async def reschedule(
     Raises:
         BadInput: ``run_at`` that is no due time (:func:`app.jobs.run_at.check_run_at`). NotFound /
             Forbidden. Conflict: the job is not waiting; or, to run now, it waits for earlier steps or is
-            held (:func:`_run_now_refusal`).
+            held (:func:`_run_now_refusal`); or its due time would not change (:func:`_unchanged_due_time`).
     """
     check_run_at(run_at)
     conn = await conn_of(db)
@@ -359,6 +376,8 @@ async def reschedule(
     if row["status"] != Status.QUEUED:
         raise Conflict(not_waiting(row, "run now" if run_at is None else "rescheduled"))
     if run_at is None and (why := await _run_now_refusal(conn, row)):
+        raise Conflict(why)
+    if why := await _unchanged_due_time(conn, row, run_at):
         raise Conflict(why)
     found = (await conn.execute(RESCHEDULE, {"id": row["id"], "run_at": run_at})).mappings().first()
     assert found is not None, "the row is locked and queued"
