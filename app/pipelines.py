@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import text
 from sqlalchemy.engine import RowMapping
@@ -48,6 +49,8 @@ from app.jobs.queue.pipelines import create_pipeline as create
 from app.jobs.queue.pipelines import insert_next_jobs
 from app.jobs.types import EmptyInput, InputModel, file_refs, registry, validation_error
 from app.settings import Settings
+
+log = structlog.get_logger("jobdesk.pipelines")
 
 __all__ = [
     "KEY_PATTERN",
@@ -129,7 +132,7 @@ class Template:
         values = model.model_dump(mode="json")
         steps = []
         for s in self.steps:
-            step_input = s.input(values) if callable(s.input) else dict(s.input)
+            step_input = self._made(s, s.input, values) if callable(s.input) else dict(s.input)
             step = {
                 "key": s.key,
                 "type": s.type,
@@ -143,9 +146,32 @@ class Template:
                 "on_approval_timeout": s.on_approval_timeout,
             }
             if s.for_each is not None:
-                step["for_each"] = s.for_each(values)
+                step["for_each"] = self._made(s, s.for_each, values)
             steps.append(step)
         return values, steps
+
+    def _made(self, step: TemplateStep, make: Callable[[dict[str, Any]], Any], values: dict[str, Any]) -> Any:
+        """What the template's own code makes of the validated input for ``step``. That code is an
+        engineer's: an error in it (a key it did not expect, a value it cannot handle) is a refusal of
+        this start naming the template and the step, logged with its traceback, never an error out of
+        the path that started it (a 500 for the API, a stop of the worker's sweep for a schedule).
+
+        Raises:
+            BadInput: on ``input_data``, the template's code raised.
+        """
+        try:
+            return make(values)
+        except Exception as exc:
+            log.error(
+                "a pipeline template failed to make a step", template=self.name, step=step.key, exc_info=exc
+            )
+            said = " ".join(str(exc).split())[:200]
+            raise BadInput.field(
+                "input_data",
+                f"the pipeline {self.name!r} could not make its step {step.key!r} from this input "
+                f"({type(exc).__name__}{': ' + said if said else ''}); this is a fault in the pipeline's "
+                "code, which its maintainers can find in the log",
+            ) from None
 
 
 TEMPLATES: dict[str, Template] = {}
