@@ -269,3 +269,44 @@ async def test_a_claim_transaction_gone_silent_is_given_up_within_the_lease_and_
     assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
     assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 1
     assert took < lease, took
+
+
+async def test_a_hand_back_whose_path_goes_silent_before_its_connection_closes_does_not_hold_the_worker(
+    make_settings, blackhole, monkeypatch
+) -> None:
+    """A worker hands back what a failed claim took (before its next claim, or at its stop), the database
+    answers, and the path goes silent just after, as the hand-back closes its connection. The graceful
+    close waited for the server to close its end, which never came: the claim loop, or the stop, waited
+    for ever. The close is given a second, then the connection is dropped."""
+    from sqlalchemy import event
+
+    from app.worker import lifecycle
+
+    proxy, proxied = blackhole
+    settings = make_settings(database_url=proxied)
+    worker = Worker(settings, proxied)
+    worker.claimer.unanswered = True  # a claim failed without its answer
+    made = lifecycle.create_engine
+    silenced: list[bool] = []
+
+    def silence_path(*_: Any) -> None:
+        proxy.frozen = True
+        silenced.append(True)
+
+    def going_silent(*args: Any, **kwargs: Any) -> Any:
+        engine = made(*args, **kwargs)
+        # once the hand-back's transaction is over and its connection back in the pool
+        event.listen(engine.sync_engine.pool, "checkin", silence_path)
+        return engine
+
+    monkeypatch.setattr(lifecycle, "create_engine", going_silent)
+    try:
+        started = time.monotonic()
+        done = await asyncio.wait_for(lifecycle.release_unreceived(worker, stopping=False), 15)
+        took = time.monotonic() - started
+    finally:
+        proxy.sever()
+        await worker.engine.dispose()
+        await worker.app_engine.dispose()
+    assert done and not worker.claimer.unanswered and silenced
+    assert took < 1.0 + lifecycle.CLOSE_SECS, took
