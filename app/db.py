@@ -526,6 +526,28 @@ def close_unless_answered(
     return None
 
 
+@contextlib.asynccontextmanager
+async def answered_within(
+    block: contextlib.AbstractAsyncContextManager[AsyncConnection],
+    seconds: float | None,
+    on_close: Callable[[], None] | None = None,
+) -> AsyncIterator[AsyncConnection]:
+    """``async with answered_within(engine.begin(), seconds) as conn``: the connection ``block`` yields,
+    closed (:func:`close_unless_answered`) unless the whole block — its ``COMMIT`` or ``ROLLBACK`` and the
+    connection's return to the pool included — is over within ``seconds``. On a connection gone silent the
+    block then fails with a connection error (:func:`is_transient`) and the pool drops the connection,
+    instead of waiting for an answer that never comes. ``None``: no bound."""
+    timer: asyncio.TimerHandle | None = None
+    try:
+        async with block as conn:
+            if seconds is not None:
+                timer = close_unless_answered(conn, seconds, on_close)
+            yield conn
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
 def driver_errors(exc: BaseException) -> tuple[BaseException, ...]:
     """The driver's own errors behind ``exc``: a statement run through SQLAlchemy wraps asyncpg's error
     (``orig``, whose cause is asyncpg's); one run straight on the asyncpg connection (the token lookup,

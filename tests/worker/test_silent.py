@@ -17,6 +17,8 @@ from sqlalchemy.engine import make_url
 import tests.support.processors  # noqa: F401  (registers the test job types)
 from app import silence
 from app.db import create_engine, is_transient
+from app.processors import JobContext, processor
+from app.processors.builtin import AnyInput
 from app.worker.runner import Worker
 from tests.support.factories import event_kinds
 from tests.support.netproxy import BlackholeProxy
@@ -26,6 +28,18 @@ from tests.support.workers import wait_status
 from tests.worker.test_hostile import _claiming_through, _enqueue
 
 pytestmark = pytest.mark.slow
+
+
+@processor(
+    "test.outputs",
+    title="Outputs",
+    description="Reports its progress, then stores a file.",
+    input=AnyInput,
+    diagnostic=True,
+)
+async def outputs(ctx: JobContext[AnyInput]) -> dict[str, Any]:
+    await ctx.report_progress(0.5, "Half way")
+    return {"file": await ctx.files.save("out.txt", b"made", content_type="text/plain")}
 
 
 @pytest.fixture
@@ -310,3 +324,85 @@ async def test_a_hand_back_whose_path_goes_silent_before_its_connection_closes_d
         await worker.app_engine.dispose()
     assert done and not worker.claimer.unanswered and silenced
     assert took < 1.0 + lifecycle.CLOSE_SECS, took
+
+
+async def test_a_sweep_whose_connection_goes_silent_gives_it_up_and_rescues_on_a_fresh_one(
+    make_settings, engine, owner, pg, blackhole
+) -> None:
+    """Every connection a worker has open goes silent (a proxy or pooler in between keeps the TCP
+    connection alive, so no keepalive notices) while another worker's job has a lease that has run out.
+    The sweep's next transaction took a pooled connection from before the silence and waited for its
+    answer for ever: nothing was rescued again, nor any schedule fired, by this worker. Bounded as the
+    completer's writes are, the transaction is given up after a heartbeat, its connection closed and
+    dropped from the pool, and the next pass, on a fresh connection, rescues the job."""
+    from app.jobs import queue
+
+    proxy, proxied = blackhole
+    lease = 3.0
+    common: dict[str, Any] = {
+        "worker_visibility_timeout_secs": lease,
+        "worker_sweep_interval_secs": 0.2,
+        "job_processor_poll_interval": 30,
+    }
+    settings = make_settings(**common)
+    through = make_settings(database_url=proxied, **common)
+    worker = Worker(through, proxied, job_types=["sleep"])  # never claims the lost job itself
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        await asyncio.sleep(1.0)  # the sweep has run; its connection waits in the pool
+        proxy.frozen = True
+        lost = await _enqueue(engine, settings, owner, "noop", {})
+        async with engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            assert await queue.claim(conn, "gone-worker", 1, 0.5, types=["noop"])
+        silent_at = time.monotonic()
+        row = await wait_status(pg, lost, {"queued"}, timeout=4 * lease)
+        took = time.monotonic() - silent_at
+        assert not task.done()
+    finally:
+        proxy.sever()
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert row["attempts"] == 1 and row["locked_by"] is None
+    assert (row["error_message"] or "").startswith("lease expired"), row["error_message"]
+    assert took < 0.5 + lease, took
+
+
+async def test_a_processors_progress_and_outputs_on_a_connection_gone_silent_are_given_up_and_retried(
+    make_settings, engine, owner, pg, blackhole
+) -> None:
+    """Every pooled connection of a worker goes silent (a proxy keeps the TCP connection alive, so no
+    keepalive notices) and the next job reports its progress and stores an output, each through the
+    worker's helpers on a pooled connection from before the silence. Both waited for their answer for
+    ever: the processor never returned, its job stayed ``in_progress`` with its lease renewed (the lease
+    keeper gives up on silence and renews on a fresh connection). Bounded as the completer's writes are,
+    each is given up after a heartbeat, its connection closed and dropped from the pool: the progress is
+    skipped, the attempt fails on the lost connection, and the retry, on fresh connections, completes."""
+    proxy, proxied = blackhole
+    lease = 3.0
+    common: dict[str, Any] = {
+        "worker_visibility_timeout_secs": lease,
+        "job_processor_poll_interval": 30,
+        "job_retry_intervals": [0.1],
+        "job_retry_jitter": 0,
+    }
+    settings = make_settings(**common)
+    through = make_settings(database_url=proxied, **common)
+    worker = Worker(through, proxied, job_types=["test.outputs"])
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        first = await _enqueue(engine, settings, owner, "test.outputs", {})
+        await wait_status(pg, first, {"completed"})  # the pools hold connections now
+        await asyncio.sleep(0.5)
+        proxy.frozen = True
+        job = await _enqueue(engine, settings, owner, "test.outputs", {}, max_attempts=2)
+        row = await wait_status(pg, job, {"completed", "failed"}, timeout=6 * lease)
+        assert not task.done()
+    finally:
+        proxy.sever()
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert row["status"] == "completed", row["error_message"]
+    assert await pg.fetchval("SELECT count(*) FROM files WHERE job_id = $1", job) == 1
