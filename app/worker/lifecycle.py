@@ -229,7 +229,13 @@ async def release_unreceived(worker: Worker, *, stopping: bool = True) -> bool:
             if claimer.cut_short:
                 async with engine.connect() as conn:
                     await conn.execution_options(isolation_level="AUTOCOMMIT")
-                    gone = await queue.end_sessions(conn, sorted(claimer.cut_short), worker.application_name)
+                    pids = sorted(claimer.cut_short)
+                    gone = await queue.end_sessions(
+                        conn,
+                        pids,
+                        worker.application_name,
+                        started=[claimer.cut_short[pid] for pid in pids],
+                    )
                 if not gone and not stopping:
                     worker.log.warning("a failed claim still runs on the server; handing back its jobs later")
                     answered = True
