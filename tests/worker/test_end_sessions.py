@@ -19,7 +19,7 @@ NAME = "jobdesk-worker:test-end-sessions"
 async def _ended(conn: asyncpg.Connection) -> bool:
     try:
         await conn.fetchval("SELECT 1")
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, ConnectionError):
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, ConnectionError):
         return True
     return False
 
