@@ -219,8 +219,9 @@ class Claimer:
             self._idle.append(held)
 
     async def close(self) -> None:
+        """Close the kept connections (the worker is stopping) without waiting for the server."""
         for held in self._held:
-            await held.close()
+            await held.close(keep=False)
 
     def sleep_limit(self, seconds: float) -> float:
         """``seconds``, cut to when a held-back per-minute limit next allows a start."""

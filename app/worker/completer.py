@@ -157,7 +157,7 @@ class Completer:
         try:
             await self._run()
         finally:
-            await self.held_conn.close()
+            await self.held_conn.close(keep=False)  # the worker is stopping
 
     async def _run(self) -> None:
         while True:

@@ -406,3 +406,36 @@ async def test_a_processors_progress_and_outputs_on_a_connection_gone_silent_are
         await asyncio.wait_for(task, 30)
     assert row["status"] == "completed", row["error_message"]
     assert await pg.fetchval("SELECT count(*) FROM files WHERE job_id = $1", job) == 1
+
+
+async def test_a_worker_whose_connections_all_went_silent_stops_at_once_and_unregisters(
+    make_settings, engine, owner, pg, blackhole
+) -> None:
+    """Every connection a worker has open goes silent (new ones still get through), with nothing held
+    or claimed, and the worker is stopped. Its stop waited on each of them: the kept connections' RESET
+    and graceful close (2 s each), the lease keeper's pool closed gracefully (up to 5 s), the unregister on
+    a silent pooled connection until the step's 5 s bound: 16 s, and the worker's row left behind. The
+    stop needs none of them but the unregister: the connections are closed without a word to the server,
+    and the row deleted on a fresh connection."""
+    proxy, proxied = blackhole
+    common: dict[str, Any] = {"worker_visibility_timeout_secs": 30, "job_processor_poll_interval": 30}
+    settings = make_settings(**common)
+    through = make_settings(database_url=proxied, **common)
+    worker = Worker(through, proxied)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        job = await _enqueue(engine, settings, owner, "noop", {})
+        await wait_status(pg, job, {"completed"})  # the kept connections and the pools are in use
+        await asyncio.sleep(1.0)
+        proxy.frozen = True
+        stopping_at = time.monotonic()
+        worker.stop()
+        await asyncio.wait_for(asyncio.shield(task), 30)
+        took = time.monotonic() - stopping_at
+    finally:
+        proxy.sever()
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert took < 3.0, took
+    assert await pg.fetchval("SELECT count(*) FROM workers WHERE id = $1", worker.id) == 0
