@@ -1,0 +1,105 @@
+"""Claims behind PgBouncer in transaction mode whose answer never reaches the worker: the server process
+of a claim is PgBouncer's to choose, so the worker cannot end a claim's session by its process id as it
+does on direct connections (:func:`app.jobs.queue.end_sessions`); what a given-up claim took must still be
+run exactly once, on the attempt it was claimed for."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import make_url
+
+import tests.support.processors  # noqa: F401  (registers the test job types)
+from app.db import create_engine
+from app.worker import claim_loop, claiming
+from app.worker.runner import Worker
+from tests.support.factories import event_kinds
+from tests.support.netproxy import BlackholeProxy
+from tests.support.workers import wait_status
+from tests.worker.test_hostile import _enqueue
+
+pytestmark = pytest.mark.slow
+pytest_plugins = ("tests.support.pgbouncer",)
+
+
+EXECUTE = b"E\x00\x00\x00\x09\x00"
+"""An Execute message of the unnamed portal (type, length 9, the portal's empty name)."""
+
+
+class SilentAfterExecute(BlackholeProxy):
+    """Once :attr:`armed`, the next statement a client sends to be run (its Execute message; asyncpg has
+    had the answer to its Describe already) reaches the server, and from then on no answer comes back on
+    the connections open."""
+
+    armed = False
+
+    async def _pipe(self, reader: Any, writer: Any, born_frozen: bool, answers: bool) -> None:
+        with contextlib.suppress(Exception):
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    break
+                if self.frozen and not born_frozen and answers:
+                    continue
+                writer.write(data)
+                await writer.drain()
+                if self.armed and not answers and EXECUTE in data:
+                    self.armed, self.answers_only, self.frozen = False, True, True
+
+
+async def test_a_claim_committed_behind_pgbouncer_whose_answer_never_came_is_handed_back_and_run_once(
+    make_settings, engine, owner, pg, db_url, pgbouncer, monkeypatch
+) -> None:
+    """A claim through PgBouncer (transaction mode) takes a job on its last attempt and commits; its
+    answer never comes back (the path from PgBouncer goes silent). The worker gives the claim up within
+    the lease, knows no server process to end (PgBouncer's own is no server's), and hands back what the
+    claim took on a fresh connection: the job goes back to the queue with its attempt not counted, and
+    runs once."""
+    lease = 4.0
+    settings = make_settings(worker_visibility_timeout_secs=lease, job_processor_poll_interval=30)
+    bouncer = pgbouncer("transaction")
+    proxy = SilentAfterExecute(bouncer.port)
+    await proxy.start()
+    through = (
+        make_url(bouncer.url(make_url(db_url).database or ""))
+        .set(port=proxy.port)
+        .render_as_string(hide_password=False)
+    )
+    monkeypatch.setattr(claim_loop, "CLAIM_ARRIVAL_SECS", 1.0)
+    monkeypatch.setattr(claiming, "LIMITS_RECHECK_SECS", 3600.0)
+    worker = Worker(settings, settings.database_url or "", concurrency=1, buffer=0)  # one claim at a time
+    claims = create_engine(
+        through, pool_size=2, application_name=worker.application_name, pooler="transaction"
+    )
+    worker.claimer = claiming.Claimer(
+        claims,
+        claims.execution_options(isolation_level="AUTOCOMMIT"),
+        worker_id=worker.id,
+        lease_secs=worker.lease_secs,
+    )
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        await asyncio.sleep(1.0)  # the first claim is in; the kept connection idles
+        proxy.armed = True
+        job = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 0}, max_attempts=1)
+        row = await wait_status(pg, job, {"in_progress"})
+        silent_at = time.monotonic()
+        assert row["locked_by"] == worker.id and job not in worker.held  # committed; the answer held back
+        row = await wait_status(pg, job, {"completed", "failed"}, timeout=3 * lease)
+        took = time.monotonic() - silent_at
+        assert not task.done()
+    finally:
+        proxy.sever()
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+        await claims.dispose(close=False)
+        await proxy.close()
+    assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
+    assert await event_kinds(pg, job) == ["enqueued", "claimed", "released", "claimed", "completed"]
+    assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 1
+    assert took < lease, took
