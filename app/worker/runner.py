@@ -250,6 +250,7 @@ class Worker:
         first = not self.stopping
         if first:
             self.stopping = True
+            self.completer.stopping()
             self.log.info(
                 "worker stopping",
                 running=len(self.running),

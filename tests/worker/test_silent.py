@@ -439,3 +439,83 @@ async def test_a_worker_whose_connections_all_went_silent_stops_at_once_and_unre
         await asyncio.wait_for(task, 30)
     assert took < 3.0, took
     assert await pg.fetchval("SELECT count(*) FROM workers WHERE id = $1", worker.id) == 0
+
+
+async def test_a_stop_hands_back_a_waiting_job_when_the_completers_connection_went_silent(
+    make_settings, engine, owner, pg, blackhole
+) -> None:
+    """A worker with one slot runs a long job and holds the next one, on its last attempt, claimed for
+    the slot; every connection it has open goes silent (new ones still get through) and it is stopped.
+    The hand-back of the waiting job went to the completer's kept connection and waited for its answer
+    a heartbeat (10 s here), longer than the stop waits for the completer: the stop went on without it,
+    the job stayed locked by the stopped worker until the rescue counted the attempt it never ran and
+    failed it. At the stop the completer's writes wait no longer than a stop can: the hand-back is
+    written again on a fresh connection, the job goes back to the queue on its attempt."""
+    proxy, proxied = blackhole
+    common: dict[str, Any] = {
+        "worker_visibility_timeout_secs": 30,
+        "job_processor_poll_interval": 30,
+        "max_concurrent_jobs": 1,
+        "worker_shutdown_grace_secs": 0.5,
+    }
+    settings = make_settings(**common)
+    through = make_settings(database_url=proxied, **common)
+    worker = Worker(through, proxied)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        first = await _enqueue(engine, settings, owner, "noop", {})
+        await wait_status(pg, first, {"completed"})  # the completer's kept connection is open now
+        running = await _enqueue(engine, settings, owner, "sleep", {"seconds": 60})
+        await wait_status(pg, running, {"in_progress"})
+        waiting = await _enqueue(engine, settings, owner, "noop", {}, max_attempts=1)
+        await wait_status(pg, waiting, {"in_progress"})
+        assert waiting in worker.buffer
+        proxy.frozen = True
+        worker.stop()
+        await asyncio.wait_for(asyncio.shield(task), 30)
+    finally:
+        proxy.sever()
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    row = await pg.fetchrow("SELECT status, attempts, locked_by FROM jobs WHERE id = $1", waiting)
+    assert dict(row) == {"status": "queued", "attempts": 0, "locked_by": None}
+
+
+async def test_a_job_that_finishes_during_a_stop_is_recorded_when_the_completers_connection_went_silent(
+    make_settings, engine, owner, pg, blackhole
+) -> None:
+    """A job finishes during the stop's grace period while every connection its worker has open has gone
+    silent (new ones still get through). Its completion went to the completer's kept connection and
+    waited for the answer a heartbeat (20 s here), longer than the stop waits for outcomes (10 s) and
+    for the completer (5 s more): the stop went on without it, and the job, left ``in_progress``, would
+    run again after the rescue. A stopping worker's writes wait no longer than a stop can: written again
+    on a fresh connection, the job completes, once, and the stop is over in seconds."""
+    proxy, proxied = blackhole
+    common: dict[str, Any] = {
+        "worker_visibility_timeout_secs": 60,
+        "job_processor_poll_interval": 30,
+        "worker_shutdown_grace_secs": 5,
+    }
+    settings = make_settings(**common)
+    through = make_settings(database_url=proxied, **common)
+    worker = Worker(through, proxied)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        first = await _enqueue(engine, settings, owner, "noop", {})
+        await wait_status(pg, first, {"completed"})  # the completer's kept connection is open now
+        job = await _enqueue(engine, settings, owner, "sleep", {"seconds": 1.5})
+        await wait_status(pg, job, {"in_progress"})
+        proxy.frozen = True
+        stopping_at = time.monotonic()
+        worker.stop()
+        await asyncio.wait_for(asyncio.shield(task), 40)
+        took = time.monotonic() - stopping_at
+    finally:
+        proxy.sever()
+        worker.stop()
+        await asyncio.wait_for(task, 40)
+    row = await pg.fetchrow("SELECT status, attempts, locked_by FROM jobs WHERE id = $1", job)
+    assert dict(row) == {"status": "completed", "attempts": 1, "locked_by": None}
+    assert took < 6.0, took
