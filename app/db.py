@@ -137,12 +137,20 @@ def create_engine(
     return engine
 
 
-def _observe_clock(dbapi_connection: Any, _record: Any) -> None:
+CONNECTED = "SELECT now(), (SELECT backend_start FROM pg_stat_get_activity(pg_backend_pid()))"
+SESSION_START = "jobdesk_backend_start"
+"""Key of a pooled connection's ``info``: when its server session started (see :func:`_observe_clock`)."""
+
+
+def _observe_clock(dbapi_connection: Any, record: Any) -> None:
     """Measure the database's clock against this process's on each new connection (:mod:`app.dbclock`):
-    one round trip per connection, and connections are kept for half an hour."""
+    one round trip per connection, and connections are kept for half an hour. The same round trip notes
+    when the server session started (in the connection's ``info``): with its process id it names the
+    session, whereas a process id alone may belong, later, to another session (a reused id)."""
     sent = time.time_ns()
-    db_now = await_only(cast(Any, dbapi_connection)._connection.fetchval("SELECT now()"))
+    db_now, started = await_only(cast(Any, dbapi_connection)._connection.fetchrow(CONNECTED))
     dbclock.observe(db_now, sent, time.time_ns())
+    record.info[SESSION_START] = started
 
 
 def engine_pooler(engine: AsyncEngine) -> PoolerMode:
@@ -540,6 +548,28 @@ def close_unless_answered(
 
             return asyncio.get_running_loop().call_later(seconds, close)
     return None
+
+
+@contextlib.asynccontextmanager
+async def answered_within(
+    block: contextlib.AbstractAsyncContextManager[AsyncConnection],
+    seconds: float | None,
+    on_close: Callable[[], None] | None = None,
+) -> AsyncIterator[AsyncConnection]:
+    """``async with answered_within(engine.begin(), seconds) as conn``: the connection ``block`` yields,
+    closed (:func:`close_unless_answered`) unless the whole block — its ``COMMIT`` or ``ROLLBACK`` and the
+    connection's return to the pool included — is over within ``seconds``. On a connection gone silent the
+    block then fails with a connection error (:func:`is_transient`) and the pool drops the connection,
+    instead of waiting for an answer that never comes. ``None``: no bound."""
+    timer: asyncio.TimerHandle | None = None
+    try:
+        async with block as conn:
+            if seconds is not None:
+                timer = close_unless_answered(conn, seconds, on_close)
+            yield conn
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 def driver_errors(exc: BaseException) -> tuple[BaseException, ...]:

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db import answered_within
 from app.files import (
     DELETE_JOB_FILES,
     MAX_PROCESS_FILES,
@@ -42,9 +43,14 @@ class JobFiles:
         *,
         limit: int = 0,
         retention_days: float | None = None,
+        answer_secs: float | None = None,
     ) -> None:
         self.store = store
         self.engine = engine
+        self.answer_secs = answer_secs
+        """How long each of its transactions may wait for the database's answer (its commit included)
+        before its connection is closed (:func:`app.db.answered_within`): on a connection gone silent
+        the processor would otherwise wait for ever. ``None``: no bound."""
         self.job = job
         self.limit = limit
         self.retention_days = retention_days
@@ -55,7 +61,7 @@ class JobFiles:
 
     async def _open(self, file_id: Any) -> StoredFile:
         assert self.engine is not None
-        async with self.engine.connect() as conn:
+        async with answered_within(self.engine.connect(), self.answer_secs) as conn:
             found = await self.store.owned_files(conn, self.job["user_id"], [file_id])
         if not found:
             raise PermanentError(
@@ -92,7 +98,7 @@ class JobFiles:
         wanted += ids_in_results(parents, MAX_PROCESS_FILES - len(wanted))
         if not wanted or self.engine is None:
             return {}, {}
-        async with self.engine.connect() as conn:
+        async with answered_within(self.engine.connect(), self.answer_secs) as conn:
             found = await self.store.owned_files(conn, self.job["user_id"], wanted)
         return {k: f.path for k, f in found.items()}, {k: f.row["name"] for k, f in found.items()}
 
@@ -114,7 +120,7 @@ class JobFiles:
         if self.refused is not None:
             raise PermanentError(self.refused)
         try:
-            async with self.engine.begin() as conn:
+            async with answered_within(self.engine.begin(), self.answer_secs) as conn:
                 row = await self.store.save(
                     conn,
                     user_id=self.job["user_id"],
@@ -137,7 +143,7 @@ class JobFiles:
         """Delete the files this attempt stored (rows, then bytes); how many there were."""
         if not self.saved or self.engine is None:
             return 0
-        async with self.engine.begin() as conn:
+        async with answered_within(self.engine.begin(), self.answer_secs) as conn:
             rows = await conn.execute(DELETE_JOB_FILES, {"ids": self.saved, "job_id": self.job["id"]})
             gone = [r.id for r in rows]
         self.store.remove(gone)

@@ -19,7 +19,10 @@ probes the peer. So every socket gets, at connect:
 A dropped connection fails its statement with a connection error the callers already treat as
 transient (:func:`app.db.is_transient`): the worker retries or hands back, a web request gets its error
 and the pool a fresh connection. These are socket options, not startup parameters, so they work the same
-through PgBouncer. The worker's hot statements also have shorter bounds of their own, tied to the lease.
+through PgBouncer. The worker's statements also have shorter bounds of their own, tied to the lease:
+the claims, the completer's writes, the sweep's transactions, a processor's progress reports and
+``ctx.files`` (:func:`app.db.answered_within`), for a path where keepalive sees nothing wrong (a proxy
+or a pooler in between keeps the TCP connection alive).
 """
 
 from __future__ import annotations

@@ -24,19 +24,23 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from datetime import datetime
 from typing import Any
 
 import asyncpg
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.db import close_unless_answered, engine_pooler
+from app.db import SESSION_START, close_unless_answered, engine_pooler
 from app.jobs import queue
 from app.jobs.rows import ClaimedJob
 from app.jobs.types import registry
 from app.worker.held import HeldConnection
 
 log = structlog.get_logger("jobdesk.worker")
+
+Session = tuple[int, datetime | None]
+"""A server session: its process id, and when it started (``None``: not known)."""
 
 LIMITS_RECHECK_SECS = 1.0
 """How often a worker whose types have no limit looks again (by taking the locking path once)."""
@@ -85,10 +89,11 @@ class Claimer:
         it took any, are locked by this worker without its knowing them. Cleared once they are handed
         back (:func:`app.worker.lifecycle.release_unreceived`), or given up on (:meth:`give_up_hand_back`)."""
         self._unanswered_at: float | None = None
-        self.cut_short: set[int] = set()
-        """Server process ids of claims that failed or that the worker gave up waiting for: ended before
-        their jobs are handed back (see :func:`app.worker.lifecycle.release_unreceived`)."""
-        self._on_way: dict[asyncio.Task[Any] | None, list[int | None]] = {}
+        self.cut_short: dict[int, datetime | None] = {}
+        """Server sessions of claims that failed or that the worker gave up waiting for (process id: when
+        the session started): ended before their jobs are handed back (see
+        :func:`app.worker.lifecycle.release_unreceived`)."""
+        self._on_way: dict[asyncio.Task[Any] | None, list[Session | None]] = {}
 
     async def claim(self, want: int, answer_secs: float | None = None) -> list[ClaimedJob]:
         """Claim up to ``want`` jobs of this worker's types, in claim order, within every limit. Without
@@ -99,7 +104,7 @@ class Claimer:
             self.held_back, self.room_in = (), None
             with self._answered() as on, self._bounded(answer_secs) as bound:
                 async with self._connection() as conn:
-                    on.append(_server_pid(conn))
+                    on.append(_server_session(conn))
                     bound(conn)
                     return list(
                         await queue.claim(conn, self.worker_id, want, self.lease_secs, types=self.types)
@@ -107,7 +112,7 @@ class Claimer:
         self._looked = now
         with self._answered() as on, self._bounded(answer_secs) as bound:  # the commit too
             async with self.engine.begin() as conn:
-                on.append(_server_pid(conn))
+                on.append(_server_session(conn))
                 bound(conn)
                 result = await queue.claim_within_all_limits(
                     conn, self.worker_id, want, self.lease_secs, types=self.types, user_max=self.user_max
@@ -144,11 +149,11 @@ class Claimer:
                 timer.cancel()
 
     @contextlib.contextmanager
-    def _answered(self) -> Iterator[list[int | None]]:
+    def _answered(self) -> Iterator[list[Session | None]]:
         """Keep, while the claim is on its way, the server process the block puts in the list (read before
         the claim is sent: a connection cut short is discarded), for :meth:`gave_up`; note a claim that
         failed without its answer."""
-        on: list[int | None] = []
+        on: list[Session | None] = []
         task = asyncio.current_task()
         self._on_way[task] = on
         try:
@@ -168,10 +173,10 @@ class Claimer:
         for claim in claims:
             self._lost_answer(self._on_way.get(claim, ()))
 
-    def _lost_answer(self, pids: Iterable[int | None]) -> None:
+    def _lost_answer(self, sessions: Iterable[Session | None]) -> None:
         if not self.unanswered:
             self.unanswered, self._unanswered_at = True, time.monotonic()
-        self.cut_short.update(pid for pid in pids if pid is not None)
+        self.cut_short.update(session for session in sessions if session is not None)
 
     def unanswered_secs(self) -> float:
         """Seconds since a claim first failed without its answer and nothing was handed back (0: none)."""
@@ -214,8 +219,9 @@ class Claimer:
             self._idle.append(held)
 
     async def close(self) -> None:
+        """Close the kept connections (the worker is stopping) without waiting for the server."""
         for held in self._held:
-            await held.close()
+            await held.close(keep=False)
 
     def sleep_limit(self, seconds: float) -> float:
         """``seconds``, cut to when a held-back per-minute limit next allows a start."""
@@ -240,15 +246,18 @@ def _refused_by_server(exc: BaseException) -> bool:
     return False
 
 
-def _server_pid(conn: AsyncConnection) -> int | None:
-    """The PostgreSQL server process of ``conn`` (an attribute read: asyncpg keeps the process id the
-    server sent at connect). ``None`` behind a pooler, whose process id is its own and no server's."""
+def _server_session(conn: AsyncConnection) -> Session | None:
+    """The PostgreSQL server session of ``conn``: its process id and when it started (attribute reads:
+    asyncpg keeps the process id the server sent at connect, the start was noted at connect,
+    :func:`app.db._observe_clock`). ``None`` behind a pooler, whose process id is its own and no
+    server's."""
     if engine_pooler(conn.engine) != "none":
         return None
     with contextlib.suppress(Exception):
         sync: Any = conn.sync_connection
         pid = sync.connection.dbapi_connection._connection.get_server_pid()
-        return pid if isinstance(pid, int) else None
+        started = sync.connection.info.get(SESSION_START)
+        return (pid, started) if isinstance(pid, int) else None
     return None
 
 

@@ -30,6 +30,9 @@ from app.worker.held import HeldConnection
 
 COMPLETER_BATCH = 1000
 """Most outcomes recorded in one transaction."""
+STOPPING_ANSWER_SECS = 2.0
+"""How long a stopping worker's write of outcomes waits for its answer before it is tried again on a
+fresh connection (milliseconds when the database answers; the stop waits for outcomes about 10 s)."""
 
 
 @dataclass
@@ -128,6 +131,14 @@ class Completer:
         if waiting is not None and waiting.attempt == outcome.attempt:
             del self.unrecorded[outcome.job_id]
 
+    def stopping(self) -> None:
+        """The worker is stopping: from now on a write waits for its answer no longer than
+        :data:`STOPPING_ANSWER_SECS` before it is tried again on a fresh connection. A heartbeat (a third
+        of the lease: 100 s by default) is longer than the stop waits for outcomes, so on a kept
+        connection gone silent an outcome was left unrecorded and its job, finished, run again after the
+        rescue."""
+        self.answer_secs = min(self.answer_secs, STOPPING_ANSWER_SECS)
+
     def close(self) -> None:
         """No more outcomes: :meth:`run` returns once those submitted are recorded."""
         self._outcomes.put_nowait(None)
@@ -157,7 +168,7 @@ class Completer:
         try:
             await self._run()
         finally:
-            await self.held_conn.close()
+            await self.held_conn.close(keep=False)  # the worker is stopping
 
     async def _run(self) -> None:
         while True:

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import pipelines
-from app.db import is_transient
+from app.db import answered_within, is_transient
 from app.errors import AppError
 from app.files import FileStore
 from app.job_files import JobFiles
@@ -306,6 +306,7 @@ class Executor:
                 job.row,
                 limit=self.settings.user_max_upload_bytes,
                 retention_days=self.settings.job_retention_days,
+                answer_secs=self.settings.heartbeat_secs,
             )
         return job.files
 
@@ -403,7 +404,9 @@ class Executor:
             return
         job.progress_at = time.monotonic()
         try:
-            async with self.engine.begin() as conn:
+            # The processor awaits this write: bounded as the completer's, so that a connection gone silent
+            # is given up (and dropped from the pool) instead of holding the processor for ever.
+            async with answered_within(self.engine.begin(), self.settings.heartbeat_secs) as conn:
                 await queue.set_progress(conn, self.worker_id, job.row["id"], pending[0], pending[1])
         except Exception as exc:
             if not is_transient(exc):

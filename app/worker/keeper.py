@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import create_engine, is_transient
+from app.dbpool import let_go
 from app.jobs import queue
 from app.settings import Settings
 from app.worker.completer import Tally
@@ -136,7 +137,7 @@ class LeaseKeeper:
                 await guard
             if self._engine is not None:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self._engine.dispose(), 5)
+                    await asyncio.wait_for(let_go(self._engine), 5)
 
     def _tell(self, method: str, *args: Any) -> None:
         """Call ``worker.<method>(*args)`` in the worker's loop."""

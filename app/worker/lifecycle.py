@@ -52,6 +52,8 @@ RELEASED_UNRECEIVED = "released: its worker's claim took it, but the claim's ans
 UNRECEIVED_SECS = 5.0
 """The longest a stopping worker spends handing back jobs it never received (the database may be out of
 reach: they are then left to the rescue)."""
+CLOSE_SECS = 1.0
+"""How long the hand-back waits for its connection's graceful close (a round trip, normally)."""
 
 
 async def register(worker: Worker) -> None:
@@ -227,7 +229,13 @@ async def release_unreceived(worker: Worker, *, stopping: bool = True) -> bool:
             if claimer.cut_short:
                 async with engine.connect() as conn:
                     await conn.execution_options(isolation_level="AUTOCOMMIT")
-                    gone = await queue.end_sessions(conn, sorted(claimer.cut_short), worker.application_name)
+                    pids = sorted(claimer.cut_short)
+                    gone = await queue.end_sessions(
+                        conn,
+                        pids,
+                        worker.application_name,
+                        started=[claimer.cut_short[pid] for pid in pids],
+                    )
                 if not gone and not stopping:
                     worker.log.warning("a failed claim still runs on the server; handing back its jobs later")
                     answered = True
@@ -254,4 +262,17 @@ async def release_unreceived(worker: Worker, *, stopping: bool = True) -> bool:
         )
         return False
     finally:
-        await engine.dispose(close=answered)
+        await _dispose(engine, close=answered)
+
+
+async def _dispose(engine: Any, *, close: bool) -> None:
+    """Let go of the hand-back's engine. A graceful close waits for the server to close its end, which on
+    a path gone silent since the last answer never happens: the claim loop (which hands back before its
+    next claim) or the stop would wait for ever. Past :data:`CLOSE_SECS` the connection is dropped
+    (asyncpg aborts a close it could not finish)."""
+    if close:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_SECS):
+                await engine.dispose()
+                return
+    await engine.dispose(close=False)

@@ -18,16 +18,17 @@ Alerts past retention are deleted by the alert delivery task itself (:class:`app
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app import controls, metrics
 from app.callbacks import CallbackSender, send_loop
-from app.db import is_transient
+from app.db import answered_within, is_transient
 from app.files import FileStore
 from app.jobs import queue
 from app.jobs.backoff import retry_delay
@@ -55,20 +56,44 @@ died (killed, out of memory, the host restarted) never removed its own. Younger 
 whatever the database says (a directory is made just after its attempt is claimed)."""
 
 
+def answered(
+    block: contextlib.AbstractAsyncContextManager[AsyncConnection], seconds: float | None, log: Any, what: str
+) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
+    """``block`` (a connection or transaction of the sweep) given ``seconds`` to be over, its commit
+    included, after which its connection is closed and the block fails as a lost connection
+    (:func:`app.db.answered_within`): the sweep logs it and goes on at its next pass, on a fresh
+    connection."""
+
+    def closing() -> None:
+        if log is not None:
+            log.warning(
+                "no answer from the database; closing the connection", operation=what, waited_secs=seconds
+            )
+
+    return answered_within(block, seconds, closing)
+
+
 class ExpiredLeaseRescue:
     """Jobs whose lease expired go back to ``queued`` (or ``failed``/``cancelled``, see
     :func:`app.jobs.queue.rescue_expired`). ``on_rescued`` is called when any were rescued."""
 
     def __init__(
-        self, engine: AsyncEngine, *, tally: Tally, log: Any, on_rescued: Callable[[], None]
+        self,
+        engine: AsyncEngine,
+        *,
+        tally: Tally,
+        log: Any,
+        on_rescued: Callable[[], None],
+        answer_secs: float | None = None,
     ) -> None:
         self.engine = engine
+        self.answer_secs = answer_secs
         self.tally = tally
         self.log = log
         self.on_rescued = on_rescued
 
     async def run_once(self) -> list[RowMapping]:
-        async with self.engine.begin() as conn:
+        async with answered(self.engine.begin(), self.answer_secs, self.log, "rescue") as conn:
             rescued = await queue.rescue_expired(conn, delays=_delays())
         if rescued:
             metrics.RESCUED.inc(len(rescued))
@@ -98,15 +123,22 @@ class ScheduleFiring:
     """Due schedules create their job or pipeline; ``on_fired`` is called when any fired."""
 
     def __init__(
-        self, engine: AsyncEngine, settings: Settings, *, log: Any, on_fired: Callable[[], None]
+        self,
+        engine: AsyncEngine,
+        settings: Settings,
+        *,
+        log: Any,
+        on_fired: Callable[[], None],
+        answer_secs: float | None = None,
     ) -> None:
         self.engine = engine
+        self.answer_secs = answer_secs
         self.settings = settings
         self.log = log
         self.on_fired = on_fired
 
     async def run_once(self) -> list[dict[str, Any]]:
-        async with self.engine.begin() as conn:
+        async with answered(self.engine.begin(), self.answer_secs, self.log, "schedules") as conn:
             fired = await controls.fire_due(conn, self.settings)
         if fired:
             self.log.info(
@@ -121,13 +153,21 @@ class ApprovalTimeouts:
     intervals (:func:`app.jobs.queue.expire_approvals`), through the queue's compare-and-set with its event; ``on_rejected`` is called when any were
     rejected (their pipelines may have work to cancel or release)."""
 
-    def __init__(self, engine: AsyncEngine, *, log: Any, on_rejected: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        log: Any,
+        on_rejected: Callable[[], None],
+        answer_secs: float | None = None,
+    ) -> None:
         self.engine = engine
+        self.answer_secs = answer_secs
         self.log = log
         self.on_rejected = on_rejected
 
     async def run_once(self) -> dict[str, list[Any]]:
-        async with self.engine.begin() as conn:
+        async with answered(self.engine.begin(), self.answer_secs, self.log, "approvals") as conn:
             swept = await queue.expire_approvals(conn)
         if swept["rejected"] or swept["reminded"]:
             self.log.info(
@@ -145,8 +185,17 @@ class Retention:
     them), and their files removed; bytes no row names and scratch directories of attempts no longer
     running, too."""
 
-    def __init__(self, engine: AsyncEngine, settings: Settings, *, files: FileStore, log: Any) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        settings: Settings,
+        *,
+        files: FileStore,
+        log: Any,
+        answer_secs: float | None = None,
+    ) -> None:
         self.engine = engine
+        self.answer_secs = answer_secs
         self.settings = settings
         self.files = files
         self.log = log
@@ -159,7 +208,7 @@ class Retention:
             await self.remove_unrecorded()
             await self.remove_scratch_leftovers()
         for _ in range(RETENTION_BATCHES_PER_PASS):
-            async with self.engine.begin() as conn:
+            async with answered(self.engine.begin(), self.answer_secs, self.log, "retention") as conn:
                 pruned = await queue.prune(conn, self.settings.job_retention_days)
             self.files.remove(pruned["files"])
             if pruned["jobs"] or pruned["pipelines"] or pruned["batches"]:
@@ -187,7 +236,7 @@ class Retention:
         ids, temps = await asyncio.to_thread(self.files.unrecorded_candidates, time.time() - age)
         gone: list[Any] = []
         for start in range(0, len(ids), UNRECORDED_CHECK_BATCH):
-            async with self.engine.connect() as conn:
+            async with answered(self.engine.connect(), self.answer_secs, self.log, "retention") as conn:
                 gone += await self.files.remove_unrecorded(conn, ids[start : start + UNRECORDED_CHECK_BATCH])
         for path in temps:
             path.unlink(missing_ok=True)
@@ -206,7 +255,7 @@ class Retention:
         gone = []
         for start in range(0, len(found), UNRECORDED_CHECK_BATCH):
             chunk = found[start : start + UNRECORDED_CHECK_BATCH]
-            async with self.engine.connect() as conn:
+            async with answered(self.engine.connect(), self.answer_secs, self.log, "retention") as conn:
                 running = await queue.running_attempts(conn, list({d.job_id for d in chunk}))
             for leftover in chunk:
                 attempt = running.get(leftover.job_id)
@@ -222,15 +271,17 @@ class Retention:
 class Upkeep:
     """Rows nobody reads any more: workers not seen for long, expired sessions, old sign-in attempts."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, log: Any = None, answer_secs: float | None = None) -> None:
         self.engine = engine
+        self.log = log
+        self.answer_secs = answer_secs
 
     async def run_once(self) -> None:
         # Imported at the first upkeep (minutes after the start), not at the worker's import: the
         # password hashing it brings along (argon2 and cffi) cost every start about 4 ms.
         from app import auth
 
-        async with self.engine.begin() as conn:
+        async with answered(self.engine.begin(), self.answer_secs, self.log, "upkeep") as conn:
             await queue.forget_old(conn)
             await auth.prune_auth_rows(conn)
 
@@ -253,11 +304,16 @@ class Maintenance:
         self.log = log
         self.enabled = True
         """Tests switch this off to show that without the sweep a lost job stays stuck."""
-        self.rescue = ExpiredLeaseRescue(engine, tally=tally, log=log, on_rescued=wake)
-        self.schedules = ScheduleFiring(engine, settings, log=log, on_fired=wake)
-        self.approvals = ApprovalTimeouts(engine, log=log, on_rejected=wake)
-        self.retention = Retention(engine, settings, files=files, log=log)
-        self.upkeep = Upkeep(engine)
+        # Each transaction of the sweep waits for its answer as long as the completer and the lease keeper
+        # wait for theirs: on a connection gone silent (behind a pooler or a proxy that keeps the TCP
+        # connection alive, no keepalive notices) the sweep would otherwise wait for ever, and with it
+        # the rescue of every expired lease and the firing of every schedule.
+        bound = settings.heartbeat_secs
+        self.rescue = ExpiredLeaseRescue(engine, tally=tally, log=log, on_rescued=wake, answer_secs=bound)
+        self.schedules = ScheduleFiring(engine, settings, log=log, on_fired=wake, answer_secs=bound)
+        self.approvals = ApprovalTimeouts(engine, log=log, on_rejected=wake, answer_secs=bound)
+        self.retention = Retention(engine, settings, files=files, log=log, answer_secs=bound)
+        self.upkeep = Upkeep(engine, log=log, answer_secs=bound)
         self.callbacks = CallbackSender(engine, settings, log=log.bind(task="callbacks"))
 
     async def run(self) -> None:

@@ -42,7 +42,8 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import metrics
-from app.db import create_engine
+from app.db import answered_within, create_engine
+from app.dbpool import drop_idle, let_go
 from app.files import FileStore
 from app.jobs import queue
 from app.settings import Settings
@@ -64,6 +65,9 @@ log = structlog.get_logger("jobdesk.worker")
 SHUTDOWN_STEP_SECS = 5.0
 """The longest a stopping worker waits for its side tasks to end once cancelled, and for the database to
 answer its last statements and closes (it goes on without them)."""
+UNREGISTER_SECS = 2.0
+"""How long a stopping worker tries to delete its row (a connection and a statement: milliseconds when
+the database is in reach; otherwise the row is left to age out)."""
 
 SIDE_TASKS_LATEST_SECS = 1.0
 """The side tasks start when the first claim's answer is in, or this many seconds after the start if it
@@ -246,6 +250,7 @@ class Worker:
         first = not self.stopping
         if first:
             self.stopping = True
+            self.completer.stopping()
             self.log.info(
                 "worker stopping",
                 running=len(self.running),
@@ -379,16 +384,21 @@ class Worker:
         self.log.info("worker stopped", completed=self.tally.completed, failed=self.tally.failed)
 
     async def _release(self) -> None:
-        """Give back the kept connections, unregister, close the engines."""
+        """Close the kept connections, unregister, close the engines. Nothing here waits on a connection
+        the stop does not need: the pooled ones, which may have gone silent, are closed without a word to
+        the server (which ends an idle session when its socket closes), and the unregister, the one
+        statement left, runs on a fresh connection within :data:`UNREGISTER_SECS`."""
         await self.claimer.close()
         await self.listener.aclose()
+        drop_idle(self.engine)
         if self._fatal is None:
             with contextlib.suppress(Exception):
-                async with self.engine.begin() as conn:
-                    await queue.unregister_worker(conn, self.id)
-        await self.engine.dispose()
+                async with asyncio.timeout(UNREGISTER_SECS):
+                    async with answered_within(self.engine.begin(), UNREGISTER_SECS) as conn:
+                        await queue.unregister_worker(conn, self.id)
+        await let_go(self.engine)
         if self._owns_app_engine:
-            await self.app_engine.dispose()
+            await let_go(self.app_engine)
 
     def _side_done(self, name: str, task: asyncio.Task[None]) -> None:
         if task.cancelled() or self.stopped.is_set():

@@ -17,6 +17,8 @@ from sqlalchemy.engine import make_url
 import tests.support.processors  # noqa: F401  (registers the test job types)
 from app import silence
 from app.db import create_engine, is_transient
+from app.processors import JobContext, processor
+from app.processors.builtin import AnyInput
 from app.worker.runner import Worker
 from tests.support.factories import event_kinds
 from tests.support.netproxy import BlackholeProxy
@@ -26,6 +28,18 @@ from tests.support.workers import wait_status
 from tests.worker.test_hostile import _claiming_through, _enqueue
 
 pytestmark = pytest.mark.slow
+
+
+@processor(
+    "test.outputs",
+    title="Outputs",
+    description="Reports its progress, then stores a file.",
+    input=AnyInput,
+    diagnostic=True,
+)
+async def outputs(ctx: JobContext[AnyInput]) -> dict[str, Any]:
+    await ctx.report_progress(0.5, "Half way")
+    return {"file": await ctx.files.save("out.txt", b"made", content_type="text/plain")}
 
 
 @pytest.fixture
@@ -269,3 +283,239 @@ async def test_a_claim_transaction_gone_silent_is_given_up_within_the_lease_and_
     assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
     assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 1
     assert took < lease, took
+
+
+async def test_a_hand_back_whose_path_goes_silent_before_its_connection_closes_does_not_hold_the_worker(
+    make_settings, blackhole, monkeypatch
+) -> None:
+    """A worker hands back what a failed claim took (before its next claim, or at its stop), the database
+    answers, and the path goes silent just after, as the hand-back closes its connection. The graceful
+    close waited for the server to close its end, which never came: the claim loop, or the stop, waited
+    for ever. The close is given a second, then the connection is dropped."""
+    from sqlalchemy import event
+
+    from app.worker import lifecycle
+
+    proxy, proxied = blackhole
+    settings = make_settings(database_url=proxied)
+    worker = Worker(settings, proxied)
+    worker.claimer.unanswered = True  # a claim failed without its answer
+    made = lifecycle.create_engine
+    silenced: list[bool] = []
+
+    def silence_path(*_: Any) -> None:
+        proxy.frozen = True
+        silenced.append(True)
+
+    def going_silent(*args: Any, **kwargs: Any) -> Any:
+        engine = made(*args, **kwargs)
+        # once the hand-back's transaction is over and its connection back in the pool
+        event.listen(engine.sync_engine.pool, "checkin", silence_path)
+        return engine
+
+    monkeypatch.setattr(lifecycle, "create_engine", going_silent)
+    try:
+        started = time.monotonic()
+        done = await asyncio.wait_for(lifecycle.release_unreceived(worker, stopping=False), 15)
+        took = time.monotonic() - started
+    finally:
+        proxy.sever()
+        await worker.engine.dispose()
+        await worker.app_engine.dispose()
+    assert done and not worker.claimer.unanswered and silenced
+    assert took < 1.0 + lifecycle.CLOSE_SECS, took
+
+
+async def test_a_sweep_whose_connection_goes_silent_gives_it_up_and_rescues_on_a_fresh_one(
+    make_settings, engine, owner, pg, blackhole
+) -> None:
+    """Every connection a worker has open goes silent (a proxy or pooler in between keeps the TCP
+    connection alive, so no keepalive notices) while another worker's job has a lease that has run out.
+    The sweep's next transaction took a pooled connection from before the silence and waited for its
+    answer for ever: nothing was rescued again, nor any schedule fired, by this worker. Bounded as the
+    completer's writes are, the transaction is given up after a heartbeat, its connection closed and
+    dropped from the pool, and the next pass, on a fresh connection, rescues the job."""
+    from app.jobs import queue
+
+    proxy, proxied = blackhole
+    lease = 3.0
+    common: dict[str, Any] = {
+        "worker_visibility_timeout_secs": lease,
+        "worker_sweep_interval_secs": 0.2,
+        "job_processor_poll_interval": 30,
+    }
+    settings = make_settings(**common)
+    through = make_settings(database_url=proxied, **common)
+    worker = Worker(through, proxied, job_types=["sleep"])  # never claims the lost job itself
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        await asyncio.sleep(1.0)  # the sweep has run; its connection waits in the pool
+        proxy.frozen = True
+        lost = await _enqueue(engine, settings, owner, "noop", {})
+        async with engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            assert await queue.claim(conn, "gone-worker", 1, 0.5, types=["noop"])
+        silent_at = time.monotonic()
+        row = await wait_status(pg, lost, {"queued"}, timeout=4 * lease)
+        took = time.monotonic() - silent_at
+        assert not task.done()
+    finally:
+        proxy.sever()
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert row["attempts"] == 1 and row["locked_by"] is None
+    assert (row["error_message"] or "").startswith("lease expired"), row["error_message"]
+    assert took < 0.5 + lease, took
+
+
+async def test_a_processors_progress_and_outputs_on_a_connection_gone_silent_are_given_up_and_retried(
+    make_settings, engine, owner, pg, blackhole
+) -> None:
+    """Every pooled connection of a worker goes silent (a proxy keeps the TCP connection alive, so no
+    keepalive notices) and the next job reports its progress and stores an output, each through the
+    worker's helpers on a pooled connection from before the silence. Both waited for their answer for
+    ever: the processor never returned, its job stayed ``in_progress`` with its lease renewed (the lease
+    keeper gives up on silence and renews on a fresh connection). Bounded as the completer's writes are,
+    each is given up after a heartbeat, its connection closed and dropped from the pool: the progress is
+    skipped, the attempt fails on the lost connection, and the retry, on fresh connections, completes."""
+    proxy, proxied = blackhole
+    lease = 3.0
+    common: dict[str, Any] = {
+        "worker_visibility_timeout_secs": lease,
+        "job_processor_poll_interval": 30,
+        "job_retry_intervals": [0.1],
+        "job_retry_jitter": 0,
+    }
+    settings = make_settings(**common)
+    through = make_settings(database_url=proxied, **common)
+    worker = Worker(through, proxied, job_types=["test.outputs"])
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        first = await _enqueue(engine, settings, owner, "test.outputs", {})
+        await wait_status(pg, first, {"completed"})  # the pools hold connections now
+        await asyncio.sleep(0.5)
+        proxy.frozen = True
+        job = await _enqueue(engine, settings, owner, "test.outputs", {}, max_attempts=2)
+        row = await wait_status(pg, job, {"completed", "failed"}, timeout=6 * lease)
+        assert not task.done()
+    finally:
+        proxy.sever()
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert row["status"] == "completed", row["error_message"]
+    assert await pg.fetchval("SELECT count(*) FROM files WHERE job_id = $1", job) == 1
+
+
+async def test_a_worker_whose_connections_all_went_silent_stops_at_once_and_unregisters(
+    make_settings, engine, owner, pg, blackhole
+) -> None:
+    """Every connection a worker has open goes silent (new ones still get through), with nothing held
+    or claimed, and the worker is stopped. Its stop waited on each of them: the kept connections' RESET
+    and graceful close (2 s each), the lease keeper's pool closed gracefully (up to 5 s), the unregister on
+    a silent pooled connection until the step's 5 s bound: 16 s, and the worker's row left behind. The
+    stop needs none of them but the unregister: the connections are closed without a word to the server,
+    and the row deleted on a fresh connection."""
+    proxy, proxied = blackhole
+    common: dict[str, Any] = {"worker_visibility_timeout_secs": 30, "job_processor_poll_interval": 30}
+    settings = make_settings(**common)
+    through = make_settings(database_url=proxied, **common)
+    worker = Worker(through, proxied)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        job = await _enqueue(engine, settings, owner, "noop", {})
+        await wait_status(pg, job, {"completed"})  # the kept connections and the pools are in use
+        await asyncio.sleep(1.0)
+        proxy.frozen = True
+        stopping_at = time.monotonic()
+        worker.stop()
+        await asyncio.wait_for(asyncio.shield(task), 30)
+        took = time.monotonic() - stopping_at
+    finally:
+        proxy.sever()
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert took < 3.0, took
+    assert await pg.fetchval("SELECT count(*) FROM workers WHERE id = $1", worker.id) == 0
+
+
+async def test_a_stop_hands_back_a_waiting_job_when_the_completers_connection_went_silent(
+    make_settings, engine, owner, pg, blackhole
+) -> None:
+    """A worker with one slot runs a long job and holds the next one, on its last attempt, claimed for
+    the slot; every connection it has open goes silent (new ones still get through) and it is stopped.
+    The hand-back of the waiting job went to the completer's kept connection and waited for its answer
+    a heartbeat (10 s here), longer than the stop waits for the completer: the stop went on without it,
+    the job stayed locked by the stopped worker until the rescue counted the attempt it never ran and
+    failed it. At the stop the completer's writes wait no longer than a stop can: the hand-back is
+    written again on a fresh connection, the job goes back to the queue on its attempt."""
+    proxy, proxied = blackhole
+    common: dict[str, Any] = {
+        "worker_visibility_timeout_secs": 30,
+        "job_processor_poll_interval": 30,
+        "max_concurrent_jobs": 1,
+        "worker_shutdown_grace_secs": 0.5,
+    }
+    settings = make_settings(**common)
+    through = make_settings(database_url=proxied, **common)
+    worker = Worker(through, proxied)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        first = await _enqueue(engine, settings, owner, "noop", {})
+        await wait_status(pg, first, {"completed"})  # the completer's kept connection is open now
+        running = await _enqueue(engine, settings, owner, "sleep", {"seconds": 60})
+        await wait_status(pg, running, {"in_progress"})
+        waiting = await _enqueue(engine, settings, owner, "noop", {}, max_attempts=1)
+        await wait_status(pg, waiting, {"in_progress"})
+        assert waiting in worker.buffer
+        proxy.frozen = True
+        worker.stop()
+        await asyncio.wait_for(asyncio.shield(task), 30)
+    finally:
+        proxy.sever()
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    row = await pg.fetchrow("SELECT status, attempts, locked_by FROM jobs WHERE id = $1", waiting)
+    assert dict(row) == {"status": "queued", "attempts": 0, "locked_by": None}
+
+
+async def test_a_job_that_finishes_during_a_stop_is_recorded_when_the_completers_connection_went_silent(
+    make_settings, engine, owner, pg, blackhole
+) -> None:
+    """A job finishes during the stop's grace period while every connection its worker has open has gone
+    silent (new ones still get through). Its completion went to the completer's kept connection and
+    waited for the answer a heartbeat (20 s here), longer than the stop waits for outcomes (10 s) and
+    for the completer (5 s more): the stop went on without it, and the job, left ``in_progress``, would
+    run again after the rescue. A stopping worker's writes wait no longer than a stop can: written again
+    on a fresh connection, the job completes, once, and the stop is over in seconds."""
+    proxy, proxied = blackhole
+    common: dict[str, Any] = {
+        "worker_visibility_timeout_secs": 60,
+        "job_processor_poll_interval": 30,
+        "worker_shutdown_grace_secs": 5,
+    }
+    settings = make_settings(**common)
+    through = make_settings(database_url=proxied, **common)
+    worker = Worker(through, proxied)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        first = await _enqueue(engine, settings, owner, "noop", {})
+        await wait_status(pg, first, {"completed"})  # the completer's kept connection is open now
+        job = await _enqueue(engine, settings, owner, "sleep", {"seconds": 1.5})
+        await wait_status(pg, job, {"in_progress"})
+        proxy.frozen = True
+        stopping_at = time.monotonic()
+        worker.stop()
+        await asyncio.wait_for(asyncio.shield(task), 40)
+        took = time.monotonic() - stopping_at
+    finally:
+        proxy.sever()
+        worker.stop()
+        await asyncio.wait_for(task, 40)
+    row = await pg.fetchrow("SELECT status, attempts, locked_by FROM jobs WHERE id = $1", job)
+    assert dict(row) == {"status": "completed", "attempts": 1, "locked_by": None}
+    assert took < 6.0, took

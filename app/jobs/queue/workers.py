@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from datetime import datetime
 
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -131,28 +132,37 @@ async def unregister_worker(conn: AsyncConnection, worker_id: str) -> None:
     await conn.execute(UNREGISTER_WORKER, {"id": worker_id})
 
 
-# A session of the worker's own (its name, and a process the worker recorded), never this one.
-END_SESSIONS = sql(
-    """
-    SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity
-    WHERE pid = ANY(CAST(:pids AS int[])) AND application_name = :name AND pid <> pg_backend_pid()
-    """
-)
-SESSIONS_LEFT = sql(
-    """
-    SELECT count(*) FROM pg_stat_activity
-    WHERE pid = ANY(CAST(:pids AS int[])) AND application_name = :name AND pid <> pg_backend_pid()
-    """
-)
+# A session of the worker's own (its name, and a process the worker recorded, started when the worker
+# noted: a process id reused by a later session, even one of the worker's own, is another session), never
+# this one. The identity is checked in the statement that terminates.
+RECORDED_SESSIONS = """
+    FROM pg_stat_activity AS a
+    JOIN unnest(CAST(:pids AS int[]), CAST(:started AS timestamptz[])) AS s (pid, started) ON s.pid = a.pid
+    WHERE a.application_name = :name AND a.pid <> pg_backend_pid()
+      AND (s.started IS NULL OR a.backend_start = s.started)
+"""
+END_SESSIONS = sql("SELECT a.pid, pg_terminate_backend(a.pid)" + RECORDED_SESSIONS)
+SESSIONS_LEFT = sql("SELECT count(*)" + RECORDED_SESSIONS)
 
 
 async def end_sessions(
-    conn: AsyncConnection, pids: Sequence[int], application_name: str, *, wait_secs: float = 2.0
+    conn: AsyncConnection,
+    pids: Sequence[int],
+    application_name: str,
+    *,
+    started: Sequence[datetime | None] | None = None,
+    wait_secs: float = 2.0,
 ) -> bool:
-    """End the server sessions ``pids`` of a worker's (``application_name``: a process id reused since
-    belongs to another session, left alone), rolling back whatever they were running, and wait (up to
-    ``wait_secs``) until they are gone; returns whether they are. ``conn`` in autocommit mode."""
-    params = {"pids": list(pids), "name": application_name}
+    """End the server sessions ``pids`` of a worker's (``application_name``), rolling back whatever they
+    were running, and wait (up to ``wait_secs``) until they are gone; returns whether they are.
+    ``started``, one for each of ``pids``: when each session started (``None``: not known, the process
+    id and the name alone then): a process id reused since by another session — of another program, or
+    a later connection of the same worker — is left alone. ``conn`` in autocommit mode."""
+    params = {
+        "pids": list(pids),
+        "started": list(started) if started is not None else [None] * len(pids),
+        "name": application_name,
+    }
     await conn.execute(END_SESSIONS, params)
     deadline = time.monotonic() + wait_secs
     while (await conn.execute(SESSIONS_LEFT, params)).scalar_one():
