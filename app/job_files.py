@@ -11,7 +11,6 @@ from typing import Any
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db import answered_within
 from app.files import (
     DELETE_JOB_FILES,
     MAX_PROCESS_FILES,
@@ -23,6 +22,7 @@ from app.files import (
 )
 from app.formatting import format_bytes, format_sizes
 from app.jobs.types import Input, PermanentError, file_ids_in
+from app.silence import answered_within
 from app.storage_limit import StorageFull
 
 
@@ -49,7 +49,7 @@ class JobFiles:
         self.engine = engine
         self.answer_secs = answer_secs
         """How long each of its transactions may wait for the database's answer (its commit included)
-        before its connection is closed (:func:`app.db.answered_within`): on a connection gone silent
+        before its connection is closed (:func:`app.silence.answered_within`): on a connection gone silent
         the processor would otherwise wait for ever. ``None``: no bound."""
         self.job = job
         self.limit = limit

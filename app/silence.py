@@ -21,17 +21,22 @@ transient (:func:`app.db.is_transient`): the worker retries or hands back, a web
 and the pool a fresh connection. These are socket options, not startup parameters, so they work the same
 through PgBouncer. The worker's statements also have shorter bounds of their own, tied to the lease:
 the claims, the completer's writes, the sweep's transactions, a processor's progress reports and
-``ctx.files`` (:func:`app.db.answered_within`), for a path where keepalive sees nothing wrong (a proxy
+``ctx.files`` (:func:`app.silence.answered_within`), for a path where keepalive sees nothing wrong (a proxy
 or a pooler in between keeps the TCP connection alive).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 KEEPALIVE_IDLE_SECS = 10
 """Seconds without any packet from the peer before the first probe."""
@@ -68,3 +73,52 @@ class SilenceBoundConnection(asyncpg.Connection):
         super().__init__(protocol, transport, *args, **kwargs)
         with contextlib.suppress(Exception):
             bound_silence(transport.get_extra_info("socket"))
+
+
+def close_unless_answered(
+    conn: AsyncConnection, seconds: float, on_close: Callable[[], None] | None = None
+) -> asyncio.TimerHandle | None:
+    """Close ``conn``'s socket at once if the caller has not cancelled the returned timer within
+    ``seconds``: a bound on silence for what runs on it, its ``COMMIT`` or ``ROLLBACK`` included.
+
+    On a connection gone silent (a partition, a dead NAT entry: packets dropped, nothing closed) an
+    answer may never come, and TCP notices nothing while nothing sent is unacknowledged. Cancelling the
+    waiting task is not enough: the rollback that follows waits for its own answer on the same silent
+    connection. A closed socket fails every wait on it at once, with an error :func:`app.db.is_transient` knows,
+    and the pool drops the connection. A timer (``call_later``): no round trip, nothing per statement.
+    ``None`` when the driver connection cannot be reached (another driver): no bound then."""
+    with contextlib.suppress(Exception):
+        sync: Any = conn.sync_connection
+        raw = sync.connection.dbapi_connection._connection
+        if isinstance(raw, asyncpg.Connection):
+
+            def close() -> None:
+                if not raw.is_closed():
+                    if on_close is not None:
+                        on_close()
+                    raw.terminate()
+
+            return asyncio.get_running_loop().call_later(seconds, close)
+    return None
+
+
+@contextlib.asynccontextmanager
+async def answered_within(
+    block: contextlib.AbstractAsyncContextManager[AsyncConnection],
+    seconds: float | None,
+    on_close: Callable[[], None] | None = None,
+) -> AsyncIterator[AsyncConnection]:
+    """``async with answered_within(engine.begin(), seconds) as conn``: the connection ``block`` yields,
+    closed (:func:`close_unless_answered`) unless the whole block — its ``COMMIT`` or ``ROLLBACK`` and the
+    connection's return to the pool included — is over within ``seconds``. On a connection gone silent the
+    block then fails with a connection error (:func:`app.db.is_transient`) and the pool drops the connection,
+    instead of waiting for an answer that never comes. ``None``: no bound."""
+    timer: asyncio.TimerHandle | None = None
+    try:
+        async with block as conn:
+            if seconds is not None:
+                timer = close_unless_answered(conn, seconds, on_close)
+            yield conn
+    finally:
+        if timer is not None:
+            timer.cancel()

@@ -31,10 +31,11 @@ import asyncpg
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.db import SESSION_START, close_unless_answered, engine_pooler
+from app.db import SESSION_START, engine_pooler
 from app.jobs import queue
 from app.jobs.rows import ClaimedJob
 from app.jobs.types import registry
+from app.silence import close_unless_answered
 from app.worker.held import HeldConnection
 
 log = structlog.get_logger("jobdesk.worker")
@@ -123,7 +124,7 @@ class Claimer:
     @contextlib.contextmanager
     def _bounded(self, seconds: float | None) -> Iterator[Callable[[AsyncConnection], None]]:
         """Give the block's connection (passed to the function yielded) ``seconds`` to answer, after which
-        its socket is closed (:func:`app.db.close_unless_answered`) and every wait on it fails at once,
+        its socket is closed (:func:`app.silence.close_unless_answered`) and every wait on it fails at once,
         with a connection error: the statement's, and the rollback or commit of the locking path's
         transaction, which a cancelled claim would still wait for on the same silent connection."""
         timers: list[asyncio.TimerHandle] = []

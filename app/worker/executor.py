@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import pipelines
-from app.db import answered_within, is_transient
+from app.db import is_transient
 from app.errors import AppError
 from app.files import FileStore
 from app.job_files import JobFiles
@@ -45,6 +45,7 @@ from app.processors import (
     registry,
 )
 from app.settings import Settings
+from app.silence import answered_within
 from app.worker import scratch
 from app.worker.cpu import run_in_process
 from app.worker.faults import describe, first_line, next_jobs_refused

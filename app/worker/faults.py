@@ -10,9 +10,10 @@ from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.db import close_unless_answered, is_transient
+from app.db import is_transient
 from app.errors import AppError
 from app.processors import RetryableError
+from app.silence import close_unless_answered
 from app.worker.cpu import ProcessFailure
 from app.worker.held import HeldConnection
 
@@ -67,7 +68,7 @@ async def retrying(
     """Run ``fn(conn)`` in a transaction on ``db`` (an engine), or on a held autocommit connection,
     retrying transient errors with backoff until it succeeds: an outage of the database delays the
     worker's bookkeeping but never loses it. An attempt without its answer (commit included) after
-    ``answer_secs`` has its connection closed (:func:`app.db.close_unless_answered`) and is tried
+    ``answer_secs`` has its connection closed (:func:`app.silence.close_unless_answered`) and is tried
     again on a fresh one: on a connection gone silent it would otherwise wait for ever."""
     delay = RETRY_FIRST_DELAY_SECS
     while True:

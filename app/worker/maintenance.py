@@ -28,12 +28,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app import controls, metrics
 from app.callbacks import CallbackSender, send_loop
-from app.db import answered_within, is_transient
+from app.db import is_transient
 from app.files import FileStore
 from app.jobs import queue
 from app.jobs.backoff import retry_delay
 from app.processors import registry
 from app.settings import Settings
+from app.silence import answered_within
 from app.worker import scratch
 from app.worker.completer import Tally
 from app.worker.faults import first_line
@@ -61,7 +62,7 @@ def answered(
 ) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
     """``block`` (a connection or transaction of the sweep) given ``seconds`` to be over, its commit
     included, after which its connection is closed and the block fails as a lost connection
-    (:func:`app.db.answered_within`): the sweep logs it and goes on at its next pass, on a fresh
+    (:func:`app.silence.answered_within`): the sweep logs it and goes on at its next pass, on a fresh
     connection."""
 
     def closing() -> None:

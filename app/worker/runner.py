@@ -42,11 +42,12 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import metrics
-from app.db import answered_within, create_engine
+from app.db import create_engine
 from app.dbpool import drop_idle, let_go
 from app.files import FileStore
 from app.jobs import queue
 from app.settings import Settings
+from app.silence import answered_within
 from app.worker import health, lifecycle
 from app.worker.buffer import ClaimBuffer
 from app.worker.claim_loop import claim_loop
