@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 
 @processor(
-    "test.outputs",
+    "test.silent_outputs",
     title="Outputs",
     description="Reports its progress, then stores a file.",
     input=AnyInput,
@@ -389,15 +389,15 @@ async def test_a_processors_progress_and_outputs_on_a_connection_gone_silent_are
     }
     settings = make_settings(**common)
     through = make_settings(database_url=proxied, **common)
-    worker = Worker(through, proxied, job_types=["test.outputs"])
+    worker = Worker(through, proxied, job_types=["test.silent_outputs"])
     task = asyncio.create_task(worker.run())
     try:
         await asyncio.wait_for(worker.wait_started(), 20)
-        first = await _enqueue(engine, settings, owner, "test.outputs", {})
+        first = await _enqueue(engine, settings, owner, "test.silent_outputs", {})
         await wait_status(pg, first, {"completed"})  # the pools hold connections now
         await asyncio.sleep(0.5)
         proxy.frozen = True
-        job = await _enqueue(engine, settings, owner, "test.outputs", {}, max_attempts=2)
+        job = await _enqueue(engine, settings, owner, "test.silent_outputs", {}, max_attempts=2)
         row = await wait_status(pg, job, {"completed", "failed"}, timeout=6 * lease)
         assert not task.done()
     finally:
