@@ -283,3 +283,21 @@ def test_a_too_long_paste_reaches_the_server_and_gets_the_field_error(server: st
     assert "200" in error and "270" in error, error
     assert len(page.input_value("#f-_title")) == 270, "the form shown again lost the extra"
     page.context.close()
+
+
+@pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["phone", "desktop"])
+def test_clear_stands_level_with_show_in_every_filter_form(
+    server: str, browser: Any, viewport: dict[str, int]
+) -> None:
+    # "Clear" is a link drawn as a button; the row's stretch made it 20 px taller than "Show" beside it,
+    # its word at the top of an empty box (My jobs, /admin/jobs and the audit trail)
+    page = signed_in(browser, server, "root@example.com", viewport)
+    for path in ("/jobs?q=x", "/admin/jobs?status=failed", "/admin/audit?action=user.create"):
+        page.goto(server + path)
+        show = box(page, "form.filters .filter-buttons button[type=submit]")
+        clear = box(page, "form.filters .filter-buttons a[role=button]")
+        assert abs(clear["y"] - show["y"]) <= 1 and abs(clear["height"] - show["height"]) <= 1, (
+            f"{path}: Show is {show['height']:.0f} px tall at {show['y']:.0f}, "
+            f"Clear {clear['height']:.0f} px at {clear['y']:.0f}"
+        )
+    page.context.close()
