@@ -94,3 +94,25 @@ def test_admin_console_walk_forms_and_no_script_runs(server: str, browser: Any, 
         assert no_horizontal_scroll(phone), name
     assert watch.alerts == []
     assert not [e for e in watch.errors if "alert" in e]
+
+
+def test_oldest_waiting_does_not_say_nobody_waits_beside_jobs_waiting(
+    server: str, browser: Any, artifacts_dir: Path
+) -> None:
+    # "Oldest waiting" counts only a job that is due and free to start; with only a scheduled job it
+    # said "nobody is waiting" right beside "Jobs waiting 1"
+    base = server
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    sign_in(page, base, "root@example.com")
+    page.goto(base + "/jobs/new/test.step")
+    page.click("details.run-at summary")
+    page.fill("#run-at-date", "2031-01-15")
+    page.fill("#run-at-time", "09:00")
+    page.locator("main form button[type=submit]").last.click()
+    page.wait_for_url(base + "/jobs/*")
+    page.goto(base + "/admin")
+    assert page.inner_text("#stat-waiting") == "1"
+    oldest = page.inner_text("#stat-oldest + small")
+    assert oldest == "none is ready to run", oldest
+    page.locator(".stat-grid").screenshot(path=str(artifacts_dir / "admin-oldest-waiting.png"))
+    page.close()
