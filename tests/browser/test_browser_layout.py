@@ -301,3 +301,20 @@ def test_clear_stands_level_with_show_in_every_filter_form(
             f"Clear {clear['height']:.0f} px at {clear['y']:.0f}"
         )
     page.context.close()
+
+
+def test_a_fields_character_limit_stays_grey_beside_its_error(server: str, browser: Any) -> None:
+    # Pico paints the <small> right after an invalid field red: under an empty required message, "Up to
+    # 200,000 characters." stood in red above "Fill this in.", read as a second error
+    page = signed_in(browser, server, LONG_EMAIL, DESKTOP)
+    page.goto(server + "/jobs/new/email.send")
+    page.locator("main form button[type=submit]").last.click()
+    page.wait_for_selector("#e-body")
+    colour = "(s => getComputedStyle(document.querySelector(s)).color)"
+    assert page.evaluate(f"{colour}('#l-body')") == page.evaluate(f"{colour}('#h-body')"), (
+        "the limit is not in the help's grey: " + page.evaluate(f"{colour}('#l-body')")
+    )
+    assert page.evaluate(f"{colour}('#l-body')") != page.evaluate(f"{colour}('#e-body')")
+    said = (page.get_attribute("#f-body", "aria-describedby") or "").split()
+    assert said == ["h-body", "l-body", "e-body"], said  # a screen reader hears the limit too
+    page.context.close()
