@@ -2,7 +2,9 @@
 against ``jobdesk serve``: "Cancel job" on a job's page and "Approve" in the admins' inbox, each pressed
 with Enter. The button goes with the part it was in; the focus used to fall to the page itself, so the
 next Tab started again at "Skip to content" and a screen reader said nothing. It now lands on what
-replaced that part (its notice when it has one)."""
+replaced that part (its notice when it has one).
+Also the card those buttons sit in: a failed job's sentences on what each button does belong to
+its footer, not below it."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ FOCUS = "(() => { const e = document.activeElement; return e && e !== document.b
 async def _seed(db_url: str) -> dict[str, Any]:
     root = await add_user(db_url, "root@example.com", admin=True)
     conn = await asyncpg.connect(asyncpg_dsn(db_url))
-    waiting, step = new_id(), new_id()
+    waiting, step, failed = new_id(), new_id(), new_id()
     try:
         # no worker runs: the job waits, scheduled for tomorrow, and can be cancelled
         await conn.execute(
@@ -43,9 +45,16 @@ async def _seed(db_url: str) -> dict[str, Any]:
             step,
             root.id,
         )
+        await conn.execute(
+            "INSERT INTO jobs (id, type, status, user_id, input_data, max_attempts, attempts, title,"
+            " error_message, started_at, completed_at) VALUES ($1, 'noop', 'failed', $2, '{}', 1, 1,"
+            " 'Monthly export', 'The export server did not answer.', now(), now())",
+            failed,
+            root.id,
+        )
     finally:
         await conn.close()
-    return {"waiting": waiting, "step": step}
+    return {"waiting": waiting, "step": step, "failed": failed}
 
 
 @pytest.fixture
@@ -97,3 +106,23 @@ def test_focus_stays_where_an_action_replaced_the_page(
     )
     assert watch.errors == [] and watch.alerts == []
     page.close()
+
+
+def test_a_failed_jobs_buttons_and_what_they_do_share_the_cards_footer(
+    seeded_server: tuple[str, dict[str, Any]], browser: Any, artifacts_dir: Path
+) -> None:
+    # "Retry runs this same job again …" and the other two sentences sat under the footer's grey band,
+    # on the card's white, as if they belonged to nothing
+    base, data = seeded_server
+    for viewport in ({"width": 1280, "height": 900}, {"width": 390, "height": 844}):
+        page = browser.new_page(viewport=viewport)
+        sign_in(page, base, "root@example.com")
+        page.goto(f"{base}/jobs/{data['failed']}")
+        footer = page.locator("#job-status footer.actions").bounding_box()
+        hints = page.locator("#job-status .action-hints").bounding_box()
+        assert footer and hints and "Retry" in page.inner_text("#job-status .action-hints")
+        assert hints["y"] + hints["height"] <= footer["y"] + footer["height"] + 0.5, (hints, footer)
+        page.locator("#job-status").screenshot(
+            path=str(artifacts_dir / f"failed-footer-{viewport['width']}.png")
+        )
+        page.close()
