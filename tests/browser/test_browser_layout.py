@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -317,4 +318,23 @@ def test_a_fields_character_limit_stays_grey_beside_its_error(server: str, brows
     assert page.evaluate(f"{colour}('#l-body')") != page.evaluate(f"{colour}('#e-body')")
     said = (page.get_attribute("#f-body", "aria-describedby") or "").split()
     assert said == ["h-body", "l-body", "e-body"], said  # a screen reader hears the limit too
+    page.context.close()
+
+
+def test_a_long_key_in_a_jobs_input_wraps_on_a_phone(server: str, browser: Any) -> None:
+    # a one-column row grew to its longest unbroken word: a 100-letter key in "Extra settings" made it
+    # 1,066 px wide on a 390 px phone, the key and its value cut off by the page's edge (which the page's
+    # own overflow hides, so nothing scrolled sideways to show it)
+    key = "k" * 100
+    page = signed_in(browser, server, LONG_EMAIL, PHONE)
+    page.goto(server + "/jobs/new/test.form")
+    page.fill("#f-name", "Ann")
+    page.fill("#f-extra", json.dumps({key: 5}))
+    page.locator("main form button[type=submit]").last.click()
+    page.wait_for_url(server + "/jobs/*")
+    row = ".input dl.fields dl.fields .field-row"
+    assert key.capitalize() in page.inner_text(row)
+    inside_screen(page, row)
+    inside_screen(page, row + " dd")
+    assert page.evaluate("document.body.scrollWidth <= document.documentElement.clientWidth")
     page.context.close()
