@@ -245,6 +245,70 @@
   }
 })();
 
+/* 5b. An action that replaces the part of the page it sits in (Cancel, Retry or Approve on a job, a
+       step's card or a row) removed the button that had the keyboard focus, and the browser put the focus
+       on the page itself: the next Tab started again at "Skip to content", and a screen reader said
+       nothing of where the person now was. When focus was in the part a swap replaces (or the request
+       came from a control in it, whose button the request disabled) and no element kept it (htmx keeps
+       it on an element whose id comes back), it goes to what replaced that part: its notice when it has
+       one ("Approved. …"), else the part itself. A poll that changed nothing swaps nothing. */
+(function () {
+  "use strict";
+  var acting = typeof WeakMap === "function" ? new WeakMap() : null;  // a request's xhr: sent from the part it replaces
+  var moved = null;
+
+  function lost() {
+    var active = document.activeElement;
+    return !active || active === document.body || !active.isConnected;
+  }
+
+  function within(target) {
+    var active = document.activeElement;
+    return !!active && active !== document.body && target.contains(active);
+  }
+
+  // Before the request: the button is still focused (hx-disabled-elt then takes the focus off it).
+  document.addEventListener("htmx:beforeRequest", function (evt) {
+    var target = evt.detail.target;
+    var elt = evt.detail.elt;
+    if (!acting || !target || !target.contains || !evt.detail.xhr) { return; }
+    var poll = elt && elt.getAttribute && /(^|[\s,])every\s/.test(elt.getAttribute("hx-trigger") || "");
+    if (within(target) || (!poll && elt && elt.nodeType === 1 && target.contains(elt))) {
+      acting.set(evt.detail.xhr, true);
+    }
+  });
+
+  document.addEventListener("htmx:beforeSwap", function (evt) {
+    var target = evt.detail.target;
+    moved = null;
+    if (!target || !target.contains) { return; }
+    if (within(target) || (acting && evt.detail.xhr && acting.get(evt.detail.xhr))) {
+      moved = { target: target, id: target.id, parent: target.parentNode, prev: target.previousElementSibling };
+    }
+  });
+
+  // After every swap of the answer (its out-of-band parts included), once.
+  document.addEventListener("htmx:afterSwap", function () {
+    var was = moved;
+    moved = null;
+    if (!was || !lost()) { return; }
+    var place = null;
+    if (was.target.isConnected) {
+      place = was.target;
+    } else if (was.id && document.getElementById(was.id)) {
+      place = document.getElementById(was.id);
+    } else if (was.prev && was.prev.isConnected) {
+      place = was.prev.nextElementSibling;
+    } else if (was.parent && was.parent.isConnected) {
+      place = was.parent.firstElementChild;
+    }
+    if (!place) { return; }
+    var spot = place.matches("[role=status], [role=alert]") ? place : place.querySelector("[role=status], [role=alert]") || place;
+    if (!spot.hasAttribute("tabindex")) { spot.setAttribute("tabindex", "-1"); }
+    spot.focus();
+  });
+})();
+
 /* 6. Confirmations (hx-confirm and data-confirm) are asked in an in-page dialog: static/confirm.js. */
 
 /* 7. The notification bell's unread count is fetched once as a page loads; after that the polls the

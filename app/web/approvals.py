@@ -10,6 +10,7 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 """
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from litestar import Controller, Request, get, post
 from litestar.params import FromPath, FromQuery
@@ -56,6 +57,11 @@ def check_token(request: Request[Any, Any, Any], job_id: Any, token: str | None)
     problem = approvals.link_problem(settings_of(request).resolved_secret_key(), job_id, token)
     if problem:
         raise Forbidden(problem)
+
+
+def inbox_path(url: str) -> bool:
+    """Whether ``url`` (htmx's ``HX-Current-URL``) is the admins' inbox, whose count a decision changes."""
+    return urlsplit(url).path.rstrip("/") == "/admin/approvals"
 
 
 DECISION_CONTROLS = {"approve": ("comment",), "reject": ("reason",)}
@@ -143,7 +149,10 @@ class ApprovalsController(Controller):
         }
         if is_htmx(request) and request.headers.get("hx-target", "").startswith("approval-"):
             if outcome.ok:
-                return render(request, "approvals/_gone.html", {"outcome": outcome})
+                # the admins' inbox says how many steps wait: counted again, or it kept the first count
+                inbox = request.user.is_admin and inbox_path(request.headers.get("hx-current-url", ""))
+                total = await approvals.waiting_count(db_session) if inbox else None
+                return render(request, "approvals/_gone.html", {"outcome": outcome, "total": total})
             step = with_result(await approvals.step_for(db_session, request.user, job_id))
             # a row's Approve has no comment field: such an error goes in its notice
             tell_unshown(answer, errors, step["may_decide"] and "comment" not in errors)

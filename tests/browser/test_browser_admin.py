@@ -94,3 +94,51 @@ def test_admin_console_walk_forms_and_no_script_runs(server: str, browser: Any, 
         assert no_horizontal_scroll(phone), name
     assert watch.alerts == []
     assert not [e for e in watch.errors if "alert" in e]
+
+
+def test_oldest_waiting_does_not_say_nobody_waits_beside_jobs_waiting(
+    server: str, browser: Any, artifacts_dir: Path
+) -> None:
+    # "Oldest waiting" counts only a job that is due and free to start; with only a scheduled job it
+    # said "nobody is waiting" right beside "Jobs waiting 1"
+    base = server
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    sign_in(page, base, "root@example.com")
+    page.goto(base + "/jobs/new/test.step")
+    page.click("details.run-at summary")
+    page.fill("#run-at-date", "2031-01-15")
+    page.fill("#run-at-time", "09:00")
+    page.locator("main form button[type=submit]").last.click()
+    page.wait_for_url(base + "/jobs/*")
+    page.goto(base + "/admin")
+    assert page.inner_text("#stat-waiting") == "1"
+    oldest = page.inner_text("#stat-oldest + small")
+    assert oldest == "none is ready to run", oldest
+    page.locator(".stat-grid").screenshot(path=str(artifacts_dir / "admin-oldest-waiting.png"))
+    page.close()
+
+
+def test_the_audit_trail_on_a_phone_names_each_cell(server: str, browser: Any, artifacts_dir: Path) -> None:
+    # stacked on a phone, an entry's cells lost their column's name: "On" was a bare "2" (the user's id)
+    # and the outcome a lone "ok"
+    base = server
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    sign_in(page, base, "root@example.com")
+    page.goto(base + "/admin/users")
+    page.fill("#u-email", "bea@example.com")
+    page.click("#create-user-submit")
+    page.wait_for_selector("#secret-value")
+    page.close()
+    phone = browser.new_context(
+        viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True
+    ).new_page()
+    sign_in(phone, base, "root@example.com")
+    phone.goto(base + "/admin/audit")
+    row = phone.locator("#audit-table tbody tr").first
+    assert "bea@example.com" in row.inner_text()
+    names = row.locator("td").evaluate_all("tds => tds.map(td => getComputedStyle(td, '::before').content)")
+    for name in ("Who", "On", "Outcome"):
+        assert f'"{name}: "' in names, names
+    assert no_horizontal_scroll(phone)
+    phone.screenshot(path=str(artifacts_dir / "admin-audit-phone.png"), full_page=True)
+    phone.context.close()

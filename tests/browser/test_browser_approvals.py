@@ -177,3 +177,28 @@ def test_a_reason_that_cannot_be_stored_comes_back_beside_its_field_as_typed(
     assert _statuses(db_url)[middle] == "failed"
     for w in (watch, phone_watch):
         assert w.errors == [] and w.alerts == [], (w.errors, w.alerts)
+
+
+def test_the_inbox_counts_again_after_each_decision(
+    seeded_server: tuple[str, dict[str, Any]], browser: Any, artifacts_dir: Path
+) -> None:
+    # the sentence above the cards kept the count the page opened with: "3 steps waiting" beside two
+    # cards, then beside none
+    base, data = seeded_server
+    old, middle, new = data["oldest_first"]
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    watch = Watch(page)
+    sign_in(page, base, "root@example.com")
+    page.goto(base + "/admin/approvals")
+    assert page.inner_text("main hgroup p").startswith("3 steps waiting")
+    page.click(f"#approve-{old}")
+    page.wait_for_selector(f"#approval-{old}", state="detached")
+    assert page.inner_text("main hgroup p").startswith("2 steps waiting")
+    page.fill(f"#reason-{middle}", "The figures for March are missing")
+    page.click(f"#reject-{middle}")
+    page.wait_for_selector(f"#approval-{middle}", state="detached")
+    page.click(f"#approve-{new}")
+    page.wait_for_selector(f"#approval-{new}", state="detached")
+    assert page.inner_text("main hgroup p").startswith("0 steps waiting")
+    page.screenshot(path=str(artifacts_dir / "approvals-inbox-all-decided.png"), full_page=True)
+    assert watch.errors == [] and watch.alerts == [], (watch.errors, watch.alerts)

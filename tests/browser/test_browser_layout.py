@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -282,4 +283,58 @@ def test_a_too_long_paste_reaches_the_server_and_gets_the_field_error(server: st
     error = page.inner_text("#e-_title")
     assert "200" in error and "270" in error, error
     assert len(page.input_value("#f-_title")) == 270, "the form shown again lost the extra"
+    page.context.close()
+
+
+@pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["phone", "desktop"])
+def test_clear_stands_level_with_show_in_every_filter_form(
+    server: str, browser: Any, viewport: dict[str, int]
+) -> None:
+    # "Clear" is a link drawn as a button; the row's stretch made it 20 px taller than "Show" beside it,
+    # its word at the top of an empty box (My jobs, /admin/jobs and the audit trail)
+    page = signed_in(browser, server, "root@example.com", viewport)
+    for path in ("/jobs?q=x", "/admin/jobs?status=failed", "/admin/audit?action=user.create"):
+        page.goto(server + path)
+        show = box(page, "form.filters .filter-buttons button[type=submit]")
+        clear = box(page, "form.filters .filter-buttons a[role=button]")
+        assert abs(clear["y"] - show["y"]) <= 1 and abs(clear["height"] - show["height"]) <= 1, (
+            f"{path}: Show is {show['height']:.0f} px tall at {show['y']:.0f}, "
+            f"Clear {clear['height']:.0f} px at {clear['y']:.0f}"
+        )
+    page.context.close()
+
+
+def test_a_fields_character_limit_stays_grey_beside_its_error(server: str, browser: Any) -> None:
+    # Pico paints the <small> right after an invalid field red: under an empty required message, "Up to
+    # 200,000 characters." stood in red above "Fill this in.", read as a second error
+    page = signed_in(browser, server, LONG_EMAIL, DESKTOP)
+    page.goto(server + "/jobs/new/email.send")
+    page.locator("main form button[type=submit]").last.click()
+    page.wait_for_selector("#e-body")
+    colour = "(s => getComputedStyle(document.querySelector(s)).color)"
+    assert page.evaluate(f"{colour}('#l-body')") == page.evaluate(f"{colour}('#h-body')"), (
+        "the limit is not in the help's grey: " + page.evaluate(f"{colour}('#l-body')")
+    )
+    assert page.evaluate(f"{colour}('#l-body')") != page.evaluate(f"{colour}('#e-body')")
+    said = (page.get_attribute("#f-body", "aria-describedby") or "").split()
+    assert said == ["h-body", "l-body", "e-body"], said  # a screen reader hears the limit too
+    page.context.close()
+
+
+def test_a_long_key_in_a_jobs_input_wraps_on_a_phone(server: str, browser: Any) -> None:
+    # a one-column row grew to its longest unbroken word: a 100-letter key in "Extra settings" made it
+    # 1,066 px wide on a 390 px phone, the key and its value cut off by the page's edge (which the page's
+    # own overflow hides, so nothing scrolled sideways to show it)
+    key = "k" * 100
+    page = signed_in(browser, server, LONG_EMAIL, PHONE)
+    page.goto(server + "/jobs/new/test.form")
+    page.fill("#f-name", "Ann")
+    page.fill("#f-extra", json.dumps({key: 5}))
+    page.locator("main form button[type=submit]").last.click()
+    page.wait_for_url(server + "/jobs/*")
+    row = ".input dl.fields dl.fields .field-row"
+    assert key.capitalize() in page.inner_text(row)
+    inside_screen(page, row)
+    inside_screen(page, row + " dd")
+    assert page.evaluate("document.body.scrollWidth <= document.documentElement.clientWidth")
     page.context.close()
