@@ -16,7 +16,8 @@ from structlog.testing import capture_logs
 from app import metrics
 from app.jobs import queue
 from app.settings import Settings
-from app.worker.maintenance import ExpiredLeaseRescue, ScheduleFiring
+from app.worker import maintenance
+from app.worker.maintenance import ExpiredLeaseRescue, Retention, ScheduleFiring, Upkeep
 from tests.support import processors as support_processors  # noqa: F401  (registers test.effect)
 from tests.support.factories import TestUser, make_job
 from tests.support.workers import running_worker, wait_status, wait_until
@@ -149,3 +150,32 @@ async def test_a_worker_stop_ends_a_sweep_whose_part_keeps_failing_promptly(
         worker.stop()
         await asyncio.wait_for(worker.stopped.wait(), 10)
     assert sweep.done()
+
+
+async def test_a_file_system_error_in_retention_is_its_own_failure_not_a_database_outage(
+    fast: Settings, monkeypatch: Any
+) -> None:
+    """An ``OSError`` naming a file (the files folder unreadable) is retention's failure: logged as such
+    once, while upkeep, after it in the same pass, still runs. ``is_transient`` takes every ``OSError``
+    for a lost connection, which left upkeep unrun for ever and logged "database unavailable"."""
+    upkeeps = 0
+
+    async def unreadable(self: Any) -> None:
+        raise PermissionError(13, "Permission denied", "/data/files/ab")
+
+    async def counting(self: Any) -> None:
+        nonlocal upkeeps
+        upkeeps += 1
+
+    monkeypatch.setattr(maintenance, "MAINTENANCE_INTERVAL_SECS", 0.1)
+    monkeypatch.setattr(Retention, "run_once", unreadable)
+    monkeypatch.setattr(Upkeep, "run_once", counting)
+    with capture_logs() as logs:
+        async with running_worker(fast) as worker:
+            await wait_until(lambda: asyncio.sleep(0, upkeeps >= 3), what="upkeep running")
+            failing = worker.maintenance.parts.failing
+            assert list(failing) == ["retention"]
+            assert "Permission denied" in failing["retention"].error
+    failed = [e for e in logs if e["event"] == FAILED_LINE]
+    assert [e["part"] for e in failed] == ["retention"]
+    assert not [e for e in logs if e["event"] == "sweep failed: database unavailable"]
