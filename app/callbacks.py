@@ -143,24 +143,6 @@ class Attempt:
     retry_after: float | None = None
 
 
-async def send_loop(sender: CallbackSender, idle_secs: float = 1.0) -> None:
-    """Deliver callbacks until cancelled; a database outage is logged and waited out."""
-    from app.db import is_transient
-
-    while True:
-        try:
-            sent = await sender.run_once()
-        except Exception as exc:
-            # A fault here must not stop the worker's jobs: the rows stay due and are tried again.
-            what = "database unavailable" if is_transient(exc) else "unexpected error"
-            sender.log.warning(
-                f"callbacks: {what}", error=(str(exc) or type(exc).__name__).splitlines()[0][:200]
-            )
-            sent = 0
-        if not sent:
-            await asyncio.sleep(idle_secs)
-
-
 class CallbackSender:
     """One worker's callback delivery; :meth:`run_once` is one round (tests call it directly)."""
 

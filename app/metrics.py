@@ -27,6 +27,14 @@ DURATION = Histogram(
 QUEUE_WAIT = Histogram(
     "jobdesk_job_queue_wait_seconds", "Time from due (run_at) to claim", ["type"], buckets=_BUCKETS
 )
+SWEEP_FAILURES = Counter(
+    "jobdesk_sweep_failures",
+    "Runs of a part of this process's sweep that raised an unexpected error (the part is retried later)",
+    ["part"],
+)
+SWEEP_FAILING = Gauge(
+    "jobdesk_sweep_part_failing", "1 while a part of this process's sweep keeps failing", ["part"]
+)
 LISTENER_CONNECTED = Gauge("jobdesk_listener_connected", "1 while this worker's LISTEN connection is up")
 RUNNING = Gauge("jobdesk_worker_running_jobs", "Jobs this process's worker is running now")
 LINGERING = Gauge(

@@ -38,11 +38,15 @@ def problem(worker: Worker) -> str | None:
 
 def report(worker: Worker) -> dict[str, Any]:
     """Loop stalls (``loop_stalled`` now, ``last_loop_stall``, ``loop_stalls`` counted), processor tasks
-    lingering after their job was stopped (``lingering_tasks``), and for how long lease renewal has been
-    failing (``lease_renewal_failing_secs``)."""
+    lingering after their job was stopped (``lingering_tasks``), for how long lease renewal has been
+    failing (``lease_renewal_failing_secs``), and the parts of the sweep that keep failing
+    (``sweep_failing``, :meth:`app.worker.sweep_parts.Parts.report`)."""
     out = worker.watchdog.describe()
     out["lingering_tasks"] = len(worker.executor.lingering)
     failing = worker.leases.renewal_failing_since
     if failing is not None:
         out["lease_renewal_failing_secs"] = round(time.monotonic() - failing, 1)
+    sweep_failing = worker.maintenance.parts.report()
+    if sweep_failing:
+        out["sweep_failing"] = sweep_failing
     return out

@@ -27,8 +27,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app import controls, metrics
-from app.callbacks import CallbackSender, send_loop
-from app.db import is_transient
+from app.callbacks import CallbackSender
 from app.files import FileStore
 from app.jobs import queue
 from app.jobs.backoff import retry_delay
@@ -38,6 +37,7 @@ from app.silence import answered_within
 from app.worker import scratch
 from app.worker.completer import Tally
 from app.worker.faults import first_line
+from app.worker.sweep_parts import Parts, outage
 
 MAINTENANCE_INTERVAL_SECS = 60.0
 """How often retention and upkeep run (the rescue and schedules run every sweep)."""
@@ -289,7 +289,8 @@ class Upkeep:
 
 class Maintenance:
     """The ``sweep`` side task: :meth:`run` until cancelled. A database outage is logged and waited out;
-    any other error ends the loop (and so stops the worker loudly)."""
+    any other error of one part is that part's alone (:class:`app.worker.sweep_parts.Parts`): logged,
+    counted, shown to admins and retried later, while the other parts and the worker's jobs go on."""
 
     def __init__(
         self,
@@ -305,6 +306,7 @@ class Maintenance:
         self.log = log
         self.enabled = True
         """Tests switch this off to show that without the sweep a lost job stays stuck."""
+        self.parts = Parts(log, settings.worker_sweep_interval_secs)
         # Each transaction of the sweep waits for its answer as long as the completer and the lease keeper
         # wait for theirs: on a connection gone silent (behind a pooler or a proxy that keeps the TCP
         # connection alive, no keepalive notices) the sweep would otherwise wait for ever, and with it
@@ -320,7 +322,7 @@ class Maintenance:
     async def run(self) -> None:
         # Callbacks wait on receivers (up to their timeout), so they have a loop of their own that
         # never delays a rescue.
-        sender = asyncio.create_task(send_loop(self.callbacks), name="callbacks")
+        sender = asyncio.create_task(self._send_callbacks(), name="callbacks")
         try:
             await self._sweep()
         finally:
@@ -332,15 +334,32 @@ class Maintenance:
             await asyncio.sleep(self.settings.worker_sweep_interval_secs)
             if not self.enabled:
                 continue
+            # Each part through ``self.parts``, looked up at each pass (tests replace a part's run_once):
+            # a part that raises is retried later on its own, and the parts after it still run.
             try:
-                await self.rescue.run_once()
-                await self.schedules.run_once()
-                await self.approvals.run_once()
+                await self.parts.run("rescue", lambda: self.rescue.run_once())
+                await self.parts.run("schedules", lambda: self.schedules.run_once())
+                await self.parts.run("approvals", lambda: self.approvals.run_once())
                 if time.monotonic() - last_maintenance >= MAINTENANCE_INTERVAL_SECS:
                     last_maintenance = time.monotonic()
-                    await self.retention.run_once()
-                    await self.upkeep.run_once()
+                    await self.parts.run("retention", lambda: self.retention.run_once())
+                    await self.parts.run("upkeep", lambda: self.upkeep.run_once())
             except Exception as exc:
-                if not is_transient(exc):
+                # Only a database outage reaches here (Parts keeps every other error to its part).
+                if not outage(exc):
                     raise
                 self.log.warning("sweep failed: database unavailable", error=first_line(exc))
+
+    async def _send_callbacks(self, idle_secs: float = 1.0) -> None:
+        """Deliver callbacks until cancelled; a database outage is logged and waited out, any other error
+        kept to this part (:class:`app.worker.sweep_parts.Parts`): the rows stay due and are tried again."""
+        while True:
+            try:
+                sent = await self.parts.run("callbacks", lambda: self.callbacks.run_once())
+            except Exception as exc:
+                if not outage(exc):
+                    raise
+                self.callbacks.log.warning("callbacks: database unavailable", error=first_line(exc))
+                sent = None
+            if not sent:
+                await asyncio.sleep(idle_secs)

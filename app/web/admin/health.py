@@ -17,6 +17,7 @@ never scans ``jobs`` or ``job_events``.
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Annotated, Any
@@ -48,7 +49,8 @@ WAITING_CAP = 10_000
 LIVE_WORKERS = text(
     """
     SELECT id, hostname, pid, concurrency, running, started_at, last_seen_at, stopping, listener_connected,
-           version, greatest(0, extract(epoch FROM now() - last_seen_at))::int AS heartbeat_age
+           version, greatest(0, extract(epoch FROM now() - last_seen_at))::int AS heartbeat_age,
+           health->'sweep_failing' AS sweep_failing
     FROM workers WHERE last_seen_at > now() - make_interval(secs => :fresh)
     ORDER BY started_at LIMIT 100
     """
@@ -218,6 +220,34 @@ async def waiting_by_type(db: AsyncSession) -> list[dict[str, Any]]:
     ]
 
 
+def sweep_failing(value: Any) -> list[dict[str, Any]]:
+    """The parts of a worker's sweep that keep failing, as its heartbeat wrote them
+    (:meth:`app.worker.sweep_parts.Parts.report`): ``[{"part", "what", "error", "since", "failures"}]``,
+    ``since`` a datetime (``None`` when unreadable)."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    if not isinstance(value, dict):
+        return []
+    out = []
+    for part, f in sorted(value.items()):
+        if not isinstance(f, dict):
+            continue
+        try:
+            since: datetime | None = datetime.fromisoformat(str(f.get("since")))
+        except ValueError:
+            since = None
+        out.append(
+            {
+                "part": part,
+                "what": str(f.get("what") or part),
+                "error": str(f.get("error") or ""),
+                "since": since,
+                "failures": f.get("failures"),
+            }
+        )
+    return out
+
+
 async def health(db: AsyncSession, settings: Any, chart_range: str = CHART_DEFAULT) -> dict[str, Any]:
     """The live figures of ``/admin``: ``{"workers": [row + "jobs"], "waiting": [{"type", "n", "capped"}],
     "running": {type: n}, "oldest": row | None, "failed_hour": int, "chart": throughput_chart(...)}``."""
@@ -230,6 +260,7 @@ async def health(db: AsyncSession, settings: Any, chart_range: str = CHART_DEFAU
             jobs_by_worker.setdefault(r["locked_by"], []).append(r)
     for w in workers:
         w["jobs"] = jobs_by_worker.get(w["id"], [])
+        w["sweep_failing"] = sweep_failing(w["sweep_failing"])
     waiting = await waiting_by_type(db)
     running = {r["type"]: int(r["n"]) for r in (await db.execute(RUNNING_BY_TYPE)).mappings().all()}
     oldest = (await db.execute(OLDEST_WAITING)).mappings().first()
