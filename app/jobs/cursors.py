@@ -69,7 +69,7 @@ class Cursor(enum.Enum):
     WAITING = "waiting"
     """Steps waiting for a decision (oldest first): ``<waiting since>|<id>``."""
     ENTRY = "entry"
-    """The audit trail (newest first, ``before``): an entry's id."""
+    """The audit trail and the alert deliveries (newest first, ``before``): an entry's id."""
     SEQ = "seq"
     """A job's log: the seq of the last line read (0 or more)."""
     EMAIL = "email"
