@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
+from datetime import datetime
 from email.message import EmailMessage
 from email.utils import make_msgid
 from typing import Any
@@ -27,7 +28,7 @@ from app.db import is_transient
 from app.settings import Settings
 
 PAGE = 100
-"""Newest notices listed (page and API)."""
+"""Notices listed a page (page and API); older ones are on the next page (``after``)."""
 POLL_SECS = 5.0
 """How often the mailer looks for rows due."""
 SEND_TIMEOUT_SECS = 30.0
@@ -37,7 +38,9 @@ MAIL_BATCH = 500
 LIST = text(
     """
     SELECT id, kind, job_id, pipeline_id, text, count, at, read_at IS NOT NULL AS read
-    FROM notifications WHERE user_id = :user ORDER BY at DESC, id DESC LIMIT :limit
+    FROM notifications WHERE user_id = :user
+      AND (CAST(:at AS timestamptz) IS NULL OR (at, id) < (CAST(:at AS timestamptz), CAST(:id AS bigint)))
+    ORDER BY at DESC, id DESC LIMIT :limit
     """
 )
 UNREAD = text("SELECT count(*) FROM notifications WHERE user_id = :user AND read_at IS NULL")
@@ -82,9 +85,20 @@ def link(row: Any) -> str:
     return "/jobs"
 
 
-async def listing(db: Any, user_id: int, limit: int = PAGE) -> list[dict[str, Any]]:
-    """The person's newest notices (``conn`` or session)."""
-    return [dict(r) for r in (await db.execute(LIST, {"user": user_id, "limit": limit})).mappings().all()]
+async def listing(
+    db: Any, user_id: int, limit: int = PAGE, after: tuple[datetime, int] | None = None
+) -> list[dict[str, Any]]:
+    """The person's newest notices (``conn`` or session), those listed after the notice ``after``
+    (``(at, id)``, :data:`app.jobs.cursors.Cursor.NOTICE`) when given: keyset pages."""
+    at, nid = after if after is not None else (None, None)
+    params = {"user": user_id, "limit": limit, "at": at, "id": nid}
+    return [dict(r) for r in (await db.execute(LIST, params)).mappings().all()]
+
+
+def cursor_of(row: Any) -> str:
+    """The position after ``row``, as :func:`listing`'s ``after`` takes it back (read by
+    :func:`app.jobs.cursors.read_cursor`)."""
+    return f"{row['at'].isoformat()}|{row['id']}"
 
 
 async def unread_count(db: Any, user_id: int) -> int:

@@ -49,9 +49,13 @@ async def record_test(
     await log_attempt(db, None, attempt, one_line(f"Test alert sent by {admin_email}", 200))
 
 
-async def recent_deliveries(db: AsyncConnection | AsyncSession, limit: int = 50) -> list[Any]:
-    """The newest delivery attempts (``alert_deliveries`` by id), with their alert's kind and status."""
-    return list((await db.execute(RECENT_DELIVERIES, {"limit": limit})).mappings().all())
+async def recent_deliveries(
+    db: AsyncConnection | AsyncSession, limit: int = 50, before: int | None = None
+) -> list[Any]:
+    """The newest delivery attempts (``alert_deliveries`` by id), with their alert's kind and status;
+    those older than attempt ``before`` when given (keyset pages)."""
+    params = {"limit": limit, "before": before}
+    return list((await db.execute(RECENT_DELIVERIES, params)).mappings().all())
 
 
 async def pending_counts(db: AsyncConnection | AsyncSession) -> dict[str, int]:

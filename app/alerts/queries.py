@@ -108,6 +108,7 @@ RECENT_DELIVERIES = text(
     """
     SELECT d.id, d.at, d.channel, d.ok, d.status_code, d.error, d.summary, d.alert_id, o.kind, o.status
     FROM alert_deliveries d LEFT JOIN alert_outbox o ON o.id = d.alert_id
+    WHERE CAST(:before AS bigint) IS NULL OR d.id < CAST(:before AS bigint)
     ORDER BY d.id DESC LIMIT :limit
     """
 )

@@ -27,15 +27,26 @@ def _id(text: str) -> uuid.UUID:
     return uuid.UUID(text)
 
 
-def _waiting(text: str) -> tuple[datetime, uuid.UUID]:
-    at, bar, jid = text.partition("|")
+def _moment(text: str) -> tuple[datetime, str]:
+    """``<moment with a UTC offset>|<rest>``: the moment read, the rest as text."""
+    at, bar, rest = text.partition("|")
     since = datetime.fromisoformat(at)
     if not bar or since.tzinfo is None:
         raise ValueError(text)
     # A moment that is past year 9999 (or before year 1) in UTC, such as 9999-12-31T23:59:59-14:00, is
     # read by Python but overflows as the database driver sends it (a 422 that named nothing).
     since.astimezone(UTC)
+    return since, rest
+
+
+def _waiting(text: str) -> tuple[datetime, uuid.UUID]:
+    since, jid = _moment(text)
     return since, uuid.UUID(jid)
+
+
+def _notice(text: str) -> tuple[datetime, int]:
+    at, nid = _moment(text)
+    return at, _whole(nid, 1)
 
 
 def _whole(text: str, least: int) -> int:
@@ -58,11 +69,13 @@ class Cursor(enum.Enum):
     WAITING = "waiting"
     """Steps waiting for a decision (oldest first): ``<waiting since>|<id>``."""
     ENTRY = "entry"
-    """The audit trail (newest first, ``before``): an entry's id."""
+    """The audit trail and the alert deliveries (newest first, ``before``): an entry's id."""
     SEQ = "seq"
     """A job's log: the seq of the last line read (0 or more)."""
     EMAIL = "email"
     """Users, by email: any text up to an email's length sorts among them."""
+    NOTICE = "notice"
+    """A person's notices (newest first, a folded one moved up to its latest time): ``<at>|<id>``."""
 
 
 _READERS: dict[Cursor, Any] = {
@@ -71,6 +84,7 @@ _READERS: dict[Cursor, Any] = {
     Cursor.ENTRY: lambda text: _whole(text, 1),
     Cursor.SEQ: lambda text: _whole(text, 0),
     Cursor.EMAIL: _email,
+    Cursor.NOTICE: _notice,
 }
 
 _WHERE = {
@@ -91,7 +105,7 @@ def cursor_words(kind: Cursor) -> str:
 
 def read_cursor(value: str | None, kind: Cursor, field: str = "after") -> Any:
     """``value`` (a query parameter) read as a cursor of ``kind``: ``None`` for nothing or an empty value
-    (the first page); a UUID (``ID``), ``(datetime, UUID)`` (``WAITING``), an int (``ENTRY``, ``SEQ``) or
+    (the first page); a UUID (``ID``), ``(datetime, UUID)`` (``WAITING``), ``(datetime, int)`` (``NOTICE``), an int (``ENTRY``, ``SEQ``) or
     the text (``EMAIL``).
 
     Raises:

@@ -19,6 +19,7 @@ import asyncio
 import uuid
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from litestar import Controller, Request, Response, get, post
 from litestar.params import FromPath, QueryParameter
@@ -31,6 +32,7 @@ from app.actions.files import store_upload
 from app.auth import requires_user
 from app.errors import BadInput, KeyReused, RateLimited
 from app.files import clean_name
+from app.jobs.cursors import Cursor, read_cursor
 from app.jobs.types import file_fields
 from app.processors import ProcessorSpec, registry
 from app.web import DbSession, forms, is_htmx, render, submit
@@ -51,6 +53,7 @@ from app.web.input_guard import FORM_CHECKED, UPLOADS, form_problems
 from app.web.notifications import bell_news
 
 FORM_ERROR = "_form"
+PAGE_SIZE = 50
 NAME_FIELD = "_name"
 
 
@@ -95,15 +98,31 @@ class BatchesController(Controller):
         }
 
     @get("/", name="batches.list")
-    async def batches_list(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
-        """Your latest batches, newest first, with their status and progress (one snapshot)."""
+    async def batches_list(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        after: Annotated[str | None, QueryParameter()] = None,
+    ) -> Template:
+        """Your batches, newest first, with their status and progress (one snapshot), :data:`PAGE_SIZE`
+        a page, keyset-paginated by ``after`` with Older and Newest links as My jobs is: a person with
+        more batches than a page reaches every one of them here, not only through the API."""
+        after_id = read_cursor(after, Cursor.ID)  # one it did not give is a 422, not the first page
         await one_snapshot(db_session)
-        rows = await batches.list_for(db_session, request.user)
-        items = []
-        for row in rows:
-            view = await batches.get(db_session, row["id"], request.user)
-            items.append({"batch": row, "view": view, "state": batch_state(view)})
-        return render(request, "batches/list.html", {"items": items})
+        views = await batches.recent_views(db_session, request.user, PAGE_SIZE + 1, after_id)
+        page = views[:PAGE_SIZE]
+        items = [{"batch": v.row, "view": v, "state": batch_state(v)} for v in page]
+        more = len(views) > PAGE_SIZE
+        return render(
+            request,
+            "batches/list.html",
+            {
+                "items": items,
+                "older_url": f"/batches?{urlencode({'after': str(page[-1].id)})}" if more and page else None,
+                "newest_url": "/batches" if after_id else None,
+                "paged": bool(after_id),
+            },
+        )
 
     @get("/new/{type_name:str}", name="batches.new")
     async def new_batch(self, request: Request[Any, Any, Any], type_name: FromPath[str]) -> Template:

@@ -144,6 +144,49 @@ def list_pipelines_sql(
     return text(f"{sql} ORDER BY id DESC LIMIT :limit")
 
 
+@functools.lru_cache(maxsize=32)
+def window_full_sql(table: str, *, status: bool, kind: bool, after: bool) -> Any:
+    """Whether a search's window was full: the person has more than :data:`SEARCH_WINDOW` rows of ``table``
+    under the same filters (and ``after``), so older ones went unsearched (``ix_*_user_id_id``)."""
+    where = ["user_id = :user_id"] + (["pipeline_id IS NULL"] if table == "jobs" else [])
+    if status:
+        where.append("status = :status")
+    if kind:
+        where.append("type = :type" if table == "jobs" else "template = :template")
+    if after:
+        where.append("id < :after")
+    return text(
+        f"SELECT EXISTS (SELECT 1 FROM {table} WHERE {' AND '.join(where)}"
+        f" ORDER BY id DESC OFFSET {SEARCH_WINDOW} LIMIT 1)"
+    )
+
+
+async def search_cut(
+    db: AsyncSession,
+    user: Any,
+    status: str | None,
+    job_type: str | None,
+    template: str | None,
+    after_id: uuid.UUID | None,
+    *,
+    pipelines: bool,
+) -> bool:
+    """Whether a search that ended left rows unsearched (more jobs, or pipelines, than its window)."""
+    params = _params(user, after_id, status=status, type=job_type)
+    if template is None:
+        sql = window_full_sql("jobs", status=bool(status), kind=bool(job_type), after=bool(after_id))
+        if (await db.execute(sql, params)).scalar_one():
+            return True
+    if not pipelines:
+        return False
+    pipeline_status = PIPELINE_STATUS_FOR.get(status or "")
+    params = _params(user, after_id, status=pipeline_status, template=template)
+    sql = window_full_sql(
+        "pipelines", status=bool(pipeline_status), kind=bool(template), after=bool(after_id)
+    )
+    return bool((await db.execute(sql, params)).scalar_one())
+
+
 def job_list_item(row: Mapping[str, Any], bell: int | None = None) -> dict[str, Any]:
     """A My jobs row for a job (``bell``: the unread count the page shows, carried by its cell's poll)."""
     spec = registry.get(row["type"])
@@ -319,7 +362,8 @@ async def list_context(
         job_type = type_filter
     job_rows = await _job_rows(db, user, status, job_type, after_id, search) if template is None else []
     pipeline_rows: list[Any] = []
-    if job_type is None and not (status and PIPELINE_STATUS_FOR.get(status) is None):
+    with_pipelines = job_type is None and not (status and PIPELINE_STATUS_FOR.get(status) is None)
+    if with_pipelines:
         pipeline_rows = await _pipeline_rows(db, user, status, template, after_id, search)
     merged = sorted(
         [("job", r) for r in job_rows] + [("pipeline", r) for r in pipeline_rows],
@@ -328,6 +372,11 @@ async def list_context(
     )
     page = merged[:PAGE_SIZE]
     more = len(merged) > PAGE_SIZE
+    # a search looks through the newest SEARCH_WINDOW rows: where it ends with older rows unsearched, the
+    # page says so, not "nothing (more) matches" as if every job had been looked at
+    cut = bool(search) and not more
+    if cut:
+        cut = await search_cut(db, user, status, job_type, template, after_id, pipelines=with_pipelines)
     query = {"status": status or "", "type": type_filter or "", "q": search or ""}
     recent, more_batches = await recent_batches(db, user) if after_id is None else ([], False)
     bell = await viewer_bell(db, user)  # carried by the live cells' polls
@@ -345,6 +394,7 @@ async def list_context(
         "type_options": _type_filter_options(user),
         "q": search or "",
         "search_window": SEARCH_WINDOW,
+        "search_cut": cut,
         "filtered": bool(status or type_filter or search),
         "paged": bool(after_id),
     }

@@ -5,14 +5,17 @@ form (``templates/account/_notifications.html``) that the account page includes.
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
 
-from typing import Any
+from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from litestar import Controller, Request, get, post
+from litestar.params import QueryParameter
 from litestar.response import Redirect, Template
 
 from app import notifications
 from app.actions import account as account_actions
 from app.auth import requires_user
+from app.jobs.cursors import Cursor, read_cursor
 from app.web import DbSession, is_htmx, render
 from app.web.account import account_page
 from app.web.deps import FORM, client_ip, not_taken, rows_of
@@ -69,13 +72,23 @@ def _back(target: Any) -> str:
     return path if path.startswith("/") and not path.startswith("//") else "/notifications"
 
 
-async def _page(request: Request[Any, Any, Any], db: Any, status_code: int = 200, **extra: Any) -> Template:
+async def _page(
+    request: Request[Any, Any, Any], db: Any, status_code: int = 200, after: str | None = None, **extra: Any
+) -> Template:
     uid = request.user.id
-    items = await notifications.listing(db, uid)
+    since = read_cursor(after, Cursor.NOTICE)  # one it did not give is a 422, not the first page
+    rows = await notifications.listing(db, uid, notifications.PAGE + 1, since)
+    items = rows[: notifications.PAGE]
     for item in items:
         item["href"] = notifications.link(item)
+    more = len(rows) > notifications.PAGE
     ctx = {
         "items": items,
+        "older_url": f"/notifications?{urlencode({'after': notifications.cursor_of(items[-1])})}"
+        if more
+        else None,
+        "newest_url": "/notifications" if since else None,
+        "paged": bool(since),
         "bell": await notifications.unread_count(db, uid),
         "email_on": await notifications.email_choice(db, uid),
         "smtp": bool(request.app.state.settings.smtp_host),
@@ -92,9 +105,15 @@ class NotificationsController(Controller):
     include_in_schema = False
 
     @get("/", name="notifications.list")
-    async def page(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
-        """The person's newest notices, unread ones in bold, each linking to its job or pipeline."""
-        return await _page(request, db_session)
+    async def page(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        after: Annotated[str | None, QueryParameter()] = None,
+    ) -> Template:
+        """The person's notices, newest first, unread ones in bold, each linking to its job or pipeline;
+        :data:`app.notifications.PAGE` a page, older ones behind the Older link (``after``)."""
+        return await _page(request, db_session, after=after)
 
     @get("/bell", name="notifications.bell")
     async def bell(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:

@@ -82,7 +82,11 @@ async def test_finish_and_fail_notify_the_owner_who_reads_and_marks_only_their_o
     # someone else sees none of them and cannot mark them
     bob = await make_user(pg, email="bob@example.com")
     bob_token = {"Authorization": f"Bearer {await add_token(db_url, bob.id)}"}
-    assert (await client.get("/api/notifications", headers=bob_token)).json() == {"items": [], "unread": 0}
+    assert (await client.get("/api/notifications", headers=bob_token)).json() == {
+        "items": [],
+        "unread": 0,
+        "next": None,
+    }
     r = await client.post("/api/notifications/read", json={"ids": [failed_id, done_id]}, headers=bob_token)
     assert r.status_code == 200 and r.json() == {"marked": 0, "unread": 0}
     r = await client.post("/api/notifications/read", json={"all": True}, headers=bob_token)

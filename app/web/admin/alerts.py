@@ -5,16 +5,17 @@ delivery attempts with their outcome.
 No ``from __future__ import annotations`` here: Litestar reads handler signatures at runtime.
 """
 
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Controller, Request, get, post
-from litestar.params import FromPath
+from litestar.params import FromPath, QueryParameter
 from litestar.response import Template
 
 from app.actions import alerts as alert_actions
 from app.alerts.admin import pending_counts, recent_deliveries
 from app.alerts.channels import channel_overview
 from app.auth import requires_admin
+from app.jobs.cursors import Cursor, read_cursor
 from app.web import DbSession, is_htmx, render
 from app.web.deps import actor_of
 
@@ -27,9 +28,28 @@ KIND_WORDS = {
     None: "Test alert",
 }
 """How each ``alert_outbox.kind`` is named on the page (``None``: a test send, which has no outbox row)."""
+DELIVERIES_PAGE = 50
+"""Delivery attempts a page; older ones behind the Older link (``?before=``)."""
 
 
-async def _context(request: Request[Any, Any, Any], db_session: Any) -> dict[str, Any]:
+async def deliveries_view(db: Any, before: str | None = None) -> dict[str, Any]:
+    """A page of delivery attempts, newest first, with its Older and Newest links (the attempts are kept
+    as long as finished jobs, ``JOB_RETENTION_DAYS``: far more than one page)."""
+    before_id = read_cursor(before, Cursor.ENTRY, field="before")  # one it did not give is a 422
+    rows = await recent_deliveries(db, limit=DELIVERIES_PAGE + 1, before=before_id)
+    page = rows[:DELIVERIES_PAGE]
+    more = len(rows) > DELIVERIES_PAGE
+    return {
+        "deliveries": page,
+        "deliveries_older_url": f"/admin/alerts?before={page[-1]['id']}#deliveries-heading" if more else None,
+        "deliveries_newest_url": "/admin/alerts#deliveries-heading" if before_id else None,
+        "deliveries_paged": bool(before_id),
+    }
+
+
+async def _context(
+    request: Request[Any, Any, Any], db_session: Any, before: str | None = None
+) -> dict[str, Any]:
     settings = request.app.state.settings
     channels = channel_overview(settings)
     # without a channel nothing is ever sent, so no row is "waiting": say so instead of counting them
@@ -41,7 +61,7 @@ async def _context(request: Request[Any, Any, Any], db_session: Any) -> dict[str
         "throttle_secs": settings.alert_throttle_secs,
         "base_url": settings.jobdesk_base_url,
         "counts": await pending_counts(db_session) if any_channel else {},
-        "deliveries": await recent_deliveries(db_session, limit=50),
+        **await deliveries_view(db_session, before),
         "kind_words": KIND_WORDS,
         "results": {},
     }
@@ -55,9 +75,14 @@ class AlertsAdminController(Controller):
     include_in_schema = False
 
     @get("/", name="admin.alerts")
-    async def page(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
-        """The page."""
-        return render(request, "admin/alerts.html", await _context(request, db_session))
+    async def page(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        before: Annotated[str | None, QueryParameter()] = None,
+    ) -> Template:
+        """The page; ``before`` pages the delivery attempts (their Older link)."""
+        return render(request, "admin/alerts.html", await _context(request, db_session, before))
 
     @post("/test/{channel:str}", name="admin.alerts.test", status_code=200)
     async def send_test(
@@ -79,7 +104,7 @@ class AlertsAdminController(Controller):
                 {
                     "result": result,
                     "refresh_deliveries": True,
-                    "deliveries": await recent_deliveries(db_session, limit=50),
+                    **await deliveries_view(db_session),
                     "kind_words": KIND_WORDS,
                 },
             )

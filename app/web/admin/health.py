@@ -46,21 +46,25 @@ POLL = "every 5s"
 """How often the live part of ``/admin`` refreshes (paused while the tab is hidden, static/app.js)."""
 WAITING_CAP = 10_000
 """Waiting jobs of one type are counted exactly up to this many, then shown as "10,000+"."""
+WORKERS_SHOWN = 100
+"""Live workers listed (longest running first); past it the page says there are more."""
+JOBS_SHOWN = 300
+"""Running jobs listed under their workers; past it the page says so and links to the full list."""
 LIVE_WORKERS = text(
-    """
+    f"""
     SELECT id, hostname, pid, concurrency, running, started_at, last_seen_at, stopping, listener_connected,
            version, greatest(0, extract(epoch FROM now() - last_seen_at))::int AS heartbeat_age,
            health->'sweep_failing' AS sweep_failing
     FROM workers WHERE last_seen_at > now() - make_interval(secs => :fresh)
-    ORDER BY started_at LIMIT 100
+    ORDER BY started_at LIMIT {WORKERS_SHOWN + 1}
     """
 )
 #: Running jobs of the live workers, through the partial index ``ix_jobs_running``.
 RUNNING_JOBS = text(
-    """
+    f"""
     SELECT id, type, title, locked_by, started_at, progress FROM jobs
     WHERE status = 'in_progress' AND locked_by = ANY(CAST(:ids AS text[]))
-    ORDER BY started_at LIMIT 300
+    ORDER BY started_at LIMIT {JOBS_SHOWN + 1}
     """
 )
 #: Distinct waiting types by a skip scan of ``ix_jobs_live`` (status, type), then a capped count each.
@@ -253,10 +257,15 @@ async def health(db: AsyncSession, settings: Any, chart_range: str = CHART_DEFAU
     "running": {type: n}, "oldest": row | None, "failed_hour": int, "chart": throughput_chart(...)}``."""
     fresh = 2 * settings.heartbeat_secs + 30
     workers = [dict(r) for r in (await db.execute(LIVE_WORKERS, {"fresh": fresh})).mappings().all()]
+    # a list cut short says so (the count reads "100+", the list "and more"), never looks complete
+    workers_more = len(workers) > WORKERS_SHOWN
+    workers = workers[:WORKERS_SHOWN]
     jobs_by_worker: dict[str, list[Any]] = {}
+    jobs_more = False
     if workers:
         rows = (await db.execute(RUNNING_JOBS, {"ids": [w["id"] for w in workers]})).mappings().all()
-        for r in rows:
+        jobs_more = len(rows) > JOBS_SHOWN
+        for r in rows[:JOBS_SHOWN]:
             jobs_by_worker.setdefault(r["locked_by"], []).append(r)
     for w in workers:
         w["jobs"] = jobs_by_worker.get(w["id"], [])
@@ -282,6 +291,10 @@ async def health(db: AsyncSession, settings: Any, chart_range: str = CHART_DEFAU
     return {
         "unserved": unserved,
         "workers": workers,
+        "workers_more": workers_more,
+        "workers_shown": WORKERS_SHOWN,
+        "jobs_more": jobs_more,
+        "jobs_shown": JOBS_SHOWN,
         "waiting": waiting,
         "running": running,
         "oldest": oldest,

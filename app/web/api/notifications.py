@@ -4,17 +4,18 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 """
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Controller, Request, get, post, put
-from litestar.params import JSONBody
+from litestar.params import JSONBody, QueryParameter
 
 from app import notifications
 from app.actions import account as account_actions
 from app.auth import requires_user
 from app.errors import BadInput
+from app.jobs.cursors import Cursor, read_cursor
 from app.web import DbSession
-from app.web.deps import client_ip
+from app.web.deps import MAX_PAGE, AfterCursor, client_ip
 from app.web.openapi import errors
 
 
@@ -41,14 +42,24 @@ class NotificationsApiController(Controller):
     guards = [requires_user]
     tags = ["notifications"]
 
-    @get("/notifications", name="api.notifications.list", responses=errors(401))
-    async def list_notices(self, request: Request[Any, Any, Any], db_session: DbSession) -> dict[str, Any]:
-        """``{"items": [{id, kind, job_id?, pipeline_id?, text, at, read}], "unread": n}``, newest first."""
+    @get("/notifications", name="api.notifications.list", responses=errors(401, 422))
+    async def list_notices(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = notifications.PAGE,
+        after: AfterCursor = None,
+    ) -> dict[str, Any]:
+        """``{"items": [{id, kind, job_id?, pipeline_id?, text, at, read}], "unread": n, "next": cursor |
+        null}``, newest first (a notice folded with a later one moves up to its time), keyset-paginated
+        by ``after`` as the other lists are."""
         uid = request.user.id
-        rows = await notifications.listing(db_session, uid)
+        rows = await notifications.listing(db_session, uid, limit + 1, read_cursor(after, Cursor.NOTICE))
+        page = rows[:limit]
         return {
-            "items": [notifications.as_json(r) for r in rows],
+            "items": [notifications.as_json(r) for r in page],
             "unread": await notifications.unread_count(db_session, uid),
+            "next": notifications.cursor_of(page[-1]) if len(rows) > limit else None,
         }
 
     @post(
