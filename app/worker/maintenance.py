@@ -318,7 +318,7 @@ class Maintenance:
         self.approvals = ApprovalTimeouts(engine, log=log, on_rejected=wake, answer_secs=bound)
         self.retention = Retention(engine, settings, files=files, log=log, answer_secs=bound)
         self.upkeep = Upkeep(engine, log=log, answer_secs=bound)
-        self.callbacks = CallbackSender(engine, settings, log=log.bind(task="callbacks"))
+        self.callbacks = CallbackSender(engine, settings, log=log.bind(task="callbacks"), answer_secs=bound)
 
     async def run(self) -> None:
         # Callbacks wait on receivers (up to their timeout), so they have a loop of their own that
