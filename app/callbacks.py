@@ -23,6 +23,7 @@ import hashlib
 import hmac
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ from app.jobs.payload import cap_text, json_text, text_problem
 from app.processors import PermanentError
 from app.processors.addresses import AddressPolicy
 from app.settings import Settings
+from app.silence import answered_within
 
 MAX_URL_CHARS = 2000
 SEND_TIMEOUT_SECS = 10.0
@@ -146,11 +148,37 @@ class Attempt:
 class CallbackSender:
     """One worker's callback delivery; :meth:`run_once` is one round (tests call it directly)."""
 
-    def __init__(self, engine: AsyncEngine, settings: Settings, *, log: Any, transport: Any = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        settings: Settings,
+        *,
+        log: Any,
+        transport: Any = None,
+        answer_secs: float | None = None,
+    ) -> None:
         self.engine = engine
         self.settings = settings
         self.log = log
         self.transport = transport
+        self.answer_secs = answer_secs
+        """How long each of its transactions may wait for the database, its commit included (the sweep
+        gives a heartbeat, as to its other parts): on a connection gone silent behind a proxy or pooler
+        that keeps TCP alive, the claim or the record would otherwise wait for ever, and every callback
+        of this worker behind it. ``None``: no bound."""
+
+    def _transaction(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        """A transaction closed as a lost connection (:func:`app.silence.answered_within`) unless it is
+        over within :attr:`answer_secs`."""
+
+        def closing() -> None:
+            self.log.warning(
+                "no answer from the database; closing the connection",
+                operation="callbacks",
+                waited_secs=self.answer_secs,
+            )
+
+        return answered_within(self.engine.begin(), self.answer_secs, closing)
 
     async def run_once(self) -> int:
         """Claim due callbacks, send them (no transaction open), record the outcomes; returns how many
@@ -158,7 +186,7 @@ class CallbackSender:
         secret = self.settings.callback_signing_secret
         if not secret:
             return 0
-        async with self.engine.begin() as conn:
+        async with self._transaction() as conn:
             claimed = (await conn.execute(CLAIM)).mappings().all()
             if not claimed:
                 return 0
@@ -174,7 +202,7 @@ class CallbackSender:
                 if c["job_id"] in jobs
             )
         )
-        async with self.engine.begin() as conn:
+        async with self._transaction() as conn:
             for c, a in zip(claimed, attempts, strict=False):
                 await self._record(conn, a, c["attempts"])
         return len(attempts)

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 from app import dbclock, dbpool
 from app.pooler import PoolerMode, connect_args, install, pooler_refusal, session_settings
 from app.settings import Settings, SettingsError, get_settings
+from app.socket_errors import is_connection_error
 
 log = structlog.get_logger("jobdesk.db")
 
@@ -544,7 +545,10 @@ def is_transient(exc: BaseException) -> bool:
     """Whether ``exc`` means "the database is (briefly) unavailable; try again": a dropped or refused
     connection (or one left in the middle of an operation), an admin/crash shutdown, too many connections, a pool timeout, a serialization failure or
     deadlock. Used by the worker to retry acknowledgements instead of losing them (a finished job whose
-    result cannot be written at once would otherwise be run again after its lease expires)."""
+    result cannot be written at once would otherwise be run again after its lease expires). An
+    ``OSError`` is one only when it is a connection's (:mod:`app.socket_errors`): a file's error (the
+    files folder unreadable, a file gone, the disk full) raised on such a path is its own failure, not an
+    outage retried for ever."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
@@ -553,10 +557,13 @@ def is_transient(exc: BaseException) -> bool:
             return True
         if isinstance(current, sa_exc.TimeoutError | sa_exc.DisconnectionError | sa_exc.InterfaceError):
             return True
+        if isinstance(current, OSError):
+            # a socket's, or a file's (a name, a full disk): the latter is the failure, whatever it
+            # was raised while handling
+            return is_connection_error(current)
         if isinstance(
             current,
-            OSError
-            | TimeoutError
+            TimeoutError
             | asyncpg.exceptions.ConnectionDoesNotExistError
             | asyncpg.exceptions.InterfaceError
             | asyncpg.exceptions.PostgresConnectionError

@@ -82,6 +82,7 @@ from app.embedded import resolve_database_url
 from app.errors import GONE_MESSAGE, AppError, BadInput
 from app.formatting import format_bytes
 from app.settings import Settings, get_settings
+from app.socket_errors import is_connection_error
 from app.web import admin, current_user, is_htmx, param_words, register_filters
 from app.web.account import AccountController
 from app.web.api import (
@@ -146,7 +147,6 @@ DB_DOWN_MESSAGE = "The database cannot be reached right now. Please try again in
 SLOW_MESSAGE = "The database took too long to answer. Please try again in a moment."
 
 _DISCONNECT_TYPES: tuple[type[BaseException], ...] = (
-    OSError,
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
     asyncpg.CannotConnectNowError,
@@ -167,8 +167,8 @@ def _database_trouble(exc: BaseException) -> str | None:
     for candidate in driver_errors(exc):
         if isinstance(candidate, asyncpg.QueryCanceledError):
             return SLOW_MESSAGE
-        if isinstance(candidate, _DISCONNECT_TYPES):
-            return DB_DOWN_MESSAGE
+        if isinstance(candidate, _DISCONNECT_TYPES) or is_connection_error(candidate):
+            return DB_DOWN_MESSAGE  # a file's OSError (the files folder, a full disk) is not the database's
     if isinstance(exc, sa_exc.InterfaceError):
         return DB_DOWN_MESSAGE
     return None

@@ -22,7 +22,7 @@ from app.actions.trail import Actor
 from app.errors import BadInput, Forbidden, NotFound
 from app.jobs import approvals, decisions, queue
 from app.jobs.approvals import link, link_problem, link_token
-from app.jobs.cursors import Cursor, read_cursor
+from app.jobs.cursors import Cursor, page_of, read_cursor
 
 __all__ = [
     "Page",
@@ -131,13 +131,13 @@ async def _page(db: AsyncSession, user: Any, statements: Any, after: str | None,
     statement = statements[after_at is not None]
     params = {"after_at": after_at, "after_id": after_id, "limit": limit + 1, "uid": user.id}
     params["is_admin"] = bool(user.is_admin)
-    rows = [dict(r) for r in (await db.execute(statement, params)).mappings()]
-    more = len(rows) > limit
-    rows = rows[:limit]
+    rows, after_last = page_of(
+        [dict(r) for r in (await db.execute(statement, params)).mappings()], limit, _cursor
+    )
     ids = [r["id"] for r in rows]
     decided = set((await db.execute(MY_DECISIONS, {"uid": user.id, "ids": ids})).scalars()) if ids else set()
     shaped = [_shaped(user, r, decided) for r in rows]
-    return Page(shaped, _cursor(rows[-1]) if more and rows else None)
+    return Page(shaped, after_last)
 
 
 async def inbox(db: AsyncSession, admin: Any, *, after: str | None = None, limit: int = PAGE) -> Page:

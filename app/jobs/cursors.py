@@ -14,10 +14,13 @@ from __future__ import annotations
 import enum
 import re
 import uuid
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from app.errors import BadInput
+
+T = TypeVar("T")
 
 _WHOLE = re.compile(r"[0-9]{1,19}")
 MAX_EMAIL = 254
@@ -117,3 +120,13 @@ def read_cursor(value: str | None, kind: Cursor, field: str = "after") -> Any:
         return _READERS[kind](value)
     except (ValueError, OverflowError):
         raise BadInput.field(field, cursor_words(kind)) from None
+
+
+def page_of(rows: Sequence[T], limit: int, cursor: Callable[[T], Any]) -> tuple[list[T], Any]:
+    """A list's page and the position of the next one, from ``rows`` fetched with ``limit + 1``: the first
+    ``limit`` rows, and ``cursor`` of the last of them when a row beyond the page came back (else
+    ``None``). The one row more is how a list knows there is a next page: a page that is merely full
+    (``len(rows) == limit``) may be the last, and a ``next`` (an Older link) given for it leads to an empty
+    page."""
+    page = list(rows[:limit])
+    return page, cursor(page[-1]) if len(rows) > limit and page else None

@@ -164,6 +164,15 @@ class JobContext(Generic[InputT]):
     result_data}`` of the jobs this one depends on), ``settings``, ``db`` (the app's pooled engine, for
     processors that use the database), ``files`` (:class:`app.job_files.JobFiles`: read inputs, save outputs),
     ``worker_id`` (the worker running it).
+
+    ``db`` has no bound of its own on a wait for the database's answer, unlike the worker's bookkeeping
+    (claims, outcomes, progress, ``files``: :func:`app.silence.answered_within`): a processor's own
+    statements may rightly run for minutes (a report, a bulk update), and a bound of a heartbeat would
+    cut them. What bounds them is the job's time limit (past it the job fails and the processor is
+    cancelled; one still waiting lingers in its slot until the wait ends) and, below it, every pooled
+    connection's bound on silence (keepalive, ``TCP_USER_TIMEOUT``: a path that drops packets ends the
+    connection). A processor that wants a tighter bound on a block of its own wraps it:
+    ``async with answered_within(ctx.db.begin(), seconds) as conn``.
     """
 
     def __init__(

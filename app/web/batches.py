@@ -32,7 +32,7 @@ from app.actions.files import store_upload
 from app.auth import requires_user
 from app.errors import BadInput, KeyReused, RateLimited
 from app.files import clean_name
-from app.jobs.cursors import Cursor, read_cursor
+from app.jobs.cursors import Cursor, page_of, read_cursor
 from app.jobs.types import file_fields
 from app.processors import ProcessorSpec, registry
 from app.web import DbSession, forms, is_htmx, render, submit
@@ -110,15 +110,14 @@ class BatchesController(Controller):
         after_id = read_cursor(after, Cursor.ID)  # one it did not give is a 422, not the first page
         await one_snapshot(db_session)
         views = await batches.recent_views(db_session, request.user, PAGE_SIZE + 1, after_id)
-        page = views[:PAGE_SIZE]
+        page, older = page_of(views, PAGE_SIZE, lambda v: str(v.id))
         items = [{"batch": v.row, "view": v, "state": batch_state(v)} for v in page]
-        more = len(views) > PAGE_SIZE
         return render(
             request,
             "batches/list.html",
             {
                 "items": items,
-                "older_url": f"/batches?{urlencode({'after': str(page[-1].id)})}" if more and page else None,
+                "older_url": f"/batches?{urlencode({'after': older})}" if older else None,
                 "newest_url": "/batches" if after_id else None,
                 "paged": bool(after_id),
             },

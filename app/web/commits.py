@@ -23,6 +23,7 @@ from advanced_alchemy.extensions.litestar.plugins.init.config.common import SESS
 from litestar.types import BeforeMessageSendHookHandler, Message, Scope
 
 from app.actions.trail import KEEP_REFUSAL
+from app.socket_errors import is_connection_error
 
 log = structlog.get_logger("jobdesk.web")
 
@@ -123,7 +124,9 @@ def _unanswered(exc: BaseException) -> bool:
             current, asyncpg.exceptions.PostgresConnectionError
         ):
             return False  # the server's own answer
-        if isinstance(current, OSError | asyncpg.exceptions.InterfaceError | asyncpg.PostgresConnectionError):
+        if is_connection_error(current) or isinstance(
+            current, asyncpg.exceptions.InterfaceError | asyncpg.PostgresConnectionError
+        ):
             return True
         current = current.__cause__ or current.__context__ or getattr(current, "orig", None)
     return False

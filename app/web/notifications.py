@@ -15,7 +15,7 @@ from litestar.response import Redirect, Template
 from app import notifications
 from app.actions import account as account_actions
 from app.auth import requires_user
-from app.jobs.cursors import Cursor, read_cursor
+from app.jobs.cursors import Cursor, page_of, read_cursor
 from app.web import DbSession, is_htmx, render
 from app.web.account import account_page
 from app.web.deps import FORM, client_ip, not_taken, rows_of
@@ -78,15 +78,12 @@ async def _page(
     uid = request.user.id
     since = read_cursor(after, Cursor.NOTICE)  # one it did not give is a 422, not the first page
     rows = await notifications.listing(db, uid, notifications.PAGE + 1, since)
-    items = rows[: notifications.PAGE]
+    items, older = page_of(rows, notifications.PAGE, notifications.cursor_of)
     for item in items:
         item["href"] = notifications.link(item)
-    more = len(rows) > notifications.PAGE
     ctx = {
         "items": items,
-        "older_url": f"/notifications?{urlencode({'after': notifications.cursor_of(items[-1])})}"
-        if more
-        else None,
+        "older_url": f"/notifications?{urlencode({'after': older})}" if older else None,
         "newest_url": "/notifications" if since else None,
         "paged": bool(since),
         "bell": await notifications.unread_count(db, uid),

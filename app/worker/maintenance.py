@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app import controls, metrics
 from app.callbacks import CallbackSender
+from app.db import is_transient
 from app.files import FileStore
 from app.jobs import queue
 from app.jobs.backoff import retry_delay
@@ -37,7 +38,7 @@ from app.silence import answered_within
 from app.worker import scratch
 from app.worker.completer import Tally
 from app.worker.faults import first_line
-from app.worker.sweep_parts import Parts, outage
+from app.worker.sweep_parts import Parts
 
 MAINTENANCE_INTERVAL_SECS = 60.0
 """How often retention and upkeep run (the rescue and schedules run every sweep)."""
@@ -317,7 +318,7 @@ class Maintenance:
         self.approvals = ApprovalTimeouts(engine, log=log, on_rejected=wake, answer_secs=bound)
         self.retention = Retention(engine, settings, files=files, log=log, answer_secs=bound)
         self.upkeep = Upkeep(engine, log=log, answer_secs=bound)
-        self.callbacks = CallbackSender(engine, settings, log=log.bind(task="callbacks"))
+        self.callbacks = CallbackSender(engine, settings, log=log.bind(task="callbacks"), answer_secs=bound)
 
     async def run(self) -> None:
         # Callbacks wait on receivers (up to their timeout), so they have a loop of their own that
@@ -346,7 +347,7 @@ class Maintenance:
                     await self.parts.run("upkeep", lambda: self.upkeep.run_once())
             except Exception as exc:
                 # Only a database outage reaches here (Parts keeps every other error to its part).
-                if not outage(exc):
+                if not is_transient(exc):
                     raise
                 self.log.warning("sweep failed: database unavailable", error=first_line(exc))
 
@@ -357,7 +358,7 @@ class Maintenance:
             try:
                 sent = await self.parts.run("callbacks", lambda: self.callbacks.run_once())
             except Exception as exc:
-                if not outage(exc):
+                if not is_transient(exc):
                     raise
                 self.callbacks.log.warning("callbacks: database unavailable", error=first_line(exc))
                 sent = None

@@ -41,16 +41,6 @@ WHAT = {
 """Each part in words, for admins."""
 
 
-def outage(exc: BaseException) -> bool:
-    """Whether ``exc`` is a database outage, which the sweep waits out: :func:`app.db.is_transient`, but
-    not an error of a file (an ``OSError`` naming its file: retention's files folder unreadable, a
-    directory it may not delete), which ``is_transient`` would take for a lost connection, every part
-    after it left unrun and the log saying the database is unavailable."""
-    if isinstance(exc, OSError) and (exc.filename is not None or exc.filename2 is not None):
-        return False
-    return is_transient(exc)
-
-
 @dataclass
 class Failing:
     """A part whose last run raised: its error's first line, which error it is (its type and its first
@@ -85,7 +75,7 @@ class Parts:
         try:
             result = await fn()
         except Exception as exc:
-            if outage(exc):
+            if is_transient(exc):
                 raise
             self.failed(name, exc)
             return None

@@ -5,6 +5,7 @@ connection lost, the 503 of a database away; a row it refers to deleted meanwhil
 from __future__ import annotations
 
 import asyncio
+import errno
 import threading
 import uuid
 from typing import Any
@@ -203,3 +204,25 @@ async def test_a_row_refused_for_a_deleted_referent_is_logged_with_the_database_
         gone = [e for e in logs if e["event"] == "a row the request refers to was deleted"]
         assert len(gone) == 1 and gone[0]["log_level"] == "warning", logs
         assert "referent gone" in gone[0]["error"] and gone[0]["request_id"], gone
+
+
+async def test_a_file_error_in_a_request_is_not_called_the_database_away(
+    make_settings, db_url, pg, monkeypatch
+) -> None:
+    """An upload that fails on the files folder (the disk full) is the server's fault, logged as one; an
+    ``OSError`` of a file is not answered with "The database cannot be reached"."""
+    from app.files import FileStore
+
+    async def disk_full(*args: Any, **kw: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(FileStore, "save", disk_full)
+    settings = make_settings(worker_enabled=False)
+    async with app_client(settings) as client:
+        _, h = await bearer(db_url, "disk@example.com")
+        with structlog.testing.capture_logs() as logs:
+            answer = await client.post("/api/files", files={"file": ("a.csv", b"a,b\n1,2\n")}, headers=h)
+        assert answer.status_code == 500, answer.text
+        assert "database" not in answer.json()["detail"]
+        assert [e for e in logs if e["event"] == "unhandled error"]
+        assert await pg.fetchval("SELECT count(*) FROM files") == 0

@@ -519,3 +519,37 @@ async def test_a_job_that_finishes_during_a_stop_is_recorded_when_the_completers
     row = await pg.fetchrow("SELECT status, attempts, locked_by FROM jobs WHERE id = $1", job)
     assert dict(row) == {"status": "completed", "attempts": 1, "locked_by": None}
     assert took < 6.0, took
+
+
+async def test_the_callback_senders_transaction_on_a_connection_gone_silent_is_given_up_within_a_heartbeat(
+    make_settings, blackhole
+) -> None:
+    """The sweep's callback sender claims due callbacks in a transaction of its own. On a pooled
+    connection gone silent (a proxy keeps the TCP connection alive) it waited for the answer for ever,
+    and every callback of this worker with it. Bounded as the sweep's other transactions are, it fails
+    within a heartbeat as a lost connection, which the sweep waits out on a fresh one."""
+    proxy, proxied = blackhole
+    settings = make_settings(
+        database_url=proxied, callback_signing_secret="s", worker_visibility_timeout_secs=3
+    )
+    worker = Worker(settings, proxied)
+    sender = worker.maintenance.callbacks
+    try:
+        assert await sender.run_once() == 0  # its connection is made, and waits in the pool
+        proxy.frozen = True
+        started = time.monotonic()
+        round_ = asyncio.create_task(sender.run_once())
+        done, _ = await asyncio.wait({round_}, timeout=settings.heartbeat_secs + 4)
+        took = time.monotonic() - started
+    finally:
+        proxy.sever()
+    try:
+        assert done, f"still waiting after {took:.1f} s"
+        assert is_transient(round_.exception()), repr(round_.exception())
+        assert took < settings.heartbeat_secs + 2, took
+    finally:
+        if not round_.done():
+            round_.cancel()
+        await asyncio.gather(round_, return_exceptions=True)
+        await worker.engine.dispose(close=False)
+        await worker.app_engine.dispose(close=False)

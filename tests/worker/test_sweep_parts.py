@@ -156,8 +156,9 @@ async def test_a_file_system_error_in_retention_is_its_own_failure_not_a_databas
     fast: Settings, monkeypatch: Any
 ) -> None:
     """An ``OSError`` naming a file (the files folder unreadable) is retention's failure: logged as such
-    once, while upkeep, after it in the same pass, still runs. ``is_transient`` takes every ``OSError``
-    for a lost connection, which left upkeep unrun for ever and logged "database unavailable"."""
+    once, while upkeep, after it in the same pass, still runs. Taken for a lost connection (as
+    ``is_transient`` once took every ``OSError``), it left upkeep unrun for ever and logged "database
+    unavailable"."""
     upkeeps = 0
 
     async def unreadable(self: Any) -> None:

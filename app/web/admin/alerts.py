@@ -15,7 +15,7 @@ from app.actions import alerts as alert_actions
 from app.alerts.admin import pending_counts, recent_deliveries
 from app.alerts.channels import channel_overview
 from app.auth import requires_admin
-from app.jobs.cursors import Cursor, read_cursor
+from app.jobs.cursors import Cursor, page_of, read_cursor
 from app.web import DbSession, is_htmx, render
 from app.web.deps import actor_of
 
@@ -37,11 +37,10 @@ async def deliveries_view(db: Any, before: str | None = None) -> dict[str, Any]:
     as long as finished jobs, ``JOB_RETENTION_DAYS``: far more than one page)."""
     before_id = read_cursor(before, Cursor.ENTRY, field="before")  # one it did not give is a 422
     rows = await recent_deliveries(db, limit=DELIVERIES_PAGE + 1, before=before_id)
-    page = rows[:DELIVERIES_PAGE]
-    more = len(rows) > DELIVERIES_PAGE
+    page, older = page_of(rows, DELIVERIES_PAGE, lambda r: r["id"])
     return {
         "deliveries": page,
-        "deliveries_older_url": f"/admin/alerts?before={page[-1]['id']}#deliveries-heading" if more else None,
+        "deliveries_older_url": f"/admin/alerts?before={older}#deliveries-heading" if older else None,
         "deliveries_newest_url": "/admin/alerts#deliveries-heading" if before_id else None,
         "deliveries_paged": bool(before_id),
     }

@@ -19,7 +19,7 @@ from litestar.response import Template
 from app import audit, auth
 from app.digits import whole
 from app.emails import email_key
-from app.jobs.cursors import Cursor, read_cursor
+from app.jobs.cursors import Cursor, page_of, read_cursor
 from app.web import DbSession, render
 from app.web.result_display import is_blank
 
@@ -150,12 +150,11 @@ class AuditController(Controller):
         rows = await audit.entries(
             db_session, before=before_id, limit=AUDIT_PAGE + 1, action=action, user_email=email
         )
-        more = len(rows) > AUDIT_PAGE
-        rows = rows[:AUDIT_PAGE]
+        rows, before_next = page_of(rows, AUDIT_PAGE, lambda r: r["id"])
         query = {k: v for k, v in {"action": action, "user": email}.items() if v}
         older = None
-        if more and rows:
-            older = "/admin/audit?" + urlencode({**query, "before": rows[-1]["id"]})
+        if before_next is not None:
+            older = "/admin/audit?" + urlencode({**query, "before": before_next})
         return render(
             request,
             "admin/audit.html",

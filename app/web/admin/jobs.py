@@ -49,7 +49,7 @@ from app.actions.selection import (
 )
 from app.auth import requires_admin
 from app.errors import BadInput, NotFound
-from app.jobs.cursors import Cursor, read_cursor
+from app.jobs.cursors import Cursor, page_of, read_cursor
 from app.processors import registry
 from app.web import DbSession, display, is_htmx, render
 from app.web.admin.job_rows import row_items
@@ -165,12 +165,11 @@ async def list_context(db: AsyncSession, f: JobFilter, user: Any, after: str | N
         where, params = filter_where(f, after=after_id)
         params["limit"] = PAGE_SIZE + 1
         rows = await rows_of(db, list_sql(where), params)
-    more = len(rows) > PAGE_SIZE
-    rows = rows[:PAGE_SIZE]
+    rows, older = page_of(rows, PAGE_SIZE, lambda r: str(r["id"]))
     return {
         "filter": f,
         "rows": await row_items(db, rows, user),
-        "older_url": f.url(after=str(rows[-1]["id"])) if more and rows else None,
+        "older_url": f.url(after=older) if older else None,
         "list_url": f.url(after=after) if after_id else f.url(),
         "newest_url": f.url() if after_id else None,
         "status_options": STATUS_OPTIONS,

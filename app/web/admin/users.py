@@ -30,7 +30,7 @@ from app import auth, quotas, signin, users
 from app.actions import trail
 from app.actions import users as user_actions
 from app.errors import BadInput, Conflict
-from app.jobs.cursors import Cursor, read_cursor
+from app.jobs.cursors import Cursor, page_of, read_cursor
 from app.web import DbSession, confirms, flash, render
 from app.web.deps import actor_of, client_ip, sentence, settings_of
 from app.web.form_shape import form_errors
@@ -50,16 +50,16 @@ USER_ACTIONS = {
 async def users_context(
     db: AsyncSession, settings: Any = None, *, after: str = "", page_size: int = users.USERS_LIMIT
 ) -> dict[str, Any]:
-    rows = await users.list_users(db, page_size + 1, after=after)
-    more = len(rows) > page_size
-    rows = rows[:page_size]
+    rows, next_after = page_of(
+        await users.list_users(db, page_size + 1, after=after), page_size, lambda r: r["email"]
+    )
     return {
         "users": rows,
         "usage": await quotas.usage_of(db, [u["id"] for u in rows]),
         "limits": quotas.limits(settings) if settings is not None else {},
-        "more_users": more,
+        "more_users": next_after is not None,
         "after": after,
-        "next_after": rows[-1]["email"] if more and rows else None,
+        "next_after": next_after,
         "errors": {},
         "token_form": None,
         "values": {"email": "", "is_admin": False},

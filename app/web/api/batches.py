@@ -15,7 +15,7 @@ from app import batches
 from app.actions import batches as batch_actions
 from app.auth import requires_user
 from app.errors import Conflict
-from app.jobs.cursors import Cursor, read_cursor
+from app.jobs.cursors import Cursor, page_of, read_cursor
 from app.web import DbSession
 from app.web.deps import MAX_PAGE, AfterCursor, actor_of
 from app.web.openapi import KEY_WORDS, errors
@@ -100,11 +100,11 @@ class BatchesApiController(Controller):
     ) -> dict[str, Any]:
         """Your batches, newest first (without their jobs), keyset-paginated by ``after`` as the other
         lists are: ``{items, next}``."""
-        views = await batches.recent_views(db_session, request.user, limit, read_cursor(after, Cursor.ID))
-        return {
-            "items": [batch_json(v) for v in views],
-            "next": views[-1].id if len(views) == limit else None,
-        }
+        fetched = await batches.recent_views(
+            db_session, request.user, limit + 1, read_cursor(after, Cursor.ID)
+        )
+        views, after_last = page_of(fetched, limit, lambda v: v.id)
+        return {"items": [batch_json(v) for v in views], "next": after_last}
 
     @get("/{batch_id:str}", name="api.batches.get", responses=errors(401, 404))
     async def get_batch(

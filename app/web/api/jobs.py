@@ -28,7 +28,7 @@ from app.actions.selection import parse_filter
 from app.auth import requires_admin, requires_user
 from app.errors import BadInput
 from app.jobs import queue
-from app.jobs.cursors import Cursor, read_cursor
+from app.jobs.cursors import Cursor, page_of, read_cursor
 from app.jobs.queue import NewJob
 from app.jobs.states import Status, label
 from app.jobs.tags import TAG_FILTER, read_tag, tags_of
@@ -306,13 +306,14 @@ class JobsApiController(Controller):
             "status": status,
             "type": job_type,
             "after": read_cursor(after, Cursor.ID),
-            "limit": limit,
+            "limit": limit + 1,
             "tag": read_tag(tag) if tag is not None else None,
         }
-        rows = (await db_session.execute(text(_LIST_JOBS), params)).mappings().all()
+        fetched = (await db_session.execute(text(_LIST_JOBS), params)).mappings().all()
+        rows, after_last = page_of(fetched, limit, lambda r: r["id"])
         tags = await tags_of(db_session, [r["id"] for r in rows])
         items = [{**dict(r), "status_label": status_label(r), "tags": tags.get(r["id"], [])} for r in rows]
-        return {"items": items, "next": rows[-1]["id"] if len(rows) == limit else None}
+        return {"items": items, "next": after_last}
 
     @post(
         "/bulk",

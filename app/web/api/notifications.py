@@ -13,7 +13,7 @@ from app import notifications
 from app.actions import account as account_actions
 from app.auth import requires_user
 from app.errors import BadInput
-from app.jobs.cursors import Cursor, read_cursor
+from app.jobs.cursors import Cursor, page_of, read_cursor
 from app.web import DbSession
 from app.web.deps import MAX_PAGE, AfterCursor, client_ip
 from app.web.openapi import errors
@@ -55,11 +55,11 @@ class NotificationsApiController(Controller):
         by ``after`` as the other lists are."""
         uid = request.user.id
         rows = await notifications.listing(db_session, uid, limit + 1, read_cursor(after, Cursor.NOTICE))
-        page = rows[:limit]
+        page, after_last = page_of(rows, limit, notifications.cursor_of)
         return {
             "items": [notifications.as_json(r) for r in page],
             "unread": await notifications.unread_count(db_session, uid),
-            "next": notifications.cursor_of(page[-1]) if len(rows) > limit else None,
+            "next": after_last,
         }
 
     @post(

@@ -15,7 +15,7 @@ from app import pipelines
 from app.actions import pipelines as pipeline_actions
 from app.auth import requires_user
 from app.errors import BadInput, Conflict
-from app.jobs.cursors import Cursor, read_cursor
+from app.jobs.cursors import Cursor, page_of, read_cursor
 from app.web import DbSession, display
 from app.web.deps import MAX_PAGE, AfterCursor, actor_of
 from app.web.openapi import KEY_WORDS, errors
@@ -161,9 +161,10 @@ class PipelinesApiController(Controller):
         """Your pipelines (admins: everyone's), newest first, keyset-paginated by ``after``."""
         user = request.user
         after_id = read_cursor(after, Cursor.ID)
-        params = {"user_id": None if user.is_admin else user.id, "after": after_id, "limit": limit}
-        rows = (await db_session.execute(_LIST_PIPELINES, params)).mappings().all()
-        return {"items": [dict(r) for r in rows], "next": rows[-1]["id"] if len(rows) == limit else None}
+        params = {"user_id": None if user.is_admin else user.id, "after": after_id, "limit": limit + 1}
+        fetched = (await db_session.execute(_LIST_PIPELINES, params)).mappings().all()
+        rows, after_last = page_of(fetched, limit, lambda r: r["id"])
+        return {"items": [dict(r) for r in rows], "next": after_last}
 
     @get("/{pipeline_id:str}", name="api.pipelines.get", responses=errors(401, 404))
     async def get_pipeline(
