@@ -137,4 +137,3 @@ async def test_a_next_job_without_pictures_needs_parents(
             settings,
         )
     assert await pg.fetchval("SELECT count(*) FROM jobs WHERE type = 'images.contact_sheet'") == 1
-
