@@ -1,5 +1,5 @@
 """An input that is valid only when the job's parents supply what it lacks (a contact sheet with no
-pictures chosen shows its parents' thumbnails) is
+pictures chosen shows its parents' thumbnails; a CSV report page reads an earlier step's summary) is
 refused at submission on every path where the job has no parents — the job form next to its field, the
 API, a spreadsheet's row, a schedule, a pipeline step without ``depends_on``, a processor's next job —
 and accepted where it has them, instead of a job that fails when it runs."""
@@ -137,3 +137,16 @@ async def test_a_next_job_without_pictures_needs_parents(
             settings,
         )
     assert await pg.fetchval("SELECT count(*) FROM jobs WHERE type = 'images.contact_sheet'") == 1
+
+
+async def test_a_csv_report_page_on_its_own_is_refused_and_in_its_pipeline_accepted(
+    engine: AsyncEngine, settings: Settings, owner: Any
+) -> None:
+    with pytest.raises(BadInput) as refused:
+        async with engine.begin() as conn:
+            await queue.enqueue(conn, NewJob("report.csv_report", {}, owner.id), settings)
+    assert "Summarise a CSV file" in refused.value.errors["input_data.from_step"]
+    summary = {"key": "summary", "type": "noop", "input_data": {}}
+    report = {"key": "report", "type": "report.csv_report", "input_data": {}, "depends_on": ["summary"]}
+    async with engine.begin() as conn:
+        await pipelines.create(conn, name="r", steps=[summary, report], user_id=owner.id, settings=settings)
