@@ -182,15 +182,16 @@ def _check_row(spec: ProcessorSpec, row: Any, settings: Settings, path: str) -> 
         # said once, on the row's path: the limit's words begin with the path themselves
         raise TooLargeFields.field(path, exc.detail.removeprefix(f"{path} ").removesuffix(".")) from None
     data = spec.validate_input(row, field_prefix=path)
-    # The checks that need the settings (Jobdesk's own address, addresses jobs may not reach) run here
-    # with the schema's, so that their problems are named by row and column as every other row's are.
-    spec.check_settings(data, settings, field_prefix=path)
+    # The type's checks at submission (Jobdesk's own address, an input a job without parents could only
+    # fail with: a row's job has none) run here with the schema's, so that their problems are named by
+    # row and column as every other row's are.
+    spec.check_submission(data, settings, has_parents=False, field_prefix=path)
     return data
 
 
 def check_rows(spec: ProcessorSpec, rows: Any, settings: Settings) -> list[dict[str, Any]]:
     """Every row validated against the type's input schema and its checks that need the settings
-    (:meth:`~app.jobs.types.ProcessorSpec.check_settings`); their normalised inputs (defaults filled in).
+    (:meth:`~app.jobs.types.ProcessorSpec.check_submission`); their normalised inputs (defaults filled in).
 
     Raises:
         BadInput: ``rows`` empty, not a list or longer than :data:`MAX_ROWS`; otherwise one entry per

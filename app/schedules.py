@@ -102,7 +102,7 @@ def _validate_target(
         if spec is None:
             raise BadInput.field("type", f"unknown job type {type_shown(job_type)}")
         valid = spec.validate_input(input_data)
-        spec.check_settings(valid, settings)
+        spec.check_submission(valid, settings, has_parents=False)
         return valid
     tpl = pipelines.get_template(template or "")
     if tpl is None:

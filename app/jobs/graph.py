@@ -200,6 +200,25 @@ def validate_step_input(type_: Any, input_data: Any, path: str, settings: Settin
     return input_data
 
 
+def check_step_submission(
+    step: dict[str, Any], stored: dict[str, Any], path: str, settings: Settings
+) -> None:
+    """The checks of a step's type at submission (:meth:`~app.jobs.types.ProcessorSpec.check_submission`)
+    on ``stored`` (its input as :func:`validate_step_input` returned it), as the step will run: data
+    wrapped as literal unwrapped, and with parents when it depends on other steps. The queue runs them
+    again as it inserts the step; here they refuse a template's schedule when it is made, not when it fires.
+
+    Raises:
+        BadInput: naming the field under ``path`` (``steps[2].input_data.images``).
+    """
+    type_ = step.get("type")
+    spec = registry.get(type_) if isinstance(type_, str) else None
+    if spec is None:
+        return
+    data = unwrap_literals(stored) if has_literals(stored) else stored
+    spec.check_submission(data, settings, has_parents=bool(step.get("depends_on")), field_prefix=path)
+
+
 def check_ref_sources(step: dict[str, Any], path: str) -> None:
     """Each ``{"$ref": …}`` in a step's input names one of the steps it depends on: a step runs with its
     parents' results only (:func:`resolve_refs`), so a ``$ref`` to an unknown step, to one it does not

@@ -229,19 +229,33 @@ class ProcessorSpec:
     next_types: tuple[str, ...] = ()
     settings_check: Callable[[dict[str, Any], Any], dict[str, str]] | None = None
     """Checks of an input that need the settings (e.g. Jobdesk's own address): given the input and the
-    settings, the problems by field name. Run by the queue at every submission (:func:`check_settings`),
+    settings, the problems by field name. Run by the queue at every submission (:meth:`check_submission`),
     whatever path the job came by, on a pipeline step's values as it will run with them (``{"$literal":
     v}`` as ``v``); values still to be resolved (``$ref``) are the processor's to check when it runs."""
+    submit_check: Callable[[dict[str, Any], bool], dict[str, str]] | None = None
+    """Checks of an input that tell at submission that the job could only fail: given the input (as
+    :attr:`settings_check` gets it) and whether the job will have parents whose results it reads (a
+    pipeline step or a next job with dependencies), the problems by field name, worded for the person
+    who filled in the form. For an input valid only in a pipeline (a field left empty for the parents
+    to fill): the schema alone cannot know whether the job has parents, and without this the person
+    learns it only when the job fails. Run with :attr:`settings_check` (:meth:`check_submission`)."""
 
-    def check_settings(self, data: Any, settings: Any, *, field_prefix: str = "input_data") -> None:
-        """Run :attr:`settings_check` on ``data``.
+    def check_submission(
+        self, data: Any, settings: Any, *, has_parents: bool, field_prefix: str = "input_data"
+    ) -> None:
+        """Run :attr:`settings_check` and :attr:`submit_check` on ``data`` (a job with ``has_parents``).
 
         Raises:
-            BadInput: one entry per field it refuses, keyed ``input_data.<field>``.
+            BadInput: one entry per field they refuse, keyed ``input_data.<field>``.
         """
-        if self.settings_check is None or not isinstance(data, dict):
+        if not isinstance(data, dict):
             return
-        problems = self.settings_check(data, settings)
+        problems: dict[str, str] = {}
+        if self.settings_check is not None:
+            problems.update(self.settings_check(data, settings))
+        if self.submit_check is not None:
+            for name, text in self.submit_check(data, has_parents).items():
+                problems.setdefault(name, text)
         if problems:
             errors = {f"{field_prefix}.{name}": text for name, text in problems.items()}
             raise BadInput(next(iter(errors.values())), errors=errors)

@@ -313,6 +313,7 @@ def processor(
     group: str = "General",
     next_types: Sequence[str] = (),
     settings_check: Callable[[dict[str, Any], Any], dict[str, str]] | None = None,
+    submit_check: Callable[[dict[str, Any], bool], dict[str, str]] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the processor of job type ``type``.
 
@@ -320,7 +321,9 @@ def processor(
     ``JOB_RETRY_INTERVALS`` for this type. ``timeout`` is seconds per attempt. ``next_types`` names the
     diagnostic or internal types its processor returns as next jobs for owners who could not submit
     them directly (see :func:`app.jobs.types.may_create_next`). ``settings_check`` checks an input
-    against the settings at every submission (see :attr:`app.jobs.types.ProcessorSpec.settings_check`).
+    against the settings at every submission (see :attr:`app.jobs.types.ProcessorSpec.settings_check`);
+    ``submit_check`` refuses at every submission an input that could only fail, knowing whether the job
+    will have parents (see :attr:`app.jobs.types.ProcessorSpec.submit_check`).
 
     Raises:
         TypeError: an async function marked ``cpu_bound``, or a plain one not marked.
@@ -359,6 +362,7 @@ def processor(
                 group=group,
                 next_types=tuple(next_types),
                 settings_check=settings_check,
+                submit_check=submit_check,
             )
         )
         return func

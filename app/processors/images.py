@@ -277,13 +277,22 @@ class ContactSheetInput(Input):
         default_factory=list,
         max_length=100,
         title="Pictures",
-        description="The pictures to put on the sheet. Inside a Photo batch pipeline leave this empty: "
-        "the thumbnails made by the earlier steps are used.",
+        description="The pictures to put on the sheet. As a pipeline step after thumbnail steps it may "
+        "be left empty: the sheet then shows the thumbnails those steps made.",
         json_schema_extra=PICTURES,
     )
     columns: int = Field(4, ge=1, le=10, title="Pictures per row")
     cell: int = Field(240, ge=64, le=600, title="Picture size on the sheet (pixels)")
     title: str = Field("", max_length=120, title="Title", description="Printed at the top of the sheet.")
+
+
+def pictures_given(data: dict[str, Any], has_parents: bool) -> dict[str, str]:
+    """At submission: a sheet with no pictures chosen is refused unless the job is a pipeline step after
+    others, whose thumbnails it shows; a job on its own would only fail when it runs. Pictures still to
+    come from a parent's result (a ``$ref``) count as given."""
+    if has_parents or data.get("images", []) != []:
+        return {}
+    return {"images": "choose at least one picture to put on the sheet"}
 
 
 def _natural(key: str) -> list[Any]:
@@ -389,9 +398,11 @@ def make_contact_sheet(ctx: CpuContext) -> Result:
     inp: ContactSheetInput = ctx.input
     tiles, members = _sheet_sources(ctx)
     if not tiles:
+        # Refused at submission unless the job has parents (pictures_given): here the steps before it
+        # made no thumbnails.
         raise PermanentError(
-            "There are no pictures to put on the sheet: choose some pictures (or run this step after "
-            "thumbnail steps in a pipeline)."
+            "There are no pictures to put on the sheet: none were chosen, and the steps before this one "
+            "made no thumbnails."
         )
     cell, pad, label_h = inp.cell, 12, 22
     title_h = 44 if inp.title else 0
@@ -450,6 +461,7 @@ processor(
     title="Make a contact sheet",
     description="Puts pictures side by side on one sheet with their names, and zips them for download.",
     input=ContactSheetInput,
+    submit_check=pictures_given,
     cpu_bound=True,
     timeout=300,
     max_attempts=3,

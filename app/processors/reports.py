@@ -487,6 +487,17 @@ class CsvReportInput(Input):
     )
 
 
+def summary_step_given(data: dict[str, Any], has_parents: bool) -> dict[str, str]:
+    """At submission: the report is made from an earlier step's result, so a job with no step before it
+    could only fail when it runs."""
+    if has_parents:
+        return {}
+    return {
+        "from_step": "this step turns the summary made by an earlier pipeline step into a report, and a job "
+        "on its own has no earlier step; to summarise a CSV file on its own, use 'Summarise a CSV file'"
+    }
+
+
 def report_from_summary(ctx: CpuContext) -> Result:
     """Build the HTML report from the summary an earlier step made (``ctx.parents[from_step]``).
     ``result_data``: ``{title, overview, columns: n, files}``.
@@ -542,6 +553,7 @@ processor(
     title="Build a CSV report page",
     description="The last step of the CSV report pipeline: turns the summary step's result into the HTML report.",
     input=CsvReportInput,
+    submit_check=summary_step_given,
     cpu_bound=True,
     timeout=300,
     max_attempts=3,

@@ -26,8 +26,17 @@ async def test_a_contact_sheet_step_shows_its_pictures_count_not_pictures_none(
     """The Photo batch's contact sheet step takes its pictures from the earlier steps, so its own
     ``images`` is empty: the page shows the result's count, and no "Pictures none" in the input."""
     user = await sign_in_as(client, db_url, "ann@example.com")
+    # without pictures of its own a sheet needs a step before it (one on its own is refused)
+    parent = await enqueue(engine, ui_settings, user.id, "noop")
+    await claim(engine, parent)
+    await finish(engine, ui_settings, parent, "completed", result={})
     jid = await enqueue(
-        engine, ui_settings, user.id, "images.contact_sheet", input_data={"columns": 4, "title": "3 pictures"}
+        engine,
+        ui_settings,
+        user.id,
+        "images.contact_sheet",
+        input_data={"columns": 4, "title": "3 pictures"},
+        depends_on=[parent],
     )
     await claim(engine, jid)
     result = {"pictures": 3, "columns": 3, "rows": 1, "width": 700, "height": 300, "zip_members": ["a.jpg"]}

@@ -129,8 +129,16 @@ class _Checker:
     """The jobs of one bulk enqueue validated in order (each type's schema compiled once, see
     :func:`_type_check`), the problems of every bad job kept by index for one :class:`BadInput`."""
 
-    def __init__(self, jobs: Sequence[NewJob], settings: Settings, skip_schema: bool) -> None:
+    def __init__(
+        self,
+        jobs: Sequence[NewJob],
+        settings: Settings,
+        skip_schema: bool,
+        edges: Sequence[tuple[uuid.UUID, uuid.UUID]] = (),
+    ) -> None:
         self.jobs, self.settings, self.skip_schema = jobs, settings, skip_schema
+        # The jobs that will wait for a parent: a type's checks at submission may depend on it.
+        self.children = {child for child, _ in edges}
         self.prepared: list[dict[str, Any]] = []
         self.errors: dict[str, str] = {}
         self.bad = 0
@@ -140,7 +148,14 @@ class _Checker:
         """Job ``i``'s insert parameters, or ``None`` when it is bad (its problems kept)."""
         self.done = i + 1
         try:
-            p = prepare(self.jobs[i], self.settings, field_prefix=f"jobs[{i}].", skip_schema=self.skip_schema)
+            job = self.jobs[i]
+            p = prepare(
+                job,
+                self.settings,
+                field_prefix=f"jobs[{i}].",
+                skip_schema=self.skip_schema,
+                has_parents=bool(job.depends_on) or job.id in self.children,
+            )
         except BadInput as exc:
             self.bad += 1
             if self.bad <= MANY_ERRORS_SHOWN:
@@ -164,9 +179,14 @@ class _Checker:
         return self.prepared
 
 
-def _prepare_all(jobs: Sequence[NewJob], settings: Settings, skip_schema: bool) -> list[dict[str, Any]]:
+def _prepare_all(
+    jobs: Sequence[NewJob],
+    settings: Settings,
+    skip_schema: bool,
+    edges: Sequence[tuple[uuid.UUID, uuid.UUID]] = (),
+) -> list[dict[str, Any]]:
     """Every job validated; the problems of every bad job, by index, in one :class:`BadInput`."""
-    return _Checker(jobs, settings, skip_schema).finish()
+    return _Checker(jobs, settings, skip_schema, edges).finish()
 
 
 def _insert_params(
@@ -349,9 +369,9 @@ async def enqueue_many(
         and all(j.idempotency_key is None for j in jobs)
         and (raw := await driver_connection(conn)) is not None
     ):
-        prepared = await _stream_in(conn, raw, _Checker(jobs, settings, skip_schema), pending, actor)
+        prepared = await _stream_in(conn, raw, _Checker(jobs, settings, skip_schema, edges), pending, actor)
     else:
-        prepared = _prepare_all(jobs, settings, skip_schema)
+        prepared = _prepare_all(jobs, settings, skip_schema, edges)
         await check_files(conn, prepared)
         if any(p["idempotency_key"] is not None for p in prepared):
             inserted = await _insert_keyed(conn, prepared, _insert_params(prepared, pending, actor))

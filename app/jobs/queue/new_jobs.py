@@ -213,13 +213,21 @@ def check_dependencies(job: NewJob, settings: Settings, field: str = "dependent_
 
 
 def prepare(
-    job: NewJob, settings: Settings, *, field_prefix: str = "", skip_schema: bool = False
+    job: NewJob,
+    settings: Settings,
+    *,
+    field_prefix: str = "",
+    skip_schema: bool = False,
+    has_parents: bool | None = None,
 ) -> dict[str, Any]:
     """Validate ``job`` and return the insert parameters.
 
     Checks: the type is registered; ``input_data`` has no NUL or lone surrogate, fits ``JOB_MAX_INPUT_BYTES`` and
     validates against the processor's input schema (stored in its normalised form, defaults filled in);
-    ``max_attempts`` and ``priority`` are in range; ``run_at`` has a UTC offset.
+    ``max_attempts`` and ``priority`` are in range; ``run_at`` has a UTC offset; the type's own checks at
+    submission (:meth:`~app.jobs.types.ProcessorSpec.check_submission`) pass for a job that will have
+    parents or not: ``has_parents``, else whether ``depends_on`` names any (a pipeline's steps and next
+    jobs get theirs from :func:`~app.jobs.queue.many_jobs.enqueue_many`'s edges).
 
     Raises:
         BadInput: with the field path (``input_data.seconds``, ``max_attempts``, …) and the reason.
@@ -246,7 +254,8 @@ def prepare(
     checked = normalized or job.input_data
     if job.pipeline_id is not None and has_literals(checked):
         checked = unwrap_literals(checked)
-    spec.check_settings(checked, settings, field_prefix=f"{p}input_data")
+    parents = bool(job.depends_on) if has_parents is None else has_parents
+    spec.check_submission(checked, settings, has_parents=parents, field_prefix=f"{p}input_data")
     max_attempts = (
         job.max_attempts
         if job.max_attempts is not None

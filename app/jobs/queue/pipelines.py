@@ -23,6 +23,7 @@ from app.jobs.graph import (
     check_graph,
     check_key,
     check_ref_sources,
+    check_step_submission,
     rename_refs,
     topo_order,
     validate_step_input,
@@ -199,6 +200,8 @@ def check_spec(
         s["key"]: validate_step_input(s.get("type"), s.get("input_data") or {}, paths[s["key"]], settings)
         for s in expanded
     }
+    for s in expanded:
+        check_step_submission(s, stored_inputs[s["key"]], paths[s["key"]], settings)
     return name, expanded, stored_inputs, paths
 
 

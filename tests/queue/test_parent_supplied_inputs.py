@@ -1,0 +1,152 @@
+"""An input that is valid only when the job's parents supply what it lacks (a contact sheet with no
+pictures chosen shows its parents' thumbnails; a CSV report page reads an earlier step's summary) is
+refused at submission on every path where the job has no parents — the job form next to its field, the
+API, a spreadsheet's row, a schedule, a pipeline step without ``depends_on``, a processor's next job —
+and accepted where it has them, instead of a job that fails when it runs."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+import asyncpg
+import pytest
+from litestar.testing import AsyncTestClient
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app import pipelines
+from app.errors import BadInput
+from app.jobs import queue
+from app.jobs.queue import NewJob
+from app.jobs.queue import pipelines as queue_pipelines
+from app.jobs.types import NextJob
+from app.settings import Settings
+from tests.support.procs import EXAMPLES, upload
+from tests.support.webkit import add_token, add_user, csrf_from, sign_in_as
+
+NO_PICTURES = "choose at least one picture to put on the sheet"
+PICTURE = EXAMPLES / "images" / "coffee.jpg"
+
+
+def _form_key(html: str) -> str:
+    return re.search(r'name="_form_key" value="([^"]+)"', html).group(1)  # type: ignore[union-attr]
+
+
+async def test_the_api_refuses_a_contact_sheet_without_pictures_naming_the_field(
+    client: AsyncTestClient, db_url: str, ui_settings: Settings, engine: AsyncEngine, pg: asyncpg.Connection
+) -> None:
+    ann = await sign_in_as(client, db_url, "ann@example.com")
+    bearer = {"Authorization": f"Bearer {await add_token(db_url, ann.id)}"}
+    for data in ({}, {"images": [], "columns": 3}):
+        r = await client.post(
+            "/api/jobs", json={"type": "images.contact_sheet", "input_data": data}, headers=bearer
+        )
+        assert r.status_code == 422, r.text
+        assert r.json()["errors"] == {"input_data.images": NO_PICTURES}, r.text
+    # a spreadsheet's rows and a schedule are jobs without parents too
+    r = await client.post(
+        "/api/batches", json={"type": "images.contact_sheet", "rows": [{"columns": 3}]}, headers=bearer
+    )
+    assert r.status_code == 422, r.text
+    assert NO_PICTURES in r.json()["errors"]["rows[0].images"], r.text
+    boss = await add_user(db_url, "boss@example.com", admin=True)  # schedules are admins' to make
+    r = await client.post(
+        "/api/schedules",
+        json={"cron": "0 * * * *", "type": "images.contact_sheet", "input_data": {}, "name": "Sheet"},
+        headers={"Authorization": f"Bearer {await add_token(db_url, boss.id)}"},
+    )
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"]["input_data.images"] == NO_PICTURES, r.text
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
+    assert await pg.fetchval("SELECT count(*) FROM schedules") == 0
+    # with a picture it is accepted
+    fid = await upload(engine, ui_settings, ann.id, path=PICTURE)
+    r = await client.post(
+        "/api/jobs", json={"type": "images.contact_sheet", "input_data": {"images": [fid]}}, headers=bearer
+    )
+    assert r.status_code == 201, r.text
+
+
+async def test_the_job_form_shows_the_refusal_next_to_the_pictures_field(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    await sign_in_as(client, db_url, "ann@example.com")
+    page = await client.get("/jobs/new/images.contact_sheet")
+    assert "Photo batch" not in page.text  # the help does not assume a pipeline the person is not using
+    assert "As a pipeline step after thumbnail steps it may be left empty" in page.text
+    sent = await client.post(
+        "/jobs/new/images.contact_sheet",
+        data={"_csrf_token": csrf_from(page.text), "_form_key": _form_key(page.text), "columns": "4"},
+        files={"images": ("", b"", "application/octet-stream")},
+        follow_redirects=False,
+    )
+    assert sent.status_code == 422, sent.status_code
+    errors = re.findall(r'<small id="([^"]*)" class="field-error"[^>]*>([^<]*)<', sent.text)
+    assert errors == [("e-images", "Choose at least one picture to put on the sheet.")], errors
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 0
+
+
+def _sheet(depends_on: list[str]) -> dict[str, Any]:
+    return {"key": "sheet", "type": "images.contact_sheet", "input_data": {}, "depends_on": depends_on}
+
+
+async def test_a_pipeline_step_without_pictures_needs_parents(
+    engine: AsyncEngine, settings: Settings, owner: Any, pg: asyncpg.Connection
+) -> None:
+    fid = await upload(engine, settings, owner.id, path=PICTURE)
+    thumb = {"key": "thumb", "type": "images.thumbnail", "input_data": {"image": fid}}
+    async with engine.begin() as conn:
+        row = await pipelines.create(
+            conn, name="sheet", steps=[thumb, _sheet(["thumb"])], user_id=owner.id, settings=settings
+        )
+    assert await pg.fetchval("SELECT count(*) FROM jobs WHERE pipeline_id = $1", row["id"]) == 2
+    for steps, path in (([_sheet([])], "steps[0]"), ([thumb, _sheet([])], "steps[1]")):
+        with pytest.raises(BadInput) as refused:
+            async with engine.begin() as conn:
+                await pipelines.create(conn, name="sheet", steps=steps, user_id=owner.id, settings=settings)
+        assert refused.value.errors == {f"{path}.input_data.images": NO_PICTURES}
+    # a job with parents named by id is accepted; on its own, the queue refuses it
+    parent = uuid.UUID(
+        str(await pg.fetchval("SELECT id FROM jobs WHERE pipeline_id = $1 AND step_key = 'thumb'", row["id"]))
+    )
+    async with engine.begin() as conn:
+        await queue.enqueue(conn, NewJob("images.contact_sheet", {}, owner.id, depends_on=[parent]), settings)
+        with pytest.raises(BadInput) as refused:
+            await queue.enqueue(conn, NewJob("images.contact_sheet", {}, owner.id), settings)
+    assert refused.value.errors == {"input_data.images": NO_PICTURES}
+
+
+async def test_a_next_job_without_pictures_needs_parents(
+    engine: AsyncEngine, settings: Settings, owner: Any, pg: asyncpg.Connection
+) -> None:
+    async with engine.begin() as conn:
+        made = await queue.enqueue(conn, NewJob("noop", {}, owner.id), settings)
+    creator = dict(made.job)
+    with pytest.raises(BadInput) as refused:
+        async with engine.begin() as conn:
+            await queue_pipelines.insert_next_jobs(
+                conn, creator, [NextJob("images.contact_sheet", {}, key="alone")], settings
+            )
+    assert refused.value.errors == {"next_jobs[0].input_data.images": NO_PICTURES}
+    async with engine.begin() as conn:
+        await queue_pipelines.insert_next_jobs(
+            conn,
+            creator,
+            [NextJob("images.contact_sheet", {}, key="sheet", depends_on=[made.job["id"]])],
+            settings,
+        )
+    assert await pg.fetchval("SELECT count(*) FROM jobs WHERE type = 'images.contact_sheet'") == 1
+
+
+async def test_a_csv_report_page_on_its_own_is_refused_and_in_its_pipeline_accepted(
+    engine: AsyncEngine, settings: Settings, owner: Any
+) -> None:
+    with pytest.raises(BadInput) as refused:
+        async with engine.begin() as conn:
+            await queue.enqueue(conn, NewJob("report.csv_report", {}, owner.id), settings)
+    assert "Summarise a CSV file" in refused.value.errors["input_data.from_step"]
+    summary = {"key": "summary", "type": "noop", "input_data": {}}
+    report = {"key": "report", "type": "report.csv_report", "input_data": {}, "depends_on": ["summary"]}
+    async with engine.begin() as conn:
+        await pipelines.create(conn, name="r", steps=[summary, report], user_id=owner.id, settings=settings)
