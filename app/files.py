@@ -31,6 +31,7 @@ old (:class:`app.worker.maintenance.Retention`).
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import os
 import re
@@ -42,14 +43,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
 from sqlalchemy import event, text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from uuid_utils.compat import uuid7
 
-from app.errors import BadInput, NotFound
+from app.errors import BadInput, NotFound, Unavailable
 from app.file_types import derive_type
 from app.storage_limit import check_room
+
+log = structlog.get_logger("jobdesk.files")
+
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+"""A write refused for want of room: the disk (or the quota) of the files folder is full."""
 
 MAX_NAME = 200
 MAX_PROCESS_FILES = 2000
@@ -310,6 +317,8 @@ class FileStore:
         except asyncio.CancelledError:
             placing.add_done_callback(lambda _: self._bytes_path(file_id).unlink(missing_ok=True))
             raise
+        except OSError as exc:
+            raise self._cannot_store(exc) from exc
         values = {
             "id": file_id,
             "user_id": user_id,
@@ -326,6 +335,20 @@ class FileStore:
         except BaseException:
             self._bytes_path(file_id).unlink(missing_ok=True)
             raise
+
+    def _cannot_store(self, exc: OSError) -> Unavailable:
+        """A write to the files folder that failed (the disk full, the folder read-only or not ours) as a
+        503 in words, logged for the administrators with the error: the server's fault, not the
+        person's, and not the database's, and one to try again once it is mended."""
+        full = exc.errno in NO_ROOM
+        log.error("a file could not be stored", files_dir=str(self.dir), error=f"{type(exc).__name__}: {exc}")
+        reason = (
+            "the server has no room left for files" if full else "the server cannot write its files folder"
+        )
+        return Unavailable(
+            f"The file could not be stored: {reason}. Nothing was saved; try again later, and tell an "
+            "administrator if it goes on."
+        )
 
     async def stored_with(
         self, conn: AsyncConnection, *, user_id: int, form_key: str, sha256: str, name: str
