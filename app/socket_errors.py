@@ -47,6 +47,11 @@ _CONNECTION_ERRNOS = frozenset(
         errno.EADDRNOTAVAIL,  # no local port left for a new connection, until some are released
         errno.EAGAIN,  # a Unix socket's backlog full: the server is not accepting as fast as asked
         errno.ENOBUFS,
+        # Out of descriptors for a new socket (a file's open names its file): the process's or the
+        # system's limit, freed as connections and files close, so waited out like an outage rather
+        # than stopping the worker, whose restart would meet the same limit on a busy host.
+        errno.EMFILE,
+        errno.ENFILE,
     }
 )
 

@@ -119,3 +119,11 @@ async def test_a_full_disk_while_recording_a_completion_fails_the_job_instead_of
             row = await wait_status(pg, job, ["failed"], timeout=10)
     assert "No space left on device" in row["error_message"]
     assert not [e for e in logs if e["event"] == "database unavailable; retrying"]
+
+
+@pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE])
+def test_no_descriptor_left_for_a_socket_is_waited_out_but_a_file_open_is_its_own_failure(code: int) -> None:
+    """A new connection's socket refused for want of descriptors names no file, and goes when other
+    connections and files close: an outage to wait out. ``open`` hitting the same limit names its file."""
+    assert is_transient(OSError(code, "Too many open files"))
+    assert not is_transient(OSError(code, "Too many open files", "/data/files/ab"))
