@@ -25,6 +25,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import is_transient
+from app.jobs.cursors import moment_cursor
 from app.settings import Settings
 
 PAGE = 100
@@ -98,7 +99,7 @@ async def listing(
 def cursor_of(row: Any) -> str:
     """The position after ``row``, as :func:`listing`'s ``after`` takes it back (read by
     :func:`app.jobs.cursors.read_cursor`)."""
-    return f"{row['at'].isoformat()}|{row['id']}"
+    return moment_cursor(row["at"], row["id"])
 
 
 async def unread_count(db: Any, user_id: int) -> int:

@@ -22,7 +22,7 @@ from app.actions.trail import Actor
 from app.errors import BadInput, Forbidden, NotFound
 from app.jobs import approvals, decisions, queue
 from app.jobs.approvals import link, link_problem, link_token
-from app.jobs.cursors import Cursor, page_of, read_cursor
+from app.jobs.cursors import Cursor, moment_cursor, page_of, read_cursor
 
 __all__ = [
     "Page",
@@ -112,7 +112,7 @@ class Page:
 
 
 def _cursor(row: Mapping[str, Any]) -> str:
-    return f"{row['waiting_since'].isoformat()}|{row['id']}"
+    return moment_cursor(row["waiting_since"], row["id"])
 
 
 def _shaped(user: Any, row: Mapping[str, Any], decided: set[Any]) -> dict[str, Any]:

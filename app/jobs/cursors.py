@@ -30,9 +30,21 @@ def _id(text: str) -> uuid.UUID:
     return uuid.UUID(text)
 
 
+_DECODED_PLUS = re.compile(r" ([0-9]{2}:?[0-9]{2})$")
+
+
+def moment_cursor(at: datetime, rest: object) -> str:
+    """``<at>|<rest>`` as a list hands it out in ``next``: the moment in UTC written with ``Z``, so the
+    value holds no ``+`` and is passed back as it is pasted into an address (a query string reads ``+``
+    as a space, and a ``next`` sent back unchanged was refused as "not a position this list gave")."""
+    return f"{at.astimezone(UTC).isoformat().replace('+00:00', 'Z')}|{rest}"
+
+
 def _moment(text: str) -> tuple[datetime, str]:
-    """``<moment with a UTC offset>|<rest>``: the moment read, the rest as text."""
+    """``<moment with a UTC offset>|<rest>``: the moment read, the rest as text. An offset's ``+`` that a
+    query string read as a space (a cursor handed out before they were written with ``Z``) is a ``+``."""
     at, bar, rest = text.partition("|")
+    at = _DECODED_PLUS.sub(r"+\1", at)
     since = datetime.fromisoformat(at)
     if not bar or since.tzinfo is None:
         raise ValueError(text)
