@@ -39,16 +39,19 @@ async def test_run_now_of_a_due_job_and_a_reschedule_to_its_own_time_change_noth
     due = await enqueue(engine, settings, owner.id)
     before = await pg.fetchval("SELECT run_at FROM jobs WHERE id = $1", due)
     r = await client.post(f"/api/jobs/{due}/run-now", headers=api)
-    assert r.status_code == 409 and DUE in r.json()["detail"], r.text
+    assert r.status_code == 409 and r.json()["detail"].startswith(f"Nothing changed: {DUE}"), r.text
     r = await client.post(f"/jobs/{due}/run-now", headers={**HX, "x-csrftoken": await csrf(client)})
-    assert r.status_code == 409 and DUE in r.text, r.text[-600:]
+    assert r.status_code == 409 and f"Nothing changed: {DUE}" in r.text, r.text[-600:]
+    assert "Nothing changed: Nothing changed" not in r.text and "paused" in r.text
     assert await pg.fetchval("SELECT run_at FROM jobs WHERE id = $1", due) == before
 
     later = await enqueue(engine, settings, owner.id, run_at=LATER)
     r = await client.post(
         f"/api/jobs/{later}/reschedule", json={"run_at": "2031-01-01T10:00:00+01:00"}, headers=api
     )
-    assert r.status_code == 409 and SAME in r.json()["detail"], r.text
+    assert (
+        r.status_code == 409 and r.json()["detail"] == f"Nothing changed: {SAME}, so it was not rescheduled."
+    ), r.text
     assert await pg.fetchval("SELECT run_at FROM jobs WHERE id = $1", later) == LATER
 
     outcomes = await _outcomes(pg)

@@ -351,10 +351,14 @@ async def _unchanged_due_time(conn: AsyncConnection, row: JobRow, run_at: dateti
     an admin action that changes nothing is a "Nothing changed" refusal, as a second pause is."""
     if run_at is None:
         if (await conn.execute(DUE_NOW, {"run_at": row["run_at"]})).scalar():
-            return "this job is already due, so it cannot be run sooner: it starts when a worker takes it."
+            # without a period: the refusal and the page's notice end the sentence
+            return (
+                "this job is already due, so it cannot be run sooner: a worker starts it when one is free "
+                "(and its type is not paused)"
+            )
         return None
     if run_at == row["run_at"]:
-        return "this job already waits until that moment, so it was not rescheduled."
+        return "this job already waits until that moment, so it was not rescheduled"
     return None
 
 
@@ -378,7 +382,9 @@ async def reschedule(
     if run_at is None and (why := await _run_now_refusal(conn, row)):
         raise Conflict(why)
     if why := await _unchanged_due_time(conn, row, run_at):
-        raise Conflict(why)
+        # "Nothing changed" in the API's answer too, as every admin no-op says it (the page's notice
+        # puts it before the reason)
+        raise Conflict(f"Nothing changed: {why}.", extra={"reason": why})
     found = (await conn.execute(RESCHEDULE, {"id": row["id"], "run_at": run_at})).mappings().first()
     assert found is not None, "the row is locked and queued"
     updated = job_row(found)
