@@ -37,7 +37,7 @@ from app.jobs.payload import cap_text, json_text, text_problem
 from app.processors import PermanentError
 from app.processors.addresses import AddressPolicy
 from app.settings import Settings
-from app.silence import answered_within
+from app.silence import answered_within, warn_on_close
 
 MAX_URL_CHARS = 2000
 SEND_TIMEOUT_SECS = 10.0
@@ -170,15 +170,9 @@ class CallbackSender:
     def _transaction(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """A transaction closed as a lost connection (:func:`app.silence.answered_within`) unless it is
         over within :attr:`answer_secs`."""
-
-        def closing() -> None:
-            self.log.warning(
-                "no answer from the database; closing the connection",
-                operation="callbacks",
-                waited_secs=self.answer_secs,
-            )
-
-        return answered_within(self.engine.begin(), self.answer_secs, closing)
+        return answered_within(
+            self.engine.begin(), self.answer_secs, warn_on_close(self.log, "callbacks", self.answer_secs)
+        )
 
     async def run_once(self) -> int:
         """Claim due callbacks, send them (no transaction open), record the outcomes; returns how many

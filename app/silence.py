@@ -102,6 +102,19 @@ def close_unless_answered(
     return None
 
 
+def warn_on_close(log: Any, what: str, seconds: float | None) -> Callable[[], None]:
+    """The ``on_close`` of a bounded wait (:func:`close_unless_answered`, :func:`answered_within`) that
+    logs, on ``log`` (``None``: nothing), which ``what`` gave up on its connection and after how long."""
+
+    def closing() -> None:
+        if log is not None:
+            log.warning(
+                "no answer from the database; closing the connection", operation=what, waited_secs=seconds
+            )
+
+    return closing
+
+
 @contextlib.asynccontextmanager
 async def answered_within(
     block: contextlib.AbstractAsyncContextManager[AsyncConnection],

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from app.db import is_transient
 from app.errors import AppError
 from app.processors import RetryableError
-from app.silence import close_unless_answered
+from app.silence import close_unless_answered, warn_on_close
 from app.worker.cpu import ProcessFailure
 from app.worker.held import HeldConnection
 
@@ -76,15 +76,7 @@ async def retrying(
         try:
             async with db.use() if isinstance(db, HeldConnection) else db.begin() as conn:
                 if answer_secs is not None:
-                    watch = close_unless_answered(
-                        conn,
-                        answer_secs,
-                        lambda: log.warning(
-                            "no answer from the database; closing the connection",
-                            operation=what,
-                            waited_secs=answer_secs,
-                        ),
-                    )
+                    watch = close_unless_answered(conn, answer_secs, warn_on_close(log, what, answer_secs))
                 return await fn(conn)
         except Exception as exc:
             if not is_transient(exc):

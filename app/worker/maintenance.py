@@ -34,7 +34,7 @@ from app.jobs import queue
 from app.jobs.backoff import retry_delay
 from app.processors import registry
 from app.settings import Settings
-from app.silence import answered_within
+from app.silence import answered_within, warn_on_close
 from app.worker import scratch
 from app.worker.completer import Tally
 from app.worker.faults import first_line
@@ -65,14 +65,7 @@ def answered(
     included, after which its connection is closed and the block fails as a lost connection
     (:func:`app.silence.answered_within`): the sweep logs it and goes on at its next pass, on a fresh
     connection."""
-
-    def closing() -> None:
-        if log is not None:
-            log.warning(
-                "no answer from the database; closing the connection", operation=what, waited_secs=seconds
-            )
-
-    return answered_within(block, seconds, closing)
+    return answered_within(block, seconds, warn_on_close(log, what, seconds))
 
 
 class ExpiredLeaseRescue:
