@@ -1,0 +1,156 @@
+"""A person's action on a job racing a worker's outcome or another person's action on the same pipeline,
+each interleaving forced with a held lock or a pause inside the action: one of them wins, the other sees
+the winner's result, and neither fails on a deadlock."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+import pytest
+
+from app import pipelines
+from app.jobs import queue
+from app.jobs.queue import Outcome, common, transitions
+from app.jobs.queue.approvals import expire_approvals
+from app.settings import Settings
+from tests.support.factories import TestUser, event_kinds
+
+WAITING_ON_A_LOCK = """
+    SELECT count(*) FROM pg_stat_activity
+    WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()
+"""
+
+
+async def _until_waiting(pg: asyncpg.Connection, count: int = 1) -> None:
+    """Until ``count`` other sessions wait for a lock."""
+    for _ in range(500):
+        if await pg.fetchval(WAITING_ON_A_LOCK) >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("no session came to wait for a lock")
+
+
+def _pause_after_job_lock(monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, asyncio.Event]:
+    """Pause a person's action on a job once it holds the job's locks: ``held`` is set then, and the action
+    goes on when ``go`` is."""
+    held, go = asyncio.Event(), asyncio.Event()
+    real = transitions.lock_job
+
+    async def paused(*args: Any, **kw: Any) -> Any:
+        row = await real(*args, **kw)
+        held.set()
+        await go.wait()
+        return row
+
+    monkeypatch.setattr(transitions, "lock_job", paused)
+    return held, go
+
+
+async def _two_steps(
+    engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection
+) -> tuple[uuid.UUID, dict[str, uuid.UUID]]:
+    """A pipeline ``a`` → ``b``, with ``a`` claimed by ``test-worker``."""
+    async with engine.begin() as conn:
+        p = await pipelines.create(
+            conn,
+            name="race",
+            steps=[
+                {"key": "a", "type": "noop", "input_data": {}, "depends_on": []},
+                {"key": "b", "type": "noop", "input_data": {}, "depends_on": ["a"]},
+            ],
+            user_id=owner.id,
+            settings=settings,
+        )
+    async with engine.begin() as conn:
+        claimed = await queue.claim(conn, "test-worker", 10, 60)
+    assert len(claimed) == 1
+    rows = await pg.fetch("SELECT step_key, id FROM jobs WHERE pipeline_id = $1", p["id"])
+    steps = {r["step_key"]: r["id"] for r in rows}
+    return p["id"], steps
+
+
+async def _in_transaction(engine: Any, work: Callable[[Any], Awaitable[Any]]) -> Any:
+    async with engine.begin() as conn:
+        return await work(conn)
+
+
+async def test_cancelling_a_waiting_step_while_its_parent_completes_does_not_deadlock(
+    engine, settings, owner, admin, pg, monkeypatch
+) -> None:
+    pid, steps = await _two_steps(engine, settings, owner, pg)
+    held, go = _pause_after_job_lock(monkeypatch)
+    cancel = asyncio.create_task(_in_transaction(engine, lambda c: queue.cancel(c, steps["b"], admin)))
+    await held.wait()
+    done = Outcome(steps["a"], "completed", result="{}", pipeline_id=pid, attempt=1)
+    finish = asyncio.create_task(
+        _in_transaction(engine, lambda c: queue.finish(c, "test-worker", [done], settings))
+    )
+    await _until_waiting(pg)  # the completion waits for what the cancel holds
+    go.set()
+    cancelled, report = await asyncio.gather(cancel, finish)
+    assert cancelled["status"] == "cancelled"
+    assert report.status == {steps["a"]: "completed"}
+    assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", steps["b"]) == "cancelled"
+    assert await event_kinds(pg, steps["b"]) == ["enqueued", "cancelled"]
+    assert await pg.fetchval("SELECT status FROM pipelines WHERE id = $1", pid) == "cancelled"
+
+
+async def _until_waiting_or_done(pg: asyncpg.Connection, task: asyncio.Task[Any]) -> None:
+    """Until ``task`` has finished or another session waits for a lock."""
+    for _ in range(500):
+        if task.done() or await pg.fetchval(WAITING_ON_A_LOCK):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the task neither finished nor came to wait for a lock")
+
+
+async def test_the_approval_timeout_sweep_and_an_approval_of_the_same_step_do_not_deadlock(
+    engine, settings, owner, admin, pg, monkeypatch
+) -> None:
+    async with engine.begin() as conn:
+        p = await pipelines.create(
+            conn,
+            name="review",
+            steps=[
+                {
+                    "key": "draft",
+                    "type": "noop",
+                    "input_data": {},
+                    "requires_approval": True,
+                    "approvers": ["admins"],
+                    "approval_timeout": 3600,
+                },
+                {"key": "publish", "type": "noop", "input_data": {}, "depends_on": ["draft"]},
+            ],
+            user_id=owner.id,
+            settings=settings,
+        )
+    async with engine.begin() as conn:
+        [draft] = await queue.claim(conn, "test-worker", 10, 60)
+        await queue.finish(conn, "test-worker", [Outcome(draft["id"], "completed", result="{}")], settings)
+    await pg.execute("UPDATE jobs SET updated_at = now() - interval '2 hours' WHERE id = $1", draft["id"])
+    # the approval pauses once it holds the step's pipeline
+    held, go = asyncio.Event(), asyncio.Event()
+    real = common.lock_pipelines
+
+    async def paused(*args: Any, **kw: Any) -> Any:
+        await real(*args, **kw)
+        if not held.is_set():
+            held.set()
+            await go.wait()
+
+    monkeypatch.setattr(common, "lock_pipelines", paused)
+    approve = asyncio.create_task(_in_transaction(engine, lambda c: queue.approve(c, draft["id"], admin)))
+    await held.wait()
+    sweep = asyncio.create_task(_in_transaction(engine, expire_approvals))
+    await _until_waiting_or_done(pg, sweep)
+    go.set()
+    approved, swept = await asyncio.gather(approve, sweep)
+    assert approved["status"] == "completed"
+    assert swept == {"rejected": [], "reminded": []}  # the step was being decided: left to the approval
+    assert "rejected" not in await event_kinds(pg, draft["id"])
+    assert await pg.fetchval("SELECT status FROM pipelines WHERE id = $1", p["id"]) == "running"
