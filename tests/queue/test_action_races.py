@@ -108,6 +108,59 @@ async def _until_waiting_or_done(pg: asyncpg.Connection, task: asyncio.Task[Any]
     raise AssertionError("the task neither finished nor came to wait for a lock")
 
 
+LIVE_STEPS = """
+    SELECT count(*) FROM jobs
+    WHERE pipeline_id = $1 AND status IN ('queued', 'in_progress', 'waiting_approval') AND is_active
+"""
+
+
+async def test_a_pipeline_cancel_stops_the_steps_a_step_completing_meanwhile_releases(
+    engine, settings, owner, pg, monkeypatch
+) -> None:
+    async with engine.begin() as conn:
+        p = await pipelines.create(
+            conn,
+            name="race",
+            steps=[
+                {"key": "src", "type": "noop", "input_data": {}, "depends_on": []},
+                {
+                    "key": "each",
+                    "type": "noop",
+                    "input_data": {"x": {"$item": ""}},
+                    "depends_on": [],
+                    "for_each": {"$ref": "src.items"},
+                },
+            ],
+            user_id=owner.id,
+            settings=settings,
+        )
+    async with engine.begin() as conn:
+        [src] = await queue.claim(conn, "test-worker", 10, 60)
+    # the cancel pauses once it has read which steps are unfinished, before it cancels the first
+    listed, go = asyncio.Event(), asyncio.Event()
+    real = queue.cancel
+
+    async def paused(*args: Any, **kw: Any) -> Any:
+        listed.set()
+        await go.wait()
+        return await real(*args, **kw)
+
+    monkeypatch.setattr(queue, "cancel", paused)
+    cancel = asyncio.create_task(_in_transaction(engine, lambda c: pipelines.cancel(c, p["id"], owner)))
+    await listed.wait()
+    done = Outcome(src["id"], "completed", result='{"items": [1, 2]}', pipeline_id=p["id"], attempt=1)
+    finish = asyncio.create_task(
+        _in_transaction(engine, lambda c: queue.finish(c, "test-worker", [done], settings))
+    )
+    await _until_waiting_or_done(pg, finish)
+    go.set()
+    counts, report = await asyncio.gather(cancel, finish)
+    assert await pg.fetchval(LIVE_STEPS, p["id"]) == 0
+    assert counts == {"cancelled": 0, "cancelling": 1}
+    assert report.status == {src["id"]: "cancelled"}  # its completion lost to the cancel
+    assert await pg.fetchval("SELECT status FROM pipelines WHERE id = $1", p["id"]) == "cancelled"
+
+
 async def test_the_approval_timeout_sweep_and_an_approval_of_the_same_step_do_not_deadlock(
     engine, settings, owner, admin, pg, monkeypatch
 ) -> None:
