@@ -11,8 +11,11 @@ from typing import Any
 
 import asyncpg
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import pipelines
+from app.actions import bulk
+from app.actions.trail import Actor
 from app.jobs import queue
 from app.jobs.queue import Outcome, common, transitions
 from app.jobs.queue.approvals import expire_approvals
@@ -51,9 +54,9 @@ def _pause_after_job_lock(monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Even
 
 
 async def _two_steps(
-    engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection
+    engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection, *, claim: bool = True
 ) -> tuple[uuid.UUID, dict[str, uuid.UUID]]:
-    """A pipeline ``a`` → ``b``, with ``a`` claimed by ``test-worker``."""
+    """A pipeline ``a`` → ``b``, with ``a`` claimed by ``test-worker`` (unless not ``claim``)."""
     async with engine.begin() as conn:
         p = await pipelines.create(
             conn,
@@ -65,9 +68,9 @@ async def _two_steps(
             user_id=owner.id,
             settings=settings,
         )
-    async with engine.begin() as conn:
-        claimed = await queue.claim(conn, "test-worker", 10, 60)
-    assert len(claimed) == 1
+    if claim:
+        async with engine.begin() as conn:
+            assert len(await queue.claim(conn, "test-worker", 10, 60)) == 1
     rows = await pg.fetch("SELECT step_key, id FROM jobs WHERE pipeline_id = $1", p["id"])
     steps = {r["step_key"]: r["id"] for r in rows}
     return p["id"], steps
@@ -207,3 +210,44 @@ async def test_the_approval_timeout_sweep_and_an_approval_of_the_same_step_do_no
     assert swept == {"rejected": [], "reminded": []}  # the step was being decided: left to the approval
     assert "rejected" not in await event_kinds(pg, draft["id"])
     assert await pg.fetchval("SELECT status FROM pipelines WHERE id = $1", p["id"]) == "running"
+
+
+async def test_a_bulk_cancel_across_pipelines_while_a_worker_completes_steps_of_both_does_not_deadlock(
+    engine, settings, owner, admin, pg, monkeypatch
+) -> None:
+    two = [await _two_steps(engine, settings, owner, pg, claim=False) for _ in range(2)]
+    async with engine.begin() as conn:
+        assert len(await queue.claim(conn, "test-worker", 10, 60)) == 2
+    low, high = sorted(two, key=lambda t: str(t[0]))
+    # the bulk takes the step of the pipeline that sorts last first, and pauses after it
+    first, go = asyncio.Event(), asyncio.Event()
+    real = queue.cancel
+
+    async def paused(*args: Any, **kw: Any) -> Any:
+        row = await real(*args, **kw)
+        if not first.is_set():
+            first.set()
+            await go.wait()
+        return row
+
+    monkeypatch.setattr(queue, "cancel", paused)
+    plan = bulk.BulkPlan("cancel", "selected", [high[1]["b"], low[1]["b"]], 2)
+
+    async def cancel_both() -> Any:
+        async with AsyncSession(engine) as db, db.begin():
+            return await bulk.run_bulk(db, Actor(admin), plan)
+
+    cancelling = asyncio.create_task(cancel_both())
+    await first.wait()
+    done = [Outcome(s["a"], "completed", result="{}", pipeline_id=pid, attempt=1) for pid, s in two]
+    finish = asyncio.create_task(
+        _in_transaction(engine, lambda c: queue.finish(c, "test-worker", done, settings))
+    )
+    await _until_waiting_or_done(pg, finish)
+    go.set()
+    outcome, report = await asyncio.gather(cancelling, finish)
+    assert sorted(outcome.done) == sorted([low[1]["b"], high[1]["b"]])
+    assert set(report.status.values()) == {"completed"}
+    for pid, s in two:
+        assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", s["b"]) == "cancelled"
+        assert await pg.fetchval("SELECT status FROM pipelines WHERE id = $1", pid) == "cancelled"

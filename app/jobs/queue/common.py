@@ -4,7 +4,7 @@ job events, NOTIFY, and pipeline row locks."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -216,3 +216,18 @@ async def lock_pipelines(conn: AsyncConnection, pipeline_ids: Iterable[uuid.UUID
     ids = sorted({p for p in pipeline_ids if p is not None}, key=str)
     if ids:
         await conn.execute(LOCK_PIPELINES, {"ids": ids})
+
+
+PIPELINES_OF = sql(
+    "SELECT DISTINCT pipeline_id FROM jobs WHERE id = ANY(CAST(:ids AS uuid[])) AND pipeline_id IS NOT NULL"
+)
+
+
+async def lock_pipelines_of(db: AsyncConnection | AsyncSession, job_ids: Sequence[uuid.UUID]) -> None:
+    """Lock the pipelines of all ``job_ids``, in id order, before one transaction acts on the jobs one by
+    one (a bulk action): each action would lock its job's pipeline as it comes to it, in the order of the
+    list, and a worker's outcomes for steps of two of those pipelines, locking them in id order, could
+    hold the one the list reaches later while waiting for the other."""
+    if job_ids:
+        conn = await conn_of(db)
+        await lock_pipelines(conn, (await conn.execute(PIPELINES_OF, {"ids": list(job_ids)})).scalars())
