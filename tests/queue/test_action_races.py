@@ -15,12 +15,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import pipelines
 from app.actions import bulk
+from app.actions import jobs as job_actions
 from app.actions.trail import Actor
+from app.db import asyncpg_dsn
 from app.jobs import queue
-from app.jobs.queue import Outcome, common, transitions
+from app.jobs.queue import NewJob, Outcome, common, transitions
 from app.jobs.queue.approvals import expire_approvals
 from app.settings import Settings
-from tests.support.factories import TestUser, event_kinds
+from tests.support.factories import TestUser, event_kinds, make_user
 
 WAITING_ON_A_LOCK = """
     SELECT count(*) FROM pg_stat_activity
@@ -251,3 +253,95 @@ async def test_a_bulk_cancel_across_pipelines_while_a_worker_completes_steps_of_
     for pid, s in two:
         assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", s["b"]) == "cancelled"
         assert await pg.fetchval("SELECT status FROM pipelines WHERE id = $1", pid) == "cancelled"
+
+
+async def test_two_admins_approving_rejecting_and_cancelling_one_step_at_once_make_one_decision(
+    engine, settings, owner, admin, pg
+) -> None:
+    other_admin = await make_user(pg, admin=True)
+    async with engine.begin() as conn:
+        p = await pipelines.create(
+            conn,
+            name="review",
+            steps=[
+                {"key": "draft", "type": "noop", "input_data": {}, "requires_approval": True},
+                {"key": "publish", "type": "noop", "input_data": {}, "depends_on": ["draft"]},
+            ],
+            user_id=owner.id,
+            settings=settings,
+        )
+    async with engine.begin() as conn:
+        [draft] = await queue.claim(conn, "test-worker", 10, 60)
+        await queue.finish(conn, "test-worker", [Outcome(draft["id"], "completed", result="{}")], settings)
+
+    async def act(who: TestUser, action: str, **kw: Any) -> Any:
+        async with AsyncSession(engine) as db, db.begin():
+            return await job_actions.perform(db, Actor(who), action, draft["id"], **kw)
+
+    outcomes = await asyncio.gather(
+        act(admin, "approve"), act(other_admin, "reject", reason="no"), act(admin, "cancel")
+    )
+    won = [o for o in outcomes if o.ok]
+    assert len(won) == 1
+    assert sorted(o.status_code for o in outcomes) == [200, 409, 409]
+    assert all(o.message.startswith("Nothing changed:") for o in outcomes if not o.ok)
+    final = {"approve": "completed", "reject": "failed", "cancel": "cancelled"}[won[0].action]
+    assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", draft["id"]) == final
+    kinds = await event_kinds(pg, draft["id"])
+    assert len([k for k in kinds if k in ("approved", "rejected", "cancelled")]) == 1
+    # one entry that did it, and one refusal for each of the others
+    audit = await pg.fetch("SELECT action, outcome FROM audit_log WHERE action LIKE 'job.%' ORDER BY id")
+    assert len(audit) == 3
+    assert [a["action"] for a in audit if a["outcome"] == "ok"] == [f"job.{won[0].action}"]
+    publish = await pg.fetchval(
+        "SELECT status FROM jobs WHERE pipeline_id = $1 AND step_key = 'publish'", p["id"]
+    )
+    assert publish == ("queued" if final == "completed" else "cancelled")
+
+
+@pytest.mark.parametrize("cancel_first", [True, False])
+async def test_an_admin_cancel_and_the_worker_s_completion_of_one_running_job_end_it_once(
+    engine, settings, owner, admin, pg, db_url, cancel_first: bool
+) -> None:
+    jid = (await queue.enqueue(engine, NewJob(type="noop", input_data={}, user_id=owner.id), settings)).job[
+        "id"
+    ]
+    async with engine.begin() as conn:
+        [claimed] = await queue.claim(conn, "test-worker", 10, 60)
+    # whichever takes the job's row first wins; the other waits for it and then sees what it did
+    holder = await asyncpg.connect(asyncpg_dsn(db_url))
+    tx = holder.transaction()
+    await tx.start()
+    await holder.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", jid)
+
+    async def cancel() -> Any:
+        async with AsyncSession(engine) as db, db.begin():
+            return await job_actions.perform(db, Actor(admin), "cancel", jid)
+
+    done = Outcome(jid, "completed", result="{}", attempt=claimed["attempts"])
+
+    async def complete() -> Any:
+        async with engine.begin() as conn:
+            return await queue.finish(conn, "test-worker", [done], settings)
+
+    first, second = (cancel, complete) if cancel_first else (complete, cancel)
+    one = asyncio.create_task(first())
+    await _until_waiting(pg)
+    two = asyncio.create_task(second())
+    await _until_waiting(pg, 2)
+    await tx.rollback()
+    await holder.close()
+    outcome, report = await (asyncio.gather(one, two) if cancel_first else asyncio.gather(two, one))
+    status = await pg.fetchval("SELECT status FROM jobs WHERE id = $1", jid)
+    kinds = await event_kinds(pg, jid)
+    if cancel_first:
+        assert outcome.ok and report.status == {jid: "cancelled"}  # the completion lost to the request
+        assert status == "cancelled" and kinds[-2:] == ["cancel_requested", "cancelled"]
+    else:
+        assert report.status == {jid: "completed"}
+        assert (outcome.status_code, outcome.message) == (
+            409,
+            "Nothing changed: it has already finished (Done).",
+        )
+        assert status == "completed" and "cancel_requested" not in kinds
+    assert len([k for k in kinds if k in ("completed", "cancelled")]) == 1
