@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import pipelines
+from app import controls, pipelines
 from app.actions import bulk
 from app.actions import jobs as job_actions
 from app.actions.trail import Actor
@@ -345,3 +345,59 @@ async def test_an_admin_cancel_and_the_worker_s_completion_of_one_running_job_en
         )
         assert status == "completed" and "cancel_requested" not in kinds
     assert len([k for k in kinds if k in ("completed", "cancelled")]) == 1
+
+
+@pytest.mark.parametrize("change", ["disable", "delete"])
+async def test_a_schedule_being_disabled_or_deleted_does_not_fire_and_one_firing_finishes_first(
+    engine, settings, admin, pg, change: str
+) -> None:
+    async with engine.begin() as conn:
+        row = await controls.create_schedule(
+            conn, cron="* * * * *", job_type="noop", owner=admin, settings=settings
+        )
+    await pg.execute(
+        "UPDATE schedules SET next_fire_at = now() - interval '1 minute' WHERE id = $1", row["id"]
+    )
+    fired_jobs = "SELECT count(*) FROM jobs WHERE type = 'noop'"
+    # the admin's change holds the row, uncommitted: the sweep passes it by without waiting or firing
+    async with engine.connect() as admin_conn:
+        tx = await admin_conn.begin()
+        if change == "disable":
+            await controls.set_schedule_enabled(admin_conn, row["id"], False)
+        else:
+            await controls.delete_schedule(admin_conn, row["id"])
+        async with engine.begin() as conn:
+            assert await asyncio.wait_for(controls.fire_due(conn, settings), 10) == []
+        await tx.commit()
+    async with engine.begin() as conn:
+        assert await controls.fire_due(conn, settings) == []
+    assert await pg.fetchval(fired_jobs) == 0
+    # a firing that holds the row first: the change waits for it, then applies to what it left
+    await pg.execute("UPDATE schedules SET enabled = true, next_fire_at = now() - interval '1 minute'")
+    if change == "delete":
+        async with engine.begin() as conn:
+            row = await controls.create_schedule(
+                conn, cron="* * * * *", job_type="noop", owner=admin, settings=settings, name="again"
+            )
+        await pg.execute(
+            "UPDATE schedules SET next_fire_at = now() - interval '1 minute' WHERE id = $1", row["id"]
+        )
+    async with engine.connect() as sweep_conn:
+        tx = await sweep_conn.begin()
+        assert len(await controls.fire_due(sweep_conn, settings)) == 1
+
+        async def admin_change() -> Any:
+            async with engine.begin() as conn:
+                if change == "disable":
+                    return await controls.set_schedule_enabled(conn, row["id"], False)
+                return await controls.delete_schedule(conn, row["id"])
+
+        changing = asyncio.create_task(admin_change())
+        await _until_waiting(pg)
+        await tx.commit()
+    await changing
+    assert await pg.fetchval(fired_jobs) == 1
+    left = await pg.fetchval("SELECT enabled FROM schedules WHERE id = $1", row["id"])
+    assert left is (False if change == "disable" else None)
+    async with engine.begin() as conn:
+        assert await controls.fire_due(conn, settings) == []
