@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import controls, pipelines
 from app.actions import bulk
 from app.actions import jobs as job_actions
+from app.actions import pipelines as pipeline_actions
 from app.actions.trail import Actor
 from app.db import asyncpg_dsn
 from app.jobs import queue
@@ -401,3 +402,45 @@ async def test_a_schedule_being_disabled_or_deleted_does_not_fire_and_one_firing
     assert left is (False if change == "disable" else None)
     async with engine.begin() as conn:
         assert await controls.fire_due(conn, settings) == []
+
+
+async def test_a_pipeline_cancel_that_meets_its_last_step_completing_says_the_pipeline_finished(
+    engine, settings, owner, pg, monkeypatch
+) -> None:
+    async with engine.begin() as conn:
+        p = await pipelines.create(
+            conn,
+            name="race",
+            steps=[{"key": "only", "type": "noop", "input_data": {}, "depends_on": []}],
+            user_id=owner.id,
+            settings=settings,
+        )
+    async with engine.begin() as conn:
+        [only] = await queue.claim(conn, "test-worker", 10, 60)
+    # the cancel pauses once it has read that the pipeline runs, before it cancels its steps
+    read, go = asyncio.Event(), asyncio.Event()
+    real = pipelines.cancel
+
+    async def paused(*args: Any, **kw: Any) -> Any:
+        read.set()
+        await go.wait()
+        return await real(*args, **kw)
+
+    monkeypatch.setattr(pipelines, "cancel", paused)
+
+    async def cancel() -> Any:
+        async with AsyncSession(engine) as db, db.begin():
+            return await pipeline_actions.cancel(db, Actor(owner), p["id"])
+
+    cancelling = asyncio.create_task(cancel())
+    await read.wait()
+    done = Outcome(only["id"], "completed", result="{}", pipeline_id=p["id"], attempt=1)
+    async with engine.begin() as conn:
+        await queue.finish(conn, "test-worker", [done], settings)
+    go.set()
+    outcome = await cancelling
+    assert (outcome.status_code, outcome.message) == (
+        409,
+        "Nothing changed: the pipeline has already finished.",
+    )
+    assert await pg.fetchval("SELECT status FROM pipelines WHERE id = $1", p["id"]) == "completed"
