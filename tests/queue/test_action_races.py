@@ -444,3 +444,22 @@ async def test_a_pipeline_cancel_that_meets_its_last_step_completing_says_the_pi
         "Nothing changed: the pipeline has already finished.",
     )
     assert await pg.fetchval("SELECT status FROM pipelines WHERE id = $1", p["id"]) == "completed"
+
+
+async def test_two_cancels_of_one_waiting_pipeline_at_once_cancel_it_once_and_the_other_hears_it_finished(
+    engine, settings, owner, admin, pg
+) -> None:
+    pid, _ = await _two_steps(engine, settings, owner, pg, claim=False)
+
+    async def cancel(who: TestUser) -> Any:
+        async with AsyncSession(engine) as db, db.begin():
+            return await pipeline_actions.cancel(db, Actor(who), pid)
+
+    outcomes = await asyncio.gather(cancel(owner), cancel(admin))
+    assert sorted(o.status_code for o in outcomes) == [200, 409]
+    [lost] = [o for o in outcomes if not o.ok]
+    assert lost.message == "Nothing changed: the pipeline has already finished."
+    assert [o.cancelled for o in outcomes if o.ok] == [2]
+    assert await pg.fetchval("SELECT status FROM pipelines WHERE id = $1", pid) == "cancelled"
+    kinds = await pg.fetch("SELECT kind FROM job_events WHERE pipeline_id = $1 AND kind = 'cancelled'", pid)
+    assert len(kinds) == 2  # one per step
