@@ -1,6 +1,7 @@
-"""A person's action on a job racing a worker's outcome or another person's action on the same pipeline,
-each interleaving forced with a held lock or a pause inside the action: one of them wins, the other sees
-the winner's result, and neither fails on a deadlock."""
+"""Concurrent actors on one job, pipeline, selection or schedule: a person's action against a worker's
+outcome, a sweep, or another person's action, each interleaving forced with a held lock or a pause inside
+the action. One of them wins, the other sees the winner's result (a 409 saying what happened), events and
+audit match the final state, and none fails on a deadlock."""
 
 from __future__ import annotations
 
