@@ -452,6 +452,11 @@ async def cancel(
     """
     conn = await queue.conn_of(db)
     p = await get(conn, pipeline_id, principal)
+    # Locked before its steps are listed: a step that completed after the list was read added the steps
+    # it released (a list's instances, a processor's next jobs), which the cancel then missed, and the
+    # pipeline ran on. A completion locks the pipeline too, so it comes before the list or after the
+    # cancel, which it then loses.
+    await queue.lock_pipelines(conn, [p["id"]])
     unfinished = list((await conn.execute(UNFINISHED_STEPS, {"id": p["id"]})).scalars())
     for job_id in unfinished:
         try:

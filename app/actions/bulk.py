@@ -272,6 +272,7 @@ async def _apply(
     limited: list[str] = []
     barred: list[str] = []
     retrying = plan.action == "retry"
+    await queue.lock_pipelines_of(db, plan.ids)  # in one order, as a worker's outcomes take them
     for start in range(0, len(plan.ids), BULK_BATCH):
         chunk = plan.ids[start : start + BULK_BATCH]
         owners = await quotas.job_owners(db, chunk) if retrying else {}

@@ -27,6 +27,11 @@ from app.errors import BadInput, KeyReused, KeyTaken, NotFound, differ_words
 from app.request_keys import Keyed
 
 PIPELINE_STATE = text("SELECT id, user_id, status, finished_at FROM pipelines WHERE id = :id")
+ALREADY_FINISHED = "Nothing changed: the pipeline has already finished."
+
+
+def _finished(row: RowMapping) -> bool:
+    return row["finished_at"] is not None or row["status"] == "cancelled"
 
 
 def startable_templates(person: Any) -> list[pipelines.Template]:
@@ -240,16 +245,23 @@ async def cancel(db: AsyncSession, actor: Actor, pipeline_id: Any) -> CancelOutc
     user = actor.user
     if row is None or (not user.is_admin and row["user_id"] != user.id):
         raise NotFound(f"No pipeline with id {pid}.")
-    if row["finished_at"] is not None or row["status"] == "cancelled":
-        message = "Nothing changed: the pipeline has already finished."
+    if _finished(row):
         await record_refused(
-            db, actor, "pipeline.cancel", target_type="pipeline", target_ids=[pid], reason=message
+            db, actor, "pipeline.cancel", target_type="pipeline", target_ids=[pid], reason=ALREADY_FINISHED
         )
-        return CancelOutcome(pid, False, message, 409)
+        return CancelOutcome(pid, False, ALREADY_FINISHED, 409)
     counts = await pipelines.cancel(db, pid, user)
     if not counts["cancelled"] and not counts["cancelling"]:
-        # every step left was already stopping (a second click while they stop): nothing was written
-        message = "Nothing changed: the pipeline's running steps are already stopping."
+        # Nothing was written: every step left was already stopping (a second click while they stop), or
+        # the pipeline ended since it was read above (its last step completed, another person's cancel
+        # won). It is locked now, so a read sees which, and the answer says what happened.
+        now = (await db.execute(PIPELINE_STATE, {"id": pid})).mappings().first()
+        finished = now is None or _finished(now)
+        message = (
+            ALREADY_FINISHED
+            if finished
+            else "Nothing changed: the pipeline's running steps are already stopping."
+        )
         await record_refused(
             db, actor, "pipeline.cancel", target_type="pipeline", target_ids=[pid], reason=message
         )

@@ -24,6 +24,7 @@ from app.jobs.queue.common import (
     add_event,
     conn_of,
     lock_job,
+    lock_job_row,
     lock_pipelines,
     may_see,
     notify_jobs,
@@ -106,7 +107,7 @@ async def _decide(
 ) -> tuple[JobRow, approvals.Rule | None]:
     """The step locked, once :func:`app.jobs.approvals.refusal` lets ``principal`` decide it."""
     jid = parse_job_id(job_id)
-    found = (await conn.execute(GET_JOB_FOR_UPDATE, {"id": jid})).mappings().first()
+    found = await lock_job_row(conn, jid)
     if found is None:
         raise NotFound(f"No job with id {jid}.")
     row = job_row(found)
@@ -302,6 +303,9 @@ REJECT_TIMED_OUT = sql(
     RETURNING {JOB_COLUMNS}
     """
 )
+LOCK_FREE_PIPELINES = sql(
+    "SELECT id FROM pipelines WHERE id = ANY(CAST(:ids AS uuid[])) ORDER BY id FOR UPDATE SKIP LOCKED"
+)
 REMINDED = sql("UPDATE job_approval_rules SET reminded_at = now() WHERE job_id = ANY(CAST(:ids AS uuid[]))")
 TIMEOUT_ACTOR = "system:approval_timeout"
 TIMEOUT_BATCH = 200
@@ -334,7 +338,13 @@ async def expire_approvals(conn: AsyncConnection) -> dict[str, list[Any]]:
     reminding = [r for r in due if r["on_timeout"] == "remind"]
     rejected: list[JobRow] = []
     if rejecting:
-        await lock_pipelines(conn, [r["pipeline_id"] for r in rejecting])
+        # The steps are locked already, so their pipelines are taken only if free: a person's action
+        # locks a step's pipeline before the step (:func:`~app.jobs.queue.common.lock_job_row`), and
+        # waiting here for one that is deciding or cancelling this step would be a deadlock. A step
+        # whose pipeline is busy is left to the next sweep.
+        ids = sorted({r["pipeline_id"] for r in rejecting if r["pipeline_id"]}, key=str)
+        free = set((await conn.execute(LOCK_FREE_PIPELINES, {"ids": ids})).scalars()) if ids else set()
+        rejecting = [r for r in rejecting if r["pipeline_id"] is None or r["pipeline_id"] in free]
     for r in rejecting:
         message = f"rejected: no decision within {_seconds_words(r['timeout_seconds'])}"
         found = (

@@ -4,7 +4,7 @@ job events, NOTIFY, and pipeline row locks."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -121,10 +121,31 @@ async def read_job(
     return rows[0]
 
 
+PIPELINE_OF = sql("SELECT pipeline_id FROM jobs WHERE id = :id")
+
+
+async def lock_job_row(conn: AsyncConnection, job_id: uuid.UUID) -> Any:
+    """The job's row locked ``FOR UPDATE`` (``None`` for an unknown id), its pipeline's row locked first.
+
+    A worker's outcome, the rescue and a pipeline's cancel lock the pipeline and then change its jobs (a
+    parent's completion releases its dependents); an action that locked a step and then its pipeline
+    waited for one of them while it waited for the step: a deadlock, which PostgreSQL broke by failing
+    one of the two. So every lock of one job takes its pipeline first. A job's pipeline is set once (a
+    job outside pipelines gets one only as it completes with next jobs), so the pipeline read before
+    the job's lock is the one it has, but for that one case, where the pipeline is new and is locked
+    after."""
+    await lock_pipelines(conn, [(await conn.execute(PIPELINE_OF, {"id": job_id})).scalar()])
+    row = (await conn.execute(GET_JOB_FOR_UPDATE, {"id": job_id})).mappings().first()
+    if row is not None:
+        await lock_pipelines(conn, [row["pipeline_id"]])
+    return row
+
+
 async def lock_job(conn: AsyncConnection, job_id: Any, principal: Principal) -> JobRow:
-    """The job row locked ``FOR UPDATE`` for a person's action; checked like :func:`get_job`."""
+    """The job row locked ``FOR UPDATE`` for a person's action (its pipeline's first:
+    :func:`lock_job_row`); checked like :func:`get_job`."""
     jid = parse_job_id(job_id)
-    row = (await conn.execute(GET_JOB_FOR_UPDATE, {"id": jid})).mappings().first()
+    row = await lock_job_row(conn, jid)
     if row is None or not may_see(row, principal):
         raise NotFound(f"No job with id {jid}.")
     return job_row(row)
@@ -195,3 +216,18 @@ async def lock_pipelines(conn: AsyncConnection, pipeline_ids: Iterable[uuid.UUID
     ids = sorted({p for p in pipeline_ids if p is not None}, key=str)
     if ids:
         await conn.execute(LOCK_PIPELINES, {"ids": ids})
+
+
+PIPELINES_OF = sql(
+    "SELECT DISTINCT pipeline_id FROM jobs WHERE id = ANY(CAST(:ids AS uuid[])) AND pipeline_id IS NOT NULL"
+)
+
+
+async def lock_pipelines_of(db: AsyncConnection | AsyncSession, job_ids: Sequence[uuid.UUID]) -> None:
+    """Lock the pipelines of all ``job_ids``, in id order, before one transaction acts on the jobs one by
+    one (a bulk action): each action would lock its job's pipeline as it comes to it, in the order of the
+    list, and a worker's outcomes for steps of two of those pipelines, locking them in id order, could
+    hold the one the list reaches later while waiting for the other."""
+    if job_ids:
+        conn = await conn_of(db)
+        await lock_pipelines(conn, (await conn.execute(PIPELINES_OF, {"ids": list(job_ids)})).scalars())
