@@ -23,10 +23,8 @@ from app.jobs import naming, queue
 from app.processors import registry
 from app.web import confirms, display, result_display
 from app.web.deps import parse_uuid
-from app.web.job_page import CONFIRM, POLL, emails_for
+from app.web.job_page import CONFIRM, EVENTS_END, HISTORY_LIMIT, POLL, history_of
 from app.web.notifications import bell_url, viewer_bell
-
-HISTORY_LIMIT = 200
 
 PIPELINE_ROW = text(
     "SELECT id, name, template, user_id, status, created_at, updated_at, finished_at, "
@@ -37,7 +35,7 @@ PIPELINE_EVENTS = text(
     SELECT e.id, e.job_id, j.title AS step_title, j.type AS step_type, j.step_key, e.at, e.kind, e.from_status,
            e.to_status, e.actor, e.message, e.data
     FROM job_events e LEFT JOIN jobs j ON j.id = e.job_id
-    WHERE e.pipeline_id = :id ORDER BY e.id DESC LIMIT :limit
+    WHERE e.pipeline_id = :id AND e.id < :before ORDER BY e.id DESC LIMIT :limit
     """
 )
 STEP_OUTCOMES = text(
@@ -198,8 +196,13 @@ async def outcome_context(db: AsyncSession, view: Mapping[str, Any], user: Any) 
     return {"outputs": outputs[:OUTPUTS_MAX], "why": why}
 
 
-async def pipeline_history(db: AsyncSession, pipeline_id: uuid.UUID, user: Any) -> dict[str, Any]:
-    result = await db.execute(PIPELINE_EVENTS, {"id": pipeline_id, "limit": HISTORY_LIMIT + 1})
+async def pipeline_history(
+    db: AsyncSession, pipeline_id: uuid.UUID, user: Any, before: int | None = None
+) -> dict[str, Any]:
+    """The pipeline's events before the event id ``before`` (none: its newest), a page of them as a
+    job's history pages (:func:`app.web.job_page.history_of`)."""
+    params = {"id": pipeline_id, "before": before or EVENTS_END, "limit": HISTORY_LIMIT + 1}
+    result = await db.execute(PIPELINE_EVENTS, params)
     rows: list[dict[str, Any]] = [dict(r) for r in result.mappings().all()]
     for r in rows:
         # named as the step's box above names it (its title, else its type's): the history said
@@ -209,10 +212,7 @@ async def pipeline_history(db: AsyncSession, pipeline_id: uuid.UUID, user: Any) 
         r["step_key"] = (
             naming.step_name(r["step_title"], type_title, r["step_key"]) if type_title else r["step_key"]
         )
-    more = len(rows) > HISTORY_LIMIT
-    rows = rows[:HISTORY_LIMIT][::-1]
-    emails = await emails_for(db, display.user_ids_in(rows)) if user.is_admin else {}
-    return {"lines": [display.event_line(r, user, emails) for r in rows], "more": more}
+    return await history_of(db, rows, user, f"/pipelines/{pipeline_id}/history", paged=before is not None)
 
 
 async def pipeline_page_context(db: AsyncSession, pipeline_id: Any, user: Any, **kw: Any) -> dict[str, Any]:
