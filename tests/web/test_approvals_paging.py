@@ -1,6 +1,8 @@
 """The approvals lists page like the other lists: ``/approvals`` and ``/admin/approvals`` have "First
 page" back once paged (they had only a link on, named "Older steps" in a list that goes on to steps that
-waited less), through the one pager."""
+waited less), through the one pager; and a person's list fills its page past the steps its query lets
+through but the rule refuses them (their own), where it showed "Nothing waits for your decision" above
+a link to the steps that did."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from litestar.testing import AsyncTestClient
 import tests.support.forms  # noqa: F401  (registers test.step)
 from app.actions.approvals import PAGE
 from app.settings import Settings
-from tests.support.webkit import add_user, sign_in_as
+from tests.support.webkit import add_token, add_user, sign_in_as
 
 NEXT = re.compile(r'<a href="(/(?:admin/)?approvals\?after=[^"]+)"[^>]*>(?:Next page|Older steps)</a>')
 ROW = re.compile(r'id="approval-([0-9a-f-]{36})"')
@@ -77,3 +79,18 @@ async def test_the_approvals_lists_page_on_and_back_to_their_first_page(
         assert len(pages) == 2 and len(pages[0]) == PAGE
         assert f'<a href="{path}"' not in texts[0].split("approval-rows", 1)[1]  # the first page: no way back
         assert re.search(rf'<a href="{path}"[^>]*>First page</a>', texts[1]), f"{path}: no way back"
+
+
+async def test_a_persons_list_fills_its_page_past_steps_they_may_not_decide(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    root = await sign_in_as(client, db_url, "root@example.com", admin=True)
+    owner = await add_user(db_url, "owner@example.com")
+    await _waiting(pg, root.id, PAGE + 2, 600, ["admins"])  # their own: they may not decide them
+    theirs = await _waiting(pg, owner.id, 1, 60, None)
+    r = await client.get("/approvals")
+    assert ROW.findall(r.text) == theirs, "the page is empty while a step waits for them"
+    assert "Nothing waits for your decision" not in r.text and not NEXT.search(r.text)
+    bearer = {"Authorization": f"Bearer {await add_token(db_url, root.id)}"}
+    body = (await client.get("/api/approvals", headers=bearer)).json()
+    assert [i["job_id"] for i in body["items"]] == theirs and body["next"] is None
