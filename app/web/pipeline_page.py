@@ -45,7 +45,7 @@ STEP_OUTCOMES = text(
 #: A pipeline's final outputs and, when it failed, why: the leaf steps' results and the first failed
 #: step's error, loaded only once the pipeline has an outcome to show.
 OUTPUTS_MAX = 12
-"""Result files shown at the top of a pipeline's page."""
+"""Result files shown at the top of a pipeline's page; past them it says how many more its steps hold."""
 PIPELINE_INPUT = text("SELECT user_id, template, input_data FROM pipelines WHERE id = :id")
 
 
@@ -156,7 +156,7 @@ async def pipeline_status_context(
     }
     ctx["template"] = pipelines.get_template(view["template"]) if view["template"] else None
     ctx["summary_oob"] = True
-    ctx.update({"outputs": [], "why": None})
+    ctx.update({"outputs": [], "outputs_more": 0, "why": None})
     if with_outcome:
         ctx.update(await outcome_context(db, view, user))
     if with_history:
@@ -173,14 +173,15 @@ def leaf_keys(steps: list[Mapping[str, Any]]) -> list[str]:
 
 
 async def outcome_context(db: AsyncSession, view: Mapping[str, Any], user: Any) -> dict[str, Any]:
-    """``outputs`` (the completed leaf steps' result files, with previews) and ``why`` (the first failed
+    """``outputs`` (the completed leaf steps' result files, with previews; ``outputs_more``: how many past
+    :data:`OUTPUTS_MAX` are not shown) and ``why`` (the first failed
     step: ``{step, error}`` with the error in plain words), for the top of the pipeline's page."""
     steps = view["steps"]
     leaves = [s for s in steps if s["key"] in set(leaf_keys(steps)) and s["status"] == "completed"]
     failed = [s for s in steps if s["status"] == "failed"][:1]
     wanted = [s["job_id"] for s in [*leaves, *failed]]
     if not wanted:
-        return {"outputs": [], "why": None}
+        return {"outputs": [], "outputs_more": 0, "why": None}
     rows = await db.execute(STEP_OUTCOMES, {"ids": wanted, "pipeline_id": view["id"]})
     by_id = {r["id"]: r for r in rows.mappings().all()}
     outputs: list[dict[str, Any]] = []
@@ -193,7 +194,8 @@ async def outcome_context(db: AsyncSession, view: Mapping[str, Any], user: Any) 
         step = failed[0]
         error = display.error_summary(step, by_id[step["job_id"]]["error_message"], user)
         why = {"step": step, "error": error}
-    return {"outputs": outputs[:OUTPUTS_MAX], "why": why}
+    # the files past the first OUTPUTS_MAX are counted, so that the top says there are more
+    return {"outputs": outputs[:OUTPUTS_MAX], "outputs_more": max(0, len(outputs) - OUTPUTS_MAX), "why": why}
 
 
 async def pipeline_history(
