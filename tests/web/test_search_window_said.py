@@ -55,6 +55,15 @@ async def test_a_search_past_its_window_says_so(
     assert 'id="search-cut"' in r.text, "the page looks as if every job had been searched"  # … and it says so
     r = await client.get("/jobs", params={"q": "needle", "status": "completed"})
     assert 'id="search-cut"' in r.text  # the same filters decide the window
+    # searched on below where it stopped: the needle, and Newest back to the search's first page; a page
+    # further back with nothing found has that way back too
+    pages = await _walk(client, "needle")
+    assert pages == [[], ["needle"]]
+    older = ON.search((await client.get("/jobs", params={"q": "nothing"})).text)
+    assert older, "no way to search on"
+    r = await client.get(html.unescape(older.group(1)))
+    assert '<a href="/jobs?q=nothing">Newest</a>' in r.text, "no way back to the search's first page"
+    assert "Nothing matches these filters further back" in r.text
 
 
 FOUND = re.compile(r'<a href="/(?:jobs|pipelines)/[0-9a-f-]+">(needle[^<]*)</a>')
