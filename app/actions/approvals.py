@@ -152,11 +152,27 @@ async def inbox(db: AsyncSession, admin: Any, *, after: str | None = None, limit
     return await _page(db, admin, INBOX, after, limit)
 
 
+MINE_READS = 8
+"""Pages of waiting steps one page of a person's list reads at most to fill itself."""
+
+
 async def mine(db: AsyncSession, user: Any, *, after: str | None = None, limit: int = PAGE) -> Page:
-    """The steps ``user`` may decide now (not those they already approved), oldest first."""
-    page = await _page(db, user, MINE, after, limit)
-    page.rows = [r for r in page.rows if r["may_decide"]]
-    return page
+    """The steps ``user`` may decide now (not those they already approved), oldest first, ``limit`` to a
+    page. The query's pre-filter lets through steps the exact rule refuses (the submitter's own, one
+    already approved): those are left out and the page reads on until it is full, so that it is never
+    short, or empty ("Nothing waits for your decision"), while later steps wait for them. After
+    :data:`MINE_READS` reads it stops, shorter, with ``after`` at the last step read so that the next page
+    goes on from there."""
+    found: list[dict[str, Any]] = []
+    cursor = after
+    for _ in range(MINE_READS):
+        page = await _page(db, user, MINE, cursor, limit)
+        found += [r for r in page.rows if r["may_decide"]]
+        if len(found) > limit or page.after is None:
+            rows, after_next = page_of(found, limit, _cursor)
+            return Page(rows, after_next)
+        cursor = page.after
+    return Page(found, cursor)
 
 
 async def waiting_count(db: AsyncSession) -> int:

@@ -1,7 +1,7 @@
 """List cursors: the one reader of the position every list pages from (keyset pagination).
 
 A list hands out the position of its next page — the API's ``next``, a page's Older link — and takes it
-back as ``?after=`` (``?before=`` on the audit trail). Each list once read it its own way, and a value it
+back as ``?after=`` (``?before=`` on the audit trail, the alert deliveries and a history). Each list once read it its own way, and a value it
 had not made was shown the first page on some (My jobs, the audit trail) as if it were the page asked
 for, and was a 422 on others. :func:`read_cursor` reads every one of them: nothing (or an empty value) is
 the first page, and anything the list could not have made is a :class:`~app.errors.BadInput` naming the
@@ -84,7 +84,8 @@ class Cursor(enum.Enum):
     WAITING = "waiting"
     """Steps waiting for a decision (oldest first): ``<waiting since>|<id>``."""
     ENTRY = "entry"
-    """The audit trail and the alert deliveries (newest first, ``before``): an entry's id."""
+    """The audit trail, the alert deliveries and a job's or pipeline's history (newest first, ``before``): an
+    entry's (an event's) id."""
     SEQ = "seq"
     """A job's log: the seq of the last line read (0 or more)."""
     EMAIL = "email"

@@ -10,7 +10,7 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 """
 
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from litestar import Controller, Request, get, post
 from litestar.params import FromPath, FromQuery
@@ -44,6 +44,16 @@ def with_result(row: dict[str, Any]) -> dict[str, Any]:
     row["result_json"] = None if shown else result_display.pretty_json(result)
     row["waited"] = display.now_utc() - row["waiting_since"]
     return row
+
+
+def page_links(path: str, after: str | None, after_next: str | None) -> dict[str, Any]:
+    """A list of waiting steps' pager (``_pager.html``), oldest first: "First page" back whenever the
+    page shown is a later one (``after`` sent), "Next page" on whenever one follows (``after_next``)."""
+    return {
+        "paged": bool(after),
+        "first_url": path if after else None,
+        "next_url": f"{path}?{urlencode({'after': after_next})}" if after_next else None,
+    }
 
 
 def check_token(request: Request[Any, Any, Any], job_id: Any, token: str | None) -> None:
@@ -110,7 +120,7 @@ class ApprovalsController(Controller):
         page = await approvals.mine(db_session, request.user, after=after)
         rows = [with_result(r) for r in page.rows]
         return render(
-            request, "approvals/list.html", {"rows": rows, "after": page.after, "base": "/approvals"}
+            request, "approvals/list.html", {"rows": rows, **page_links("/approvals", after, page.after)}
         )
 
     @get("/{job_id:str}", name="approvals.step")

@@ -30,6 +30,7 @@ from app.errors import NotFound
 from app.files import FileStore
 from app.formatting import zone_names
 from app.jobs import naming, queue
+from app.jobs.cursors import page_of
 from app.jobs.states import LIVE, Status
 from app.processors import registry
 from app.web import display, forms, job_log, result_display, zone
@@ -37,7 +38,9 @@ from app.web.deps import parse_uuid, rows_of
 from app.web.notifications import bell_url
 
 HISTORY_LIMIT = 200
-"""Most recent events shown on a job page."""
+"""Events shown at once in a job's or a pipeline's history: the newest, then "Older events" pages back."""
+EVENTS_END = 2**63 - 1
+"""The ``before`` of a history's first page: above every event id."""
 POLL = "every 2s"
 """How often a live status region asks for news."""
 CONFIRM = {
@@ -77,7 +80,7 @@ JOB_OUTCOME = text("SELECT result_data, error_message FROM jobs WHERE id = :id")
 JOB_EVENTS = text(
     """
     SELECT id, job_id, at, kind, from_status, to_status, actor, message, data
-    FROM job_events WHERE job_id = :id ORDER BY id DESC LIMIT :limit
+    FROM job_events WHERE job_id = :id AND id < :before ORDER BY id DESC LIMIT :limit
     """
 )
 USER_EMAILS = text("SELECT id, email FROM users WHERE id = ANY(CAST(:ids AS int[]))")
@@ -132,13 +135,34 @@ async def emails_for(db: AsyncSession, ids: list[int]) -> dict[int, str]:
     return {r["id"]: r["email"] for r in await rows_of(db, USER_EMAILS, {"ids": ids})}
 
 
-async def job_history(db: AsyncSession, job_id: uuid.UUID, user: Any) -> dict[str, Any]:
-    """The job's most recent :data:`HISTORY_LIMIT` events, oldest first, in plain words."""
-    rows: list[dict[str, Any]] = await rows_of(db, JOB_EVENTS, {"id": job_id, "limit": HISTORY_LIMIT + 1})
-    more = len(rows) > HISTORY_LIMIT
-    rows = rows[:HISTORY_LIMIT][::-1]
-    emails = await emails_for(db, display.user_ids_in(rows)) if user.is_admin else {}
-    return {"lines": [display.event_line(r, user, emails) for r in rows], "more": more}
+async def job_history(
+    db: AsyncSession, job_id: uuid.UUID, user: Any, before: int | None = None
+) -> dict[str, Any]:
+    """The job's events before the event id ``before`` (none: its newest), :data:`HISTORY_LIMIT` of
+    them, oldest first, in plain words (:func:`history_of`)."""
+    params = {"id": job_id, "before": before or EVENTS_END, "limit": HISTORY_LIMIT + 1}
+    rows: list[dict[str, Any]] = await rows_of(db, JOB_EVENTS, params)
+    return await history_of(db, rows, user, f"/jobs/{job_id}/history", paged=before is not None)
+
+
+async def history_of(
+    db: AsyncSession, rows: list[dict[str, Any]], user: Any, url: str, *, paged: bool
+) -> dict[str, Any]:
+    """A page of a history from ``rows`` (newest first, :data:`HISTORY_LIMIT` + 1 fetched), shown oldest
+    first: ``lines``, and ``older_url`` (``url?before=<the oldest event shown>``, the one cursor reader's
+    :data:`~app.jobs.cursors.Cursor.ENTRY`) when older events were left out, so the page says it is cut
+    and offers them rather than stopping at its newest events as if they were all."""
+    page, older = page_of(rows, HISTORY_LIMIT, lambda r: r["id"])
+    page = page[::-1]
+    emails = await emails_for(db, display.user_ids_in(page)) if user.is_admin else {}
+    return {
+        "lines": [display.event_line(r, user, emails) for r in page],
+        "more": older is not None,
+        "older_url": f"{url}?before={older}" if older is not None else None,
+        "older_cursor": older,
+        "limit": HISTORY_LIMIT,
+        "paged": paged,
+    }
 
 
 def available_actions(row: Mapping[Any, Any], state: Mapping[str, Any], user: Any) -> dict[str, bool]:

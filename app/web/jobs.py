@@ -8,7 +8,8 @@
 * ``GET /jobs/{id}`` — status in plain words, progress, attempts, times, result, error and history
   (:mod:`app.web.job_page`). ``GET /jobs/{id}/status?v=<fingerprint>`` is its htmx fragment, polled
   every 2 s: 204 while nothing changed, the new fragment when something did, and 286 (stop polling)
-  once the job is finished.
+  once the job is finished. ``GET /jobs/{id}/history?before=<event id>``: the events older than those
+  its page shows (its "Older events" link).
 * ``POST /jobs/{id}/<action>`` — cancel, run again (owner or admin), retry, approve, reject (with a
   reason), rerun, run now, reschedule (admins), carried out by :mod:`app.actions.jobs`. Each answers in
   place; a job that already finished gets 409 with "Nothing changed: …".
@@ -31,7 +32,8 @@ from app.actions.jobs import ACTIONS, ActionOutcome
 from app.auth import requires_user
 from app.errors import NotFound
 from app.jobs import queue
-from app.processors import ProcessorSpec
+from app.jobs.cursors import Cursor, read_cursor
+from app.processors import ProcessorSpec, registry
 from app.web import DbSession, display, forms, is_htmx, job_log, render, submit, zone
 from app.web.deps import (
     ACTION_CONTROLS,
@@ -53,6 +55,7 @@ from app.web.deps import (
 from app.web.input_guard import FORM_CHECKED, UPLOADS
 from app.web.job_page import (
     JOB_CELL,
+    job_history,
     load_status_row,
     page_context,
     poll_row,
@@ -244,6 +247,27 @@ class JobsController(Controller):
         await one_snapshot(db_session)
         ctx = await page_context(db_session, job_id, request.user, files=file_store(request))
         return render(request, "jobs/detail.html", ctx, fragment="jobs/_status.html")
+
+    @get("/{job_id:str}/history", name="jobs.history")
+    async def older_events(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        job_id: FromPath[str],
+        before: Annotated[str | None, QueryParameter()] = None,
+    ) -> Template:
+        """The job's events before ``before`` (an event id, as its page's "Older events" link gives, the
+        ``id`` the API's events carry): htmx gets their lines, put above the ones shown; a plain visit a
+        page of them."""
+        before_id = read_cursor(before, Cursor.ENTRY, field="before")
+        row = await load_status_row(db_session, job_id, request.user)
+        ctx = {
+            "history": await job_history(db_session, row["id"], request.user, before_id),
+            "title": display.job_title(row, registry.get(row["type"])),
+            "back_url": f"/jobs/{row['id']}",
+            "history_id": "job-history",
+        }
+        return render(request, "jobs/history.html", ctx, fragment="jobs/_history_lines.html")
 
     @get("/{job_id:str}/status", name="jobs.status")
     async def job_status(

@@ -10,7 +10,7 @@ No ``from __future__ import annotations`` here: Litestar reads handler signature
 
 import functools
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -66,7 +66,8 @@ PIPELINE_TYPE_PREFIX = "pipeline:"
 SEARCH_WINDOW = 5000
 """A search looks through the person's newest this many jobs (and pipelines) below the page's keyset
 position: the scan stays bounded however many jobs they have, without an extension (``pg_trgm``) that a
-PostgreSQL server may lack. "Older" pages search on from where the last one stopped."""
+PostgreSQL server may lack. "Older" pages search on from where the last one stopped, and where a window
+ended with older rows unsearched, "Search older jobs" from there (:func:`search_boundary`)."""
 SEARCH_MAX = 100
 """Characters of the search text used."""
 SEARCHED_INPUT_CHARS = 2000
@@ -145,9 +146,11 @@ def list_pipelines_sql(
 
 
 @functools.lru_cache(maxsize=32)
-def window_full_sql(table: str, *, status: bool, kind: bool, after: bool) -> Any:
-    """Whether a search's window was full: the person has more than :data:`SEARCH_WINDOW` rows of ``table``
-    under the same filters (and ``after``), so older ones went unsearched (``ix_*_user_id_id``)."""
+def window_end_sql(table: str, *, status: bool, kind: bool, after: bool) -> Any:
+    """The oldest row of ``table`` a search's window took and, when there is one, the next older: the
+    person's rows under the same filters (and ``after``) at :data:`SEARCH_WINDOW` - 1 and
+    :data:`SEARCH_WINDOW`, newest first (``ix_*_user_id_id``). Two rows: the window was full and older
+    rows went unsearched."""
     where = ["user_id = :user_id"] + (["pipeline_id IS NULL"] if table == "jobs" else [])
     if status:
         where.append("status = :status")
@@ -156,12 +159,11 @@ def window_full_sql(table: str, *, status: bool, kind: bool, after: bool) -> Any
     if after:
         where.append("id < :after")
     return text(
-        f"SELECT EXISTS (SELECT 1 FROM {table} WHERE {' AND '.join(where)}"
-        f" ORDER BY id DESC OFFSET {SEARCH_WINDOW} LIMIT 1)"
+        f"SELECT id FROM {table} WHERE {' AND '.join(where)} ORDER BY id DESC OFFSET {SEARCH_WINDOW - 1} LIMIT 2"
     )
 
 
-async def search_cut(
+async def search_boundary(
     db: AsyncSession,
     user: Any,
     status: str | None,
@@ -170,21 +172,29 @@ async def search_cut(
     after_id: uuid.UUID | None,
     *,
     pipelines: bool,
-) -> bool:
-    """Whether a search that ended left rows unsearched (more jobs, or pipelines, than its window)."""
-    params = _params(user, after_id, status=status, type=job_type)
+) -> uuid.UUID | None:
+    """Where a search stopped with rows left unsearched: the newest of the oldest rows that each full
+    window (jobs, pipelines) took, or ``None`` when every row below ``after_id`` was looked at. Both
+    kinds were searched from ``after_id`` down to it, so the page lists the matches at or above it, and
+    "Search older jobs" goes on below it (``after=<it>``, an ordinary ``Cursor.ID``): no row is skipped,
+    and none listed twice, however far one window reached past the other."""
+    ends: list[uuid.UUID] = []
     if template is None:
-        sql = window_full_sql("jobs", status=bool(status), kind=bool(job_type), after=bool(after_id))
-        if (await db.execute(sql, params)).scalar_one():
-            return True
-    if not pipelines:
-        return False
-    pipeline_status = PIPELINE_STATUS_FOR.get(status or "")
-    params = _params(user, after_id, status=pipeline_status, template=template)
-    sql = window_full_sql(
-        "pipelines", status=bool(pipeline_status), kind=bool(template), after=bool(after_id)
-    )
-    return bool((await db.execute(sql, params)).scalar_one())
+        params = _params(user, after_id, status=status, type=job_type)
+        sql = window_end_sql("jobs", status=bool(status), kind=bool(job_type), after=bool(after_id))
+        ends += _full_window_end((await db.execute(sql, params)).scalars().all())
+    if pipelines:
+        pipeline_status = PIPELINE_STATUS_FOR.get(status or "")
+        params = _params(user, after_id, status=pipeline_status, template=template)
+        sql = window_end_sql(
+            "pipelines", status=bool(pipeline_status), kind=bool(template), after=bool(after_id)
+        )
+        ends += _full_window_end((await db.execute(sql, params)).scalars().all())
+    return max(ends) if ends else None
+
+
+def _full_window_end(ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+    return [ids[0]] if len(ids) > 1 else []
 
 
 def job_list_item(row: Mapping[str, Any], bell: int | None = None) -> dict[str, Any]:
@@ -370,13 +380,19 @@ async def list_context(
         key=lambda kr: kr[1]["id"],
         reverse=True,
     )
+    # a search looks through the newest SEARCH_WINDOW rows: where it ends with older rows unsearched, the
+    # page says so and offers to search on below where it stopped, not "nothing (more) matches" as if
+    # every job had been looked at
+    boundary = None
+    if search:
+        boundary = await search_boundary(
+            db, user, status, job_type, template, after_id, pipelines=with_pipelines
+        )
+    if boundary is not None:
+        merged = [kr for kr in merged if kr[1]["id"] >= boundary]
     page = merged[:PAGE_SIZE]
     more = len(merged) > PAGE_SIZE
-    # a search looks through the newest SEARCH_WINDOW rows: where it ends with older rows unsearched, the
-    # page says so, not "nothing (more) matches" as if every job had been looked at
-    cut = bool(search) and not more
-    if cut:
-        cut = await search_cut(db, user, status, job_type, template, after_id, pipelines=with_pipelines)
+    cut = boundary is not None and not more
     query = {"status": status or "", "type": type_filter or "", "q": search or ""}
     recent, more_batches = await recent_batches(db, user) if after_id is None else ([], False)
     bell = await viewer_bell(db, user)  # carried by the live cells' polls
@@ -395,6 +411,7 @@ async def list_context(
         "q": search or "",
         "search_window": SEARCH_WINDOW,
         "search_cut": cut,
+        "search_older_url": _list_url(query, boundary) if cut else None,
         "filtered": bool(status or type_filter or search),
         "paged": bool(after_id),
     }

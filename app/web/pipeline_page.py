@@ -23,10 +23,8 @@ from app.jobs import naming, queue
 from app.processors import registry
 from app.web import confirms, display, result_display
 from app.web.deps import parse_uuid
-from app.web.job_page import CONFIRM, POLL, emails_for
+from app.web.job_page import CONFIRM, EVENTS_END, HISTORY_LIMIT, POLL, history_of
 from app.web.notifications import bell_url, viewer_bell
-
-HISTORY_LIMIT = 200
 
 PIPELINE_ROW = text(
     "SELECT id, name, template, user_id, status, created_at, updated_at, finished_at, "
@@ -37,7 +35,7 @@ PIPELINE_EVENTS = text(
     SELECT e.id, e.job_id, j.title AS step_title, j.type AS step_type, j.step_key, e.at, e.kind, e.from_status,
            e.to_status, e.actor, e.message, e.data
     FROM job_events e LEFT JOIN jobs j ON j.id = e.job_id
-    WHERE e.pipeline_id = :id ORDER BY e.id DESC LIMIT :limit
+    WHERE e.pipeline_id = :id AND e.id < :before ORDER BY e.id DESC LIMIT :limit
     """
 )
 STEP_OUTCOMES = text(
@@ -47,7 +45,7 @@ STEP_OUTCOMES = text(
 #: A pipeline's final outputs and, when it failed, why: the leaf steps' results and the first failed
 #: step's error, loaded only once the pipeline has an outcome to show.
 OUTPUTS_MAX = 12
-"""Result files shown at the top of a pipeline's page."""
+"""Result files shown at the top of a pipeline's page; past them it says how many more its steps hold."""
 PIPELINE_INPUT = text("SELECT user_id, template, input_data FROM pipelines WHERE id = :id")
 
 
@@ -158,7 +156,7 @@ async def pipeline_status_context(
     }
     ctx["template"] = pipelines.get_template(view["template"]) if view["template"] else None
     ctx["summary_oob"] = True
-    ctx.update({"outputs": [], "why": None})
+    ctx.update({"outputs": [], "outputs_more": 0, "why": None})
     if with_outcome:
         ctx.update(await outcome_context(db, view, user))
     if with_history:
@@ -175,14 +173,15 @@ def leaf_keys(steps: list[Mapping[str, Any]]) -> list[str]:
 
 
 async def outcome_context(db: AsyncSession, view: Mapping[str, Any], user: Any) -> dict[str, Any]:
-    """``outputs`` (the completed leaf steps' result files, with previews) and ``why`` (the first failed
+    """``outputs`` (the completed leaf steps' result files, with previews; ``outputs_more``: how many past
+    :data:`OUTPUTS_MAX` are not shown) and ``why`` (the first failed
     step: ``{step, error}`` with the error in plain words), for the top of the pipeline's page."""
     steps = view["steps"]
     leaves = [s for s in steps if s["key"] in set(leaf_keys(steps)) and s["status"] == "completed"]
     failed = [s for s in steps if s["status"] == "failed"][:1]
     wanted = [s["job_id"] for s in [*leaves, *failed]]
     if not wanted:
-        return {"outputs": [], "why": None}
+        return {"outputs": [], "outputs_more": 0, "why": None}
     rows = await db.execute(STEP_OUTCOMES, {"ids": wanted, "pipeline_id": view["id"]})
     by_id = {r["id"]: r for r in rows.mappings().all()}
     outputs: list[dict[str, Any]] = []
@@ -195,11 +194,17 @@ async def outcome_context(db: AsyncSession, view: Mapping[str, Any], user: Any) 
         step = failed[0]
         error = display.error_summary(step, by_id[step["job_id"]]["error_message"], user)
         why = {"step": step, "error": error}
-    return {"outputs": outputs[:OUTPUTS_MAX], "why": why}
+    # the files past the first OUTPUTS_MAX are counted, so that the top says there are more
+    return {"outputs": outputs[:OUTPUTS_MAX], "outputs_more": max(0, len(outputs) - OUTPUTS_MAX), "why": why}
 
 
-async def pipeline_history(db: AsyncSession, pipeline_id: uuid.UUID, user: Any) -> dict[str, Any]:
-    result = await db.execute(PIPELINE_EVENTS, {"id": pipeline_id, "limit": HISTORY_LIMIT + 1})
+async def pipeline_history(
+    db: AsyncSession, pipeline_id: uuid.UUID, user: Any, before: int | None = None
+) -> dict[str, Any]:
+    """The pipeline's events before the event id ``before`` (none: its newest), a page of them as a
+    job's history pages (:func:`app.web.job_page.history_of`)."""
+    params = {"id": pipeline_id, "before": before or EVENTS_END, "limit": HISTORY_LIMIT + 1}
+    result = await db.execute(PIPELINE_EVENTS, params)
     rows: list[dict[str, Any]] = [dict(r) for r in result.mappings().all()]
     for r in rows:
         # named as the step's box above names it (its title, else its type's): the history said
@@ -209,10 +214,7 @@ async def pipeline_history(db: AsyncSession, pipeline_id: uuid.UUID, user: Any) 
         r["step_key"] = (
             naming.step_name(r["step_title"], type_title, r["step_key"]) if type_title else r["step_key"]
         )
-    more = len(rows) > HISTORY_LIMIT
-    rows = rows[:HISTORY_LIMIT][::-1]
-    emails = await emails_for(db, display.user_ids_in(rows)) if user.is_admin else {}
-    return {"lines": [display.event_line(r, user, emails) for r in rows], "more": more}
+    return await history_of(db, rows, user, f"/pipelines/{pipeline_id}/history", paged=before is not None)
 
 
 async def pipeline_page_context(db: AsyncSession, pipeline_id: Any, user: Any, **kw: Any) -> dict[str, Any]:

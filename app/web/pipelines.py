@@ -26,6 +26,7 @@ from app import pipelines
 from app.actions import pipelines as pipeline_actions
 from app.auth import requires_user
 from app.errors import NotFound
+from app.jobs.cursors import Cursor, read_cursor
 from app.processors import registry
 from app.web import DbSession, forms, is_htmx, render, submit, zone
 from app.web.deps import (
@@ -195,6 +196,27 @@ class PipelinesController(Controller):
         await one_snapshot(db_session)
         ctx = await pipeline_page_context(db_session, pipeline_id, request.user)
         return render(request, "pipelines/detail.html", ctx, fragment="pipelines/_status.html")
+
+    @get("/{pipeline_id:str}/history", name="pipelines.history")
+    async def older_events(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        pipeline_id: FromPath[str],
+        before: Annotated[str | None, QueryParameter()] = None,
+    ) -> Template:
+        """The pipeline's events before ``before`` (an event id, as its page's "Older events" link gives):
+        htmx gets their lines, put above the ones shown; a plain visit a page of them."""
+        before_id = read_cursor(before, Cursor.ENTRY, field="before")
+        row = await load_pipeline_row(db_session, pipeline_id, request.user)
+        ctx = {
+            "history": await pipeline_history(db_session, row["id"], request.user, before_id),
+            "title": row["name"],
+            "back_url": f"/pipelines/{row['id']}",
+            "history_id": "pipeline-history",
+            "show_steps": True,
+        }
+        return render(request, "jobs/history.html", ctx, fragment="jobs/_history_lines.html")
 
     @get("/{pipeline_id:str}/status", name="pipelines.status")
     async def pipeline_status(

@@ -38,7 +38,8 @@ def cursor_routes(app: Litestar) -> list[tuple[str, str]]:
 OUT_OF_RANGE = ("9999-12-31T23:59:59-14:00|{id}", "0001-01-01T00:00:00+14:00|{id}")
 
 
-def _fill(path: str, job_id: str) -> str:
+def _fill(path: str, job_id: str, pipeline_id: str) -> str:
+    path = re.sub(r"\{pipeline_id:\w+\}", pipeline_id, path)
     return re.sub(r"\{\w+:\w+\}", job_id, path)
 
 
@@ -48,8 +49,16 @@ async def test_every_list_refuses_a_cursor_it_did_not_give_in_one_wording(site: 
     for expected in ("/api/jobs", "/api/pipelines", "/api/batches", "/api/approvals", "/jobs", "/admin/jobs"):
         assert expected in paths, expected
     assert ("/admin/audit", "before") in routes and "/approvals" in paths and "/admin/approvals" in paths
+    assert ("/jobs/{job_id:str}/history", "before") in routes  # a history's Older events
+    r = await site.client.post(
+        "/api/pipelines",
+        json={"name": "p", "steps": [{"key": "a", "type": "noop", "input_data": {}}]},
+        headers=site.bearer,
+    )
+    assert r.status_code == 201, r.text
+    pipeline_id = r.json()["id"]
     for path, name in routes:
-        url = _fill(path, site.job_id)
+        url = _fill(path, site.job_id, pipeline_id)
         api = url.startswith("/api/")
         bad = ["x" * 300] + (
             [] if path in EMAIL_LISTS else ["zzz", "2026-01-01T00:00:00|zzz", "-1", *OUT_OF_RANGE]

@@ -19,7 +19,7 @@ from litestar.response import Template
 from app.actions import approvals
 from app.auth import requires_admin
 from app.web import DbSession, render
-from app.web.approvals import with_result
+from app.web.approvals import page_links, with_result
 
 
 class ApprovalsInboxController(Controller):
@@ -37,5 +37,5 @@ class ApprovalsInboxController(Controller):
         page = await approvals.inbox(db_session, request.user, after=after)
         rows = [with_result(r) for r in page.rows]
         total = await approvals.waiting_count(db_session)
-        ctx = {"rows": rows, "after": page.after, "total": total, "first_page": after is None}
+        ctx = {"rows": rows, "total": total, **page_links("/admin/approvals", after, page.after)}
         return render(request, "admin/approvals.html", ctx)
