@@ -55,10 +55,12 @@ def token_name(name: Any) -> str:
 
 
 async def create_token(
-    db: Db, user_id: int, name: str = "", *, expires_at: datetime | None = None
-) -> tuple[str, int]:
-    """Create an API token for ``user_id``; return ``(plaintext, token_id)``. From ``expires_at`` on (when
-    given) the token is refused like a revoked one.
+    db: Db, user_id: int, name: str = "", *, expires_in_days: int | None = None
+) -> tuple[str, int, datetime | None]:
+    """Create an API token for ``user_id``; return ``(plaintext, token_id, expires_at)``. ``expires_in_days``
+    days after it is stored (when given) the token is refused like a revoked one: that moment is the
+    database's ``now()`` plus the days, the clock :data:`_TOKEN_USER` compares it with, never the web
+    host's, whose clock may be off.
 
     The plaintext (``jd_`` + 43 URL-safe chars) is not stored and cannot be shown again; the row keeps
     its SHA-256 and a display prefix (the first 10 characters).
@@ -70,27 +72,27 @@ async def create_token(
     name = token_name(name)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     # The account is checked in the insert itself, so an account disabled meanwhile gets no token either.
-    token_id = (
+    made = (
         await db.execute(
             text(
                 "INSERT INTO api_tokens (user_id, name, prefix, token_hash, expires_at) "
-                "SELECT id, :name, :prefix, :hash, :expires_at FROM users "
-                "WHERE id = :user_id AND is_active RETURNING id"
+                "SELECT id, :name, :prefix, :hash, now() + make_interval(days => CAST(:days AS integer)) "
+                "FROM users WHERE id = :user_id AND is_active RETURNING id, expires_at"
             ),
             {
                 "user_id": user_id,
                 "name": name,
                 "prefix": token[:10],
                 "hash": secret_digest(token),
-                "expires_at": expires_at,
+                "days": expires_in_days,
             },
         )
-    ).scalar()
-    if token_id is None:
+    ).first()
+    if made is None:
         raise Conflict(
             "This account is disabled: an API token for it would be refused. Enable the account first."
         )
-    return token, token_id
+    return token, made.id, made.expires_at
 
 
 _USER_TOKENS = text(
