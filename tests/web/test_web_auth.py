@@ -307,9 +307,22 @@ async def test_bearer_token_works_on_the_api(
     assert row["last_used_at"] is not None
 
 
+@pytest.mark.parametrize("host_skew_minutes", [0, -60])
 async def test_token_last_used_at_is_written_at_most_once_a_minute(
-    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection, monkeypatch: Any, host_skew_minutes: int
 ) -> None:
+    """Once a minute by the database's clock, which writes ``last_used_at``: on a web host an hour slow
+    the token's "last used" stood still for that hour."""
+    from datetime import UTC, datetime, timedelta
+
+    from app import tokens
+
+    class SkewedHost(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return datetime.now(tz or UTC) + timedelta(minutes=host_skew_minutes)
+
+    monkeypatch.setattr(tokens, "datetime", SkewedHost, raising=False)
     user = await add_user(db_url, "ann@example.com")
     token = await add_token(db_url, user.id)
     auth = {"Authorization": f"Bearer {token}"}
