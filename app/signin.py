@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -62,10 +62,13 @@ ACCOUNT_LOCKED = (
     "to unlock it."
 )
 
-# Newest failures first, served by ix_login_attempts_email_at / ix_login_attempts_ip_at.
+# Newest failures first, served by ix_login_attempts_email_at / ix_login_attempts_ip_at. Each row says how
+# long it still counts (``left``) by the database's clock, the one that wrote ``at`` and decides which rows
+# count: the web host's clock, minutes fast, would end a lock that still holds (15 minutes fast, at once).
 _RECENT_FAILURES = {
     scope: text(
-        f"SELECT at FROM login_attempts WHERE {where} AND NOT ok "
+        "SELECT EXTRACT(EPOCH FROM at + make_interval(secs => :secs) - now()) AS left "
+        f"FROM login_attempts WHERE {where} AND NOT ok "
         "AND at > now() - make_interval(secs => :secs) ORDER BY at DESC LIMIT :limit"
     )
     for scope, where in (
@@ -115,7 +118,7 @@ async def _wait_seconds(db: Db, scope: str, email: str, ip: str, limit: int) -> 
     rows = (await db.execute(_RECENT_FAILURES[scope], params)).all()
     if len(rows) < limit:
         return 0.0
-    return max(0.0, (rows[-1].at + LOGIN_WINDOW - datetime.now(UTC)).total_seconds())
+    return max(0.0, float(rows[-1].left))
 
 
 def _minutes(seconds: float) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -55,10 +55,12 @@ def token_name(name: Any) -> str:
 
 
 async def create_token(
-    db: Db, user_id: int, name: str = "", *, expires_at: datetime | None = None
-) -> tuple[str, int]:
-    """Create an API token for ``user_id``; return ``(plaintext, token_id)``. From ``expires_at`` on (when
-    given) the token is refused like a revoked one.
+    db: Db, user_id: int, name: str = "", *, expires_in_days: int | None = None
+) -> tuple[str, int, datetime | None]:
+    """Create an API token for ``user_id``; return ``(plaintext, token_id, expires_at)``. ``expires_in_days``
+    days after it is stored (when given) the token is refused like a revoked one: that moment is the
+    database's ``now()`` plus the days, the clock :data:`_TOKEN_USER` compares it with, never the web
+    host's, whose clock may be off.
 
     The plaintext (``jd_`` + 43 URL-safe chars) is not stored and cannot be shown again; the row keeps
     its SHA-256 and a display prefix (the first 10 characters).
@@ -70,27 +72,27 @@ async def create_token(
     name = token_name(name)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     # The account is checked in the insert itself, so an account disabled meanwhile gets no token either.
-    token_id = (
+    made = (
         await db.execute(
             text(
                 "INSERT INTO api_tokens (user_id, name, prefix, token_hash, expires_at) "
-                "SELECT id, :name, :prefix, :hash, :expires_at FROM users "
-                "WHERE id = :user_id AND is_active RETURNING id"
+                "SELECT id, :name, :prefix, :hash, now() + make_interval(days => CAST(:days AS integer)) "
+                "FROM users WHERE id = :user_id AND is_active RETURNING id, expires_at"
             ),
             {
                 "user_id": user_id,
                 "name": name,
                 "prefix": token[:10],
                 "hash": secret_digest(token),
-                "expires_at": expires_at,
+                "days": expires_in_days,
             },
         )
-    ).scalar()
-    if token_id is None:
+    ).first()
+    if made is None:
         raise Conflict(
             "This account is disabled: an API token for it would be refused. Enable the account first."
         )
-    return token, token_id
+    return token, made.id, made.expires_at
 
 
 _USER_TOKENS = text(
@@ -129,9 +131,12 @@ async def revoke_token(db: Db, token_id: int, *, user_id: int | None = None) -> 
 
 # Revoked and expired tokens are found too, so that their holder is told which (they hold the secret:
 # saying so reveals nothing); an unknown token gets the generic answer.
+# ``touch``: whether ``last_used_at`` is due to be written again, judged by the database's clock that wrote
+# it (a web host an hour slow never found it a minute old, and "last used" stood still for that hour).
 _TOKEN_USER = text(
     f"SELECT t.id AS token_id, t.last_used_at, t.revoked_at IS NOT NULL AS revoked, t.expires_at, "
-    f"t.expires_at <= now() AS expired, u.is_active, {USER_COLUMNS} "
+    f"t.expires_at <= now() AS expired, u.is_active, {USER_COLUMNS}, "
+    "(t.last_used_at IS NULL OR t.last_used_at < now() - make_interval(secs => :secs)) AS touch "
     "FROM api_tokens t JOIN users u ON u.id = t.user_id "
     "WHERE t.token_hash = :hash"
 )
@@ -166,7 +171,8 @@ async def token_holder(engine: AsyncEngine, token: str) -> CurrentUser | str | N
     """
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
-    rows = await read_rows(engine, _TOKEN_USER, {"hash": secret_digest(token)})
+    secs = TOKEN_TOUCH_INTERVAL.total_seconds()
+    rows = await read_rows(engine, _TOKEN_USER, {"hash": secret_digest(token), "secs": secs})
     if not rows:
         return None
     row = rows[0]
@@ -176,11 +182,8 @@ async def token_holder(engine: AsyncEngine, token: str) -> CurrentUser | str | N
         return expired_words(row["expires_at"], row["timezone"])
     if not row["is_active"]:
         return DISABLED_ACCOUNT
-    now = datetime.now(UTC)
-    if row["last_used_at"] is None or now - row["last_used_at"] >= TOKEN_TOUCH_INTERVAL:
-        await write_rows(
-            engine, _TOKEN_TOUCH, {"id": row["token_id"], "secs": TOKEN_TOUCH_INTERVAL.total_seconds()}
-        )
+    if row["touch"]:
+        await write_rows(engine, _TOKEN_TOUCH, {"id": row["token_id"], "secs": secs})
     return replace(user_of(row), token_id=row["token_id"])
 
 

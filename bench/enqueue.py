@@ -200,7 +200,7 @@ async def main() -> None:
         (user_id,) = await c.make_users(conn, 1)
         engine = create_engine(url, pool_size=1)
         async with engine.begin() as db:
-            token, _ = await create_token(db, user_id, "bench")
+            token, _, _ = await create_token(db, user_id, "bench")
         await engine.dispose()
         for i in range(args.runs):
             r: dict[str, float] = {}

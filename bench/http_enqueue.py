@@ -175,7 +175,7 @@ async def main() -> None:
         user_id = admin_id if args.admin else plain_id
         engine = create_engine(url, pool_size=1)
         async with engine.begin() as db:
-            token, _ = await create_token(db, user_id, "bench")
+            token, _, _ = await create_token(db, user_id, "bench")
         await engine.dispose()
         modules = {"JOBDESK_PROCESSOR_MODULES": "bench_processors", "PYTHONPATH": PYTHONPATH}
         with serving(url, data_dir, **modules) as base:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -162,8 +162,11 @@ async def set_email_notifications(db: Db, actor: Any, on: bool, *, ip: str | Non
     return True
 
 
-def token_expiry(days: int | None, now: datetime | None = None) -> datetime | None:
-    """The expiry of a token valid for ``days`` days (``None``: never expires).
+def token_days(days: int | None) -> int | None:
+    """The number of days a new token is to stay valid (``None``: until revoked), checked. The moment it
+    expires is taken from the database's clock when the token is stored (:func:`app.tokens.create_token`),
+    the clock that refuses it once past: a web host whose clock is off by a day would otherwise hand out
+    a one-day token already expired, or one that lives a day longer than asked.
 
     Raises:
         BadInput: (field ``expires_in_days``) not between 1 and :data:`MAX_TOKEN_DAYS`.
@@ -174,7 +177,7 @@ def token_expiry(days: int | None, now: datetime | None = None) -> datetime | No
         raise BadInput.field(
             "expires_in_days", f"Give a number of days from 1 to {MAX_TOKEN_DAYS}, or leave it empty."
         )
-    return (now or datetime.now(UTC)) + timedelta(days=days)
+    return days
 
 
 async def create_token(
@@ -184,16 +187,16 @@ async def create_token(
 
     Raises:
         Forbidden: the actor acts through an API token (:func:`app.tokens.require_signed_in_browser`).
-        BadInput: (field ``name``) empty name; (``expires_in_days``) see :func:`token_expiry`.
+        BadInput: (field ``name``) empty name; (``expires_in_days``) see :func:`token_days`.
     """
     user = _signed_in(actor)
     tokens.require_signed_in_browser(user)
     label = tokens.token_name(name)
     if not label:
         raise BadInput.field("name", "Name the token after the program that will use it.")
-    expires_at = token_expiry(expires_in_days)
+    days = token_days(expires_in_days)
     async with db.begin_nested():
-        token, token_id = await tokens.create_token(db, user.id, label, expires_at=expires_at)
+        token, token_id, expires_at = await tokens.create_token(db, user.id, label, expires_in_days=days)
         await _audit(
             db,
             user,

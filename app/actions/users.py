@@ -267,7 +267,7 @@ async def issue_token(
         if target is None:
             target = await users.get_user(db, user_id)  # raises NotFound, audited as the refusal it is
         label = token_name(name)
-        token, token_id = await tokens.create_token(db, target["id"], label)
+        token, token_id, _ = await tokens.create_token(db, target["id"], label)
         await record_done(
             db,
             acting(actor, ip),

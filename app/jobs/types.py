@@ -22,8 +22,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic_core import ErrorDetails
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ModelWrapValidatorHandler,
+    PydanticUserError,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, InitErrorDetails
 
 from app.errors import BadInput
 from app.jobs.backoff import RetryPolicy
@@ -49,6 +56,90 @@ class Input(BaseModel):
     # a worker loads every processor module as it starts, and building all the schemas then cost 15-30 ms
     # of its launch to first claim, for job types it may not see for hours.
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=False, defer_build=True)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _no_flag_for_a_number(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        """Refuse ``true``/``false`` where a number belongs. pydantic reads them as 1 and 0, so
+        ``{"quality": true}`` made a thumbnail of JPEG quality 1 and ``{"sizes": [true]}`` was refused as
+        "got 1": no one writes a yes/no to mean a number. Checked here, in every input schema and before
+        its own checks, so every path that validates an input refuses it the same way (the API, batches,
+        pipelines, schedules, next jobs, a value a ``$ref`` read), naming the field as a number's error
+        does."""
+        if isinstance(data, dict):
+            schema = _schema_of(cls)
+            found = list(_flags_for_numbers(data, schema, schema.get("$defs", {}), ()))
+            if found:
+                raise ValidationError.from_exception_data(cls.__name__, found)
+        return handler(data)
+
+
+@functools.cache
+def _schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    try:
+        return model.model_json_schema()
+    except PydanticUserError:  # a processor's type with no JSON schema: pydantic's checks alone
+        return {}
+
+
+def _number_kind(node: Any, defs: dict[str, Any]) -> str | None:
+    """``int_type`` or ``float_type`` when the schema ``node`` takes a number and no yes/no."""
+    kinds: set[str] = set()
+
+    def collect(n: Any) -> None:
+        if not isinstance(n, dict):
+            return
+        if isinstance(n.get("$ref"), str):
+            collect(defs.get(n["$ref"].rsplit("/", 1)[-1]))
+        t = n.get("type")
+        kinds.update([t] if isinstance(t, str) else t if isinstance(t, list) else [])
+        for key in ("anyOf", "oneOf", "allOf"):
+            for sub in n.get(key) or []:
+                collect(sub)
+        if not n.get("type") and not any(k in n for k in ("$ref", "anyOf", "oneOf", "allOf")):
+            kinds.add("any")
+
+    collect(node)
+    if kinds & {"boolean", "any"}:
+        return None
+    if "number" in kinds:
+        return "float_type"
+    return "int_type" if "integer" in kinds else None
+
+
+def _resolved(node: Any, defs: dict[str, Any]) -> Any:
+    while isinstance(node, dict) and isinstance(node.get("$ref"), str):
+        node = defs.get(node["$ref"].rsplit("/", 1)[-1])
+    return node
+
+
+def _flags_for_numbers(raw: Any, node: Any, defs: dict[str, Any], loc: tuple[str | int, ...]) -> Any:
+    """An ``int_type``/``float_type`` error for each ``bool`` in ``raw`` where the schema ``node`` takes a
+    number: into objects' properties (and their other keys' schema) and arrays' items, through the one
+    branch of an ``anyOf`` that takes ``raw``'s kind (``list[int] | None``)."""
+    node = _resolved(node, defs)
+    if not isinstance(node, dict):
+        return
+    if isinstance(raw, bool):
+        kind = _number_kind(node, defs)
+        if kind is not None:
+            yield InitErrorDetails(type=kind, loc=loc, input=raw)
+        return
+    wanted = "object" if isinstance(raw, dict) else "array" if isinstance(raw, list) else None
+    for key in ("anyOf", "oneOf", "allOf"):
+        subs = [_resolved(sub, defs) for sub in node.get(key) or []]
+        fits = [sub for sub in subs if isinstance(sub, dict) and wanted and sub.get("type") == wanted]
+        for sub in subs if key == "allOf" else fits if len(fits) == 1 else []:
+            yield from _flags_for_numbers(raw, sub, defs, loc)
+    if isinstance(raw, dict):
+        props: dict[str, Any] = node["properties"] if isinstance(node.get("properties"), dict) else {}
+        others = node.get("additionalProperties")
+        for name, value in raw.items():
+            sub = props.get(name, others if isinstance(others, dict) else None)
+            yield from _flags_for_numbers(value, sub, defs, (*loc, name))
+    elif isinstance(raw, list) and isinstance(node.get("items"), dict):
+        for i, value in enumerate(raw):
+            yield from _flags_for_numbers(value, node["items"], defs, (*loc, i))
 
 
 class EmptyInput(Input):

@@ -38,6 +38,7 @@ from litestar.response import Template
 from markupsafe import Markup, escape
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.dbclock import db_time
 from app.formatting import (
     COMMON_ZONES,
     balanced,
@@ -112,7 +113,7 @@ def format_ago(value: datetime | None, now: datetime | None = None) -> str:
     6,974 years`` relative to ``now`` (default: now)."""
     if value is None:
         return ""
-    now = now or datetime.now(UTC)
+    now = now or db_time()  # the clock that wrote ``value``, not the web host's
     delta = (now - _aware(value)).total_seconds()
     future = delta < 0
     secs = abs(delta)

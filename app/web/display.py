@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from app.dbclock import db_time
 from app.digits import whole
 from app.formatting import local_moments, zone
 from app.jobs import states
@@ -25,7 +26,10 @@ ERROR_SUMMARY_MAX = 300
 
 
 def now_utc() -> datetime:
-    return datetime.now(UTC)
+    """Now on the database's clock (:func:`app.dbclock.db_time`), which wrote every time a page compares
+    with it (``run_at``, a step's wait): on the web host's own, a host an hour fast showed a job due in
+    half an hour as "Waiting" as if due, and one slow showed a due job as "Scheduled"."""
+    return db_time()
 
 
 def _aware(value: datetime | None) -> datetime | None:

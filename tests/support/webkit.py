@@ -78,7 +78,7 @@ async def add_token(db_url: str, user_id: int) -> str:
     engine = create_engine(db_url, pool_size=1)
     try:
         async with engine.begin() as conn:
-            token, _ = await create_token(conn, user_id, "test")
+            token, _, _ = await create_token(conn, user_id, "test")
         return token
     finally:
         await engine.dispose()

@@ -362,3 +362,35 @@ async def test_a_value_refused_for_its_length_is_shown_again_as_typed_not_cut_to
     assert user.status_code == 422
     assert shown(user.text, "email") == email
     assert await pg.fetchval("SELECT count(*) FROM api_tokens") == 0
+
+
+async def test_a_token_expires_days_after_it_is_made_by_the_database_clock_on_a_skewed_host(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection, monkeypatch: Any
+) -> None:
+    """A token asked for one day lives one day by the clock that refuses it (the database's ``now()``),
+    whatever the clock of the web host that made it: a host three days slow handed out a one-day token
+    already expired (the page showed it as new, every request with it was a 401), and a fast one a token
+    that outlived its day by three."""
+    from datetime import UTC, datetime, timedelta
+
+    from app.actions import account as account_actions
+
+    await sign_in_as(client, db_url, "ann@example.com")
+    for skew in (timedelta(days=-3), timedelta(days=3)):
+
+        class SkewedHost(datetime):
+            off = skew
+
+            @classmethod
+            def now(cls, tz: Any = None) -> Any:
+                return datetime.now(tz or UTC) + cls.off
+
+        monkeypatch.setattr(account_actions, "datetime", SkewedHost)
+        name = f"skew {skew.days}"
+        made = await _post(client, "/account/tokens", name=name, expires_in_days="1")
+        assert made.status_code == 200, made.text[-500:]
+        token = re.search(r'id="secret-value" class="secret-value">(jd_[^<]+)<', made.text).group(1)
+        me = await client.get("/api/me", headers={"Authorization": f"Bearer {token}"})
+        assert me.status_code == 200, (skew, me.text)
+        left = await pg.fetchval("SELECT expires_at - now() FROM api_tokens WHERE name = $1", name)
+        assert timedelta(hours=23) < left <= timedelta(days=1), (skew, left)

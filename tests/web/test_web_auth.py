@@ -129,6 +129,35 @@ async def test_rate_limit_wait_counts_down_from_the_oldest_counted_failure(
     assert "Try again in 2 minutes." in r.text
 
 
+@pytest.mark.parametrize("skew_minutes", [20, -60])
+async def test_sign_in_limits_hold_by_the_database_clock_on_a_skewed_web_host(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection, monkeypatch: Any, skew_minutes: int
+) -> None:
+    """The failures that count, and how long each still counts, are read by one clock: the database's,
+    which wrote them. A web host 20 minutes fast read every counted failure as already past its window
+    and let the next guess through (the limits did nothing there); one an hour slow told the person to
+    wait 75 minutes for a lock that ends in 15."""
+    from datetime import UTC, datetime, timedelta
+
+    from app import signin
+
+    class SkewedHost(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return datetime.now(tz or UTC) + timedelta(minutes=skew_minutes)
+
+    monkeypatch.setattr(signin, "datetime", SkewedHost, raising=False)
+    await add_user(db_url, "ann@example.com")
+    for _ in range(LOGIN_MAX_FAILURES_PER_EMAIL_AND_IP):
+        assert (await login(client, "ann@example.com", "wrong-password")).status_code == 401
+    r = await login(client, "ann@example.com")
+    assert r.status_code == 429, r.status_code
+    assert "Too many failed sign-in attempts. Try again in 15 minutes." in r.text
+    assert SESSION_COOKIE not in client.cookies
+    await pg.execute("UPDATE login_attempts SET at = at - interval '16 minutes'")
+    assert (await login(client, "ann@example.com")).status_code == 303
+
+
 async def test_sign_in_is_rate_limited_per_address(
     client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
 ) -> None:
@@ -278,9 +307,22 @@ async def test_bearer_token_works_on_the_api(
     assert row["last_used_at"] is not None
 
 
+@pytest.mark.parametrize("host_skew_minutes", [0, -60])
 async def test_token_last_used_at_is_written_at_most_once_a_minute(
-    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection, monkeypatch: Any, host_skew_minutes: int
 ) -> None:
+    """Once a minute by the database's clock, which writes ``last_used_at``: on a web host an hour slow
+    the token's "last used" stood still for that hour."""
+    from datetime import UTC, datetime, timedelta
+
+    from app import tokens
+
+    class SkewedHost(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return datetime.now(tz or UTC) + timedelta(minutes=host_skew_minutes)
+
+    monkeypatch.setattr(tokens, "datetime", SkewedHost, raising=False)
     user = await add_user(db_url, "ann@example.com")
     token = await add_token(db_url, user.id)
     auth = {"Authorization": f"Bearer {token}"}

@@ -1469,3 +1469,58 @@ def test_a_csv_summarys_columns_read_as_a_table_with_nested_values_in_words() ->
     assert cells["Name"] == ["species", "mass"]
     assert cells["Top values"][0] == "Adelie (2); Gentoo (1)"
     assert "{" not in " ".join(str(v) for col in cells.values() for v in col)
+
+
+@pytest.mark.parametrize("skew_minutes", [90, -90])
+async def test_pages_read_due_and_scheduled_on_the_database_clock_on_a_skewed_web_host(
+    client: AsyncTestClient,
+    db_url: str,
+    engine: AsyncEngine,
+    ui_settings: Settings,
+    pg: asyncpg.Connection,
+    monkeypatch: Any,
+    skew_minutes: int,
+) -> None:
+    """A job's ``run_at`` is on the database's clock, and so is the "now" a page compares it with (and
+    the one a schedule's preview counts from): a web host 90 minutes fast showed a job due in 45 minutes
+    as "Waiting" as if due, one 90 minutes slow showed a job due now as "Scheduled", and the fast one's
+    preview of a daily schedule began a day late."""
+    import time
+    from datetime import timedelta
+
+    from app import dbclock
+    from app.web import display
+
+    skew = timedelta(minutes=skew_minutes)
+    skew_ns = skew_minutes * 60 * 1_000_000_000
+    owner = await sign_in_as(client, db_url, "root@example.com", admin=True)
+    db_now = await pg.fetchval("SELECT now()")
+    soon = await enqueue(engine, ui_settings, owner.id, run_at=db_now + timedelta(minutes=45))
+    due = await enqueue(engine, ui_settings, owner.id)
+
+    class SkewedHost(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return datetime.now(tz or UTC) + skew
+
+    real_ns = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: real_ns() + skew_ns)
+    monkeypatch.setattr(dbclock, "_offset_ns", -skew_ns)  # as the web process measures it
+    monkeypatch.setattr(display, "datetime", SkewedHost, raising=False)
+    from app.web.admin import schedule_form
+
+    monkeypatch.setattr(schedule_form, "datetime", SkewedHost, raising=False)
+
+    badge = '<span class="status-icon" aria-hidden="true"></span>{}</span>'
+    page = (await client.get(f"/jobs/{soon}")).text
+    assert badge.format("Scheduled") in page, skew_minutes
+    page = (await client.get(f"/jobs/{due}")).text
+    assert badge.format("Waiting") in page and badge.format("Scheduled") not in page, skew_minutes
+    listed = main_html((await client.get("/jobs")).text)
+    assert listed.count(badge.format("Scheduled")) == 1, skew_minutes
+
+    # a schedule at the next whole hour by the database's clock: the preview's first run is that one
+    nxt = (db_now + timedelta(hours=1)).replace(minute=0, second=0, microsecond=0)
+    cron = f"0 {nxt.hour} * * *"
+    preview = await client.get("/admin/schedules/preview", params={"_cron": cron, "_timezone": "UTC"})
+    assert f"{nxt.day} {nxt:%b %Y}, {nxt:%H}:00" in preview.text, (skew_minutes, preview.text[-800:])
