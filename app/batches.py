@@ -151,6 +151,16 @@ def derive_status(counts: Mapping[str, int]) -> tuple[str, bool]:
 # --- checking and creating ---------------------------------------------------------------------------
 
 
+def nothing_started(detail: str) -> str:
+    """``detail`` ending with :data:`NOTHING_STARTED`, the words every refusal of a batch ends with,
+    whatever refused it: a row, the name, the limits, or the request's own shape (text that cannot be
+    stored, a field the request may not have), checked before the batch's own checks run."""
+    if detail.endswith(NOTHING_STARTED):
+        return detail
+    said = detail.rstrip().removesuffix(".")
+    return f"{said}. {NOTHING_STARTED}" if said else NOTHING_STARTED
+
+
 def refused(exc: BadInput) -> BadInput:
     """``exc`` as a batch's refusal, in the one form every one has: its first problem, how many more rows
     have one, and :data:`NOTHING_STARTED` (a batch is created whole or not at all). The class and its
@@ -168,7 +178,7 @@ def refused(exc: BadInput) -> BadInput:
     said = f"{first}: {message.removesuffix('.')}" if first else message.removesuffix(".")
     out = type(exc).__new__(type(exc))
     out.__dict__.update(exc.__dict__)
-    out.detail = f"{said}{more}. {NOTHING_STARTED}"
+    out.detail = nothing_started(f"{said}{more}")
     out.args = (out.detail,)
     return out
 

@@ -57,10 +57,22 @@ MAX_WALL_STEPS = 10_000
 fires every second is skipped in one jump, so this is never reached by a valid schedule)."""
 
 
-def _bad_cron(exc: Exception) -> BadInput:
-    return BadInput.field(
-        "cron",
-        f"not a valid cron expression ({exc}); five fields: minute hour day month weekday, e.g. '*/15 * * * *'",
+NEVER_RUNS = "this schedule would never run: no date matches its day, month and weekday fields"
+
+
+def _bad_cron(cron: str) -> BadInput:
+    """An expression croniter cannot read (or finds no date for), in our words, never croniter's own
+    (``[61 * * * *] is not acceptable, out of range``, ``Exactly 5, 6 or 7 columns has to be specified
+    for iterator expression.``): what :func:`check_cron` would say of it, whether it is being saved or was
+    stored before a rule existed (or written by SQL) and read again by a page, the API or a firing."""
+    normal = " ".join(cron.split())
+    return BadInput.field("cron", _rule_problem(normal) or _out_of_range(normal) or _unreadable(normal))
+
+
+def _unreadable(cron: str) -> str:
+    return (
+        f"{cron[:60]!r} cannot be read as a cron expression; write five fields: minute hour day month "
+        "weekday, e.g. '*/15 * * * *'"
     )
 
 
@@ -73,8 +85,8 @@ def _walls(cron: str, start: datetime) -> croniter:
 
     try:
         return croniter(cron, start)
-    except _CRON_ERRORS as exc:
-        raise _bad_cron(exc) from None
+    except _CRON_ERRORS:
+        raise _bad_cron(cron) from None
 
 
 def next_fire(cron: str, tz: str, after: datetime) -> datetime:
@@ -105,8 +117,10 @@ def next_fire(cron: str, tz: str, after: datetime) -> datetime:
                 # the rest of the repeated hour fired the first time round: go on after it
                 walls = _walls(cron, localtime.repeat_end(wall, where) - timedelta(seconds=1))
     except _CRON_ERRORS as exc:
-        raise _bad_cron(exc) from None
-    raise _bad_cron(ValueError("no fire time found"))
+        if "failed to find next date" in str(exc):  # croniter's words for a date no month has
+            raise BadInput.field("cron", NEVER_RUNS) from None
+        raise _bad_cron(cron) from None
+    raise BadInput.field("cron", NEVER_RUNS)
 
 
 def fired_title(name: str, at: datetime) -> str:
@@ -144,56 +158,70 @@ def check_cron(cron: str) -> str:
     cron = " ".join((cron or "").split())
     if not cron:
         raise BadInput.field("cron", "give a cron expression, e.g. '0 9 * * 1-5' (weekdays at 9:00)")
+    if cron.startswith("@") and cron.lower() in MACROS:
+        return MACROS[cron.lower()]
+    problem = _rule_problem(cron) or _out_of_range(cron)
+    if problem is not None:
+        raise BadInput.field("cron", problem)
+    next_fire(cron, "UTC", _CHECK_FROM)  # what croniter still refuses, in our words (_bad_cron)
+    return cron
+
+
+def _rule_problem(cron: str) -> str | None:
+    """What :func:`check_cron`'s own rules find wrong with ``cron`` (spaces made single), if anything."""
     if cron.startswith("@"):
-        macro = MACROS.get(cron.lower())
-        if macro is None:
-            raise BadInput.field(
-                "cron",
-                f"{cron[:20]!r} is not a time; use {', '.join(MACROS)} or five fields: minute hour day "
-                "month weekday, e.g. '0 9 * * 1-5'",
-            )
-        return macro
+        if cron.lower() in MACROS:
+            return None
+        return (
+            f"{cron[:20]!r} is not a time; use {', '.join(MACROS)} or five fields: minute hour day "
+            "month weekday, e.g. '0 9 * * 1-5'"
+        )
     fields = len(cron.split())
     if fields != 5:
-        raise BadInput.field(
-            "cron",
+        return (
             f"a cron expression has five fields: minute hour day month weekday, e.g. '*/15 * * * *'; "
             f"this one has {fields}"
             + (
                 " (a sixth field for seconds is not taken: a schedule fires at most once a minute)"
                 if fields == 6
                 else ""
-            ),
+            )
         )
-    foreign = _foreign_word(cron)
-    if foreign is not None:
-        raise BadInput.field("cron", foreign)
     backwards = _backward_range(cron)
     if backwards is not None:
-        raise BadInput.field(
-            "cron",
+        backwards = (
             f"{backwards[:20]!r} runs backwards; write a range low to high, or two ranges (hours around "
-            "midnight: '22-23,0-2')",
+            "midnight: '22-23,0-2')"
         )
-    step = _absurd_step(cron)
-    if step is not None:
-        raise BadInput.field("cron", step)
-    never = _never_fires(cron)
-    if never is not None:
-        raise BadInput.field("cron", never)
-    try:
-        next_fire(cron, "UTC", _CHECK_FROM)
-    except BadInput as exc:
-        if not any(w in exc.detail for w in _NO_DATE):
-            raise
-        raise BadInput.field(
-            "cron", "this schedule would never run: no date matches its day, month and weekday fields"
-        ) from None
-    return cron
+    return _foreign_word(cron) or backwards or _absurd_step(cron) or _never_fires(cron)
 
 
-_NO_DATE = ("failed to find next date", "no fire time found")
-"""croniter's words (and :func:`next_fire`'s) for an expression that names no date at all."""
+_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
+"""The values each field takes (a weekday's 7 is Sunday, as its 0)."""
+_NUMBER = re.compile(r"\d+")
+
+
+def _out_of_range(cron: str) -> str | None:
+    """The first number of a five-field ``cron`` outside its field's values (``61 * * * *``), in words; a
+    weekday's ``#n`` (its nth in the month) is 1 to 5."""
+    fields = cron.split()
+    if len(fields) != 5:
+        return None
+    for index, field in enumerate(fields):
+        name = _FIELDS[index][0]
+        low, high = _RANGES[index]
+        for item in field.split(","):
+            value, _, nth = item.split("/", 1)[0].partition("#")
+            for number in _NUMBER.findall(value):
+                if not low <= int(number) <= high:
+                    return (
+                        f"{item[:20]!r} in the {name} field is out of range: {name}s run from {low} to {high}"
+                    )
+            if nth and not (nth.isdigit() and 1 <= int(nth) <= 5):
+                return f"{item[:20]!r} in the {name} field: the number after '#' (which one in the month) is 1 to 5"
+    return None
+
+
 _FIELDS = (("minute", 60), ("hour", 24), ("day", 31), ("month", 12), ("weekday", 7))
 """Each field's name and how many values it has: a step (``*/15``) is at most that."""
 _MONTHS = "January February March April May June July August September October November December".split()

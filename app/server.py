@@ -79,7 +79,7 @@ from app.db import (
     run_migrations,
 )
 from app.embedded import resolve_database_url
-from app.errors import GONE_MESSAGE, AppError, BadInput
+from app.errors import GONE_MESSAGE, AppError, BadInput, KeyReused
 from app.formatting import format_bytes
 from app.settings import Settings, get_settings
 from app.socket_errors import is_connection_error
@@ -103,6 +103,7 @@ from app.web.batches import BatchesController
 from app.web.commits import commit_or_refuse
 from app.web.csrf import FAILED as CSRF_FAILED
 from app.web.csrf import CsrfMiddleware
+from app.web.deps import REFUSAL_WORDS, REFUSALS
 from app.web.files import FilesApiController, FilesController
 from app.web.form_shape import ButtonFormMiddleware
 from app.web.health import HealthController
@@ -250,7 +251,12 @@ def make_exception_handler() -> Callable[[Request[Any, Any, Any], Exception], Re
 
     def handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
         settings: Settings = request.app.state.settings
-        status, detail, errors, headers = _classify(exc, settings, request.scope.get("route_handler"))
+        route = request.scope.get("route_handler")
+        status, detail, errors, headers = _classify(exc, settings, route)
+        reword = getattr(route, "opt", {}).get(REFUSAL_WORDS)
+        if reword is not None and status in REFUSALS and not isinstance(exc, KeyReused):
+            # a reused key says what the first request made, not what this one did not
+            detail = reword(detail)
         rid = request_id_for(request.scope)
         if status == 500:
             log.error("unhandled error", exc_info=exc, path=request.scope["path"], request_id=rid)

@@ -248,13 +248,14 @@ def _delimiter(sample: str) -> str:
 
 def _csv_rows(data: bytes) -> Iterator[tuple[int, Sequence[Any]]]:
     if not text_encoding.is_wide(data) and b"\x00" in data[:SNIFF_BYTES]:
-        wide = text_encoding.unmarked_wide(data)
+        wide = text_encoding.unmarked_codec(data)
         if wide:
+            # a spreadsheet's upload has no encoding to choose: what was found, and how to save it
             raise BadInput.field(
                 "file",
-                f"This file is saved as {wide} text without a byte-order mark, which cannot be read here. "
-                'In your spreadsheet program use Save As and choose "CSV UTF-8" (or XLSX), then upload '
-                "that file.",
+                f"This file is saved as {text_encoding.unmarked_words(wide)}, which a spreadsheet upload "
+                'cannot read. In your spreadsheet program use Save As and choose "CSV UTF-8" (or XLSX), '
+                "or save it as UTF-16 with a byte-order mark, then upload that file.",
             )
         raise _unreadable("it holds binary data")
     text = _decode(data)

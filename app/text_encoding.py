@@ -6,9 +6,10 @@ the type stored with an upload).
   UTF-16 LE's (``FF FE 00 00``), so the longer marks are looked at first: a UTF-32 file was read as
   UTF-16, a NUL after every character.
 * Without one, NUL bytes are what UTF-16 and UTF-32 text is full of (every ASCII letter, comma and line
-  end has one or three) and what no 8-bit text holds. Such bytes are not guessed at (which byte order,
-  which width): :func:`unmarked_wide` names the encoding they look like, for a refusal that says how to
-  save the file instead; any other NUL is a file that is not text.
+  end has one or three) and what no 8-bit text holds. Where they are tells the width and the byte order
+  (:func:`unmarked_codec`), but "Find out automatically" does not read such a file on that guess alone:
+  its refusal (:func:`unmarked_words`) names what was found, and a reader with an encoding choice reads
+  it once the person chooses that width (:func:`chosen_codec`); any other NUL is a file that is not text.
 * Bytes with neither are left to the reader's own choice (UTF-8, then an 8-bit code page).
 """
 
@@ -28,14 +29,17 @@ BOMS: tuple[tuple[bytes, str], ...] = (
 SAMPLE_BYTES = 16_384
 """How much of a file's start is looked at for NUL bytes."""
 
-_WIDE: tuple[tuple[str, int, int], ...] = (
-    ("UTF-32", 4, 0),
-    ("UTF-32", 4, 3),
-    ("UTF-16", 2, 0),
-    ("UTF-16", 2, 1),
+_WIDE: tuple[tuple[str, int, int, str], ...] = (
+    ("UTF-32", 4, 0, "utf-32-le"),
+    ("UTF-32", 4, 3, "utf-32-be"),
+    ("UTF-16", 2, 0, "utf-16-le"),
+    ("UTF-16", 2, 1, "utf-16-be"),
 )
-"""``(name, unit size, the byte of a unit that holds an ASCII character)`` of each encoding and byte order
-told by where its NULs are; UTF-32 first, as its NULs are also where UTF-16's would be."""
+"""``(name, unit size, the byte of a unit that holds an ASCII character, codec)`` of each encoding and byte
+order told by where its NULs are; UTF-32 first, as its NULs are also where UTF-16's would be."""
+
+ORDER_WORDS = {"le": "little-endian, low byte first", "be": "big-endian, high byte first"}
+"""A byte order in words, by the end of its codec's name."""
 
 
 def bom(data: bytes) -> tuple[str, int] | None:
@@ -52,18 +56,36 @@ def is_wide(data: bytes) -> bool:
     return found is not None and found[0] != "utf-8"
 
 
-def unmarked_wide(data: bytes) -> str | None:
-    """``"UTF-16"`` or ``"UTF-32"`` when ``data`` (with no byte-order mark) looks like text in it: NULs in
-    at least a third of the characters' units, none where a character's low byte is."""
+def unmarked_codec(data: bytes) -> str | None:
+    """The codec (``"utf-16-le"``, ``"utf-32-be"``…) of text ``data`` (with no byte-order mark) looks like
+    it is in: NULs in at least a third of the characters' units, none where a character's low byte is."""
     sample = data[:SAMPLE_BYTES]
-    for name, unit, low in _WIDE:
+    for _name, unit, low, codec in _WIDE:
         units = len(sample) // unit
         if units < 2:
             continue
         places = [sample[i::unit][:units].count(0) for i in range(unit)]
         if places[low] == 0 and all(places[i] * 3 >= units for i in range(unit) if i != low):
-            return name
+            return codec
     return None
+
+
+def unmarked_words(codec: str) -> str:
+    """What an unmarked file in ``codec`` (:func:`unmarked_codec`) was found to be, in words: ``UTF-16
+    text (little-endian, low byte first) without a byte-order mark``."""
+    return f"{codec[:6].upper()} text ({ORDER_WORDS[codec[-2:]]}) without a byte-order mark"
+
+
+def chosen_codec(data: bytes, chosen: str) -> str:
+    """The codec that reads ``data`` for a person who chose ``chosen`` (``"utf-16"`` or ``"utf-32"``, or
+    any other codec, returned as it is): with no byte-order mark, the byte order where ``data``'s NULs
+    are, when they fit that width; else ``chosen`` (Python's own reading: the mark, or this machine's
+    order). So choosing "UTF-16" reads a big-endian file without a mark too, not as Chinese-looking
+    text."""
+    if chosen not in ("utf-16", "utf-32") or bom(data) is not None:
+        return chosen
+    codec = unmarked_codec(data)
+    return codec if codec is not None and codec.startswith(chosen) else chosen
 
 
 def decode(data: bytes, errors: str = "strict") -> tuple[str, str] | None:

@@ -351,6 +351,21 @@ class ProcessorSpec:
             errors = {f"{field_prefix}.{name}": text for name, text in problems.items()}
             raise BadInput(next(iter(errors.values())), errors=errors)
 
+    def parents_supply(self, data: Any) -> list[str]:
+        """The titles of the fields of ``data`` that :attr:`submit_check` accepts only for a job with
+        parents: what, for this input, only the steps before it could give it. The same rule as
+        :meth:`check_submission`'s, for a path that words its refusal itself: a step's "run again" is a
+        job on its own that nobody filled in, so "choose …", written for a form, would not fit it."""
+        if self.submit_check is None or not isinstance(data, dict):
+            return []
+        with_parents = self.submit_check(data, True)
+        fields = self.input_model.model_fields
+        return [
+            str(fields[name].title if name in fields and fields[name].title else name)
+            for name in self.submit_check(data, False)
+            if name not in with_parents
+        ]
+
     def validate_input(self, data: dict[str, Any], *, field_prefix: str = "input_data") -> dict[str, Any]:
         """Validate ``data`` against the input schema; return it normalised (defaults filled, JSON types).
 

@@ -112,12 +112,9 @@ def decode(raw: bytes, encoding: str) -> tuple[str, str]:
         if what:
             raise not_csv(f"it is {what}")
         if b"\x00" in raw[:65536]:
-            unmarked = text_encoding.unmarked_wide(raw)
+            unmarked = text_encoding.unmarked_codec(raw)
             if unmarked:
-                raise not_csv(
-                    f"it is {unmarked} text without a byte-order mark, whose byte order cannot be told; "
-                    'save it as "CSV UTF-8"'
-                )
+                raise unmarked_refusal(unmarked, encoding)
             raise not_csv("it contains binary data, not text")
     text, enc = _decode_text(raw, _encodings_to_try(raw, encoding))
     if "\x00" in text:
@@ -131,9 +128,22 @@ _WITH_MARK = {"utf-8": "utf-8-sig", "utf-16-le": "utf-16", "utf-16-be": "utf-16"
 is ``utf-32``."""
 
 
+def unmarked_refusal(codec: str, encoding: str) -> PermanentError:
+    """A CSV in UTF-16 or UTF-32 without a byte-order mark (``codec``, :func:`app.text_encoding.unmarked_codec`)
+    read with the encoding choice ``encoding``: what was found, and the choice that reads it."""
+    labels = ENCODING_LABELS["x-labels"]
+    chosen = f"'{labels.get(encoding, encoding)}'"
+    which = chosen if encoding == "auto" else f"the text encoding chosen, {chosen},"
+    return PermanentError(
+        f"This file is {text_encoding.unmarked_words(codec)}, which {which} does not read: choose "
+        f"'{labels[codec[:6]]}' under Text encoding and start it again, or save the file as \"CSV UTF-8\" "
+        "in your spreadsheet program."
+    )
+
+
 def _encodings_to_try(raw: bytes, encoding: str) -> list[str]:
     if encoding != "auto":
-        return [encoding]
+        return [text_encoding.chosen_codec(raw, encoding)]
     marked = text_encoding.bom(raw)
     if marked is not None:
         return [_WITH_MARK.get(marked[0], "utf-32")]

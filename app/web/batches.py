@@ -55,6 +55,17 @@ from app.web.notifications import bell_news
 FORM_ERROR = "_form"
 PAGE_SIZE = 50
 NAME_FIELD = "_name"
+NONE_STARTED = "Nothing was started: correct what is shown below."
+"""The notice above a form refused beside its fields (the name, a column's choice, a file's name)."""
+
+
+def _none_started(errors: dict[str, str]) -> dict[str, str]:
+    """``errors`` with the notice every refused batch has at the top of the form
+    (:data:`app.batches.NOTHING_STARTED`): a problem beside one field does not say that no row went in."""
+    top = errors.get(FORM_ERROR)
+    if top and "nothing was started" in top.lower():
+        return errors
+    return {**errors, FORM_ERROR: batches.nothing_started(top) if top else NONE_STARTED}
 
 
 def _is_upload(value: Any) -> bool:
@@ -156,7 +167,7 @@ class BatchesController(Controller):
             if form.get("sheet_id") and not _is_upload(sheet_upload) and not files:
                 if "sheet_id" not in form_problems(request):
                     return await self._start_sheet(request, db_session, spec, form, ctx, refused)
-            ctx["errors"] = refused
+            ctx["errors"] = _none_started(refused)
             return render(request, "batches/new.html", ctx, status_code=422)
         if _is_upload(sheet_upload):
             return await self._read_sheet(request, db_session, spec, sheet_upload, ctx)
@@ -285,7 +296,7 @@ class BatchesController(Controller):
         step = ctx["step"] = mapping_view(sheet_id, sheet, fields, chosen)
         refused = {**{f"map.{name}": words for name, words in wrong.items()}, **(refused or {})}
         if refused:
-            ctx["errors"] = refused
+            ctx["errors"] = _none_started(refused)
             return render(request, "batches/new.html", ctx, status_code=422)
         numbers = [n for n, _ in sheet.rows]
         try:
@@ -305,7 +316,7 @@ class BatchesController(Controller):
             return self._sent_before(request, ctx, exc)
         except BadInput as exc:
             if "name" in exc.errors:  # the batch's own name, checked (and refused whole) by the action
-                ctx["errors"] = {NAME_FIELD: sentence(exc.errors["name"])}
+                ctx["errors"] = _none_started({NAME_FIELD: sentence(exc.errors["name"])})
                 return render(request, "batches/new.html", ctx, status_code=422)
             step.problems = problems_of(
                 exc.errors or {"": exc.detail}, numbers, fields, sheet.columns, chosen
@@ -313,7 +324,7 @@ class BatchesController(Controller):
             ctx["errors"] = {FORM_ERROR: "Nothing was started: fix these rows, or choose other columns."}
             return render(request, "batches/new.html", ctx, status_code=422)
         except RateLimited as exc:
-            ctx["errors"] = {FORM_ERROR: exc.detail}
+            ctx["errors"] = {FORM_ERROR: batches.nothing_started(exc.detail)}
             return render(request, "batches/new.html", ctx, status_code=429, headers=exc.extra.get("headers"))
         return Redirect(f"/batches/{batch['id']}", status_code=303)
 
@@ -372,7 +383,7 @@ class BatchesController(Controller):
             detail = exc.detail
             if isinstance(exc, BadInput) and exc.errors:
                 detail = "; ".join(f"{p}: {m}" for p, m in list(exc.errors.items())[:5])
-            ctx["errors"] = {"files": detail}
+            ctx["errors"] = {"files": batches.nothing_started(detail)}
             return render(request, "batches/new.html", ctx, status_code=exc.status_code)
         return Redirect(f"/batches/{batch['id']}", status_code=303)
 

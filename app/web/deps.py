@@ -86,6 +86,14 @@ def parse_uuid(value: Any, what: str = "job") -> uuid.UUID:
     return parse_id(value, what)
 
 
+REFUSAL_WORDS = "refusal_words"
+"""Route ``opt`` key: a function that gives every refusal the route answers (413, 415, 422, 429) the
+words its action's own refusals have, whatever refused it, the action or the edge before the handler
+(text that cannot be stored, a field the body may not have, a key given twice): a batch's
+"Nothing was started." (:func:`app.batches.nothing_started`)."""
+REFUSALS = frozenset({413, 415, 422, 429})
+"""The statuses :data:`REFUSAL_WORDS` rewords: the request was refused as it was sent."""
+
 FORM = "form"
 """Error key of a problem no control of the form shows (a hidden field, a button's value): it is shown
 above the form's buttons, in the answer's notice."""

@@ -350,8 +350,35 @@ async def test_a_batch_name_that_is_not_storable_text_is_refused(
     r = await s.client.post("/api/batches", json=body, headers=s.ann)
     assert r.status_code == 422, r.text
     assert r.json()["errors"]["name"].startswith(message)
+    assert r.json()["detail"].endswith(". Nothing was started."), r.text
     assert await s.pg.fetchval("SELECT count(*) FROM batches") == 0
     assert await s.pg.fetchval("SELECT count(*) FROM jobs") == 0
+
+
+async def test_every_refusal_of_a_batch_says_nothing_was_started_whatever_refused_it(scene_of: Any) -> None:
+    """Text that cannot be stored, a field the body may not have, a key given twice or a number the
+    decoder refuses are refused before the batch's own checks run; the answer still says, as the
+    batch's own refusals and its limits' do, that nothing was started."""
+    s = await scene_of(user_max_waiting_jobs=2)
+    one = url_rows(1)
+    sent: list[Any] = [
+        {"type": "http.request", "rows": [{"url": "http://jobs.test:9/\u0000"}]},
+        {"type": "http.request", "rows": one, "idempotency_key": "k\u0000"},
+        {"type": "http.request", "rows": one, "colour": "red"},
+        {"type": "http.request", "rows": one, "name": 5},
+        {"type": "http.request", "rows": url_rows(3)},  # over the waiting limit: a 429
+        {"type": "http.request"},
+    ]
+    for body in sent:
+        r = await s.client.post("/api/batches", json=body, headers=s.ann)
+        assert r.status_code in (422, 429), (body, r.text)
+        assert r.json()["detail"].endswith(". Nothing was started."), (body, r.text)
+    raw = b'{"type": "http.request", "rows": [{"url": "http://jobs.test:9/a"}], "name": "a", "name": "b"}'
+    r = await s.client.post(
+        "/api/batches", content=raw, headers={**s.ann, "Content-Type": "application/json"}
+    )
+    assert r.status_code == 422 and r.json()["detail"].endswith(". Nothing was started."), r.text
+    assert await s.pg.fetchval("SELECT count(*) FROM batches") == 0
 
 
 async def test_a_batch_name_is_kept_stripped_and_a_missing_one_is_the_type_s_title(scene_of: Any) -> None:

@@ -36,14 +36,27 @@ def test_a_marked_csv_is_read_by_the_spreadsheet_and_the_csv_jobs(encoding: str)
     assert text == TEXT
 
 
+ORDER = {"le": "little-endian, low byte first", "be": "big-endian, high byte first"}
+
+
 @pytest.mark.parametrize(("encoding", "named"), [(e, e[:6].upper()) for e in MARKED if e != "utf-8"])
-def test_wide_text_without_its_mark_is_refused_naming_it(encoding: str, named: str) -> None:
+def test_wide_text_without_its_mark_is_refused_naming_what_was_found_and_the_choice_that_reads_it(
+    encoding: str, named: str
+) -> None:
+    """Not only "re-save it": the width and byte order found, and for the CSV jobs, whose form has a
+    text encoding to choose, the choice that reads the file, which then does (either byte order)."""
     data = TEXT.encode(encoding)
+    found = f"{named} text ({ORDER[encoding[-2:]]}) without a byte-order mark"
     with pytest.raises(BadInput) as refused:
         spreadsheets.read(data, "export.csv")
-    assert f"saved as {named} text without a byte-order mark" in refused.value.errors["file"]
-    with pytest.raises(PermanentError, match=f"it is {named} text without a byte-order mark"):
-        decode(data, "auto")
+    assert f"saved as {found}" in refused.value.errors["file"]
+    assert '"CSV UTF-8"' in refused.value.errors["file"]
+    for chosen, said in (("auto", "'Find out automatically'"), ("cp1252", "'Windows (cp1252)'")):
+        with pytest.raises(PermanentError) as failed:
+            decode(data, chosen)
+        assert f"This file is {found}, which " in str(failed.value), failed.value
+        assert said in str(failed.value) and f"choose '{named}' under Text encoding" in str(failed.value)
+    assert decode(data, named.lower()) == (TEXT, encoding)
     with pytest.raises(BadInput, match="binary data"):
         spreadsheets.read(b"name,city\n\x00\x01\x02\x03garbage\n", "export.csv")
 

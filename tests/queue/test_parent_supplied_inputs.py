@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import pipelines
@@ -23,7 +24,7 @@ from app.jobs.queue import pipelines as queue_pipelines
 from app.jobs.types import NextJob
 from app.settings import Settings
 from tests.support.procs import EXAMPLES, upload
-from tests.support.webkit import add_token, add_user, csrf_from, sign_in_as
+from tests.support.webkit import HX, add_token, add_user, csrf, csrf_from, sign_in_as
 
 NO_PICTURES = "choose at least one picture to put on the sheet"
 PICTURE = EXAMPLES / "images" / "coffee.jpg"
@@ -150,3 +151,53 @@ async def test_a_csv_report_page_on_its_own_is_refused_and_in_its_pipeline_accep
     report = {"key": "report", "type": "report.csv_report", "input_data": {}, "depends_on": ["summary"]}
     async with engine.begin() as conn:
         await pipelines.create(conn, name="r", steps=[summary, report], user_id=owner.id, settings=settings)
+
+
+async def test_run_again_of_a_contact_sheet_step_says_why_in_its_own_words(
+    client: AsyncTestClient, db_url: str, ui_settings: Settings, engine: AsyncEngine, pg: asyncpg.Connection
+) -> None:
+    """Run again copies a step into a job on its own: a contact sheet made from the thumbnails of the
+    steps before it has none then. The refusal says so, on the page and in the API alike, instead of the
+    job form's "choose at least one picture" (there is no form on that path)."""
+    ann = await sign_in_as(client, db_url, "ann@example.com")
+    bearer = {"Authorization": f"Bearer {await add_token(db_url, ann.id)}"}
+    fid = await upload(engine, ui_settings, ann.id, path=PICTURE)
+    steps = [
+        {"key": "thumb", "type": "images.thumbnail", "input_data": {"image": fid}},
+        _sheet(["thumb"]),
+    ]
+    r = await client.post("/api/pipelines", json={"name": "sheet", "steps": steps}, headers=bearer)
+    assert r.status_code == 201, r.text
+    sheet = next(s["job_id"] for s in r.json()["steps"] if s["key"] == "sheet")
+    said = "This step cannot run again as a new job on its own"
+    r = await client.post(f"/api/jobs/{sheet}/run-again", headers=bearer)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith(said) and "'Pictures'" in r.json()["detail"], r.text
+    assert "choose" not in r.text.lower(), r.text
+    r = await client.post(f"/jobs/{sheet}/run-again", headers={**HX, "x-csrftoken": await csrf(client)})
+    assert r.status_code == 422, r.text
+    assert said in r.text and "choose at least" not in r.text.lower() and "input_data" not in r.text, r.text
+    assert await pg.fetchval("SELECT count(*) FROM jobs WHERE pipeline_id IS NULL") == 0
+
+
+async def test_run_again_of_a_csv_report_step_says_why_in_its_own_words(
+    engine: AsyncEngine, settings: Settings, admin: Any
+) -> None:
+    """The report page of a CSV report pipeline reads an earlier step's summary: the same rule, the same
+    words for run again (an admin's: the step is a built-in pipeline's)."""
+    summary = {"key": "summary", "type": "noop", "input_data": {}}
+    report = {"key": "report", "type": "report.csv_report", "input_data": {}, "depends_on": ["summary"]}
+    async with engine.begin() as conn:
+        row = await pipelines.create(
+            conn, name="r", steps=[summary, report], user_id=admin.id, settings=settings
+        )
+        step = await conn.scalar(
+            text("SELECT id FROM jobs WHERE pipeline_id = :p AND step_key = 'report'"), {"p": row["id"]}
+        )
+    with pytest.raises(BadInput) as refused:
+        async with engine.begin() as conn:
+            await queue.run_again(conn, step, admin, settings)
+    assert refused.value.detail.startswith("This step cannot run again as a new job on its own"), (
+        refused.value
+    )
+    assert "'Summary step'" in refused.value.detail, refused.value

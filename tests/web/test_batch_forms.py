@@ -506,3 +506,38 @@ def test_chosen_columns_counts_the_columns_of_a_wide_sheet() -> None:
     assert wrong["url"].endswith("9 “c9”, 20 more: choose one of them, or none"), wrong
     assert spreadsheets.chosen_columns({"url": " 3 "}, fields, ["a", "b", "c", "d"]) == ({"url": 3}, {})
     assert spreadsheets.chosen_columns({"url": ""}, fields, ["a"]) == ({"url": None}, {})
+
+
+async def test_every_refusal_of_the_batch_form_says_nothing_was_started(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """A name that cannot be stored or is too long is refused beside the name field, a picture field
+    given a spreadsheet beside the files: each also says, at the top of the form as a row's problems
+    do, that nothing was started."""
+    await sign_in_as(client, db_url, "ann@example.com")
+    page = await client.get("/batches/new/http.request")
+    token = csrf_from(page.text)
+    key = re.search(r'name="_form_key" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+    read = await client.post(
+        "/batches/new/http.request",
+        data={"_csrf_token": token, "_form_key": key},
+        files=_post_file("a.csv", b"url\nhttp://jobs.test:9/a\n"),
+    )
+    sheet_id = re.search(r'name="sheet_id" value="([^"]+)"', read.text).group(1)  # type: ignore[union-attr]
+    start = {"_csrf_token": token, "_form_key": key, "sheet_id": sheet_id, "map.url": "0"}
+    for name, beside in (("a\u0000b", "Contains a NUL character"), ("x" * 201, "Must be at most 200")):
+        r = await client.post("/batches/new/http.request", data={**start, "_name": name})
+        assert r.status_code == 422, r.text
+        assert re.search(rf'id="e-_name" class="field-error" role="alert">{beside}', r.text), r.text
+        top = re.search(r'id="form-errors"[^>]*><p><strong>([^<]*)<', r.text)
+        assert top and top.group(1).startswith("Nothing was started"), r.text
+    page = await client.get("/batches/new/images.thumbnail")
+    r = await client.post(
+        "/batches/new/images.thumbnail",
+        data={"_csrf_token": csrf_from(page.text)},
+        files=[("files", ("t.csv", b"a,b\n1,2\n", "text/csv"))],
+    )
+    assert r.status_code == 422, r.text
+    beside_files = re.search(r'id="e-files" class="field-error" role="alert">([^<]*)<', r.text)
+    assert beside_files and beside_files.group(1).endswith("Nothing was started."), r.text
+    assert await pg.fetchval("SELECT count(*) FROM batches") == 0

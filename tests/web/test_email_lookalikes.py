@@ -7,6 +7,7 @@ accounts that now collide are both kept and named, never a failed migration."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -15,9 +16,12 @@ import pytest
 from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import auth, demo
+from app import audit as audit_log
+from app import auth, demo, signin
 from app.actions import schedules as schedule_actions
-from app.db import asyncpg_dsn, run_migrations
+from app.db import asyncpg_dsn, create_engine, run_migrations
+from app.emails import email_key
+from app.errors import RateLimited
 from app.jobs import approvals
 from tests.support.cli import assert_clean_failure, run
 from tests.support.webkit import PASSWORD, csrf, login, sign_in_as
@@ -43,6 +47,11 @@ async def test_a_lookalike_is_the_same_account_on_the_page_at_sign_in_and_in_loo
     # a new address is stored as its key
     await create("Ｂｏｂ@Example.com")
     assert await pg.fetchval("SELECT email FROM users WHERE email LIKE 'b%'") == "bob@example.com"
+    # and so in the audit trail, whose filter by address finds the admin by a look-alike
+    created = "SELECT user_email, detail->>'email' FROM audit_log WHERE action = 'user.create' ORDER BY id"
+    assert [tuple(r) for r in await pg.fetch(created)][-1] == ("root@example.com", "bob@example.com")
+    trail = (await client.get("/admin/audit", params={"user": "ＲＯＯＴ@example.com"})).text
+    assert "bob@example.com" in trail and "No entry matches" not in trail
     alice_id = await pg.fetchval("SELECT id FROM users WHERE email = $1", ALICE)
 
     # sign-in: a lookalike signs in as alice; its failures are alice's
@@ -130,3 +139,71 @@ def test_the_key_of_a_key_is_itself_and_lower_case() -> None:
             continue
         key = folded(f"a{chr(cp)}@example.com")
         assert folded(key) == key and key.lower() == key, hex(cp)
+
+
+async def test_the_migration_keys_sign_in_attempts_and_the_addresses_in_the_audit_trail(
+    fresh_db_url: str,
+) -> None:
+    """Migration 0026: the sign-in attempts and audit entries written before 0025, in the forms the
+    addresses then had, are counted and found by the key as new ones are: the sign-in limits count a
+    fullwidth address's failures against the account, and ``/admin/audit``'s filter by address finds an
+    admin's entries. An address an account kept at 0025 (its key was another's) stays with that account."""
+    await run_migrations(fresh_db_url, "0025")
+    pg = await asyncpg.connect(asyncpg_dsn(fresh_db_url))
+    try:
+        boss = await pg.fetchval(
+            "INSERT INTO users (email, password_hash, is_admin) VALUES ('strasse@example.de', 'x', true) "
+            "RETURNING id"
+        )
+        # kept at 0025: its key is alice's
+        kept = await pg.fetchval(
+            "INSERT INTO users (email, password_hash) VALUES ('ａｌｉｃｅ@example.com', 'x') RETURNING id"
+        )
+        await pg.fetchval("INSERT INTO users (email, password_hash) VALUES ($1, 'x') RETURNING id", ALICE)
+        # five failures typed fullwidth from one address: the per-address lock, under the old form
+        for _ in range(signin.LOGIN_MAX_FAILURES_PER_EMAIL_AND_IP):
+            await pg.execute(
+                "INSERT INTO login_attempts (email, ip, ok) VALUES ($1, '192.0.2.1', false)",
+                "ｃａｒｏｌ＠ｅｘａｍｐｌｅ．ｃｏｍ",
+            )
+        await pg.execute(
+            "INSERT INTO login_attempts (email, ip, ok) VALUES ('dave@example.com', '192.0.2.2', false)"
+        )
+        entry = (
+            "INSERT INTO audit_log (user_id, user_email, action, target_type, outcome, detail) "
+            "VALUES ($1, $2, $3, 'user', 'ok', CAST($4 AS jsonb))"
+        )
+        await pg.execute(
+            entry, boss, "straße@example.de", "user.create", '{"email": "Ｃａｒｏｌ@example.com"}'
+        )
+        await pg.execute(
+            entry, boss, "straße@example.de", "schedule.create", '{"owner": "straße@example.de"}'
+        )
+        await pg.execute(
+            entry, kept, "ａｌｉｃｅ@example.com", "account.theme", '{"email": "ａｌｉｃｅ@example.com"}'
+        )
+        await pg.execute(entry, None, "command line", "user.unlock", '{"email": ["not", "an address"]}')
+
+        await run_migrations(fresh_db_url)
+
+        attempts = await pg.fetch("SELECT DISTINCT email FROM login_attempts ORDER BY email")
+        assert [r["email"] for r in attempts] == ["carol@example.com", "dave@example.com"]
+        audit = await pg.fetch("SELECT user_email, detail::text AS detail FROM audit_log ORDER BY id")
+        assert [(r["user_email"], json.loads(r["detail"])) for r in audit] == [
+            ("strasse@example.de", {"email": "carol@example.com"}),
+            ("strasse@example.de", {"owner": "strasse@example.de"}),
+            ("ａｌｉｃｅ@example.com", {"email": "ａｌｉｃｅ@example.com"}),  # its account's address
+            ("command line", {"email": ["not", "an address"]}),
+        ]
+    finally:
+        await pg.close()
+    # what the app does with them: the lock-out counts the old failures, the filter finds the entries
+    engine = create_engine(fresh_db_url, pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            with pytest.raises(RateLimited):
+                await signin.check_rate_limit(conn, signin.clean_email("Carol@example.com"), "192.0.2.1")
+            found = await audit_log.entries(conn, user_email=email_key("Straße@example.de"))
+        assert [e["action"] for e in found] == ["schedule.create", "user.create"]
+    finally:
+        await engine.dispose()

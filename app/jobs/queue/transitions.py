@@ -43,6 +43,7 @@ from app.jobs.types import (
     USER_MAX_PRIORITY,
     PermanentError,
     priority_refusal,
+    registry,
 )
 from app.settings import Settings
 
@@ -248,11 +249,13 @@ async def run_again(
     conn = await conn_of(db)
     row = await get_job(conn, job_id, principal)
     priority = await _priority_for_owner(conn, row, principal)
+    input_data = await _input_as_it_ran(conn, row)
+    _check_needs_no_parents(row, input_data)
     result = await enqueue(
         conn,
         NewJob(
             type=row["type"],
-            input_data=await _input_as_it_ran(conn, row),
+            input_data=input_data,
             user_id=row["user_id"],
             priority=priority,
             max_attempts=row["max_attempts"],
@@ -275,6 +278,28 @@ async def run_again(
     return result
 
 
+def _check_needs_no_parents(row: JobRow, data: Any) -> None:
+    """A step that works on what the steps before it give it (a contact sheet of their thumbnails)
+    cannot be copied into a job on its own, which has no steps before it. The type's own rule
+    (:meth:`~app.jobs.types.ProcessorSpec.parents_supply`, the one the queue applies at every
+    submission) decides; the words are this path's: nobody is filling in a form here.
+
+    Raises:
+        BadInput: naming the fields only the steps before it could fill.
+    """
+    spec = registry.get(row["type"])
+    needed = spec.parents_supply(data) if spec is not None else []
+    if not needed:
+        return
+    what = " and ".join(f"'{name}'" for name in needed)
+    message = (
+        f"This step cannot run again as a new job on its own: the steps before it in its pipeline gave it "
+        f"what it works on ({what} was left for them to fill), and a job on its own has no steps before "
+        "it. To do it again, start its pipeline again."
+    )
+    raise BadInput(message, errors={"input_data": message})
+
+
 async def _input_as_it_ran(conn: AsyncConnection, row: JobRow) -> Any:
     """The job's input with each ``{"$ref": …}`` read from its parents' results, as the worker reads them
     when the step runs: the new job runs on its own, with no parents to read them from.
@@ -290,10 +315,9 @@ async def _input_as_it_ran(conn: AsyncConnection, row: JobRow) -> Any:
     try:
         return resolve_refs(data, {r["key"]: r["result_data"] for r in rows})
     except PermanentError as exc:
-        raise BadInput.field(
-            "input_data",
-            f"This step reads its parents' results, which cannot give it its input any more: {exc}",
-        ) from None
+        # worded for the job page's notice as much as the API: no field name in front of the sentence
+        message = f"This step reads its parents' results, which cannot give it its input any more: {exc}"
+        raise BadInput(message, errors={"input_data": message}) from None
 
 
 RESCHEDULE = sql(

@@ -17,7 +17,7 @@ from app.auth import requires_user
 from app.errors import Conflict
 from app.jobs.cursors import Cursor, page_of, read_cursor
 from app.web import DbSession
-from app.web.deps import MAX_PAGE, AfterCursor, actor_of
+from app.web.deps import MAX_PAGE, REFUSAL_WORDS, AfterCursor, actor_of
 from app.web.openapi import KEY_WORDS, errors
 
 JOB_FIELDS = ("id", "row", "status", "title", "attempts", "max_attempts", "error_message", "completed_at")
@@ -70,7 +70,13 @@ class BatchesApiController(Controller):
     guards = [requires_user]
     tags = ["batches"]
 
-    @post("/", name="api.batches.create", responses=errors(401, 403, 413, 415, 422, 429), status_code=201)
+    @post(
+        "/",
+        name="api.batches.create",
+        responses=errors(401, 403, 413, 415, 422, 429),
+        status_code=201,
+        opt={REFUSAL_WORDS: batches.nothing_started},
+    )
     async def create(
         self, request: Request[Any, Any, Any], db_session: DbSession, data: JSONBody[BatchCreate]
     ) -> Response[dict[str, Any]]:
