@@ -339,3 +339,49 @@
     if (input.form.requestSubmit) { input.form.requestSubmit(button || undefined); } else { input.form.submit(); }
   });
 })();
+
+/* 9. A live part of the page (My jobs' status cells, a job's, pipeline's or batch's status card and a
+      pipeline's steps) says a change of status in one polite line, "Weekly report: Done", in
+      #status-news: a poll's swap used to say nothing, and a live region around the whole card re-read
+      all of it (progress, facts, buttons) on each change. Each such part carries its line in data-news
+      and an id; a swap that changes the line of a part it replaced puts the new line in #status-news. */
+(function () {
+  "use strict";
+  var before = typeof WeakMap === "function" ? new WeakMap() : null;  // a request's xhr: its parts' lines
+  var pending = [];
+  var timer = null;
+
+  function lines(root) {
+    var out = {};
+    if (!root || !root.querySelectorAll) { return out; }
+    if (root.matches && root.matches("[data-news][id]")) { out[root.id] = root.getAttribute("data-news"); }
+    root.querySelectorAll("[data-news][id]").forEach(function (e) { out[e.id] = e.getAttribute("data-news"); });
+    return out;
+  }
+
+  function say() {
+    timer = null;
+    var box = document.getElementById("status-news");
+    if (!box || !pending.length) { pending = []; return; }
+    box.textContent = pending.join(". ");
+    pending = [];
+  }
+
+  document.addEventListener("htmx:beforeSwap", function (evt) {
+    if (before && evt.detail.xhr) { before.set(evt.detail.xhr, lines(evt.detail.target)); }
+  });
+
+  // after the settle: htmx gives a part whose id comes back its old attributes until then
+  document.addEventListener("htmx:afterSettle", function (evt) {
+    var was = before && evt.detail.xhr ? before.get(evt.detail.xhr) : null;
+    if (!was) { return; }
+    before.delete(evt.detail.xhr);
+    Object.keys(was).forEach(function (id) {
+      var now = document.getElementById(id);
+      var line = now && now.getAttribute("data-news");
+      if (line && line !== was[id] && pending.indexOf(line) < 0) { pending.push(line); }
+    });
+    // the cells' polls answer one by one: their changes within a moment are said together
+    if (pending.length && !timer) { timer = setTimeout(say, 150); }
+  });
+})();
