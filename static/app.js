@@ -251,7 +251,11 @@
        nothing of where the person now was. When focus was in the part a swap replaces (or the request
        came from a control in it, whose button the request disabled) and no element kept it (htmx keeps
        it on an element whose id comes back), it goes to what replaced that part: its notice when it has
-       one ("Approved. …"), else the part itself. A poll that changed nothing swaps nothing. */
+       one ("Approved. …"), else its status line (data-focus-here: "Cancelled", the new status, and the
+       buttons that follow it), else the part itself. That holds for a poll's swap too: after "Cancel
+       job" on a running job the notice "Stopping the job…" has the focus until the job has stopped, and
+       the poll's card that says "Cancelled" has no notice; the focus went to the whole card, which a
+       screen reader reads from top to bottom. A poll that changed nothing swaps nothing. */
 (function () {
   "use strict";
   var acting = typeof WeakMap === "function" ? new WeakMap() : null;  // a request's xhr: sent from the part it replaces
@@ -303,7 +307,8 @@
       place = was.parent.firstElementChild;
     }
     if (!place) { return; }
-    var spot = place.matches("[role=status], [role=alert]") ? place : place.querySelector("[role=status], [role=alert]") || place;
+    var spot = place.matches("[role=status], [role=alert]") ? place
+      : place.querySelector("[role=status], [role=alert]") || place.querySelector("[data-focus-here]") || place;
     if (!spot.hasAttribute("tabindex")) { spot.setAttribute("tabindex", "-1"); }
     spot.focus();
   });
