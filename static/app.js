@@ -251,7 +251,11 @@
        nothing of where the person now was. When focus was in the part a swap replaces (or the request
        came from a control in it, whose button the request disabled) and no element kept it (htmx keeps
        it on an element whose id comes back), it goes to what replaced that part: its notice when it has
-       one ("Approved. …"), else the part itself. A poll that changed nothing swaps nothing. */
+       one ("Approved. …"), else its status line (data-focus-here: "Cancelled", the new status, and the
+       buttons that follow it), else the part itself. That holds for a poll's swap too: after "Cancel
+       job" on a running job the notice "Stopping the job…" has the focus until the job has stopped, and
+       the poll's card that says "Cancelled" has no notice; the focus went to the whole card, which a
+       screen reader reads from top to bottom. A poll that changed nothing swaps nothing. */
 (function () {
   "use strict";
   var acting = typeof WeakMap === "function" ? new WeakMap() : null;  // a request's xhr: sent from the part it replaces
@@ -303,7 +307,8 @@
       place = was.parent.firstElementChild;
     }
     if (!place) { return; }
-    var spot = place.matches("[role=status], [role=alert]") ? place : place.querySelector("[role=status], [role=alert]") || place;
+    var spot = place.matches("[role=status], [role=alert]") ? place
+      : place.querySelector("[role=status], [role=alert]") || place.querySelector("[data-focus-here]") || place;
     if (!spot.hasAttribute("tabindex")) { spot.setAttribute("tabindex", "-1"); }
     spot.focus();
   });
@@ -337,5 +342,51 @@
     if (!input.files || !input.files.length || !input.form) { return; }
     var button = input.form.querySelector("button[type=submit]");
     if (input.form.requestSubmit) { input.form.requestSubmit(button || undefined); } else { input.form.submit(); }
+  });
+})();
+
+/* 9. A live part of the page (My jobs' status cells, a job's, pipeline's or batch's status card and a
+      pipeline's steps) says a change of status in one polite line, "Weekly report: Done", in
+      #status-news: a poll's swap used to say nothing, and a live region around the whole card re-read
+      all of it (progress, facts, buttons) on each change. Each such part carries its line in data-news
+      and an id; a swap that changes the line of a part it replaced puts the new line in #status-news. */
+(function () {
+  "use strict";
+  var before = typeof WeakMap === "function" ? new WeakMap() : null;  // a request's xhr: its parts' lines
+  var pending = [];
+  var timer = null;
+
+  function lines(root) {
+    var out = {};
+    if (!root || !root.querySelectorAll) { return out; }
+    if (root.matches && root.matches("[data-news][id]")) { out[root.id] = root.getAttribute("data-news"); }
+    root.querySelectorAll("[data-news][id]").forEach(function (e) { out[e.id] = e.getAttribute("data-news"); });
+    return out;
+  }
+
+  function say() {
+    timer = null;
+    var box = document.getElementById("status-news");
+    if (!box || !pending.length) { pending = []; return; }
+    box.textContent = pending.join(". ");
+    pending = [];
+  }
+
+  document.addEventListener("htmx:beforeSwap", function (evt) {
+    if (before && evt.detail.xhr) { before.set(evt.detail.xhr, lines(evt.detail.target)); }
+  });
+
+  // after the settle: htmx gives a part whose id comes back its old attributes until then
+  document.addEventListener("htmx:afterSettle", function (evt) {
+    var was = before && evt.detail.xhr ? before.get(evt.detail.xhr) : null;
+    if (!was) { return; }
+    before.delete(evt.detail.xhr);
+    Object.keys(was).forEach(function (id) {
+      var now = document.getElementById(id);
+      var line = now && now.getAttribute("data-news");
+      if (line && line !== was[id] && pending.indexOf(line) < 0) { pending.push(line); }
+    });
+    // the cells' polls answer one by one: their changes within a moment are said together
+    if (pending.length && !timer) { timer = setTimeout(say, 150); }
   });
 })();

@@ -118,6 +118,48 @@ def allowed(user: Any, action: str, row: Mapping[Any, Any]) -> bool:
     return True
 
 
+#: The last move of each job to ``failed``, and whether a worker's permanent error made it (recorded with
+#: the event: the job row keeps no trace of it).
+LAST_FAILURE = text(
+    """
+    SELECT DISTINCT ON (job_id) job_id, kind = 'failed' AND coalesce((data->>'permanent')::boolean, false)
+           AS permanent
+    FROM job_events WHERE job_id = ANY(CAST(:ids AS uuid[])) AND to_status = 'failed'
+    ORDER BY job_id, id DESC
+    """
+)
+RETRY_WARNING = (
+    "It failed with an error that trying again does not fix by itself, so it stopped without using its "
+    "other tries. Retry runs it again with the same input: it will most likely fail the same way unless "
+    "what it depends on has changed."
+)
+"""What a retry of a job that failed permanently will do, said beside its Retry button. The retry is
+allowed (a page that was missing may be back, a refused address let in); a job whose input does not
+fit is the one a retry cannot help, and :func:`allowed` offers none for it."""
+RETRY_WARNING_CONFIRM = (
+    "This job failed with an error a retry does not fix by itself: with the same input it will most "
+    "likely fail the same way. Retry it anyway?"
+)
+
+
+async def failed_for_good(db: AsyncSession, rows: list[Mapping[Any, Any]]) -> set[Any]:
+    """The ids among ``rows`` (job rows, or a pipeline's steps with ``job_id``) that failed with a
+    permanent error (``PermanentError``, a refused plan of next jobs): a retry's button says what it
+    will do (:data:`RETRY_WARNING`). Asked only of failed rows."""
+    ids = [r.get("job_id", r.get("id")) for r in rows if r.get("status") == Status.FAILED]
+    if not ids:
+        return set()
+    found = (await db.execute(LAST_FAILURE, {"ids": [str(i) for i in ids]})).mappings().all()
+    return {str(r["job_id"]) for r in found if r["permanent"]}
+
+
+def retry_offered(user: Any, row: Mapping[Any, Any]) -> bool:
+    """Whether a page offers ``user`` "Retry" on ``row``: the queue retries a failed job only, and
+    :func:`allowed` says who may and which failures a retry cannot help. The one rule for the job page,
+    a pipeline's steps and the admin list."""
+    return row["status"] == Status.FAILED and allowed(user, "retry", row)
+
+
 async def requeues_refused(db: AsyncSession, user: Any, job: Mapping[Any, Any]) -> frozenset[str]:
     """Which of "retry", "run-again" and "rerun" the queue's owner rule
     (:func:`app.jobs.queue.requeue_refusal`, the one those actions ask) would refuse ``user`` on ``job``

@@ -24,7 +24,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import controls, text_encoding
 from app.actions import access
 from app.actions import approvals as approval_actions
-from app.actions.jobs import allowed, requeues_refused
+from app.actions.jobs import (
+    RETRY_WARNING,
+    RETRY_WARNING_CONFIRM,
+    allowed,
+    failed_for_good,
+    requeues_refused,
+    retry_offered,
+)
 from app.db import read_rows
 from app.errors import NotFound
 from app.files import FileStore
@@ -46,6 +53,7 @@ POLL = "every 2s"
 CONFIRM = {
     "cancel": "Cancel this job? Work already done is lost.",
     "retry": "Retry this job with a fresh set of attempts?",
+    "retry-anyway": RETRY_WARNING_CONFIRM,
     "run-again": "Start a new job with the same input?",
     "approve": "Approve this result? The next steps will run.",
     "reject": "Reject this result? Steps that depend on it will be cancelled.",
@@ -174,7 +182,7 @@ def available_actions(row: Mapping[Any, Any], state: Mapping[str, Any], user: An
     waiting = status == Status.WAITING_APPROVAL
     return {
         "cancel": allowed(user, "cancel", row) and status in LIVE and not state["cancelling"],
-        "retry": allowed(user, "retry", row) and status == Status.FAILED,
+        "retry": retry_offered(user, row),
         "run_again": allowed(user, "run-again", row)
         and standalone
         and state["terminal"]
@@ -246,6 +254,7 @@ async def status_context(
         "result_json": None,
         "error": None,
         "history": None,
+        "retry_warning": None,
         # A waiting job of a paused type says so in every rendering of this part (the page, its poll, an
         # action's answer), never "it will start as soon as a worker is free".
         "paused": await controls.paused_for(db, [row["type"]]) if row["status"] == Status.QUEUED else [],
@@ -272,6 +281,8 @@ async def status_context(
     if row["status"] in (Status.QUEUED, Status.IN_PROGRESS):
         usual = await usual_duration(db, row["type"])
         ctx["usually"] = about(usual) if usual is not None else None
+    if ctx["actions"]["retry"]:
+        ctx["retry_warning"] = RETRY_WARNING if str(row["id"]) in await failed_for_good(db, [row]) else None
     if ctx["actions"]["reschedule"]:
         ctx["timezones"] = timezone_names()
         ctx["reschedule_tz"] = user.timezone or "UTC"

@@ -296,9 +296,9 @@ class JobsController(Controller):
             # in it (a retry between the poll's read and the history's showed a history ahead of it)
             await one_snapshot(db)
             row = await load_status_row(db, row["id"], user)
-            ctx = await status_context(
-                db, row, user, with_history=state["terminal"], files=file_store(request)
-            )
+            # the history below goes with every change of the status part ("Started" came only with the
+            # final answer, or a reload); an answer for log lines or the bell alone leaves it be
+            ctx = await status_context(db, row, user, with_history=quiet is None, files=file_store(request))
             ctx["log_lines"] = await job_log.new_lines(db, row, log)
             ctx["log"] = job_log.note_view(row)
             ctx["log_oob"] = state["terminal"] or bool(ctx["log_lines"])

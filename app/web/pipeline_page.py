@@ -16,7 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import controls, pipelines
-from app.actions.jobs import allowed, requeues_refused
+from app.actions.jobs import allowed, failed_for_good, requeues_refused, retry_offered
 from app.actions.pipelines import may_cancel, startable_templates
 from app.errors import NotFound
 from app.jobs import naming, queue
@@ -79,7 +79,7 @@ def step_view(
             "approve": waiting and allowed(user, "approve", row),
             "reject": waiting and allowed(user, "reject", row),
             "rerun": waiting and allowed(user, "rerun", row) and "rerun" not in refused,
-            "retry": status == "failed" and allowed(user, "retry", row) and "retry" not in refused,
+            "retry": retry_offered(user, row) and "retry" not in refused,
         },
     }
 
@@ -105,8 +105,7 @@ async def _refused(db: AsyncSession, user: Any, step: Mapping[str, Any], owner_i
     Retry, a waiting step's rerun): asked only for those, so a page of steps costs no read per step."""
     row = {**step, "user_id": owner_id}
     if not (
-        (step["status"] == "failed" and allowed(user, "retry", row))
-        or (step["status"] == "waiting_approval" and allowed(user, "rerun", row))
+        retry_offered(user, row) or (step["status"] == "waiting_approval" and allowed(user, "rerun", row))
     ):
         return frozenset()
     return await requeues_refused(db, user, await queue.get_job(db, step["job_id"]))
@@ -132,6 +131,9 @@ async def pipeline_status_context(
         s["key"]: step_view(s, view["user_id"], user, await _refused(db, user, s, view["user_id"]))
         for s in view["steps"]
     }
+    warned = await failed_for_good(db, [s for s in steps.values() if s["actions"]["retry"]])
+    for s in steps.values():
+        s["retry_warning"] = str(s["job_id"]) in warned
     layers = [[steps[s["key"]] for s in layer] for layer in view["layers"]]
     ctx: dict[str, Any] = {
         "pipeline": view,

@@ -242,7 +242,7 @@ class PipelinesController(Controller):
             return quiet
         ctx["bell"] = ctx["unread"] if bell is not None else None
         ctx.update(await outcome_context(db_session, ctx["pipeline"], user))
-        if finished:
+        if quiet is None:  # with every change, not only the last ("Started" came late)
             ctx["history"] = await pipeline_history(db_session, ctx["pipeline"]["id"], user)
             ctx["history_oob"] = True
         return render(

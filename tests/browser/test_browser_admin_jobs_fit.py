@@ -84,3 +84,27 @@ def test_the_admin_job_table_fits_1280_px(server: str, browser: Any, artifacts_d
     ):
         assert right <= screen, f"an action button ends at {right} px, past the screen ({screen} px)"
     page.context.close()
+
+
+def test_a_long_owner_address_is_shown_whole_at_1280_px(
+    server: str, browser: Any, artifacts_dir: Path
+) -> None:
+    # the owner's e-mail ended in "…" at 1280 px, its rest only in a title a keyboard never shows
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    sign_in(page, server, "root@example.com")
+    page.goto(server + "/admin/jobs")
+    page.wait_for_selector(".admin-job-table .owner")
+    cut = page.evaluate(
+        "[...document.querySelectorAll('.admin-job-table .owner-cell *')]"
+        ".filter(e => e.scrollWidth > e.clientWidth + 0.5).map(e => e.textContent)"
+    )
+    assert cut == [], f"clipped at 1280 px: {cut}"
+    owners = page.locator(".admin-job-table .owner")
+    for i in range(owners.count()):
+        box = owners.nth(i).bounding_box()
+        cell = page.locator(".admin-job-table .owner-cell").nth(i).bounding_box()
+        assert box and cell and box["x"] + box["width"] <= cell["x"] + cell["width"] + 0.5, (box, cell)
+    page.locator(".admin-job-table tbody tr").first.screenshot(
+        path=str(artifacts_dir / "admin-jobs-owner-1280.png")
+    )
+    page.context.close()

@@ -38,7 +38,7 @@ def badge(html: str) -> str:
 def cell(html: str, pid: Any) -> tuple[str, str | None]:
     """A My jobs cell: ``(css label-and-percent, its poll address)``."""
     found = re.search(
-        rf'<span id="cell-{pid}" class="cell status status-(\w+)"(?: hx-get="([^"]+)"[^>]*)?>'
+        rf'<span id="cell-{pid}" class="cell status status-(\w+)"(?: hx-get="([^"]+)"[^>]*)?(?: data-news="[^"]*")?>'
         r'<span class="status-icon" aria-hidden="true"></span>([^<]+)<',
         html,
     )

@@ -414,7 +414,9 @@ async def test_job_page_and_fragment_follow_the_job_from_waiting_to_done(
     jid = await enqueue(engine, settings, user.id, title="Quarterly <report>")
     page = (await client.get(f"/jobs/{jid}")).text
     assert "<h1>Quarterly &lt;report&gt;</h1>" in page
-    assert '<div class="live-region" aria-live="polite">' in page
+    # no live region around the card: it re-read the whole card on each change; the status line is
+    # said through #status-news (tests/browser/test_browser_status_news.py)
+    assert '<div class="live-region">' in page and 'data-news="Quarterly &lt;report&gt;: Waiting"' in page
     poll = re.search(
         r'hx-get="(/jobs/[^"]+/status\?v=([0-9a-f]+)[^"]*)" hx-trigger="every 2s" hx-swap="outerHTML"', page
     )
@@ -922,7 +924,9 @@ async def test_my_jobs_lists_own_jobs_and_pipelines_newest_first_with_filters_an
         rf'id="cell-{ids[26]}" class="cell status status-waiting" hx-get="/jobs/{ids[26]}/cell\?v=[0-9a-f]+&amp;bell=1" hx-trigger="every 2s"',
         page,
     )
-    assert re.search(rf'id="cell-{failed}" class="cell status status-failed">', page)  # finished: no polling
+    assert re.search(
+        rf'id="cell-{failed}" class="cell status status-failed" data-news="[^"]*">', page
+    )  # finished: no polling
     assert re.search(rf'id="cell-{p["id"]}"[^>]*hx-get="/pipelines/{p["id"]}/cell', page)
     older = re.search(r'<a href="(/jobs\?after=[^"]+)" rel="next">Older</a>', page).group(1)
     page2 = main_html((await client.get(older.replace("&amp;", "&"))).text)

@@ -121,13 +121,15 @@ FAIL_MANY = sql(
         WHERE j.id = input.id AND j.status = 'in_progress' AND j.locked_by = :worker AND j.is_active
           AND (input.attempt IS NULL OR j.attempts = input.attempt)
         RETURNING j.id, j.pipeline_id, j.status, j.type, j.user_id, j.title, j.step_key, j.attempts, j.max_attempts,
-                  j.run_at, j.error_message
+                  j.run_at, j.error_message, input.permanent
     ), ev AS (
         INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, message, data)
         SELECT id, pipeline_id, CASE WHEN status = 'failed' THEN 'failed' ELSE 'retry_scheduled' END,
                'in_progress', status, :actor, error_message,
                jsonb_build_object('attempt', attempts, 'max_attempts', max_attempts,
-                                  'next_run_at', CASE WHEN status = 'queued' THEN run_at END)
+                                  'next_run_at', CASE WHEN status = 'queued' THEN run_at END,
+                                  -- an error retrying does not fix: a retry's button says so
+                                  'permanent', permanent AND status = 'failed')
         FROM upd
     )
     SELECT * FROM upd

@@ -35,7 +35,7 @@ from app.errors import BadInput, Conflict, NotFound
 from app.jobs import queue
 from app.jobs.types import cut_type
 from app.processors import registry
-from app.web import DbSession, confirms, flash, is_htmx, render
+from app.web import DbSession, confirms, display, flash, is_htmx, render
 from app.web.admin.waiting import WAITING_KINDS, waiting_kinds
 from app.web.deps import action_form_errors, actor_of, client_ip, not_taken, settings_of
 from app.web.form_shape import form_errors
@@ -92,7 +92,7 @@ RUNNING_BY_TYPE = text(
 #: The oldest due, claimable waiting job (``ix_jobs_queued_run_at`` in run_at order).
 OLDEST_WAITING = text(
     """
-    SELECT id, type, run_at, now() - run_at AS age FROM jobs
+    SELECT id, type, title, run_at, now() - run_at AS age FROM jobs
     WHERE status = 'queued' AND run_at <= now() AND is_active AND pending_parents = 0
     ORDER BY run_at LIMIT 1
     """
@@ -252,6 +252,12 @@ def sweep_failing(value: Any) -> list[dict[str, Any]]:
     return out
 
 
+def named(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """A job the panel names, with its ``name`` (its title, else its type's) and ``short_id``: jobs of one
+    type read alike by their type alone, so a person could not tell which one was meant."""
+    return {**row, "name": display.job_title(row, registry.get(row["type"])), "short_id": str(row["id"])[-8:]}
+
+
 async def health(db: AsyncSession, settings: Any, chart_range: str = CHART_DEFAULT) -> dict[str, Any]:
     """The live figures of ``/admin``: ``{"workers": [row + "jobs"], "waiting": [{"type", "n", "capped"}],
     "running": {type: n}, "oldest": row | None, "failed_hour": int, "chart": throughput_chart(...)}``."""
@@ -268,11 +274,12 @@ async def health(db: AsyncSession, settings: Any, chart_range: str = CHART_DEFAU
         for r in rows[:JOBS_SHOWN]:
             jobs_by_worker.setdefault(r["locked_by"], []).append(r)
     for w in workers:
-        w["jobs"] = jobs_by_worker.get(w["id"], [])
+        w["jobs"] = [named(j) for j in jobs_by_worker.get(w["id"], [])]
         w["sweep_failing"] = sweep_failing(w["sweep_failing"])
     waiting = await waiting_by_type(db)
     running = {r["type"]: int(r["n"]) for r in (await db.execute(RUNNING_BY_TYPE)).mappings().all()}
-    oldest = (await db.execute(OLDEST_WAITING)).mappings().first()
+    oldest_row = (await db.execute(OLDEST_WAITING)).mappings().first()
+    oldest = named(oldest_row) if oldest_row is not None else None
     end = (await db.execute(DB_NOW)).scalar_one()
     if chart_range not in CHART_RANGES:
         chart_range = CHART_DEFAULT

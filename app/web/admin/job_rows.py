@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.actions.jobs import failed_for_good
 from app.jobs.types import file_fields
 from app.processors import registry
 from app.web import display, result_display
@@ -121,4 +122,8 @@ async def row_items(db: AsyncSession, rows: Sequence[Mapping[Any, Any]], user: A
     pipelines: dict[str, str] = {}
     if pipeline_ids:
         pipelines = {str(p["id"]): p["name"] for p in await rows_of(db, PIPELINES, {"ids": pipeline_ids})}
-    return [row_item(r, emails, user, pipelines=pipelines, hint=hints[r["id"]]) for r in rows]
+    items = [row_item(r, emails, user, pipelines=pipelines, hint=hints[r["id"]]) for r in rows]
+    warned = await failed_for_good(db, [i["job"] for i in items if i["actions"]["retry"]])
+    for i in items:
+        i["retry_warning"] = str(i["id"]) in warned
+    return items
