@@ -1,0 +1,148 @@
+"""A part of the sweep that hangs — a statement waiting for a lock another transaction holds, a file system
+that stopped answering — is abandoned at its bound (a heartbeat), logged and counted as that part's
+failure, and retried later on its own; the other parts go on meanwhile, pass after pass."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import asyncpg
+import pytest
+from structlog.testing import capture_logs
+
+from app import metrics
+from app.jobs import queue
+from app.settings import Settings
+from app.worker import maintenance
+from app.worker.maintenance import Retention, ScheduleFiring, Upkeep
+from tests.support import processors as support_processors  # noqa: F401  (registers test.effect)
+from tests.support.factories import TestUser
+from tests.support.workers import running_worker, wait_status, wait_until
+
+FAILED_LINE = "a part of the sweep failed; the others go on and it is tried again later"
+
+
+@pytest.fixture
+def fast(make_settings: Any) -> Settings:
+    # a heartbeat of 1 s: the bound of each part
+    return make_settings(worker_sweep_interval_secs=0.1, worker_visibility_timeout_secs=3)
+
+
+def failures(part: str) -> float:
+    return metrics.SWEEP_FAILURES.labels(part)._value.get()
+
+
+def counting(monkeypatch: Any, cls: Any) -> list[int]:
+    """Count the runs of ``cls.run_once`` (the real one still runs)."""
+    runs = [0]
+    real = cls.run_once
+
+    async def counted(self: Any) -> Any:
+        runs[0] += 1
+        return await real(self)
+
+    monkeypatch.setattr(cls, "run_once", counted)
+    return runs
+
+
+async def test_a_rescue_waiting_for_a_lock_held_elsewhere_is_abandoned_and_schedules_fire_meanwhile(
+    engine: Any, fast: Settings, owner: TestUser, pg: asyncpg.Connection, db_url: str, monkeypatch: Any
+) -> None:
+    """A lost step of a pipeline whose row another transaction keeps locked (a stuck session): the rescue
+    waits for that lock. Its transaction was closed at its bound as if the database were out of reach,
+    which ended the whole pass before schedule firing, every pass: no schedule fired while the lock was
+    held. Bounded as a part, the rescue is abandoned, counted as failing, and the other parts run; once
+    the lock is let go the job is rescued."""
+    async with engine.begin() as conn:
+        pipeline = await queue.create_pipeline(
+            conn,
+            name="Held",
+            steps=[{"key": "a", "type": "test.effect", "input_data": {"seconds": 0}, "max_attempts": 3}],
+            user_id=owner.id,
+            settings=fast,
+        )
+    job = await pg.fetchval("SELECT id FROM jobs WHERE pipeline_id = $1", pipeline["id"])
+    async with engine.begin() as conn:
+        assert [r["id"] for r in await queue.claim(conn, "gone-worker", 10, 0.2)] == [job]
+    holder = await asyncpg.connect(db_url.replace("postgresql+asyncpg://", "postgresql://"))
+    fired = counting(monkeypatch, ScheduleFiring)
+    before = failures("rescue")
+    try:
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute("SELECT 1 FROM pipelines WHERE id = $1 FOR UPDATE", pipeline["id"])
+        with capture_logs() as logs:
+            async with running_worker(fast) as worker:
+                await wait_until(lambda: waiting_for_a_lock(pg), timeout=10, what="the rescue waiting")
+                then = fired[0]
+                await wait_until(
+                    lambda: asyncio.sleep(0, fired[0] >= then + 5), timeout=5, what="schedule firing going on"
+                )
+                assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", job) == "in_progress"
+                failing = worker.maintenance.parts.failing["rescue"]
+                assert failing.error.startswith("no answer within 1 s"), failing.error
+                await tx.rollback()
+                row = await wait_status(pg, job, {"completed"}, timeout=30)
+                assert worker.fatal is None
+                assert worker.dead_side_tasks() == []
+    finally:
+        await holder.close()
+    assert row["attempts"] == 2  # claimed by the gone worker, rescued, claimed and run by this one
+    assert failures("rescue") - before >= 1
+    failed = [e for e in logs if e["event"] == FAILED_LINE]
+    assert [e["part"] for e in failed] == ["rescue"]
+    assert not [e for e in logs if e["event"] == "sweep failed: database unavailable"]
+    # the abandoned statement was cancelled on the server: no session of the worker's still waits
+    assert not await waiting_for_a_lock(pg)
+
+
+async def waiting_for_a_lock(pg: asyncpg.Connection) -> int:
+    """How many sessions of a worker wait for a lock now."""
+    return int(
+        await pg.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'jobdesk-worker:%'"
+            " AND wait_event_type = 'Lock'"
+        )
+    )
+
+
+async def test_retention_on_a_file_system_that_stopped_answering_is_abandoned_and_the_sweep_goes_on(
+    fast: Settings, monkeypatch: Any
+) -> None:
+    """Retention lists the files folder in a thread; on a file system that stopped answering (a hung
+    network mount) the listing never returns. The sweep waited for it for ever: no rescue, schedule or
+    upkeep ran again in this worker. Abandoned at its bound, it is logged and counted as failing, and the
+    other parts go on."""
+    stuck, entered = threading.Event(), threading.Event()
+
+    def hung(self: Any, before: float) -> Any:
+        entered.set()
+        stuck.wait(30)
+        return [], []
+
+    monkeypatch.setattr(maintenance, "MAINTENANCE_INTERVAL_SECS", 0.1)
+    monkeypatch.setattr("app.files.FileStore.unrecorded_candidates", hung)
+    fired = counting(monkeypatch, ScheduleFiring)
+    upkeeps = counting(monkeypatch, Upkeep)
+    retentions = counting(monkeypatch, Retention)
+    before = failures("retention")
+    try:
+        with capture_logs() as logs:
+            async with running_worker(fast) as worker:
+                await wait_until(lambda: asyncio.sleep(0, entered.is_set()), what="the listing hung")
+                then, upkept = fired[0], upkeeps[0]
+                await wait_until(
+                    lambda: asyncio.sleep(0, fired[0] >= then + 5 and upkeeps[0] >= upkept + 3),
+                    timeout=10,
+                    what="the other parts going on",
+                )
+                assert worker.fatal is None
+    finally:
+        stuck.set()
+    # logged once, counted; run again since (the hourly listing then waits for its hour)
+    failed = [e for e in logs if e["event"] == FAILED_LINE]
+    assert [(e["part"], e["error"]) for e in failed] == [("retention", "no answer within 1 s; given up")]
+    assert failures("retention") - before == 1
+    assert retentions[0] >= 2
