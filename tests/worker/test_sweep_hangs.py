@@ -13,13 +13,11 @@ import pytest
 from structlog.testing import capture_logs
 
 from app import metrics
-from app.jobs import queue
 from app.settings import Settings
 from app.worker import maintenance
 from app.worker.maintenance import Retention, ScheduleFiring, Upkeep
 from tests.support import processors as support_processors  # noqa: F401  (registers test.effect)
-from tests.support.factories import TestUser
-from tests.support.workers import running_worker, wait_status, wait_until
+from tests.support.workers import running_worker, wait_until
 
 FAILED_LINE = "a part of the sweep failed; the others go on and it is tried again later"
 
@@ -47,52 +45,57 @@ def counting(monkeypatch: Any, cls: Any) -> list[int]:
     return runs
 
 
-async def test_a_rescue_waiting_for_a_lock_held_elsewhere_is_abandoned_and_schedules_fire_meanwhile(
-    engine: Any, fast: Settings, owner: TestUser, pg: asyncpg.Connection, db_url: str, monkeypatch: Any
+async def test_upkeep_waiting_for_a_lock_held_elsewhere_is_abandoned_cancelled_and_counted(
+    engine: Any, fast: Settings, pg: asyncpg.Connection, db_url: str, monkeypatch: Any
 ) -> None:
-    """A lost step of a pipeline whose row another transaction keeps locked (a stuck session): the rescue
-    waits for that lock. Its transaction was closed at its bound as if the database were out of reach,
-    which ended the whole pass before schedule firing, every pass: no schedule fired while the lock was
-    held. Bounded as a part, the rescue is abandoned, counted as failing, and the other parts run; once
-    the lock is let go the job is rescued."""
-    async with engine.begin() as conn:
-        pipeline = await queue.create_pipeline(
-            conn,
-            name="Held",
-            steps=[{"key": "a", "type": "test.effect", "input_data": {"seconds": 0}, "max_attempts": 3}],
-            user_id=owner.id,
-            settings=fast,
-        )
-    job = await pg.fetchval("SELECT id FROM jobs WHERE pipeline_id = $1", pipeline["id"])
-    async with engine.begin() as conn:
-        assert [r["id"] for r in await queue.claim(conn, "gone-worker", 10, 0.2)] == [job]
+    """Upkeep deletes worker rows not seen for a day; another transaction keeps one of them locked (a
+    stuck session), so upkeep waits for that lock. Its transaction was closed at its bound as if the
+    database were out of reach: not counted nor shown as the part's failure, logged as an outage that
+    ended the pass, and its statement left waiting on the server. Bounded as a part, upkeep is abandoned,
+    its statement cancelled, counted as failing while the other parts go on, and it works again once
+    the lock is let go."""
+    await pg.execute(
+        "INSERT INTO workers (id, hostname, pid, concurrency, version, listener_connected, types, last_seen_at)"
+        " VALUES ('long-gone', 'h', 1, 1, 'v', false, '{}', now() - interval '2 days')"
+    )
+    monkeypatch.setattr(maintenance, "MAINTENANCE_INTERVAL_SECS", 0.1)
     holder = await asyncpg.connect(db_url.replace("postgresql+asyncpg://", "postgresql://"))
     fired = counting(monkeypatch, ScheduleFiring)
-    before = failures("rescue")
+    retentions = counting(monkeypatch, Retention)
+    before = failures("upkeep")
     try:
         tx = holder.transaction()
         await tx.start()
-        await holder.execute("SELECT 1 FROM pipelines WHERE id = $1 FOR UPDATE", pipeline["id"])
+        await holder.execute("SELECT 1 FROM workers WHERE id = 'long-gone' FOR UPDATE")
         with capture_logs() as logs:
             async with running_worker(fast) as worker:
-                await wait_until(lambda: waiting_for_a_lock(pg), timeout=10, what="the rescue waiting")
-                then = fired[0]
+                await wait_until(lambda: waiting_for_a_lock(pg), timeout=10, what="upkeep waiting")
                 await wait_until(
-                    lambda: asyncio.sleep(0, fired[0] >= then + 5), timeout=5, what="schedule firing going on"
+                    lambda: asyncio.sleep(0, "upkeep" in worker.maintenance.parts.failing),
+                    timeout=5,
+                    what="upkeep abandoned at its bound",
                 )
-                assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", job) == "in_progress"
-                failing = worker.maintenance.parts.failing["rescue"]
-                assert failing.error.startswith("no answer within 1 s"), failing.error
+                then, kept = fired[0], retentions[0]
+                await wait_until(
+                    lambda: asyncio.sleep(0, fired[0] >= then + 5 and retentions[0] >= kept + 3),
+                    timeout=10,
+                    what="the other parts going on",
+                )
+                failing = worker.maintenance.parts.failing["upkeep"]
+                assert failing.error == "no answer within 1 s; given up", failing.error
                 await tx.rollback()
-                row = await wait_status(pg, job, {"completed"}, timeout=30)
+                await wait_until(
+                    lambda: pg.fetchval("SELECT NOT EXISTS (SELECT 1 FROM workers WHERE id = 'long-gone')"),
+                    timeout=30,
+                    what="upkeep working again",
+                )
                 assert worker.fatal is None
                 assert worker.dead_side_tasks() == []
     finally:
         await holder.close()
-    assert row["attempts"] == 2  # claimed by the gone worker, rescued, claimed and run by this one
-    assert failures("rescue") - before >= 1
+    assert failures("upkeep") - before >= 1
     failed = [e for e in logs if e["event"] == FAILED_LINE]
-    assert [e["part"] for e in failed] == ["rescue"]
+    assert [e["part"] for e in failed] == ["upkeep"]
     assert not [e for e in logs if e["event"] == "sweep failed: database unavailable"]
     # the abandoned statement was cancelled on the server: no session of the worker's still waits
     assert not await waiting_for_a_lock(pg)
