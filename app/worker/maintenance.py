@@ -205,7 +205,9 @@ class Retention:
         for _ in range(RETENTION_BATCHES_PER_PASS):
             async with answered(self.engine.begin(), self.answer_secs, self.log, "retention") as conn:
                 pruned = await queue.prune(conn, self.settings.job_retention_days)
-            self.files.remove(pruned["files"])
+            # Off the event loop: thousands of deletions a pass, on a slow or stalled file system (a
+            # network mount), would stop lease renewals, claims and outcomes meanwhile.
+            await asyncio.to_thread(self.files.remove, pruned["files"])
             if pruned["jobs"] or pruned["pipelines"] or pruned["batches"]:
                 self.log.info(
                     "retention: deleted finished jobs",
@@ -234,7 +236,7 @@ class Retention:
             async with answered(self.engine.connect(), self.answer_secs, self.log, "retention") as conn:
                 gone += await self.files.remove_unrecorded(conn, ids[start : start + UNRECORDED_CHECK_BATCH])
         for path in temps:
-            path.unlink(missing_ok=True)
+            await asyncio.to_thread(path.unlink, missing_ok=True)
         if gone or temps:
             self.log.info(
                 "retention: deleted stored bytes no file row names", files=len(gone), partial=len(temps)
