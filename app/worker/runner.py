@@ -179,7 +179,7 @@ class Worker:
             app_engine=self.app_engine,
             debug=self.debug,
             on_settled=self.slot_freed.set,
-            joblog=JobLogWriter(self.engine, log=self.log),
+            joblog=JobLogWriter(self.engine, log=self.log, answer_secs=settings.heartbeat_secs),
         )
         self.completer = Completer(
             settings,
