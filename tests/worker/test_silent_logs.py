@@ -9,12 +9,14 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from structlog.testing import capture_logs
 
+from app.db import is_transient
 from app.worker.runner import Worker
 from tests.support.netproxy import BlackholeProxy
 
@@ -63,3 +65,46 @@ async def test_a_jobs_log_lines_on_a_connection_gone_silent_do_not_hold_its_end(
         await worker.app_engine.dispose(close=False)
     assert took < 3, took
     assert [e["event"] for e in logs if e["event"] == "could not write job log lines"]
+
+
+async def _frozen_after_one_use(engine: Any, proxy: BlackholeProxy) -> None:
+    async with engine.connect() as conn:  # the pool's connection, idle from now on
+        await conn.execute(text("SELECT 1"))
+    proxy.frozen = True
+
+
+async def test_the_workers_side_tasks_on_a_connection_gone_silent_give_it_up_within_a_heartbeat(
+    make_settings, blackhole
+) -> None:
+    """The worker's durable cancel checks, its alert delivery and its notice mailer each run a
+    transaction on a pooled connection. Gone silent (a proxy keeps the TCP connection alive, so no
+    keepalive notices), each waited for its answer for ever: cancel requests were no longer looked for
+    between renewals, no alert was delivered nor notice e-mailed by this worker again. Bounded by a
+    heartbeat, each fails as a lost connection, which its loop waits out on a fresh one."""
+    from app.alerts import Deliverer
+    from app.notifications import Mailer
+
+    proxy, proxied = blackhole
+    settings = make_settings(database_url=proxied, worker_visibility_timeout_secs=3)
+    worker = Worker(settings, proxied)
+    worker.running[uuid.uuid4()] = None  # type: ignore[assignment]  # a job whose cancel is looked for
+    try:
+        await _frozen_after_one_use(worker.engine, proxy)
+        for name, step in [
+            ("checks", lambda: worker.checks.check_cancels()),
+            ("alerts", lambda: Deliverer(worker.engine, settings).run_once()),
+            ("notices", lambda: Mailer(worker.engine, settings).run_once()),
+        ]:
+            started = time.monotonic()
+            with pytest.raises(Exception) as raised:
+                await asyncio.wait_for(step(), 10)
+            took = time.monotonic() - started
+            assert is_transient(raised.value), (name, raised.value)
+            assert took < 3, (name, took)
+            proxy.sever()
+            proxy.frozen = False
+            await _frozen_after_one_use(worker.engine, proxy)
+    finally:
+        proxy.sever()
+        await worker.engine.dispose(close=False)
+        await worker.app_engine.dispose(close=False)
