@@ -113,9 +113,11 @@ class Parts:
             abandoned = not task.done()
             if abandoned:  # past its bound, or the sweep itself is being stopped
                 await self._abandon(name, task, watch)
-        if abandoned or watch.gave_up:
-            # A bound closed its connection (the part's own, or this one): the part's silence, not an
-            # outage of the database, whatever error its closed connection then raised.
+        if abandoned or (watch.gave_up and bound_secs is not None):
+            # A bound closed its connection (the part's own, or one of its transactions'): the part's
+            # silence, not an outage of the database, whatever error its closed connection then raised.
+            # (A part run without a bound, the callbacks, keeps its transactions' lost connections for
+            # outages, waited out by its loop.)
             if task.done() and not task.cancelled():
                 task.exception()
             self.failed(name, NoAnswer(f"no answer within {bound_secs:g} s; given up"))

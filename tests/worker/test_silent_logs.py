@@ -108,3 +108,27 @@ async def test_the_workers_side_tasks_on_a_connection_gone_silent_give_it_up_wit
         proxy.sever()
         await worker.engine.dispose(close=False)
         await worker.app_engine.dispose(close=False)
+
+
+async def test_callbacks_on_a_connection_gone_silent_through_the_sweeps_parts_are_an_outage_waited_out(
+    make_settings, blackhole
+) -> None:
+    """The callback sender runs as a part of the sweep without a bound of its own (its sends wait on
+    receivers); its transaction's own bound closing a silent connection is a lost connection its loop
+    waits out, as before parts had bounds, not an error that ends the loop."""
+    proxy, proxied = blackhole
+    settings = make_settings(
+        database_url=proxied, callback_signing_secret="s", worker_visibility_timeout_secs=3
+    )
+    worker = Worker(settings, proxied)
+    sender = worker.maintenance.callbacks
+    try:
+        await _frozen_after_one_use(worker.engine, proxy)
+        with pytest.raises(Exception) as raised:
+            await asyncio.wait_for(worker.maintenance.parts.run("callbacks", sender.run_once), 10)
+        assert is_transient(raised.value), repr(raised.value)
+        assert "callbacks" not in worker.maintenance.parts.failing
+    finally:
+        proxy.sever()
+        await worker.engine.dispose(close=False)
+        await worker.app_engine.dispose(close=False)
