@@ -424,7 +424,7 @@ class FileStore:
             return []
         kept = set((await conn.execute(RECORDED, {"ids": ids})).scalars())
         gone = [fid for fid in ids if fid not in kept]
-        self.remove(gone)
+        await asyncio.to_thread(self.remove, gone)  # off the event loop, as every bulk deletion
         return gone
 
     def unrecorded_candidates(self, before: float) -> tuple[list[uuid.UUID], list[Path]]:

@@ -3,6 +3,7 @@ and its outputs, stored for the owner within their storage limit (:func:`app.sto
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -146,7 +147,7 @@ class JobFiles:
         async with answered_within(self.engine.begin(), self.answer_secs) as conn:
             rows = await conn.execute(DELETE_JOB_FILES, {"ids": self.saved, "job_id": self.job["id"]})
             gone = [r.id for r in rows]
-        self.store.remove(gone)
+        await asyncio.to_thread(self.store.remove, gone)  # off the event loop the worker's leases need
         self.saved = []
         return len(gone)
 

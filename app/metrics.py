@@ -29,7 +29,8 @@ QUEUE_WAIT = Histogram(
 )
 SWEEP_FAILURES = Counter(
     "jobdesk_sweep_failures",
-    "Runs of a part of this process's sweep that raised an unexpected error (the part is retried later)",
+    "Runs of a part of this process's sweep that raised an unexpected error or were abandoned at their bound "
+    "(the part is retried later)",
     ["part"],
 )
 SWEEP_FAILING = Gauge(

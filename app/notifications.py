@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.db import is_transient
 from app.jobs.cursors import moment_cursor
 from app.settings import Settings
+from app.silence import answered_within
 
 PAGE = 100
 """Notices listed a page (page and API); older ones are on the next page (``after``)."""
@@ -184,10 +185,13 @@ class Mailer:
         self.settings = settings
         self.log = log
         self.quiet_secs = settings.notification_email_quiet_secs if quiet_secs is None else quiet_secs
+        self.answer_secs = settings.heartbeat_secs
+        """How long each transaction waits for its answer before its connection is closed
+        (:func:`app.silence.answered_within`): on a connection gone silent the mailer waited for ever."""
 
     async def run_once(self) -> int:
         """Send one round; returns how many e-mails went out."""
-        async with self.engine.begin() as conn:
+        async with answered_within(self.engine.begin(), self.answer_secs) as conn:
             await conn.execute(DROP_UNWANTED)
             rows = (
                 (await conn.execute(TAKE_DUE, {"quiet": self.quiet_secs, "limit": MAIL_BATCH}))
@@ -210,7 +214,7 @@ class Mailer:
                 await self.send(build_message(self.settings, user_rows[0]["email"], user_rows))
                 sent += 1
             except (aiosmtplib.SMTPException, OSError) as exc:
-                async with self.engine.begin() as conn:
+                async with answered_within(self.engine.begin(), self.answer_secs) as conn:
                     await conn.execute(PUT_BACK, {"ids": [r["id"] for r in user_rows]})
                 raise MailServerDown(str(exc)) from exc
         return sent

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import socket
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
@@ -75,6 +76,51 @@ class SilenceBoundConnection(asyncpg.Connection):
             bound_silence(transport.get_extra_info("socket"))
 
 
+class Watch:
+    """The driver connections a piece of work (a part of the sweep) has open now, so that whoever gives up
+    on the work closes them all at once (:meth:`close_all`) instead of waiting, through the work's own
+    cancellation, for a rollback on the very connection that stopped answering. Connections opened
+    through :func:`answered_within` while the watch is current (:func:`watching`) are registered
+    for the block's duration. :attr:`gave_up` says whether a bound closed one of them: the error the
+    work then fails with is its own silence, not the database's outage."""
+
+    def __init__(self) -> None:
+        self.open: dict[int, asyncpg.Connection] = {}
+        self.gave_up = False
+
+    def close_all(self) -> int:
+        """Close every registered connection's socket at once; returns how many were open."""
+        closed = 0
+        for raw in list(self.open.values()):
+            if not raw.is_closed():
+                self.gave_up = True
+                raw.terminate()
+                closed += 1
+        self.open.clear()
+        return closed
+
+
+_watch: contextvars.ContextVar[Watch | None] = contextvars.ContextVar("jobdesk_silence_watch", default=None)
+
+
+def watching(watch: Watch) -> contextvars.Context:
+    """A copy of the current context in which ``watch`` is current: run the watched work in it (as a
+    task: ``asyncio.create_task(coro, context=watching(watch))``)."""
+    context = contextvars.copy_context()
+    context.run(_watch.set, watch)
+    return context
+
+
+def _driver(conn: AsyncConnection) -> asyncpg.Connection | None:
+    """``conn``'s asyncpg connection (``None``: another driver, or not reachable)."""
+    with contextlib.suppress(Exception):
+        sync: Any = conn.sync_connection
+        raw = sync.connection.dbapi_connection._connection
+        if isinstance(raw, asyncpg.Connection):
+            return raw
+    return None
+
+
 def close_unless_answered(
     conn: AsyncConnection, seconds: float, on_close: Callable[[], None] | None = None
 ) -> asyncio.TimerHandle | None:
@@ -87,19 +133,20 @@ def close_unless_answered(
     connection. A closed socket fails every wait on it at once, with an error :func:`app.db.is_transient` knows,
     and the pool drops the connection. A timer (``call_later``): no round trip, nothing per statement.
     ``None`` when the driver connection cannot be reached (another driver): no bound then."""
-    with contextlib.suppress(Exception):
-        sync: Any = conn.sync_connection
-        raw = sync.connection.dbapi_connection._connection
-        if isinstance(raw, asyncpg.Connection):
+    raw = _driver(conn)
+    if raw is None:
+        return None
+    watch = _watch.get()
 
-            def close() -> None:
-                if not raw.is_closed():
-                    if on_close is not None:
-                        on_close()
-                    raw.terminate()
+    def close() -> None:
+        if not raw.is_closed():
+            if watch is not None:
+                watch.gave_up = True
+            if on_close is not None:
+                on_close()
+            raw.terminate()
 
-            return asyncio.get_running_loop().call_later(seconds, close)
-    return None
+    return asyncio.get_running_loop().call_later(seconds, close)
 
 
 def warn_on_close(log: Any, what: str, seconds: float | None) -> Callable[[], None]:
@@ -127,11 +174,16 @@ async def answered_within(
     block then fails with a connection error (:func:`app.db.is_transient`) and the pool drops the connection,
     instead of waiting for an answer that never comes. ``None``: no bound."""
     timer: asyncio.TimerHandle | None = None
+    watch, raw = _watch.get(), None
     try:
         async with block as conn:
+            if watch is not None and (raw := _driver(conn)) is not None:
+                watch.open[id(raw)] = raw
             if seconds is not None:
                 timer = close_unless_answered(conn, seconds, on_close)
             yield conn
     finally:
         if timer is not None:
             timer.cancel()
+        if watch is not None and raw is not None:
+            watch.open.pop(id(raw), None)

@@ -32,6 +32,7 @@ from app.alerts.sending import Attempt, backoff_secs, send
 from app.db import is_transient
 from app.jobs.payload import cap_text, json_text
 from app.settings import Settings
+from app.silence import answered_within
 
 if TYPE_CHECKING:
     import httpx
@@ -186,6 +187,10 @@ class Deliverer:
         self.channels = configured_channels(settings)
         self.log = logger or log
         self._client: httpx.AsyncClient | None = None
+        self.answer_secs = settings.heartbeat_secs
+        """How long each transaction waits for its answer, its commit included, before its connection is
+        closed (:func:`app.silence.answered_within`): on a connection gone silent (a pooler or a proxy in
+        between keeps the TCP connection alive) delivery waited for ever and no alert went out again."""
 
     def _http(self) -> httpx.AsyncClient:
         """The loop's HTTP client, made when the first alert is due rather than when the worker starts:
@@ -198,7 +203,7 @@ class Deliverer:
     async def run_once(self, client: httpx.AsyncClient | None = None) -> int:
         """Claim, send (no transaction open), record. Returns how many rows were handled (0 = idle).
         ``client`` defaults to the loop's own."""
-        async with self.engine.begin() as conn:
+        async with answered_within(self.engine.begin(), self.answer_secs) as conn:
             claimed, handled = await claim(conn, self.settings)
         if not claimed:
             return handled
@@ -211,7 +216,7 @@ class Deliverer:
         delay = 0.2
         while True:
             try:
-                async with self.engine.begin() as conn:
+                async with answered_within(self.engine.begin(), self.answer_secs) as conn:
                     statuses = [await record(conn, item, msg, attempts) for item, (msg, attempts) in done]
                 break
             except Exception as exc:
@@ -246,7 +251,7 @@ class Deliverer:
                         busy = await self.run_once()
                     if time.monotonic() - last_prune >= RETENTION_EVERY_SECS:
                         last_prune = time.monotonic()
-                        async with self.engine.begin() as conn:
+                        async with answered_within(self.engine.begin(), self.answer_secs) as conn:
                             await prune(conn, self.settings.job_retention_days)
                     error_delay = POLL_SECS
                 except Exception as exc:

@@ -99,6 +99,12 @@ async def _claim_until_stopped(
                 await worker.sleep(error_delay)
                 error_delay = min(error_delay * 2, max(poll, 5.0))
             continue
+        if worker.claimer.late_check_due() and not flying:
+            # A claim given up on behind a pooler may have committed since its hand-back (its server
+            # session could not be ended): with no claim on its way, a job locked by this worker and not
+            # received is one it took, handed back now rather than left to its lease and the rescue,
+            # which would count an attempt it never ran.
+            await lifecycle.release_late(worker)
         worker.fill_slots()
         free = worker.free_slots() - sum(flying.values())
         # A slot held by a task that ignored its cancel frees at an unknown time: no job waits for it.
@@ -117,6 +123,7 @@ async def _claim_until_stopped(
         if (
             len(flying) < CLAIMS_IN_FLIGHT
             and not worker.claimer.unanswered
+            and not worker.claimer.late_check_due()  # let the claims on their way land first
             and want >= (1 if free > 0 else max(1, worker.buffer.capacity // 2))
         ):
             worker.woken.clear()  # a NOTIFY from now on is for a later claim than this one

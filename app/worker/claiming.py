@@ -45,6 +45,10 @@ Session = tuple[int, datetime | None]
 
 LIMITS_RECHECK_SECS = 1.0
 """How often a worker whose types have no limit looks again (by taking the locking path once)."""
+LATE_CHECK_SECS = 1.0
+"""How often, at most, a worker looks for jobs that a claim it gave up on behind a pooler took after all
+(:attr:`Claimer.late_until`); a twelfth of the lease when that is shorter, so that they are found well
+before their lease runs out."""
 
 
 def served_types(job_types: Iterable[str] | None = None) -> list[str]:
@@ -95,6 +99,13 @@ class Claimer:
         the session started): ended before their jobs are handed back (see
         :func:`app.worker.lifecycle.release_unreceived`)."""
         self._on_way: dict[asyncio.Task[Any] | None, list[Session | None]] = {}
+        self.late_until: float | None = None
+        """Until when (monotonic) a claim given up on behind a pooler may still commit: its server session
+        is the pooler's to choose, so it cannot be ended as a direct one is, and a claim that runs long on
+        the server (a lock, a slow plan) commits after the hand-back found nothing. Until then the worker
+        looks again (:meth:`late_check_due`, :func:`app.worker.lifecycle.release_late`); after it, what
+        such a claim took has an expired lease, which the rescue hands on."""
+        self._late_checked = float("-inf")
 
     async def claim(self, want: int, answer_secs: float | None = None) -> list[ClaimedJob]:
         """Claim up to ``want`` jobs of this worker's types, in claim order, within every limit. Without
@@ -175,9 +186,26 @@ class Claimer:
             self._lost_answer(self._on_way.get(claim, ()))
 
     def _lost_answer(self, sessions: Iterable[Session | None]) -> None:
+        sessions = list(sessions)
         if not self.unanswered:
             self.unanswered, self._unanswered_at = True, time.monotonic()
         self.cut_short.update(session for session in sessions if session is not None)
+        if any(session is None for session in sessions):  # sent through a pooler: no session to end
+            self.late_until = time.monotonic() + self.lease_secs
+
+    def late_check_due(self) -> bool:
+        """Whether to look now for jobs a claim given up on behind a pooler took after the hand-back
+        (:attr:`late_until`): while it may still commit, at most every :data:`LATE_CHECK_SECS`."""
+        if self.late_until is None:
+            return False
+        now = time.monotonic()
+        if now >= self.late_until:
+            self.late_until = None
+            return False
+        return now - self._late_checked >= min(LATE_CHECK_SECS, self.lease_secs / 12)
+
+    def late_checked(self) -> None:
+        self._late_checked = time.monotonic()
 
     def unanswered_secs(self) -> float:
         """Seconds since a claim first failed without its answer and nothing was handed back (0: none)."""

@@ -33,6 +33,7 @@ from app import dbclock
 from app.db import is_transient
 from app.jobs import joblog
 from app.jobs.joblog import Line
+from app.silence import answered_within, warn_on_close
 
 FLUSH_SECS = 0.5
 """How often buffered lines are written (at most this long after they were logged, plus the write)."""
@@ -91,10 +92,21 @@ current: ContextVar[JobLogBuffer | None] = ContextVar("jobdesk_job_log", default
 class JobLogWriter:
     """Writes buffered job log lines for one worker; :meth:`run` is one of the worker's side tasks."""
 
-    def __init__(self, engine: AsyncEngine, *, log: Any = None, flush_secs: float = FLUSH_SECS) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        log: Any = None,
+        flush_secs: float = FLUSH_SECS,
+        answer_secs: float | None = None,
+    ) -> None:
         self.engine = engine
         self.log = log
         self.flush_secs = flush_secs
+        self.answer_secs = answer_secs
+        """How long a write waits for its answer, its commit included, before its connection is closed
+        (:func:`app.silence.answered_within`; ``None``: no bound). A job's end waits for its lines: on a
+        connection gone silent an unbounded write held the job's outcome for ever."""
         self._pending: dict[uuid.UUID, JobLogBuffer] = {}
         self._lock = threading.Lock()
         self._writing = asyncio.Lock()
@@ -129,7 +141,8 @@ class JobLogWriter:
             if not lines:
                 return
             try:
-                async with self.engine.begin() as conn:
+                on_close = warn_on_close(self.log, "job log", self.answer_secs)
+                async with answered_within(self.engine.begin(), self.answer_secs, on_close) as conn:
                     await joblog.write(conn, lines)
             except Exception as exc:
                 if self.log is not None:

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.db import is_transient
 from app.jobs import queue
 from app.settings import Settings
+from app.silence import answered_within
 from app.worker.executor import PROGRESS_MIN_INTERVAL_SECS, RunningJob
 from app.worker.faults import first_line
 
@@ -125,9 +126,10 @@ class CheckHost(Protocol):
 class JobChecks:
     """The ``checks`` side task of a worker: :meth:`run` until cancelled."""
 
-    def __init__(self, worker: CheckHost, *, tick: float = 1.0) -> None:
+    def __init__(self, worker: CheckHost, *, tick: float = 1.0, answer_secs: float | None = None) -> None:
         self.worker = worker
         self.tick = tick
+        self.answer_secs = answer_secs
 
     async def run(self) -> None:
         worker = self.worker
@@ -145,7 +147,9 @@ class JobChecks:
     async def check_cancels(self) -> None:
         """The durable check for cancel requests of running jobs."""
         worker = self.worker
-        async with worker.engine.connect() as conn:
+        # Bounded as every wait of the worker's is: on a connection gone silent (a pooler or a proxy in
+        # between keeps the TCP connection alive) this task waited for ever, and looked for no cancel again.
+        async with answered_within(worker.engine.connect(), self.answer_secs) as conn:
             cancelled = await queue.cancel_requested(conn, worker.id, list(worker.running))
         for job_id in cancelled:
             worker.request_cancel(job_id)

@@ -16,7 +16,9 @@ claimed but has not started.
   may have taken jobs: they are locked by this worker, which never saw them. Once no such claim can still
   commit, they are handed back (:func:`release_unreceived`), so the rescue does not count the attempt
   they never ran. A claim that fails while the worker runs is followed by the same hand-back, once the
-  database answers again and before the next claim (:mod:`app.worker.claim_loop`).
+  database answers again and before the next claim (:mod:`app.worker.claim_loop`). Behind a pooler, where
+  a claim's server session cannot be ended, the worker looks again for what such a claim took while it
+  may still commit (:func:`release_late`).
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from app import __version__, controls
-from app.db import create_engine
+from app.db import create_engine, is_transient
 from app.jobs import queue
 from app.jobs.queue import Outcome
-from app.worker.faults import retrying
+from app.silence import answered_within
+from app.worker.faults import first_line, retrying
 
 if TYPE_CHECKING:
     from app.worker.runner import Worker
@@ -214,8 +217,8 @@ async def release_unreceived(worker: Worker, *, stopping: bool = True) -> bool:
     connection on our side would not do: the server notices a closed client only when it next writes to
     it, which is after the commit. (Fencing each claim by the worker's row instead would put a row lock on
     every claim of the hot path, for a case that happens at a stop or after a failure.) Behind a pooler
-    the server's process is not known; the cancel request asyncpg sends for the cut claim is then all that
-    stops it.
+    the server's process is not known and nothing stops the claim: what it commits later is found and
+    handed back by :func:`release_late` while the worker runs (after a stop it is left to the rescue).
     """
     claimer = worker.claimer
     known = (
@@ -263,6 +266,35 @@ async def release_unreceived(worker: Worker, *, stopping: bool = True) -> bool:
         return False
     finally:
         await _dispose(engine, close=answered)
+
+
+async def release_late(worker: Worker) -> None:
+    """Hand back jobs that a claim the worker gave up on behind a pooler took after its hand-back (see
+    :attr:`~app.worker.claiming.Claimer.late_until`). Call it only while no claim of the worker's is on
+    its way, as :func:`release_unreceived`: each job is released fenced by the attempt read here, so a job
+    rescued or claimed again meanwhile is left alone. The database answered the hand-back just before,
+    so this uses the worker's own connections, bounded by a heartbeat; a failure is tried again at the
+    next look."""
+    claimer = worker.claimer
+    claimer.late_checked()
+    known = (
+        set(worker.held) | set(worker.running) | set(worker.completer.unrecorded) | worker.completer.given_up
+    )
+    try:
+        async with answered_within(worker.engine.begin(), worker.settings.heartbeat_secs) as conn:
+            report = await queue.release_unreceived(
+                conn, worker.id, sorted(known), RELEASED_UNRECEIVED, worker.settings
+            )
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        worker.log.warning("could not look for jobs a given-up claim took late", error=first_line(exc))
+        return
+    if report.status:
+        worker.log.warning(
+            "a claim given up on committed after its hand-back; handed back what it took",
+            count=len(report.status),
+        )
 
 
 async def _dispose(engine: Any, *, close: bool) -> None:

@@ -38,7 +38,7 @@ from app.silence import answered_within, warn_on_close
 from app.worker import scratch
 from app.worker.completer import Tally
 from app.worker.faults import first_line
-from app.worker.sweep_parts import Parts
+from app.worker.sweep_parts import ABANDON_SECS, Parts
 
 MAINTENANCE_INTERVAL_SECS = 60.0
 """How often retention and upkeep run (the rescue and schedules run every sweep)."""
@@ -205,7 +205,9 @@ class Retention:
         for _ in range(RETENTION_BATCHES_PER_PASS):
             async with answered(self.engine.begin(), self.answer_secs, self.log, "retention") as conn:
                 pruned = await queue.prune(conn, self.settings.job_retention_days)
-            self.files.remove(pruned["files"])
+            # Off the event loop: thousands of deletions a pass, on a slow or stalled file system (a
+            # network mount), would stop lease renewals, claims and outcomes meanwhile.
+            await asyncio.to_thread(self.files.remove, pruned["files"])
             if pruned["jobs"] or pruned["pipelines"] or pruned["batches"]:
                 self.log.info(
                     "retention: deleted finished jobs",
@@ -234,7 +236,7 @@ class Retention:
             async with answered(self.engine.connect(), self.answer_secs, self.log, "retention") as conn:
                 gone += await self.files.remove_unrecorded(conn, ids[start : start + UNRECORDED_CHECK_BATCH])
         for path in temps:
-            path.unlink(missing_ok=True)
+            await asyncio.to_thread(path.unlink, missing_ok=True)
         if gone or temps:
             self.log.info(
                 "retention: deleted stored bytes no file row names", files=len(gone), partial=len(temps)
@@ -305,13 +307,22 @@ class Maintenance:
         # wait for theirs: on a connection gone silent (behind a pooler or a proxy that keeps the TCP
         # connection alive, no keepalive notices) the sweep would otherwise wait for ever, and with it
         # the rescue of every expired lease and the firing of every schedule.
-        bound = settings.heartbeat_secs
+        self.bound_secs = settings.heartbeat_secs
+        """How long one part of a pass may take before it is abandoned (``Parts.run``): a hung part (a lock
+        held elsewhere, a silent path, a file system that stopped answering) holds the others up no
+        longer than that."""
+        # A part's transactions get a little longer than the part, so that the part's bound comes first:
+        # its cancel ends a lock wait on the server (a closed connection would leave the statement waiting
+        # there, holding the rescue's lock, until the lock is let go); they still close a silent one.
+        bound = self.bound_secs + ABANDON_SECS
         self.rescue = ExpiredLeaseRescue(engine, tally=tally, log=log, on_rescued=wake, answer_secs=bound)
         self.schedules = ScheduleFiring(engine, settings, log=log, on_fired=wake, answer_secs=bound)
         self.approvals = ApprovalTimeouts(engine, log=log, on_rejected=wake, answer_secs=bound)
         self.retention = Retention(engine, settings, files=files, log=log, answer_secs=bound)
         self.upkeep = Upkeep(engine, log=log, answer_secs=bound)
-        self.callbacks = CallbackSender(engine, settings, log=log.bind(task="callbacks"), answer_secs=bound)
+        self.callbacks = CallbackSender(
+            engine, settings, log=log.bind(task="callbacks"), answer_secs=settings.heartbeat_secs
+        )
 
     async def run(self) -> None:
         # Callbacks wait on receivers (up to their timeout), so they have a loop of their own that
@@ -324,20 +335,22 @@ class Maintenance:
 
     async def _sweep(self) -> None:
         last_maintenance = 0.0
+        bound = self.bound_secs
         while True:
             await asyncio.sleep(self.settings.worker_sweep_interval_secs)
             if not self.enabled:
                 continue
             # Each part through ``self.parts``, looked up at each pass (tests replace a part's run_once):
-            # a part that raises is retried later on its own, and the parts after it still run.
+            # a part that raises, or is not over within the bound, is retried later on its own, and the
+            # parts after it still run.
             try:
-                await self.parts.run("rescue", lambda: self.rescue.run_once())
-                await self.parts.run("schedules", lambda: self.schedules.run_once())
-                await self.parts.run("approvals", lambda: self.approvals.run_once())
+                await self.parts.run("rescue", lambda: self.rescue.run_once(), bound)
+                await self.parts.run("schedules", lambda: self.schedules.run_once(), bound)
+                await self.parts.run("approvals", lambda: self.approvals.run_once(), bound)
                 if time.monotonic() - last_maintenance >= MAINTENANCE_INTERVAL_SECS:
                     last_maintenance = time.monotonic()
-                    await self.parts.run("retention", lambda: self.retention.run_once())
-                    await self.parts.run("upkeep", lambda: self.upkeep.run_once())
+                    await self.parts.run("retention", lambda: self.retention.run_once(), bound)
+                    await self.parts.run("upkeep", lambda: self.upkeep.run_once(), bound)
             except Exception as exc:
                 # Only a database outage reaches here (Parts keeps every other error to its part).
                 if not is_transient(exc):

@@ -179,7 +179,7 @@ class Worker:
             app_engine=self.app_engine,
             debug=self.debug,
             on_settled=self.slot_freed.set,
-            joblog=JobLogWriter(self.engine, log=self.log),
+            joblog=JobLogWriter(self.engine, log=self.log, answer_secs=settings.heartbeat_secs),
         )
         self.completer = Completer(
             settings,
@@ -190,7 +190,7 @@ class Worker:
             log=self.log,
             on_notify=self.wake,
         )
-        self.checks = JobChecks(self)
+        self.checks = JobChecks(self, answer_secs=settings.heartbeat_secs)
         self.watchdog = LoopWatchdog(Executor._call.__code__, self.log)
         self.leases = LeaseKeeper(self, margin=lease_margin)
         self.maintenance = Maintenance(

@@ -198,3 +198,73 @@ async def test_a_claim_given_up_behind_pgbouncer_while_it_waits_for_a_lock_takes
         await proxy.close()
     assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
     assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 1
+
+
+SLOW_CLAIMS = """
+CREATE FUNCTION test_slow_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(4242);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER test_slow_claim BEFORE INSERT ON job_events
+    FOR EACH ROW WHEN (NEW.kind = 'claimed') EXECUTE FUNCTION test_slow_claim();
+"""
+
+
+async def test_a_claim_given_up_behind_pgbouncer_that_commits_afterwards_has_its_jobs_handed_back_promptly(
+    make_settings, engine, owner, pg, db_url, pgbouncer, monkeypatch
+) -> None:
+    """A claim through PgBouncer runs long on the server (here: its event's insert waits for a lock), so
+    the worker gives it up within the lease and hands back what it took — nothing yet. Its connection
+    closed, PgBouncer's server session runs on (the worker knows no server process to end) and, the lock
+    let go, commits: the job, on its last attempt, is locked by a worker that never received it. It sat
+    there until its lease ran out and the rescue failed it, an attempt it never ran. The worker looks
+    again for what a claim it gave up on behind a pooler took, until that claim's leases would have run
+    out, and hands it back: the job runs once, on its one attempt."""
+    lease = 6.0
+    settings = make_settings(worker_visibility_timeout_secs=lease, job_processor_poll_interval=30)
+    bouncer = pgbouncer("transaction")
+    through = bouncer.url(make_url(db_url).database or "")
+    monkeypatch.setattr(claim_loop, "CLAIM_ARRIVAL_SECS", 1.0)
+    monkeypatch.setattr(claiming, "LIMITS_RECHECK_SECS", 3600.0)
+    worker = Worker(settings, settings.database_url or "", concurrency=1, buffer=0)
+    claims = create_engine(
+        through, pool_size=2, application_name=worker.application_name, pooler="transaction"
+    )
+    worker.claimer = claiming.Claimer(
+        claims,
+        claims.execution_options(isolation_level="AUTOCOMMIT"),
+        worker_id=worker.id,
+        lease_secs=worker.lease_secs,
+    )
+    await pg.execute(SLOW_CLAIMS)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.wait_started(), 20)
+        await asyncio.sleep(1.0)  # the first claim (the locking path) is in; later ones are one statement
+        await pg.execute("SELECT pg_advisory_lock(4242)")
+        job = await _enqueue(engine, settings, owner, "test.effect", {"seconds": 0}, max_attempts=1)
+        for _ in range(200):  # given up within the lease
+            if worker.claimer.unanswered:
+                break
+            await asyncio.sleep(0.05)
+        assert worker.claimer.unanswered, "the claim was not given up"
+        for _ in range(200):  # the hand-back found nothing: the claim has not committed
+            if not worker.claimer.unanswered:
+                break
+            await asyncio.sleep(0.05)
+        assert not worker.claimer.unanswered
+        assert await pg.fetchval("SELECT locked_by FROM jobs WHERE id = $1", job) is None
+        await pg.execute("SELECT pg_advisory_unlock(4242)")  # the claim commits now, unseen
+        row = await wait_status(pg, job, {"completed", "failed"}, timeout=4 * lease)
+        assert not task.done()
+    finally:
+        with contextlib.suppress(Exception):
+            await pg.execute("SELECT pg_advisory_unlock_all()")
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+        await claims.dispose(close=False)
+        await pg.execute("DROP TRIGGER test_slow_claim ON job_events; DROP FUNCTION test_slow_claim()")
+    assert (row["status"], row["attempts"], row["error_message"]) == ("completed", 1, None)
+    assert await event_kinds(pg, job) == ["enqueued", "claimed", "released", "claimed", "completed"]
+    assert await pg.fetchval("SELECT count(*) FROM side_effects WHERE job_id = $1", job) == 1

@@ -12,7 +12,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.jobs import outbox
-from app.jobs.queue.common import lock_pipelines, notify_jobs, sql
+from app.jobs.queue.common import notify_jobs, sql
 from app.jobs.queue.consequences import consequences, consequences_of_lost_jobs
 from app.jobs.queue.holds import hold_requeued
 from app.jobs.states import Status
@@ -61,6 +61,9 @@ RESCUE = sql(
 
 
 JOB_TYPES = sql("SELECT id, type, attempts FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))")
+LOCK_FREE_PIPELINES = sql(
+    "SELECT id FROM pipelines WHERE id = ANY(CAST(:ids AS uuid[])) ORDER BY id FOR UPDATE SKIP LOCKED"
+)
 
 Delays = Mapping[str, Any]
 """Retry delay per job type: a callable ``(attempt) -> seconds``."""
@@ -89,7 +92,8 @@ async def rescue_expired(
     Runs under a transaction-level advisory lock, so one process sweeps at a time (others return ``[]``).
     Each job goes back to ``queued`` with the lost attempt counted and the error "lease expired: worker
     lost (<worker id>)", or to ``failed`` when no attempts remain (with one ``rescued`` alert), or to
-    ``cancelled`` if a cancel was pending. ``delays`` gives each job type's retry delay; default: due at
+    ``cancelled`` if a cancel was pending; a job whose pipeline another transaction has locked is left
+    for a later pass rather than waited for. ``delays`` gives each job type's retry delay; default: due at
     once. The update repeats the ``lease_expires_at < now()`` guard under the row lock, so a lease
     renewed meanwhile wins.
     """
@@ -97,9 +101,15 @@ async def rescue_expired(
     if not got:
         return []
     candidates = (await conn.execute(EXPIRED, {"limit": limit})).mappings().all()
+    # A pipeline another transaction keeps locked (a stuck session) would hold the whole rescue, every
+    # worker's, for as long as it is held: its jobs wait for a later pass, the others are rescued now.
+    # Nothing is waited for, so the order the pipelines are locked in cannot deadlock.
+    pipelines = sorted({c["pipeline_id"] for c in candidates if c["pipeline_id"] is not None}, key=str)
+    if pipelines:
+        free = set((await conn.execute(LOCK_FREE_PIPELINES, {"ids": pipelines})).scalars())
+        candidates = [c for c in candidates if c["pipeline_id"] is None or c["pipeline_id"] in free]
     if not candidates:
         return []
-    await lock_pipelines(conn, (c["pipeline_id"] for c in candidates))
     ids = [c["id"] for c in candidates]
     params = {"ids": ids, "delays": await _retry_delays(conn, ids, delays), "actor": "system:sweep"}
     rows = (await conn.execute(RESCUE, params)).mappings().all()
