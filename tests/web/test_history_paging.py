@@ -157,3 +157,13 @@ async def test_the_api_history_pages_with_the_same_cursor_and_never_answers_it_a
         assert bad.status_code == 422 and "before" in bad.json()["errors"], bad.text
         over = await client.get(url, params={"limit": EVENTS_PAGE + 1}, headers=bearer)
         assert over.status_code == 422 and "limit" in over.text, over.text
+
+
+async def test_the_openapi_document_names_the_history_routes_paging(client: AsyncTestClient) -> None:
+    doc = (await client.get("/schema/openapi.json")).json()
+    for path in ("/api/jobs/{job_id}/events", "/api/pipelines/{pipeline_id}/events"):
+        operation = doc["paths"][path]["get"]
+        names = {p["name"] for p in operation["parameters"]}
+        assert {"limit", "before"} <= names, names
+        assert "`next`" in operation["description"] and "Link" in operation["description"]
+        assert "422" in operation["responses"]
