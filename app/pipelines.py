@@ -404,18 +404,28 @@ PIPELINE_EVENTS = text(
     """
     SELECT e.id, e.job_id, j.step_key, e.at, e.kind, e.from_status, e.to_status, e.actor, e.message, e.data
     FROM job_events e LEFT JOIN jobs j ON j.id = e.job_id
-    WHERE e.pipeline_id = :id ORDER BY e.id
+    WHERE e.pipeline_id = :id AND e.id < :before ORDER BY e.id DESC LIMIT :limit
     """
 )
+EVENTS_LIMIT = 1000
+"""Events :func:`events` reads at most by default."""
 
 
 async def events(
-    db: AsyncConnection | AsyncSession, pipeline_id: Any, principal: Principal | None = None
+    db: AsyncConnection | AsyncSession,
+    pipeline_id: Any,
+    principal: Principal | None = None,
+    *,
+    before: int = 2**63 - 1,
+    limit: int = EVENTS_LIMIT,
 ) -> list[RowMapping]:
-    """The pipeline's event history, every step's events in order (checked like :func:`get`)."""
+    """The pipeline's event history, every step's events (checked like :func:`get`): the newest ``limit``
+    of those before the event id ``before``, newest first — never the whole of a history that may be
+    very long."""
     conn = await queue.conn_of(db)
     p = await get(conn, pipeline_id, principal)
-    return list((await conn.execute(PIPELINE_EVENTS, {"id": p["id"]})).mappings().all())
+    params = {"id": p["id"], "before": before, "limit": limit}
+    return list((await conn.execute(PIPELINE_EVENTS, params)).mappings().all())
 
 
 UNFINISHED_STEPS = text(

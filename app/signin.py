@@ -180,15 +180,23 @@ async def sign_in(
     return replace(user_of(row), timezone=zone)
 
 
-async def unlock(db: Db, email: str) -> int:
-    """Forget every failed sign-in for ``email`` (from any address), so its owner may sign in at once;
-    returns how many were forgotten. The caller commits (with its audit entry)."""
-    return int((await db.execute(_UNLOCK, {"email": clean_email(email)})).scalar_one())
+async def unlock(db: Db, stored_email: str) -> int:
+    """Forget every failed sign-in of the account whose address is ``stored_email`` (from any client
+    address), so its owner may sign in at once; returns how many were forgotten. The caller commits (with
+    its audit entry).
+
+    ``stored_email`` is the account's address exactly as stored, never keyed here: a failure is counted
+    under the key of the address typed, and is the failure of the account that sign-in would have found —
+    the one whose stored address *is* that key (:func:`sign_in`). An account that kept another form at
+    migration 0025, because its key was another account's, has none: keying its address named the other
+    account's failures, and unlocking it lifted the other account's lock-out."""
+    return int((await db.execute(_UNLOCK, {"email": stored_email})).scalar_one())
 
 
 async def locked_emails(db: Db, emails: list[str]) -> dict[str, int]:
-    """``{email: failures in the window}`` for those of ``emails`` that a limit now refuses — for every
-    address (the ceiling) or for at least one (the per-address lock)."""
+    """``{email: failures in the window}`` for those of ``emails`` (accounts' stored addresses, compared
+    exactly, as :func:`unlock` does) that a limit now refuses — for every address (the ceiling) or for at
+    least one (the per-address lock)."""
     if not emails:
         return {}
     params = {

@@ -117,10 +117,18 @@ def too_much_text(max_bytes: int) -> BadInput:
     )
 
 
-def read(data: bytes, name: str, *, max_rows: int = MAX_ROWS, max_bytes: int = DEFAULT_MAX_BYTES) -> Sheet:
+def read(
+    data: bytes,
+    name: str,
+    *,
+    max_rows: int = MAX_ROWS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    encoding: str = "auto",
+) -> Sheet:
     """The spreadsheet in ``data`` (a file called ``name``); ``max_bytes`` is the upload limit
-    (``UPLOAD_MAX_BYTES``), which bounds the text kept and what a workbook may unpack to. CPU-bound:
-    run it in a thread from an event loop.
+    (``UPLOAD_MAX_BYTES``), which bounds the text kept and what a workbook may unpack to; ``encoding``:
+    a CSV's text encoding as the person chose it (:data:`app.text_encoding.CHOICES`; a workbook has its
+    own). CPU-bound: run it in a thread from an event loop.
 
     Raises:
         BadInput: on ``file``: not a CSV or XLSX file, no header row, no data rows, a row with a value
@@ -128,7 +136,7 @@ def read(data: bytes, name: str, *, max_rows: int = MAX_ROWS, max_bytes: int = D
         ``max_rows`` data rows or :data:`MAX_COLUMNS` columns, more than ``max_bytes`` characters of
         text, a workbook that would unpack to too much (:func:`_check_archive`).
     """
-    rows = _xlsx_rows(data, max_bytes) if is_xlsx(data, name) else _csv_rows(data)
+    rows = _xlsx_rows(data, max_bytes) if is_xlsx(data, name) else _csv_rows(data, encoding)
     sheet: Sheet | None = None
     text = empty = 0
     empty_on_top = False  # an empty row before the first row with anything in it
@@ -246,19 +254,38 @@ def _delimiter(sample: str) -> str:
     return best if first.count(best) > 0 else ","
 
 
-def _csv_rows(data: bytes) -> Iterator[tuple[int, Sequence[Any]]]:
-    if not text_encoding.is_wide(data) and b"\x00" in data[:SNIFF_BYTES]:
+def _chosen_text(data: bytes, encoding: str) -> str:
+    """A CSV's text in the encoding the person chose (not "auto")."""
+    label = text_encoding.CHOICES.get(encoding, encoding)
+    try:
+        text = text_encoding.decode_as(data, encoding)
+    except UnicodeDecodeError:
+        text = "\x00"
+    if "\x00" in text:
+        raise BadInput.field(
+            "file",
+            f'This file is not {label} text: choose another text encoding (or "Find out '
+            'automatically"), or save it as "CSV UTF-8" in your spreadsheet program.',
+        )
+    return text
+
+
+def _csv_rows(data: bytes, encoding: str = "auto") -> Iterator[tuple[int, Sequence[Any]]]:
+    if encoding != "auto":
+        text = _chosen_text(data, encoding)
+    elif not text_encoding.is_wide(data) and b"\x00" in data[:SNIFF_BYTES]:
         wide = text_encoding.unmarked_codec(data)
         if wide:
-            # a spreadsheet's upload has no encoding to choose: what was found, and how to save it
+            # what was found, and the choice that reads it
             raise BadInput.field(
                 "file",
-                f"This file is saved as {text_encoding.unmarked_words(wide)}, which a spreadsheet upload "
-                'cannot read. In your spreadsheet program use Save As and choose "CSV UTF-8" (or XLSX), '
-                "or save it as UTF-16 with a byte-order mark, then upload that file.",
+                f"This file is saved as {text_encoding.unmarked_words(wide)}: choose "
+                f'"{text_encoding.CHOICES[wide[:6]]}" under Text encoding and read it again, or in your '
+                'spreadsheet program use Save As and choose "CSV UTF-8" (or XLSX).',
             )
         raise _unreadable("it holds binary data")
-    text = _decode(data)
+    else:
+        text = _decode(data)
     # The csv module refuses a field longer than its limit (131,072 characters unless raised), which
     # made a long cell "unreadable" as a whole file: a cell is held to its field's limit instead (_clean).
     # The limit is the process's; it is only ever raised, to what the file read can hold.

@@ -38,6 +38,19 @@ _WIDE: tuple[tuple[str, int, int, str], ...] = (
 """``(name, unit size, the byte of a unit that holds an ASCII character, codec)`` of each encoding and byte
 order told by where its NULs are; UTF-32 first, as its NULs are also where UTF-16's would be."""
 
+CHOICES: dict[str, str] = {
+    "auto": "Find out automatically",
+    "utf-8": "UTF-8",
+    "utf-8-sig": "UTF-8 with BOM",
+    "utf-16": "UTF-16",
+    "utf-32": "UTF-32",
+    "cp1252": "Windows (cp1252)",
+    "latin-1": "Latin-1 (ISO 8859-1)",
+}
+"""The "Text encoding" choices every reader of a person's text file offers (the CSV jobs, a batch's
+spreadsheet), each in words; the values are codecs Python reads ("auto": :func:`bom`, then the reader's
+own guesses)."""
+
 ORDER_WORDS = {"le": "little-endian, low byte first", "be": "big-endian, high byte first"}
 """A byte order in words, by the end of its codec's name."""
 
@@ -95,3 +108,14 @@ def decode(data: bytes, errors: str = "strict") -> tuple[str, str] | None:
         return None
     codec, skip = found
     return data[skip:].decode(codec, errors), codec
+
+
+def decode_as(data: bytes, chosen: str) -> str:
+    """``data`` read as the person chose (a key of :data:`CHOICES` other than ``auto``), its byte-order
+    mark left out: UTF-16 or UTF-32 in the byte order its NULs show (:func:`chosen_codec`).
+
+    Raises:
+        UnicodeDecodeError: ``data`` is not text in that encoding.
+    """
+    text = data.decode(chosen_codec(data, chosen))
+    return text.removeprefix("\ufeff")

@@ -320,6 +320,34 @@ def _field(ref: str, key: str, value: Any, fields: list[str]) -> Any:
 # --- next jobs from processors ----------------------------------------------------------------------
 
 
+def check_next_job_parents(i: int, type_: Any, key: Any, input_data: Any, *, has_parents: bool) -> None:
+    """A processor's next job ``i`` with a field left empty for the steps before it to fill (a contact
+    sheet's pictures) and no step before it: the type's own rule at submission
+    (:meth:`~app.jobs.types.ProcessorSpec.parents_only`, the one the queue applies on every path), in
+    this path's words. The form's ("choose at least one picture…") told the job's owner to do what only
+    the processor's code can: the refusal says which next job, which field, and what the processor left
+    out.
+
+    Raises:
+        BadInput: naming ``next_jobs[i].input_data.<field>`` for each such field.
+    """
+    spec = registry.get(type_) if isinstance(type_, str) else None
+    if spec is None or has_parents:
+        return
+    needed = spec.parents_only(unwrap_literals(input_data) if has_literals(input_data) else input_data)
+    if not needed:
+        return
+    which = f"next job {i + 1} ({type_}" + (f", key {str(key)[:100]!r})" if key else ")")
+    what = " and ".join(f"'{title}'" for title in needed.values())
+    words = (
+        f"the processor left {what} empty for the steps before this job to fill, and gave it no steps "
+        "before it (its depends_on is empty): it must fill it in itself, or make the job depend on the "
+        "jobs whose results fill it"
+    )
+    errors = {f"next_jobs[{i}].input_data.{name}": words for name in needed}
+    raise BadInput(f"{which}: {words}", errors=errors)
+
+
 def plan_next_jobs(creator: Any, next_jobs: Sequence[NextJob], settings: Settings) -> list[NextJob]:
     """Check the jobs a processor returned before its completion is recorded: types and inputs valid,
     keys unique, dependencies among them acyclic. Returns them unchanged.
@@ -331,6 +359,7 @@ def plan_next_jobs(creator: Any, next_jobs: Sequence[NextJob], settings: Setting
         if not isinstance(nj, NextJob):
             raise BadInput.field(f"next_jobs[{i}]", "must be a NextJob")
         validate_step_input(nj.type, nj.input_data, f"next_jobs[{i}].input_data", settings)
+        check_next_job_parents(i, nj.type, nj.key, nj.input_data, has_parents=bool(nj.depends_on))
     new_keys = {nj.key or f"next-{i + 1}" for i, nj in enumerate(next_jobs)}
     specs = [
         {

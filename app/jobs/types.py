@@ -356,15 +356,20 @@ class ProcessorSpec:
         parents: what, for this input, only the steps before it could give it. The same rule as
         :meth:`check_submission`'s, for a path that words its refusal itself: a step's "run again" is a
         job on its own that nobody filled in, so "choose …", written for a form, would not fit it."""
+        return list(self.parents_only(data).values())
+
+    def parents_only(self, data: Any) -> dict[str, str]:
+        """:meth:`parents_supply` as ``{field name: its title}``, for a path that names the field too (a
+        processor's next job: ``next_jobs[0].input_data.images``)."""
         if self.submit_check is None or not isinstance(data, dict):
-            return []
+            return {}
         with_parents = self.submit_check(data, True)
         fields = self.input_model.model_fields
-        return [
-            str(fields[name].title if name in fields and fields[name].title else name)
+        return {
+            name: str(fields[name].title if name in fields and fields[name].title else name)
             for name in self.submit_check(data, False)
             if name not in with_parents
-        ]
+        }
 
     def validate_input(self, data: dict[str, Any], *, field_prefix: str = "input_data") -> dict[str, Any]:
         """Validate ``data`` against the input schema; return it normalised (defaults filled, JSON types).

@@ -50,17 +50,7 @@ MARKUP_START = re.compile(r"^<(!doctype\s+html|html[\s>]|\?xml\s)", re.IGNORECAS
 Encoding = Literal["auto", "utf-8", "utf-8-sig", "utf-16", "utf-32", "cp1252", "latin-1"]
 Delimiter = Literal["auto", "comma", "semicolon", "tab", "pipe"]
 Header = Literal["auto", "yes", "no"]
-ENCODING_LABELS: dict[str, Any] = {
-    "x-labels": {
-        "auto": "Find out automatically",
-        "utf-8": "UTF-8",
-        "utf-8-sig": "UTF-8 with BOM",
-        "utf-16": "UTF-16",
-        "utf-32": "UTF-32",
-        "cp1252": "Windows (cp1252)",
-        "latin-1": "Latin-1 (ISO 8859-1)",
-    }
-}
+ENCODING_LABELS: dict[str, Any] = {"x-labels": dict(text_encoding.CHOICES)}
 """Choices in words for the form; the values stay as the API takes them."""
 DELIMITER_LABELS: dict[str, Any] = {
     "x-labels": {

@@ -25,7 +25,7 @@ from litestar import Controller, Request, Response, get, post
 from litestar.params import FromPath, QueryParameter
 from litestar.response import Redirect, Stream, Template
 
-from app import batches, spreadsheets
+from app import batches, spreadsheets, text_encoding
 from app.actions import access
 from app.actions import batches as batch_actions
 from app.actions.files import store_upload
@@ -78,13 +78,26 @@ def _file_field(spec: ProcessorSpec) -> str | None:
     return single[0] if single else None
 
 
-def _read_stored(path: Path, name: str, max_bytes: int) -> spreadsheets.Sheet:
+def _read_stored(path: Path, name: str, max_bytes: int, encoding: str) -> spreadsheets.Sheet:
     """A stored spreadsheet read (in a thread): refused, unread, when larger than an upload may be."""
     with path.open("rb") as fh:
         data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise BadInput.field("file", "This file is larger than you can upload.")
-    return spreadsheets.read(data, name, max_bytes=max_bytes)
+    return spreadsheets.read(data, name, max_bytes=max_bytes, encoding=encoding)
+
+
+ENCODING_FIELD = "encoding"
+"""The form's "Text encoding" choice (:data:`app.text_encoding.CHOICES`), carried to the mapping step."""
+
+
+def _encoding_of(form: Any) -> tuple[str, str | None]:
+    """The text encoding the form chose (``auto`` when it sent none), and what is wrong with it."""
+    chosen = str(form.get(ENCODING_FIELD) or "auto")
+    if chosen in text_encoding.CHOICES:
+        return chosen, None
+    listed = ", ".join(f'"{label}"' for label in text_encoding.CHOICES.values())
+    return "auto", f"Choose one of {listed}."
 
 
 class BatchesController(Controller):
@@ -105,6 +118,8 @@ class BatchesController(Controller):
             "errors": {},
             "step": None,
             "name": "",
+            "encoding": "auto",
+            "encodings": text_encoding.CHOICES,
             **kw,
         }
 
@@ -161,6 +176,9 @@ class BatchesController(Controller):
         sheet_upload = form.get("sheet")
         files = [u for u in form.getall("files", []) if _is_upload(u)]
         refused = self._refused(request, form, ctx["fields"])
+        ctx["encoding"], wrong_encoding = _encoding_of(form)
+        if wrong_encoding and ENCODING_FIELD not in refused:
+            refused = {**refused, ENCODING_FIELD: wrong_encoding}
         if refused:
             # text that cannot be taken, beside its control, nothing read or stored; the mapping step
             # comes back with its columns as chosen and the name as typed
@@ -184,7 +202,7 @@ class BatchesController(Controller):
         """The form's text that cannot be taken, a field it has not or one sent twice
         (:func:`app.web.form_shape.form_errors`), keyed as the page shows errors: the name, a column's
         choice, the spreadsheet or the files (their file names), anything else above the form."""
-        controls = {NAME_FIELD: NAME_FIELD, "sheet": "file", "files": "files"}
+        controls = {NAME_FIELD: NAME_FIELD, "sheet": "file", "files": "files", ENCODING_FIELD: ENCODING_FIELD}
         controls.update({f"map.{f.name}": f"map.{f.name}" for f in fields})
         return form_errors(
             request,
@@ -197,7 +215,7 @@ class BatchesController(Controller):
         )
 
     async def _load_sheet(
-        self, request: Request[Any, Any, Any], db_session: Any, sheet_id: Any
+        self, request: Request[Any, Any, Any], db_session: Any, sheet_id: Any, encoding: str
     ) -> tuple[str, spreadsheets.Sheet] | None:
         found = await file_store(request).owned_files(
             await db_session.connection(), request.user.id, [sheet_id]
@@ -209,7 +227,11 @@ class BatchesController(Controller):
         # of any size: refused unread above the upload limit)
         try:
             sheet = await asyncio.to_thread(
-                _read_stored, stored.path, str(stored.row["name"]), settings_of(request).upload_max_bytes
+                _read_stored,
+                stored.path,
+                str(stored.row["name"]),
+                settings_of(request).upload_max_bytes,
+                encoding,
             )
         except FileNotFoundError:  # its row is here, its bytes are not (removed from the disk meanwhile)
             return None
@@ -235,6 +257,7 @@ class BatchesController(Controller):
                 data,
                 clean_name(upload.filename) if upload.filename else "spreadsheet.csv",
                 max_bytes=settings.upload_max_bytes,
+                encoding=ctx["encoding"],
             )
         except BadInput as exc:
             ctx["errors"] = {"file": exc.errors.get("file") or exc.detail}
@@ -283,7 +306,7 @@ class BatchesController(Controller):
         """Convert and check every row, then start the batch; with ``refused`` (the form's errors found
         before), the mapping step again with them, nothing started."""
         try:
-            loaded = await self._load_sheet(request, db_session, form.get("sheet_id"))
+            loaded = await self._load_sheet(request, db_session, form.get("sheet_id"), ctx["encoding"])
         except BadInput as exc:
             loaded, ctx["errors"] = None, {"file": exc.detail}
         if loaded is None:

@@ -129,7 +129,10 @@ async def test_a_next_job_without_pictures_needs_parents(
             await queue_pipelines.insert_next_jobs(
                 conn, creator, [NextJob("images.contact_sheet", {}, key="alone")], settings
             )
-    assert refused.value.errors == {"next_jobs[0].input_data.images": NO_PICTURES}
+    # the rule of the form, in the words of this path: the processor, not the owner, left it out
+    said = refused.value.errors["next_jobs[0].input_data.images"]
+    assert said.startswith("the processor left 'Pictures' empty") and NO_PICTURES not in said, said
+    assert str(refused.value).startswith("next job 1 (images.contact_sheet, key 'alone'): "), refused.value
     async with engine.begin() as conn:
         await queue_pipelines.insert_next_jobs(
             conn,

@@ -495,7 +495,7 @@ async def test_pipeline_events_tell_the_whole_story(engine, settings, owner, pg)
         )
     async with engine.connect() as conn:
         history = await pipelines.events(conn, pid, owner)
-    assert [(e["step_key"], e["kind"]) for e in history] == [
+    assert [(e["step_key"], e["kind"]) for e in history[::-1]] == [
         ("a", "enqueued"),
         ("b", "enqueued"),
         ("a", "claimed"),

@@ -541,3 +541,49 @@ async def test_every_refusal_of_the_batch_form_says_nothing_was_started(
     beside_files = re.search(r'id="e-files" class="field-error" role="alert">([^<]*)<', r.text)
     assert beside_files and beside_files.group(1).endswith("Nothing was started."), r.text
     assert await pg.fetchval("SELECT count(*) FROM batches") == 0
+
+
+async def test_an_unmarked_utf16_csv_is_read_once_its_text_encoding_is_chosen_and_started_as_read(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """The batch form has the CSV jobs' "Text encoding" choice (the one list in
+    :mod:`app.text_encoding`): a UTF-16 CSV without a byte-order mark, refused on "Find out
+    automatically" with the choice that reads it, is read with "UTF-16" (either byte order), and the
+    choice goes with the mapping step so the rows started are the rows read."""
+    await sign_in_as(client, db_url, "ann@example.com")
+    page = await client.get("/batches/new/http.request")
+    assert '<option value="utf-16">UTF-16</option>' in page.text
+    token = csrf_from(page.text)
+    key = re.search(r'name="_form_key" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+    text = "Address (URL),Method\nhttp://jobs.test:9/Zürich,GET\nhttp://jobs.test:9/Åsa,POST\n"
+    for order in ("utf-16-le", "utf-16-be"):
+        data = text.encode(order)
+        sent = {"_csrf_token": token, "_form_key": key}
+        refused = await client.post("/batches/new/http.request", data=sent, files=_post_file("w.csv", data))
+        assert refused.status_code == 422
+        assert "choose &#34;UTF-16&#34; under Text encoding" in refused.text, refused.text[-3000:]
+        mapped = await client.post(
+            "/batches/new/http.request", data={**sent, "encoding": "utf-16"}, files=_post_file("w.csv", data)
+        )
+        assert mapped.status_code == 200, mapped.text[-3000:]
+        assert "2 rows" in mapped.text and 'name="encoding" value="utf-16"' in mapped.text
+    sheet_id = re.search(r'name="sheet_id" value="([^"]+)"', mapped.text).group(1)  # type: ignore[union-attr]
+    start = {
+        "_csrf_token": token,
+        "_form_key": re.search(r'name="_form_key" value="([^"]+)"', mapped.text).group(1),  # type: ignore[union-attr]
+        "sheet_id": sheet_id,
+        "encoding": "utf-16",
+        "map.url": "0",
+        "map.method": "1",
+    }
+    done = await client.post("/batches/new/http.request", data=start, follow_redirects=False)
+    assert done.status_code == 303, done.text[-3000:]
+    urls = await pg.fetch("SELECT input_data->>'url' AS url FROM jobs ORDER BY created_at, id")
+    assert sorted(r["url"] for r in urls) == ["http://jobs.test:9/Zürich", "http://jobs.test:9/Åsa"]
+    # a value the list has not is an error beside the choice, nothing read
+    odd = await client.post(
+        "/batches/new/http.request",
+        data={"_csrf_token": token, "_form_key": key, "encoding": "ebcdic"},
+        files=_post_file("w.csv", text.encode("utf-8")),
+    )
+    assert odd.status_code == 422 and 'id="e-encoding"' in odd.text, odd.text[-3000:]

@@ -24,7 +24,7 @@ from app.emails import email_key
 from app.errors import RateLimited
 from app.jobs import approvals
 from tests.support.cli import assert_clean_failure, run
-from tests.support.webkit import PASSWORD, csrf, login, sign_in_as
+from tests.support.webkit import PASSWORD, add_token, csrf, login, sign_in_as
 
 ALICE = "alice@example.com"
 FULLWIDTH = "ａｌｉｃｅ＠ｅｘａｍｐｌｅ．ｃｏｍ"
@@ -207,3 +207,40 @@ async def test_the_migration_keys_sign_in_attempts_and_the_addresses_in_the_audi
         assert [e["action"] for e in found] == ["schedule.create", "user.create"]
     finally:
         await engine.dispose()
+
+
+async def test_lock_outs_belong_to_the_account_they_were_counted_for_when_two_addresses_collide(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """An account that kept its address at migration 0025 (its key is another account's) is never signed
+    in to by it: every failure typed as either address is counted under the key, which is the other
+    account's. So the lock-out is the other account's alone: ``/admin/users`` shows it on that account
+    only, and unlocking the one that kept its address forgets nothing of the other's (it was "Nothing
+    changed", and the other account was unlocked behind the admin's back)."""
+    boss = await sign_in_as(client, db_url, "root@example.com", admin=True)
+    bearer = {"Authorization": f"Bearer {await add_token(db_url, boss.id)}"}
+    alice = await pg.fetchval("INSERT INTO users (email, password_hash) VALUES ($1, 'x') RETURNING id", ALICE)
+    kept = await pg.fetchval(
+        "INSERT INTO users (email, password_hash) VALUES ('ａｌｉｃｅ@example.com', 'x') RETURNING id"
+    )
+    await pg.execute(
+        "INSERT INTO login_attempts (email, ip, ok) SELECT $1, '192.0.2.' || i, false FROM generate_series(1, $2) i",
+        email_key(FULLWIDTH),
+        signin.LOGIN_MAX_FAILURES_PER_EMAIL,
+    )
+    page = (await client.get("/admin/users")).text
+    assert f'id="locked-{alice}"' in page and f'id="locked-{kept}"' not in page
+
+    refused = await client.post(f"/api/users/{kept}/unlock", headers=bearer)
+    assert refused.status_code == 409, refused.text
+    assert "no failed sign-ins" in refused.json()["detail"]
+    assert (
+        await pg.fetchval("SELECT count(*) FROM login_attempts WHERE NOT ok")
+        == signin.LOGIN_MAX_FAILURES_PER_EMAIL
+    )
+    page = (await client.get("/admin/users")).text
+    assert f'id="locked-{alice}"' in page, "the other account's lock-out was lifted"
+
+    unlocked = await client.post(f"/api/users/{alice}/unlock", headers=bearer)
+    assert unlocked.status_code == 200, unlocked.text
+    assert await pg.fetchval("SELECT count(*) FROM login_attempts WHERE NOT ok") == 0

@@ -341,3 +341,25 @@ async def test_next_jobs_that_would_take_their_pipeline_past_its_size_fail_their
         "a pipeline may have at most 3 steps"
     )
     assert made == 0
+
+
+async def test_a_next_job_left_without_what_only_parents_give_fails_its_creator_in_the_processors_words(
+    engine, settings, owner, pg
+) -> None:
+    """A contact sheet asked for as a next job with no pictures and no job before it is refused by the
+    rule a form applies (the sheet could only fail), but worded for this path: which next job, which
+    field, and what the processor left out — not the form's "choose at least one picture", an instruction
+    its owner cannot follow."""
+    creator = new_id()
+    jobs = [{"type": "images.contact_sheet", "key": "sheet", "input_data": {}}]
+    async with running_worker(settings):
+        await enqueue_next(engine, settings, owner, jobs, creator)
+        row = await wait_status(pg, creator, {"failed", "completed"})
+    assert row["status"] == "failed"
+    error = row["error_message"]
+    assert error.startswith(
+        "could not create the next jobs: next job 1 (images.contact_sheet, key 'sheet'): the processor left "
+        "'Pictures' empty for the steps before this job to fill, and gave it no steps before it"
+    ), error
+    assert "choose" not in error.lower() and "\n" not in error, error
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 1

@@ -34,6 +34,7 @@ from app.jobs.states import Status, label
 from app.jobs.tags import TAG_FILTER, read_tag, tags_of
 from app.jobs.types import priority_lowered
 from app.web import DbSession, display
+from app.web.api.event_pages import EventsBefore, EventsLimit, EventsPage
 from app.web.deps import MAX_PAGE, AfterCursor, actor_of
 from app.web.job_page import poll_row
 from app.web.openapi import errors
@@ -209,7 +210,7 @@ _LIST_JOBS = f"""
 """
 _EVENTS = text(
     "SELECT id, at, kind, from_status, to_status, actor, message, data FROM job_events "
-    "WHERE job_id = :id ORDER BY id"
+    "WHERE job_id = :id AND id < :before ORDER BY id DESC LIMIT :limit"
 )
 
 
@@ -374,14 +375,23 @@ class JobsApiController(Controller):
         row = await queue.get_job(db_session, job_id, request.user)
         return await job_response(db_session, row, viewer=request.user)
 
-    @get("/{job_id:str}/events", name="api.jobs.events", responses=errors(401, 404))
+    @get("/{job_id:str}/events", name="api.jobs.events", responses=errors(401, 404, 422))
     async def events(
-        self, request: Request[Any, Any, Any], db_session: DbSession, job_id: FromPath[str]
-    ) -> list[dict[str, Any]]:
-        """The job's history, oldest first: every transition, cancel request and admin action."""
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        job_id: FromPath[str],
+        limit: EventsLimit = None,
+        before: EventsBefore = None,
+    ) -> Response[Any]:
+        """The job's history: every transition, cancel request and admin action. With ``limit`` or
+        ``before``: ``{"items": [...], "next": event id | null}``, newest first; pass ``next`` as ``before``
+        for older events. With neither: a list, oldest first, of the newest 1,000 events; a longer history
+        is cut, with a ``Link: <…?before=<event id>>; rel="next"`` header leading to the older ones."""
+        asked = EventsPage(limit, before)
         row = await queue.get_job(db_session, job_id, request.user)
-        rows = (await db_session.execute(_EVENTS, {"id": row["id"]})).mappings().all()
-        return [display.event_for(r, request.user) for r in rows]
+        rows = (await db_session.execute(_EVENTS, {"id": row["id"], **asked.params})).mappings().all()
+        return asked.answer(request, list(rows))
 
     @post(
         "/{job_id:str}/cancel", name="api.jobs.cancel", responses=errors(401, 403, 404, 409), status_code=200

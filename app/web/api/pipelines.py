@@ -16,7 +16,8 @@ from app.actions import pipelines as pipeline_actions
 from app.auth import requires_user
 from app.errors import BadInput, Conflict
 from app.jobs.cursors import Cursor, page_of, read_cursor
-from app.web import DbSession, display
+from app.web import DbSession
+from app.web.api.event_pages import EventsBefore, EventsLimit, EventsPage
 from app.web.deps import MAX_PAGE, AfterCursor, actor_of
 from app.web.openapi import KEY_WORDS, errors
 
@@ -173,13 +174,22 @@ class PipelinesApiController(Controller):
         """The pipeline's status, percentage done, current steps and every step."""
         return pipeline_json(await pipelines.get(db_session, pipeline_id, request.user))
 
-    @get("/{pipeline_id:str}/events", name="api.pipelines.events", responses=errors(401, 404))
+    @get("/{pipeline_id:str}/events", name="api.pipelines.events", responses=errors(401, 404, 422))
     async def events(
-        self, request: Request[Any, Any, Any], db_session: DbSession, pipeline_id: FromPath[str]
-    ) -> list[dict[str, Any]]:
-        """Every step's events in order: the pipeline's whole history."""
-        rows = await pipelines.events(db_session, pipeline_id, request.user)
-        return [display.event_for(r, request.user) for r in rows]
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        pipeline_id: FromPath[str],
+        limit: EventsLimit = None,
+        before: EventsBefore = None,
+    ) -> Response[Any]:
+        """Every step's events: the pipeline's history. With ``limit`` or ``before``: ``{"items": [...],
+        "next": event id | null}``, newest first; pass ``next`` as ``before`` for older events. With
+        neither: a list, oldest first, of the newest 1,000 events; a longer history is cut, with a
+        ``Link: <…?before=<event id>>; rel="next"`` header leading to the older ones."""
+        asked = EventsPage(limit, before)
+        rows = await pipelines.events(db_session, pipeline_id, request.user, **asked.params)
+        return asked.answer(request, rows)
 
     @post(
         "/{pipeline_id:str}/cancel",
