@@ -60,6 +60,7 @@ CLAIM_FIELDS = (
     "run_at",
     "attempts",
     "max_attempts",
+    "claims",
     "requires_approval",
     "request_id",
     "created_at",
@@ -107,7 +108,9 @@ class JobRow(TypedDict):
 
 class ClaimedJob(TypedDict):
     """A job a worker has just claimed (``in_progress``, leased to it): what its processor sees as
-    ``ctx.job``. ``attempts`` already counts this attempt; ``parents`` maps each dependency's step key
+    ``ctx.job``. ``attempts`` already counts this attempt; ``claims`` counts every claim of the job ever,
+    this one included (never reset, unlike ``attempts``: the fencing token the worker's reports carry);
+    ``parents`` maps each dependency's step key
     (or id) to its ``result_data`` (``None`` for a job without dependencies)."""
 
     id: uuid.UUID
@@ -121,6 +124,7 @@ class ClaimedJob(TypedDict):
     run_at: datetime
     attempts: int
     max_attempts: int
+    claims: int
     requires_approval: bool
     request_id: str | None
     created_at: datetime

@@ -119,7 +119,8 @@ class Batch(Base):
 class Job(Base):
     """One unit of work: a job of a registered type, with its input, status, attempts, lease and result.
 
-    ``attempts`` counts claims since the last manual retry; ``run_at`` is when the job is due;
+    ``attempts`` counts claims since the last manual retry (what people see); ``claims`` counts every
+    claim ever and is never reset: the fencing token of the worker's reports; ``run_at`` is when the job is due;
     ``pending_parents`` counts dependencies that have not completed (a job with a non-zero count stays
     ``queued`` and is not claimable); ``blocked_by`` names the upstream job whose failure
     cancelled this one, so a manual retry of that job can re-open it instead of leaving it waiting forever.
@@ -145,6 +146,7 @@ class Job(Base):
     run_at: Mapped[datetime] = now_column()
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
     max_attempts: Mapped[int] = mapped_column(Integer, nullable=False)
+    claims: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
     locked_by: Mapped[str | None] = mapped_column(Text)
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     idempotency_key: Mapped[str | None] = mapped_column(Text)

@@ -195,7 +195,7 @@ async def _claim_and_start(worker: Worker, want: int) -> tuple[int, float | None
         # The answer came too late to run these safely (the loop was blocked while it waited): their
         # leases may be running out already. Handed back at once, not left to the rescue, which would
         # count the attempt the claim took (failing a job on its last attempt that never started) and
-        # wait for the lease to end. Each release is fenced by the attempt: a job rescued or claimed
+        # wait for the lease to end. Each release is fenced by the claim: a job rescued or claimed
         # again meanwhile is left as it is.
         worker.log.warning("claimed jobs arrived too late to run; handing them back", count=len(rows))
         for row in rows:
@@ -205,7 +205,7 @@ async def _claim_and_start(worker: Worker, want: int) -> tuple[int, float | None
                     "released",
                     message=RELEASED_LATE,
                     pipeline_id=row["pipeline_id"],
-                    attempt=row["attempts"],
+                    claim=row["claims"],
                 )
             )
         return len(rows), None

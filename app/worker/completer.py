@@ -125,10 +125,10 @@ class Completer:
         self._outcomes.put_nowait(outcome)
 
     def _settled(self, outcome: Outcome) -> None:
-        """``outcome`` is recorded, or given up: it is no longer waiting (a newer attempt's outcome of the
+        """``outcome`` is recorded, or given up: it is no longer waiting (a newer claim's outcome of the
         same job stays)."""
         waiting = self.unrecorded.get(outcome.job_id)
-        if waiting is not None and waiting.attempt == outcome.attempt:
+        if waiting is not None and waiting.claim == outcome.claim:
             del self.unrecorded[outcome.job_id]
 
     def stopping(self) -> None:
@@ -214,12 +214,12 @@ class Completer:
                     permanent=True,
                     pipeline_id=outcome.pipeline_id,
                     error=error,
-                    attempt=outcome.attempt,
+                    claim=outcome.claim,
                 )
                 await self._record([failure], fallback=True)
                 return
             job = self.held.get(outcome.job_id)
-            if job is not None and job.same_attempt(outcome):
+            if job is not None and job.same_claim(outcome):
                 self.held.pop(outcome.job_id, None)
             self._settled(outcome)
             return
@@ -278,9 +278,9 @@ class Completer:
         for outcome in batch:
             self._settled(outcome)
             job = self.held.get(outcome.job_id)
-            if job is not None and job.same_attempt(outcome):
+            if job is not None and job.same_claim(outcome):
                 del self.held[outcome.job_id]
-            else:  # a stale attempt's outcome: the held job is a newer attempt, which keeps its lease
+            else:  # a stale claim's outcome: the held job is a newer claim, which keeps its lease
                 job = None
             metric = self._account(outcome, report.status.get(outcome.job_id), job)
             if metric is not None:

@@ -91,18 +91,18 @@ class RunningJob:
 
     def released(self, message: str) -> Outcome:
         """This attempt handed back to the queue (``released``: queued again, the attempt not counted),
-        fenced by the attempt like every other outcome of it."""
+        fenced by its claim like every other outcome of it."""
         return Outcome(
             self.id,
             "released",
             message=message,
             pipeline_id=self.row["pipeline_id"],
-            attempt=self.row["attempts"],
+            claim=self.row["claims"],
         )
 
-    def same_attempt(self, outcome: Outcome) -> bool:
-        """Whether ``outcome`` belongs to this attempt of the job (an outcome without an attempt does)."""
-        return outcome.attempt is None or self.row["attempts"] == outcome.attempt
+    def same_claim(self, outcome: Outcome) -> bool:
+        """Whether ``outcome`` belongs to this claim of the job (an outcome without a claim does)."""
+        return outcome.claim is None or self.row["claims"] == outcome.claim
 
 
 class Executor:
@@ -372,11 +372,11 @@ class Executor:
         """The outcome of an attempt whose processor blocked the event loop until the worker had to stop
         without it: a failed attempt (retried with backoff while attempts remain, as any failure), so a
         processor that always blocks cannot hold every worker that claims it for ever. Fenced by the
-        attempt like every outcome."""
+        claim like every outcome."""
         error = f"the worker had to stop while this job blocked its event loop for {blocked_secs:.0f} s"
         outcome = self._failure(job, registry.get(job.row["type"]), error, permanent=False)
         outcome.pipeline_id = job.row["pipeline_id"]
-        outcome.attempt = job.row["attempts"]
+        outcome.claim = job.row["claims"]
         return outcome
 
     def _stopped(self, job: RunningJob, cancel_message: str) -> Outcome | None:
@@ -408,7 +408,9 @@ class Executor:
             # The processor awaits this write: bounded as the completer's, so that a connection gone silent
             # is given up (and dropped from the pool) instead of holding the processor for ever.
             async with answered_within(self.engine.begin(), self.settings.heartbeat_secs) as conn:
-                await queue.set_progress(conn, self.worker_id, job.row["id"], pending[0], pending[1])
+                await queue.set_progress(
+                    conn, self.worker_id, job.row["id"], pending[0], pending[1], claim=job.row["claims"]
+                )
         except Exception as exc:
             if not is_transient(exc):
                 raise

@@ -207,7 +207,7 @@ class LeaseKeeper:
         """Renew the leases of held jobs and write the worker's heartbeat, in one transaction; then tell
         the worker which jobs were lost and which were asked to cancel."""
         worker = self.worker
-        held = list(worker.held.leases())
+        held = {job_id: lease.claim for job_id, lease in worker.held.leases().items()}
         health = json.dumps(worker.health_report(), sort_keys=True)
         completed, failed = worker.tally.take_unsent()
         try:
@@ -239,7 +239,7 @@ class LeaseKeeper:
         for job_id in report.cancelled:
             self._tell("request_cancel", job_id)
         if report.lost:
-            self._tell("lost", set(report.lost))
+            self._tell("lost", set(report.lost), {job_id: held[job_id] for job_id in report.lost})
 
     async def _guard(self) -> None:
         """Stop jobs whose lease runs out without renewal; watch the worker's loop."""

@@ -35,7 +35,8 @@ class Lease:
     expiry (the claim, then each renewal) was sent: the database's clock read that statement later, so
     ``renewed_at + lease_secs`` is never after the moment the database considers the lease expired."""
 
-    attempt: int
+    claim: int
+    """The claim this lease is of (the job's ``claims`` as the claim returned it): the renewal's fence."""
     renewed_at: float
     expiry_acted: bool = False
     """Whether the worker was already told this lease is about to run out."""
@@ -67,7 +68,7 @@ class HeldJobs(dict[uuid.UUID, RunningJob]):
     def __setitem__(self, job_id: uuid.UUID, job: RunningJob) -> None:
         with self._lock:
             super().__setitem__(job_id, job)
-            self._leases[job_id] = Lease(attempt=job.row["attempts"], renewed_at=job.claim_sent)
+            self._leases[job_id] = Lease(claim=job.row["claims"], renewed_at=job.claim_sent)
 
     def __delitem__(self, job_id: uuid.UUID) -> None:
         with self._lock:
@@ -150,7 +151,8 @@ class JobChecks:
         # Bounded as every wait of the worker's is: on a connection gone silent (a pooler or a proxy in
         # between keeps the TCP connection alive) this task waited for ever, and looked for no cancel again.
         async with answered_within(worker.engine.connect(), self.answer_secs) as conn:
-            cancelled = await queue.cancel_requested(conn, worker.id, list(worker.running))
+            running = {job_id: job.row["claims"] for job_id, job in list(worker.running.items())}
+            cancelled = await queue.cancel_requested(conn, worker.id, running)
         for job_id in cancelled:
             worker.request_cancel(job_id)
 

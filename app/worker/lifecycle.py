@@ -132,7 +132,7 @@ def cancel_buffered(worker: Worker, job_id: uuid.UUID) -> None:
                 "cancelled",
                 message=CANCELLED_UNSTARTED,
                 pipeline_id=job.row["pipeline_id"],
-                attempt=job.row["attempts"],
+                claim=job.row["claims"],
             )
         )
 
@@ -140,7 +140,7 @@ def cancel_buffered(worker: Worker, job_id: uuid.UUID) -> None:
 def drop_buffered(worker: Worker, job_ids: set[uuid.UUID], why: str, *, hand_back: bool = False) -> None:
     """Drop buffered jobs whose lease is lost or about to run out: they must not start here. With
     ``hand_back`` (a lease about to run out unrenewed, the database out of reach) each is released
-    through the completer, which writes it once the database answers: fenced by the attempt, it changes
+    through the completer, which writes it once the database answers: fenced by the claim, it changes
     nothing if the job was rescued meanwhile, and otherwise spares the job the rescue, which counts the
     attempt it never ran (failing a job on its last one). A lost lease has nothing to hand back."""
     for job in worker.buffer.drop(job_ids):
@@ -271,7 +271,7 @@ async def release_unreceived(worker: Worker, *, stopping: bool = True) -> bool:
 async def release_late(worker: Worker) -> None:
     """Hand back jobs that a claim the worker gave up on behind a pooler took after its hand-back (see
     :attr:`~app.worker.claiming.Claimer.late_until`). Call it only while no claim of the worker's is on
-    its way, as :func:`release_unreceived`: each job is released fenced by the attempt read here, so a job
+    its way, as :func:`release_unreceived`: each job is released fenced by the claim read here, so a job
     rescued or claimed again meanwhile is left alone. The database answered the hand-back just before,
     so this uses the worker's own connections, bounded by a heartbeat; a failure is tried again at the
     next look."""

@@ -35,7 +35,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -506,7 +506,7 @@ class Worker:
             )
             return
         outcome.pipeline_id = job.row["pipeline_id"]
-        outcome.attempt = job.row["attempts"]  # the fencing token: only this attempt's write can win
+        outcome.claim = job.row["claims"]  # the fencing token: only this claim's write can win
         job.duration = duration
         self.completer.submit(outcome)
 
@@ -564,8 +564,16 @@ class Worker:
                 )
                 self._abandon(job)
 
-    def lost(self, job_ids: set[uuid.UUID]) -> None:
-        """Our lease on these jobs is gone (rescued elsewhere): stop them without recording anything."""
+    def lost(self, job_ids: set[uuid.UUID], claims: Mapping[uuid.UUID, int] | None = None) -> None:
+        """Our lease on these jobs is gone (rescued elsewhere): stop them without recording anything.
+        ``claims``: the claim each lease was of; a job held at another claim now (claimed here again since)
+        is not the one lost and runs on."""
+        if claims is not None:
+            job_ids = {
+                j
+                for j in job_ids
+                if (held := self.held.get(j)) is None or held.row["claims"] == claims.get(j)
+            }
         lifecycle.drop_buffered(self, job_ids, "lease lost")
         for job_id in job_ids:
             job = self.running.get(job_id)

@@ -175,7 +175,7 @@ class StopWatch:
 
 def hand_back(worker: Worker, *, blocking: Collection[uuid.UUID] = (), blocked_secs: float = 0.0) -> HandBack:
     """Settle every job ``worker`` holds through :func:`app.jobs.queue.finish`, from the calling thread,
-    with an event loop and a connection of its own (each write fenced by the worker and the attempt,
+    with an event loop and a connection of its own (each write fenced by the worker and the claim,
     like the completer's), and remove the worker's row.
 
     A job whose outcome the completer has not recorded yet gets that outcome (it finished: released, it
@@ -187,7 +187,7 @@ def hand_back(worker: Worker, *, blocking: Collection[uuid.UUID] = (), blocked_s
     kinds: dict[uuid.UUID, str] = {}
     for job in worker.held.jobs():
         outcome = finished.get(job.id)
-        if outcome is not None and job.same_attempt(outcome):
+        if outcome is not None and job.same_claim(outcome):
             kinds[job.id] = "recorded"
         elif job.id in blocking:
             outcome, kinds[job.id] = worker.executor.blocked(job, blocked_secs), "failed"

@@ -263,8 +263,15 @@ def _plan_cases() -> list[Any]:
         pytest.param(queue.EXPIRED, {"limit": 500}, ("ix_jobs_running",), id="sweep-expired"),
         pytest.param(queue.RESCUE, {"ids": ids, "delays": [0.0] * 3, "actor": "s"}, by_id, id="sweep-rescue"),
         pytest.param(queue.NEXT_DUE, {}, ("ix_jobs_queued_run_at",), id="next-due"),
-        pytest.param(queue.RENEW_LEASES, {"ids": ids, "lease": 300.0, "worker": "w"}, by_id, id="renew"),
-        pytest.param(queue.CANCEL_REQUESTED, {"ids": ids, "worker": "w"}, by_id, id="cancel-check"),
+        pytest.param(
+            queue.RENEW_LEASES,
+            {"ids": ids, "claims": [1] * 3, "lease": 300.0, "worker": "w"},
+            by_id,
+            id="renew",
+        ),
+        pytest.param(
+            queue.CANCEL_REQUESTED, {"ids": ids, "claims": [1] * 3, "worker": "w"}, by_id, id="cancel-check"
+        ),
         pytest.param(queue.PRUNE_JOBS, {"days": 30.0, "batch": 500}, ("ix_jobs_finished",), id="retention"),
         pytest.param(ops.LIVE_COUNTS, {}, ("ix_jobs_live",), id="metrics-live"),
         # an index scan that stops at the cap: by status, or newest-first by id when most rows match
@@ -686,7 +693,7 @@ async def test_a_stale_attempts_outcome_cannot_finish_a_newer_attempt_of_the_sam
         assert [r["id"] for r in await queue.rescue_expired(conn)] == [job]
     async with engine.begin() as conn:
         assert [r["attempts"] for r in await queue.claim(conn, "w1", 1, 30)] == [2]
-    stale = queue.Outcome(job, "completed", result='{"from": "attempt 1"}', attempt=1 if fenced else None)
+    stale = queue.Outcome(job, "completed", result='{"from": "attempt 1"}', claim=1 if fenced else None)
     async with engine.begin() as conn:
         report = await queue.finish(conn, "w1", [stale], settings)
     row = await pg.fetchrow("SELECT status, attempts, result_data FROM jobs WHERE id = $1", job)
@@ -697,10 +704,10 @@ async def test_a_stale_attempts_outcome_cannot_finish_a_newer_attempt_of_the_sam
     assert report.lost == {job}
     assert report.status == {}
     assert (row["status"], row["attempts"]) == ("in_progress", 2)  # the new attempt runs on, not cancelled
-    failed = queue.Outcome(job, "failed", error="stale failure", attempt=1)
+    failed = queue.Outcome(job, "failed", error="stale failure", claim=1)
     async with engine.begin() as conn:
         assert (await queue.finish(conn, "w1", [failed], settings)).lost == {job}
-    current = queue.Outcome(job, "completed", result='{"from": "attempt 2"}', attempt=2)
+    current = queue.Outcome(job, "completed", result='{"from": "attempt 2"}', claim=2)
     async with engine.begin() as conn:
         assert (await queue.finish(conn, "w1", [current], settings)).status == {job: "completed"}
     kinds = [r[0] for r in await pg.fetch("SELECT kind FROM job_events WHERE job_id = $1 ORDER BY id", job)]

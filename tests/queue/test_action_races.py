@@ -92,7 +92,7 @@ async def test_cancelling_a_waiting_step_while_its_parent_completes_does_not_dea
     held, go = _pause_after_job_lock(monkeypatch)
     cancel = asyncio.create_task(_in_transaction(engine, lambda c: queue.cancel(c, steps["b"], admin)))
     await held.wait()
-    done = Outcome(steps["a"], "completed", result="{}", pipeline_id=pid, attempt=1)
+    done = Outcome(steps["a"], "completed", result="{}", pipeline_id=pid, claim=1)
     finish = asyncio.create_task(
         _in_transaction(engine, lambda c: queue.finish(c, "test-worker", [done], settings))
     )
@@ -155,7 +155,7 @@ async def test_a_pipeline_cancel_stops_the_steps_a_step_completing_meanwhile_rel
     monkeypatch.setattr(queue, "cancel", paused)
     cancel = asyncio.create_task(_in_transaction(engine, lambda c: pipelines.cancel(c, p["id"], owner)))
     await listed.wait()
-    done = Outcome(src["id"], "completed", result='{"items": [1, 2]}', pipeline_id=p["id"], attempt=1)
+    done = Outcome(src["id"], "completed", result='{"items": [1, 2]}', pipeline_id=p["id"], claim=1)
     finish = asyncio.create_task(
         _in_transaction(engine, lambda c: queue.finish(c, "test-worker", [done], settings))
     )
@@ -243,7 +243,7 @@ async def test_a_bulk_cancel_across_pipelines_while_a_worker_completes_steps_of_
 
     cancelling = asyncio.create_task(cancel_both())
     await first.wait()
-    done = [Outcome(s["a"], "completed", result="{}", pipeline_id=pid, attempt=1) for pid, s in two]
+    done = [Outcome(s["a"], "completed", result="{}", pipeline_id=pid, claim=1) for pid, s in two]
     finish = asyncio.create_task(
         _in_transaction(engine, lambda c: queue.finish(c, "test-worker", done, settings))
     )
@@ -320,7 +320,7 @@ async def test_an_admin_cancel_and_the_worker_s_completion_of_one_running_job_en
         async with AsyncSession(engine) as db, db.begin():
             return await job_actions.perform(db, Actor(admin), "cancel", jid)
 
-    done = Outcome(jid, "completed", result="{}", attempt=claimed["attempts"])
+    done = Outcome(jid, "completed", result="{}", claim=claimed["claims"])
 
     async def complete() -> Any:
         async with engine.begin() as conn:
@@ -435,7 +435,7 @@ async def test_a_pipeline_cancel_that_meets_its_last_step_completing_says_the_pi
 
     cancelling = asyncio.create_task(cancel())
     await read.wait()
-    done = Outcome(only["id"], "completed", result="{}", pipeline_id=p["id"], attempt=1)
+    done = Outcome(only["id"], "completed", result="{}", pipeline_id=p["id"], claim=1)
     async with engine.begin() as conn:
         await queue.finish(conn, "test-worker", [done], settings)
     go.set()

@@ -43,12 +43,12 @@ async def _scenario(engine: AsyncEngine, settings: Settings, pg: asyncpg.Connect
     async with engine.begin() as conn:
         claimed = await queue.claim(conn, WORKER, 7, 60)
     assert {r["id"] for r in claimed} == {jobs[k] for k in list(jobs)[:7]}
-    attempt = {r["id"]: r["attempts"] for r in claimed}
+    attempt = {r["id"]: r["claims"] for r in claimed}
     await pg.execute("UPDATE jobs SET is_active = false WHERE id = $1", jobs["cancelled"])
 
     def done(label: str, **kw: Any) -> Outcome:
         jid = jobs[label]
-        return Outcome(jid, "completed", result='{"n": 1}', attempt=kw.get("attempt", attempt[jid]))
+        return Outcome(jid, "completed", result='{"n": 1}', claim=kw.get("attempt", attempt[jid]))
 
     first = [done("plain"), done("fenced", attempt=99), done("cancelled"), done("approval")]
     reports = [
@@ -121,7 +121,7 @@ async def test_a_lone_completion_names_its_job_and_a_new_window_starts_a_new_not
         async with engine.begin() as conn:
             [row] = await queue.claim(conn, WORKER, 1, 60)
         assert row["id"] == jid
-        report = await completer.write([Outcome(jid, "completed", result="null", attempt=1)])
+        report = await completer.write([Outcome(jid, "completed", result="null", claim=1)])
         assert report.status == {jid: "completed"} and not report.notify
         await pg.execute("UPDATE notifications SET read_at = now()")  # read: the next one is new
     notes = await pg.fetch("SELECT text, job_id, count FROM notifications ORDER BY id")
@@ -153,9 +153,7 @@ async def test_a_dependency_committed_while_the_completion_waits_for_its_parent_
             settings,
         )
         assert child.job["pending_parents"] == 1  # the parent still runs
-        completing = asyncio.create_task(
-            completer.write([Outcome(parent, "completed", attempt=row["attempts"])])
-        )
+        completing = asyncio.create_task(completer.write([Outcome(parent, "completed", claim=row["claims"])]))
         await wait_until(
             lambda: pg.fetchval(
                 "SELECT count(*) > 0 FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'"

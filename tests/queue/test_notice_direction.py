@@ -48,7 +48,7 @@ async def test_a_name_with_an_override_is_set_apart_in_notices_and_their_email(
     # the one-statement completion (SQL)
     jid = await enqueue(engine, settings, owner.id, title=NAME)
     await claim(engine, jid)
-    assert (await completer.write([Outcome(jid, "completed", result="null", attempt=1)])).status
+    assert (await completer.write([Outcome(jid, "completed", result="null", claim=1)])).status
     assert await _texts(pg, owner.id) == [f"Your job “{SHOWN}” has finished."]
     # the transaction's completion and a failure (Python)
     jid = await enqueue(engine, settings, owner.id, title=NAME)
@@ -63,7 +63,7 @@ async def test_a_name_with_an_override_is_set_apart_in_notices_and_their_email(
     for title in ("Quarterly", "Überweisung — März"):
         jid = await enqueue(engine, settings, owner.id, title=title)
         await claim(engine, jid)
-        await completer.write([Outcome(jid, "completed", result="null", attempt=1)])
+        await completer.write([Outcome(jid, "completed", result="null", claim=1)])
         assert await _texts(pg, owner.id) == [f"Your job “{title}” has finished."]
     # the e-mail: the words after the name keep their own direction
     rows = await pg.fetch("SELECT * FROM notifications WHERE user_id = $1 ORDER BY id", owner.id)

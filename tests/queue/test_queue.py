@@ -604,11 +604,7 @@ async def test_a_late_release_of_a_lost_attempt_leaves_the_newer_attempt_running
         monkeypatch.setattr(
             queue.outcomes,
             "RELEASE_MANY",
-            text(
-                queue.RELEASE_MANY.text.replace(
-                    "AND (input.attempt IS NULL OR j.attempts = input.attempt)", ""
-                )
-            ),
+            text(queue.RELEASE_MANY.text.replace("AND (input.claim IS NULL OR j.claims = input.claim)", "")),
         )
     job = (await make_job(engine, settings, owner, max_attempts=5))["id"]
     [first] = await claim(engine, W1)
@@ -618,7 +614,7 @@ async def test_a_late_release_of_a_lost_attempt_leaves_the_newer_attempt_running
     [second] = await claim(engine, W1)
     assert second["attempts"] == first["attempts"] + 1
     late = Outcome(
-        job_id=job, kind="released", message="released: worker shutting down", attempt=first["attempts"]
+        job_id=job, kind="released", message="released: worker shutting down", claim=first["claims"]
     )
     await finish(engine, settings, [late], worker=W1)
     db = await job_row(pg, job)

@@ -105,9 +105,9 @@ async def completer(settings: Settings, cut_engine: AsyncEngine) -> AsyncIterato
 async def _claimed(engine: AsyncEngine, job_id: uuid.UUID) -> int:
     async with engine.begin() as conn:
         rows = await queue.claim(conn, WORKER, 10, 60)
-    attempts = {r["id"]: r["attempts"] for r in rows}
-    assert job_id in attempts, "the job was not claimed"
-    return int(attempts[job_id])
+    claims = {r["id"]: r["claims"] for r in rows}
+    assert job_id in claims, "the job was not claimed"
+    return int(claims[job_id])
 
 
 async def test_a_completion_with_its_event_notice_and_next_jobs(
@@ -131,7 +131,7 @@ async def test_a_completion_with_its_event_notice_and_next_jobs(
         job, attempt = target
         child = NextJob(type="noop", input_data={"from": str(job)}, key="child")
         report = await completer.write(
-            [Outcome(job, "completed", result='{"n": 1}', attempt=attempt, next_jobs=[child])]
+            [Outcome(job, "completed", result='{"n": 1}', claim=attempt, next_jobs=[child])]
         )
         reported[job] = report.status.get(job)
 
@@ -179,7 +179,7 @@ async def test_a_pipeline_steps_completion_releases_its_dependent_once(
 
     async def act(target: tuple[uuid.UUID, uuid.UUID, int]) -> None:
         first, _, attempt = target
-        report = await completer.write([Outcome(first, "completed", result="{}", attempt=attempt)])
+        report = await completer.write([Outcome(first, "completed", result="{}", claim=attempt)])
         reported[first] = report.status.get(first)
 
     async def check(target: tuple[uuid.UUID, uuid.UUID, int], where: str) -> None:

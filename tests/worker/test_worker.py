@@ -198,7 +198,10 @@ async def test_a_lost_cancel_notification_does_not_lose_the_cancel(
             return set()
 
         monkeypatch.setattr(queue, "cancel_requested", never)
-        for name, returned in (("RENEW_LEASES", "id, is_active"), ("KEEP_LEASES", "jobs.id, jobs.is_active")):
+        for name, returned in (
+            ("RENEW_LEASES", "jobs.id, jobs.is_active"),
+            ("KEEP_LEASES", "jobs.id, jobs.is_active"),
+        ):
             statement = getattr(queue.leases, name)
             patched = statement.text.replace(
                 f"RETURNING {returned}", f"RETURNING {returned.split(',')[0]}, true"

@@ -87,7 +87,7 @@ def _claimed_from_picked(rated: bool) -> str:
     return f"""
     , claimed AS (
         UPDATE jobs j
-        SET status = 'in_progress', attempts = j.attempts + 1, locked_by = :worker,
+        SET status = 'in_progress', attempts = j.attempts + 1, claims = j.claims + 1, locked_by = :worker,
             lease_expires_at = statement_timestamp() + make_interval(secs => :lease),
             started_at = statement_timestamp(), updated_at = now(), progress = NULL, progress_message = NULL
         WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = 'queued'
@@ -230,7 +230,8 @@ async def claim(
 ) -> list[ClaimedJob]:
     """Claim up to ``limit`` due jobs of ``types`` (``None``: any type) for ``worker_id`` in one statement.
 
-    ``queued`` → ``in_progress``: ``attempts + 1``, lease until ``lease_secs`` from now, ``started_at``;
+    ``queued`` → ``in_progress``: ``attempts + 1`` and ``claims + 1`` (the fencing token every report of
+    this claim carries: ``attempts`` is set back by a retry or a rerun, ``claims`` never), lease until ``lease_secs`` from now, ``started_at``;
     ordered ``priority DESC, run_at, id``; ``FOR UPDATE SKIP LOCKED`` so concurrent claimers never take
     the same row. Jobs of a limited type are taken only when its control row is in ``locked`` (locked
     by :func:`lock_limits` in the caller's transaction), and at most as many as its limits allow.

@@ -9,7 +9,7 @@ does).
 round trip and, run on its own (autocommit), one commit: what :func:`app.jobs.queue.finish` does for the
 same batch in a transaction of five or more statements.
 
-Its guard is :func:`app.jobs.queue.finish`'s (this worker's lease, the attempt as fencing token, not
+Its guard is :func:`app.jobs.queue.finish`'s (this worker's lease, the claim as fencing token, not
 cancelled) plus "no pipeline, no approval". An outcome it does not apply — a cancel was requested, the
 lease was lost, the job waits for an approval — is left to :func:`app.jobs.queue.finish`, which knows
 what each of those means.
@@ -36,8 +36,8 @@ from app.jobs.queue.outcomes import FinishReport, Outcome, OutcomeKind
 COMPLETE_STANDALONE = sql(
     """
     WITH input AS (
-        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:results AS text[]), CAST(:attempts AS int[]))
-            AS t(id, result, attempt)
+        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:results AS text[]), CAST(:claims AS int[]))
+            AS t(id, result, claim)
     ), upd AS (
         UPDATE jobs j
         SET status = 'completed', result_data = input.result::jsonb, completed_at = now(), updated_at = now(),
@@ -45,7 +45,7 @@ COMPLETE_STANDALONE = sql(
         FROM input
         WHERE j.id = input.id AND j.status = 'in_progress' AND j.locked_by = :worker AND j.is_active
           AND j.pipeline_id IS NULL AND NOT j.requires_approval
-          AND (input.attempt IS NULL OR j.attempts = input.attempt)
+          AND (input.claim IS NULL OR j.claims = input.claim)
         RETURNING j.id, j.user_id, j.title, j.type
     ), ev AS (
         INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor)
@@ -99,7 +99,7 @@ async def complete_standalone(
     params = {
         "ids": [o.job_id for o in outcomes],
         "results": [storable_json(o.result) or "null" for o in outcomes],
-        "attempts": [o.attempt for o in outcomes],
+        "claims": [o.claim for o in outcomes],
         "worker": worker_id,
         "actor": f"worker:{worker_id}",
         "kind": notices.JOB_COMPLETED,
@@ -117,8 +117,8 @@ async def complete_standalone(
 RECORDED_EARLIER = sql(
     """
     SELECT j.id, j.status
-    FROM unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[])) AS input(id, attempt)
-    JOIN jobs j ON j.id = input.id AND j.attempts = input.attempt
+    FROM unnest(CAST(:ids AS uuid[]), CAST(:claims AS int[])) AS input(id, claim)
+    JOIN jobs j ON j.id = input.id AND j.claims = input.claim
     JOIN LATERAL (
         SELECT actor, to_status FROM job_events
         WHERE job_id = j.id AND to_status IS NOT NULL ORDER BY id DESC LIMIT 1
@@ -131,17 +131,17 @@ RECORDED_EARLIER = sql(
 async def recorded_earlier(
     conn: AsyncConnection, worker_id: str, outcomes: Sequence[Outcome]
 ) -> dict[uuid.UUID, str]:
-    """Of ``outcomes`` that a write did not apply, those this worker's earlier write of the same attempt
+    """Of ``outcomes`` that a write did not apply, those this worker's earlier write of the same claim
     had applied, by job id with the status it left: a write whose COMMIT went through while its answer
     was lost, then written again, finds its job no longer in progress. Told apart from a lease lost
     (the job rescued, run elsewhere, cancelled by someone else) by the job's last change of status:
-    this worker's, at this attempt. One read, made only for outcomes a write left out."""
-    fenced = [o for o in outcomes if o.attempt is not None]
+    this worker's, at this claim. One read, made only for outcomes a write left out."""
+    fenced = [o for o in outcomes if o.claim is not None]
     if not fenced:
         return {}
     params = {
         "ids": [o.job_id for o in fenced],
-        "attempts": [o.attempt for o in fenced],
+        "claims": [o.claim for o in fenced],
         "actor": f"worker:{worker_id}",
     }
     return {r["id"]: r["status"] for r in await fetch_rows(conn, RECORDED_EARLIER, params)}

@@ -1,7 +1,8 @@
 """Finishing: a worker's outcomes for the jobs it holds, applied as a batch in the caller's transaction.
 
 Each write is guarded by ``status = 'in_progress' AND locked_by = <worker>`` (a rescued job's stale
-worker changes nothing), and completions and failures also by ``is_active``: once a cancel is
+worker changes nothing) and by the claim the outcome belongs to (``claims``, never reset: a late outcome
+of an earlier claim of the same worker changes nothing either), and completions and failures also by ``is_active``: once a cancel is
 accepted, a late success or failure cannot overwrite it — the job goes to ``cancelled`` instead.
 """
 
@@ -60,11 +61,11 @@ class Outcome:
     message: str | None = None
     next_jobs: list[NextJob] = field(default_factory=list)
     pipeline_id: uuid.UUID | None = None
-    attempt: int | None = None
-    """The attempt (``attempts`` when it was claimed) this outcome belongs to: a fencing token. When set,
-    a completion or failure is applied only if the job is still at that attempt, so the late outcome of
-    an attempt whose lease was lost cannot finish a newer attempt of the same job — even one the same
-    worker claimed again."""
+    claim: int | None = None
+    """The claim this outcome belongs to (the job's ``claims`` as its claim returned it): the fencing
+    token. When set, the outcome is applied only if the job is still at that claim, so the late outcome
+    of a claim whose lease was lost cannot end a newer claim of the same job — even one the same worker
+    made, after a retry or a rerun set ``attempts`` back to where it was (``claims`` is never set back)."""
 
     def __post_init__(self) -> None:
         self.kind = OutcomeKind(self.kind)
@@ -85,8 +86,8 @@ class FinishReport:
 COMPLETE_MANY = sql(
     """
     WITH input AS (
-        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:results AS text[]), CAST(:attempts AS int[]))
-            AS t(id, result, attempt)
+        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:results AS text[]), CAST(:claims AS int[]))
+            AS t(id, result, claim)
     ), upd AS (
         UPDATE jobs j
         SET status = CASE WHEN j.requires_approval THEN 'waiting_approval' ELSE 'completed' END,
@@ -95,7 +96,7 @@ COMPLETE_MANY = sql(
             updated_at = now(), locked_by = NULL, lease_expires_at = NULL, progress = 1, error_message = NULL
         FROM input
         WHERE j.id = input.id AND j.status = 'in_progress' AND j.locked_by = :worker AND j.is_active
-          AND (input.attempt IS NULL OR j.attempts = input.attempt)
+          AND (input.claim IS NULL OR j.claims = input.claim)
         RETURNING j.id, j.pipeline_id, j.status, j.type, j.user_id, j.title, j.step_key
     ), ev AS (
         INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor)
@@ -109,7 +110,7 @@ FAIL_MANY = sql(
     """
     WITH input AS (
         SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:errors AS text[]), CAST(:permanent AS boolean[]),
-                             CAST(:delays AS float8[]), CAST(:attempts AS int[])) AS t(id, error, permanent, delay, attempt)
+                             CAST(:delays AS float8[]), CAST(:claims AS int[])) AS t(id, error, permanent, delay, claim)
     ), upd AS (
         UPDATE jobs j
         SET status = CASE WHEN input.permanent OR j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
@@ -119,7 +120,7 @@ FAIL_MANY = sql(
             error_message = input.error, updated_at = now(), locked_by = NULL, lease_expires_at = NULL
         FROM input
         WHERE j.id = input.id AND j.status = 'in_progress' AND j.locked_by = :worker AND j.is_active
-          AND (input.attempt IS NULL OR j.attempts = input.attempt)
+          AND (input.claim IS NULL OR j.claims = input.claim)
         RETURNING j.id, j.pipeline_id, j.status, j.type, j.user_id, j.title, j.step_key, j.attempts, j.max_attempts,
                   j.run_at, j.error_message, input.permanent
     ), ev AS (
@@ -138,11 +139,15 @@ FAIL_MANY = sql(
 
 CANCEL_ACK_MANY = sql(
     """
-    WITH upd AS (
+    WITH input AS (
+        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:claims AS int[])) AS t(id, claim)
+    ), upd AS (
         UPDATE jobs j
         SET status = 'cancelled', completed_at = now(), updated_at = now(), locked_by = NULL,
             lease_expires_at = NULL, error_message = COALESCE(:message, j.error_message)
-        WHERE j.id = ANY(CAST(:ids AS uuid[])) AND j.status = 'in_progress' AND j.locked_by = :worker
+        FROM input
+        WHERE j.id = input.id AND j.status = 'in_progress' AND j.locked_by = :worker
+          AND (input.claim IS NULL OR j.claims = input.claim)
           AND (NOT CAST(:only_inactive AS boolean) OR NOT j.is_active)
         RETURNING j.id, j.pipeline_id, j.status, j.type, j.user_id, j.title, j.step_key
     ), ev AS (
@@ -159,7 +164,7 @@ CANCEL_ACK_MANY = sql(
 RELEASE_MANY = sql(
     f"""
     WITH input AS (
-        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[])) AS t(id, attempt)
+        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:claims AS int[])) AS t(id, claim)
     ), upd AS (
         UPDATE jobs j
         SET status = CASE WHEN j.is_active THEN 'queued' ELSE 'cancelled' END,
@@ -170,7 +175,7 @@ RELEASE_MANY = sql(
             updated_at = now(), locked_by = NULL, lease_expires_at = NULL
         FROM input
         WHERE j.id = input.id AND j.status = 'in_progress' AND j.locked_by = :worker
-          AND (input.attempt IS NULL OR j.attempts = input.attempt)
+          AND (input.claim IS NULL OR j.claims = input.claim)
         RETURNING j.id, j.pipeline_id, j.status, j.type, j.user_id, j.title, j.step_key
     ), ev AS (
         INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, message)
@@ -186,7 +191,7 @@ RELEASED_CANCELLED = "cancelled; its worker stopped before the job did"
 
 UNRECEIVED = sql(
     """
-    SELECT id, pipeline_id, attempts FROM jobs
+    SELECT id, pipeline_id, claims FROM jobs
     WHERE status = 'in_progress' AND locked_by = :worker AND NOT (id = ANY(CAST(:known AS uuid[])))
     """
 )
@@ -200,8 +205,9 @@ class _Batch:
     worker_id: str
     settings: Settings
     changed: list[Changed] = field(default_factory=list)
-    cancel_instead: list[uuid.UUID] = field(default_factory=list)
-    """Completions and failures whose write lost: acknowledged as cancels if a cancel is what they lost to."""
+    cancel_instead: list[Outcome] = field(default_factory=list)
+    """Completions and failures whose write lost: acknowledged as cancels if a cancel is what they lost to
+    (at their own claim)."""
     extra_pipelines: set[uuid.UUID] = field(default_factory=set)
 
     @property
@@ -228,11 +234,11 @@ async def _complete(batch: _Batch, done: list[Outcome]) -> None:
         {
             "ids": [o.job_id for o in done],
             "results": [storable_json(o.result) or "null" for o in done],
-            "attempts": [o.attempt for o in done],
+            "claims": [o.claim for o in done],
         },
     )
     won = {r["id"]: r for r in rows}
-    batch.cancel_instead.extend(o.job_id for o in done if o.job_id not in won)
+    batch.cancel_instead.extend(o for o in done if o.job_id not in won)
     for o in done:
         if o.job_id in won and o.next_jobs:
             pipeline_id = await insert_next_jobs(batch.conn, won[o.job_id], o.next_jobs, batch.settings)
@@ -248,35 +254,41 @@ async def _fail(batch: _Batch, failed: list[Outcome]) -> None:
             "errors": [cap_text(o.error) or "failed" for o in failed],
             "permanent": [o.permanent for o in failed],
             "delays": [max(0.0, float(o.delay)) for o in failed],
-            "attempts": [o.attempt for o in failed],
+            "claims": [o.claim for o in failed],
         },
     )
     won = {r["id"] for r in rows}
-    batch.cancel_instead.extend(o.job_id for o in failed if o.job_id not in won)
+    batch.cancel_instead.extend(o for o in failed if o.job_id not in won)
 
 
 async def _acknowledge_cancels(batch: _Batch, cancelled: list[Outcome]) -> None:
     """The worker's cancel acknowledgements; then a completion or failure that lost its write becomes
-    one too, but only when a cancel request is what it lost to (not a newer attempt, not another
+    one too, but only when a cancel request is what it lost to (not a newer claim, not another
     owner)."""
     message = next((o.message for o in cancelled if o.message), None) or "cancelled while running"
-    for ids, only_inactive in (([o.job_id for o in cancelled], False), (batch.cancel_instead, True)):
-        if ids:
-            params = {"ids": ids, "message": cap_text(message), "only_inactive": only_inactive}
+    for acks, only_inactive in ((cancelled, False), (batch.cancel_instead, True)):
+        if acks:
+            params = {
+                "ids": [o.job_id for o in acks],
+                "claims": [o.claim for o in acks],
+                "message": cap_text(message),
+                "only_inactive": only_inactive,
+            }
             await batch.write(CANCEL_ACK_MANY, params, fast=False)
 
 
 async def _release(batch: _Batch, released: list[Outcome]) -> bool:
     """Jobs handed back at shutdown (``queued`` again, the attempt not counted; ``cancelled`` when a cancel
-    was requested), each only at the attempt
-    its outcome belongs to: the late release of an attempt whose lease was lost must not hand back a
-    newer attempt of the same job, even one this worker claimed. Returns whether a NOTIFY was sent."""
+    was requested), each only at the claim its outcome belongs to: the late release of a claim whose
+    lease was lost must not hand back a newer claim of the same job, even one this worker made (the
+    attempt taken back here is one reason the attempt number cannot tell them apart). Returns whether
+    a NOTIFY was sent."""
     if not released:
         return False
     message = released[0].message or "released: worker shutting down"
     params = {
         "ids": [o.job_id for o in released],
-        "attempts": [o.attempt for o in released],
+        "claims": [o.claim for o in released],
         "message": cap_text(message),
         "cancelled": RELEASED_CANCELLED,
     }
@@ -322,7 +334,7 @@ async def release_unreceived(
     but its answer never came (cancelled at the stop, or lost with its connection), so they never started.
     ``known``: every job the worker received and has not settled (buffered, running, outcome unrecorded,
     or given up after it started); those are the normal stop's. Call it only once no claim of the worker's
-    can still commit. Each job is released by :func:`finish` at the attempt read here (``queued`` again,
+    can still commit. Each job is released by :func:`finish` at the claim read here (``queued`` again,
     the attempt not counted, a ``released`` event), fenced as every release is."""
     rows = (await conn.execute(UNRECEIVED, {"worker": worker_id, "known": list(known)})).mappings().all()
     outcomes = [
@@ -331,7 +343,7 @@ async def release_unreceived(
             OutcomeKind.RELEASED,
             message=message,
             pipeline_id=r["pipeline_id"],
-            attempt=r["attempts"],
+            claim=r["claims"],
         )
         for r in rows
     ]
