@@ -193,7 +193,9 @@ def _rule_problem(cron: str) -> str | None:
             f"{backwards[:20]!r} runs backwards; write a range low to high, or two ranges (hours around "
             "midnight: '22-23,0-2')"
         )
-    return _foreign_word(cron) or backwards or _absurd_step(cron) or _never_fires(cron)
+    return (
+        _foreign_word(cron) or backwards or _absurd_step(cron) or _never_fires(cron) or _odd_character(cron)
+    )
 
 
 _RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
@@ -202,8 +204,7 @@ _NUMBER = re.compile(r"\d+")
 
 
 def _out_of_range(cron: str) -> str | None:
-    """The first number of a five-field ``cron`` outside its field's values (``61 * * * *``), in words; a
-    weekday's ``#n`` (its nth in the month) is 1 to 5."""
+    """The first number of a five-field ``cron`` outside its field's values (``61 * * * *``), in words."""
     fields = cron.split()
     if len(fields) != 5:
         return None
@@ -211,14 +212,12 @@ def _out_of_range(cron: str) -> str | None:
         name = _FIELDS[index][0]
         low, high = _RANGES[index]
         for item in field.split(","):
-            value, _, nth = item.split("/", 1)[0].partition("#")
-            for number in _NUMBER.findall(value):
-                if not low <= int(number) <= high:
+            for number in _NUMBER.findall(item.split("/", 1)[0]):
+                value = whole(number)  # None for digits of other scripts, or too many to read
+                if value is None or not low <= value <= high:
                     return (
                         f"{item[:20]!r} in the {name} field is out of range: {name}s run from {low} to {high}"
                     )
-            if nth and not (nth.isdigit() and 1 <= int(nth) <= 5):
-                return f"{item[:20]!r} in the {name} field: the number after '#' (which one in the month) is 1 to 5"
     return None
 
 
@@ -246,25 +245,51 @@ def _absurd_step(cron: str) -> str | None:
 
 
 _WORDS = re.compile(r"[A-Za-z]+")
-_DAY_WORDS = frozenset({"l", "w"})
-"""The letters a day-of-month field may hold: its last day (``L``) and the nearest weekday (``15W``)."""
+_MARKS = frozenset({"l", "w"})
+_PLAIN = re.compile(r"[0-9A-Za-z*,/?-]+")
+"""What a field of the five plain fields holds: numbers, names, ``*``, lists, ranges and steps (and
+``?``, which croniter reads as ``*``)."""
 
 
 def _foreign_word(cron: str) -> str | None:
-    """Why a field holds a word no crontab has, if one does. croniter reads ``R`` as a random value, drawn
-    again each time the next fire is computed, so ``0 R * * *`` fired at another hour each day (twice on
-    some days, on none on others) and never at the times its preview showed; ``H`` (a hashed value) it
-    refuses in words about a ``hash_id``. Numbers, ``*``, ranges, steps, month and weekday names, and a
-    day's ``L`` and ``W`` are what a crontab takes."""
+    """Why a field holds a word or mark no plain crontab has, if one does. croniter reads ``R`` as a
+    random value, drawn again each time the next fire is computed, so ``0 R * * *`` fired at another hour
+    each day (twice on some days, on none on others) and never at the times its preview showed; ``H`` (a
+    hashed value) it refuses in words about a ``hash_id``. Quartz's ``L`` (last), ``W`` (nearest weekday)
+    and ``#`` (the nth weekday of the month) are refused too: the README documents five plain fields, a
+    crontab has none of them, and one written to a crontab or read by someone who knows crontabs does not
+    mean what croniter makes of it. Numbers, ``*``, ranges, steps, and month and weekday names are what a
+    crontab takes."""
     for index, field in enumerate(cron.split()):
-        allowed = _NAMES.get(index, {}).keys() | (_DAY_WORDS if index == 2 else frozenset())
+        name = _FIELDS[index][0]
+        allowed = _NAMES.get(index, {}).keys()
+        marks = [w for w in _WORDS.findall(field) if set(w.lower()) <= _MARKS and w.lower() not in allowed]
+        if "#" in field or marks:
+            mark = "#" if "#" in field else marks[0][0]
+            return (
+                f"{field[:20]!r} in the {name} field: {mark!r} is not taken; Jobdesk reads five plain "
+                "crontab fields, without 'L' (last), 'W' (nearest weekday) or '#' (nth weekday of the month): "
+                "for the last day of the month, run on days 28-31 and check the date in the job"
+            )
         for word in _WORDS.findall(field):
             if word.lower() not in allowed:
                 return (
-                    f"{word[:10]!r} in the {_FIELDS[index][0]} field is not a cron value; write numbers, "
+                    f"{word[:10]!r} in the {name} field is not a cron value; write numbers, "
                     "'*', ranges and steps ('0 9 * * 1-5'), and names of months ('jan') in the month field "
                     "and of weekdays ('mon') in the weekday field"
                 )
+    return None
+
+
+def _odd_character(cron: str) -> str | None:
+    """Why a field holds a character no plain field has (``%``, a digit of another script), if one does."""
+    for index, field in enumerate(cron.split()):
+        if not _PLAIN.fullmatch(field):
+            odd = next(c for c in field if not _PLAIN.fullmatch(c))
+            return (
+                f"{field[:20]!r} in the {_FIELDS[index][0]} field: {odd!r} is not a cron value; write "
+                "numbers, '*', ranges and steps ('0 9 * * 1-5'), and names of months and weekdays"
+            )
     return None
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import math
 import re
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from typing import Any
 
-from app import text_encoding, typed_json
+from app import digits, text_encoding, typed_json
 from app.errors import BadInput
 from app.formatting import format_bytes
 from app.jobs.types import InputModel, widget_of
@@ -471,16 +472,18 @@ def _number(value: Any, whole: bool) -> Any:
         return value
     if isinstance(value, int | float):
         return int(value) if whole and float(value).is_integer() else value
+    # A cell is text by nature, so its text is read as a number here (the API refuses text for one),
+    # by the rule a form's number follows (app.digits): "1_0", a full-width "１０", "nan" or "inf" is
+    # no number a person meant, and is left for the schema to say so. An exponent is read, as spreadsheet
+    # programs write a large number in a CSV ("1.5E+11").
     text = cell_text(value)
-    try:
-        number = float(text) if not whole else int(text)
-    except ValueError:
-        try:
-            as_float = float(text)
-        except ValueError:
-            return text  # the schema says what is wrong with it
-        return int(as_float) if whole and as_float.is_integer() else text
-    return number
+    number = digits.decimal(text, exponent=True)
+    if number is None:
+        return text  # the schema says what is wrong with it
+    if whole:
+        return int(number) if number == number.to_integral_value() else text
+    as_float = float(number)
+    return as_float if math.isfinite(as_float) else text  # 1E+999: no number a float holds
 
 
 def _boolean(value: Any) -> Any:

@@ -6,7 +6,6 @@ answer, at most :data:`TEST_SEND_TIMEOUT_SECS`; it is logged in ``alert_deliveri
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -17,6 +16,7 @@ from app.alerts.messages import Message, describe, one_line
 from app.alerts.queries import PENDING_COUNTS, RECENT_DELIVERIES
 from app.alerts.rendering import render
 from app.alerts.sending import Attempt, send
+from app.dbclock import db_time
 from app.settings import Settings
 
 TEST_SEND_TIMEOUT_SECS = 5.0
@@ -33,7 +33,7 @@ async def send_test(settings: Settings, channel_name: str, *, admin_email: str) 
     channel = next((c for c in configured_channels(settings) if c.name == channel_name), None)
     if channel is None:
         raise LookupError(channel_name)
-    now = datetime.now(UTC)
+    now = db_time()  # the database's clock, as every other alert's time: not this host's
     payload = {"admin": admin_email}
     message = describe("test", payload, created_at=now, owner_email=None, base_url=settings.jobdesk_base_url)
     body = render(channel, message, alert_id=None, payload=payload, created_at=now)

@@ -3,6 +3,7 @@ with ``?tag=``. Kept in ``job_tags``, deleted with the job."""
 
 from __future__ import annotations
 
+import unicodedata
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -38,17 +39,23 @@ def check_tags(value: Any, field: str = "tags") -> list[str]:
 def read_tag(value: Any, field: str = "tag") -> str:
     """One tag as it is kept: a job's (:func:`check_tags`) and a list's ``?tag=`` filter alike, so that
     the filter finds what a submission stored. An empty ``?tag=`` listed nothing, as if no job could be
-    asked for, and `` a`` missed the job tagged ``a``.
+    asked for, and `` a`` missed the job tagged ``a``. In Unicode's composed form (NFC): ``café`` typed
+    with a precomposed ``é`` and with ``e`` and a combining accent look the same and were two tags, each
+    found by its own spelling only (migration 0028 made the stored ones so). Case is kept: a tag is a
+    label its writer chose, and ``Nightly`` and ``nightly`` stay two.
 
     Raises:
         BadInput: naming ``field``: not text of 1 to 50 characters (spaces around it not counted), or
             with control characters.
     """
-    if not isinstance(value, str) or not value.strip() or len(value.strip()) > MAX_TAG_CHARS:
+    if not isinstance(value, str):
         raise BadInput.field(field, f"a tag is 1 to {MAX_TAG_CHARS} characters")
     if text_problem(value) or any(ord(c) < 32 for c in value):
         raise BadInput.field(field, "a tag may not contain control characters")
-    return value.strip()
+    tag = unicodedata.normalize("NFC", value).strip()
+    if not tag or len(tag) > MAX_TAG_CHARS:
+        raise BadInput.field(field, f"a tag is 1 to {MAX_TAG_CHARS} characters")
+    return tag
 
 
 ADD = text(

@@ -60,12 +60,16 @@ class Input(BaseModel):
     @model_validator(mode="wrap")
     @classmethod
     def _no_flag_for_a_number(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
-        """Refuse ``true``/``false`` where a number belongs. pydantic reads them as 1 and 0, so
+        """Refuse ``true``/``false`` and text where a number belongs. pydantic reads a flag as 1 or 0, so
         ``{"quality": true}`` made a thumbnail of JPEG quality 1 and ``{"sizes": [true]}`` was refused as
-        "got 1": no one writes a yes/no to mean a number. Checked here, in every input schema and before
-        its own checks, so every path that validates an input refuses it the same way (the API, batches,
-        pipelines, schedules, next jobs, a value a ``$ref`` read), naming the field as a number's error
-        does."""
+        "got 1": no one writes a yes/no to mean a number. And in its lax mode it reads text as a number
+        (``"85"``, and ``"1_0"`` or a full-width ``"１０"`` as 10), which the README never promised: a
+        JSON number is how the API takes one, as its own fields refuse ``"5"``. (A form's field and a
+        spreadsheet's cell are text by nature, and are read as numbers by :mod:`app.digits`' rule before
+        they get here; a ``Decimal`` field, whose schema takes text, keeps taking it.) Checked here, in
+        every input schema and before its own checks, so every path that validates an input refuses it
+        the same way (the API, batches, pipelines, schedules, next jobs, a value a ``$ref`` read),
+        naming the field as a number's error does."""
         if isinstance(data, dict):
             schema = _schema_of(cls)
             found = list(_flags_for_numbers(data, schema, schema.get("$defs", {}), ()))
@@ -82,8 +86,9 @@ def _schema_of(model: type[BaseModel]) -> dict[str, Any]:
         return {}
 
 
-def _number_kind(node: Any, defs: dict[str, Any]) -> str | None:
-    """``int_type`` or ``float_type`` when the schema ``node`` takes a number and no yes/no."""
+def _number_kind(node: Any, defs: dict[str, Any], taken: str = "boolean") -> str | None:
+    """``int_type`` or ``float_type`` when the schema ``node`` takes a number and not the JSON kind
+    ``taken`` (``boolean`` for a flag, ``string`` for text)."""
     kinds: set[str] = set()
 
     def collect(n: Any) -> None:
@@ -100,7 +105,7 @@ def _number_kind(node: Any, defs: dict[str, Any]) -> str | None:
             kinds.add("any")
 
     collect(node)
-    if kinds & {"boolean", "any"}:
+    if kinds & {taken, "any"}:
         return None
     if "number" in kinds:
         return "float_type"
@@ -114,14 +119,14 @@ def _resolved(node: Any, defs: dict[str, Any]) -> Any:
 
 
 def _flags_for_numbers(raw: Any, node: Any, defs: dict[str, Any], loc: tuple[str | int, ...]) -> Any:
-    """An ``int_type``/``float_type`` error for each ``bool`` in ``raw`` where the schema ``node`` takes a
-    number: into objects' properties (and their other keys' schema) and arrays' items, through the one
+    """An ``int_type``/``float_type`` error for each ``bool`` or ``str`` in ``raw`` where the schema
+    ``node`` takes a number (and not that kind): into objects' properties (and their other keys' schema) and arrays' items, through the one
     branch of an ``anyOf`` that takes ``raw``'s kind (``list[int] | None``)."""
     node = _resolved(node, defs)
     if not isinstance(node, dict):
         return
-    if isinstance(raw, bool):
-        kind = _number_kind(node, defs)
+    if isinstance(raw, bool | str):
+        kind = _number_kind(node, defs, "boolean" if isinstance(raw, bool) else "string")
         if kind is not None:
             yield InitErrorDetails(type=kind, loc=loc, input=raw)
         return

@@ -33,6 +33,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar
 
@@ -248,6 +249,10 @@ class CpuContext:
     """``{file id: path}`` of the files this job may read: those its input and its parents' results
     name that belong to the job's owner, resolved by the worker through the owner check before this
     process started (:meth:`app.job_files.JobFiles.for_process`). No other file is reachable by id."""
+    now: datetime | None = None
+    """When the worker handed this attempt to its process, on the database's clock (as the worker
+    measures it: :func:`app.dbclock.db_time`), in UTC: the time a processor stamps on what it makes.
+    The child process cannot measure that clock itself, and its host's clock and zone are no one's."""
 
     def input_path(self, file_id: uuid.UUID | str, what: str = "file") -> Path:
         """The bytes of one of the job's files (see :attr:`files`).

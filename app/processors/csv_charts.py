@@ -8,7 +8,7 @@ forbids scripts, and needs nothing from outside (inline CSS, inline SVG).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from markupsafe import Markup, escape
@@ -161,10 +161,11 @@ code { background: #f2f2f0; padding: 0 4px; border-radius: 3px; overflow-wrap: a
 """
 
 
-def render_report(summary: dict[str, Any], missing_words: str) -> str:
+def render_report(summary: dict[str, Any], missing_words: str, made: datetime) -> str:
     """The self-contained HTML report of a summary (as returned by ``report.csv_summary``): inline CSS
     and SVG charts, no script, every value escaped (Jinja2 autoescape; SVG text via :func:`escape`).
-    ``missing_words`` lists what counted as missing."""
+    ``missing_words`` lists what counted as missing; ``made`` is when, said in UTC (stamped with the
+    worker host's clock and zone, one report read another time and zone on each host that made it)."""
     # Imported here: every worker loads this module at start to learn its job types, and Jinja2 cost
     # about a tenth of a second of that start (measured with bench/startup.py), for reports few run.
     import jinja2
@@ -185,7 +186,7 @@ def render_report(summary: dict[str, Any], missing_words: str) -> str:
         delimiter=f"{summary.get('delimiter', 'comma')}s",
         header=summary.get("header", "yes"),
         notes=summary.get("notes") or [],
-        made=datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        made=made.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         missing_chart=chart_missing(summary["columns"]),
         missing_words=missing_words,
         columns=columns,

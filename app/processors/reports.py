@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from app import text_encoding, typed_json
+from app import dbclock, text_encoding, typed_json
 from app.formatting import isolated, plural
 from app.processors import TABLES, CpuContext, FileId, Input, OutputFile, PermanentError, Result, processor
 from app.processors.csv_charts import render_report
@@ -464,15 +464,16 @@ def summarise_csv(ctx: CpuContext) -> Result:
         "columns": columns,
         "notes": table.notes,
     }
-    files = [_write_report(summary, Path(ctx.output_dir))] if inp.build_report else []
+    files = [_write_report(summary, ctx)] if inp.build_report else []
     return Result(data=summary, files=files)
 
 
-def _write_report(summary: dict[str, Any], out_dir: Path) -> OutputFile:
+def _write_report(summary: dict[str, Any], ctx: CpuContext) -> OutputFile:
+    out_dir = Path(ctx.output_dir)
     name = f"{safe_stem(summary.get('title') or '', 'csv')}-report.html"
     path = out_dir / name
     missing_words = ", ".join(sorted(m for m in MISSING if m))
-    path.write_text(render_report(summary, missing_words), encoding="utf-8")
+    path.write_text(render_report(summary, missing_words, ctx.now or dbclock.db_time()), encoding="utf-8")
     return OutputFile(path, name, "text/html")
 
 
@@ -514,7 +515,7 @@ def report_from_summary(ctx: CpuContext) -> Result:
         )
     if not isinstance(summary, dict) or not isinstance(summary.get("columns"), list):
         raise PermanentError(f"The result of step {key!r} is not a CSV summary.")
-    out = _write_report(summary, Path(ctx.output_dir))
+    out = _write_report(summary, ctx)
     return Result(
         data={
             "title": summary.get("title"),

@@ -15,14 +15,12 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
-from app import localtime, typed_json
+from app import digits, localtime, typed_json
 from app.formatting import isolated, known_zone, zone
-
-_INT_RE = re.compile(r"^[+-]?\d{1,30}$")
 
 TYPED_MAX = 1_000
 """The most of a value a form reads where it only looks something up or shows a preview (the schedule
@@ -57,15 +55,19 @@ def is_subclass(tp: Any, base: type) -> bool:
     return isinstance(tp, type) and issubclass(tp, base)
 
 
+def _without_spaces(raw: str) -> str:
+    """A typed number without the spaces around and between its digits (``1 000``, a no-break space)."""
+    return raw.strip().replace(" ", "").replace("\u00a0", "")
+
+
 def parse_decimal(raw: str) -> Decimal | None:
-    text = raw.strip().replace(" ", "").replace("\u00a0", "")
+    """A number as typed in a form: ASCII digits with an optional sign and a decimal point or comma
+    (``2,5``), spaces between digits allowed; ``None`` for anything else (``1_0``, ``１０``, ``1e3``,
+    ``nan``: see :mod:`app.digits`)."""
+    text = _without_spaces(raw)
     if text.count(",") == 1 and "." not in text:
         text = text.replace(",", ".")
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        return None
-    return value if value.is_finite() else None
+    return digits.decimal(text)
 
 
 def _zone_name(tz: ZoneInfo) -> str:
@@ -174,10 +176,10 @@ Converted = tuple[Any, str | None]
 
 def whole_number(raw: str) -> int | None:
     """A whole number as typed in a form (spaces between its digits allowed), or ``None`` when it is not
-    one. Every form's number is read here: ``str.isdigit`` also accepts digits ``int`` cannot read
-    ("²"), and ``int`` refuses more than 4,300 digits — either was a 500."""
-    cleaned = raw.strip().replace(" ", "").replace("\u00a0", "")
-    return int(cleaned) if _INT_RE.match(cleaned) else None
+    one. Every form's whole number is read here: ASCII digits with an optional sign (:func:`app.digits.signed`),
+    so neither ``1_0`` nor a full-width ``１０`` is read as 10; ``str.isdigit`` also accepts digits ``int``
+    cannot read ("²"), and ``int`` refuses more than 4,300 digits — either was a 500."""
+    return digits.signed(_without_spaces(raw))
 
 
 TICKED = frozenset({"true", "on", "1", "yes"})
@@ -267,15 +269,15 @@ def _numbers(f: Control, raw: str, tz: ZoneInfo) -> Converted:
     for part in re.split(r"[\s,;]+", raw.strip()):
         if not part:
             continue
-        try:
-            numbers.append(int(part) if whole else float(part.replace("_", "")))
-        except ValueError:
+        number = digits.signed(part) if whole else digits.decimal(part)
+        if number is None:
             example = "160, 640" if whole else "0.5, 2.5"
             kind = "whole number" if whole else "number"
             return (
                 None,
                 f"“{isolated(part[:20])}” is not a {kind}. Separate the numbers with commas, like {example}.",
             )
+        numbers.append(number if isinstance(number, int) else float(number))
     return numbers, None
 
 

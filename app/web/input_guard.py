@@ -105,6 +105,11 @@ TOO_MANY_PARTS_MESSAGE = (
     "this form has more than 1,000 fields or files; send fewer at once; nothing was saved"
 )
 NOT_UTF8_MESSAGE = "is not UTF-8 text; nothing was saved"
+FILE_NAME_NOT_UTF8_MESSAGE = (
+    "the name of the file sent as {field!r} is not UTF-8 text: rename the file (or send its name in "
+    "UTF-8) and send it again; nothing was saved"
+)
+FIELD_NAME_NOT_UTF8_MESSAGE = "a field's name in this form is not UTF-8 text; nothing was saved"
 NOT_JSON_MESSAGE = "this request takes a JSON body: send JSON (Content-Type: application/json), not {kind}"
 EMPTY_BODY_MESSAGE = "the body is empty; send a JSON object (Content-Type: application/json)"
 DEPTH_MESSAGE = f"the JSON is nested more than {MAX_JSON_DEPTH} levels deep; flatten it"
@@ -275,7 +280,7 @@ async def read_form(request: Any) -> Any:
     Raises:
         NotJson: the route reads JSON (:func:`refuse_not_json`).
         BadInput: (``form``) a field that is not text in its part's character set; a file or field name
-        longer than the parser reads (:data:`LONG_NAME_MESSAGE`); more parts than it reads.
+        that is not UTF-8 (naming the file's field); a file or field name longer than the parser reads (:data:`LONG_NAME_MESSAGE`); more parts than it reads.
     """
     await refuse_not_json(request)
     try:
@@ -286,11 +291,35 @@ async def read_form(request: Any) -> Any:
         # Litestar answers a multipart parser's limit with a 400 "Request Entity Too Large" whatever the
         # body's size; the parser's own reason is the exception's context.
         why = str(exc.__context__ or "")
+        named = _undecodable_header(exc.__context__)
+        if named is not None:
+            raise BadInput.field("form", named) from None
         if "header length" in why:
             raise BadInput.field("form", LONG_NAME_MESSAGE) from None
         if "segment count" in why:
             raise BadInput.field("form", TOO_MANY_PARTS_MESSAGE) from None
         raise
+
+
+_FILE_NAME = re.compile(rb"""filename\*?=("[^"]*"|[^;\r\n]*)""")
+_PART_NAME = re.compile(rb"""(?:^|;)\s*name=("[^"]*"|[^;\r\n]*)""")
+
+
+def _undecodable_header(error: BaseException | None) -> str | None:
+    """What a multipart part's header that is not UTF-8 (a file's name written in another encoding)
+    holds, in words naming the file's field; ``None`` for any other parser error. The parser (which
+    Litestar answers with a bare 400 "Invalid multipart/form-data") keeps the decoding error, with the
+    header's bytes, as its argument."""
+    found = next((a for a in getattr(error, "args", ()) if isinstance(a, UnicodeDecodeError)), None)
+    if found is None or not isinstance(found.object, bytes):
+        return None
+    header = found.object
+    file_name = _FILE_NAME.search(header)
+    if file_name is not None and file_name.start(1) <= found.start < file_name.end(1):
+        part = _PART_NAME.search(header)
+        field = part.group(1).strip(b'"').decode("utf-8", "replace") if part else ""
+        return FILE_NAME_NOT_UTF8_MESSAGE.format(field=_field_name(field))
+    return FIELD_NAME_NOT_UTF8_MESSAGE
 
 
 def json_depth(body: bytes, stop_at: int = MAX_JSON_DEPTH) -> int:

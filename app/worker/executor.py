@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import pipelines
+from app import dbclock, pipelines
 from app.db import is_transient
 from app.errors import AppError
 from app.files import FileStore
@@ -288,6 +288,7 @@ class Executor:
             parents=row["parents"] or {},
             file_names=names,
             files=paths,
+            now=dbclock.db_time(),
         )
         await self.report_progress(job, 0.0, "Working…")
         return await run_in_process(

@@ -18,7 +18,7 @@ from tests.support.webkit import add_token, csrf_from, sign_in_as
 CRONITER_WORDS = ("is not acceptable", "has to be specified", "iterator", "failed to find", "out of range,")
 STORED = {
     "61 * * * *": "'61' in the minute field is out of range: minutes run from 0 to 59",
-    "0 0 * * MON#6": "the number after '#' (which one in the month) is 1 to 5",
+    "0 0 * * MON#6": "'MON#6' in the weekday field: '#' is not taken",
     "@reboot": "'@reboot' is not a time",
     "1,,2 * * * *": "'1,,2 * * * *' cannot be read as a cron expression; write five fields",
 }

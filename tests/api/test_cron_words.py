@@ -53,7 +53,7 @@ async def test_the_api_says_so(admin_api: AdminApi) -> None:
         ("R * * * *", "'R' in the minute field is not a cron value"),
         ("H * * * *", "'H' in the minute field is not a cron value"),
         ("0 0 * * jan", "'jan' in the weekday field is not a cron value"),
-        ("0 0 * * 5L", "'L' in the weekday field is not a cron value"),
+        ("0 0 * * 5%", "'%' is not a cron value"),
     ],
 )
 def test_a_word_no_crontab_has_is_refused_naming_its_field(cron: str, words: str) -> None:
@@ -66,8 +66,40 @@ def test_a_word_no_crontab_has_is_refused_naming_its_field(cron: str, words: str
     assert "hash_id" not in refused.value.detail
 
 
-@pytest.mark.parametrize(
-    "cron", ["0 0 L * *", "0 0 15W * *", "0 0 1 JAN-FEB *", "0 9 * jan mon-fri", "0 0 * * 5#3"]
-)
-def test_names_and_a_days_last_and_weekday_marks_are_taken(cron: str) -> None:
+@pytest.mark.parametrize("cron", ["0 0 1 JAN-FEB *", "0 9 * jan mon-fri", "0 0 ? * mon"])
+def test_names_are_taken(cron: str) -> None:
     assert check_cron(cron) == cron
+
+
+LAST_AND_NTH = {
+    "0 0 L * *": "'L' in the day field: 'L' is not taken",
+    "0 0 15W * *": "'15W' in the day field: 'W' is not taken",
+    "0 0 LW * *": "'LW' in the day field: 'L' is not taken",
+    "0 0 * * 5L": "'5L' in the weekday field: 'L' is not taken",
+    "0 0 * * 5#3": "'5#3' in the weekday field: '#' is not taken",
+    "0 0 * * MON#6": "'MON#6' in the weekday field: '#' is not taken",
+    "0 0 * L *": "'L' in the month field: 'L' is not taken",
+}
+
+
+@pytest.mark.parametrize("cron", list(LAST_AND_NTH))
+async def test_last_nearest_weekday_and_nth_marks_are_refused_on_every_path(
+    cron: str, admin_api: AdminApi
+) -> None:
+    """The README documents five plain fields; croniter also read Quartz's ``L``, ``W`` and ``#``, which
+    no crontab takes and which the preview and the daylight-saving rules were never checked against.
+    Refused as ``R`` and ``H`` are, by the one rule: saving, and the preview (:func:`upcoming`)."""
+    from datetime import UTC, datetime
+
+    from app.cron import upcoming
+
+    said = LAST_AND_NTH[cron]
+    for check in (check_cron, lambda c: upcoming(c, "Europe/Berlin", datetime(2026, 3, 1, tzinfo=UTC))):
+        with pytest.raises(BadInput) as refused:
+            check(cron)
+        assert said in refused.value.errors["cron"], refused.value.errors
+        assert "five plain crontab fields" in refused.value.errors["cron"]
+    body = {"type": "noop", "name": "n", "cron": cron, "input_data": {}}
+    r = await admin_api.client.post("/api/schedules", json=body, headers=admin_api.root)
+    assert r.status_code == 422, r.text
+    assert said in r.json()["errors"]["cron"], r.text

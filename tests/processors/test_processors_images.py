@@ -165,9 +165,14 @@ def test_sizes_are_checked(sizes, needle) -> None:
         )
     assert needle in err.value.errors["input_data.sizes"]
     ok = registry.get("images.thumbnail").validate_input(
-        {"image": "0191e0c1-0000-7000-8000-000000000009", "sizes": ["640", 160, 640]}
+        {"image": "0191e0c1-0000-7000-8000-000000000009", "sizes": [640, 160, 640]}
     )
     assert ok["sizes"] == [160, 640]
+    with pytest.raises(BadInput) as err:  # text is no number in JSON: send 640, not "640"
+        registry.get("images.thumbnail").validate_input(
+            {"image": "0191e0c1-0000-7000-8000-000000000009", "sizes": ["640"]}
+        )
+    assert err.value.errors == {"input_data.sizes[0]": "Enter a whole number, like 42"}
 
 
 def test_contact_sheet_of_uploaded_pictures(tmp_path, artifacts_dir) -> None:

@@ -5,6 +5,7 @@ added later is covered without editing this file."""
 
 from __future__ import annotations
 
+import html
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -292,6 +293,36 @@ async def test_a_multipart_field_that_is_not_text_is_a_422_on_every_path_not_a_5
     # a route that reads JSON does not read a form at all
     r = await walk.client.post("/api/jobs", content=body, headers={**headers, **walk.bearer})
     assert r.status_code == 415 and "send JSON (Content-Type: application/json)" in r.text, r.text
+
+
+BAD_NAMES = {
+    "a file name in Latin-1": (
+        b'Content-Disposition: form-data; name="file"; filename="caf\xe9.txt"\r\nContent-Type: text/plain',
+        "the name of the file sent as 'file' is not UTF-8 text: rename the file",
+    ),
+    "a field name in Latin-1": (
+        b'Content-Disposition: form-data; name="caf\xe9"',
+        "a field's name in this form is not UTF-8 text",
+    ),
+}
+
+
+@pytest.mark.parametrize("part", BAD_NAMES, ids=list(BAD_NAMES))
+async def test_a_part_header_that_is_not_utf8_is_a_422_naming_the_problem(walk: Walk, part: str) -> None:
+    """The multipart parser cannot decode such a header, and Litestar answered its error with a bare 400
+    "Invalid multipart/form-data": nothing said that the file's name was the trouble."""
+    header, words = BAD_NAMES[part]
+    body, headers = _multipart(header, b"hello")
+    token = {"x-csrftoken": csrf_from((await walk.client.get("/jobs")).text)}
+    for url, extra in (
+        ("/api/files", walk.bearer),
+        ("/jobs/new/noop", token),
+        ("/batches/new/noop", token),
+        ("/admin/controls/pause", {}),
+    ):
+        r = await walk.client.post(url, content=body, headers={**headers, **extra})
+        assert r.status_code == 422, (url, r.status_code, r.text[:300])
+        assert words in html.unescape(r.text), (url, r.text[:300])
 
 
 # --- a form's shape ---------------------------------------------------------------------------------------
