@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0028"
-down_revision = "0026"
+down_revision = "0027"
 branch_labels = None
 depends_on = None
 
