@@ -10,7 +10,7 @@ The downgrade leaves the tags as they are: the decomposed spellings are not kept
 lists and filters the composed ones as it did before.
 
 Revision ID: 0028
-Revises: 0026
+Revises: 0027
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ async def test_one_tag_whichever_way_its_accents_were_typed(make_settings, db_ur
 
 
 async def test_the_migration_composes_stored_tags_and_keeps_one_of_two_spellings(fresh_db_url: str) -> None:
-    await run_migrations(fresh_db_url, "0026")
+    await run_migrations(fresh_db_url, "0027")
     pg = await asyncpg.connect(asyncpg_dsn(fresh_db_url))
     try:
         user = await pg.fetchval(
