@@ -133,6 +133,19 @@ RETRY_WARNING_CONFIRM = (
 )
 
 
+def retry_many_warning(permanent: int, of_rows: bool = False) -> str:
+    """What a retry of many jobs (a bulk retry, a failed group, a batch's failed rows) says when
+    ``permanent`` of them failed permanently (:func:`failed_for_good`), as one job's
+    :data:`RETRY_WARNING` does; empty when none did."""
+    if not permanent:
+        return ""
+    noun = ("row" if of_rows else "job") if permanent == 1 else ("rows" if of_rows else "jobs")
+    return (
+        f"{permanent:,} {noun} of these failed with an error that trying again does not fix by itself: "
+        f"with the same input {'it' if permanent == 1 else 'they'} will most likely fail the same way."
+    )
+
+
 async def failed_for_good(db: AsyncSession, rows: list[Mapping[Any, Any]]) -> set[Any]:
     """The ids among ``rows`` (job rows, or a pipeline's steps with ``job_id``) that failed with a
     permanent error (``PermanentError``, a refused plan of next jobs): a retry's button says what it
