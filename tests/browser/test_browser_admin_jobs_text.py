@@ -96,3 +96,32 @@ def test_the_owner_breaks_after_at_and_dots(
             f"broken inside {got['text'][part_start:start]!r}|{got['text'][start:]!r} at {width} px: {got}"
         )
     page.context.close()
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_title_input_and_error_are_read_whole(
+    server: str, browser: Any, artifacts_dir: Path, width: int
+) -> None:
+    # the job's title, its URL and its error's first line ended in "…", whole only in a title attribute
+    page = browser.new_context(viewport={"width": width, "height": 900}).new_page()
+    sign_in(page, server, "root@example.com")
+    page.goto(server + "/admin/jobs")
+    page.wait_for_selector(".admin-job-table .job-cell")
+    cell = page.locator(".admin-job-table .job-cell").first
+    cell.screenshot(path=str(artifacts_dir / f"admin-jobs-job-cell-{width}.png"))
+    shown = cell.evaluate("el => el.innerText")
+    # an address past the row's 80 characters says it is cut; the title links to the job's page (whole)
+    assert len(URL) > 80 and cell.locator("a.job-title").get_attribute("href", timeout=2000).startswith(
+        "/jobs/"
+    )
+    for whole in (TITLE, URL[:80] + "…", ERROR):
+        assert " ".join(whole.split()) in " ".join(shown.replace("\n", "").split()), (whole, shown)
+    cut = cell.evaluate(
+        "el => [el, ...el.querySelectorAll('*')].filter(e => e.scrollWidth > e.clientWidth + 0.5"
+        " && getComputedStyle(e).overflow !== 'visible').map(e => e.className + ': ' + e.textContent)"
+    )
+    assert cut == [], f"clipped at {width} px: {cut}"
+    screen = page.evaluate("document.documentElement.clientWidth")
+    box = cell.bounding_box()
+    assert box and box["x"] + box["width"] <= screen + 0.5, (box, screen)
+    page.context.close()
