@@ -34,6 +34,7 @@ from app.errors import BadInput
 from app.jobs.backoff import RETRY_AFTER_STATUSES, at_least, retry_after_secs
 from app.jobs.error_text import error_text_for
 from app.jobs.payload import cap_text, json_text, text_problem
+from app.jobs.permanence import failed_permanently, permanent_among
 from app.processors import PermanentError
 from app.processors.addresses import AddressPolicy
 from app.settings import Settings
@@ -102,9 +103,11 @@ def sign(body: bytes, secret: str) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def body_of(job: Mapping[Any, Any], tags: Sequence[str]) -> bytes:
-    """The POSTed JSON: the job as ``GET /api/jobs/{id}`` shows it to its owner, with its tags."""
+def body_of(job: Mapping[Any, Any], tags: Sequence[str], permanent: set[str] | None = None) -> bytes:
+    """The POSTed JSON: the job as ``GET /api/jobs/{id}`` shows it to its owner, with its tags and
+    ``failed_permanently`` (``permanent``: :func:`app.jobs.permanence.permanent_among`)."""
     data = {k: job.get(k) for k in BODY_FIELDS}
+    data["failed_permanently"] = failed_permanently(job, permanent or set())
     data["error_message"] = error_text_for(job.get("error_message"), None)
     data["tags"] = list(tags)
     return json_text(data).encode()
@@ -189,9 +192,10 @@ class CallbackSender:
             tags: dict[uuid.UUID, list[str]] = {}
             for r in (await conn.execute(TAGS, {"ids": ids})).mappings().all():
                 tags.setdefault(r["job_id"], []).append(r["tag"])
+            permanent = await permanent_among(conn, [i for i, j in jobs.items() if j["status"] == "failed"])
         attempts = await asyncio.gather(
             *(
-                self._send(c, jobs[c["job_id"]], tags.get(c["job_id"], []), secret)
+                self._send(c, jobs[c["job_id"]], tags.get(c["job_id"], []), secret, permanent)
                 for c in claimed
                 if c["job_id"] in jobs
             )
@@ -202,9 +206,14 @@ class CallbackSender:
         return len(attempts)
 
     async def _send(
-        self, claimed: Mapping[Any, Any], job: Mapping[Any, Any], tags: list[str], secret: str
+        self,
+        claimed: Mapping[Any, Any],
+        job: Mapping[Any, Any],
+        tags: list[str],
+        secret: str,
+        permanent: set[str] | None = None,
     ) -> Attempt:
-        body = body_of(job, tags)
+        body = body_of(job, tags, permanent)
         headers = {
             "Content-Type": "application/json",
             "User-Agent": "Jobdesk-callback",

@@ -390,3 +390,23 @@
     if (pending.length && !timer) { timer = setTimeout(say, 150); }
   });
 })();
+
+// History comes again with each status change (out of band): its new events are added to the lines
+// shown, instead of the whole History being replaced, so a "Full text" a person opened stays open and
+// the older events they loaded stay loaded. An empty History is replaced as it comes.
+(function () {
+  document.addEventListener("htmx:oobBeforeSwap", function (evt) {
+    var old = evt.detail.target;
+    if (!old || !old.classList || !old.classList.contains("history")) { return; }
+    var lists = old.querySelectorAll("ol.timeline");
+    // lines without an event id cannot be matched: those are replaced as they come
+    if (!lists.length || evt.detail.fragment.querySelector(".timeline li:not([data-event])")) { return; }
+    var list = lists[lists.length - 1];
+    var have = {};
+    old.querySelectorAll("li[data-event]").forEach(function (li) { have[li.getAttribute("data-event")] = true; });
+    evt.detail.fragment.querySelectorAll("li[data-event]").forEach(function (li) {
+      if (!have[li.getAttribute("data-event")]) { list.appendChild(document.importNode(li, true)); }
+    });
+    evt.detail.shouldSwap = false;
+  });
+})();

@@ -23,11 +23,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import batches, request_keys
 from app.actions import access, quotas
+from app.actions.jobs import retry_many_warning
 from app.actions.trail import Actor, auditing_refusals, record_by_owner, record_done, record_refused
 from app.errors import BadInput, Conflict, RateLimited
 from app.jobs import queue
 from app.jobs.error_text import retry_refusal
 from app.jobs.payload import check_text
+from app.jobs.permanence import permanent_among
 from app.processors import ProcessorSpec
 
 
@@ -172,6 +174,15 @@ def _retry_message(retried: int, skipped: int, unfit: int = 0) -> str:
     return f"Retrying {rows} with a fresh set of attempts{extra}." + (
         f" {why[:1].upper()}{why[1:]}." if unfit else ""
     )
+
+
+async def retry_question(db: AsyncSession, batch_id: Any) -> str:
+    """The question before **Retry failed rows**, warning how many of the rows it would retry failed
+    with a permanent error (:func:`app.actions.jobs.failed_for_good`'s rule), as one job's "Retry
+    anyway" does."""
+    retried = [r["id"] for r in await batches.failed_rows(db, batch_id) if retry_refusal(r) is None]
+    warning = retry_many_warning(len(await permanent_among(db, retried)), of_rows=True)
+    return "Retry every failed row with a fresh set of attempts?" + (f" {warning}" if warning else "")
 
 
 async def retry_failed(db: AsyncSession, actor: Actor, batch_id: Any) -> RetryOutcome:

@@ -23,10 +23,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.actions import quotas
+from app.actions.jobs import retry_many_warning
 from app.actions.selection import LIVE_SQL, JobFilter, filter_where, ids_sql
 from app.actions.trail import Actor, Db, auditing_refusals, record_done, refused_once
 from app.errors import AppError, BadInput, Conflict, Forbidden, NotFound, RateLimited
 from app.jobs import queue
+from app.jobs.permanence import permanent_among
 from app.jobs.states import LIVE, Status
 from app.processors import registry
 
@@ -84,6 +86,14 @@ class BulkPlan:
     extra: dict[str, str] = field(default_factory=dict)
     unknown: list[uuid.UUID] = field(default_factory=list)
     """Ticked ids no job has: reported apart from the jobs that had moved on, never tried."""
+    permanent: int = 0
+    """Of a retry's jobs, how many failed with a permanent error (:func:`count_permanent`): its confirm
+    step says so, as one job's "Retry anyway" does."""
+
+    @property
+    def permanent_warning(self) -> str:
+        """The confirm step's words for :attr:`permanent` (empty when none)."""
+        return retry_many_warning(self.permanent)
 
 
 async def plan_selected(db: AsyncSession, action: str, raw_ids: Sequence[str]) -> BulkPlan:
@@ -117,6 +127,20 @@ async def plan_selected(db: AsyncSession, action: str, raw_ids: Sequence[str]) -
     eligible = len([r for r in rows if _eligible(action, r)])
     known = [j for j in ids if j in found]
     return BulkPlan(action, "selected", known, eligible, ineligible=len(known) - eligible, unknown=unknown)
+
+
+FAILED_AMONG = text("SELECT id FROM jobs WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'failed'")
+
+
+async def count_permanent(db: AsyncSession, plan: BulkPlan) -> BulkPlan:
+    """``plan`` with ``permanent`` set: how many of the failed jobs a retry plan would retry failed with
+    a permanent error (:func:`app.actions.jobs.failed_for_good`'s rule), so that its confirm step warns
+    that they will most likely fail the same way. Asked by the confirm steps only."""
+    if plan.action == "retry" and plan.ids:
+        ids = [str(i) for i in plan.ids]
+        failed = (await db.execute(FAILED_AMONG, {"ids": ids})).scalars().all()
+        plan.permanent = len(await permanent_among(db, failed))
+    return plan
 
 
 def _eligible(action: str, row: Mapping[Any, Any]) -> bool:

@@ -29,6 +29,7 @@ from app.files import FileStore, remove_after_commit
 from app.jobs import queue
 from app.jobs.decisions import Decision, decider_view, decision_words
 from app.jobs.error_text import retry_refusal
+from app.jobs.permanence import permanent_among
 from app.jobs.states import LIVE, TERMINAL, Status
 from app.jobs.types import owner_refusal, priority_lowered
 from app.processors import registry
@@ -118,16 +119,6 @@ def allowed(user: Any, action: str, row: Mapping[Any, Any]) -> bool:
     return True
 
 
-#: The last move of each job to ``failed``, and whether a worker's permanent error made it (recorded with
-#: the event: the job row keeps no trace of it).
-LAST_FAILURE = text(
-    """
-    SELECT DISTINCT ON (job_id) job_id, kind = 'failed' AND coalesce((data->>'permanent')::boolean, false)
-           AS permanent
-    FROM job_events WHERE job_id = ANY(CAST(:ids AS uuid[])) AND to_status = 'failed'
-    ORDER BY job_id, id DESC
-    """
-)
 RETRY_WARNING = (
     "It failed with an error that trying again does not fix by itself, so it stopped without using its "
     "other tries. Retry runs it again with the same input: it will most likely fail the same way unless "
@@ -142,15 +133,26 @@ RETRY_WARNING_CONFIRM = (
 )
 
 
+def retry_many_warning(permanent: int, of_rows: bool = False) -> str:
+    """What a retry of many jobs (a bulk retry, a failed group, a batch's failed rows) says when
+    ``permanent`` of them failed permanently (:func:`failed_for_good`), as one job's
+    :data:`RETRY_WARNING` does; empty when none did."""
+    if not permanent:
+        return ""
+    noun = ("row" if of_rows else "job") if permanent == 1 else ("rows" if of_rows else "jobs")
+    return (
+        f"{permanent:,} {noun} of these failed with an error that trying again does not fix by itself: "
+        f"with the same input {'it' if permanent == 1 else 'they'} will most likely fail the same way."
+    )
+
+
 async def failed_for_good(db: AsyncSession, rows: list[Mapping[Any, Any]]) -> set[Any]:
     """The ids among ``rows`` (job rows, or a pipeline's steps with ``job_id``) that failed with a
     permanent error (``PermanentError``, a refused plan of next jobs): a retry's button says what it
     will do (:data:`RETRY_WARNING`). Asked only of failed rows."""
-    ids = [r.get("job_id", r.get("id")) for r in rows if r.get("status") == Status.FAILED]
-    if not ids:
-        return set()
-    found = (await db.execute(LAST_FAILURE, {"ids": [str(i) for i in ids]})).mappings().all()
-    return {str(r["job_id"]) for r in found if r["permanent"]}
+    return await permanent_among(
+        db, [r.get("job_id", r.get("id")) for r in rows if r.get("status") == Status.FAILED]
+    )
 
 
 def retry_offered(user: Any, row: Mapping[Any, Any]) -> bool:

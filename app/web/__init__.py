@@ -25,6 +25,7 @@ own box (or not at all) and sent back with the form, which ``as_typed`` keeps as
 that fills a field with what was sent uses it.
 """
 
+import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -200,6 +201,15 @@ def fast_getattr(environment: Environment) -> Callable[[Any, str], Any]:
     return getattr_
 
 
+def email_breaks(address: Any) -> Markup:
+    """An e-mail address, escaped, as its parts up to and with each "@" and dot, each kept whole on a
+    line (``.addr-part``, an inline block) with a line-break opportunity (``<wbr>``) after it, so a
+    narrow column breaks it where it reads well ("ann.lee@" / "example-company." / "com") rather than at
+    any character or after a hyphen; a part too long for the column still breaks inside (the CSS)."""
+    parts = [p for p in re.split(r"(?<=[@.])", "" if address is None else str(address)) if p]
+    return Markup("<wbr>").join(Markup('<span class="addr-part">{}</span>').format(p) for p in parts)
+
+
 def register_filters(engine: JinjaTemplateEngine) -> None:
     """Install the filters above on the Jinja environment (``TemplateConfig(engine_callback=…)``), and
     stop Jinja from checking every template file's mtime on each render (templates change only with a
@@ -216,6 +226,7 @@ def register_filters(engine: JinjaTemplateEngine) -> None:
         filesize=format_filesize,
         filesize_of=format_filesize_of,
         as_typed=_as_typed_filter,
+        email_breaks=email_breaks,
     )
     # the shared zone picker (templates/_zone_picker.html) lists these itself, so no page has to pass them
     engine.engine.globals.update(zone_names=zone_names, common_zone_count=len(COMMON_ZONES))

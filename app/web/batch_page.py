@@ -13,6 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import batches, spreadsheets
+from app.actions import batches as batch_actions
 from app.jobs.error_text import error_text_for, retry_refusal
 from app.jobs.input_words import sentence_of
 from app.web import display
@@ -172,6 +173,10 @@ async def batch_context(db: AsyncSession, batch_id: Any, user: Any, **kw: Any) -
         for s in batches.STATUSES
         if view.counts.get(s, 0)
     ]
+    # hidden when no failed row shown could be helped by a retry (the action's own rule)
+    can_retry = bool(view.counts.get("failed")) and (
+        len(failed) < view.counts["failed"] or any(retry_refusal(r) is None for r in failed)
+    )
     return {
         "batch": view.row,
         "view": view,
@@ -180,9 +185,8 @@ async def batch_context(db: AsyncSession, batch_id: Any, user: Any, **kw: Any) -
         "failed": failed,
         "retrying": retrying,
         "failed_more": max(0, view.counts.get("failed", 0) - len(failed)),
-        # hidden when no failed row shown could be helped by a retry (the action's own rule)
-        "can_retry": bool(view.counts.get("failed"))
-        and (len(failed) < view.counts["failed"] or any(retry_refusal(r) is None for r in failed)),
+        "can_retry": can_retry,
+        "retry_question": await batch_actions.retry_question(db, view.id) if can_retry else None,
         "poll_url": None
         if view.finished
         else bell_url(f"/batches/{view.id}/status?v={state['version']}", unread),

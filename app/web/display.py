@@ -265,6 +265,7 @@ def event_line(event: Mapping[str, Any], viewer: Any, emails: Mapping[int, str])
     # a moment the queue wrote into the message ("run at 2027-11-07T01:30:00-04:00") in the viewer's zone
     note = local_moments(note, zone(getattr(viewer, "timezone", None)))
     return {
+        "id": event.get("id"),
         "at": event["at"],
         "what": what,
         "by": actor_words(event.get("actor") or "", viewer, emails),

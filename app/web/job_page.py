@@ -252,6 +252,8 @@ async def status_context(
         "work": None,
         "ran": None,
         "result_json": None,
+        "result_json_cut": 0,
+        "result_cut": 0,
         "error": None,
         "history": None,
         "retry_warning": None,
@@ -266,7 +268,9 @@ async def status_context(
         ctx["result_items"] = result_display.result_items(result)
         ctx["previews"] = await csv_previews(db, files, result_display.output_files(result), row["user_id"])
         # a result with nothing to show reads "No result.", not a "Details" holding its "{}"
-        ctx["result_json"] = None if result_display.is_blank(result) else result_display.pretty_json(result)
+        if not result_display.is_blank(result):
+            ctx["result_json"], ctx["result_json_cut"] = result_display.shown_json(result)
+        ctx["result_cut"] = result_display.fields_left_out(result)
         upstream = await upstream_step(db, row) if row["status"] == Status.CANCELLED else None
         ctx["error"] = display.error_summary(row, outcome["error_message"], user, upstream)
         if row.get("requires_approval") and row["completed_at"] and row["started_at"]:
@@ -467,6 +471,11 @@ async def page_context(db: AsyncSession, job_id: Any, user: Any, **status_kw: An
     ctx.update(
         spec=spec,
         input_items=result_display.input_items(full["input_data"], fields, names, zone(user.timezone)),
+        input_cut=result_display.fields_left_out(full["input_data"]),
+        # the JSON of an input cut as items: the fields the items leave out are read there
+        input_json=result_display.shown_json(full["input_data"])
+        if result_display.fields_left_out(full["input_data"])
+        else (None, 0),
         pipeline=pipeline,
         history=await job_history(db, row["id"], user),
         history_oob=False,

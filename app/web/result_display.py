@@ -24,6 +24,10 @@ JSON_SHOWN_MAX = 100_000
 """Characters of result JSON shown under "Details"; the rest is cut with a note, so a
 huge result cannot make the page unusable."""
 
+FIELDS_SHOWN = 100
+"""Top-level fields of a result or an input shown as items; past them the page says how many are left
+out and that "Details" (the JSON) has them all."""
+
 _URL_RE = re.compile(r"^https?://[^\s<>\"'`]+$", re.IGNORECASE)
 
 
@@ -225,17 +229,29 @@ def _items(fields: list[tuple[str, Any]], depth: int = 0) -> list[dict[str, Any]
 
 def pretty_json(value: Any, limit: int = JSON_SHOWN_MAX) -> str:
     """Indented JSON, cut at ``limit`` characters with a note saying how much was left out."""
+    return shown_json(value, limit)[0]
+
+
+def shown_json(value: Any, limit: int = JSON_SHOWN_MAX) -> tuple[str, int]:
+    """:func:`pretty_json`'s text and how many characters it left out (0: all of it), so that a page
+    says the cut beside "Details" too, not only at the end of a long box."""
     text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
     if len(text) > limit:
-        text = text[:limit] + f"\n… [{len(text) - limit:,} more characters not shown]"
-    return text
+        return text[:limit] + f"\n… [{len(text) - limit:,} more characters not shown]", len(text) - limit
+    return text, 0
+
+
+def fields_left_out(value: Any) -> int:
+    """How many top-level fields of a result or an input :func:`result_items` and :func:`input_items`
+    leave out (past :data:`FIELDS_SHOWN`)."""
+    return max(0, len(value) - FIELDS_SHOWN) if isinstance(value, dict) else 0
 
 
 def result_items(result: Any) -> list[dict[str, Any]]:
     """A result object's top-level fields as readable items (empty for a non-object result)."""
     if not isinstance(result, dict):
         return []
-    items = _items(_ordered(result)[:100])
+    items = _items(_ordered(result)[:FIELDS_SHOWN])
     nested = ("table", "fields", "json")
     return sorted(items, key=lambda it: nested.index(it["kind"]) + 1 if it["kind"] in nested else 0)
 
@@ -251,7 +267,7 @@ def input_items(
     by_name = {f.name: f for f in fields}
     keys = [f.name for f in fields if f.name in input_data] + [k for k in input_data if k not in by_name]
     items = []
-    for key in keys[:100]:
+    for key in keys[:FIELDS_SHOWN]:
         value = input_data[key]
         f = by_name.get(key)
         label = f.label if f else key_label(key)

@@ -73,8 +73,9 @@ async def test_list_filters_search_and_keyset_pages(
 
     page = (await client.get("/admin/jobs")).text
     assert ids_in(page) == [str(b2), str(b1), str(a2), str(a1)]  # everyone's, newest first
-    assert "ann@x.org" in page
-    assert "bob@x.org" in page
+    words = re.sub(r"<[^>]+>", "", page)  # an owner's e-mail is shown in parts that break after @ and dots
+    assert "ann@x.org" in words
+    assert "bob@x.org" in words
     assert "ValueError: bad row 17" in page
     assert "1/1" in page  # error excerpt, attempts
     assert f'href="/jobs/{b1}"' in page

@@ -40,10 +40,10 @@ TARGET_PAGES = {"job": "/jobs/", "pipeline": "/pipelines/", "batch": "/batches/"
 
 
 def _target_links(row: Mapping[Any, Any]) -> list[dict[str, str | None]]:
-    """Links to what an entry acted on: job, pipeline and batch pages, users, schedules; job types as
-    plain words."""
+    """Links to what an entry acted on (every id it kept: the page shows :data:`TARGETS_SHOWN`, the rest
+    folded): job, pipeline and batch pages, users, schedules; job types as plain words."""
     links = []
-    for raw in (row["target_ids"] or [])[:TARGETS_SHOWN]:
+    for raw in row["target_ids"] or []:
         tid = str(raw)
         href = None
         if row["target_type"] in TARGET_PAGES and _is_uuid(tid):
@@ -63,16 +63,22 @@ def audit_line(row: Mapping[Any, Any]) -> dict[str, Any]:
     refused = audit.is_refusal(row["outcome"])
     count = 0 if refused else int(row["count"] or 0)
     counted = audit.counted_words(row["action"], count, row["outcome"])
+    links = _target_links(row)
+    more = 0 if counted else max(0, count - min(TARGETS_SHOWN, len(links)), len(links) - TARGETS_SHOWN)
     return {
         "id": row["id"],
         "at": row["at"],
         "who": row["user_email"],
         "what": words.what if words else row["action"],
         "action": row["action"],
-        "targets": _target_links(row),
+        "targets": links[:TARGETS_SHOWN],
+        # the targets past the first ones, listed in a fold ("and 30 more" said them with no way to see
+        # them); those the entry kept no id of (past audit.MAX_IDS) are counted apart
+        "rest_targets": links[TARGETS_SHOWN:],
         # a count of something other than the targets (jobs a pipeline's cancel stopped) is said as such,
         # never as more targets
-        "more_targets": 0 if counted else max(0, count - min(TARGETS_SHOWN, len(row["target_ids"] or []))),
+        "more_targets": more,
+        "unkept_targets": max(0, more - len(links[TARGETS_SHOWN:])),
         "count": None if counted else count,
         "counted": counted,
         "outcome": row["outcome"],

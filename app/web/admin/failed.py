@@ -77,6 +77,7 @@ class FailedJobsController(Controller):
                 plan = await group_plan(db_session, form)
         except BadInput as exc:
             return bulk_refused(request, exc, "/admin/failed")
+        await bulk.count_permanent(db_session, plan)
         ctx = {
             "plan": plan,
             "filter": None,

@@ -33,7 +33,7 @@ INPUTS = text(
 PIPELINES = text("SELECT id, name FROM pipelines WHERE id = ANY(CAST(:ids AS uuid[]))")
 FILE_NAMES = text("SELECT id, name FROM files WHERE id = ANY(CAST(:ids AS uuid[]))")
 HINT_MAX = 80
-"""Characters of an input file name or URL kept for the row (the cell shows fewer, with an ellipsis)."""
+"""Characters of an input URL kept for the row (wrapped in its cell; a longer one ends in "…")."""
 ERROR_LINE_MAX = 140
 
 
@@ -58,7 +58,8 @@ def input_hint(input_data: Any, type_name: str) -> dict[str, str] | None:
                 return {"kind": "file", "id": str(_as_uuid(first))}
     for value in input_data.values():
         if isinstance(value, str) and result_display.is_http_url(value):
-            return {"kind": "url", "text": value[:HINT_MAX]}
+            # the row says where a long address is cut; the job's page (the title's link) shows it whole
+            return {"kind": "url", "text": value if len(value) <= HINT_MAX else value[:HINT_MAX] + "…"}
     return None
 
 

@@ -293,6 +293,7 @@ class AdminJobsController(Controller):
                 plan, f = await self._plan(request, db_session, form, confirmed=False)
         except BadInput as exc:
             return bulk_refused(request, exc, "/admin/jobs")
+        await bulk.count_permanent(db_session, plan)
         ctx = {
             "plan": plan,
             "filter": f,

@@ -29,6 +29,7 @@ from app.auth import requires_admin, requires_user
 from app.errors import BadInput
 from app.jobs import queue
 from app.jobs.cursors import Cursor, page_of, read_cursor
+from app.jobs.permanence import failed_permanently, permanent_among
 from app.jobs.queue import NewJob
 from app.jobs.states import Status, label
 from app.jobs.tags import TAG_FILTER, read_tag, tags_of
@@ -113,9 +114,13 @@ class BulkBody:
 
 
 def job_json(
-    row: Any, dependent_on_jobs: list[UUID] | None = None, tags: list[str] | None = None
+    row: Any,
+    dependent_on_jobs: list[UUID] | None = None,
+    tags: list[str] | None = None,
+    permanent: set[str] | None = None,
 ) -> dict[str, Any]:
-    """The API shape of a job."""
+    """The API shape of a job. ``permanent``: the ids among failed jobs whose failure was permanent
+    (:func:`app.jobs.permanence.permanent_among`), read into ``failed_permanently``."""
     keys = (
         "id type title status is_active input_data result_data error_message attempts max_attempts "
         "priority run_at pipeline_id step_key"
@@ -127,6 +132,7 @@ def job_json(
         **{k: row[k] for k in keys[:4]},
         "status_label": status_label(row),
         **{k: row[k] for k in keys[4:]},
+        "failed_permanently": failed_permanently(row, permanent or set()),
         "dependent_on_jobs": dependent_on_jobs or [],
         "tags": tags or [],
         **{k: row[k] for k in tail},
@@ -150,7 +156,8 @@ async def job_response(
     """The job as ``viewer`` may read it (a traceback is for admins: :func:`app.web.display.job_for`)."""
     deps = await queue.dependencies_of(db, row["id"])
     tags = (await tags_of(db, [row["id"]])).get(row["id"], [])
-    return Response(display.job_for(job_json(row, deps, tags), viewer), status_code=status_code)
+    permanent = await permanent_among(db, [row["id"]] if row["status"] == Status.FAILED else [])
+    return Response(display.job_for(job_json(row, deps, tags, permanent), viewer), status_code=status_code)
 
 
 async def outcome_response(
@@ -297,7 +304,7 @@ class JobsApiController(Controller):
     ) -> dict[str, Any]:
         """Jobs newest first: your own, or (admins) everyone's; ``tag`` keeps those with that tag. Keyset
         pagination: pass the response's ``next`` as ``after``. Rows omit input, result and error text
-        (fetch one job for those)."""
+        (fetch one job for those); ``failed_permanently`` is as on one job."""
         if status is not None and status not in Status._value2member_map_:
             raise BadInput.field("status", f"unknown status; one of {', '.join(s.value for s in Status)}")
         user = request.user
@@ -313,7 +320,16 @@ class JobsApiController(Controller):
         fetched = (await db_session.execute(text(_LIST_JOBS), params)).mappings().all()
         rows, after_last = page_of(fetched, limit, lambda r: r["id"])
         tags = await tags_of(db_session, [r["id"] for r in rows])
-        items = [{**dict(r), "status_label": status_label(r), "tags": tags.get(r["id"], [])} for r in rows]
+        permanent = await permanent_among(db_session, [r["id"] for r in rows if r["status"] == Status.FAILED])
+        items = [
+            {
+                **dict(r),
+                "status_label": status_label(r),
+                "failed_permanently": failed_permanently(r, permanent),
+                "tags": tags.get(r["id"], []),
+            }
+            for r in rows
+        ]
         return {"items": items, "next": after_last}
 
     @post(
@@ -366,7 +382,11 @@ class JobsApiController(Controller):
             ),
         ] = None,
     ) -> Response[dict[str, Any]]:
-        """One job with its input, result, error, ``dependent_on_jobs`` and ``tags``. With ``wait=N``
+        """One job with its input, result, error, ``dependent_on_jobs`` and ``tags``.
+        ``failed_permanently`` is ``true`` for a failed job whose error a retry does not fix by itself
+        (a ``PermanentError``: it stopped without using its other tries; a retry is still allowed, and
+        will most likely fail the same way), ``false`` for one that failed otherwise (out of tries), and
+        ``null`` for a job that is not failed. With ``wait=N``
         (at most 60) the answer comes as soon as the job has ended (completed, failed or cancelled) or
         after N seconds, whichever is first; no database connection is held while it waits. 404 for
         unknown or others' ids."""
