@@ -174,6 +174,9 @@ async def _idle(worker: Worker, claimed: int, next_due: float | None) -> None:
         # Claimable jobs were left behind by a limit: an outcome recorded here (or the per-minute
         # window moving on) lifts it, so wait for that rather than a whole poll interval.
         timeout = worker.claimer.sleep_limit(timeout)
+    late = worker.claimer.late_check_in()
+    if late is not None:  # a claim given up on behind a pooler may still commit: look for it on time
+        timeout = min(timeout, late)
     if worker.debug:
         worker.log.debug("poll", claimed=claimed, free=worker.free_slots(), sleep_secs=round(timeout, 3))
     await worker.sleep(timeout, finished=bool(worker.claimer.held_back))

@@ -204,6 +204,13 @@ class Claimer:
             return False
         return now - self._late_checked >= min(LATE_CHECK_SECS, self.lease_secs / 12)
 
+    def late_check_in(self) -> float | None:
+        """Seconds until :meth:`late_check_due` next says to look (``None``: nothing to look for), so that
+        an idle worker's sleep (a whole poll interval) does not pass over a claim's late commit."""
+        if self.late_until is None:
+            return None
+        return max(0.0, self._late_checked + min(LATE_CHECK_SECS, self.lease_secs / 12) - time.monotonic())
+
     def late_checked(self) -> None:
         self._late_checked = time.monotonic()
 

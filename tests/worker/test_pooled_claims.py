@@ -255,6 +255,9 @@ async def test_a_claim_given_up_behind_pgbouncer_that_commits_afterwards_has_its
             await asyncio.sleep(0.05)
         assert not worker.claimer.unanswered
         assert await pg.fetchval("SELECT locked_by FROM jobs WHERE id = $1", job) is None
+        # the worker has looked again and found nothing, and idles (its poll interval is 30 s): its next
+        # look must still come on time, not after that idle sleep
+        await asyncio.sleep(0.6)
         await pg.execute("SELECT pg_advisory_unlock(4242)")  # the claim commits now, unseen
         row = await wait_status(pg, job, {"completed", "failed"}, timeout=4 * lease)
         assert not task.done()
