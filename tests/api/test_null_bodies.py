@@ -98,7 +98,8 @@ async def test_null_is_refused_on_every_json_route_like_any_body_that_is_not_an_
                 r.status_code != 422
                 or got.get("errors") != {"body": want}
                 # a batch's refusals also say that none of its rows was started
-                or got["detail"] != f"body: {want}" + (". Nothing was started." if path == "/api/batches" else "")
+                or got["detail"]
+                != f"body: {want}" + (". Nothing was started." if path == "/api/batches" else "")
             ):
                 wrong[(method, path, body)] = (r.status_code, got)
     assert wrong == {}
