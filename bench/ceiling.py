@@ -76,7 +76,7 @@ async def statements(url: str, user_id: int, n: int, window: int) -> tuple[float
                 latencies.append(time.perf_counter() - sent)
                 for row in rows:  # finished the moment it arrived
                     finished.put_nowait(
-                        Outcome(row["id"], "completed", result="null", attempt=row["attempts"])
+                        Outcome(row["id"], "completed", result="null", claim=row["claims"])
                     )
                 async with room:
                     state["asked"] -= want
