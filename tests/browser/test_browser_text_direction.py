@@ -23,12 +23,13 @@ pytestmark = BROWSER_MARKS
 
 RLO = "\u202e"
 
-# the x of a text's first and last letter as laid out: left to right when the first is left of the last
+# the x of a text's first two and last two letters as laid out: left to right when each pair's first is
+# left of its second (pairs of neighbours, on one line even when the text wraps in a narrow cell)
 LETTERS = """(selector) => {
   const text = document.querySelector(selector).firstChild, range = document.createRange();
   const at = (i) => { range.setStart(text, i); range.setEnd(text, i + 1); return range.getBoundingClientRect().x; };
   const words = text.textContent, first = words.search(/\\S/), last = words.trimEnd().length - 1;
-  return [words.slice(first, last + 1), at(first), at(last)];
+  return [words.slice(first, last + 1), [at(first), at(first + 1)], [at(last - 1), at(last)]];
 }"""
 
 
@@ -63,6 +64,7 @@ def test_the_label_after_a_name_with_an_override_reads_in_its_own_direction(
     page.wait_for_selector(".admin-job-table .job-type")
     page.screenshot(path=str(artifacts_dir / "text-direction.png"))
     for selector in (".admin-job-table .job-type", ".admin-job-table .job-input"):
-        words, first, last = page.evaluate(LETTERS, selector)
-        assert first < last, f"{words!r} ({selector}) is laid out right to left: {first} > {last}"
+        words, start, end = page.evaluate(LETTERS, selector)
+        for left, right in (start, end):
+            assert left < right, f"{words!r} ({selector}) is laid out right to left: {left} > {right}"
     page.context.close()

@@ -9,6 +9,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -87,7 +88,8 @@ async def test_the_workers_side_tasks_on_a_connection_gone_silent_give_it_up_wit
     proxy, proxied = blackhole
     settings = make_settings(database_url=proxied, worker_visibility_timeout_secs=3)
     worker = Worker(settings, proxied)
-    worker.running[uuid.uuid4()] = None  # type: ignore[assignment]  # a job whose cancel is looked for
+    # a job whose cancel is looked for, fenced by its claim
+    worker.running[uuid.uuid4()] = SimpleNamespace(row={"claims": 1})  # type: ignore[assignment]
     try:
         await _frozen_after_one_use(worker.engine, proxy)
         for name, step in [

@@ -106,7 +106,7 @@ async def waiting_for_a_lock(pg: asyncpg.Connection) -> int:
     return int(
         await pg.fetchval(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'jobdesk-worker:%'"
-            " AND wait_event_type = 'Lock'"
+            " AND wait_event_type = 'Lock' AND datname = current_database()"  # not another test's worker
         )
     )
 
