@@ -75,9 +75,7 @@ async def statements(url: str, user_id: int, n: int, window: int) -> tuple[float
                 rows = await queue.claim(cn, worker_id, want, 60.0, types=["noop"])
                 latencies.append(time.perf_counter() - sent)
                 for row in rows:  # finished the moment it arrived
-                    finished.put_nowait(
-                        Outcome(row["id"], "completed", result="null", claim=row["claims"])
-                    )
+                    finished.put_nowait(Outcome(row["id"], "completed", result="null", claim=row["claims"]))
                 async with room:
                     state["asked"] -= want
                     state["empty"] = state["empty"] or not rows
