@@ -39,11 +39,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from app.db import asyncpg_dsn, run_migrations  # noqa: E402
 from app.settings import Settings, load_settings, normalize_database_url  # noqa: E402
+from tests.support import cheap_hashing  # noqa: E402
 from tests.support.factories import SIDE_EFFECTS_DDL, TestUser, make_user  # noqa: E402
 from tests.support.recycle import RecycledDatabases  # noqa: E402
 from tests.support.webkit import app_client  # noqa: E402
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
+
+cheap_hashing.use(cheap_hashing.CHEAP)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -89,6 +92,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 50, 100)
+
+
+@pytest.fixture
+def real_password_hashing() -> Iterator[None]:
+    """argon2 at the app's own parameters in this process for the test (:mod:`tests.support.cheap_hashing`):
+    for tests of what hashing costs, or of what it must not be spent on."""
+    cheap_hashing.use(cheap_hashing.REAL)
+    try:
+        yield
+    finally:
+        cheap_hashing.use(cheap_hashing.CHEAP)
 
 
 @pytest.fixture(scope="session")

@@ -129,16 +129,24 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(db_url: str, data_dir: Path, start_timeout: float = 90, **env: str) -> Iterator[str]:
+def running_server(
+    db_url: str, data_dir: Path, start_timeout: float = 90, *, real_hashing: bool = False, **env: str
+) -> Iterator[str]:
     """``jobdesk serve`` in a subprocess on a free loopback port; yields its base URL.
 
     ``env`` adds environment variables (``WORKER_ENABLED`` defaults to ``false``). The server gets
-    SIGTERM on exit; its output is in ``data_dir/serve.log``.
+    SIGTERM on exit; its output is in ``data_dir/serve.log``. It hashes passwords as the tests do, at
+    argon2's cheapest (:mod:`tests.support.cheap_hashing`); ``real_hashing``: at the app's own parameters.
     """
     port = free_port()
     jobdesk = Path(sys.executable).parent / "jobdesk"
-    cmd = [str(jobdesk)] if jobdesk.exists() else [sys.executable, "-m", "app.cli"]
+    if not real_hashing:
+        cmd = [sys.executable, "-m", "tests.support.cheap_serve"]
+    else:
+        cmd = [str(jobdesk)] if jobdesk.exists() else [sys.executable, "-m", "app.cli"]
     full_env = {k: v for k, v in os.environ.items() if k not in {"TEST_DATABASE_URL"}}
+    if not real_hashing:
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full_env.get("PYTHONPATH")]))
     full_env.update(
         DATABASE_URL=db_url,
         SECRET_KEY="browser-test-secret-key-0123456789abcdef",

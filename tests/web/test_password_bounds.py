@@ -24,6 +24,7 @@ async def _post(client: AsyncTestClient, path: str, **data: str) -> Any:
     return await client.post(path, data={**data, "_csrf_token": token}, follow_redirects=False)
 
 
+@pytest.mark.usefixtures("real_password_hashing")  # "not hashed" means something only at a hash's real cost
 def test_the_rule_refuses_a_password_over_the_limit() -> None:
     auth.check_password_rules("p" * auth.MAX_PASSWORD_LENGTH)
     with pytest.raises(BadInput) as caught:
@@ -53,6 +54,7 @@ async def test_the_password_form_says_so_beside_the_field(client: AsyncTestClien
     assert r.status_code == 422 and "This form has no field &#39;is_admin&#39;" in r.text, r.text[-2000:]
 
 
+@pytest.mark.usefixtures("real_password_hashing")
 async def test_signing_in_with_an_over_long_password_fails_without_hashing(
     client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
 ) -> None:

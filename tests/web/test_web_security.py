@@ -118,7 +118,8 @@ def test_concurrent_wrong_passwords_check_no_more_passwords_than_the_limit(
     db_url: str, tmp_path: Path
 ) -> None:
     asyncio.run(add_user(db_url, "ann@example.com"))
-    with running_server(db_url, tmp_path / "data") as base:
+    # at the real hash's cost, so that the guesses are checked side by side, as an attacker's would be
+    with running_server(db_url, tmp_path / "data", real_hashing=True) as base:
         statuses = asyncio.run(_guess_concurrently(base, "ann@example.com", 40))
     checked = asyncio.run(_fetch(db_url, "SELECT ok FROM login_attempts WHERE email = 'ann@example.com'"))
     assert len(checked) == LOGIN_MAX_FAILURES_PER_EMAIL_AND_IP, len(checked)  # one row per password checked
