@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput, Conflict, NotFound
 from app.jobs import naming, queue
+from app.jobs.decisions import decided_by
 from app.jobs.error_text import input_unfit, never_created
 from app.jobs.graph import (
     KEY_PATTERN,
@@ -301,7 +302,13 @@ def started_column(pipeline: str) -> str:
 
 
 GET_PIPELINE = text(
-    "SELECT id, name, template, user_id, status, input_data, created_at, updated_at, finished_at FROM pipelines WHERE id = :id"
+    """
+    SELECT p.id, p.name, p.template, p.user_id, p.status, p.input_data, p.created_at, p.updated_at,
+           p.finished_at, p.cancelled_at, p.cancelled_by AS cancelled_by_actor, u.email AS cancelled_by_email
+    FROM pipelines p
+    LEFT JOIN users u ON u.id = CASE WHEN p.cancelled_by ~ '^user:[0-9]{1,9}$' THEN substr(p.cancelled_by, 6)::int END
+    WHERE p.id = :id
+    """
 )
 PIPELINE_STEPS = text(
     """
@@ -321,7 +328,8 @@ async def get(
 ) -> dict[str, Any]:
     """The pipeline with its steps for the API and the step indicator: ``{id, name,
     template, status, progress (0–100), current: [step keys running], layers: [[step, …], …] (DAG
-    order, parallel steps side by side), steps: [{job_id, key, type, title, status, depends_on, …}]}``.
+    order, parallel steps side by side), steps: [{job_id, key, type, title, status, depends_on, …}],
+    cancelled_at, cancelled_by}`` (the last two set once a person cancelled it: when, and who in words).
 
     Raises:
         NotFound: unknown, malformed or another user's id (the same answer, so ids cannot be probed).
@@ -365,8 +373,12 @@ async def get(
             }
         )
     done = sum(1 for s in steps if s["status"] == "completed")
+    pipeline = dict(p)
+    actor, email = pipeline.pop("cancelled_by_actor"), pipeline.pop("cancelled_by_email")
     return {
-        **dict(p),
+        **pipeline,
+        # who cancelled it, by e-mail while the account exists (as a decision on a step is named)
+        "cancelled_by": decided_by(actor, email) if actor else None,
         "started": p["status"] != "running" or any(r["started"] for r in rows),
         "progress": round(100 * done / len(steps)) if steps else 0,
         "current": [s["key"] for s in steps if s["status"] == "in_progress"],
@@ -455,7 +467,8 @@ async def cancel(
 ) -> dict[str, int]:
     """Cancel every unfinished step (``POST /api/pipelines/{id}/cancel``): waiting steps at once, running
     steps by cancel request. Returns ``{"cancelled": n, "cancelling": n}`` over the steps that were
-    unfinished (cascades included).
+    unfinished (cascades included). A cancel that stops a step marks the pipeline cancelled by
+    ``principal`` (:mod:`app.jobs.queue.cancelled`): none of its steps may be retried or rerun since.
 
     Raises:
         NotFound: unknown or another user's pipeline.
@@ -468,6 +481,10 @@ async def cancel(
     # cancel, which it then loses.
     await queue.lock_pipelines(conn, [p["id"]])
     unfinished = list((await conn.execute(UNFINISHED_STEPS, {"id": p["id"]})).scalars())
+    if unfinished:
+        # Marked before its steps stop, so that the status each stop derives again sees it: a pipeline
+        # whose step had failed reads "cancelled" once they have stopped, and stays so.
+        await queue.mark_cancelled(conn, p["id"], queue.actor_of(principal))
     for job_id in unfinished:
         try:
             await queue.cancel(conn, job_id, principal, reason="the whole pipeline was cancelled")

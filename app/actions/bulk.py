@@ -222,7 +222,7 @@ async def run_bulk(
     expected = check_expected(expected)
     if expected is not None and plan.scope != "selected":
         plan.ids = plan.ids[:expected]  # never more than the admin confirmed
-    done, skipped, unfit, limited, vanished, barred = await _apply(db, actor, plan)
+    done, skipped, unfit, limited, vanished, barred, stopped = await _apply(db, actor, plan)
     unknown = [*plan.unknown, *vanished]
     n_skipped = len(skipped)
     full_detail = {
@@ -241,6 +241,8 @@ async def run_bulk(
         full_detail["owner_limits"] = len(limited)
     if barred:
         full_detail["owner_not_allowed"] = len(barred)
+    if stopped:
+        full_detail["pipeline_cancelled"] = stopped
     await record_done(
         db,
         actor,
@@ -255,8 +257,8 @@ async def run_bulk(
     message = f"{verb} {len(done):,} job{'s' if len(done) != 1 else ''}"
     if plan.action == "cancel":
         message += " (running ones stop shortly)"
-    moved = n_skipped - unfit - len(limited) - len(barred)
-    if not unfit and not limited and not barred:
+    moved = n_skipped - unfit - len(limited) - len(barred) - stopped
+    if not unfit and not limited and not barred and not stopped:
         message += f"; {n_skipped:,} skipped" + (" because they had moved on." if n_skipped else ".")
     else:
         reasons = [f"{moved:,} because they had moved on"] if moved else []
@@ -269,6 +271,11 @@ async def run_bulk(
             reasons.append(f"{len(limited):,} because of their owner's limits ({limited[0]})")
         if barred:
             reasons.append(f"{len(barred):,} because {barred[0]}")
+        if stopped:
+            reasons.append(
+                f"{stopped:,} because their pipeline was cancelled, so its steps cannot run again;"
+                " start the pipeline again instead"
+            )
         message += f"; {n_skipped:,} skipped: " + "; ".join(reasons) + "."
     if plan.truncated:  # said at the confirmation too; the answer must not read as if that were all
         message += f" More jobs match: this acted on the newest {BULK_MAX:,}; run it again for the rest."
@@ -282,17 +289,19 @@ async def run_bulk(
 
 async def _apply(
     db: AsyncSession, actor: Actor, plan: BulkPlan
-) -> tuple[list[uuid.UUID], list[uuid.UUID], int, list[str], list[uuid.UUID], list[str]]:
+) -> tuple[list[uuid.UUID], list[uuid.UUID], int, list[str], list[uuid.UUID], list[str], int]:
     """The ids done, the ids skipped, how many of those the queue's retry refused because a retry could
     not succeed (:func:`app.jobs.error_text.retry_refusal`), the refusals of those their owner's
     limits kept back (:func:`_retry_within_limits`), the ids whose job was gone (deleted since the
     plan) — never counted as having moved on — and the refusals of those whose owner may not have
     their type in the queue now (:mod:`app.jobs.queue.owner_rule`: an admins-only type, and the owner
-    is not an admin any more)."""
+    is not an admin any more), and how many were steps of a pipeline a person cancelled
+    (:mod:`app.jobs.queue.cancelled`)."""
     done: list[uuid.UUID] = []
     skipped: list[uuid.UUID] = []
     vanished: list[uuid.UUID] = []
     unfit = 0
+    stopped = 0
     limited: list[str] = []
     barred: list[str] = []
     retrying = plan.action == "retry"
@@ -311,6 +320,7 @@ async def _apply(
                 skipped.append(jid)
                 refused = (exc.extra or {}).get("retry_refused")
                 unfit += refused == "input_unfit"
+                stopped += refused == queue.cancelled.REFUSED_KIND
                 if refused == "never_created":
                     limited.append("refused by the waiting limit when they were asked for, they never ran")
             except RateLimited as exc:
@@ -329,7 +339,7 @@ async def _apply(
                 )
             else:
                 done.append(jid)
-    return done, skipped, unfit, limited, vanished, barred
+    return done, skipped, unfit, limited, vanished, barred, stopped
 
 
 async def _retry_within_limits(db: AsyncSession, actor: Actor, jid: uuid.UUID, owner_id: int | None) -> None:

@@ -53,6 +53,10 @@ class Pipeline(Base):
     removed_unfinished: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
     # An admin deleted a failed step of it: it had a failed step, so it is "failed" however the rest end.
     removed_failed: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
+    # A person cancelled it (when, on the database's clock, and who: an event's actor): it stays
+    # cancelled, whatever its steps say, and none of its steps may be retried or rerun.
+    cancelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cancelled_by: Mapped[str | None] = mapped_column(Text)
     __table_args__ = (
         CheckConstraint(in_list("status", PIPELINE_STATUSES), name="status_known"),
         # A pipeline turns "failed" as soon as a step fails, while independent steps may still finish;

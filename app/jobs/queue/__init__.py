@@ -23,7 +23,8 @@ One module per group of verbs: :mod:`.new_jobs` (``NewJob``, ``prepare``, ``enqu
 jobs outside pipelines), :mod:`.consequences` (what a finished job causes), :mod:`.pipelines`
 (creating pipelines, processors' next jobs, pipeline status), :mod:`.transitions` (people's actions:
 ``cancel``, ``retry``, ``reschedule``…), :mod:`.approvals` (``approve``, ``reject``, ``rerun``, and
-``expire_approvals`` for steps nobody decided in time), :mod:`.sweep` (``rescue_expired``, ``prune``,
+``expire_approvals`` for steps nobody decided in time), :mod:`.cancelled` (a pipeline a person cancelled:
+its marker, and the refusal to retry or rerun its steps), :mod:`.sweep` (``rescue_expired``, ``prune``,
 ``stuck_dependents``), :mod:`.holds` and :mod:`.held_cancel` (a disabled person's waiting jobs held,
 released or cancelled), :mod:`.waiting` (the per-person waiting limit's rule, and its check of the
 jobs a finished parent adds), :mod:`.workers` (the worker registry) and :mod:`.common`. Everything public is
@@ -45,6 +46,12 @@ from app.jobs.queue.approvals import (
     expire_approvals,
     reject,
     rerun,
+)
+from app.jobs.queue.cancelled import (
+    PIPELINE_CANCELLED,
+    cancelled_refusal,
+    check_not_cancelled,
+    mark_cancelled,
 )
 from app.jobs.queue.claims import (
     CLAIM,
@@ -228,6 +235,10 @@ _rows = fetch_rows
 _lock_parents = lock_parents
 
 __all__ = [
+    "PIPELINE_CANCELLED",
+    "cancelled_refusal",
+    "check_not_cancelled",
+    "mark_cancelled",
     "FAIR_CLAIM",
     "claim_fairly",
     "claim_within_all_limits",

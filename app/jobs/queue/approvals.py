@@ -16,6 +16,7 @@ from app.errors import BadInput, Conflict, Forbidden, NotFound
 from app.jobs import approvals, decisions, notices, outbox
 from app.jobs.decisions import Decision, decided_by, decision_words
 from app.jobs.payload import cap_text, check_text
+from app.jobs.queue.cancelled import check_not_cancelled
 from app.jobs.queue.common import (
     GET_JOB_FOR_UPDATE,
     JOB_COLUMNS,
@@ -242,7 +243,8 @@ async def rerun(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
     """Ask for a fresh run of a step waiting for approval: → ``queued`` (that step only).
 
     Raises:
-        NotFound / Forbidden: not visible / not an admin. Conflict: as :func:`approve`.
+        NotFound / Forbidden: not visible / not an admin. Conflict: as :func:`approve`; or a step of a
+            pipeline a person cancelled (:func:`app.jobs.queue.cancelled.check_not_cancelled`).
     """
     conn = await conn_of(db)
     row = await lock_job(conn, job_id, principal)
@@ -250,6 +252,7 @@ async def rerun(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
         raise Forbidden("Only an admin can rerun a step.")
     if row["status"] != Status.WAITING_APPROVAL:
         raise await _decision_conflict(conn, row, "rerun")
+    await check_not_cancelled(conn, row, "rerun")
     await check_owner_may_have(conn, row, principal, "rerun")
     await lock_pipelines(conn, [row["pipeline_id"]])
     await decisions.forget(conn, row["id"])

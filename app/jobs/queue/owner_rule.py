@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.errors import Forbidden
+from app.jobs.queue.cancelled import cancelled_refusal
 from app.jobs.queue.common import Principal, sql
 from app.jobs.rows import JobRow
 from app.jobs.types import admins_only, is_internal, owner_refusal, registry
@@ -91,7 +92,11 @@ async def requeue_refusal(
     reopens: bool = False,
 ) -> str | None:
     """Why :func:`check_owner_may_have` would refuse, in plain words, or ``None``: for the buttons a page
-    offers, so that they ask the rule the action asks."""
+    offers, so that they ask the rule the action asks. A step put back in the queue ``in_place`` (a retry,
+    a rerun) is also refused when its pipeline was cancelled (:mod:`app.jobs.queue.cancelled`), as those
+    actions refuse it."""
+    if in_place and (cancelled := await cancelled_refusal(conn, row)) is not None:
+        return cancelled
     refused = await _refusal(conn, row, principal, in_place=in_place)
     if refused is not None or not reopens:
         return refused

@@ -46,6 +46,7 @@ from app.settings import Settings
 PIPELINE_COUNTS = sql(
     """
     SELECT p.id, p.status AS old_status, p.removed_unfinished, p.removed_failed,
+           p.cancelled_at IS NOT NULL AS cancelled_by_person,
            count(*) FILTER (WHERE j.status = 'completed') AS completed,
            count(*) FILTER (WHERE j.status = 'failed') AS failed,
            count(*) FILTER (WHERE j.status = 'cancelled') AS cancelled,
@@ -97,10 +98,14 @@ def derive_pipeline_status(counts: Fetched) -> tuple[str, bool]:
     has completed and no step was deleted before it completed (``removed_unfinished``): a pipeline that
     lost a step (an admin's delete) did not run it, so once nothing is live it keeps the finished status
     it had (``old_status``: a pipeline whose steps were all deleted, one by one), or is ``cancelled`` —
-    the deleted steps will never run now.
+    the deleted steps will never run now. A pipeline a person cancelled (``cancelled_by_person``,
+    :mod:`app.jobs.queue.cancelled`) is ``cancelled`` once nothing is live, a failed step or not: that
+    is what happened to it, and none of its steps may come back.
     """
     live = counts["active"] + counts["waiting_approval"]
     old = counts["old_status"]
+    if live == 0 and counts.get("cancelled_by_person"):
+        return "cancelled", True
     if counts["failed"] or counts["removed_failed"]:
         return "failed", live == 0
     if not counts["total"]:

@@ -17,6 +17,7 @@ from app.jobs.error_text import retry_refusal, retry_refusal_kind
 from app.jobs.fanout import unwrap_literals
 from app.jobs.graph import has_refs, resolve_refs
 from app.jobs.payload import cap_text
+from app.jobs.queue.cancelled import check_not_cancelled
 from app.jobs.queue.common import (
     JOB_COLUMNS,
     Principal,
@@ -160,7 +161,8 @@ async def retry(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
         NotFound: unknown id, or another user's job for a non-admin.
         Forbidden: the state machine does not let this person retry (see ``TRANSITIONS``).
         Conflict: the job is not ``failed`` (names its status); or a retry could not succeed
-            (:func:`app.jobs.error_text.retry_refusal` says why and what to do instead).
+            (:func:`app.jobs.error_text.retry_refusal` says why and what to do instead); or it is a step
+            of a pipeline a person cancelled (:func:`app.jobs.queue.cancelled.check_not_cancelled`).
     """
     conn = await conn_of(db)
     row = await lock_job(conn, job_id, principal)
@@ -176,6 +178,7 @@ async def retry(db: AsyncConnection | AsyncSession, job_id: Any, principal: Prin
         raise Conflict(
             f"Cannot retry job {row['id']}: {refusal}.", extra={"retry_refused": retry_refusal_kind(row)}
         )
+    await check_not_cancelled(conn, row, "retry")
     await check_owner_may_have(conn, row, principal, "retried")
     await check_reopened_may_have(conn, row, principal)
     await lock_pipelines(conn, [row["pipeline_id"]])

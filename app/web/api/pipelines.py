@@ -38,7 +38,7 @@ STEP_FIELDS = (
 _LIST_PIPELINES = text(
     f"""
     SELECT id, name, template, status, {pipelines.started_column("pipelines")}, user_id, created_at, updated_at,
-           finished_at
+           finished_at, cancelled_at
     FROM pipelines
     WHERE (CAST(:user_id AS int) IS NULL OR user_id = :user_id)
       AND (CAST(:after AS uuid) IS NULL OR id < :after)
@@ -101,6 +101,9 @@ def pipeline_json(view: dict[str, Any]) -> dict[str, Any]:
         "user_id": view["user_id"],
         "created_at": view["created_at"],
         "finished_at": view["finished_at"],
+        # set once a person cancelled it: it stays cancelled, and its steps cannot be retried or rerun
+        "cancelled_at": view["cancelled_at"],
+        "cancelled_by": view["cancelled_by"],
         "steps": [{k: s[k] for k in STEP_FIELDS} for s in view["steps"]],
     }
 
