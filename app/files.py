@@ -47,6 +47,8 @@ import structlog
 from sqlalchemy import event, text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.util import await_only
+from sqlalchemy.util.concurrency import in_greenlet
 from uuid_utils.compat import uuid7
 
 from app.errors import BadInput, NotFound, Unavailable
@@ -137,7 +139,12 @@ def remove_after_commit(
     """Delete the bytes of ``file_ids`` (whose rows the session ``db``'s transaction deleted) once that
     transaction commits; if it rolls back, the rows are back and the bytes stay. Bytes no row names after
     a crash between the commit and this, or deleted on a bare connection, are retention's
-    (:meth:`FileStore.unrecorded_candidates`)."""
+    (:meth:`FileStore.unrecorded_candidates`).
+
+    The deletion runs in a thread, as retention's does, and the commit waits for it: its caller (a
+    request's answer) comes after the bytes are gone, while the event loop goes on. On the loop, a slow or
+    stalled file system (a network mount) stopped everything else the process does meanwhile — under
+    ``jobdesk serve``, the in-app worker's lease renewals, claims and outcomes."""
     if not file_ids or not isinstance(db, AsyncSession):
         return
     session = db.sync_session
@@ -147,8 +154,13 @@ def remove_after_commit(
     # stay registered (removing one while it is called is not allowed) and do nothing after the first end.
     def committed(_: Any) -> None:
         if pending and not session.in_nested_transaction():
-            store.remove(pending)
+            gone = list(pending)
             pending.clear()
+            if in_greenlet():  # an AsyncSession's commit: its sync part runs in SQLAlchemy's greenlet,
+                # which can wait on the event loop for a coroutine, here the deletion in a thread
+                await_only(asyncio.to_thread(store.remove, gone))
+            else:
+                store.remove(gone)
 
     def rolled_back(_: Any) -> None:
         if not session.in_nested_transaction():

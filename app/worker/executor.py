@@ -75,7 +75,7 @@ class RunningJob:
     log_buffer: Any = None
     """The job's log lines not written yet (:class:`app.worker.joblog.JobLogBuffer`), once it runs."""
     scratch: Path | None = None
-    """The scratch directory of this attempt of a CPU-bound job (:mod:`app.worker.scratch`), once made."""
+    """The scratch directory of this claim of a CPU-bound job (:mod:`app.worker.scratch`), once made."""
     files: Any = None
     """The attempt's :class:`app.job_files.JobFiles` (what it stored, and whether the storage limit refused
     an output), once made."""
@@ -279,7 +279,7 @@ class Executor:
         the web app, serves pages) never stalls; cancelling this call kills the child."""
         row = job.row
         paths, names = await self._job_files(job).for_process(model, row["parents"] or {})
-        out_dir = job.scratch = scratch.make(self.settings.data_dir, row["id"], row["attempts"])
+        out_dir = job.scratch = scratch.make(self.settings.data_dir, row["id"], row["claims"])
         ctx = CpuContext(
             job_id=str(row["id"]),
             attempt=row["attempts"],

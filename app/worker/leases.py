@@ -99,15 +99,15 @@ class HeldJobs(dict[uuid.UUID, RunningJob]):
                     lease.renewed_at = sent_at
                     lease.expiry_acted = False
 
-    def running_out(self, deadline: float) -> list[uuid.UUID]:
-        """Ids of held jobs whose lease was last renewed before ``deadline`` and that were not reported
-        yet; each is reported once per renewal."""
-        out = []
+    def running_out(self, deadline: float) -> dict[uuid.UUID, int]:
+        """Held jobs whose lease was last renewed before ``deadline`` and that were not reported yet, each
+        with the claim its lease is of; each is reported once per renewal."""
+        out = {}
         with self._lock:
             for job_id, lease in self._leases.items():
                 if lease.renewed_at <= deadline and not lease.expiry_acted:
                     lease.expiry_acted = True
-                    out.append(job_id)
+                    out[job_id] = lease.claim
         return out
 
 

@@ -244,7 +244,7 @@ class Retention:
 
     async def remove_scratch_leftovers(self) -> None:
         """Delete the scratch directories (:mod:`app.worker.scratch`) older than
-        :data:`SCRATCH_MIN_AGE_SECS` whose attempt is not running now on any worker sharing the folder:
+        :data:`SCRATCH_MIN_AGE_SECS` whose claim is not running now on any worker sharing the folder:
         an attempt removes its own when it ends, so these are a dead process's."""
         found = await asyncio.to_thread(
             scratch.leftovers, self.settings.data_dir, time.time() - SCRATCH_MIN_AGE_SECS
@@ -253,10 +253,10 @@ class Retention:
         for start in range(0, len(found), UNRECORDED_CHECK_BATCH):
             chunk = found[start : start + UNRECORDED_CHECK_BATCH]
             async with answered(self.engine.connect(), self.answer_secs, self.log, "retention") as conn:
-                running = await queue.running_attempts(conn, list({d.job_id for d in chunk}))
+                running = await queue.running_claims(conn, list({d.job_id for d in chunk}))
             for leftover in chunk:
-                attempt = running.get(leftover.job_id)
-                if attempt is None or leftover.attempt not in (None, attempt):
+                claim = running.get(leftover.job_id)
+                if claim is None or leftover.claim not in (None, claim):
                     await asyncio.to_thread(scratch.remove, leftover.path)
                     gone.append(leftover)
         if gone:

@@ -551,10 +551,18 @@ class Worker:
         job.cancel_event.set()
         self.force_stop(job, "lost")
 
-    def lease_running_out(self, job_ids: list[uuid.UUID]) -> None:
-        """These jobs' leases end within the margin and could not be renewed (the database is out of
-        reach): stop them now, before another worker can have claimed them."""
-        lifecycle.drop_buffered(self, set(job_ids), "lease not renewed and about to run out", hand_back=True)
+    def lease_running_out(self, claims: Mapping[uuid.UUID, int]) -> None:
+        """These jobs' leases (job id → the claim each is of) end within the margin and could not be
+        renewed (the database is out of reach): stop them now, before another worker can have claimed
+        them. The word comes from the lease keeper's thread and may be read after the job was claimed here
+        again (rescued meanwhile: a retry or a rerun sets its attempt back, so only the claim tells): a job
+        held at another claim now has a fresh lease and runs on, as :meth:`lost` leaves it."""
+        job_ids = {
+            j
+            for j, claim in claims.items()
+            if (held := self.held.get(j)) is None or held.row["claims"] == claim
+        }
+        lifecycle.drop_buffered(self, job_ids, "lease not renewed and about to run out", hand_back=True)
         for job_id in job_ids:
             job = self.running.get(job_id)
             if job is not None and job.stop_reason is None:

@@ -1,12 +1,16 @@
 """Scratch directories: where a CPU-bound processor writes its outputs (``ctx.output_dir``), one per
-attempt, under ``<DATA_DIR>/scratch``.
+claim of a job, under ``<DATA_DIR>/scratch``.
 
-The executor makes one for an attempt (:func:`make`) and removes it when the attempt ends, whatever its
+The executor makes one for a claim (:func:`make`) and removes it when the attempt ends, whatever its
 outcome (:func:`remove`), once the outputs worth keeping are stored. A process that died meanwhile (killed,
 out of memory, the host restarted) leaves its directories behind: :func:`leftovers` lists those older than
-a bound, named ``job-<job id>-a<attempt>-…``, and retention removes each whose attempt is not running now
-on any worker sharing the folder (the database says which are), so a long job's outputs are kept
+a bound, named ``job-<job id>-c<claim>-…``, and retention removes each whose claim is not running now
+on any worker sharing the folder (the database says which is), so a long job's outputs are kept
 however old their directory is.
+
+A directory is named by the claim (``jobs.claims``), not the attempt: a retry, a rerun or a hand-back sets
+the attempt back, so an earlier claim's directory and the running claim's could both say ``a1``, and the
+dead claim's was kept as long as the new one ran.
 """
 
 from __future__ import annotations
@@ -19,29 +23,30 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-_NAME = re.compile(r"^job-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-(?:a(\d+)-)?")
-"""A scratch directory's name; directories made before the attempt was in it name the job alone."""
+_NAME = re.compile(r"^job-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-(?:c(\d+)-|a\d+-)?")
+"""A scratch directory's name. Directories made before the claim was in it name the job alone, or the job
+and its attempt (``a<n>``), which does not tell one claim from another."""
 
 
 @dataclass(frozen=True)
 class Leftover:
-    """A scratch directory old enough to be looked at: the job and attempt it was made for (``None``:
-    its name does not say)."""
+    """A scratch directory old enough to be looked at: the job and claim it was made for (``None``: its
+    name does not say)."""
 
     path: Path
     job_id: uuid.UUID
-    attempt: int | None
+    claim: int | None
 
 
 def root(data_dir: Path) -> Path:
     return data_dir / "scratch"
 
 
-def make(data_dir: Path, job_id: uuid.UUID, attempt: int) -> Path:
-    """A new, empty scratch directory for this attempt of the job."""
+def make(data_dir: Path, job_id: uuid.UUID, claim: int) -> Path:
+    """A new, empty scratch directory for this claim of the job (its ``claims``)."""
     folder = root(data_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f"job-{job_id}-a{attempt}-", dir=folder))
+    return Path(tempfile.mkdtemp(prefix=f"job-{job_id}-c{claim}-", dir=folder))
 
 
 def remove(path: Path) -> None:
@@ -70,6 +75,6 @@ def leftovers(data_dir: Path, before: float) -> list[Leftover]:
                     continue
             except OSError:
                 continue  # removed meanwhile
-            attempt = int(named.group(2)) if named.group(2) else None
-            found.append(Leftover(Path(entry.path), uuid.UUID(named.group(1)), attempt))
+            claim = int(named.group(2)) if named.group(2) else None
+            found.append(Leftover(Path(entry.path), uuid.UUID(named.group(1)), claim))
     return found

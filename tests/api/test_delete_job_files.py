@@ -165,3 +165,56 @@ async def test_the_inputs_that_may_name_an_output_are_read_once_for_all_outputs(
     ]
     assert {t for t, _ in read} == {"jobs", "pipelines", "schedules"}, read
     assert all(loops == 1 for _, loops in read), read
+
+
+async def test_deleting_a_job_deletes_its_bytes_off_the_event_loop_and_returns_once_they_are_gone(
+    engine: AsyncEngine, settings: Any, pg: Any, monkeypatch: Any
+) -> None:
+    """The bytes of a deleted job's outputs were deleted on the event loop as the request's transaction
+    committed. On a slow or stalled file system (a network mount) that stopped everything the process does
+    meanwhile; under ``jobdesk serve`` the in-app worker shares that loop, so its lease renewals, claims and
+    outcomes too. They are deleted in a thread now, and the commit (the answer after it) still comes once
+    they are gone. The action is called as the web's delete calls it, on this test's loop (the test
+    client runs the app on a loop of its own, which a ticker here would not see stop)."""
+    import asyncio
+    import time
+
+    from app.actions import jobs as job_actions
+    from app.actions.trail import Actor
+    from tests.support.factories import make_job, make_user
+
+    admin = await make_user(pg, admin=True)
+    job = await make_job(engine, settings, admin)
+    store = FileStore(settings.files_dir)
+    async with engine.begin() as conn:  # as a worker leaves a job that stored an output
+        output = await store.save(conn, user_id=admin.id, name="out.bin", data=b"x" * 100, job_id=job["id"])
+    await pg.execute("UPDATE jobs SET status = 'completed', completed_at = now() WHERE id = $1", job["id"])
+    stored = store.path(output["id"])
+    assert stored.is_file()
+    real = FileStore.remove
+
+    def slow_remove(self: FileStore, file_ids: list[uuid.UUID]) -> None:
+        time.sleep(1.0)  # a file system that takes its time to answer
+        real(self, file_ids)
+
+    monkeypatch.setattr(FileStore, "remove", slow_remove)
+    gaps: list[float] = []
+
+    async def ticker() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.01)
+            gaps.append(time.monotonic() - last)
+            last = time.monotonic()
+
+    ticking = asyncio.create_task(ticker())
+    try:
+        async with AsyncSession(engine) as db:
+            await job_actions.delete(db, Actor(admin, settings=settings), job["id"])
+            await db.commit()  # as the web's answer starts
+            gone = not stored.exists()
+        await asyncio.sleep(0.05)  # the tick after the commit is counted too
+    finally:
+        ticking.cancel()
+    assert gone, "the commit returned before the bytes were deleted"
+    assert max(gaps) < 0.5, f"the event loop stopped for {max(gaps):.2f} s"

@@ -1,7 +1,7 @@
 """A CPU-bound job's scratch directory (its ``ctx.output_dir``) is removed when its attempt ends, whatever
 the outcome — completed (its outputs stored first), failed after writing outputs, past its time limit,
 cancelled, handed back at a worker's stop — and retention removes the directories a dead process left:
-old ones whose attempt is not running on any worker, never a running attempt's, never a young one."""
+old ones whose claim is not running on any worker, never a running claim's, never a young one."""
 
 from __future__ import annotations
 
@@ -95,39 +95,45 @@ class _Quiet:
         self.lines.append({"event": event, **kw})
 
 
-async def test_retention_removes_old_scratch_directories_of_attempts_not_running(
+async def test_retention_removes_old_scratch_directories_of_claims_not_running(
     engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection
 ) -> None:
     running = await enqueue(engine, settings, owner, "noop", {})
     finished = await enqueue(engine, settings, owner, "noop", {})
-    # as a worker on another host holds it: its second attempt runs now
+    # as a worker on another host holds it: its third claim runs now, its second attempt
     await pg.execute(
-        "UPDATE jobs SET status = 'in_progress', attempts = 2, max_attempts = 3, locked_by = 'elsewhere', "
-        "lease_expires_at = now() + interval '1 hour', started_at = now() WHERE id = $1",
+        "UPDATE jobs SET status = 'in_progress', attempts = 2, claims = 3, max_attempts = 3, "
+        "locked_by = 'elsewhere', lease_expires_at = now() + interval '1 hour', started_at = now() "
+        "WHERE id = $1",
         running,
     )
     await pg.execute(
-        "UPDATE jobs SET status = 'completed', attempts = 1, completed_at = now() WHERE id = $1", finished
+        "UPDATE jobs SET status = 'completed', attempts = 1, claims = 1, completed_at = now() WHERE id = $1",
+        finished,
     )
     old = time.time() - SCRATCH_MIN_AGE_SECS - 60
 
-    def made(job_id: uuid.UUID, attempt: int, *, written: float = old, legacy: bool = False) -> str:
-        path = scratch.make(settings.data_dir, job_id, attempt)
-        if legacy:  # named before the attempt was in the name
-            path = path.rename(path.with_name(f"job-{job_id}-x{attempt}k2"))
+    def made(job_id: uuid.UUID, claim: int, *, written: float = old, legacy: str = "") -> str:
+        path = scratch.make(settings.data_dir, job_id, claim)
+        if legacy == "job":  # named before anything but the job was in the name
+            path = path.rename(path.with_name(f"job-{job_id}-x{claim}k2"))
+        elif legacy == "attempt":  # named by the attempt, which says nothing of the claim
+            path = path.rename(path.with_name(f"job-{job_id}-a{claim}-k2x"))
         (path / "out.bin").write_bytes(b"x" * 100)
         os.utime(path, (written, written))
         return path.name
 
     doomed = {
         made(finished, 1),  # its process died before it removed its directory
-        made(running, 1),  # the running job's earlier attempt
+        made(running, 2),  # the running job's earlier claim
         made(uuid.uuid4(), 1),  # a job deleted since
-        made(finished, 1, legacy=True),
+        made(finished, 1, legacy="job"),
+        made(finished, 1, legacy="attempt"),
     }
     kept = {
-        made(running, 2),  # the attempt running now, however old its directory
-        made(running, 2, legacy=True),
+        made(running, 3),  # the claim running now, however old its directory
+        made(running, 3, legacy="job"),
+        made(running, 1, legacy="attempt"),  # it may be the running claim's: kept while the job runs
         made(finished, 1, written=time.time()),  # young: not looked at
     }
     other = scratch.root(settings.data_dir) / "notes"
@@ -137,7 +143,34 @@ async def test_retention_removes_old_scratch_directories_of_attempts_not_running
     log = _Quiet()
     await Retention(engine, settings, files=_NoFiles(), log=log).run_once()  # type: ignore[arg-type]
     assert set(left_in(settings)) == kept, doomed
-    assert [x.get("dirs") for x in log.lines if "scratch" in x["event"]] == [4]
+    assert [x.get("dirs") for x in log.lines if "scratch" in x["event"]] == [5]
+
+
+async def test_an_earlier_claim_s_scratch_directory_is_removed_though_its_attempt_number_runs_again(
+    engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection
+) -> None:
+    """A retry (or a rerun, or a hand-back) sets a job's attempt back, so the claim running now can have
+    the attempt number of an earlier claim whose process died: named by the attempt, the dead claim's
+    directory was taken for the running one's and kept for as long as the job ran."""
+    job = await enqueue(engine, settings, owner, "noop", {})
+    async with engine.begin() as conn:
+        [first] = await queue.claim(conn, "dead-worker", 1, 3600)
+    dead = scratch.make(settings.data_dir, job, first["claims"])  # its process dies before it ends
+    # an admin's retry after the rescue failed it: attempt 1 again, as the first claim's was
+    await pg.execute(
+        "UPDATE jobs SET status = 'queued', attempts = 0, locked_by = NULL, lease_expires_at = NULL "
+        "WHERE id = $1",
+        job,
+    )
+    async with engine.begin() as conn:
+        [second] = await queue.claim(conn, "live-worker", 1, 3600)
+    assert (second["attempts"], second["claims"]) == (first["attempts"], first["claims"] + 1)
+    live = scratch.make(settings.data_dir, job, second["claims"])
+    old = time.time() - SCRATCH_MIN_AGE_SECS - 60
+    for path in (dead, live):
+        os.utime(path, (old, old))
+    await Retention(engine, settings, files=_NoFiles(), log=_Quiet()).run_once()  # type: ignore[arg-type]
+    assert left_in(settings) == [live.name], "the dead claim's directory was kept, or the live one removed"
 
 
 class _NoFiles:

@@ -192,7 +192,7 @@ from app.jobs.queue.sweep import (
     Delays,
     prune,
     rescue_expired,
-    running_attempts,
+    running_claims,
     stuck_dependents,
 )
 from app.jobs.queue.transitions import (
@@ -378,7 +378,7 @@ __all__ = [
     "prune",
     "STUCK_DEPENDENTS",
     "stuck_dependents",
-    "running_attempts",
+    "running_claims",
     "REGISTER_WORKER",
     "TOUCH_WORKER",
     "SET_WORKER_HEALTH",

@@ -18,15 +18,21 @@ HELD_PIPELINES = sql(
     "AND NOT (pipeline_id = ANY(CAST(:locked AS uuid[])))"
 )
 # Only the held jobs whose pipeline this cancel has locked (or that have none): a job held in another
-# pipeline after the pipelines were read is left to the next round, which locks its pipeline first.
+# pipeline after the pipelines were read is left to the next round, which locks its pipeline first. The
+# jobs are locked in id order (``taken``) before any changes, as every multi-row action locks them.
 CANCEL_HELD = sql(
     """
-    WITH cancelled AS (
-        UPDATE jobs SET status = 'cancelled', completed_at = now(), updated_at = now(),
-            error_message = 'cancelled by an admin while held (its owner''s account was disabled)'
+    WITH taken AS MATERIALIZED (
+        SELECT id FROM jobs
         WHERE user_id = :user_id AND status = 'queued' AND NOT is_active
           AND (pipeline_id IS NULL OR pipeline_id = ANY(CAST(:locked AS uuid[])))
-        RETURNING id, pipeline_id, status, type, user_id, title, step_key, error_message
+        ORDER BY id
+        FOR UPDATE
+    ), cancelled AS (
+        UPDATE jobs j SET status = 'cancelled', completed_at = now(), updated_at = now(),
+            error_message = 'cancelled by an admin while held (its owner''s account was disabled)'
+        FROM taken t WHERE j.id = t.id AND j.status = 'queued' AND NOT j.is_active
+        RETURNING j.id, j.pipeline_id, j.status, j.type, j.user_id, j.title, j.step_key, j.error_message
     ), ev AS (
         INSERT INTO job_events (job_id, pipeline_id, kind, from_status, to_status, actor, message)
         SELECT id, pipeline_id, 'cancelled', 'queued', 'cancelled', :actor, error_message FROM cancelled

@@ -265,15 +265,16 @@ async def stuck_dependents(conn: AsyncConnection) -> list[uuid.UUID]:
     return list((await conn.execute(STUCK_DEPENDENTS)).scalars())
 
 
-RUNNING_ATTEMPTS = sql(
-    "SELECT id, attempts FROM jobs WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'in_progress'"
+RUNNING_CLAIMS = sql(
+    "SELECT id, claims FROM jobs WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'in_progress'"
 )
 
 
-async def running_attempts(conn: AsyncConnection, ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
-    """The attempt each of ``ids`` is running now, on whichever worker holds it (jobs not running are
-    left out): what a worker's leftovers (its scratch directories) may still belong to."""
+async def running_claims(conn: AsyncConnection, ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
+    """The claim of each of ``ids`` that runs now, on whichever worker holds it (jobs not running are
+    left out): what a worker's leftovers (its scratch directories) may still belong to. The claim, not the
+    attempt: a retry or a rerun sets the attempt back, so two claims of a job can share an attempt."""
     if not ids:
         return {}
-    rows = await conn.execute(RUNNING_ATTEMPTS, {"ids": ids})
-    return {row.id: row.attempts for row in rows}
+    rows = await conn.execute(RUNNING_CLAIMS, {"ids": ids})
+    return {row.id: row.claims for row in rows}
