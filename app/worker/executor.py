@@ -32,7 +32,6 @@ from app.jobs.error_text import INPUT_UNFIT
 from app.jobs.fanout import unwrap_literals
 from app.jobs.payload import cap_text, result_json
 from app.jobs.queue import Outcome
-from app.jobs.types import validation_error
 from app.processors import (
     CpuContext,
     Input,
@@ -465,8 +464,7 @@ def _parse_input(spec: ProcessorSpec, row: Any) -> Input:
             data = unwrap_literals(data)  # a literal list's item in a step with no parents
         return spec.parse_input(data)
     except ValidationError as exc:
-        # Every bad field named as a submission names it (input_data.url: …), since a $ref may have read
-        # something of another shape than its field takes. Permanent: the same input fails again.
-        bad = validation_error(exc, "input_data", spec.input_model).errors
-        fields = "; ".join(f"{path}: {message}" for path, message in bad.items())
+        # Each bad field said with what filled it (a $ref may have read something of another shape than
+        # its field takes). Permanent: the same input fails again.
+        fields = pipelines.input_unfit_words(exc.errors(), row["input_data"], spec)
         raise PermanentError(f"{INPUT_UNFIT}{row['type']}: {fields}") from None
