@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import dbclock, pipelines
 from app.db import is_transient
 from app.errors import AppError
 from app.files import FileStore
+from app.formatting import known_zone
 from app.job_files import JobFiles
 from app.jobs import queue
 from app.jobs.backoff import RetryPolicy, retry_delay
@@ -49,6 +51,9 @@ from app.worker import scratch
 from app.worker.cpu import run_in_process
 from app.worker.faults import describe, first_line, next_jobs_refused
 from app.worker.joblog import JobLogger, JobLogWriter, current
+
+OWNER_ZONE = text("SELECT timezone FROM users WHERE id = :id")
+"""A job's owner's time zone, read as a CPU-bound attempt is handed over."""
 
 PROGRESS_MIN_INTERVAL_SECS = 0.5
 """Progress reports of one job are written at most this often (the rest are coalesced)."""
@@ -288,6 +293,7 @@ class Executor:
             file_names=names,
             files=paths,
             now=dbclock.db_time(),
+            timezone=await self._owner_zone(row),
         )
         await self.report_progress(job, 0.0, "Working…")
         return await run_in_process(
@@ -297,6 +303,12 @@ class Executor:
             max_memory_mb=self.settings.cpu_job_max_memory_mb,
             on_log=job.log_buffer.add if job.log_buffer is not None else None,
         )
+
+    async def _owner_zone(self, row: Any) -> str:
+        """The job's owner's time zone now (:attr:`CpuContext.timezone`); UTC for a name no picker offers."""
+        async with answered_within(self.app_engine.connect(), self.settings.heartbeat_secs) as conn:
+            name = (await conn.execute(OWNER_ZONE, {"id": row["user_id"]})).scalar()
+        return known_zone(name) or "UTC"
 
     def _job_files(self, job: RunningJob) -> JobFiles:
         """The attempt's ``ctx.files``: one per attempt, holding the owner's storage limit."""
