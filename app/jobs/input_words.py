@@ -245,7 +245,7 @@ def next_job_words(
         return f"the {label} was given '{field}', which is not an input of its type"
     marker = None if as_data else marker_words(error.get("input"))
     if marker is not None:
-        return f"the {label} has an object in '{field}' that is not read: {marker.rstrip('.')}"
+        return f"the {label} has an object in '{field}' that is not read: {marker[:1].lower()}{marker[1:-1]}"
     shown = value_shown(error.get("input"))
     return f"the {label} was given {shown} for '{field}'; {requirement(error, file_widget)}"
 

@@ -397,3 +397,10 @@ async def test_a_next_jobs_input_that_fails_its_schema_fails_its_creator_in_word
     with pytest.raises(BadInput) as refused:
         plan_next_jobs(None, [NextJob(type="test.form", input_data={"name": "Ann", "copies": 12})], settings)
     assert str(refused.value) == "the next job 1 (test.form) was given 12 for 'copies'; it must be at most 10"
+    odd = {"name": "Ann", "copies": {"$ref": "x.y", "z": 1}}
+    with pytest.raises(BadInput) as refused:
+        plan_next_jobs(None, [NextJob(type="test.form", input_data=odd)], settings)
+    assert str(refused.value) == (
+        "the next job 1 (test.form) has an object in 'copies' that is not read: an object with \"$ref\" "
+        "must have that one key only, like {\"$ref\": …}; remove the others ('z')"
+    )
