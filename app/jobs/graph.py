@@ -36,7 +36,13 @@ from app.jobs.fanout import (
     ref_problem,
     unwrap_literals,
 )
-from app.jobs.input_words import field_named, next_job_label, next_job_words, run_time_words
+from app.jobs.input_words import (
+    field_named,
+    next_job_label,
+    next_job_parents_words,
+    next_job_words,
+    run_time_words,
+)
 from app.jobs.payload import check_input
 from app.jobs.types import NextJob, PermanentError, errors_in_words, registry, type_shown, validation_errors
 from app.settings import Settings
@@ -393,12 +399,7 @@ def check_next_job_parents(i: int, type_: Any, key: Any, input_data: Any, *, has
     if not needed:
         return
     which = next_job_label(i, type_, key)
-    what = " and ".join(f"'{title}'" for title in needed.values())
-    words = (
-        f"the processor left {what} empty for the steps before this job to fill, and gave it no steps "
-        "before it (its depends_on is empty): it must fill it in itself, or make the job depend on the "
-        "jobs whose results fill it"
-    )
+    words = next_job_parents_words(list(needed.values()))
     errors = {f"next_jobs[{i}].input_data.{name}": words for name in needed}
     raise BadInput(f"{which}: {words}", errors=errors)
 

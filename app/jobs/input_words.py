@@ -250,6 +250,18 @@ def next_job_words(
     return f"the {label} was given {shown} for '{field}'; {requirement(error, file_widget)}"
 
 
+def next_job_parents_words(titles: Sequence[str]) -> str:
+    """A processor's next job with no job before it, whose fields ``titles`` only the steps before it
+    could fill (:meth:`~app.jobs.types.ProcessorSpec.parents_only`): what the processor left out, not a
+    form's "choose …", which its owner could not follow."""
+    what = " and ".join(f"'{title}'" for title in titles)
+    return (
+        f"the processor left {what} empty for the steps before this job to fill, and gave it no steps "
+        "before it (its depends_on is empty): it must fill it in itself, or make the job depend on the "
+        "jobs whose results fill it"
+    )
+
+
 def run_time_words(error: Mapping[str, Any], refs: Mapping[str, str], file_widget: str | None = None) -> str:
     """One schema error of a job's input as it runs, in words: when the value came from an earlier step's
     result (``refs``: the field each ``$ref`` filled, from :func:`field_named`, to the reference), "The
