@@ -246,9 +246,8 @@ def _absurd_step(cron: str) -> str | None:
 
 _WORDS = re.compile(r"[A-Za-z]+")
 _MARKS = frozenset({"l", "w"})
-_PLAIN = re.compile(r"[0-9A-Za-z*,/?-]+")
-"""What a field of the five plain fields holds: numbers, names, ``*``, lists, ranges and steps (and
-``?``, which croniter reads as ``*``)."""
+_PLAIN = re.compile(r"[0-9A-Za-z*,/-]+")
+"""What a field of the five plain fields holds: numbers, names, ``*``, lists, ranges and steps."""
 
 
 def _foreign_word(cron: str) -> str | None:
@@ -256,12 +255,17 @@ def _foreign_word(cron: str) -> str | None:
     random value, drawn again each time the next fire is computed, so ``0 R * * *`` fired at another hour
     each day (twice on some days, on none on others) and never at the times its preview showed; ``H`` (a
     hashed value) it refuses in words about a ``hash_id``. Quartz's ``L`` (last), ``W`` (nearest weekday)
-    and ``#`` (the nth weekday of the month) are refused too: the README documents five plain fields, a
-    crontab has none of them, and one written to a crontab or read by someone who knows crontabs does not
-    mean what croniter makes of it. Numbers, ``*``, ranges, steps, and month and weekday names are what a
-    crontab takes."""
+    and ``#`` (the nth weekday of the month) are refused too, and so is its ``?`` ("no specific value"),
+    which croniter reads as ``*``: the README documents five plain fields, a crontab has none of them, and
+    one written to a crontab or read by someone who knows crontabs does not mean what croniter makes of
+    it. Numbers, ``*``, ranges, steps, and month and weekday names are what a crontab takes."""
     for index, field in enumerate(cron.split()):
         name = _FIELDS[index][0]
+        if "?" in field:
+            return (
+                f"{field[:20]!r} in the {name} field: '?' is not taken; Jobdesk reads five plain crontab "
+                "fields, without '?' (no specific value): write '*' for every value"
+            )
         allowed = _NAMES.get(index, {}).keys()
         marks = [w for w in _WORDS.findall(field) if set(w.lower()) <= _MARKS and w.lower() not in allowed]
         if "#" in field or marks:
@@ -310,7 +314,7 @@ def _never_fires(cron: str) -> str | None:
     """Why a schedule whose days of the month no month it names has never fires (``0 0 31 2 *``), in
     words; ``None`` when it does fire, or when its weekday field is set (a day fires on either)."""
     _, _, day, month, weekday = cron.split()
-    if weekday not in ("*", "?"):
+    if weekday != "*":
         return None
     days = _numbers(day, {})
     months = _numbers(month, _NAMES[3]) if month != "*" else set(range(1, 13))

@@ -193,6 +193,9 @@ class BulkOutcome:
     skipped: list[uuid.UUID]
     message: str
     unknown: list[uuid.UUID] = field(default_factory=list)
+    permanent: int = 0
+    """Of the jobs a retry put back (``done``), how many had failed with a permanent error: retried
+    anyway, as its confirm step warned (:attr:`BulkPlan.permanent`); the API's ``failed_permanently``."""
 
 
 async def run_bulk(
@@ -223,6 +226,8 @@ async def run_bulk(
     if expected is not None and plan.scope != "selected":
         plan.ids = plan.ids[:expected]  # never more than the admin confirmed
     done, skipped, unfit, limited, vanished, barred, stopped = await _apply(db, actor, plan)
+    # the retried jobs' last failures are still theirs: a retry records no failure of its own
+    permanent = len(await permanent_among(db, done)) if plan.action == "retry" else 0
     unknown = [*plan.unknown, *vanished]
     n_skipped = len(skipped)
     full_detail = {
@@ -284,7 +289,7 @@ async def run_bulk(
             f" {len(unknown):,} id{'s' if len(unknown) != 1 else ''} named no job"
             f" ({', '.join(str(j) for j in unknown[:3])}{', …' if len(unknown) > 3 else ''})."
         )
-    return BulkOutcome(plan.action, done, skipped, message, unknown=unknown)
+    return BulkOutcome(plan.action, done, skipped, message, unknown=unknown, permanent=permanent)
 
 
 async def _apply(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -36,8 +36,15 @@ from app.jobs.fanout import (
     ref_problem,
     unwrap_literals,
 )
+from app.jobs.input_words import (
+    field_named,
+    next_job_label,
+    next_job_parents_words,
+    next_job_words,
+    run_time_words,
+)
 from app.jobs.payload import check_input
-from app.jobs.types import NextJob, PermanentError, registry, type_shown, validation_errors
+from app.jobs.types import NextJob, PermanentError, errors_in_words, registry, type_shown, validation_errors
 from app.settings import Settings
 
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -170,9 +177,13 @@ def has_refs(value: Any) -> bool:
     return False
 
 
-def validate_step_input(type_: Any, input_data: Any, path: str, settings: Settings) -> dict[str, Any]:
+def validate_step_input(
+    type_: Any, input_data: Any, path: str, settings: Settings, *, next_job: str | None = None
+) -> dict[str, Any]:
     """Validate one step's input against its type; fields holding a ``{"$ref": …}`` (or an ``{"$item":
-    …}`` not yet replaced) are checked at run time instead. Returns the input to store.
+    …}`` not yet replaced) are checked at run time instead. Returns the input to store. ``next_job``: the
+    step is a processor's next job, so labelled (:func:`~app.jobs.input_words.next_job_label`), and its
+    problems are worded for what a processor wrote, not for a person at a form.
 
     Raises:
         BadInput: unknown type, or a bad field (named by its full path).
@@ -184,7 +195,12 @@ def validate_step_input(type_: Any, input_data: Any, path: str, settings: Settin
     check_input(input_data, settings.job_max_input_bytes, field=path)
     ref_fields = {k for k, v in input_data.items() if has_refs(v) or has_items(v)}
     if not ref_fields and not has_literals(input_data):
-        return spec.validate_input(input_data, field_prefix=path)
+        if next_job is None:
+            return spec.validate_input(input_data, field_prefix=path)
+        try:
+            return dict(spec.input_model.model_validate(input_data).model_dump(mode="json"))
+        except ValidationError as exc:
+            raise _next_job_refusal(exc.errors(), path, spec, next_job) from None
     # Data wrapped as literal is checked as the step will read it, and stored wrapped.
     plain = unwrap_literals(input_data)
     try:
@@ -196,8 +212,23 @@ def validate_step_input(type_: Any, input_data: Any, path: str, settings: Settin
         if errors:
             # what the person wrote inside a literal is data: refused as such, never as a marker
             in_input = functools.partial(in_literal, input_data)
+            if next_job is not None:
+                raise _next_job_refusal(errors, path, spec, next_job, as_data=in_input) from None
             raise validation_errors(errors, path, spec.input_model, as_data=in_input) from None
     return input_data
+
+
+def _next_job_refusal(
+    errors: Sequence[Any],
+    path: str,
+    spec: Any,
+    label: str,
+    as_data: Callable[[Sequence[int | str]], bool] | None = None,
+) -> BadInput:
+    def words(err: Any, widget: str | None) -> str:
+        return next_job_words(err, label, widget, as_data=as_data is not None and as_data(err["loc"]))
+
+    return errors_in_words(errors, path, spec.input_model, words)
 
 
 def check_step_submission(
@@ -295,6 +326,36 @@ def resolve_refs(input_data: Any, parents: dict[str, Any]) -> Any:
     return input_data
 
 
+def refs_by_field(input_data: Any) -> dict[str, str]:
+    """Each ``{"$ref": …}`` of a step's input as written, by the field it fills (named as
+    :func:`~app.jobs.input_words.field_named` names an error's place: ``name``, ``extra.a``, ``xs[1]``)."""
+    found: dict[str, str] = {}
+
+    def walk(value: Any, loc: tuple[int | str, ...]) -> None:
+        if isinstance(value, dict):
+            if set(value) == {"$ref"} and isinstance(value["$ref"], str):
+                found[field_named(loc)] = value["$ref"]
+            elif not is_literal(value):
+                for k, v in value.items():
+                    walk(v, (*loc, k))
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, (*loc, i))
+
+    walk(input_data, ())
+    return found
+
+
+def input_unfit_words(details: Sequence[Any], input_data: Any, spec: Any) -> str:
+    """What is wrong with a job's input as it runs (its ``$ref`` values read, ``details``: the schema's
+    errors), sentence by sentence: "The value $ref 'a.v' gave for 'name' is an object; it must be text."
+    Said for what an earlier step's result gave, or the stored input, never as a form's "Enter text":
+    the job's owner typed neither."""
+    refs = refs_by_field(input_data)
+    bad = errors_in_words(details, "input_data", spec.input_model, lambda e, w: run_time_words(e, refs, w))
+    return " ".join(bad.errors.values())
+
+
 def _resolve_ref(ref: str, parents: dict[str, Any]) -> Any:
     key, *fields = ref.split(".")
     if key not in parents:
@@ -337,13 +398,8 @@ def check_next_job_parents(i: int, type_: Any, key: Any, input_data: Any, *, has
     needed = spec.parents_only(unwrap_literals(input_data) if has_literals(input_data) else input_data)
     if not needed:
         return
-    which = f"next job {i + 1} ({type_}" + (f", key {str(key)[:100]!r})" if key else ")")
-    what = " and ".join(f"'{title}'" for title in needed.values())
-    words = (
-        f"the processor left {what} empty for the steps before this job to fill, and gave it no steps "
-        "before it (its depends_on is empty): it must fill it in itself, or make the job depend on the "
-        "jobs whose results fill it"
-    )
+    which = next_job_label(i, type_, key)
+    words = next_job_parents_words(list(needed.values()))
     errors = {f"next_jobs[{i}].input_data.{name}": words for name in needed}
     raise BadInput(f"{which}: {words}", errors=errors)
 
@@ -358,7 +414,8 @@ def plan_next_jobs(creator: Any, next_jobs: Sequence[NextJob], settings: Setting
     for i, nj in enumerate(next_jobs):
         if not isinstance(nj, NextJob):
             raise BadInput.field(f"next_jobs[{i}]", "must be a NextJob")
-        validate_step_input(nj.type, nj.input_data, f"next_jobs[{i}].input_data", settings)
+        label = next_job_label(i, nj.type, nj.key)
+        validate_step_input(nj.type, nj.input_data, f"next_jobs[{i}].input_data", settings, next_job=label)
         check_next_job_parents(i, nj.type, nj.key, nj.input_data, has_parents=bool(nj.depends_on))
     new_keys = {nj.key or f"next-{i + 1}" for i, nj in enumerate(next_jobs)}
     specs = [

@@ -9,7 +9,7 @@ as a number".
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -138,3 +138,142 @@ def sentence_of(message: str) -> str:
     if not message:
         return message
     return message[:1].upper() + message[1:] + ("" if message.endswith((".", "?", "!")) else ".")
+
+
+# --- a value no person typed: a processor's next job, a ``$ref`` read at run time ------------------------
+#
+# The sentences above tell a person at a form what to type ("Fill this in.", "Enter text."). A processor's
+# next job and a value a ``$ref`` read from an earlier step's result were written by code, not typed: their
+# owner can change neither, so the words say what is wrong — which value, what it is, what it must be.
+
+_NEEDS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "greater_than_equal": lambda c: f"at least {number_text(c.get('ge'))}",
+    "greater_than": lambda c: f"more than {number_text(c.get('gt'))}",
+    "less_than_equal": lambda c: f"at most {number_text(c.get('le'))}",
+    "less_than": lambda c: f"less than {number_text(c.get('lt'))}",
+    "string_too_short": lambda c: f"at least {plural(c.get('min_length'), 'character')} long",
+    "string_too_long": lambda c: f"at most {plural(c.get('max_length'), 'character')} long",
+    "too_short": lambda c: f"a list of at least {plural(c.get('min_length'), 'item')}",
+    "too_long": lambda c: f"a list of at most {plural(c.get('max_length'), 'item')}",
+    "literal_error": lambda c: f"one of {c['expected']}" if c.get("expected") else "one of its options",
+    "enum": lambda c: f"one of {c['expected']}" if c.get("expected") else "one of its options",
+    "string_pattern_mismatch": lambda c: "in the form its type expects",
+    "multiple_of": lambda c: f"a multiple of {number_text(c.get('multiple_of'))}",
+    "string_type": lambda c: "text",
+    "bool_type": lambda c: "true or false",
+    "bool_parsing": lambda c: "true or false",
+    "list_type": lambda c: "a list",
+    "dict_type": lambda c: "an object of named values",
+    "model_type": lambda c: "an object of named values",
+    "uuid_type": lambda c: "an id, like 0190a3b0-0000-7000-8000-000000000001",
+    "uuid_parsing": lambda c: "an id, like 0190a3b0-0000-7000-8000-000000000001",
+}
+"""What a value must be, by pydantic error type: the end of "…; it must be <this>"."""
+
+_NEEDS_BY_PREFIX = (
+    (("int_",), "a whole number"),
+    (("float_", "decimal_"), "a number"),
+    (("datetime",), "a date and a time"),
+    (("date",), "a date, like 2026-12-31"),
+    (("time",), "a time, like 09:30"),
+    (("url_parsing", "url_type"), "a web address, like https://example.com/"),
+)
+
+_FILE_NEEDS = {
+    "file": "the id of one of its owner's uploaded files, as text",
+    "files": "a list of ids of its owner's uploaded files",
+}
+
+
+def value_shown(value: Any) -> str:
+    """A value as a sentence names it: a short one as JSON writes it, a long one or a container by its kind."""
+    if value is None:
+        return "null (no value)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float | Decimal):
+        return number_text(value) if isinstance(value, int) else str(value)
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else f"a text of {plural(len(value), 'character')}"
+    if isinstance(value, dict):
+        return "an object" if value else "an empty object"
+    if isinstance(value, list):
+        return f"a list of {plural(len(value), 'item')}" if value else "an empty list"
+    return "a value of another kind"
+
+
+def requirement(error: Mapping[str, Any], file_widget: str | None = None) -> str:
+    """What is wrong with the value of one pydantic error, after the value is named: "it must be a whole
+    number", "it must be at most 10"; its own words when Jobdesk has none for its kind."""
+    kind = str(error.get("type", ""))
+    if file_widget in _FILE_NEEDS and kind not in ("too_short", "too_long"):
+        return f"it must be {_FILE_NEEDS[file_widget]}"
+    if kind in _NEEDS:
+        return f"it must be {_NEEDS[kind](error.get('ctx') or {})}"
+    for prefixes, need in _NEEDS_BY_PREFIX:
+        if kind.startswith(prefixes):
+            return f"it must be {need}"
+    message = str(error.get("msg") or "it is not valid")
+    message = message.removeprefix("Value error, ").removeprefix("Assertion failed, ").strip()
+    return message[:1].lower() + message[1:].rstrip(".")
+
+
+def field_named(loc: Sequence[int | str]) -> str:
+    """An error's location in the input as its writer names it: ``name``, ``tags[2]``, ``extra.a``."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "input"
+
+
+def next_job_label(i: int, type_: Any, key: Any) -> str:
+    """A processor's next job ``i`` (from 0) as the words of its refusals name it: "next job 1
+    (images.contact_sheet, key 'sheet')"."""
+    return f"next job {i + 1} ({str(type_)[:100]}" + (f", key {str(key)[:100]!r})" if key else ")")
+
+
+def next_job_words(
+    error: Mapping[str, Any], label: str, file_widget: str | None = None, *, as_data: bool = False
+) -> str:
+    """One schema error of a processor's next job (``label``: :func:`next_job_label`) in words, to follow
+    "could not create the next jobs: ": "the next job 1 (test.form, key 'x') is missing its input 'name'"."""
+    kind = str(error.get("type", ""))
+    field = field_named(error.get("loc") or ())
+    if kind == "missing":
+        return f"the {label} is missing its input '{field}'"
+    if kind == "extra_forbidden":
+        return f"the {label} was given '{field}', which is not an input of its type"
+    marker = None if as_data else marker_words(error.get("input"))
+    if marker is not None:
+        return f"the {label} has an object in '{field}' that is not read: {marker[:1].lower()}{marker[1:-1]}"
+    shown = value_shown(error.get("input"))
+    return f"the {label} was given {shown} for '{field}'; {requirement(error, file_widget)}"
+
+
+def next_job_parents_words(titles: Sequence[str]) -> str:
+    """A processor's next job with no job before it, whose fields ``titles`` only the steps before it
+    could fill (:meth:`~app.jobs.types.ProcessorSpec.parents_only`): what the processor left out, not a
+    form's "choose …", which its owner could not follow."""
+    what = " and ".join(f"'{title}'" for title in titles)
+    return (
+        f"the processor left {what} empty for the steps before this job to fill, and gave it no steps "
+        "before it (its depends_on is empty): it must fill it in itself, or make the job depend on the "
+        "jobs whose results fill it"
+    )
+
+
+def run_time_words(error: Mapping[str, Any], refs: Mapping[str, str], file_widget: str | None = None) -> str:
+    """One schema error of a job's input as it runs, in words: when the value came from an earlier step's
+    result (``refs``: the field each ``$ref`` filled, from :func:`field_named`, to the reference), "The
+    value $ref 'a.v' gave for 'name' is an object; it must be text."; otherwise the stored value's."""
+    loc = tuple(error.get("loc") or ())
+    field = field_named(loc)
+    kind = str(error.get("type", ""))
+    ref = next((refs[f] for n in range(len(loc), 0, -1) if (f := field_named(loc[:n])) in refs), None)
+    if kind == "missing":
+        return f"Its input '{field}' is missing" + (f" from what $ref {ref!r} gave." if ref else ".")
+    if kind == "extra_forbidden":
+        return f"Its input has '{field}', which is not an input of its type."
+    shown = value_shown(error.get("input"))
+    where = f"The value $ref {ref!r} gave for '{field}'" if ref else f"Its input '{field}'"
+    return f"{where} is {shown}; {requirement(error, file_widget)}."

@@ -190,9 +190,7 @@ def validation_errors(
     files = file_fields(model) if model is not None else {}
     errors: dict[str, str] = {}
     for err in details:
-        path = prefix
-        for part in err["loc"]:
-            path = f"{path}[{part}]" if isinstance(part, int) else f"{path}.{part}"
+        path = _error_path(prefix, err["loc"])
         if err["type"] == "extra_forbidden":
             message = "is not a field of this job type"
         elif err["type"] == "missing":
@@ -206,6 +204,32 @@ def validation_errors(
         errors.setdefault(path, message)
     first_path, first_msg = next(iter(errors.items()))
     return BadInput(f"{first_path}: {first_msg}", errors=errors)
+
+
+def _error_path(prefix: str, loc: Sequence[int | str]) -> str:
+    path = prefix
+    for part in loc:
+        path = f"{path}[{part}]" if isinstance(part, int) else f"{path}.{part}"
+    return path
+
+
+def errors_in_words(
+    details: Sequence[ErrorDetails],
+    prefix: str,
+    model: InputModel | None,
+    words: Callable[[ErrorDetails, str | None], str],
+) -> BadInput:
+    """Some of a ``ValidationError``'s errors (at least one) as :class:`BadInput` for a path whose values
+    no person typed (a processor's next job, an input as it runs): each a whole sentence from ``words(error,
+    file widget of its field or None)`` (:mod:`app.jobs.input_words` words each path), keyed by its
+    field's path under ``prefix``; the message is the first's."""
+    files = file_fields(model) if model is not None else {}
+    errors: dict[str, str] = {}
+    for err in details:
+        top = err["loc"][0] if err["loc"] else None
+        widget = files.get(top) if isinstance(top, str) else None
+        errors.setdefault(_error_path(prefix, err["loc"]), words(err, widget))
+    return BadInput(next(iter(errors.values())), errors=errors)
 
 
 # --- file fields --------------------------------------------------------------------------------

@@ -253,6 +253,9 @@ class CpuContext:
     """When the worker handed this attempt to its process, on the database's clock (as the worker
     measures it: :func:`app.dbclock.db_time`), in UTC: the time a processor stamps on what it makes.
     The child process cannot measure that clock itself, and its host's clock and zone are no one's."""
+    timezone: str = "UTC"
+    """The job's owner's time zone (an IANA name, from their account, as the worker read it when it handed
+    this attempt over): the zone a processor says a time in for its owner to read (a report's "made on")."""
 
     def input_path(self, file_id: uuid.UUID | str, what: str = "file") -> Path:
         """The bytes of one of the job's files (see :attr:`files`).

@@ -8,10 +8,12 @@ forbids scripts, and needs nothing from outside (inline CSS, inline SVG).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from markupsafe import Markup, escape
+
+from app.formatting import in_zone, zone
 
 BAR = "#2f6f9f"
 MISS = "#d98b3a"
@@ -161,11 +163,20 @@ code { background: #f2f2f0; padding: 0 4px; border-radius: 3px; overflow-wrap: a
 """
 
 
-def render_report(summary: dict[str, Any], missing_words: str, made: datetime) -> str:
+def made_words(made: datetime, tz: str) -> str:
+    """When a report was made, in its owner's zone ``tz`` with the zone's name, so that it reads the same
+    wherever it is opened: ``2026-12-08 09:30 CET (Europe/Berlin)``; ``2026-12-08 08:30 UTC`` in UTC."""
+    local = in_zone(made, zone(tz))
+    named = "" if tz == local.tzname() else f" ({tz})"
+    return f"{local:%Y-%m-%d %H:%M} {local.tzname()}{named}"
+
+
+def render_report(summary: dict[str, Any], missing_words: str, made: datetime, tz: str = "UTC") -> str:
     """The self-contained HTML report of a summary (as returned by ``report.csv_summary``): inline CSS
     and SVG charts, no script, every value escaped (Jinja2 autoescape; SVG text via :func:`escape`).
-    ``missing_words`` lists what counted as missing; ``made`` is when, said in UTC (stamped with the
-    worker host's clock and zone, one report read another time and zone on each host that made it)."""
+    ``missing_words`` lists what counted as missing; ``made`` is when (on the database's clock: stamped
+    with the worker host's clock and zone, one report read another time and zone on each host that made
+    it), said in ``tz``, the owner's zone, with its name (:func:`made_words`)."""
     # Imported here: every worker loads this module at start to learn its job types, and Jinja2 cost
     # about a tenth of a second of that start (measured with bench/startup.py), for reports few run.
     import jinja2
@@ -186,7 +197,7 @@ def render_report(summary: dict[str, Any], missing_words: str, made: datetime) -
         delimiter=f"{summary.get('delimiter', 'comma')}s",
         header=summary.get("header", "yes"),
         notes=summary.get("notes") or [],
-        made=made.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        made=made_words(made, tz),
         missing_chart=chart_missing(summary["columns"]),
         missing_words=missing_words,
         columns=columns,

@@ -473,7 +473,9 @@ def _write_report(summary: dict[str, Any], ctx: CpuContext) -> OutputFile:
     name = f"{safe_stem(summary.get('title') or '', 'csv')}-report.html"
     path = out_dir / name
     missing_words = ", ".join(sorted(m for m in MISSING if m))
-    path.write_text(render_report(summary, missing_words, ctx.now or dbclock.db_time()), encoding="utf-8")
+    path.write_text(
+        render_report(summary, missing_words, ctx.now or dbclock.db_time(), ctx.timezone), encoding="utf-8"
+    )
     return OutputFile(path, name, "text/html")
 
 

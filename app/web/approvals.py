@@ -42,6 +42,12 @@ def with_result(row: dict[str, Any]) -> dict[str, Any]:
     # an object's fields are all in the items; one with nothing to show is "no result", not its "{}"
     shown = row["result_items"] or isinstance(result, dict) or result_display.is_blank(result)
     row["result_json"] = None if shown else result_display.pretty_json(result)
+    # past the first fields the items stop: said as the job page says it, the rest in Details beside them
+    # (an approver may not read the job's own page)
+    row["result_cut"] = result_display.fields_left_out(result)
+    row["result_details"], row["result_details_cut"] = (
+        result_display.shown_json(result) if row["result_cut"] else (None, 0)
+    )
     row["waited"] = display.now_utc() - row["waiting_since"]
     return row
 

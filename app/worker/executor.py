@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import dbclock, pipelines
 from app.db import is_transient
 from app.errors import AppError
 from app.files import FileStore
+from app.formatting import known_zone
 from app.job_files import JobFiles
 from app.jobs import queue
 from app.jobs.backoff import RetryPolicy, retry_delay
@@ -32,7 +34,6 @@ from app.jobs.error_text import INPUT_UNFIT
 from app.jobs.fanout import unwrap_literals
 from app.jobs.payload import cap_text, result_json
 from app.jobs.queue import Outcome
-from app.jobs.types import validation_error
 from app.processors import (
     CpuContext,
     Input,
@@ -50,6 +51,9 @@ from app.worker import scratch
 from app.worker.cpu import run_in_process
 from app.worker.faults import describe, first_line, next_jobs_refused
 from app.worker.joblog import JobLogger, JobLogWriter, current
+
+OWNER_ZONE = text("SELECT timezone FROM users WHERE id = :id")
+"""A job's owner's time zone, read as a CPU-bound attempt is handed over."""
 
 PROGRESS_MIN_INTERVAL_SECS = 0.5
 """Progress reports of one job are written at most this often (the rest are coalesced)."""
@@ -289,6 +293,7 @@ class Executor:
             file_names=names,
             files=paths,
             now=dbclock.db_time(),
+            timezone=await self._owner_zone(row),
         )
         await self.report_progress(job, 0.0, "Working…")
         return await run_in_process(
@@ -298,6 +303,12 @@ class Executor:
             max_memory_mb=self.settings.cpu_job_max_memory_mb,
             on_log=job.log_buffer.add if job.log_buffer is not None else None,
         )
+
+    async def _owner_zone(self, row: Any) -> str:
+        """The job's owner's time zone now (:attr:`CpuContext.timezone`); UTC for a name no picker offers."""
+        async with answered_within(self.app_engine.connect(), self.settings.heartbeat_secs) as conn:
+            name = (await conn.execute(OWNER_ZONE, {"id": row["user_id"]})).scalar()
+        return known_zone(name) or "UTC"
 
     def _job_files(self, job: RunningJob) -> JobFiles:
         """The attempt's ``ctx.files``: one per attempt, holding the owner's storage limit."""
@@ -465,8 +476,7 @@ def _parse_input(spec: ProcessorSpec, row: Any) -> Input:
             data = unwrap_literals(data)  # a literal list's item in a step with no parents
         return spec.parse_input(data)
     except ValidationError as exc:
-        # Every bad field named as a submission names it (input_data.url: …), since a $ref may have read
-        # something of another shape than its field takes. Permanent: the same input fails again.
-        bad = validation_error(exc, "input_data", spec.input_model).errors
-        fields = "; ".join(f"{path}: {message}" for path, message in bad.items())
+        # Each bad field said with what filled it (a $ref may have read something of another shape than
+        # its field takes). Permanent: the same input fails again.
+        fields = pipelines.input_unfit_words(exc.errors(), row["input_data"], spec)
         raise PermanentError(f"{INPUT_UNFIT}{row['type']}: {fields}") from None

@@ -468,6 +468,7 @@ async def test_schedules_create_list_enable_delete_and_form_errors(
         ({"_cron": "61 * * * *"}, "_cron", "out of range: minutes run from 0 to 59"),
         ({"_cron": "0 0 L * *"}, "_cron", "&#39;L&#39; is not taken"),
         ({"_cron": "0 0 * * 5#3"}, "_cron", "&#39;#&#39; is not taken"),
+        ({"_cron": "0 0 ? * mon"}, "_cron", "&#39;?&#39; is not taken"),
         ({"_timezone": "Mars/Olympus"}, "_timezone", "unknown time zone"),
         ({"_target": "type:no.such"}, "_target", "Choose a job type"),
         ({"_target": ""}, "_target", "Choose a job type"),

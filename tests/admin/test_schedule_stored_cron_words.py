@@ -64,3 +64,27 @@ async def test_a_stored_cron_croniter_cannot_read_is_told_in_our_words(
     )
     _ours(notice, said)
     assert await pg.fetchval("SELECT enabled FROM schedules WHERE id = $1", sid) is False
+
+
+async def test_a_stored_cron_with_a_question_mark_is_told_in_our_words(
+    client: AsyncTestClient, db_url: str, pg: asyncpg.Connection
+) -> None:
+    """A ``?`` saved before it was refused (croniter reads it as ``*``): the schedule's edit form says what
+    is wrong with it in the words a new one is refused in, not a preview of times it would not be saved
+    with, and the list still shows it."""
+    boss = await sign_in_as(client, db_url, "boss@example.com", admin=True)
+    api = {"Authorization": f"Bearer {await add_token(db_url, boss.id)}"}
+    r = await client.post(
+        "/api/schedules",
+        json={"cron": "0 9 * * *", "type": "noop", "name": "Old", "enabled": False},
+        headers=api,
+    )
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    await pg.execute("UPDATE schedules SET cron = '0 9 ? * mon' WHERE id = $1", sid)
+    said = "'?' in the day field: '?' is not taken"
+    page = await client.get(f"/admin/schedules/{sid}/edit")
+    assert page.status_code == 200, page.text
+    _ours(page.text.replace("&#39;", "'"), said)
+    listed = await client.get("/admin/schedules")
+    assert listed.status_code == 200 and "0 9 ? * mon" in listed.text, listed.text

@@ -66,7 +66,7 @@ def test_a_word_no_crontab_has_is_refused_naming_its_field(cron: str, words: str
     assert "hash_id" not in refused.value.detail
 
 
-@pytest.mark.parametrize("cron", ["0 0 1 JAN-FEB *", "0 9 * jan mon-fri", "0 0 ? * mon"])
+@pytest.mark.parametrize("cron", ["0 0 1 JAN-FEB *", "0 9 * jan mon-fri", "0 0 * * mon"])
 def test_names_are_taken(cron: str) -> None:
     assert check_cron(cron) == cron
 
@@ -79,6 +79,10 @@ LAST_AND_NTH = {
     "0 0 * * 5#3": "'5#3' in the weekday field: '#' is not taken",
     "0 0 * * MON#6": "'MON#6' in the weekday field: '#' is not taken",
     "0 0 * L *": "'L' in the month field: 'L' is not taken",
+    # Quartz's "no specific value", which croniter read as '*'
+    "0 0 ? * mon": "'?' in the day field: '?' is not taken",
+    "0 9 * * ?": "'?' in the weekday field: '?' is not taken",
+    "*/5,? * * * *": "'*/5,?' in the minute field: '?' is not taken",
 }
 
 

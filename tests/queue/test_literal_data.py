@@ -139,6 +139,8 @@ def test_a_processor_s_next_job_reads_a_literal_as_data_too(settings: Settings) 
     email = {"to": ["a@example.com"], "subject": "s", "body": {"$literal": {"$ref": "x.y"}}}
     with pytest.raises(BadInput) as refused:
         plan_next_jobs(None, [NextJob(type="email.send", input_data=email)], settings)
-    assert refused.value.errors == {"next_jobs[0].input_data.body": "Enter text"}
+    assert refused.value.errors == {
+        "next_jobs[0].input_data.body": "the next job 1 (email.send) was given an object for 'body'; it must be text"
+    }
     echo = NextJob(type="test.echo", input_data={"v": {"$literal": {"$literal": "x"}}})
     assert plan_next_jobs(None, [echo], settings) == [echo]

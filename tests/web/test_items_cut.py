@@ -63,3 +63,33 @@ async def test_items_and_details_say_what_they_leave_out(
     assert "<summary>Details (cut)</summary>" in page
     assert 'id="result-json-cut"' in page and f"GET /api/jobs/{jid}" in page
     assert 'id="result-cut"' not in page and 'id="input-details"' not in page
+
+
+async def test_the_approvals_pages_say_what_a_waiting_steps_result_leaves_out(
+    client: AsyncTestClient, db_url: str, engine: AsyncEngine, settings: Settings
+) -> None:
+    """A step waiting for a decision shows its result as items on /approvals, its own page and the admins'
+    inbox: past 100 fields they said nothing of the rest, which an approver may not read elsewhere."""
+    root = await sign_in_as(client, db_url, "root@example.com", admin=True)
+    wide = {f"field_{i:03}": i for i in range(130)}
+    jid = await _done(engine, settings, root.id, wide, {"name": "Ann"})
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE jobs SET status = 'waiting_approval', requires_approval = true, completed_at = NULL WHERE id = :id"
+            ),
+            {"id": jid},
+        )
+    for url, box in (
+        (f"/approvals/{jid}", "result"),
+        ("/approvals", f"result-{jid}"),
+        ("/admin/approvals", f"result-{jid}"),
+    ):
+        r = await client.get(url)
+        assert r.status_code == 200, (url, r.text)
+        page = html.unescape(r.text)
+        words = re.sub(r"<[^>]+>", "", page)
+        assert "The first 100 fields are shown here; 30 more are in Details below." in words, url
+        assert f'href="#{box}-details"' in page and f'id="{box}-details"' in page, url
+        details = page[page.index(f'id="{box}-details"') :].split("</details>", 1)[0]
+        assert '"field_129": 129' in details, url

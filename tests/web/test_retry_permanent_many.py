@@ -79,3 +79,19 @@ async def test_retry_failed_rows_says_how_many_failed_permanently(
     assert (
         "Retry every failed row with a fresh set of attempts? " + retry_many_warning(2, of_rows=True) in page
     )
+
+
+async def test_a_bulk_retry_through_the_api_says_how_many_failed_permanently(
+    client: AsyncTestClient, db_url: str, engine: AsyncEngine, settings: Settings
+) -> None:
+    """The API's bulk retry answers with the count of permanent failures it retried anyway, as the web
+    confirmation warns of them; a cancel retries none."""
+    root, auth = await bearer(db_url, "root@example.com", admin=True)
+    gone = [await _failed(engine, settings, root.id, permanent=True) for _ in range(2)]
+    tired = await _failed(engine, settings, root.id, permanent=False)
+    body = {"action": "retry", "ids": [str(i) for i in [*gone, tired]]}
+    r = await client.post("/api/jobs/bulk", json=body, headers=auth)
+    assert r.status_code == 200, r.text
+    assert len(r.json()["done"]) == 3 and r.json()["failed_permanently"] == 2, r.json()
+    r = await client.post("/api/jobs/bulk", json={"action": "cancel", "ids": body["ids"]}, headers=auth)
+    assert r.status_code == 200 and r.json()["failed_permanently"] == 0, r.json()

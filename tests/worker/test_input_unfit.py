@@ -34,14 +34,15 @@ async def test_an_input_that_does_not_fit_fails_once_naming_its_fields_and_offer
     async with running_worker(ui_settings):
         job = await wait_status(pg, b, {"failed", "completed"})
     assert (job["status"], job["attempts"]) == ("failed", 1)
+    # what the $ref read, in words for it: not the form's "Enter text", which nobody could follow here
     assert job["error_message"] == (
-        "the job's input is not valid for test.form: input_data.name: Enter text; "
-        "input_data.copies: Enter a whole number, like 42"
+        "the job's input is not valid for test.form: The value $ref 'a.v' gave for 'name' is an object; it "
+        "must be text. The value $ref 'a.v' gave for 'copies' is an object; it must be a whole number."
     ), job["error_message"]
     assert (await login(client, "bob@example.com")).status_code == 303
     page = await client.get(f"/jobs/{b}")
     assert page.status_code == 200
-    assert "input_data.name: Enter text" in page.text
+    assert "The value $ref &#39;a.v&#39; gave for &#39;name&#39; is an object; it must be text." in page.text
     assert 'id="act-retry"' not in page.text
     steps_page = await client.get(f"/pipelines/{row['id']}")
     assert steps_page.status_code == 200

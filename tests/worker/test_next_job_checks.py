@@ -13,11 +13,15 @@ from typing import Any
 
 import pytest
 
+import tests.support.forms  # registers test.form
 import tests.support.processors  # noqa: F401  (registers the test job types)
+from app.errors import BadInput
 from app.jobs import queue
 from app.jobs.error_text import error_text_for
+from app.jobs.graph import plan_next_jobs
 from app.jobs.payload import check_input
 from app.jobs.queue import NewJob, new_id
+from app.processors import NextJob
 from app.settings import Settings
 from tests.support.factories import TestUser, make_user
 from tests.support.workers import running_worker, wait_status, wait_until
@@ -363,3 +367,40 @@ async def test_a_next_job_left_without_what_only_parents_give_fails_its_creator_
     ), error
     assert "choose" not in error.lower() and "\n" not in error, error
     assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
+
+
+async def test_a_next_jobs_input_that_fails_its_schema_fails_its_creator_in_words_for_a_processor(
+    engine, settings, owner, pg
+) -> None:
+    """A next job missing a required input or given a value of another kind is refused in words for what
+    the processor wrote (which next job, which input, what it was given and what it must be), not the
+    form's "Fill this in." or "Enter a whole number", instructions its owner cannot follow."""
+    creator = new_id()
+    jobs = [
+        {"type": "test.form", "key": "x", "input_data": {"copies": 12}},
+        {"type": "test.form", "input_data": {"name": "Ann", "copies": "many"}},
+    ]
+    async with running_worker(settings):
+        await enqueue_next(engine, settings, owner, jobs, creator)
+        row = await wait_status(pg, creator, {"failed", "completed"})
+    assert row["status"] == "failed"
+    assert row["error_message"] == (
+        "could not create the next jobs: the next job 1 (test.form, key 'x') is missing its input 'name'"
+    ), row["error_message"]
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 1
+    with pytest.raises(BadInput) as refused:
+        plan_next_jobs(None, [NextJob(**jobs[1])], settings)
+    assert refused.value.errors == {
+        "next_jobs[0].input_data.copies": "the next job 1 (test.form) was given 'many' for 'copies'; it must "
+        "be a whole number"
+    }
+    with pytest.raises(BadInput) as refused:
+        plan_next_jobs(None, [NextJob(type="test.form", input_data={"name": "Ann", "copies": 12})], settings)
+    assert str(refused.value) == "the next job 1 (test.form) was given 12 for 'copies'; it must be at most 10"
+    odd = {"name": "Ann", "copies": {"$ref": "x.y", "z": 1}}
+    with pytest.raises(BadInput) as refused:
+        plan_next_jobs(None, [NextJob(type="test.form", input_data=odd)], settings)
+    assert str(refused.value) == (
+        "the next job 1 (test.form) has an object in 'copies' that is not read: an object with \"$ref\" "
+        "must have that one key only, like {\"$ref\": …}; remove the others ('z')"
+    )

@@ -344,7 +344,9 @@ class JobsApiController(Controller):
     ) -> dict[str, Any]:
         """Admins: retry or cancel many jobs at once, each in its own savepoint; jobs that moved on are
         skipped, ids no job has are listed apart (``unknown``). One audit entry and one admin notice with
-        the count. Answers ``{action, done: [ids], skipped: [ids], unknown: [ids], message}``."""
+        the count. Answers ``{action, done: [ids], skipped: [ids], unknown: [ids], failed_permanently,
+        message}``: ``failed_permanently`` is how many of the jobs retried had failed with a permanent error
+        (retried anyway, as the web confirmation warns; 0 for a cancel)."""
         job_filter = None
         async with bulk.refusals(db_session, actor_of(request), data.action):
             if data.filter is not None:
@@ -364,6 +366,7 @@ class JobsApiController(Controller):
             "done": outcome.done,
             "skipped": outcome.skipped,
             "unknown": outcome.unknown,
+            "failed_permanently": outcome.permanent,
             "message": outcome.message,
         }
 
