@@ -66,6 +66,10 @@ def check_url(url: Any, settings: Settings, field: str = "callback_url") -> str:
         raise BadInput.field(field, f"is empty: give an http or https URL, or leave {field} out")
     if not isinstance(url, str) or len(url) > MAX_URL_CHARS or text_problem(url):
         raise BadInput.field(field, f"give an http or https URL of at most {MAX_URL_CHARS:,} characters")
+    if any(ch.isspace() for ch in url.strip()):
+        # As an http.request's URL is refused: a space in the host (``https://exa mple.com/``) was taken
+        # and the callback retried for hours against a name no lookup can find, then given up.
+        raise BadInput.field(field, "must not contain spaces (encode them as %20)")
     import httpx  # here: every worker imports this module for its sweep (see app.processors.addresses)
 
     try:

@@ -6,6 +6,12 @@ object that gives the same key twice is refused naming the key.
 a field check that caught only ``ValueError`` let it out of pydantic's validation, a 500 at submission,
 and out of a processor, a job retried as if the next attempt could read it.
 
+A number JSON cannot carry is refused in words, as the API's own bodies refuse one: ``NaN`` and
+``Infinity`` (not JSON at all, which the standard library reads and writes back as they came, so an
+``http.request`` sent them on to a server as its JSON body), a fraction past about 1.8e308 (read as
+infinity, written back as ``Infinity``), and a whole number past Python's digit limit (refused with
+Python's "use sys.set_int_max_str_digits()" as the reason a person was shown).
+
 A key given twice (``{"to": "a@x.org", "to": "b@x.org"}``) is read by most decoders, msgspec's and the
 standard library's alike, as its last value, without a word: the first value, which the person may have
 meant, is dropped. RFC 8259 leaves such an object's meaning to the reader; Jobdesk refuses it
@@ -15,7 +21,9 @@ meant, is dropped. RFC 8259 leaves such an object's meaning to the reader; Jobde
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 from typing import Any
 
 TOO_DEEP = "it is nested too deeply to read; flatten it"
@@ -66,6 +74,34 @@ def _first_repeated(value: Any, path: str) -> DuplicateKey | None:
     return next((found for p, v in items if (found := _first_repeated(v, p)) is not None), None)
 
 
+def _number_shown(text: str) -> str:
+    return text if len(text) <= 24 else f"{text[:12]}…{text[-6:]} ({len(text):,} characters)"
+
+
+def _whole(text: str) -> int:
+    limit = sys.get_int_max_str_digits()
+    if limit and len(text.lstrip("-")) > limit:
+        raise ValueError(
+            f"the number {_number_shown(text)} is out of range: a whole number has at most {limit:,} "
+            "digits (send a larger one as text)"
+        )
+    return int(text)
+
+
+def _real(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(
+            f"the number {_number_shown(text)} is out of range: numbers go up to about 1.8e308 "
+            "(send a larger one as text)"
+        )
+    return value
+
+
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value: JSON has no NaN or Infinity; send a number, or null")
+
+
 def _loads(text: str | bytes, **options: Any) -> Any:
     repeated = False
 
@@ -84,7 +120,14 @@ def _loads(text: str | bytes, **options: Any) -> Any:
             seen.add(key)
         return marked
 
-    value = json.loads(text, object_pairs_hook=pairs, **options)
+    value = json.loads(
+        text,
+        object_pairs_hook=pairs,
+        parse_int=_whole,
+        parse_float=_real,
+        parse_constant=_constant,
+        **options,
+    )
     if repeated:
         found = _first_repeated(value, "")
         if found is not None:
@@ -97,8 +140,8 @@ def parse(text: str | bytes) -> Any:
 
     Raises:
         DuplicateKey: an object in it gives a key twice (a :class:`ValueError` too).
-        ValueError: it is not JSON (a :class:`json.JSONDecodeError`), or is nested deeper than the
-            parser goes (:data:`TOO_DEEP`).
+        ValueError: it is not JSON (a :class:`json.JSONDecodeError`; ``NaN`` and ``Infinity`` included),
+            holds a number out of range, or is nested deeper than the parser goes (:data:`TOO_DEEP`).
     """
     try:
         return _loads(text)

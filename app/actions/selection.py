@@ -128,6 +128,20 @@ def _repeated(values: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+async def unknown_type(db: AsyncSession, name: str | None) -> str | None:
+    """Why ``name`` cannot be a filter on job type, in words, or ``None`` when it can: every list and
+    action filtered by type (the job console and its bulk actions, ``GET /api/jobs``) reads it here.
+
+    A type no longer registered whose jobs are still here stays a filter: they are listed and cancelled
+    by it; any other name matches nothing, so "0 jobs" (acted on, or an empty list) would hide a typo.
+    """
+    if name is None or registry.get(name) is not None:
+        return None
+    if (await db.execute(TYPE_HAS_JOBS, {"type": name})).scalar():
+        return None
+    return f"unknown job type {type_shown(name)}: no job type has this name"
+
+
 async def parse_filter(
     db: AsyncSession, values: Mapping[str, Any], user: Any, *, strict: bool = False
 ) -> JobFilter:
@@ -149,11 +163,9 @@ async def parse_filter(
         )
     f = JobFilter(raw=raw, status=status, errors=errors)
     f.type = raw["type"] or None
-    if f.type is not None and registry.get(f.type) is None:
-        # a type no longer registered whose jobs are still here stays a filter: they are listed and
-        # cancelled by it; any other name matches nothing, so acting on "0 jobs" would hide a typo
-        if not (await db.execute(TYPE_HAS_JOBS, {"type": f.type})).scalar():
-            f.errors["type"] = f"unknown job type {type_shown(f.type)}: no job type has this name"
+    unknown = await unknown_type(db, f.type)
+    if unknown is not None:
+        f.errors["type"] = unknown
     if raw["owner"]:
         owner = (await db.execute(USER_BY_EMAIL, {"email": email_key(raw["owner"])})).scalar()
         if owner is None:

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from app.formatting import host_port, url_host
 from app.processors import PermanentError
@@ -101,6 +102,11 @@ def known_address(name: str) -> IPAddress | None:
     return literal
 
 
+_NOT_IN_NAMES = re.compile(r"[\x00-\x2c/:-@\[-^`{-\x7f]")
+"""An ASCII character that no host name a resolver looks up has: of ASCII, letters, digits, ``-``, ``.``
+and ``_`` (found in real names, though not in RFC 1123's) are all there is."""
+
+
 def target_problem(target: Target) -> str | None:
     """Why no request can ever reach ``target``, or ``None``: a port outside 1-65535, or a host name no
     resolver can look up (a part longer than 63 characters, an empty part, more than 253 characters).
@@ -121,8 +127,18 @@ def target_problem(target: Target) -> str | None:
     if not all(labels):
         return f"the host name {shown} has an empty part (two dots in a row, or a dot at its start)"
     try:
-        name.encode("idna")
+        spelled = name.encode("idna").decode("ascii")
     except UnicodeError:
+        return f"the host name {shown} cannot be looked up: it is not a valid host name"
+    # A character no host name has (``exa%20mple.com``, ``exa<mple.com``) passes the IDNA codec as it
+    # is: such a job asked the resolver at every attempt and was retried for half an hour.
+    # The URL's host comes percent-encoded (``<`` as ``%3c``): said as the person wrote it.
+    written = unquote(spelled)
+    odd = _NOT_IN_NAMES.search(written)
+    if odd:
+        shown = written if len(written) <= 80 else written[:77] + "…"
+        return f"the host name {shown} cannot be looked up: a host name has no {odd.group()!r} in it"
+    if written != spelled:
         return f"the host name {shown} cannot be looked up: it is not a valid host name"
     if not all(map(_a_label_ok, labels)):
         return f"the host name {shown} cannot be looked up: it is not a valid host name"

@@ -383,10 +383,12 @@ def layout_of(table: Table) -> dict[str, Any]:
 
 def overview(table: Table, columns: list[dict[str, Any]]) -> str:
     kinds = Counter(c["type"] for c in columns)
-    plural = {"whole number": "whole numbers", "decimal number": "decimal numbers", "date": "dates"}
-    plural["date and time"] = "dates and times"
-    parts = ", ".join(f"{n} {plural.get(k, k) if n > 1 else k}" for k, n in kinds.most_common())
-    return f"{table.rows} rows and {len(columns)} columns ({parts})."
+    many = {"whole number": "whole numbers", "decimal number": "decimal numbers", "date": "dates"}
+    many["date and time"] = "dates and times"
+    parts = ", ".join(f"{n:,} {many.get(k, k) if n > 1 else k}" for k, n in kinds.most_common())
+    # The counts agree with their nouns as the check's message says them ("1 row", "1,500 rows"): a
+    # one-column or one-row file read "1 columns" here.
+    return f"{plural(table.rows, 'row')} and {plural(len(columns), 'column')} ({parts})."
 
 
 # --- processors ----------------------------------------------------------------------------------------

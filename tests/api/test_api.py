@@ -192,6 +192,13 @@ async def test_list_is_keyset_paginated_newest_first_and_filterable(api, db_url)
     assert "input_data" not in page1["items"][0]
     assert (await client.get("/api/jobs?status=cancelled", headers=h)).json()["items"] == []
     assert (await client.get("/api/jobs?status=bogus", headers=h)).status_code == 422
+    assert [
+        j["id"] for j in (await client.get("/api/jobs?type=test.step", headers=h)).json()["items"]
+    ] == ids[::-1]
+    # a misspelt type matched nothing and answered an empty list, as if there were no such jobs
+    typo = await client.get("/api/jobs?type=test_step", headers=h)
+    assert typo.status_code == 422, typo.text
+    assert typo.json()["errors"] == {"type": "unknown job type 'test_step': no job type has this name"}
 
 
 async def test_a_template_pipeline_started_by_the_api_takes_its_name(api, db_url, pg) -> None:

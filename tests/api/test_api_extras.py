@@ -164,6 +164,7 @@ async def test_callback_urls_are_refused_when_not_set_up_or_private(make_setting
             ("http://[::1]:8080/h", "local or private address"),
             ("ftp://example.com/h", "http or https"),
             ("https://user:pw@example.com/h", "user name or password"),
+            ("https://exa mple.com/h", "must not contain spaces (encode them as %20)"),
         ):
             resp = await client.post("/api/jobs", json={**job, "callback_url": url}, headers=headers)
             assert resp.status_code == 422, url

@@ -50,6 +50,12 @@ async def submitted(make_settings: Any, db_url: str, urls: list[str], **override
         # a 500 at submission.
         ("http://xn--/", "host name xn-- cannot be looked up: it is not a valid host name"),
         ("https://xn--zz.example.com/", "xn--zz.example.com cannot be looked up: it is not a valid host"),
+        # Characters no host name has passed the IDNA codec: the job was retried for half an hour.
+        (
+            "https://exa%20mple.com/",
+            "host name exa mple.com cannot be looked up: a host name has no ' ' in it",
+        ),
+        ("https://exa<mple.com/", "host name exa<mple.com cannot be looked up: a host name has no '<' in it"),
     ],
 )
 async def test_a_url_no_request_can_reach_is_refused_at_submission_and_fails_for_good_at_run_time(

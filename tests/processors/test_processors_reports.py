@@ -514,3 +514,8 @@ def test_dates_with_and_without_times_or_offsets_sort_together(tmp_path) -> None
         "2024-03-01T10:00:00+02:00",
         "2024-03-01T09:30:00",
     )
+
+
+def test_overview_says_one_row_and_one_column_in_the_singular(tmp_path) -> None:
+    summary = summary_of(tmp_path, data=b"a\n1\n")
+    assert summary["overview"] == "1 row and 1 column (1 whole number)."

@@ -173,6 +173,22 @@ async def test_two_approvals_need_two_distinct_people_and_one_rejection_rejects(
     )
 
 
+async def test_a_rejection_after_ones_own_approval_counts_the_approvals_still_missing(
+    engine: Any, settings: Settings, owner: TestUser, pg: asyncpg.Connection
+) -> None:
+    ann = await make_user(pg, email="ann@example.com")
+    await make_user(pg, email="bob@example.com")
+    jid = await waiting_step(
+        engine, settings, pg, owner, approvers=["ann@example.com", "bob@example.com"], approvals_needed=2
+    )
+    await decide(engine, "approve", jid, ann)
+    for action in ("approve", "reject"):
+        with pytest.raises(Conflict) as err:
+            await decide(engine, action, jid, ann)
+        assert str(err.value).endswith("it waits for 1 more approval from other people."), (action, err.value)
+    assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", jid) == "waiting_approval"
+
+
 async def test_the_submitter_may_approve_only_when_owner_is_listed(
     engine: Any, settings: Settings, pg: asyncpg.Connection
 ) -> None:

@@ -211,7 +211,7 @@ async def test_a_list_that_is_not_a_list_fails_the_step_and_cancels_its_dependen
     await run_claimable(engine, settings)
     jobs = await jobs_of(pg, pid)
     assert jobs["each"]["status"] == "failed"
-    assert "'src.items' is not a list" in jobs["each"]["error_message"]
+    assert "'src.items' is not a list but text" in jobs["each"]["error_message"]
     assert jobs["fin"]["status"] == "cancelled"
     assert await pg.fetchval("SELECT status FROM pipelines WHERE id = $1", pid) == "failed"
     assert await run_claimable(engine, settings) == []

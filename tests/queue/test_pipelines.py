@@ -313,6 +313,28 @@ async def test_depending_on_another_users_job_looks_exactly_like_an_unknown_id(
     assert await pg.fetchval("SELECT count(*) FROM jobs WHERE user_id = $1", owner.id) == 0
 
 
+async def test_depending_on_a_job_that_ended_without_completing_says_how_it_ended(
+    engine, settings, owner, pg
+) -> None:
+    said = {}
+    for status in ("failed", "cancelled"):
+        async with engine.begin() as conn:
+            parent = (
+                await queue.enqueue(conn, NewJob(type="noop", input_data={}, user_id=owner.id), settings)
+            ).job["id"]
+        await pg.execute("UPDATE jobs SET status = $2, completed_at = now() WHERE id = $1", parent, status)
+        with pytest.raises(BadInput) as err:
+            async with engine.begin() as conn:
+                await queue.enqueue(
+                    conn, NewJob(type="noop", input_data={}, user_id=owner.id, depends_on=[parent]), settings
+                )
+        said[status] = err.value.errors["dependent_on_jobs"].replace(str(parent), "<id>")
+    assert said == {
+        "failed": "dependency <id> has failed and can never complete",
+        "cancelled": "dependency <id> was cancelled and can never complete",
+    }
+
+
 async def test_a_job_enqueued_with_dependencies_waits_for_them(engine, settings, owner, pg) -> None:
     async with engine.begin() as conn:
         parent = (

@@ -220,8 +220,10 @@ async def reject(
         )
     check_text(reason, "reason")
     conn = await conn_of(db)
-    row, _rule = await _decide(conn, job_id, principal, "reject")
-    await _record(conn, row, principal, "rejected", reason, 1)
+    row, rule = await _decide(conn, job_id, principal, "reject")
+    # The refusal of one who has already approved counts the approvals still missing against the
+    # step's own rule: with 1 here, a step needing 2 said it "waits for 0 more approvals".
+    await _record(conn, row, principal, "rejected", reason, rule.approvals_needed if rule else 1)
     message = cap_text(f"rejected: {reason}")
     found = (await conn.execute(REJECT, {"id": row["id"], "message": message})).mappings().first()
     assert found is not None, "the row is locked and waiting for approval"

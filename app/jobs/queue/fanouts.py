@@ -250,8 +250,22 @@ async def _items(conn: AsyncConnection, row: dict[str, Any], spec: dict[str, Any
     except PermanentError as exc:
         raise _Unusable(str(exc)) from None
     if not isinstance(items, list):
-        raise _Unusable(f"{spec['for_each']!r} is not a list but {type(items).__name__}")
+        raise _Unusable(f"{spec['for_each']!r} is not a list but {_json_kind(items)}")
     return items
+
+
+def _json_kind(value: object) -> str:
+    """What a JSON value is, in the words the step's page shows its owner: Python's type names
+    ("dict", "str", "NoneType") meant nothing to someone who wrote a pipeline in JSON."""
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, dict):
+        return "an object"
+    return "null" if value is None else "a value of another kind"
 
 
 FILE_NAMES = sql("SELECT id, name FROM files WHERE user_id = :user_id AND id = ANY(CAST(:ids AS uuid[]))")

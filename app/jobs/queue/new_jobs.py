@@ -364,9 +364,10 @@ async def lock_parents(
         if dep not in found:
             raise BadInput.field("dependent_on_jobs", f"unknown dependency {dep}")
         if found[dep]["status"] in (Status.FAILED, Status.CANCELLED):
-            raise BadInput.field(
-                "dependent_on_jobs", f"dependency {dep} has {found[dep]['status']} and can never complete"
-            )
+            # In words, not the status's name: "has cancelled" read as if the dependency had cancelled
+            # something.
+            ended = "has failed" if found[dep]["status"] == Status.FAILED else "was cancelled"
+            raise BadInput.field("dependent_on_jobs", f"dependency {dep} {ended} and can never complete")
     return sum(1 for r in found.values() if r["status"] != Status.COMPLETED)
 
 

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.actions import bulk, submissions
 from app.actions import jobs as job_actions
-from app.actions.selection import parse_filter
+from app.actions.selection import parse_filter, unknown_type
 from app.auth import requires_admin, requires_user
 from app.errors import BadInput
 from app.jobs import queue
@@ -307,6 +307,9 @@ class JobsApiController(Controller):
         (fetch one job for those); ``failed_permanently`` is as on one job."""
         if status is not None and status not in Status._value2member_map_:
             raise BadInput.field("status", f"unknown status; one of {', '.join(s.value for s in Status)}")
+        unknown = await unknown_type(db_session, job_type)
+        if unknown is not None:
+            raise BadInput.field("type", unknown)
         user = request.user
         owner = job_actions.listed_owner(user, user_id)
         params = {
