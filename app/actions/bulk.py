@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.actions import quotas
 from app.actions.jobs import retry_many_warning
-from app.actions.selection import LIVE_SQL, JobFilter, filter_where, ids_sql
+from app.actions.selection import LIVE_SQL, JobFilter, filter_where, ids_sql, unknown_type
 from app.actions.trail import Actor, Db, auditing_refusals, record_done, refused_once
 from app.errors import AppError, BadInput, Conflict, Forbidden, NotFound, RateLimited
 from app.jobs import queue
@@ -543,9 +543,10 @@ async def plan_for(
     if action != "retry":
         raise BadInput.field("action", "a failed group can only be retried")
     _check_group(group)
-    return await plan_group(
-        db, str(group.get("type") or "")[:200], str(group.get("signature") or "")[:500], upto
-    )
+    unknown = await unknown_type(db, group["type"])
+    if unknown is not None:  # it names no group: "Retried 0 jobs" would hide the typo
+        raise BadInput.field("group.type", unknown)
+    return await plan_group(db, group["type"][:200], group["signature"][:500], upto)
 
 
 def _check_group(group: Mapping[str, Any]) -> None:
