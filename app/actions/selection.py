@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -128,6 +128,13 @@ def _repeated(values: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+def not_a_status(value: str, statuses: Iterable[str]) -> str:
+    """Why ``value`` is no status filter, naming the ``statuses`` a list takes: every job list's one
+    wording (the console, My jobs), shown beside its Status field with a 422 — a filter left out listed
+    everything as if it had been read."""
+    return f"{value[:50]!r} is not a status; one of {', '.join(sorted(statuses))}"
+
+
 async def unknown_type(db: AsyncSession, name: str | None) -> str | None:
     """Why ``name`` cannot be a filter on job type, in words, or ``None`` when it can: every list and
     action filtered by type (the job console and its bulk actions, ``GET /api/jobs``) reads it here.
@@ -158,9 +165,7 @@ async def parse_filter(
     errors = _unreadable(values) if strict else _repeated(values)
     status = raw["status"] if raw["status"] in _STATUS_VALUES else None
     if raw["status"] and status is None:
-        errors.setdefault(
-            "status", f"{raw['status'][:50]!r} is not a status; one of {', '.join(sorted(_STATUS_VALUES))}"
-        )
+        errors.setdefault("status", not_a_status(raw["status"], _STATUS_VALUES))
     f = JobFilter(raw=raw, status=status, errors=errors)
     f.type = raw["type"] or None
     unknown = await unknown_type(db, f.type)
