@@ -22,6 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.emails import email_key
+from app.jobs.queue.cancelled import IN_CANCELLED_PIPELINE
 from app.jobs.states import LIVE, Status
 from app.jobs.types import registry, type_shown
 
@@ -31,8 +32,11 @@ taken a few milliseconds apart)."""
 LIST_COLUMNS = (
     "id, type, title, status, is_active, pending_parents, run_at, attempts, max_attempts, progress, "
     "progress_message, user_id, pipeline_id, created_at, updated_at, completed_at, "
-    "left(error_message, 300) AS error_excerpt"
+    "left(error_message, 300) AS error_excerpt, "
+    f"{IN_CANCELLED_PIPELINE} AS pipeline_cancelled"
 )
+"""A list's columns; ``pipeline_cancelled``: the job is a step of a cancelled pipeline, which no retry
+puts back (:func:`app.actions.jobs.allowed` offers none)."""
 LIVE_SQL = "status IN ('queued', 'in_progress', 'waiting_approval')"
 """The live statuses, written as ``ix_jobs_live``'s own predicate so the planner can use it."""
 STATUS_OPTIONS = (
