@@ -158,9 +158,9 @@ def remove_after_commit(
             pending.clear()
             if in_greenlet():  # an AsyncSession's commit: its sync part runs in SQLAlchemy's greenlet,
                 # which can wait on the event loop for a coroutine, here the deletion in a thread
-                await_only(asyncio.to_thread(store.remove, gone))
+                await_only(asyncio.to_thread(_remove_or_log, store, gone))
             else:
-                store.remove(gone)
+                _remove_or_log(store, gone)
 
     def rolled_back(_: Any) -> None:
         if not session.in_nested_transaction():
@@ -168,6 +168,22 @@ def remove_after_commit(
 
     event.listen(session, "after_commit", committed)
     event.listen(session, "after_rollback", rolled_back)
+
+
+def _remove_or_log(store: FileStore, file_ids: list[uuid.UUID]) -> None:
+    """Delete the bytes of ``file_ids`` after their rows' deletion committed, each on its own: one that
+    cannot be deleted (a permission, a read-only or lost mount) is logged and left to retention, which
+    deletes bytes no row names (:meth:`FileStore.unrecorded_candidates`). Raising here raised out of the
+    commit that had already succeeded, and the request answered that nothing was saved."""
+    for fid in file_ids:
+        try:
+            store.remove([fid])
+        except Exception as exc:
+            log.warning(
+                "could not delete a deleted file's bytes; retention will retry",
+                file_id=str(fid),
+                error=repr(exc)[:300],
+            )
 
 
 _UUID_TEXT = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")

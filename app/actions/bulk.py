@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.actions import quotas
 from app.actions.jobs import retry_many_warning
-from app.actions.selection import LIVE_SQL, JobFilter, filter_where, ids_sql
+from app.actions.selection import LIVE_SQL, JobFilter, filter_where, ids_sql, unknown_type
 from app.actions.trail import Actor, Db, auditing_refusals, record_done, refused_once
 from app.errors import AppError, BadInput, Conflict, Forbidden, NotFound, RateLimited
 from app.jobs import queue
@@ -46,7 +46,12 @@ GROUP_KEYS = ("type", "signature")
 """The fields that name a failed group in a bulk retry."""
 ERROR_SIGNATURE_MAX = 160
 BULK_ACTIONS = {
-    "retry": {"verb": "Retry", "done": "Retried", "eligible": "status = 'failed'", "what": "failed"},
+    "retry": {
+        "verb": "Retry",
+        "done": "Retried",
+        "eligible": f"status = 'failed' AND NOT {queue.IN_CANCELLED_PIPELINE}",
+        "what": "failed (a cancelled pipeline's steps are not retried)",
+    },
     "cancel": {
         "verb": "Cancel",
         "done": "Cancelled",
@@ -62,7 +67,10 @@ not be read: an admin's refused request all the same."""
 NOT_READ_WORDS = "not known: the request was refused before it was read"
 """What a refused bulk request's entry says of its action when its body (where a page's form and the API
 both name it) was never read: over the size limit, a form that cannot be parsed."""
-ROWS_BY_ID = text("SELECT id, status, is_active FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))")
+ROWS_BY_ID = text(
+    f"SELECT id, status, is_active, {queue.IN_CANCELLED_PIPELINE} AS pipeline_cancelled FROM jobs"
+    " WHERE id = ANY(CAST(:ids AS uuid[]))"
+)
 
 
 def _key(*parts: Any) -> str:
@@ -144,8 +152,8 @@ async def count_permanent(db: AsyncSession, plan: BulkPlan) -> BulkPlan:
 
 
 def _eligible(action: str, row: Mapping[Any, Any]) -> bool:
-    if action == "retry":
-        return row["status"] == Status.FAILED
+    if action == "retry":  # a cancelled pipeline's step is refused by the retry: not counted as one
+        return row["status"] == Status.FAILED and not row["pipeline_cancelled"]
     return row["status"] in LIVE and bool(row["is_active"])
 
 
@@ -364,11 +372,13 @@ _UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 _HEX_RE = re.compile(r"\b(?:0x)?[0-9a-f]{8,}\b", re.IGNORECASE)
 _NUM_RE = re.compile(r"\d+")
 FAILED_LATEST = text(
-    f"SELECT id, type, user_id, left(error_message, 1000) AS error, completed_at FROM jobs "
+    f"SELECT id, type, user_id, left(error_message, 1000) AS error, completed_at, "
+    f"{queue.IN_CANCELLED_PIPELINE} AS pipeline_cancelled FROM jobs "
     f"WHERE status = 'failed' ORDER BY id DESC LIMIT {FAILED_WINDOW}"
 )
 FAILED_UPTO = text(
-    f"SELECT id, type, user_id, left(error_message, 1000) AS error, completed_at FROM jobs "
+    f"SELECT id, type, user_id, left(error_message, 1000) AS error, completed_at, "
+    f"{queue.IN_CANCELLED_PIPELINE} AS pipeline_cancelled FROM jobs "
     f"WHERE status = 'failed' AND id <= :upto ORDER BY id DESC LIMIT {FAILED_WINDOW}"
 )
 
@@ -413,7 +423,8 @@ async def failed_groups(db: AsyncSession, upto: uuid.UUID | None = None) -> dict
                 "ids": [],
             }
         g["count"] += 1
-        g["ids"].append(r["id"])
+        if not r["pipeline_cancelled"]:  # a cancelled pipeline's step is shown, never retried
+            g["ids"].append(r["id"])
     return {
         "groups": list(groups.values()),
         "scanned": len(rows),
@@ -543,9 +554,10 @@ async def plan_for(
     if action != "retry":
         raise BadInput.field("action", "a failed group can only be retried")
     _check_group(group)
-    return await plan_group(
-        db, str(group.get("type") or "")[:200], str(group.get("signature") or "")[:500], upto
-    )
+    unknown = await unknown_type(db, group["type"])
+    if unknown is not None:  # it names no group: "Retried 0 jobs" would hide the typo
+        raise BadInput.field("group.type", unknown)
+    return await plan_group(db, group["type"][:200], group["signature"][:500], upto)
 
 
 def _check_group(group: Mapping[str, Any]) -> None:

@@ -106,6 +106,8 @@ def allowed(user: Any, action: str, row: Mapping[Any, Any]) -> bool:
     job's page offers "Edit and resubmit" instead."""
     if action == "retry" and retry_refusal(row) is not None:
         return False
+    if action in ("retry", "rerun") and row.get("pipeline_cancelled"):
+        return False  # a list's column (:data:`app.jobs.queue.IN_CANCELLED_PIPELINE`): the queue refuses it
     if user.is_admin:
         return True
     if WHO_MAY[action] == ADMIN or row["user_id"] != user.id:

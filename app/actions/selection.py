@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,6 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.emails import email_key
+from app.jobs.queue.cancelled import IN_CANCELLED_PIPELINE
 from app.jobs.states import LIVE, Status
 from app.jobs.types import registry, type_shown
 
@@ -31,8 +32,11 @@ taken a few milliseconds apart)."""
 LIST_COLUMNS = (
     "id, type, title, status, is_active, pending_parents, run_at, attempts, max_attempts, progress, "
     "progress_message, user_id, pipeline_id, created_at, updated_at, completed_at, "
-    "left(error_message, 300) AS error_excerpt"
+    "left(error_message, 300) AS error_excerpt, "
+    f"{IN_CANCELLED_PIPELINE} AS pipeline_cancelled"
 )
+"""A list's columns; ``pipeline_cancelled``: the job is a step of a cancelled pipeline, which no retry
+puts back (:func:`app.actions.jobs.allowed` offers none)."""
 LIVE_SQL = "status IN ('queued', 'in_progress', 'waiting_approval')"
 """The live statuses, written as ``ix_jobs_live``'s own predicate so the planner can use it."""
 STATUS_OPTIONS = (
@@ -128,6 +132,13 @@ def _repeated(values: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+def not_a_status(value: str, statuses: Iterable[str]) -> str:
+    """Why ``value`` is no status filter, naming the ``statuses`` a list takes: every job list's one
+    wording (the console, My jobs), shown beside its Status field with a 422 — a filter left out listed
+    everything as if it had been read."""
+    return f"{value[:50]!r} is not a status; one of {', '.join(sorted(statuses))}"
+
+
 async def unknown_type(db: AsyncSession, name: str | None) -> str | None:
     """Why ``name`` cannot be a filter on job type, in words, or ``None`` when it can: every list and
     action filtered by type (the job console and its bulk actions, ``GET /api/jobs``) reads it here.
@@ -158,9 +169,7 @@ async def parse_filter(
     errors = _unreadable(values) if strict else _repeated(values)
     status = raw["status"] if raw["status"] in _STATUS_VALUES else None
     if raw["status"] and status is None:
-        errors.setdefault(
-            "status", f"{raw['status'][:50]!r} is not a status; one of {', '.join(sorted(_STATUS_VALUES))}"
-        )
+        errors.setdefault("status", not_a_status(raw["status"], _STATUS_VALUES))
     f = JobFilter(raw=raw, status=status, errors=errors)
     f.type = raw["type"] or None
     unknown = await unknown_type(db, f.type)

@@ -97,6 +97,13 @@ async def create_user(
     return NewUser(new, password if generated else None)
 
 
+def _person(actor: Any) -> Any:
+    """The account acting, whether ``actor`` is a signed-in user or an :class:`~app.actions.trail.Actor`
+    holding one (as :func:`acting` and :func:`require_admin` take either): its ``id`` decides "your own
+    account", its ``token_id`` whether it acts through an API token."""
+    return acting(actor).user
+
+
 def _refuse_own(what: str) -> None:
     """An admin may not lock themselves out (raised inside the action's audited block, which records it)."""
     raise Conflict(f"Nothing changed: you cannot {what}. Ask another admin.")
@@ -137,7 +144,7 @@ async def set_admin(db: Db, actor: Any, user_id: int, is_admin: bool, *, ip: str
         target = await users.get_user(db, user_id)
     async with _audited(db, actor, action, target, ip), db.begin_nested():
         target = await users.get_user(db, target["id"], lock=True)  # as it is once ours to change
-        if target["id"] == actor.id and not is_admin:
+        if target["id"] == _person(actor).id and not is_admin:
             _refuse_own("revoke your own admin rights")
         if bool(target["is_admin"]) == is_admin:
             _unchanged(f"{target['email']} is {'already' if is_admin else 'not'} an admin")
@@ -168,7 +175,7 @@ async def set_active(db: Db, actor: Any, user_id: int, active: bool, *, ip: str 
         target = await users.get_user(db, user_id)
     async with _audited(db, actor, action, target, ip), db.begin_nested():
         target = await users.get_user(db, target["id"], lock=True)  # as it is once ours to change
-        if target["id"] == actor.id and not active:
+        if target["id"] == _person(actor).id and not active:
             _refuse_own("disable your own account")
         if bool(target["is_active"]) == active:
             _unchanged(f"{target['email']} is already {'enabled' if active else 'disabled'}")
@@ -233,10 +240,10 @@ async def reset_password(db: Db, actor: Any, user_id: int, *, ip: str | None = N
     require_admin(actor, "reset passwords")
     target = await _user_or_none(db, user_id)
     async with _audited(db, actor, "user.reset_password", target or user_id, ip), db.begin_nested():
-        tokens.require_signed_in_browser(actor, tokens.RESETS_FROM_THE_PAGE)
+        tokens.require_signed_in_browser(_person(actor), tokens.RESETS_FROM_THE_PAGE)
         if target is None:
             target = await users.get_user(db, user_id)  # raises NotFound, audited as the refusal it is
-        if target["id"] == actor.id:
+        if target["id"] == _person(actor).id:
             _refuse_own("reset your own password here (change it on your account page)")
         password = auth.generate_password()
         await auth.set_password(db, target["id"], password, must_change=True)
@@ -263,7 +270,7 @@ async def issue_token(
     require_admin(actor, "issue API tokens for users")
     target = await _user_or_none(db, user_id)
     async with _audited(db, actor, "token.create", target or user_id, ip), db.begin_nested():
-        tokens.require_signed_in_browser(actor)
+        tokens.require_signed_in_browser(_person(actor))
         if target is None:
             target = await users.get_user(db, user_id)  # raises NotFound, audited as the refusal it is
         label = token_name(name)
@@ -308,7 +315,7 @@ async def revoke_token(db: Db, actor: Any, token_id: int, *, ip: str | None = No
         ),
         db.begin_nested(),
     ):
-        tokens.require_signed_in_browser(actor)
+        tokens.require_signed_in_browser(_person(actor))
         await tokens.revoke_token(db, token_id)
         await record_done(
             db,

@@ -24,6 +24,7 @@ import json
 import math
 import re
 import sys
+import unicodedata
 from typing import Any
 
 from app.errors import BadInput, TooLarge
@@ -78,6 +79,26 @@ def text_problem(text: str) -> str | None:
     if bad is None:
         return None
     return NUL_PROBLEM if bad.group() == NUL else SURROGATE_PROBLEM
+
+
+_BLANK_LOOKING = frozenset("\u034f\u115f\u1160\u2800\u3164\uffa0")
+"""Characters that are neither spaces nor format characters yet show nothing: the combining grapheme
+joiner, the Hangul fillers, the blank Braille pattern."""
+
+
+def blank(text: str) -> bool:
+    """Whether ``text`` shows nothing: only spaces, control and invisible format characters (a zero-width
+    space U+200B, a direction override U+202E, a byte-order mark U+FEFF, …), variation selectors and
+    :data:`_BLANK_LOOKING`. A tag or a rejection's reason made of them read as empty where it is shown, yet
+    was taken as given: every check that refuses an empty one asks this, with the empty one's words."""
+    return all(
+        ch.isspace()
+        or unicodedata.category(ch) in ("Cc", "Cf", "Zs", "Zl", "Zp")
+        or ch in _BLANK_LOOKING
+        or "\ufe00" <= ch <= "\ufe0f"
+        or "\U000e0100" <= ch <= "\U000e01ef"
+        for ch in text
+    )
 
 
 def storable_text(text: str) -> str:

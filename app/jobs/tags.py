@@ -12,7 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.errors import BadInput
-from app.jobs.payload import text_problem
+from app.jobs.payload import blank, text_problem
 
 MAX_TAGS = 20
 MAX_TAG_CHARS = 50
@@ -45,7 +45,8 @@ def read_tag(value: Any, field: str = "tag") -> str:
     label its writer chose, and ``Nightly`` and ``nightly`` stay two.
 
     Raises:
-        BadInput: naming ``field``: not text of 1 to 50 characters (spaces around it not counted), or
+        BadInput: naming ``field``: not text of 1 to 50 characters (spaces around it not counted; one of
+            invisible characters only is empty, :func:`~app.jobs.payload.blank`), or
             with control characters.
     """
     if not isinstance(value, str):
@@ -53,7 +54,7 @@ def read_tag(value: Any, field: str = "tag") -> str:
     if text_problem(value) or any(ord(c) < 32 for c in value):
         raise BadInput.field(field, "a tag may not contain control characters")
     tag = unicodedata.normalize("NFC", value).strip()
-    if not tag or len(tag) > MAX_TAG_CHARS:
+    if blank(tag) or len(tag) > MAX_TAG_CHARS:  # only invisible characters: as empty
         raise BadInput.field(field, f"a tag is 1 to {MAX_TAG_CHARS} characters")
     return tag
 

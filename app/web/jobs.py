@@ -166,7 +166,13 @@ class JobsController(Controller):
         await one_snapshot(db_session)
         ctx = await list_context(db_session, request.user, status, type_filter, after, q)
         ctx["paused"] = await controls.paused_for(db_session)
-        return render(request, "jobs/list.html", ctx, fragment="jobs/_list.html")
+        return render(
+            request,
+            "jobs/list.html",
+            ctx,
+            fragment="jobs/_list.html",
+            status_code=422 if ctx["errors"] else 200,  # a filter that cannot be read, as the console
+        )
 
     @get("/new/{type_name:str}", name="jobs.new")
     async def new_job(

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import batches
 from app.actions import access
 from app.actions.pipelines import startable_templates
+from app.actions.selection import not_a_status
 from app.jobs.cursors import Cursor, read_cursor
 from app.jobs.states import Status
 from app.pipelines import started_column
@@ -361,7 +362,11 @@ async def list_context(
     """My jobs: the user's own standalone jobs and pipelines merged newest first (both ids are UUIDv7,
     so id order is creation order), :data:`PAGE_SIZE` per page, keyset-paginated by ``after``; ``q``
     finds jobs by name and input text (:func:`list_jobs_sql`)."""
-    status = status if status in PIPELINE_STATUS_FOR else None
+    asked = (status or "").strip()
+    status = asked if asked in PIPELINE_STATUS_FOR else None
+    # a status that is none lists nothing and says so beside the field (as the console does), never
+    # every job as if no filter had been asked for
+    errors = {"status": not_a_status(asked, PIPELINE_STATUS_FOR)} if asked and status is None else {}
     search = search_words(q)
     type_filter = (type_filter or "").strip()[:200] or None
     after_id = read_cursor(after, Cursor.ID)  # one it did not give is a 422, not the first page
@@ -370,9 +375,12 @@ async def list_context(
         template = type_filter.removeprefix(PIPELINE_TYPE_PREFIX)
     elif type_filter:
         job_type = type_filter
-    job_rows = await _job_rows(db, user, status, job_type, after_id, search) if template is None else []
+    listed_jobs = template is None and not errors
+    job_rows = await _job_rows(db, user, status, job_type, after_id, search) if listed_jobs else []
     pipeline_rows: list[Any] = []
-    with_pipelines = job_type is None and not (status and PIPELINE_STATUS_FOR.get(status) is None)
+    with_pipelines = (
+        job_type is None and not errors and not (status and PIPELINE_STATUS_FOR.get(status) is None)
+    )
     if with_pipelines:
         pipeline_rows = await _pipeline_rows(db, user, status, template, after_id, search)
     merged = sorted(
@@ -384,7 +392,7 @@ async def list_context(
     # page says so and offers to search on below where it stopped, not "nothing (more) matches" as if
     # every job had been looked at
     boundary = None
-    if search:
+    if search and not errors:
         boundary = await search_boundary(
             db, user, status, job_type, template, after_id, pipelines=with_pipelines
         )
@@ -412,6 +420,7 @@ async def list_context(
         "search_window": SEARCH_WINDOW,
         "search_cut": cut,
         "search_older_url": _list_url(query, boundary) if cut else None,
+        "errors": errors,
         "filtered": bool(status or type_filter or search),
         "paged": bool(after_id),
     }

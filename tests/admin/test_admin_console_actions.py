@@ -20,7 +20,7 @@ from app.actions import schedules as schedule_actions
 from app.actions import users as user_actions
 from app.auth import CurrentUser
 from app.db import create_engine
-from app.errors import Forbidden
+from app.errors import Conflict, Forbidden
 from app.settings import Settings
 from tests.support.jobsteps import failed_job
 from tests.support.webkit import add_user, csrf_from
@@ -300,3 +300,33 @@ async def test_a_checkbox_sent_with_a_value_no_box_sends_is_an_error_beside_it(
     r = await post(client, "/admin/users", {"email": "bob@example.com", "is_admin": "on"})
     assert r.status_code == 200
     assert await pg.fetchval("SELECT is_admin FROM users WHERE email = 'bob@example.com'") is True
+
+
+async def test_user_actions_take_an_actor_as_they_take_a_signed_in_user(
+    db_url: str, pg: asyncpg.Connection
+) -> None:
+    """``set_active`` (and ``set_admin``, ``reset_password``) read ``actor.id``: given an
+    :class:`~app.actions.trail.Actor`, as :func:`~app.actions.trail.acting` and ``require_admin`` take, they
+    raised AttributeError; and an Actor holding a token's user passed the browser-session check."""
+    from app.actions.trail import Actor
+
+    root = await add_user(db_url, "root@example.com", admin=True)
+    bob = await add_user(db_url, "bob@example.com")
+    me = Actor(CurrentUser(root.id, root.email, True))
+    by_token = Actor(CurrentUser(root.id, root.email, True, token_id=1))
+    engine = create_engine(db_url, pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            assert await user_actions.set_active(conn, me, bob.id, False) == 0
+        async with engine.begin() as conn:
+            with pytest.raises(Conflict, match="your own account"):
+                await user_actions.set_active(conn, me, root.id, False)
+        async with engine.begin() as conn:
+            with pytest.raises(Conflict, match="your own admin rights"):
+                await user_actions.set_admin(conn, me, root.id, False)
+        async with engine.begin() as conn:
+            with pytest.raises(Forbidden):
+                await user_actions.reset_password(conn, by_token, bob.id)
+    finally:
+        await engine.dispose()
+    assert await pg.fetchval("SELECT is_active FROM users WHERE id = $1", bob.id) is False

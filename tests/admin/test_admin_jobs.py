@@ -661,3 +661,25 @@ async def test_a_failed_groups_retry_holds_the_action_and_scope_it_is_sent(
     r = await client.post("/admin/failed/retry", data=sent, headers=HX)
     assert r.status_code == 200 and "Retried 2 jobs" in r.text, r.text
     assert {r["id"] for r in await pg.fetch("SELECT id FROM jobs WHERE status = 'queued'")} == set(failed)
+
+
+async def test_a_group_retry_naming_an_unknown_type_is_refused_naming_the_field(
+    client: AsyncTestClient, db_url: str, engine: AsyncEngine, ui_settings: Settings, pg: asyncpg.Connection
+) -> None:
+    """A failed group's retry naming a type no job has (a typo) answered "Retried 0 jobs", as if done;
+    it is refused like ``GET /api/jobs?type=`` refuses one, on the API and on the page's form."""
+    from tests.support.webkit import add_token
+
+    admin = await sign_in_as(client, db_url, "root@example.com", admin=True)
+    await failed_job(engine, ui_settings, admin.id, "boom")
+    api_h = {"Authorization": f"Bearer {await add_token(db_url, admin.id)}"}
+    body = {"action": "retry", "group": {"type": "test.frm", "signature": "boom"}}
+    r = await client.post("/api/jobs/bulk", json=body, headers=api_h)
+    assert r.status_code == 422, r.text
+    assert "unknown job type" in r.json()["errors"]["group.type"], r.text
+    form = {"_csrf_token": await token_of(client), "type": "test.frm", "signature": "boom"}
+    for url, extra in (("/admin/failed/retry/confirm", {}), ("/admin/failed/retry", {"expected": "1"})):
+        r = await client.post(url, data={**form, **extra}, headers=HX)
+        assert r.status_code == 422, (url, r.text)
+        assert "unknown job type" in r.text and "group.type" in r.text, r.text
+    assert await pg.fetchval("SELECT count(*) FROM jobs WHERE status = 'failed'") == 1

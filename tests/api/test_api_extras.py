@@ -57,6 +57,7 @@ async def test_tags_are_kept_shown_and_filter_the_list(make_settings, db_url) ->
             (["bad\x00"], "tags[0]"),
             ("nightly", "tags"),
             ([""], "tags[0]"),
+            (["ok", "\u200b\u202e\ufeff"], "tags[1]"),  # invisible characters only: as empty
         ):
             bad = await client.post(
                 "/api/jobs",
@@ -65,6 +66,8 @@ async def test_tags_are_kept_shown_and_filter_the_list(make_settings, db_url) ->
             )
             assert bad.status_code == 422, bad.text
             assert field in bad.json()["errors"], bad.json()
+            if tags == ["ok", "\u200b\u202e\ufeff"]:
+                assert bad.json()["errors"][field] == "a tag is 1 to 50 characters", bad.json()
         # ?tag= reads a tag as a submission keeps it: spaces around it dropped, an empty or over-long
         # one refused in the same words (an empty one listed nothing, as if no job could match).
         spaced = (await client.get("/api/jobs", params={"tag": " nightly "}, headers=headers)).json()
@@ -72,6 +75,7 @@ async def test_tags_are_kept_shown_and_filter_the_list(make_settings, db_url) ->
         for tag, said in (
             ("", "is empty; give a value, or leave tag out"),  # as every empty parameter of the API
             ("  ", "a tag is 1 to 50 characters"),
+            ("\u200b\ufeff", "a tag is 1 to 50 characters"),
             ("x" * 51, "a tag is 1 to 50 characters"),
         ):
             bad = await client.get("/api/jobs", params={"tag": tag}, headers=headers)

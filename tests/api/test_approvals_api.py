@@ -281,3 +281,32 @@ async def test_a_step_without_a_name_is_shown_by_its_type_s_title(
     assert f'<a href="/approvals/{jid}">A step</a>' in listed
     page = (await client.get(f"/approvals/{jid}")).text
     assert "<title>Approve A step?" in page and "<h1>A step</h1>" in page
+
+
+INVISIBLE = "\u200b\u202e\ufeff \u2060"
+"""A zero-width space, a right-to-left override, a byte-order mark, a space and a word joiner."""
+
+
+async def test_a_reason_of_invisible_characters_only_is_refused_as_an_empty_one(
+    client: AsyncTestClient, db_url: str, engine: AsyncEngine, ui_settings: Settings, pg: asyncpg.Connection
+) -> None:
+    """A rejection's reason made only of invisible characters was taken, and the owner read an empty
+    reason: it is refused in the empty one's words on every path (the API's two routes, the page)."""
+    owner = await add_user(db_url, "owner@example.com")
+    await add_user(db_url, "root@example.com", admin=True)
+    as_root = await token_of(db_url, await add_user(db_url, "ann@example.com", admin=True))
+    jid = await waiting(client, engine, ui_settings, pg, await token_of(db_url, owner), approvers=["admins"])
+    r = await client.post(f"/api/jobs/{jid}/reject", json={"reason": INVISIBLE}, headers=as_root)
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"] == {"reason": "say why the result is rejected"}, r.text
+    r = await client.post(f"/api/approvals/{jid}/reject", json={"comment": INVISIBLE}, headers=as_root)
+    assert r.status_code == 422 and list(r.json()["errors"]) == ["comment"], r.text
+    await switch_to(client, "root@example.com")
+    token = csrf_from((await client.get("/admin/approvals")).text)
+    r = await client.post(
+        f"/approvals/{jid}/reject",
+        data={"_csrf_token": token, "reason": INVISIBLE},
+        headers={**HX, "HX-Target": f"approval-{jid}"},
+    )
+    assert r.status_code == 422 and "Say why the result is rejected." in r.text, r.text
+    assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", jid) == "waiting_approval"

@@ -120,3 +120,44 @@ async def test_a_waiting_step_of_a_cancelled_pipeline_is_not_rerun_on_the_api_or
     assert r.status_code == 409, r.text[-600:]
     assert f"Nothing changed: {REFUSED}." in words(r.text), words(r.text)[:1500]
     assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", draft) == "waiting_approval"
+
+
+async def test_the_admin_lists_offer_no_retry_of_a_cancelled_pipeline_s_step_nor_count_one(
+    client: AsyncTestClient, db_url: str, engine: AsyncEngine, settings: Settings, pg: asyncpg.Connection
+) -> None:
+    """/admin/jobs and /admin/failed decided their Retry buttons from the row alone and offered one on a
+    failed step of a cancelled pipeline (a 409 when pressed); a bulk retry's confirm step counted such a
+    step as one it would retry, and its answer then reported it skipped. The list reads the pipeline's
+    marker in its own statement now, and the confirm step counts only what the retry will do."""
+    ann = await add_user(db_url, "ann@example.com")
+    as_ann = {"Authorization": f"Bearer {await add_token(db_url, ann.id)}"}
+    r = await client.post("/api/pipelines", json=PIPELINE, headers=as_ann)
+    assert r.status_code == 201, r.text
+    pid, ids = r.json()["id"], {s["key"]: uuid.UUID(s["job_id"]) for s in r.json()["steps"]}
+    await claim(engine, ids["a"])
+    await finish(engine, settings, ids["a"], "failed", error="boom")
+    await sign_in_as(client, db_url, "root@example.com", admin=True)
+    page_h = {**HX, "x-csrftoken": await csrf(client)}
+    assert (await client.post(f"/pipelines/{pid}/cancel", headers=page_h)).status_code == 200
+    await finish(engine, settings, ids["b"], "cancelled")
+    other = await failed_job(engine, settings, ann.id, "Other")
+
+    listed = (await client.get("/admin/jobs?status=failed")).text
+    assert f'id="retry-{other}"' in listed and f'id="retry-{ids["a"]}"' not in listed, listed[-3000:]
+    failed = await client.get("/admin/failed")
+    group = re.search(r'<tr id="group-\w+">(?:(?!</tr>).)*boom(?:(?!</tr>).)*</tr>', failed.text, re.S)
+    assert group is not None and "Retry all" not in group.group(0), failed.text[-3000:]
+    assert "Steps of cancelled pipelines: not retried" in group.group(0)
+
+    for body in (
+        {"action": "retry", "scope": "selected", "ids": [str(ids["a"]), str(other)]},
+        {"action": "retry", "scope": "filter", "status": "failed"},
+    ):
+        r = await client.post("/admin/jobs/bulk/confirm", data=body, headers=page_h)
+        assert r.status_code == 200, r.text[-600:]
+        assert re.search(r'id="bulk-count">1<', r.text), (body, words(r.text)[:1500])
+    r = await client.post(
+        "/admin/failed/retry/confirm", data={"type": "test.step", "signature": "boom"}, headers=page_h
+    )
+    assert "No job here can be retried" in words(r.text), words(r.text)[:1500]
+    assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", ids["a"]) == "failed"

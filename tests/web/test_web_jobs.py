@@ -943,9 +943,15 @@ async def test_my_jobs_lists_own_jobs_and_pipelines_newest_first_with_filters_an
     assert "Nothing matches these filters." in nothing
     fragment = await client.get("/jobs?status=failed", headers=HX)
     assert fragment.text.lstrip().startswith('<section id="job-list"')
-    # a garbage filter is ignored rather than failing; a cursor the list did not give is a 422, as on
-    # every list (tests/web/test_list_cursors.py), never the first page as if it were the one asked for
-    assert (await client.get("/jobs?status=nope")).status_code == 200
+    # a status that is none is said beside the field (a 422 listing nothing, as /admin/jobs answers),
+    # never ignored as if every job had been asked for; a cursor the list did not give is a 422 too, as
+    # on every list (tests/web/test_list_cursors.py), never the first page as if it were the one asked for
+    r = await client.get("/jobs?status=zzz")
+    assert r.status_code == 422, r.status_code
+    page = main_html(r.text)
+    assert "&#39;zzz&#39; is not a status; one of cancelled, completed, failed" in page, page
+    assert 'aria-describedby="fe-status"' in page and "Fix the filter above to see jobs." in page
+    assert "The failed one" not in page
     r = await client.get("/jobs?after=not-a-uuid")
     assert r.status_code == 422 and "is not a position this list gave" in r.text
 

@@ -48,6 +48,7 @@ from app.jobs.queue.approvals import (
     rerun,
 )
 from app.jobs.queue.cancelled import (
+    IN_CANCELLED_PIPELINE,
     PIPELINE_CANCELLED,
     cancelled_refusal,
     check_not_cancelled,
@@ -236,6 +237,7 @@ _lock_parents = lock_parents
 
 __all__ = [
     "PIPELINE_CANCELLED",
+    "IN_CANCELLED_PIPELINE",
     "cancelled_refusal",
     "check_not_cancelled",
     "mark_cancelled",

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from app.errors import BadInput, Conflict, Forbidden, NotFound
 from app.jobs import approvals, decisions, notices, outbox
 from app.jobs.decisions import Decision, decided_by, decision_words
-from app.jobs.payload import cap_text, check_text
+from app.jobs.payload import blank, cap_text, check_text
 from app.jobs.queue.cancelled import check_not_cancelled
 from app.jobs.queue.common import (
     GET_JOB_FOR_UPDATE,
@@ -208,11 +208,12 @@ async def reject(
     """Reject a step waiting for approval: → ``failed`` with the reason; dependents cancelled.
 
     Raises:
-        BadInput: empty reason, or longer than :data:`REJECT_REASON_MAX` characters (the form's limit).
+        BadInput: an empty reason (or one of invisible characters only, :func:`~app.jobs.payload.blank`),
+            or longer than :data:`REJECT_REASON_MAX` characters (the form's limit).
         NotFound / Forbidden / Conflict: as :func:`approve`.
     """
     reason = (reason or "").strip()
-    if not reason:
+    if blank(reason):  # only invisible characters say no more than nothing
         raise BadInput.field("reason", "say why the result is rejected")
     if len(reason) > REJECT_REASON_MAX:
         raise BadInput.field(

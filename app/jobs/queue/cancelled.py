@@ -30,6 +30,13 @@ MARK_CANCELLED = sql(
     """
 )
 CANCELLED_AT = sql("SELECT cancelled_at FROM pipelines WHERE id = :id")
+IN_CANCELLED_PIPELINE = (
+    "EXISTS (SELECT 1 FROM pipelines cp WHERE cp.id = jobs.pipeline_id AND cp.cancelled_at IS NOT NULL)"
+)
+"""The rule of :func:`cancelled_refusal` as an SQL condition on a row of ``jobs`` (so named in its
+``FROM``), for what is decided without locking each row: a list's column beside each job (its Retry
+button, one primary-key probe per row in the list's own statement, not a query per row) and a bulk
+retry's eligible jobs, which its confirm step counts. The retry itself asks again, locked."""
 
 PIPELINE_CANCELLED = (
     "its pipeline was cancelled, so its steps cannot run again; start the pipeline again instead"
