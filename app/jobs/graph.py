@@ -38,6 +38,7 @@ from app.jobs.fanout import (
 )
 from app.jobs.input_words import (
     field_named,
+    item_words,
     next_job_label,
     next_job_parents_words,
     next_job_words,
@@ -178,12 +179,20 @@ def has_refs(value: Any) -> bool:
 
 
 def validate_step_input(
-    type_: Any, input_data: Any, path: str, settings: Settings, *, next_job: str | None = None
+    type_: Any,
+    input_data: Any,
+    path: str,
+    settings: Settings,
+    *,
+    next_job: str | None = None,
+    item: int | None = None,
 ) -> dict[str, Any]:
     """Validate one step's input against its type; fields holding a ``{"$ref": …}`` (or an ``{"$item":
     …}`` not yet replaced) are checked at run time instead. Returns the input to store. ``next_job``: the
     step is a processor's next job, so labelled (:func:`~app.jobs.input_words.next_job_label`), and its
-    problems are worded for what a processor wrote, not for a person at a form.
+    problems are worded for what a processor wrote, not for a person at a form; ``item``: the step is
+    the instance for item ``item`` (from 0) of a ``for_each`` list read from a parent's result, worded
+    for what that result gave (:func:`~app.jobs.input_words.item_words`).
 
     Raises:
         BadInput: unknown type, or a bad field (named by its full path).
@@ -194,13 +203,14 @@ def validate_step_input(
         raise BadInput.field(path.rsplit(".", 1)[0] + ".type", f"unknown job type {type_shown(type_)}")
     check_input(input_data, settings.job_max_input_bytes, field=path)
     ref_fields = {k for k, v in input_data.items() if has_refs(v) or has_items(v)}
+    words = _words_for(next_job, item)
     if not ref_fields and not has_literals(input_data):
-        if next_job is None:
+        if words is None:
             return spec.validate_input(input_data, field_prefix=path)
         try:
             return dict(spec.input_model.model_validate(input_data).model_dump(mode="json"))
         except ValidationError as exc:
-            raise _next_job_refusal(exc.errors(), path, spec, next_job) from None
+            raise _worded_refusal(exc.errors(), path, spec, words) from None
     # Data wrapped as literal is checked as the step will read it, and stored wrapped.
     plain = unwrap_literals(input_data)
     try:
@@ -212,23 +222,36 @@ def validate_step_input(
         if errors:
             # what the person wrote inside a literal is data: refused as such, never as a marker
             in_input = functools.partial(in_literal, input_data)
-            if next_job is not None:
-                raise _next_job_refusal(errors, path, spec, next_job, as_data=in_input) from None
+            if words is not None:
+                raise _worded_refusal(errors, path, spec, words, as_data=in_input) from None
             raise validation_errors(errors, path, spec.input_model, as_data=in_input) from None
     return input_data
 
 
-def _next_job_refusal(
+_Words = Callable[[Any, str | None, bool], str]
+"""Words for one schema error of a value no person typed: ``(error, file widget, as data)``."""
+
+
+def _words_for(next_job: str | None, item: int | None) -> _Words | None:
+    if next_job is not None:
+        return lambda err, widget, as_data: next_job_words(err, next_job, widget, as_data=as_data)
+    if item is not None:
+        # an item is data whatever it holds (:func:`~app.jobs.fanout.substitute` wraps it as literal)
+        return lambda err, widget, as_data: item_words(err, item, widget)
+    return None
+
+
+def _worded_refusal(
     errors: Sequence[Any],
     path: str,
     spec: Any,
-    label: str,
+    words: _Words,
     as_data: Callable[[Sequence[int | str]], bool] | None = None,
 ) -> BadInput:
-    def words(err: Any, widget: str | None) -> str:
-        return next_job_words(err, label, widget, as_data=as_data is not None and as_data(err["loc"]))
+    def worded(err: Any, widget: str | None) -> str:
+        return words(err, widget, as_data is not None and as_data(err["loc"]))
 
-    return errors_in_words(errors, path, spec.input_model, words)
+    return errors_in_words(errors, path, spec.input_model, worded)
 
 
 def check_step_submission(

@@ -250,6 +250,21 @@ def next_job_words(
     return f"the {label} was given {shown} for '{field}'; {requirement(error, file_widget)}"
 
 
+def item_words(error: Mapping[str, Any], n: int, file_widget: str | None = None) -> str:
+    """One schema error of the input made from item ``n`` (from 0) of a ``for_each`` list read from a
+    parent's result, in words: "item 2 of its list gave 'x' for 'seconds'; it must be a number". The
+    item is data an earlier step wrote, so a marker-shaped value in it is refused as any value of its
+    shape is, and the form's "Enter a number" would tell the pipeline's owner to type what no one typed."""
+    kind = str(error.get("type", ""))
+    field = field_named(error.get("loc") or ())
+    which = f"item {n + 1:,} of its list"
+    if kind == "missing":
+        return f"{which} left its input '{field}' missing"
+    if kind == "extra_forbidden":
+        return f"{which} gave '{field}', which is not an input of its type"
+    return f"{which} gave {value_shown(error.get('input'))} for '{field}'; {requirement(error, file_widget)}"
+
+
 def next_job_parents_words(titles: Sequence[str]) -> str:
     """A processor's next job with no job before it, whose fields ``titles`` only the steps before it
     could fill (:meth:`~app.jobs.types.ProcessorSpec.parents_only`): what the processor left out, not a
