@@ -39,6 +39,7 @@ from app.jobs.fanout import (
 from app.jobs.input_words import (
     field_named,
     item_words,
+    next_job_check_words,
     next_job_label,
     next_job_parents_words,
     next_job_words,
@@ -427,6 +428,36 @@ def check_next_job_parents(i: int, type_: Any, key: Any, input_data: Any, *, has
     raise BadInput(f"{which}: {words}", errors=errors)
 
 
+def check_next_job_submission(
+    i: int, type_: Any, key: Any, input_data: Any, settings: Settings, *, has_parents: bool
+) -> None:
+    """The checks of a processor's next job ``i``'s type at submission
+    (:meth:`~app.jobs.types.ProcessorSpec.check_submission`: its own address for ``http.request``, …),
+    the rule the queue applies again as it inserts the job, in this path's words: which next job, which
+    field, what it was given and why it cannot be used. The queue's own refusal said only the form's
+    words, with nothing to tell which of the processor's next jobs they were about. A field that only
+    the steps before it could fill is :func:`check_next_job_parents`'s, checked first.
+
+    Raises:
+        BadInput: naming ``next_jobs[i].input_data.<field>`` for each field refused.
+    """
+    check_next_job_parents(i, type_, key, input_data, has_parents=has_parents)
+    spec = registry.get(type_) if isinstance(type_, str) else None
+    if spec is None or not isinstance(input_data, dict):
+        return
+    data = unwrap_literals(input_data) if has_literals(input_data) else input_data
+    try:
+        spec.check_submission(data, settings, has_parents=has_parents, field_prefix="input_data")
+    except BadInput as exc:
+        label = next_job_label(i, type_, key)
+        fields = {name.removeprefix("input_data."): text for name, text in exc.errors.items()}
+        errors = {
+            f"next_jobs[{i}].input_data.{name}": next_job_check_words(label, name, data.get(name), text)
+            for name, text in fields.items()
+        }
+        raise BadInput(next(iter(errors.values())), errors=errors) from None
+
+
 def plan_next_jobs(creator: Any, next_jobs: Sequence[NextJob], settings: Settings) -> list[NextJob]:
     """Check the jobs a processor returned before its completion is recorded: types and inputs valid,
     keys unique, dependencies among them acyclic. Returns them unchanged.
@@ -439,7 +470,9 @@ def plan_next_jobs(creator: Any, next_jobs: Sequence[NextJob], settings: Setting
             raise BadInput.field(f"next_jobs[{i}]", "must be a NextJob")
         label = next_job_label(i, nj.type, nj.key)
         validate_step_input(nj.type, nj.input_data, f"next_jobs[{i}].input_data", settings, next_job=label)
-        check_next_job_parents(i, nj.type, nj.key, nj.input_data, has_parents=bool(nj.depends_on))
+        check_next_job_submission(
+            i, nj.type, nj.key, nj.input_data, settings, has_parents=bool(nj.depends_on)
+        )
     new_keys = {nj.key or f"next-{i + 1}" for i, nj in enumerate(next_jobs)}
     specs = [
         {

@@ -265,6 +265,14 @@ def item_words(error: Mapping[str, Any], n: int, file_widget: str | None = None)
     return f"{which} gave {value_shown(error.get('input'))} for '{field}'; {requirement(error, file_widget)}"
 
 
+def next_job_check_words(label: str, field: str, value: Any, text: str) -> str:
+    """A processor's next job (``label``: :func:`next_job_label`) refused by its type's own check at
+    submission (``text``, its words for the field): "the next job 1 (http.request) was given
+    'http://10.0.0.1/' for 'url', which cannot be used: …"."""
+    why = text.strip().rstrip(".")
+    return f"the {label} was given {value_shown(value)} for '{field}', which cannot be used: {why}"
+
+
 def next_job_parents_words(titles: Sequence[str]) -> str:
     """A processor's next job with no job before it, whose fields ``titles`` only the steps before it
     could fill (:meth:`~app.jobs.types.ProcessorSpec.parents_only`): what the processor left out, not a
