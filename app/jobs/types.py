@@ -378,7 +378,10 @@ class ProcessorSpec:
                 problems.setdefault(name, text)
         if problems:
             errors = {f"{field_prefix}.{name}": text for name, text in problems.items()}
-            raise BadInput(next(iter(errors.values())), errors=errors)
+            # the detail names its field as the schema's refusals do (``input_data.url: …``): the API's
+            # detail is the one line a client may show, and alone it said nothing of where the problem was
+            first = next(iter(errors))
+            raise BadInput(f"{first}: {errors[first]}", errors=errors)
 
     def parents_supply(self, data: Any) -> list[str]:
         """The titles of the fields of ``data`` that :attr:`submit_check` accepts only for a job with
