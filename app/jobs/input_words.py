@@ -111,12 +111,21 @@ _MARKER_READS = {
 }
 
 
-def problem_words(error: Mapping[str, Any], file_widget: str | None = None, *, as_data: bool = False) -> str:
+def problem_words(
+    error: Mapping[str, Any], file_widget: str | None = None, *, as_data: bool = False, noun: str = "item"
+) -> str:
     """One pydantic error (an item of ``ValidationError.errors()``) as a sentence; ``file_widget``
     (``"file"``/``"files"``) when the error is in a field that takes uploaded files. ``as_data``: the
     value was written inside a pipeline step's ``{"$literal": …}``, so a marker-shaped one is data, and
-    is refused in the words any other value of its shape is (not as a marker misplaced)."""
+    is refused in the words any other value of its shape is (not as a marker misplaced). ``noun``: what
+    one item of the field's list is (``picture``: :func:`app.jobs.types.item_nouns`), for a count of
+    them ("Give at most 50 pictures.")."""
     kind = str(error.get("type", ""))
+    ctx = error.get("ctx") or {}
+    if kind == "too_short" and noun != "item":
+        return f"Give at least {plural(ctx.get('min_length'), noun)}."
+    if kind == "too_long" and noun != "item":
+        return f"Give at most {plural(ctx.get('max_length'), noun)}."
     marker = None if as_data else marker_words(error.get("input"))
     if marker is not None and kind != "missing":
         return marker
