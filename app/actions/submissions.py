@@ -22,6 +22,7 @@ from app.errors import BadInput, KeyReused, RateLimited
 from app.jobs import naming, queue
 from app.jobs.queue import Enqueued, NewJob
 from app.jobs.queue.repeats import Repeat, refusal
+from app.jobs.run_at import check_run_at as run_at_rule
 from app.jobs.tags import add_tags, check_tags, tags_of
 from app.processors import ProcessorSpec, registry
 
@@ -43,6 +44,9 @@ async def check_run_at(db: AsyncSession, run_at: datetime | None) -> None:
     """
     if run_at is None or run_at.utcoffset() is None:
         return  # run now, or no offset: the queue's own check names the problem
+    # The years a due time may have, first: a moment before 1970 was told "already passed" and to choose
+    # a later time, with no word of how far later would do, while one past 9000 was told the range.
+    run_at_rule(run_at)
     now: datetime = (await db.execute(DB_NOW)).scalar_one()
     if run_at < now - RUN_AT_GRACE:
         raise BadInput.field(

@@ -38,6 +38,8 @@ from app.jobs.fanout import (
 )
 from app.jobs.input_words import (
     field_named,
+    item_words,
+    next_job_check_words,
     next_job_label,
     next_job_parents_words,
     next_job_words,
@@ -178,12 +180,20 @@ def has_refs(value: Any) -> bool:
 
 
 def validate_step_input(
-    type_: Any, input_data: Any, path: str, settings: Settings, *, next_job: str | None = None
+    type_: Any,
+    input_data: Any,
+    path: str,
+    settings: Settings,
+    *,
+    next_job: str | None = None,
+    item: int | None = None,
 ) -> dict[str, Any]:
     """Validate one step's input against its type; fields holding a ``{"$ref": …}`` (or an ``{"$item":
     …}`` not yet replaced) are checked at run time instead. Returns the input to store. ``next_job``: the
     step is a processor's next job, so labelled (:func:`~app.jobs.input_words.next_job_label`), and its
-    problems are worded for what a processor wrote, not for a person at a form.
+    problems are worded for what a processor wrote, not for a person at a form; ``item``: the step is
+    the instance for item ``item`` (from 0) of a ``for_each`` list read from a parent's result, worded
+    for what that result gave (:func:`~app.jobs.input_words.item_words`).
 
     Raises:
         BadInput: unknown type, or a bad field (named by its full path).
@@ -194,13 +204,14 @@ def validate_step_input(
         raise BadInput.field(path.rsplit(".", 1)[0] + ".type", f"unknown job type {type_shown(type_)}")
     check_input(input_data, settings.job_max_input_bytes, field=path)
     ref_fields = {k for k, v in input_data.items() if has_refs(v) or has_items(v)}
+    words = _words_for(next_job, item)
     if not ref_fields and not has_literals(input_data):
-        if next_job is None:
+        if words is None:
             return spec.validate_input(input_data, field_prefix=path)
         try:
             return dict(spec.input_model.model_validate(input_data).model_dump(mode="json"))
         except ValidationError as exc:
-            raise _next_job_refusal(exc.errors(), path, spec, next_job) from None
+            raise _worded_refusal(exc.errors(), path, spec, words) from None
     # Data wrapped as literal is checked as the step will read it, and stored wrapped.
     plain = unwrap_literals(input_data)
     try:
@@ -212,23 +223,36 @@ def validate_step_input(
         if errors:
             # what the person wrote inside a literal is data: refused as such, never as a marker
             in_input = functools.partial(in_literal, input_data)
-            if next_job is not None:
-                raise _next_job_refusal(errors, path, spec, next_job, as_data=in_input) from None
+            if words is not None:
+                raise _worded_refusal(errors, path, spec, words, as_data=in_input) from None
             raise validation_errors(errors, path, spec.input_model, as_data=in_input) from None
     return input_data
 
 
-def _next_job_refusal(
+_Words = Callable[[Any, str | None, bool], str]
+"""Words for one schema error of a value no person typed: ``(error, file widget, as data)``."""
+
+
+def _words_for(next_job: str | None, item: int | None) -> _Words | None:
+    if next_job is not None:
+        return lambda err, widget, as_data: next_job_words(err, next_job, widget, as_data=as_data)
+    if item is not None:
+        # an item is data whatever it holds (:func:`~app.jobs.fanout.substitute` wraps it as literal)
+        return lambda err, widget, as_data: item_words(err, item, widget)
+    return None
+
+
+def _worded_refusal(
     errors: Sequence[Any],
     path: str,
     spec: Any,
-    label: str,
+    words: _Words,
     as_data: Callable[[Sequence[int | str]], bool] | None = None,
 ) -> BadInput:
-    def words(err: Any, widget: str | None) -> str:
-        return next_job_words(err, label, widget, as_data=as_data is not None and as_data(err["loc"]))
+    def worded(err: Any, widget: str | None) -> str:
+        return words(err, widget, as_data is not None and as_data(err["loc"]))
 
-    return errors_in_words(errors, path, spec.input_model, words)
+    return errors_in_words(errors, path, spec.input_model, worded)
 
 
 def check_step_submission(
@@ -404,6 +428,36 @@ def check_next_job_parents(i: int, type_: Any, key: Any, input_data: Any, *, has
     raise BadInput(f"{which}: {words}", errors=errors)
 
 
+def check_next_job_submission(
+    i: int, type_: Any, key: Any, input_data: Any, settings: Settings, *, has_parents: bool
+) -> None:
+    """The checks of a processor's next job ``i``'s type at submission
+    (:meth:`~app.jobs.types.ProcessorSpec.check_submission`: its own address for ``http.request``, …),
+    the rule the queue applies again as it inserts the job, in this path's words: which next job, which
+    field, what it was given and why it cannot be used. The queue's own refusal said only the form's
+    words, with nothing to tell which of the processor's next jobs they were about. A field that only
+    the steps before it could fill is :func:`check_next_job_parents`'s, checked first.
+
+    Raises:
+        BadInput: naming ``next_jobs[i].input_data.<field>`` for each field refused.
+    """
+    check_next_job_parents(i, type_, key, input_data, has_parents=has_parents)
+    spec = registry.get(type_) if isinstance(type_, str) else None
+    if spec is None or not isinstance(input_data, dict):
+        return
+    data = unwrap_literals(input_data) if has_literals(input_data) else input_data
+    try:
+        spec.check_submission(data, settings, has_parents=has_parents, field_prefix="input_data")
+    except BadInput as exc:
+        label = next_job_label(i, type_, key)
+        fields = {name.removeprefix("input_data."): text for name, text in exc.errors.items()}
+        errors = {
+            f"next_jobs[{i}].input_data.{name}": next_job_check_words(label, name, data.get(name), text)
+            for name, text in fields.items()
+        }
+        raise BadInput(next(iter(errors.values())), errors=errors) from None
+
+
 def plan_next_jobs(creator: Any, next_jobs: Sequence[NextJob], settings: Settings) -> list[NextJob]:
     """Check the jobs a processor returned before its completion is recorded: types and inputs valid,
     keys unique, dependencies among them acyclic. Returns them unchanged.
@@ -416,7 +470,9 @@ def plan_next_jobs(creator: Any, next_jobs: Sequence[NextJob], settings: Setting
             raise BadInput.field(f"next_jobs[{i}]", "must be a NextJob")
         label = next_job_label(i, nj.type, nj.key)
         validate_step_input(nj.type, nj.input_data, f"next_jobs[{i}].input_data", settings, next_job=label)
-        check_next_job_parents(i, nj.type, nj.key, nj.input_data, has_parents=bool(nj.depends_on))
+        check_next_job_submission(
+            i, nj.type, nj.key, nj.input_data, settings, has_parents=bool(nj.depends_on)
+        )
     new_keys = {nj.key or f"next-{i + 1}" for i, nj in enumerate(next_jobs)}
     specs = [
         {

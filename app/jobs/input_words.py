@@ -111,12 +111,21 @@ _MARKER_READS = {
 }
 
 
-def problem_words(error: Mapping[str, Any], file_widget: str | None = None, *, as_data: bool = False) -> str:
+def problem_words(
+    error: Mapping[str, Any], file_widget: str | None = None, *, as_data: bool = False, noun: str = "item"
+) -> str:
     """One pydantic error (an item of ``ValidationError.errors()``) as a sentence; ``file_widget``
     (``"file"``/``"files"``) when the error is in a field that takes uploaded files. ``as_data``: the
     value was written inside a pipeline step's ``{"$literal": …}``, so a marker-shaped one is data, and
-    is refused in the words any other value of its shape is (not as a marker misplaced)."""
+    is refused in the words any other value of its shape is (not as a marker misplaced). ``noun``: what
+    one item of the field's list is (``picture``: :func:`app.jobs.types.item_nouns`), for a count of
+    them ("Give at most 50 pictures.")."""
     kind = str(error.get("type", ""))
+    ctx = error.get("ctx") or {}
+    if kind == "too_short" and noun != "item":
+        return f"Give at least {plural(ctx.get('min_length'), noun)}."
+    if kind == "too_long" and noun != "item":
+        return f"Give at most {plural(ctx.get('max_length'), noun)}."
     marker = None if as_data else marker_words(error.get("input"))
     if marker is not None and kind != "missing":
         return marker
@@ -248,6 +257,29 @@ def next_job_words(
         return f"the {label} has an object in '{field}' that is not read: {marker[:1].lower()}{marker[1:-1]}"
     shown = value_shown(error.get("input"))
     return f"the {label} was given {shown} for '{field}'; {requirement(error, file_widget)}"
+
+
+def item_words(error: Mapping[str, Any], n: int, file_widget: str | None = None) -> str:
+    """One schema error of the input made from item ``n`` (from 0) of a ``for_each`` list read from a
+    parent's result, in words: "item 2 of its list gave 'x' for 'seconds'; it must be a number". The
+    item is data an earlier step wrote, so a marker-shaped value in it is refused as any value of its
+    shape is, and the form's "Enter a number" would tell the pipeline's owner to type what no one typed."""
+    kind = str(error.get("type", ""))
+    field = field_named(error.get("loc") or ())
+    which = f"item {n + 1:,} of its list"
+    if kind == "missing":
+        return f"{which} left its input '{field}' missing"
+    if kind == "extra_forbidden":
+        return f"{which} gave '{field}', which is not an input of its type"
+    return f"{which} gave {value_shown(error.get('input'))} for '{field}'; {requirement(error, file_widget)}"
+
+
+def next_job_check_words(label: str, field: str, value: Any, text: str) -> str:
+    """A processor's next job (``label``: :func:`next_job_label`) refused by its type's own check at
+    submission (``text``, its words for the field): "the next job 1 (http.request) was given
+    'http://10.0.0.1/' for 'url', which cannot be used: …"."""
+    why = text.strip().rstrip(".")
+    return f"the {label} was given {value_shown(value)} for '{field}', which cannot be used: {why}"
 
 
 def next_job_parents_words(titles: Sequence[str]) -> str:

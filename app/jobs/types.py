@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import re
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -188,6 +189,7 @@ def validation_errors(
     short phrase after its path ("input_data.url: is required"). ``as_data(loc)`` says whether the value
     at an error's location was written as data (inside a pipeline step's ``{"$literal": …}``)."""
     files = file_fields(model) if model is not None else {}
+    nouns = item_nouns(model) if model is not None else {}
     errors: dict[str, str] = {}
     for err in details:
         path = _error_path(prefix, err["loc"])
@@ -200,7 +202,8 @@ def validation_errors(
             # without its full stop: it follows a path, and paths are joined ("…; input_data.b: …")
             data = as_data is not None and as_data(err["loc"])
             widget = files.get(top) if isinstance(top, str) else None
-            message = problem_words(err, widget, as_data=data).removesuffix(".")
+            noun = nouns.get(top, "item") if isinstance(top, str) and len(err["loc"]) == 1 else "item"
+            message = problem_words(err, widget, as_data=data, noun=noun).removesuffix(".")
         errors.setdefault(path, message)
     first_path, first_msg = next(iter(errors.items()))
     return BadInput(f"{first_path}: {first_msg}", errors=errors)
@@ -246,6 +249,19 @@ def file_fields(model: InputModel) -> dict[str, str]:
         if widget in ("file", "files"):
             found[name] = widget
     return found
+
+
+@functools.lru_cache(maxsize=512)
+def item_nouns(model: type[BaseModel]) -> dict[str, str]:
+    """``{field: what one of its items is}`` for the fields of ``model`` that hold a list of uploaded
+    files: the field's title in the singular when it is one plural word (the photo batch's "Pictures":
+    ``picture``), else ``file``. A count of them is said in that noun ("Give at most 50 pictures."):
+    "50 items" left the person to guess what was counted."""
+    props = model.model_json_schema().get("properties") or {}
+    titles = {
+        n: str(p.get("title") or "").strip().lower() for n, p in props.items() if widget_of(p) == "files"
+    }
+    return {n: t[:-1] if re.fullmatch(r"[a-z]+s", t) else "file" for n, t in titles.items()}
 
 
 @functools.lru_cache(maxsize=512)
@@ -378,7 +394,10 @@ class ProcessorSpec:
                 problems.setdefault(name, text)
         if problems:
             errors = {f"{field_prefix}.{name}": text for name, text in problems.items()}
-            raise BadInput(next(iter(errors.values())), errors=errors)
+            # the detail names its field as the schema's refusals do (``input_data.url: …``): the API's
+            # detail is the one line a client may show, and alone it said nothing of where the problem was
+            first = next(iter(errors))
+            raise BadInput(f"{first}: {errors[first]}", errors=errors)
 
     def parents_supply(self, data: Any) -> list[str]:
         """The titles of the fields of ``data`` that :attr:`submit_check` accepts only for a job with

@@ -34,9 +34,9 @@ from email.headerregistry import Address
 from email.message import EmailMessage
 from email.utils import formatdate
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from app.formatting import host_port
@@ -126,16 +126,25 @@ def _subject(value: str) -> str:
     return value
 
 
+def _mailbox_text(value: str) -> str:
+    return str(mailbox(value))
+
+
+MailboxText = Annotated[str, AfterValidator(_mailbox_text)]
+"""One address of a list, checked as its item: a refusal names it (``input_data.to[3]``), where a check
+of the whole list named only the list, and the person had to find which of fifty it was about."""
+
+
 class EmailInput(Input):
     """Input of ``email.send``."""
 
-    to: list[str] = Field(
+    to: list[MailboxText] = Field(
         title="To",
         description="One or more addresses, like ann@example.com or Ann Smith <ann@example.com>.",
         min_length=1,
         max_length=50,
     )
-    cc: list[str] = Field(
+    cc: list[MailboxText] = Field(
         default_factory=list, title="Copy to (Cc)", description="Optional addresses.", max_length=50
     )
     reply_to: str = Field(
@@ -143,11 +152,6 @@ class EmailInput(Input):
     )
     subject: str = Field(title="Subject", min_length=1, max_length=250)
     body: LongText = Field(title="Message", description="Plain text.", max_length=200_000)
-
-    @field_validator("to", "cc")
-    @classmethod
-    def _check_list(cls, value: list[str]) -> list[str]:
-        return [str(mailbox(v)) for v in value]
 
     @field_validator("reply_to")
     @classmethod

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadInput, KeyReused, RateLimited, TooLarge
 from app.jobs.input_words import problem_words
+from app.jobs.types import item_nouns
 from app.web import flash, forms, render, zone
 from app.web.deps import file_store, settings_of
 from app.web.form_shape import shape_problem
@@ -230,23 +231,19 @@ async def answer(
 # --- validation messages ------------------------------------------------------------------------------
 
 
-def friendly_message(error: Any) -> str:
-    """A pydantic error (one item of ``ValidationError.errors()``) in plain words: the same words as a
-    batch row's and the API's (:func:`app.jobs.input_words.problem_words`)."""
-    return problem_words(error)
-
-
 def validate(model: type[BaseModel], data: dict[str, Any]) -> dict[str, str]:
-    """Per-field plain-words errors of ``data`` against ``model`` (empty when valid). An item of a list
-    is named by its position (``Line 3: …``), an entry of an object by its key (``speed: …``)."""
+    """Per-field plain-words errors of ``data`` against ``model`` (empty when valid), in the words of a
+    batch row's and the API's (:func:`app.jobs.input_words.problem_words`). An item of a list is named
+    by its position (``Line 3: …``), an entry of an object by its key (``speed: …``)."""
     try:
         model.model_validate(data)
     except ValidationError as exc:
         errors: dict[str, str] = {}
+        nouns = item_nouns(model)
         for err in exc.errors():
             loc = err.get("loc") or ()
             name = str(loc[0]) if loc else forms.FORM_ERROR
-            message = friendly_message(err)
+            message = problem_words(err, noun=nouns.get(name, "item") if len(loc) == 1 else "item")
             if len(loc) > 1 and isinstance(loc[1], int):
                 message = f"Line {loc[1] + 1}: {message}"
             elif len(loc) > 1:

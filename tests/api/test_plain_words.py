@@ -152,3 +152,15 @@ def test_a_schema_s_bounds_are_said_with_thousands_separators() -> None:
         "scale": "Must be at least -2,500.",
         "items": "Give at most 1,500 items.",
     }
+
+
+def test_a_count_of_pictures_says_pictures_on_the_api_and_the_form() -> None:
+    """The photo batch's "Pictures" over its 50 read "Give at most 50 items": what was counted is said
+    (the field's title, in the singular for one), on the API's path and the form's alike."""
+    model = registry.get("images.batch").input_model  # type: ignore[union-attr]
+    many = [str(uuid.uuid4())] * 51
+    for images, words in ((many, "Give at most 50 pictures"), ([], "Give at least 1 picture")):
+        with pytest.raises(BadInput) as refused:
+            registry.get("images.batch").validate_input({"images": images})  # type: ignore[union-attr]
+        assert refused.value.errors == {"input_data.images": words}
+        assert submit.validate(model, {"images": images}) == {"images": f"{words}."}

@@ -219,3 +219,21 @@ async def test_a_malformed_international_host_name_is_a_422_on_every_path_that_t
             headers=headers,
         )
         assert resp.status_code == 201, resp.text
+
+
+async def test_a_url_refused_by_the_address_rule_names_its_field_in_the_apis_detail_as_the_schema_does(
+    make_settings, db_url
+) -> None:
+    """The API's ``detail`` (the one line a client shows) names the field for a host name no lookup can
+    find or a private address as for a scheme the schema refuses: it said the words alone."""
+    settings = make_settings(worker_enabled=False)
+    user = await add_user(db_url, f"urls{next(_people)}@example.com")
+    headers = {"Authorization": f"Bearer {await add_token(db_url, user.id)}"}
+    async with app_client(settings) as client:
+        for url in ("ftp://example.com/", "http://a..example.com/", "http://10.0.0.1/"):
+            resp = await client.post(
+                "/api/jobs", json={"type": "http.request", "input_data": {"url": url}}, headers=headers
+            )
+            assert resp.status_code == 422, resp.text
+            body = resp.json()
+            assert body["detail"] == f"input_data.url: {body['errors']['input_data.url']}", body

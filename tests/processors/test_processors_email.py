@@ -198,10 +198,14 @@ async def test_starttls_required_but_not_offered_is_permanent(mx, make_settings)
     ("input_data", "field", "needle"),
     [
         ({"to": [], "subject": "s", "body": "b"}, "input_data.to", "at least 1"),
-        ({"to": ["not an address"], "subject": "s", "body": "b"}, "input_data.to", "is not an email address"),
+        (
+            {"to": ["not an address"], "subject": "s", "body": "b"},
+            "input_data.to[0]",
+            "is not an email address",
+        ),
         (
             {"to": ["a@example.com\r\nBcc: x@evil.test"], "subject": "s", "body": "b"},
-            "input_data.to",
+            "input_data.to[0]",
             "not an email",
         ),
         (
@@ -282,8 +286,8 @@ def test_every_line_separator_and_control_character_is_refused_in_every_header_f
         assert (
             shown in _errors({"to": ["a@x.test"], "subject": f"Hi{ch}Bcc: v@evil.test"})["input_data.subject"]
         )
-        assert shown in _errors({"to": [f"Ann{ch}Bcc <a@x.test>"]})["input_data.to"]
-        assert shown in _errors({"to": ["a@x.test"], "cc": [f"b@x.test{ch}"]})["input_data.cc"]
+        assert shown in _errors({"to": [f"Ann{ch}Bcc <a@x.test>"]})["input_data.to[0]"]
+        assert shown in _errors({"to": ["a@x.test"], "cc": [f"b@x.test{ch}"]})["input_data.cc[0]"]
         assert (
             shown in _errors({"to": ["a@x.test"], "reply_to": f"Help{ch} <h@x.test>"})["input_data.reply_to"]
         )
@@ -292,22 +296,22 @@ def test_every_line_separator_and_control_character_is_refused_in_every_header_f
 @pytest.mark.parametrize(
     ("input_data", "field", "needle"),
     [
-        ({"to": ["victim@evil.test, Ann <ann@example.com>"]}, "input_data.to", "holds 2 addresses"),
-        ({"to": ["ann@example.com", "a@x.test b@x.test"]}, "input_data.to", "is not an email address"),
-        ({"to": ["Team: a@x.test, b@x.test;"]}, "input_data.to", "is a group of addresses"),
-        ({"to": ["a@x.test"], "cc": ["undisclosed-recipients:;"]}, "input_data.cc", "is a group"),
+        ({"to": ["victim@evil.test, Ann <ann@example.com>"]}, "input_data.to[0]", "holds 2 addresses"),
+        ({"to": ["ann@example.com", "a@x.test b@x.test"]}, "input_data.to[1]", "is not an email address"),
+        ({"to": ["Team: a@x.test, b@x.test;"]}, "input_data.to[0]", "is a group of addresses"),
+        ({"to": ["a@x.test"], "cc": ["undisclosed-recipients:;"]}, "input_data.cc[0]", "is a group"),
         ({"to": ["a@x.test"], "reply_to": "Team:h@x.test"}, "input_data.reply_to", "is a group"),
-        ({"to": ["Ann <ann@example.com> <evil@x.test>"]}, "input_data.to", "not an email address"),
-        ({"to": ["ann@"]}, "input_data.to", "not an email address"),
-        ({"to": ['"john doe"@x.test']}, "input_data.to", "not an email address"),
+        ({"to": ["Ann <ann@example.com> <evil@x.test>"]}, "input_data.to[0]", "not an email address"),
+        ({"to": ["ann@"]}, "input_data.to[0]", "not an email address"),
+        ({"to": ['"john doe"@x.test']}, "input_data.to[0]", "not an email address"),
         (
             {"to": ["=?utf-8?q?a=0D=0ABcc=3A_x=40evil.test?= <ann@example.com>"]},
-            "input_data.to",
+            "input_data.to[0]",
             "not an email address",
         ),
         (
             {"to": ["=?utf-8?q?Ann=E2=80=A8Bcc?= <ann@example.com>"]},
-            "input_data.to",
+            "input_data.to[0]",
             "the name in",
         ),
         (
@@ -322,6 +326,17 @@ def test_addresses_are_exactly_one_mailbox_and_headers_read_back_as_typed(input_
     errors = _errors(input_data)
     assert field in errors, errors
     assert needle.lower() in errors[field].lower(), errors
+
+
+def test_a_bad_address_names_its_item_in_the_list() -> None:
+    """The refusal names the address it is about (``input_data.to[3]``), not the whole list: among
+    fifty recipients the person had to find which one it meant."""
+    good = ["a@x.test", "b@x.test", "c@x.test"]
+    errors = _errors({"to": [*good, "nope"], "cc": ["d@x.test", "bad"]})
+    assert errors == {
+        "input_data.to[3]": "'nope' is not an email address like ann@example.com",
+        "input_data.cc[1]": "'bad' is not an email address like ann@example.com",
+    }
 
 
 def test_names_with_commas_in_quotes_tabs_and_non_ascii_are_kept() -> None:
@@ -339,8 +354,8 @@ def test_names_with_commas_in_quotes_tabs_and_non_ascii_are_kept() -> None:
 
 
 REFUSED_AT_SUBMISSION = {
-    "to": {"to": ["victim@evil.test, Ann <ann@example.com>"]},
-    "cc": {"to": ["a@x.test"], "cc": ["Team: a@x.test;"]},
+    "to[0]": {"to": ["victim@evil.test, Ann <ann@example.com>"]},
+    "cc[0]": {"to": ["a@x.test"], "cc": ["Team: a@x.test;"]},
     "subject": {"to": ["a@x.test"], "subject": "Hi\u2028Bcc: v@evil.test"},
     "reply_to": {"to": ["a@x.test"], "reply_to": "h@x.test\x85"},
 }

@@ -61,7 +61,7 @@ async def test_every_problem_of_an_item_from_a_result_names_it_alike(engine, set
     bad_scheme = await create(engine, settings, owner, fanout("ftp://example.com/x"))
     private = await create(engine, settings, owner, fanout("http://10.0.0.1/x"))
     await run_claimable(engine, settings)
-    for pid, words in ((bad_scheme, "Only http:// and https://"), (private, "a local or private address")):
+    for pid, words in ((bad_scheme, "only http:// and https://"), (private, "a local or private address")):
         message = (await jobs_of(pg, pid))["fe"]["error_message"]
         assert message.startswith("step 'fe' could not run once per item: for_each[0].url: "), message
         assert words in message

@@ -404,3 +404,23 @@ async def test_a_next_jobs_input_that_fails_its_schema_fails_its_creator_in_word
         "the next job 1 (test.form) has an object in 'copies' that is not read: an object with \"$ref\" "
         "must have that one key only, like {\"$ref\": …}; remove the others ('z')"
     )
+
+
+async def test_a_next_job_its_types_own_check_refuses_fails_its_creator_in_words_for_a_processor(
+    engine, settings, owner, pg
+) -> None:
+    """The type's own check at submission (``http.request``: where jobs may connect) refuses a next job
+    naming it, its field and the value the processor gave, as the schema's refusals do; the queue's
+    refusal at insert said only the form's words, with no word of which next job they were about."""
+    creator = new_id()
+    jobs = [{"type": "http.request", "key": "call", "input_data": {"url": "http://10.0.0.1/x"}}]
+    async with running_worker(settings):
+        await enqueue_next(engine, settings, owner, jobs, creator)
+        row = await wait_status(pg, creator, {"failed", "completed"})
+    assert row["status"] == "failed"
+    assert row["error_message"].startswith(
+        "could not create the next jobs: the next job 1 (http.request, key 'call') was given "
+        "'http://10.0.0.1/x' for 'url', which cannot be used: "
+    ), row["error_message"]
+    assert "private address" in row["error_message"], row["error_message"]
+    assert await pg.fetchval("SELECT count(*) FROM jobs") == 1

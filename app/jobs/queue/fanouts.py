@@ -300,7 +300,7 @@ def _instance(
     # Named as every other problem of an item is (``for_each[1].image`` from the insert's checks).
     path = f"for_each[{n}]"
     data = substitute(spec["input_data"], item, path)
-    stored = validate_step_input(spec["type"], data, path, settings)
+    stored = validate_step_input(spec["type"], data, path, settings, item=n)
     return NewJob(
         type=spec["type"],
         input_data=stored,

@@ -22,7 +22,7 @@ from app.jobs.fanout import base_key, check_for_each, expand_literal
 from app.jobs.graph import (
     check_graph,
     check_key,
-    check_next_job_parents,
+    check_next_job_submission,
     check_ref_sources,
     check_step_submission,
     rename_refs,
@@ -550,7 +550,7 @@ async def insert_next_jobs(
                 outside.setdefault(jid, set()).add(target)
         input_data = rename_refs(nj.input_data, renames)
         check_ref_sources({"depends_on": read_names, "input_data": input_data}, f"next_jobs[{i}].input_data")
-        check_next_job_parents(i, nj.type, nj.key, input_data, has_parents=bool(mine))
+        check_next_job_submission(i, nj.type, nj.key, input_data, settings, has_parents=bool(mine))
         jobs.append(
             NewJob(
                 id=jid,
