@@ -209,5 +209,7 @@ def require_signed_in_browser(actor: Any, refusal: str = TOKENS_FROM_THE_PAGE) -
     Raises:
         Forbidden: the actor acts through an API token.
     """
-    if getattr(actor, "token_id", None) is not None:
+    # an action's Actor carries the person in ``user``: its own ``token_id`` is none, and was let through
+    person = getattr(actor, "user", actor)
+    if getattr(person, "token_id", None) is not None:
         raise Forbidden(refusal)
