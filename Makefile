@@ -61,21 +61,24 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-# Two pytest processes for most tests, then the timing-bound `serial` ones apart from them
-# (tests/conftest.py): two of those at a time, a file each, since they mostly wait on their own worker
-# and server processes (about a quarter of the two cores) rather than compete for the CPU as the others
-# do; last, alone, the `alone` tests, which compare throughput measured in adjacent rounds.
+# Three pytest processes for most tests, then the timing-bound `serial` ones apart from them
+# (tests/conftest.py): three of those at a time, a file each, since they mostly wait on their own worker
+# and server processes rather than compete for the CPU as the others do; last, alone, the `alone` tests,
+# which compare throughput measured in adjacent rounds. Three, not two, on two cores: a test spends much
+# of its time waiting on PostgreSQL, a server it started or a browser, and a third process fills that
+# (738 + 232 s here, against 1,140 s, partly beside other work, + 311 s with two).
 # `compile` first: every server, worker and command the tests start imports the app anew, and where
 # PYTHONDONTWRITEBYTECODE is set (this machine's environment sets it) Python caches nothing it compiles, so
-# each process compiled the app's 300 modules from source again: about a second per start here.
+# each process compiled the app's 218 modules from source again: 2.6 s to a server's first answer
+# instead of 1.9 s here.
 test: lint typecheck compile
-	$(VENV)/bin/pytest -n 2 --dist loadfile -m "not serial"
-	$(VENV)/bin/pytest -n 2 --dist loadfile -m "serial and not alone"
+	$(VENV)/bin/pytest -n 3 --dist loadfile -m "not serial"
+	$(VENV)/bin/pytest -n 3 --dist loadfile -m "serial and not alone"
 	$(VENV)/bin/pytest -m alone
 
 check: lint typecheck compile
-	$(VENV)/bin/pytest -n 2 --dist loadfile -m "$(FAST) and not serial"
-	$(VENV)/bin/pytest -n 2 --dist loadfile -m "$(FAST) and serial and not alone"
+	$(VENV)/bin/pytest -n 3 --dist loadfile -m "$(FAST) and not serial"
+	$(VENV)/bin/pytest -n 3 --dist loadfile -m "$(FAST) and serial and not alone"
 	$(VENV)/bin/pytest -m "$(FAST) and alone"
 
 compile: $(STAMP)

@@ -55,10 +55,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 # Modules whose tests assert on wall-clock time (leases of a few seconds, a rolling minute's edge, a
 # reconnect or a server start within a deadline) with worker or server processes of their own. `make
-# test` runs every other test on two pytest processes (`-m "not serial"`, pytest-xdist) and these apart
-# afterwards (`-m serial`, two files at a time): a CPU-bound neighbour's spike would otherwise fail them
-# for no fault of Jobdesk's. Beside each other they are no such neighbours: together they kept a quarter
-# of the two cores busy, mostly waiting on processes of their own.
+# test` runs every other test on three pytest processes (`-m "not serial"`, pytest-xdist) and these apart
+# afterwards (`-m serial`, three files at a time): a CPU-bound neighbour's spike would otherwise fail them
+# for no fault of Jobdesk's. Beside each other they are no such neighbours: they mostly wait on
+# processes of their own.
 SERIAL_MODULES = {
     "tests/ops/test_cli.py",
     "tests/ops/test_embedded.py",
