@@ -20,10 +20,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import batches
 from app.actions import access
 from app.actions.pipelines import startable_templates
-from app.actions.selection import not_a_status
+from app.actions.selection import not_a_status, unknown_type
 from app.jobs.cursors import Cursor, read_cursor
 from app.jobs.states import Status
-from app.pipelines import started_column
+from app.jobs.types import type_shown
+from app.pipelines import get_template, started_column
 from app.processors import registry
 from app.web import display
 from app.web.batch_page import STATUS_WORDS, batch_state
@@ -289,6 +290,27 @@ async def recent_batches(db: AsyncSession, user: Any) -> tuple[list[dict[str, An
     return [batch_list_item(v) for v in views[:RECENT_BATCHES]], len(views) > RECENT_BATCHES
 
 
+TEMPLATE_HAS_PIPELINES = text(
+    "SELECT EXISTS (SELECT 1 FROM pipelines WHERE user_id = :user_id AND template = :template)"
+)
+
+
+async def _unknown_kind(
+    db: AsyncSession, user: Any, job_type: str | None, template: str | None
+) -> str | None:
+    """Why the Kind filter names nothing, or ``None``: a job type as every list reads one
+    (:func:`~app.actions.selection.unknown_type`), a pipeline that is no template and none of the person's
+    pipelines. "Nothing matches these filters" hid a mistyped link's kind as if no job of it existed."""
+    if job_type is not None:
+        return await unknown_type(db, job_type)
+    if template is None or get_template(template) is not None:
+        return None
+    params = {"user_id": user.id, "template": template}
+    if (await db.execute(TEMPLATE_HAS_PIPELINES, params)).scalar():
+        return None
+    return f"unknown pipeline {type_shown(template)}: no pipeline has this name"
+
+
 def _type_filter_options(user: Any) -> list[tuple[str, str]]:
     options = [("", "Any kind")]
     for spec in sorted(access.submittable_types(user), key=lambda s: s.title.lower()):
@@ -375,6 +397,8 @@ async def list_context(
         template = type_filter.removeprefix(PIPELINE_TYPE_PREFIX)
     elif type_filter:
         job_type = type_filter
+    if (unknown := await _unknown_kind(db, user, job_type, template)) is not None:
+        errors["type"] = unknown
     listed_jobs = template is None and not errors
     job_rows = await _job_rows(db, user, status, job_type, after_id, search) if listed_jobs else []
     pipeline_rows: list[Any] = []

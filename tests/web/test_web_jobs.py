@@ -952,6 +952,15 @@ async def test_my_jobs_lists_own_jobs_and_pipelines_newest_first_with_filters_an
     assert "&#39;zzz&#39; is not a status; one of cancelled, completed, failed" in page, page
     assert 'aria-describedby="fe-status"' in page and "Fix the filter above to see jobs." in page
     assert "The failed one" not in page
+    # so is a kind that is none (a mistyped link): "Nothing matches" read as if no job of it existed
+    for kind, said in (
+        ("zzz", "unknown job type &#39;zzz&#39;: no job type has this name"),
+        ("pipeline:zzz", "unknown pipeline &#39;zzz&#39;: no pipeline has this name"),
+    ):
+        r = await client.get("/jobs", params={"type": kind})
+        page = main_html(r.text)
+        assert r.status_code == 422 and said in page, (r.status_code, page)
+        assert 'aria-describedby="fe-type"' in page and "The failed one" not in page
     r = await client.get("/jobs?after=not-a-uuid")
     assert r.status_code == 422 and "is not a position this list gave" in r.text
 
