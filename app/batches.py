@@ -31,10 +31,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from app.errors import BadInput, KeyReused, NotFound, TooLarge, TooLargeFields, differ_words
 from app.formatting import isolated_within
 from app.jobs import queue
+from app.jobs.file_inputs import file_refs
 from app.jobs.payload import check_input, json_text, storable_text
 from app.jobs.queue import NewJob, new_id
 from app.jobs.queue.many_jobs import renamed
-from app.jobs.types import ProcessorSpec, file_refs
+from app.jobs.types import ProcessorSpec
 from app.request_keys import Keyed, made_by
 from app.settings import Settings
 from app.spreadsheets import MAX_ROWS

@@ -22,7 +22,8 @@ from app.files import (
     ids_in_results,
 )
 from app.formatting import format_bytes, format_sizes
-from app.jobs.types import Input, PermanentError, file_ids_in
+from app.jobs.file_inputs import file_ids_in
+from app.jobs.types import Input, PermanentError
 from app.silence import answered_within
 from app.storage_limit import StorageFull
 

@@ -33,6 +33,7 @@ from app.errors import BadInput, Conflict, NotFound
 from app.jobs import naming, queue
 from app.jobs.decisions import decided_by
 from app.jobs.error_text import input_unfit, never_created
+from app.jobs.file_inputs import file_refs
 from app.jobs.graph import (
     KEY_PATTERN,
     MAX_STEPS,
@@ -49,7 +50,7 @@ from app.jobs.payload import json_text
 from app.jobs.queue import Principal
 from app.jobs.queue.pipelines import create_pipeline as create
 from app.jobs.queue.pipelines import insert_next_jobs
-from app.jobs.types import EmptyInput, InputModel, file_refs, registry, validation_error
+from app.jobs.types import EmptyInput, InputModel, registry, validation_error
 from app.settings import Settings
 
 log = structlog.get_logger("jobdesk.pipelines")

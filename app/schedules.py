@@ -29,8 +29,9 @@ from app import pipelines
 from app.cron import check_cron, check_zone, next_fire
 from app.errors import BadInput, Conflict, NotFound
 from app.jobs import queue, types
+from app.jobs.file_inputs import file_refs
 from app.jobs.payload import check_input, json_text, text_problem
-from app.jobs.types import file_refs, registry, type_shown
+from app.jobs.types import registry, type_shown
 from app.settings import Settings
 
 

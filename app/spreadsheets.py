@@ -38,7 +38,8 @@ from typing import Any
 from app import digits, text_encoding, typed_json
 from app.errors import BadInput
 from app.formatting import format_bytes
-from app.jobs.types import InputModel, widget_of
+from app.jobs.file_inputs import widget_of
+from app.jobs.types import InputModel
 from app.settings import Settings
 
 MAX_ROWS = 10_000

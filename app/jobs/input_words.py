@@ -118,7 +118,7 @@ def problem_words(
     (``"file"``/``"files"``) when the error is in a field that takes uploaded files. ``as_data``: the
     value was written inside a pipeline step's ``{"$literal": …}``, so a marker-shaped one is data, and
     is refused in the words any other value of its shape is (not as a marker misplaced). ``noun``: what
-    one item of the field's list is (``picture``: :func:`app.jobs.types.item_nouns`), for a count of
+    one item of the field's list is (``picture``: :func:`app.jobs.file_inputs.item_nouns`), for a count of
     them ("Give at most 50 pictures.")."""
     kind = str(error.get("type", ""))
     ctx = error.get("ctx") or {}

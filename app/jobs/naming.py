@@ -15,7 +15,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from app.formatting import isolated, url_host
-from app.jobs.types import InputModel, file_ids_in
+from app.jobs.file_inputs import file_ids_in
+from app.jobs.types import InputModel
 
 NAME_MAX = 80
 """Characters of a derived name; a longer file name, path or subject is cut with "…"."""

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar
 from pydantic import Field
 
 from app.jobs.backoff import RetryPolicy
+from app.jobs.file_inputs import widget_of
 from app.jobs.types import (
     EmptyInput,
     Input,
@@ -50,7 +51,6 @@ from app.jobs.types import (
     Registry,
     registry,
     validation_error,
-    widget_of,
 )
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic_core import PydanticCustomError
 
-from app.jobs.types import file_fields, file_ids_in, file_refs
+from app.jobs.file_inputs import file_fields, file_ids_in, file_refs
 from app.processors import CpuContext
 
 __all__ = ["describe_bytes", "file_fields", "file_ids_in", "file_refs", "invalid", "stored_file"]

@@ -33,7 +33,7 @@ from app.auth import requires_user
 from app.errors import BadInput, KeyReused, RateLimited
 from app.files import clean_name
 from app.jobs.cursors import Cursor, page_of, read_cursor
-from app.jobs.types import file_fields
+from app.jobs.file_inputs import file_fields
 from app.processors import ProcessorSpec, registry
 from app.web import DbSession, forms, is_htmx, render, submit
 from app.web.batch_downloads import csv_chunks, zip_chunks

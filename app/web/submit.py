@@ -23,8 +23,8 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadInput, KeyReused, RateLimited, TooLarge
+from app.jobs.file_inputs import item_nouns
 from app.jobs.input_words import problem_words
-from app.jobs.types import item_nouns
 from app.web import flash, forms, render, zone
 from app.web.deps import file_store, settings_of
 from app.web.form_shape import shape_problem

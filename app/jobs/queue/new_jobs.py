@@ -16,6 +16,7 @@ from app.db import write_rows
 from app.errors import BadInput
 from app.file_types import kind_problem
 from app.jobs.fanout import has_literals, unwrap_literals
+from app.jobs.file_inputs import file_fields, file_refs
 from app.jobs.payload import check_input, check_text, json_text, unstorable_json
 from app.jobs.queue.common import JOB_COLUMNS, JOBS_CHANNEL, conn_of, new_id, notify_jobs, sql
 from app.jobs.queue.repeats import Repeat, check_key, compare, refusal, requested_run_at
@@ -25,8 +26,6 @@ from app.jobs.states import Status
 from app.jobs.types import (
     PRIORITY_RANGE,
     ProcessorSpec,
-    file_fields,
-    file_refs,
     may_submit,
     registry,
     type_shown,
@@ -295,7 +294,7 @@ async def check_file_owners(
     job only reads its owner's files — and of the kind its field accepts (a picture for ``image/*``, a
     table for ``text/csv``: :func:`app.file_types.kind_problem`), so that a CSV given as a picture is an error
     at submission on every path rather than a job that fails when it runs. ``refs`` is ``[(owner user
-    id, field path, file id, accept hint or None)]`` (:func:`app.jobs.types.file_refs`). Another user's
+    id, field path, file id, accept hint or None)]`` (:func:`app.jobs.file_inputs.file_refs`). Another user's
     file gets the same answer as an unknown id, so that file ids cannot be probed.
 
     Raises:

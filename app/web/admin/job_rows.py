@@ -16,7 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.actions.jobs import failed_for_good
-from app.jobs.types import file_fields
+from app.jobs.file_inputs import file_fields
 from app.processors import registry
 from app.web import display, result_display
 from app.web.deps import rows_of
