@@ -127,3 +127,53 @@ async def test_a_waiting_step_of_a_cancelled_pipeline_cannot_be_rerun(
             await queue.rerun(conn, draft, admin)
     assert refused.value.detail == f"Cannot rerun job {draft}: {REFUSED}.", refused.value.detail
     assert await pg.fetchval("SELECT status FROM jobs WHERE id = $1", draft) == "waiting_approval"
+
+
+async def test_the_migration_marks_pipelines_cancelled_before_it_from_their_history(
+    fresh_db_url: str,
+) -> None:
+    """A pipeline cancelled before the marker existed gets it from the first event of a step its cancel
+    stopped: when and who. One whose step alone was cancelled (no whole-pipeline cancel) stays unmarked."""
+    from app.db import asyncpg_dsn, run_migrations
+
+    await run_migrations(fresh_db_url, "0028")
+    pg = await asyncpg.connect(asyncpg_dsn(fresh_db_url))
+    try:
+        owner = await pg.fetchval(
+            "INSERT INTO users (email, password_hash) VALUES ('a@example.com', 'x') RETURNING id"
+        )
+        whole, one_step = uuid.uuid4(), uuid.uuid4()
+        for pid in (whole, one_step):
+            await pg.execute(
+                "INSERT INTO pipelines (id, name, user_id, status) VALUES ($1, 'p', $2, 'failed')", pid, owner
+            )
+        events = [
+            (whole, "cancel_requested", "user:7", "cancelled by an admin: the whole pipeline was cancelled"),
+            (whole, "cancelled", "user:9", "cancelled by its owner: the whole pipeline was cancelled"),
+            (one_step, "cancelled", "user:1", "cancelled by its owner"),
+        ]
+        for pid, kind, actor, message in events:
+            jid = uuid.uuid4()
+            await pg.execute(
+                "INSERT INTO jobs (id, type, status, user_id, input_data, max_attempts, pipeline_id, completed_at)"
+                " VALUES ($1, 'noop', 'cancelled', $2, '{}', 1, $3, now())",
+                jid,
+                owner,
+                pid,
+            )
+            await pg.execute(
+                "INSERT INTO job_events (job_id, pipeline_id, kind, actor, message) VALUES ($1, $2, $3, $4, $5)",
+                jid,
+                pid,
+                kind,
+                actor,
+                message,
+            )
+        await run_migrations(fresh_db_url)
+        marked = {
+            r["id"]: (r["cancelled_at"] is not None, r["cancelled_by"])
+            for r in await pg.fetch("SELECT id, cancelled_at, cancelled_by FROM pipelines")
+        }
+        assert marked == {whole: (True, "user:7"), one_step: (False, None)}, marked
+    finally:
+        await pg.close()
