@@ -150,9 +150,8 @@ def _bytes_problem(raw: bytes) -> str | None:
 
 
 def urlencoded_problems(encoded: bytes) -> dict[str, str]:
-    """Each parameter of a query string or a urlencoded form body whose name or value, as the bytes it
-    decodes to, holds a NUL, a lone surrogate or bytes that are not UTF-8: its name (as the parser
-    reads it) → the problem."""
+    """Each parameter of a query string or a urlencoded form body whose name or value, as bytes, holds a
+    NUL, a lone surrogate or bytes that are not UTF-8: its name (as the parser reads it) → the problem."""
     problems: dict[str, str] = {}
     if not _NOT_PLAIN_ASCII.search(encoded):
         return problems
@@ -166,15 +165,17 @@ def urlencoded_problems(encoded: bytes) -> dict[str, str]:
     return problems
 
 
-def check_urlencoded(encoded: bytes) -> None:
-    """A query string or a urlencoded form body, checked as the bytes it decodes to.
+def check_urlencoded(encoded: bytes, *, query: bool = False) -> None:
+    """A query string (``query``: an address saves nothing, so its words do not say so) or a urlencoded
+    form body, checked as the bytes it decodes to.
 
     Raises:
         BadInput: a parameter's name or value holds a NUL, a lone surrogate or bytes that are not UTF-8
         (the error names it).
     """
     for name, problem in urlencoded_problems(encoded).items():
-        raise BadInput.field(_field_name(name), problem)
+        said = problem.removesuffix("; nothing was saved") if query else problem
+        raise BadInput.field(_field_name(name), said)
 
 
 def parsed_problems(items: list[tuple[str, Any]]) -> dict[str, str]:
@@ -568,7 +569,7 @@ class InputGuardMiddleware(ASGIMiddleware):
     scopes = (ScopeType.HTTP,)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
-        check_urlencoded(scope.get("query_string", b""))
+        check_urlencoded(scope.get("query_string", b""), query=True)
         refuse_unknown_query(scope)
         refuse_fractional_whole(scope)
         if scope.get("method", "GET") not in ("GET", "HEAD", "OPTIONS"):
