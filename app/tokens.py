@@ -25,6 +25,7 @@ from app.auth import USER_COLUMNS, CurrentUser, Db, secret_digest, user_of
 from app.db import read_rows, write_rows
 from app.errors import BadInput, Conflict, Forbidden, NotFound
 from app.formatting import format_localtime, zone
+from app.jobs.input_words import value_shown
 from app.jobs.payload import check_text
 
 TOKEN_PREFIX = "jd_"
@@ -46,7 +47,7 @@ def token_name(name: Any) -> str:
     if name is None:
         return ""
     if not isinstance(name, str):
-        raise BadInput.field("name", f"must be text, not {type(name).__name__}")
+        raise BadInput.field("name", f"must be text, not {value_shown(name)}")
     check_text(name, "name")
     label = " ".join(name.split())
     if len(label) > TOKEN_NAME_MAX:

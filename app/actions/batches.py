@@ -28,6 +28,7 @@ from app.actions.trail import Actor, auditing_refusals, record_by_owner, record_
 from app.errors import BadInput, Conflict, RateLimited
 from app.jobs import queue
 from app.jobs.error_text import retry_refusal
+from app.jobs.input_words import value_shown
 from app.jobs.payload import check_text
 from app.jobs.permanence import permanent_among
 from app.processors import ProcessorSpec
@@ -52,7 +53,7 @@ def check_name(name: Any) -> str:
     if name is None:
         return ""
     if not isinstance(name, str):
-        raise BadInput.field("name", f"must be text, not {type(name).__name__}")
+        raise BadInput.field("name", f"must be text, not {value_shown(name)}")
     check_text(name, "name")
     name = name.strip()
     if len(name) > batches.NAME_MAX:

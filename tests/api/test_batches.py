@@ -334,10 +334,10 @@ class _Quiet:
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        (5, "must be text, not int"),
-        (["Pings"], "must be text, not list"),
-        ({"a": 1}, "must be text, not dict"),
-        (True, "must be text, not bool"),
+        (5, "must be text, not 5"),
+        (["Pings"], "must be text, not a list of 1 item"),
+        ({"a": 1}, "must be text, not an object"),
+        (True, "must be text, not true"),
         ("a\u0000b", "contains a NUL character"),
         ("x" * 201, "must be at most 200 characters"),
     ],

@@ -39,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db import write_rows
 from app.errors import BadInput, KeyReused, differ_words
+from app.jobs.input_words import value_shown
 from app.jobs.payload import check_text
 from app.jobs.queue.common import sql
 from app.jobs.rows import JOB_FIELDS, JobRow, job_row
@@ -119,7 +120,7 @@ def check_key(key: Any, field: str = "idempotency_key") -> str:
         BadInput: on ``field``, saying which.
     """
     if not isinstance(key, str):
-        raise BadInput.field(field, f"must be text, not {type(key).__name__}")
+        raise BadInput.field(field, f"must be text, not {value_shown(key)}")
     if not 0 < len(key) <= KEY_MAX:
         raise BadInput.field(field, f"must be 1 to {KEY_MAX} characters (this one has {len(key):,})")
     if not key.strip():
