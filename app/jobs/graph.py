@@ -99,7 +99,12 @@ def check_key(key: Any, field: str) -> str:
             'must not contain \'.\': {"$ref": "<step>.<field>"} ends the step\'s key at its first dot, so no '
             "step could read this one's result (use '-' or '_' instead)",
         )
-    raise BadInput.field(field, "must be 1–64 letters, digits, '_' or '-', starting with a letter or digit")
+    # "letters" alone read as any letter, and a key like "ä" or "шаг" was refused by words that allowed it
+    raise BadInput.field(
+        field,
+        "must be 1–64 of the characters a–z, A–Z, 0–9, '_' and '-' (no accented or other letters), "
+        "starting with a letter or digit",
+    )
 
 
 def _check_keys(steps: Sequence[dict[str, Any]], prefix: str) -> list[str]:
